@@ -1,0 +1,286 @@
+//! The trait every backend implements, and the per-sequence state it keeps.
+//!
+//! A model maps a token prefix to next-token logits. Weights are immutable and
+//! shared (`&self`); everything that belongs to one sequence (the tokens read
+//! so far, a KV cache, the position `pos`) lives in a cloneable
+//! [`LanguageModel::State`]. That split is what lets one model serve many
+//! sequences at once:
+//!
+//! ```text
+//!   weights (&M, shared) ──┐
+//!   state A: pos 5, cache ─┼─ forward(state, new tokens) ─> logits rows
+//!   state B = A.clone() ───┘   (beam search and batch rows fork a state)
+//! ```
+//!
+//! `forward` takes only the tokens that are new to the state and returns one
+//! logits row per token ([`Rows::All`], for scoring a text in one pass) or just
+//! the last one ([`Rows::Last`], for generation). Lesson 001's uncached
+//! reference, which re-reads the whole prefix at every step, is [`Uncached`].
+
+use crate::{Error, Result, TokenId};
+
+/// Which logits rows a forward pass writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// One row: the distribution after the last token fed (generation).
+    Last,
+    /// One row per token fed, in order (scoring a known text).
+    All,
+}
+
+/// The state of one sequence: the tokens a model has read and whatever it
+/// keeps about them (a KV cache, n-gram history). Cloning forks the sequence.
+pub trait SequenceState: Clone {
+    /// How many tokens this state has read: the position the next token takes.
+    fn pos(&self) -> usize;
+
+    /// Forgets every token from `pos` on, so the sequence can continue from an
+    /// earlier point (editing a token invalidates the cache from there).
+    /// A `pos` at or beyond the current one changes nothing.
+    fn truncate(&mut self, pos: usize);
+}
+
+/// A next-token model: a token prefix in, logits over the vocabulary out.
+///
+/// Implementations check their input and return [`Error::TokenOutOfRange`],
+/// [`Error::ContextExceeded`] or [`Error::EmptyInput`] instead of panicking;
+/// [`LanguageModel::check_input`] does those checks.
+pub trait LanguageModel {
+    /// Per-sequence state (cache and position); see [`SequenceState`].
+    type State: SequenceState;
+
+    /// Number of tokens in the vocabulary: the length of one logits row.
+    fn vocab_size(&self) -> usize;
+
+    /// The longest prefix the model can read, if it has a bound.
+    fn context_length(&self) -> Option<usize>;
+
+    /// A fresh state at position 0.
+    fn new_state(&self) -> Self::State;
+
+    /// Reads `tokens` at positions `state.pos()..` and writes logits into
+    /// `logits` (resized to `vocab_size` for [`Rows::Last`], or
+    /// `tokens.len() * vocab_size` row-major for [`Rows::All`]).
+    fn forward(
+        &self,
+        state: &mut Self::State,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> Result<()>;
+
+    /// Serves several sequences at once: `tokens[i]` is read into `states[i]`
+    /// and the last logits row of row `i` written to `logits[i]`. The default
+    /// runs the rows one by one; a backend may batch them, but the result of
+    /// a row never depends on the other rows.
+    fn forward_batch(
+        &self,
+        states: &mut [Self::State],
+        tokens: &[&[TokenId]],
+        logits: &mut [Vec<f32>],
+    ) -> Result<()> {
+        if states.len() != tokens.len() {
+            return Err(Error::LengthMismatch {
+                left: states.len(),
+                right: tokens.len(),
+            });
+        }
+        if states.len() != logits.len() {
+            return Err(Error::LengthMismatch {
+                left: states.len(),
+                right: logits.len(),
+            });
+        }
+        for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
+            self.forward(state, tokens, Rows::Last, logits)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that `tokens` is non-empty, every id is in the vocabulary, and
+    /// reading them at `pos` stays within the context bound.
+    fn check_input(&self, pos: usize, tokens: &[TokenId]) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::EmptyInput);
+        }
+        let vocab_size = self.vocab_size();
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
+        if let Some(max) = self.context_length() {
+            let len = pos.saturating_add(tokens.len());
+            if len > max {
+                return Err(Error::ContextExceeded { len, max });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Any model without its cache: every call re-reads the whole prefix from a
+/// fresh state, as lesson 001's reference implementation does. Slow on
+/// purpose; it is the path the cached one is checked against, and what
+/// `--no-cache` runs.
+#[derive(Debug, Clone)]
+pub struct Uncached<M>(pub M);
+
+/// The state of an [`Uncached`] model: just the tokens read so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prefix {
+    /// Every token read, in order.
+    pub tokens: Vec<TokenId>,
+}
+
+impl SequenceState for Prefix {
+    fn pos(&self) -> usize {
+        self.tokens.len()
+    }
+
+    fn truncate(&mut self, pos: usize) {
+        self.tokens.truncate(pos);
+    }
+}
+
+impl<M: LanguageModel> LanguageModel for Uncached<M> {
+    type State = Prefix;
+
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+
+    fn context_length(&self) -> Option<usize> {
+        self.0.context_length()
+    }
+
+    fn new_state(&self) -> Prefix {
+        Prefix::default()
+    }
+
+    fn forward(
+        &self,
+        state: &mut Prefix,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.check_input(state.pos(), tokens)?;
+        let old_len = state.tokens.len();
+        state.tokens.extend_from_slice(tokens);
+        let mut fresh = self.0.new_state();
+        let result = self.0.forward(&mut fresh, &state.tokens, rows, logits);
+        if result.is_err() {
+            state.tokens.truncate(old_len);
+            return result;
+        }
+        if rows == Rows::All {
+            // Keep only the rows of the tokens that were new to this state.
+            logits.drain(..old_len * self.vocab_size());
+        }
+        Ok(())
+    }
+}
+
+/// Turns token ids back into text; used for stop strings and traces, so a
+/// decoding crate needs no tokenizer of its own.
+pub trait Detokenize {
+    /// The text of `ids` read as one span (invalid UTF-8 replaced).
+    fn decode(&self, ids: &[TokenId]) -> String;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model whose logits encode the position and the last token read, so
+    /// the uncached adapter can be checked row by row.
+    struct Probe;
+
+    #[derive(Clone)]
+    struct ProbeState(Vec<TokenId>);
+
+    impl SequenceState for ProbeState {
+        fn pos(&self) -> usize {
+            self.0.len()
+        }
+        fn truncate(&mut self, pos: usize) {
+            self.0.truncate(pos);
+        }
+    }
+
+    impl LanguageModel for Probe {
+        type State = ProbeState;
+        fn vocab_size(&self) -> usize {
+            2
+        }
+        fn context_length(&self) -> Option<usize> {
+            Some(4)
+        }
+        fn new_state(&self) -> ProbeState {
+            ProbeState(Vec::new())
+        }
+        fn forward(
+            &self,
+            state: &mut ProbeState,
+            tokens: &[TokenId],
+            rows: Rows,
+            logits: &mut Vec<f32>,
+        ) -> Result<()> {
+            self.check_input(state.pos(), tokens)?;
+            logits.clear();
+            for &t in tokens {
+                state.0.push(t);
+                logits.extend([state.0.len() as f32, t as f32]);
+            }
+            if rows == Rows::Last {
+                logits.drain(..logits.len() - 2);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn uncached_rows_are_those_of_the_new_tokens() {
+        let model = Uncached(Probe);
+        let mut state = model.new_state();
+        let mut logits = Vec::new();
+        model.forward(&mut state, &[1, 0], Rows::All, &mut logits).unwrap();
+        assert_eq!(logits, vec![1.0, 1.0, 2.0, 0.0]);
+        model.forward(&mut state, &[1], Rows::All, &mut logits).unwrap();
+        assert_eq!(logits, vec![3.0, 1.0]);
+        model.forward(&mut state, &[0], Rows::Last, &mut logits).unwrap();
+        assert_eq!(logits, vec![4.0, 0.0]);
+        assert_eq!(state.tokens, vec![1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn input_checks_name_the_problem() {
+        let model = Uncached(Probe);
+        let mut state = model.new_state();
+        let mut logits = Vec::new();
+        assert_eq!(
+            model.forward(&mut state, &[], Rows::Last, &mut logits),
+            Err(Error::EmptyInput)
+        );
+        assert_eq!(
+            model.forward(&mut state, &[2], Rows::Last, &mut logits),
+            Err(Error::TokenOutOfRange { id: 2, vocab_size: 2 })
+        );
+        assert_eq!(
+            model.forward(&mut state, &[0; 5], Rows::Last, &mut logits),
+            Err(Error::ContextExceeded { len: 5, max: 4 })
+        );
+        assert_eq!(state.pos(), 0, "a failed call leaves the state as it was");
+    }
+
+    #[test]
+    fn batch_rows_equal_single_rows() {
+        let model = Probe;
+        let mut states = vec![model.new_state(), model.new_state()];
+        let mut logits = vec![Vec::new(), Vec::new()];
+        model
+            .forward_batch(&mut states, &[&[1, 1], &[0]], &mut logits)
+            .unwrap();
+        assert_eq!(logits, vec![vec![2.0, 1.0], vec![1.0, 0.0]]);
+        assert!(model.forward_batch(&mut states, &[&[1]], &mut logits).is_err());
+    }
+}

@@ -1,0 +1,16 @@
+//! Model backends behind lm-core's [`lm_core::LanguageModel`] trait.
+//!
+//! - [`ngram`]: count-based n-gram models (maximum likelihood, add-k,
+//!   interpolated modified Kneser-Ney), ARPA files, KenLM-style scoring.
+//! - [`transformer`]: a decoder-only transformer with a KV cache, the lessons'
+//!   seven-token toy decoder, and the llama architecture.
+//! - [`gguf`]: a bounds-checked, memory-mapped GGUF reader.
+//! - [`quant`]: GGML weight types and the kernels that multiply with them.
+//!
+//! lm-model never chooses tokens: it turns prefixes into logits.
+#![deny(missing_docs)]
+
+pub mod gguf;
+pub mod ngram;
+pub mod quant;
+pub mod transformer;
