@@ -1,1 +1,474 @@
-//! (in progress)
+//! A bounds-checked, memory-mapped reader for GGUF files, versions 2 and 3.
+//!
+//! ```text
+//! | magic "GGUF" | version: u32 | n_tensors: u64 | n_kv: u64 |
+//! | n_kv metadata pairs (key, type, value)                    |
+//! | n_tensors tensor infos (name, dims, type, offset)         |
+//! | padding to general.alignment (default 32)                 |
+//! | data section: each tensor at its (aligned) offset         |
+//! ```
+//!
+//! All integers are little-endian. Every count, length, offset and size is
+//! checked against the file before use, so a malformed or hostile file yields
+//! a [`GgufError`] naming the problem, never a panic or an allocation sized by
+//! an unchecked header field. Opening maps the file (nothing is copied); the
+//! metadata is decoded eagerly, tensor data is borrowed from the map.
+//!
+//! ```
+//! # fn main() -> Result<(), lm_model::gguf::GgufError> {
+//! use lm_model::gguf::GgufFile;
+//! // The smallest valid file: header only, no metadata, no tensors.
+//! let mut bytes = b"GGUF".to_vec();
+//! bytes.extend(3u32.to_le_bytes());
+//! bytes.extend(0u64.to_le_bytes());
+//! bytes.extend(0u64.to_le_bytes());
+//! let file = GgufFile::from_bytes(bytes)?;
+//! assert_eq!(file.version(), 3);
+//! assert!(file.tensors().is_empty());
+//! assert!(file.get_u32("llama.block_count").is_err());
+//! # Ok(())
+//! # }
+//! ```
+
+mod cursor;
+mod error;
+mod metadata;
+mod summary;
+mod tensor;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use cursor::Cursor;
+pub use error::GgufError;
+pub use metadata::{MAX_ARRAY_DEPTH, MetadataValue};
+pub use summary::Summary;
+pub use tensor::{MAX_DIMS, TensorInfo, TensorView};
+
+/// The four bytes every GGUF file starts with.
+pub const MAGIC: [u8; 4] = *b"GGUF";
+
+/// The alignment of tensor data when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: usize = 32;
+
+/// The metadata key that sets the alignment.
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+
+/// Smallest possible metadata pair: empty key (8), type (4), one-byte value (1).
+const MIN_KV_BYTES: u64 = 13;
+
+/// Smallest possible tensor info: empty name (8), n_dims (4), one dim (8), type (4), offset (8).
+const MIN_TENSOR_INFO_BYTES: u64 = 32;
+
+/// A parsed GGUF file that owns its bytes (a read-only memory map, or a buffer).
+pub struct GgufFile {
+    storage: Storage,
+    version: u32,
+    metadata: Vec<(String, MetadataValue)>,
+    key_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    alignment: usize,
+    data_offset: usize,
+}
+
+/// Where the file's bytes live.
+enum Storage {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mapped(map) => map,
+            Storage::Owned(bytes) => bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("n_bytes", &self.storage.bytes().len())
+            .field("n_metadata", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .field("alignment", &self.alignment)
+            .field("data_offset", &self.data_offset)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GgufFile {
+    /// Maps the file at `path` read-only and parses its header.
+    ///
+    /// The file must not be modified while the `GgufFile` lives (as with any
+    /// memory map); the data is never copied.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let path = path.as_ref();
+        let io_error = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io_error)?;
+        // SAFETY: the map is read-only and private to this struct; like every
+        // reader of mapped files we rely on the file not being truncated or
+        // rewritten underneath us while it is open (documented above).
+        let map = unsafe { Mmap::map(&file) }.map_err(io_error)?;
+        GgufFile::parse(Storage::Mapped(map))
+    }
+
+    /// Parses a GGUF file held in memory (tests, embedded models).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+        GgufFile::parse(Storage::Owned(bytes))
+    }
+
+    fn parse(storage: Storage) -> Result<GgufFile, GgufError> {
+        let bytes = storage.bytes();
+        let mut cursor = Cursor::new(bytes);
+        let magic = bytes.get(..4).unwrap_or(bytes);
+        if magic != MAGIC {
+            return Err(GgufError::BadMagic {
+                found: magic.to_vec(),
+            });
+        }
+        cursor.take(4, "magic")?;
+        let version = cursor.u32("version")?;
+        if version != 2 && version != 3 {
+            return Err(GgufError::UnsupportedVersion { version });
+        }
+        let n_tensors_offset = cursor.pos();
+        let n_tensors = cursor.u64("tensor count")?;
+        let n_kv = cursor.count("metadata pair", MIN_KV_BYTES)?;
+        // The tensor count is checked against what is left after the metadata count.
+        let remaining = cursor.remaining() as u64;
+        let n_tensors = usize::try_from(n_tensors)
+            .ok()
+            .filter(|_| {
+                n_tensors
+                    .checked_mul(MIN_TENSOR_INFO_BYTES)
+                    .is_some_and(|total| total <= remaining)
+            })
+            .ok_or(GgufError::CountBeyondFile {
+                what: "tensor info",
+                count: n_tensors,
+                min_item_bytes: MIN_TENSOR_INFO_BYTES,
+                offset: n_tensors_offset as u64,
+                remaining,
+            })?;
+
+        let mut metadata = Vec::with_capacity(n_kv);
+        let mut key_index = HashMap::with_capacity(n_kv);
+        for _ in 0..n_kv {
+            let key = cursor.string("metadata key")?.to_owned();
+            let type_offset = cursor.pos();
+            let type_id = cursor.u32("metadata value type")?;
+            metadata::check_value_type(type_id, type_offset)?;
+            let value = metadata::read_value(&mut cursor, type_id, type_offset, 0)?;
+            if key_index.insert(key.clone(), metadata.len()).is_some() {
+                return Err(GgufError::DuplicateKey { key });
+            }
+            metadata.push((key, value));
+        }
+
+        let alignment = match key_index.get(ALIGNMENT_KEY).and_then(|&i| metadata.get(i)) {
+            None => DEFAULT_ALIGNMENT as u64,
+            Some((key, value)) => match value.as_integer() {
+                Some(v) if v > 0 && (v as u128).is_power_of_two() => {
+                    u64::try_from(v).unwrap_or(u64::MAX)
+                }
+                Some(v) => {
+                    return Err(GgufError::BadAlignment {
+                        alignment: u64::try_from(v).unwrap_or(0),
+                    });
+                }
+                None => {
+                    return Err(GgufError::WrongType {
+                        key: key.clone(),
+                        expected: "an integer",
+                        found: value.type_name(),
+                    });
+                }
+            },
+        };
+        let mut tensors = Vec::with_capacity(n_tensors);
+        let mut tensor_index = HashMap::with_capacity(n_tensors);
+        for _ in 0..n_tensors {
+            let info = tensor::read_tensor_info(&mut cursor)?;
+            if tensor_index
+                .insert(info.name.clone(), tensors.len())
+                .is_some()
+            {
+                return Err(GgufError::DuplicateTensor { name: info.name });
+            }
+            tensors.push(info);
+        }
+
+        // The data section starts at the next multiple of the alignment; a file
+        // with no tensor data may end before it.
+        let infos_end = cursor.pos() as u64;
+        let data_offset = infos_end
+            .div_ceil(alignment)
+            .checked_mul(alignment)
+            .and_then(|v| usize::try_from(v).ok())
+            .unwrap_or(usize::MAX);
+        let data_len = bytes.len().saturating_sub(data_offset);
+        for info in &tensors {
+            if !(info.offset as u64).is_multiple_of(alignment) {
+                return Err(GgufError::TensorMisaligned {
+                    name: info.name.clone(),
+                    offset: info.offset as u64,
+                    alignment,
+                });
+            }
+            let inside = info
+                .offset
+                .checked_add(info.n_bytes)
+                .is_some_and(|end| end <= data_len);
+            if !inside {
+                return Err(GgufError::TensorOutOfBounds {
+                    name: info.name.clone(),
+                    offset: info.offset as u64,
+                    n_bytes: info.n_bytes as u64,
+                    data_len: data_len as u64,
+                });
+            }
+        }
+        let alignment =
+            usize::try_from(alignment).map_err(|_| GgufError::BadAlignment { alignment })?;
+        Ok(GgufFile {
+            storage,
+            version,
+            metadata,
+            key_index,
+            tensors,
+            tensor_index,
+            alignment,
+            data_offset,
+        })
+    }
+
+    /// The format version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The alignment of tensor data (`general.alignment`, default 32).
+    pub fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    /// Byte offset of the data section from the start of the file.
+    pub fn data_offset(&self) -> usize {
+        self.data_offset
+    }
+
+    /// The whole file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+
+    /// All metadata pairs, in file order.
+    pub fn metadata(&self) -> &[(String, MetadataValue)] {
+        &self.metadata
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&MetadataValue> {
+        let idx = *self.key_index.get(key)?;
+        self.metadata.get(idx).map(|(_, value)| value)
+    }
+
+    /// The value of `key`, or `MissingKey`.
+    fn require(&self, key: &str) -> Result<&MetadataValue, GgufError> {
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            key: key.to_owned(),
+        })
+    }
+
+    /// An integer of any width and signedness that fits in u32.
+    pub fn get_u32(&self, key: &str) -> Result<u32, GgufError> {
+        self.get_integer(key, "u32")
+    }
+
+    /// An integer of any width and signedness that fits in u64.
+    pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
+        self.get_integer(key, "u64")
+    }
+
+    /// An integer of any width and signedness that fits in i32.
+    pub fn get_i32(&self, key: &str) -> Result<i32, GgufError> {
+        self.get_integer(key, "i32")
+    }
+
+    fn get_integer<T: TryFrom<i128>>(
+        &self,
+        key: &str,
+        expected: &'static str,
+    ) -> Result<T, GgufError> {
+        let value = self.require(key)?;
+        let integer = value.as_integer().ok_or_else(|| GgufError::WrongType {
+            key: key.to_owned(),
+            expected: "an integer",
+            found: value.type_name(),
+        })?;
+        T::try_from(integer).map_err(|_| GgufError::ValueOutOfRange {
+            key: key.to_owned(),
+            value: integer,
+            expected,
+        })
+    }
+
+    /// An F32, or an F64 rounded to f32.
+    pub fn get_f32(&self, key: &str) -> Result<f32, GgufError> {
+        let value = self.require(key)?;
+        value
+            .as_float()
+            .map(|v| v as f32)
+            .ok_or_else(|| GgufError::WrongType {
+                key: key.to_owned(),
+                expected: "a float",
+                found: value.type_name(),
+            })
+    }
+
+    /// A string.
+    pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
+        let value = self.require(key)?;
+        value.as_str().ok_or_else(|| GgufError::WrongType {
+            key: key.to_owned(),
+            expected: "a string",
+            found: value.type_name(),
+        })
+    }
+
+    /// A bool.
+    pub fn get_bool(&self, key: &str) -> Result<bool, GgufError> {
+        match self.require(key)? {
+            MetadataValue::Bool(v) => Ok(*v),
+            other => Err(GgufError::WrongType {
+                key: key.to_owned(),
+                expected: "a bool",
+                found: other.type_name(),
+            }),
+        }
+    }
+
+    /// An array, or `WrongType`.
+    fn get_array(&self, key: &str, expected: &'static str) -> Result<&[MetadataValue], GgufError> {
+        let value = self.require(key)?;
+        value.as_array().ok_or_else(|| GgufError::WrongType {
+            key: key.to_owned(),
+            expected,
+            found: value.type_name(),
+        })
+    }
+
+    /// An array of strings (e.g. `tokenizer.ggml.tokens`), borrowed.
+    pub fn get_string_array(&self, key: &str) -> Result<Vec<&str>, GgufError> {
+        const EXPECTED: &str = "an array of strings";
+        self.get_array(key, EXPECTED)?
+            .iter()
+            .map(|item| {
+                item.as_str().ok_or_else(|| GgufError::WrongType {
+                    key: key.to_owned(),
+                    expected: EXPECTED,
+                    found: array_of(item),
+                })
+            })
+            .collect()
+    }
+
+    /// An array of integers that each fit in i32 (e.g. `tokenizer.ggml.token_type`).
+    pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>, GgufError> {
+        const EXPECTED: &str = "an array of integers";
+        self.get_array(key, EXPECTED)?
+            .iter()
+            .map(|item| {
+                let integer = item.as_integer().ok_or_else(|| GgufError::WrongType {
+                    key: key.to_owned(),
+                    expected: EXPECTED,
+                    found: array_of(item),
+                })?;
+                i32::try_from(integer).map_err(|_| GgufError::ValueOutOfRange {
+                    key: key.to_owned(),
+                    value: integer,
+                    expected: "i32",
+                })
+            })
+            .collect()
+    }
+
+    /// An array of F32 (or F64 rounded to f32) values (e.g. `tokenizer.ggml.scores`).
+    pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>, GgufError> {
+        const EXPECTED: &str = "an array of floats";
+        self.get_array(key, EXPECTED)?
+            .iter()
+            .map(|item| {
+                item.as_float()
+                    .map(|v| v as f32)
+                    .ok_or_else(|| GgufError::WrongType {
+                        key: key.to_owned(),
+                        expected: EXPECTED,
+                        found: array_of(item),
+                    })
+            })
+            .collect()
+    }
+
+    /// All tensor infos, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor named `name`, with its data, or `MissingTensor`.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, GgufError> {
+        let missing = || GgufError::MissingTensor {
+            name: name.to_owned(),
+        };
+        let info = self
+            .tensor_index
+            .get(name)
+            .and_then(|&idx| self.tensors.get(idx))
+            .ok_or_else(missing)?;
+        // Bounds were checked at parse time; `get` keeps this panic-free regardless.
+        let start = self
+            .data_offset
+            .checked_add(info.offset)
+            .ok_or_else(missing)?;
+        let data = start
+            .checked_add(info.n_bytes)
+            .and_then(|end| self.bytes().get(start..end))
+            .ok_or_else(missing)?;
+        Ok(TensorView { info, data })
+    }
+
+    /// A printable overview: version, counts, every metadata pair with long
+    /// arrays and strings shortened, and the tensor count per type.
+    pub fn summary(&self) -> Summary<'_> {
+        Summary::new(self)
+    }
+}
+
+/// The type name of an array element that did not match, for `WrongType`.
+fn array_of(item: &MetadataValue) -> &'static str {
+    match item {
+        MetadataValue::U8(_) => "an array of u8",
+        MetadataValue::I8(_) => "an array of i8",
+        MetadataValue::U16(_) => "an array of u16",
+        MetadataValue::I16(_) => "an array of i16",
+        MetadataValue::U32(_) => "an array of u32",
+        MetadataValue::I32(_) => "an array of i32",
+        MetadataValue::U64(_) => "an array of u64",
+        MetadataValue::I64(_) => "an array of i64",
+        MetadataValue::F32(_) => "an array of f32",
+        MetadataValue::F64(_) => "an array of f64",
+        MetadataValue::Bool(_) => "an array of bool",
+        MetadataValue::String(_) => "an array of string",
+        MetadataValue::Array(_) => "an array of arrays",
+    }
+}

@@ -1,1 +1,88 @@
-//! (in progress)
+//! GGML weight types and the kernels that multiply with them.
+//!
+//! - [`GgmlType`]: F32, F16, BF16, Q8_0, Q4_0 and Q4_1, with their block sizes.
+//! - [`QMatrix`]: a borrowed matrix of blocks with `matvec`, batched `matmul`
+//!   and bit-exact `dequantize_row`.
+//! - [`Kernel`]: the portable path and the x86_64 AVX2 path, chosen at run time.
+//!
+//! Block layouts are drawn in the `block` module's docs; products run on the
+//! blocks directly and never dequantize a whole matrix.
+
+mod activation;
+mod block;
+mod dot;
+mod ggml_type;
+mod matrix;
+
+pub use block::QK;
+pub use dot::Kernel;
+pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
+pub use matrix::QMatrix;
+
+/// Bad input to a quant routine: every variant carries the offending values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantError {
+    /// A GGML type id this crate cannot read.
+    #[error("unknown or unsupported ggml type id {id}")]
+    UnknownType {
+        /// The rejected id.
+        id: u32,
+    },
+    /// A row length that is not a whole number of blocks.
+    #[error("{ty} rows need a multiple of {block_size} columns, got {n_cols}")]
+    NotBlockMultiple {
+        /// The element type.
+        ty: GgmlType,
+        /// The rejected row length.
+        n_cols: usize,
+        /// The type's block size.
+        block_size: usize,
+    },
+    /// The byte size of a matrix does not fit in `usize`.
+    #[error("a {n_rows} x {n_cols} matrix is too large to address")]
+    SizeOverflow {
+        /// Number of rows.
+        n_rows: usize,
+        /// Number of columns.
+        n_cols: usize,
+    },
+    /// The data is not exactly the size the shape requires.
+    #[error("a {n_rows} x {n_cols} {ty} matrix takes {expected} bytes, got {actual}")]
+    DataLength {
+        /// The element type.
+        ty: GgmlType,
+        /// Number of rows.
+        n_rows: usize,
+        /// Number of columns.
+        n_cols: usize,
+        /// Bytes the shape requires.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// A vector or matrix argument of the wrong length.
+    #[error("{what} has length {actual}, expected {expected}")]
+    ShapeMismatch {
+        /// Which argument.
+        what: &'static str,
+        /// The length the matrix's shape requires.
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// A row index past the last row.
+    #[error("row {row_idx} is out of range for a matrix of {n_rows} rows")]
+    RowOutOfRange {
+        /// The rejected index.
+        row_idx: usize,
+        /// Number of rows.
+        n_rows: usize,
+    },
+    /// A kernel this CPU cannot run.
+    #[error("kernel {kernel:?} is not available on this cpu")]
+    KernelUnavailable {
+        /// The requested kernel.
+        kernel: Kernel,
+    },
+}

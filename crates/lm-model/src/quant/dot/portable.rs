@@ -1,0 +1,116 @@
+//! Portable dot products: exact integer sums per block, f32 across blocks.
+
+use half::{bf16, f16};
+
+use super::super::GgmlType;
+use super::super::activation::Q8Block;
+use super::super::block::{self, QK, read_f16};
+
+/// Dot product of a row stored as `ty` with activations `x` (float types) or
+/// `xq` (quantized types).
+pub(crate) fn dot_row(ty: GgmlType, row: &[u8], x: &[f32], xq: &[Q8Block]) -> f32 {
+    match ty {
+        GgmlType::F32 => dot_f32(row, x),
+        GgmlType::F16 => dot_float(row, x, |b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::BF16 => dot_float(row, x, |b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::Q4_0 => dot_q4_0(row, xq),
+        GgmlType::Q4_1 => dot_q4_1(row, xq),
+        GgmlType::Q8_0 => dot_q8_0(row, xq),
+    }
+}
+
+/// Σ w·x over f32 weights, with 8 independent accumulators so it vectorizes.
+pub(crate) fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let row_chunks = row.chunks_exact(32);
+    let x_chunks = x.chunks_exact(8);
+    let (row_tail, x_tail) = (row_chunks.remainder(), x_chunks.remainder());
+    for (w8, x8) in row_chunks.zip(x_chunks) {
+        for ((lane, w), &xv) in lanes.iter_mut().zip(w8.chunks_exact(4)).zip(x8) {
+            *lane += f32::from_le_bytes([w[0], w[1], w[2], w[3]]) * xv;
+        }
+    }
+    let mut sum = lanes.iter().sum::<f32>();
+    for (w, &xv) in row_tail.chunks_exact(4).zip(x_tail) {
+        sum += f32::from_le_bytes([w[0], w[1], w[2], w[3]]) * xv;
+    }
+    sum
+}
+
+/// Σ w·x over 2-byte float weights decoded by `decode`.
+fn dot_float(row: &[u8], x: &[f32], decode: impl Fn(&[u8]) -> f32) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let row_chunks = row.chunks_exact(16);
+    let x_chunks = x.chunks_exact(8);
+    let (row_tail, x_tail) = (row_chunks.remainder(), x_chunks.remainder());
+    for (w8, x8) in row_chunks.zip(x_chunks) {
+        for ((lane, w), &xv) in lanes.iter_mut().zip(w8.chunks_exact(2)).zip(x8) {
+            *lane += decode(w) * xv;
+        }
+    }
+    let mut sum = lanes.iter().sum::<f32>();
+    for (w, &xv) in row_tail.chunks_exact(2).zip(x_tail) {
+        sum += decode(w) * xv;
+    }
+    sum
+}
+
+/// Q4_0 row · quantized activations.
+pub(crate) fn dot_q4_0(row: &[u8], xq: &[Q8Block]) -> f32 {
+    let mut sum = 0.0f32;
+    for (w, a) in row.chunks_exact(18).zip(xq) {
+        let (low, high) = a.qs.split_at(QK / 2);
+        let mut isum = 0i32;
+        for ((&q, &lo), &hi) in w[2..].iter().zip(low).zip(high) {
+            isum += (i32::from(q & 0x0F) - 8) * i32::from(lo);
+            isum += (i32::from(q >> 4) - 8) * i32::from(hi);
+        }
+        sum += read_f16(w) * a.d * isum as f32;
+    }
+    sum
+}
+
+/// Q4_1 row · quantized activations: `Σ d_w d_x Σ q_w q_x + m_w sum_x`.
+pub(crate) fn dot_q4_1(row: &[u8], xq: &[Q8Block]) -> f32 {
+    let mut sum = 0.0f32;
+    for (w, a) in row.chunks_exact(20).zip(xq) {
+        let (low, high) = a.qs.split_at(QK / 2);
+        let mut isum = 0i32;
+        for ((&q, &lo), &hi) in w[4..].iter().zip(low).zip(high) {
+            isum += i32::from(q & 0x0F) * i32::from(lo);
+            isum += i32::from(q >> 4) * i32::from(hi);
+        }
+        sum += read_f16(w) * a.d * isum as f32 + read_f16(&w[2..]) * a.sum;
+    }
+    sum
+}
+
+/// Q8_0 row · quantized activations.
+pub(crate) fn dot_q8_0(row: &[u8], xq: &[Q8Block]) -> f32 {
+    let mut sum = 0.0f32;
+    for (w, a) in row.chunks_exact(34).zip(xq) {
+        let isum: i32 = w[2..]
+            .iter()
+            .zip(&a.qs)
+            .map(|(&q, &xv)| i32::from(q as i8) * i32::from(xv))
+            .sum();
+        sum += read_f16(w) * a.d * isum as f32;
+    }
+    sum
+}
+
+/// Dot product of a row with f32 activations, dequantizing one block at a
+/// time: the accuracy reference for the quantized-activation path.
+pub(crate) fn dot_row_exact(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
+    if !ty.is_quantized() {
+        return dot_row(ty, row, x, &[]);
+    }
+    let mut weights = [0.0f32; QK];
+    let mut sum = 0.0f64;
+    for (w, xs) in row.chunks_exact(ty.block_bytes()).zip(x.chunks_exact(QK)) {
+        block::dequantize_row(ty, w, &mut weights);
+        let block_sum: f32 = weights.iter().zip(xs).map(|(a, b)| a * b).sum();
+        sum += f64::from(block_sum);
+    }
+    sum as f32
+}

@@ -1,0 +1,856 @@
+//! GGUF parsing on tiny files built in memory: a round trip through a
+//! test-only writer, and one regression test per way a file can be malformed.
+
+use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
+use lm_model::quant::GgmlType;
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------------------
+// A test-only GGUF writer, independent of the reader.
+// ---------------------------------------------------------------------------
+
+/// Little-endian byte building.
+#[derive(Default, Clone)]
+struct Bytes(Vec<u8>);
+
+impl Bytes {
+    fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    fn u32(mut self, v: u32) -> Self {
+        self.0.extend(v.to_le_bytes());
+        self
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.0.extend(v.to_le_bytes());
+        self
+    }
+    fn raw(mut self, bytes: &[u8]) -> Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    /// A GGUF string: u64 length then bytes.
+    fn str(self, s: &[u8]) -> Self {
+        self.u64(s.len() as u64).raw(s)
+    }
+    /// Magic, version, tensor count, metadata count.
+    fn header(version: u32, n_tensors: u64, n_kv: u64) -> Self {
+        Bytes::default()
+            .raw(b"GGUF")
+            .u32(version)
+            .u64(n_tensors)
+            .u64(n_kv)
+    }
+    /// A metadata pair `key: u32 = value`.
+    fn kv_u32(self, key: &str, value: u32) -> Self {
+        self.str(key.as_bytes()).u32(4).u32(value)
+    }
+    /// A tensor info.
+    fn tensor_info(self, name: &str, dims: &[u64], type_id: u32, offset: u64) -> Self {
+        let mut b = self.str(name.as_bytes()).u32(dims.len() as u32);
+        for &d in dims {
+            b = b.u64(d);
+        }
+        b.u32(type_id).u64(offset)
+    }
+    /// Zero padding up to a multiple of `alignment`.
+    fn pad_to(mut self, alignment: usize) -> Self {
+        while !self.0.len().is_multiple_of(alignment) {
+            self.0.push(0);
+        }
+        self
+    }
+}
+
+fn write_value(out: Bytes, value: &MetadataValue) -> Bytes {
+    match value {
+        MetadataValue::U8(v) => out.u8(*v),
+        MetadataValue::I8(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::U16(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::I16(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::U32(v) => out.u32(*v),
+        MetadataValue::I32(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::U64(v) => out.u64(*v),
+        MetadataValue::I64(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::F32(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::F64(v) => out.raw(&v.to_le_bytes()),
+        MetadataValue::Bool(v) => out.u8(u8::from(*v)),
+        MetadataValue::String(s) => out.str(s.as_bytes()),
+        MetadataValue::Array(items) => {
+            // Element type of the first item (u8 for an empty array).
+            let element_type = items.first().map_or(0, type_id_of);
+            let mut out = out.u32(element_type).u64(items.len() as u64);
+            for item in items {
+                out = write_value(out, item);
+            }
+            out
+        }
+    }
+}
+
+/// GGUF value type ids, written out here independently of the reader.
+fn type_id_of(value: &MetadataValue) -> u32 {
+    match value {
+        MetadataValue::U8(_) => 0,
+        MetadataValue::I8(_) => 1,
+        MetadataValue::U16(_) => 2,
+        MetadataValue::I16(_) => 3,
+        MetadataValue::U32(_) => 4,
+        MetadataValue::I32(_) => 5,
+        MetadataValue::F32(_) => 6,
+        MetadataValue::Bool(_) => 7,
+        MetadataValue::String(_) => 8,
+        MetadataValue::Array(_) => 9,
+        MetadataValue::U64(_) => 10,
+        MetadataValue::I64(_) => 11,
+        MetadataValue::F64(_) => 12,
+    }
+}
+
+/// A tensor to write: name, dims (ggml order), type id, data.
+struct TensorSpec {
+    name: String,
+    dims: Vec<u64>,
+    type_id: u32,
+    data: Vec<u8>,
+}
+
+/// Builds a complete, valid GGUF file.
+fn build_file(
+    version: u32,
+    alignment: usize,
+    kvs: &[(&str, MetadataValue)],
+    tensors: &[TensorSpec],
+) -> Vec<u8> {
+    let mut out = Bytes::header(version, tensors.len() as u64, kvs.len() as u64);
+    for (key, value) in kvs {
+        out = out.str(key.as_bytes()).u32(type_id_of(value));
+        out = write_value(out, value);
+    }
+    let mut offset = 0usize;
+    let mut offsets = Vec::new();
+    for t in tensors {
+        offsets.push(offset);
+        out = out.tensor_info(&t.name, &t.dims, t.type_id, offset as u64);
+        offset += t.data.len().div_ceil(alignment) * alignment;
+    }
+    out = out.pad_to(alignment);
+    for t in tensors {
+        out = out.raw(&t.data).pad_to(alignment);
+    }
+    out.0
+}
+
+fn parse_err(bytes: Vec<u8>) -> GgufError {
+    match GgufFile::from_bytes(bytes) {
+        Ok(file) => panic!("expected an error, parsed {file:?}"),
+        Err(err) => err,
+    }
+}
+
+/// One f32 tensor `t` of 2 elements, for tests that only vary the header.
+fn small_tensor() -> TensorSpec {
+    TensorSpec {
+        name: "t".into(),
+        dims: vec![2],
+        type_id: 0,
+        data: [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+    }
+}
+
+fn every_value_type() -> Vec<(&'static str, MetadataValue)> {
+    use MetadataValue as V;
+    vec![
+        ("t.u8", V::U8(200)),
+        ("t.i8", V::I8(-100)),
+        ("t.u16", V::U16(60000)),
+        ("t.i16", V::I16(-30000)),
+        ("t.u32", V::U32(4_000_000_000)),
+        ("t.i32", V::I32(-2_000_000_000)),
+        ("t.u64", V::U64(u64::MAX)),
+        ("t.i64", V::I64(i64::MIN)),
+        ("t.f32", V::F32(1e-5)),
+        ("t.f64", V::F64(-2.5e300)),
+        ("t.bool", V::Bool(true)),
+        ("t.string", V::String("héllo ✓".into())),
+        ("t.empty_string", V::String(String::new())),
+        (
+            "t.strings",
+            V::Array(vec![V::String("a".into()), V::String("Ġb".into())]),
+        ),
+        ("t.i32s", V::Array(vec![V::I32(3), V::I32(-1)])),
+        ("t.empty_array", V::Array(vec![])),
+        (
+            "t.nested",
+            V::Array(vec![
+                V::Array(vec![V::U8(1), V::U8(2)]),
+                V::Array(vec![V::F32(0.5)]),
+            ]),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------
+// Valid files.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn round_trip_every_value_type_and_tensor_type_in_versions_2_and_3() {
+    let q4_0_block: Vec<u8> = (0..18u8).collect();
+    let tensors = vec![
+        small_tensor(),
+        TensorSpec {
+            name: "half".into(),
+            dims: vec![3],
+            type_id: 1,
+            data: vec![0, 0x3c, 0, 0xc0, 0, 0],
+        },
+        TensorSpec {
+            name: "q4".into(),
+            dims: vec![32, 2],
+            type_id: 2,
+            data: [q4_0_block.clone(), q4_0_block].concat(),
+        },
+        TensorSpec {
+            name: "q8".into(),
+            dims: vec![32],
+            type_id: 8,
+            data: vec![7; 34],
+        },
+        TensorSpec {
+            name: "q41".into(),
+            dims: vec![32],
+            type_id: 3,
+            data: vec![9; 20],
+        },
+        TensorSpec {
+            name: "bf".into(),
+            dims: vec![1, 1, 1, 2],
+            type_id: 30,
+            data: vec![1, 2, 3, 4],
+        },
+    ];
+    let kvs = every_value_type();
+    for version in [2, 3] {
+        let file = GgufFile::from_bytes(build_file(version, 32, &kvs, &tensors)).unwrap();
+        assert_eq!(file.version(), version);
+        assert_eq!(file.alignment(), 32);
+        let read: Vec<(&str, &MetadataValue)> = file
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        let expected: Vec<(&str, &MetadataValue)> = kvs.iter().map(|(k, v)| (*k, v)).collect();
+        assert_eq!(read, expected);
+        assert_eq!(file.get("t.u16"), Some(&MetadataValue::U16(60000)));
+        assert_eq!(file.get("absent"), None);
+
+        let names: Vec<&str> = file.tensors().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["t", "half", "q4", "q8", "q41", "bf"]);
+        for spec in &tensors {
+            let view = file.tensor(&spec.name).unwrap();
+            assert_eq!(view.data, spec.data.as_slice(), "{}", spec.name);
+            assert_eq!(view.info.n_bytes, spec.data.len());
+            assert_eq!(view.info.ggml_type.id(), spec.type_id);
+            let dims: Vec<u64> = view.info.dims.iter().map(|&d| d as u64).collect();
+            assert_eq!(dims, spec.dims);
+            assert_eq!(view.info.offset % 32, 0);
+        }
+        assert_eq!(file.tensor("t").unwrap().to_f32_vec().unwrap(), [1.5, -2.0]);
+        assert_eq!(
+            file.tensor("half").unwrap().to_f32_vec().unwrap(),
+            [1.0, -2.0, 0.0]
+        );
+        assert_eq!(file.tensor("bf").unwrap().info.n_rows(), 2);
+        assert_eq!(file.tensor("q4").unwrap().matrix().unwrap().n_rows(), 2);
+    }
+}
+
+#[test]
+fn typed_getters_accept_any_integer_width_that_fits() {
+    let file = GgufFile::from_bytes(build_file(3, 32, &every_value_type(), &[])).unwrap();
+    assert_eq!(file.get_u32("t.u8").unwrap(), 200);
+    assert_eq!(file.get_u32("t.u16").unwrap(), 60000);
+    assert_eq!(file.get_u32("t.u32").unwrap(), 4_000_000_000);
+    assert_eq!(file.get_u64("t.u64").unwrap(), u64::MAX);
+    assert_eq!(file.get_i32("t.i8").unwrap(), -100);
+    assert_eq!(file.get_f32("t.f32").unwrap(), 1e-5);
+    assert_eq!(file.get_f32("t.f64").unwrap(), f32::NEG_INFINITY); // -2.5e300 rounds to -inf
+    assert!(file.get_bool("t.bool").unwrap());
+    assert_eq!(file.get_str("t.string").unwrap(), "héllo ✓");
+    assert_eq!(file.get_string_array("t.strings").unwrap(), ["a", "Ġb"]);
+    assert_eq!(file.get_i32_array("t.i32s").unwrap(), [3, -1]);
+    assert_eq!(
+        file.get_i32_array("t.empty_array").unwrap(),
+        Vec::<i32>::new()
+    );
+}
+
+#[test]
+fn typed_getter_on_wrong_type_names_key_and_both_types() {
+    let file = GgufFile::from_bytes(build_file(3, 32, &every_value_type(), &[])).unwrap();
+    let err = file.get_u32("t.string").unwrap_err();
+    assert!(
+        matches!(&err, GgufError::WrongType { key, expected: "an integer", found: "string" } if key == "t.string"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "metadata key \"t.string\" holds string, expected an integer"
+    );
+    assert!(matches!(
+        file.get_str("t.u8"),
+        Err(GgufError::WrongType { found: "u8", .. })
+    ));
+    assert!(matches!(
+        file.get_bool("t.u8"),
+        Err(GgufError::WrongType { found: "u8", .. })
+    ));
+    assert!(matches!(
+        file.get_f32("t.u32"),
+        Err(GgufError::WrongType { found: "u32", .. })
+    ));
+    assert!(matches!(
+        file.get_string_array("t.i32s"),
+        Err(GgufError::WrongType {
+            found: "an array of i32",
+            ..
+        })
+    ));
+    assert!(matches!(
+        file.get_i32_array("t.strings"),
+        Err(GgufError::WrongType {
+            found: "an array of string",
+            ..
+        })
+    ));
+    assert!(matches!(
+        file.get_string_array("t.u32"),
+        Err(GgufError::WrongType { found: "u32", .. })
+    ));
+}
+
+#[test]
+fn typed_getter_on_value_that_does_not_fit_reports_the_value() {
+    let file = GgufFile::from_bytes(build_file(3, 32, &every_value_type(), &[])).unwrap();
+    let err = file.get_u32("t.i8").unwrap_err();
+    assert!(
+        matches!(&err, GgufError::ValueOutOfRange { key, value: -100, expected: "u32" } if key == "t.i8"),
+        "{err:?}"
+    );
+    assert!(matches!(
+        file.get_u32("t.u64"),
+        Err(GgufError::ValueOutOfRange { value, .. }) if value == i128::from(u64::MAX)
+    ));
+    assert!(matches!(
+        file.get_i32("t.u32"),
+        Err(GgufError::ValueOutOfRange {
+            value: 4_000_000_000,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn missing_key_and_missing_tensor_are_named() {
+    let file = GgufFile::from_bytes(build_file(3, 32, &[], &[small_tensor()])).unwrap();
+    let err = file.get_u32("llama.block_count").unwrap_err();
+    assert!(matches!(&err, GgufError::MissingKey { key } if key == "llama.block_count"));
+    assert_eq!(
+        err.to_string(),
+        "metadata key \"llama.block_count\" not found"
+    );
+    let err = file.tensor("output.weight").unwrap_err();
+    assert!(matches!(&err, GgufError::MissingTensor { name } if name == "output.weight"));
+}
+
+#[test]
+fn alignment_key_moves_the_data_section() {
+    let kvs = [("general.alignment", MetadataValue::U32(64))];
+    let tensors = [
+        small_tensor(),
+        TensorSpec {
+            name: "second".into(),
+            dims: vec![1],
+            type_id: 0,
+            data: 7.0f32.to_le_bytes().to_vec(),
+        },
+    ];
+    let file = GgufFile::from_bytes(build_file(3, 64, &kvs, &tensors)).unwrap();
+    assert_eq!(file.alignment(), 64);
+    assert_eq!(file.data_offset() % 64, 0);
+    assert_eq!(file.tensor("second").unwrap().info.offset, 64);
+    assert_eq!(file.tensor("second").unwrap().to_f32_vec().unwrap(), [7.0]);
+}
+
+#[test]
+fn header_only_file_has_no_data_section() {
+    let file = GgufFile::from_bytes(Bytes::header(3, 0, 0).0).unwrap();
+    assert!(file.metadata().is_empty());
+    assert!(file.tensors().is_empty());
+}
+
+#[test]
+fn open_maps_a_file_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    std::fs::write(
+        &path,
+        build_file(3, 32, &every_value_type(), &[small_tensor()]),
+    )
+    .unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    assert_eq!(file.get_u32("t.u8").unwrap(), 200);
+    assert_eq!(file.tensor("t").unwrap().to_f32_vec().unwrap(), [1.5, -2.0]);
+
+    let missing = dir.path().join("absent.gguf");
+    let err = GgufFile::open(&missing).unwrap_err();
+    assert!(matches!(&err, GgufError::Io { path, .. } if *path == missing));
+}
+
+#[test]
+fn summary_shortens_long_arrays_and_strings() {
+    let tokens = MetadataValue::Array(
+        (0..100)
+            .map(|i| MetadataValue::String(format!("t{i}")))
+            .collect(),
+    );
+    let kvs = [
+        (
+            "general.architecture",
+            MetadataValue::String("llama".into()),
+        ),
+        ("tokenizer.ggml.tokens", tokens),
+        ("long", MetadataValue::String("x".repeat(100))),
+    ];
+    let file = GgufFile::from_bytes(build_file(3, 32, &kvs, &[small_tensor()])).unwrap();
+    let summary = file.summary().to_string();
+    let lines: Vec<&str> = summary.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "gguf v3, 3 metadata pairs, 1 tensors, alignment 32",
+            "general.architecture = \"llama\"",
+            "tokenizer.ggml.tokens = [\"t0\", \"t1\", \"t2\", \"t3\", \"t4\", \"t5\", \"t6\", \"t7\", ... (100 items)]",
+            &format!("long = \"{}\"... (100 bytes)", "x".repeat(60)),
+            "tensors: 1 f32",
+        ]
+    );
+    // Display of a value is never shortened.
+    assert_eq!(
+        MetadataValue::Array(vec![MetadataValue::U8(1), MetadataValue::Bool(false)]).to_string(),
+        "[1, false]"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Malformed files: one regression test per error.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn wrong_magic_is_rejected_with_the_bytes_found() {
+    let mut bytes = Bytes::header(3, 0, 0).0;
+    bytes[..4].copy_from_slice(b"GGML");
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::BadMagic { found } if found == b"GGML"),
+        "{err:?}"
+    );
+    assert!(matches!(parse_err(b"GG".to_vec()), GgufError::BadMagic { found } if found == b"GG"));
+    assert!(matches!(parse_err(Vec::new()), GgufError::BadMagic { .. }));
+}
+
+#[test]
+fn versions_other_than_2_and_3_are_unsupported() {
+    for version in [0, 1, 4, u32::MAX] {
+        let err = parse_err(Bytes::header(version, 0, 0).0);
+        assert!(
+            matches!(err, GgufError::UnsupportedVersion { version: v } if v == version),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn every_truncation_of_a_valid_file_is_an_error() {
+    let bytes = build_file(3, 32, &every_value_type(), &[small_tensor()]);
+    let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+    // The padding after the last tensor's data may go: everything before it may not.
+    let data_end = file.data_offset() + 8;
+    assert_eq!(bytes.len(), file.data_offset() + 32);
+    for len in 0..data_end {
+        let result = GgufFile::from_bytes(bytes[..len].to_vec());
+        assert!(result.is_err(), "prefix of {len} bytes parsed");
+    }
+    for len in data_end..=bytes.len() {
+        assert!(GgufFile::from_bytes(bytes[..len].to_vec()).is_ok());
+    }
+}
+
+#[test]
+fn truncation_names_the_field_and_offset() {
+    // Header claims one pair; the key is there, the type id is cut after 2 bytes.
+    let bytes = Bytes::header(3, 0, 1).str(b"abcde").u8(4).u8(0).0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(
+            err,
+            GgufError::Truncated {
+                what: "metadata value type",
+                offset: 37,
+                needed: 4,
+                available: 2
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "file truncated reading metadata value type at offset 37: need 4 bytes, 2 left"
+    );
+    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(10).u32(1).0);
+    assert!(
+        matches!(
+            err,
+            GgufError::Truncated {
+                what: "u64 value",
+                offset: 37,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn metadata_count_beyond_file_is_rejected_before_allocating() {
+    let err = parse_err(Bytes::header(3, 0, u64::MAX).0);
+    assert!(
+        matches!(
+            err,
+            GgufError::CountBeyondFile {
+                what: "metadata pair",
+                count: u64::MAX,
+                offset: 16,
+                remaining: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = parse_err(Bytes::header(3, 1 << 60, 0).0);
+    assert!(
+        matches!(err, GgufError::CountBeyondFile { what: "tensor info", count, .. } if count == 1 << 60),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn string_length_beyond_file_is_rejected() {
+    let bytes = Bytes::header(3, 0, 1).u64(1 << 50).raw(&[b'a'; 16]).0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(err, GgufError::StringBeyondFile { what: "metadata key", len, offset: 32, remaining: 16 } if len == 1 << 50),
+        "{err:?}"
+    );
+    let bytes = Bytes::header(3, 0, 1).str(b"k").u32(8).u64(u64::MAX).0;
+    assert!(matches!(
+        parse_err(bytes),
+        GgufError::StringBeyondFile {
+            what: "string value",
+            len: u64::MAX,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn invalid_utf8_in_key_and_value_is_rejected() {
+    let bytes = Bytes::header(3, 0, 1).str(&[0x66, 0xff]).u32(0).u8(1).0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(
+            err,
+            GgufError::InvalidUtf8 {
+                what: "metadata key",
+                offset: 32
+            }
+        ),
+        "{err:?}"
+    );
+    let bytes = Bytes::header(3, 0, 1).str(b"k").u32(8).str(&[0xc3]).0;
+    assert!(matches!(
+        parse_err(bytes),
+        GgufError::InvalidUtf8 {
+            what: "string value",
+            offset: 45
+        }
+    ));
+    let bytes = Bytes::header(3, 1, 0).tensor_info("\u{0}", &[1], 0, 0).0;
+    let mut bad_name = bytes.clone();
+    bad_name[32] = 0x80;
+    assert!(matches!(
+        parse_err(bad_name),
+        GgufError::InvalidUtf8 {
+            what: "tensor name",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn array_of_2_pow_40_elements_is_rejected_without_allocating() {
+    let bytes = Bytes::header(3, 0, 1)
+        .str(b"big")
+        .u32(9)
+        .u32(0)
+        .u64(1 << 40)
+        .raw(&[0; 64])
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(err, GgufError::CountBeyondFile { what: "array element", count, min_item_bytes: 1, remaining: 64, .. } if count == 1 << 40),
+        "{err:?}"
+    );
+    // Strings take at least 8 bytes each: 9 of them cannot fit in 64 bytes.
+    let bytes = Bytes::header(3, 0, 1)
+        .str(b"s")
+        .u32(9)
+        .u32(8)
+        .u64(9)
+        .raw(&[0; 64])
+        .0;
+    assert!(matches!(
+        parse_err(bytes),
+        GgufError::CountBeyondFile {
+            count: 9,
+            min_item_bytes: 8,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
+    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(13).u8(0).0);
+    assert!(
+        matches!(
+            err,
+            GgufError::UnknownValueType {
+                type_id: 13,
+                offset: 33
+            }
+        ),
+        "{err:?}"
+    );
+    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(9).u32(99).u64(0).0);
+    assert!(
+        matches!(
+            err,
+            GgufError::UnknownValueType {
+                type_id: 99,
+                offset: 37
+            }
+        ),
+        "{err:?}"
+    );
+    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(7).u8(2).0);
+    assert!(
+        matches!(
+            err,
+            GgufError::InvalidBool {
+                value: 2,
+                offset: 37
+            }
+        ),
+        "{err:?}"
+    );
+    // 100 nested single-element arrays: rejected at depth 8, no stack overflow.
+    let mut b = Bytes::header(3, 0, 1).str(b"k").u32(9);
+    for _ in 0..100 {
+        b = b.u32(9).u64(1);
+    }
+    let err = parse_err(b.u32(0).u64(0).0);
+    assert!(
+        matches!(err, GgufError::NestingTooDeep { max_depth: 8, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn duplicate_key_is_rejected() {
+    let bytes = Bytes::header(3, 0, 2).kv_u32("a", 1).kv_u32("a", 2).0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::DuplicateKey { key } if key == "a"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn duplicate_tensor_name_is_rejected() {
+    let t = small_tensor();
+    let twin = TensorSpec {
+        data: t.data.clone(),
+        dims: t.dims.clone(),
+        name: "t".into(),
+        type_id: 0,
+    };
+    let err = parse_err(build_file(3, 32, &[], &[t, twin]));
+    assert!(
+        matches!(&err, GgufError::DuplicateTensor { name } if name == "t"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn alignment_zero_or_not_a_power_of_two_is_rejected() {
+    for alignment in [0u32, 3, 48] {
+        let bytes = Bytes::header(3, 0, 1)
+            .kv_u32("general.alignment", alignment)
+            .0;
+        let err = parse_err(bytes);
+        assert!(
+            matches!(err, GgufError::BadAlignment { alignment: a } if a == u64::from(alignment)),
+            "{err:?}"
+        );
+    }
+    let bytes = Bytes::header(3, 0, 1)
+        .str(b"general.alignment")
+        .u32(8)
+        .str(b"32")
+        .0;
+    assert!(matches!(
+        parse_err(bytes),
+        GgufError::WrongType {
+            found: "string",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn dims_product_overflow_is_rejected() {
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("huge", &[1 << 32, 1 << 32, 1 << 8], 0, 0)
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::DimsOverflow { name, dims } if name == "huge" && dims == &[1 << 32, 1 << 32, 1 << 8]),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn dimension_count_outside_1_to_4_is_rejected() {
+    for n_dims in [0u32, 5] {
+        let bytes = Bytes::header(3, 1, 0).str(b"x").u32(n_dims).raw(&[0; 64]).0;
+        let err = parse_err(bytes);
+        assert!(
+            matches!(err, GgufError::BadDimCount { n_dims: n, .. } if n == n_dims),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn unknown_tensor_type_is_rejected_with_its_id() {
+    // 12 is Q4_K: a real GGML type this crate does not read.
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("w", &[256], 12, 0)
+        .pad_to(32)
+        .raw(&[0; 144])
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::UnknownTensorType { name, type_id: 12 } if name == "w"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("w", &[40, 2], 2, 0)
+        .pad_to(32)
+        .raw(&[0; 64])
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(
+            err,
+            GgufError::RowNotBlockMultiple {
+                ty: GgmlType::Q4_0,
+                row_len: 40,
+                block_size: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn tensor_data_outside_the_data_section_is_rejected() {
+    // 4 f32 = 16 bytes declared, 8 present.
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("w", &[4], 0, 0)
+        .pad_to(32)
+        .raw(&[0; 8])
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::TensorOutOfBounds { name, offset: 0, n_bytes: 16, data_len: 8 } if name == "w"),
+        "{err:?}"
+    );
+    // An offset near u64::MAX must not wrap around.
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("w", &[4], 0, u64::MAX - 31)
+        .pad_to(32)
+        .raw(&[0; 64])
+        .0;
+    assert!(matches!(
+        parse_err(bytes),
+        GgufError::TensorOutOfBounds { .. }
+    ));
+}
+
+#[test]
+fn misaligned_tensor_offset_is_rejected() {
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("w", &[1], 0, 4)
+        .pad_to(32)
+        .raw(&[0; 8])
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::TensorMisaligned { name, offset: 4, alignment: 32 } if name == "w"),
+        "{err:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Corrupting bytes of a valid file never panics: it parses or errors.
+    #[test]
+    fn corrupted_files_never_panic(flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6)) {
+        let mut bytes = build_file(3, 32, &every_value_type(), &[small_tensor()]);
+        for (idx, value) in flips {
+            let i = idx.index(bytes.len());
+            bytes[i] = value;
+        }
+        if let Ok(file) = GgufFile::from_bytes(bytes) {
+            // Whatever parsed must be readable without panicking.
+            for info in file.tensors() {
+                let view = file.tensor(&info.name).unwrap();
+                prop_assert_eq!(view.data.len(), info.n_bytes);
+            }
+            let _ = file.summary().to_string();
+        }
+    }
+}

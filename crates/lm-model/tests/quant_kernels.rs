@@ -1,0 +1,434 @@
+//! GGML block types: bit-exact dequantisation of hand-built blocks, matrix
+//! products against a brute-force f64 reference, and the SIMD path against the
+//! portable one on seeded random data.
+
+use half::{bf16, f16};
+use lm_model::quant::{GgmlType, Kernel, QMatrix, QuantError};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Expected `q * d` rounded to f32, computed in f64 (exact for these magnitudes).
+fn scaled(q: i32, d: f32) -> f32 {
+    (f64::from(q) * f64::from(d)) as f32
+}
+
+/// Expected `q * d + m` with GGML's two f32 roundings, computed via f64.
+fn scaled_plus(q: i32, d: f32, m: f32) -> f32 {
+    (f64::from(scaled(q, d)) + f64::from(m)) as f32
+}
+
+fn dequantize_one_row(ty: GgmlType, n_cols: usize, data: &[u8]) -> Vec<f32> {
+    let m = QMatrix::new(ty, 1, n_cols, data).unwrap();
+    let mut out = vec![f32::NAN; n_cols];
+    m.dequantize_row(0, &mut out).unwrap();
+    out
+}
+
+fn assert_bits_eq(actual: &[f32], expected: &[f32]) {
+    assert_eq!(actual.len(), expected.len());
+    for (j, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert_eq!(a.to_bits(), e.to_bits(), "element {j}: {a} != {e}");
+    }
+}
+
+#[test]
+fn type_ids_block_sizes_and_row_bytes() {
+    let table = [
+        (0, GgmlType::F32, 1, 4),
+        (1, GgmlType::F16, 1, 2),
+        (2, GgmlType::Q4_0, 32, 18),
+        (3, GgmlType::Q4_1, 32, 20),
+        (8, GgmlType::Q8_0, 32, 34),
+        (30, GgmlType::BF16, 1, 2),
+    ];
+    for (id, ty, block_size, block_bytes) in table {
+        assert_eq!(GgmlType::from_id(id).unwrap(), ty);
+        assert_eq!(ty.id(), id);
+        assert_eq!(
+            (ty.block_size(), ty.block_bytes()),
+            (block_size, block_bytes)
+        );
+    }
+    for id in [4, 5, 6, 7, 9, 10, 12, 29, 31, u32::MAX] {
+        assert_eq!(GgmlType::from_id(id), Err(QuantError::UnknownType { id }));
+    }
+    assert_eq!(GgmlType::Q4_1.row_bytes(576), Ok(360));
+    assert_eq!(GgmlType::Q8_0.row_bytes(576), Ok(612));
+    assert_eq!(GgmlType::F16.row_bytes(7), Ok(14));
+    assert_eq!(
+        GgmlType::Q4_0.row_bytes(33),
+        Err(QuantError::NotBlockMultiple {
+            ty: GgmlType::Q4_0,
+            n_cols: 33,
+            block_size: 32
+        })
+    );
+    assert!(matches!(
+        GgmlType::F32.row_bytes(usize::MAX),
+        Err(QuantError::SizeOverflow { .. })
+    ));
+}
+
+#[test]
+fn q4_0_block_dequantizes_bit_exactly() {
+    // d = f16 0x3555 (0.33325195...), byte j = (15 - j) << 4 | j.
+    let d_bits = 0x3555u16;
+    let d = f16::from_bits(d_bits).to_f32();
+    let mut block = d_bits.to_le_bytes().to_vec();
+    block.extend((0..16u8).map(|j| ((15 - j) << 4) | j));
+    let mut expected = vec![0.0; 32];
+    for j in 0..16 {
+        expected[j] = scaled(j as i32 - 8, d);
+        expected[j + 16] = scaled((15 - j as i32) - 8, d);
+    }
+    assert_eq!(expected[0], -8.0 * 0.333_251_95);
+    assert_bits_eq(&dequantize_one_row(GgmlType::Q4_0, 32, &block), &expected);
+}
+
+#[test]
+fn q4_1_block_dequantizes_bit_exactly() {
+    // d = 0.0999755859375 (f16 0x2E66), m = -0.7001953125 (f16 0xB99A).
+    let (d_bits, m_bits) = (0x2E66u16, 0xB99Au16);
+    let (d, m) = (
+        f16::from_bits(d_bits).to_f32(),
+        f16::from_bits(m_bits).to_f32(),
+    );
+    let mut block = d_bits.to_le_bytes().to_vec();
+    block.extend(m_bits.to_le_bytes());
+    block.extend((0..16u8).map(|j| ((j * 7 % 16) << 4) | (j * 3 % 16)));
+    let mut expected = vec![0.0; 32];
+    for j in 0..16 {
+        expected[j] = scaled_plus((j * 3 % 16) as i32, d, m);
+        expected[j + 16] = scaled_plus((j * 7 % 16) as i32, d, m);
+    }
+    assert_bits_eq(&dequantize_one_row(GgmlType::Q4_1, 32, &block), &expected);
+    // Two blocks in a row: the second block's values follow the first's.
+    let two = [block.clone(), block].concat();
+    assert_bits_eq(
+        &dequantize_one_row(GgmlType::Q4_1, 64, &two),
+        &[expected.clone(), expected].concat(),
+    );
+}
+
+#[test]
+fn q8_0_block_dequantizes_bit_exactly() {
+    let d_bits = 0x1E3Du16; // 0.0068..., a typical weight scale
+    let d = f16::from_bits(d_bits).to_f32();
+    let qs: Vec<i8> = (0..32).map(|j| (j * 8 - 128) as i8).collect();
+    let mut block = d_bits.to_le_bytes().to_vec();
+    block.extend(qs.iter().map(|&q| q as u8));
+    let expected: Vec<f32> = qs.iter().map(|&q| scaled(q.into(), d)).collect();
+    assert_bits_eq(&dequantize_one_row(GgmlType::Q8_0, 32, &block), &expected);
+}
+
+#[test]
+fn float_types_dequantize_bit_exactly() {
+    let f16_bits = [0x3C00u16, 0xC000, 0x7BFF, 0x0001, 0x8000];
+    let data: Vec<u8> = f16_bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    assert_bits_eq(
+        &dequantize_one_row(GgmlType::F16, 5, &data),
+        &[1.0, -2.0, 65504.0, 2f32.powi(-24), -0.0],
+    );
+    let bf16_bits = [0x3F80u16, 0xC0A0, 0x4049];
+    let data: Vec<u8> = bf16_bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    assert_bits_eq(
+        &dequantize_one_row(GgmlType::BF16, 3, &data),
+        &[1.0, -5.0, f32::from_bits(0x4049_0000)],
+    );
+    assert_eq!(bf16::from_bits(0x4049).to_f32(), 3.140625);
+    let values = [0.1f32, -3.5e-20, f32::MAX];
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_bits_eq(&dequantize_one_row(GgmlType::F32, 3, &data), &values);
+}
+
+#[test]
+fn shapes_are_checked_with_errors_not_panics() {
+    let data = vec![0u8; 2 * 20];
+    assert_eq!(
+        QMatrix::new(GgmlType::Q4_1, 3, 32, &data).unwrap_err(),
+        QuantError::DataLength {
+            ty: GgmlType::Q4_1,
+            n_rows: 3,
+            n_cols: 32,
+            expected: 60,
+            actual: 40
+        }
+    );
+    assert!(matches!(
+        QMatrix::new(GgmlType::Q4_1, 1, 48, &data),
+        Err(QuantError::NotBlockMultiple { n_cols: 48, .. })
+    ));
+    assert!(matches!(
+        QMatrix::new(GgmlType::F32, usize::MAX, 2, &data),
+        Err(QuantError::SizeOverflow { .. })
+    ));
+    let m = QMatrix::new(GgmlType::Q4_1, 2, 32, &data).unwrap();
+    let mut y = [0.0; 2];
+    assert_eq!(
+        m.matvec(&[0.0; 31], &mut y),
+        Err(QuantError::ShapeMismatch {
+            what: "input vector",
+            expected: 32,
+            actual: 31
+        })
+    );
+    assert_eq!(
+        m.matvec(&[0.0; 32], &mut [0.0; 3]),
+        Err(QuantError::ShapeMismatch {
+            what: "output vector",
+            expected: 2,
+            actual: 3
+        })
+    );
+    assert!(matches!(
+        m.matmul(&[0.0; 64], 3, &mut [0.0; 6]),
+        Err(QuantError::ShapeMismatch {
+            what: "input matrix",
+            expected: 96,
+            actual: 64
+        })
+    ));
+    assert!(matches!(
+        m.matmul(&[0.0; 64], usize::MAX, &mut [0.0; 6]),
+        Err(QuantError::SizeOverflow { .. })
+    ));
+    assert_eq!(
+        m.dequantize_row(2, &mut [0.0; 32]),
+        Err(QuantError::RowOutOfRange {
+            row_idx: 2,
+            n_rows: 2
+        })
+    );
+    assert!(matches!(
+        m.dequantize_row(0, &mut [0.0; 16]),
+        Err(QuantError::ShapeMismatch {
+            what: "output row",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn empty_matrices_multiply_to_empty_or_zero_outputs() {
+    let m = QMatrix::new(GgmlType::Q8_0, 3, 0, &[]).unwrap();
+    let mut y = [1.0; 3];
+    m.matvec(&[], &mut y).unwrap();
+    assert_eq!(y, [0.0; 3]);
+    let m = QMatrix::new(GgmlType::Q8_0, 0, 32, &[]).unwrap();
+    m.matvec(&[1.0; 32], &mut []).unwrap();
+    m.matmul(&[1.0; 64], 2, &mut []).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Products on seeded random matrices.
+// ---------------------------------------------------------------------------
+
+/// A random `n_rows x n_cols` matrix of type `ty` with realistic scales.
+fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let f16_bytes = |v: f32| f16::from_f32(v).to_le_bytes();
+    let n_blocks = n_rows * n_cols / ty.block_size();
+    let mut data = Vec::with_capacity(n_blocks * ty.block_bytes());
+    for _ in 0..n_blocks {
+        match ty {
+            GgmlType::F32 => data.extend(rng.random_range(-1.0f32..1.0).to_le_bytes()),
+            GgmlType::F16 => data.extend(f16_bytes(rng.random_range(-1.0..1.0))),
+            GgmlType::BF16 => {
+                data.extend(bf16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes())
+            }
+            GgmlType::Q4_0 | GgmlType::Q8_0 => {
+                data.extend(f16_bytes(rng.random_range(0.001..0.05)));
+                let n_q = ty.block_bytes() - 2;
+                data.extend((0..n_q).map(|_| rng.random::<u8>()));
+            }
+            GgmlType::Q4_1 => {
+                data.extend(f16_bytes(rng.random_range(0.001..0.05)));
+                data.extend(f16_bytes(rng.random_range(-0.4..0.0)));
+                data.extend((0..16).map(|_| rng.random::<u8>()));
+            }
+            _ => unreachable!("all supported types are listed"),
+        }
+    }
+    data
+}
+
+fn random_vector(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    // Activations with a few outliers, as in a transformer's residual stream.
+    (0..n)
+        .map(|j| {
+            let v = rng.random_range(-1.0f32..1.0);
+            if j % 97 == 0 { v * 20.0 } else { v }
+        })
+        .collect()
+}
+
+/// `W x` and `Σ_j |W_rj x_j|` per row, in f64 from the dequantized rows.
+fn reference_matvec(m: &QMatrix<'_>, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let mut row = vec![0.0; m.n_cols()];
+    (0..m.n_rows())
+        .map(|r| {
+            m.dequantize_row(r, &mut row).unwrap();
+            let dot: f64 = row
+                .iter()
+                .zip(x)
+                .map(|(&w, &v)| f64::from(w) * f64::from(v))
+                .sum();
+            let mag: f64 = row
+                .iter()
+                .zip(x)
+                .map(|(&w, &v)| (f64::from(w) * f64::from(v)).abs())
+                .sum();
+            (dot, mag)
+        })
+        .unzip()
+}
+
+const ALL_TYPES: [GgmlType; 6] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+];
+
+/// Largest |y - y_ref| / Σ|W_rj x_j| over the rows.
+fn max_relative_error(y: &[f32], reference: &(Vec<f64>, Vec<f64>)) -> f64 {
+    y.iter()
+        .zip(reference.0.iter().zip(&reference.1))
+        .map(|(&v, (&r, &mag))| (f64::from(v) - r).abs() / mag.max(1e-30))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn exact_matvec_matches_f64_reference_within_f32_rounding() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for ty in ALL_TYPES {
+        let (n_rows, n_cols) = (37, 576);
+        let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+        let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
+        let x = random_vector(n_cols, &mut rng);
+        let reference = reference_matvec(&m, &x);
+        let mut y = vec![0.0; n_rows];
+        m.matvec_exact(&x, &mut y).unwrap();
+        let err = max_relative_error(&y, &reference);
+        // f32 accumulation of 576 terms: well under 1e-5 of Σ|terms|.
+        assert!(err < 1e-5, "{ty}: relative error {err:e}");
+    }
+}
+
+/// Stated accuracy of the 8-bit activation path: each activation is rounded to
+/// 1/254 of its block's largest magnitude, so the error relative to Σ|W x| is
+/// bounded by about 1/254 = 4e-3 in the worst case and is near 1e-3 in
+/// practice; we assert 5e-3 per row. Float weights are multiplied in f32 (1e-5).
+#[test]
+fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    for ty in ALL_TYPES {
+        for kernel in [Kernel::Portable, Kernel::Avx2] {
+            if !kernel.is_available() {
+                eprintln!("skipping {kernel:?}: not available on this cpu");
+                continue;
+            }
+            let (n_rows, n_cols) = (64, 1536);
+            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let m = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            let x = random_vector(n_cols, &mut rng);
+            let reference = reference_matvec(&m, &x);
+            let mut y = vec![0.0; n_rows];
+            m.matvec(&x, &mut y).unwrap();
+            let err = max_relative_error(&y, &reference);
+            let tolerance = if ty.is_quantized() { 5e-3 } else { 1e-5 };
+            eprintln!("{ty} {kernel:?}: max relative error {err:.2e} (tolerance {tolerance:e})");
+            assert!(err < tolerance, "{ty} {kernel:?}: relative error {err:e}");
+        }
+    }
+}
+
+/// The SIMD path computes the same integer block sums as the portable path and
+/// differs only in the order of f32 additions: agreement within 1e-5 of Σ|W x|.
+#[test]
+fn avx2_and_portable_kernels_agree() {
+    if !Kernel::Avx2.is_available() {
+        eprintln!("skipping: avx2/fma/f16c not available on this cpu");
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for ty in ALL_TYPES {
+        for n_cols in [32, 64, 576, 1536] {
+            let n_rows = 50;
+            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let portable = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(Kernel::Portable)
+                .unwrap();
+            let simd = portable.with_kernel(Kernel::Avx2).unwrap();
+            let x = random_vector(n_cols, &mut rng);
+            let reference = reference_matvec(&portable, &x);
+            let (mut y_portable, mut y_simd) = (vec![0.0; n_rows], vec![0.0; n_rows]);
+            portable.matvec(&x, &mut y_portable).unwrap();
+            simd.matvec(&x, &mut y_simd).unwrap();
+            for r in 0..n_rows {
+                let diff = f64::from(y_portable[r] - y_simd[r]).abs();
+                assert!(
+                    diff <= 1e-5 * reference.1[r],
+                    "{ty} n_cols {n_cols} row {r}: {} vs {}",
+                    y_portable[r],
+                    y_simd[r]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_equals_one_matvec_per_input_bit_for_bit() {
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    for ty in ALL_TYPES {
+        let (n_rows, n_cols, n) = (300, 256, 5);
+        let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+        let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
+        let xs = random_vector(n * n_cols, &mut rng);
+        let mut ys = vec![f32::NAN; n * n_rows];
+        m.matmul(&xs, n, &mut ys).unwrap();
+        let mut y = vec![0.0; n_rows];
+        for i in 0..n {
+            m.matvec(&xs[i * n_cols..(i + 1) * n_cols], &mut y).unwrap();
+            assert_bits_eq(&ys[i * n_rows..(i + 1) * n_rows], &y);
+        }
+    }
+}
+
+#[test]
+fn parallel_matvec_equals_row_by_row_products() {
+    // 4096 x 576 is above the parallel threshold; single rows are below it.
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (n_rows, n_cols) = (4096, 576);
+    let ty = GgmlType::Q4_1;
+    let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+    let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
+    let x = random_vector(n_cols, &mut rng);
+    let mut y = vec![0.0; n_rows];
+    m.matvec(&x, &mut y).unwrap();
+    let mut one = [0.0f32];
+    for r in (0..n_rows).step_by(97) {
+        let row = QMatrix::new(ty, 1, n_cols, m.row_data(r).unwrap()).unwrap();
+        row.matvec(&x, &mut one).unwrap();
+        assert_eq!(y[r].to_bits(), one[0].to_bits(), "row {r}");
+    }
+}
+
+#[test]
+fn to_f32_vec_concatenates_dequantized_rows() {
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let data = random_matrix(GgmlType::Q8_0, 3, 64, &mut rng);
+    let m = QMatrix::new(GgmlType::Q8_0, 3, 64, &data).unwrap();
+    let all = m.to_f32_vec();
+    let mut row = vec![0.0; 64];
+    for r in 0..3 {
+        m.dequantize_row(r, &mut row).unwrap();
+        assert_bits_eq(&all[r * 64..(r + 1) * 64], &row);
+    }
+}
