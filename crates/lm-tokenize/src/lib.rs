@@ -1,1 +1,36 @@
-//! placeholder
+//! Tokenizers for the workspace's models, built on the `tokenizers` crate:
+//! byte-level BPE from a GGUF vocabulary ([`BpeVocab`]) or any Hugging Face
+//! `tokenizer.json`; streaming, UTF-8-safe detokenization ([`TextStream`]);
+//! and Jinja chat templates rendered with minijinja ([`ChatTemplate`]).
+//!
+//! lm-tokenize depends on lm-core only: it reads no model file. The caller
+//! (lm-cli) fills a [`BpeVocab`] from GGUF metadata. Tokenization matches
+//! llama.cpp's for the supported pre-tokenizers (see `tests/smollm2_conformance.rs`).
+//!
+//! ```
+//! use lm_tokenize::{BpeVocab, Tokenizer};
+//! let vocab = BpeVocab {
+//!     model: "gpt2".into(),
+//!     pre: Some("smollm".into()),
+//!     tokens: vec!["a".into(), "b".into(), "ab".into(), "Ġ".into(), "Ġab".into()],
+//!     merges: vec!["a b".into(), "Ġ ab".into()],
+//!     ..BpeVocab::default()
+//! };
+//! let tokenizer = Tokenizer::from_bpe_vocab(vocab).unwrap();
+//! // "ab ab" splits into "ab" and " ab"; the byte-level space is "Ġ".
+//! assert_eq!(tokenizer.encode("ab ab").unwrap(), vec![2, 4]);
+//! ```
+#![deny(missing_docs)]
+
+mod chat;
+mod error;
+mod pre_tokenizer;
+mod stream;
+mod tokenizer;
+mod vocab;
+
+pub use chat::{ChatTemplate, Message};
+pub use error::{BackendError, TokenizeError};
+pub use stream::TextStream;
+pub use tokenizer::Tokenizer;
+pub use vocab::{BpeVocab, TokenType};
