@@ -1,1 +1,49 @@
-fn main() {}
+//! Project tasks, run with `cargo xtask <task> [args]`.
+//!
+//! A small dispatcher in rust-analyzer's shape: one module per task, each with a
+//! `run(args)` function; `project_root()` locates the workspace from
+//! `CARGO_MANIFEST_DIR`.
+
+mod check_lessons;
+mod fetch_model;
+mod reference;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+/// The tasks and what they do, printed by `cargo xtask help`.
+const USAGE: &str = "\
+usage: cargo xtask <task> [args]
+
+tasks:
+  check-lessons         check every worked example and numeric claim of ../shared/lessons
+  fetch-model <name>    download a known model into the models folder
+                        ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
+  reference-fixtures    regenerate fixtures/smollm2 from llama.cpp (needs python3;
+                        builds llama-cpp-python once, which takes several minutes)
+  tidy                  check the dependency arrows, docs/ARCHITECTURE.md and file headers";
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let task = args.next();
+    let task_args: Vec<String> = args.collect();
+    match task.as_deref() {
+        Some("check-lessons") => check_lessons::run(&task_args),
+        Some("fetch-model") => fetch_model::run(&task_args),
+        Some("reference-fixtures") => reference::run(&task_args),
+        Some("tidy") => tidy::run(&task_args),
+        Some("help" | "-h" | "--help") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(unknown) => bail!("unknown task `{unknown}`\n\n{USAGE}"),
+    }
+}
+
+/// The workspace root: the parent of the `xtask` package directory.
+pub(crate) fn project_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}

@@ -1,0 +1,169 @@
+//! `cargo xtask reference-fixtures`: regenerate `fixtures/smollm2/` from llama.cpp.
+//!
+//! llama.cpp is the reference implementation we conform to. This task runs
+//! `scripts/reference/llama_cpp_reference.py` with the PyPI package
+//! `llama-cpp-python` at a pinned version, which compiles llama.cpp from source on
+//! first install (several minutes on two cores). The package lives in a virtual
+//! environment under the target folder, `<target>/reference-venv`, so nothing is
+//! installed system-wide and nothing from llama.cpp enters the repository: only its
+//! outputs (token ids, logits) are committed, as data.
+//!
+//! This is a maintainer task, never run in CI; the tests only read the committed
+//! fixtures.
+//!
+//! Options: `--python <interpreter>` uses an interpreter that already has
+//! `llama-cpp-python` installed instead of the virtual environment; `--model <gguf>`
+//! uses that file instead of fetching SmolLM2 into the models folder.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::fetch_model;
+use crate::project_root;
+
+/// The `llama-cpp-python` release the fixtures were generated with; its bundled
+/// llama.cpp revision is recorded in `fixtures/smollm2/README.md`.
+pub(crate) const LLAMA_CPP_PYTHON_VERSION: &str = "0.3.36";
+
+/// The generator script, relative to the project root.
+const SCRIPT: &str = "scripts/reference/llama_cpp_reference.py";
+
+/// Where the fixtures go, relative to the project root.
+const FIXTURES_DIR: &str = "fixtures/smollm2";
+
+/// Runs the task.
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let options = Options::parse(args)?;
+    let python = match options.python {
+        Some(python) => {
+            if !has_llama_cpp(&python) {
+                bail!(
+                    "{} cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION}; install it with `{} -m pip install llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}`",
+                    python.display(),
+                    python.display()
+                );
+            }
+            python
+        }
+        None => venv_python_with_llama_cpp()?,
+    };
+    let model = match options.model {
+        Some(model) => model,
+        None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?)?,
+    };
+    let root = project_root();
+    let status = Command::new(&python)
+        .arg(root.join(SCRIPT))
+        .arg("--model")
+        .arg(&model)
+        .arg("--out")
+        .arg(root.join(FIXTURES_DIR))
+        .status()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    if !status.success() {
+        bail!("{SCRIPT} failed ({status})");
+    }
+    println!("fixtures written to {FIXTURES_DIR}; review with `git diff --stat {FIXTURES_DIR}`");
+    Ok(())
+}
+
+/// Command-line options of the task.
+#[derive(Debug, Default)]
+struct Options {
+    /// An interpreter that already has `llama-cpp-python`.
+    python: Option<PathBuf>,
+    /// A GGUF file to use instead of the fetched SmolLM2.
+    model: Option<PathBuf>,
+}
+
+impl Options {
+    /// Parses `--python <path>` and `--model <path>`.
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Self::default();
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let slot = match flag.as_str() {
+                "--python" => &mut options.python,
+                "--model" => &mut options.model,
+                other => bail!(
+                    "unknown option `{other}`; usage: cargo xtask reference-fixtures [--python <interpreter>] [--model <gguf>]"
+                ),
+            };
+            let Some(value) = args.next() else {
+                bail!("option `{flag}` needs a value");
+            };
+            *slot = Some(PathBuf::from(value));
+        }
+        Ok(options)
+    }
+}
+
+/// The interpreter of `<target>/reference-venv`, creating the environment and
+/// installing `llama-cpp-python` into it when needed.
+pub(crate) fn venv_python_with_llama_cpp() -> Result<PathBuf> {
+    let venv = target_dir().join("reference-venv");
+    let python = venv.join("bin").join("python");
+    if has_llama_cpp(&python) {
+        return Ok(python);
+    }
+    if !python.is_file() {
+        println!("creating a virtual environment in {}", venv.display());
+        run_checked(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    }
+    println!(
+        "installing llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} into {}; it compiles llama.cpp, which takes several minutes",
+        venv.display()
+    );
+    run_checked(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check"])
+            .arg(format!("llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}")),
+    )?;
+    if !has_llama_cpp(&python) {
+        bail!(
+            "{} still cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION} after installing it",
+            python.display()
+        );
+    }
+    Ok(python)
+}
+
+/// Whether `python` imports `llama_cpp` at the pinned version.
+fn has_llama_cpp(python: &Path) -> bool {
+    let check = format!(
+        "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '{LLAMA_CPP_PYTHON_VERSION}')"
+    );
+    Command::new(python)
+        .arg("-c")
+        .arg(check)
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+/// Runs a command, failing with the command line when it does not succeed.
+fn run_checked(command: &mut Command) -> Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// `$CARGO_TARGET_DIR`, else `<root>/target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                project_root().join(dir)
+            }
+        }
+        None => project_root().join("target"),
+    }
+}
