@@ -1,1 +1,95 @@
-//! placeholder
+//! Decoding policies and the generation loop: every way of turning a
+//! next-token distribution into a token, and the loop that repeats it
+//! (predict, choose, append, stop). Works with any [`lm_core::LanguageModel`];
+//! depends on lm-core only.
+//!
+//! # The policy chain
+//!
+//! A [`Sampler`] applies small transforms in a fixed order, then one selector
+//! (the order is printed by its `Debug`):
+//!
+//! ```text
+//! raw logits
+//!   -> repetition, presence, frequency penalties   (history-aware, sampler::penalties)
+//!   -> logit bias, banned tokens                   (sampler::bias)
+//!   -> temperature                                 (T = 0: greedy, lowest id on ties)
+//!   -> top-k -> top-p -> min-p                     (each renormalises what it keeps)
+//!   -> selector: Greedy, or Sample by inverse CDF with a uniform draw u
+//! ```
+//!
+//! Randomness is [`TokenRng`] (ChaCha20, seeded from a `u64`; output j of
+//! [`generate_many`] and batch row j use ChaCha stream j, so 0 is the single
+//! run). Selection takes `u` as an argument so tests can supply it by hand.
+//!
+//! # The loop
+//!
+//! [`generate`] feeds the prompt once, then one token per step, never the
+//! final one; it stops on an end token, a stop string, `max_new_tokens`, or
+//! the model's context bound, and says which ([`StopReason`]; only the first
+//! two count as finished). Each [`Step`] records the prefix length, the token,
+//! its probability under the policy and under the model (softmax at T = 1 of
+//! the raw logits), both log-probabilities with running chain-rule totals
+//! ([`Step::running_logprob`] is the model's), and top-N candidates before
+//! and after the transforms. [`generate_batch`] runs several prompts with a
+//! [`FinishedMask`]; [`beam_search`] and [`enumerate_continuations`] search.
+//!
+//! ```
+//! use lm_core::{LanguageModel, Prefix, Rows, TokenId};
+//! use lm_decode::{generate, GenerationConfig, SamplingConfig, StopReason};
+//!
+//! /// Two tokens; after token 0 it prefers 1 and after 1 it prefers 0.
+//! struct Flip;
+//! impl LanguageModel for Flip {
+//!     type State = Prefix;
+//!     fn vocab_size(&self) -> usize { 2 }
+//!     fn context_length(&self) -> Option<usize> { Some(8) }
+//!     fn new_state(&self) -> Prefix { Prefix::default() }
+//!     fn forward(&self, state: &mut Prefix, tokens: &[TokenId], _rows: Rows,
+//!                logits: &mut Vec<f32>) -> lm_core::Result<()> {
+//!         self.check_input(state.tokens.len(), tokens)?;
+//!         state.tokens.extend_from_slice(tokens);
+//!         let last = state.tokens[state.tokens.len() - 1];
+//!         *logits = if last == 0 { vec![0.0, 2.0] } else { vec![2.0, 0.0] };
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let config = GenerationConfig {
+//!     max_new_tokens: 4,
+//!     sampling: SamplingConfig { temperature: 0.5, top_k: Some(1), seed: 7, ..SamplingConfig::default() },
+//!     n_top_candidates: 2,
+//!     ..GenerationConfig::default()
+//! };
+//! let run = generate(&Flip, &[0], &config, None).unwrap();
+//! assert_eq!(run.tokens, vec![1, 0, 1, 0]);
+//! assert_eq!(run.stop_reason, StopReason::MaxNewTokens);
+//! assert!(!run.is_finished(), "a limit truncates");
+//! // top-k 1 leaves one token: probability 1 under the policy, 0.881 under the model.
+//! assert_eq!(run.steps[0].policy_prob, 1.0);
+//! assert_eq!(format!("{:.3}", run.steps[0].model_prob), "0.881");
+//! ```
+#![deny(missing_docs)]
+
+mod batch;
+mod beam;
+mod error;
+mod exhaustive;
+mod generate;
+mod rng;
+pub mod sampler;
+mod select;
+mod stop;
+mod trace;
+mod truncate;
+
+pub use batch::{FinishedMask, generate_batch};
+pub use beam::{BeamConfig, Hypothesis, beam_search, length_penalized_score};
+pub use error::{Error, Result};
+pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
+pub use generate::{GenerationConfig, generate, generate_many, generate_streaming};
+pub use rng::TokenRng;
+pub use sampler::{Sampler, SamplingConfig, Selection};
+pub use select::Selector;
+pub use stop::{StopReason, find_stop_string};
+pub use trace::{Candidate, Generation, Step};
+pub use truncate::{FittedPrompt, Truncation, fit_prompt};

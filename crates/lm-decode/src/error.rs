@@ -1,0 +1,154 @@
+//! The typed errors of lm-decode: every rejected parameter or input names
+//! itself and carries the bad value.
+
+use lm_core::TokenId;
+
+/// A bad decoding parameter, a bad input, or a model failure.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The temperature is negative or NaN (0 means greedy).
+    #[error("temperature must be >= 0 and not NaN, got {value}")]
+    InvalidTemperature {
+        /// The rejected temperature.
+        value: f32,
+    },
+    /// `top_k` is 0: it would remove every token.
+    #[error("top_k must be at least 1, got {value}")]
+    InvalidTopK {
+        /// The rejected k.
+        value: usize,
+    },
+    /// `top_p` outside (0, 1].
+    #[error("top_p must be in (0, 1], got {value}")]
+    InvalidTopP {
+        /// The rejected p.
+        value: f32,
+    },
+    /// `min_p` outside [0, 1].
+    #[error("min_p must be in [0, 1], got {value}")]
+    InvalidMinP {
+        /// The rejected ratio.
+        value: f32,
+    },
+    /// A repetition penalty that is not a positive finite number.
+    #[error("repetition_penalty must be positive and finite, got {value}")]
+    InvalidRepetitionPenalty {
+        /// The rejected penalty.
+        value: f32,
+    },
+    /// A presence penalty that is NaN or infinite.
+    #[error("presence_penalty must be finite, got {value}")]
+    InvalidPresencePenalty {
+        /// The rejected penalty.
+        value: f32,
+    },
+    /// A frequency penalty that is NaN or infinite.
+    #[error("frequency_penalty must be finite, got {value}")]
+    InvalidFrequencyPenalty {
+        /// The rejected penalty.
+        value: f32,
+    },
+    /// A logit bias that is NaN or infinite (ban a token with `banned_tokens`).
+    #[error("logit bias for token {token} must be finite, got {value}")]
+    InvalidLogitBias {
+        /// The biased token.
+        token: TokenId,
+        /// The rejected bias.
+        value: f32,
+    },
+    /// A token named by a parameter or a history lies beyond the vocabulary.
+    #[error("token id {id} is out of range for a vocabulary of {vocab_size}")]
+    TokenOutOfVocabulary {
+        /// The rejected id.
+        id: TokenId,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+    /// `num_beams` is 0.
+    #[error("num_beams must be at least 1, got {value}")]
+    InvalidNumBeams {
+        /// The rejected beam width.
+        value: usize,
+    },
+    /// A length penalty (alpha) that is NaN or infinite.
+    #[error("length_penalty must be finite, got {value}")]
+    InvalidLengthPenalty {
+        /// The rejected alpha.
+        value: f32,
+    },
+    /// `num_return_sequences` is 0.
+    #[error("num_return_sequences must be at least 1, got {value}")]
+    InvalidNumReturnSequences {
+        /// The rejected count.
+        value: usize,
+    },
+    /// `prompt_len + max_new_tokens` does not fit in `usize`.
+    #[error("max_new_tokens {max_new_tokens} overflows with a prompt of {prompt_len} tokens")]
+    MaxNewTokensOverflow {
+        /// The prompt length.
+        prompt_len: usize,
+        /// The rejected limit.
+        max_new_tokens: usize,
+    },
+    /// A stop string that is empty (it would match before any token).
+    #[error("stop string {index} is empty")]
+    EmptyStopString {
+        /// Position of the empty string in the list.
+        index: usize,
+    },
+    /// Stop strings were given but no detokenizer to read the text with.
+    #[error("{n_strings} stop strings need a detokenizer")]
+    StopStringsNeedDetokenizer {
+        /// How many stop strings were given.
+        n_strings: usize,
+    },
+    /// The prompt has no tokens: there is nothing to predict from.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// The prompt leaves no room for one new token in the context and the
+    /// truncation policy is to refuse.
+    #[error("prompt of {len} tokens leaves no room for a new token in a context of {max}")]
+    PromptExceedsContext {
+        /// The prompt length.
+        len: usize,
+        /// The model's context bound.
+        max: usize,
+    },
+    /// The pinned head of a truncated prompt leaves no room for recent tokens
+    /// and one new token.
+    #[error("pinned head of {n_head} tokens leaves no room in a context of {max}")]
+    PinnedHeadTooLong {
+        /// The requested head length.
+        n_head: usize,
+        /// The model's context bound.
+        max: usize,
+    },
+    /// The model returned a logits row of the wrong length.
+    #[error("logits row has {len} entries, expected the vocabulary size {vocab_size}")]
+    LogitsLength {
+        /// The row length received.
+        len: usize,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
+    /// The penalties, bias and bans left no token to choose from.
+    #[error("every token was removed by the bans and biases")]
+    AllTokensFiltered,
+    /// `vocab_size ^ n_steps` exceeds the caller's limit (or `usize`).
+    #[error("{vocab_size}^{n_steps} continuations exceed the limit of {limit}")]
+    TooManyContinuations {
+        /// The vocabulary size.
+        vocab_size: usize,
+        /// The number of steps to enumerate.
+        n_steps: usize,
+        /// The caller's limit.
+        limit: usize,
+    },
+    /// A model or lm-core routine failed (bad logits, context exceeded, ...).
+    #[error(transparent)]
+    Core(#[from] lm_core::Error),
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,402 @@
+//! The generation loop, written once: predict, choose, append, stop.
+//!
+//! Tokens reach the model lazily. The prompt is read once (prefill,
+//! [`Rows::Last`]), then each chosen token is fed alone, and the final chosen
+//! token is never fed (nothing would read its logits). With a cache that is
+//! lesson 001's 3 + 1 + 1 + 1 + 1 = 7 positions for 5 steps from a 3-token
+//! prompt; through [`lm_core::Uncached`] the same calls re-read
+//! 3 + 4 + 5 + 6 + 7 = 25.
+//!
+//! ```text
+//! prefill(prompt) ─> logits ─> choose t1 ─> stop? ─> feed t1 ─> logits ─> choose t2 ─> stop? ...
+//! ```
+
+use crate::{
+    Candidate, Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Step, StopReason,
+    TokenRng, Truncation, find_stop_string, fit_prompt,
+    trace::{ModelRow, top_n},
+};
+use lm_core::{Detokenize, LanguageModel, LogProb, Rows, TokenId};
+
+/// Everything the loop needs besides the model and the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationConfig {
+    /// The most tokens to generate (the safety limit every run needs).
+    pub max_new_tokens: usize,
+    /// The sampling policy and seed.
+    pub sampling: SamplingConfig,
+    /// Tokens that end the response when chosen (SmolLM2 has three: 0, 2, 4).
+    pub end_tokens: Vec<TokenId>,
+    /// Strings that end the response when the generated text contains them;
+    /// they need a detokenizer.
+    pub stop_strings: Vec<String>,
+    /// How many top candidates each step records (0: none).
+    pub n_top_candidates: usize,
+    /// What to do with a prompt that does not fit the context.
+    pub truncation: Truncation,
+    /// How many outputs [`generate_many`] returns for one prompt.
+    pub num_return_sequences: usize,
+    /// The random stream of the (first) output; output j of
+    /// [`generate_many`] and batch row j use `stream + j`.
+    pub stream: u64,
+}
+
+impl Default for GenerationConfig {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 20,
+            sampling: SamplingConfig::default(),
+            end_tokens: Vec::new(),
+            stop_strings: Vec::new(),
+            n_top_candidates: 0,
+            truncation: Truncation::Refuse,
+            num_return_sequences: 1,
+            stream: 0,
+        }
+    }
+}
+
+/// Generates from `prompt` until a [`StopReason`]; the detokenizer is needed
+/// only for stop strings and [`Generation::text`].
+///
+/// ```
+/// use lm_core::{LanguageModel, Prefix, Rows, TokenId};
+/// use lm_decode::{generate, GenerationConfig, SamplingConfig, StopReason};
+///
+/// /// Prefers the token after the last one read (a 4-token vocabulary).
+/// struct Counter;
+/// impl LanguageModel for Counter {
+///     type State = Prefix;
+///     fn vocab_size(&self) -> usize { 4 }
+///     fn context_length(&self) -> Option<usize> { None }
+///     fn new_state(&self) -> Prefix { Prefix::default() }
+///     fn forward(&self, state: &mut Prefix, tokens: &[TokenId], _rows: Rows,
+///                logits: &mut Vec<f32>) -> lm_core::Result<()> {
+///         state.tokens.extend_from_slice(tokens);
+///         let next = (state.tokens[state.tokens.len() - 1] as usize + 1) % 4;
+///         logits.clear();
+///         logits.extend((0..4).map(|i| if i == next { 2.0 } else { 0.0 }));
+///         Ok(())
+///     }
+/// }
+///
+/// let config = GenerationConfig {
+///     max_new_tokens: 10,
+///     sampling: SamplingConfig::greedy(),
+///     end_tokens: vec![0],
+///     ..GenerationConfig::default()
+/// };
+/// let run = generate(&Counter, &[1], &config, None).unwrap();
+/// assert_eq!(run.tokens, vec![2, 3, 0]);
+/// assert_eq!(run.stop_reason, StopReason::EndToken(0));
+/// assert!(run.is_finished());
+/// assert_eq!(run.steps[1].prefix_len, 2);
+/// ```
+pub fn generate<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+) -> Result<Generation> {
+    generate_streaming(model, prompt, config, detokenizer, |_| {})
+}
+
+/// [`generate`] with a hook that sees each [`Step`] as soon as its token is
+/// chosen (before the loop decides whether to stop).
+pub fn generate_streaming<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+    mut on_step: impl FnMut(&Step),
+) -> Result<Generation> {
+    let fitted = prepare(model, prompt, config, detokenizer)?;
+    let mut row = Row::new(model, fitted, config, detokenizer, config.stream)?;
+    if row.stop_reason.is_some() {
+        return Ok(row.into_generation());
+    }
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    model.forward(&mut state, &row.history, Rows::Last, &mut logits)?;
+    continue_row(model, &mut state, &mut logits, &mut row, &mut on_step)?;
+    Ok(row.into_generation())
+}
+
+/// `config.num_return_sequences` outputs for one prompt, reading the prompt
+/// once and forking the state. Output j draws from stream `config.stream + j`,
+/// so output 0 is exactly what [`generate`] returns.
+pub fn generate_many<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+) -> Result<Vec<Generation>> {
+    let n = config.num_return_sequences;
+    let fitted = prepare(model, prompt, config, detokenizer)?;
+    let mut outputs = Vec::with_capacity(n);
+    let mut prefilled: Option<(M::State, Vec<f32>)> = None;
+    for j in 0..n {
+        let stream = config.stream.wrapping_add(j as u64);
+        let mut row = Row::new(model, fitted.clone(), config, detokenizer, stream)?;
+        if row.stop_reason.is_none() {
+            let (mut state, mut logits) = match &prefilled {
+                Some((state, logits)) => (state.clone(), logits.clone()),
+                None => {
+                    let mut state = model.new_state();
+                    let mut logits = Vec::new();
+                    model.forward(&mut state, &row.history, Rows::Last, &mut logits)?;
+                    prefilled = Some((state.clone(), logits.clone()));
+                    (state, logits)
+                }
+            };
+            continue_row(model, &mut state, &mut logits, &mut row, &mut |_| {})?;
+        }
+        outputs.push(row.into_generation());
+    }
+    Ok(outputs)
+}
+
+/// Checks the config against the prompt and fits the prompt.
+pub(crate) fn prepare<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+) -> Result<FittedPrompt> {
+    if config.num_return_sequences == 0 {
+        return Err(Error::InvalidNumReturnSequences { value: 0 });
+    }
+    if let Some(index) = config.stop_strings.iter().position(String::is_empty) {
+        return Err(Error::EmptyStopString { index });
+    }
+    if !config.stop_strings.is_empty() && detokenizer.is_none() {
+        return Err(Error::StopStringsNeedDetokenizer {
+            n_strings: config.stop_strings.len(),
+        });
+    }
+    let vocab_size = model.vocab_size();
+    if let Some(&id) = config
+        .end_tokens
+        .iter()
+        .find(|&&id| id as usize >= vocab_size)
+    {
+        return Err(Error::TokenOutOfVocabulary { id, vocab_size });
+    }
+    if prompt.len().checked_add(config.max_new_tokens).is_none() {
+        return Err(Error::MaxNewTokensOverflow {
+            prompt_len: prompt.len(),
+            max_new_tokens: config.max_new_tokens,
+        });
+    }
+    fit_prompt(prompt, model.context_length(), config.truncation)
+}
+
+/// Runs the loop from logits already computed for `row.history`.
+pub(crate) fn continue_row<M: LanguageModel>(
+    model: &M,
+    state: &mut M::State,
+    logits: &mut Vec<f32>,
+    row: &mut Row<'_>,
+    on_step: &mut dyn FnMut(&Step),
+) -> Result<()> {
+    loop {
+        let step = row.choose(logits)?;
+        on_step(step);
+        let token = step.token;
+        if row.stop_reason.is_some() {
+            return Ok(());
+        }
+        model.forward(state, &[token], Rows::Last, logits)?;
+    }
+}
+
+/// One sequence being generated: its policy, random stream, history, trace
+/// and scratch buffers. Shared by the single, many and batch loops, so a row
+/// behaves the same whichever loop drives it.
+pub(crate) struct Row<'a> {
+    config: &'a GenerationConfig,
+    detokenizer: Option<&'a dyn Detokenize>,
+    sampler: Sampler,
+    rng: TokenRng,
+    vocab_size: usize,
+    context_length: Option<usize>,
+    /// Prompt followed by the generated tokens.
+    pub(crate) history: Vec<TokenId>,
+    n_prompt: usize,
+    n_prompt_dropped: usize,
+    steps: Vec<Step>,
+    running: LogProb,
+    running_policy: LogProb,
+    order: Vec<TokenId>,
+    text: Option<String>,
+    stream: u64,
+    /// Set once the row has stopped.
+    pub(crate) stop_reason: Option<StopReason>,
+}
+
+impl<'a> Row<'a> {
+    pub(crate) fn new<M: LanguageModel>(
+        model: &M,
+        fitted: FittedPrompt,
+        config: &'a GenerationConfig,
+        detokenizer: Option<&'a dyn Detokenize>,
+        stream: u64,
+    ) -> Result<Self> {
+        let sampler = Sampler::new(&config.sampling)?;
+        let n_prompt = fitted.tokens.len();
+        let context_length = model.context_length();
+        let room = context_length.map_or(config.max_new_tokens, |max| {
+            config.max_new_tokens.min(max.saturating_sub(n_prompt))
+        });
+        let mut history = fitted.tokens;
+        history.reserve(room);
+        Ok(Self {
+            config,
+            detokenizer,
+            rng: TokenRng::with_stream(sampler.seed(), stream),
+            sampler,
+            vocab_size: model.vocab_size(),
+            context_length,
+            history,
+            n_prompt,
+            n_prompt_dropped: fitted.n_dropped,
+            steps: Vec::with_capacity(room),
+            running: LogProb::default(),
+            running_policy: LogProb::default(),
+            order: Vec::new(),
+            text: None,
+            stream,
+            stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
+        })
+    }
+
+    /// The generated tokens so far.
+    pub(crate) fn generated(&self) -> &[TokenId] {
+        &self.history[self.n_prompt..]
+    }
+
+    /// Chooses the next token from `logits`, records its step and decides
+    /// whether the row stops.
+    pub(crate) fn choose(&mut self, logits: &[f32]) -> Result<&Step> {
+        if logits.len() != self.vocab_size {
+            return Err(Error::LogitsLength {
+                len: logits.len(),
+                vocab_size: self.vocab_size,
+            });
+        }
+        let u = if self.sampler.is_greedy() {
+            0.0
+        } else {
+            self.rng.next_uniform()
+        };
+        let selection = self.sampler.select(logits, &self.history, u)?;
+        let token = selection.token;
+        let model_row = ModelRow::new(logits);
+        let logprob = model_row.logprob(logits[token as usize]);
+        let policy_logprob = f64::from(selection.policy_prob).ln();
+        self.running.push_ln(logprob);
+        self.running_policy.push_ln(policy_logprob);
+        let n = self.config.n_top_candidates;
+        top_n(logits, n, f32::NEG_INFINITY, &mut self.order);
+        let model_top = self
+            .order
+            .iter()
+            .map(|&id| {
+                let logprob = model_row.logprob(logits[id as usize]);
+                Candidate {
+                    token: id,
+                    prob: logprob.exp() as f32,
+                    logprob: logprob as f32,
+                }
+            })
+            .collect();
+        let probs = self.sampler.policy_probs();
+        top_n(probs, n, 0.0, &mut self.order);
+        let policy_top = self
+            .order
+            .iter()
+            .map(|&id| {
+                let prob = probs[id as usize];
+                Candidate {
+                    token: id,
+                    prob,
+                    logprob: prob.ln(),
+                }
+            })
+            .collect();
+        let index = self.steps.len();
+        self.steps.push(Step {
+            index,
+            prefix_len: self.history.len(),
+            token,
+            policy_prob: selection.policy_prob,
+            model_prob: logprob.exp() as f32,
+            logprob,
+            policy_logprob,
+            running_logprob: self.running,
+            running_policy_logprob: self.running_policy,
+            model_top,
+            policy_top,
+        });
+        self.history.push(token);
+        self.stop_reason = self.check_stop(token);
+        Ok(&self.steps[index])
+    }
+
+    fn check_stop(&mut self, token: TokenId) -> Option<StopReason> {
+        if self.config.end_tokens.contains(&token) {
+            return Some(StopReason::EndToken(token));
+        }
+        if let (Some(detokenizer), false) = (self.detokenizer, self.config.stop_strings.is_empty())
+        {
+            let text = detokenizer.decode(self.generated());
+            if let Some((byte, index)) = find_stop_string(&text, &self.config.stop_strings) {
+                let mut text = text;
+                text.truncate(byte);
+                self.text = Some(text);
+                return Some(StopReason::StopString(
+                    self.config.stop_strings[index].clone(),
+                ));
+            }
+        }
+        if self.generated().len() >= self.config.max_new_tokens {
+            return Some(StopReason::MaxNewTokens);
+        }
+        if self
+            .context_length
+            .is_some_and(|max| self.history.len() >= max)
+        {
+            return Some(StopReason::ContextBound);
+        }
+        None
+    }
+
+    /// The trace; a row that never stopped (an error cut it short) reports
+    /// the new-token limit.
+    pub(crate) fn into_generation(self) -> Generation {
+        let stop_reason = self.stop_reason.clone().unwrap_or(StopReason::MaxNewTokens);
+        let text = match (&self.text, self.detokenizer) {
+            (Some(text), _) => Some(text.clone()),
+            (None, Some(detokenizer)) => {
+                let generated = self.generated();
+                let shown = match stop_reason {
+                    StopReason::EndToken(_) => &generated[..generated.len().saturating_sub(1)],
+                    _ => generated,
+                };
+                Some(detokenizer.decode(shown))
+            }
+            (None, None) => None,
+        };
+        let mut history = self.history;
+        let tokens = history.split_off(self.n_prompt);
+        Generation {
+            prompt: history,
+            n_prompt_dropped: self.n_prompt_dropped,
+            tokens,
+            steps: self.steps,
+            stop_reason,
+            text,
+            stream: self.stream,
+        }
+    }
+}

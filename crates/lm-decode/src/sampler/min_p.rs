@@ -1,0 +1,44 @@
+//! Min-p: keep the tokens whose probability is at least `min_p` times that of
+//! the most probable token (Nguyen et al. 2024).
+//!
+//! The ratio `p_i / p_max = exp((z_i - z_max) / T)` needs no normalisation
+//! and no sort; like top-p it is compared at f32 precision.
+
+use super::{CandidateFilter, Candidates};
+use crate::{Error, Result};
+
+/// Keeps candidates with `p_i >= min_p * p_max`; 0 keeps all, 1 keeps the
+/// tokens tied with the best.
+///
+/// ```
+/// use lm_decode::sampler::{CandidateFilter, Candidates, MinP};
+/// // Ratios to the best: 1, 0.5, 0.25.
+/// let logits = [0.0, 0.5f32.ln(), 0.25f32.ln()];
+/// let mut c = Candidates::from_logits(&logits, 1.0);
+/// MinP::new(0.5).unwrap().apply(&mut c);
+/// assert_eq!(c.ids().collect::<Vec<_>>(), vec![0, 1]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MinP(f32);
+
+impl MinP {
+    /// Checks the ratio: outside [0, 1] (or NaN) gives [`Error::InvalidMinP`].
+    pub fn new(ratio: f32) -> Result<Self> {
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(Error::InvalidMinP { value: ratio });
+        }
+        Ok(Self(ratio))
+    }
+
+    /// The minimum ratio to the best token's probability.
+    pub fn ratio(self) -> f32 {
+        self.0
+    }
+}
+
+impl CandidateFilter for MinP {
+    fn apply(&self, candidates: &mut Candidates) {
+        let ratio = self.0;
+        candidates.retain(|weight| weight as f32 >= ratio);
+    }
+}

@@ -1,0 +1,485 @@
+//! The sampling policy: an ordered chain of small logit transforms, then one
+//! selector.
+//!
+//! ```text
+//! raw logits ─ RepetitionPenalty ─ PresencePenalty ─ FrequencyPenalty ─ LogitBias ─ BannedTokens
+//!            ─ Temperature ─ TopK ─ TopP ─ MinP ─ Selector (Greedy | Sample by inverse CDF)
+//! ```
+//!
+//! The first stage ([`LogitTransform`]) edits the raw logits, token by token,
+//! knowing the history. Temperature then sets the scale of the probabilities
+//! (`exp(z / T)`), and the filters ([`CandidateFilter`]) shrink the set of
+//! candidates, each seeing the distribution renormalised over what the
+//! previous one kept (lesson 002: "temperature first, then top-k or top-p").
+//! The policy distribution is the survivors' renormalised probabilities,
+//! written over the whole vocabulary (0 for removed tokens). The order is the
+//! one printed by `Debug`:
+//!
+//! ```
+//! use lm_decode::{Sampler, SamplingConfig};
+//! let config = SamplingConfig { temperature: 0.7, top_k: Some(40), top_p: Some(0.9), ..SamplingConfig::default() };
+//! let sampler = Sampler::new(&config).unwrap();
+//! assert_eq!(
+//!     format!("{sampler:?}"),
+//!     "Sampler { chain: [Temperature(0.7), TopK(40), TopP(0.9)], selector: Sample }"
+//! );
+//! ```
+
+mod bias;
+mod min_p;
+mod penalties;
+mod temperature;
+mod top_k;
+mod top_p;
+
+pub use bias::{BannedTokens, LogitBias};
+pub use min_p::MinP;
+pub use penalties::{FrequencyPenalty, PresencePenalty, RepetitionPenalty, TokenCounts};
+pub use temperature::Temperature;
+pub use top_k::TopK;
+pub use top_p::TopP;
+
+use crate::{Error, Result, Selector};
+use lm_core::TokenId;
+use std::cmp::Ordering;
+use std::fmt;
+
+/// The sampling parameters, named as in the common APIs (HF transformers,
+/// OpenAI, llama.cpp). `Default` is plain sampling at T = 1 with seed 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingConfig {
+    /// Softmax temperature; 0 means greedy (argmax, lowest id on ties).
+    pub temperature: f32,
+    /// Keep only the k most probable tokens.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most probable tokens whose mass reaches p.
+    pub top_p: Option<f32>,
+    /// Keep tokens with at least `min_p` times the best token's probability.
+    pub min_p: Option<f32>,
+    /// HF repetition penalty (> 0; 1 is none).
+    pub repetition_penalty: Option<f32>,
+    /// Subtracted once from the logit of every token in the history.
+    pub presence_penalty: Option<f32>,
+    /// Subtracted `count` times from the logit of every token in the history.
+    pub frequency_penalty: Option<f32>,
+    /// Added to the logits of the given tokens.
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// Tokens that are never chosen.
+    pub banned_tokens: Vec<TokenId>,
+    /// Seed of the ChaCha20 generator (see [`crate::TokenRng`]); unused by greedy.
+    pub seed: u64,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repetition_penalty: None,
+            presence_penalty: None,
+            frequency_penalty: None,
+            logit_bias: Vec::new(),
+            banned_tokens: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingConfig {
+    /// Greedy decoding: temperature 0, nothing else.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+}
+
+/// A transform of the raw logits that may depend on the history: penalties,
+/// bias, bans. Runs before temperature.
+pub trait LogitTransform: fmt::Debug + Send + Sync {
+    /// Adjusts `logits` in place; `counts` describes the history.
+    fn apply(&self, logits: &mut [f32], counts: &TokenCounts);
+
+    /// Checks the token ids this transform names against the vocabulary.
+    fn check_vocabulary(&self, _vocab_size: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A filter that removes candidates after temperature: top-k, top-p, min-p.
+/// A filter keeps at least the most probable candidate.
+pub trait CandidateFilter: fmt::Debug + Send + Sync {
+    /// Removes candidates in place.
+    fn apply(&self, candidates: &mut Candidates);
+}
+
+/// The tokens still in play after the raw-logit stage, with their adjusted
+/// logits and the temperature that scales them into probabilities.
+///
+/// The first `n_sorted` entries are sorted best first (higher logit, then
+/// lower id) and are no worse than any later entry; filters grow that sorted
+/// prefix only as far as they need (partial selection).
+#[derive(Debug, Clone, Default)]
+pub struct Candidates {
+    entries: Vec<(TokenId, f32)>,
+    temperature: f32,
+    max_logit: f32,
+    n_sorted: usize,
+}
+
+impl Candidates {
+    /// Every token whose logit is not -inf, in id order, at temperature
+    /// `temperature` (0 is the greedy limit, +inf uniform).
+    pub fn from_logits(logits: &[f32], temperature: f32) -> Self {
+        let mut candidates = Self::default();
+        candidates.reset(logits, temperature);
+        candidates
+    }
+
+    /// Refills from `logits` without allocating once warm.
+    pub fn reset(&mut self, logits: &[f32], temperature: f32) {
+        self.entries.clear();
+        self.entries.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|&(_, &z)| z > f32::NEG_INFINITY)
+                .map(|(id, &z)| (id as TokenId, z)),
+        );
+        self.max_logit = self
+            .entries
+            .iter()
+            .map(|&(_, z)| z)
+            .fold(f32::NEG_INFINITY, f32::max);
+        self.temperature = temperature;
+        self.n_sorted = 0;
+    }
+
+    /// Number of candidates.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no candidate is left.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The `(id, adjusted logit)` pairs; the first [`Candidates::n_sorted`]
+    /// are sorted best first.
+    pub fn entries(&self) -> &[(TokenId, f32)] {
+        &self.entries
+    }
+
+    /// The candidate ids, in the current order.
+    pub fn ids(&self) -> impl Iterator<Item = TokenId> + '_ {
+        self.entries.iter().map(|&(id, _)| id)
+    }
+
+    /// How many leading entries are sorted.
+    pub fn n_sorted(&self) -> usize {
+        self.n_sorted
+    }
+
+    /// The unnormalised probability `exp((z - z_max) / T)` of a logit: the
+    /// ratio of its probability to the best token's.
+    /// At T = 0 (the greedy limit) the best logits weigh 1 and the rest 0.
+    pub fn weight(&self, logit: f32) -> f64 {
+        if self.temperature == 0.0 {
+            return if logit == self.max_logit { 1.0 } else { 0.0 };
+        }
+        ((f64::from(logit) - f64::from(self.max_logit)) / f64::from(self.temperature)).exp()
+    }
+
+    /// The sum of the weights: the normaliser of the current candidates.
+    pub fn total_weight(&self) -> f64 {
+        self.entries.iter().map(|&(_, z)| self.weight(z)).sum()
+    }
+
+    /// Makes the first `n` entries (at most all) the best `n`, sorted, by
+    /// partial selection of the unsorted rest and a sort of that part only.
+    pub fn sort_prefix(&mut self, n: usize) {
+        let n = n.min(self.entries.len());
+        if n <= self.n_sorted {
+            return;
+        }
+        let tail = &mut self.entries[self.n_sorted..];
+        let n_tail = n - self.n_sorted;
+        if n_tail < tail.len() {
+            tail.select_nth_unstable_by(n_tail - 1, best_first);
+        }
+        tail[..n_tail].sort_unstable_by(best_first);
+        self.n_sorted = n;
+    }
+
+    /// Keeps the first `n` entries.
+    pub fn truncate(&mut self, n: usize) {
+        self.entries.truncate(n);
+        self.n_sorted = self.n_sorted.min(n);
+    }
+
+    /// Keeps the entries whose weight (ratio to the best probability)
+    /// satisfies `keep`, preserving order.
+    pub fn retain(&mut self, mut keep: impl FnMut(f64) -> bool) {
+        let mut n_kept = 0;
+        let mut n_sorted_kept = 0;
+        for index in 0..self.entries.len() {
+            let entry = self.entries[index];
+            if keep(self.weight(entry.1)) {
+                self.entries[n_kept] = entry;
+                n_kept += 1;
+                if index < self.n_sorted {
+                    n_sorted_kept += 1;
+                }
+            }
+        }
+        self.entries.truncate(n_kept);
+        self.n_sorted = n_sorted_kept;
+    }
+}
+
+/// Higher logit first, then lower id (so ties resolve like greedy).
+fn best_first(a: &(TokenId, f32), b: &(TokenId, f32)) -> Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The token a [`Sampler`] chose and the probability its policy gave it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Selection {
+    /// The chosen token.
+    pub token: TokenId,
+    /// Its probability under the policy (after penalties, temperature and
+    /// filters, renormalised); 1 for greedy.
+    pub policy_prob: f32,
+}
+
+/// A validated policy with its scratch buffers: no allocation per token once
+/// it has seen one logits row.
+///
+/// ```
+/// use lm_decode::{Sampler, SamplingConfig};
+/// // Lesson 000: logits (2, 1, 0) at T = 1 give (0.665, 0.245, 0.090); the
+/// // uniform draw u = 0.7 passes "red" and lands on "green".
+/// let mut sampler = Sampler::new(&SamplingConfig::default()).unwrap();
+/// let choice = sampler.select(&[2.0, 1.0, 0.0], &[], 0.7).unwrap();
+/// assert_eq!(choice.token, 1);
+/// assert_eq!(format!("{:.3}", choice.policy_prob), "0.245");
+/// ```
+pub struct Sampler {
+    transforms: Vec<Box<dyn LogitTransform>>,
+    temperature: Temperature,
+    filters: Vec<Box<dyn CandidateFilter>>,
+    selector: Selector,
+    seed: u64,
+    checked_vocab_size: Option<usize>,
+    counts: TokenCounts,
+    adjusted: Vec<f32>,
+    candidates: Candidates,
+    weights: Vec<f64>,
+    probs: Vec<f32>,
+}
+
+impl Sampler {
+    /// Validates `config` and builds the chain in the documented order.
+    ///
+    /// ```
+    /// use lm_decode::{Error, Sampler, SamplingConfig};
+    /// let bad = SamplingConfig { top_p: Some(1.5), ..SamplingConfig::default() };
+    /// assert_eq!(Sampler::new(&bad).err(), Some(Error::InvalidTopP { value: 1.5 }));
+    /// ```
+    pub fn new(config: &SamplingConfig) -> Result<Self> {
+        let temperature = Temperature::new(config.temperature)?;
+        let mut transforms: Vec<Box<dyn LogitTransform>> = Vec::new();
+        if let Some(penalty) = config.repetition_penalty {
+            transforms.push(Box::new(RepetitionPenalty::new(penalty)?));
+        }
+        if let Some(penalty) = config.presence_penalty {
+            transforms.push(Box::new(PresencePenalty::new(penalty)?));
+        }
+        if let Some(penalty) = config.frequency_penalty {
+            transforms.push(Box::new(FrequencyPenalty::new(penalty)?));
+        }
+        if !config.logit_bias.is_empty() {
+            transforms.push(Box::new(LogitBias::new(config.logit_bias.clone())?));
+        }
+        if !config.banned_tokens.is_empty() {
+            transforms.push(Box::new(BannedTokens::new(config.banned_tokens.clone())));
+        }
+        let mut filters: Vec<Box<dyn CandidateFilter>> = Vec::new();
+        if let Some(k) = config.top_k {
+            filters.push(Box::new(TopK::new(k)?));
+        }
+        if let Some(p) = config.top_p {
+            filters.push(Box::new(TopP::new(p)?));
+        }
+        if let Some(ratio) = config.min_p {
+            filters.push(Box::new(MinP::new(ratio)?));
+        }
+        let selector = if temperature.is_greedy() {
+            Selector::Greedy
+        } else {
+            Selector::Sample
+        };
+        Ok(Self {
+            transforms,
+            temperature,
+            filters,
+            selector,
+            seed: config.seed,
+            checked_vocab_size: None,
+            counts: TokenCounts::default(),
+            adjusted: Vec::new(),
+            candidates: Candidates::default(),
+            weights: Vec::new(),
+            probs: Vec::new(),
+        })
+    }
+
+    /// Appends a custom transform to the raw-logit stage (after the bans).
+    pub fn push_transform(&mut self, transform: Box<dyn LogitTransform>) {
+        self.transforms.push(transform);
+        self.checked_vocab_size = None;
+    }
+
+    /// Appends a custom filter after the built-in ones.
+    pub fn push_filter(&mut self, filter: Box<dyn CandidateFilter>) {
+        self.filters.push(filter);
+    }
+
+    /// True when the policy is greedy (T = 0): the choice ignores the draw.
+    pub fn is_greedy(&self) -> bool {
+        self.selector == Selector::Greedy
+    }
+
+    /// The seed from the config.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The temperature.
+    pub fn temperature(&self) -> Temperature {
+        self.temperature
+    }
+
+    /// The policy distribution over the whole vocabulary for `logits` after
+    /// `history` (the tokens read so far, prompt included, which the penalties
+    /// count): non-negative, summing to 1, 0 for removed tokens.
+    ///
+    /// NaN or +inf logits, an empty row, or a row that the bans and biases
+    /// mask entirely are errors.
+    pub fn policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<&[f32]> {
+        let vocab_size = logits.len();
+        if vocab_size == 0 {
+            return Err(lm_core::Error::EmptyLogits.into());
+        }
+        if self.checked_vocab_size != Some(vocab_size) {
+            for transform in &self.transforms {
+                transform.check_vocabulary(vocab_size)?;
+            }
+            self.checked_vocab_size = Some(vocab_size);
+        }
+        check_logits(logits)?;
+        self.adjusted.clear();
+        self.adjusted.extend_from_slice(logits);
+        if !self.transforms.is_empty() {
+            self.counts.count(history, vocab_size)?;
+            for transform in &self.transforms {
+                transform.apply(&mut self.adjusted, &self.counts);
+            }
+            check_logits(&self.adjusted).map_err(|error| match error {
+                Error::Core(lm_core::Error::AllMasked) => Error::AllTokensFiltered,
+                other => other,
+            })?;
+        }
+        self.probs.clear();
+        self.probs.resize(vocab_size, 0.0);
+        if self.temperature.is_greedy() {
+            let best = lm_core::argmax(&self.adjusted)?;
+            self.probs[best as usize] = 1.0;
+            return Ok(&self.probs);
+        }
+        self.candidates
+            .reset(&self.adjusted, self.temperature.value());
+        for filter in &self.filters {
+            filter.apply(&mut self.candidates);
+        }
+        if self.candidates.is_empty() {
+            return Err(Error::AllTokensFiltered);
+        }
+        // One exp per survivor: weights kept in f64 until the division.
+        self.weights.clear();
+        let candidates = &self.candidates;
+        self.weights.extend(
+            candidates
+                .entries()
+                .iter()
+                .map(|&(_, logit)| candidates.weight(logit)),
+        );
+        let total: f64 = self.weights.iter().sum();
+        for (&(id, _), &weight) in candidates.entries().iter().zip(&self.weights) {
+            self.probs[id as usize] = (weight / total) as f32;
+        }
+        Ok(&self.probs)
+    }
+
+    /// Computes the policy and chooses a token with the uniform draw `u` in
+    /// [0, 1) (ignored when greedy): inverse CDF over token ids in order.
+    pub fn select(&mut self, logits: &[f32], history: &[TokenId], u: f64) -> Result<Selection> {
+        self.policy(logits, history)?;
+        let token = self.selector.choose(&self.probs, u)?;
+        Ok(Selection {
+            token,
+            policy_prob: self.probs[token as usize],
+        })
+    }
+
+    /// The policy distribution of the last [`Sampler::policy`] call.
+    pub fn policy_probs(&self) -> &[f32] {
+        &self.probs
+    }
+
+    /// The logits after the raw-logit stage (penalties, bias, bans) of the
+    /// last call, before temperature.
+    pub fn adjusted_logits(&self) -> &[f32] {
+        &self.adjusted
+    }
+}
+
+impl fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Chain<'a>(&'a Sampler);
+        impl fmt::Debug for Chain<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let sampler = self.0;
+                f.debug_list()
+                    .entries(&sampler.transforms)
+                    .entry(&sampler.temperature)
+                    .entries(&sampler.filters)
+                    .finish()
+            }
+        }
+        f.debug_struct("Sampler")
+            .field("chain", &Chain(self))
+            .field("selector", &self.selector)
+            .finish()
+    }
+}
+
+/// Rejects NaN and +inf logits and rows with nothing unmasked.
+fn check_logits(logits: &[f32]) -> Result<()> {
+    let mut any_unmasked = false;
+    for (index, &value) in logits.iter().enumerate() {
+        if value.is_nan() || value == f32::INFINITY {
+            return Err(lm_core::Error::InvalidLogit { index, value }.into());
+        }
+        any_unmasked |= value > f32::NEG_INFINITY;
+    }
+    if any_unmasked {
+        Ok(())
+    } else {
+        Err(lm_core::Error::AllMasked.into())
+    }
+}

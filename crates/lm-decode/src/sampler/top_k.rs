@@ -1,0 +1,42 @@
+//! Top-k: keep the k most probable tokens (lesson 002, "Sampling strategies").
+//!
+//! Partial selection (`select_nth_unstable_by`) finds the k best in linear
+//! time and only those k are sorted; the vocabulary is never sorted whole.
+
+use super::{CandidateFilter, Candidates};
+use crate::{Error, Result};
+
+/// Keeps the `k` highest-logit candidates (ties: the lower id first).
+///
+/// ```
+/// use lm_decode::sampler::{CandidateFilter, Candidates, TopK};
+/// let mut c = Candidates::from_logits(&[0.0, 3.0, 1.0, 2.0], 1.0);
+/// TopK::new(2).unwrap().apply(&mut c);
+/// assert_eq!(c.ids().collect::<Vec<_>>(), vec![1, 3]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopK(usize);
+
+impl TopK {
+    /// Checks `k`: 0 gives [`Error::InvalidTopK`].
+    pub fn new(k: usize) -> Result<Self> {
+        if k == 0 {
+            return Err(Error::InvalidTopK { value: k });
+        }
+        Ok(Self(k))
+    }
+
+    /// The number of tokens kept.
+    pub fn k(self) -> usize {
+        self.0
+    }
+}
+
+impl CandidateFilter for TopK {
+    fn apply(&self, candidates: &mut Candidates) {
+        if self.0 < candidates.len() {
+            candidates.sort_prefix(self.0);
+            candidates.truncate(self.0);
+        }
+    }
+}

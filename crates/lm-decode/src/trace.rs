@@ -1,0 +1,155 @@
+//! The record a generation leaves: one [`Step`] per chosen token and the
+//! [`Generation`] that holds them.
+//!
+//! Every step keeps two probabilities of its token side by side (lesson 001,
+//! "The probability of each default run"): the *policy's* (after penalties,
+//! temperature and filters, renormalised: the distribution the token was drawn
+//! from) and the *model's* (softmax at T = 1 of the raw logits). At T = 1 with
+//! no filters they agree; at T = 0.5 the selected token's share differs.
+
+use crate::StopReason;
+use lm_core::{LogProb, TokenId};
+use std::cmp::Ordering;
+
+/// One entry of a top-N list.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// The token.
+    pub token: TokenId,
+    /// Its probability.
+    pub prob: f32,
+    /// Its natural-log probability.
+    pub logprob: f32,
+}
+
+/// One turn of the loop: the prefix read, the token chosen and its odds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// 0 for the first generated token.
+    pub index: usize,
+    /// Tokens read before choosing: prompt length + `index`. The prefix is
+    /// `prompt + tokens[..index]` (see [`Generation::prefix`]).
+    pub prefix_len: usize,
+    /// The chosen token.
+    pub token: TokenId,
+    /// Its probability under the policy (1 for greedy).
+    pub policy_prob: f32,
+    /// Its probability under the model (softmax of the raw logits at T = 1).
+    pub model_prob: f32,
+    /// The model's natural-log probability of the token.
+    pub logprob: f64,
+    /// The policy's natural-log probability of the token.
+    pub policy_logprob: f64,
+    /// The model's chain-rule log-probability of the generated tokens so far,
+    /// this one included.
+    pub running_logprob: LogProb,
+    /// The same under the policy: the probability of the run as sampled.
+    pub running_policy_logprob: LogProb,
+    /// The N most probable tokens under the model (before any transform).
+    pub model_top: Vec<Candidate>,
+    /// The N most probable tokens under the policy (after every transform;
+    /// removed tokens never appear).
+    pub policy_top: Vec<Candidate>,
+}
+
+/// The trace of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The prompt as the model read it (after any truncation).
+    pub prompt: Vec<TokenId>,
+    /// Tokens the truncation policy dropped from the prompt.
+    pub n_prompt_dropped: usize,
+    /// The generated tokens; an end token that stopped the loop is the last.
+    pub tokens: Vec<TokenId>,
+    /// One step per generated token.
+    pub steps: Vec<Step>,
+    /// Why the loop stopped.
+    pub stop_reason: StopReason,
+    /// The generated text, when a detokenizer was given: without a final end
+    /// token, and cut at the first byte of a stop string that stopped it.
+    pub text: Option<String>,
+    /// The random stream the tokens were drawn from (see [`crate::TokenRng`]).
+    pub stream: u64,
+}
+
+impl Generation {
+    /// True when the model or a stop string ended the run, false when a limit
+    /// truncated it.
+    pub fn is_finished(&self) -> bool {
+        self.stop_reason.is_finished()
+    }
+
+    /// The model's chain-rule log-probability of the generated tokens.
+    pub fn logprob(&self) -> LogProb {
+        self.steps
+            .last()
+            .map(|step| step.running_logprob)
+            .unwrap_or_default()
+    }
+
+    /// The policy's chain-rule log-probability of the generated tokens.
+    pub fn policy_logprob(&self) -> LogProb {
+        self.steps
+            .last()
+            .map(|step| step.running_policy_logprob)
+            .unwrap_or_default()
+    }
+
+    /// The prefix read before step `index`, as its two parts
+    /// (`prompt`, `tokens[..index]`); `None` past the last step.
+    pub fn prefix(&self, index: usize) -> Option<(&[TokenId], &[TokenId])> {
+        (index < self.steps.len()).then(|| (self.prompt.as_slice(), &self.tokens[..index]))
+    }
+}
+
+/// The model's own distribution over one logits row, in f64: `ln p_i =
+/// z_i - max - ln sum_j exp(z_j - max)`, computed once per row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ModelRow {
+    max: f64,
+    log_sum: f64,
+}
+
+impl ModelRow {
+    /// The normaliser of a row already checked to have no NaN or +inf and at
+    /// least one finite entry.
+    pub(crate) fn new(logits: &[f32]) -> Self {
+        let max = f64::from(logits.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+        let sum: f64 = logits.iter().map(|&z| (f64::from(z) - max).exp()).sum();
+        Self {
+            max,
+            log_sum: sum.ln(),
+        }
+    }
+
+    /// The natural-log probability of a logit of this row.
+    pub(crate) fn logprob(&self, logit: f32) -> f64 {
+        f64::from(logit) - self.max - self.log_sum
+    }
+}
+
+/// Writes the ids of the `n` largest `values` above `floor` into `order`,
+/// best first (ties: lower id first), by partial selection.
+pub(crate) fn top_n(values: &[f32], n: usize, floor: f32, order: &mut Vec<TokenId>) {
+    order.clear();
+    if n == 0 {
+        return;
+    }
+    order.extend(
+        values
+            .iter()
+            .enumerate()
+            .filter(|&(_, &v)| v > floor)
+            .map(|(id, _)| id as TokenId),
+    );
+    let by_value = |a: &TokenId, b: &TokenId| -> Ordering {
+        values[*b as usize]
+            .total_cmp(&values[*a as usize])
+            .then(a.cmp(b))
+    };
+    if n < order.len() {
+        order.select_nth_unstable_by(n - 1, by_value);
+        order.truncate(n);
+    }
+    order.sort_unstable_by(by_value);
+}

@@ -1,0 +1,208 @@
+//! Small models for the tests: distributions fixed per prefix or per last
+//! token, a wrapper that counts the positions each forward pass reads, and a
+//! detokenizer made of fixed pieces.
+#![allow(dead_code)]
+
+use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
+use std::cell::RefCell;
+
+/// The state of the test models: the tokens read so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tokens(pub Vec<TokenId>);
+
+impl SequenceState for Tokens {
+    fn pos(&self) -> usize {
+        self.0.len()
+    }
+    fn truncate(&mut self, pos: usize) {
+        self.0.truncate(pos);
+    }
+}
+
+/// A model whose logits are a fixed pseudo-random function of the whole
+/// prefix (values in [-2, 2)): every prefix has its own distribution, so
+/// hand computation and brute force need only `logits_for`.
+#[derive(Debug, Clone)]
+pub struct PrefixModel {
+    pub vocab_size: usize,
+    pub context_length: Option<usize>,
+    pub salt: u64,
+}
+
+impl PrefixModel {
+    pub fn new(vocab_size: usize) -> Self {
+        Self {
+            vocab_size,
+            context_length: None,
+            salt: 0,
+        }
+    }
+
+    pub fn with_context(mut self, max: usize) -> Self {
+        self.context_length = Some(max);
+        self
+    }
+
+    /// The logits after `prefix`, computed from scratch.
+    pub fn logits_for(&self, prefix: &[TokenId]) -> Vec<f32> {
+        let mut h = splitmix(self.salt ^ 0x5eed);
+        for &t in prefix {
+            h = splitmix(h ^ u64::from(t).wrapping_mul(0x9e37_79b9));
+        }
+        (0..self.vocab_size)
+            .map(|i| {
+                let bits = splitmix(h ^ (i as u64 + 1).wrapping_mul(0xabcd_ef01)) >> 40;
+                bits as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+            })
+            .collect()
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl LanguageModel for PrefixModel {
+    type State = Tokens;
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+    fn context_length(&self) -> Option<usize> {
+        self.context_length
+    }
+    fn new_state(&self) -> Tokens {
+        Tokens::default()
+    }
+    fn forward(
+        &self,
+        state: &mut Tokens,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        self.check_input(state.pos(), tokens)?;
+        logits.clear();
+        for &t in tokens {
+            state.0.push(t);
+            if rows == Rows::All {
+                logits.extend(self.logits_for(&state.0));
+            }
+        }
+        if rows == Rows::Last {
+            logits.extend(self.logits_for(&state.0));
+        }
+        Ok(())
+    }
+}
+
+/// A model whose logits depend only on the last token: `table[last]`.
+#[derive(Debug, Clone)]
+pub struct TableModel {
+    pub table: Vec<Vec<f32>>,
+    pub context_length: Option<usize>,
+}
+
+impl LanguageModel for TableModel {
+    type State = Tokens;
+    fn vocab_size(&self) -> usize {
+        self.table.len()
+    }
+    fn context_length(&self) -> Option<usize> {
+        self.context_length
+    }
+    fn new_state(&self) -> Tokens {
+        Tokens::default()
+    }
+    fn forward(
+        &self,
+        state: &mut Tokens,
+        tokens: &[TokenId],
+        _rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        self.check_input(state.pos(), tokens)?;
+        state.0.extend_from_slice(tokens);
+        let last = *state.0.last().expect("check_input rejects empty input");
+        logits.clear();
+        logits.extend_from_slice(&self.table[last as usize]);
+        Ok(())
+    }
+}
+
+/// Wraps a model and records how many positions each forward pass reads.
+#[derive(Debug)]
+pub struct Counting<M> {
+    pub inner: M,
+    /// Positions read by each `forward` call.
+    pub calls: RefCell<Vec<usize>>,
+    /// Rows of each `forward_batch` call.
+    pub batches: RefCell<Vec<usize>>,
+}
+
+impl<M> Counting<M> {
+    pub fn new(inner: M) -> Self {
+        Self {
+            inner,
+            calls: RefCell::new(Vec::new()),
+            batches: RefCell::new(Vec::new()),
+        }
+    }
+    pub fn calls(&self) -> Vec<usize> {
+        self.calls.borrow().clone()
+    }
+    pub fn positions(&self) -> usize {
+        self.calls.borrow().iter().sum()
+    }
+}
+
+impl<M: LanguageModel> LanguageModel for Counting<M> {
+    type State = M::State;
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn context_length(&self) -> Option<usize> {
+        self.inner.context_length()
+    }
+    fn new_state(&self) -> M::State {
+        self.inner.new_state()
+    }
+    fn forward(
+        &self,
+        state: &mut M::State,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        self.calls.borrow_mut().push(tokens.len());
+        self.inner.forward(state, tokens, rows, logits)
+    }
+    fn forward_batch(
+        &self,
+        states: &mut [M::State],
+        tokens: &[&[TokenId]],
+        logits: &mut [Vec<f32>],
+    ) -> lm_core::Result<()> {
+        self.batches.borrow_mut().push(states.len());
+        // The rows one by one through `self`, so `calls` sees them too.
+        for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
+            self.forward(state, tokens, Rows::Last, logits)?;
+        }
+        Ok(())
+    }
+}
+
+/// Lesson 001's vocabulary.
+pub const LESSON_VOCAB: [&str; 7] = ["<start>", "the", "cat", "dog", "sat", "slept", "<end>"];
+
+/// Token i decodes to `pieces[i]`.
+#[derive(Debug, Clone)]
+pub struct Pieces(pub Vec<&'static str>);
+
+impl Detokenize for Pieces {
+    fn decode(&self, ids: &[TokenId]) -> String {
+        ids.iter().map(|&id| self.0[id as usize]).collect()
+    }
+}

@@ -1,0 +1,499 @@
+//! The generation loop: forward-call pattern (lesson 001's 25 vs 7), stop
+//! reasons, stop strings, truncation, traces checked against the model's
+//! logits recomputed from scratch, determinism and streaming.
+
+mod common;
+
+use common::{Counting, LESSON_VOCAB, Pieces, PrefixModel, TableModel};
+use lm_core::{TokenId, Uncached, softmax};
+use lm_decode::{
+    Error, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation, generate,
+    generate_many, generate_streaming,
+};
+
+const PROMPT: [TokenId; 3] = [0, 1, 2]; // <start> the cat
+
+fn sampling(max_new_tokens: usize, seed: u64) -> GenerationConfig {
+    GenerationConfig {
+        max_new_tokens,
+        sampling: SamplingConfig {
+            seed,
+            ..SamplingConfig::default()
+        },
+        ..GenerationConfig::default()
+    }
+}
+
+#[test]
+fn lesson_001_cached_reads_7_positions_uncached_25() {
+    // "Positions read without a cache = 3 + 4 + 5 + 6 + 7 = 25"; with a cache
+    // the prompt once and then one new position per step.
+    let config = sampling(5, 0);
+    let cached = Counting::new(PrefixModel::new(7));
+    let fast = generate(&cached, &PROMPT, &config, None).unwrap();
+    assert_eq!(cached.calls(), vec![3, 1, 1, 1, 1]);
+    assert_eq!(cached.positions(), 7);
+    let reference = Uncached(Counting::new(PrefixModel::new(7)));
+    let slow = generate(&reference, &PROMPT, &config, None).unwrap();
+    assert_eq!(reference.0.calls(), vec![3, 4, 5, 6, 7]);
+    assert_eq!(reference.0.positions(), 25);
+    assert_eq!(
+        fast, slow,
+        "the cache changes the cost, not the tokens or their probabilities"
+    );
+    let prefixes: Vec<usize> = fast.steps.iter().map(|s| s.prefix_len).collect();
+    assert_eq!(prefixes, vec![3, 4, 5, 6, 7]);
+}
+
+#[test]
+fn lesson_001_context_bound_five_stops_after_two_tokens() {
+    for max_new_tokens in [2, 5, 100] {
+        let model = Counting::new(PrefixModel::new(7).with_context(5));
+        let run = generate(&model, &PROMPT, &sampling(max_new_tokens, 0), None).unwrap();
+        assert_eq!(run.tokens.len(), 2, "max_new_tokens {max_new_tokens}");
+        let expected = if max_new_tokens == 2 {
+            StopReason::MaxNewTokens
+        } else {
+            StopReason::ContextBound
+        };
+        assert_eq!(run.stop_reason, expected);
+        assert!(!run.is_finished(), "a limit truncates");
+        assert_eq!(model.calls(), vec![3, 1], "the last token is never fed");
+    }
+}
+
+/// A table where token t is followed by `next[t]` with logit 5 (others 0).
+fn chain(next: &[TokenId]) -> TableModel {
+    let v = next.len();
+    TableModel {
+        table: next
+            .iter()
+            .map(|&n| {
+                (0..v)
+                    .map(|i| if i == n as usize { 5.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect(),
+        context_length: None,
+    }
+}
+
+fn greedy(max_new_tokens: usize) -> GenerationConfig {
+    GenerationConfig {
+        max_new_tokens,
+        sampling: SamplingConfig::greedy(),
+        ..GenerationConfig::default()
+    }
+}
+
+#[test]
+fn any_of_several_end_tokens_stops_and_is_kept_last() {
+    // SmolLM2 has three end tokens (0, 2, 4). 1 -> 3 -> 4.
+    let model = chain(&[1, 3, 0, 4, 1, 0]);
+    let config = GenerationConfig {
+        end_tokens: vec![0, 2, 4],
+        ..greedy(10)
+    };
+    let run = generate(&model, &[1], &config, None).unwrap();
+    assert_eq!(run.tokens, vec![3, 4]);
+    assert_eq!(run.stop_reason, StopReason::EndToken(4));
+    assert!(run.is_finished());
+    // Without end tokens the same model runs to the limit.
+    let run = generate(&model, &[1], &greedy(4), None).unwrap();
+    assert_eq!(
+        (run.tokens, run.stop_reason),
+        (vec![3, 4, 1, 3], StopReason::MaxNewTokens)
+    );
+}
+
+#[test]
+fn stop_strings_match_across_tokens_and_cut_the_text() {
+    // 1 -> 2 -> 3 -> 4 -> 5 -> 5 ...; pieces: "ab" + "c" + "d!" + "e".
+    let model = chain(&[0, 2, 3, 4, 5, 5]);
+    let pieces = Pieces(vec!["", "x", "ab", "c", "d!", "e"]);
+    let check =
+        |stops: &[&str], expected_tokens: &[TokenId], expected_text: &str, expected: StopReason| {
+            let config = GenerationConfig {
+                stop_strings: stops.iter().map(|s| s.to_string()).collect(),
+                ..greedy(6)
+            };
+            let run = generate(&model, &[1], &config, Some(&pieces)).unwrap();
+            assert_eq!(run.tokens, expected_tokens, "{stops:?}");
+            assert_eq!(run.text.as_deref(), Some(expected_text), "{stops:?}");
+            assert_eq!(run.stop_reason, expected, "{stops:?}");
+        };
+    check(&["bc"], &[2, 3], "a", StopReason::StopString("bc".into()));
+    check(
+        &["!"],
+        &[2, 3, 4],
+        "abcd",
+        StopReason::StopString("!".into()),
+    );
+    check(
+        &["zzz", "cd"],
+        &[2, 3, 4],
+        "ab",
+        StopReason::StopString("cd".into()),
+    );
+    check(
+        &["e", "!e"],
+        &[2, 3, 4, 5],
+        "abcd",
+        StopReason::StopString("!e".into()),
+    );
+    check(&["abc"], &[2, 3], "", StopReason::StopString("abc".into()));
+    check(
+        &["q"],
+        &[2, 3, 4, 5, 5, 5],
+        "abcd!eee",
+        StopReason::MaxNewTokens,
+    );
+    assert!(StopReason::StopString("x".into()).is_finished());
+}
+
+#[test]
+fn text_leaves_out_a_final_end_token() {
+    let model = chain(&[0, 2, 3, 6, 0, 0, 0]);
+    let vocab = Pieces(LESSON_VOCAB.to_vec());
+    let config = GenerationConfig {
+        end_tokens: vec![6],
+        ..greedy(10)
+    };
+    let run = generate(&model, &[1], &config, Some(&vocab)).unwrap();
+    assert_eq!(run.tokens, vec![2, 3, 6]);
+    assert_eq!(run.text.as_deref(), Some("catdog"));
+    assert_eq!(generate(&model, &[1], &config, None).unwrap().text, None);
+}
+
+#[test]
+fn steps_record_policy_and_model_probabilities_against_a_recomputation() {
+    // Lesson 001: at T = 0.5 the selected token's share differs from T = 1.
+    let model = PrefixModel::new(7);
+    let config = GenerationConfig {
+        max_new_tokens: 6,
+        sampling: SamplingConfig {
+            temperature: 0.5,
+            top_k: Some(3),
+            seed: 3,
+            ..SamplingConfig::default()
+        },
+        n_top_candidates: 4,
+        ..GenerationConfig::default()
+    };
+    let run = generate(&model, &PROMPT, &config, None).unwrap();
+    assert_eq!(run.steps.len(), 6);
+    let mut total_ln = 0.0f64;
+    let mut policy_ln = 0.0f64;
+    for (i, step) in run.steps.iter().enumerate() {
+        let (prompt, generated) = run.prefix(i).unwrap();
+        let prefix: Vec<TokenId> = prompt.iter().chain(generated).copied().collect();
+        assert_eq!(
+            (step.index, step.prefix_len, prefix.len()),
+            (i, 3 + i, 3 + i)
+        );
+        let logits = model.logits_for(&prefix);
+        let model_probs: Vec<f64> = softmax(&logits, 1.0)
+            .unwrap()
+            .iter()
+            .map(|&p| f64::from(p))
+            .collect();
+        // Policy by hand: softmax at T = 0.5 over the three best, renormalised.
+        let mut order: Vec<usize> = (0..7).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let kept_weight: f64 = order[..3]
+            .iter()
+            .map(|&j| (f64::from(logits[j]) / 0.5).exp())
+            .sum();
+        let t = step.token as usize;
+        assert!(order[..3].contains(&t));
+        let policy = (f64::from(logits[t]) / 0.5).exp() / kept_weight;
+        assert!((f64::from(step.policy_prob) - policy).abs() < 1e-6);
+        assert!((f64::from(step.model_prob) - model_probs[t]).abs() < 1e-6);
+        assert!((step.logprob - model_probs[t].ln()).abs() < 1e-6);
+        assert!((step.policy_logprob - policy.ln()).abs() < 1e-5);
+        assert!(
+            (step.policy_prob - step.model_prob).abs() > 1e-3,
+            "the policy is not the model"
+        );
+        total_ln += step.logprob;
+        policy_ln += step.policy_logprob;
+        assert!((step.running_logprob.ln() - total_ln).abs() < 1e-12);
+        assert_eq!(step.running_logprob.n_tokens(), i + 1);
+        assert!((step.running_policy_logprob.ln() - policy_ln).abs() < 1e-12);
+        // Top candidates: model's four best by probability; the policy's three survivors.
+        let model_top: Vec<usize> = step.model_top.iter().map(|c| c.token as usize).collect();
+        assert_eq!(model_top, order[..4].to_vec());
+        for c in &step.model_top {
+            assert!((f64::from(c.prob) - model_probs[c.token as usize]).abs() < 1e-6);
+            assert!((c.logprob - c.prob.ln()).abs() < 1e-5);
+        }
+        let policy_top: Vec<usize> = step.policy_top.iter().map(|c| c.token as usize).collect();
+        assert_eq!(policy_top, order[..3].to_vec());
+        let mass: f32 = step.policy_top.iter().map(|c| c.prob).sum();
+        assert!((mass - 1.0).abs() < 1e-6);
+    }
+    assert!((run.logprob().ln() - total_ln).abs() < 1e-12);
+    assert!((run.policy_logprob().ln() - policy_ln).abs() < 1e-12);
+    assert_eq!(run.prefix(6), None);
+}
+
+#[test]
+fn no_top_candidates_when_n_is_zero() {
+    let run = generate(&PrefixModel::new(5), &[1], &sampling(3, 0), None).unwrap();
+    assert!(
+        run.steps
+            .iter()
+            .all(|s| s.model_top.is_empty() && s.policy_top.is_empty())
+    );
+}
+
+#[test]
+fn same_seed_same_tokens_different_seeds_differ() {
+    let model = PrefixModel::new(16);
+    let first = generate(&model, &[3], &sampling(30, 11), None).unwrap();
+    let again = generate(&model, &[3], &sampling(30, 11), None).unwrap();
+    assert_eq!(first, again);
+    // A uniform model: every token equally likely, so only the seed decides.
+    let uniform = TableModel {
+        table: vec![vec![0.0; 16]; 16],
+        context_length: None,
+    };
+    let a = generate(&uniform, &[0], &sampling(20, 1), None).unwrap();
+    let b = generate(&uniform, &[0], &sampling(20, 2), None).unwrap();
+    assert_ne!(a.tokens, b.tokens);
+    let distinct: std::collections::BTreeSet<_> = a.tokens.iter().collect();
+    assert!(
+        distinct.len() > 5,
+        "20 uniform draws over 16 tokens: {:?}",
+        a.tokens
+    );
+}
+
+#[test]
+fn greedy_ignores_the_seed() {
+    let model = PrefixModel::new(9);
+    let runs: Vec<Vec<TokenId>> = [0, 1, 99]
+        .into_iter()
+        .map(|seed| {
+            let config = GenerationConfig {
+                sampling: SamplingConfig {
+                    temperature: 0.0,
+                    seed,
+                    ..SamplingConfig::default()
+                },
+                ..greedy(8)
+            };
+            generate(&model, &PROMPT, &config, None).unwrap().tokens
+        })
+        .collect();
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(runs[0], runs[2]);
+    // And greedy is the argmax of the recomputed logits at every step.
+    let mut prefix = PROMPT.to_vec();
+    for &token in &runs[0] {
+        assert_eq!(token, lm_core::argmax(&model.logits_for(&prefix)).unwrap());
+        prefix.push(token);
+    }
+}
+
+#[test]
+fn the_streaming_hook_sees_every_step_in_order() {
+    let mut seen = Vec::new();
+    let model = PrefixModel::new(7);
+    let run = generate_streaming(&model, &PROMPT, &sampling(5, 4), None, |step| {
+        seen.push(step.clone())
+    })
+    .unwrap();
+    assert_eq!(seen, run.steps);
+}
+
+#[test]
+fn several_outputs_read_the_prompt_once_and_use_one_stream_each() {
+    let model = Counting::new(PrefixModel::new(12));
+    let config = GenerationConfig {
+        num_return_sequences: 3,
+        ..sampling(6, 5)
+    };
+    let outputs = generate_many(&model, &PROMPT, &config, None).unwrap();
+    assert_eq!(
+        model.calls().iter().filter(|&&n| n == 3).count(),
+        1,
+        "one prefill"
+    );
+    assert_eq!(model.positions(), 3 + 3 * 5);
+    for (j, output) in outputs.iter().enumerate() {
+        let alone = GenerationConfig {
+            stream: j as u64,
+            ..sampling(6, 5)
+        };
+        assert_eq!(
+            output,
+            &generate(&model.inner, &PROMPT, &alone, None).unwrap(),
+            "stream {j}"
+        );
+        assert_eq!(output.stream, j as u64);
+    }
+    assert_ne!(outputs[0].tokens, outputs[1].tokens);
+    assert_ne!(outputs[1].tokens, outputs[2].tokens);
+}
+
+#[test]
+fn a_long_prompt_is_refused_or_truncated_by_policy() {
+    let model = PrefixModel::new(7).with_context(5);
+    let long: Vec<TokenId> = vec![0, 1, 2, 3, 4, 5];
+    assert_eq!(
+        generate(&model, &long, &sampling(3, 0), None),
+        Err(Error::PromptExceedsContext { len: 6, max: 5 })
+    );
+    assert_eq!(
+        generate(&model, &long[..5], &sampling(3, 0), None),
+        Err(Error::PromptExceedsContext { len: 5, max: 5 }),
+        "a prompt that fills the context leaves no room"
+    );
+    let config = GenerationConfig {
+        truncation: Truncation::KeepHead { n_head: 1 },
+        ..sampling(3, 0)
+    };
+    let run = generate(&model, &long, &config, None).unwrap();
+    assert_eq!(run.prompt, vec![0, 3, 4, 5]);
+    assert_eq!(run.n_prompt_dropped, 2);
+    assert_eq!(
+        (run.tokens.len(), run.stop_reason),
+        (1, StopReason::ContextBound)
+    );
+    let expected = generate(&model, &[0, 3, 4, 5], &sampling(3, 0), None).unwrap();
+    assert_eq!(run.tokens, expected.tokens);
+}
+
+#[test]
+fn bad_generation_inputs_are_typed_errors() {
+    let model = PrefixModel::new(7);
+    let err = |prompt: &[TokenId], config: GenerationConfig| {
+        generate(&model, prompt, &config, None).err()
+    };
+    assert_eq!(
+        err(
+            &PROMPT,
+            GenerationConfig {
+                max_new_tokens: usize::MAX,
+                ..GenerationConfig::default()
+            }
+        ),
+        Some(Error::MaxNewTokensOverflow {
+            prompt_len: 3,
+            max_new_tokens: usize::MAX
+        })
+    );
+    assert_eq!(
+        err(&[], GenerationConfig::default()),
+        Some(Error::EmptyPrompt)
+    );
+    assert_eq!(
+        err(
+            &PROMPT,
+            GenerationConfig {
+                stop_strings: vec!["x".into()],
+                ..GenerationConfig::default()
+            }
+        ),
+        Some(Error::StopStringsNeedDetokenizer { n_strings: 1 })
+    );
+    assert_eq!(
+        err(
+            &PROMPT,
+            GenerationConfig {
+                stop_strings: vec!["x".into(), String::new()],
+                ..GenerationConfig::default()
+            }
+        ),
+        Some(Error::EmptyStopString { index: 1 })
+    );
+    assert_eq!(
+        err(
+            &PROMPT,
+            GenerationConfig {
+                end_tokens: vec![7],
+                ..GenerationConfig::default()
+            }
+        ),
+        Some(Error::TokenOutOfVocabulary {
+            id: 7,
+            vocab_size: 7
+        })
+    );
+    assert_eq!(
+        err(
+            &PROMPT,
+            GenerationConfig {
+                sampling: SamplingConfig {
+                    top_k: Some(0),
+                    ..SamplingConfig::default()
+                },
+                ..GenerationConfig::default()
+            }
+        ),
+        Some(Error::InvalidTopK { value: 0 })
+    );
+    assert_eq!(
+        err(&[9], GenerationConfig::default()),
+        Some(Error::Core(lm_core::Error::TokenOutOfRange {
+            id: 9,
+            vocab_size: 7
+        }))
+    );
+    assert_eq!(
+        generate_many(
+            &model,
+            &PROMPT,
+            &GenerationConfig {
+                num_return_sequences: 0,
+                ..GenerationConfig::default()
+            },
+            None
+        )
+        .err(),
+        Some(Error::InvalidNumReturnSequences { value: 0 })
+    );
+    let nan = TableModel {
+        table: vec![vec![0.0, f32::NAN]; 2],
+        context_length: None,
+    };
+    assert!(matches!(
+        generate(&nan, &[0], &GenerationConfig::default(), None),
+        Err(Error::Core(lm_core::Error::InvalidLogit { index: 1, .. }))
+    ));
+}
+
+#[test]
+fn zero_new_tokens_reads_nothing() {
+    let model = Counting::new(PrefixModel::new(7));
+    let run: Generation = generate(&model, &PROMPT, &sampling(0, 0), None).unwrap();
+    assert!(run.tokens.is_empty() && run.steps.is_empty());
+    assert_eq!(run.stop_reason, StopReason::MaxNewTokens);
+    assert!(model.calls().is_empty());
+}
+
+#[test]
+fn penalties_count_the_prompt_and_the_generated_tokens() {
+    // A uniform model with a huge presence penalty can never repeat a token
+    // of the prompt or of its own output: 6 tokens, 2 in the prompt, 4 new.
+    let uniform = TableModel {
+        table: vec![vec![0.0; 6]; 6],
+        context_length: None,
+    };
+    let config = GenerationConfig {
+        sampling: SamplingConfig {
+            presence_penalty: Some(100.0),
+            seed: 8,
+            ..SamplingConfig::default()
+        },
+        ..sampling(4, 8)
+    };
+    let run = generate(&uniform, &[0, 1], &config, None).unwrap();
+    let mut all: Vec<TokenId> = [0, 1]
+        .into_iter()
+        .chain(run.tokens.iter().copied())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, vec![0, 1, 2, 3, 4, 5]);
+}

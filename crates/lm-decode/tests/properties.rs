@@ -1,0 +1,133 @@
+//! Invariants over random inputs: any finite logits with any valid
+//! parameters give a distribution and an in-range token; filters agree with a
+//! full sort; invalid parameters give typed errors.
+
+use lm_core::TokenId;
+use lm_decode::{Error, Sampler, SamplingConfig};
+use proptest::prelude::*;
+
+fn logits() -> impl Strategy<Value = Vec<f32>> {
+    prop::collection::vec(-30.0f32..30.0, 1..80)
+}
+
+fn valid_config() -> impl Strategy<Value = SamplingConfig> {
+    (
+        prop_oneof![Just(0.0f32), 0.05f32..5.0, Just(f32::INFINITY)],
+        prop::option::of(1usize..100),
+        prop::option::of(0.001f32..=1.0),
+        prop::option::of(0.0f32..=1.0),
+        prop::option::of(0.5f32..2.0),
+        prop::option::of(-2.0f32..2.0),
+        prop::option::of(-2.0f32..2.0),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty,
+                presence_penalty,
+                frequency_penalty,
+                seed,
+            )| {
+                SamplingConfig {
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    repetition_penalty,
+                    presence_penalty,
+                    frequency_penalty,
+                    seed,
+                    ..SamplingConfig::default()
+                }
+            },
+        )
+}
+
+/// Ids sorted best first by a full sort: higher logit, then lower id.
+fn full_sort(logits: &[f32]) -> Vec<TokenId> {
+    let mut ids: Vec<TokenId> = (0..logits.len() as TokenId).collect();
+    ids.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    ids
+}
+
+fn kept(probs: &[f32]) -> Vec<TokenId> {
+    (0..probs.len() as TokenId)
+        .filter(|&id| probs[id as usize] > 0.0)
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn valid_parameters_give_a_distribution_and_a_token_in_range(
+        logits in logits(),
+        config in valid_config(),
+        history_seed in prop::collection::vec(any::<u32>(), 0..20),
+        u in 0.0f64..1.0,
+    ) {
+        let vocab_size = logits.len();
+        let history: Vec<TokenId> = history_seed.iter().map(|h| h % vocab_size as u32).collect();
+        let mut sampler = Sampler::new(&config).unwrap();
+        let probs = sampler.policy(&logits, &history).unwrap().to_vec();
+        prop_assert_eq!(probs.len(), vocab_size);
+        prop_assert!(probs.iter().all(|p| p.is_finite() && *p >= 0.0));
+        let sum: f64 = probs.iter().map(|&p| f64::from(p)).sum();
+        prop_assert!((sum - 1.0).abs() <= 1e-6, "sum {}", sum);
+        let choice = sampler.select(&logits, &history, u).unwrap();
+        prop_assert!((choice.token as usize) < vocab_size);
+        prop_assert!(probs[choice.token as usize] > 0.0);
+        prop_assert_eq!(choice.policy_prob, probs[choice.token as usize]);
+    }
+
+    #[test]
+    fn top_k_keeps_the_k_best_of_a_full_sort(logits in logits(), k in 1usize..100) {
+        let mut sampler = Sampler::new(&SamplingConfig { top_k: Some(k), ..SamplingConfig::default() }).unwrap();
+        let probs = sampler.policy(&logits, &[]).unwrap();
+        let mut expected = full_sort(&logits);
+        expected.truncate(k);
+        expected.sort_unstable();
+        // Logits within 60 of each other: no kept token underflows at T = 1.
+        prop_assert_eq!(kept(probs), expected);
+    }
+
+    #[test]
+    fn top_p_keeps_the_shortest_prefix_of_a_full_sort(logits in prop::collection::vec(-5.0f32..5.0, 1..200), p in 0.01f32..=1.0) {
+        let mut sampler = Sampler::new(&SamplingConfig { top_p: Some(p), ..SamplingConfig::default() }).unwrap();
+        let probs = sampler.policy(&logits, &[]).unwrap();
+        let order = full_sort(&logits);
+        let max = f64::from(logits[order[0] as usize]);
+        let weights: Vec<f64> = order.iter().map(|&id| (f64::from(logits[id as usize]) - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let mut cumulative = 0.0;
+        let n_kept = weights.iter().position(|w| { cumulative += w; (cumulative / total) as f32 >= p }).map_or(order.len(), |i| i + 1);
+        let mut expected = order[..n_kept].to_vec();
+        expected.sort_unstable();
+        prop_assert_eq!(kept(probs), expected);
+    }
+
+    #[test]
+    fn invalid_parameters_are_typed_errors(
+        negative in -1e6f32..-1e-6,
+        above_one in 1.000_001f32..1e6,
+        non_positive in -1e6f32..=0.0,
+    ) {
+        let build = |c: SamplingConfig| Sampler::new(&c).err();
+        let base = SamplingConfig::default;
+        prop_assert_eq!(build(SamplingConfig { temperature: negative, ..base() }), Some(Error::InvalidTemperature { value: negative }));
+        prop_assert_eq!(build(SamplingConfig { top_p: Some(above_one), ..base() }), Some(Error::InvalidTopP { value: above_one }));
+        prop_assert_eq!(build(SamplingConfig { top_p: Some(non_positive), ..base() }), Some(Error::InvalidTopP { value: non_positive }));
+        prop_assert_eq!(build(SamplingConfig { min_p: Some(negative), ..base() }), Some(Error::InvalidMinP { value: negative }));
+        prop_assert_eq!(build(SamplingConfig { min_p: Some(above_one), ..base() }), Some(Error::InvalidMinP { value: above_one }));
+        prop_assert_eq!(
+            build(SamplingConfig { repetition_penalty: Some(non_positive), ..base() }),
+            Some(Error::InvalidRepetitionPenalty { value: non_positive })
+        );
+    }
+}

@@ -1,0 +1,633 @@
+//! The sampling policy against hand-worked examples and brute force: each
+//! transform through a `check(input, expected)` helper with many tiny cases.
+
+use lm_decode::sampler::{CandidateFilter, Candidates, TopK, TopP};
+use lm_decode::{Error, Sampler, SamplingConfig, TokenRng};
+
+/// The policy distribution for `logits` after `history`, to `decimals` places.
+fn check(
+    config: SamplingConfig,
+    logits: &[f32],
+    history: &[u32],
+    expected: &[f64],
+    decimals: usize,
+) {
+    let mut sampler = Sampler::new(&config).unwrap();
+    let probs = sampler.policy(logits, history).unwrap();
+    let got: Vec<String> = probs.iter().map(|p| format!("{p:.decimals$}")).collect();
+    let want: Vec<String> = expected.iter().map(|p| format!("{p:.decimals$}")).collect();
+    assert_eq!(got, want, "{config:?} on {logits:?}");
+}
+
+fn config() -> SamplingConfig {
+    SamplingConfig::default()
+}
+
+fn ln(probs: &[f32]) -> Vec<f32> {
+    probs.iter().map(|p| p.ln()).collect()
+}
+
+#[test]
+fn lesson_000_temperature_table() {
+    // "A worked example: temperature on three logits".
+    let z = [2.0, 1.0, 0.0];
+    check(
+        SamplingConfig {
+            temperature: 0.5,
+            ..config()
+        },
+        &z,
+        &[],
+        &[0.867, 0.117, 0.016],
+        3,
+    );
+    check(
+        SamplingConfig {
+            temperature: 1.0,
+            ..config()
+        },
+        &z,
+        &[],
+        &[0.665, 0.245, 0.090],
+        3,
+    );
+    check(
+        SamplingConfig {
+            temperature: 2.0,
+            ..config()
+        },
+        &z,
+        &[],
+        &[0.506, 0.307, 0.186],
+        3,
+    );
+    // Knowledge check question 1 and both limits of question 2.
+    check(config(), &[3.0, 1.0, 1.0], &[], &[0.79, 0.11, 0.11], 2);
+    check(
+        SamplingConfig {
+            temperature: f32::INFINITY,
+            ..config()
+        },
+        &z,
+        &[],
+        &[1.0 / 3.0; 3],
+        6,
+    );
+    check(SamplingConfig::greedy(), &z, &[], &[1.0, 0.0, 0.0], 6);
+}
+
+#[test]
+fn lesson_001_half_temperature_on_the_first_row() {
+    // "At a temperature of 0.5 the first distribution gives dog a share of
+    // 0.3202 in place of 0.2334." The lesson's row after <start> the cat is
+    // rounded to 4 places, so its squares renormalised give dog 0.3203; to
+    // three places both are 0.320. T = 0.5 squares the shares: p^2 / sum p^2.
+    let row = ln(&[0.1756, 0.1208, 0.1815, 0.2334, 0.0395, 0.1728, 0.0763]);
+    let half = SamplingConfig {
+        temperature: 0.5,
+        ..config()
+    };
+    let mut sampler = Sampler::new(&half).unwrap();
+    let dog = sampler.policy(&row, &[]).unwrap()[3];
+    assert_eq!(format!("{dog:.3}"), "0.320");
+    check(
+        half,
+        &row,
+        &[],
+        &[0.1813, 0.0858, 0.1937, 0.3203, 0.0092, 0.1756, 0.0342],
+        4,
+    );
+    check(
+        config(),
+        &row,
+        &[],
+        &[0.1756, 0.1208, 0.1815, 0.2334, 0.0395, 0.1728, 0.0763],
+        4,
+    );
+}
+
+#[test]
+fn lesson_000_inverse_cdf_draws() {
+    // p = (0.665, 0.245, 0.090): u = 0.7 passes "red" and lands on "green";
+    // "sampling at T = 2 picks blue about one time in five" (u above 0.813).
+    let mut sampler = Sampler::new(&config()).unwrap();
+    let z = [2.0, 1.0, 0.0];
+    assert_eq!(sampler.select(&z, &[], 0.0).unwrap().token, 0);
+    assert_eq!(sampler.select(&z, &[], 0.664).unwrap().token, 0);
+    assert_eq!(sampler.select(&z, &[], 0.7).unwrap().token, 1);
+    assert_eq!(sampler.select(&z, &[], 0.95).unwrap().token, 2);
+    let mut hot = Sampler::new(&SamplingConfig {
+        temperature: 2.0,
+        ..config()
+    })
+    .unwrap();
+    assert_eq!(hot.select(&z, &[], 0.80).unwrap().token, 1);
+    assert_eq!(hot.select(&z, &[], 0.82).unwrap().token, 2);
+}
+
+#[test]
+fn greedy_takes_the_lowest_id_on_ties_and_ignores_u() {
+    let mut greedy = Sampler::new(&SamplingConfig::greedy()).unwrap();
+    for u in [0.0, 0.3, 0.999] {
+        let choice = greedy.select(&[1.0, 3.0, 3.0, -1.0], &[], u).unwrap();
+        assert_eq!((choice.token, choice.policy_prob), (1, 1.0));
+    }
+    // Greedy still applies the raw-logit stage: a ban moves the argmax.
+    let mut banned = Sampler::new(&SamplingConfig {
+        banned_tokens: vec![1],
+        ..SamplingConfig::greedy()
+    })
+    .unwrap();
+    assert_eq!(
+        banned
+            .select(&[1.0, 3.0, 3.0, -1.0], &[], 0.5)
+            .unwrap()
+            .token,
+        2
+    );
+}
+
+#[test]
+fn top_k_keeps_the_k_best_and_renormalises() {
+    let k = |k| SamplingConfig {
+        top_k: Some(k),
+        ..config()
+    };
+    // e^3 / (e^3 + e^2) = 0.731059.
+    check(
+        k(2),
+        &[0.0, 3.0, 1.0, 2.0],
+        &[],
+        &[0.0, 0.731059, 0.0, 0.268941],
+        6,
+    );
+    check(k(1), &[0.0, 3.0, 1.0, 2.0], &[], &[0.0, 1.0, 0.0, 0.0], 6);
+    check(k(4), &[0.0, 0.0, 0.0, 0.0], &[], &[0.25; 4], 6);
+    check(k(9), &[0.0, 0.0], &[], &[0.5, 0.5], 6);
+    // Ties at the boundary: the lower id is kept.
+    check(k(2), &[1.0, 1.0, 1.0, 0.0], &[], &[0.5, 0.5, 0.0, 0.0], 6);
+    check(k(1), &[0.0, 5.0, 5.0], &[], &[0.0, 1.0, 0.0], 6);
+    // Banned tokens are gone before top-k counts.
+    check(
+        SamplingConfig {
+            top_k: Some(1),
+            banned_tokens: vec![1],
+            ..config()
+        },
+        &[0.0, 3.0, 1.0, 2.0],
+        &[],
+        &[0.0, 0.0, 0.0, 1.0],
+        6,
+    );
+}
+
+#[test]
+fn top_p_keeps_the_smallest_set_reaching_p() {
+    let p = |p| SamplingConfig {
+        top_p: Some(p),
+        ..config()
+    };
+    let z = ln(&[0.5, 0.3, 0.2]);
+    check(p(0.8), &z, &[], &[0.625, 0.375, 0.0], 6);
+    check(p(0.81), &z, &[], &[0.5, 0.3, 0.2], 6);
+    check(p(0.5), &z, &[], &[1.0, 0.0, 0.0], 6);
+    check(p(0.4), &z, &[], &[1.0, 0.0, 0.0], 6);
+    check(p(1e-9), &z, &[], &[1.0, 0.0, 0.0], 6);
+    check(p(1.0), &z, &[], &[0.5, 0.3, 0.2], 6);
+    // Id order does not matter, only probability order.
+    check(p(0.8), &ln(&[0.2, 0.5, 0.3]), &[], &[0.0, 0.625, 0.375], 6);
+    // Ties: the lower id first.
+    check(p(0.5), &[0.0, 0.0, 0.0, 0.0], &[], &[0.5, 0.5, 0.0, 0.0], 6);
+}
+
+#[test]
+fn temperature_comes_before_top_p() {
+    // Lesson 002: "applies temperature first ... then top-k or top-p".
+    // T = 0.5: (0.867, 0.117, 0.016); 0.867 < 0.9 <= 0.984: keep two.
+    let tp = |t| SamplingConfig {
+        temperature: t,
+        top_p: Some(0.9),
+        ..config()
+    };
+    check(tp(0.5), &[2.0, 1.0, 0.0], &[], &[0.881, 0.119, 0.0], 3);
+    // T = 1: (0.665, 0.245, 0.090); 0.910 >= 0.9: keep two.
+    check(tp(1.0), &[2.0, 1.0, 0.0], &[], &[0.731, 0.269, 0.0], 3);
+    // T = 2: (0.506, 0.307, 0.186); 0.813 < 0.9: keep all three.
+    check(tp(2.0), &[2.0, 1.0, 0.0], &[], &[0.506, 0.307, 0.186], 3);
+}
+
+#[test]
+fn top_p_sees_the_distribution_top_k_renormalised() {
+    // (0.4, 0.3, 0.2, 0.1) -> top-k 3 -> (0.444, 0.333, 0.222); the first two
+    // reach 0.778 >= 0.75 (unrenormalised they would hold only 0.7).
+    let both = SamplingConfig {
+        top_k: Some(3),
+        top_p: Some(0.75),
+        ..config()
+    };
+    check(
+        both,
+        &ln(&[0.4, 0.3, 0.2, 0.1]),
+        &[],
+        &[4.0 / 7.0, 3.0 / 7.0, 0.0, 0.0],
+        6,
+    );
+}
+
+#[test]
+fn min_p_keeps_tokens_near_the_best() {
+    let m = |m| SamplingConfig {
+        min_p: Some(m),
+        ..config()
+    };
+    let z = ln(&[0.5, 0.25, 0.125, 0.125]);
+    // Ratios to the best: 1, 0.5, 0.25, 0.25.
+    check(m(0.5), &z, &[], &[2.0 / 3.0, 1.0 / 3.0, 0.0, 0.0], 6);
+    check(m(0.3), &z, &[], &[2.0 / 3.0, 1.0 / 3.0, 0.0, 0.0], 6);
+    check(m(0.25), &z, &[], &[0.5, 0.25, 0.125, 0.125], 6);
+    check(m(0.0), &z, &[], &[0.5, 0.25, 0.125, 0.125], 6);
+    check(m(1.0), &z, &[], &[1.0, 0.0, 0.0, 0.0], 6);
+    check(m(1.0), &[1.0, 1.0, 0.0], &[], &[0.5, 0.5, 0.0], 6);
+    // Min-p reads the tempered distribution: at T = 2 the ratio of 0.25 is 0.5.
+    check(
+        SamplingConfig {
+            temperature: 2.0,
+            min_p: Some(0.5),
+            ..config()
+        },
+        &z,
+        &[],
+        &[0.369398, 0.261204, 0.184699, 0.184699],
+        6,
+    );
+}
+
+/// The logits after the raw-logit stage for `history`.
+fn check_adjusted(config: SamplingConfig, logits: &[f32], history: &[u32], expected: &[f32]) {
+    let mut sampler = Sampler::new(&config).unwrap();
+    sampler.policy(logits, history).unwrap();
+    assert_eq!(
+        sampler.adjusted_logits(),
+        expected,
+        "{config:?}, history {history:?}"
+    );
+}
+
+#[test]
+fn repetition_penalty_divides_positive_and_multiplies_negative_logits() {
+    let rep = |r| SamplingConfig {
+        repetition_penalty: Some(r),
+        ..config()
+    };
+    check_adjusted(
+        rep(2.0),
+        &[2.0, -1.0, 4.0, 0.0],
+        &[0, 1, 1, 3],
+        &[1.0, -2.0, 4.0, 0.0],
+    );
+    check_adjusted(rep(2.0), &[2.0, -1.0], &[], &[2.0, -1.0]);
+    check_adjusted(rep(0.5), &[2.0, -1.0], &[0, 1], &[4.0, -0.5]);
+    check_adjusted(rep(1.0), &[2.0, -1.0], &[0, 1], &[2.0, -1.0]);
+    // Counted once however often the token occurs.
+    check_adjusted(rep(4.0), &[8.0, 1.0], &[0, 0, 0], &[2.0, 1.0]);
+}
+
+#[test]
+fn presence_and_frequency_penalties_subtract() {
+    let presence = SamplingConfig {
+        presence_penalty: Some(0.5),
+        ..config()
+    };
+    check_adjusted(presence, &[1.0; 4], &[1, 1, 2], &[1.0, 0.5, 0.5, 1.0]);
+    let frequency = SamplingConfig {
+        frequency_penalty: Some(0.25),
+        ..config()
+    };
+    check_adjusted(
+        frequency.clone(),
+        &[1.0; 4],
+        &[1, 1, 2],
+        &[1.0, 0.5, 0.75, 1.0],
+    );
+    check_adjusted(frequency, &[1.0; 4], &[], &[1.0; 4]);
+    let negative = SamplingConfig {
+        presence_penalty: Some(-1.0),
+        ..config()
+    };
+    check_adjusted(negative, &[0.0, 0.0], &[1], &[0.0, 1.0]);
+}
+
+#[test]
+fn penalties_apply_in_the_documented_order() {
+    // Token 0 (twice): 3 / 1.5 = 2, - 0.5 = 1.5, - 2 * 0.25 = 1.0.
+    // Token 1 (once): -2 * 1.5 = -3, - 0.5 = -3.5, - 0.25 = -3.75.
+    let all = SamplingConfig {
+        repetition_penalty: Some(1.5),
+        presence_penalty: Some(0.5),
+        frequency_penalty: Some(0.25),
+        ..config()
+    };
+    check_adjusted(all, &[3.0, -2.0, 1.0], &[0, 0, 1], &[1.0, -3.75, 1.0]);
+}
+
+#[test]
+fn logit_bias_and_bans() {
+    let both = SamplingConfig {
+        logit_bias: vec![(2, 1.0), (1, -0.5)],
+        banned_tokens: vec![0],
+        ..config()
+    };
+    check_adjusted(
+        both.clone(),
+        &[1.0, 1.0, 1.0],
+        &[],
+        &[f32::NEG_INFINITY, 0.5, 2.0],
+    );
+    // The banned token has probability 0; the rest: softmax(0.5, 2).
+    check(both, &[1.0, 1.0, 1.0], &[], &[0.0, 0.18243, 0.81757], 5);
+}
+
+#[test]
+fn invalid_parameters_are_typed_errors() {
+    let err = |c: SamplingConfig| Sampler::new(&c).err();
+    assert_eq!(
+        err(SamplingConfig {
+            temperature: -0.1,
+            ..config()
+        }),
+        Some(Error::InvalidTemperature { value: -0.1 })
+    );
+    assert!(matches!(
+        err(SamplingConfig {
+            temperature: f32::NAN,
+            ..config()
+        }),
+        Some(Error::InvalidTemperature { .. })
+    ));
+    assert_eq!(
+        err(SamplingConfig {
+            top_k: Some(0),
+            ..config()
+        }),
+        Some(Error::InvalidTopK { value: 0 })
+    );
+    assert_eq!(
+        err(SamplingConfig {
+            top_p: Some(0.0),
+            ..config()
+        }),
+        Some(Error::InvalidTopP { value: 0.0 })
+    );
+    assert_eq!(
+        err(SamplingConfig {
+            top_p: Some(1.01),
+            ..config()
+        }),
+        Some(Error::InvalidTopP { value: 1.01 })
+    );
+    assert!(matches!(
+        err(SamplingConfig {
+            top_p: Some(f32::NAN),
+            ..config()
+        }),
+        Some(Error::InvalidTopP { .. })
+    ));
+    assert_eq!(
+        err(SamplingConfig {
+            min_p: Some(-0.1),
+            ..config()
+        }),
+        Some(Error::InvalidMinP { value: -0.1 })
+    );
+    assert_eq!(
+        err(SamplingConfig {
+            min_p: Some(1.5),
+            ..config()
+        }),
+        Some(Error::InvalidMinP { value: 1.5 })
+    );
+    assert_eq!(
+        err(SamplingConfig {
+            repetition_penalty: Some(0.0),
+            ..config()
+        }),
+        Some(Error::InvalidRepetitionPenalty { value: 0.0 })
+    );
+    assert_eq!(
+        err(SamplingConfig {
+            repetition_penalty: Some(-1.0),
+            ..config()
+        }),
+        Some(Error::InvalidRepetitionPenalty { value: -1.0 })
+    );
+    assert!(matches!(
+        err(SamplingConfig {
+            presence_penalty: Some(f32::NAN),
+            ..config()
+        }),
+        Some(Error::InvalidPresencePenalty { .. })
+    ));
+    assert!(matches!(
+        err(SamplingConfig {
+            frequency_penalty: Some(f32::INFINITY),
+            ..config()
+        }),
+        Some(Error::InvalidFrequencyPenalty { .. })
+    ));
+    assert!(matches!(
+        err(SamplingConfig {
+            logit_bias: vec![(1, f32::NAN)],
+            ..config()
+        }),
+        Some(Error::InvalidLogitBias { token: 1, .. })
+    ));
+    // Messages name the value, lowercase, no trailing period.
+    assert_eq!(
+        Error::InvalidTopP { value: 1.5 }.to_string(),
+        "top_p must be in (0, 1], got 1.5"
+    );
+    assert_eq!(
+        Error::InvalidTopK { value: 0 }.to_string(),
+        "top_k must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn bad_logits_and_emptied_distributions_are_errors() {
+    let mut sampler = Sampler::new(&config()).unwrap();
+    assert!(matches!(
+        sampler.policy(&[0.0, f32::NAN], &[]),
+        Err(Error::Core(lm_core::Error::InvalidLogit { index: 1, .. }))
+    ));
+    assert!(matches!(
+        sampler.policy(&[f32::INFINITY], &[]),
+        Err(Error::Core(lm_core::Error::InvalidLogit { index: 0, .. }))
+    ));
+    assert_eq!(
+        sampler.policy(&[], &[]),
+        Err(Error::Core(lm_core::Error::EmptyLogits))
+    );
+    assert_eq!(
+        sampler.policy(&[f32::NEG_INFINITY], &[]),
+        Err(Error::Core(lm_core::Error::AllMasked))
+    );
+    assert_eq!(
+        sampler.select(&[1.0], &[], 1.0),
+        Err(Error::Core(lm_core::Error::UniformOutOfRange {
+            value: 1.0
+        }))
+    );
+    let mut all_banned = Sampler::new(&SamplingConfig {
+        banned_tokens: vec![0, 1],
+        ..config()
+    })
+    .unwrap();
+    assert_eq!(
+        all_banned.policy(&[1.0, 2.0], &[]),
+        Err(Error::AllTokensFiltered)
+    );
+    let mut out_of_range = Sampler::new(&SamplingConfig {
+        banned_tokens: vec![5],
+        ..config()
+    })
+    .unwrap();
+    assert_eq!(
+        out_of_range.policy(&[1.0, 2.0], &[]),
+        Err(Error::TokenOutOfVocabulary {
+            id: 5,
+            vocab_size: 2
+        })
+    );
+    let mut penalised = Sampler::new(&SamplingConfig {
+        presence_penalty: Some(1.0),
+        ..config()
+    })
+    .unwrap();
+    assert_eq!(
+        penalised.policy(&[1.0, 2.0], &[7]),
+        Err(Error::TokenOutOfVocabulary {
+            id: 7,
+            vocab_size: 2
+        })
+    );
+}
+
+#[test]
+fn debug_output_shows_the_chain_in_order() {
+    let full = SamplingConfig {
+        temperature: 0.7,
+        top_k: Some(40),
+        top_p: Some(0.9),
+        min_p: Some(0.05),
+        repetition_penalty: Some(1.1),
+        presence_penalty: Some(0.5),
+        frequency_penalty: Some(0.25),
+        logit_bias: vec![(3, -1.0)],
+        banned_tokens: vec![0],
+        seed: 1,
+    };
+    insta::assert_snapshot!(
+        format!("{:?}", Sampler::new(&full).unwrap()),
+        @"Sampler { chain: [RepetitionPenalty(1.1), PresencePenalty(0.5), FrequencyPenalty(0.25), LogitBias([(3, -1.0)]), BannedTokens([0]), Temperature(0.7), TopK(40), TopP(0.9), MinP(0.05)], selector: Sample }"
+    );
+    insta::assert_snapshot!(
+        format!("{:?}", Sampler::new(&SamplingConfig::greedy()).unwrap()),
+        @"Sampler { chain: [Temperature(0.0)], selector: Greedy }"
+    );
+}
+
+/// Logits spread over `n` tokens, deterministic.
+fn spread(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
+        .collect()
+}
+
+#[test]
+fn top_k_sorts_only_the_kept_part() {
+    let mut c = Candidates::from_logits(&spread(49_152), 1.0);
+    TopK::new(40).unwrap().apply(&mut c);
+    assert_eq!((c.len(), c.n_sorted()), (40, 40));
+    let mut reference: Vec<(u32, f32)> = spread(49_152)
+        .into_iter()
+        .enumerate()
+        .map(|(i, z)| (i as u32, z))
+        .collect();
+    reference.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    assert_eq!(c.entries(), &reference[..40]);
+}
+
+#[test]
+fn top_p_matches_a_full_sort_and_stops_early_when_confident() {
+    for (n, temperature, p) in [
+        (1000, 1.0, 0.9),
+        (1000, 0.05, 0.9),
+        (5000, 3.0, 0.95),
+        (300, 0.5, 0.3),
+    ] {
+        let logits = spread(n);
+        let mut c = Candidates::from_logits(&logits, temperature);
+        TopP::new(p).unwrap().apply(&mut c);
+        // Reference: sort everything, walk until the mass reaches p.
+        let mut sorted: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &z)| (i as u32, z))
+            .collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let weights: Vec<f64> = sorted
+            .iter()
+            .map(|&(_, z)| ((f64::from(z) - 4.99) / f64::from(temperature)).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut cumulative = 0.0;
+        let n_kept = weights
+            .iter()
+            .position(|w| {
+                cumulative += w;
+                (cumulative / total) as f32 >= p
+            })
+            .map_or(n, |i| i + 1);
+        assert_eq!(c.len(), n_kept, "n {n}, T {temperature}, p {p}");
+        assert_eq!(c.entries(), &sorted[..n_kept]);
+        if n_kept <= 64 {
+            assert!(
+                c.n_sorted() <= 64,
+                "a confident distribution sorts one small round"
+            );
+        }
+    }
+}
+
+#[test]
+fn seeded_frequencies_match_the_policy_within_four_standard_errors() {
+    let config = SamplingConfig {
+        temperature: 0.8,
+        top_k: Some(4),
+        ..config()
+    };
+    let logits = [1.0, 0.5, 0.0, -0.5, 2.0];
+    let mut sampler = Sampler::new(&config).unwrap();
+    let probs = sampler.policy(&logits, &[]).unwrap().to_vec();
+    let n_draws = 100_000;
+    let mut counts = [0usize; 5];
+    let mut rng = TokenRng::new(20_240_601);
+    for _ in 0..n_draws {
+        let token = sampler
+            .select(&logits, &[], rng.next_uniform())
+            .unwrap()
+            .token;
+        counts[token as usize] += 1;
+    }
+    assert_eq!(counts[3], 0, "top-k removed the lowest token");
+    for (token, (&count, &p)) in counts.iter().zip(&probs).enumerate() {
+        let p = f64::from(p);
+        let frequency = count as f64 / n_draws as f64;
+        let standard_error = (p * (1.0 - p) / n_draws as f64).sqrt();
+        assert!(
+            (frequency - p).abs() <= 4.0 * standard_error,
+            "token {token}: frequency {frequency} vs probability {p} (4 SE = {})",
+            4.0 * standard_error
+        );
+    }
+}

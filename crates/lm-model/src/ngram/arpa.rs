@@ -1,0 +1,346 @@
+//! The ARPA text format, read and written, so models move between this
+//! project, KenLM and SRILM.
+//!
+//! ```text
+//! \data\                  (fields below are separated by tabs)
+//! ngram 1=4            <- number of entries per order
+//! ngram 2=3
+//!
+//! \1-grams:
+//! -0.69897  <unk>  0         <- log10 prob, words, log10 backoff
+//! 0  <s>  -0.30103            (no backoff column at the top order)
+//! ...
+//! \2-grams:
+//! -0.30103  <s> a
+//! ...
+//! \end\
+//! ```
+//!
+//! Reading checks the grammar and names the line of every problem: counts
+//! that disagree with the body, a missing `\end\`, bad numbers, unknown words,
+//! n-grams whose context is absent, duplicates. A file without `<unk>` gets
+//! one with log10 probability -100, as KenLM does. Writing lists entries in
+//! the order they were read (so a file round-trips byte for byte when its
+//! numbers are in shortest form, as `lmplz` writes them) or, for a trained
+//! model, sorted by word ids; every entry below the top order gets a
+//! backoff column, as `lmplz` writes it.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+
+use lm_core::TokenId;
+
+use super::error::NgramError;
+use super::key::{KeyMap, pack};
+use super::model::{NgramModel, RawEntry};
+use super::vocab::{UNK, Vocab};
+
+/// KenLM's log10 probability for a `<unk>` missing from an ARPA file.
+pub const MISSING_UNK_LOG10_PROB: f32 = -100.0;
+
+/// Reads lines and counts them.
+struct Lines<R> {
+    reader: R,
+    buffer: String,
+    line: usize,
+}
+
+impl<R: BufRead> Lines<R> {
+    /// The next line, trimmed of its end-of-line, or `None` at the end.
+    fn next_line(&mut self) -> Result<Option<&str>, NgramError> {
+        self.buffer.clear();
+        if self.reader.read_line(&mut self.buffer)? == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        Ok(Some(self.buffer.trim_end_matches(['\n', '\r'])))
+    }
+
+    /// The next line that is not blank, trimmed, with its number.
+    fn next_non_blank(&mut self) -> Result<Option<(usize, String)>, NgramError> {
+        loop {
+            self.buffer.clear();
+            if self.reader.read_line(&mut self.buffer)? == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            let text = self.buffer.trim();
+            if !text.is_empty() {
+                return Ok(Some((self.line, text.to_owned())));
+            }
+        }
+    }
+}
+
+fn parse_number(text: &str, line: usize) -> Result<f32, NgramError> {
+    text.parse::<f32>()
+        .ok()
+        .filter(|v| !v.is_nan() && *v != f32::INFINITY)
+        .ok_or_else(|| NgramError::ArpaBadNumber {
+            line,
+            text: text.to_owned(),
+        })
+}
+
+impl NgramModel {
+    /// Reads an ARPA file.
+    pub fn read_arpa<R: BufRead>(reader: R) -> Result<Self, NgramError> {
+        let mut lines = Lines {
+            reader,
+            buffer: String::new(),
+            line: 0,
+        };
+        loop {
+            match lines.next_line()? {
+                None => return Err(NgramError::ArpaMissingHeader),
+                Some(text) if text.trim() == "\\data\\" => break,
+                Some(_) => {}
+            }
+        }
+        // Header: "ngram m=count" lines up to the first section.
+        let mut declared: Vec<u64> = Vec::new();
+        let first_section = loop {
+            let Some((line, text)) = lines.next_non_blank()? else {
+                return Err(NgramError::ArpaMissingEnd);
+            };
+            if text.starts_with('\\') {
+                break text;
+            }
+            let text = text.as_str();
+            let unexpected = || NgramError::ArpaUnexpectedLine {
+                line,
+                expected: "an `ngram N=count` line",
+                found: text.to_owned(),
+            };
+            let (order_text, count_text) = text
+                .strip_prefix("ngram")
+                .and_then(|rest| rest.split_once('='))
+                .ok_or_else(unexpected)?;
+            let order: usize =
+                order_text
+                    .trim()
+                    .parse()
+                    .map_err(|_| NgramError::ArpaBadNumber {
+                        line,
+                        text: order_text.trim().to_owned(),
+                    })?;
+            if order != declared.len() + 1 {
+                return Err(unexpected());
+            }
+            let count: u64 = count_text
+                .trim()
+                .parse()
+                .map_err(|_| NgramError::ArpaBadNumber {
+                    line,
+                    text: count_text.trim().to_owned(),
+                })?;
+            declared.push(count);
+        };
+        if declared.is_empty() {
+            return Err(NgramError::ArpaUnexpectedLine {
+                line: lines.line,
+                expected: "an `ngram N=count` line",
+                found: first_section,
+            });
+        }
+        let order = declared.len();
+
+        let mut words: Vec<String> = Vec::new();
+        let mut word_ids: HashMap<String, TokenId> = HashMap::new();
+        let mut unigrams: Vec<(f32, f32)> = Vec::new();
+        let mut higher: Vec<Vec<RawEntry>> = Vec::new();
+        // (context position, word) -> position, per level above 1, as read.
+        let mut read_index: Vec<KeyMap<u32>> = Vec::new();
+        let mut header = Some(first_section);
+        for m in 1..=order {
+            let header_line = match header.take() {
+                Some(text) => text,
+                None => match lines.next_non_blank()? {
+                    Some((_, text)) => text,
+                    None => return Err(NgramError::ArpaMissingEnd),
+                },
+            };
+            if header_line != format!("\\{m}-grams:") {
+                return Err(NgramError::ArpaUnexpectedLine {
+                    line: lines.line,
+                    expected: "an n-gram section header",
+                    found: header_line,
+                });
+            }
+            let is_top = m == order;
+            let mut found: u64 = 0;
+            let mut entries = Vec::new();
+            let mut index = KeyMap::default();
+            let mut context_ids: Vec<TokenId> = Vec::with_capacity(m);
+            loop {
+                let line = lines.line + 1;
+                let Some(text) = lines.next_line()? else {
+                    return Err(NgramError::ArpaMissingEnd);
+                };
+                let text = text.trim();
+                if text.is_empty() {
+                    if found == declared[m - 1] {
+                        break;
+                    }
+                    continue;
+                }
+                if text.starts_with('\\') {
+                    header = Some(text.to_owned());
+                    break;
+                }
+                found += 1;
+                if found > declared[m - 1] {
+                    break;
+                }
+                let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+                let n_fields = fields.len();
+                if n_fields != m + 1 && (is_top || n_fields != m + 2) {
+                    return Err(NgramError::ArpaBadEntry {
+                        line,
+                        order: m,
+                        found: text.to_owned(),
+                    });
+                }
+                let prob = parse_number(fields[0], line)?;
+                let backoff = match fields.get(m + 1) {
+                    Some(text) => parse_number(text, line)?,
+                    None => 0.0,
+                };
+                let ngram_words = &fields[1..=m];
+                if m == 1 {
+                    let word = ngram_words[0];
+                    let id = words.len() as TokenId;
+                    if word_ids.insert(word.to_owned(), id).is_some() {
+                        return Err(NgramError::ArpaDuplicate {
+                            line,
+                            ngram: word.to_owned(),
+                        });
+                    }
+                    words.push(word.to_owned());
+                    unigrams.push((prob, backoff));
+                    continue;
+                }
+                context_ids.clear();
+                for word in ngram_words {
+                    let id = word_ids
+                        .get(*word)
+                        .ok_or_else(|| NgramError::ArpaUnknownWord {
+                            line,
+                            word: (*word).to_owned(),
+                        })?;
+                    context_ids.push(*id);
+                }
+                let missing_context = || NgramError::ArpaMissingContext {
+                    line,
+                    ngram: ngram_words.join(" "),
+                };
+                let mut context = context_ids[0];
+                for (level, &word) in read_index.iter().zip(&context_ids[1..m - 1]) {
+                    context = *level
+                        .get(&pack(context, word))
+                        .ok_or_else(missing_context)?;
+                }
+                let word = context_ids[m - 1];
+                let position = entries.len() as u32;
+                if index.insert(pack(context, word), position).is_some() {
+                    return Err(NgramError::ArpaDuplicate {
+                        line,
+                        ngram: ngram_words.join(" "),
+                    });
+                }
+                entries.push(RawEntry {
+                    context,
+                    word,
+                    prob,
+                    backoff,
+                });
+            }
+            if found != declared[m - 1] {
+                return Err(NgramError::ArpaCountMismatch {
+                    order: m,
+                    declared: declared[m - 1],
+                    found,
+                });
+            }
+            if m > 1 {
+                higher.push(entries);
+                read_index.push(index);
+            }
+        }
+        let end = match header.take() {
+            Some(text) => Some(text),
+            None => lines.next_non_blank()?.map(|(_, text)| text),
+        };
+        match end {
+            Some(text) if text == "\\end\\" => {}
+            Some(text) => {
+                return Err(NgramError::ArpaUnexpectedLine {
+                    line: lines.line,
+                    expected: "\\end\\",
+                    found: text,
+                });
+            }
+            None => return Err(NgramError::ArpaMissingEnd),
+        }
+        let (vocab, unk_added) = Vocab::from_words(words)?;
+        if unk_added {
+            unigrams.push((MISSING_UNK_LOG10_PROB, 0.0));
+        }
+        debug_assert_eq!(vocab.word(vocab.unk()), Some(UNK));
+        NgramModel::from_levels(
+            vocab,
+            unk_added,
+            unigrams,
+            higher,
+            true,
+            |_, _| 0,
+            |_, _| String::new(),
+        )
+    }
+
+    /// Writes the model as an ARPA file (see the module docs for the order).
+    pub fn write_arpa<W: Write>(&self, mut out: W) -> Result<(), NgramError> {
+        let levels = self.levels();
+        let order = levels.len();
+        writeln!(out, "\\data\\")?;
+        for (m, level) in levels.iter().enumerate() {
+            writeln!(out, "ngram {}={}", m + 1, level.len())?;
+        }
+        let mut ids: Vec<TokenId> = Vec::with_capacity(order);
+        for (l, level) in levels.iter().enumerate() {
+            writeln!(out)?;
+            writeln!(out, "\\{}-grams:", l + 1)?;
+            let is_top = l + 1 == order;
+            for position in 0..level.len() {
+                let idx = level
+                    .source_order
+                    .as_ref()
+                    .map_or(position, |order| order[position] as usize);
+                ids.clear();
+                let mut at = idx;
+                for up in (0..=l).rev() {
+                    ids.push(levels[up].word[at]);
+                    if up > 0 {
+                        at = levels[up].context[at] as usize;
+                    }
+                }
+                ids.reverse();
+                write!(out, "{}\t", level.prob[idx])?;
+                for (i, &id) in ids.iter().enumerate() {
+                    if i > 0 {
+                        write!(out, " ")?;
+                    }
+                    write!(out, "{}", self.vocab().word(id).unwrap_or(UNK))?;
+                }
+                if is_top {
+                    writeln!(out)?;
+                } else {
+                    writeln!(out, "\t{}", level.backoff[idx])?;
+                }
+            }
+        }
+        writeln!(out)?;
+        writeln!(out, "\\end\\")?;
+        Ok(())
+    }
+}

@@ -1,0 +1,443 @@
+//! From counts to probabilities: maximum likelihood (lesson 000's lab),
+//! add-k, and interpolated modified Kneser-Ney as KenLM's `lmplz` estimates
+//! it; optional count pruning with renormalised backoffs.
+//!
+//! # Modified Kneser-Ney, as `lmplz` does it
+//!
+//! 1. Adjusted counts a(x): the raw count for top-order n-grams and for
+//!    n-grams that start with `<s>`; for every other lower-order n-gram the
+//!    number of distinct words seen before it, N1+(• x). `a(<s>) = 0`,
+//!    `a(<unk>) = 0`.
+//! 2. Discounts per order from the count-of-counts n_k of adjusted counts
+//!    (Chen and Goodman's equation 26): `Y = n1 / (n1 + 2 n2)`,
+//!    `D(k) = k - (k + 1) Y n_{k+1} / n_k` for k = 1, 2, 3 (3 means 3+).
+//! 3. For a context c with continuations w: `u(w | c) = (a(c w) - D(a(c w))) / Σ a(c ·)`
+//!    and `γ(c) = (D1 N1(c ·) + D2 N2(c ·) + D3 N3+(c ·)) / Σ a(c ·)`.
+//! 4. Interpolation from the bottom: `p(w) = u(w) + γ(ε) / |V|` with |V| the
+//!    vocabulary without `<s>` (so `<unk>` gets `γ(ε) / |V|`), and
+//!    `p(w | c) = u(w | c) + γ(c) p(w | c')`. `p(<s>) = 1` (log10 0; never
+//!    predicted). The ARPA probability is `p`, the backoff of c is `γ(c)`.
+//!
+//! # Add-k and maximum likelihood in backoff form
+//!
+//! A stored n-gram `c w` gets `(count(c w) + k) / (count(c ·) + k |V|)`
+//! (k = 0 for maximum likelihood; unigrams likewise with the token total).
+//! Unseen words after a seen context share what is left, in proportion to
+//! the lower order (Katz-style normalisation), so the model is a proper
+//! distribution: `backoff(c) = (1 - Σ p(w | c)) / (1 - Σ p(w | c'))` over the
+//! stored w. For maximum likelihood that leftover is 0 (log10 -99): an
+//! unseen word after a seen context is impossible, as in the lab.
+//!
+//! # Pruning
+//!
+//! N-grams of order m ≥ 2 whose raw count is at most `prune[m - 1]` are
+//! dropped after estimation; the backoffs of their contexts are then
+//! renormalised with the formula above (SRILM-style), so every distribution
+//! still sums to 1. (This differs from `lmplz --prune`, which discounts
+//! before interpolating.)
+
+use lm_core::TokenId;
+
+use super::counts::{CountLevel, NgramCounts};
+use super::error::NgramError;
+use super::model::{NgramModel, RawEntry};
+
+/// How probabilities are estimated from counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Smoothing {
+    /// Relative frequencies: count(c w) / count(c ·). Unseen continuations of
+    /// a seen context get probability 0.
+    MaximumLikelihood,
+    /// Add k to every count (k = 1 is Laplace).
+    AddK {
+        /// The pseudo-count added; finite and > 0.
+        k: f64,
+    },
+    /// Interpolated modified Kneser-Ney as `lmplz` estimates it.
+    ModifiedKneserNey {
+        /// Discounts to use for an order whose count-of-counts cannot give
+        /// them (`lmplz --discount_fallback`; `None` makes that an error).
+        fallback: Option<Discount>,
+    },
+}
+
+/// Modified Kneser-Ney discounts of one order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Discount {
+    /// Subtracted from adjusted count 1.
+    pub d1: f64,
+    /// Subtracted from adjusted count 2.
+    pub d2: f64,
+    /// Subtracted from adjusted counts 3 and more.
+    pub d3_plus: f64,
+}
+
+impl Discount {
+    /// `lmplz`'s default fallback (`--discount_fallback` without values).
+    pub const LMPLZ_FALLBACK: Discount = Discount {
+        d1: 0.5,
+        d2: 1.0,
+        d3_plus: 1.5,
+    };
+
+    /// The discount for an adjusted count (0 for count 0).
+    pub fn for_count(&self, adjusted: u64) -> f64 {
+        match adjusted {
+            0 => 0.0,
+            1 => self.d1,
+            2 => self.d2,
+            _ => self.d3_plus,
+        }
+    }
+
+    fn check(&self) -> Result<(), NgramError> {
+        for (count, value) in [(1, self.d1), (2, self.d2), (3, self.d3_plus)] {
+            if !(0.0..=count as f64).contains(&value) {
+                return Err(NgramError::InvalidFallbackDiscount { count, value });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adjusted counts per level (see the module docs), indexed like the counts.
+pub(crate) fn adjusted_counts(counts: &NgramCounts) -> Vec<Vec<u64>> {
+    let levels = counts.levels();
+    let bos = counts.vocab().bos();
+    let order = levels.len();
+    let starts_with_bos = bos_flags(levels, bos);
+    let mut adjusted: Vec<Vec<u64>> = Vec::with_capacity(order);
+    for (l, level) in levels.iter().enumerate() {
+        if l + 1 == order {
+            adjusted.push(level.count.clone());
+            continue;
+        }
+        let mut continuation = vec![0u64; level.len()];
+        for &suffix in &levels[l + 1].suffix {
+            continuation[suffix as usize] += 1;
+        }
+        let values = (0..level.len())
+            .map(|i| {
+                if starts_with_bos[l][i] {
+                    level.count[i]
+                } else {
+                    continuation[i]
+                }
+            })
+            .collect();
+        adjusted.push(values);
+    }
+    if let Some(unigram_bos) = adjusted[0].get_mut(bos as usize) {
+        *unigram_bos = 0;
+    }
+    adjusted
+}
+
+fn bos_flags(levels: &[CountLevel], bos: TokenId) -> Vec<Vec<bool>> {
+    let mut flags: Vec<Vec<bool>> = Vec::with_capacity(levels.len());
+    flags.push(levels[0].word.iter().map(|&w| w == bos).collect());
+    for level in &levels[1..] {
+        let below = flags.last().map(Vec::as_slice).unwrap_or_default();
+        let here = level.context.iter().map(|&c| below[c as usize]).collect();
+        flags.push(here);
+    }
+    flags
+}
+
+/// Modified Kneser-Ney discounts for every order of `counts`, from the
+/// count-of-counts of adjusted counts, as `lmplz` computes them.
+pub fn kneser_ney_discounts(
+    counts: &NgramCounts,
+    fallback: Option<Discount>,
+) -> Result<Vec<Discount>, NgramError> {
+    discounts_of(&adjusted_counts(counts), fallback)
+}
+
+fn discounts_of(
+    adjusted: &[Vec<u64>],
+    fallback: Option<Discount>,
+) -> Result<Vec<Discount>, NgramError> {
+    if let Some(fallback) = fallback {
+        fallback.check()?;
+    }
+    adjusted
+        .iter()
+        .enumerate()
+        .map(|(l, values)| {
+            let mut n = [0u64; 5];
+            for &a in values {
+                if let Some(slot) = n.get_mut(a as usize) {
+                    *slot += 1;
+                }
+            }
+            match discount_from(l + 1, &n) {
+                Ok(discount) => Ok(discount),
+                Err(error) => fallback.ok_or(error),
+            }
+        })
+        .collect()
+}
+
+fn discount_from(order: usize, n: &[u64; 5]) -> Result<Discount, NgramError> {
+    if let Some(count) = (1..4u64).find(|&count| n[count as usize] == 0) {
+        return Err(NgramError::DiscountUndefined { order, count });
+    }
+    let y = n[1] as f64 / (n[1] as f64 + 2.0 * n[2] as f64);
+    let discount_of = |count: u64| -> Result<f64, NgramError> {
+        let (here, next) = (n[count as usize] as f64, n[count as usize + 1] as f64);
+        let value = count as f64 - (count + 1) as f64 * y * next / here;
+        if (0.0..=count as f64).contains(&value) {
+            Ok(value)
+        } else {
+            Err(NgramError::DiscountOutOfRange {
+                order,
+                count,
+                value,
+            })
+        }
+    };
+    Ok(Discount {
+        d1: discount_of(1)?,
+        d2: discount_of(2)?,
+        d3_plus: discount_of(3)?,
+    })
+}
+
+impl NgramModel {
+    /// Estimates a model from `counts` with `smoothing`, dropping n-grams of
+    /// order m ≥ 2 whose count is at most `prune[m - 1]` (missing entries
+    /// mean 0: keep all). See the module docs for the formulas.
+    pub fn estimate(
+        counts: &NgramCounts,
+        smoothing: &Smoothing,
+        prune: &[u64],
+    ) -> Result<Self, NgramError> {
+        if counts.n_sentences() == 0 {
+            return Err(NgramError::EmptyCorpus);
+        }
+        if let Smoothing::AddK { k } = *smoothing
+            && !(k.is_finite() && k > 0.0)
+        {
+            return Err(NgramError::InvalidAddK { k });
+        }
+        let levels = counts.levels();
+        let order = levels.len();
+        let threshold = |m: usize| {
+            if m < 2 {
+                0
+            } else {
+                prune.get(m - 1).copied().unwrap_or(0)
+            }
+        };
+        let mut lower = 0;
+        for m in 2..=order {
+            if threshold(m) < lower {
+                return Err(NgramError::PruneNotMonotone {
+                    order: m,
+                    threshold: threshold(m),
+                    lower,
+                });
+            }
+            lower = threshold(m);
+        }
+        let vocab = counts.vocab();
+        let bos = vocab.bos() as usize;
+        let n_vocab_without_bos = (vocab.len() - 1) as f64;
+
+        // Linear probabilities per level, and γ per context (KN only).
+        let mut probs: Vec<Vec<f64>> = Vec::with_capacity(order);
+        let mut gammas: Vec<Vec<f64>> = Vec::with_capacity(order);
+        match *smoothing {
+            Smoothing::MaximumLikelihood | Smoothing::AddK { .. } => {
+                let k = match *smoothing {
+                    Smoothing::AddK { k } => k,
+                    _ => 0.0,
+                };
+                let unigrams = &levels[0];
+                let total: f64 = unigrams
+                    .count
+                    .iter()
+                    .enumerate()
+                    .filter(|&(w, _)| w != bos)
+                    .map(|(_, &c)| c as f64)
+                    .sum();
+                let denominator = total + k * n_vocab_without_bos;
+                let mut unigram_probs: Vec<f64> = unigrams
+                    .count
+                    .iter()
+                    .map(|&c| (c as f64 + k) / denominator)
+                    .collect();
+                unigram_probs[bos] = 1.0;
+                probs.push(unigram_probs);
+                for l in 1..order {
+                    let level = &levels[l];
+                    let mut totals = vec![0.0f64; levels[l - 1].len()];
+                    for (&context, &count) in level.context.iter().zip(&level.count) {
+                        totals[context as usize] += count as f64;
+                    }
+                    let level_probs = level
+                        .context
+                        .iter()
+                        .zip(&level.count)
+                        .map(|(&c, &count)| {
+                            (count as f64 + k) / (totals[c as usize] + k * n_vocab_without_bos)
+                        })
+                        .collect();
+                    probs.push(level_probs);
+                }
+            }
+            Smoothing::ModifiedKneserNey { fallback } => {
+                let adjusted = adjusted_counts(counts);
+                let discounts = discounts_of(&adjusted, fallback)?;
+                for l in 0..order {
+                    let level = &levels[l];
+                    let discount = discounts[l];
+                    let n_contexts = if l == 0 { 1 } else { levels[l - 1].len() };
+                    let context_of = |i: usize| if l == 0 { 0 } else { level.context[i] as usize };
+                    let mut totals = vec![0.0f64; n_contexts];
+                    let mut discounted = vec![0.0f64; n_contexts];
+                    for (i, &a) in adjusted[l].iter().enumerate() {
+                        totals[context_of(i)] += a as f64;
+                        discounted[context_of(i)] += discount.for_count(a);
+                    }
+                    let gamma: Vec<f64> = discounted
+                        .iter()
+                        .zip(&totals)
+                        .map(|(&d, &t)| if t > 0.0 { d / t } else { 0.0 })
+                        .collect();
+                    let level_probs: Vec<f64> = adjusted[l]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &a)| {
+                            let c = context_of(i);
+                            let total = totals[c];
+                            let own = if total > 0.0 {
+                                (a as f64 - discount.for_count(a)) / total
+                            } else {
+                                0.0
+                            };
+                            let lower = if l == 0 {
+                                1.0 / n_vocab_without_bos
+                            } else {
+                                probs[l - 1][level.suffix[i] as usize]
+                            };
+                            own + gamma[c] * lower
+                        })
+                        .collect();
+                    probs.push(level_probs);
+                    if l > 0 {
+                        gammas.push(gamma);
+                    }
+                }
+                probs[0][bos] = 1.0;
+            }
+        }
+
+        // Which n-grams stay: counts above the threshold, and every context
+        // of a kept n-gram.
+        let mut keep: Vec<Vec<bool>> = levels
+            .iter()
+            .enumerate()
+            .map(|(l, level)| {
+                level
+                    .count
+                    .iter()
+                    .map(|&c| l == 0 || c > threshold(l + 1))
+                    .collect()
+            })
+            .collect();
+        for l in (1..order).rev() {
+            let (below, here) = keep.split_at_mut(l);
+            for (i, &kept) in here[0].iter().enumerate() {
+                if kept {
+                    below[l - 1][levels[l].context[i] as usize] = true;
+                }
+            }
+        }
+
+        // Backoffs of every n-gram below the top order.
+        let is_kn = matches!(smoothing, Smoothing::ModifiedKneserNey { .. });
+        let mut backoffs: Vec<Vec<f64>> = Vec::with_capacity(order);
+        for l in 0..order.saturating_sub(1) {
+            let above = &levels[l + 1];
+            let n_here = levels[l].len();
+            let mut has_children = vec![false; n_here];
+            let mut sum_here = vec![0.0f64; n_here];
+            let mut sum_lower = vec![0.0f64; n_here];
+            for i in 0..above.len() {
+                if !keep[l + 1][i] {
+                    continue;
+                }
+                let c = above.context[i] as usize;
+                has_children[c] = true;
+                sum_here[c] += probs[l + 1][i];
+                sum_lower[c] += probs[l][above.suffix[i] as usize];
+            }
+            let unpruned = threshold(l + 2) == 0;
+            let values = (0..n_here)
+                .map(|c| {
+                    if !has_children[c] {
+                        1.0
+                    } else if is_kn && unpruned {
+                        gammas[l][c]
+                    } else {
+                        let numerator = 1.0 - sum_here[c];
+                        let denominator = 1.0 - sum_lower[c];
+                        if numerator <= 1e-12 || denominator <= 1e-12 {
+                            0.0
+                        } else {
+                            numerator / denominator
+                        }
+                    }
+                })
+                .collect();
+            backoffs.push(values);
+        }
+
+        // Into the model, renumbering kept entries.
+        let log10 = |p: f64| {
+            if p > 0.0 {
+                p.log10().min(0.0) as f32
+            } else {
+                -99.0
+            }
+        };
+        let log10_backoff = |b: f64| if b > 0.0 { b.log10() as f32 } else { -99.0 };
+        let unigrams = (0..levels[0].len())
+            .map(|w| {
+                let backoff = backoffs.first().map_or(0.0, |b| log10_backoff(b[w]));
+                (log10(probs[0][w]), backoff)
+            })
+            .collect();
+        let mut higher = Vec::with_capacity(order - 1);
+        let mut new_index: Vec<u32> = (0..levels[0].len() as u32).collect();
+        for l in 1..order {
+            let level = &levels[l];
+            let mut entries = Vec::new();
+            let mut renumbered = vec![u32::MAX; level.len()];
+            for i in 0..level.len() {
+                if !keep[l][i] {
+                    continue;
+                }
+                renumbered[i] = entries.len() as u32;
+                entries.push(RawEntry {
+                    context: new_index[level.context[i] as usize],
+                    word: level.word[i],
+                    prob: log10(probs[l][i]),
+                    backoff: backoffs.get(l).map_or(0.0, |b| log10_backoff(b[i])),
+                });
+            }
+            higher.push(entries);
+            new_index = renumbered;
+        }
+        NgramModel::from_levels(
+            vocab.clone(),
+            false,
+            unigrams,
+            higher,
+            false,
+            |_, _| 0,
+            |_, _| String::new(),
+        )
+    }
+}

@@ -1,0 +1,260 @@
+//! ARPA files: round trips and the typed errors of malformed files.
+
+use lm_model::ngram::{NgramCounts, NgramError, NgramModel, Smoothing};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/ngram");
+
+fn write(model: &NgramModel) -> String {
+    let mut out = Vec::new();
+    model.write_arpa(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn read(text: &str) -> Result<NgramModel, NgramError> {
+    NgramModel::read_arpa(text.as_bytes())
+}
+
+#[test]
+fn fixture_reads_and_writes_back_byte_for_byte() {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/tiny-kn3.arpa")).unwrap();
+    let model = read(&text).unwrap();
+    assert_eq!(model.order(), 3);
+    assert_eq!(write(&model), text);
+}
+
+#[test]
+fn trained_models_round_trip() {
+    let corpus = std::fs::read_to_string(format!("{FIXTURES}/tiny.txt")).unwrap();
+    let mut counts = NgramCounts::new(3).unwrap();
+    for line in corpus.lines() {
+        counts.add_sentence(line.split_whitespace()).unwrap();
+    }
+    for smoothing in [
+        Smoothing::MaximumLikelihood,
+        Smoothing::AddK { k: 0.1 },
+        Smoothing::ModifiedKneserNey { fallback: None },
+    ] {
+        let model = NgramModel::estimate(&counts, &smoothing, &[]).unwrap();
+        let text = write(&model);
+        let back = read(&text).unwrap();
+        assert_eq!(write(&back), text, "{smoothing:?}");
+        let vocab = model.vocab();
+        for word in vocab.words() {
+            assert_eq!(back.vocab().id(word), vocab.id(word));
+        }
+        // Identical probabilities for every word after every trained bigram context.
+        let mut row = vec![0.0; vocab.len()];
+        let mut back_row = vec![0.0; vocab.len()];
+        for first in 0..vocab.len() as u32 {
+            for second in [vocab.bos(), vocab.id("the").unwrap(), first] {
+                model.fill_log10_row(&[first, second], &mut row);
+                back.fill_log10_row(&[first, second], &mut back_row);
+                assert_eq!(row, back_row);
+            }
+        }
+    }
+}
+
+#[test]
+fn compact_form_round_trips_within_half_precision() {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/tiny-kn3.arpa")).unwrap();
+    let model = read(&text).unwrap();
+    let bytes = model.to_compact();
+    let back = NgramModel::from_compact(&bytes).unwrap();
+    assert_eq!(back.to_compact(), bytes);
+    for order in 1..=3 {
+        assert_eq!(back.n_ngrams(order), model.n_ngrams(order));
+    }
+    let (prob, backoff) = model.entry(&["the", "cat"]).unwrap();
+    let (back_prob, back_backoff) = back.entry(&["the", "cat"]).unwrap();
+    assert!((prob - back_prob).abs() <= prob.abs() / 1000.0);
+    assert!((backoff - back_backoff).abs() <= backoff.abs() / 1000.0);
+    for cut in [0, 5, 8, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            NgramModel::from_compact(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut extra = bytes.clone();
+    extra.push(0);
+    assert!(matches!(
+        NgramModel::from_compact(&extra),
+        Err(NgramError::CompactInvalid {
+            what: "trailing bytes",
+            ..
+        })
+    ));
+    assert!(matches!(
+        NgramModel::from_compact(b"GGUF...."),
+        Err(NgramError::CompactBadMagic)
+    ));
+}
+
+#[test]
+fn a_file_without_unk_gets_kenlms_substitute() {
+    let model = read("\\data\\\nngram 1=3\n\n\\1-grams:\n0\t<s>\n-0.3\t</s>\n-0.4\tx\n\n\\end\\\n")
+        .unwrap();
+    assert!(model.unk_was_added());
+    assert_eq!(model.entry(&["<unk>"]), Some((-100.0, 0.0)));
+    let score = model.score(["y"], true, false);
+    assert_eq!(score.words[0].log10_prob, -100.0);
+}
+
+const GOOD: &str = "\\data\\
+ngram 1=4
+ngram 2=2
+
+\\1-grams:
+-1\t<unk>\t0
+0\t<s>\t-0.5
+-0.5\t</s>\t0
+-0.5\ta\t-0.25
+
+\\2-grams:
+-0.2\t<s> a
+-0.1\ta </s>
+
+\\end\\
+";
+
+fn check_error(text: &str, matches: impl Fn(&NgramError) -> bool, message: &str) {
+    match read(text) {
+        Ok(_) => panic!("accepted: {text}"),
+        Err(error) => {
+            assert!(matches(&error), "{error:?}");
+            assert_eq!(error.to_string(), message);
+        }
+    }
+}
+
+#[test]
+fn good_file_reads() {
+    let model = read(GOOD).unwrap();
+    assert_eq!(model.entry(&["a", "</s>"]), Some((-0.1, 0.0)));
+    assert_eq!(write(&model), GOOD);
+}
+
+#[test]
+fn counts_that_disagree_with_the_body() {
+    check_error(
+        &GOOD.replace("ngram 2=2", "ngram 2=3"),
+        |e| {
+            matches!(
+                e,
+                NgramError::ArpaCountMismatch {
+                    order: 2,
+                    declared: 3,
+                    found: 2
+                }
+            )
+        },
+        "arpa: header declares 3 2-grams but the body has 2",
+    );
+    check_error(
+        &GOOD.replace("ngram 1=4", "ngram 1=3"),
+        |e| {
+            matches!(
+                e,
+                NgramError::ArpaCountMismatch {
+                    order: 1,
+                    declared: 3,
+                    found: 4
+                }
+            )
+        },
+        "arpa: header declares 3 1-grams but the body has 4",
+    );
+}
+
+#[test]
+fn missing_end_and_header() {
+    check_error(
+        &GOOD.replace("\\end\\\n", ""),
+        |e| matches!(e, NgramError::ArpaMissingEnd),
+        "arpa: missing \\end\\ marker",
+    );
+    check_error(
+        GOOD.split("\\2-grams:").next().unwrap(),
+        |e| matches!(e, NgramError::ArpaMissingEnd),
+        "arpa: missing \\end\\ marker",
+    );
+    check_error(
+        "",
+        |e| matches!(e, NgramError::ArpaMissingHeader),
+        "arpa: no \\data\\ header",
+    );
+    check_error(
+        &GOOD.replace("\\end\\", "\\3-grams:"),
+        |e| matches!(e, NgramError::ArpaUnexpectedLine { .. }),
+        "arpa line 15: expected \\end\\, found \"\\\\3-grams:\"",
+    );
+}
+
+#[test]
+fn bad_numbers() {
+    check_error(
+        &GOOD.replace("-0.2\t<s> a", "-0.2x\t<s> a"),
+        |e| matches!(e, NgramError::ArpaBadNumber { line: 12, .. }),
+        "arpa line 12: bad number \"-0.2x\"",
+    );
+    check_error(
+        &GOOD.replace("0\t<s>\t-0.5", "0\t<s>\tnan"),
+        |e| matches!(e, NgramError::ArpaBadNumber { line: 7, .. }),
+        "arpa line 7: bad number \"nan\"",
+    );
+    check_error(
+        &GOOD.replace("ngram 2=2", "ngram 2=two"),
+        |e| matches!(e, NgramError::ArpaBadNumber { line: 3, .. }),
+        "arpa line 3: bad number \"two\"",
+    );
+}
+
+#[test]
+fn bad_entries() {
+    check_error(
+        &GOOD.replace("-0.1\ta </s>", "-0.1\ta"),
+        |e| {
+            matches!(
+                e,
+                NgramError::ArpaBadEntry {
+                    line: 13,
+                    order: 2,
+                    ..
+                }
+            )
+        },
+        "arpa line 13: a 2-gram entry needs 2 words, found \"-0.1\\ta\"",
+    );
+    check_error(
+        &GOOD.replace("-0.1\ta </s>", "-0.1\ta b"),
+        |e| matches!(e, NgramError::ArpaUnknownWord { line: 13, .. }),
+        "arpa line 13: word \"b\" is not among the unigrams",
+    );
+    check_error(
+        &GOOD.replace("-0.1\ta </s>", "-0.2\t<s> a"),
+        |e| matches!(e, NgramError::ArpaDuplicate { line: 13, .. }),
+        "arpa line 13: duplicate n-gram \"<s> a\"",
+    );
+    check_error(
+        &GOOD.replace("-0.5\ta\t-0.25", "-0.5\t</s>\t-0.25"),
+        |e| matches!(e, NgramError::ArpaDuplicate { line: 9, .. }),
+        "arpa line 9: duplicate n-gram \"</s>\"",
+    );
+    check_error(
+        &GOOD
+            .replace("0\t<s>\t-0.5", "0\t<t>\t-0.5")
+            .replace("<s> a", "<t> a"),
+        |e| matches!(e, NgramError::MissingSpecial { word: "<s>" }),
+        "the model has no <s> unigram",
+    );
+}
+
+#[test]
+fn missing_context() {
+    let trigram = "\\data\\\nngram 1=3\nngram 2=1\nngram 3=1\n\n\\1-grams:\n-1\t<unk>\t0\n0\t<s>\t0\n-0.5\t</s>\t0\n\n\\2-grams:\n-0.1\t<s> </s>\t0\n\n\\3-grams:\n-0.1\t</s> <s> </s>\n\n\\end\\\n";
+    check_error(
+        trigram,
+        |e| matches!(e, NgramError::ArpaMissingContext { line: 15, .. }),
+        "arpa line 15: the context of \"</s> <s> </s>\" is not in the model",
+    );
+}
