@@ -1,0 +1,573 @@
+//! The command line, declared with clap's derive API: one struct per
+//! subcommand, help written for someone meeting these ideas for the first
+//! time, and examples in each subcommand's `after_help`.
+//!
+//! Values that lm-decode validates (temperature, top-k, top-p, min-p,
+//! penalties) are checked here with lm-decode's own constructors, so a bad
+//! value is a usage error (exit code 2) with the library's message.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lm_decode::Truncation;
+use lm_decode::sampler::{MinP, RepetitionPenalty, Temperature, TopK, TopP};
+
+use crate::spec::ModelSpec;
+
+/// The whole command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lm-cli",
+    version,
+    about = "Autoregressive text generation, every step visible",
+    long_about = "Autoregressive text generation, every step visible.\n\n\
+        A language model answers one question: what comes next? It turns a prefix of \
+        tokens into a probability for every token of its vocabulary. Generation repeats \
+        that: predict, choose a token (the policy: greedy, or sampling with temperature, \
+        top-k, top-p, min-p), append it, and stop at an end token or a limit.\n\n\
+        Every subcommand takes a model with --model (see MODELS below); without it, the \
+        embedded default is used: a trigram model of the King James Bible, built in.",
+    after_help = MODELS_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The MODELS section shared by the help texts.
+pub const MODELS_HELP: &str = "\
+MODELS (--model SPEC):
+  toy          the lessons' seven-token decoder; a prompt is words of its vocabulary
+               separated by spaces: <start> the cat dog sat slept <end> (ids 0 to 6)
+  count:FILE   a count (n-gram) model: an ARPA file, or a text corpus trained on the fly
+  FILE.gguf    a llama-architecture model in a GGUF file (tokenizer read from the file)
+  smollm2      SmolLM2-135M-Instruct from the models folder ($LM_MODELS_DIR, default
+               ~/.cache/lm/models); get it with `cargo xtask fetch-model smollm2`
+  (no --model) the embedded default: a Kneser-Ney trigram model of the King James Bible";
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate a continuation of a prompt, step by step.
+    #[command(after_help = GENERATE_HELP)]
+    Generate(GenerateArgs),
+    /// Show the distribution a decoding policy would draw from, for logits you type.
+    #[command(after_help = PROBS_HELP)]
+    Probs(ProbsArgs),
+    /// Score a continuation (or, for a count model, a sentence) token by token.
+    #[command(after_help = SCORE_HELP)]
+    Score(ScoreArgs),
+    /// Score every continuation of a few tokens and rank them; see where greedy lands.
+    #[command(after_help = ENUMERATE_HELP)]
+    Enumerate(EnumerateArgs),
+    /// Split text into the model's tokens and show their ids.
+    #[command(after_help = TOKENIZE_HELP)]
+    Tokenize(TokenizeArgs),
+    /// Train a count (n-gram) model on a text corpus and write it as an ARPA file.
+    #[command(after_help = TRAIN_HELP)]
+    Train(TrainArgs),
+    /// Talk with a chat model, turn by turn (the model's own chat template).
+    #[command(after_help = CHAT_HELP)]
+    Chat(ChatArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
+}
+
+const GENERATE_HELP: &str = "\
+EXAMPLES:
+  lm-cli generate --prompt \"And God said\"
+  lm-cli generate --model toy --prompt \"<start> the cat\" --max-new-tokens 5 --greedy --trace
+  lm-cli generate --model toy --prompt \"<start> the cat\" --temperature 0.5 --seed 1 --json
+  lm-cli generate --model toy --prompt \"<start> the cat\" --num-beams 4 --length-penalty 0.6
+  lm-cli generate --model smollm2 --chat --prompt \"What is a language model?\"
+
+HOW A STEP IS CHOSEN:
+  raw logits -> repetition penalty -> temperature -> top-k -> top-p -> min-p -> choose
+  Temperature 0 (or --greedy) takes the most probable token. Otherwise a seeded
+  ChaCha20 draw picks a token with the policy's probabilities, so the same --seed
+  gives the same text on every run and every --threads count.
+
+STOPPING:
+  end_token       the model chose an end token (toy: <end>; count models: </s>)
+  stop_string     the text came to contain a --stop string
+  max_new_tokens  --max-new-tokens tokens were generated (truncated)
+  context_bound   prompt plus new tokens filled the context (truncated)";
+
+const PROBS_HELP: &str = "\
+EXAMPLES:
+  lm-cli probs --logits 2,1,0 --temperature 0.5      # lesson 000: 0.867 0.117 0.016
+  lm-cli probs --logits 2,1,0 --temperature 0        # greedy: all mass on the argmax
+  lm-cli probs --logits 3,1,1,0,-1 --top-k 2 --json
+
+The policy is the one `generate` uses: temperature first, then top-k, top-p and
+min-p, each renormalising what it keeps.";
+
+const SCORE_HELP: &str = "\
+EXAMPLES:
+  lm-cli score --model toy --prompt \"<start> the cat\" --continuation \"dog dog\"
+  lm-cli score --prompt \"In the beginning\" --continuation \"God created\" --json
+  lm-cli score --model count:model.arpa --text \"the cat sat on the mat .\" --json
+
+With --prompt and --continuation: the log-probability of each continuation token
+given everything before it, their sum (the chain rule) and the perplexity
+exp(-sum / n). With --text (count models only): the sentence scored as KenLM's
+query scores it, with <s> before and </s> after, in log10.";
+
+const ENUMERATE_HELP: &str = "\
+EXAMPLES:
+  lm-cli enumerate --model toy --prompt \"<start> the cat\" --steps 4 --top 5
+  lm-cli enumerate --model toy --prompt \"<start> the cat\" --steps 2 --json
+
+Scores all vocab^steps continuations (lesson 001: 7^4 = 2,401) and shows where
+the greedy continuation ranks: greedy is best at each step, not always overall.";
+
+const TOKENIZE_HELP: &str = "\
+EXAMPLES:
+  lm-cli tokenize --model toy --text \"<start> the cat\"
+  lm-cli tokenize --model smollm2 --text \"Hello, world!\" --json";
+
+const TRAIN_HELP: &str = "\
+EXAMPLES:
+  lm-cli train --corpus corpus.txt --order 3 --smoothing kneser-ney --out model.arpa
+  lm-cli generate --model count:model.arpa --prompt \"the cat\"
+
+Each line of the corpus is a sentence; it is split into words and punctuation.
+The file is written to a temporary name first and renamed when complete.";
+
+const CHAT_HELP: &str = "\
+EXAMPLES:
+  lm-cli chat --model smollm2
+  echo \"What is the capital of France?\" | lm-cli chat --model smollm2
+
+Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat.";
+
+const COMPLETIONS_HELP: &str = "\
+EXAMPLES:
+  lm-cli completions bash > ~/.local/share/bash-completion/completions/lm-cli
+  lm-cli completions zsh > ~/.zfunc/_lm-cli
+  lm-cli completions fish > ~/.config/fish/completions/lm-cli.fish";
+
+/// Which model to use and how to run it: shared by every model subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// The model: toy, count:FILE, FILE.gguf or smollm2 (default: the embedded KJV trigram model).
+    #[arg(long, short = 'm', value_name = "SPEC")]
+    pub model: Option<ModelSpec>,
+    /// Override the model's context length (the longest prefix it reads).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_length: Option<u64>,
+    /// Recompute the whole prefix at every step instead of using the cache (slow; same results).
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Worker threads for the model's matrix products (default: all cores).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
+}
+
+/// `lm-cli generate`.
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// The model and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text to continue.
+    #[arg(long, short = 'p', value_name = "TEXT", allow_hyphen_values = true)]
+    pub prompt: String,
+    /// Wrap the prompt as one user message in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// The most tokens to generate [default: 20].
+    #[arg(long, short = 'n', value_name = "N")]
+    pub max_new_tokens: Option<usize>,
+    /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy.
+    #[arg(long, short = 't', value_name = "T", default_value_t = 1.0,
+          value_parser = parse_temperature, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Keep only the K most probable tokens.
+    #[arg(long, value_name = "K", value_parser = parse_top_k)]
+    pub top_k: Option<usize>,
+    /// Keep the fewest most probable tokens whose probabilities add up to P (nucleus sampling).
+    #[arg(long, value_name = "P", value_parser = parse_top_p, allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    /// Keep tokens at least P times as probable as the best one.
+    #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
+    pub min_p: Option<f32>,
+    /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
+    #[arg(long, value_name = "R", value_parser = parse_repetition_penalty,
+          allow_negative_numbers = true)]
+    pub repetition_penalty: Option<f32>,
+    /// Always take the most probable token (same as --temperature 0).
+    #[arg(long)]
+    pub greedy: bool,
+    /// Beam search with this many beams instead of sampling (1: no beam search).
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub num_beams: Option<u64>,
+    /// Beam search length penalty alpha: score = logprob / ((5 + len) / 6)^alpha.
+    #[arg(long, value_name = "ALPHA", default_value_t = 0.6,
+          value_parser = parse_finite, allow_negative_numbers = true)]
+    pub length_penalty: f32,
+    /// Seed of the random draws (sampling only).
+    #[arg(long, short = 's', value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// End generation when this token is chosen (repeatable; replaces the model's end tokens).
+    #[arg(long, value_name = "TOKEN")]
+    pub end_token: Vec<String>,
+    /// Do not stop at any end token (run to a limit).
+    #[arg(long, conflicts_with = "end_token")]
+    pub no_end_token: bool,
+    /// End generation when the text contains this string (repeatable).
+    #[arg(long, value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// How many independent samples to draw for the prompt.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub num_return_sequences: u64,
+    /// Record the N most probable tokens of each step (shown with --json and --trace).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub top_logprobs: usize,
+    /// What to do with a prompt longer than the context: error, or keep-head:N
+    /// (keep the first N tokens and the most recent ones).
+    #[arg(long, value_name = "POLICY", default_value = "error", value_parser = parse_truncation)]
+    pub truncate: Truncation,
+    /// Print text as it is generated (the default on a terminal).
+    #[arg(long, overrides_with = "no_stream")]
+    pub stream: bool,
+    /// Print the text only at the end.
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Print a table of every step: prefix, chosen token, probabilities.
+    #[arg(long, conflicts_with = "json")]
+    pub trace: bool,
+    /// Print one JSON object with the ids, steps, stop reason and timing.
+    #[arg(long)]
+    pub json: bool,
+    /// Leave the timing out of the JSON (so runs compare byte for byte).
+    #[arg(long)]
+    pub no_timing: bool,
+}
+
+/// `lm-cli probs`.
+#[derive(Debug, Clone, Args)]
+pub struct ProbsArgs {
+    /// Comma-separated logits, e.g. 2,1,0 (use -inf to mask a token).
+    #[arg(long, short = 'l', value_name = "LIST", value_parser = parse_logits,
+          allow_hyphen_values = true)]
+    pub logits: Logits,
+    /// Temperature; 0 puts all mass on the largest logit.
+    #[arg(long, short = 't', value_name = "T", default_value_t = 1.0,
+          value_parser = parse_temperature, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Keep only the K most probable tokens.
+    #[arg(long, value_name = "K", value_parser = parse_top_k)]
+    pub top_k: Option<usize>,
+    /// Keep the fewest most probable tokens whose probabilities add up to P.
+    #[arg(long, value_name = "P", value_parser = parse_top_p, allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    /// Keep tokens at least P times as probable as the best one.
+    #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
+    pub min_p: Option<f32>,
+    /// Print JSON: {"probs": [...]} in input order.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A list of logits as typed on the command line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logits(pub Vec<f32>);
+
+/// `lm-cli score`.
+#[derive(Debug, Clone, Args)]
+pub struct ScoreArgs {
+    /// The model and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The context the continuation follows.
+    #[arg(
+        long,
+        short = 'p',
+        value_name = "TEXT",
+        requires = "continuation",
+        allow_hyphen_values = true
+    )]
+    pub prompt: Option<String>,
+    /// The tokens to score.
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "TEXT",
+        requires = "prompt",
+        allow_hyphen_values = true
+    )]
+    pub continuation: Option<String>,
+    /// A whole sentence to score as KenLM's query does (count models only).
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["prompt", "continuation"],
+          required_unless_present = "prompt", allow_hyphen_values = true)]
+    pub text: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lm-cli enumerate`.
+#[derive(Debug, Clone, Args)]
+pub struct EnumerateArgs {
+    /// The model and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text to continue.
+    #[arg(long, short = 'p', value_name = "TEXT", allow_hyphen_values = true)]
+    pub prompt: String,
+    /// How many tokens each continuation has.
+    #[arg(long, value_name = "N")]
+    pub steps: usize,
+    /// How many of the best continuations to show (0: all).
+    #[arg(long, value_name = "M", default_value_t = 10)]
+    pub top: usize,
+    /// Refuse when there would be more continuations than this.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub limit: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lm-cli tokenize`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenizeArgs {
+    /// The model and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text to split.
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub text: String,
+    /// Print JSON: {"ids": [...], "tokens": [...]}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lm-cli train`.
+#[derive(Debug, Clone, Args)]
+pub struct TrainArgs {
+    /// The corpus: UTF-8 text, one sentence per line.
+    #[arg(long, value_name = "FILE")]
+    pub corpus: PathBuf,
+    /// The n-gram order: 2 for bigrams, 3 for trigrams, ...
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub order: usize,
+    /// How probabilities are estimated from counts.
+    #[arg(long, value_enum, default_value_t = SmoothingArg::KneserNey)]
+    pub smoothing: SmoothingArg,
+    /// The pseudo-count of add-k smoothing.
+    #[arg(long, value_name = "K", default_value_t = 1.0, value_parser = parse_finite_f64)]
+    pub k: f64,
+    /// Use KenLM's fallback discounts when the corpus is too small to estimate them.
+    #[arg(long)]
+    pub discount_fallback: bool,
+    /// Where to write the ARPA file.
+    #[arg(long, short = 'o', value_name = "FILE.arpa")]
+    pub out: PathBuf,
+}
+
+/// The estimators `train` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SmoothingArg {
+    /// Relative frequencies (unseen continuations get probability 0).
+    Mle,
+    /// Add k to every count (k = 1 is Laplace smoothing).
+    AddK,
+    /// Interpolated modified Kneser-Ney, as KenLM's lmplz estimates it.
+    KneserNey,
+}
+
+/// `lm-cli chat`.
+#[derive(Debug, Clone, Args)]
+pub struct ChatArgs {
+    /// The model and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A system message to start the conversation with.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// The most tokens per reply.
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 256)]
+    pub max_new_tokens: usize,
+    /// Temperature; 0 means greedy.
+    #[arg(long, short = 't', value_name = "T", default_value_t = 0.7,
+          value_parser = parse_temperature, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Keep only the K most probable tokens.
+    #[arg(long, value_name = "K", value_parser = parse_top_k)]
+    pub top_k: Option<usize>,
+    /// Keep the fewest most probable tokens whose probabilities add up to P.
+    #[arg(long, value_name = "P", default_value = "0.9", value_parser = parse_top_p,
+          allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    /// Seed of the random draws.
+    #[arg(long, short = 's', value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// `lm-cli completions`.
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write the script for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// Flags that cannot be used together, or a flag the chosen model cannot
+/// honour: a usage error (exit code 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// `--stop` with `--num-beams`.
+    #[error("--stop does not work with --num-beams (beam search has no text to watch)")]
+    StopWithBeams,
+    /// `--num-return-sequences` with `--num-beams`.
+    #[error("--num-return-sequences does not work with --num-beams (every beam is reported)")]
+    SequencesWithBeams,
+    /// `score --text` with a model that is not a count model.
+    #[error(
+        "--text scores a sentence with a count model (count:FILE or the default); \
+         for the {model} model use --prompt and --continuation"
+    )]
+    TextNeedsCountModel {
+        /// The kind of model given.
+        model: &'static str,
+    },
+    /// `train --order` outside 1..=MAX_ORDER.
+    #[error("--order must be between 1 and {max}, got {order}")]
+    InvalidOrder {
+        /// The order given.
+        order: usize,
+        /// The largest order supported.
+        max: usize,
+    },
+}
+
+fn parse_number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number"))
+}
+
+fn parse_temperature(text: &str) -> Result<f32, String> {
+    let value = parse_number(text)?;
+    Temperature::new(value).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn parse_top_k(text: &str) -> Result<usize, String> {
+    let value = parse_number(text)?;
+    TopK::new(value).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn parse_top_p(text: &str) -> Result<f32, String> {
+    let value = parse_number(text)?;
+    TopP::new(value).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn parse_min_p(text: &str) -> Result<f32, String> {
+    let value = parse_number(text)?;
+    MinP::new(value).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
+    let value = parse_number(text)?;
+    RepetitionPenalty::new(value).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn parse_finite(text: &str) -> Result<f32, String> {
+    let value: f32 = parse_number(text)?;
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(format!("must be a finite number, got {value}"))
+    }
+}
+
+fn parse_finite_f64(text: &str) -> Result<f64, String> {
+    let value: f64 = parse_number(text)?;
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(format!("must be a positive finite number, got {value}"))
+    }
+}
+
+/// Parses `2,1,0` (spaces allowed; `-inf` masks a token).
+fn parse_logits(text: &str) -> Result<Logits, String> {
+    let mut logits = Vec::new();
+    for (index, item) in text.split(',').enumerate() {
+        let item = item.trim();
+        let value: f32 = item.parse().map_err(|_| {
+            format!(
+                "logit {} is '{item}', not a number (expected a list like 2,1,0)",
+                index + 1
+            )
+        })?;
+        if value.is_nan() || value == f32::INFINITY {
+            return Err(format!(
+                "logit {} is {value}; logits must be finite or -inf",
+                index + 1
+            ));
+        }
+        logits.push(value);
+    }
+    Ok(Logits(logits))
+}
+
+/// Parses `error` or `keep-head:N`.
+fn parse_truncation(text: &str) -> Result<Truncation, String> {
+    if text == "error" {
+        return Ok(Truncation::Refuse);
+    }
+    let n_head = text.strip_prefix("keep-head:").ok_or_else(|| {
+        format!("'{text}' is not a truncation policy (expected error or keep-head:N)")
+    })?;
+    let n_head = n_head
+        .parse()
+        .map_err(|_| format!("keep-head:{n_head}: '{n_head}' is not a token count"))?;
+    Ok(Truncation::KeepHead { n_head })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn logits_parse_and_name_the_bad_item() {
+        assert_eq!(parse_logits("2, 1,0"), Ok(Logits(vec![2.0, 1.0, 0.0])));
+        assert_eq!(
+            parse_logits("-inf,1").map(|l| l.0[0]),
+            Ok(f32::NEG_INFINITY)
+        );
+        let error = parse_logits("2,x").unwrap_err();
+        assert!(error.contains("logit 2 is 'x'"), "{error}");
+        assert!(parse_logits("1,nan").is_err());
+        assert!(parse_logits("").is_err());
+    }
+
+    #[test]
+    fn truncation_policies_parse() {
+        assert_eq!(parse_truncation("error"), Ok(Truncation::Refuse));
+        assert_eq!(
+            parse_truncation("keep-head:3"),
+            Ok(Truncation::KeepHead { n_head: 3 })
+        );
+        assert!(parse_truncation("keep-head:x").is_err());
+        assert!(parse_truncation("drop").is_err());
+    }
+}

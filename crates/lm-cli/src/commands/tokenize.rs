@@ -1,0 +1,27 @@
+//! `lm-cli tokenize`: the ids of a text under a model's codec.
+
+use anyhow::Result;
+
+use crate::cli::TokenizeArgs;
+use crate::output::Output;
+use crate::report::json::TokenizeReport;
+use crate::report::printable;
+use crate::spec::ModelSpec;
+
+/// Runs `lm-cli tokenize`.
+pub fn run(args: TokenizeArgs) -> Result<()> {
+    let spec = ModelSpec::or_default(args.model.model.as_ref());
+    let codec = spec.load_codec()?;
+    let ids = codec.encode(&args.text)?;
+    let tokens: Vec<String> = ids.iter().map(|&id| codec.token_text(id)).collect();
+    let mut out = Output::stdout();
+    if args.json {
+        return out.write_json(&TokenizeReport { ids, tokens });
+    }
+    let mut text = format!("{} tokens\n{:>8}  token\n", ids.len(), "id");
+    for (id, token) in ids.iter().zip(&tokens) {
+        text.push_str(&format!("{id:>8}  {}\n", printable(token)));
+    }
+    out.write_now(&text)?;
+    Ok(())
+}

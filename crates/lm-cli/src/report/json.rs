@@ -1,0 +1,388 @@
+//! The `--json` shapes, one serde struct per object. Field names are the
+//! documented interface (tests and scripts read them); numbers are written
+//! as serde_json writes `f32`/`f64` (shortest round-trip form), so the same
+//! run prints the same bytes.
+
+use lm_core::TokenId;
+use lm_decode::{Candidate, Generation, Hypothesis, Step, StopReason};
+use serde::Serialize;
+
+use crate::text::TextCodec;
+
+/// `lm-cli generate --json`.
+#[derive(Debug, Serialize)]
+pub struct GenerateReport {
+    /// The model spec.
+    pub model: String,
+    /// The prompt text as given (or as rendered by the chat template).
+    pub prompt: String,
+    /// The prompt ids the model read (after any truncation).
+    pub prompt_ids: Vec<TokenId>,
+    /// Prompt tokens dropped by `--truncate keep-head:N`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub n_prompt_dropped: usize,
+    /// The first (or best) sequence, flattened into the top level.
+    #[serde(flatten)]
+    pub best: SequenceReport,
+    /// Every sequence when `--num-return-sequences` is above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequences: Option<Vec<SequenceReport>>,
+    /// Every beam, best first, with `--num-beams`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub beams: Option<Vec<BeamReport>>,
+    /// The decoding settings.
+    pub settings: Settings,
+    /// How long the model took (left out with `--no-timing`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+}
+
+/// One generated sequence.
+#[derive(Debug, Serialize)]
+pub struct SequenceReport {
+    /// The generated ids (an end token that stopped the run is the last).
+    pub ids: Vec<TokenId>,
+    /// The generated text (without a final end token; cut at a stop string).
+    pub text: String,
+    /// `end_token`, `stop_string`, `max_new_tokens` or `context_bound`.
+    pub stop_reason: &'static str,
+    /// The end token that stopped the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_token: Option<TokenId>,
+    /// The stop string that stopped the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_string: Option<String>,
+    /// One entry per generated token.
+    pub steps: Vec<StepReport>,
+    /// The model's chain-rule log-probability of `ids` (natural log).
+    pub sequence_logprob: f64,
+    /// The same under the decoding policy: the probability of the run as drawn.
+    pub policy_sequence_logprob: f64,
+}
+
+/// One step of the loop.
+#[derive(Debug, Serialize)]
+pub struct StepReport {
+    /// The ids read before choosing (prompt + earlier generated tokens).
+    pub prefix: Vec<TokenId>,
+    /// The chosen id.
+    pub token: TokenId,
+    /// Its text.
+    pub token_text: String,
+    /// Its probability under the policy (1 for greedy).
+    pub prob: f32,
+    /// Its probability under the model (softmax of the raw logits, T = 1).
+    pub model_prob: f32,
+    /// The model's natural-log probability of the token.
+    pub logprob: f64,
+    /// The model's log-probability of the generated tokens so far.
+    pub running_logprob: f64,
+    /// The most probable tokens under the model (`--top-logprobs N`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top_logprobs: Vec<CandidateReport>,
+    /// The most probable tokens under the policy (`--top-logprobs N`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_top: Vec<CandidateReport>,
+}
+
+/// One entry of a top-N list.
+#[derive(Debug, Serialize)]
+pub struct CandidateReport {
+    /// The id.
+    pub token: TokenId,
+    /// Its text.
+    pub token_text: String,
+    /// Its probability.
+    pub prob: f32,
+    /// Its natural-log probability.
+    pub logprob: f32,
+}
+
+/// One beam-search hypothesis.
+#[derive(Debug, Serialize)]
+pub struct BeamReport {
+    /// The generated ids.
+    pub ids: Vec<TokenId>,
+    /// Their text.
+    pub text: String,
+    /// The model's log-probability of `ids`.
+    pub logprob: f64,
+    /// `logprob / ((5 + len) / 6)^alpha`: the ranking key.
+    pub score: f64,
+    /// Why the hypothesis stopped growing.
+    pub stop_reason: &'static str,
+}
+
+/// The decoding settings of a run.
+#[derive(Debug, Serialize)]
+pub struct Settings {
+    /// The most tokens to generate.
+    pub max_new_tokens: usize,
+    /// The temperature (0: greedy).
+    pub temperature: f32,
+    /// top-k, if set.
+    pub top_k: Option<usize>,
+    /// top-p, if set.
+    pub top_p: Option<f32>,
+    /// min-p, if set.
+    pub min_p: Option<f32>,
+    /// The repetition penalty, if set.
+    pub repetition_penalty: Option<f32>,
+    /// The seed.
+    pub seed: u64,
+    /// The end tokens.
+    pub end_tokens: Vec<TokenId>,
+    /// The stop strings.
+    pub stop: Vec<String>,
+    /// The beam count (1: no beam search).
+    pub num_beams: usize,
+    /// The context bound the loop ran under.
+    pub context_length: Option<usize>,
+}
+
+/// How long the model took, prefill (reading the prompt) apart from decoding.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Timing {
+    /// Prompt tokens read in the prefill pass (summed over sequences).
+    pub prefill_tokens: usize,
+    /// Milliseconds from the start to the first chosen token (null for beam search).
+    pub prefill_ms: Option<f64>,
+    /// Tokens fed one at a time after the prefill (the final token is never fed).
+    pub decode_tokens: usize,
+    /// Milliseconds from the first chosen token to the end (null for beam search).
+    pub decode_ms: Option<f64>,
+    /// Milliseconds in all.
+    pub total_ms: f64,
+}
+
+impl Timing {
+    /// Adds another sequence's timing.
+    pub fn add(&mut self, other: &Timing) {
+        self.prefill_tokens += other.prefill_tokens;
+        self.decode_tokens += other.decode_tokens;
+        self.prefill_ms = sum_options(self.prefill_ms, other.prefill_ms);
+        self.decode_ms = sum_options(self.decode_ms, other.decode_ms);
+        self.total_ms += other.total_ms;
+    }
+}
+
+fn sum_options(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The JSON name of a stop reason, with its end token or stop string.
+pub fn stop_reason_parts(reason: &StopReason) -> (&'static str, Option<TokenId>, Option<String>) {
+    match reason {
+        StopReason::EndToken(id) => ("end_token", Some(*id), None),
+        StopReason::StopString(text) => ("stop_string", None, Some(text.clone())),
+        StopReason::ContextBound => ("context_bound", None, None),
+        // MaxNewTokens, and any reason a later lm-decode adds.
+        _ => ("max_new_tokens", None, None),
+    }
+}
+
+impl SequenceReport {
+    /// The report of one generation; `text` is the text to show.
+    pub fn from_generation(generation: &Generation, text: String, codec: &TextCodec) -> Self {
+        let (stop_reason, stop_token, stop_string) = stop_reason_parts(&generation.stop_reason);
+        let steps = generation
+            .steps
+            .iter()
+            .map(|step| StepReport::from_step(generation, step, codec))
+            .collect();
+        Self {
+            ids: generation.tokens.clone(),
+            text,
+            stop_reason,
+            stop_token,
+            stop_string,
+            steps,
+            sequence_logprob: generation.logprob().ln(),
+            policy_sequence_logprob: generation.policy_logprob().ln(),
+        }
+    }
+
+    /// The report of the best beam, its steps rebuilt from the per-token
+    /// log-probabilities (the policy of a search is the model itself).
+    pub fn from_hypothesis(prompt: &[TokenId], best: &Hypothesis, codec: &TextCodec) -> Self {
+        let (stop_reason, stop_token, stop_string) = stop_reason_parts(&best.stop_reason);
+        let mut running = 0.0;
+        let steps = best
+            .tokens
+            .iter()
+            .zip(&best.step_logprobs)
+            .enumerate()
+            .map(|(index, (&token, &logprob))| {
+                running += logprob;
+                let mut prefix = prompt.to_vec();
+                prefix.extend_from_slice(&best.tokens[..index]);
+                StepReport {
+                    prefix,
+                    token,
+                    token_text: codec.token_text(token),
+                    prob: logprob.exp() as f32,
+                    model_prob: logprob.exp() as f32,
+                    logprob,
+                    running_logprob: running,
+                    top_logprobs: Vec::new(),
+                    policy_top: Vec::new(),
+                }
+            })
+            .collect();
+        Self {
+            ids: best.tokens.clone(),
+            text: beam_text(best, codec),
+            stop_reason,
+            stop_token,
+            stop_string,
+            steps,
+            sequence_logprob: best.logprob,
+            policy_sequence_logprob: best.logprob,
+        }
+    }
+}
+
+/// A hypothesis's text without a final end token.
+pub fn beam_text(hypothesis: &Hypothesis, codec: &TextCodec) -> String {
+    let shown = match hypothesis.stop_reason {
+        StopReason::EndToken(_) => &hypothesis.tokens[..hypothesis.tokens.len().saturating_sub(1)],
+        _ => &hypothesis.tokens[..],
+    };
+    codec.decode_ids(shown)
+}
+
+impl BeamReport {
+    /// The report of one hypothesis.
+    pub fn from_hypothesis(hypothesis: &Hypothesis, codec: &TextCodec) -> Self {
+        Self {
+            ids: hypothesis.tokens.clone(),
+            text: beam_text(hypothesis, codec),
+            logprob: hypothesis.logprob,
+            score: hypothesis.score,
+            stop_reason: stop_reason_parts(&hypothesis.stop_reason).0,
+        }
+    }
+}
+
+impl StepReport {
+    fn from_step(generation: &Generation, step: &Step, codec: &TextCodec) -> Self {
+        let mut prefix = generation.prompt.clone();
+        prefix.extend_from_slice(generation.tokens.get(..step.index).unwrap_or_default());
+        let candidates = |list: &[Candidate]| -> Vec<CandidateReport> {
+            list.iter()
+                .map(|c| CandidateReport {
+                    token: c.token,
+                    token_text: codec.token_text(c.token),
+                    prob: c.prob,
+                    logprob: c.logprob,
+                })
+                .collect()
+        };
+        Self {
+            prefix,
+            token: step.token,
+            token_text: codec.token_text(step.token),
+            prob: step.policy_prob,
+            model_prob: step.model_prob,
+            logprob: step.logprob,
+            running_logprob: step.running_logprob.ln(),
+            top_logprobs: candidates(&step.model_top),
+            policy_top: candidates(&step.policy_top),
+        }
+    }
+}
+
+/// `lm-cli probs --json`.
+#[derive(Debug, Serialize)]
+pub struct ProbsReport {
+    /// The logits as given.
+    pub logits: Vec<f32>,
+    /// The policy's probability of each logit, in input order.
+    pub probs: Vec<f32>,
+    /// The policy chain, in the order it runs.
+    pub policy: String,
+}
+
+/// `lm-cli score --prompt --continuation --json`.
+#[derive(Debug, Serialize)]
+pub struct ScoreReport {
+    /// The prompt ids.
+    pub prompt_ids: Vec<TokenId>,
+    /// The continuation ids scored.
+    pub ids: Vec<TokenId>,
+    /// Their texts.
+    pub tokens: Vec<String>,
+    /// ln p(token | everything before it), one per id.
+    pub logprobs: Vec<f64>,
+    /// Their sum: the chain-rule log-probability of the continuation.
+    pub sequence_logprob: f64,
+    /// exp(-sequence_logprob / n).
+    pub perplexity: f64,
+}
+
+/// `lm-cli score --text --json` (count models, KenLM's query).
+#[derive(Debug, Serialize)]
+pub struct SentenceScoreReport {
+    /// The words scored, `</s>` last.
+    pub words: Vec<String>,
+    /// log10 p(word | context), one per word and one for `</s>`.
+    pub log10probs: Vec<f32>,
+    /// The longest stored n-gram ending in each word (KenLM's ngram_length).
+    pub ngram_lengths: Vec<usize>,
+    /// Whether each word is outside the vocabulary.
+    pub oov: Vec<bool>,
+    /// Their sum.
+    pub total_log10: f64,
+    /// 10^(-total_log10 / tokens), tokens counting `</s>`.
+    pub perplexity: f64,
+}
+
+/// `lm-cli enumerate --json`.
+#[derive(Debug, Serialize)]
+pub struct EnumerateReport {
+    /// The prompt ids.
+    pub prompt_ids: Vec<TokenId>,
+    /// Tokens per continuation.
+    pub steps: usize,
+    /// How many continuations were scored (vocab^steps).
+    pub total: usize,
+    /// The best continuations, most probable first.
+    pub continuations: Vec<ContinuationReport>,
+    /// The greedy continuation.
+    pub greedy: Vec<TokenId>,
+    /// Its rank among all continuations, counted from 1.
+    pub greedy_rank: usize,
+    /// Its probability.
+    pub greedy_prob: f64,
+}
+
+/// One enumerated continuation.
+#[derive(Debug, Serialize)]
+pub struct ContinuationReport {
+    /// Its rank, counted from 1.
+    pub rank: usize,
+    /// The ids.
+    pub ids: Vec<TokenId>,
+    /// Their text.
+    pub text: String,
+    /// The chain-rule probability.
+    pub prob: f64,
+    /// Its natural log.
+    pub logprob: f64,
+}
+
+/// `lm-cli tokenize --json`.
+#[derive(Debug, Serialize)]
+pub struct TokenizeReport {
+    /// The ids.
+    pub ids: Vec<TokenId>,
+    /// The text of each id.
+    pub tokens: Vec<String>,
+}

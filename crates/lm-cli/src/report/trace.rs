@@ -1,0 +1,180 @@
+//! The `--trace` table: one row per step, the way lesson 001 prints its runs
+//! (step, prefix read, selected token, selection probability), with the
+//! model's own probability and the running chain-rule log-probability beside
+//! the policy's, then why the loop stopped.
+//!
+//! ```text
+//! step  prefix read                 selected token  policy p  model p  running ln p
+//!    1  <start> the cat             dog               1.0000   0.2334       -1.4550
+//! ```
+
+use std::fmt::Write as _;
+
+use lm_core::TokenId;
+use lm_decode::{Candidate, Generation, Hypothesis, StopReason};
+
+use super::{printable, tail};
+use crate::text::TextCodec;
+
+/// The widest the prefix column gets; longer prefixes show their end.
+const MAX_PREFIX_CHARS: usize = 48;
+/// The widest the token column gets.
+const MAX_TOKEN_CHARS: usize = 24;
+
+/// The header line of the table.
+pub const HEADER: [&str; 6] = [
+    "step",
+    "prefix read",
+    "selected token",
+    "policy p",
+    "model p",
+    "running ln p",
+];
+
+/// The trace of one generation as text: the table, then the stop reason,
+/// the sequence probability and the text.
+pub fn render_generation(generation: &Generation, text: &str, codec: &TextCodec) -> String {
+    let mut rows = Vec::with_capacity(generation.steps.len());
+    let mut prefix_ids: Vec<TokenId> = generation.prompt.clone();
+    for step in &generation.steps {
+        rows.push(Row {
+            step: step.index + 1,
+            prefix: tail(&printable(&codec.decode_ids(&prefix_ids)), MAX_PREFIX_CHARS),
+            token: token_cell(codec, step.token),
+            policy_prob: f64::from(step.policy_prob),
+            model_prob: f64::from(step.model_prob),
+            running: step.running_logprob.ln(),
+            candidates: candidates_line(codec, &step.model_top, &step.policy_top),
+        });
+        prefix_ids.push(step.token);
+    }
+    let mut out = table(&rows);
+    let n = generation.tokens.len();
+    let _ = writeln!(out, "stop: {}", describe_stop(&generation.stop_reason, n));
+    let logprob = generation.logprob();
+    let _ = writeln!(
+        out,
+        "sequence ln p: {:.4} under the model (p = {:.6}), {:.4} under the policy",
+        logprob.ln(),
+        logprob.prob(),
+        generation.policy_logprob().ln(),
+    );
+    let _ = writeln!(out, "text: {}", printable(text));
+    out
+}
+
+/// The trace of a beam search: the best hypothesis step by step, then every
+/// beam with its score.
+pub fn render_beams(prompt: &[TokenId], beams: &[Hypothesis], codec: &TextCodec) -> String {
+    let mut out = String::new();
+    let Some(best) = beams.first() else {
+        return out;
+    };
+    let mut rows = Vec::with_capacity(best.tokens.len());
+    let mut prefix_ids = prompt.to_vec();
+    let mut running = 0.0;
+    for (index, (&token, &logprob)) in best.tokens.iter().zip(&best.step_logprobs).enumerate() {
+        running += logprob;
+        rows.push(Row {
+            step: index + 1,
+            prefix: tail(&printable(&codec.decode_ids(&prefix_ids)), MAX_PREFIX_CHARS),
+            token: token_cell(codec, token),
+            policy_prob: logprob.exp(),
+            model_prob: logprob.exp(),
+            running,
+            candidates: None,
+        });
+        prefix_ids.push(token);
+    }
+    out.push_str(&table(&rows));
+    let _ = writeln!(
+        out,
+        "stop: {}",
+        describe_stop(&best.stop_reason, best.tokens.len())
+    );
+    let _ = writeln!(out, "beams (score = ln p / ((5 + len) / 6)^alpha):");
+    for (rank, beam) in beams.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:>2}. score {:>9.4}  ln p {:>9.4}  {}",
+            rank + 1,
+            beam.score,
+            beam.logprob,
+            printable(&codec.decode_ids(&beam.tokens)),
+        );
+    }
+    out
+}
+
+/// A stop reason in words, for the line under the table.
+pub fn describe_stop(reason: &StopReason, n_tokens: usize) -> String {
+    let name = super::json::stop_reason_parts(reason).0;
+    let why = match reason {
+        StopReason::EndToken(id) => format!("the end token (id {id}) was chosen"),
+        StopReason::StopString(text) => format!("the text reached the stop string {text:?}"),
+        StopReason::ContextBound => "prompt and new tokens filled the context (truncated)".into(),
+        _ => "the new-token limit was reached (truncated)".into(),
+    };
+    format!("{name} after {n_tokens} new tokens: {why}")
+}
+
+struct Row {
+    step: usize,
+    prefix: String,
+    token: String,
+    policy_prob: f64,
+    model_prob: f64,
+    running: f64,
+    candidates: Option<String>,
+}
+
+fn token_cell(codec: &TextCodec, token: TokenId) -> String {
+    tail(&printable(&codec.token_text(token)), MAX_TOKEN_CHARS)
+}
+
+fn candidates_line(codec: &TextCodec, model: &[Candidate], policy: &[Candidate]) -> Option<String> {
+    if model.is_empty() {
+        return None;
+    }
+    let list = |candidates: &[Candidate]| {
+        candidates
+            .iter()
+            .map(|c| format!("{} {:.4}", printable(&codec.token_text(c.token)), c.prob))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(format!(
+        "model top: {}\n{:6}policy top: {}",
+        list(model),
+        "",
+        list(policy)
+    ))
+}
+
+fn table(rows: &[Row]) -> String {
+    let width = |header: &str, cells: &mut dyn Iterator<Item = usize>| {
+        cells.chain([header.chars().count()]).max().unwrap_or(0)
+    };
+    let prefix_width = width(
+        HEADER[1],
+        &mut rows.iter().map(|r| r.prefix.chars().count()),
+    );
+    let token_width = width(HEADER[2], &mut rows.iter().map(|r| r.token.chars().count()));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8}  {:>8}  {:>12}",
+        HEADER[0], HEADER[1], HEADER[2], HEADER[3], HEADER[4], HEADER[5]
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8.4}  {:>8.4}  {:>12.4}",
+            row.step, row.prefix, row.token, row.policy_prob, row.model_prob, row.running
+        );
+        if let Some(candidates) = &row.candidates {
+            let _ = writeln!(out, "{:6}{candidates}", "");
+        }
+    }
+    out
+}

@@ -1,0 +1,447 @@
+//! Model specs (`toy`, `count:FILE`, `FILE.gguf`, `smollm2`, or the embedded
+//! default): parsing, loading, and running one generic command on whichever
+//! model was loaded.
+//!
+//! Each command is written once, generic over [`LanguageModel`], as a
+//! [`ModelTask`]; [`LoadedModel::run`] picks the concrete type once (and the
+//! `--no-cache` and `--context-length` adapters), so no command is copied per
+//! model type:
+//!
+//! ```text
+//! "toy" ─parse─> ModelSpec::Toy ─load─> LoadedModel { Backend::Toy, TextCodec::Toy }
+//!                                          │ run(task)
+//!                                          ▼
+//!                      task.run(&Bounded<ToyDecoder> or &Bounded<Uncached<ToyDecoder>>, &codec)
+//! ```
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{Context, Result};
+use lm_core::{LanguageModel, Rows, TokenId, Uncached};
+use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, Smoothing, TrainOptions, Utf8Policy};
+use lm_model::transformer::{Llama, ToyDecoder};
+
+use crate::text::TextCodec;
+
+/// The file `smollm2` names inside the models folder.
+pub const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The environment variable that overrides the models folder.
+pub const MODELS_DIR_VAR: &str = "LM_MODELS_DIR";
+
+/// Which model the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSpec {
+    /// The lessons' seven-token decoder.
+    Toy,
+    /// A count model from an ARPA file (or a compact model file), or a text
+    /// corpus trained on the fly.
+    Count(PathBuf),
+    /// A llama-architecture GGUF file.
+    Gguf(PathBuf),
+    /// SmolLM2-135M-Instruct from the models folder.
+    SmolLm2,
+    /// The embedded KJV trigram model (no `--model`).
+    Embedded,
+}
+
+/// A model spec that names nothing we know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Not one of the spec forms.
+    #[error("unknown model spec '{spec}' (expected toy, count:FILE, FILE.gguf or smollm2)")]
+    Unknown {
+        /// What was typed.
+        spec: String,
+    },
+    /// `count:` without a file.
+    #[error("model spec 'count:' needs a file, e.g. count:model.arpa")]
+    EmptyCountPath,
+}
+
+impl FromStr for ModelSpec {
+    type Err = SpecError;
+
+    fn from_str(spec: &str) -> Result<Self, SpecError> {
+        if spec == "toy" {
+            return Ok(Self::Toy);
+        }
+        if spec == "smollm2" {
+            return Ok(Self::SmolLm2);
+        }
+        if let Some(path) = spec.strip_prefix("count:") {
+            if path.is_empty() {
+                return Err(SpecError::EmptyCountPath);
+            }
+            return Ok(Self::Count(PathBuf::from(path)));
+        }
+        if spec.to_ascii_lowercase().ends_with(".gguf") {
+            return Ok(Self::Gguf(PathBuf::from(spec)));
+        }
+        Err(SpecError::Unknown {
+            spec: spec.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Toy => f.write_str("toy"),
+            Self::Count(path) => write!(f, "count:{}", path.display()),
+            Self::Gguf(path) => write!(f, "{}", path.display()),
+            Self::SmolLm2 => f.write_str("smollm2"),
+            Self::Embedded => f.write_str("embedded KJV trigram"),
+        }
+    }
+}
+
+/// Why a model could not be loaded (the causes come from lm-model).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `smollm2` was asked for but its file is not in the models folder.
+    #[error(
+        "model file {} not found; run `cargo xtask fetch-model smollm2` (or set {MODELS_DIR_VAR})",
+        path.display()
+    )]
+    SmolLm2Missing {
+        /// Where the file was looked for.
+        path: PathBuf,
+    },
+    /// Neither `LM_MODELS_DIR` nor `HOME` is set.
+    #[error("cannot find the models folder: set {MODELS_DIR_VAR} or HOME")]
+    NoModelsDir,
+    /// A model file that does not exist.
+    #[error("model file {} not found", path.display())]
+    FileMissing {
+        /// The path given.
+        path: PathBuf,
+    },
+}
+
+/// A loaded model and the text codec that goes with it.
+#[derive(Debug)]
+pub struct LoadedModel {
+    /// The weights or counts.
+    pub backend: Backend,
+    /// Text <-> ids for this model.
+    pub codec: TextCodec,
+}
+
+/// The concrete model types.
+#[derive(Debug)]
+pub enum Backend {
+    /// The toy decoder.
+    Toy(Box<ToyDecoder>),
+    /// A count model.
+    Count(NgramModel),
+    /// A llama model from GGUF.
+    Llama(Box<Llama>),
+}
+
+/// How a command wants the model run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Re-read the whole prefix at every step ([`Uncached`]).
+    pub no_cache: bool,
+    /// A context bound to impose (the toy decoder is built with it).
+    pub context_length: Option<usize>,
+}
+
+/// A command written once for every model type.
+pub trait ModelTask {
+    /// What the command returns.
+    type Output;
+
+    /// Runs the command on `model`, reading and writing text with `codec`.
+    fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<Self::Output>;
+}
+
+impl ModelSpec {
+    /// `Some(spec)` or the embedded default.
+    pub fn or_default(spec: Option<&ModelSpec>) -> ModelSpec {
+        spec.cloned().unwrap_or(ModelSpec::Embedded)
+    }
+
+    /// Loads the model; `context_length` builds the toy decoder with that
+    /// bound (its weights do not depend on it).
+    pub fn load(&self, context_length: Option<usize>) -> Result<LoadedModel> {
+        let (backend, codec) = match self {
+            Self::Toy => {
+                let toy = match context_length {
+                    Some(n) => ToyDecoder::with_context_length(n).with_context(|| {
+                        format!("building the toy decoder with context length {n}")
+                    })?,
+                    None => ToyDecoder::new(),
+                };
+                (Backend::Toy(Box::new(toy)), TextCodec::Toy)
+            }
+            Self::Count(path) => {
+                let model = load_count_model(path)?;
+                let codec = TextCodec::Words(model.vocab().clone());
+                (Backend::Count(model), codec)
+            }
+            Self::Embedded => {
+                let model =
+                    ngram::embedded_default().context("loading the embedded default model")?;
+                let codec = TextCodec::Words(model.vocab().clone());
+                (Backend::Count(model), codec)
+            }
+            Self::Gguf(path) => load_gguf(path)?,
+            Self::SmolLm2 => load_gguf(&smollm2_path()?)?,
+        };
+        Ok(LoadedModel { backend, codec })
+    }
+}
+
+impl ModelSpec {
+    /// Only the text codec (a GGUF model's weights are not built).
+    pub fn load_codec(&self) -> Result<TextCodec> {
+        match self {
+            Self::Gguf(path) => codec_of_gguf(path),
+            Self::SmolLm2 => codec_of_gguf(&smollm2_path()?),
+            _ => Ok(self.load(None)?.codec),
+        }
+    }
+}
+
+fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
+    if !path.is_file() {
+        return Err(LoadError::FileMissing {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    let file = lm_model::gguf::GgufFile::open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    TextCodec::from_gguf(&file)
+        .with_context(|| format!("reading the tokenizer of {}", path.display()))
+}
+
+/// Where `smollm2` lives: `$LM_MODELS_DIR` or `$HOME/.cache/lm/models`.
+pub fn smollm2_path() -> Result<PathBuf, LoadError> {
+    let dir = match std::env::var_os(MODELS_DIR_VAR).filter(|dir| !dir.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("HOME")
+            .filter(|home| !home.is_empty())
+            .map(|home| PathBuf::from(home).join(".cache/lm/models"))
+            .ok_or(LoadError::NoModelsDir)?,
+    };
+    let path = dir.join(SMOLLM2_FILE);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(LoadError::SmolLm2Missing { path })
+    }
+}
+
+fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
+    if !path.is_file() {
+        return Err(LoadError::FileMissing {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    let llama = Llama::from_gguf(path).with_context(|| format!("loading {}", path.display()))?;
+    let codec = TextCodec::from_gguf(llama.file())
+        .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+    Ok((Backend::Llama(Box::new(llama)), codec))
+}
+
+/// What a `count:FILE` holds, judged from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CountFileKind {
+    Arpa,
+    Compact,
+    Corpus,
+}
+
+fn count_file_kind(path: &Path) -> Result<CountFileKind> {
+    let file = open(path)?;
+    let mut head = Vec::with_capacity(64);
+    file.take(4096)
+        .read_to_end(&mut head)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if head.starts_with(COMPACT_MAGIC) {
+        return Ok(CountFileKind::Compact);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let first_line = text.lines().map(str::trim).find(|line| !line.is_empty());
+    Ok(if first_line == Some("\\data\\") {
+        CountFileKind::Arpa
+    } else {
+        CountFileKind::Corpus
+    })
+}
+
+fn open(path: &Path) -> Result<File> {
+    if !path.exists() {
+        return Err(LoadError::FileMissing {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    File::open(path).with_context(|| format!("opening {}", path.display()))
+}
+
+/// Reads an ARPA or compact model, or trains a trigram Kneser-Ney model on a
+/// corpus (with KenLM's fallback discounts, so small corpora work).
+fn load_count_model(path: &Path) -> Result<NgramModel> {
+    let context = || format!("loading the count model {}", path.display());
+    match count_file_kind(path)? {
+        CountFileKind::Arpa => {
+            NgramModel::read_arpa(BufReader::new(open(path)?)).with_context(context)
+        }
+        CountFileKind::Compact => {
+            let bytes = std::fs::read(path).with_context(context)?;
+            NgramModel::from_compact(&bytes).with_context(context)
+        }
+        CountFileKind::Corpus => {
+            let options = TrainOptions {
+                order: 3,
+                smoothing: Smoothing::ModifiedKneserNey {
+                    fallback: Some(ngram::Discount::LMPLZ_FALLBACK),
+                },
+                utf8: Utf8Policy::Lossy,
+                prune: Vec::new(),
+            };
+            let reader: Box<dyn BufRead> = Box::new(BufReader::new(open(path)?));
+            let model = ngram::train(reader, &options, |_| {})
+                .with_context(|| format!("training a trigram model on {}", path.display()))?;
+            eprintln!(
+                "note: {} is not an ARPA file; trained a trigram Kneser-Ney model on it",
+                path.display()
+            );
+            Ok(model)
+        }
+    }
+}
+
+impl LoadedModel {
+    /// Runs `task` on the model, behind the adapters `options` asks for.
+    pub fn run<T: ModelTask>(self, options: RunOptions, task: T) -> Result<T::Output> {
+        let Self { backend, codec } = self;
+        // The toy decoder was built with the bound; the others are wrapped.
+        let bound = match backend {
+            Backend::Toy(_) => None,
+            _ => options.context_length,
+        };
+        macro_rules! dispatch {
+            ($model:expr) => {
+                if options.no_cache {
+                    task.run(&Bounded::new(Uncached($model), bound), &codec)
+                } else {
+                    task.run(&Bounded::new($model, bound), &codec)
+                }
+            };
+        }
+        match backend {
+            Backend::Toy(model) => dispatch!(*model),
+            Backend::Count(model) => dispatch!(model),
+            Backend::Llama(model) => dispatch!(*model),
+        }
+    }
+}
+
+/// A model with an optional tighter context bound (`--context-length`):
+/// `context_length` reports the smaller bound and longer input is refused,
+/// so the generation loop stops at it with `context_bound`.
+#[derive(Debug)]
+pub struct Bounded<M> {
+    inner: M,
+    max: Option<usize>,
+}
+
+impl<M: LanguageModel> Bounded<M> {
+    /// Wraps `inner`; `max` of `None` changes nothing.
+    pub fn new(inner: M, max: Option<usize>) -> Self {
+        Self { inner, max }
+    }
+}
+
+impl<M: LanguageModel> LanguageModel for Bounded<M> {
+    type State = M::State;
+
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn context_length(&self) -> Option<usize> {
+        match (self.inner.context_length(), self.max) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn new_state(&self) -> M::State {
+        self.inner.new_state()
+    }
+
+    fn forward(
+        &self,
+        state: &mut M::State,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        if self.max.is_some() {
+            self.check_input(lm_core::SequenceState::pos(state), tokens)?;
+        }
+        self.inner.forward(state, tokens, rows, logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!("toy".parse(), Ok(ModelSpec::Toy));
+        assert_eq!("smollm2".parse(), Ok(ModelSpec::SmolLm2));
+        assert_eq!(
+            "count:a.arpa".parse(),
+            Ok(ModelSpec::Count(PathBuf::from("a.arpa")))
+        );
+        assert_eq!(
+            "dir/m.GGUF".parse(),
+            Ok(ModelSpec::Gguf(PathBuf::from("dir/m.GGUF")))
+        );
+        assert_eq!(
+            "count:".parse::<ModelSpec>(),
+            Err(SpecError::EmptyCountPath)
+        );
+        assert_eq!(
+            "gpt5".parse::<ModelSpec>(),
+            Err(SpecError::Unknown {
+                spec: "gpt5".into()
+            })
+        );
+    }
+
+    #[test]
+    fn bounded_reports_the_smaller_bound_and_refuses_beyond_it() {
+        let toy = ToyDecoder::new();
+        let bounded = Bounded::new(toy, Some(4));
+        assert_eq!(bounded.context_length(), Some(4));
+        let mut state = bounded.new_state();
+        let mut logits = Vec::new();
+        assert_eq!(
+            bounded.forward(&mut state, &[0; 5], Rows::Last, &mut logits),
+            Err(lm_core::Error::ContextExceeded { len: 5, max: 4 })
+        );
+        assert!(
+            bounded
+                .forward(&mut state, &[0, 1, 2, 3], Rows::Last, &mut logits)
+                .is_ok()
+        );
+        assert_eq!(
+            Bounded::new(ToyDecoder::new(), None).context_length(),
+            Some(16)
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! [`TextCodec`]: text <-> token ids for each kind of model.
+//!
+//! - the toy decoder: words of its seven-word vocabulary separated by spaces
+//!   (an unknown word is an error that names it);
+//! - count models: words and punctuation as lm-model's splitter cuts them,
+//!   unknown words read as `<unk>`;
+//! - GGUF models: the byte-level BPE tokenizer built from the file's
+//!   `tokenizer.*` metadata (the mapping below is the CLI's job: lm-tokenize
+//!   reads no model file).
+//!
+//! End tokens, when `--end-token` is not given:
+//!
+//! ```text
+//! toy      <end> (id 6)
+//! count    </s>
+//! GGUF     eos, tokenizer.ggml.eot_token_id / eom_token_id when present, and the
+//!          end-of-turn control tokens lm-tokenize knows (<|endoftext|>,
+//!          <|im_end|>, <|eot_id|>, <end_of_turn>, ...): 0, 2 and 4 for SmolLM2,
+//!          as llama.cpp has it
+//! ```
+
+use anyhow::Result;
+use lm_core::{Detokenize, TokenId};
+use lm_model::gguf::GgufFile;
+use lm_model::ngram::{Vocab, split_words};
+use lm_model::transformer::{TOY_VOCAB, ToyDecoder};
+use lm_tokenize::{BpeVocab, ChatTemplate, Message, Tokenizer};
+
+/// Text that cannot be turned into ids, or a token that names nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    /// A prompt word outside the toy vocabulary.
+    #[error("unknown word '{word}' for the toy model (its words are: {})", TOY_VOCAB.join(" "))]
+    UnknownToyWord {
+        /// The word.
+        word: String,
+    },
+    /// An `--end-token` that is not one token of the model.
+    #[error("end token '{text}' is not a single token of this model")]
+    UnknownEndToken {
+        /// What was given.
+        text: String,
+    },
+    /// A chat was asked of a model without a chat template.
+    #[error("the {model} model has no chat template; chat needs a GGUF model such as smollm2")]
+    NoChatTemplate {
+        /// The model kind.
+        model: &'static str,
+    },
+}
+
+/// Text <-> ids for one model.
+#[derive(Debug)]
+pub enum TextCodec {
+    /// The toy decoder's seven words.
+    Toy,
+    /// A count model's words.
+    Words(Vocab),
+    /// A BPE tokenizer from GGUF metadata.
+    Bpe(Box<BpeCodec>),
+}
+
+/// A GGUF model's tokenizer with its end tokens.
+#[derive(Debug)]
+pub struct BpeCodec {
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The ids that end generation, ascending.
+    pub end_ids: Vec<TokenId>,
+}
+
+impl TextCodec {
+    /// Builds the BPE tokenizer from a GGUF file's `tokenizer.*` metadata.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let vocab = bpe_vocab_from_gguf(file)?;
+        let tokenizer = Tokenizer::from_bpe_vocab(vocab)?;
+        let mut end_ids = tokenizer.end_ids().to_vec();
+        for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+            if let Some(id) = optional(file, key, GgufFile::get_u32)?
+                && (id as usize) < tokenizer.vocab_size()
+            {
+                end_ids.push(id);
+            }
+        }
+        end_ids.sort_unstable();
+        end_ids.dedup();
+        Ok(Self::Bpe(Box::new(BpeCodec { tokenizer, end_ids })))
+    }
+
+    /// A short name of the kind of model, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Toy => "toy",
+            Self::Words(_) => "count",
+            Self::Bpe(_) => "GGUF",
+        }
+    }
+
+    /// The ids of `text`.
+    pub fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
+        Ok(match self {
+            Self::Toy => ToyDecoder::encode(text).map_err(|word| TextError::UnknownToyWord {
+                word: word.to_owned(),
+            })?,
+            Self::Words(vocab) => split_words(text).map(|w| vocab.id_or_unk(w)).collect(),
+            Self::Bpe(bpe) => bpe.tokenizer.encode(text)?,
+        })
+    }
+
+    /// The ids of a prompt: as [`TextCodec::encode`], except that an empty
+    /// prompt for a count model is the start of a sentence (`<s>`).
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<TokenId>> {
+        let ids = self.encode(text)?;
+        match self {
+            Self::Words(vocab) if ids.is_empty() => Ok(vec![vocab.bos()]),
+            _ => Ok(ids),
+        }
+    }
+
+    /// The text of one token, for tables.
+    pub fn token_text(&self, id: TokenId) -> String {
+        match self {
+            Self::Toy => ToyDecoder::word(id).unwrap_or("<unk>").to_owned(),
+            Self::Words(vocab) => vocab.word(id).unwrap_or("<unk>").to_owned(),
+            Self::Bpe(bpe) => bpe.tokenizer.decode(&[id]).unwrap_or_default(),
+        }
+    }
+
+    /// The text of `ids` as one span.
+    pub fn decode_ids(&self, ids: &[TokenId]) -> String {
+        match self {
+            Self::Toy => toy_text(ids),
+            Self::Words(vocab) => vocab.decode(ids),
+            Self::Bpe(bpe) => bpe.tokenizer.decode(ids).unwrap_or_default(),
+        }
+    }
+
+    /// The model's own end tokens.
+    pub fn end_tokens(&self) -> Vec<TokenId> {
+        match self {
+            Self::Toy => vec![ToyDecoder::END],
+            Self::Words(vocab) => vec![vocab.eos()],
+            Self::Bpe(bpe) => bpe.end_ids.clone(),
+        }
+    }
+
+    /// The id of a token given as its text (`<end>`, `</s>`, `<|im_end|>`),
+    /// or as text that encodes to exactly one token.
+    pub fn end_token_id(&self, text: &str) -> Result<TokenId> {
+        let direct = match self {
+            Self::Toy => ToyDecoder::id(text),
+            Self::Words(vocab) => vocab.id(text),
+            Self::Bpe(bpe) => bpe.tokenizer.token_id(text),
+        };
+        if let Some(id) = direct {
+            return Ok(id);
+        }
+        match self.encode(text).ok().as_deref() {
+            Some(&[id]) => Ok(id),
+            _ => Err(TextError::UnknownEndToken {
+                text: text.to_owned(),
+            }
+            .into()),
+        }
+    }
+
+    /// The prompt text of one user message in the model's chat template,
+    /// ending with the opening of the assistant's turn.
+    pub fn chat_prompt(&self, messages: &[Message]) -> Result<String> {
+        let Self::Bpe(bpe) = self else {
+            return Err(TextError::NoChatTemplate { model: self.kind() }.into());
+        };
+        let tokenizer = &bpe.tokenizer;
+        let source = tokenizer
+            .chat_template()
+            .ok_or(TextError::NoChatTemplate { model: self.kind() })?;
+        let template = ChatTemplate::new(
+            source,
+            tokenizer.special_text(tokenizer.bos_id()),
+            tokenizer.special_text(tokenizer.eos_id()),
+        )?;
+        Ok(template.render(messages, true)?)
+    }
+}
+
+impl Detokenize for TextCodec {
+    fn decode(&self, ids: &[TokenId]) -> String {
+        self.decode_ids(ids)
+    }
+}
+
+/// Toy words joined by single spaces, as [`ToyDecoder`]'s `Detokenize`
+/// writes them (without building the decoder's weights).
+fn toy_text(ids: &[TokenId]) -> String {
+    ids.iter()
+        .map(|&id| ToyDecoder::word(id).unwrap_or("<unk>"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `Some(value)` when `key` is present, `None` when absent, an error when it
+/// has the wrong type.
+fn optional<'f, T>(
+    file: &'f GgufFile,
+    key: &str,
+    get: impl FnOnce(&'f GgufFile, &str) -> Result<T, lm_model::gguf::GgufError>,
+) -> Result<Option<T>> {
+    if file.get(key).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(get(file, key)?))
+}
+
+/// Fills a [`BpeVocab`] from GGUF's `tokenizer.*` keys (see
+/// [`lm_tokenize::BpeVocab`] for the key of each field).
+pub fn bpe_vocab_from_gguf(file: &GgufFile) -> Result<BpeVocab> {
+    let strings = |key| -> Result<Option<Vec<String>>> {
+        Ok(optional(file, key, GgufFile::get_string_array)?
+            .map(|items| items.into_iter().map(str::to_owned).collect()))
+    };
+    Ok(BpeVocab {
+        model: file.get_str("tokenizer.ggml.model")?.to_owned(),
+        pre: optional(file, "tokenizer.ggml.pre", GgufFile::get_str)?.map(str::to_owned),
+        tokens: file
+            .get_string_array("tokenizer.ggml.tokens")?
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        token_types: optional(file, "tokenizer.ggml.token_type", GgufFile::get_i32_array)?
+            .unwrap_or_default(),
+        merges: strings("tokenizer.ggml.merges")?.unwrap_or_default(),
+        bos_id: optional(file, "tokenizer.ggml.bos_token_id", GgufFile::get_u32)?,
+        eos_id: optional(file, "tokenizer.ggml.eos_token_id", GgufFile::get_u32)?,
+        unk_id: optional(file, "tokenizer.ggml.unknown_token_id", GgufFile::get_u32)?,
+        add_bos: optional(file, "tokenizer.ggml.add_bos_token", GgufFile::get_bool)?
+            .unwrap_or(false),
+        chat_template: optional(file, "tokenizer.chat_template", GgufFile::get_str)?
+            .map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toy_words_round_trip_and_unknown_words_are_named() {
+        let codec = TextCodec::Toy;
+        assert_eq!(codec.encode("<start> the cat").unwrap(), vec![0, 1, 2]);
+        assert_eq!(codec.decode_ids(&[0, 1, 2]), "<start> the cat");
+        let error = codec.encode("<start> the zebra").unwrap_err();
+        assert!(error.to_string().contains("'zebra'"), "{error}");
+        assert_eq!(codec.end_tokens(), vec![6]);
+        assert_eq!(codec.end_token_id("sat").unwrap(), 4);
+        assert!(codec.end_token_id("cow").is_err());
+    }
+
+    #[test]
+    fn count_words_use_the_splitter_and_unk() {
+        let vocab = Vocab::new();
+        let codec = TextCodec::Words(vocab.clone());
+        assert_eq!(codec.encode("zebra, ok").unwrap(), vec![vocab.unk(); 3]);
+        assert_eq!(codec.encode_prompt("").unwrap(), vec![vocab.bos()]);
+        assert_eq!(codec.end_tokens(), vec![vocab.eos()]);
+    }
+}

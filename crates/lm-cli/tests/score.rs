@@ -1,0 +1,335 @@
+//! `lm-cli score`, `enumerate`, `tokenize` and `train`: against the toy
+//! decoder's reference path, brute force, and KenLM's committed query output.
+
+mod common;
+
+use common::{fixture, floats, ids, json, lm_cli};
+use lm_core::TokenId;
+use lm_model::transformer::ToyDecoder;
+
+const PROMPT: &str = "<start> the cat";
+
+/// One toy decoder for every reference computation (building it draws its weights).
+fn toy() -> &'static ToyDecoder {
+    static TOY: std::sync::OnceLock<ToyDecoder> = std::sync::OnceLock::new();
+    TOY.get_or_init(ToyDecoder::new)
+}
+
+/// ln p of each of `continuation` after `prompt` by the reference path
+/// (explicit mask, no cache): one pass over prompt + continuation.
+fn reference_logprobs(prompt: &[TokenId], continuation: &[TokenId]) -> Vec<f64> {
+    let mut tokens = prompt.to_vec();
+    tokens.extend_from_slice(&continuation[..continuation.len() - 1]);
+    let logits = toy().reference_logits(&tokens).unwrap();
+    continuation
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| {
+            let row = logits.row(prompt.len() - 1 + i).to_vec();
+            f64::from(lm_core::log_softmax(&row, 1.0).unwrap()[token as usize])
+        })
+        .collect()
+}
+
+#[test]
+fn score_gives_chain_rule_logprobs_and_perplexity() {
+    let report = json(&[
+        "score",
+        "--model",
+        "toy",
+        "--prompt",
+        PROMPT,
+        "--continuation",
+        "dog <start> slept",
+        "--json",
+    ]);
+    assert_eq!(ids(&report["ids"]), vec![3, 0, 5]);
+    let logprobs = floats(&report["logprobs"]);
+    let reference = reference_logprobs(&[0, 1, 2], &[3, 0, 5]);
+    for (got, want) in logprobs.iter().zip(&reference) {
+        assert!((got - want).abs() < 1e-4, "{logprobs:?} vs {reference:?}");
+    }
+    let total: f64 = logprobs.iter().sum();
+    assert!((report["sequence_logprob"].as_f64().unwrap() - total).abs() < 1e-9);
+    let perplexity = (-total / 3.0).exp();
+    assert!((report["perplexity"].as_f64().unwrap() - perplexity).abs() < 1e-9);
+}
+
+#[test]
+fn score_agrees_with_the_generated_steps() {
+    let run = json(&[
+        "generate", "--model", "toy", "--prompt", PROMPT, "-n", "4", "--seed", "2", "--json",
+    ]);
+    let text = run["text"].as_str().unwrap();
+    if ids(&run["ids"]).contains(&6) {
+        return; // an <end> run has no text to score; seed 2 does not end early
+    }
+    let scored = json(&[
+        "score",
+        "--model",
+        "toy",
+        "--prompt",
+        PROMPT,
+        "--continuation",
+        text,
+        "--json",
+    ]);
+    assert_eq!(scored["ids"], run["ids"]);
+    let a = run["sequence_logprob"].as_f64().unwrap();
+    let b = scored["sequence_logprob"].as_f64().unwrap();
+    assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+}
+
+#[test]
+fn enumerate_ranks_all_2401_continuations_like_brute_force() {
+    let report = json(&[
+        "enumerate",
+        "--model",
+        "toy",
+        "--prompt",
+        PROMPT,
+        "--steps",
+        "4",
+        "--top",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(report["total"], 2401);
+    let continuations = report["continuations"].as_array().unwrap();
+    assert_eq!(continuations.len(), 2401);
+    // Brute force: every continuation scored by the reference path.
+    let mut all: Vec<(f64, Vec<TokenId>)> = Vec::with_capacity(2401);
+    for n in 0..2401u32 {
+        let c = vec![n / 343, n / 49 % 7, n / 7 % 7, n % 7];
+        let lp: f64 = reference_logprobs(&[0, 1, 2], &c).iter().sum();
+        all.push((lp, c));
+    }
+    all.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total_prob: f64 = all.iter().map(|(lp, _)| lp.exp()).sum();
+    assert!(
+        (total_prob - 1.0).abs() < 1e-4,
+        "probabilities sum to {total_prob}"
+    );
+    for (rank, (lp, c)) in all.iter().take(5).enumerate() {
+        assert_eq!(ids(&continuations[rank]["ids"]), *c, "rank {}", rank + 1);
+        let prob = continuations[rank]["prob"].as_f64().unwrap();
+        assert!((prob - lp.exp()).abs() < 1e-6);
+    }
+    // Greedy by brute force: the argmax at each step.
+    let mut greedy: Vec<TokenId> = Vec::new();
+    for _ in 0..4 {
+        let mut best = (f64::NEG_INFINITY, 0);
+        for token in 0..7 {
+            let mut c = greedy.clone();
+            c.push(token);
+            let lp = *reference_logprobs(&[0, 1, 2], &c).last().unwrap();
+            if lp > best.0 {
+                best = (lp, token);
+            }
+        }
+        greedy.push(best.1);
+    }
+    assert_eq!(ids(&report["greedy"]), greedy);
+    let greedy_lp: f64 = reference_logprobs(&[0, 1, 2], &greedy).iter().sum();
+    let rank = 1 + all.iter().filter(|(lp, _)| *lp > greedy_lp + 1e-9).count();
+    assert_eq!(report["greedy_rank"].as_u64().unwrap() as usize, rank);
+    assert!(
+        rank > 1,
+        "lesson 001: at four tokens greedy is not the most probable"
+    );
+    let ranks = json(&[
+        "enumerate",
+        "--model",
+        "toy",
+        "--prompt",
+        PROMPT,
+        "--steps",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(
+        ranks["greedy_rank"], 1,
+        "at three tokens greedy is the best"
+    );
+    assert_eq!(
+        ranks["continuations"].as_array().unwrap().len(),
+        10,
+        "--top defaults to 10"
+    );
+}
+
+#[test]
+fn enumerate_text_marks_greedy() {
+    let run = lm_cli(&[
+        "enumerate",
+        "--model",
+        "toy",
+        "--prompt",
+        PROMPT,
+        "--steps",
+        "2",
+    ]);
+    assert_eq!(run.code, Some(0));
+    assert!(
+        run.stdout.starts_with("49 continuations of 2 tokens"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("<- greedy"), "{}", run.stdout);
+}
+
+#[test]
+fn tokenize_shows_ids_and_tokens() {
+    let report = json(&[
+        "tokenize",
+        "--model",
+        "toy",
+        "--text",
+        "<start> the cat",
+        "--json",
+    ]);
+    assert_eq!(ids(&report["ids"]), vec![0, 1, 2]);
+    assert_eq!(
+        report["tokens"],
+        serde_json::json!(["<start>", "the", "cat"])
+    );
+    let count = json(&["tokenize", "--text", "And God said, Let", "--json"]);
+    assert_eq!(
+        count["tokens"],
+        serde_json::json!(["And", "God", "said", ",", "Let"])
+    );
+}
+
+/// KenLM's `query` scores of `tiny-query.txt` under `tiny-kn3.arpa`, as
+/// committed: (sentence, per-token log10 probabilities) for bos and eos on.
+fn kenlm_scores() -> Vec<(String, Vec<f64>)> {
+    let tsv = std::fs::read_to_string(fixture("ngram/tiny-query-kenlm.tsv")).unwrap();
+    tsv.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            (fields[0] == "1" && fields[1] == "1").then(|| {
+                let scores = fields[4].split(' ').map(|s| s.parse().unwrap()).collect();
+                (fields[2].to_owned(), scores)
+            })
+        })
+        .collect()
+}
+
+fn check_against_kenlm(model: &str) {
+    let sentences = kenlm_scores();
+    assert!(sentences.len() >= 5);
+    for (sentence, expected) in sentences {
+        let report = json(&["score", "--model", model, "--text", &sentence, "--json"]);
+        let got = floats(&report["log10probs"]);
+        assert_eq!(got.len(), expected.len(), "{sentence}");
+        for (g, e) in got.iter().zip(&expected) {
+            assert!(
+                (g - e).abs() < 1e-4,
+                "{sentence}: {got:?} vs KenLM {expected:?}"
+            );
+        }
+        let total: f64 = expected.iter().sum();
+        assert!((report["total_log10"].as_f64().unwrap() - total).abs() < 1e-3);
+    }
+}
+
+#[test]
+fn score_text_matches_kenlm_query() {
+    let arpa = fixture("ngram/tiny-kn3.arpa");
+    check_against_kenlm(&format!("count:{}", arpa.display()));
+}
+
+#[test]
+fn train_then_score_matches_kenlm_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny.arpa");
+    let corpus = fixture("ngram/tiny.txt");
+    let run = lm_cli(&[
+        "train",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--order",
+        "3",
+        "--smoothing",
+        "kneser-ney",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("wrote"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "train prints to stderr only");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    check_against_kenlm(&format!("count:{}", out.display()));
+}
+
+#[test]
+fn train_with_mle_and_add_k_writes_arpa() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "the cat sat\nthe dog sat\n").unwrap();
+    let out = dir.path().join("mle.arpa");
+    let run = lm_cli(&[
+        "train",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--order",
+        "2",
+        "--smoothing",
+        "mle",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    // MLE: p(cat | the) = count(the cat) / count(the) = 1/2.
+    let report = json(&[
+        "score",
+        "--model",
+        &format!("count:{}", out.display()),
+        "--prompt",
+        "the",
+        "--continuation",
+        "cat",
+        "--json",
+    ]);
+    let p = floats(&report["logprobs"])[0].exp();
+    assert!((p - 0.5).abs() < 1e-5, "{p}");
+    let add_k = dir.path().join("addk.arpa");
+    let run = lm_cli(&[
+        "train",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--order",
+        "2",
+        "--smoothing",
+        "add-k",
+        "--k",
+        "1",
+        "--out",
+        add_k.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        std::fs::read_to_string(&add_k)
+            .unwrap()
+            .starts_with("\\data\\")
+    );
+}
+
+#[test]
+fn a_corpus_given_as_count_model_is_trained_on_the_fly() {
+    let corpus = fixture("ngram/tiny.txt");
+    let run = lm_cli(&[
+        "generate",
+        "--model",
+        &format!("count:{}", corpus.display()),
+        "--prompt",
+        "the cat",
+        "--greedy",
+        "-n",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("trained a trigram"), "{}", run.stderr);
+}
