@@ -6,7 +6,9 @@
 //! first install (several minutes on two cores). The package lives in a virtual
 //! environment under the target folder, `<target>/reference-venv`, so nothing is
 //! installed system-wide and nothing from llama.cpp enters the repository: only its
-//! outputs (token ids, logits) are committed, as data.
+//! outputs (token ids, logits) are committed, as data. A second script,
+//! `scripts/reference/exact_forward.py`, recomputes the last logits rows in float64
+//! with numpy and the `gguf` package, to show how far llama.cpp is from exact math.
 //!
 //! This is a maintainer task, never run in CI; the tests only read the committed
 //! fixtures.
@@ -27,8 +29,15 @@ use crate::project_root;
 /// llama.cpp revision is recorded in `fixtures/smollm2/README.md`.
 pub(crate) const LLAMA_CPP_PYTHON_VERSION: &str = "0.3.36";
 
-/// The generator script, relative to the project root.
-const SCRIPT: &str = "scripts/reference/llama_cpp_reference.py";
+/// The `gguf` release (ggml's GGUF reader and dequantizer) the exact-math reference uses.
+pub(crate) const GGUF_VERSION: &str = "0.19.0";
+
+/// The generator scripts, relative to the project root, in the order they run: the
+/// llama.cpp outputs, then the float64 forward pass that reads them.
+const SCRIPTS: [&str; 2] = [
+    "scripts/reference/llama_cpp_reference.py",
+    "scripts/reference/exact_forward.py",
+];
 
 /// Where the fixtures go, relative to the project root.
 const FIXTURES_DIR: &str = "fixtures/smollm2";
@@ -40,7 +49,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some(python) => {
             if !has_llama_cpp(&python) {
                 bail!(
-                    "{} cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION}; install it with `{} -m pip install llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}`",
+                    "{} cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION} and gguf; install them with `{} -m pip install llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} gguf=={GGUF_VERSION}`",
                     python.display(),
                     python.display()
                 );
@@ -54,16 +63,18 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?)?,
     };
     let root = project_root();
-    let status = Command::new(&python)
-        .arg(root.join(SCRIPT))
-        .arg("--model")
-        .arg(&model)
-        .arg("--out")
-        .arg(root.join(FIXTURES_DIR))
-        .status()
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    if !status.success() {
-        bail!("{SCRIPT} failed ({status})");
+    for script in SCRIPTS {
+        let status = Command::new(&python)
+            .arg(root.join(script))
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(root.join(FIXTURES_DIR))
+            .status()
+            .with_context(|| format!("cannot run {}", python.display()))?;
+        if !status.success() {
+            bail!("{script} failed ({status})");
+        }
     }
     println!("fixtures written to {FIXTURES_DIR}; review with `git diff --stat {FIXTURES_DIR}`");
     Ok(())
@@ -113,13 +124,14 @@ pub(crate) fn venv_python_with_llama_cpp() -> Result<PathBuf> {
         run_checked(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
     }
     println!(
-        "installing llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} into {}; it compiles llama.cpp, which takes several minutes",
+        "installing llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} and gguf=={GGUF_VERSION} into {}; it compiles llama.cpp, which takes several minutes",
         venv.display()
     );
     run_checked(
         Command::new(&python)
             .args(["-m", "pip", "install", "--disable-pip-version-check"])
-            .arg(format!("llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}")),
+            .arg(format!("llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"))
+            .arg(format!("gguf=={GGUF_VERSION}")),
     )?;
     if !has_llama_cpp(&python) {
         bail!(
@@ -130,10 +142,10 @@ pub(crate) fn venv_python_with_llama_cpp() -> Result<PathBuf> {
     Ok(python)
 }
 
-/// Whether `python` imports `llama_cpp` at the pinned version.
+/// Whether `python` imports `llama_cpp` at the pinned version, and `gguf`.
 fn has_llama_cpp(python: &Path) -> bool {
     let check = format!(
-        "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '{LLAMA_CPP_PYTHON_VERSION}')"
+        "import sys, gguf, llama_cpp; sys.exit(llama_cpp.__version__ != '{LLAMA_CPP_PYTHON_VERSION}')"
     );
     Command::new(python)
         .arg("-c")

@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Generate the llama.cpp conformance fixtures in fixtures/smollm2/.
+
+Run through `cargo xtask reference-fixtures`, which provides a Python with
+llama-cpp-python at the pinned version and the SmolLM2 model file. By hand:
+
+    python3 scripts/reference/llama_cpp_reference.py --model <gguf> --out fixtures/smollm2
+
+Writes tokenize.json, greedy.json and <case>.last_logits.f32le.bin; the format is
+described in fixtures/smollm2/README.md. The script only reads the local model
+file; it opens no network connection. Only llama.cpp's outputs are written, never
+any of its code.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+
+import numpy as np
+
+import llama_cpp
+from fixture_json import write_json
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+N_CTX = 512
+N_THREADS = 1
+GREEDY_MAX_NEW_TOKENS = 32
+N_TOP_LOGITS = 10
+N_STEPS_WITH_TOP_LOGITS = 4
+LOGITS_FILE_SUFFIX = ".last_logits.f32le.bin"
+
+# Tokenizer cases: (name, text). Tokenized with add_bos=False, special=True.
+TOKENIZE_CASES = [
+    ("empty", ""),
+    ("plain_english", "The quick brown fox jumps over the lazy dog."),
+    ("punctuation", "Hello, world! How's it going? I'm fine\u2014thanks (really)."),
+    ("contractions", "I'm, you're, he's, they've, we'd, it'll, don't, CAN'T, O'Neil's"),
+    ("leading_space", " Hello"),
+    ("leading_spaces", "   Hello world"),
+    ("trailing_newline", "Hello\n"),
+    ("accents", "Caf\u00e9 cr\u00e8me, na\u00efve fa\u00e7ade, S\u00e3o Paulo, Z\u00fcrich, \u00c5ngstr\u00f6m."),
+    ("accents_decomposed", "Cafe\u0301 and nai\u0308ve written with combining marks"),
+    ("cjk", "\u4f60\u597d\uff0c\u4e16\u754c\uff01\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3002\ud55c\uad6d\uc5b4 \ubb38\uc7a5."),
+    ("other_scripts", "\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac, \u0440\u0443\u0441\u0441\u043a\u0438\u0439, \u0627\u0644\u0639\u0631\u0628\u064a\u0629, \u05e2\u05d1\u05e8\u05d9\u05ea, \u0939\u093f\u0928\u094d\u0926\u0940"),
+    ("emoji", "I love pizza \U0001f355 and rockets \U0001f680!"),
+    (
+        "zwj_emoji",
+        "Family: \U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466, "
+        "rainbow flag: \U0001f3f3\ufe0f\u200d\U0001f308, thumbs: \U0001f44d\U0001f3fd",
+    ),
+    ("spaces_tabs_newlines", "a  b   c    d\t\te\n\nf\r\n  \n\t end   "),
+    ("only_whitespace", "   \n\n\t "),
+    ("many_spaces", "x" + " " * 17 + "y"),
+    ("many_newlines", "end of paragraph.\n\n\n\nNext"),
+    (
+        "python_code",
+        'def add(a, b):\n    """Return the sum."""\n    return a + b\n\n\nprint(add(2, 3))\n',
+    ),
+    (
+        "rust_code",
+        "fn main() {\n    let v: Vec<u32> = (1..=10).collect();\n"
+        '    println!("{:?}", v.iter().sum::<u32>());\n}\n',
+    ),
+    (
+        "numbers",
+        "pi is 3.14159, e is 2.71828, and 1234567 + 89 = 1234656; year 2024, -42, 1e-5, 0x1F, 1,000,000.",
+    ),
+    ("url", "https://example.com/path/to?query=1&x=y#frag"),
+    ("repeated_characters", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!!!!!!!????....----"),
+    ("long_words", "antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis"),
+    ("special_chat_turn", "<|im_start|>user\nHi<|im_end|>"),
+    ("special_end_of_text", "first document<|endoftext|>second document"),
+    ("special_adjacent", "<|im_end|><|im_start|>assistant"),
+    ("special_lookalike", "<|im_start| is not a special token, nor is <im_start>"),
+]
+
+# Greedy cases: (name, prompt, store last logits). The chat prompt is rendered
+# from the GGUF chat template below.
+CHAT_CASE = "chat_capital_of_france"
+CHAT_QUESTION = "What is the capital of France?"
+# What the GGUF's chat template renders for CHAT_QUESTION (checked at run time).
+EXPECTED_CHAT_PROMPT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+LONG_PROMPT = (
+    "The history of computing is a story of people trying to make machines do "
+    "arithmetic faster than humans could. In the seventeenth century, Blaise Pascal "
+    "built a mechanical calculator that could add and subtract, and Gottfried Leibniz "
+    "improved it so that it could also multiply. Two centuries later, Charles Babbage "
+    "designed the Analytical Engine, a general purpose machine driven by punched "
+    "cards, and Ada Lovelace wrote what many consider the first computer program for "
+    "it. The machine was never finished, but its ideas returned in the twentieth "
+    "century, when electronic computers were built during the Second World War. "
+    "Today, a single phone holds more computing power than"
+)
+GREEDY_CASES = [
+    ("capital_of_france", "The capital of France is", True),
+    (CHAT_CASE, None, True),
+    ("python_function", "def fibonacci(n):\n", False),
+    ("prime_numbers", "The first ten prime numbers are 2, 3, 5,", False),
+    ("history_of_computing", LONG_PROMPT, True),
+]
+# The cases used to measure llama.cpp's own variation (flash attention, KV cache
+# precision, threads).
+VARIATION_CASES = ["capital_of_france", CHAT_CASE]
+# (flash_attn, kv_cache_type, n_threads) of each variant; the baseline is the fixture
+# setting (False, "f16", N_THREADS).
+VARIANTS = [(True, "f16", N_THREADS), (False, "f32", N_THREADS), (False, "f16", 2)]
+GGML_TYPES = {"f32": 0, "f16": 1}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="path to SmolLM2-135M-Instruct.Q4_1.gguf")
+    parser.add_argument("--out", required=True, help="output folder, e.g. fixtures/smollm2")
+    args = parser.parse_args()
+
+    if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
+        sys.exit(f"llama-cpp-python {llama_cpp.__version__} found, {LLAMA_CPP_PYTHON_VERSION} expected")
+    os.makedirs(args.out, exist_ok=True)
+    model_info = {
+        "file": os.path.basename(args.model),
+        "sha256": sha256_of_file(args.model),
+    }
+    llm = load(args.model, flash_attn=False, n_threads=N_THREADS)
+    generator = {
+        "llama_cpp_python": llama_cpp.__version__,
+        "system_info": llama_cpp.llama_print_system_info().decode("utf-8").strip(),
+    }
+
+    tokenize_cases = [tokenize_case(llm, name, text) for name, text in TOKENIZE_CASES]
+    write_json(
+        os.path.join(args.out, "tokenize.json"),
+        {
+            "model": model_info,
+            "generator": generator,
+            "settings": {"add_bos": False, "parse_special": True},
+            "cases": tokenize_cases,
+        },
+    )
+
+    chat_template = llm.metadata["tokenizer.chat_template"]
+    chat_prompt = render_chat(chat_template, CHAT_QUESTION)
+    if chat_prompt != EXPECTED_CHAT_PROMPT:
+        sys.exit(f"the chat template rendered {chat_prompt!r}, expected {EXPECTED_CHAT_PROMPT!r}")
+    greedy_cases = []
+    for name, prompt, keep_logits in GREEDY_CASES:
+        if prompt is None:
+            prompt = chat_prompt
+        case, last_logits = greedy_case(llm, name, prompt)
+        if keep_logits:
+            file_name = name + LOGITS_FILE_SUFFIX
+            data = last_logits.astype("<f4").tobytes()
+            with open(os.path.join(args.out, file_name), "wb") as out:
+                out.write(data)
+            case["last_logits"] = {
+                "file": file_name,
+                "dtype": "f32",
+                "byte_order": "little",
+                "len": int(last_logits.shape[0]),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        else:
+            case["last_logits"] = None
+        greedy_cases.append(case)
+        print(f"{name}: {len(case['prompt_ids'])} prompt tokens -> {case['continuation_text']!r}", file=sys.stderr)
+
+    variation = [
+        measure_variation(args.model, llm, case["name"], case["prompt"])
+        for case in greedy_cases
+        if case["name"] in VARIATION_CASES
+    ]
+    write_json(
+        os.path.join(args.out, "greedy.json"),
+        {
+            "model": model_info,
+            "generator": generator,
+            "settings": {
+                "n_ctx": N_CTX,
+                "n_batch": N_CTX,
+                "n_threads": N_THREADS,
+                "n_threads_batch": N_THREADS,
+                "flash_attn": False,
+                "kv_cache_type": "f16",
+                "logits_all": True,
+                "add_bos": False,
+                "parse_special": True,
+                "max_new_tokens": GREEDY_MAX_NEW_TOKENS,
+                "end_of_generation_ids": end_of_generation_ids(llm),
+            },
+            "chat_template": {
+                "question": CHAT_QUESTION,
+                "rendered": chat_prompt,
+                "template": chat_template,
+            },
+            "cases": greedy_cases,
+            "variation": variation,
+        },
+    )
+
+
+def load(model_path, flash_attn, n_threads, kv_cache_type="f16"):
+    """A llama.cpp context with the fixture settings."""
+    return llama_cpp.Llama(
+        model_path=model_path,
+        n_ctx=N_CTX,
+        n_batch=N_CTX,
+        n_ubatch=N_CTX,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        n_gpu_layers=0,
+        flash_attn=flash_attn,
+        type_k=GGML_TYPES[kv_cache_type],
+        type_v=GGML_TYPES[kv_cache_type],
+        logits_all=True,
+        seed=0,
+        verbose=False,
+    )
+
+
+def tokenize_case(llm, name, text):
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    detokenized = llm.detokenize(ids, special=True).decode("utf-8")
+    detokenized_plain = llm.detokenize(ids, special=False).decode("utf-8")
+    return {
+        "name": name,
+        "text": text,
+        "ids": ids,
+        "detokenized": detokenized,
+        "detokenized_without_special": detokenized_plain,
+    }
+
+
+def render_chat(template, question):
+    """The prompt for one user question, with the template's default system message."""
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.BaseLoader())
+    rendered = environment.from_string(template).render(
+        messages=[{"role": "user", "content": question}],
+        add_generation_prompt=True,
+    )
+    return rendered
+
+
+def end_of_generation_ids(llm):
+    return [token for token in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token)]
+
+
+def greedy_case(llm, name, prompt):
+    """Greedy decoding with llama.cpp; the logits at each step come from `llm.scores`."""
+    eog = set(end_of_generation_ids(llm))
+    prompt_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+    llm.reset()
+    llm.eval(prompt_ids)
+    prompt_rows = np.array(llm.scores[: len(prompt_ids)], dtype=np.float32)
+    last_logits = prompt_rows[-1].copy()
+
+    continuation, gaps, top_logits = [], [], []
+    logits = last_logits
+    stop_reason = "max_new_tokens"
+    for step in range(GREEDY_MAX_NEW_TOKENS):
+        order = np.argsort(-logits, kind="stable")
+        chosen = int(order[0])
+        gaps.append(short_float(logits[order[0]] - logits[order[1]]))
+        if step < N_STEPS_WITH_TOP_LOGITS:
+            top_logits.append([[int(i), short_float(logits[i])] for i in order[:N_TOP_LOGITS]])
+        continuation.append(chosen)
+        if chosen in eog:
+            stop_reason = "end_of_generation"
+            break
+        if step + 1 < GREEDY_MAX_NEW_TOKENS:
+            llm.eval([chosen])
+            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+
+    # Teacher-forced rows over the prompt: the argmax at every position and the
+    # log-probability (computed in f64 from the f32 logits) of the next prompt token.
+    argmax_ids = [int(i) for i in prompt_rows.argmax(axis=1)]
+    next_token_logprobs = []
+    for position in range(len(prompt_ids) - 1):
+        row = prompt_rows[position].astype(np.float64)
+        log_normalizer = row.max() + np.log(np.exp(row - row.max()).sum())
+        next_token_logprobs.append(round(float(row[prompt_ids[position + 1]] - log_normalizer), 6))
+
+    case = {
+        "name": name,
+        "prompt": prompt,
+        "prompt_ids": prompt_ids,
+        "continuation_ids": continuation,
+        "continuation_text": llm.detokenize(continuation, special=True).decode("utf-8", errors="replace"),
+        "stop_reason": stop_reason,
+        "top1_minus_top2": gaps,
+        "top_logits": top_logits,
+        "prompt_rows": {
+            "argmax_ids": argmax_ids,
+            "next_token_logprobs": next_token_logprobs,
+        },
+    }
+    return case, last_logits
+
+
+def last_logits_of(llm, prompt):
+    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+    llm.reset()
+    llm.eval(ids)
+    return np.array(llm.scores[len(ids) - 1], dtype=np.float32)
+
+
+def greedy_ids(llm, prompt):
+    case, _ = greedy_case(llm, "variation", prompt)
+    return case["continuation_ids"]
+
+
+def measure_variation(model_path, reference_llm, name, prompt):
+    """How much llama.cpp's own logits move when only flash attention, the KV cache
+    precision or the thread count changes (same build, same machine)."""
+    reference = last_logits_of(reference_llm, prompt)
+    reference_greedy = greedy_ids(reference_llm, prompt)
+    results = {
+        "case": name,
+        "baseline": {"flash_attn": False, "kv_cache_type": "f16", "n_threads": N_THREADS},
+        "variants": [],
+    }
+    for flash_attn, kv_cache_type, n_threads in VARIANTS:
+        llm = load(model_path, flash_attn=flash_attn, n_threads=n_threads, kv_cache_type=kv_cache_type)
+        logits = last_logits_of(llm, prompt)
+        greedy = greedy_ids(llm, prompt)
+        first_difference = next(
+            (i for i, (a, b) in enumerate(zip(reference_greedy, greedy)) if a != b),
+            None,
+        )
+        results["variants"].append(
+            {
+                "flash_attn": flash_attn,
+                "kv_cache_type": kv_cache_type,
+                "n_threads": n_threads,
+                "max_abs_last_logit_difference": short_float(np.abs(logits - reference).max()),
+                "same_argmax": bool(logits.argmax() == reference.argmax()),
+                "same_greedy_continuation": greedy == reference_greedy,
+                "first_differing_step": first_difference,
+            }
+        )
+        llm.close()
+    return results
+
+
+def short_float(value):
+    """The shortest decimal that reads back as the same f32."""
+    return float(str(np.float32(value)))
+
+
+def sha256_of_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+if __name__ == "__main__":
+    main()
