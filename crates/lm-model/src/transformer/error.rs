@@ -1,0 +1,128 @@
+//! The typed errors of the transformer backend: a bad configuration or a
+//! model file that disagrees with its own metadata names the problem.
+
+use crate::gguf::GgufError;
+use crate::quant::QuantError;
+
+/// Why a transformer could not be built or loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransformerError {
+    /// A size in the configuration is zero.
+    #[error("{field} must be positive")]
+    ZeroSize {
+        /// The configuration field.
+        field: &'static str,
+    },
+    /// The head count does not divide the embedding width.
+    #[error("head count {n_head} does not divide the embedding size {n_embd}")]
+    HeadCountDoesNotDivide {
+        /// The embedding width.
+        n_embd: usize,
+        /// The query head count.
+        n_head: usize,
+    },
+    /// The key/value head count does not divide the query head count.
+    #[error("key/value head count {n_kv_head} does not divide the head count {n_head}")]
+    KvHeadCountDoesNotDivide {
+        /// The query head count.
+        n_head: usize,
+        /// The key/value head count.
+        n_kv_head: usize,
+    },
+    /// The rotary dimension is odd, zero or wider than a head, or its base
+    /// is not positive.
+    #[error("rotary embedding of dimension {dim} and base {base} does not fit heads of {head_dim}")]
+    InvalidRope {
+        /// The frequency base.
+        base: f32,
+        /// The rotary dimension.
+        dim: usize,
+        /// The head width.
+        head_dim: usize,
+    },
+    /// The normalisation epsilon is negative or NaN.
+    #[error("normalisation epsilon must be >= 0, got {value}")]
+    InvalidNormEpsilon {
+        /// The rejected epsilon.
+        value: f32,
+    },
+    /// A weight's shape disagrees with the configuration.
+    #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        /// The tensor name.
+        name: String,
+        /// The shape the configuration implies (rows, columns).
+        expected: Vec<usize>,
+        /// The shape found.
+        found: Vec<usize>,
+    },
+    /// The number of layer weights differs from the configured layer count.
+    #[error("{found} layers of weights for a configuration of {expected}")]
+    LayerCount {
+        /// The configured layer count.
+        expected: usize,
+        /// The layers supplied.
+        found: usize,
+    },
+    /// A layer's feed-forward weights are of another kind than configured.
+    #[error("feed-forward weights do not match the configured kind {expected:?}")]
+    FfnKindMismatch {
+        /// The configured kind.
+        expected: super::FfnKind,
+    },
+    /// A normalisation layer is of another kind than configured.
+    #[error("normalisation weights do not match the configured kind {expected:?}")]
+    NormKindMismatch {
+        /// The configured kind.
+        expected: super::NormKind,
+    },
+    /// An unembedding matrix was given for a tied configuration, or none
+    /// for an untied one.
+    #[error("the configuration says tied_output = {tied_output}, the weights disagree")]
+    OutputTying {
+        /// The configured value.
+        tied_output: bool,
+    },
+    /// Learned positions are configured but no position table was given.
+    #[error("learned positions need a position embedding table")]
+    MissingPositionEmbedding,
+    /// The file's architecture is not one this backend runs.
+    #[error("unsupported architecture {found:?} (supported: \"llama\")")]
+    UnsupportedArchitecture {
+        /// `general.architecture` in the file.
+        found: String,
+    },
+    /// Required metadata keys are absent (all of them are listed).
+    #[error("missing metadata keys: {}", keys.join(", "))]
+    MissingMetadata {
+        /// Every missing key.
+        keys: Vec<String>,
+    },
+    /// Required tensors are absent (all of them are listed).
+    #[error("missing tensors: {}", names.join(", "))]
+    MissingTensors {
+        /// Every missing tensor name.
+        names: Vec<String>,
+    },
+    /// A weight matrix is not two-dimensional.
+    #[error("tensor {name} has dimensions {dims:?}, expected a matrix")]
+    TensorRank {
+        /// The tensor name.
+        name: String,
+        /// Its dimensions (ggml order).
+        dims: Vec<usize>,
+    },
+    /// A tensor's data does not fit its type and shape.
+    #[error("tensor {name} cannot be used as a matrix")]
+    Quant {
+        /// The tensor name.
+        name: String,
+        /// The reason.
+        #[source]
+        source: QuantError,
+    },
+    /// Reading the model file failed.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+}

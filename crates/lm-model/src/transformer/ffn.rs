@@ -1,0 +1,92 @@
+//! The feed-forward block of a layer: GELU MLP (GPT-2, the toy decoder) or
+//! SwiGLU (llama).
+//!
+//! ```text
+//! GELU MLP: y = down(gelu(up(x)))
+//! SwiGLU:   y = down(silu(gate(x)) * up(x))
+//! ```
+
+use super::linear::Linear;
+
+/// A feed-forward block with its weights.
+#[derive(Debug, Clone)]
+pub enum FeedForward {
+    /// `down(gelu(up(x)))`, tanh approximation of GELU.
+    GeluMlp {
+        /// `[ffn_dim][n_embd]`.
+        up: Linear,
+        /// `[n_embd][ffn_dim]`.
+        down: Linear,
+    },
+    /// `down(silu(gate(x)) * up(x))`.
+    SwiGlu {
+        /// `[ffn_dim][n_embd]`.
+        gate: Linear,
+        /// `[ffn_dim][n_embd]`.
+        up: Linear,
+        /// `[n_embd][ffn_dim]`.
+        down: Linear,
+    },
+}
+
+impl FeedForward {
+    /// Hidden width.
+    pub fn hidden_dim(&self) -> usize {
+        match self {
+            Self::GeluMlp { up, .. } | Self::SwiGlu { up, .. } => up.n_rows(),
+        }
+    }
+
+    /// Applies the block to the `n` rows of `xs` (`[n][n_embd]`) into `ys`
+    /// (`[n][n_embd]`), using `hidden` and `gated` (`[n][ffn_dim]` each) as
+    /// scratch.
+    pub fn forward(
+        &self,
+        xs: &[f32],
+        n: usize,
+        hidden: &mut [f32],
+        gated: &mut [f32],
+        ys: &mut [f32],
+    ) {
+        match self {
+            Self::GeluMlp { up, down } => {
+                up.matmul(xs, n, hidden);
+                hidden.iter_mut().for_each(|h| *h = gelu(*h));
+                down.matmul(hidden, n, ys);
+            }
+            Self::SwiGlu { gate, up, down } => {
+                gate.matmul(xs, n, gated);
+                up.matmul(xs, n, hidden);
+                for (h, &g) in hidden.iter_mut().zip(gated.iter()) {
+                    *h *= silu(g);
+                }
+                down.matmul(hidden, n, ys);
+            }
+        }
+    }
+}
+
+/// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// SiLU (swish): `x / (1 + exp(-x))`.
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activations_at_known_points() {
+        assert_eq!(gelu(0.0), 0.0);
+        // gelu(1) with the tanh approximation: 0.841192 (GPT-2's value).
+        assert!((gelu(1.0) - 0.841_192).abs() < 1e-5);
+        assert!((silu(1.0) - 1.0 / (1.0 + (-1.0f32).exp())).abs() < 1e-7);
+        assert!(silu(-50.0).abs() < 1e-15);
+    }
+}

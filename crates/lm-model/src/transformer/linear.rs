@@ -1,0 +1,206 @@
+//! A weight matrix `W` of shape `[n_rows (outputs)][n_cols (inputs)]` and
+//! the products a forward pass needs: `y = W x` for a batch of rows
+//! (`ys[i] = W xs[i]`), and the lookup of one row (token embeddings).
+//!
+//! This is the one place that knows how a weight is stored: as a dense f32
+//! ndarray (the toy decoder), or as GGML blocks in a model file (llama),
+//! multiplied on the blocks without a dequantised copy. A file-backed weight
+//! holds the shared [`GgufFile`] and the byte range of its tensor, and builds
+//! a borrowed [`QMatrix`] view at each product (a few field copies), so the
+//! model never borrows from itself.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::Arc;
+
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, linalg::general_mat_mul};
+
+use super::TransformerError;
+use crate::gguf::GgufFile;
+use crate::quant::{GgmlType, QMatrix};
+
+/// A weight matrix, `[n_rows][n_cols]`, applied as `y = W x`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    storage: Storage,
+}
+
+#[derive(Debug, Clone)]
+enum Storage {
+    /// f32 values, `[n_rows][n_cols]`.
+    Dense(Array2<f32>),
+    /// A tensor of a GGUF file (any [`GgmlType`]: F32, F16, BF16, Q8_0,
+    /// Q4_0, Q4_1), checked at construction.
+    File(FileMatrix),
+}
+
+/// Where a file-backed weight lives.
+#[derive(Debug, Clone)]
+struct FileMatrix {
+    file: Arc<GgufFile>,
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    /// Byte range of the tensor's data within `file.bytes()`.
+    bytes: Range<usize>,
+}
+
+impl FileMatrix {
+    /// The borrowed view; `None` only if the file changed under us, which
+    /// construction rules out (the same arguments were checked there).
+    fn view(&self) -> Option<QMatrix<'_>> {
+        let data = self.file.bytes().get(self.bytes.clone())?;
+        QMatrix::new(self.ty, self.n_rows, self.n_cols, data).ok()
+    }
+}
+
+impl Linear {
+    /// A dense f32 matrix `[n_rows][n_cols]`.
+    pub fn dense(weight: Array2<f32>) -> Self {
+        Self {
+            storage: Storage::Dense(weight),
+        }
+    }
+
+    /// The 2-d tensor `name` of `file` as a matrix: `n_cols = dims[0]` (the
+    /// row length in ggml order), `n_rows = dims[1]`.
+    pub fn from_gguf(file: &Arc<GgufFile>, name: &str) -> Result<Self, TransformerError> {
+        let view = file.tensor(name)?;
+        let info = view.info;
+        let [n_cols, n_rows] = info.dims[..] else {
+            return Err(TransformerError::TensorRank {
+                name: name.to_owned(),
+                dims: info.dims.clone(),
+            });
+        };
+        // The view's data is a sub-slice of the file's bytes: its offset
+        // is the data section's plus the tensor's.
+        let start = file.data_offset() + info.offset;
+        let bytes = start..start + view.data.len();
+        QMatrix::new(info.ggml_type, n_rows, n_cols, view.data).map_err(|source| {
+            TransformerError::Quant {
+                name: name.to_owned(),
+                source,
+            }
+        })?;
+        Ok(Self {
+            storage: Storage::File(FileMatrix {
+                file: Arc::clone(file),
+                ty: info.ggml_type,
+                n_rows,
+                n_cols,
+                bytes,
+            }),
+        })
+    }
+
+    /// The storage type: `None` for dense f32 ndarray weights.
+    pub fn ggml_type(&self) -> Option<GgmlType> {
+        match &self.storage {
+            Storage::Dense(_) => None,
+            Storage::File(m) => Some(m.ty),
+        }
+    }
+
+    /// Output width (rows of `W`).
+    pub fn n_rows(&self) -> usize {
+        match &self.storage {
+            Storage::Dense(w) => w.nrows(),
+            Storage::File(m) => m.n_rows,
+        }
+    }
+
+    /// Input width (columns of `W`).
+    pub fn n_cols(&self) -> usize {
+        match &self.storage {
+            Storage::Dense(w) => w.ncols(),
+            Storage::File(m) => m.n_cols,
+        }
+    }
+
+    /// `ys[i] = W xs[i]` for the `n` rows of `xs` (`[n][n_cols]`, row-major)
+    /// into `ys` (`[n][n_rows]`). Quantized weights multiply activations
+    /// quantized to 8-bit blocks, as llama.cpp does. Slices shorter than
+    /// that leave the product unwritten (NaN for file-backed weights);
+    /// callers size them from the configuration.
+    pub fn matmul(&self, xs: &[f32], n: usize, ys: &mut [f32]) {
+        match &self.storage {
+            Storage::File(m) => {
+                let product = m.view().zip(xs.get(..n * m.n_cols)).map(|(w, xs)| {
+                    let ys = ys.get_mut(..n * m.n_rows).unwrap_or_default();
+                    w.matmul(xs, n, ys)
+                });
+                if !matches!(product, Some(Ok(()))) {
+                    ys.fill(f32::NAN);
+                }
+            }
+            Storage::Dense(w) => {
+                let (Some(xs), Some(ys)) = (xs.get(..n * w.ncols()), ys.get_mut(..n * w.nrows()))
+                else {
+                    return;
+                };
+                let (Ok(x), Ok(mut y)) = (
+                    ArrayView2::from_shape((n, w.ncols()), xs),
+                    ArrayViewMut2::from_shape((n, w.nrows()), ys),
+                ) else {
+                    return;
+                };
+                general_mat_mul(1.0, &x, &w.t(), 0.0, &mut y);
+            }
+        }
+    }
+
+    /// Copies row `row_idx` of `W` (an embedding vector) into `out`.
+    /// A row beyond the matrix leaves `out` unchanged; callers check token
+    /// ids first.
+    pub fn row(&self, row_idx: usize, out: &mut [f32]) {
+        match &self.storage {
+            Storage::File(m) => {
+                if let (Some(w), Some(out)) = (m.view(), out.get_mut(..m.n_cols)) {
+                    // Out of range rows are refused by the view, leaving `out`.
+                    let _ = w.dequantize_row(row_idx, out);
+                }
+            }
+            Storage::Dense(w) => {
+                if row_idx < w.nrows() {
+                    for (o, &v) in out.iter_mut().zip(w.row(row_idx)) {
+                        *o = v;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The whole matrix as f32 values: borrowed when dense, dequantised row
+    /// by row otherwise. For the reference path and tests only; the forward
+    /// pass never makes this copy.
+    pub fn to_dense(&self) -> Cow<'_, Array2<f32>> {
+        match &self.storage {
+            Storage::Dense(w) => Cow::Borrowed(w),
+            Storage::File(m) => {
+                let values = m.view().map(|w| w.to_f32_vec()).unwrap_or_default();
+                Cow::Owned(
+                    Array2::from_shape_vec((m.n_rows, m.n_cols), values)
+                        .unwrap_or_else(|_| Array2::from_elem((m.n_rows, m.n_cols), f32::NAN)),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn dense_products_by_hand() {
+        let w = Linear::dense(array![[1.0, 2.0, 3.0], [0.0, -1.0, 1.0]]);
+        let mut ys = [0.0; 4];
+        w.matmul(&[1.0, 1.0, 1.0, 2.0, 0.0, 1.0], 2, &mut ys);
+        assert_eq!(ys, [6.0, 0.0, 5.0, 1.0]);
+        let mut row = [0.0; 3];
+        w.row(1, &mut row);
+        assert_eq!(row, [0.0, -1.0, 1.0]);
+    }
+}

@@ -1,0 +1,189 @@
+//! The llama backend on the real SmolLM2-135M-Instruct Q4_1 file, when it is
+//! present under `$LM_MODELS_DIR` (default `$HOME/.cache/lm/models`); each
+//! test prints a skip message and returns when it is not.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
+use lm_model::transformer::{Llama, PositionKind};
+
+const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// "The capital of France is" in SmolLM2's vocabulary (`The`, `Ġcapital`,
+/// `Ġof`, `ĠFrance`, `Ġis`; ids read from `tokenizer.ggml.tokens`).
+const PROMPT: [TokenId; 5] = [504, 3575, 282, 4649, 314];
+/// `ĠParis`.
+const PARIS: TokenId = 7042;
+
+fn model_path() -> Option<PathBuf> {
+    let dir = std::env::var_os("LM_MODELS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/lm/models"))
+        })?;
+    Some(dir.join(FILE_NAME)).filter(|path| path.exists())
+}
+
+/// The model, loaded once for all tests in this file, or `None` (with a
+/// visible message) when the file is absent.
+fn model(test: &str) -> Option<&'static Llama> {
+    static MODEL: OnceLock<Option<Llama>> = OnceLock::new();
+    let model = MODEL
+        .get_or_init(|| {
+            model_path().map(|path| Llama::from_gguf(path).expect("the model file loads"))
+        })
+        .as_ref();
+    if model.is_none() {
+        eprintln!(
+            "SKIPPED {test}: {FILE_NAME} not found under $LM_MODELS_DIR or ~/.cache/lm/models"
+        );
+    }
+    model
+}
+
+fn greedy(model: &Llama, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    let mut input = prompt.to_vec();
+    let mut out = Vec::new();
+    for _ in 0..n_steps {
+        model
+            .forward(&mut state, &input, Rows::Last, &mut logits)
+            .unwrap();
+        let token = argmax(&logits).unwrap();
+        out.push(token);
+        input = vec![token];
+    }
+    out
+}
+
+#[test]
+fn config_comes_from_the_metadata() {
+    let Some(model) = model("config_comes_from_the_metadata") else {
+        return;
+    };
+    let c = model.config();
+    assert_eq!(
+        (
+            c.vocab_size,
+            c.n_embd,
+            c.n_layer,
+            c.n_head,
+            c.n_kv_head,
+            c.head_dim,
+            c.ffn_dim
+        ),
+        (49152, 576, 30, 9, 3, 64, 1536)
+    );
+    assert_eq!(c.context_length, 8192);
+    assert_eq!(
+        c.position,
+        PositionKind::Rope {
+            base: 100000.0,
+            dim: 64
+        }
+    );
+    assert_eq!(c.norm_eps, 1e-5);
+    assert!(c.tied_output, "SmolLM2 has no output.weight");
+    assert_eq!(model.vocab_size(), 49152);
+    assert_eq!(model.context_length(), Some(8192));
+}
+
+#[test]
+fn greedy_continuation_names_the_capital() {
+    let Some(model) = model("greedy_continuation_names_the_capital") else {
+        return;
+    };
+    let tokens = greedy(model, &PROMPT, 4);
+    assert_eq!(tokens[0], PARIS, "{tokens:?}");
+}
+
+#[test]
+fn logits_are_finite_and_rows_agree() {
+    let Some(model) = model("logits_are_finite_and_rows_agree") else {
+        return;
+    };
+    let mut all = Vec::new();
+    let mut last = Vec::new();
+    model
+        .forward(&mut model.new_state(), &PROMPT, Rows::All, &mut all)
+        .unwrap();
+    model
+        .forward(&mut model.new_state(), &PROMPT, Rows::Last, &mut last)
+        .unwrap();
+    assert_eq!(all.len(), PROMPT.len() * 49152);
+    assert!(all.iter().all(|v| v.is_finite()));
+    let batched_last = &all[4 * 49152..];
+    let max_diff = last
+        .iter()
+        .zip(batched_last)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(max_diff < 1e-3, "{max_diff}");
+}
+
+#[test]
+fn cached_decoding_equals_the_uncached_adapter() {
+    let Some(model) = model("cached_decoding_equals_the_uncached_adapter") else {
+        return;
+    };
+    // One token at a time from a fresh state, against re-reading the prefix.
+    let tokens: Vec<TokenId> = PROMPT.iter().copied().chain([PARIS, 30]).collect();
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    for (pos, &token) in tokens.iter().enumerate() {
+        model
+            .forward(&mut state, &[token], Rows::Last, &mut logits)
+            .unwrap();
+        let mut fresh = Vec::new();
+        model
+            .forward(
+                &mut model.new_state(),
+                &tokens[..=pos],
+                Rows::Last,
+                &mut fresh,
+            )
+            .unwrap();
+        let max_diff = logits
+            .iter()
+            .zip(&fresh)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(max_diff < 1e-3, "pos {pos}: {max_diff}");
+        assert_eq!(argmax(&logits), argmax(&fresh));
+    }
+    assert_eq!(state.pos(), tokens.len());
+}
+
+#[test]
+fn the_fast_path_is_close_to_the_dequantised_reference() {
+    let Some(model) = model("the_fast_path_is_close_to_the_dequantised_reference") else {
+        return;
+    };
+    // The reference keeps activations in f32 over dequantised weights; the
+    // fast path quantizes activations to 8-bit blocks as llama.cpp does.
+    let reference = model.decoder().reference_logits(&PROMPT).unwrap();
+    let mut logits = Vec::new();
+    model
+        .forward(&mut model.new_state(), &PROMPT, Rows::All, &mut logits)
+        .unwrap();
+    for (pos, (row, expected)) in logits.chunks_exact(49152).zip(reference.rows()).enumerate() {
+        let expected = expected.as_slice().unwrap();
+        let max_diff = row
+            .iter()
+            .zip(expected)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let p = lm_core::softmax(expected, 1.0).unwrap();
+        let q = lm_core::softmax(row, 1.0).unwrap();
+        let kl = lm_core::kl_divergence(&p, &q).unwrap();
+        let range = expected.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+            - expected.iter().copied().fold(f32::INFINITY, f32::min);
+        eprintln!("pos {pos}: max diff {max_diff} kl {kl} range {range}");
+        assert!(max_diff < 1.0, "pos {pos}: {max_diff}");
+        assert!(kl < 1e-2, "pos {pos}: {kl}");
+        assert_eq!(argmax(row), argmax(expected), "pos {pos}");
+    }
+    assert_eq!(argmax(reference.row(4).as_slice().unwrap()), Ok(PARIS));
+}
