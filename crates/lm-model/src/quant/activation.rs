@@ -2,9 +2,12 @@
 //! weights run on integers (as llama.cpp does with its Q8_0 / Q8_1 blocks).
 //!
 //! A block of 32 activations `x` becomes a scale `d = max|x| / 127` and
-//! `q[j] = round(x[j] / d)` in `-127..=127`; `sum = d * Σ q[j]` is kept for Q4_1,
-//! whose per-block minimum multiplies the sum of the activations. The scale is
-//! kept in f32 (llama.cpp rounds it to f16), which is slightly more accurate.
+//! `q[j] = round_ties_even(x[j] * 127 / max|x|)` in `-127..=127`; `sum = d * Σ q[j]`
+//! is kept for Q4_1, whose per-block minimum multiplies the sum of the
+//! activations. Both `d` and `sum` are rounded to f16 and back, exactly as
+//! llama.cpp stores them in its Q8_0 / Q8_1 blocks: keeping them in f32 is
+//! slightly more accurate, but moves the real model's logits away from
+//! llama.cpp's by more than the conformance tolerance allows.
 
 use super::block::QK;
 
@@ -25,17 +28,17 @@ impl Q8Block {
     pub fn quantize(x: &[f32]) -> Q8Block {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
-        let inv_d = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let inv_d = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let mut qs = [0i8; QK];
         let mut isum = 0i32;
         for (q, &v) in qs.iter_mut().zip(x) {
             // `as` saturates and maps NaN to 0; |v * inv_d| <= 127 otherwise.
-            *q = (v * inv_d).round() as i8;
+            *q = (v * inv_d).round_ties_even() as i8;
             isum += i32::from(*q);
         }
         Q8Block {
-            d,
-            sum: d * isum as f32,
+            d: half::f16::from_f32(d).to_f32(),
+            sum: half::f16::from_f32(d * isum as f32).to_f32(),
             qs,
         }
     }
