@@ -94,7 +94,7 @@ impl ModelTask for Score {
             logprobs.push(f64::from(log_p[id as usize]));
         }
         let sequence_logprob: f64 = logprobs.iter().sum();
-        let perplexity = (-sequence_logprob / logprobs.len() as f64).exp();
+        let perplexity = lm_core::perplexity(&logprobs)?;
         let tokens = ids.iter().map(|&id| codec.token_text(id)).collect();
         let report = ScoreReport {
             prompt_ids,
