@@ -5,11 +5,14 @@
 //! 0  success (also when stdout is closed early, as by `| head -c 1`)
 //! 1  runtime error: one line `error: <message>: <cause>: ...`
 //! 2  usage error: a bad argument, named, with a hint line
+//! 130 interrupted by Ctrl-C (generate): the text so far is printed, and a
+//!    `note: interrupted ...` line on stderr
 //! ```
 #![deny(missing_docs)]
 
 mod cli;
 mod commands;
+mod interrupt;
 mod output;
 mod printer;
 mod report;
@@ -31,6 +34,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<interrupt::Interrupted>().is_some() => {
+            eprintln!("note: {error}");
+            ExitCode::from(interrupt::EXIT_CODE)
+        }
         Err(error) => {
             eprintln!("error: {}", one_line(&format!("{error:#}")));
             if error.downcast_ref::<UsageError>().is_some() {

@@ -388,8 +388,9 @@ impl<M: LanguageModel> LanguageModel for Bounded<M> {
         rows: Rows,
         logits: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
+        let pos = lm_core::SequenceState::pos(state);
         if self.max.is_some() {
-            self.check_input(lm_core::SequenceState::pos(state), tokens)?;
+            self.check_input(pos, tokens)?;
         }
         self.inner.forward(state, tokens, rows, logits)
     }

@@ -16,6 +16,8 @@ use crate::{
     TokenRng, Truncation, find_stop_string, fit_prompt,
     trace::{ModelRow, top_n},
 };
+use std::ops::ControlFlow;
+
 use lm_core::{Detokenize, LanguageModel, LogProb, Rows, TokenId};
 
 /// Everything the loop needs besides the model and the prompt.
@@ -98,17 +100,21 @@ pub fn generate<M: LanguageModel>(
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
 ) -> Result<Generation> {
-    generate_streaming(model, prompt, config, detokenizer, |_| {})
+    generate_streaming(model, prompt, config, detokenizer, |_| {
+        ControlFlow::Continue(())
+    })
 }
 
 /// [`generate`] with a hook that sees each [`Step`] as soon as its token is
-/// chosen (before the loop decides whether to stop).
+/// chosen. The hook returns `ControlFlow::Break(())` to stop the loop there
+/// ([`StopReason::Cancelled`], unless the step ended the run anyway), e.g. on
+/// Ctrl-C; the chosen token is kept and never fed to the model.
 pub fn generate_streaming<M: LanguageModel>(
     model: &M,
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    mut on_step: impl FnMut(&Step),
+    mut on_step: impl FnMut(&Step) -> ControlFlow<()>,
 ) -> Result<Generation> {
     let fitted = prepare(model, prompt, config, detokenizer)?;
     let mut row = Row::new(model, fitted, config, detokenizer, config.stream)?;
@@ -149,7 +155,9 @@ pub fn generate_many<M: LanguageModel>(
                     (state, logits)
                 }
             };
-            continue_row(model, &mut state, &mut logits, &mut row, &mut |_| {})?;
+            continue_row(model, &mut state, &mut logits, &mut row, &mut |_| {
+                ControlFlow::Continue(())
+            })?;
         }
         outputs.push(row.into_generation());
     }
@@ -197,13 +205,17 @@ pub(crate) fn continue_row<M: LanguageModel>(
     state: &mut M::State,
     logits: &mut Vec<f32>,
     row: &mut Row<'_>,
-    on_step: &mut dyn FnMut(&Step),
+    on_step: &mut dyn FnMut(&Step) -> ControlFlow<()>,
 ) -> Result<()> {
     loop {
         let step = row.choose(logits)?;
-        on_step(step);
+        let flow = on_step(step);
         let token = step.token;
         if row.stop_reason.is_some() {
+            return Ok(());
+        }
+        if flow.is_break() {
+            row.stop_reason = Some(StopReason::Cancelled);
             return Ok(());
         }
         model.forward(state, &[token], Rows::Last, logits)?;

@@ -21,6 +21,9 @@ pub enum StopReason {
     /// Prompt plus generated tokens reached the model's context length:
     /// truncated (lesson 001: bound 5, a 3-token prompt gets 2 new tokens).
     ContextBound,
+    /// The caller's step hook asked to stop (for example on Ctrl-C):
+    /// truncated.
+    Cancelled,
 }
 
 impl StopReason {

@@ -5,6 +5,8 @@
 mod common;
 
 use common::{Counting, LESSON_VOCAB, Pieces, PrefixModel, TableModel};
+use std::ops::ControlFlow;
+
 use lm_core::{TokenId, Uncached, softmax};
 use lm_decode::{
     Error, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation, generate,
@@ -301,10 +303,38 @@ fn the_streaming_hook_sees_every_step_in_order() {
     let mut seen = Vec::new();
     let model = PrefixModel::new(7);
     let run = generate_streaming(&model, &PROMPT, &sampling(5, 4), None, |step| {
-        seen.push(step.clone())
+        seen.push(step.clone());
+        ControlFlow::Continue(())
     })
     .unwrap();
     assert_eq!(seen, run.steps);
+}
+
+#[test]
+fn the_hook_can_cancel_the_run_after_a_step() {
+    let model = Counting::new(PrefixModel::new(7));
+    let config = GenerationConfig {
+        end_tokens: Vec::new(),
+        ..sampling(5, 0)
+    };
+    let full = generate(&PrefixModel::new(7), &PROMPT, &config, None).unwrap();
+    let run = generate_streaming(&model, &PROMPT, &config, None, |step| {
+        if step.index == 1 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .unwrap();
+    assert_eq!(run.stop_reason, StopReason::Cancelled);
+    assert!(!run.is_finished(), "a cancelled run is truncated");
+    assert_eq!(
+        run.tokens,
+        full.tokens[..2],
+        "the same tokens up to the cancel"
+    );
+    // The prompt and the first token were fed; the second (last) never was.
+    assert_eq!(model.calls(), vec![3, 1]);
 }
 
 #[test]

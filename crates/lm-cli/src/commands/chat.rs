@@ -4,6 +4,7 @@
 //! lm-decode's loop and streams it; the reply joins the conversation.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::ops::ControlFlow;
 
 use anyhow::{Context, Result};
 use lm_core::LanguageModel;
@@ -91,6 +92,7 @@ impl ModelTask for Chat {
             let generation =
                 generate_streaming(model, &prompt_ids, &config, Some(codec), |step| {
                     printer.push(step.token, &mut out);
+                    ControlFlow::Continue(())
                 })?;
             let reply = printer.finish(&mut out)?;
             out.write_now("\n")?;

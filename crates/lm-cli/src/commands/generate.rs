@@ -7,6 +7,7 @@
 //! loop once each on streams 0, 1, ... of the seed, which gives exactly what
 //! `generate_many` gives (each re-reads the prompt, so each has its timing).
 
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -18,6 +19,7 @@ use lm_decode::{
 use lm_tokenize::Message;
 
 use crate::cli::{GenerateArgs, UsageError};
+use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
 use crate::report::json::{BeamReport, GenerateReport, SequenceReport, Settings, Timing};
@@ -45,6 +47,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         context_length,
     };
     crate::commands::configure_threads(args.model.threads)?;
+    crate::interrupt::install()?;
     let loaded = spec.load(context_length)?;
     loaded.run(options, Generate { args, spec })
 }
@@ -274,11 +277,27 @@ impl Run<'_> {
         );
         let start = Instant::now();
         let mut first_step: Option<Instant> = None;
-        let generation =
+        let mut n_tokens = 0;
+        let generated =
             generate_streaming(model, &self.prompt_ids, config, Some(self.codec), |step| {
                 first_step.get_or_insert_with(Instant::now);
+                n_tokens += 1;
                 printer.push(step.token, out);
-            })?;
+                if interrupt::requested() {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+        let generation = generated?;
+        if generation.stop_reason == StopReason::Cancelled {
+            // Ctrl-C: the text so far (streamed or not), then exit 130.
+            if matches!(self.mode, Mode::Text { .. }) {
+                printer.finish(out)?;
+                out.write_now("\n")?;
+            }
+            return Err(Interrupted { n_tokens }.into());
+        }
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
         if matches!(self.mode, Mode::Text { .. }) {
@@ -311,7 +330,12 @@ impl Run<'_> {
         out: &mut Output,
     ) -> Result<()> {
         let start = Instant::now();
-        let beams = beam_search(model, &self.prompt_ids, config)?;
+        let beams = match beam_search(model, &self.prompt_ids, config) {
+            Ok(beams) => beams,
+            // Ctrl-C: beams have no text until the search ends.
+            Err(_) if interrupt::requested() => return Err(Interrupted { n_tokens: 0 }.into()),
+            Err(error) => return Err(error.into()),
+        };
         let total_ms = start.elapsed().as_secs_f64() * 1e3;
         let prompt_ids = match config.truncation {
             Truncation::Refuse => self.prompt_ids.clone(),

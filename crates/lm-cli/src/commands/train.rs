@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use lm_model::ngram::{self, Discount, MAX_ORDER, Smoothing, TrainOptions, Utf8Policy};
+use lm_model::ngram::{self, Discount, MAX_ORDER, NgramError, Smoothing, TrainOptions, Utf8Policy};
 
 use crate::cli::{SmoothingArg, TrainArgs, UsageError};
 
@@ -48,8 +48,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if let Some(bar) = &progress {
         bar.finish_and_clear();
     }
+    // The fallback hint only helps when the discounts could not be estimated.
+    let discounts_failed = matches!(
+        &model,
+        Err(NgramError::DiscountUndefined { .. } | NgramError::DiscountOutOfRange { .. })
+    );
     let model = model.with_context(|| {
-        let hint = if args.smoothing == SmoothingArg::KneserNey && !args.discount_fallback {
+        let hint = if discounts_failed && !args.discount_fallback {
             " (for a small corpus, try --discount-fallback)"
         } else {
             ""

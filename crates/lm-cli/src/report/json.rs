@@ -183,8 +183,10 @@ pub fn stop_reason_parts(reason: &StopReason) -> (&'static str, Option<TokenId>,
         StopReason::EndToken(id) => ("end_token", Some(*id), None),
         StopReason::StopString(text) => ("stop_string", None, Some(text.clone())),
         StopReason::ContextBound => ("context_bound", None, None),
-        // MaxNewTokens, and any reason a later lm-decode adds.
-        _ => ("max_new_tokens", None, None),
+        StopReason::MaxNewTokens => ("max_new_tokens", None, None),
+        StopReason::Cancelled => ("cancelled", None, None),
+        // Any reason a later lm-decode adds.
+        _ => ("other", None, None),
     }
 }
 

@@ -113,7 +113,9 @@ pub fn describe_stop(reason: &StopReason, n_tokens: usize) -> String {
         StopReason::EndToken(id) => format!("the end token (id {id}) was chosen"),
         StopReason::StopString(text) => format!("the text reached the stop string {text:?}"),
         StopReason::ContextBound => "prompt and new tokens filled the context (truncated)".into(),
-        _ => "the new-token limit was reached (truncated)".into(),
+        StopReason::MaxNewTokens => "the new-token limit was reached (truncated)".into(),
+        StopReason::Cancelled => "the run was interrupted (truncated)".into(),
+        _ => "the run stopped (truncated)".into(),
     };
     format!("{name} after {n_tokens} new tokens: {why}")
 }

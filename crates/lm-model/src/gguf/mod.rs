@@ -435,6 +435,11 @@ impl GgufFile {
             .get(name)
             .and_then(|&idx| self.tensors.get(idx))
             .ok_or_else(missing)?;
+        // An empty tensor has no bytes to borrow: the file may end before
+        // the (padded) start of its data section.
+        if info.n_bytes == 0 {
+            return Ok(TensorView { info, data: &[] });
+        }
         // Bounds were checked at parse time; `get` keeps this panic-free regardless.
         let start = self
             .data_offset

@@ -46,24 +46,34 @@ struct Lines<R> {
 }
 
 impl<R: BufRead> Lines<R> {
-    /// The next line, trimmed of its end-of-line, or `None` at the end.
-    fn next_line(&mut self) -> Result<Option<&str>, NgramError> {
-        self.buffer.clear();
-        if self.reader.read_line(&mut self.buffer)? == 0 {
-            return Ok(None);
+    /// Reads the next line into the buffer; `false` at the end. A line that
+    /// is not UTF-8 is an error naming its number.
+    fn read(&mut self) -> Result<bool, NgramError> {
+        let mut bytes = std::mem::take(&mut self.buffer).into_bytes();
+        bytes.clear();
+        if self.reader.read_until(b'\n', &mut bytes)? == 0 {
+            return Ok(false);
         }
         self.line += 1;
+        self.buffer = String::from_utf8(bytes)
+            .map_err(|_| NgramError::ArpaInvalidUtf8 { line: self.line })?;
+        Ok(true)
+    }
+
+    /// The next line, trimmed of its end-of-line, or `None` at the end.
+    fn next_line(&mut self) -> Result<Option<&str>, NgramError> {
+        if !self.read()? {
+            return Ok(None);
+        }
         Ok(Some(self.buffer.trim_end_matches(['\n', '\r'])))
     }
 
     /// The next line that is not blank, trimmed, with its number.
     fn next_non_blank(&mut self) -> Result<Option<(usize, String)>, NgramError> {
         loop {
-            self.buffer.clear();
-            if self.reader.read_line(&mut self.buffer)? == 0 {
+            if !self.read()? {
                 return Ok(None);
             }
-            self.line += 1;
             let text = self.buffer.trim();
             if !text.is_empty() {
                 return Ok(Some((self.line, text.to_owned())));

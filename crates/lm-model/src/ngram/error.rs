@@ -82,6 +82,12 @@ pub enum NgramError {
     /// An ARPA file without a `\data\` line.
     #[error("arpa: no \\data\\ header")]
     ArpaMissingHeader,
+    /// An ARPA line that is not UTF-8.
+    #[error("arpa line {line} is not valid utf-8")]
+    ArpaInvalidUtf8 {
+        /// The line number (from 1).
+        line: usize,
+    },
     /// An ARPA file that ends before `\end\`.
     #[error("arpa: missing \\end\\ marker")]
     ArpaMissingEnd,

@@ -105,6 +105,14 @@ pub enum TransformerError {
         /// Every missing tensor name.
         names: Vec<String>,
     },
+    /// The block count asks for more layers than the file has tensors for.
+    #[error("block count {n_layer} is more layers than the file has tensors ({n_tensors})")]
+    TooFewTensorsForLayers {
+        /// The declared number of layers.
+        n_layer: usize,
+        /// Tensors in the file.
+        n_tensors: usize,
+    },
     /// A weight matrix is not two-dimensional.
     #[error("tensor {name} has dimensions {dims:?}, expected a matrix")]
     TensorRank {

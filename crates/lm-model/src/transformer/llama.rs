@@ -287,25 +287,35 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
     Ok(config)
 }
 
+/// The tensors of one llama layer, `blk.{i}.{part}.weight`.
+const LAYER_TENSORS: [&str; 9] = [
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
+
 /// Errors unless every tensor the architecture needs is in the file,
 /// listing all the missing ones.
 fn check_tensors_present(file: &GgufFile, n_layer: usize) -> Result<(), TransformerError> {
+    // Every layer needs tensors of its own, so a block count above the
+    // file's tensor count is refused before any per-layer name is built: the
+    // list of missing names stays bounded by the file.
+    let n_tensors = file.tensors().len();
+    if n_layer > n_tensors {
+        return Err(TransformerError::TooFewTensorsForLayers { n_layer, n_tensors });
+    }
     let mut names = vec![
         "token_embd.weight".to_owned(),
         "output_norm.weight".to_owned(),
     ];
     for i in 0..n_layer {
-        for part in [
-            "attn_norm",
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_norm",
-            "ffn_gate",
-            "ffn_up",
-            "ffn_down",
-        ] {
+        for part in LAYER_TENSORS {
             names.push(format!("blk.{i}.{part}.weight"));
         }
     }

@@ -1,5 +1,5 @@
-//! Rotary position embeddings: one precomputed table of cosines and sines,
-//! and the rotation of adjacent pairs that llama.cpp's "normal" RoPE mode
+//! Rotary position embeddings: the frequencies of each rotated pair, and the
+//! rotation of adjacent pairs that llama.cpp's "normal" RoPE mode
 //! applies (the GGUF conversion permutes llama's Q and K weights for it).
 //!
 //! ```text
@@ -12,40 +12,30 @@
 //! The "NeoX" layout would pair `x[i]` with `x[i + dim/2]` instead; on these
 //! weights it gives plausible but wrong text (see `shared/models/SMOLLM2.md`).
 
-/// Cosines and sines for every position up to the context length, computed
-/// once in f64 and stored as f32, `[n_positions][dim / 2]` each.
+/// The rotary frequencies `base^(-2i / dim)`; each position's angles are
+/// computed when a row is rotated (in f64, then rounded to f32), so memory does
+/// not grow with the context length a file declares (a hostile header could
+/// declare 2^32 positions).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RopeTable {
     dim: usize,
     n_positions: usize,
-    /// `cos[pos * dim/2 + i]`.
-    cos: Vec<f32>,
-    /// `sin[pos * dim/2 + i]`.
-    sin: Vec<f32>,
+    /// `base^(-2i / dim)` for each pair `i`.
+    inv_freq: Vec<f64>,
 }
 
 impl RopeTable {
-    /// The table for rotary dimension `dim` (even) and frequency `base`, for
-    /// positions `0..n_positions`.
+    /// The rotation for rotary dimension `dim` (even) and frequency `base`,
+    /// for positions `0..n_positions`.
     pub fn new(dim: usize, base: f32, n_positions: usize) -> Self {
         let half = dim / 2;
-        let mut cos = Vec::with_capacity(n_positions * half);
-        let mut sin = Vec::with_capacity(n_positions * half);
-        let inv_freq: Vec<f64> = (0..half)
+        let inv_freq = (0..half)
             .map(|i| f64::from(base).powf(-2.0 * i as f64 / dim as f64))
             .collect();
-        for pos in 0..n_positions {
-            for &freq in &inv_freq {
-                let theta = pos as f64 * freq;
-                cos.push(theta.cos() as f32);
-                sin.push(theta.sin() as f32);
-            }
-        }
         Self {
             dim: half * 2,
             n_positions,
-            cos,
-            sin,
+            inv_freq,
         }
     }
 
@@ -60,25 +50,20 @@ impl RopeTable {
     }
 
     /// Rotates every head of `row` (heads of `head_dim` components laid end
-    /// to end) to position `pos`. Positions beyond the table leave the row
+    /// to end) to position `pos`. Positions beyond `n_positions` leave the row
     /// unchanged; callers check the context bound first.
     pub fn rotate_heads(&self, row: &mut [f32], head_dim: usize, pos: usize) {
-        let half = self.dim / 2;
-        let Some(cos) = self.cos.get(pos * half..(pos + 1) * half) else {
+        if pos >= self.n_positions {
             return;
-        };
-        let Some(sin) = self.sin.get(pos * half..(pos + 1) * half) else {
-            return;
-        };
-        for head in row.chunks_exact_mut(head_dim) {
-            for ((pair, &c), &s) in head[..self.dim.min(head_dim)]
-                .chunks_exact_mut(2)
-                .zip(cos)
-                .zip(sin)
-            {
-                let (x0, x1) = (pair[0], pair[1]);
-                pair[0] = x0 * c - x1 * s;
-                pair[1] = x0 * s + x1 * c;
+        }
+        let rotary = self.dim.min(head_dim);
+        for (i, &freq) in self.inv_freq.iter().enumerate().take(rotary / 2) {
+            let (s, c) = (pos as f64 * freq).sin_cos();
+            let (s, c) = (s as f32, c as f32);
+            for head in row.chunks_exact_mut(head_dim) {
+                let (x0, x1) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = x0 * c - x1 * s;
+                head[2 * i + 1] = x0 * s + x1 * c;
             }
         }
     }

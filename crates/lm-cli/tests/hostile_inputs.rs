@@ -1,0 +1,306 @@
+//! Hostile files and faults through the command line: every hostile GGUF,
+//! ARPA and corpus file of `fixtures/hostile/` ends with exit code 1 and one
+//! `error:` line naming the problem (never a panic); Ctrl-C while streaming
+//! prints the text so far and exits 130; `train --out` killed mid-write
+//! leaves no half-written file; `| head -c 1` ends quietly.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{command, fixture, lm_cli};
+
+/// Rows of a tab-separated manifest, comments skipped.
+fn manifest(path: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| line.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
+/// Checks that `args` failed with exit code 1 and exactly one stderr line,
+/// `error: ...` holding `fragment`, and no panic text.
+fn check_refused(args: &[&str], fragment: &str) {
+    let run = lm_cli(args);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(run.code, Some(1), "lm-cli {args:?}: {}", run.stderr);
+    assert_eq!(lines.len(), 1, "lm-cli {args:?}: {}", run.stderr);
+    assert!(
+        lines[0].starts_with("error: "),
+        "lm-cli {args:?}: {}",
+        run.stderr
+    );
+    assert!(
+        lines[0].contains(fragment),
+        "lm-cli {args:?}: {:?} lacks {fragment:?}",
+        lines[0]
+    );
+    for panic_text in ["panicked", "internal error", "RUST_BACKTRACE"] {
+        assert!(
+            !run.stderr.contains(panic_text),
+            "lm-cli {args:?}: {}",
+            run.stderr
+        );
+    }
+    assert!(run.stdout.is_empty(), "lm-cli {args:?}: {}", run.stdout);
+}
+
+#[test]
+fn every_hostile_gguf_file_is_refused_in_one_line_naming_the_problem() {
+    let dir = fixture("hostile/gguf");
+    let rows = manifest(&dir.join("expected.tsv"));
+    let mut n_checked = 0;
+    for row in rows {
+        let [file, stage, fragment] = &row[..] else {
+            panic!("malformed manifest row {row:?}");
+        };
+        let path = dir.join(file);
+        let model = path.to_str().unwrap();
+        let tokenize = ["tokenize", "--model", model, "--text", "hi ab"];
+        let generate = ["generate", "--model", model, "--prompt", "hi", "-n", "3"];
+        match stage.as_str() {
+            "valid" => {
+                let run = lm_cli(&generate);
+                assert_eq!(run.code, Some(0), "{file}: {}", run.stderr);
+                assert!(run.stdout.starts_with("hi"), "{file}: {}", run.stdout);
+                let run = lm_cli(&["tokenize", "--model", model, "--text", "hi ab", "--json"]);
+                assert_eq!(run.code, Some(0), "{file}: {}", run.stderr);
+            }
+            // The tokenizer reads the metadata only: parse errors show there.
+            "parse" => check_refused(&tokenize, fragment),
+            // The model loads first when generating.
+            "llama" => check_refused(&generate, fragment),
+            "tokenizer" => {
+                check_refused(&tokenize, fragment);
+                check_refused(&generate, fragment);
+            }
+            other => panic!("unknown stage {other:?} for {file}"),
+        }
+        n_checked += 1;
+    }
+    assert!(n_checked >= 45, "only {n_checked} files checked");
+}
+
+#[test]
+fn fuzz_reproducers_never_panic_the_command_line() {
+    let dir = fixture("hostile/fuzz");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let model = path.to_str().unwrap();
+        for args in [
+            vec!["tokenize", "--model", model, "--text", "hi"],
+            vec!["generate", "--model", model, "--prompt", "hi", "-n", "2"],
+        ] {
+            let run = lm_cli(&args);
+            assert!(matches!(run.code, Some(0 | 1)), "{args:?}: {}", run.stderr);
+            assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+            assert!(!run.stderr.contains("internal error"), "{args:?}");
+        }
+    }
+}
+
+#[test]
+fn every_hostile_arpa_file_and_corpus_is_refused_in_one_line() {
+    let dir = fixture("hostile/ngram");
+    let out = tempfile::tempdir().unwrap();
+    let model_out = out.path().join("model.arpa");
+    let model_out = model_out.to_str().unwrap();
+    let mut n_checked = 0;
+    for row in manifest(&dir.join("expected.tsv")) {
+        let [file, fragment] = &row[..] else {
+            panic!("malformed manifest row {row:?}");
+        };
+        let path = dir.join(file);
+        let path = path.to_str().unwrap();
+        let spec = format!("count:{path}");
+        let args: Vec<&str> = if file.starts_with("corpus-") {
+            vec!["train", "--corpus", path, "--out", model_out]
+        } else {
+            vec!["score", "--model", &spec, "--text", "a a"]
+        };
+        if fragment == "-" {
+            let run = lm_cli(&args);
+            assert_eq!(run.code, Some(0), "{file}: {}", run.stderr);
+        } else {
+            check_refused(&args, fragment);
+        }
+        // A refused corpus never leaves a model file behind.
+        assert!(!Path::new(model_out).exists(), "{file} left {model_out}");
+        n_checked += 1;
+    }
+    let n_files = std::fs::read_dir(&dir).unwrap().count() - 1;
+    assert_eq!(n_checked, n_files, "every file has a manifest row");
+}
+
+#[test]
+fn a_corpus_that_is_not_utf8_names_the_byte_offset_when_training() {
+    // "the cat sat\nthe dog " is 20 bytes; byte 20 is 0xff.
+    let corpus = fixture("hostile/ngram/corpus-invalid-utf8.txt");
+    let bytes = std::fs::read(&corpus).unwrap();
+    assert_eq!(bytes[20], 0xff);
+    assert!(std::str::from_utf8(&bytes[..20]).is_ok());
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("m.arpa");
+    check_refused(
+        &[
+            "train",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "invalid utf-8 at byte offset 20 of the corpus",
+    );
+}
+
+/// Spawns `lm-cli args` with piped stdout and stderr.
+fn spawn(args: &[&str]) -> std::process::Child {
+    command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn ctrl_c_while_streaming_prints_the_text_so_far_and_exits_130() {
+    // The embedded model has no context bound: this run would take minutes.
+    let mut child = spawn(&[
+        "generate",
+        "--prompt",
+        "In the beginning",
+        "-n",
+        "100000000",
+        "--no-end-token",
+        "--stream",
+        "--seed",
+        "7",
+    ]);
+    let mut stdout = child.stdout.take().unwrap();
+    // Wait until streaming has visibly started.
+    let mut seen = vec![0u8; 300];
+    stdout.read_exact(&mut seen).unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let started = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("note: interrupted after ") && lines[0].ends_with(" generated tokens"),
+        "{stderr}"
+    );
+    seen.extend(rest);
+    let text = String::from_utf8(seen).expect("whole characters only");
+    assert!(text.starts_with("In the beginning"), "{text}");
+    assert!(text.ends_with('\n'), "the text so far ends its line");
+    // Stopped long before the 100 million tokens asked for.
+    let n_tokens: usize = lines[0]
+        .trim_start_matches("note: interrupted after ")
+        .trim_end_matches(" generated tokens")
+        .parse()
+        .unwrap();
+    assert!((1..100_000_000).contains(&n_tokens), "{n_tokens}");
+}
+
+#[test]
+fn output_to_a_closed_shell_pipe_ends_quietly() {
+    let binary = env!("CARGO_BIN_EXE_lm-cli");
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{binary}' generate --prompt 'And God said' -n 2000 --stream | head -c 1"
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.stdout, b"A");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
+
+/// Trains on `corpus` writing `out` with the shell's file-size limit set to
+/// `limit_blocks` blocks of 512 bytes (`ulimit -f`): a write past the limit
+/// kills the process (SIGXFSZ) in the middle of writing the model.
+fn train_with_file_size_limit(corpus: &Path, out: &Path, limit_blocks: u32) -> Option<i32> {
+    let binary = env!("CARGO_BIN_EXE_lm-cli");
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f {limit_blocks} && exec '{binary}' train --corpus '{}' --out '{}' --discount-fallback",
+            corpus.display(),
+            out.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .code()
+}
+
+#[test]
+fn train_killed_while_writing_leaves_no_half_written_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = fixture("ngram/tiny.txt");
+    let out: PathBuf = dir.path().join("model.arpa");
+    // A complete run: the model is far larger than 512 bytes.
+    assert_eq!(train_with_file_size_limit(&corpus, &out, 1 << 20), Some(0));
+    let complete = std::fs::read(&out).unwrap();
+    assert!(complete.len() > 2048, "{} bytes", complete.len());
+    assert!(complete.ends_with(b"\\end\\\n"));
+    // A second run dies after 512 bytes: the first file is untouched.
+    let killed = train_with_file_size_limit(&corpus, &out, 1);
+    assert_ne!(killed, Some(0));
+    assert_eq!(std::fs::read(&out).unwrap(), complete);
+    // And with no earlier file, the killed run leaves no file of that name.
+    std::fs::remove_file(&out).unwrap();
+    assert_ne!(train_with_file_size_limit(&corpus, &out, 1), Some(0));
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_gguf_model_gives_the_same_json_bytes_across_runs_and_thread_counts() {
+    let model = fixture("hostile/gguf/valid-tiny-llama.gguf");
+    let run = |threads: &str| {
+        let run = lm_cli(&[
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            "hi ab",
+            "-n",
+            "8",
+            "--seed",
+            "3",
+            "--temperature",
+            "1.5",
+            "--json",
+            "--no-timing",
+            "--threads",
+            threads,
+        ]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        run.stdout
+    };
+    let one = run("1");
+    let report: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(report["prompt_ids"], serde_json::json!([3, 4, 7]));
+    assert_eq!(one, run("1"));
+    assert_eq!(one, run("2"));
+}

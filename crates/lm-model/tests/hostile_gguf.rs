@@ -1,0 +1,1183 @@
+//! Hostile GGUF files, committed under `fixtures/hostile/gguf/`: one file per
+//! way a header, a metadata value, a tensor table, an architecture or a
+//! tokenizer vocabulary can be wrong (the GGUF CVE history of llama.cpp and
+//! candle is the checklist: allocations sized by header counts, unchecked
+//! size arithmetic, alignment 0).
+//!
+//! Each file is built here by a recipe: a valid tiny llama model with one
+//! defect, or a header written byte by byte. The tests check that the
+//! committed files are exactly what the recipes write, and that reading each
+//! committed file gives the typed error that names its defect.
+//! `fixtures/hostile/gguf/expected.tsv` lists every file with its stage and a
+//! fragment of the message; lm-cli's `hostile_inputs` test runs the command
+//! line on the same files with that list.
+//!
+//! Regenerate the files and the list after changing a recipe:
+//! `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test hostile_gguf`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
+use lm_model::transformer::{Llama, TransformerError};
+
+// ---------------------------------------------------------------------------
+// A small GGUF writer (independent of the reader).
+// ---------------------------------------------------------------------------
+
+/// GGML tensor type id of f32.
+const F32: u32 = 0;
+
+/// Little-endian bytes.
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend(v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend(v.to_le_bytes());
+        self
+    }
+    fn raw(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    /// A GGUF string: u64 byte length, then the bytes.
+    fn str(&mut self, s: &str) -> &mut Self {
+        self.u64(s.len() as u64).raw(s.as_bytes())
+    }
+    /// Magic, version, tensor count, metadata count.
+    fn header(version: u32, n_tensors: u64, n_kv: u64) -> Writer {
+        let mut w = Writer::default();
+        w.raw(b"GGUF").u32(version).u64(n_tensors).u64(n_kv);
+        w
+    }
+    fn value(&mut self, value: &MetadataValue) -> &mut Self {
+        use MetadataValue as V;
+        match value {
+            V::U8(v) => self.raw(&[*v]),
+            V::I8(v) => self.raw(&v.to_le_bytes()),
+            V::U16(v) => self.raw(&v.to_le_bytes()),
+            V::I16(v) => self.raw(&v.to_le_bytes()),
+            V::U32(v) => self.u32(*v),
+            V::I32(v) => self.raw(&v.to_le_bytes()),
+            V::U64(v) => self.u64(*v),
+            V::I64(v) => self.raw(&v.to_le_bytes()),
+            V::F32(v) => self.raw(&v.to_le_bytes()),
+            V::F64(v) => self.raw(&v.to_le_bytes()),
+            V::Bool(v) => self.raw(&[u8::from(*v)]),
+            V::String(s) => self.str(s),
+            V::Array(items) => {
+                // The element type of the first item (u8 for an empty array).
+                self.u32(items.first().map_or(0, type_id))
+                    .u64(items.len() as u64);
+                for item in items {
+                    self.value(item);
+                }
+                self
+            }
+        }
+    }
+    /// A metadata pair.
+    fn kv(&mut self, key: &str, value: &MetadataValue) -> &mut Self {
+        self.str(key).u32(type_id(value)).value(value)
+    }
+    /// A tensor info.
+    fn tensor_info(&mut self, name: &str, dims: &[u64], ty: u32, offset: u64) -> &mut Self {
+        self.str(name).u32(dims.len() as u32);
+        for &dim in dims {
+            self.u64(dim);
+        }
+        self.u32(ty).u64(offset)
+    }
+    /// Zero bytes up to a multiple of `alignment`.
+    fn pad(&mut self, alignment: usize) -> &mut Self {
+        while !self.0.len().is_multiple_of(alignment) {
+            self.0.push(0);
+        }
+        self
+    }
+    fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// GGUF value type ids, spelled out here apart from the reader's.
+fn type_id(value: &MetadataValue) -> u32 {
+    use MetadataValue as V;
+    match value {
+        V::U8(_) => 0,
+        V::I8(_) => 1,
+        V::U16(_) => 2,
+        V::I16(_) => 3,
+        V::U32(_) => 4,
+        V::I32(_) => 5,
+        V::F32(_) => 6,
+        V::Bool(_) => 7,
+        V::String(_) => 8,
+        V::Array(_) => 9,
+        V::U64(_) => 10,
+        V::I64(_) => 11,
+        V::F64(_) => 12,
+    }
+}
+
+/// An f32 tensor: name, dims in ggml order (`[n_cols, n_rows]`), values.
+struct Tensor {
+    name: String,
+    dims: Vec<u64>,
+    values: Vec<f32>,
+}
+
+/// A model as metadata pairs and f32 tensors, written as GGUF v3 with the
+/// default alignment of 32.
+struct Model {
+    metadata: Vec<(String, MetadataValue)>,
+    tensors: Vec<Tensor>,
+}
+
+impl Model {
+    fn bytes(&self) -> Vec<u8> {
+        let mut w = Writer::header(3, self.tensors.len() as u64, self.metadata.len() as u64);
+        for (key, value) in &self.metadata {
+            w.kv(key, value);
+        }
+        let mut offset = 0u64;
+        for tensor in &self.tensors {
+            w.tensor_info(&tensor.name, &tensor.dims, F32, offset);
+            offset += (tensor.values.len() as u64 * 4).div_ceil(32) * 32;
+        }
+        w.pad(32);
+        for tensor in &self.tensors {
+            for v in &tensor.values {
+                w.raw(&v.to_le_bytes());
+            }
+            w.pad(32);
+        }
+        w.finish()
+    }
+
+    fn set(mut self, key: &str, value: MetadataValue) -> Self {
+        match self.metadata.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.metadata.push((key.to_owned(), value)),
+        }
+        self
+    }
+
+    fn remove_key(mut self, key: &str) -> Self {
+        self.metadata.retain(|(k, _)| k != key);
+        self
+    }
+
+    fn remove_tensors(mut self, names: &[&str]) -> Self {
+        self.tensors.retain(|t| !names.contains(&t.name.as_str()));
+        self
+    }
+}
+
+const N_EMBD: u64 = 4;
+const N_HEAD: u32 = 2;
+const N_KV_HEAD: u32 = 1;
+const FFN_DIM: u64 = 8;
+const CONTEXT: u32 = 16;
+
+/// The vocabulary of the tiny model: an end token, then byte-level pieces
+/// whose merges make "hi" and "ab".
+const TOKENS: [&str; 8] = ["<|endoftext|>", "h", "i", "hi", "Ġ", "a", "b", "ab"];
+
+fn strings(items: &[&str]) -> MetadataValue {
+    MetadataValue::Array(
+        items
+            .iter()
+            .map(|s| MetadataValue::String((*s).to_owned()))
+            .collect(),
+    )
+}
+
+/// A valid one-layer llama model with 4-wide embeddings, 2 query heads, 1
+/// key/value head and an 8-token byte-level BPE vocabulary. Every llama and
+/// tokenizer case below is this model with one defect.
+fn tiny_llama() -> Model {
+    use MetadataValue as V;
+    let metadata = vec![
+        ("general.architecture", V::String("llama".into())),
+        ("llama.block_count", V::U32(1)),
+        ("llama.context_length", V::U32(CONTEXT)),
+        ("llama.embedding_length", V::U32(N_EMBD as u32)),
+        ("llama.feed_forward_length", V::U32(FFN_DIM as u32)),
+        ("llama.attention.head_count", V::U32(N_HEAD)),
+        ("llama.attention.head_count_kv", V::U32(N_KV_HEAD)),
+        ("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5)),
+        ("tokenizer.ggml.model", V::String("gpt2".into())),
+        ("tokenizer.ggml.pre", V::String("smollm".into())),
+        ("tokenizer.ggml.tokens", strings(&TOKENS)),
+        (
+            "tokenizer.ggml.token_type",
+            V::Array([3, 1, 1, 1, 1, 1, 1, 1].map(V::I32).to_vec()),
+        ),
+        ("tokenizer.ggml.merges", strings(&["h i", "a b"])),
+        ("tokenizer.ggml.bos_token_id", V::U32(0)),
+        ("tokenizer.ggml.eos_token_id", V::U32(0)),
+    ];
+    let n_vocab = TOKENS.len() as u64;
+    let kv_dim = N_EMBD / u64::from(N_HEAD) * u64::from(N_KV_HEAD);
+    let shapes: [(&str, Vec<u64>); 11] = [
+        ("token_embd.weight", vec![N_EMBD, n_vocab]),
+        ("output_norm.weight", vec![N_EMBD]),
+        ("blk.0.attn_norm.weight", vec![N_EMBD]),
+        ("blk.0.attn_q.weight", vec![N_EMBD, N_EMBD]),
+        ("blk.0.attn_k.weight", vec![N_EMBD, kv_dim]),
+        ("blk.0.attn_v.weight", vec![N_EMBD, kv_dim]),
+        ("blk.0.attn_output.weight", vec![N_EMBD, N_EMBD]),
+        ("blk.0.ffn_norm.weight", vec![N_EMBD]),
+        ("blk.0.ffn_gate.weight", vec![N_EMBD, FFN_DIM]),
+        ("blk.0.ffn_up.weight", vec![N_EMBD, FFN_DIM]),
+        ("blk.0.ffn_down.weight", vec![FFN_DIM, N_EMBD]),
+    ];
+    // Small deterministic weights: norms of one, matrices in [-0.5, 0.5].
+    let mut next = 0u32;
+    let tensors = shapes
+        .into_iter()
+        .map(|(name, dims)| {
+            let n: u64 = dims.iter().product();
+            let values = (0..n)
+                .map(|_| {
+                    next += 1;
+                    if dims.len() == 1 {
+                        1.0
+                    } else {
+                        ((next * 37) % 11) as f32 / 10.0 - 0.5
+                    }
+                })
+                .collect();
+            Tensor {
+                name: name.to_owned(),
+                dims,
+                values,
+            }
+        })
+        .collect();
+    Model {
+        metadata: metadata
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+        tensors,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The cases.
+// ---------------------------------------------------------------------------
+
+/// Which reader names the defect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// `GgufFile` refuses the file.
+    Parse,
+    /// The file parses; `Llama::from_file` refuses it.
+    Llama,
+    /// The file parses and loads as a model; the tokenizer built from its
+    /// metadata (lm-cli's mapping) refuses it. Checked by lm-cli's tests.
+    Tokenizer,
+    /// A valid file, the control for the others.
+    Valid,
+}
+
+impl Stage {
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Parse => "parse",
+            Stage::Llama => "llama",
+            Stage::Tokenizer => "tokenizer",
+            Stage::Valid => "valid",
+        }
+    }
+}
+
+/// What reading a file gave.
+#[derive(Debug)]
+enum Outcome {
+    Parse(GgufError),
+    Llama(TransformerError),
+    Loaded,
+}
+
+/// One hostile file.
+struct Case {
+    file: &'static str,
+    stage: Stage,
+    bytes: Vec<u8>,
+    /// A fragment of the error message that names the defect.
+    message: &'static str,
+    /// The typed error expected.
+    check: fn(&Outcome) -> bool,
+}
+
+fn case(
+    file: &'static str,
+    stage: Stage,
+    bytes: Vec<u8>,
+    message: &'static str,
+    check: fn(&Outcome) -> bool,
+) -> Case {
+    Case {
+        file,
+        stage,
+        bytes,
+        message,
+        check,
+    }
+}
+
+/// A header with no metadata and one f32 tensor `t` of `dims`, `ty` and
+/// `offset`, followed by `data_len` zero bytes of data.
+fn one_tensor(dims: &[u64], ty: u32, offset: u64, data_len: usize) -> Vec<u8> {
+    let mut w = Writer::header(3, 1, 0);
+    w.tensor_info("t", dims, ty, offset).pad(32);
+    w.raw(&vec![0; data_len]);
+    w.finish()
+}
+
+/// A header with the given metadata pairs and no tensors.
+fn only_metadata(pairs: &[(&str, MetadataValue)]) -> Vec<u8> {
+    let mut w = Writer::header(3, 0, pairs.len() as u64);
+    for (key, value) in pairs {
+        w.kv(key, value);
+    }
+    w.finish()
+}
+
+fn cases() -> Vec<Case> {
+    use MetadataValue as V;
+    use Stage::{Llama as L, Parse as P, Tokenizer as T};
+    let mut nested_too_deep = V::U8(1);
+    for _ in 0..9 {
+        nested_too_deep = V::Array(vec![nested_too_deep]);
+    }
+    vec![
+        case(
+            "valid-tiny-llama.gguf",
+            Stage::Valid,
+            tiny_llama().bytes(),
+            "",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        // A context length of 2^32 - 1 is legal: it bounds positions, and
+        // nothing is allocated by it (RoPE angles are computed per position,
+        // the KV cache grows with use).
+        case(
+            "valid-context-length-u32-max.gguf",
+            Stage::Valid,
+            tiny_llama()
+                .set("llama.context_length", V::U32(u32::MAX))
+                .bytes(),
+            "",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        // --- header ---
+        case(
+            "wrong-magic.gguf",
+            P,
+            {
+                let mut bytes = tiny_llama().bytes();
+                bytes[..4].copy_from_slice(b"GGML");
+                bytes
+            },
+            "not a gguf file",
+            |o| matches!(o, Outcome::Parse(GgufError::BadMagic { found }) if found == b"GGML"),
+        ),
+        case(
+            "empty.gguf",
+            P,
+            Vec::new(),
+            "not a gguf file",
+            |o| matches!(o, Outcome::Parse(GgufError::BadMagic { found }) if found.is_empty()),
+        ),
+        case(
+            "unsupported-version-4.gguf",
+            P,
+            Writer::header(4, 0, 0).finish(),
+            "unsupported gguf version 4",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::UnsupportedVersion { version: 4 })
+                )
+            },
+        ),
+        case(
+            "unsupported-version-big-endian.gguf",
+            P,
+            {
+                let mut w = Writer::default();
+                w.raw(b"GGUF").raw(&3u32.to_be_bytes()).u64(0).u64(0);
+                w.finish()
+            },
+            "unsupported gguf version 50331648",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::UnsupportedVersion {
+                        version: 0x0300_0000
+                    })
+                )
+            },
+        ),
+        case(
+            "truncated-header.gguf",
+            P,
+            Writer::header(3, 0, 0).finish()[..14].to_vec(),
+            "file truncated reading tensor count at offset 8",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::Truncated {
+                        what: "tensor count",
+                        offset: 8,
+                        needed: 8,
+                        available: 6
+                    })
+                )
+            },
+        ),
+        case(
+            "truncated-in-tensor-data.gguf",
+            P,
+            {
+                let bytes = tiny_llama().bytes();
+                bytes[..bytes.len() - 40].to_vec()
+            },
+            "lies outside the data section",
+            |o| {
+                matches!(o, Outcome::Parse(GgufError::TensorOutOfBounds { name, .. })
+                    if name == "blk.0.ffn_down.weight")
+            },
+        ),
+        case(
+            "tensor-count-beyond-file.gguf",
+            P,
+            Writer::header(3, u64::MAX / 2, 0).finish(),
+            "tensor info count 9223372036854775807 at offset 8 cannot fit",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::CountBeyondFile {
+                        what: "tensor info",
+                        count: 0x7fff_ffff_ffff_ffff,
+                        remaining: 0,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "metadata-count-beyond-file.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1 << 40);
+                w.kv("a", &V::U8(1));
+                w.finish()
+            },
+            "metadata pair count 1099511627776 at offset 16 cannot fit",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::CountBeyondFile {
+                        what: "metadata pair",
+                        count: 0x100_0000_0000,
+                        offset: 16,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "string-length-beyond-file.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.u64(1 << 62).raw(b"general.name");
+                w.finish()
+            },
+            "metadata key at offset 32 has length 4611686018427387904",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::StringBeyondFile {
+                        what: "metadata key",
+                        len: 0x4000_0000_0000_0000,
+                        offset: 32,
+                        remaining: 12
+                    })
+                )
+            },
+        ),
+        case(
+            "string-value-length-u64-max.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.str("general.name").u32(8).u64(u64::MAX).raw(b"x");
+                w.finish()
+            },
+            "string value at offset 56 has length 18446744073709551615",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::StringBeyondFile {
+                        what: "string value",
+                        len: u64::MAX,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "array-of-2-pow-40-elements.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.str("tokenizer.ggml.tokens").u32(9).u32(8).u64(1 << 40);
+                w.str("a").str("b");
+                w.finish()
+            },
+            "array element count 1099511627776",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::CountBeyondFile {
+                        what: "array element",
+                        count: 0x100_0000_0000,
+                        min_item_bytes: 8,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "nested-arrays-2-pow-40-inner-elements.gguf",
+            P,
+            {
+                // An array of 2 arrays that each claim 2^40 bytes.
+                let mut w = Writer::header(3, 0, 1);
+                w.str("t.nested").u32(9).u32(9).u64(2);
+                w.u32(0).u64(1 << 40).raw(&[7; 16]);
+                w.finish()
+            },
+            "array element count 1099511627776",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::CountBeyondFile {
+                        what: "array element",
+                        count: 0x100_0000_0000,
+                        min_item_bytes: 1,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "nested-arrays-too-deep.gguf",
+            P,
+            only_metadata(&[("t.deep", nested_too_deep)]),
+            "arrays nested deeper than 8 levels",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::NestingTooDeep { max_depth: 8, .. })
+                )
+            },
+        ),
+        case(
+            "unknown-value-type.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.str("general.name").u32(13).u32(0);
+                w.finish()
+            },
+            "unknown metadata value type 13",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::UnknownValueType { type_id: 13, .. })
+                )
+            },
+        ),
+        case(
+            "unknown-array-element-type.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.str("t.array").u32(9).u32(0xffff_ffff).u64(1 << 40);
+                w.finish()
+            },
+            "unknown metadata value type 4294967295",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::UnknownValueType {
+                        type_id: u32::MAX,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "invalid-bool.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.str("tokenizer.ggml.add_bos_token").u32(7).raw(&[2]);
+                w.finish()
+            },
+            "invalid bool byte 2",
+            |o| matches!(o, Outcome::Parse(GgufError::InvalidBool { value: 2, .. })),
+        ),
+        case(
+            "key-not-utf8.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 0, 1);
+                w.u64(2).raw(&[0xc3, 0x28]).u32(0).raw(&[1]);
+                w.finish()
+            },
+            "metadata key at offset 32 is not valid utf-8",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::InvalidUtf8 {
+                        what: "metadata key",
+                        offset: 32
+                    })
+                )
+            },
+        ),
+        case(
+            "duplicate-key.gguf",
+            P,
+            only_metadata(&[
+                ("general.architecture", V::String("llama".into())),
+                ("llama.block_count", V::U32(1)),
+                ("general.architecture", V::String("gpt2".into())),
+            ]),
+            "duplicate metadata key \"general.architecture\"",
+            |o| {
+                matches!(o, Outcome::Parse(GgufError::DuplicateKey { key })
+                    if key == "general.architecture")
+            },
+        ),
+        case(
+            "alignment-zero.gguf",
+            P,
+            only_metadata(&[("general.alignment", V::U32(0))]),
+            "alignment 0 is not a power of two",
+            |o| matches!(o, Outcome::Parse(GgufError::BadAlignment { alignment: 0 })),
+        ),
+        case(
+            "alignment-not-power-of-two.gguf",
+            P,
+            only_metadata(&[("general.alignment", V::U32(48))]),
+            "alignment 48 is not a power of two",
+            |o| matches!(o, Outcome::Parse(GgufError::BadAlignment { alignment: 48 })),
+        ),
+        case(
+            "alignment-wrong-type.gguf",
+            P,
+            only_metadata(&[("general.alignment", V::String("32".into()))]),
+            "metadata key \"general.alignment\" holds string, expected an integer",
+            |o| {
+                matches!(o, Outcome::Parse(GgufError::WrongType { key, found: "string", .. })
+                    if key == "general.alignment")
+            },
+        ),
+        case(
+            "alignment-2-pow-63-data-past-end.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 1, 1);
+                w.kv("general.alignment", &V::U64(1 << 63));
+                w.tensor_info("t", &[8], F32, 0).pad(32).raw(&[0; 32]);
+                w.finish()
+            },
+            "lies outside the data section of 0 bytes",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::TensorOutOfBounds {
+                        n_bytes: 32,
+                        data_len: 0,
+                        ..
+                    })
+                )
+            },
+        ),
+        // --- tensor table ---
+        case(
+            "dims-product-overflows-u64.gguf",
+            P,
+            one_tensor(&[1 << 32, 1 << 32, 2], F32, 0, 32),
+            "has dimensions [4294967296, 4294967296, 2] whose size overflows",
+            |o| {
+                matches!(o, Outcome::Parse(GgufError::DimsOverflow { dims, .. })
+                    if dims == &[1 << 32, 1 << 32, 2])
+            },
+        ),
+        case(
+            "dims-bytes-overflow-u64.gguf",
+            P,
+            // 2^62 elements fit in u64, their 2^64 bytes of f32 do not.
+            one_tensor(&[1 << 31, 1 << 31], F32, 0, 32),
+            "whose size overflows",
+            |o| matches!(o, Outcome::Parse(GgufError::DimsOverflow { .. })),
+        ),
+        case(
+            "too-many-dimensions.gguf",
+            P,
+            one_tensor(&[1, 1, 1, 1, 1], F32, 0, 32),
+            "has 5 dimensions, expected 1 to 4",
+            |o| matches!(o, Outcome::Parse(GgufError::BadDimCount { n_dims: 5, .. })),
+        ),
+        case(
+            "zero-dimensions.gguf",
+            P,
+            one_tensor(&[], F32, 0, 32),
+            "has 0 dimensions, expected 1 to 4",
+            |o| matches!(o, Outcome::Parse(GgufError::BadDimCount { n_dims: 0, .. })),
+        ),
+        case(
+            "unknown-tensor-type.gguf",
+            P,
+            one_tensor(&[8], 99, 0, 32),
+            "unknown or unsupported ggml type id 99",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::UnknownTensorType { type_id: 99, .. })
+                )
+            },
+        ),
+        case(
+            "quantized-row-not-whole-blocks.gguf",
+            P,
+            // Q8_0 (type 8) packs 32 values per block; a row of 40 is not whole blocks.
+            one_tensor(&[40, 1], 8, 0, 64),
+            "has rows of 40 elements, not a multiple of 32",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::RowNotBlockMultiple { row_len: 40, .. })
+                )
+            },
+        ),
+        case(
+            "tensor-offset-outside-data.gguf",
+            P,
+            one_tensor(&[8], F32, 1 << 20, 32),
+            "data [1048576, 1048576 + 32) lies outside the data section of 32 bytes",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::TensorOutOfBounds {
+                        offset: 0x10_0000,
+                        n_bytes: 32,
+                        data_len: 32,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "tensor-offset-u64-max.gguf",
+            P,
+            // The offset is a multiple of no alignment but 1; pick one that is
+            // aligned so that the end (offset + size) overflows instead.
+            one_tensor(&[8], F32, u64::MAX - 31, 32),
+            "lies outside the data section",
+            |o| matches!(o, Outcome::Parse(GgufError::TensorOutOfBounds { .. })),
+        ),
+        case(
+            "tensor-offset-misaligned.gguf",
+            P,
+            one_tensor(&[4], F32, 4, 64),
+            "data offset 4 is not a multiple of the alignment 32",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Parse(GgufError::TensorMisaligned {
+                        offset: 4,
+                        alignment: 32,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "duplicate-tensor-name.gguf",
+            P,
+            {
+                let mut w = Writer::header(3, 2, 0);
+                w.tensor_info("t", &[8], F32, 0)
+                    .tensor_info("t", &[8], F32, 32)
+                    .pad(32)
+                    .raw(&[0; 64]);
+                w.finish()
+            },
+            "duplicate tensor name \"t\"",
+            |o| matches!(o, Outcome::Parse(GgufError::DuplicateTensor { name }) if name == "t"),
+        ),
+        // --- architecture (the llama loader) ---
+        case(
+            "llama-head-count-does-not-divide-embedding.gguf",
+            L,
+            tiny_llama()
+                .set("llama.attention.head_count", V::U32(3))
+                .bytes(),
+            "head count 3 does not divide the embedding size 4",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Llama(TransformerError::HeadCountDoesNotDivide {
+                        n_embd: 4,
+                        n_head: 3
+                    })
+                )
+            },
+        ),
+        case(
+            "llama-head-count-zero.gguf",
+            L,
+            tiny_llama()
+                .set("llama.attention.head_count", V::U32(0))
+                .bytes(),
+            "head count 0 does not divide the embedding size 4",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Llama(TransformerError::HeadCountDoesNotDivide { n_head: 0, .. })
+                )
+            },
+        ),
+        case(
+            "llama-missing-tensors.gguf",
+            L,
+            tiny_llama()
+                .remove_tensors(&["output_norm.weight", "blk.0.ffn_up.weight"])
+                .bytes(),
+            "missing tensors: output_norm.weight, blk.0.ffn_up.weight",
+            |o| {
+                matches!(o, Outcome::Llama(TransformerError::MissingTensors { names })
+                    if names == &["output_norm.weight", "blk.0.ffn_up.weight"])
+            },
+        ),
+        case(
+            "llama-block-count-u32-max.gguf",
+            L,
+            tiny_llama()
+                .set("llama.block_count", V::U32(u32::MAX))
+                .bytes(),
+            "block count 4294967295 is more layers than the file has tensors",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Llama(TransformerError::TooFewTensorsForLayers {
+                        n_layer: 4294967295,
+                        ..
+                    })
+                )
+            },
+        ),
+        case(
+            "llama-missing-metadata.gguf",
+            L,
+            tiny_llama()
+                .remove_key("llama.embedding_length")
+                .remove_key("llama.attention.head_count")
+                .bytes(),
+            "missing metadata keys: llama.embedding_length, llama.attention.head_count",
+            |o| {
+                matches!(o, Outcome::Llama(TransformerError::MissingMetadata { keys })
+                    if keys == &["llama.embedding_length", "llama.attention.head_count"])
+            },
+        ),
+        case(
+            "llama-block-count-wrong-type.gguf",
+            L,
+            tiny_llama()
+                .set("llama.block_count", V::String("1".into()))
+                .bytes(),
+            "metadata key \"llama.block_count\" holds string, expected an integer",
+            |o| {
+                matches!(o, Outcome::Llama(TransformerError::Gguf(GgufError::WrongType { key, .. }))
+                    if key == "llama.block_count")
+            },
+        ),
+        case(
+            "llama-embedding-length-negative.gguf",
+            L,
+            tiny_llama()
+                .set("llama.embedding_length", V::I32(-4))
+                .bytes(),
+            "metadata key \"llama.embedding_length\" holds -4, which does not fit in u32",
+            |o| {
+                matches!(
+                    o,
+                    Outcome::Llama(TransformerError::Gguf(GgufError::ValueOutOfRange {
+                        value: -4,
+                        ..
+                    }))
+                )
+            },
+        ),
+        case(
+            "llama-tensor-shape-disagrees.gguf",
+            L,
+            {
+                let mut model = tiny_llama();
+                for tensor in &mut model.tensors {
+                    if tensor.name == "blk.0.attn_k.weight" {
+                        // Two key/value heads' worth of rows where the metadata says one.
+                        tensor.dims = vec![N_EMBD, N_EMBD];
+                        tensor.values = vec![0.25; (N_EMBD * N_EMBD) as usize];
+                    }
+                }
+                model.bytes()
+            },
+            "tensor blk.0.attn_k.weight has shape [4, 4], expected [4, 2]",
+            |o| {
+                matches!(o, Outcome::Llama(TransformerError::TensorShape { name, .. })
+                    if name == "blk.0.attn_k.weight")
+            },
+        ),
+        case(
+            "llama-other-architecture.gguf",
+            L,
+            tiny_llama()
+                .set("general.architecture", V::String("mamba".into()))
+                .bytes(),
+            "unsupported architecture \"mamba\"",
+            |o| {
+                matches!(o, Outcome::Llama(TransformerError::UnsupportedArchitecture { found })
+                    if found == "mamba")
+            },
+        ),
+        // --- tokenizer metadata (refused by lm-cli's GGUF -> BpeVocab mapping) ---
+        case(
+            "tokenizer-empty-vocabulary.gguf",
+            T,
+            tiny_llama()
+                .set("tokenizer.ggml.tokens", V::Array(Vec::new()))
+                .remove_key("tokenizer.ggml.token_type")
+                .remove_key("tokenizer.ggml.merges")
+                .remove_key("tokenizer.ggml.bos_token_id")
+                .remove_key("tokenizer.ggml.eos_token_id")
+                .bytes(),
+            "the vocabulary is empty",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-tokens-wrong-type.gguf",
+            T,
+            tiny_llama().set("tokenizer.ggml.tokens", V::U32(8)).bytes(),
+            "metadata key \"tokenizer.ggml.tokens\" holds u32, expected an array of strings",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-tokens-array-of-integers.gguf",
+            T,
+            tiny_llama()
+                .set(
+                    "tokenizer.ggml.tokens",
+                    V::Array((0..8).map(V::U32).collect()),
+                )
+                .bytes(),
+            "metadata key \"tokenizer.ggml.tokens\" holds an array of u32, expected an array of strings",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-eos-id-out-of-range.gguf",
+            T,
+            tiny_llama()
+                .set("tokenizer.ggml.eos_token_id", V::U32(1000))
+                .bytes(),
+            "eos token id 1000 is out of range for a vocabulary of 8",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-merge-unknown-token.gguf",
+            T,
+            tiny_llama()
+                .set("tokenizer.ggml.merges", strings(&["h i", "x y"]))
+                .bytes(),
+            "merge 1 (\"x y\") needs the unknown token",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-duplicate-token.gguf",
+            T,
+            tiny_llama()
+                .set(
+                    "tokenizer.ggml.tokens",
+                    strings(&["<|endoftext|>", "h", "i", "hi", "Ġ", "a", "b", "h"]),
+                )
+                .bytes(),
+            "token 7 repeats the text \"h\" of token 1",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-token-type-count-mismatch.gguf",
+            T,
+            tiny_llama()
+                .set("tokenizer.ggml.token_type", V::Array(vec![V::I32(1); 3]))
+                .bytes(),
+            "3 token types for 8 tokens",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+        case(
+            "tokenizer-unsupported-model.gguf",
+            T,
+            tiny_llama()
+                .set("tokenizer.ggml.model", V::String("llama".into()))
+                .bytes(),
+            "unsupported tokenizer model \"llama\"",
+            |o| matches!(o, Outcome::Loaded),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+// ---------------------------------------------------------------------------
+
+fn hostile_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hostile/gguf")
+}
+
+const MANIFEST: &str = "expected.tsv";
+
+/// The manifest lm-cli's test reads: file, stage, message fragment.
+fn manifest(cases: &[Case]) -> String {
+    let mut out = String::from(
+        "# Written by `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test hostile_gguf`.\n\
+         # file\tstage\tmessage fragment\n",
+    );
+    for case in cases {
+        out.push_str(&format!(
+            "{}\t{}\t{}\n",
+            case.file,
+            case.stage.name(),
+            case.message
+        ));
+    }
+    out
+}
+
+/// Parses the bytes, then loads them as a llama model.
+fn read(bytes: Vec<u8>) -> Outcome {
+    match GgufFile::from_bytes(bytes) {
+        Err(error) => Outcome::Parse(error),
+        Ok(file) => match Llama::from_file(file) {
+            Err(error) => Outcome::Llama(error),
+            Ok(_) => Outcome::Loaded,
+        },
+    }
+}
+
+#[test]
+fn committed_files_are_what_the_recipes_write() {
+    let dir = hostile_dir();
+    let mut cases = cases();
+    if std::env::var_os("LM_HOSTILE_UPDATE").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        for case in &cases {
+            std::fs::write(dir.join(case.file), &case.bytes).unwrap();
+        }
+        std::fs::write(dir.join(MANIFEST), manifest(&cases)).unwrap();
+    }
+    let update = "LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test hostile_gguf";
+    for case in &cases {
+        let committed = std::fs::read(dir.join(case.file))
+            .unwrap_or_else(|e| panic!("{}: {e}; run `{update}`", case.file));
+        assert!(
+            committed == case.bytes,
+            "{} differs from its recipe; run `{update}`",
+            case.file
+        );
+    }
+    let listed: BTreeSet<String> = cases.iter().map(|c| c.file.to_owned()).collect();
+    let on_disk: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".gguf"))
+        .collect();
+    assert_eq!(
+        on_disk, listed,
+        "files without a recipe, or recipes without a file"
+    );
+    let committed_manifest = std::fs::read_to_string(dir.join(MANIFEST)).unwrap();
+    assert_eq!(committed_manifest, manifest(&cases), "run `{update}`");
+}
+
+#[test]
+fn every_hostile_file_is_refused_with_the_error_that_names_it() {
+    let dir = hostile_dir();
+    for case in cases() {
+        let bytes = std::fs::read(dir.join(case.file)).unwrap();
+        let n_bytes = bytes.len();
+        let outcome = read(bytes);
+        assert!((case.check)(&outcome), "{}: got {outcome:?}", case.file);
+        let message = match &outcome {
+            Outcome::Parse(error) => error.to_string(),
+            Outcome::Llama(error) => error.to_string(),
+            // Tokenizer cases load as models; lm-cli's test checks their message.
+            Outcome::Loaded => continue,
+        };
+        assert!(
+            message.contains(case.message),
+            "{}: message {message:?} lacks {:?}",
+            case.file,
+            case.message
+        );
+        assert!(!message.contains('\n'), "{}: {message:?}", case.file);
+        assert!(n_bytes < 4096, "{} is not tiny", case.file);
+    }
+}
+
+#[test]
+fn stages_agree_with_the_outcomes() {
+    // A parse case must fail to parse, a llama case must parse and fail to
+    // load, tokenizer and valid cases must load.
+    for case in cases() {
+        let outcome = read(case.bytes);
+        let stage = match outcome {
+            Outcome::Parse(_) => Stage::Parse,
+            Outcome::Llama(_) => Stage::Llama,
+            Outcome::Loaded => {
+                if case.stage == Stage::Valid {
+                    Stage::Valid
+                } else {
+                    Stage::Tokenizer
+                }
+            }
+        };
+        assert_eq!(stage, case.stage, "{}", case.file);
+    }
+}
+
+#[test]
+fn every_truncation_of_the_valid_model_is_an_error_never_a_panic() {
+    let bytes = tiny_llama().bytes();
+    for len in 0..bytes.len() {
+        let outcome = read(bytes[..len].to_vec());
+        assert!(
+            !matches!(outcome, Outcome::Loaded),
+            "the first {len} bytes loaded"
+        );
+    }
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed inputs: four tiny valid GGUF v3 files.
+
+    python3 fuzz/make_seeds.py      (from the workspace root)
+
+seed-header     header only, no metadata, no tensors
+seed-metadata   values of several types (u8, nested array, f64, bool, i64) and an f32 tensor
+seed-tensors    one tensor of each type the reader knows (F32, F16, Q4_0, Q4_1, Q8_0, BF16)
+seed-tokenizer  a byte-level BPE vocabulary as GGUF stores it (tokenizer.ggml.*)
+
+Each is written to fuzz/corpus/gguf_parse/ and fuzz/corpus/gguf_tokenizer/.
+Needs only the standard library.
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ALIGNMENT = 32
+
+# GGUF metadata value types and GGML tensor types used below.
+U8, U32, I32, F32_VALUE, BOOL, STRING, ARRAY, I64, F64 = 0, 4, 5, 6, 7, 8, 9, 11, 12
+F32, F16, Q4_0, Q4_1, Q8_0, BF16 = 0, 1, 2, 3, 8, 30
+
+
+def string(text):
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def pair(key, value_type, value):
+    return string(key) + struct.pack("<I", value_type) + value
+
+
+def array(element_type, items, encode):
+    return struct.pack("<IQ", element_type, len(items)) + b"".join(encode(i) for i in items)
+
+
+def gguf(pairs, tensors):
+    """A GGUF v3 file: metadata pairs, then tensors (name, dims, type, data)."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(pairs)) + b"".join(pairs)
+    offset, data = 0, []
+    for name, dims, tensor_type, payload in tensors:
+        out += string(name) + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", tensor_type, offset)
+        padded = payload + b"\0" * (-len(payload) % ALIGNMENT)
+        data.append(padded)
+        offset += len(padded)
+    out += b"\0" * (-len(out) % ALIGNMENT)
+    return out + b"".join(data)
+
+
+def f32s(values):
+    return b"".join(struct.pack("<f", v) for v in values)
+
+
+def write(name, data):
+    for target in ("gguf_parse", "gguf_tokenizer"):
+        folder = os.path.join(HERE, "corpus", target)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "wb") as out:
+            out.write(data)
+
+
+tokens = ["<|im_end|>", "a", "b", "ab", "\u0120", "\u0120ab", "h", "\u00c3", "\u00a9"]
+write("seed-tokenizer", gguf([
+    pair("tokenizer.ggml.model", STRING, string("gpt2")),
+    pair("tokenizer.ggml.pre", STRING, string("smollm")),
+    pair("tokenizer.ggml.tokens", ARRAY, array(STRING, tokens, string)),
+    pair("tokenizer.ggml.token_type", ARRAY,
+         array(I32, [3] + [1] * (len(tokens) - 1), lambda v: struct.pack("<i", v))),
+    pair("tokenizer.ggml.merges", ARRAY, array(STRING, ["a b", "\u0120 ab"], string)),
+    pair("tokenizer.ggml.eos_token_id", U32, struct.pack("<I", 0)),
+    pair("tokenizer.ggml.add_bos_token", BOOL, b"\0"),
+], []))
+
+q8_0 = struct.pack("<e", 0.5) + bytes(range(32))
+q4_0 = struct.pack("<e", 0.25) + bytes(range(16))
+q4_1 = struct.pack("<ee", 0.25, -1.0) + bytes(range(16))
+f16 = b"".join(struct.pack("<e", v) for v in [1.0, -2.0])
+write("seed-tensors", gguf([
+    pair("general.architecture", STRING, string("llama")),
+    pair("general.alignment", U32, struct.pack("<I", ALIGNMENT)),
+], [
+    ("f32", [2, 2], F32, f32s([1, 2, 3, 4])),
+    ("f16", [2], F16, f16),
+    ("q4_0", [32], Q4_0, q4_0),
+    ("q4_1", [32], Q4_1, q4_1),
+    ("q8_0", [32, 1], Q8_0, q8_0),
+    ("bf16", [2], BF16, b"\x80\x3f\x00\xc0"),
+]))
+
+write("seed-header", gguf([], []))
+
+write("seed-metadata", gguf([
+    pair("t.u8", U8, b"\x05"),
+    pair("t.nested", ARRAY, array(ARRAY, [1], lambda _: array(U8, [1, 2], lambda v: bytes([v])))),
+    pair("t.f64", F64, struct.pack("<d", 1.5)),
+    pair("t.b", BOOL, b"\x01"),
+    pair("t.i64", I64, struct.pack("<q", -3)),
+], [("t", [2], F32, f32s([1, 2]))]))
