@@ -1092,7 +1092,7 @@ fn read(bytes: Vec<u8>) -> Outcome {
 #[test]
 fn committed_files_are_what_the_recipes_write() {
     let dir = hostile_dir();
-    let mut cases = cases();
+    let cases = cases();
     if std::env::var_os("LM_HOSTILE_UPDATE").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
         for case in &cases {
