@@ -4,6 +4,7 @@
 //! `run(args)` function; `project_root()` locates the workspace from
 //! `CARGO_MANIFEST_DIR`.
 
+mod bench;
 mod check_lessons;
 mod fetch_model;
 mod reference;
@@ -18,6 +19,7 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
+  bench                 decode and prefill speed of SmolLM2, ours and llama.cpp's, side by side
   check-lessons         check every worked example and numeric claim of ../shared/lessons
   fetch-model <name>    download a known model into the models folder
                         ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
@@ -30,6 +32,7 @@ fn main() -> Result<()> {
     let task = args.next();
     let task_args: Vec<String> = args.collect();
     match task.as_deref() {
+        Some("bench") => bench::run(&task_args),
         Some("check-lessons") => check_lessons::run(&task_args),
         Some("fetch-model") => fetch_model::run(&task_args),
         Some("reference-fixtures") => reference::run(&task_args),

@@ -12,7 +12,11 @@
 use super::block::QK;
 
 /// 32 activations quantized to signed bytes with one f32 scale.
+///
+/// `repr(C)` keeps `d` and `sum` adjacent at the start, so the SIMD kernel
+/// loads both with one 8-byte load.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
 pub(crate) struct Q8Block {
     /// The scale: `x[j] ≈ d * qs[j]`.
     pub d: f32,
@@ -33,7 +37,7 @@ impl Q8Block {
         let mut isum = 0i32;
         for (q, &v) in qs.iter_mut().zip(x) {
             // `as` saturates and maps NaN to 0; |v * inv_d| <= 127 otherwise.
-            *q = (v * inv_d).round_ties_even() as i8;
+            *q = round_ties_even_small(v * inv_d) as i8;
             isum += i32::from(*q);
         }
         Q8Block {
@@ -44,10 +48,45 @@ impl Q8Block {
     }
 }
 
+/// `v.round_ties_even()` for |v| < 2^22 (and NaN for NaN), without the
+/// library call that `round_ties_even` becomes on x86_64 without SSE4.1:
+/// adding 1.5 * 2^23 leaves no fraction bits, so the addition itself rounds
+/// to the nearest integer, ties to even, and the subtraction is exact.
+#[inline(always)]
+fn round_ties_even_small(v: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23
+    (v + SHIFT) - SHIFT
+}
+
 /// Quantizes `x` (a multiple of 32 long) into `out`, replacing its contents.
 ///
 /// `out` is reused between calls so that steady-state products do not allocate.
 pub(crate) fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) {
     out.clear();
     out.extend(x.chunks_exact(QK).map(Q8Block::quantize));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_rounding_matches_round_ties_even() {
+        for v in [
+            0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 127.00002, 0.49999997,
+        ] {
+            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+        }
+        // Every quarter step in the range the quantizer uses.
+        for i in -520..=520 {
+            let v = i as f32 / 4.0;
+            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+        }
+        // A dense sweep of non-representable steps across -128..128.
+        for i in 0..100_000 {
+            let v = i as f32 * 0.002_57 - 128.0;
+            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+        }
+        assert!(round_ties_even_small(f32::NAN).is_nan());
+    }
 }

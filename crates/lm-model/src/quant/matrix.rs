@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::activation::{Q8Block, quantize_activations};
-use super::block::{self, QK};
+use super::block;
 use super::dot::{Dispatch, Kernel, portable};
 use super::{GgmlType, QuantError};
 
@@ -174,13 +174,19 @@ impl<'a> QMatrix<'a> {
         check_len("input vector", self.n_cols, x.len())?;
         check_len("output vector", self.n_rows, y.len())?;
         if !self.ty.is_quantized() {
-            self.fill_rows(y, 1, |row, _| self.dispatch.dot_row(self.ty, row, x, &[]));
+            self.fill_rows(y, 1, |row, out| {
+                self.dispatch
+                    .dot_rows(self.ty, row, self.n_cols, x, &[], out);
+            });
             return Ok(());
         }
         with_scratch(|scratch| {
             quantize_activations(x, &mut scratch.activations);
             let xq = scratch.activations.as_slice();
-            self.fill_rows(y, 1, |row, _| self.dispatch.dot_row(self.ty, row, x, xq));
+            self.fill_rows(y, 1, |row, out| {
+                self.dispatch
+                    .dot_rows(self.ty, row, self.n_cols, x, xq, out);
+            });
         });
         Ok(())
     }
@@ -190,7 +196,11 @@ impl<'a> QMatrix<'a> {
     pub fn matvec_exact(&self, x: &[f32], y: &mut [f32]) -> Result<(), QuantError> {
         check_len("input vector", self.n_cols, x.len())?;
         check_len("output vector", self.n_rows, y.len())?;
-        self.fill_rows(y, 1, |row, _| portable::dot_row_exact(self.ty, row, x));
+        self.fill_rows(y, 1, |row, out| {
+            for o in out {
+                *o = portable::dot_row_exact(self.ty, row, x);
+            }
+        });
         Ok(())
     }
 
@@ -199,7 +209,9 @@ impl<'a> QMatrix<'a> {
     /// `ys[i * n_rows + r] = W[r] · xs[i]`.
     ///
     /// Rows of W are the outer loop, so each weight block is read from memory
-    /// once per batch rather than once per input.
+    /// once per batch rather than once per input, and the SIMD kernel unpacks
+    /// each block once for four inputs at a time. Each result has the same
+    /// bits as [`QMatrix::matvec`] on its input alone.
     pub fn matmul(&self, xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), QuantError> {
         let n_inputs = n.checked_mul(self.n_cols).ok_or(QuantError::SizeOverflow {
             n_rows: n,
@@ -214,7 +226,6 @@ impl<'a> QMatrix<'a> {
         if n == 1 {
             return self.matvec(xs, ys);
         }
-        let blocks_per_row = self.n_cols / QK;
         with_scratch(|scratch| {
             let Scratch {
                 activations,
@@ -228,16 +239,9 @@ impl<'a> QMatrix<'a> {
             let xq = activations.as_slice();
             transposed.clear();
             transposed.resize(n_outputs, 0.0);
-            self.fill_rows(transposed, n, |row, input_idx| {
-                let x = xs.get(input_idx * self.n_cols..).unwrap_or(&[]);
-                let x = x.get(..self.n_cols).unwrap_or(&[]);
-                let q = if self.ty.is_quantized() {
-                    xq.get(input_idx * blocks_per_row..(input_idx + 1) * blocks_per_row)
-                        .unwrap_or(&[])
-                } else {
-                    &[]
-                };
-                self.dispatch.dot_row(self.ty, row, x, q)
+            self.fill_rows(transposed, n, |row, out| {
+                self.dispatch
+                    .dot_rows(self.ty, row, self.n_cols, xs, xq, out);
             });
             for (row_idx, results) in transposed.chunks_exact(n).enumerate() {
                 for (input_idx, &value) in results.iter().enumerate() {
@@ -250,9 +254,10 @@ impl<'a> QMatrix<'a> {
         Ok(())
     }
 
-    /// Fills `out` (`n_rows x n`, row-major) with `dot(row_bytes, input_idx)`,
-    /// in parallel over blocks of rows when the matrix is large.
-    fn fill_rows(&self, out: &mut [f32], n: usize, dot: impl Fn(&[u8], usize) -> f32 + Sync) {
+    /// Fills `out` (`n_rows x n`, row-major) by calling `dot(row_bytes, results)`
+    /// with each row's `n` results, in parallel over blocks of rows when the
+    /// matrix is large.
+    fn fill_rows(&self, out: &mut [f32], n: usize, dot: impl Fn(&[u8], &mut [f32]) + Sync) {
         if self.row_bytes == 0 || n == 0 {
             out.fill(0.0);
             return;
@@ -262,9 +267,7 @@ impl<'a> QMatrix<'a> {
                 .chunks_exact_mut(n)
                 .zip(rows.chunks_exact(self.row_bytes))
             {
-                for (input_idx, result) in results.iter_mut().enumerate() {
-                    *result = dot(row, input_idx);
-                }
+                dot(row, results);
             }
         };
         let n_weights = self.n_rows.saturating_mul(self.n_cols).saturating_mul(n);

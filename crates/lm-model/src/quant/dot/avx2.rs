@@ -11,93 +11,176 @@
 //! [`super::Dispatch`].
 
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128,
-    _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
-    _mm256_and_si256, _mm256_castps256_ps128, _mm256_cvtepi32_ps, _mm256_extractf128_ps,
-    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-    _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_sign_epi8, _mm256_sub_epi8,
+    __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
+    _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadu_si128,
+    _mm_movehl_ps, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
+    _mm256_and_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128, _mm256_castsi256_ps,
+    _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_cvtss_f32,
+    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16,
+    _mm256_maddubs_epi16, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_ps,
+    _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
 use super::super::activation::Q8Block;
 
-/// Q4_0 row · quantized activations.
+/// Q4_0 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_0(row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_blocks::<18>(row, xq, |w, a| {
-        // SAFETY: `w` is 18 bytes, so bytes 2..18 are in bounds.
-        let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(2).cast()) };
-        let weights = _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8));
-        let scale = f16_to_f32(w[0], w[1]) * a.d;
-        (scale, mul_sum_i8(weights, load_qs(a)), 0.0)
-    })
+pub(crate) unsafe fn dot_q4_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+    dot_blocks::<18, N, false>(
+        row,
+        xq,
+        |w| {
+            // SAFETY: `w` is 18 bytes, so bytes 2..18 are in bounds.
+            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(2).cast()) };
+            let weights = _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8));
+            (f16_bits(w[0], w[1]), 0, weights)
+        },
+        |weights, activations| mul_sum_i8(weights, activations),
+    )
 }
 
-/// Q4_1 row · quantized activations.
+/// Q4_1 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1(row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_blocks::<20>(row, xq, |w, a| {
-        // SAFETY: `w` is 20 bytes, so bytes 4..20 are in bounds.
-        let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(4).cast()) };
-        let pairs = _mm256_maddubs_epi16(unpack_nibbles(packed), load_qs(a));
-        let products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-        let scale = f16_to_f32(w[0], w[1]) * a.d;
-        (scale, products, f16_to_f32(w[2], w[3]) * a.sum)
-    })
+pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+    dot_blocks::<20, N, true>(
+        row,
+        xq,
+        |w| {
+            // SAFETY: `w` is 20 bytes, so bytes 4..20 are in bounds.
+            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(4).cast()) };
+            (
+                f16_bits(w[0], w[1]),
+                f16_bits(w[2], w[3]),
+                unpack_nibbles(packed),
+            )
+        },
+        |weights, activations| {
+            let pairs = _mm256_maddubs_epi16(weights, activations);
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        },
+    )
 }
 
-/// Q8_0 row · quantized activations.
+/// Q8_0 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q8_0(row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_blocks::<34>(row, xq, |w, a| {
-        // SAFETY: `w` is 34 bytes, so bytes 2..34 are in bounds.
-        let weights = unsafe { _mm256_loadu_si256(w.as_ptr().add(2).cast()) };
-        let scale = f16_to_f32(w[0], w[1]) * a.d;
-        (scale, mul_sum_i8(weights, load_qs(a)), 0.0)
-    })
+pub(crate) unsafe fn dot_q8_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+    dot_blocks::<34, N, false>(
+        row,
+        xq,
+        |w| {
+            // SAFETY: `w` is 34 bytes, so bytes 2..34 are in bounds.
+            let weights = unsafe { _mm256_loadu_si256(w.as_ptr().add(2).cast()) };
+            (f16_bits(w[0], w[1]), 0, weights)
+        },
+        |weights, activations| mul_sum_i8(weights, activations),
+    )
 }
 
-/// Sums `scale * Σ lanes(products) + offset` over the blocks of a row, where
-/// `block` returns `(scale, products, offset)` for one weight block (`BYTES`
-/// long) and its activation block. Two blocks per step into two accumulators,
-/// so consecutive FMAs do not wait on each other.
+/// For each of the `N` activation rows `xq[i]`, sums
+/// `d_w d_x Σ lanes(product(weights, q_x)) + m_w sum_x` over the blocks of
+/// `row` (the second term only when `HAS_MIN`), where `unpack` turns one
+/// weight block (`BYTES` long) into `(d_w, m_w, weights)` with the scales as
+/// f16 bits. Each weight block is unpacked once for all `N` rows (the
+/// batched product of prefill), and `d_w d_x` and `m_w sum_x` come from one
+/// multiply (see [`accumulate`]).
+///
+/// Even and odd blocks go to two accumulators per row, and so do the
+/// `m_w sum_x` terms (lanes 1 and 3 of one vector), so consecutive FMAs do
+/// not wait on each other. The order of the f32 additions does not depend on
+/// `N`, so a row's result is the same bits whether it is computed alone or in
+/// a batch, and it is the order the conformance fixtures were checked with
+/// (other orders move single logits of the real model by up to 0.5).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_blocks<const BYTES: usize>(
+fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool>(
     row: &[u8],
-    xq: &[Q8Block],
-    block: impl Fn(&[u8], &Q8Block) -> (f32, __m256, f32),
-) -> f32 {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let (mut offset0, mut offset1) = (0.0f32, 0.0f32);
-    let pairs = row.chunks_exact(2 * BYTES).zip(xq.chunks_exact(2));
-    let n_pairs = pairs.len();
-    for (w, a) in pairs {
+    xq: [&[Q8Block]; N],
+    unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
+    product: impl Fn(__m256i, __m256i) -> __m256,
+) -> [f32; N] {
+    let n_blocks = xq.iter().fold(row.len() / BYTES, |n, x| n.min(x.len()));
+    let mut acc = [[_mm256_setzero_ps(); 2]; N];
+    let mut offset = [_mm_setzero_ps(); N];
+    let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
+    for (pair_idx, w) in pairs.enumerate() {
         let (w0, w1) = w.split_at(BYTES);
-        let (s0, p0, o0) = block(w0, &a[0]);
-        let (s1, p1, o1) = block(w1, &a[1]);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), p1, acc1);
-        offset0 += o0;
-        offset1 += o1;
+        let b = 2 * pair_idx;
+        accumulate::<0, N, HAS_MIN>(unpack(w0), b, &xq, &mut acc, &mut offset, &product);
+        accumulate::<1, N, HAS_MIN>(unpack(w1), b + 1, &xq, &mut acc, &mut offset, &product);
     }
-    let tail = row.get(2 * BYTES * n_pairs..).unwrap_or(&[]);
-    let tail_xq = xq.get(2 * n_pairs..).unwrap_or(&[]);
-    for (w, a) in tail.chunks_exact(BYTES).zip(tail_xq) {
-        let (s, p, o) = block(w, a);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s), p, acc0);
-        offset0 += o;
+    if n_blocks % 2 == 1 {
+        let b = n_blocks - 1;
+        if let Some(w) = row.get(b * BYTES..(b + 1) * BYTES) {
+            accumulate::<0, N, HAS_MIN>(unpack(w), b, &xq, &mut acc, &mut offset, &product);
+        }
     }
-    horizontal_sum(_mm256_add_ps(acc0, acc1)) + (offset0 + offset1)
+    let mut out = [0.0; N];
+    for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
+        let offset = lane::<1>(offset) + lane::<3>(offset);
+        *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + offset;
+    }
+    out
+}
+
+/// Adds block `block_idx` (unpacked as `(d_w, m_w, weights)`) into
+/// accumulator `PARITY` of every row. The weight scales are converted as
+/// `[d_w, m_w, 0, 0]` for even blocks and `[d_w, 0, 0, m_w]` for odd ones and
+/// multiplied by `[d_x, sum_x, d_x, sum_x]`: lane 0 is the block's scale and
+/// lane 1 or 3 its `m_w sum_x`, which adds into the even or odd offset sum.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn accumulate<const PARITY: usize, const N: usize, const HAS_MIN: bool>(
+    (d_w, m_w, weights): (u16, u16, __m256i),
+    block_idx: usize,
+    xq: &[&[Q8Block]; N],
+    acc: &mut [[__m256; 2]; N],
+    offset: &mut [__m128; N],
+    product: &impl Fn(__m256i, __m256i) -> __m256,
+) {
+    let m_shift = if PARITY == 0 { 16 } else { 48 };
+    let bits = i64::from(d_w) | (i64::from(m_w) << m_shift);
+    let scales_w = _mm_cvtph_ps(_mm_cvtsi64_si128(bits));
+    for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
+        if let Some(a) = x.get(block_idx) {
+            let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
+            let scale = _mm256_broadcastss_ps(scales);
+            acc[PARITY] = _mm256_fmadd_ps(scale, product(weights, load_qs(a)), acc[PARITY]);
+            if HAS_MIN {
+                *offset = _mm_add_ps(*offset, scales);
+            }
+        }
+    }
+}
+
+/// A little-endian f16 as its bits.
+#[inline]
+fn f16_bits(lo: u8, hi: u8) -> u16 {
+    u16::from_le_bytes([lo, hi])
+}
+
+/// `[d, sum, d, sum]` of an activation block, by one 8-byte load.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_d_sum_twice(a: &Q8Block) -> __m128 {
+    // SAFETY: `Q8Block` is `repr(C)` with `d` and `sum` (two f32) as its
+    // first 8 bytes; the pointer comes from a reference to the whole block.
+    _mm_castpd_ps(unsafe { _mm_loaddup_pd(std::ptr::from_ref(a).cast()) })
+}
+
+/// Lane `LANE` of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane<const LANE: i32>(v: __m128) -> f32 {
+    f32::from_bits(_mm_extract_ps::<LANE>(v) as u32)
 }
 
 /// 16 bytes of packed 4-bit values as 32 bytes: low nibbles (elements 0..16)
@@ -138,6 +221,61 @@ pub(crate) unsafe fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
     sum
 }
 
+/// F16 row · f32 activations (F16C converts eight weights at a time).
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
+    dot_half_floats(row, x, |w8| {
+        // SAFETY: `w8` is 16 bytes; unaligned load.
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(w8.as_ptr().cast()) })
+    })
+}
+
+/// BF16 row · f32 activations (a bf16 is the top half of an f32).
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
+    dot_half_floats(row, x, |w8| {
+        // SAFETY: `w8` is 16 bytes; unaligned load.
+        let halves = _mm256_cvtepu16_epi32(unsafe { _mm_loadu_si128(w8.as_ptr().cast()) });
+        _mm256_castsi256_ps(_mm256_slli_epi32(halves, 16))
+    })
+}
+
+/// Σ w·x over 2-byte float weights, eight at a time through `widen`, with
+/// the tail decoded by the portable path.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_half_floats(row: &[u8], x: &[f32], widen: impl Fn(&[u8]) -> __m256) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let row_chunks = row.chunks_exact(16);
+    let x_chunks = x.chunks_exact(8);
+    let (row_tail, x_tail) = (row_chunks.remainder(), x_chunks.remainder());
+    for (w8, x8) in row_chunks.zip(x_chunks) {
+        // SAFETY: `x8` is 8 floats; unaligned load.
+        let xv = unsafe { _mm256_loadu_ps(x8.as_ptr()) };
+        acc = _mm256_fmadd_ps(widen(w8), xv, acc);
+    }
+    let mut sum = horizontal_sum(acc);
+    for (w, &xv) in row_tail.chunks_exact(2).zip(x_tail) {
+        sum += widen_scalar(w, &widen) * xv;
+    }
+    sum
+}
+
+/// One 2-byte float through the eight-wide `widen`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen_scalar(w: &[u8], widen: &impl Fn(&[u8]) -> __m256) -> f32 {
+    let mut padded = [0u8; 16];
+    padded[..2].copy_from_slice(&w[..2]);
+    _mm256_cvtss_f32(widen(&padded))
+}
+
 /// The 32 quantized activations of a block as one vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -164,12 +302,4 @@ fn horizontal_sum(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let dual = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     _mm_cvtss_f32(_mm_add_ss(dual, _mm_shuffle_ps(dual, dual, 1)))
-}
-
-/// A little-endian f16 (two bytes) as f32, by the F16C instruction.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn f16_to_f32(lo: u8, hi: u8) -> f32 {
-    let bits = i32::from(u16::from_le_bytes([lo, hi]));
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
 }

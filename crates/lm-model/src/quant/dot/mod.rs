@@ -89,15 +89,72 @@ impl Dispatch {
                 // `is_available` confirmed avx2, fma and f16c on this CPU.
                 unsafe {
                     match ty {
-                        GgmlType::Q4_0 => avx2::dot_q4_0(row, xq),
-                        GgmlType::Q4_1 => avx2::dot_q4_1(row, xq),
-                        GgmlType::Q8_0 => avx2::dot_q8_0(row, xq),
+                        GgmlType::Q4_0 => avx2::dot_q4_0(row, [xq])[0],
+                        GgmlType::Q4_1 => avx2::dot_q4_1(row, [xq])[0],
+                        GgmlType::Q8_0 => avx2::dot_q8_0(row, [xq])[0],
                         GgmlType::F32 => avx2::dot_f32(row, x),
-                        GgmlType::F16 | GgmlType::BF16 => portable::dot_row(ty, row, x, xq),
+                        GgmlType::F16 => avx2::dot_f16(row, x),
+                        GgmlType::BF16 => avx2::dot_bf16(row, x),
                     }
                 }
             }
             _ => portable::dot_row(ty, row, x, xq),
         }
     }
+
+    /// `out[i] = row · input i` for `out.len()` inputs: input `i` is
+    /// `xs[i * n_cols..][..n_cols]` for float types and
+    /// `xq[i * n_blocks..][..n_blocks]` (`n_blocks = n_cols / 32`) for
+    /// quantized ones. The SIMD path unpacks each weight block once for up to
+    /// [`BATCH`] inputs. Every `out[i]` has the same bits as
+    /// [`Dispatch::dot_row`] on input `i` alone; inputs missing from `xs` or
+    /// `xq` count as empty.
+    pub fn dot_rows(
+        self,
+        ty: GgmlType,
+        row: &[u8],
+        n_cols: usize,
+        xs: &[f32],
+        xq: &[Q8Block],
+        out: &mut [f32],
+    ) {
+        let n_blocks = n_cols / super::QK;
+        let input = |i: usize| {
+            let x = xs.get(i * n_cols..).unwrap_or(&[]);
+            let q = xq.get(i * n_blocks..).unwrap_or(&[]);
+            (x.get(..n_cols).unwrap_or(x), q.get(..n_blocks).unwrap_or(q))
+        };
+        #[cfg(target_arch = "x86_64")]
+        if self.kernel == Kernel::Avx2 {
+            type Batched = unsafe fn(&[u8], [&[Q8Block]; BATCH]) -> [f32; BATCH];
+            let batched: Option<Batched> = match ty {
+                GgmlType::Q4_0 => Some(avx2::dot_q4_0::<BATCH>),
+                GgmlType::Q4_1 => Some(avx2::dot_q4_1::<BATCH>),
+                GgmlType::Q8_0 => Some(avx2::dot_q8_0::<BATCH>),
+                GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => None,
+            };
+            if let Some(batched) = batched {
+                for (group_idx, group) in out.chunks_mut(BATCH).enumerate() {
+                    let q = |j: usize| input(group_idx * BATCH + j).1;
+                    if let Ok(group) = <&mut [f32; BATCH]>::try_from(&mut *group) {
+                        // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built
+                        // after `is_available` confirmed avx2, fma and f16c.
+                        *group = unsafe { batched(row, [q(0), q(1), q(2), q(3)]) };
+                    } else {
+                        for (j, o) in group.iter_mut().enumerate() {
+                            *o = self.dot_row(ty, row, &[], q(j));
+                        }
+                    }
+                }
+                return;
+            }
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            let (x, q) = input(i);
+            *o = self.dot_row(ty, row, x, q);
+        }
+    }
 }
+
+/// Inputs that share one unpacking of a weight block in [`Dispatch::dot_rows`].
+pub(crate) const BATCH: usize = 4;

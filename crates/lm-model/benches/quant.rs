@@ -1,0 +1,110 @@
+//! The quantized kernels on SmolLM2's shapes: one decode product (`matvec`)
+//! and one prefill product of 128 inputs (`matmul`), for Q4_1 (every layer
+//! matrix), Q8_0 (the tied output projection) and Q4_0, with the portable
+//! and the SIMD kernel. Run with `cargo bench -p lm-model --bench quant`;
+//! rayon uses all cores unless `RAYON_NUM_THREADS` says otherwise.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use lm_model::quant::{GgmlType, Kernel, QMatrix};
+use std::hint::black_box;
+
+/// Deterministic bytes from an xorshift generator.
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// A random matrix whose f16 scales are small normal numbers (byte 1 of each
+/// scale is forced into 0x10..0x2F, so no scale is NaN or infinite).
+fn matrix_data(ty: GgmlType, n_rows: usize, n_cols: usize) -> Vec<u8> {
+    let n_bytes = n_rows * ty.row_bytes(n_cols).unwrap();
+    let mut data = bytes(n_bytes, 0x9e37_79b9_7f4a_7c15);
+    let scale_bytes: &[usize] = match ty {
+        GgmlType::Q4_1 => &[1, 3],
+        _ => &[1],
+    };
+    for block in data.chunks_exact_mut(ty.block_bytes()) {
+        for &i in scale_bytes {
+            block[i] = 0x10 | (block[i] & 0x1f);
+        }
+    }
+    data
+}
+
+fn activations(n: usize) -> Vec<f32> {
+    bytes(n, 7)
+        .into_iter()
+        .map(|b| f32::from(b) / 64.0 - 2.0)
+        .collect()
+}
+
+fn kernels() -> Vec<Kernel> {
+    [Kernel::Portable, Kernel::detect()]
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, k)| i == 0 || k != Kernel::Portable)
+        .map(|(_, k)| k)
+        .collect()
+}
+
+fn matvec(c: &mut Criterion) {
+    let shapes = [
+        ("q4_1 1536x576 (ffn_up)", GgmlType::Q4_1, 1536, 576),
+        ("q4_1 576x1536 (ffn_down)", GgmlType::Q4_1, 576, 1536),
+        ("q8_0 49152x576 (output)", GgmlType::Q8_0, 49152, 576),
+        ("q4_0 1536x576", GgmlType::Q4_0, 1536, 576),
+    ];
+    let mut group = c.benchmark_group("matvec");
+    for (name, ty, n_rows, n_cols) in shapes {
+        let data = matrix_data(ty, n_rows, n_cols);
+        let x = activations(n_cols);
+        let mut y = vec![0.0; n_rows];
+        group.throughput(Throughput::Bytes(data.len() as u64));
+        for kernel in kernels() {
+            let m = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            group.bench_function(format!("{name} {kernel:?}"), |b| {
+                b.iter(|| m.matvec(black_box(&x), &mut y).unwrap())
+            });
+        }
+    }
+    group.finish();
+}
+
+fn matmul(c: &mut Criterion) {
+    const N: usize = 128;
+    let shapes = [
+        ("q4_1 1536x576 (ffn_up)", GgmlType::Q4_1, 1536, 576),
+        ("q8_0 576x576", GgmlType::Q8_0, 576, 576),
+    ];
+    let mut group = c.benchmark_group("matmul 128");
+    group.sample_size(20);
+    for (name, ty, n_rows, n_cols) in shapes {
+        let data = matrix_data(ty, n_rows, n_cols);
+        let xs = activations(N * n_cols);
+        let mut ys = vec![0.0; N * n_rows];
+        group.throughput(Throughput::Elements((N * n_rows * n_cols) as u64));
+        for kernel in kernels() {
+            let m = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            group.bench_function(format!("{name} {kernel:?}"), |b| {
+                b.iter(|| m.matmul(black_box(&xs), N, &mut ys).unwrap())
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec, matmul);
+criterion_main!(benches);

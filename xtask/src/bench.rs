@@ -1,0 +1,714 @@
+//! `cargo xtask bench`: end-to-end speed of SmolLM2 decode and prefill, ours
+//! and llama.cpp's, measured interleaved in the same run.
+//!
+//! ```text
+//! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]
+//!                   [--peer-python <python>] [--install-peer] [--no-peer]
+//! ```
+//!
+//! The task builds this package in release and runs the release binary as a
+//! worker process (`xtask bench --worker ...`), one process per phase and
+//! measurement, so that each has a fresh rayon pool of the requested size and
+//! its own peak RSS (`VmHWM` from `/proc/self/status`, read at the end of the run: the
+//! mapped model pages that were touched, the KV cache, the scratch buffers and
+//! the small xtask binary itself). The worker reproduces the settings of
+//! `scripts/reference/llama_cpp_bench.py`:
+//!
+//! - decode: an 11-token prompt, then 128 new tokens chosen greedily through
+//!   `lm_decode::generate_streaming` (no end tokens, so all 128 are made),
+//!   timed from the first chosen token to the last: 128 single-token forward
+//!   passes plus 128 selections;
+//! - prefill: one forward pass over a 128-token prompt into an empty cache,
+//!   plus the argmax of the last row;
+//! - one untimed warm-up of each before the timed run; F16 KV cache.
+//!
+//! `xtask bench --worker --phase decode --threads 1 --model <gguf>` measures
+//! one phase alone, for `perf record` (docs/performance.md has the profile).
+//!
+//! The prompt tokens are the `history_of_computing` case of
+//! `fixtures/smollm2/greedy.json` (llama.cpp's token ids of the text the peer
+//! script uses, followed by its greedy continuation), so no tokenizer is
+//! needed here; the speed does not depend on which tokens are read.
+//!
+//! llama.cpp runs through llama-cpp-python (`--peer-python`, the interpreter
+//! of a previous `--install-peer`, or none), with `--runs 1` per process; its
+//! peak RSS comes from `resource.getrusage` in a small wrapper. Each round runs
+//! ours then the peer for each thread count, and every figure is the median
+//! over the rounds, so load from other processes hits both sides alike.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use lm_core::{LanguageModel, Rows, TokenId, argmax};
+use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
+use lm_model::transformer::Llama;
+use serde_json::Value;
+
+use crate::{fetch_model, project_root, reference};
+
+/// Tokens of the decode prompt (as the peer script).
+const N_DECODE_PROMPT: usize = 11;
+/// Tokens generated and timed in a decode run.
+const N_DECODE_NEW: usize = 128;
+/// Tokens of the prefill prompt.
+const N_PREFILL: usize = 128;
+/// The peer benchmark script, relative to the project root.
+const PEER_SCRIPT: &str = "scripts/reference/llama_cpp_bench.py";
+/// The fixture whose token ids make the prompts, relative to the project root.
+const PROMPT_FIXTURE: &str = "fixtures/smollm2/greedy.json";
+/// The fixture case that holds a long prompt.
+const PROMPT_CASE: &str = "history_of_computing";
+/// Runs the peer script and prints its peak RSS (KiB on Linux) on stderr as
+/// `peak_rss_kib=N`: `argv = [script, script args...]`.
+const PEER_WRAPPER: &str = "\
+import resource, runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+print('peak_rss_kib=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+";
+/// The usage line printed with option errors.
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>] [--peer-python <python>] [--install-peer] [--no-peer]";
+
+/// Runs the task (or, with `--worker`, one measurement).
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let options = Options::parse(args)?;
+    if options.worker {
+        return run_worker(&options);
+    }
+    let model = match &options.model {
+        Some(model) => model.clone(),
+        None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?)?,
+    };
+    let peer = peer_python(&options)?;
+    let worker = build_release_worker()?;
+    let mut rows = Vec::new();
+    for &n_threads in &options.threads {
+        rows.push(Row {
+            n_threads,
+            ours: Samples::default(),
+            peer: Samples::default(),
+        });
+    }
+    for round in 0..options.runs {
+        for row in &mut rows {
+            eprintln!(
+                "round {}/{}: {} thread(s)",
+                round + 1,
+                options.runs,
+                row.n_threads
+            );
+            row.ours.push(run_ours(&worker, &model, row.n_threads)?);
+            if let Some(python) = &peer {
+                row.peer.push(run_peer(python, &model, row.n_threads)?);
+            }
+        }
+    }
+    print!("{}", report(&model, &options, peer.is_some(), &rows)?);
+    Ok(())
+}
+
+/// Command-line options.
+#[derive(Debug)]
+struct Options {
+    /// Rounds (processes per side and thread count); figures are medians.
+    runs: usize,
+    /// Thread counts to measure.
+    threads: Vec<usize>,
+    /// A GGUF file instead of the fetched SmolLM2.
+    model: Option<PathBuf>,
+    /// An interpreter that has llama-cpp-python.
+    peer_python: Option<PathBuf>,
+    /// Install llama-cpp-python into `<target>/reference-venv` if needed.
+    install_peer: bool,
+    /// Measure only ours.
+    no_peer: bool,
+    /// Internal: run one measurement and print it as JSON.
+    worker: bool,
+    /// Internal: which phases the worker measures (`decode`, `prefill` or
+    /// `both`); one phase alone is for profiling it with `perf record`.
+    phase: String,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Self {
+            runs: 5,
+            threads: vec![1, 2],
+            model: None,
+            peer_python: None,
+            install_peer: false,
+            no_peer: false,
+            worker: false,
+            phase: "both".to_owned(),
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let mut value = || {
+                args.next()
+                    .with_context(|| format!("option `{flag}` needs a value; {USAGE}"))
+            };
+            match flag.as_str() {
+                "--runs" => {
+                    let text = value()?;
+                    options.runs = text
+                        .parse()
+                        .ok()
+                        .filter(|&runs| runs > 0)
+                        .with_context(|| format!("--runs needs a positive count, got `{text}`"))?;
+                }
+                "--threads" => {
+                    let text = value()?;
+                    options.threads = text
+                        .split(',')
+                        .map(|part| part.trim().parse().ok().filter(|&n: &usize| n > 0))
+                        .collect::<Option<Vec<_>>>()
+                        .with_context(|| {
+                            format!("--threads needs positive counts like `1,2`, got `{text}`")
+                        })?;
+                }
+                "--model" => options.model = Some(PathBuf::from(value()?)),
+                "--peer-python" => options.peer_python = Some(PathBuf::from(value()?)),
+                "--install-peer" => options.install_peer = true,
+                "--no-peer" => options.no_peer = true,
+                "--worker" => options.worker = true,
+                "--phase" => options.phase = value()?.clone(),
+                other => bail!("unknown option `{other}`; {USAGE}"),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// One process's measurement: seconds of the timed runs and peak RSS.
+#[derive(Debug, Clone, Copy)]
+struct Measurement {
+    decode_seconds: f64,
+    prefill_seconds: f64,
+    peak_rss_bytes: u64,
+}
+
+/// The measurements of one side at one thread count.
+#[derive(Debug, Default)]
+struct Samples {
+    decode_seconds: Vec<f64>,
+    prefill_seconds: Vec<f64>,
+    peak_rss_bytes: Vec<u64>,
+}
+
+impl Samples {
+    fn push(&mut self, m: Measurement) {
+        self.decode_seconds.push(m.decode_seconds);
+        self.prefill_seconds.push(m.prefill_seconds);
+        self.peak_rss_bytes.push(m.peak_rss_bytes);
+    }
+
+    /// Median decode speed in tokens per second.
+    fn decode_tok_per_s(&self) -> Option<f64> {
+        median(&self.decode_seconds).map(|s| N_DECODE_NEW as f64 / s)
+    }
+
+    /// Median prefill speed in tokens per second.
+    fn prefill_tok_per_s(&self) -> Option<f64> {
+        median(&self.prefill_seconds).map(|s| N_PREFILL as f64 / s)
+    }
+
+    fn max_rss_bytes(&self) -> Option<u64> {
+        self.peak_rss_bytes.iter().copied().max()
+    }
+}
+
+/// Both sides at one thread count.
+#[derive(Debug)]
+struct Row {
+    n_threads: usize,
+    ours: Samples,
+    peer: Samples,
+}
+
+/// The median of `values` (mean of the middle two for an even count).
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => sorted.get(mid).copied(),
+        _ => Some((sorted[mid - 1] + sorted[mid]) / 2.0),
+    }
+}
+
+/// The worker: loads the model, measures decode and prefill once each after a
+/// warm-up, and prints one JSON object.
+fn run_worker(options: &Options) -> Result<()> {
+    let [n_threads] = options.threads[..] else {
+        bail!(
+            "--worker measures one thread count, got {:?}",
+            options.threads
+        );
+    };
+    let model_path = options.model.as_ref().context("--worker needs --model")?;
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n_threads)
+        .build_global()
+        .context("cannot start the thread pool")?;
+    let tokens = prompt_tokens()?;
+    let model = Llama::from_gguf(model_path)
+        .with_context(|| format!("cannot load {}", model_path.display()))?;
+    let decode_prompt = tokens.get(..N_DECODE_PROMPT).context("prompt too short")?;
+    let prefill_prompt = tokens.get(..N_PREFILL).context("prompt too short")?;
+    let (decode, prefill) = match options.phase.as_str() {
+        "both" => (true, true),
+        "decode" => (true, false),
+        "prefill" => (false, true),
+        other => bail!("--phase is decode, prefill or both, got `{other}`"),
+    };
+    let mut decode_seconds = f64::NAN;
+    let mut prefill_seconds = f64::NAN;
+    if decode {
+        time_decode(&model, decode_prompt)?;
+        decode_seconds = time_decode(&model, decode_prompt)?;
+    }
+    if prefill {
+        time_prefill(&model, prefill_prompt)?;
+        prefill_seconds = time_prefill(&model, prefill_prompt)?;
+    }
+    let peak_rss_bytes = peak_rss_bytes()?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "decode_seconds": decode_seconds,
+            "prefill_seconds": prefill_seconds,
+            "peak_rss_bytes": peak_rss_bytes,
+        })
+    );
+    Ok(())
+}
+
+/// Seconds from the first chosen token to the 129th: 128 forward passes of
+/// one token and 128 greedy selections, through the generation loop.
+fn time_decode(model: &Llama, prompt: &[TokenId]) -> Result<f64> {
+    let config = GenerationConfig {
+        max_new_tokens: N_DECODE_NEW + 1,
+        sampling: SamplingConfig::greedy(),
+        ..GenerationConfig::default()
+    };
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    let generation = generate_streaming(model, prompt, &config, None, |_| {
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = Some(now);
+        std::ops::ControlFlow::Continue(())
+    })?;
+    if generation.tokens.len() != N_DECODE_NEW + 1 {
+        bail!(
+            "decode made {} tokens, expected {}",
+            generation.tokens.len(),
+            N_DECODE_NEW + 1
+        );
+    }
+    match (first, last) {
+        (Some(first), Some(last)) => Ok((last - first).as_secs_f64()),
+        _ => bail!("decode chose no token"),
+    }
+}
+
+/// Seconds for one forward pass over `prompt` into an empty cache, plus the
+/// argmax of its last row.
+fn time_prefill(model: &Llama, prompt: &[TokenId]) -> Result<f64> {
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    let start = Instant::now();
+    model.forward(&mut state, prompt, Rows::Last, &mut logits)?;
+    argmax(&logits)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Token ids of the long fixture prompt followed by its greedy continuation.
+fn prompt_tokens() -> Result<Vec<TokenId>> {
+    let path = project_root().join(PROMPT_FIXTURE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let fixture: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let case = fixture["cases"]
+        .as_array()
+        .and_then(|cases| cases.iter().find(|case| case["name"] == PROMPT_CASE))
+        .with_context(|| format!("{} has no case `{PROMPT_CASE}`", path.display()))?;
+    let mut tokens = Vec::new();
+    for key in ["prompt_ids", "continuation_ids"] {
+        for id in case[key].as_array().into_iter().flatten() {
+            let id = id
+                .as_u64()
+                .and_then(|id| TokenId::try_from(id).ok())
+                .with_context(|| format!("bad token id {id} in {}", path.display()))?;
+            tokens.push(id);
+        }
+    }
+    if tokens.len() < N_PREFILL {
+        bail!(
+            "{} gives {} tokens, the prefill needs {N_PREFILL}",
+            path.display(),
+            tokens.len()
+        );
+    }
+    Ok(tokens)
+}
+
+/// This process's peak resident set size (`VmHWM`), Linux only.
+fn peak_rss_bytes() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .context("cannot read /proc/self/status (peak RSS is measured on Linux only)")?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .context("/proc/self/status has no VmHWM line")?;
+    Ok(kib * 1024)
+}
+
+/// Builds this package in release and returns the binary's path.
+fn build_release_worker() -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building xtask in release");
+    let output = Command::new(cargo)
+        .current_dir(project_root())
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "xtask",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!(
+            "cargo build --release --package xtask failed ({})",
+            output.status
+        );
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|message| message["target"]["name"] == "xtask")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .context("cargo reported no xtask executable")
+}
+
+/// One measurement of ours: decode and prefill, each in a fresh release
+/// process (so each peak RSS is that phase's alone, as in a real run).
+fn run_ours(worker: &Path, model: &Path, n_threads: usize) -> Result<Measurement> {
+    let decode = run_worker_process(worker, model, n_threads, "decode")?;
+    let prefill = run_worker_process(worker, model, n_threads, "prefill")?;
+    Ok(Measurement {
+        decode_seconds: decode.decode_seconds,
+        prefill_seconds: prefill.prefill_seconds,
+        peak_rss_bytes: decode.peak_rss_bytes.max(prefill.peak_rss_bytes),
+    })
+}
+
+/// Runs the worker for one phase and reads its JSON (NaN for the phase not run).
+fn run_worker_process(
+    worker: &Path,
+    model: &Path,
+    n_threads: usize,
+    phase: &str,
+) -> Result<Measurement> {
+    let output = Command::new(worker)
+        .args(["bench", "--worker", "--phase", phase])
+        .args(["--threads", &n_threads.to_string()])
+        .arg("--model")
+        .arg(model)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", worker.display()))?;
+    if !output.status.success() {
+        bail!("the bench worker failed ({})", output.status);
+    }
+    let json: Value = serde_json::from_slice(&output.stdout).context("bad worker output")?;
+    let seconds = |key: &str| json[key].as_f64().unwrap_or(f64::NAN);
+    let peak_rss_bytes = json["peak_rss_bytes"]
+        .as_u64()
+        .with_context(|| format!("worker output lacks `peak_rss_bytes`: {json}"))?;
+    Ok(Measurement {
+        decode_seconds: seconds("decode_seconds"),
+        prefill_seconds: seconds("prefill_seconds"),
+        peak_rss_bytes,
+    })
+}
+
+/// The interpreter to measure llama.cpp with, or `None` to measure only ours.
+fn peer_python(options: &Options) -> Result<Option<PathBuf>> {
+    if options.no_peer {
+        return Ok(None);
+    }
+    if let Some(python) = &options.peer_python {
+        if !imports_llama_cpp(python) {
+            bail!(
+                "{} cannot import llama_cpp {}; install it with `{} -m pip install llama-cpp-python=={}` or use --install-peer",
+                python.display(),
+                reference::LLAMA_CPP_PYTHON_VERSION,
+                python.display(),
+                reference::LLAMA_CPP_PYTHON_VERSION,
+            );
+        }
+        return Ok(Some(python.clone()));
+    }
+    if options.install_peer {
+        return reference::venv_python_with_llama_cpp().map(Some);
+    }
+    let venv_python = target_dir().join("reference-venv/bin/python");
+    if imports_llama_cpp(&venv_python) {
+        Ok(Some(venv_python))
+    } else {
+        eprintln!(
+            "llama-cpp-python not found (looked in {}); measuring ours only. Use --install-peer or --peer-python <python>",
+            venv_python.display()
+        );
+        Ok(None)
+    }
+}
+
+/// Whether `python` imports llama_cpp at the pinned version.
+fn imports_llama_cpp(python: &Path) -> bool {
+    let check = format!(
+        "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '{}')",
+        reference::LLAMA_CPP_PYTHON_VERSION
+    );
+    Command::new(python)
+        .args(["-c", &check])
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+/// One measurement of llama.cpp: the peer script with one run, in a fresh process.
+fn run_peer(python: &Path, model: &Path, n_threads: usize) -> Result<Measurement> {
+    let output = Command::new(python)
+        .args(["-c", PEER_WRAPPER])
+        .arg(project_root().join(PEER_SCRIPT))
+        .arg("--model")
+        .arg(model)
+        .args(["--threads", &n_threads.to_string(), "--runs", "1"])
+        .output()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        bail!("{PEER_SCRIPT} failed ({}):\n{stderr}", output.status);
+    }
+    let json: Value = serde_json::from_slice(&output.stdout).context("bad peer output")?;
+    let result = &json["results"][0];
+    let seconds = |key: &str| {
+        result[key][0]
+            .as_f64()
+            .with_context(|| format!("peer output lacks `{key}`: {json}"))
+    };
+    let peak_rss_kib = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("peak_rss_kib="))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+        .context("the peer wrapper printed no peak RSS")?;
+    Ok(Measurement {
+        decode_seconds: seconds("decode_seconds")?,
+        prefill_seconds: seconds("prefill_seconds")?,
+        peak_rss_bytes: peak_rss_kib * 1024,
+    })
+}
+
+/// `$CARGO_TARGET_DIR`, else `<root>/target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => project_root().join(dir),
+        None => project_root().join("target"),
+    }
+}
+
+/// The table: machine and date, speeds with ratios, peak RSS against the budget.
+fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Result<String> {
+    const MB: f64 = 1e6;
+    let mut out = String::new();
+    let model_bytes = std::fs::metadata(model)
+        .with_context(|| format!("cannot stat {}", model.display()))?
+        .len();
+    let llama =
+        Llama::from_gguf(model).with_context(|| format!("cannot load {}", model.display()))?;
+    let kv_bytes = kv_cache_bytes(&llama, (N_DECODE_PROMPT + N_DECODE_NEW).max(N_PREFILL));
+    let budget = (model_bytes + kv_bytes) as f64 * 1.2;
+    writeln!(
+        out,
+        "\nmodel {} ({:.1} MB); {}; {}",
+        model.file_name().unwrap_or_default().to_string_lossy(),
+        model_bytes as f64 / MB,
+        machine(),
+        utc_date(),
+    )?;
+    writeln!(
+        out,
+        "median of {} interleaved rounds; decode: {N_DECODE_NEW} tokens after {N_DECODE_PROMPT}; prefill: {N_PREFILL} tokens\n",
+        options.runs
+    )?;
+    writeln!(
+        out,
+        "| threads | phase   | lm tok/s | llama.cpp tok/s | ratio |"
+    )?;
+    writeln!(
+        out,
+        "|--------:|---------|---------:|----------------:|------:|"
+    )?;
+    for row in rows {
+        for (phase, ours, peer) in [
+            (
+                "decode",
+                row.ours.decode_tok_per_s(),
+                row.peer.decode_tok_per_s(),
+            ),
+            (
+                "prefill",
+                row.ours.prefill_tok_per_s(),
+                row.peer.prefill_tok_per_s(),
+            ),
+        ] {
+            let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+            let ratio = ours
+                .zip(peer)
+                .map_or("-".to_owned(), |(a, b)| format!("{:.2}x", a / b));
+            writeln!(
+                out,
+                "| {} | {phase:<7} | {} | {} | {ratio} |",
+                row.n_threads,
+                cell(ours),
+                cell(peer)
+            )?;
+        }
+    }
+    let ours_rss = rows.iter().filter_map(|r| r.ours.max_rss_bytes()).max();
+    let peer_rss = rows.iter().filter_map(|r| r.peer.max_rss_bytes()).max();
+    if let Some(rss) = ours_rss {
+        writeln!(
+            out,
+            "\npeak RSS: lm {:.1} MB (budget {:.1} MB = 1.2 x (model {:.1} MB + KV cache {:.1} MB, f32, {} positions allocated); {})",
+            rss as f64 / MB,
+            budget / MB,
+            model_bytes as f64 / MB,
+            kv_bytes as f64 / MB,
+            kv_positions(N_DECODE_PROMPT + N_DECODE_NEW).max(kv_positions(N_PREFILL)),
+            if (rss as f64) <= budget {
+                "within"
+            } else {
+                "OVER"
+            }
+        )?;
+    }
+    if let Some(rss) = peer_rss.filter(|_| with_peer) {
+        writeln!(
+            out,
+            "peak RSS: llama.cpp {:.1} MB (python process with numpy and llama-cpp-python)",
+            rss as f64 / MB
+        )?;
+    }
+    Ok(out)
+}
+
+/// Bytes of our KV cache holding `n_positions` (f32 values, allocated in
+/// chunks of `lm_model::transformer::kv_cache::CHUNK_LEN` positions).
+fn kv_cache_bytes(model: &Llama, n_positions: usize) -> u64 {
+    let c = model.config();
+    let positions = kv_positions(n_positions);
+    (c.n_layer * 2 * c.n_kv_head * c.head_dim * positions * size_of::<f32>()) as u64
+}
+
+/// Positions the cache allocates to hold `n_positions` (whole chunks).
+fn kv_positions(n_positions: usize) -> usize {
+    let chunk = lm_model::transformer::kv_cache::CHUNK_LEN;
+    n_positions.div_ceil(chunk) * chunk
+}
+
+/// The CPU model name and the number of hardware threads.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let n_cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {n_cpus} hardware threads")
+}
+
+/// Today's date in UTC as `YYYY-MM-DD`.
+fn utc_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    date_of_unix_seconds(secs)
+}
+
+/// The UTC date `YYYY-MM-DD` of a Unix time (civil-from-days, proleptic Gregorian).
+fn date_of_unix_seconds(secs: u64) -> String {
+    let days = (secs / 86_400) as i64 + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn dates_of_known_unix_times() {
+        assert_eq!(date_of_unix_seconds(0), "1970-01-01");
+        // 2000-02-29T00:00:00Z, a leap day in a year divisible by 400.
+        assert_eq!(date_of_unix_seconds(951_782_400), "2000-02-29");
+        assert_eq!(date_of_unix_seconds(951_782_400 + 86_399), "2000-02-29");
+        assert_eq!(date_of_unix_seconds(1_735_689_600), "2025-01-01");
+    }
+
+    #[test]
+    fn thread_list_parses_and_rejects_zero() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let options = Options::parse(&args(&["--threads", "1,2", "--runs", "3"])).unwrap();
+        assert_eq!((options.threads, options.runs), (vec![1, 2], 3));
+        assert!(Options::parse(&args(&["--threads", "0"])).is_err());
+        assert!(Options::parse(&args(&["--runs"])).is_err());
+    }
+
+    #[test]
+    fn the_prompt_fixture_has_enough_tokens() {
+        let tokens = prompt_tokens().unwrap();
+        assert!(tokens.len() >= N_PREFILL, "{}", tokens.len());
+        // "The history of computing": llama.cpp's ids in the fixture.
+        assert_eq!(tokens[..4], [504, 1463, 282, 7867]);
+    }
+}
