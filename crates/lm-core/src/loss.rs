@@ -17,11 +17,7 @@ use crate::{Error, Result, TokenId, log_softmax};
 /// The label-smoothed target distribution over `vocab_size` tokens: `1 - eps`
 /// on `target` plus `eps / V` spread over every token (Szegedy et al. 2016,
 /// as used by the original Transformer).
-pub fn label_smoothed_target(
-    vocab_size: usize,
-    target: TokenId,
-    epsilon: f32,
-) -> Result<Vec<f64>> {
+pub fn label_smoothed_target(vocab_size: usize, target: TokenId, epsilon: f32) -> Result<Vec<f64>> {
     check_target(vocab_size, target)?;
     if !(0.0..=1.0).contains(&epsilon) {
         return Err(Error::InvalidLabelSmoothing { value: epsilon });
@@ -142,7 +138,10 @@ mod tests {
         let entropy: f64 = -target.iter().map(|&x| x * x.ln()).sum::<f64>();
         let ce = cross_entropy(&logits, 1, 0.2).unwrap();
         let kl = kl_divergence(&t32, &q).unwrap();
-        assert!((ce - (kl + entropy)).abs() < 1e-6, "{ce} vs {kl} + {entropy}");
+        assert!(
+            (ce - (kl + entropy)).abs() < 1e-6,
+            "{ce} vs {kl} + {entropy}"
+        );
     }
 
     #[test]
@@ -150,7 +149,10 @@ mod tests {
         // 0.5 ln(0.5/0.25) + 0.5 ln(0.5/0.75) = 0.5 ln 2 + 0.5 ln(2/3) = 0.143841.
         let kl = kl_divergence(&[0.5, 0.5], &[0.25, 0.75]).unwrap();
         assert_eq!(format!("{kl:.6}"), "0.143841");
-        assert_eq!(kl_divergence(&[1.0, 0.0], &[0.0, 1.0]).unwrap(), f64::INFINITY);
+        assert_eq!(
+            kl_divergence(&[1.0, 0.0], &[0.0, 1.0]).unwrap(),
+            f64::INFINITY
+        );
         assert_eq!(kl_divergence(&[0.0, 1.0], &[0.5, 0.5]).unwrap(), 2f64.ln());
     }
 
@@ -158,7 +160,10 @@ mod tests {
     fn bad_inputs_are_typed_errors() {
         assert_eq!(
             cross_entropy(&[1.0, 2.0], 2, 0.0),
-            Err(Error::TokenOutOfRange { id: 2, vocab_size: 2 })
+            Err(Error::TokenOutOfRange {
+                id: 2,
+                vocab_size: 2
+            })
         );
         assert_eq!(
             cross_entropy(&[1.0, 2.0], 0, 1.5),

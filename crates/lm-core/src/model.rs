@@ -243,11 +243,17 @@ mod tests {
         let model = Uncached(Probe);
         let mut state = model.new_state();
         let mut logits = Vec::new();
-        model.forward(&mut state, &[1, 0], Rows::All, &mut logits).unwrap();
+        model
+            .forward(&mut state, &[1, 0], Rows::All, &mut logits)
+            .unwrap();
         assert_eq!(logits, vec![1.0, 1.0, 2.0, 0.0]);
-        model.forward(&mut state, &[1], Rows::All, &mut logits).unwrap();
+        model
+            .forward(&mut state, &[1], Rows::All, &mut logits)
+            .unwrap();
         assert_eq!(logits, vec![3.0, 1.0]);
-        model.forward(&mut state, &[0], Rows::Last, &mut logits).unwrap();
+        model
+            .forward(&mut state, &[0], Rows::Last, &mut logits)
+            .unwrap();
         assert_eq!(logits, vec![4.0, 0.0]);
         assert_eq!(state.tokens, vec![1, 0, 1, 0]);
     }
@@ -263,7 +269,10 @@ mod tests {
         );
         assert_eq!(
             model.forward(&mut state, &[2], Rows::Last, &mut logits),
-            Err(Error::TokenOutOfRange { id: 2, vocab_size: 2 })
+            Err(Error::TokenOutOfRange {
+                id: 2,
+                vocab_size: 2
+            })
         );
         assert_eq!(
             model.forward(&mut state, &[0; 5], Rows::Last, &mut logits),
@@ -281,6 +290,10 @@ mod tests {
             .forward_batch(&mut states, &[&[1, 1], &[0]], &mut logits)
             .unwrap();
         assert_eq!(logits, vec![vec![2.0, 1.0], vec![1.0, 0.0]]);
-        assert!(model.forward_batch(&mut states, &[&[1]], &mut logits).is_err());
+        assert!(
+            model
+                .forward_batch(&mut states, &[&[1]], &mut logits)
+                .is_err()
+        );
     }
 }

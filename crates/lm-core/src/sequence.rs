@@ -115,8 +115,14 @@ mod tests {
     #[test]
     fn lesson_001_five_factor_products() {
         // "The probability of each default run".
-        assert_eq!(product(&[0.2334, 0.1179, 0.2015, 0.0938, 0.2696]), "0.000140");
-        assert_eq!(product(&[0.2334, 0.2388, 0.2450, 0.2495, 0.3438]), "0.001171");
+        assert_eq!(
+            product(&[0.2334, 0.1179, 0.2015, 0.0938, 0.2696]),
+            "0.000140"
+        );
+        assert_eq!(
+            product(&[0.2334, 0.2388, 0.2450, 0.2495, 0.3438]),
+            "0.001171"
+        );
     }
 
     #[test]

@@ -214,10 +214,7 @@ mod tests {
             softmax(&[f32::INFINITY], 1.0),
             Err(Error::InvalidLogit { index: 0, .. })
         ));
-        assert_eq!(
-            softmax(&[f32::NEG_INFINITY; 2], 1.0),
-            Err(Error::AllMasked)
-        );
+        assert_eq!(softmax(&[f32::NEG_INFINITY; 2], 1.0), Err(Error::AllMasked));
         let mut short = [0.0; 1];
         assert_eq!(
             softmax_into(&[1.0, 2.0], 1.0, &mut short),
