@@ -1,7 +1,9 @@
 //! SmolLM2's tokenizer built from the real GGUF file against reference ids:
-//! `fixtures/tokenize/smollm2_reference_ids.json`, written by the independent
-//! pure-Python BPE in `scripts/tokenize/reference_bpe.py`. Skips (with a
-//! message) when the model file is absent.
+//! llama.cpp's (`fixtures/smollm2/tokenize.json`, written by
+//! `cargo xtask reference-fixtures` with llama-cpp-python) and those of the
+//! independent pure-Python BPE in `scripts/tokenize/reference_bpe.py`
+//! (`fixtures/tokenize/smollm2_reference_ids.json`). Skips (with a message)
+//! when the model file is absent.
 
 mod common;
 
@@ -20,6 +22,52 @@ fn read_cases(relative: &str) -> Vec<Case> {
     let json = std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
     serde_json::from_str(&json).expect("fixture is a list of {text, ids}")
+}
+
+/// llama.cpp's fixture: `{"cases": [{name, text, ids, detokenized, ..}]}`.
+#[derive(Debug, Deserialize)]
+struct LlamaCppFixture {
+    cases: Vec<LlamaCppCase>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LlamaCppCase {
+    name: String,
+    text: String,
+    ids: Vec<u32>,
+    detokenized: String,
+}
+
+#[test]
+fn encodes_and_decodes_every_prompt_like_llama_cpp() {
+    let Some(tokenizer) =
+        common::smollm2_tokenizer("encodes_and_decodes_every_prompt_like_llama_cpp")
+    else {
+        return;
+    };
+    let path = common::fixture_path("smollm2/tokenize.json");
+    let json = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
+    let fixture: LlamaCppFixture = serde_json::from_str(&json).expect("tokenize.json");
+    assert!(fixture.cases.len() >= 20, "{} cases", fixture.cases.len());
+    let mut mismatches = Vec::new();
+    for case in &fixture.cases {
+        let ids = tokenizer.encode(&case.text).expect("encodes");
+        if ids != case.ids {
+            mismatches.push(format!(
+                "{}: {:?}\n  ours      {ids:?}\n  llama.cpp {:?}",
+                case.name, case.text, case.ids
+            ));
+        }
+        let text = tokenizer.decode(&case.ids).expect("decodes");
+        if text != case.detokenized {
+            mismatches.push(format!(
+                "{}: decode gives {text:?}, llama.cpp {:?}",
+                case.name, case.detokenized
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }
 
 #[test]
