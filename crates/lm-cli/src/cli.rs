@@ -453,34 +453,37 @@ fn parse_number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
         .map_err(|_| format!("'{text}' is not a number"))
 }
 
-fn parse_temperature(text: &str) -> Result<f32, String> {
+/// Parses a number and checks it with the lm-decode constructor that will
+/// use it, so the CLI rejects exactly what the library rejects, with the
+/// library's message.
+fn parse_checked<T, V, E>(text: &str, check: impl Fn(T) -> Result<V, E>) -> Result<T, String>
+where
+    T: std::str::FromStr + Copy,
+    E: std::fmt::Display,
+{
     let value = parse_number(text)?;
-    Temperature::new(value).map_err(|e| e.to_string())?;
+    check(value).map_err(|e| e.to_string())?;
     Ok(value)
+}
+
+fn parse_temperature(text: &str) -> Result<f32, String> {
+    parse_checked(text, Temperature::new)
 }
 
 fn parse_top_k(text: &str) -> Result<usize, String> {
-    let value = parse_number(text)?;
-    TopK::new(value).map_err(|e| e.to_string())?;
-    Ok(value)
+    parse_checked(text, TopK::new)
 }
 
 fn parse_top_p(text: &str) -> Result<f32, String> {
-    let value = parse_number(text)?;
-    TopP::new(value).map_err(|e| e.to_string())?;
-    Ok(value)
+    parse_checked(text, TopP::new)
 }
 
 fn parse_min_p(text: &str) -> Result<f32, String> {
-    let value = parse_number(text)?;
-    MinP::new(value).map_err(|e| e.to_string())?;
-    Ok(value)
+    parse_checked(text, MinP::new)
 }
 
 fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
-    let value = parse_number(text)?;
-    RepetitionPenalty::new(value).map_err(|e| e.to_string())?;
-    Ok(value)
+    parse_checked(text, RepetitionPenalty::new)
 }
 
 fn parse_finite(text: &str) -> Result<f32, String> {

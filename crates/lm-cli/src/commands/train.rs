@@ -95,7 +95,13 @@ fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    let temp = tempfile::NamedTempFile::new_in(folder)
+    // Temporary files are private (0600); the model file is an ordinary
+    // readable file like any other output (0644 on Unix).
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let temp = builder
+        .tempfile_in(folder)
         .with_context(|| format!("creating a temporary file in {}", folder.display()))?;
     let mut out = BufWriter::new(temp);
     write(&mut out).with_context(|| format!("writing {}", path.display()))?;
