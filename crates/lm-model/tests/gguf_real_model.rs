@@ -3,37 +3,27 @@
 //! scripts/gguf/make_fixture.py). Skipped, with a message, when the model is
 //! not downloaded.
 
+mod common;
+
 use std::path::PathBuf;
+
+use common::{FixtureJson, read_json, smollm2_path};
+use serde_json::Value;
 
 use lm_model::gguf::{GgufFile, MetadataValue};
 use lm_model::quant::Kernel;
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
 /// The model file, or `None` (after saying so on stderr) when it is absent.
 fn model() -> Option<GgufFile> {
-    let dir = std::env::var_os("LM_MODELS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/lm/models"))
-        })
-        .unwrap_or_default();
-    let path = dir.join(MODEL_FILE);
-    if !path.exists() {
-        eprintln!(
-            "skipping: model not found at {}; run `cargo xtask fetch-model smollm2`",
-            path.display()
-        );
-        return None;
-    }
+    let path = smollm2_path("gguf_real_model")?;
     Some(GgufFile::open(&path).unwrap())
 }
 
-fn fixture() -> Json {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/gguf/smollm2_reference.json");
-    let text = std::fs::read_to_string(&path).unwrap();
-    Json::parse(&text)
+fn fixture() -> Value {
+    read_json(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/gguf/smollm2_reference.json"),
+    )
 }
 
 #[test]
@@ -104,31 +94,31 @@ fn header_and_architecture_metadata_match_smollm2_notes() {
 fn every_metadata_pair_matches_python_reader() {
     let Some(file) = model() else { return };
     let fixture = fixture();
-    assert_eq!(file.bytes().len() as u64, fixture.get("file_size").u64());
-    let expected = fixture.get("metadata").object();
+    assert_eq!(file.bytes().len() as u64, fixture.field("file_size").u64());
+    let expected = fixture.field("metadata").object();
     let keys: Vec<&str> = file.metadata().iter().map(|(k, _)| k.as_str()).collect();
     let expected_keys: Vec<&str> = expected.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, expected_keys);
     for (key, entry) in expected {
         let value = file.get(key).unwrap();
-        assert_eq!(value.type_name(), entry.get("type").str(), "{key}");
+        assert_eq!(value.type_name(), entry.field("type").str(), "{key}");
         match value {
             MetadataValue::Array(items) => {
-                assert_eq!(items.len() as u64, entry.get("len").u64(), "{key}");
-                let first = entry.get("first").array();
-                let last = entry.get("last").array();
+                assert_eq!(items.len() as u64, entry.field("len").u64(), "{key}");
+                let first = entry.field("first").array();
+                let last = entry.field("last").array();
                 let tail = &items[items.len() - last.len()..];
                 for (item, want) in items.iter().zip(first).chain(tail.iter().zip(last)) {
-                    assert_eq!(item.type_name(), entry.get("element_type").str(), "{key}");
+                    assert_eq!(item.type_name(), entry.field("element_type").str(), "{key}");
                     check_scalar(key, item, want);
                 }
             }
-            scalar => check_scalar(key, scalar, entry.get("value")),
+            scalar => check_scalar(key, scalar, entry.field("value")),
         }
     }
 }
 
-fn check_scalar(key: &str, value: &MetadataValue, want: &Json) {
+fn check_scalar(key: &str, value: &MetadataValue, want: &Value) {
     match value {
         MetadataValue::String(s) => assert_eq!(s, want.str(), "{key}"),
         MetadataValue::Bool(b) => assert_eq!(*b, want.bool(), "{key}"),
@@ -141,12 +131,15 @@ fn check_scalar(key: &str, value: &MetadataValue, want: &Json) {
 fn every_tensor_info_matches_python_reader() {
     let Some(file) = model() else { return };
     let fixture = fixture();
-    assert_eq!(file.data_offset() as u64, fixture.get("data_offset").u64());
-    let expected = fixture.get("tensors").array();
+    assert_eq!(
+        file.data_offset() as u64,
+        fixture.field("data_offset").u64()
+    );
+    let expected = fixture.field("tensors").array();
     assert_eq!(file.tensors().len(), expected.len());
     for (info, want) in file.tensors().iter().zip(expected) {
-        assert_eq!(info.name, want.get("name").str());
-        let dims: Vec<u64> = want.get("dims").array().iter().map(Json::u64).collect();
+        assert_eq!(info.name, want.field("name").str());
+        let dims: Vec<u64> = want.field("dims").array().iter().map(|v| v.u64()).collect();
         assert_eq!(
             info.dims.iter().map(|&d| d as u64).collect::<Vec<_>>(),
             dims,
@@ -155,19 +148,19 @@ fn every_tensor_info_matches_python_reader() {
         );
         assert_eq!(
             info.ggml_type.name(),
-            want.get("type").str(),
+            want.field("type").str(),
             "{}",
             info.name
         );
         assert_eq!(
             info.offset as u64,
-            want.get("offset").u64(),
+            want.field("offset").u64(),
             "{}",
             info.name
         );
         assert_eq!(
             info.n_bytes as u64,
-            want.get("n_bytes").u64(),
+            want.field("n_bytes").u64(),
             "{}",
             info.name
         );
@@ -188,13 +181,13 @@ fn every_tensor_info_matches_python_reader() {
 fn dequantized_rows_match_python_dequantize_bit_for_bit() {
     let Some(file) = model() else { return };
     let fixture = fixture();
-    for want in fixture.get("rows").array() {
-        let name = want.get("tensor").str();
-        let row_idx = want.get("row").u64() as usize;
+    for want in fixture.field("rows").array() {
+        let name = want.field("tensor").str();
+        let row_idx = want.field("row").u64() as usize;
         let matrix = file.tensor(name).unwrap().matrix().unwrap();
         let mut row = vec![0.0f32; matrix.n_cols()];
         matrix.dequantize_row(row_idx, &mut row).unwrap();
-        let first = want.get("first_bits").array();
+        let first = want.field("first_bits").array();
         for (j, (value, bits)) in row.iter().zip(first).enumerate() {
             assert_eq!(
                 u64::from(value.to_bits()),
@@ -204,7 +197,7 @@ fn dequantized_rows_match_python_dequantize_bit_for_bit() {
         }
         let sum: f64 = row.iter().map(|&v| f64::from(v)).sum();
         let magnitude: f64 = row.iter().map(|&v| f64::from(v).abs()).sum();
-        let want_sum = want.get("sum").f64();
+        let want_sum = want.field("sum").f64();
         assert!(
             (sum - want_sum).abs() <= 1e-12 * magnitude.max(1.0),
             "{name} row {row_idx}: {sum} vs {want_sum}"
@@ -224,9 +217,9 @@ fn fixture_input(n: usize) -> Vec<f32> {
 fn matvec_on_real_weights_matches_numpy_reference() {
     let Some(file) = model() else { return };
     let fixture = fixture();
-    for want in fixture.get("matvec").array() {
-        let name = want.get("tensor").str();
-        let n_rows = want.get("rows").u64() as usize;
+    for want in fixture.field("matvec").array() {
+        let name = want.field("tensor").str();
+        let n_rows = want.field("rows").u64() as usize;
         let full = file.tensor(name).unwrap().matrix().unwrap();
         let row_bytes = full.data().len() / full.n_rows();
         let head = lm_model::quant::QMatrix::new(
@@ -237,7 +230,7 @@ fn matvec_on_real_weights_matches_numpy_reference() {
         )
         .unwrap();
         let x = fixture_input(full.n_cols());
-        let reference: Vec<f64> = want.get("y").array().iter().map(Json::f64).collect();
+        let reference: Vec<f64> = want.field("y").array().iter().map(|v| v.f64()).collect();
         // Σ_j |W_rj x_j| per row, the scale the tolerances are relative to.
         let mut row = vec![0.0; full.n_cols()];
         let magnitude: Vec<f64> = (0..n_rows)
@@ -271,189 +264,5 @@ fn matvec_on_real_weights_matches_numpy_reference() {
             eprintln!("{name} {kernel:?}: quantized-activation error {worst:.2e} of sum |w x|");
             assert!(worst < 5e-3, "{name} {kernel:?}: {worst:e}");
         }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// A minimal JSON reader for the fixture (lm-model has no serde dependency).
-// ---------------------------------------------------------------------------
-
-#[derive(Debug)]
-enum Json {
-    Null,
-    Bool(bool),
-    Number(f64),
-    String(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
-}
-
-impl Json {
-    fn parse(text: &str) -> Json {
-        let mut chars = text.chars().peekable();
-        let value = Json::value(&mut chars);
-        Json::skip_ws(&mut chars);
-        assert!(chars.next().is_none(), "trailing characters in json");
-        value
-    }
-
-    fn skip_ws(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-    }
-
-    fn value(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Json {
-        Json::skip_ws(chars);
-        match chars.peek().copied().expect("json ends early") {
-            '{' => {
-                chars.next();
-                let mut fields = Vec::new();
-                loop {
-                    Json::skip_ws(chars);
-                    if chars.peek() == Some(&'}') {
-                        chars.next();
-                        break;
-                    }
-                    let Json::String(key) = Json::value(chars) else {
-                        panic!("object key")
-                    };
-                    Json::skip_ws(chars);
-                    assert_eq!(chars.next(), Some(':'));
-                    fields.push((key, Json::value(chars)));
-                    Json::skip_ws(chars);
-                    if chars.peek() == Some(&',') {
-                        chars.next();
-                    }
-                }
-                Json::Object(fields)
-            }
-            '[' => {
-                chars.next();
-                let mut items = Vec::new();
-                loop {
-                    Json::skip_ws(chars);
-                    if chars.peek() == Some(&']') {
-                        chars.next();
-                        break;
-                    }
-                    items.push(Json::value(chars));
-                    Json::skip_ws(chars);
-                    if chars.peek() == Some(&',') {
-                        chars.next();
-                    }
-                }
-                Json::Array(items)
-            }
-            '"' => {
-                chars.next();
-                let mut s = String::new();
-                let mut pending_high: Option<u32> = None;
-                loop {
-                    match chars.next().expect("unterminated string") {
-                        '"' => break,
-                        '\\' => match chars.next().expect("escape") {
-                            'n' => s.push('\n'),
-                            't' => s.push('\t'),
-                            'r' => s.push('\r'),
-                            'b' => s.push('\u{8}'),
-                            'f' => s.push('\u{c}'),
-                            'u' => {
-                                let hex: String = (0..4).map(|_| chars.next().unwrap()).collect();
-                                let unit = u32::from_str_radix(&hex, 16).unwrap();
-                                match (pending_high.take(), unit) {
-                                    (None, 0xD800..=0xDBFF) => pending_high = Some(unit),
-                                    (Some(high), low) => s.push(
-                                        char::from_u32(
-                                            0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00),
-                                        )
-                                        .unwrap(),
-                                    ),
-                                    (None, unit) => s.push(char::from_u32(unit).unwrap()),
-                                }
-                            }
-                            other => s.push(other),
-                        },
-                        c => s.push(c),
-                    }
-                }
-                Json::String(s)
-            }
-            't' | 'f' | 'n' => {
-                let word: String =
-                    std::iter::from_fn(|| chars.next_if(|c| c.is_ascii_alphabetic())).collect();
-                match word.as_str() {
-                    "true" => Json::Bool(true),
-                    "false" => Json::Bool(false),
-                    "null" => Json::Null,
-                    other => panic!("unexpected word {other}"),
-                }
-            }
-            _ => {
-                let number: String = std::iter::from_fn(|| {
-                    chars.next_if(|c| c.is_ascii_digit() || "+-.eE".contains(*c))
-                })
-                .collect();
-                Json::Number(
-                    number
-                        .parse()
-                        .unwrap_or_else(|_| panic!("bad number {number:?}")),
-                )
-            }
-        }
-    }
-
-    fn get(&self, key: &str) -> &Json {
-        self.object()
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| panic!("no key {key}"))
-    }
-    fn object(&self) -> &[(String, Json)] {
-        match self {
-            Json::Object(fields) => fields,
-            other => panic!("not an object: {other:?}"),
-        }
-    }
-    fn array(&self) -> &[Json] {
-        match self {
-            Json::Array(items) => items,
-            other => panic!("not an array: {other:?}"),
-        }
-    }
-    fn str(&self) -> &str {
-        match self {
-            Json::String(s) => s,
-            other => panic!("not a string: {other:?}"),
-        }
-    }
-    fn bool(&self) -> bool {
-        match self {
-            Json::Bool(b) => *b,
-            other => panic!("not a bool: {other:?}"),
-        }
-    }
-    fn f64(&self) -> f64 {
-        match self {
-            Json::Number(v) => *v,
-            other => panic!("not a number: {other:?}"),
-        }
-    }
-    fn u64(&self) -> u64 {
-        let v = self.f64();
-        assert!(
-            v >= 0.0 && v.fract() == 0.0 && v < 2f64.powi(53),
-            "not a u64: {v}"
-        );
-        v as u64
-    }
-    fn i64(&self) -> i64 {
-        let v = self.f64();
-        assert!(
-            v.fract() == 0.0 && v.abs() < 2f64.powi(53),
-            "not an i64: {v}"
-        );
-        v as i64
     }
 }

@@ -2,13 +2,14 @@
 //! present under `$LM_MODELS_DIR` (default `$HOME/.cache/lm/models`); each
 //! test prints a skip message and returns when it is not.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::OnceLock;
+
+use common::smollm2_path;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
 use lm_model::transformer::{Llama, PositionKind};
-
-const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// "The capital of France is" in SmolLM2's vocabulary (`The`, `Ġcapital`,
 /// `Ġof`, `ĠFrance`, `Ġis`; ids read from `tokenizer.ggml.tokens`).
@@ -16,30 +17,12 @@ const PROMPT: [TokenId; 5] = [504, 3575, 282, 4649, 314];
 /// `ĠParis`.
 const PARIS: TokenId = 7042;
 
-fn model_path() -> Option<PathBuf> {
-    let dir = std::env::var_os("LM_MODELS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/lm/models"))
-        })?;
-    Some(dir.join(FILE_NAME)).filter(|path| path.exists())
-}
-
 /// The model, loaded once for all tests in this file, or `None` (with a
 /// visible message) when the file is absent.
 fn model(test: &str) -> Option<&'static Llama> {
-    static MODEL: OnceLock<Option<Llama>> = OnceLock::new();
-    let model = MODEL
-        .get_or_init(|| {
-            model_path().map(|path| Llama::from_gguf(path).expect("the model file loads"))
-        })
-        .as_ref();
-    if model.is_none() {
-        eprintln!(
-            "SKIPPED {test}: {FILE_NAME} not found under $LM_MODELS_DIR or ~/.cache/lm/models"
-        );
-    }
-    model
+    static MODEL: OnceLock<Llama> = OnceLock::new();
+    let path = smollm2_path(test)?;
+    Some(MODEL.get_or_init(|| Llama::from_gguf(path).expect("the model file loads")))
 }
 
 fn greedy(model: &Llama, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {

@@ -17,13 +17,16 @@
 //! Needs the model file (under `$LM_MODELS_DIR`, default
 //! `$HOME/.cache/lm/models`); prints a skip message and returns without it.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use lm_core::{LanguageModel, Rows, TokenId, argmax, kl_divergence, log_softmax, softmax};
 use lm_model::transformer::Llama;
+use serde_json::Value;
 
-const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+use common::{FixtureJson, read_json, smollm2_path};
+
 /// Below this top-1/top-2 logit gap, a step is a near-tie.
 const TIE_GAP: f32 = 0.3;
 /// Largest allowed difference of one logit.
@@ -37,42 +40,25 @@ fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/smollm2")
 }
 
-fn model_path() -> Option<PathBuf> {
-    let dir = std::env::var_os("LM_MODELS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/lm/models"))
-        })?;
-    Some(dir.join(FILE_NAME)).filter(|path| path.exists())
-}
-
 #[test]
 fn llama_cpp_conformance() {
-    let greedy_path = fixtures_dir().join("greedy.json");
-    let Ok(text) = std::fs::read_to_string(&greedy_path) else {
-        eprintln!("SKIPPED llama_cpp_conformance: {greedy_path:?} not found");
-        return;
-    };
-    let Some(path) = model_path() else {
-        eprintln!(
-            "SKIPPED llama_cpp_conformance: {FILE_NAME} not found under $LM_MODELS_DIR or ~/.cache/lm/models"
-        );
+    let Some(path) = smollm2_path("llama_cpp_conformance") else {
         return;
     };
     let model = Llama::from_gguf(path).unwrap();
-    let fixture = Json::parse(&text).unwrap();
-    let cases = fixture.get("cases").as_array();
+    let fixture = read_json(&fixtures_dir().join("greedy.json"));
+    let cases = fixture.field("cases").array();
     assert!(!cases.is_empty());
     for case in cases {
         check_case(&model, case);
     }
 }
 
-fn check_case(model: &Llama, case: &Json) {
-    let name = case.get("name").as_str();
-    let prompt = case.get("prompt_ids").as_ids();
-    let expected = case.get("continuation_ids").as_ids();
-    let gaps = case.get("top1_minus_top2").as_f32s();
+fn check_case(model: &Llama, case: &Value) {
+    let name = case.field("name").str();
+    let prompt = case.field("prompt_ids").ids();
+    let expected = case.field("continuation_ids").ids();
+    let gaps = case.field("top1_minus_top2").f32s();
     assert_eq!(expected.len(), gaps.len(), "{name}: one gap per step");
 
     let mut prefilled = model.new_state();
@@ -81,15 +67,10 @@ fn check_case(model: &Llama, case: &Json) {
         .forward(&mut prefilled, &prompt, Rows::Last, &mut last)
         .unwrap();
     if let Some(file) = case
-        .get_opt("last_logits")
-        .and_then(|logits| logits.get_opt("file"))
+        .field_opt("last_logits")
+        .and_then(|logits| logits.field_opt("file"))
     {
-        check_last_logits(
-            name,
-            &last,
-            &fixtures_dir().join(file.as_str()),
-            expected[0],
-        );
+        check_last_logits(name, &last, &fixtures_dir().join(file.str()), expected[0]);
     }
 
     // Greedy: identical up to llama.cpp's first near-tie.
@@ -173,208 +154,4 @@ fn check_last_logits(name: &str, ours: &[f32], path: &Path, chosen: TokenId) {
         "{name}: last logits max diff {worst}, KL {kl:.2e}, log p(chosen) diff {:.3}",
         chosen_ours - chosen_theirs
     );
-}
-
-/// Just enough JSON to read the fixture (lm-model has no JSON dependency).
-#[derive(Debug, Clone, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Number(f64),
-    String(String),
-    Array(Vec<Json>),
-    Object(BTreeMap<String, Json>),
-}
-
-impl Json {
-    fn parse(text: &str) -> Result<Json, String> {
-        let mut parser = Parser {
-            chars: text.chars().collect(),
-            pos: 0,
-        };
-        let value = parser.value()?;
-        parser.skip_whitespace();
-        if parser.pos != parser.chars.len() {
-            return Err(format!("trailing characters at {}", parser.pos));
-        }
-        Ok(value)
-    }
-
-    fn get(&self, key: &str) -> &Json {
-        self.get_opt(key)
-            .unwrap_or_else(|| panic!("fixture has no key {key:?}"))
-    }
-
-    fn get_opt(&self, key: &str) -> Option<&Json> {
-        match self {
-            Json::Object(map) => map.get(key).filter(|v| **v != Json::Null),
-            _ => None,
-        }
-    }
-
-    fn as_array(&self) -> &[Json] {
-        match self {
-            Json::Array(items) => items,
-            other => panic!("expected an array, found {other:?}"),
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        match self {
-            Json::String(s) => s,
-            other => panic!("expected a string, found {other:?}"),
-        }
-    }
-
-    fn as_f64(&self) -> f64 {
-        match self {
-            Json::Number(v) => *v,
-            other => panic!("expected a number, found {other:?}"),
-        }
-    }
-
-    fn as_f32s(&self) -> Vec<f32> {
-        self.as_array().iter().map(|v| v.as_f64() as f32).collect()
-    }
-
-    fn as_ids(&self) -> Vec<TokenId> {
-        self.as_array()
-            .iter()
-            .map(|v| v.as_f64() as TokenId)
-            .collect()
-    }
-}
-
-struct Parser {
-    chars: Vec<char>,
-    pos: usize,
-}
-
-impl Parser {
-    fn skip_whitespace(&mut self) {
-        while self.chars.get(self.pos).is_some_and(|c| c.is_whitespace()) {
-            self.pos += 1;
-        }
-    }
-
-    fn next(&mut self) -> Result<char, String> {
-        let c = *self.chars.get(self.pos).ok_or("unexpected end")?;
-        self.pos += 1;
-        Ok(c)
-    }
-
-    fn expect(&mut self, word: &str) -> Result<(), String> {
-        for expected in word.chars() {
-            if self.next()? != expected {
-                return Err(format!("expected {word:?} at {}", self.pos));
-            }
-        }
-        Ok(())
-    }
-
-    fn value(&mut self) -> Result<Json, String> {
-        self.skip_whitespace();
-        match self.chars.get(self.pos).copied().ok_or("unexpected end")? {
-            'n' => self.expect("null").map(|()| Json::Null),
-            't' => self.expect("true").map(|()| Json::Bool(true)),
-            'f' => self.expect("false").map(|()| Json::Bool(false)),
-            '"' => self.string().map(Json::String),
-            '[' => {
-                self.pos += 1;
-                let mut items = Vec::new();
-                loop {
-                    self.skip_whitespace();
-                    if self.chars.get(self.pos) == Some(&']') {
-                        self.pos += 1;
-                        return Ok(Json::Array(items));
-                    }
-                    items.push(self.value()?);
-                    self.skip_whitespace();
-                    if self.chars.get(self.pos) == Some(&',') {
-                        self.pos += 1;
-                    }
-                }
-            }
-            '{' => {
-                self.pos += 1;
-                let mut map = BTreeMap::new();
-                loop {
-                    self.skip_whitespace();
-                    if self.chars.get(self.pos) == Some(&'}') {
-                        self.pos += 1;
-                        return Ok(Json::Object(map));
-                    }
-                    let key = self.string()?;
-                    self.skip_whitespace();
-                    self.expect(":")?;
-                    map.insert(key, self.value()?);
-                    self.skip_whitespace();
-                    if self.chars.get(self.pos) == Some(&',') {
-                        self.pos += 1;
-                    }
-                }
-            }
-            _ => {
-                let start = self.pos;
-                while self
-                    .chars
-                    .get(self.pos)
-                    .is_some_and(|c| c.is_ascii_digit() || "+-.eE".contains(*c))
-                {
-                    self.pos += 1;
-                }
-                let number: String = self.chars[start..self.pos].iter().collect();
-                number
-                    .parse()
-                    .map(Json::Number)
-                    .map_err(|_| format!("bad number {number:?} at {start}"))
-            }
-        }
-    }
-
-    fn hex_unit(&mut self) -> Result<u32, String> {
-        let hex: String = (0..4).map(|_| self.next()).collect::<Result<_, _>>()?;
-        u32::from_str_radix(&hex, 16).map_err(|e| e.to_string())
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        self.expect("\"")?;
-        let mut out = String::new();
-        loop {
-            match self.next()? {
-                '"' => return Ok(out),
-                '\\' => match self.next()? {
-                    'n' => out.push('\n'),
-                    't' => out.push('\t'),
-                    'r' => out.push('\r'),
-                    'b' => out.push('\u{8}'),
-                    'f' => out.push('\u{c}'),
-                    'u' => {
-                        let first = self.hex_unit()?;
-                        let code = if (0xD800..0xDC00).contains(&first) {
-                            self.expect("\\u")?;
-                            let second = self.hex_unit()?;
-                            0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
-                        } else {
-                            first
-                        };
-                        out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
-                    }
-                    other => out.push(other),
-                },
-                c => out.push(c),
-            }
-        }
-    }
-}
-
-#[test]
-fn the_json_reader_reads_what_the_fixture_uses() {
-    let value =
-        Json::parse(r#"{"a": [1, -2.5e1, true, null], "b": "x\"\u00e9\ud83c\udf55", "c": {}}"#)
-            .unwrap();
-    assert_eq!(value.get("a").as_array()[1].as_f64(), -25.0);
-    assert_eq!(value.get("b").as_str(), "x\"é🍕");
-    assert_eq!(value.get("a").as_array()[3], Json::Null);
-    assert!(Json::parse("[1, 2").is_err());
 }
