@@ -25,7 +25,10 @@ pub use error::Error;
 pub use loss::{cross_entropy, kl_divergence, label_smoothed_target};
 pub use model::{Detokenize, LanguageModel, Prefix, Rows, SequenceState, Uncached};
 pub use sequence::{LogProb, perplexity, sequence_logprob};
-pub use softmax::{log_softmax, log_softmax_into, softmax, softmax_into};
+pub use softmax::{
+    log_softmax, log_softmax_into, log_sum_exp, softmax, softmax_into, softmax_weight,
+    softmax_weights_into,
+};
 
 /// A token id: an index into a model's vocabulary.
 pub type TokenId = u32;

@@ -102,29 +102,25 @@ impl Generation {
     }
 }
 
-/// The model's own distribution over one logits row, in f64: `ln p_i =
-/// z_i - max - ln sum_j exp(z_j - max)`, computed once per row.
+/// The model's own distribution over one logits row: `ln p_i = z_i -
+/// ln sum_j exp(z_j)`, the normaliser computed once per row.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ModelRow {
-    max: f64,
     log_sum: f64,
 }
 
 impl ModelRow {
-    /// The normaliser of a row already checked to have no NaN or +inf and at
-    /// least one finite entry.
-    pub(crate) fn new(logits: &[f32]) -> Self {
-        let max = f64::from(logits.iter().copied().fold(f32::NEG_INFINITY, f32::max));
-        let sum: f64 = logits.iter().map(|&z| (f64::from(z) - max).exp()).sum();
-        Self {
-            max,
-            log_sum: sum.ln(),
-        }
+    /// The normaliser of a logits row (NaN, +inf or an all -inf row are
+    /// errors, as everywhere).
+    pub(crate) fn new(logits: &[f32]) -> lm_core::Result<Self> {
+        Ok(Self {
+            log_sum: lm_core::log_sum_exp(logits)?,
+        })
     }
 
     /// The natural-log probability of a logit of this row.
     pub(crate) fn logprob(&self, logit: f32) -> f64 {
-        f64::from(logit) - self.max - self.log_sum
+        f64::from(logit) - self.log_sum
     }
 }
 

@@ -84,6 +84,14 @@ proptest! {
         prop_assert!((choice.token as usize) < vocab_size);
         prop_assert!(probs[choice.token as usize] > 0.0);
         prop_assert_eq!(choice.policy_prob, probs[choice.token as usize]);
+        // The selector's walk (over the survivors alone after a filter) is
+        // the inverse CDF over the whole policy row.
+        let walked = if config.temperature == 0.0 {
+            lm_core::argmax(&probs).unwrap()
+        } else {
+            lm_core::sample_inverse_cdf(&probs, u).unwrap()
+        };
+        prop_assert_eq!(choice.token, walked);
     }
 
     #[test]
@@ -129,5 +137,36 @@ proptest! {
             build(SamplingConfig { repetition_penalty: Some(non_positive), ..base() }),
             Some(Error::InvalidRepetitionPenalty { value: non_positive })
         );
+    }
+}
+
+proptest! {
+    /// Growing the sorted prefix in any steps, by the heap scan or by
+    /// `select_nth_unstable_by`, gives the prefix of a full sort.
+    #[test]
+    fn sorted_prefixes_agree_with_a_full_sort(
+        levels in prop::collection::vec(-4i8..4, 1..600),
+        steps in prop::collection::vec(1usize..200, 1..4),
+    ) {
+        use lm_decode::sampler::Candidates;
+        // Few distinct levels, so ties (broken by the lower id) are common.
+        let logits: Vec<f32> = levels.iter().map(|&l| f32::from(l) * 0.5).collect();
+        let mut reference: Vec<(TokenId, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(id, &z)| (id as TokenId, z))
+            .collect();
+        reference.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut candidates = Candidates::from_logits(&logits, 1.0).unwrap();
+        let mut n = 0;
+        for step in steps {
+            n = (n + step).min(logits.len());
+            candidates.sort_prefix(n);
+            prop_assert_eq!(candidates.n_sorted(), n);
+            prop_assert_eq!(&candidates.entries()[..n], &reference[..n]);
+            let mut ids: Vec<TokenId> = candidates.ids().collect();
+            ids.sort_unstable();
+            prop_assert!(ids.iter().copied().eq(0..logits.len() as TokenId));
+        }
     }
 }

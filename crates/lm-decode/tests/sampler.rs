@@ -545,7 +545,7 @@ fn spread(n: usize) -> Vec<f32> {
 
 #[test]
 fn top_k_sorts_only_the_kept_part() {
-    let mut c = Candidates::from_logits(&spread(49_152), 1.0);
+    let mut c = Candidates::from_logits(&spread(49_152), 1.0).unwrap();
     TopK::new(40).unwrap().apply(&mut c);
     assert_eq!((c.len(), c.n_sorted()), (40, 40));
     let mut reference: Vec<(u32, f32)> = spread(49_152)
@@ -566,7 +566,7 @@ fn top_p_matches_a_full_sort_and_stops_early_when_confident() {
         (300, 0.5, 0.3),
     ] {
         let logits = spread(n);
-        let mut c = Candidates::from_logits(&logits, temperature);
+        let mut c = Candidates::from_logits(&logits, temperature).unwrap();
         TopP::new(p).unwrap().apply(&mut c);
         // Reference: sort everything, walk until the mass reaches p.
         let mut sorted: Vec<(u32, f32)> = logits

@@ -2,7 +2,8 @@
 //! the most probable token (Nguyen et al. 2024).
 //!
 //! The ratio `p_i / p_max = exp((z_i - z_max) / T)` needs no normalisation
-//! and no sort; like top-p it is compared at f32 precision.
+//! and no sort; it is compared in log space, `(z_i - z_max) / T >= ln min_p`,
+//! at f32 precision like top-p.
 
 use super::{CandidateFilter, Candidates};
 use crate::{Error, Result};
@@ -14,7 +15,7 @@ use crate::{Error, Result};
 /// use lm_decode::sampler::{CandidateFilter, Candidates, MinP};
 /// // Ratios to the best: 1, 0.5, 0.25.
 /// let logits = [0.0, 0.5f32.ln(), 0.25f32.ln()];
-/// let mut c = Candidates::from_logits(&logits, 1.0);
+/// let mut c = Candidates::from_logits(&logits, 1.0).unwrap();
 /// MinP::new(0.5).unwrap().apply(&mut c);
 /// assert_eq!(c.ids().collect::<Vec<_>>(), vec![0, 1]);
 /// ```
@@ -38,7 +39,11 @@ impl MinP {
 
 impl CandidateFilter for MinP {
     fn apply(&self, candidates: &mut Candidates) {
-        let ratio = self.0;
-        candidates.retain(|weight| weight as f32 >= ratio);
+        // p_i / p_max >= ratio  <=>  (z_i - z_max) / T >= ln(ratio): no
+        // exponential, and exact up to the final f32 comparison.
+        let log_ratio = f64::from(self.0).ln() as f32;
+        let max = f64::from(candidates.max_logit());
+        let t = f64::from(candidates.temperature());
+        candidates.retain(|(_, z)| ((f64::from(z) - max) / t) as f32 >= log_ratio);
     }
 }

@@ -121,41 +121,61 @@ pub trait CandidateFilter: fmt::Debug + Send + Sync {
 ///
 /// The first `n_sorted` entries are sorted best first (higher logit, then
 /// lower id) and are no worse than any later entry; filters grow that sorted
-/// prefix only as far as they need (partial selection).
+/// prefix only as far as they need (partial selection). Weights are computed
+/// when asked for: one at a time by [`lm_core::softmax_weight`], and the
+/// total of a large set in one vectorised pass
+/// ([`lm_core::softmax_weights_into`], the same bits per weight), kept until
+/// a filter removes a candidate.
 #[derive(Debug, Clone, Default)]
 pub struct Candidates {
     entries: Vec<(TokenId, f32)>,
+    /// Sum of the weights of `entries`, while it is known.
+    total: Option<f64>,
     temperature: f32,
     max_logit: f32,
     n_sorted: usize,
+    /// Scratch for [`Candidates::total_weight`]: logits, then weights.
+    logits: Vec<f32>,
+    weights: Vec<f32>,
+    /// Scratch for [`Candidates::sort_prefix`].
+    heap: Vec<Best>,
 }
+
+/// From this many candidates up, [`Candidates::total_weight`] gathers the
+/// logits and sums their weights in one vectorised pass.
+const BULK_TOTAL: usize = 256;
 
 impl Candidates {
     /// Every token whose logit is not -inf, in id order, at temperature
-    /// `temperature` (0 is the greedy limit, +inf uniform).
-    pub fn from_logits(logits: &[f32], temperature: f32) -> Self {
+    /// `temperature` (0 is the greedy limit: the best logits weigh 1, the
+    /// rest 0; +inf is uniform). NaN or +inf logits, or none unmasked, are
+    /// errors.
+    pub fn from_logits(logits: &[f32], temperature: f32) -> Result<Self> {
         let mut candidates = Self::default();
-        candidates.reset(logits, temperature);
-        candidates
+        candidates.reset(logits, temperature)?;
+        Ok(candidates)
     }
 
     /// Refills from `logits` without allocating once warm.
-    pub fn reset(&mut self, logits: &[f32], temperature: f32) {
+    pub fn reset(&mut self, logits: &[f32], temperature: f32) -> Result<()> {
+        if temperature.is_nan() || temperature < 0.0 {
+            return Err(lm_core::Error::InvalidTemperature { value: temperature }.into());
+        }
+        self.max_logit = logits[lm_core::argmax(logits)? as usize];
         self.entries.clear();
-        self.entries.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|&(_, &z)| z > f32::NEG_INFINITY)
-                .map(|(id, &z)| (id as TokenId, z)),
-        );
-        self.max_logit = self
-            .entries
+        self.entries
+            .extend((0..).zip(logits).map(|(id, &z): (TokenId, _)| (id, z)));
+        // Masked tokens are rare: one vectorised test, then a filter if any.
+        if logits
             .iter()
-            .map(|&(_, z)| z)
-            .fold(f32::NEG_INFINITY, f32::max);
+            .fold(false, |any, &z| any | (z == f32::NEG_INFINITY))
+        {
+            self.entries.retain(|&(_, z)| z > f32::NEG_INFINITY);
+        }
+        self.total = None;
         self.temperature = temperature;
         self.n_sorted = 0;
+        Ok(())
     }
 
     /// Number of candidates.
@@ -184,23 +204,58 @@ impl Candidates {
         self.n_sorted
     }
 
+    /// The temperature the weights are at.
+    pub fn temperature(&self) -> f32 {
+        self.temperature
+    }
+
+    /// The largest logit of the row.
+    pub fn max_logit(&self) -> f32 {
+        self.max_logit
+    }
+
     /// The unnormalised probability `exp((z - z_max) / T)` of a logit: the
-    /// ratio of its probability to the best token's.
-    /// At T = 0 (the greedy limit) the best logits weigh 1 and the rest 0.
+    /// ratio of its probability to the best token's (within a few parts in
+    /// 10^7; see [`lm_core::softmax_weights_into`]). At T = 0 (the greedy
+    /// limit) the best logits weigh 1 and the rest 0.
     pub fn weight(&self, logit: f32) -> f64 {
         if self.temperature == 0.0 {
             return if logit == self.max_logit { 1.0 } else { 0.0 };
         }
-        ((f64::from(logit) - f64::from(self.max_logit)) / f64::from(self.temperature)).exp()
+        f64::from(lm_core::softmax_weight(
+            logit,
+            self.max_logit,
+            self.temperature,
+        ))
     }
 
     /// The sum of the weights: the normaliser of the current candidates.
-    pub fn total_weight(&self) -> f64 {
-        self.entries.iter().map(|&(_, z)| self.weight(z)).sum()
+    pub fn total_weight(&mut self) -> f64 {
+        if let Some(total) = self.total {
+            return total;
+        }
+        let total = if self.entries.len() >= BULK_TOTAL && self.temperature > 0.0 {
+            // Filters keep the best token, so the gathered logits have the
+            // row's maximum and the pass shifts by the same value.
+            self.logits.clear();
+            self.logits.extend(self.entries.iter().map(|&(_, z)| z));
+            self.weights.resize(self.logits.len(), 0.0);
+            lm_core::softmax_weights_into(&self.logits, self.temperature, &mut self.weights)
+                .expect("candidates hold checked logits")
+        } else {
+            self.entries.iter().map(|&(_, z)| self.weight(z)).sum()
+        };
+        self.total = Some(total);
+        total
     }
 
     /// Makes the first `n` entries (at most all) the best `n`, sorted, by
     /// partial selection of the unsorted rest and a sort of that part only.
+    ///
+    /// A few best of many (top-k, top-p's first round) are found by one scan
+    /// that keeps the best so far in a heap, so most entries cost a single
+    /// comparison with the worst of them; larger selections use
+    /// `select_nth_unstable_by`.
     pub fn sort_prefix(&mut self, n: usize) {
         let n = n.min(self.entries.len());
         if n <= self.n_sorted {
@@ -209,7 +264,27 @@ impl Candidates {
         let tail = &mut self.entries[self.n_sorted..];
         let n_tail = n - self.n_sorted;
         if n_tail < tail.len() {
-            tail.select_nth_unstable_by(n_tail - 1, best_first);
+            if n_tail <= tail.len() / 16 {
+                let nth = nth_best(tail, n_tail, &mut self.heap);
+                // Exactly n_tail entries are at least as good as the nth.
+                let (nth_id, nth_logit) = nth;
+                let mut n_front = 0;
+                for start in (0..tail.len()).step_by(SCAN_CHUNK) {
+                    let end = (start + SCAN_CHUNK).min(tail.len());
+                    if max_logit(&tail[start..end]) < nth_logit {
+                        continue;
+                    }
+                    for index in start..end {
+                        let (id, z) = tail[index];
+                        if z > nth_logit || (z == nth_logit && id <= nth_id) {
+                            tail.swap(n_front, index);
+                            n_front += 1;
+                        }
+                    }
+                }
+            } else {
+                tail.select_nth_unstable_by(n_tail - 1, best_first);
+            }
         }
         tail[..n_tail].sort_unstable_by(best_first);
         self.n_sorted = n;
@@ -217,18 +292,21 @@ impl Candidates {
 
     /// Keeps the first `n` entries.
     pub fn truncate(&mut self, n: usize) {
-        self.entries.truncate(n);
-        self.n_sorted = self.n_sorted.min(n);
+        if n < self.entries.len() {
+            self.entries.truncate(n);
+            self.n_sorted = self.n_sorted.min(n);
+            self.total = None;
+        }
     }
 
-    /// Keeps the entries whose weight (ratio to the best probability)
-    /// satisfies `keep`, preserving order.
-    pub fn retain(&mut self, mut keep: impl FnMut(f64) -> bool) {
+    /// Keeps the `(id, logit)` entries for which `keep` holds, preserving
+    /// order.
+    pub fn retain(&mut self, mut keep: impl FnMut((TokenId, f32)) -> bool) {
         let mut n_kept = 0;
         let mut n_sorted_kept = 0;
         for index in 0..self.entries.len() {
             let entry = self.entries[index];
-            if keep(self.weight(entry.1)) {
+            if keep(entry) {
                 self.entries[n_kept] = entry;
                 n_kept += 1;
                 if index < self.n_sorted {
@@ -236,9 +314,72 @@ impl Candidates {
                 }
             }
         }
-        self.entries.truncate(n_kept);
+        if n_kept < self.entries.len() {
+            self.entries.truncate(n_kept);
+            self.total = None;
+        }
         self.n_sorted = n_sorted_kept;
     }
+}
+
+/// An entry ordered so that the worse one is the greater: the top of a
+/// max-heap of `Best` is the worst of the best kept so far.
+#[derive(Debug, Clone, Copy)]
+struct Best((TokenId, f32));
+
+impl PartialEq for Best {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Best {}
+
+impl PartialOrd for Best {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Best {
+    fn cmp(&self, other: &Self) -> Ordering {
+        best_first(&self.0, &other.0)
+    }
+}
+
+/// Entries per test in the scans of [`Candidates::sort_prefix`].
+const SCAN_CHUNK: usize = 16;
+
+/// The largest logit of `entries` (-inf for none), branch-free.
+fn max_logit(entries: &[(TokenId, f32)]) -> f32 {
+    entries.iter().fold(
+        f32::NEG_INFINITY,
+        |max, &(_, z)| if z > max { z } else { max },
+    )
+}
+
+/// The `n`-th best entry (1-based, `n <= entries.len()`) by one scan with a
+/// bounded heap; `scratch` is reused between calls.
+fn nth_best(entries: &[(TokenId, f32)], n: usize, scratch: &mut Vec<Best>) -> (TokenId, f32) {
+    scratch.clear();
+    let mut heap = std::collections::BinaryHeap::from(std::mem::take(scratch));
+    heap.extend(entries[..n].iter().copied().map(Best));
+    let mut worst = *heap.peek().expect("n >= 1");
+    for chunk in entries[n..].chunks(SCAN_CHUNK) {
+        // Most chunks stop at this vectorised test.
+        if max_logit(chunk) < worst.0.1 {
+            continue;
+        }
+        for &entry in chunk {
+            if Best(entry) < worst {
+                heap.pop();
+                heap.push(Best(entry));
+                worst = *heap.peek().expect("n >= 1");
+            }
+        }
+    }
+    *scratch = heap.into_vec();
+    worst.0
 }
 
 /// Higher logit first, then lower id (so ties resolve like greedy).
@@ -278,7 +419,6 @@ pub struct Sampler {
     counts: TokenCounts,
     adjusted: Vec<f32>,
     candidates: Candidates,
-    weights: Vec<f64>,
     probs: Vec<f32>,
 }
 
@@ -333,7 +473,6 @@ impl Sampler {
             counts: TokenCounts::default(),
             adjusted: Vec::new(),
             candidates: Candidates::default(),
-            weights: Vec::new(),
             probs: Vec::new(),
         })
     }
@@ -371,6 +510,13 @@ impl Sampler {
     /// NaN or +inf logits, an empty row, or a row that the bans and biases
     /// mask entirely are errors.
     pub fn policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<&[f32]> {
+        self.compute_policy(logits, history)?;
+        Ok(&self.probs)
+    }
+
+    /// Fills `probs` with the policy and returns the most probable token
+    /// after the raw-logit stage (the greedy choice).
+    fn compute_policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
         let vocab_size = logits.len();
         if vocab_size == 0 {
             return Err(lm_core::Error::EmptyLogits.into());
@@ -381,7 +527,8 @@ impl Sampler {
             }
             self.checked_vocab_size = Some(vocab_size);
         }
-        check_logits(logits)?;
+        // argmax checks the row (no NaN or +inf, not all -inf) on the way.
+        let mut best = lm_core::argmax(logits)?;
         self.adjusted.clear();
         self.adjusted.extend_from_slice(logits);
         if !self.transforms.is_empty() {
@@ -389,47 +536,45 @@ impl Sampler {
             for transform in &self.transforms {
                 transform.apply(&mut self.adjusted, &self.counts);
             }
-            check_logits(&self.adjusted).map_err(|error| match error {
-                Error::Core(lm_core::Error::AllMasked) => Error::AllTokensFiltered,
-                other => other,
+            best = lm_core::argmax(&self.adjusted).map_err(|error| match error {
+                lm_core::Error::AllMasked => Error::AllTokensFiltered,
+                other => other.into(),
             })?;
         }
         self.probs.clear();
         self.probs.resize(vocab_size, 0.0);
         if self.temperature.is_greedy() {
-            let best = lm_core::argmax(&self.adjusted)?;
             self.probs[best as usize] = 1.0;
-            return Ok(&self.probs);
+            return Ok(best);
+        }
+        if self.filters.is_empty() {
+            lm_core::softmax_into(&self.adjusted, self.temperature.value(), &mut self.probs)?;
+            return Ok(best);
         }
         self.candidates
-            .reset(&self.adjusted, self.temperature.value());
+            .reset(&self.adjusted, self.temperature.value())?;
         for filter in &self.filters {
             filter.apply(&mut self.candidates);
         }
         if self.candidates.is_empty() {
             return Err(Error::AllTokensFiltered);
         }
-        // One exp per survivor: weights kept in f64 until the division.
-        self.weights.clear();
+        let total = self.candidates.total_weight();
         let candidates = &self.candidates;
-        self.weights.extend(
-            candidates
-                .entries()
-                .iter()
-                .map(|&(_, logit)| candidates.weight(logit)),
-        );
-        let total: f64 = self.weights.iter().sum();
-        for (&(id, _), &weight) in candidates.entries().iter().zip(&self.weights) {
-            self.probs[id as usize] = (weight / total) as f32;
+        for &(id, z) in candidates.entries() {
+            self.probs[id as usize] = (candidates.weight(z) / total) as f32;
         }
-        Ok(&self.probs)
+        Ok(best)
     }
 
     /// Computes the policy and chooses a token with the uniform draw `u` in
     /// [0, 1) (ignored when greedy): inverse CDF over token ids in order.
     pub fn select(&mut self, logits: &[f32], history: &[TokenId], u: f64) -> Result<Selection> {
-        self.policy(logits, history)?;
-        let token = self.selector.choose(&self.probs, u)?;
+        let best = self.compute_policy(logits, history)?;
+        let token = match self.selector {
+            Selector::Greedy => best,
+            Selector::Sample => self.selector.choose(&self.probs, u)?,
+        };
         Ok(Selection {
             token,
             policy_prob: self.probs[token as usize],
@@ -465,21 +610,5 @@ impl fmt::Debug for Sampler {
             .field("chain", &Chain(self))
             .field("selector", &self.selector)
             .finish()
-    }
-}
-
-/// Rejects NaN and +inf logits and rows with nothing unmasked.
-fn check_logits(logits: &[f32]) -> Result<()> {
-    let mut any_unmasked = false;
-    for (index, &value) in logits.iter().enumerate() {
-        if value.is_nan() || value == f32::INFINITY {
-            return Err(lm_core::Error::InvalidLogit { index, value }.into());
-        }
-        any_unmasked |= value > f32::NEG_INFINITY;
-    }
-    if any_unmasked {
-        Ok(())
-    } else {
-        Err(lm_core::Error::AllMasked.into())
     }
 }

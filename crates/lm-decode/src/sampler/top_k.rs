@@ -1,7 +1,8 @@
 //! Top-k: keep the k most probable tokens (lesson 002, "Sampling strategies").
 //!
-//! Partial selection (`select_nth_unstable_by`) finds the k best in linear
-//! time and only those k are sorted; the vocabulary is never sorted whole.
+//! Partial selection ([`Candidates::sort_prefix`]) finds the k best in one
+//! linear scan and only those k are sorted; the vocabulary is never sorted
+//! whole.
 
 use super::{CandidateFilter, Candidates};
 use crate::{Error, Result};
@@ -10,7 +11,7 @@ use crate::{Error, Result};
 ///
 /// ```
 /// use lm_decode::sampler::{CandidateFilter, Candidates, TopK};
-/// let mut c = Candidates::from_logits(&[0.0, 3.0, 1.0, 2.0], 1.0);
+/// let mut c = Candidates::from_logits(&[0.0, 3.0, 1.0, 2.0], 1.0).unwrap();
 /// TopK::new(2).unwrap().apply(&mut c);
 /// assert_eq!(c.ids().collect::<Vec<_>>(), vec![1, 3]);
 /// ```

@@ -2,7 +2,7 @@
 //! probability reaches p (Holtzman et al. 2020; lesson 002).
 //!
 //! The set is found without sorting the whole vocabulary: the best 64
-//! candidates are selected (`select_nth_unstable_by`) and sorted; if their
+//! candidates are selected ([`Candidates::sort_prefix`]) and sorted; if their
 //! mass falls short of p the next candidates are selected from the rest, four
 //! times as many each round. A confident distribution costs one small sort.
 //!
@@ -22,7 +22,7 @@ const FIRST_ROUND: usize = 64;
 /// ```
 /// use lm_decode::sampler::{CandidateFilter, Candidates, TopP};
 /// let logits = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
-/// let mut c = Candidates::from_logits(&logits, 1.0);
+/// let mut c = Candidates::from_logits(&logits, 1.0).unwrap();
 /// TopP::new(0.8).unwrap().apply(&mut c);
 /// assert_eq!(c.ids().collect::<Vec<_>>(), vec![0, 1]);
 /// ```
