@@ -9,6 +9,8 @@
 //! slightly more accurate, but moves the real model's logits away from
 //! llama.cpp's by more than the conformance tolerance allows.
 
+use rayon::prelude::*;
+
 use super::block::QK;
 
 /// 32 activations quantized to signed bytes with one f32 scale.
@@ -58,12 +60,19 @@ fn round_ties_even_small(v: f32) -> f32 {
     (v + SHIFT) - SHIFT
 }
 
-/// Quantizes `x` (a multiple of 32 long) into `out`, replacing its contents.
+/// Quantizes `x` (a multiple of 32 long) into `out`, replacing its contents;
+/// in parallel when `x` holds a batch of inputs (prefill), on the calling
+/// thread for one input (a decode step, where handing out work costs more).
 ///
 /// `out` is reused between calls so that steady-state products do not allocate.
 pub(crate) fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) {
+    const PARALLEL_MIN_VALUES: usize = 1 << 13;
     out.clear();
-    out.extend(x.chunks_exact(QK).map(Q8Block::quantize));
+    if x.len() >= PARALLEL_MIN_VALUES && rayon::current_num_threads() > 1 {
+        out.par_extend(x.par_chunks_exact(QK).map(Q8Block::quantize));
+    } else {
+        out.extend(x.chunks_exact(QK).map(Q8Block::quantize));
+    }
 }
 
 #[cfg(test)]

@@ -174,18 +174,18 @@ impl<'a> QMatrix<'a> {
         check_len("input vector", self.n_cols, x.len())?;
         check_len("output vector", self.n_rows, y.len())?;
         if !self.ty.is_quantized() {
-            self.fill_rows(y, 1, |row, out| {
+            self.fill_rows(y, 1, |rows, out| {
                 self.dispatch
-                    .dot_rows(self.ty, row, self.n_cols, x, &[], out);
+                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, &[], 1, out);
             });
             return Ok(());
         }
         with_scratch(|scratch| {
             quantize_activations(x, &mut scratch.activations);
             let xq = scratch.activations.as_slice();
-            self.fill_rows(y, 1, |row, out| {
+            self.fill_rows(y, 1, |rows, out| {
                 self.dispatch
-                    .dot_rows(self.ty, row, self.n_cols, x, xq, out);
+                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, xq, 1, out);
             });
         });
         Ok(())
@@ -196,8 +196,8 @@ impl<'a> QMatrix<'a> {
     pub fn matvec_exact(&self, x: &[f32], y: &mut [f32]) -> Result<(), QuantError> {
         check_len("input vector", self.n_cols, x.len())?;
         check_len("output vector", self.n_rows, y.len())?;
-        self.fill_rows(y, 1, |row, out| {
-            for o in out {
+        self.fill_rows(y, 1, |rows, out| {
+            for (o, row) in out.iter_mut().zip(rows.chunks_exact(self.row_bytes)) {
                 *o = portable::dot_row_exact(self.ty, row, x);
             }
         });
@@ -239,51 +239,43 @@ impl<'a> QMatrix<'a> {
             let xq = activations.as_slice();
             transposed.clear();
             transposed.resize(n_outputs, 0.0);
-            self.fill_rows(transposed, n, |row, out| {
+            self.fill_rows(transposed, n, |rows, out| {
                 self.dispatch
-                    .dot_rows(self.ty, row, self.n_cols, xs, xq, out);
+                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, xs, xq, n, out);
             });
-            for (row_idx, results) in transposed.chunks_exact(n).enumerate() {
-                for (input_idx, &value) in results.iter().enumerate() {
-                    if let Some(dst) = ys.get_mut(input_idx * self.n_rows + row_idx) {
-                        *dst = value;
+            // Back to input-major, in parallel over the inputs.
+            let transposed = &*transposed;
+            ys.par_chunks_mut(self.n_rows.max(1))
+                .enumerate()
+                .for_each(|(input_idx, y)| {
+                    for (row_idx, dst) in y.iter_mut().enumerate() {
+                        *dst = transposed[row_idx * n + input_idx];
                     }
-                }
-            }
+                });
         });
         Ok(())
     }
 
-    /// Fills `out` (`n_rows x n`, row-major) by calling `dot(row_bytes, results)`
-    /// with each row's `n` results, in parallel over blocks of rows when the
-    /// matrix is large.
+    /// Fills `out` (`n_rows x n`, row-major) by calling `dot(rows, results)`
+    /// on blocks of up to [`ROWS_PER_TASK`] rows (their bytes) and their
+    /// `rows x n` results, in parallel over the blocks when the matrix is
+    /// large.
     fn fill_rows(&self, out: &mut [f32], n: usize, dot: impl Fn(&[u8], &mut [f32]) + Sync) {
         if self.row_bytes == 0 || n == 0 {
             out.fill(0.0);
             return;
         }
-        let fill_block = |(outs, rows): (&mut [f32], &[u8])| {
-            for (results, row) in outs
-                .chunks_exact_mut(n)
-                .zip(rows.chunks_exact(self.row_bytes))
-            {
-                dot(row, results);
-            }
-        };
+        let out_block = ROWS_PER_TASK.saturating_mul(n);
+        let row_block = ROWS_PER_TASK.saturating_mul(self.row_bytes);
+        let fill_block = |(results, rows): (&mut [f32], &[u8])| dot(rows, results);
         let n_weights = self.n_rows.saturating_mul(self.n_cols).saturating_mul(n);
         if n_weights >= PARALLEL_MIN_WEIGHTS && rayon::current_num_threads() > 1 {
-            out.par_chunks_mut(ROWS_PER_TASK.saturating_mul(n))
-                .zip(
-                    self.data
-                        .par_chunks(ROWS_PER_TASK.saturating_mul(self.row_bytes)),
-                )
+            out.par_chunks_mut(out_block)
+                .zip(self.data.par_chunks(row_block))
                 .for_each(fill_block);
         } else {
-            out.chunks_mut(ROWS_PER_TASK.saturating_mul(n))
-                .zip(
-                    self.data
-                        .chunks(ROWS_PER_TASK.saturating_mul(self.row_bytes)),
-                )
+            out.chunks_mut(out_block)
+                .zip(self.data.chunks(row_block))
                 .for_each(fill_block);
         }
     }

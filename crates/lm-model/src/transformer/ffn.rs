@@ -6,6 +6,8 @@
 //! SwiGLU:   y = down(silu(gate(x)) * up(x))
 //! ```
 
+use rayon::prelude::*;
+
 use super::linear::Linear;
 
 /// A feed-forward block with its weights.
@@ -57,8 +59,20 @@ impl FeedForward {
             Self::SwiGlu { gate, up, down } => {
                 gate.matmul(xs, n, gated);
                 up.matmul(xs, n, hidden);
-                for (h, &g) in hidden.iter_mut().zip(gated.iter()) {
-                    *h *= silu(g);
+                let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| {
+                    for (h, &g) in hidden.iter_mut().zip(gated) {
+                        *h *= silu(g);
+                    }
+                };
+                if n > 1 {
+                    // A batch (prefill): the rows in parallel.
+                    let width = (hidden.len() / n).max(1);
+                    hidden
+                        .par_chunks_mut(width)
+                        .zip(gated.par_chunks(width))
+                        .for_each(gate_rows);
+                } else {
+                    gate_rows((hidden, gated));
                 }
                 down.matmul(hidden, n, ys);
             }

@@ -21,12 +21,106 @@ use std::arch::x86_64::{
     _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
+use super::super::GgmlType;
 use super::super::activation::Q8Block;
+use super::{BATCH, input};
+
+/// `out[r * n + i] = row r · input i` over the rows of `rows` (each
+/// `row_bytes` long) for a quantized `ty`, input `i` being
+/// `xq[i * n_blocks..][..n_blocks]`: the loop of
+/// [`super::Dispatch::dot_rows`] inside one target-feature function, so each
+/// row costs no call and no dispatch, and each weight block is unpacked once
+/// for up to [`BATCH`] inputs.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows(
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8Block],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    match ty {
+        GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0),
+        GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1),
+        GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            unreachable!("float rows are multiplied by Dispatch::dot_row")
+        }
+    }
+}
+
+/// The loops of [`dot_rows`] for one kernel, generic over the number of
+/// inputs sharing a block: groups of [`BATCH`], then the rest one by one.
+#[inline(always)]
+fn each_row_and_input<K: BlockKernel>(
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8Block],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+    kernel: K,
+) {
+    let x = |i: usize| input(xq, i, n_blocks);
+    for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+        let mut groups = results.chunks_exact_mut(BATCH);
+        let mut i = 0;
+        for group in &mut groups {
+            group.copy_from_slice(&kernel.batch(row, [x(i), x(i + 1), x(i + 2), x(i + 3)]));
+            i += BATCH;
+        }
+        for o in groups.into_remainder() {
+            *o = kernel.single(row, x(i));
+            i += 1;
+        }
+    }
+}
+
+/// A quantized dot kernel at the two widths [`each_row_and_input`] uses.
+/// Implementations are inlined into [`dot_rows`], whose target features
+/// make their calls sound.
+trait BlockKernel {
+    fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH];
+    fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32;
+}
+
+/// Implements [`BlockKernel`] for a marker type by a `dot_*` function.
+macro_rules! block_kernel {
+    ($name:ident, $dot:ident) => {
+        struct $name;
+
+        impl BlockKernel for $name {
+            #[inline(always)]
+            fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
+                // SAFETY: only called from `dot_rows`, which requires the
+                // features `$dot` needs.
+                unsafe { $dot(row, xq) }
+            }
+
+            #[inline(always)]
+            fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
+                // SAFETY: as above.
+                let [result] = unsafe { $dot(row, [xq]) };
+                result
+            }
+        }
+    };
+}
+
+block_kernel!(Q4_0, dot_q4_0);
+block_kernel!(Q4_1, dot_q4_1);
+block_kernel!(Q8_0, dot_q8_0);
 
 /// Q4_0 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<18, N, false>(
@@ -46,6 +140,7 @@ pub(crate) unsafe fn dot_q4_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<20, N, true>(
@@ -71,6 +166,7 @@ pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q8_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<34, N, false>(

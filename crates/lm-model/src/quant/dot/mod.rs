@@ -102,58 +102,52 @@ impl Dispatch {
         }
     }
 
-    /// `out[i] = row · input i` for `out.len()` inputs: input `i` is
-    /// `xs[i * n_cols..][..n_cols]` for float types and
+    /// `out[r * n + i] = row r · input i` for the rows of `rows` (each
+    /// `row_bytes` long, `out.len() / n` of them) and `n` inputs: input `i`
+    /// is `xs[i * n_cols..][..n_cols]` for float types and
     /// `xq[i * n_blocks..][..n_blocks]` (`n_blocks = n_cols / 32`) for
-    /// quantized ones. The SIMD path unpacks each weight block once for up to
-    /// [`BATCH`] inputs. Every `out[i]` has the same bits as
-    /// [`Dispatch::dot_row`] on input `i` alone; inputs missing from `xs` or
-    /// `xq` count as empty.
+    /// quantized ones. The SIMD path runs the whole loop inside one
+    /// target-feature function and unpacks each weight block once for up to
+    /// [`BATCH`] inputs. Every result has the same bits as
+    /// [`Dispatch::dot_row`] on its row and input alone; inputs missing from
+    /// `xs` or `xq` count as empty.
+    #[allow(clippy::too_many_arguments)] // the shape of a block product
     pub fn dot_rows(
         self,
         ty: GgmlType,
-        row: &[u8],
+        rows: &[u8],
+        row_bytes: usize,
         n_cols: usize,
         xs: &[f32],
         xq: &[Q8Block],
+        n: usize,
         out: &mut [f32],
     ) {
+        if row_bytes == 0 || n == 0 {
+            out.fill(0.0);
+            return;
+        }
         let n_blocks = n_cols / super::QK;
-        let input = |i: usize| {
-            let x = xs.get(i * n_cols..).unwrap_or(&[]);
-            let q = xq.get(i * n_blocks..).unwrap_or(&[]);
-            (x.get(..n_cols).unwrap_or(x), q.get(..n_blocks).unwrap_or(q))
-        };
         #[cfg(target_arch = "x86_64")]
-        if self.kernel == Kernel::Avx2 {
-            type Batched = unsafe fn(&[u8], [&[Q8Block]; BATCH]) -> [f32; BATCH];
-            let batched: Option<Batched> = match ty {
-                GgmlType::Q4_0 => Some(avx2::dot_q4_0::<BATCH>),
-                GgmlType::Q4_1 => Some(avx2::dot_q4_1::<BATCH>),
-                GgmlType::Q8_0 => Some(avx2::dot_q8_0::<BATCH>),
-                GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => None,
-            };
-            if let Some(batched) = batched {
-                for (group_idx, group) in out.chunks_mut(BATCH).enumerate() {
-                    let q = |j: usize| input(group_idx * BATCH + j).1;
-                    if let Ok(group) = <&mut [f32; BATCH]>::try_from(&mut *group) {
-                        // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built
-                        // after `is_available` confirmed avx2, fma and f16c.
-                        *group = unsafe { batched(row, [q(0), q(1), q(2), q(3)]) };
-                    } else {
-                        for (j, o) in group.iter_mut().enumerate() {
-                            *o = self.dot_row(ty, row, &[], q(j));
-                        }
-                    }
-                }
-                return;
+        if self.kernel == Kernel::Avx2 && ty.is_quantized() {
+            // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built after
+            // `is_available` confirmed avx2, fma and f16c.
+            unsafe { avx2::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
+            return;
+        }
+        for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+            for (i, o) in results.iter_mut().enumerate() {
+                *o = self.dot_row(ty, row, input(xs, i, n_cols), input(xq, i, n_blocks));
             }
         }
-        for (i, o) in out.iter_mut().enumerate() {
-            let (x, q) = input(i);
-            *o = self.dot_row(ty, row, x, q);
-        }
     }
+}
+
+/// Input `i` of consecutive inputs `len` long, empty if `all` is too short.
+pub(crate) fn input<T>(all: &[T], i: usize, len: usize) -> &[T] {
+    all.get(i * len..)
+        .and_then(|rest| rest.get(..len))
+        .unwrap_or(&[])
 }
 
 /// Inputs that share one unpacking of a weight block in [`Dispatch::dot_rows`].
