@@ -1,28 +1,45 @@
 //! Ctrl-C while generating: stop after the current step, print what was
-//! generated so far, exit with code 130 (128 + SIGINT, as shells report a
-//! process ended by Ctrl-C).
+//! generated so far in the output mode asked for (text, `--trace` table or
+//! `--json`), exit with code 130 (128 + SIGINT, as shells report a process
+//! ended by Ctrl-C).
 //!
 //! ```text
-//! Ctrl-C ──> handler sets REQUESTED ──> generate's step hook returns
-//!            (a second Ctrl-C exits      ControlFlow::Break: lm-decode's loop
-//!             at once with 130)          stops with StopReason::Cancelled
-//!                                              │
-//!   generate: finishes the printer (the text so far), notes the
-//!   interruption on stderr, returns `Interrupted` ──> main: exit 130
+//! Ctrl-C ──> handler: press() sets REQUESTED ──> the step hook of generate
+//!            (a second Ctrl-C exits             or beam search (after_step)
+//!             at once with 130)                 returns ControlFlow::Break:
+//!                                               lm-decode stops, StopReason::Cancelled
+//!                                                     │
+//!   generate: the Cancelled generation goes through the same output code
+//!   as a finished one, then `Interrupted` ──> main: `note: interrupted ...`, exit 130
 //! ```
+//!
+//! Tests press Ctrl-C deterministically with the environment variable
+//! [`TEST_HOOK_VAR`]` = N`: the N-th generated token of the run (counted over
+//! every sequence; a beam-search step counts as one) presses it, through the
+//! same [`press`] as the real handler. Nothing but tests should set it.
 //!
 //! Only `generate` installs the handler; every other
 //! command keeps the default (Ctrl-C ends it at once; `train --out` never
 //! leaves a half-written file, it writes a temporary file and renames it).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 
 /// The exit code of an interrupted run.
 pub const EXIT_CODE: u8 = 130;
 
+/// The test hook: `N` (at least 1) acts as a Ctrl-C right after the N-th
+/// generated token.
+pub const TEST_HOOK_VAR: &str = "LM_CLI_TEST_INTERRUPT_AFTER";
+
+/// Ctrl-C was pressed.
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Steps taken so far in this run, all sequences together.
+static N_GENERATED: AtomicUsize = AtomicUsize::new(0);
+/// The test hook's token count, read once by [`install`].
+static PRESS_AFTER: OnceLock<Option<usize>> = OnceLock::new();
 
 /// A run stopped by Ctrl-C after printing what it had generated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -32,18 +49,54 @@ pub struct Interrupted {
     pub n_tokens: usize,
 }
 
+/// A test hook value that is not a token count of at least 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{TEST_HOOK_VAR} must be a token count of at least 1, got {value:?}")]
+pub struct TestHookError {
+    /// The value as set.
+    pub value: String,
+}
+
 /// Installs the Ctrl-C handler: the first Ctrl-C asks the run to stop after
-/// its current step, a second one exits at once.
+/// its current step, a second one exits at once. Reads the test hook.
 pub fn install() -> Result<()> {
-    ctrlc::set_handler(|| {
-        if REQUESTED.swap(true, Ordering::SeqCst) {
-            std::process::exit(i32::from(EXIT_CODE));
+    let press_after = match std::env::var_os(TEST_HOOK_VAR) {
+        None => None,
+        Some(value) => {
+            let value = value.to_string_lossy().into_owned();
+            match value.parse::<usize>() {
+                Ok(n) if n >= 1 => Some(n),
+                _ => return Err(TestHookError { value }.into()),
+            }
         }
-    })
-    .context("installing the Ctrl-C handler")
+    };
+    let _ = PRESS_AFTER.set(press_after);
+    ctrlc::set_handler(press).context("installing the Ctrl-C handler")
 }
 
 /// Whether Ctrl-C was pressed.
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
+}
+
+/// The step hook's check: counts one step (pressing Ctrl-C for the test
+/// hook when its count is reached) and tells whether the run should stop
+/// after this step.
+pub fn after_step() -> bool {
+    let n_generated = N_GENERATED.fetch_add(1, Ordering::SeqCst) + 1;
+    if test_hook() == Some(n_generated) {
+        press();
+    }
+    requested()
+}
+
+/// What Ctrl-C does (the handler, and the test hook).
+fn press() {
+    if REQUESTED.swap(true, Ordering::SeqCst) {
+        std::process::exit(i32::from(EXIT_CODE));
+    }
+}
+
+fn test_hook() -> Option<usize> {
+    PRESS_AFTER.get().copied().flatten()
 }

@@ -5,8 +5,9 @@
 //! 0  success (also when stdout is closed early, as by `| head -c 1`)
 //! 1  runtime error: one line `error: <message>: <cause>: ...`
 //! 2  usage error: a bad argument, named, with a hint line
-//! 130 interrupted by Ctrl-C (generate): the text so far is printed, and a
-//!    `note: interrupted ...` line on stderr
+//! 130 interrupted by Ctrl-C (generate): what was generated so far is
+//!    printed in the mode asked for (text, --trace, --json), and a
+//!    `note: interrupted ...` line on stderr (beam search prints nothing)
 //! ```
 #![deny(missing_docs)]
 

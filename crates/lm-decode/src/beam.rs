@@ -17,6 +17,7 @@
 use crate::{Error, Result, StopReason, Truncation, fit_prompt};
 use lm_core::{LanguageModel, Rows, TokenId};
 use std::cmp::Ordering;
+use std::ops::ControlFlow;
 
 /// Beam-search parameters, named as in HF transformers.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +104,56 @@ pub fn beam_search<M: LanguageModel>(
     prompt: &[TokenId],
     config: &BeamConfig,
 ) -> Result<Vec<Hypothesis>> {
+    beam_search_streaming(model, prompt, config, |_| ControlFlow::Continue(()))
+}
+
+/// Progress of a beam search, reported after each step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BeamStep {
+    /// 0 for the first step (every hypothesis has `index + 1` tokens).
+    pub index: usize,
+    /// Beams still growing after this step.
+    pub n_live: usize,
+    /// Hypotheses finished by an end token so far.
+    pub n_finished: usize,
+}
+
+/// [`beam_search`] with a hook called after every step. `Break` stops the
+/// search: the live beams become hypotheses stopped by
+/// [`StopReason::Cancelled`] and are ranked with the finished ones as at the
+/// end of a full search (the way `generate_streaming` stops generation).
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use lm_core::{LanguageModel, Prefix, Rows, TokenId};
+/// use lm_decode::{beam_search_streaming, BeamConfig, StopReason};
+/// # struct Fixed;
+/// # impl LanguageModel for Fixed {
+/// #     type State = Prefix;
+/// #     fn vocab_size(&self) -> usize { 2 }
+/// #     fn context_length(&self) -> Option<usize> { None }
+/// #     fn new_state(&self) -> Prefix { Prefix::default() }
+/// #     fn forward(&self, s: &mut Prefix, t: &[TokenId], _r: Rows, l: &mut Vec<f32>) -> lm_core::Result<()> {
+/// #         s.tokens.extend_from_slice(t);
+/// #         *l = vec![1.0, 0.0];
+/// #         Ok(())
+/// #     }
+/// # }
+/// // Stopped after the second of ten steps: two-token hypotheses, cancelled.
+/// let config = BeamConfig { num_beams: 2, max_new_tokens: 10, ..BeamConfig::default() };
+/// let stop_after_two = |step: &lm_decode::BeamStep| {
+///     if step.index == 1 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+/// };
+/// let best = beam_search_streaming(&Fixed, &[1], &config, stop_after_two).unwrap();
+/// assert_eq!(best[0].tokens, vec![0, 0]);
+/// assert_eq!(best[0].stop_reason, StopReason::Cancelled);
+/// ```
+pub fn beam_search_streaming<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &BeamConfig,
+    mut on_step: impl FnMut(&BeamStep) -> ControlFlow<()>,
+) -> Result<Vec<Hypothesis>> {
     if config.num_beams == 0 {
         return Err(Error::InvalidNumBeams { value: 0 });
     }
@@ -151,6 +202,8 @@ pub fn beam_search<M: LanguageModel>(
         &mut root.logits,
     )?;
     let mut beams = vec![root];
+    // Why the live beams stop: the limit, unless the hook cancels first.
+    let mut stop_reason = limit_reason;
     let mut finished: Vec<Hypothesis> = Vec::new();
     let mut row_logprobs = vec![0.0f32; vocab_size];
     let mut candidates: Vec<Extension> = Vec::new();
@@ -226,11 +279,20 @@ pub fn beam_search<M: LanguageModel>(
         if beams.is_empty() {
             break;
         }
+        let progress = BeamStep {
+            index: step,
+            n_live: beams.len(),
+            n_finished: finished.len(),
+        };
+        if !is_last_step && on_step(&progress).is_break() {
+            stop_reason = StopReason::Cancelled;
+            break;
+        }
     }
     finished.extend(
         beams
             .into_iter()
-            .map(|beam| beam.into_hypothesis(config.length_penalty, limit_reason.clone())),
+            .map(|beam| beam.into_hypothesis(config.length_penalty, stop_reason.clone())),
     );
     finished.sort_by(|a, b| {
         b.score

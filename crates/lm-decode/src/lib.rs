@@ -83,7 +83,9 @@ mod trace;
 mod truncate;
 
 pub use batch::{FinishedMask, generate_batch};
-pub use beam::{BeamConfig, Hypothesis, beam_search, length_penalized_score};
+pub use beam::{
+    BeamConfig, BeamStep, Hypothesis, beam_search, beam_search_streaming, length_penalized_score,
+};
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{GenerationConfig, generate, generate_many, generate_streaming};

@@ -334,3 +334,64 @@ fn enumeration_refuses_past_the_limit() {
     let zero = enumerate_continuations(&model, &[0], 0, 1).unwrap();
     assert_eq!((zero.continuations.len(), zero.greedy_rank), (1, 1));
 }
+
+#[test]
+fn a_cancelled_beam_search_returns_what_a_shorter_search_returns() {
+    // Stopping after step k (0-based) leaves the hypotheses of a search
+    // limited to k + 1 tokens: the same tokens, log-probabilities, scores and
+    // order; the live ones say Cancelled instead of MaxNewTokens.
+    let model = PrefixModel {
+        salt: 5,
+        ..PrefixModel::new(6)
+    };
+    for stop_after in 0..4 {
+        let config = BeamConfig {
+            num_beams: 3,
+            max_new_tokens: 8,
+            end_tokens: vec![0],
+            ..BeamConfig::default()
+        };
+        let mut steps = Vec::new();
+        let cancelled = lm_decode::beam_search_streaming(&model, &[2], &config, |step| {
+            steps.push(*step);
+            if step.index == stop_after {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+        assert_eq!(
+            steps.iter().map(|s| s.index).collect::<Vec<_>>(),
+            (0..=stop_after).collect::<Vec<_>>()
+        );
+        let shorter = beam_search(
+            &model,
+            &[2],
+            &BeamConfig {
+                max_new_tokens: stop_after + 1,
+                ..config.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(cancelled.len(), shorter.len());
+        for (got, want) in cancelled.iter().zip(&shorter) {
+            assert_eq!(
+                (&got.tokens, got.logprob, got.score),
+                (&want.tokens, want.logprob, want.score)
+            );
+            let expected_reason = match want.stop_reason {
+                StopReason::MaxNewTokens => StopReason::Cancelled,
+                ref other => other.clone(),
+            };
+            assert_eq!(got.stop_reason, expected_reason);
+        }
+        let last = steps.last().unwrap();
+        let n_cancelled = cancelled
+            .iter()
+            .filter(|h| h.stop_reason == StopReason::Cancelled)
+            .count();
+        // Live beams outranked by finished ones may fall off the list.
+        assert!(n_cancelled >= 1 && n_cancelled <= last.n_live);
+    }
+}

@@ -6,6 +6,14 @@
 //! first choice) and the rest is decoding. Several return sequences run the
 //! loop once each on streams 0, 1, ... of the seed, which gives exactly what
 //! `generate_many` gives (each re-reads the prompt, so each has its timing).
+//!
+//! Ctrl-C: the step hook stops the loop ([`StopReason::Cancelled`]) and no
+//! further sequence starts. A cancelled generation is printed by the same
+//! code as a finished one, in every mode (the text so far, the trace of the
+//! steps done, a JSON report with `"stop_reason": "cancelled"`); only then
+//! does [`interruption`] turn the run into [`Interrupted`] (exit 130). Beam
+//! search stops the same way, through its own step hook: its hypotheses so
+//! far, the live ones cancelled.
 
 use std::ops::ControlFlow;
 use std::time::Instant;
@@ -13,8 +21,8 @@ use std::time::Instant;
 use anyhow::Result;
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation, beam_search,
-    fit_prompt, generate_streaming,
+    BeamConfig, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation,
+    beam_search_streaming, fit_prompt, generate_streaming,
 };
 use lm_tokenize::Message;
 
@@ -202,6 +210,10 @@ impl Run<'_> {
         let mut sequences = Vec::with_capacity(n_sequences);
         let mut timing = Timing::default();
         for index in 0..n_sequences {
+            // Ctrl-C after a sequence ended on its own: start no other.
+            if index > 0 && interrupt::requested() {
+                break;
+            }
             let config = GenerationConfig {
                 stream: index as u64,
                 ..config.clone()
@@ -220,11 +232,29 @@ impl Run<'_> {
                 }
                 out.write_now(&trace::render_generation(&generation, &text, self.codec))?;
             }
+            let cancelled = generation.stop_reason == StopReason::Cancelled;
             sequences.push((generation, text));
+            if cancelled {
+                break;
+            }
         }
-        if self.mode != Mode::Json {
-            return Ok(());
+        if self.mode == Mode::Json {
+            self.write_json(&sequences, timing, out)?;
         }
+        match interruption(&sequences, n_sequences) {
+            Some(interrupted) => Err(interrupted.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// The `--json` report of the sequences run (all of them, or those done
+    /// before Ctrl-C, the last one cancelled).
+    fn write_json(
+        self,
+        sequences: &[(Generation, String)],
+        timing: Timing,
+        out: &mut Output,
+    ) -> Result<()> {
         let mut reports: Vec<SequenceReport> = sequences
             .iter()
             .map(|(generation, text)| {
@@ -236,7 +266,8 @@ impl Run<'_> {
             .ok_or_else(|| anyhow::anyhow!("no sequence was generated"))?;
         let prompt_ids = first.prompt.clone();
         let n_prompt_dropped = first.n_prompt_dropped;
-        let (best, rest) = if reports.len() > 1 {
+        // Asked for several: a list, even when Ctrl-C left only one.
+        let (best, rest) = if self.args.num_return_sequences > 1 {
             let best = SequenceReport::from_generation(first, sequences[0].1.clone(), self.codec);
             (best, Some(reports))
         } else {
@@ -277,34 +308,28 @@ impl Run<'_> {
         );
         let start = Instant::now();
         let mut first_step: Option<Instant> = None;
-        let mut n_tokens = 0;
         let generated =
             generate_streaming(model, &self.prompt_ids, config, Some(self.codec), |step| {
                 first_step.get_or_insert_with(Instant::now);
-                n_tokens += 1;
                 printer.push(step.token, out);
-                if interrupt::requested() {
+                if interrupt::after_step() {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
                 }
             });
         let generation = generated?;
-        if generation.stop_reason == StopReason::Cancelled {
-            // Ctrl-C: the text so far (streamed or not), then exit 130.
-            if matches!(self.mode, Mode::Text { .. }) {
-                printer.finish(out)?;
-                out.write_now("\n")?;
-            }
-            return Err(Interrupted { n_tokens }.into());
-        }
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
         if matches!(self.mode, Mode::Text { .. }) {
             printer.finish(out)?;
             out.write_now("\n")?;
+            // Ctrl-C gets its own note (main's `note: interrupted ...`).
             if !generation.stop_reason.is_finished()
-                && generation.stop_reason != StopReason::MaxNewTokens
+                && !matches!(
+                    generation.stop_reason,
+                    StopReason::MaxNewTokens | StopReason::Cancelled
+                )
             {
                 eprintln!(
                     "note: {}",
@@ -330,12 +355,19 @@ impl Run<'_> {
         out: &mut Output,
     ) -> Result<()> {
         let start = Instant::now();
-        let beams = match beam_search(model, &self.prompt_ids, config) {
-            Ok(beams) => beams,
-            // Ctrl-C: beams have no text until the search ends.
-            Err(_) if interrupt::requested() => return Err(Interrupted { n_tokens: 0 }.into()),
-            Err(error) => return Err(error.into()),
-        };
+        let beams = beam_search_streaming(model, &self.prompt_ids, config, |_| {
+            if interrupt::after_step() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        let interrupted = beams
+            .iter()
+            .any(|beam| beam.stop_reason == StopReason::Cancelled)
+            .then(|| Interrupted {
+                n_tokens: beams.first().map_or(0, |best| best.tokens.len()),
+            });
         let total_ms = start.elapsed().as_secs_f64() * 1e3;
         let prompt_ids = match config.truncation {
             Truncation::Refuse => self.prompt_ids.clone(),
@@ -344,7 +376,7 @@ impl Run<'_> {
         let best = beams
             .first()
             .ok_or_else(|| anyhow::anyhow!("beam search returned no hypothesis"))?;
-        match self.mode {
+        let printed = match self.mode {
             Mode::Json => {
                 let n_new: usize = beams.iter().map(|b| b.tokens.len()).sum();
                 let report = GenerateReport {
@@ -388,6 +420,27 @@ impl Run<'_> {
                 out.write_now("\n")?;
                 Ok(())
             }
+        };
+        printed?;
+        match interrupted {
+            Some(interrupted) => Err(interrupted.into()),
+            None => Ok(()),
         }
     }
+}
+
+/// Whether Ctrl-C cut the run short, and how many tokens it had generated:
+/// its last sequence was cancelled, or fewer than `n_sequences` were run.
+/// The one place an interrupted run becomes exit 130, after every mode has
+/// printed what the run has.
+fn interruption(sequences: &[(Generation, String)], n_sequences: usize) -> Option<Interrupted> {
+    let cancelled = sequences
+        .last()
+        .is_some_and(|(generation, _)| generation.stop_reason == StopReason::Cancelled);
+    (cancelled || sequences.len() < n_sequences).then(|| Interrupted {
+        n_tokens: sequences
+            .iter()
+            .map(|(generation, _)| generation.tokens.len())
+            .sum(),
+    })
 }

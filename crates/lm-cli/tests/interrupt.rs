@@ -1,0 +1,233 @@
+//! Ctrl-C during `lm-cli generate` in every output mode, pressed
+//! deterministically by the test hook `LM_CLI_TEST_INTERRUPT_AFTER=N` (the
+//! same press as the real handler, right after the N-th generated token).
+//! An interrupted run must print what it generated in its mode's normal
+//! format and exit 130 with one `note: interrupted ...` line. The expected
+//! output is an independent run of the same seed that stops on its own
+//! after N tokens (`-n N`): the same tokens, only the stop reason differs.
+//! Beam search likewise prints its hypotheses so far, the live ones cancelled.
+//! (`hostile_inputs.rs` sends a real SIGINT to a streaming run.)
+
+mod common;
+
+use common::{Run, command, ids, lm_cli};
+use serde_json::Value;
+
+/// The test hook's environment variable.
+const HOOK: &str = "LM_CLI_TEST_INTERRUPT_AFTER";
+
+/// Runs `lm-cli args` with Ctrl-C pressed after `n_tokens` generated tokens.
+fn interrupted_after(n_tokens: usize, args: &[&str]) -> Run {
+    let output = command(args)
+        .env(HOOK, n_tokens.to_string())
+        .output()
+        .expect("the lm-cli binary runs");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The tokens an interrupted run asks for: far more than it gets.
+const MANY: &str = "50";
+
+/// A generate command on the embedded KJV model that runs for
+/// `max_new_tokens` tokens (it has no end token); `extra` picks the mode.
+fn embedded<'a>(max_new_tokens: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "generate",
+        "--prompt",
+        "And God said",
+        "--seed",
+        "42",
+        "--no-end-token",
+        "-n",
+        max_new_tokens,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Exit 130 and exactly the one stderr line naming the token count.
+fn check_interrupted(run: &Run, n_tokens: usize) {
+    assert_eq!(run.code, Some(130), "{}", run.stderr);
+    assert_eq!(
+        run.stderr,
+        format!("note: interrupted after {n_tokens} generated tokens\n")
+    );
+}
+
+fn parse(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON value ({e}): {}", run.stdout))
+}
+
+#[test]
+fn json_interrupted_after_seven_tokens_reports_them_as_cancelled() {
+    let mode = ["--json", "--no-timing"];
+    let run = interrupted_after(7, &embedded(MANY, &mode));
+    check_interrupted(&run, 7);
+    let report = parse(&run);
+    assert_eq!(report["stop_reason"], "cancelled");
+    assert!(report.get("stop_token").is_none(), "{report}");
+    assert_eq!(ids(&report["ids"]).len(), 7);
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 7);
+    let step_sum: f64 = steps.iter().map(|s| s["logprob"].as_f64().unwrap()).sum();
+    assert!((report["sequence_logprob"].as_f64().unwrap() - step_sum).abs() < 1e-9);
+
+    // The same seed stopping on its own after seven tokens drew the same ones.
+    let reference = lm_cli(&embedded("7", &mode));
+    assert_eq!(reference.code, Some(0), "{}", reference.stderr);
+    let reference = parse(&reference);
+    assert_eq!(reference["stop_reason"], "max_new_tokens");
+    for field in ["prompt_ids", "ids", "text", "steps", "sequence_logprob"] {
+        assert_eq!(report[field], reference[field], "{field}");
+    }
+    assert_eq!(report["settings"]["max_new_tokens"], 50);
+}
+
+#[test]
+fn json_timing_of_an_interrupted_run_counts_the_tokens_done() {
+    let run = interrupted_after(4, &embedded(MANY, &["--json"]));
+    check_interrupted(&run, 4);
+    let timing = &parse(&run)["timing"];
+    assert_eq!(timing["prefill_tokens"], 3, "the prompt And God said");
+    assert_eq!(timing["decode_tokens"], 3, "the fourth token is never fed");
+}
+
+#[test]
+fn trace_interrupted_after_five_tokens_prints_their_rows_and_cancelled() {
+    let run = interrupted_after(5, &embedded(MANY, &["--trace"]));
+    check_interrupted(&run, 5);
+    let rows: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect();
+    let steps: Vec<&str> = rows
+        .iter()
+        .map(|row| row.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(steps, ["1", "2", "3", "4", "5"], "{}", run.stdout);
+    let stop = "stop: cancelled after 5 new tokens: the run was interrupted (truncated)";
+    assert!(run.stdout.lines().any(|l| l == stop), "{}", run.stdout);
+
+    // Everything but the stop line is the trace of the same five tokens.
+    let reference = lm_cli(&embedded("5", &["--trace"]));
+    assert_eq!(reference.code, Some(0), "{}", reference.stderr);
+    let without_stop = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with("stop: "))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(without_stop(&run.stdout), without_stop(&reference.stdout));
+    assert!(
+        reference
+            .stdout
+            .contains("stop: max_new_tokens after 5 new tokens"),
+        "{}",
+        reference.stdout
+    );
+}
+
+#[test]
+fn text_interrupted_after_six_tokens_prints_them_streamed_or_not() {
+    for mode in ["--stream", "--no-stream"] {
+        let run = interrupted_after(6, &embedded(MANY, &[mode]));
+        check_interrupted(&run, 6);
+        let reference = lm_cli(&embedded("6", &[mode]));
+        assert_eq!(reference.code, Some(0), "{}", reference.stderr);
+        assert_eq!(run.stdout, reference.stdout, "{mode}");
+        assert!(run.stdout.starts_with("And God said"), "{}", run.stdout);
+        assert!(run.stdout.ends_with('\n'), "the text so far ends its line");
+    }
+}
+
+#[test]
+fn json_with_sequences_lists_those_run_the_last_cancelled() {
+    // Four tokens each: the interruption's count is over all sequences.
+    let args = embedded(
+        "4",
+        &["--json", "--no-timing", "--num-return-sequences", "3"],
+    );
+    let reference = lm_cli(&args);
+    assert_eq!(reference.code, Some(0), "{}", reference.stderr);
+    let reference = parse(&reference);
+    let all = reference["sequences"].as_array().unwrap();
+    assert_eq!(all.len(), 3);
+
+    // Six tokens: sequence 1 ran its four, sequence 2 was cut after two.
+    let run = interrupted_after(6, &args);
+    check_interrupted(&run, 6);
+    let report = parse(&run);
+    let sequences = report["sequences"].as_array().unwrap();
+    assert_eq!(sequences.len(), 2, "sequence 3 never started");
+    assert_eq!(sequences[0], all[0]);
+    assert_eq!(sequences[0]["stop_reason"], "max_new_tokens");
+    assert_eq!(sequences[1]["stop_reason"], "cancelled");
+    let cut = ids(&sequences[1]["ids"]);
+    assert_eq!(cut, ids(&all[1]["ids"])[..2]);
+    assert_eq!(sequences[1]["steps"].as_array().unwrap().len(), 2);
+    assert_eq!(report["ids"], all[0]["ids"], "the first is the best");
+
+    // Four tokens: sequence 1 ended on its own, and no other started.
+    let run = interrupted_after(4, &args);
+    check_interrupted(&run, 4);
+    let report = parse(&run);
+    let sequences = report["sequences"].as_array().unwrap();
+    assert_eq!(sequences.len(), 1);
+    assert_eq!(sequences[0], all[0]);
+}
+
+#[test]
+fn beam_search_interrupted_prints_its_hypotheses_so_far() {
+    // Ctrl-C after the third step: the beams of a search limited to three
+    // tokens, the live ones cancelled instead of stopped by the limit.
+    let beams = |max_new_tokens| embedded(max_new_tokens, &["--num-beams", "3", "--json"]);
+    let run = interrupted_after(3, &beams(MANY));
+    check_interrupted(&run, 3);
+    let (got, want) = (parse(&run), parse(&lm_cli(&beams("3"))));
+    let got_beams = got["beams"].as_array().expect("a beams list");
+    let want_beams = want["beams"].as_array().expect("a beams list");
+    assert_eq!(got_beams.len(), want_beams.len());
+    for (got, want) in got_beams.iter().zip(want_beams) {
+        assert_eq!(got["ids"], want["ids"]);
+        assert_eq!(got["logprob"], want["logprob"]);
+        assert_eq!(got["stop_reason"], "cancelled");
+    }
+    assert_eq!(got["best"]["ids"], want["best"]["ids"]);
+    // The trace and the text show the same best hypothesis.
+    let trace = interrupted_after(3, &embedded(MANY, &["--num-beams", "3", "--trace"]));
+    check_interrupted(&trace, 3);
+    assert!(
+        trace.stdout.contains("stop: cancelled after 3 new tokens"),
+        "{}",
+        trace.stdout
+    );
+    let text = interrupted_after(3, &embedded(MANY, &["--num-beams", "3", "--no-stream"]));
+    check_interrupted(&text, 3);
+    assert_eq!(
+        text.stdout,
+        lm_cli(&embedded("3", &["--num-beams", "3", "--no-stream"])).stdout
+    );
+}
+
+#[test]
+fn a_test_hook_that_counts_no_token_is_refused() {
+    for value in ["0", "seven", ""] {
+        let output = command(&["generate", "--prompt", "And God said", "--json"])
+            .env(HOOK, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{value:?}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!("error: {HOOK} must be a token count of at least 1, got {value:?}\n")
+        );
+        assert!(output.stdout.is_empty());
+    }
+}
