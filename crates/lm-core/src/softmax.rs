@@ -335,6 +335,24 @@ mod tests {
         assert_eq!(lp, vec![0.0, f32::NEG_INFINITY]);
     }
 
+    /// `n` deterministic logits uniform in [-half_width, half_width), every
+    /// `masked_every`-th one -inf (xorshift64).
+    fn spread_logits(n: usize, masked_every: usize, half_width: f32) -> Vec<f32> {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        (0..n)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if i % masked_every == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * half_width
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn polynomial_exp_is_within_two_ulp_of_f64_exp() {
         let mut worst = 0.0f64;
@@ -354,19 +372,7 @@ mod tests {
 
     #[test]
     fn weights_match_f64_at_every_temperature() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let logits: Vec<f32> = (0..1000)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                if i % 31 == 0 {
-                    f32::NEG_INFINITY
-                } else {
-                    (x >> 40) as f32 / (1u64 << 24) as f32 * 30.0 - 15.0
-                }
-            })
-            .collect();
+        let logits = spread_logits(1000, 31, 15.0);
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut w = vec![0.0; logits.len()];
         for t in [0.05f32, 0.3, 1.0, 2.5, 1e6] {
@@ -414,19 +420,7 @@ mod tests {
     fn log_sum_exp_matches_f64_over_a_vocabulary() {
         // 49,152 logits spread like a model's, some masked, and the row's
         // normaliser in f64 computed directly.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let logits: Vec<f32> = (0..49_152)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                if i % 97 == 0 {
-                    f32::NEG_INFINITY
-                } else {
-                    (x >> 40) as f32 / (1u64 << 24) as f32 * 40.0 - 25.0
-                }
-            })
-            .collect();
+        let logits = spread_logits(49_152, 97, 20.0);
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f64 = logits
             .iter()
