@@ -631,3 +631,53 @@ fn seeded_frequencies_match_the_policy_within_four_standard_errors() {
         );
     }
 }
+
+/// A custom filter that breaks the built-in filters' habit of keeping the
+/// best token: it removes the `n` best.
+#[derive(Debug)]
+struct DropBest(usize);
+
+impl CandidateFilter for DropBest {
+    fn apply(&self, candidates: &mut Candidates) {
+        let n = self.0.min(candidates.len() - 1);
+        candidates.sort_prefix(n);
+        let dropped: Vec<u32> = candidates.ids().take(n).collect();
+        candidates.retain(|(id, _)| !dropped.contains(&id));
+    }
+}
+
+#[test]
+fn a_custom_filter_that_drops_the_best_token_still_gets_a_normalised_policy() {
+    // 1,000 survivors (enough for the vectorised total) without the row's
+    // maximum: the policy is the softmax of the survivors alone.
+    let logits = spread(1001);
+    let mut sampler = Sampler::new(&SamplingConfig {
+        temperature: 0.7,
+        ..SamplingConfig::default()
+    })
+    .unwrap();
+    sampler.push_filter(Box::new(DropBest(1)));
+    let probs = sampler.policy(&logits, &[]).unwrap();
+    let best = lm_core::argmax(&logits).unwrap() as usize;
+    assert_eq!(probs[best], 0.0);
+    let survivors_max = logits
+        .iter()
+        .enumerate()
+        .filter(|&(id, _)| id != best)
+        .map(|(_, &z)| f64::from(z))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let weight = |z: f32| ((f64::from(z) - survivors_max) / 0.7).exp();
+    let total: f64 = logits
+        .iter()
+        .enumerate()
+        .filter(|&(id, _)| id != best)
+        .map(|(_, &z)| weight(z))
+        .sum();
+    for (id, (&p, &z)) in probs.iter().zip(&logits).enumerate() {
+        if id != best {
+            let want = weight(z) / total;
+            // f32 weights: a few parts in 10^6 at exponents near -16.
+            assert!((f64::from(p) - want).abs() <= 1e-5 * want, "{id}: {p} vs {want}");
+        }
+    }
+}

@@ -234,17 +234,30 @@ impl Candidates {
         if let Some(total) = self.total {
             return total;
         }
-        let total = if self.entries.len() >= BULK_TOTAL && self.temperature > 0.0 {
-            // Filters keep the best token, so the gathered logits have the
-            // row's maximum and the pass shifts by the same value.
+        let mut total = None;
+        if self.entries.len() >= BULK_TOTAL && self.temperature > 0.0 {
             self.logits.clear();
             self.logits.extend(self.entries.iter().map(|&(_, z)| z));
-            self.weights.resize(self.logits.len(), 0.0);
-            lm_core::softmax_weights_into(&self.logits, self.temperature, &mut self.weights)
-                .expect("candidates hold checked logits")
-        } else {
-            self.entries.iter().map(|&(_, z)| self.weight(z)).sum()
-        };
+            // The vectorised pass shifts by the largest gathered logit, so it
+            // gives the same weights only while the row's maximum is still a
+            // candidate (the built-in filters keep it; a custom one may not).
+            let max = self.max_logit;
+            if self
+                .logits
+                .iter()
+                .fold(false, |found, &z| found | (z == max))
+            {
+                self.weights.resize(self.logits.len(), 0.0);
+                total = lm_core::softmax_weights_into(
+                    &self.logits,
+                    self.temperature,
+                    &mut self.weights,
+                )
+                .ok();
+            }
+        }
+        let total =
+            total.unwrap_or_else(|| self.entries.iter().map(|&(_, z)| self.weight(z)).sum());
         self.total = Some(total);
         total
     }
