@@ -303,7 +303,10 @@ impl<'a> Row<'a> {
         };
         let selection = self.sampler.select(logits, &self.history, u)?;
         let token = selection.token;
-        let model_row = ModelRow::new(logits)?;
+        let model_row = match self.sampler.model_log_normaliser() {
+            Some(log_sum) => ModelRow::from_log_sum(log_sum),
+            None => ModelRow::new(logits)?,
+        };
         let logprob = model_row.logprob(logits[token as usize]);
         let policy_logprob = f64::from(selection.policy_prob).ln();
         self.running.push_ln(logprob);

@@ -118,6 +118,11 @@ impl ModelRow {
         })
     }
 
+    /// The row whose normaliser `ln sum_j exp(z_j)` is already known.
+    pub(crate) fn from_log_sum(log_sum: f64) -> Self {
+        Self { log_sum }
+    }
+
     /// The natural-log probability of a logit of this row.
     pub(crate) fn logprob(&self, logit: f32) -> f64 {
         f64::from(logit) - self.log_sum

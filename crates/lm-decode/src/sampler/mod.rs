@@ -433,6 +433,8 @@ pub struct Sampler {
     adjusted: Vec<f32>,
     candidates: Candidates,
     probs: Vec<f32>,
+    /// See [`Sampler::model_log_normaliser`].
+    model_log_normaliser: Option<f64>,
 }
 
 impl Sampler {
@@ -487,6 +489,7 @@ impl Sampler {
             adjusted: Vec::new(),
             candidates: Candidates::default(),
             probs: Vec::new(),
+            model_log_normaliser: None,
         })
     }
 
@@ -530,6 +533,7 @@ impl Sampler {
     /// Fills `probs` with the policy and returns the most probable token
     /// after the raw-logit stage (the greedy choice).
     fn compute_policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
+        self.model_log_normaliser = None;
         let vocab_size = logits.len();
         if vocab_size == 0 {
             return Err(lm_core::Error::EmptyLogits.into());
@@ -561,7 +565,16 @@ impl Sampler {
             return Ok(best);
         }
         if self.filters.is_empty() {
-            lm_core::softmax_into(&self.adjusted, self.temperature.value(), &mut self.probs)?;
+            // The softmax, keeping its normaliser: at T = 1 over the raw
+            // logits it is the model's own (see `model_log_normaliser`).
+            let t = self.temperature.value();
+            let sum = lm_core::softmax_weights_into(&self.adjusted, t, &mut self.probs)?;
+            let inv = (1.0 / sum) as f32;
+            self.probs.iter_mut().for_each(|p| *p *= inv);
+            if self.transforms.is_empty() && t == 1.0 {
+                self.model_log_normaliser =
+                    Some(f64::from(self.adjusted[best as usize]) + sum.ln());
+            }
             return Ok(best);
         }
         self.candidates
@@ -592,6 +605,15 @@ impl Sampler {
             token,
             policy_prob: self.probs[token as usize],
         })
+    }
+
+    /// `ln sum_j exp(z_j)` of the raw logits of the last call, when the
+    /// policy computed it on the way (T = 1, no transform, no filter: the
+    /// policy is the model's own distribution). It has the bits
+    /// [`lm_core::log_sum_exp`] would return, so a caller that needs the
+    /// model's probabilities (the trace) can skip that second pass.
+    pub fn model_log_normaliser(&self) -> Option<f64> {
+        self.model_log_normaliser
     }
 
     /// The policy distribution of the last [`Sampler::policy`] call.
