@@ -746,6 +746,21 @@ fn dims_product_overflow_is_rejected() {
 }
 
 #[test]
+fn a_row_whose_byte_size_overflows_is_rejected() {
+    // One Q8_0 row (type 8, 34 bytes per 32 values) of 2^64 - 32 values:
+    // its block count fits in u64, its byte count does not.
+    let row_len = u64::MAX - 31;
+    let bytes = Bytes::header(3, 1, 0)
+        .tensor_info("wide", &[row_len], 8, 0)
+        .0;
+    let err = parse_err(bytes);
+    assert!(
+        matches!(&err, GgufError::DimsOverflow { name, dims } if name == "wide" && dims == &[row_len]),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn dimension_count_outside_1_to_4_is_rejected() {
     for n_dims in [0u32, 5] {
         let bytes = Bytes::header(3, 1, 0).str(b"x").u32(n_dims).raw(&[0; 64]).0;

@@ -116,13 +116,14 @@ pub(crate) fn read_tensor_info(cursor: &mut Cursor<'_>) -> Result<TensorInfo, Gg
             block_size,
         });
     }
-    let n_bytes = raw_dims
-        .iter()
-        .skip(1)
-        .try_fold(
-            row_len / block_size as u64 * ggml_type.block_bytes() as u64,
-            |acc, &dim| acc.checked_mul(dim),
-        )
+    let row_bytes = (row_len / block_size as u64).checked_mul(ggml_type.block_bytes() as u64);
+    let n_bytes = row_bytes
+        .and_then(|row_bytes| {
+            raw_dims
+                .iter()
+                .skip(1)
+                .try_fold(row_bytes, |acc, &dim| acc.checked_mul(dim))
+        })
         .filter(|_| {
             // The element count must not overflow either.
             raw_dims
