@@ -44,7 +44,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use lm_core::{LanguageModel, Rows, TokenId, argmax};
 use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
-use lm_model::transformer::Llama;
+use lm_model::transformer::{KvPrecision, Llama};
 use serde_json::Value;
 
 use crate::{fetch_model, project_root, reference};
@@ -544,6 +544,10 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
     let llama =
         Llama::from_gguf(model).with_context(|| format!("cannot load {}", model.display()))?;
     let kv_bytes = kv_cache_bytes(&llama, (N_DECODE_PROMPT + N_DECODE_NEW).max(N_PREFILL));
+    let kv_type = match llama.config().kv_precision {
+        KvPrecision::F16 => "f16",
+        KvPrecision::F32 => "f32",
+    };
     let budget = (model_bytes + kv_bytes) as f64 * 1.2;
     writeln!(
         out,
@@ -597,7 +601,7 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
     if let Some(rss) = ours_rss {
         writeln!(
             out,
-            "\npeak RSS: lm {:.1} MB (budget {:.1} MB = 1.2 x (model {:.1} MB + KV cache {:.1} MB, f32, {} positions allocated); {})",
+            "\npeak RSS: lm {:.1} MB (budget {:.1} MB = 1.2 x (model {:.1} MB + KV cache {:.1} MB, {kv_type}, {} positions allocated); {})",
             rss as f64 / MB,
             budget / MB,
             model_bytes as f64 / MB,
@@ -620,12 +624,14 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
     Ok(out)
 }
 
-/// Bytes of our KV cache holding `n_positions` (f32 values, allocated in
-/// chunks of `lm_model::transformer::kv_cache::CHUNK_LEN` positions).
+/// Bytes of our KV cache holding `n_positions` (allocated in chunks of
+/// `lm_model::transformer::kv_cache::CHUNK_LEN` positions, f16 or f32 values
+/// as the model's KV precision says), as a fresh state reports them after
+/// reserving those positions.
 fn kv_cache_bytes(model: &Llama, n_positions: usize) -> u64 {
-    let c = model.config();
-    let positions = kv_positions(n_positions);
-    (c.n_layer * 2 * c.n_kv_head * c.head_dim * positions * size_of::<f32>()) as u64
+    let mut state = model.new_state();
+    state.reserve(n_positions);
+    state.cache().allocated_bytes() as u64
 }
 
 /// Positions the cache allocates to hold `n_positions` (whole chunks).

@@ -31,7 +31,7 @@ use ndarray::{Array2, Axis, s};
 use rayon::prelude::*;
 
 use super::TransformerError;
-use super::attention::{AttentionShape, attend, round_to_f16};
+use super::attention::{AttentionScratch, AttentionShape, attend};
 use super::config::{KvPrecision, PositionKind, TransformerConfig};
 use super::ffn::{FeedForward, gelu, silu};
 use super::kv_cache::{KvCache, KvShape};
@@ -344,8 +344,8 @@ struct Scratch {
     hidden: Vec<f32>,
     /// Feed-forward gate rows, `[n][ffn_dim]`.
     gated: Vec<f32>,
-    /// Attention scores of one query, `[context_length]`.
-    scores: Vec<f32>,
+    /// Attention buffers of the single-row (decode) path.
+    attention: AttentionScratch,
 }
 
 impl Scratch {
@@ -380,12 +380,15 @@ impl LanguageModel for Decoder {
     fn new_state(&self) -> DecoderState {
         let c = &self.config;
         DecoderState {
-            cache: KvCache::new(KvShape {
-                n_layer: c.n_layer,
-                n_kv_head: c.n_kv_head,
-                head_dim: c.head_dim,
-                capacity: c.context_length,
-            }),
+            cache: KvCache::new(
+                KvShape {
+                    n_layer: c.n_layer,
+                    n_kv_head: c.n_kv_head,
+                    head_dim: c.head_dim,
+                    capacity: c.context_length,
+                },
+                c.kv_precision,
+            ),
             scratch: Scratch::default(),
         }
     }
@@ -452,19 +455,15 @@ impl Decoder {
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
             layer.wk.matmul(&s.normed, n, &mut s.k);
             layer.wv.matmul(&s.normed, n, &mut s.v);
+            // An f16 cache (KvPrecision::F16) rounds keys and values to f16
+            // as it stores them.
             for (i, (k_row, v_row)) in
                 s.k.chunks_exact_mut(kv_dim)
-                    .zip(s.v.chunks_exact_mut(kv_dim))
+                    .zip(s.v.chunks_exact(kv_dim))
                     .enumerate()
             {
                 if let Positions::Rope(table) = &self.positions {
                     table.rotate_heads(k_row, c.head_dim, pos + i);
-                }
-                if c.kv_precision == KvPrecision::F16 {
-                    k_row
-                        .iter_mut()
-                        .chain(v_row.iter_mut())
-                        .for_each(|v| *v = round_to_f16(*v));
                 }
                 cache.write(layer_idx, pos + i, k_row, v_row);
             }
@@ -485,7 +484,7 @@ impl Decoder {
                     layer_idx,
                     n_positions,
                     q,
-                    &mut s.scores,
+                    &mut s.attention,
                     attended,
                 );
             } else {
@@ -493,9 +492,9 @@ impl Decoder {
                     .par_chunks_mut(q_dim)
                     .zip(q.par_chunks(q_dim))
                     .enumerate()
-                    .for_each_init(Vec::new, |scores, (j, (out, q_row))| {
+                    .for_each_init(AttentionScratch::default, |scratch, (j, (out, q_row))| {
                         let n_positions = pos + first + j + 1;
-                        attend(shape, cache, layer_idx, n_positions, q_row, scores, out);
+                        attend(shape, cache, layer_idx, n_positions, q_row, scratch, out);
                     });
             }
             let x = &mut s.x[first * d..];
