@@ -101,3 +101,22 @@ fn a_tensor_with_no_rows_and_a_huge_row_length_holds_nothing() {
     // An input of the wrong length is an error, not a panic or an allocation.
     assert!(matrix.matvec(&[1.0; 32], &mut y).is_err());
 }
+
+/// Found by the fuzzer: a tensor whose first dimension is 0 holds no
+/// elements and no bytes, so the overflow checks on those counts passed, but
+/// its other dimensions multiply past u64 and `n_rows()` overflowed (a
+/// panic with overflow checks). The row count is now checked too.
+#[test]
+fn a_tensor_with_no_elements_whose_row_count_overflows_is_refused() {
+    let bytes =
+        std::fs::read(fuzz_dir().join("gguf_parse-no-elements-but-rows-overflow.gguf")).unwrap();
+    let err = GgufFile::from_bytes(bytes).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            lm_model::gguf::GgufError::DimsOverflow { dims, .. }
+                if dims == &[0, 0xffff_ffff_0000_0000, 0x10ff_ffff, 0xc5_0000_0000]
+        ),
+        "{err:?}"
+    );
+}

@@ -116,21 +116,18 @@ pub(crate) fn read_tensor_info(cursor: &mut Cursor<'_>) -> Result<TensorInfo, Gg
             block_size,
         });
     }
+    // The row count (every dimension but the first), the element count and
+    // the byte count must all fit, even when a zero dimension makes the
+    // element and byte counts 0 (`n_rows` multiplies the others alone).
+    let n_rows = raw_dims
+        .iter()
+        .skip(1)
+        .try_fold(1u64, |acc, &dim| acc.checked_mul(dim));
     let row_bytes = (row_len / block_size as u64).checked_mul(ggml_type.block_bytes() as u64);
-    let n_bytes = row_bytes
-        .and_then(|row_bytes| {
-            raw_dims
-                .iter()
-                .skip(1)
-                .try_fold(row_bytes, |acc, &dim| acc.checked_mul(dim))
-        })
-        .filter(|_| {
-            // The element count must not overflow either.
-            raw_dims
-                .iter()
-                .try_fold(1u64, |acc, &dim| acc.checked_mul(dim))
-                .is_some()
-        });
+    let n_bytes = n_rows
+        .filter(|&rows| rows.checked_mul(row_len).is_some())
+        .zip(row_bytes)
+        .and_then(|(rows, row_bytes)| rows.checked_mul(row_bytes));
     let to_usize = |v: u64| usize::try_from(v).ok();
     let (Some(n_bytes), Some(dims)) = (
         n_bytes.and_then(to_usize),
