@@ -20,7 +20,7 @@
 //! The query heads of one group are handled together: each chunk of keys
 //! (and then of values) is read once for the whole group, and an f16 cache
 //! widens each chunk's rows to f32 once per group into a reused buffer
-//! (see [`StoredRows::to_f32`](super::kv_cache::StoredRows::to_f32)), so the products below run on f32 slices
+//! (see `StoredRows::to_f32` in `kv_cache`), so the products below run on f32 slices
 //! whatever the cache stores.
 
 use half::f16;

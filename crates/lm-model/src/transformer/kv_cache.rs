@@ -20,9 +20,9 @@
 //! The element type follows the model's [`KvPrecision`]: with
 //! [`KvPrecision::F16`] (llama.cpp's default f16 cache) keys and values are
 //! rounded to f16 as they are written and stored as f16, half the bytes of
-//! [`KvPrecision::F32`]. Readers get a chunk's rows as [`StoredRows`] and
+//! [`KvPrecision::F32`]. Readers get a chunk's rows as `StoredRows` and
 //! widen f16 rows to f32 into a reused buffer with one vectorised
-//! conversion ([`StoredRows::to_f32`]); f32 rows are read in place.
+//! conversion (`StoredRows::to_f32`); f32 rows are read in place.
 //!
 //! Within a chunk the rows of one key/value head are contiguous, so
 //! attention reads them as one slice. Chunks are `Arc`-shared: cloning a

@@ -36,13 +36,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lm_core::{LanguageModel, Rows, TokenId};
-
 use super::TransformerError;
 use super::config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
-use super::model::{Decoder, DecoderState, DecoderWeights, LayerWeights};
+use super::model::{Decoder, DecoderWeights, LayerWeights, delegate_language_model};
 use super::norm::Norm;
 use crate::gguf::{GgufError, GgufFile};
 
@@ -174,31 +172,7 @@ impl Llama {
     }
 }
 
-impl LanguageModel for Llama {
-    type State = DecoderState;
-
-    fn vocab_size(&self) -> usize {
-        self.decoder.vocab_size()
-    }
-
-    fn context_length(&self) -> Option<usize> {
-        self.decoder.context_length()
-    }
-
-    fn new_state(&self) -> DecoderState {
-        self.decoder.new_state()
-    }
-
-    fn forward(
-        &self,
-        state: &mut DecoderState,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.decoder.forward(state, tokens, rows, logits)
-    }
-}
+delegate_language_model!(Llama, decoder);
 
 /// Reads the configuration, listing every missing required key at once.
 pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, TransformerError> {

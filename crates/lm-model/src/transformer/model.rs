@@ -366,6 +366,55 @@ impl Scratch {
     }
 }
 
+/// `impl LanguageModel for $model` by forwarding every method, default ones
+/// included, to the [`Decoder`] in its field `$field`: the models built on
+/// one (the toy decoder, llama) are that decoder with a name and a loader.
+/// A macro because the orphan rule forbids a blanket impl of lm-core's
+/// trait over "anything that holds a Decoder".
+macro_rules! delegate_language_model {
+    ($model:ty, $field:ident) => {
+        impl lm_core::LanguageModel for $model {
+            type State = $crate::transformer::DecoderState;
+
+            fn vocab_size(&self) -> usize {
+                self.$field.vocab_size()
+            }
+
+            fn context_length(&self) -> Option<usize> {
+                self.$field.context_length()
+            }
+
+            fn new_state(&self) -> Self::State {
+                self.$field.new_state()
+            }
+
+            fn forward(
+                &self,
+                state: &mut Self::State,
+                tokens: &[lm_core::TokenId],
+                rows: lm_core::Rows,
+                logits: &mut Vec<f32>,
+            ) -> lm_core::Result<()> {
+                self.$field.forward(state, tokens, rows, logits)
+            }
+
+            fn forward_batch(
+                &self,
+                states: &mut [Self::State],
+                tokens: &[&[lm_core::TokenId]],
+                logits: &mut [Vec<f32>],
+            ) -> lm_core::Result<()> {
+                self.$field.forward_batch(states, tokens, logits)
+            }
+
+            fn check_input(&self, pos: usize, tokens: &[lm_core::TokenId]) -> lm_core::Result<()> {
+                self.$field.check_input(pos, tokens)
+            }
+        }
+    };
+}
+pub(crate) use delegate_language_model;
+
 impl LanguageModel for Decoder {
     type State = DecoderState;
 
@@ -393,7 +442,7 @@ impl LanguageModel for Decoder {
         }
     }
 
-    /// Runs [`Decoder::forward_here`] on a thread of rayon's pool when the
+    /// Runs `Decoder::forward_here` on a thread of rayon's pool when the
     /// pool has several threads and the caller is not one of them: the
     /// products of one pass then split their rows with `join`s inside the
     /// pool, instead of each of the ~200 products of a decode step handing

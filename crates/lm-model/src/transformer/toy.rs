@@ -33,7 +33,7 @@
 //! continuation is the most probable of all at two and three tokens but not
 //! at four.
 
-use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
+use lm_core::{Detokenize, TokenId};
 use ndarray::Array2;
 use rand::RngCore;
 use rand_chacha::ChaCha20Rng;
@@ -43,7 +43,7 @@ use super::TransformerError;
 use super::config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
-use super::model::{Decoder, DecoderState, DecoderWeights, LayerWeights};
+use super::model::{Decoder, DecoderWeights, LayerWeights, delegate_language_model};
 use super::norm::Norm;
 
 /// The toy vocabulary, in id order.
@@ -313,28 +313,4 @@ impl Detokenize for ToyDecoder {
     }
 }
 
-impl LanguageModel for ToyDecoder {
-    type State = DecoderState;
-
-    fn vocab_size(&self) -> usize {
-        self.decoder.vocab_size()
-    }
-
-    fn context_length(&self) -> Option<usize> {
-        self.decoder.context_length()
-    }
-
-    fn new_state(&self) -> DecoderState {
-        self.decoder.new_state()
-    }
-
-    fn forward(
-        &self,
-        state: &mut DecoderState,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.decoder.forward(state, tokens, rows, logits)
-    }
-}
+delegate_language_model!(ToyDecoder, decoder);
