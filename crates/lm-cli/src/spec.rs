@@ -22,16 +22,11 @@ use std::str::FromStr;
 
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, Rows, TokenId, Uncached};
+use lm_model::catalog::SMOLLM2;
 use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, Smoothing, TrainOptions, Utf8Policy};
 use lm_model::transformer::{Llama, ToyDecoder};
 
 use crate::text::TextCodec;
-
-/// The file `smollm2` names inside the models folder.
-pub const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// The environment variable that overrides the models folder.
-pub const MODELS_DIR_VAR: &str = "LM_MODELS_DIR";
 
 /// Which model the user asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,18 +98,6 @@ impl fmt::Display for ModelSpec {
 /// Why a model could not be loaded (the causes come from lm-model).
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// `smollm2` was asked for but its file is not in the models folder.
-    #[error(
-        "model file {} not found; run `cargo xtask fetch-model smollm2` (or set {MODELS_DIR_VAR})",
-        path.display()
-    )]
-    SmolLm2Missing {
-        /// Where the file was looked for.
-        path: PathBuf,
-    },
-    /// Neither `LM_MODELS_DIR` nor `HOME` is set.
-    #[error("cannot find the models folder: set {MODELS_DIR_VAR} or HOME")]
-    NoModelsDir,
     /// A model file that does not exist.
     #[error("model file {} not found", path.display())]
     FileMissing {
@@ -192,7 +175,7 @@ impl ModelSpec {
                 (Backend::Count(model), codec)
             }
             Self::Gguf(path) => load_gguf(path)?,
-            Self::SmolLm2 => load_gguf(&smollm2_path()?)?,
+            Self::SmolLm2 => load_gguf(&SMOLLM2.path()?)?,
         };
         Ok(LoadedModel { backend, codec })
     }
@@ -203,7 +186,7 @@ impl ModelSpec {
     pub fn load_codec(&self) -> Result<TextCodec> {
         match self {
             Self::Gguf(path) => codec_of_gguf(path),
-            Self::SmolLm2 => codec_of_gguf(&smollm2_path()?),
+            Self::SmolLm2 => codec_of_gguf(&SMOLLM2.path()?),
             _ => Ok(self.load(None)?.codec),
         }
     }
@@ -220,23 +203,6 @@ fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
         .with_context(|| format!("opening {}", path.display()))?;
     TextCodec::from_gguf(&file)
         .with_context(|| format!("reading the tokenizer of {}", path.display()))
-}
-
-/// Where `smollm2` lives: `$LM_MODELS_DIR` or `$HOME/.cache/lm/models`.
-pub fn smollm2_path() -> Result<PathBuf, LoadError> {
-    let dir = match std::env::var_os(MODELS_DIR_VAR).filter(|dir| !dir.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME")
-            .filter(|home| !home.is_empty())
-            .map(|home| PathBuf::from(home).join(".cache/lm/models"))
-            .ok_or(LoadError::NoModelsDir)?,
-    };
-    let path = dir.join(SMOLLM2_FILE);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(LoadError::SmolLm2Missing { path })
-    }
 }
 
 fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
