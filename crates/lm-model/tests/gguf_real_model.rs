@@ -1,22 +1,18 @@
 //! The real SmolLM2-135M-Instruct Q4_1 file against values the Python `gguf`
 //! package read from it (fixtures/gguf/smollm2_reference.json, written by
-//! scripts/gguf/make_fixture.py). Skipped, with a message, when the model is
-//! not downloaded.
-
-mod common;
+//! scripts/gguf/make_fixture.py). Ignored when the model is not fetched
+//! (`cargo xtask fetch-model smollm2`).
 
 use std::path::PathBuf;
 
-use common::{FixtureJson, read_json, smollm2_path};
+use crate::common::{FixtureJson, kernels_of_this_cpu, read_json, smollm2_path};
 use serde_json::Value;
 
 use lm_model::gguf::{GgufFile, MetadataValue};
-use lm_model::quant::Kernel;
 
-/// The model file, or `None` (after saying so on stderr) when it is absent.
-fn model() -> Option<GgufFile> {
-    let path = smollm2_path("gguf_real_model")?;
-    Some(GgufFile::open(&path).unwrap())
+/// The model file, parsed.
+fn model() -> GgufFile {
+    GgufFile::open(&smollm2_path()).unwrap()
 }
 
 fn fixture() -> Value {
@@ -27,8 +23,9 @@ fn fixture() -> Value {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn header_and_architecture_metadata_match_smollm2_notes() {
-    let Some(file) = model() else { return };
+    let file = model();
     assert_eq!(file.version(), 3);
     assert_eq!(file.tensors().len(), 272);
     assert_eq!(file.metadata().len(), 33);
@@ -91,8 +88,9 @@ fn header_and_architecture_metadata_match_smollm2_notes() {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn every_metadata_pair_matches_python_reader() {
-    let Some(file) = model() else { return };
+    let file = model();
     let fixture = fixture();
     assert_eq!(file.bytes().len() as u64, fixture.field("file_size").u64());
     let expected = fixture.field("metadata").object();
@@ -128,8 +126,9 @@ fn check_scalar(key: &str, value: &MetadataValue, want: &Value) {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn every_tensor_info_matches_python_reader() {
-    let Some(file) = model() else { return };
+    let file = model();
     let fixture = fixture();
     assert_eq!(
         file.data_offset() as u64,
@@ -178,8 +177,9 @@ fn every_tensor_info_matches_python_reader() {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn dequantized_rows_match_python_dequantize_bit_for_bit() {
-    let Some(file) = model() else { return };
+    let file = model();
     let fixture = fixture();
     for want in fixture.field("rows").array() {
         let name = want.field("tensor").str();
@@ -214,8 +214,9 @@ fn fixture_input(n: usize) -> Vec<f32> {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn matvec_on_real_weights_matches_numpy_reference() {
-    let Some(file) = model() else { return };
+    let file = model();
     let fixture = fixture();
     for want in fixture.field("matvec").array() {
         let name = want.field("tensor").str();
@@ -250,10 +251,7 @@ fn matvec_on_real_weights_matches_numpy_reference() {
                 "{name} exact row {r}"
             );
         }
-        for kernel in [Kernel::Portable, Kernel::Avx2] {
-            if !kernel.is_available() {
-                continue;
-            }
+        for kernel in kernels_of_this_cpu() {
             head.with_kernel(kernel)
                 .unwrap()
                 .matvec(&x, &mut y)

@@ -3,8 +3,9 @@
 //! A counting global allocator records the peak of live heap bytes while
 //! `GgufFile::from_bytes` parses each file of `fixtures/hostile/gguf/` and
 //! `fixtures/hostile/fuzz/` (the input buffer itself is allocated before the
-//! measurement starts). This binary holds a single test, so nothing else
-//! allocates while it measures.
+//! measurement starts). It counts only the measuring thread's allocations
+//! (parsing is single-threaded), so the other tests of this binary, running
+//! at the same time, do not disturb the measurement.
 //!
 //! The bound: a file the reader refuses costs at most its own size plus a
 //! fixed 4 KiB; a file it accepts costs at most its size times the decoded
@@ -12,41 +13,56 @@
 //! holds, so an array of u8 costs up to 32 times its encoding), plus 4 KiB.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lm_model::gguf::GgufFile;
 
-/// The system allocator, counting live bytes and their peak.
+/// The system allocator, counting the live bytes of a thread that asked to
+/// be measured, and their peak.
 struct Counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Whether this thread's allocations are counted.
+    static MEASURING: Cell<bool> = const { Cell::new(false) };
+    /// Bytes allocated minus bytes freed by this thread since its measurement
+    /// began (negative when it frees what it had before).
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    /// The largest `LIVE` since the measurement began.
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+/// Adds `delta` bytes to this thread's live count when it is measured. The
+/// thread-locals hold plain `Cell`s (no destructor, no allocation), so this
+/// is safe to call from inside the allocator; after the thread's locals are
+/// gone it does nothing.
+fn count(delta: isize) {
+    let _ = MEASURING.try_with(|measuring| {
+        if measuring.get() {
+            let live = LIVE.get() + delta;
+            LIVE.set(live);
+            PEAK.set(PEAK.get().max(live));
+        }
+    });
+}
 
 // SAFETY: every call is forwarded unchanged to the system allocator; the
 // counters are only bookkeeping.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-        PEAK.fetch_max(live, Ordering::SeqCst);
+        count(layout.size() as isize);
         // SAFETY: same layout contract as our caller's.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        count(-(layout.size() as isize));
         // SAFETY: `ptr` came from `alloc` with this layout.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size >= layout.size() {
-            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::SeqCst) + new_size
-                - layout.size();
-            PEAK.fetch_max(live, Ordering::SeqCst);
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::SeqCst);
-        }
+        count(new_size as isize - layout.size() as isize);
         // SAFETY: same contract as our caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -62,15 +78,18 @@ const FIXED_ALLOWANCE: usize = 4096;
 /// Bytes of heap per byte of file for an accepted file (see the module docs).
 const DECODED_OVERHEAD: usize = 32;
 
-/// Peak extra heap bytes while parsing `bytes`, and whether it parsed.
+/// Peak extra heap bytes of this thread while parsing `bytes`, and whether
+/// it parsed.
 fn peak_while_parsing(bytes: Vec<u8>) -> (usize, bool) {
-    let baseline = LIVE.load(Ordering::SeqCst);
-    PEAK.store(baseline, Ordering::SeqCst);
+    LIVE.set(0);
+    PEAK.set(0);
+    MEASURING.set(true);
     let parsed = GgufFile::from_bytes(bytes);
-    let peak = PEAK.load(Ordering::SeqCst);
+    MEASURING.set(false);
+    let peak = PEAK.get();
     let ok = parsed.is_ok();
     drop(parsed);
-    (peak.saturating_sub(baseline), ok)
+    (peak.max(0) as usize, ok)
 }
 
 #[test]

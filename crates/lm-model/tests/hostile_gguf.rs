@@ -13,7 +13,7 @@
 //! line on the same files with that list.
 //!
 //! Regenerate the files and the list after changing a recipe:
-//! `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test hostile_gguf`.
+//! `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test tests hostile_gguf`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1064,7 +1064,7 @@ const MANIFEST: &str = "expected.tsv";
 /// The manifest lm-cli's test reads: file, stage, message fragment.
 fn manifest(cases: &[Case]) -> String {
     let mut out = String::from(
-        "# Written by `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test hostile_gguf`.\n\
+        "# Written by `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test tests hostile_gguf`.\n\
          # file\tstage\tmessage fragment\n",
     );
     for case in cases {
@@ -1100,7 +1100,7 @@ fn committed_files_are_what_the_recipes_write() {
         }
         std::fs::write(dir.join(MANIFEST), manifest(&cases)).unwrap();
     }
-    let update = "LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test hostile_gguf";
+    let update = "LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test tests hostile_gguf";
     for case in &cases {
         let committed = std::fs::read(dir.join(case.file))
             .unwrap_or_else(|e| panic!("{}: {e}; run `{update}`", case.file));

@@ -1,12 +1,9 @@
-//! The llama backend on the real SmolLM2-135M-Instruct Q4_1 file, when it is
-//! present under `$LM_MODELS_DIR` (default `$HOME/.cache/lm/models`); each
-//! test prints a skip message and returns when it is not.
-
-mod common;
+//! The llama backend on the real SmolLM2-135M-Instruct Q4_1 file from the
+//! models folder (`cargo xtask fetch-model smollm2`); ignored without it.
 
 use std::sync::OnceLock;
 
-use common::smollm2_path;
+use crate::common::smollm2_path;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
 use lm_model::transformer::{Llama, PositionKind};
@@ -17,12 +14,10 @@ const PROMPT: [TokenId; 5] = [504, 3575, 282, 4649, 314];
 /// `ĠParis`.
 const PARIS: TokenId = 7042;
 
-/// The model, loaded once for all tests in this file, or `None` (with a
-/// visible message) when the file is absent.
-fn model(test: &str) -> Option<&'static Llama> {
+/// The model, loaded once for all tests in this file.
+fn model() -> &'static Llama {
     static MODEL: OnceLock<Llama> = OnceLock::new();
-    let path = smollm2_path(test)?;
-    Some(MODEL.get_or_init(|| Llama::from_gguf(path).expect("the model file loads")))
+    MODEL.get_or_init(|| Llama::from_gguf(smollm2_path()).expect("the model file loads"))
 }
 
 fn greedy(model: &Llama, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {
@@ -42,10 +37,9 @@ fn greedy(model: &Llama, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn config_comes_from_the_metadata() {
-    let Some(model) = model("config_comes_from_the_metadata") else {
-        return;
-    };
+    let model = model();
     let c = model.config();
     assert_eq!(
         (
@@ -74,19 +68,17 @@ fn config_comes_from_the_metadata() {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn greedy_continuation_names_the_capital() {
-    let Some(model) = model("greedy_continuation_names_the_capital") else {
-        return;
-    };
+    let model = model();
     let tokens = greedy(model, &PROMPT, 4);
     assert_eq!(tokens[0], PARIS, "{tokens:?}");
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn logits_are_finite_and_rows_agree() {
-    let Some(model) = model("logits_are_finite_and_rows_agree") else {
-        return;
-    };
+    let model = model();
     let mut all = Vec::new();
     let mut last = Vec::new();
     model
@@ -107,10 +99,9 @@ fn logits_are_finite_and_rows_agree() {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn cached_decoding_equals_the_uncached_adapter() {
-    let Some(model) = model("cached_decoding_equals_the_uncached_adapter") else {
-        return;
-    };
+    let model = model();
     // One token at a time from a fresh state, against re-reading the prefix.
     let tokens: Vec<TokenId> = PROMPT.iter().copied().chain([PARIS, 30]).collect();
     let mut state = model.new_state();
@@ -140,10 +131,9 @@ fn cached_decoding_equals_the_uncached_adapter() {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn the_fast_path_is_close_to_the_dequantised_reference() {
-    let Some(model) = model("the_fast_path_is_close_to_the_dequantised_reference") else {
-        return;
-    };
+    let model = model();
     // The reference keeps activations in f32 over dequantised weights; the
     // fast path quantizes activations to 8-bit blocks with f16 scales as
     // llama.cpp does. llama.cpp itself is up to 1.15 away from an exact

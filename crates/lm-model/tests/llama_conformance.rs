@@ -14,10 +14,8 @@
 //!   [`MAX_KL`], and the chosen token's log-probability is within
 //!   [`LOGPROB_TOLERANCE`] nats.
 //!
-//! Needs the model file (under `$LM_MODELS_DIR`, default
-//! `$HOME/.cache/lm/models`); prints a skip message and returns without it.
-
-mod common;
+//! Needs the model file from the models folder (`cargo xtask fetch-model
+//! smollm2`); ignored without it.
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +23,7 @@ use lm_core::{LanguageModel, Rows, TokenId, argmax, kl_divergence, log_softmax, 
 use lm_model::transformer::Llama;
 use serde_json::Value;
 
-use common::{FixtureJson, read_json, smollm2_path};
+use crate::common::{FixtureJson, read_json, smollm2_path};
 
 /// Below this top-1/top-2 logit gap, a step is a near-tie.
 const TIE_GAP: f32 = 0.3;
@@ -41,11 +39,9 @@ fn fixtures_dir() -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn llama_cpp_conformance() {
-    let Some(path) = smollm2_path("llama_cpp_conformance") else {
-        return;
-    };
-    let model = Llama::from_gguf(path).unwrap();
+    let model = Llama::from_gguf(smollm2_path()).unwrap();
     let fixture = read_json(&fixtures_dir().join("greedy.json"));
     let cases = fixture.field("cases").array();
     assert!(!cases.is_empty());

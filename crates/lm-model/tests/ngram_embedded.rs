@@ -4,7 +4,7 @@
 //! To check (or, with `LM_NGRAM_UPDATE=1`, rewrite) the committed file:
 //! ```text
 //! sh scripts/ngram/kjv_corpus.sh > /tmp/kjv.txt
-//! LM_NGRAM_KJV=/tmp/kjv.txt [LM_NGRAM_UPDATE=1] cargo test -p lm-model --test ngram_embedded
+//! LM_NGRAM_KJV=/tmp/kjv.txt [LM_NGRAM_UPDATE=1] cargo test -p lm-model --test tests ngram_embedded
 //! ```
 
 use std::time::Instant;

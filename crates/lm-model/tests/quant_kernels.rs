@@ -7,6 +7,8 @@ use lm_model::quant::{GgmlType, Kernel, QMatrix, QuantError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::common::{cpu_has_avx2, kernels_of_this_cpu};
+
 /// Expected `q * d` rounded to f32, computed in f64 (exact for these magnitudes).
 fn scaled(q: i32, d: f32) -> f32 {
     (f64::from(q) * f64::from(d)) as f32
@@ -324,11 +326,7 @@ fn exact_matvec_matches_f64_reference_within_f32_rounding() {
 fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for ty in ALL_TYPES {
-        for kernel in [Kernel::Portable, Kernel::Avx2] {
-            if !kernel.is_available() {
-                eprintln!("skipping {kernel:?}: not available on this cpu");
-                continue;
-            }
+        for kernel in kernels_of_this_cpu() {
             let (n_rows, n_cols) = (64, 1536);
             let data = random_matrix(ty, n_rows, n_cols, &mut rng);
             let m = QMatrix::new(ty, n_rows, n_cols, &data)
@@ -349,10 +347,18 @@ fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
 
 /// The SIMD path computes the same integer block sums as the portable path and
 /// differs only in the order of f32 additions: agreement within 1e-5 of Σ|W x|.
+/// On a CPU without AVX2, asking for the kernel must be a typed error instead.
 #[test]
 fn avx2_and_portable_kernels_agree() {
-    if !Kernel::Avx2.is_available() {
-        eprintln!("skipping: avx2/fma/f16c not available on this cpu");
+    if !cpu_has_avx2() {
+        let m = QMatrix::new(GgmlType::Q8_0, 1, 32, &[0; 34]).unwrap();
+        assert_eq!(
+            m.with_kernel(Kernel::Avx2).unwrap_err(),
+            QuantError::KernelUnavailable {
+                kernel: Kernel::Avx2
+            }
+        );
+        eprintln!("this cpu lacks avx2/fma/f16c: checked that the avx2 kernel is refused");
         return;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(3);

@@ -1,38 +1,58 @@
-//! Shared by lm-model's integration tests: where the real model file is, and
-//! typed reads of the JSON fixtures. Each read panics with the name of what
+//! Shared by lm-model's integration tests: where the real model file is,
+//! which quantized kernels this CPU runs, and typed reads of the JSON
+//! fixtures. Each read panics with the name of what
 //! is missing, so a fixture that drifts from its reader fails with a clear
 //! message.
-
-// Each test binary uses a different subset of these reads.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 
 use lm_core::TokenId;
+use lm_model::quant::Kernel;
 use serde_json::{Map, Value};
 
-/// The real model's file name in the models folder.
-pub const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The SmolLM2 file from the models folder. Panics with the catalog's
+/// message, which names `cargo xtask fetch-model smollm2`, when the file is
+/// missing: the tests that call this are `#[ignore]`d with that reason, so
+/// without the model they show as ignored, and run with `--include-ignored`
+/// they fail instead of passing unchecked.
+pub fn smollm2_path() -> PathBuf {
+    lm_model::catalog::SMOLLM2
+        .path()
+        .unwrap_or_else(|err| panic!("{err}"))
+}
 
-/// The SmolLM2 file under `$LM_MODELS_DIR` (default `$HOME/.cache/lm/models`),
-/// or `None` after telling the reader that `test` is skipped and how to get
-/// the file.
-pub fn smollm2_path(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("LM_MODELS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/lm/models"))
-        })
-        .unwrap_or_default();
-    let path = dir.join(SMOLLM2_FILE);
-    if path.exists() {
-        return Some(path);
+/// Whether this CPU has what lm-model's AVX2 kernel needs (AVX2, FMA and
+/// F16C), detected here apart from lm-model's own check.
+pub fn cpu_has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
     }
-    eprintln!(
-        "SKIPPED {test}: {} not found; run `cargo xtask fetch-model smollm2`",
-        path.display()
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The kernels this CPU runs: the portable one always, AVX2 when the CPU has
+/// it. Asserts that lm-model agrees about AVX2, so a wrong availability check
+/// fails here instead of quietly leaving the SIMD path untested; says on
+/// stderr when the CPU lacks AVX2.
+pub fn kernels_of_this_cpu() -> Vec<Kernel> {
+    let has_avx2 = cpu_has_avx2();
+    assert_eq!(
+        Kernel::Avx2.is_available(),
+        has_avx2,
+        "lm-model's AVX2 check disagrees with the CPU's features"
     );
-    None
+    if has_avx2 {
+        vec![Kernel::Portable, Kernel::Avx2]
+    } else {
+        eprintln!("this cpu lacks avx2/fma/f16c: only the portable kernel is checked");
+        vec![Kernel::Portable]
+    }
 }
 
 /// Reads one JSON fixture file (keys keep their file order).
