@@ -1,146 +1,12 @@
-//! GGUF parsing on tiny files built in memory: a round trip through a
-//! test-only writer, and one regression test per way a file can be malformed.
+//! GGUF parsing on tiny files built in memory: a round trip through the
+//! test-only writer of `common::gguf_writer`, and one regression test per
+//! way a file can be malformed.
 
 use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
 use lm_model::quant::GgmlType;
 use proptest::prelude::*;
 
-// ---------------------------------------------------------------------------
-// A test-only GGUF writer, independent of the reader.
-// ---------------------------------------------------------------------------
-
-/// Little-endian byte building.
-#[derive(Default, Clone)]
-struct Bytes(Vec<u8>);
-
-impl Bytes {
-    fn u8(mut self, v: u8) -> Self {
-        self.0.push(v);
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend(v.to_le_bytes());
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.extend(v.to_le_bytes());
-        self
-    }
-    fn raw(mut self, bytes: &[u8]) -> Self {
-        self.0.extend_from_slice(bytes);
-        self
-    }
-    /// A GGUF string: u64 length then bytes.
-    fn str(self, s: &[u8]) -> Self {
-        self.u64(s.len() as u64).raw(s)
-    }
-    /// Magic, version, tensor count, metadata count.
-    fn header(version: u32, n_tensors: u64, n_kv: u64) -> Self {
-        Bytes::default()
-            .raw(b"GGUF")
-            .u32(version)
-            .u64(n_tensors)
-            .u64(n_kv)
-    }
-    /// A metadata pair `key: u32 = value`.
-    fn kv_u32(self, key: &str, value: u32) -> Self {
-        self.str(key.as_bytes()).u32(4).u32(value)
-    }
-    /// A tensor info.
-    fn tensor_info(self, name: &str, dims: &[u64], type_id: u32, offset: u64) -> Self {
-        let mut b = self.str(name.as_bytes()).u32(dims.len() as u32);
-        for &d in dims {
-            b = b.u64(d);
-        }
-        b.u32(type_id).u64(offset)
-    }
-    /// Zero padding up to a multiple of `alignment`.
-    fn pad_to(mut self, alignment: usize) -> Self {
-        while !self.0.len().is_multiple_of(alignment) {
-            self.0.push(0);
-        }
-        self
-    }
-}
-
-fn write_value(out: Bytes, value: &MetadataValue) -> Bytes {
-    match value {
-        MetadataValue::U8(v) => out.u8(*v),
-        MetadataValue::I8(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::U16(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::I16(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::U32(v) => out.u32(*v),
-        MetadataValue::I32(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::U64(v) => out.u64(*v),
-        MetadataValue::I64(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::F32(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::F64(v) => out.raw(&v.to_le_bytes()),
-        MetadataValue::Bool(v) => out.u8(u8::from(*v)),
-        MetadataValue::String(s) => out.str(s.as_bytes()),
-        MetadataValue::Array(items) => {
-            // Element type of the first item (u8 for an empty array).
-            let element_type = items.first().map_or(0, type_id_of);
-            let mut out = out.u32(element_type).u64(items.len() as u64);
-            for item in items {
-                out = write_value(out, item);
-            }
-            out
-        }
-    }
-}
-
-/// GGUF value type ids, written out here independently of the reader.
-fn type_id_of(value: &MetadataValue) -> u32 {
-    match value {
-        MetadataValue::U8(_) => 0,
-        MetadataValue::I8(_) => 1,
-        MetadataValue::U16(_) => 2,
-        MetadataValue::I16(_) => 3,
-        MetadataValue::U32(_) => 4,
-        MetadataValue::I32(_) => 5,
-        MetadataValue::F32(_) => 6,
-        MetadataValue::Bool(_) => 7,
-        MetadataValue::String(_) => 8,
-        MetadataValue::Array(_) => 9,
-        MetadataValue::U64(_) => 10,
-        MetadataValue::I64(_) => 11,
-        MetadataValue::F64(_) => 12,
-    }
-}
-
-/// A tensor to write: name, dims (ggml order), type id, data.
-struct TensorSpec {
-    name: String,
-    dims: Vec<u64>,
-    type_id: u32,
-    data: Vec<u8>,
-}
-
-/// Builds a complete, valid GGUF file.
-fn build_file(
-    version: u32,
-    alignment: usize,
-    kvs: &[(&str, MetadataValue)],
-    tensors: &[TensorSpec],
-) -> Vec<u8> {
-    let mut out = Bytes::header(version, tensors.len() as u64, kvs.len() as u64);
-    for (key, value) in kvs {
-        out = out.str(key.as_bytes()).u32(type_id_of(value));
-        out = write_value(out, value);
-    }
-    let mut offset = 0usize;
-    let mut offsets = Vec::new();
-    for t in tensors {
-        offsets.push(offset);
-        out = out.tensor_info(&t.name, &t.dims, t.type_id, offset as u64);
-        offset += t.data.len().div_ceil(alignment) * alignment;
-    }
-    out = out.pad_to(alignment);
-    for t in tensors {
-        out = out.raw(&t.data).pad_to(alignment);
-    }
-    out.0
-}
+use crate::common::gguf_writer::{GgufTensor, GgufWriter, NO_METADATA, gguf_file};
 
 fn parse_err(bytes: Vec<u8>) -> GgufError {
     match GgufFile::from_bytes(bytes) {
@@ -150,16 +16,8 @@ fn parse_err(bytes: Vec<u8>) -> GgufError {
 }
 
 /// One f32 tensor `t` of 2 elements, for tests that only vary the header.
-fn small_tensor() -> TensorSpec {
-    TensorSpec {
-        name: "t".into(),
-        dims: vec![2],
-        type_id: 0,
-        data: [1.5f32, -2.0]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-    }
+fn small_tensor() -> GgufTensor {
+    GgufTensor::f32("t", vec![2], &[1.5, -2.0])
 }
 
 fn every_value_type() -> Vec<(&'static str, MetadataValue)> {
@@ -203,31 +61,31 @@ fn round_trip_every_value_type_and_tensor_type_in_versions_2_and_3() {
     let q4_0_block: Vec<u8> = (0..18u8).collect();
     let tensors = vec![
         small_tensor(),
-        TensorSpec {
+        GgufTensor {
             name: "half".into(),
             dims: vec![3],
             type_id: 1,
             data: vec![0, 0x3c, 0, 0xc0, 0, 0],
         },
-        TensorSpec {
+        GgufTensor {
             name: "q4".into(),
             dims: vec![32, 2],
             type_id: 2,
             data: [q4_0_block.clone(), q4_0_block].concat(),
         },
-        TensorSpec {
+        GgufTensor {
             name: "q8".into(),
             dims: vec![32],
             type_id: 8,
             data: vec![7; 34],
         },
-        TensorSpec {
+        GgufTensor {
             name: "q41".into(),
             dims: vec![32],
             type_id: 3,
             data: vec![9; 20],
         },
-        TensorSpec {
+        GgufTensor {
             name: "bf".into(),
             dims: vec![1, 1, 1, 2],
             type_id: 30,
@@ -236,7 +94,7 @@ fn round_trip_every_value_type_and_tensor_type_in_versions_2_and_3() {
     ];
     let kvs = every_value_type();
     for version in [2, 3] {
-        let file = GgufFile::from_bytes(build_file(version, 32, &kvs, &tensors)).unwrap();
+        let file = GgufFile::from_bytes(gguf_file(version, 32, &kvs, &tensors)).unwrap();
         assert_eq!(file.version(), version);
         assert_eq!(file.alignment(), 32);
         let read: Vec<(&str, &MetadataValue)> = file
@@ -272,7 +130,7 @@ fn round_trip_every_value_type_and_tensor_type_in_versions_2_and_3() {
 
 #[test]
 fn typed_getters_accept_any_integer_width_that_fits() {
-    let file = GgufFile::from_bytes(build_file(3, 32, &every_value_type(), &[])).unwrap();
+    let file = GgufFile::from_bytes(gguf_file(3, 32, &every_value_type(), &[])).unwrap();
     assert_eq!(file.get_u32("t.u8").unwrap(), 200);
     assert_eq!(file.get_u32("t.u16").unwrap(), 60000);
     assert_eq!(file.get_u32("t.u32").unwrap(), 4_000_000_000);
@@ -292,7 +150,7 @@ fn typed_getters_accept_any_integer_width_that_fits() {
 
 #[test]
 fn typed_getter_on_wrong_type_names_key_and_both_types() {
-    let file = GgufFile::from_bytes(build_file(3, 32, &every_value_type(), &[])).unwrap();
+    let file = GgufFile::from_bytes(gguf_file(3, 32, &every_value_type(), &[])).unwrap();
     let err = file.get_u32("t.string").unwrap_err();
     assert!(
         matches!(&err, GgufError::WrongType { key, expected: "an integer", found: "string" } if key == "t.string"),
@@ -336,7 +194,7 @@ fn typed_getter_on_wrong_type_names_key_and_both_types() {
 
 #[test]
 fn typed_getter_on_value_that_does_not_fit_reports_the_value() {
-    let file = GgufFile::from_bytes(build_file(3, 32, &every_value_type(), &[])).unwrap();
+    let file = GgufFile::from_bytes(gguf_file(3, 32, &every_value_type(), &[])).unwrap();
     let err = file.get_u32("t.i8").unwrap_err();
     assert!(
         matches!(&err, GgufError::ValueOutOfRange { key, value: -100, expected: "u32" } if key == "t.i8"),
@@ -357,7 +215,7 @@ fn typed_getter_on_value_that_does_not_fit_reports_the_value() {
 
 #[test]
 fn missing_key_and_missing_tensor_are_named() {
-    let file = GgufFile::from_bytes(build_file(3, 32, &[], &[small_tensor()])).unwrap();
+    let file = GgufFile::from_bytes(gguf_file(3, 32, NO_METADATA, &[small_tensor()])).unwrap();
     let err = file.get_u32("llama.block_count").unwrap_err();
     assert!(matches!(&err, GgufError::MissingKey { key } if key == "llama.block_count"));
     assert_eq!(
@@ -373,14 +231,14 @@ fn alignment_key_moves_the_data_section() {
     let kvs = [("general.alignment", MetadataValue::U32(64))];
     let tensors = [
         small_tensor(),
-        TensorSpec {
+        GgufTensor {
             name: "second".into(),
             dims: vec![1],
             type_id: 0,
             data: 7.0f32.to_le_bytes().to_vec(),
         },
     ];
-    let file = GgufFile::from_bytes(build_file(3, 64, &kvs, &tensors)).unwrap();
+    let file = GgufFile::from_bytes(gguf_file(3, 64, &kvs, &tensors)).unwrap();
     assert_eq!(file.alignment(), 64);
     assert_eq!(file.data_offset() % 64, 0);
     assert_eq!(file.tensor("second").unwrap().info.offset, 64);
@@ -389,7 +247,7 @@ fn alignment_key_moves_the_data_section() {
 
 #[test]
 fn header_only_file_has_no_data_section() {
-    let file = GgufFile::from_bytes(Bytes::header(3, 0, 0).0).unwrap();
+    let file = GgufFile::from_bytes(GgufWriter::header(3, 0, 0).finish()).unwrap();
     assert!(file.metadata().is_empty());
     assert!(file.tensors().is_empty());
 }
@@ -400,7 +258,7 @@ fn open_maps_a_file_from_disk() {
     let path = dir.path().join("tiny.gguf");
     std::fs::write(
         &path,
-        build_file(3, 32, &every_value_type(), &[small_tensor()]),
+        gguf_file(3, 32, &every_value_type(), &[small_tensor()]),
     )
     .unwrap();
     let file = GgufFile::open(&path).unwrap();
@@ -427,7 +285,7 @@ fn summary_shortens_long_arrays_and_strings() {
         ("tokenizer.ggml.tokens", tokens),
         ("long", MetadataValue::String("x".repeat(100))),
     ];
-    let file = GgufFile::from_bytes(build_file(3, 32, &kvs, &[small_tensor()])).unwrap();
+    let file = GgufFile::from_bytes(gguf_file(3, 32, &kvs, &[small_tensor()])).unwrap();
     let summary = file.summary().to_string();
     let lines: Vec<&str> = summary.lines().collect();
     assert_eq!(
@@ -453,7 +311,7 @@ fn summary_shortens_long_arrays_and_strings() {
 
 #[test]
 fn wrong_magic_is_rejected_with_the_bytes_found() {
-    let mut bytes = Bytes::header(3, 0, 0).0;
+    let mut bytes = GgufWriter::header(3, 0, 0).finish();
     bytes[..4].copy_from_slice(b"GGML");
     let err = parse_err(bytes);
     assert!(
@@ -467,7 +325,7 @@ fn wrong_magic_is_rejected_with_the_bytes_found() {
 #[test]
 fn versions_other_than_2_and_3_are_unsupported() {
     for version in [0, 1, 4, u32::MAX] {
-        let err = parse_err(Bytes::header(version, 0, 0).0);
+        let err = parse_err(GgufWriter::header(version, 0, 0).finish());
         assert!(
             matches!(err, GgufError::UnsupportedVersion { version: v } if v == version),
             "{err:?}"
@@ -477,7 +335,7 @@ fn versions_other_than_2_and_3_are_unsupported() {
 
 #[test]
 fn every_truncation_of_a_valid_file_is_an_error() {
-    let bytes = build_file(3, 32, &every_value_type(), &[small_tensor()]);
+    let bytes = gguf_file(3, 32, &every_value_type(), &[small_tensor()]);
     let file = GgufFile::from_bytes(bytes.clone()).unwrap();
     // The padding after the last tensor's data may go: everything before it may not.
     let data_end = file.data_offset() + 8;
@@ -494,7 +352,11 @@ fn every_truncation_of_a_valid_file_is_an_error() {
 #[test]
 fn truncation_names_the_field_and_offset() {
     // Header claims one pair; the key is there, the type id is cut after 2 bytes.
-    let bytes = Bytes::header(3, 0, 1).str(b"abcde").u8(4).u8(0).0;
+    let bytes = GgufWriter::header(3, 0, 1)
+        .str(b"abcde")
+        .u8(4)
+        .u8(0)
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(
@@ -512,7 +374,13 @@ fn truncation_names_the_field_and_offset() {
         err.to_string(),
         "file truncated reading metadata value type at offset 37: need 4 bytes, 2 left"
     );
-    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(10).u32(1).0);
+    let err = parse_err(
+        GgufWriter::header(3, 0, 1)
+            .str(b"k")
+            .u32(10)
+            .u32(1)
+            .finish(),
+    );
     assert!(
         matches!(
             err,
@@ -528,7 +396,7 @@ fn truncation_names_the_field_and_offset() {
 
 #[test]
 fn metadata_count_beyond_file_is_rejected_before_allocating() {
-    let err = parse_err(Bytes::header(3, 0, u64::MAX).0);
+    let err = parse_err(GgufWriter::header(3, 0, u64::MAX).finish());
     assert!(
         matches!(
             err,
@@ -542,7 +410,7 @@ fn metadata_count_beyond_file_is_rejected_before_allocating() {
         ),
         "{err:?}"
     );
-    let err = parse_err(Bytes::header(3, 1 << 60, 0).0);
+    let err = parse_err(GgufWriter::header(3, 1 << 60, 0).finish());
     assert!(
         matches!(err, GgufError::CountBeyondFile { what: "tensor info", count, .. } if count == 1 << 60),
         "{err:?}"
@@ -551,13 +419,20 @@ fn metadata_count_beyond_file_is_rejected_before_allocating() {
 
 #[test]
 fn string_length_beyond_file_is_rejected() {
-    let bytes = Bytes::header(3, 0, 1).u64(1 << 50).raw(&[b'a'; 16]).0;
+    let bytes = GgufWriter::header(3, 0, 1)
+        .u64(1 << 50)
+        .raw(&[b'a'; 16])
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(err, GgufError::StringBeyondFile { what: "metadata key", len, offset: 32, remaining: 16 } if len == 1 << 50),
         "{err:?}"
     );
-    let bytes = Bytes::header(3, 0, 1).str(b"k").u32(8).u64(u64::MAX).0;
+    let bytes = GgufWriter::header(3, 0, 1)
+        .str(b"k")
+        .u32(8)
+        .u64(u64::MAX)
+        .finish();
     assert!(matches!(
         parse_err(bytes),
         GgufError::StringBeyondFile {
@@ -570,7 +445,11 @@ fn string_length_beyond_file_is_rejected() {
 
 #[test]
 fn invalid_utf8_in_key_and_value_is_rejected() {
-    let bytes = Bytes::header(3, 0, 1).str(&[0x66, 0xff]).u32(0).u8(1).0;
+    let bytes = GgufWriter::header(3, 0, 1)
+        .str(&[0x66, 0xff])
+        .u32(0)
+        .u8(1)
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(
@@ -582,7 +461,11 @@ fn invalid_utf8_in_key_and_value_is_rejected() {
         ),
         "{err:?}"
     );
-    let bytes = Bytes::header(3, 0, 1).str(b"k").u32(8).str(&[0xc3]).0;
+    let bytes = GgufWriter::header(3, 0, 1)
+        .str(b"k")
+        .u32(8)
+        .str(&[0xc3])
+        .finish();
     assert!(matches!(
         parse_err(bytes),
         GgufError::InvalidUtf8 {
@@ -590,7 +473,9 @@ fn invalid_utf8_in_key_and_value_is_rejected() {
             offset: 45
         }
     ));
-    let bytes = Bytes::header(3, 1, 0).tensor_info("\u{0}", &[1], 0, 0).0;
+    let bytes = GgufWriter::header(3, 1, 0)
+        .tensor_info("\u{0}", &[1], 0, 0)
+        .finish();
     let mut bad_name = bytes.clone();
     bad_name[32] = 0x80;
     assert!(matches!(
@@ -604,26 +489,26 @@ fn invalid_utf8_in_key_and_value_is_rejected() {
 
 #[test]
 fn array_of_2_pow_40_elements_is_rejected_without_allocating() {
-    let bytes = Bytes::header(3, 0, 1)
+    let bytes = GgufWriter::header(3, 0, 1)
         .str(b"big")
         .u32(9)
         .u32(0)
         .u64(1 << 40)
         .raw(&[0; 64])
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(err, GgufError::CountBeyondFile { what: "array element", count, min_item_bytes: 1, remaining: 64, .. } if count == 1 << 40),
         "{err:?}"
     );
     // Strings take at least 8 bytes each: 9 of them cannot fit in 64 bytes.
-    let bytes = Bytes::header(3, 0, 1)
+    let bytes = GgufWriter::header(3, 0, 1)
         .str(b"s")
         .u32(9)
         .u32(8)
         .u64(9)
         .raw(&[0; 64])
-        .0;
+        .finish();
     assert!(matches!(
         parse_err(bytes),
         GgufError::CountBeyondFile {
@@ -636,7 +521,7 @@ fn array_of_2_pow_40_elements_is_rejected_without_allocating() {
 
 #[test]
 fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
-    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(13).u8(0).0);
+    let err = parse_err(GgufWriter::header(3, 0, 1).str(b"k").u32(13).u8(0).finish());
     assert!(
         matches!(
             err,
@@ -647,7 +532,14 @@ fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
         ),
         "{err:?}"
     );
-    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(9).u32(99).u64(0).0);
+    let err = parse_err(
+        GgufWriter::header(3, 0, 1)
+            .str(b"k")
+            .u32(9)
+            .u32(99)
+            .u64(0)
+            .finish(),
+    );
     assert!(
         matches!(
             err,
@@ -658,7 +550,7 @@ fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
         ),
         "{err:?}"
     );
-    let err = parse_err(Bytes::header(3, 0, 1).str(b"k").u32(7).u8(2).0);
+    let err = parse_err(GgufWriter::header(3, 0, 1).str(b"k").u32(7).u8(2).finish());
     assert!(
         matches!(
             err,
@@ -670,11 +562,11 @@ fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
         "{err:?}"
     );
     // 100 nested single-element arrays: rejected at depth 8, no stack overflow.
-    let mut b = Bytes::header(3, 0, 1).str(b"k").u32(9);
+    let mut b = GgufWriter::header(3, 0, 1).str(b"k").u32(9);
     for _ in 0..100 {
         b = b.u32(9).u64(1);
     }
-    let err = parse_err(b.u32(0).u64(0).0);
+    let err = parse_err(b.u32(0).u64(0).finish());
     assert!(
         matches!(err, GgufError::NestingTooDeep { max_depth: 8, .. }),
         "{err:?}"
@@ -683,7 +575,10 @@ fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
 
 #[test]
 fn duplicate_key_is_rejected() {
-    let bytes = Bytes::header(3, 0, 2).kv_u32("a", 1).kv_u32("a", 2).0;
+    let bytes = GgufWriter::header(3, 0, 2)
+        .kv("a", &MetadataValue::U32(1))
+        .kv("a", &MetadataValue::U32(2))
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::DuplicateKey { key } if key == "a"),
@@ -694,13 +589,13 @@ fn duplicate_key_is_rejected() {
 #[test]
 fn duplicate_tensor_name_is_rejected() {
     let t = small_tensor();
-    let twin = TensorSpec {
+    let twin = GgufTensor {
         data: t.data.clone(),
         dims: t.dims.clone(),
         name: "t".into(),
         type_id: 0,
     };
-    let err = parse_err(build_file(3, 32, &[], &[t, twin]));
+    let err = parse_err(gguf_file(3, 32, NO_METADATA, &[t, twin]));
     assert!(
         matches!(&err, GgufError::DuplicateTensor { name } if name == "t"),
         "{err:?}"
@@ -710,20 +605,20 @@ fn duplicate_tensor_name_is_rejected() {
 #[test]
 fn alignment_zero_or_not_a_power_of_two_is_rejected() {
     for alignment in [0u32, 3, 48] {
-        let bytes = Bytes::header(3, 0, 1)
-            .kv_u32("general.alignment", alignment)
-            .0;
+        let bytes = GgufWriter::header(3, 0, 1)
+            .kv("general.alignment", &MetadataValue::U32(alignment))
+            .finish();
         let err = parse_err(bytes);
         assert!(
             matches!(err, GgufError::BadAlignment { alignment: a } if a == u64::from(alignment)),
             "{err:?}"
         );
     }
-    let bytes = Bytes::header(3, 0, 1)
+    let bytes = GgufWriter::header(3, 0, 1)
         .str(b"general.alignment")
         .u32(8)
         .str(b"32")
-        .0;
+        .finish();
     assert!(matches!(
         parse_err(bytes),
         GgufError::WrongType {
@@ -735,9 +630,9 @@ fn alignment_zero_or_not_a_power_of_two_is_rejected() {
 
 #[test]
 fn dims_product_overflow_is_rejected() {
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("huge", &[1 << 32, 1 << 32, 1 << 8], 0, 0)
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::DimsOverflow { name, dims } if name == "huge" && dims == &[1 << 32, 1 << 32, 1 << 8]),
@@ -750,9 +645,9 @@ fn a_row_whose_byte_size_overflows_is_rejected() {
     // One Q8_0 row (type 8, 34 bytes per 32 values) of 2^64 - 32 values:
     // its block count fits in u64, its byte count does not.
     let row_len = u64::MAX - 31;
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("wide", &[row_len], 8, 0)
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::DimsOverflow { name, dims } if name == "wide" && dims == &[row_len]),
@@ -763,7 +658,11 @@ fn a_row_whose_byte_size_overflows_is_rejected() {
 #[test]
 fn dimension_count_outside_1_to_4_is_rejected() {
     for n_dims in [0u32, 5] {
-        let bytes = Bytes::header(3, 1, 0).str(b"x").u32(n_dims).raw(&[0; 64]).0;
+        let bytes = GgufWriter::header(3, 1, 0)
+            .str(b"x")
+            .u32(n_dims)
+            .raw(&[0; 64])
+            .finish();
         let err = parse_err(bytes);
         assert!(
             matches!(err, GgufError::BadDimCount { n_dims: n, .. } if n == n_dims),
@@ -775,11 +674,11 @@ fn dimension_count_outside_1_to_4_is_rejected() {
 #[test]
 fn unknown_tensor_type_is_rejected_with_its_id() {
     // 12 is Q4_K: a real GGML type this crate does not read.
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("w", &[256], 12, 0)
         .pad_to(32)
         .raw(&[0; 144])
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::UnknownTensorType { name, type_id: 12 } if name == "w"),
@@ -789,11 +688,11 @@ fn unknown_tensor_type_is_rejected_with_its_id() {
 
 #[test]
 fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("w", &[40, 2], 2, 0)
         .pad_to(32)
         .raw(&[0; 64])
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(
@@ -812,22 +711,22 @@ fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
 #[test]
 fn tensor_data_outside_the_data_section_is_rejected() {
     // 4 f32 = 16 bytes declared, 8 present.
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("w", &[4], 0, 0)
         .pad_to(32)
         .raw(&[0; 8])
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::TensorOutOfBounds { name, offset: 0, n_bytes: 16, data_len: 8 } if name == "w"),
         "{err:?}"
     );
     // An offset near u64::MAX must not wrap around.
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("w", &[4], 0, u64::MAX - 31)
         .pad_to(32)
         .raw(&[0; 64])
-        .0;
+        .finish();
     assert!(matches!(
         parse_err(bytes),
         GgufError::TensorOutOfBounds { .. }
@@ -836,11 +735,11 @@ fn tensor_data_outside_the_data_section_is_rejected() {
 
 #[test]
 fn misaligned_tensor_offset_is_rejected() {
-    let bytes = Bytes::header(3, 1, 0)
+    let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("w", &[1], 0, 4)
         .pad_to(32)
         .raw(&[0; 8])
-        .0;
+        .finish();
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::TensorMisaligned { name, offset: 4, alignment: 32 } if name == "w"),
@@ -854,7 +753,7 @@ proptest! {
     /// Corrupting bytes of a valid file never panics: it parses or errors.
     #[test]
     fn corrupted_files_never_panic(flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6)) {
-        let mut bytes = build_file(3, 32, &every_value_type(), &[small_tensor()]);
+        let mut bytes = gguf_file(3, 32, &every_value_type(), &[small_tensor()]);
         for (idx, value) in flips {
             let i = idx.index(bytes.len());
             bytes[i] = value;

@@ -21,143 +21,22 @@ use std::path::{Path, PathBuf};
 use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
 use lm_model::transformer::{Llama, TransformerError};
 
+use crate::common::gguf_writer::{F32, GgufTensor, GgufWriter, gguf_file};
+
 // ---------------------------------------------------------------------------
-// A small GGUF writer (independent of the reader).
+// The valid tiny model the defects are made in.
 // ---------------------------------------------------------------------------
-
-/// GGML tensor type id of f32.
-const F32: u32 = 0;
-
-/// Little-endian bytes.
-#[derive(Default)]
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend(v.to_le_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend(v.to_le_bytes());
-        self
-    }
-    fn raw(&mut self, bytes: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(bytes);
-        self
-    }
-    /// A GGUF string: u64 byte length, then the bytes.
-    fn str(&mut self, s: &str) -> &mut Self {
-        self.u64(s.len() as u64).raw(s.as_bytes())
-    }
-    /// Magic, version, tensor count, metadata count.
-    fn header(version: u32, n_tensors: u64, n_kv: u64) -> Writer {
-        let mut w = Writer::default();
-        w.raw(b"GGUF").u32(version).u64(n_tensors).u64(n_kv);
-        w
-    }
-    fn value(&mut self, value: &MetadataValue) -> &mut Self {
-        use MetadataValue as V;
-        match value {
-            V::U8(v) => self.raw(&[*v]),
-            V::I8(v) => self.raw(&v.to_le_bytes()),
-            V::U16(v) => self.raw(&v.to_le_bytes()),
-            V::I16(v) => self.raw(&v.to_le_bytes()),
-            V::U32(v) => self.u32(*v),
-            V::I32(v) => self.raw(&v.to_le_bytes()),
-            V::U64(v) => self.u64(*v),
-            V::I64(v) => self.raw(&v.to_le_bytes()),
-            V::F32(v) => self.raw(&v.to_le_bytes()),
-            V::F64(v) => self.raw(&v.to_le_bytes()),
-            V::Bool(v) => self.raw(&[u8::from(*v)]),
-            V::String(s) => self.str(s),
-            V::Array(items) => {
-                // The element type of the first item (u8 for an empty array).
-                self.u32(items.first().map_or(0, type_id))
-                    .u64(items.len() as u64);
-                for item in items {
-                    self.value(item);
-                }
-                self
-            }
-        }
-    }
-    /// A metadata pair.
-    fn kv(&mut self, key: &str, value: &MetadataValue) -> &mut Self {
-        self.str(key).u32(type_id(value)).value(value)
-    }
-    /// A tensor info.
-    fn tensor_info(&mut self, name: &str, dims: &[u64], ty: u32, offset: u64) -> &mut Self {
-        self.str(name).u32(dims.len() as u32);
-        for &dim in dims {
-            self.u64(dim);
-        }
-        self.u32(ty).u64(offset)
-    }
-    /// Zero bytes up to a multiple of `alignment`.
-    fn pad(&mut self, alignment: usize) -> &mut Self {
-        while !self.0.len().is_multiple_of(alignment) {
-            self.0.push(0);
-        }
-        self
-    }
-    fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.0)
-    }
-}
-
-/// GGUF value type ids, spelled out here apart from the reader's.
-fn type_id(value: &MetadataValue) -> u32 {
-    use MetadataValue as V;
-    match value {
-        V::U8(_) => 0,
-        V::I8(_) => 1,
-        V::U16(_) => 2,
-        V::I16(_) => 3,
-        V::U32(_) => 4,
-        V::I32(_) => 5,
-        V::F32(_) => 6,
-        V::Bool(_) => 7,
-        V::String(_) => 8,
-        V::Array(_) => 9,
-        V::U64(_) => 10,
-        V::I64(_) => 11,
-        V::F64(_) => 12,
-    }
-}
-
-/// An f32 tensor: name, dims in ggml order (`[n_cols, n_rows]`), values.
-struct Tensor {
-    name: String,
-    dims: Vec<u64>,
-    values: Vec<f32>,
-}
 
 /// A model as metadata pairs and f32 tensors, written as GGUF v3 with the
 /// default alignment of 32.
 struct Model {
     metadata: Vec<(String, MetadataValue)>,
-    tensors: Vec<Tensor>,
+    tensors: Vec<GgufTensor>,
 }
 
 impl Model {
     fn bytes(&self) -> Vec<u8> {
-        let mut w = Writer::header(3, self.tensors.len() as u64, self.metadata.len() as u64);
-        for (key, value) in &self.metadata {
-            w.kv(key, value);
-        }
-        let mut offset = 0u64;
-        for tensor in &self.tensors {
-            w.tensor_info(&tensor.name, &tensor.dims, F32, offset);
-            offset += (tensor.values.len() as u64 * 4).div_ceil(32) * 32;
-        }
-        w.pad(32);
-        for tensor in &self.tensors {
-            for v in &tensor.values {
-                w.raw(&v.to_le_bytes());
-            }
-            w.pad(32);
-        }
-        w.finish()
+        gguf_file(3, 32, &self.metadata, &self.tensors)
     }
 
     fn set(mut self, key: &str, value: MetadataValue) -> Self {
@@ -244,7 +123,7 @@ fn tiny_llama() -> Model {
         .into_iter()
         .map(|(name, dims)| {
             let n: u64 = dims.iter().product();
-            let values = (0..n)
+            let values: Vec<f32> = (0..n)
                 .map(|_| {
                     next += 1;
                     if dims.len() == 1 {
@@ -254,11 +133,7 @@ fn tiny_llama() -> Model {
                     }
                 })
                 .collect();
-            Tensor {
-                name: name.to_owned(),
-                dims,
-                values,
-            }
+            GgufTensor::f32(name, dims, &values)
         })
         .collect();
     Model {
@@ -337,19 +212,22 @@ fn case(
 /// A header with no metadata and one f32 tensor `t` of `dims`, `ty` and
 /// `offset`, followed by `data_len` zero bytes of data.
 fn one_tensor(dims: &[u64], ty: u32, offset: u64, data_len: usize) -> Vec<u8> {
-    let mut w = Writer::header(3, 1, 0);
-    w.tensor_info("t", dims, ty, offset).pad(32);
-    w.raw(&vec![0; data_len]);
-    w.finish()
+    GgufWriter::header(3, 1, 0)
+        .tensor_info("t", dims, ty, offset)
+        .pad_to(32)
+        .raw(&vec![0; data_len])
+        .finish()
 }
 
 /// A header with the given metadata pairs and no tensors.
 fn only_metadata(pairs: &[(&str, MetadataValue)]) -> Vec<u8> {
-    let mut w = Writer::header(3, 0, pairs.len() as u64);
-    for (key, value) in pairs {
-        w.kv(key, value);
-    }
-    w.finish()
+    pairs
+        .iter()
+        .fold(
+            GgufWriter::header(3, 0, pairs.len() as u64),
+            |w, (key, value)| w.kv(key, value),
+        )
+        .finish()
 }
 
 fn cases() -> Vec<Case> {
@@ -401,7 +279,7 @@ fn cases() -> Vec<Case> {
         case(
             "unsupported-version-4.gguf",
             P,
-            Writer::header(4, 0, 0).finish(),
+            GgufWriter::header(4, 0, 0).finish(),
             "unsupported gguf version 4",
             |o| {
                 matches!(
@@ -413,11 +291,12 @@ fn cases() -> Vec<Case> {
         case(
             "unsupported-version-big-endian.gguf",
             P,
-            {
-                let mut w = Writer::default();
-                w.raw(b"GGUF").raw(&3u32.to_be_bytes()).u64(0).u64(0);
-                w.finish()
-            },
+            GgufWriter::default()
+                .raw(b"GGUF")
+                .raw(&3u32.to_be_bytes())
+                .u64(0)
+                .u64(0)
+                .finish(),
             "unsupported gguf version 50331648",
             |o| {
                 matches!(
@@ -431,7 +310,7 @@ fn cases() -> Vec<Case> {
         case(
             "truncated-header.gguf",
             P,
-            Writer::header(3, 0, 0).finish()[..14].to_vec(),
+            GgufWriter::header(3, 0, 0).finish()[..14].to_vec(),
             "file truncated reading tensor count at offset 8",
             |o| {
                 matches!(
@@ -461,7 +340,7 @@ fn cases() -> Vec<Case> {
         case(
             "tensor-count-beyond-file.gguf",
             P,
-            Writer::header(3, u64::MAX / 2, 0).finish(),
+            GgufWriter::header(3, u64::MAX / 2, 0).finish(),
             "tensor info count 9223372036854775807 at offset 8 cannot fit",
             |o| {
                 matches!(
@@ -478,11 +357,9 @@ fn cases() -> Vec<Case> {
         case(
             "metadata-count-beyond-file.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1 << 40);
-                w.kv("a", &V::U8(1));
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1 << 40)
+                .kv("a", &V::U8(1))
+                .finish(),
             "metadata pair count 1099511627776 at offset 16 cannot fit",
             |o| {
                 matches!(
@@ -499,11 +376,10 @@ fn cases() -> Vec<Case> {
         case(
             "string-length-beyond-file.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.u64(1 << 62).raw(b"general.name");
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .u64(1 << 62)
+                .raw(b"general.name")
+                .finish(),
             "metadata key at offset 32 has length 4611686018427387904",
             |o| {
                 matches!(
@@ -520,11 +396,12 @@ fn cases() -> Vec<Case> {
         case(
             "string-value-length-u64-max.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.str("general.name").u32(8).u64(u64::MAX).raw(b"x");
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .str("general.name")
+                .u32(8)
+                .u64(u64::MAX)
+                .raw(b"x")
+                .finish(),
             "string value at offset 56 has length 18446744073709551615",
             |o| {
                 matches!(
@@ -540,12 +417,14 @@ fn cases() -> Vec<Case> {
         case(
             "array-of-2-pow-40-elements.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.str("tokenizer.ggml.tokens").u32(9).u32(8).u64(1 << 40);
-                w.str("a").str("b");
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .str("tokenizer.ggml.tokens")
+                .u32(9)
+                .u32(8)
+                .u64(1 << 40)
+                .str("a")
+                .str("b")
+                .finish(),
             "array element count 1099511627776",
             |o| {
                 matches!(
@@ -564,10 +443,15 @@ fn cases() -> Vec<Case> {
             P,
             {
                 // An array of 2 arrays that each claim 2^40 bytes.
-                let mut w = Writer::header(3, 0, 1);
-                w.str("t.nested").u32(9).u32(9).u64(2);
-                w.u32(0).u64(1 << 40).raw(&[7; 16]);
-                w.finish()
+                GgufWriter::header(3, 0, 1)
+                    .str("t.nested")
+                    .u32(9)
+                    .u32(9)
+                    .u64(2)
+                    .u32(0)
+                    .u64(1 << 40)
+                    .raw(&[7; 16])
+                    .finish()
             },
             "array element count 1099511627776",
             |o| {
@@ -597,11 +481,11 @@ fn cases() -> Vec<Case> {
         case(
             "unknown-value-type.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.str("general.name").u32(13).u32(0);
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .str("general.name")
+                .u32(13)
+                .u32(0)
+                .finish(),
             "unknown metadata value type 13",
             |o| {
                 matches!(
@@ -613,11 +497,12 @@ fn cases() -> Vec<Case> {
         case(
             "unknown-array-element-type.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.str("t.array").u32(9).u32(0xffff_ffff).u64(1 << 40);
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .str("t.array")
+                .u32(9)
+                .u32(0xffff_ffff)
+                .u64(1 << 40)
+                .finish(),
             "unknown metadata value type 4294967295",
             |o| {
                 matches!(
@@ -632,22 +517,23 @@ fn cases() -> Vec<Case> {
         case(
             "invalid-bool.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.str("tokenizer.ggml.add_bos_token").u32(7).raw(&[2]);
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .str("tokenizer.ggml.add_bos_token")
+                .u32(7)
+                .raw(&[2])
+                .finish(),
             "invalid bool byte 2",
             |o| matches!(o, Outcome::Parse(GgufError::InvalidBool { value: 2, .. })),
         ),
         case(
             "key-not-utf8.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 0, 1);
-                w.u64(2).raw(&[0xc3, 0x28]).u32(0).raw(&[1]);
-                w.finish()
-            },
+            GgufWriter::header(3, 0, 1)
+                .u64(2)
+                .raw(&[0xc3, 0x28])
+                .u32(0)
+                .raw(&[1])
+                .finish(),
             "metadata key at offset 32 is not valid utf-8",
             |o| {
                 matches!(
@@ -700,12 +586,12 @@ fn cases() -> Vec<Case> {
         case(
             "alignment-2-pow-63-data-past-end.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 1, 1);
-                w.kv("general.alignment", &V::U64(1 << 63));
-                w.tensor_info("t", &[8], F32, 0).pad(32).raw(&[0; 32]);
-                w.finish()
-            },
+            GgufWriter::header(3, 1, 1)
+                .kv("general.alignment", &V::U64(1 << 63))
+                .tensor_info("t", &[8], F32, 0)
+                .pad_to(32)
+                .raw(&[0; 32])
+                .finish(),
             "lies outside the data section of 0 bytes",
             |o| {
                 matches!(
@@ -821,14 +707,12 @@ fn cases() -> Vec<Case> {
         case(
             "duplicate-tensor-name.gguf",
             P,
-            {
-                let mut w = Writer::header(3, 2, 0);
-                w.tensor_info("t", &[8], F32, 0)
-                    .tensor_info("t", &[8], F32, 32)
-                    .pad(32)
-                    .raw(&[0; 64]);
-                w.finish()
-            },
+            GgufWriter::header(3, 2, 0)
+                .tensor_info("t", &[8], F32, 0)
+                .tensor_info("t", &[8], F32, 32)
+                .pad_to(32)
+                .raw(&[0; 64])
+                .finish(),
             "duplicate tensor name \"t\"",
             |o| matches!(o, Outcome::Parse(GgufError::DuplicateTensor { name }) if name == "t"),
         ),
@@ -943,8 +827,11 @@ fn cases() -> Vec<Case> {
                 for tensor in &mut model.tensors {
                     if tensor.name == "blk.0.attn_k.weight" {
                         // Two key/value heads' worth of rows where the metadata says one.
-                        tensor.dims = vec![N_EMBD, N_EMBD];
-                        tensor.values = vec![0.25; (N_EMBD * N_EMBD) as usize];
+                        *tensor = GgufTensor::f32(
+                            &tensor.name,
+                            vec![N_EMBD, N_EMBD],
+                            &[0.25; (N_EMBD * N_EMBD) as usize],
+                        );
                     }
                 }
                 model.bytes()

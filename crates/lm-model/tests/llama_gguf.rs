@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 use lm_core::{LanguageModel, Rows, TokenId};
-use lm_model::gguf::GgufFile;
+use lm_model::gguf::{GgufFile, MetadataValue};
 use lm_model::transformer::ffn::FeedForward;
 use lm_model::transformer::norm::Norm;
 use lm_model::transformer::{
@@ -16,6 +16,8 @@ use ndarray::Array2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::common::gguf_writer::{BF16, F16, F32, GgufTensor, gguf_file};
+
 const N_EMBD: usize = 8;
 const N_HEAD: u32 = 4;
 const N_KV_HEAD: u32 = 2;
@@ -24,17 +26,6 @@ const VOCAB: usize = 11;
 const N_LAYER: usize = 2;
 const CONTEXT: u32 = 16;
 
-/// GGML type ids.
-const F32: u32 = 0;
-const F16: u32 = 1;
-const BF16: u32 = 30;
-
-enum Value {
-    U32(u32),
-    F32(f32),
-    Str(&'static str),
-}
-
 /// A tensor to write: name, `[n_rows][n_cols]` values, GGML type.
 struct Tensor {
     name: String,
@@ -42,73 +33,57 @@ struct Tensor {
     ty: u32,
 }
 
-/// A GGUF v3 file: metadata, tensor infos (dims in ggml order, `[n_cols,
-/// n_rows]`, or `[n]` for a vector), data aligned to 32 bytes.
-fn gguf_bytes(metadata: &[(&str, Value)], tensors: &[Tensor]) -> Vec<u8> {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        out.extend((s.len() as u64).to_le_bytes());
-        out.extend(s.as_bytes());
-    }
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend((tensors.len() as u64).to_le_bytes());
-    out.extend((metadata.len() as u64).to_le_bytes());
-    for (key, value) in metadata {
-        string(&mut out, key);
-        match value {
-            Value::U32(v) => {
-                out.extend(4u32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            Value::F32(v) => {
-                out.extend(6u32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            Value::Str(v) => {
-                out.extend(8u32.to_le_bytes());
-                string(&mut out, v);
-            }
-        }
-    }
-    let mut data = Vec::new();
-    for tensor in tensors {
-        string(&mut out, &tensor.name);
-        let (n_rows, n_cols) = tensor.values.dim();
-        if n_rows == 1 {
-            out.extend(1u32.to_le_bytes());
-            out.extend((n_cols as u64).to_le_bytes());
+impl Tensor {
+    /// The tensor as GGUF stores it: dims in ggml order (`[n_cols, n_rows]`,
+    /// or `[n]` for a vector), values in its type.
+    fn to_gguf(&self) -> GgufTensor {
+        let (n_rows, n_cols) = self.values.dim();
+        let dims = if n_rows == 1 {
+            vec![n_cols as u64]
         } else {
-            out.extend(2u32.to_le_bytes());
-            out.extend((n_cols as u64).to_le_bytes());
-            out.extend((n_rows as u64).to_le_bytes());
+            vec![n_cols as u64, n_rows as u64]
+        };
+        let data = self
+            .values
+            .iter()
+            .flat_map(|&v| match self.ty {
+                F16 => f16::from_f32(v).to_le_bytes().to_vec(),
+                BF16 => bf16::from_f32(v).to_le_bytes().to_vec(),
+                _ => v.to_le_bytes().to_vec(),
+            })
+            .collect();
+        GgufTensor {
+            name: self.name.clone(),
+            dims,
+            type_id: self.ty,
+            data,
         }
-        out.extend(tensor.ty.to_le_bytes());
-        out.extend((data.len() as u64).to_le_bytes());
-        for &v in tensor.values.iter() {
-            match tensor.ty {
-                F16 => data.extend(f16::from_f32(v).to_le_bytes()),
-                BF16 => data.extend(bf16::from_f32(v).to_le_bytes()),
-                _ => data.extend(v.to_le_bytes()),
-            }
-        }
-        data.resize(data.len().div_ceil(32) * 32, 0);
     }
-    out.resize(out.len().div_ceil(32) * 32, 0);
-    out.extend(data);
-    out
 }
 
-fn metadata() -> Vec<(&'static str, Value)> {
+fn metadata() -> Vec<(&'static str, MetadataValue)> {
     vec![
-        ("general.architecture", Value::Str("llama")),
-        ("llama.block_count", Value::U32(N_LAYER as u32)),
-        ("llama.context_length", Value::U32(CONTEXT)),
-        ("llama.embedding_length", Value::U32(N_EMBD as u32)),
-        ("llama.feed_forward_length", Value::U32(FFN_DIM as u32)),
-        ("llama.attention.head_count", Value::U32(N_HEAD)),
-        ("llama.attention.head_count_kv", Value::U32(N_KV_HEAD)),
-        ("llama.rope.freq_base", Value::F32(500.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        (
+            "general.architecture",
+            MetadataValue::String("llama".into()),
+        ),
+        ("llama.block_count", MetadataValue::U32(N_LAYER as u32)),
+        ("llama.context_length", MetadataValue::U32(CONTEXT)),
+        ("llama.embedding_length", MetadataValue::U32(N_EMBD as u32)),
+        (
+            "llama.feed_forward_length",
+            MetadataValue::U32(FFN_DIM as u32),
+        ),
+        ("llama.attention.head_count", MetadataValue::U32(N_HEAD)),
+        (
+            "llama.attention.head_count_kv",
+            MetadataValue::U32(N_KV_HEAD),
+        ),
+        ("llama.rope.freq_base", MetadataValue::F32(500.0)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            MetadataValue::F32(1e-5),
+        ),
     ]
 }
 
@@ -203,8 +178,9 @@ fn dense_decoder(tensors: &[Tensor], config: lm_model::transformer::TransformerC
     Decoder::new(config, weights).unwrap()
 }
 
-fn load(metadata: &[(&str, Value)], tensors: &[Tensor]) -> Result<Llama, TransformerError> {
-    Llama::from_file(GgufFile::from_bytes(gguf_bytes(metadata, tensors)).unwrap())
+fn load(metadata: &[(&str, MetadataValue)], tensors: &[Tensor]) -> Result<Llama, TransformerError> {
+    let tensors: Vec<GgufTensor> = tensors.iter().map(Tensor::to_gguf).collect();
+    Llama::from_file(GgufFile::from_bytes(gguf_file(3, 32, metadata, &tensors)).unwrap())
 }
 
 #[test]
@@ -282,7 +258,7 @@ fn a_head_count_that_does_not_divide_the_embedding_is_refused() {
     let mut meta = metadata();
     for (key, value) in &mut meta {
         if *key == "llama.attention.head_count" {
-            *value = Value::U32(3);
+            *value = MetadataValue::U32(3);
         }
     }
     let err = load(&meta, &tensors(false)).unwrap_err();
@@ -301,7 +277,7 @@ fn a_head_count_that_does_not_divide_the_embedding_is_refused() {
 #[test]
 fn another_architecture_is_refused() {
     let mut meta = metadata();
-    meta[0].1 = Value::Str("gpt2");
+    meta[0].1 = MetadataValue::String("gpt2".into());
     let err = load(&meta, &tensors(false)).unwrap_err();
     assert!(
         matches!(&err, TransformerError::UnsupportedArchitecture { found } if found == "gpt2"),

@@ -1,8 +1,10 @@
 //! Shared by lm-model's integration tests: where the real model file is,
-//! which quantized kernels this CPU runs, and typed reads of the JSON
-//! fixtures. Each read panics with the name of what
+//! which quantized kernels this CPU runs, typed reads of the JSON fixtures,
+//! and a GGUF writer for files built in memory. Each read panics with the name of what
 //! is missing, so a fixture that drifts from its reader fails with a clear
 //! message.
+
+pub mod gguf_writer;
 
 use std::path::PathBuf;
 
