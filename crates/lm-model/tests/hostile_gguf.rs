@@ -182,30 +182,57 @@ enum Outcome {
     Loaded,
 }
 
+/// What reading a file must give: the stage that refuses it and, for this
+/// crate's stages, the typed error.
+#[derive(Clone, Copy)]
+enum Expected {
+    /// `GgufFile` refuses the file with an error this accepts.
+    Parse(fn(&GgufError) -> bool),
+    /// `Llama::from_file` refuses it with an error this accepts.
+    Llama(fn(&TransformerError) -> bool),
+    /// It loads; the tokenizer refuses it (checked by lm-cli's tests).
+    Tokenizer,
+    /// It loads; the control.
+    Valid,
+}
+
+impl Expected {
+    fn stage(self) -> Stage {
+        match self {
+            Expected::Parse(_) => Stage::Parse,
+            Expected::Llama(_) => Stage::Llama,
+            Expected::Tokenizer => Stage::Tokenizer,
+            Expected::Valid => Stage::Valid,
+        }
+    }
+
+    /// Whether `outcome` is the expected error (or a load, for the stages
+    /// past this crate).
+    fn accepts(self, outcome: &Outcome) -> bool {
+        match (self, outcome) {
+            (Expected::Parse(check), Outcome::Parse(error)) => check(error),
+            (Expected::Llama(check), Outcome::Llama(error)) => check(error),
+            (Expected::Tokenizer | Expected::Valid, Outcome::Loaded) => true,
+            _ => false,
+        }
+    }
+}
+
 /// One hostile file.
 struct Case {
     file: &'static str,
-    stage: Stage,
     bytes: Vec<u8>,
     /// A fragment of the error message that names the defect.
     message: &'static str,
-    /// The typed error expected.
-    check: fn(&Outcome) -> bool,
+    expected: Expected,
 }
 
-fn case(
-    file: &'static str,
-    stage: Stage,
-    bytes: Vec<u8>,
-    message: &'static str,
-    check: fn(&Outcome) -> bool,
-) -> Case {
+fn case(file: &'static str, bytes: Vec<u8>, message: &'static str, expected: Expected) -> Case {
     Case {
         file,
-        stage,
         bytes,
         message,
-        check,
+        expected,
     }
 }
 
@@ -231,66 +258,50 @@ fn only_metadata(pairs: &[(&str, MetadataValue)]) -> Vec<u8> {
 }
 
 fn cases() -> Vec<Case> {
+    use Expected::{Llama, Parse, Tokenizer, Valid};
     use MetadataValue as V;
-    use Stage::{Llama as L, Parse as P, Tokenizer as T};
     let mut nested_too_deep = V::U8(1);
     for _ in 0..9 {
         nested_too_deep = V::Array(vec![nested_too_deep]);
     }
     vec![
-        case(
-            "valid-tiny-llama.gguf",
-            Stage::Valid,
-            tiny_llama().bytes(),
-            "",
-            |o| matches!(o, Outcome::Loaded),
-        ),
+        case("valid-tiny-llama.gguf", tiny_llama().bytes(), "", Valid),
         // A context length of 2^32 - 1 is legal: it bounds positions, and
         // nothing is allocated by it (RoPE angles are computed per position,
         // the KV cache grows with use).
         case(
             "valid-context-length-u32-max.gguf",
-            Stage::Valid,
             tiny_llama()
                 .set("llama.context_length", V::U32(u32::MAX))
                 .bytes(),
             "",
-            |o| matches!(o, Outcome::Loaded),
+            Valid,
         ),
         // --- header ---
         case(
             "wrong-magic.gguf",
-            P,
             {
                 let mut bytes = tiny_llama().bytes();
                 bytes[..4].copy_from_slice(b"GGML");
                 bytes
             },
             "not a gguf file",
-            |o| matches!(o, Outcome::Parse(GgufError::BadMagic { found }) if found == b"GGML"),
+            Parse(|e| matches!(e, GgufError::BadMagic { found } if found == b"GGML")),
         ),
         case(
             "empty.gguf",
-            P,
             Vec::new(),
             "not a gguf file",
-            |o| matches!(o, Outcome::Parse(GgufError::BadMagic { found }) if found.is_empty()),
+            Parse(|e| matches!(e, GgufError::BadMagic { found } if found.is_empty())),
         ),
         case(
             "unsupported-version-4.gguf",
-            P,
             GgufWriter::header(4, 0, 0).finish(),
             "unsupported gguf version 4",
-            |o| {
-                matches!(
-                    o,
-                    Outcome::Parse(GgufError::UnsupportedVersion { version: 4 })
-                )
-            },
+            Parse(|e| matches!(e, GgufError::UnsupportedVersion { version: 4 })),
         ),
         case(
             "unsupported-version-big-endian.gguf",
-            P,
             GgufWriter::default()
                 .raw(b"GGUF")
                 .raw(&3u32.to_be_bytes())
@@ -298,104 +309,98 @@ fn cases() -> Vec<Case> {
                 .u64(0)
                 .finish(),
             "unsupported gguf version 50331648",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::UnsupportedVersion {
+                    e,
+                    GgufError::UnsupportedVersion {
                         version: 0x0300_0000
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "truncated-header.gguf",
-            P,
             GgufWriter::header(3, 0, 0).finish()[..14].to_vec(),
             "file truncated reading tensor count at offset 8",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::Truncated {
+                    e,
+                    GgufError::Truncated {
                         what: "tensor count",
                         offset: 8,
                         needed: 8,
                         available: 6
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "truncated-in-tensor-data.gguf",
-            P,
             {
                 let bytes = tiny_llama().bytes();
                 bytes[..bytes.len() - 40].to_vec()
             },
             "lies outside the data section",
-            |o| {
-                matches!(o, Outcome::Parse(GgufError::TensorOutOfBounds { name, .. })
+            Parse(|e| {
+                matches!(e, GgufError::TensorOutOfBounds { name, .. }
                     if name == "blk.0.ffn_down.weight")
-            },
+            }),
         ),
         case(
             "tensor-count-beyond-file.gguf",
-            P,
             GgufWriter::header(3, u64::MAX / 2, 0).finish(),
             "tensor info count 9223372036854775807 at offset 8 cannot fit",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::CountBeyondFile {
+                    e,
+                    GgufError::CountBeyondFile {
                         what: "tensor info",
                         count: 0x7fff_ffff_ffff_ffff,
                         remaining: 0,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "metadata-count-beyond-file.gguf",
-            P,
             GgufWriter::header(3, 0, 1 << 40)
                 .kv("a", &V::U8(1))
                 .finish(),
             "metadata pair count 1099511627776 at offset 16 cannot fit",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::CountBeyondFile {
+                    e,
+                    GgufError::CountBeyondFile {
                         what: "metadata pair",
                         count: 0x100_0000_0000,
                         offset: 16,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "string-length-beyond-file.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .u64(1 << 62)
                 .raw(b"general.name")
                 .finish(),
             "metadata key at offset 32 has length 4611686018427387904",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::StringBeyondFile {
+                    e,
+                    GgufError::StringBeyondFile {
                         what: "metadata key",
                         len: 0x4000_0000_0000_0000,
                         offset: 32,
                         remaining: 12
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "string-value-length-u64-max.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .str("general.name")
                 .u32(8)
@@ -403,20 +408,19 @@ fn cases() -> Vec<Case> {
                 .raw(b"x")
                 .finish(),
             "string value at offset 56 has length 18446744073709551615",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::StringBeyondFile {
+                    e,
+                    GgufError::StringBeyondFile {
                         what: "string value",
                         len: u64::MAX,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "array-of-2-pow-40-elements.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .str("tokenizer.ggml.tokens")
                 .u32(9)
@@ -426,21 +430,20 @@ fn cases() -> Vec<Case> {
                 .str("b")
                 .finish(),
             "array element count 1099511627776",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::CountBeyondFile {
+                    e,
+                    GgufError::CountBeyondFile {
                         what: "array element",
                         count: 0x100_0000_0000,
                         min_item_bytes: 8,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "nested-arrays-2-pow-40-inner-elements.gguf",
-            P,
             {
                 // An array of 2 arrays that each claim 2^40 bytes.
                 GgufWriter::header(3, 0, 1)
@@ -454,49 +457,36 @@ fn cases() -> Vec<Case> {
                     .finish()
             },
             "array element count 1099511627776",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::CountBeyondFile {
+                    e,
+                    GgufError::CountBeyondFile {
                         what: "array element",
                         count: 0x100_0000_0000,
                         min_item_bytes: 1,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "nested-arrays-too-deep.gguf",
-            P,
             only_metadata(&[("t.deep", nested_too_deep)]),
             "arrays nested deeper than 8 levels",
-            |o| {
-                matches!(
-                    o,
-                    Outcome::Parse(GgufError::NestingTooDeep { max_depth: 8, .. })
-                )
-            },
+            Parse(|e| matches!(e, GgufError::NestingTooDeep { max_depth: 8, .. })),
         ),
         case(
             "unknown-value-type.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .str("general.name")
                 .u32(13)
                 .u32(0)
                 .finish(),
             "unknown metadata value type 13",
-            |o| {
-                matches!(
-                    o,
-                    Outcome::Parse(GgufError::UnknownValueType { type_id: 13, .. })
-                )
-            },
+            Parse(|e| matches!(e, GgufError::UnknownValueType { type_id: 13, .. })),
         ),
         case(
             "unknown-array-element-type.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .str("t.array")
                 .u32(9)
@@ -504,30 +494,28 @@ fn cases() -> Vec<Case> {
                 .u64(1 << 40)
                 .finish(),
             "unknown metadata value type 4294967295",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::UnknownValueType {
+                    e,
+                    GgufError::UnknownValueType {
                         type_id: u32::MAX,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "invalid-bool.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .str("tokenizer.ggml.add_bos_token")
                 .u32(7)
                 .raw(&[2])
                 .finish(),
             "invalid bool byte 2",
-            |o| matches!(o, Outcome::Parse(GgufError::InvalidBool { value: 2, .. })),
+            Parse(|e| matches!(e, GgufError::InvalidBool { value: 2, .. })),
         ),
         case(
             "key-not-utf8.gguf",
-            P,
             GgufWriter::header(3, 0, 1)
                 .u64(2)
                 .raw(&[0xc3, 0x28])
@@ -535,57 +523,52 @@ fn cases() -> Vec<Case> {
                 .raw(&[1])
                 .finish(),
             "metadata key at offset 32 is not valid utf-8",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::InvalidUtf8 {
+                    e,
+                    GgufError::InvalidUtf8 {
                         what: "metadata key",
                         offset: 32
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "duplicate-key.gguf",
-            P,
             only_metadata(&[
                 ("general.architecture", V::String("llama".into())),
                 ("llama.block_count", V::U32(1)),
                 ("general.architecture", V::String("gpt2".into())),
             ]),
             "duplicate metadata key \"general.architecture\"",
-            |o| {
-                matches!(o, Outcome::Parse(GgufError::DuplicateKey { key })
+            Parse(|e| {
+                matches!(e, GgufError::DuplicateKey { key }
                     if key == "general.architecture")
-            },
+            }),
         ),
         case(
             "alignment-zero.gguf",
-            P,
             only_metadata(&[("general.alignment", V::U32(0))]),
             "alignment 0 is not a power of two",
-            |o| matches!(o, Outcome::Parse(GgufError::BadAlignment { alignment: 0 })),
+            Parse(|e| matches!(e, GgufError::BadAlignment { alignment: 0 })),
         ),
         case(
             "alignment-not-power-of-two.gguf",
-            P,
             only_metadata(&[("general.alignment", V::U32(48))]),
             "alignment 48 is not a power of two",
-            |o| matches!(o, Outcome::Parse(GgufError::BadAlignment { alignment: 48 })),
+            Parse(|e| matches!(e, GgufError::BadAlignment { alignment: 48 })),
         ),
         case(
             "alignment-wrong-type.gguf",
-            P,
             only_metadata(&[("general.alignment", V::String("32".into()))]),
             "metadata key \"general.alignment\" holds string, expected an integer",
-            |o| {
-                matches!(o, Outcome::Parse(GgufError::WrongType { key, found: "string", .. })
+            Parse(|e| {
+                matches!(e, GgufError::WrongType { key, found: "string", .. }
                     if key == "general.alignment")
-            },
+            }),
         ),
         case(
             "alignment-2-pow-63-data-past-end.gguf",
-            P,
             GgufWriter::header(3, 1, 1)
                 .kv("general.alignment", &V::U64(1 << 63))
                 .tensor_info("t", &[8], F32, 0)
@@ -593,120 +576,100 @@ fn cases() -> Vec<Case> {
                 .raw(&[0; 32])
                 .finish(),
             "lies outside the data section of 0 bytes",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::TensorOutOfBounds {
+                    e,
+                    GgufError::TensorOutOfBounds {
                         n_bytes: 32,
                         data_len: 0,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         // --- tensor table ---
         case(
             "dims-product-overflows-u64.gguf",
-            P,
             one_tensor(&[1 << 32, 1 << 32, 2], F32, 0, 32),
             "has dimensions [4294967296, 4294967296, 2] whose size overflows",
-            |o| {
-                matches!(o, Outcome::Parse(GgufError::DimsOverflow { dims, .. })
+            Parse(|e| {
+                matches!(e, GgufError::DimsOverflow { dims, .. }
                     if dims == &[1 << 32, 1 << 32, 2])
-            },
+            }),
         ),
         case(
             "dims-bytes-overflow-u64.gguf",
-            P,
             // 2^62 elements fit in u64, their 2^64 bytes of f32 do not.
             one_tensor(&[1 << 31, 1 << 31], F32, 0, 32),
             "whose size overflows",
-            |o| matches!(o, Outcome::Parse(GgufError::DimsOverflow { .. })),
+            Parse(|e| matches!(e, GgufError::DimsOverflow { .. })),
         ),
         case(
             "too-many-dimensions.gguf",
-            P,
             one_tensor(&[1, 1, 1, 1, 1], F32, 0, 32),
             "has 5 dimensions, expected 1 to 4",
-            |o| matches!(o, Outcome::Parse(GgufError::BadDimCount { n_dims: 5, .. })),
+            Parse(|e| matches!(e, GgufError::BadDimCount { n_dims: 5, .. })),
         ),
         case(
             "zero-dimensions.gguf",
-            P,
             one_tensor(&[], F32, 0, 32),
             "has 0 dimensions, expected 1 to 4",
-            |o| matches!(o, Outcome::Parse(GgufError::BadDimCount { n_dims: 0, .. })),
+            Parse(|e| matches!(e, GgufError::BadDimCount { n_dims: 0, .. })),
         ),
         case(
             "unknown-tensor-type.gguf",
-            P,
             one_tensor(&[8], 99, 0, 32),
             "unknown or unsupported ggml type id 99",
-            |o| {
-                matches!(
-                    o,
-                    Outcome::Parse(GgufError::UnknownTensorType { type_id: 99, .. })
-                )
-            },
+            Parse(|e| matches!(e, GgufError::UnknownTensorType { type_id: 99, .. })),
         ),
         case(
             "quantized-row-not-whole-blocks.gguf",
-            P,
             // Q8_0 (type 8) packs 32 values per block; a row of 40 is not whole blocks.
             one_tensor(&[40, 1], 8, 0, 64),
             "has rows of 40 elements, not a multiple of 32",
-            |o| {
-                matches!(
-                    o,
-                    Outcome::Parse(GgufError::RowNotBlockMultiple { row_len: 40, .. })
-                )
-            },
+            Parse(|e| matches!(e, GgufError::RowNotBlockMultiple { row_len: 40, .. })),
         ),
         case(
             "tensor-offset-outside-data.gguf",
-            P,
             one_tensor(&[8], F32, 1 << 20, 32),
             "data [1048576, 1048576 + 32) lies outside the data section of 32 bytes",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::TensorOutOfBounds {
+                    e,
+                    GgufError::TensorOutOfBounds {
                         offset: 0x10_0000,
                         n_bytes: 32,
                         data_len: 32,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "tensor-offset-u64-max.gguf",
-            P,
             // The offset is a multiple of no alignment but 1; pick one that is
             // aligned so that the end (offset + size) overflows instead.
             one_tensor(&[8], F32, u64::MAX - 31, 32),
             "lies outside the data section",
-            |o| matches!(o, Outcome::Parse(GgufError::TensorOutOfBounds { .. })),
+            Parse(|e| matches!(e, GgufError::TensorOutOfBounds { .. })),
         ),
         case(
             "tensor-offset-misaligned.gguf",
-            P,
             one_tensor(&[4], F32, 4, 64),
             "data offset 4 is not a multiple of the alignment 32",
-            |o| {
+            Parse(|e| {
                 matches!(
-                    o,
-                    Outcome::Parse(GgufError::TensorMisaligned {
+                    e,
+                    GgufError::TensorMisaligned {
                         offset: 4,
                         alignment: 32,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "duplicate-tensor-name.gguf",
-            P,
             GgufWriter::header(3, 2, 0)
                 .tensor_info("t", &[8], F32, 0)
                 .tensor_info("t", &[8], F32, 32)
@@ -714,114 +677,103 @@ fn cases() -> Vec<Case> {
                 .raw(&[0; 64])
                 .finish(),
             "duplicate tensor name \"t\"",
-            |o| matches!(o, Outcome::Parse(GgufError::DuplicateTensor { name }) if name == "t"),
+            Parse(|e| matches!(e, GgufError::DuplicateTensor { name } if name == "t")),
         ),
         // --- architecture (the llama loader) ---
         case(
             "llama-head-count-does-not-divide-embedding.gguf",
-            L,
             tiny_llama()
                 .set("llama.attention.head_count", V::U32(3))
                 .bytes(),
             "head count 3 does not divide the embedding size 4",
-            |o| {
+            Llama(|e| {
                 matches!(
-                    o,
-                    Outcome::Llama(TransformerError::HeadCountDoesNotDivide {
+                    e,
+                    TransformerError::HeadCountDoesNotDivide {
                         n_embd: 4,
                         n_head: 3
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "llama-head-count-zero.gguf",
-            L,
             tiny_llama()
                 .set("llama.attention.head_count", V::U32(0))
                 .bytes(),
             "head count 0 does not divide the embedding size 4",
-            |o| {
+            Llama(|e| {
                 matches!(
-                    o,
-                    Outcome::Llama(TransformerError::HeadCountDoesNotDivide { n_head: 0, .. })
+                    e,
+                    TransformerError::HeadCountDoesNotDivide { n_head: 0, .. }
                 )
-            },
+            }),
         ),
         case(
             "llama-missing-tensors.gguf",
-            L,
             tiny_llama()
                 .remove_tensors(&["output_norm.weight", "blk.0.ffn_up.weight"])
                 .bytes(),
             "missing tensors: output_norm.weight, blk.0.ffn_up.weight",
-            |o| {
-                matches!(o, Outcome::Llama(TransformerError::MissingTensors { names })
+            Llama(|e| {
+                matches!(e, TransformerError::MissingTensors { names }
                     if names == &["output_norm.weight", "blk.0.ffn_up.weight"])
-            },
+            }),
         ),
         case(
             "llama-block-count-u32-max.gguf",
-            L,
             tiny_llama()
                 .set("llama.block_count", V::U32(u32::MAX))
                 .bytes(),
             "block count 4294967295 is more layers than the file has tensors",
-            |o| {
+            Llama(|e| {
                 matches!(
-                    o,
-                    Outcome::Llama(TransformerError::TooFewTensorsForLayers {
+                    e,
+                    TransformerError::TooFewTensorsForLayers {
                         n_layer: 4294967295,
                         ..
-                    })
+                    }
                 )
-            },
+            }),
         ),
         case(
             "llama-missing-metadata.gguf",
-            L,
             tiny_llama()
                 .remove_key("llama.embedding_length")
                 .remove_key("llama.attention.head_count")
                 .bytes(),
             "missing metadata keys: llama.embedding_length, llama.attention.head_count",
-            |o| {
-                matches!(o, Outcome::Llama(TransformerError::MissingMetadata { keys })
+            Llama(|e| {
+                matches!(e, TransformerError::MissingMetadata { keys }
                     if keys == &["llama.embedding_length", "llama.attention.head_count"])
-            },
+            }),
         ),
         case(
             "llama-block-count-wrong-type.gguf",
-            L,
             tiny_llama()
                 .set("llama.block_count", V::String("1".into()))
                 .bytes(),
             "metadata key \"llama.block_count\" holds string, expected an integer",
-            |o| {
-                matches!(o, Outcome::Llama(TransformerError::Gguf(GgufError::WrongType { key, .. }))
+            Llama(|e| {
+                matches!(e, TransformerError::Gguf(GgufError::WrongType { key, .. })
                     if key == "llama.block_count")
-            },
+            }),
         ),
         case(
             "llama-embedding-length-negative.gguf",
-            L,
             tiny_llama()
                 .set("llama.embedding_length", V::I32(-4))
                 .bytes(),
             "metadata key \"llama.embedding_length\" holds -4, which does not fit in u32",
-            |o| {
+            Llama(|e| {
                 matches!(
-                    o,
-                    Outcome::Llama(TransformerError::Gguf(GgufError::ValueOutOfRange {
-                        value: -4,
-                        ..
-                    }))
+                    e,
+                    TransformerError::Gguf(GgufError::ValueOutOfRange { value: -4, .. })
                 )
-            },
+            }),
         ),
         case(
             "llama-tensor-shape-disagrees.gguf",
-            L,
             {
                 let mut model = tiny_llama();
                 for tensor in &mut model.tensors {
@@ -837,27 +789,25 @@ fn cases() -> Vec<Case> {
                 model.bytes()
             },
             "tensor blk.0.attn_k.weight has shape [4, 4], expected [4, 2]",
-            |o| {
-                matches!(o, Outcome::Llama(TransformerError::TensorShape { name, .. })
+            Llama(|e| {
+                matches!(e, TransformerError::TensorShape { name, .. }
                     if name == "blk.0.attn_k.weight")
-            },
+            }),
         ),
         case(
             "llama-other-architecture.gguf",
-            L,
             tiny_llama()
                 .set("general.architecture", V::String("mamba".into()))
                 .bytes(),
             "unsupported architecture \"mamba\"",
-            |o| {
-                matches!(o, Outcome::Llama(TransformerError::UnsupportedArchitecture { found })
+            Llama(|e| {
+                matches!(e, TransformerError::UnsupportedArchitecture { found }
                     if found == "mamba")
-            },
+            }),
         ),
         // --- tokenizer metadata (refused by lm-cli's GGUF -> BpeVocab mapping) ---
         case(
             "tokenizer-empty-vocabulary.gguf",
-            T,
             tiny_llama()
                 .set("tokenizer.ggml.tokens", V::Array(Vec::new()))
                 .remove_key("tokenizer.ggml.token_type")
@@ -866,18 +816,16 @@ fn cases() -> Vec<Case> {
                 .remove_key("tokenizer.ggml.eos_token_id")
                 .bytes(),
             "the vocabulary is empty",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-tokens-wrong-type.gguf",
-            T,
             tiny_llama().set("tokenizer.ggml.tokens", V::U32(8)).bytes(),
             "metadata key \"tokenizer.ggml.tokens\" holds u32, expected an array of strings",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-tokens-array-of-integers.gguf",
-            T,
             tiny_llama()
                 .set(
                     "tokenizer.ggml.tokens",
@@ -885,29 +833,26 @@ fn cases() -> Vec<Case> {
                 )
                 .bytes(),
             "metadata key \"tokenizer.ggml.tokens\" holds an array of u32, expected an array of strings",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-eos-id-out-of-range.gguf",
-            T,
             tiny_llama()
                 .set("tokenizer.ggml.eos_token_id", V::U32(1000))
                 .bytes(),
             "eos token id 1000 is out of range for a vocabulary of 8",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-merge-unknown-token.gguf",
-            T,
             tiny_llama()
                 .set("tokenizer.ggml.merges", strings(&["h i", "x y"]))
                 .bytes(),
             "merge 1 (\"x y\") needs the unknown token",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-duplicate-token.gguf",
-            T,
             tiny_llama()
                 .set(
                     "tokenizer.ggml.tokens",
@@ -915,25 +860,23 @@ fn cases() -> Vec<Case> {
                 )
                 .bytes(),
             "token 7 repeats the text \"h\" of token 1",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-token-type-count-mismatch.gguf",
-            T,
             tiny_llama()
                 .set("tokenizer.ggml.token_type", V::Array(vec![V::I32(1); 3]))
                 .bytes(),
             "3 token types for 8 tokens",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
         case(
             "tokenizer-unsupported-model.gguf",
-            T,
             tiny_llama()
                 .set("tokenizer.ggml.model", V::String("llama".into()))
                 .bytes(),
             "unsupported tokenizer model \"llama\"",
-            |o| matches!(o, Outcome::Loaded),
+            Tokenizer,
         ),
     ]
 }
@@ -958,7 +901,7 @@ fn manifest(cases: &[Case]) -> String {
         out.push_str(&format!(
             "{}\t{}\t{}\n",
             case.file,
-            case.stage.name(),
+            case.expected.stage().name(),
             case.message
         ));
     }
@@ -1018,7 +961,11 @@ fn every_hostile_file_is_refused_with_the_error_that_names_it() {
         let bytes = std::fs::read(dir.join(case.file)).unwrap();
         let n_bytes = bytes.len();
         let outcome = read(bytes);
-        assert!((case.check)(&outcome), "{}: got {outcome:?}", case.file);
+        assert!(
+            case.expected.accepts(&outcome),
+            "{}: got {outcome:?}",
+            case.file
+        );
         let message = match &outcome {
             Outcome::Parse(error) => error.to_string(),
             Outcome::Llama(error) => error.to_string(),
@@ -1046,14 +993,14 @@ fn stages_agree_with_the_outcomes() {
             Outcome::Parse(_) => Stage::Parse,
             Outcome::Llama(_) => Stage::Llama,
             Outcome::Loaded => {
-                if case.stage == Stage::Valid {
+                if case.expected.stage() == Stage::Valid {
                     Stage::Valid
                 } else {
                     Stage::Tokenizer
                 }
             }
         };
-        assert_eq!(stage, case.stage, "{}", case.file);
+        assert_eq!(stage, case.expected.stage(), "{}", case.file);
     }
 }
 
