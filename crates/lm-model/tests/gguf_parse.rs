@@ -446,7 +446,7 @@ fn string_length_beyond_file_is_rejected() {
 #[test]
 fn invalid_utf8_in_key_and_value_is_rejected() {
     let bytes = GgufWriter::header(3, 0, 1)
-        .str(&[0x66, 0xff])
+        .str([0x66, 0xff])
         .u32(0)
         .u8(1)
         .finish();
@@ -464,7 +464,7 @@ fn invalid_utf8_in_key_and_value_is_rejected() {
     let bytes = GgufWriter::header(3, 0, 1)
         .str(b"k")
         .u32(8)
-        .str(&[0xc3])
+        .str([0xc3])
         .finish();
     assert!(matches!(
         parse_err(bytes),

@@ -12,7 +12,7 @@ use lm_model::gguf::{GgufFile, MetadataValue};
 
 /// The model file, parsed.
 fn model() -> GgufFile {
-    GgufFile::open(&smollm2_path()).unwrap()
+    GgufFile::open(smollm2_path()).unwrap()
 }
 
 fn fixture() -> Value {

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use crate::common::smollm2_path;
+use crate::common::{fresh_logits, greedy_by_hand, max_abs_diff, smollm2_path};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
 use lm_model::transformer::{Llama, PositionKind};
@@ -18,22 +18,6 @@ const PARIS: TokenId = 7042;
 fn model() -> &'static Llama {
     static MODEL: OnceLock<Llama> = OnceLock::new();
     MODEL.get_or_init(|| Llama::from_gguf(smollm2_path()).expect("the model file loads"))
-}
-
-fn greedy(model: &Llama, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {
-    let mut state = model.new_state();
-    let mut logits = Vec::new();
-    let mut input = prompt.to_vec();
-    let mut out = Vec::new();
-    for _ in 0..n_steps {
-        model
-            .forward(&mut state, &input, Rows::Last, &mut logits)
-            .unwrap();
-        let token = argmax(&logits).unwrap();
-        out.push(token);
-        input = vec![token];
-    }
-    out
 }
 
 #[test]
@@ -71,7 +55,7 @@ fn config_comes_from_the_metadata() {
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn greedy_continuation_names_the_capital() {
     let model = model();
-    let tokens = greedy(model, &PROMPT, 4);
+    let (tokens, _) = greedy_by_hand(model, &PROMPT, 4);
     assert_eq!(tokens[0], PARIS, "{tokens:?}");
 }
 
@@ -79,22 +63,12 @@ fn greedy_continuation_names_the_capital() {
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn logits_are_finite_and_rows_agree() {
     let model = model();
-    let mut all = Vec::new();
-    let mut last = Vec::new();
-    model
-        .forward(&mut model.new_state(), &PROMPT, Rows::All, &mut all)
-        .unwrap();
-    model
-        .forward(&mut model.new_state(), &PROMPT, Rows::Last, &mut last)
-        .unwrap();
+    let all = fresh_logits(model, &PROMPT, Rows::All);
+    let last = fresh_logits(model, &PROMPT, Rows::Last);
     assert_eq!(all.len(), PROMPT.len() * 49152);
     assert!(all.iter().all(|v| v.is_finite()));
     let batched_last = &all[4 * 49152..];
-    let max_diff = last
-        .iter()
-        .zip(batched_last)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let max_diff = max_abs_diff(&last, batched_last);
     assert!(max_diff < 1e-3, "{max_diff}");
 }
 
@@ -110,20 +84,8 @@ fn cached_decoding_equals_the_uncached_adapter() {
         model
             .forward(&mut state, &[token], Rows::Last, &mut logits)
             .unwrap();
-        let mut fresh = Vec::new();
-        model
-            .forward(
-                &mut model.new_state(),
-                &tokens[..=pos],
-                Rows::Last,
-                &mut fresh,
-            )
-            .unwrap();
-        let max_diff = logits
-            .iter()
-            .zip(&fresh)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let fresh = fresh_logits(model, &tokens[..=pos], Rows::Last);
+        let max_diff = max_abs_diff(&logits, &fresh);
         assert!(max_diff < 1e-3, "pos {pos}: {max_diff}");
         assert_eq!(argmax(&logits), argmax(&fresh));
     }
@@ -140,17 +102,10 @@ fn the_fast_path_is_close_to_the_dequantised_reference() {
     // float64 forward pass on the committed fixtures (fixtures/smollm2), so
     // single logits may move by about that much; the distribution may not.
     let reference = model.decoder().reference_logits(&PROMPT).unwrap();
-    let mut logits = Vec::new();
-    model
-        .forward(&mut model.new_state(), &PROMPT, Rows::All, &mut logits)
-        .unwrap();
+    let logits = fresh_logits(model, &PROMPT, Rows::All);
     for (pos, (row, expected)) in logits.chunks_exact(49152).zip(reference.rows()).enumerate() {
         let expected = expected.as_slice().unwrap();
-        let max_diff = row
-            .iter()
-            .zip(expected)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let max_diff = max_abs_diff(row, expected);
         let p = lm_core::softmax(expected, 1.0).unwrap();
         let q = lm_core::softmax(row, 1.0).unwrap();
         let kl = lm_core::kl_divergence(&p, &q).unwrap();

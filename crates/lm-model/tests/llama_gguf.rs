@@ -4,7 +4,7 @@
 //! that names the problem.
 
 use half::{bf16, f16};
-use lm_core::{LanguageModel, Rows, TokenId};
+use lm_core::{Rows, TokenId};
 use lm_model::gguf::{GgufFile, MetadataValue};
 use lm_model::transformer::ffn::FeedForward;
 use lm_model::transformer::norm::Norm;
@@ -16,6 +16,7 @@ use ndarray::Array2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::common::fresh_logits;
 use crate::common::gguf_writer::{BF16, F16, F32, GgufTensor, gguf_file};
 
 const N_EMBD: usize = 8;
@@ -206,14 +207,8 @@ fn a_tiny_llama_file_runs_like_the_same_weights_in_memory() {
                 .unwrap()
                 .with_kv_precision(precision);
             let dense = dense_decoder(&tensors, llama.config().clone());
-            let mut from_file = Vec::new();
-            let mut in_memory = Vec::new();
-            llama
-                .forward(&mut llama.new_state(), &tokens, Rows::All, &mut from_file)
-                .unwrap();
-            dense
-                .forward(&mut dense.new_state(), &tokens, Rows::All, &mut in_memory)
-                .unwrap();
+            let from_file = fresh_logits(&llama, &tokens, Rows::All);
+            let in_memory = fresh_logits(&dense, &tokens, Rows::All);
             // The reference attends in f32; an f16 cache moves logits by
             // about f16's precision.
             let reference_tolerance = match precision {

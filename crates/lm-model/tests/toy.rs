@@ -7,6 +7,8 @@ use lm_core::{
 };
 use lm_model::transformer::{ToyDecoder, TransformerError};
 
+use crate::common::{fresh_logits, greedy_by_hand};
+
 const END: TokenId = ToyDecoder::END;
 
 fn prompt() -> Vec<TokenId> {
@@ -15,36 +17,7 @@ fn prompt() -> Vec<TokenId> {
 
 /// The distribution after reading `prefix` from a fresh state.
 fn distribution<M: LanguageModel>(model: &M, prefix: &[TokenId]) -> Vec<f32> {
-    let mut state = model.new_state();
-    let mut logits = Vec::new();
-    model
-        .forward(&mut state, prefix, Rows::Last, &mut logits)
-        .unwrap();
-    softmax(&logits, 1.0).unwrap()
-}
-
-/// Greedy decoding by hand: `n_steps` selections, each fed back one token at
-/// a time (the cached way). Returns the tokens and their probabilities.
-fn greedy<M: LanguageModel>(
-    model: &M,
-    prefix: &[TokenId],
-    n_steps: usize,
-) -> (Vec<TokenId>, Vec<f32>) {
-    let mut state = model.new_state();
-    let mut logits = Vec::new();
-    let (mut tokens, mut probs) = (Vec::new(), Vec::new());
-    let mut input = prefix.to_vec();
-    for _ in 0..n_steps {
-        model
-            .forward(&mut state, &input, Rows::Last, &mut logits)
-            .unwrap();
-        let p = softmax(&logits, 1.0).unwrap();
-        let token = argmax(&p).unwrap();
-        tokens.push(token);
-        probs.push(p[token as usize]);
-        input = vec![token];
-    }
-    (tokens, probs)
+    softmax(&fresh_logits(model, prefix, Rows::Last), 1.0).unwrap()
 }
 
 #[test]
@@ -96,7 +69,7 @@ fn first_distribution_is_uneven_with_end_reachable() {
 fn greedy_never_selects_end_in_twelve_steps() {
     // Lesson 001, "Four runs and how each one ended": the greedy run stops
     // at the length bound.
-    let (tokens, _) = greedy(&ToyDecoder::new(), &prompt(), 12);
+    let (tokens, _) = greedy_by_hand(&ToyDecoder::new(), &prompt(), 12);
     assert!(!tokens.contains(&END), "{tokens:?}");
 }
 
@@ -105,7 +78,7 @@ fn greedy_is_best_at_two_and_three_tokens_but_not_at_four() {
     // Lesson 001, "Where the greedy run is overtaken": score every
     // continuation of each length exhaustively (7^n of them).
     let toy = ToyDecoder::new();
-    let (greedy_tokens, _) = greedy(&toy, &prompt(), 4);
+    let (greedy_tokens, _) = greedy_by_hand(&toy, &prompt(), 4);
     for (len, greedy_is_best) in [(1, true), (2, true), (3, true), (4, false)] {
         let mut scored: Vec<(f64, Vec<TokenId>)> = vec![(0.0, Vec::new())];
         for _ in 0..len {
@@ -136,11 +109,11 @@ fn greedy_is_best_at_two_and_three_tokens_but_not_at_four() {
 fn five_greedy_steps_compute_25_positions_uncached_and_7_cached() {
     // Lesson 001, "Recognize what an inference cache changes".
     let toy = ToyDecoder::new();
-    let (cached_tokens, cached_probs) = greedy(&toy, &prompt(), 5);
+    let (cached_tokens, cached_probs) = greedy_by_hand(&toy, &prompt(), 5);
     assert_eq!(toy.positions_computed(), 3 + 1 + 1 + 1 + 1);
 
     let uncached = Uncached(ToyDecoder::new());
-    let (uncached_tokens, uncached_probs) = greedy(&uncached, &prompt(), 5);
+    let (uncached_tokens, uncached_probs) = greedy_by_hand(&uncached, &prompt(), 5);
     assert_eq!(uncached.0.positions_computed(), 3 + 4 + 5 + 6 + 7);
 
     assert_eq!(cached_tokens, uncached_tokens);

@@ -11,6 +11,8 @@ use lm_model::transformer::{
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::common::fresh_logits;
+
 const TOLERANCE: f32 = 1e-5;
 
 fn toys(context_length: usize) -> Vec<ToyDecoder> {
@@ -91,12 +93,8 @@ fn cached_logits_equal_the_reference_and_the_uncached_adapter_on_random_prefixes
 fn all_rows_and_last_row_agree() {
     for toy in toys(16) {
         let tokens = [0, 1, 2, 3, 4, 5, 6, 0, 1];
-        let mut all = Vec::new();
-        let mut last = Vec::new();
-        toy.forward(&mut toy.new_state(), &tokens, Rows::All, &mut all)
-            .unwrap();
-        toy.forward(&mut toy.new_state(), &tokens, Rows::Last, &mut last)
-            .unwrap();
+        let all = fresh_logits(&toy, &tokens, Rows::All);
+        let last = fresh_logits(&toy, &tokens, Rows::Last);
         assert_eq!(all.len(), 9 * 7);
         assert_close(&last, &all[8 * 7..], "last row");
     }

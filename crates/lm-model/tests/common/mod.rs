@@ -1,14 +1,15 @@
 //! Shared by lm-model's integration tests: where the real model file is,
-//! which quantized kernels this CPU runs, typed reads of the JSON fixtures,
-//! and a GGUF writer for files built in memory. Each read panics with the name of what
-//! is missing, so a fixture that drifts from its reader fails with a clear
-//! message.
+//! logits from a fresh state, greedy decoding by hand, how far two sets of
+//! logits are apart, which quantized kernels this CPU runs, typed reads of
+//! the JSON fixtures (each panics with the name of what is missing, so a
+//! fixture that drifts from its reader fails with a clear message), and a
+//! GGUF writer for files built in memory.
 
 pub mod gguf_writer;
 
 use std::path::PathBuf;
 
-use lm_core::TokenId;
+use lm_core::{LanguageModel, Rows, TokenId, argmax, softmax};
 use lm_model::quant::Kernel;
 use serde_json::{Map, Value};
 
@@ -21,6 +22,51 @@ pub fn smollm2_path() -> PathBuf {
     lm_model::catalog::SMOLLM2
         .path()
         .unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// The logits `model` gives for `tokens` from a fresh state.
+pub fn fresh_logits<M: LanguageModel + ?Sized>(
+    model: &M,
+    tokens: &[TokenId],
+    rows: Rows,
+) -> Vec<f32> {
+    let mut logits = Vec::new();
+    model
+        .forward(&mut model.new_state(), tokens, rows, &mut logits)
+        .unwrap();
+    logits
+}
+
+/// Greedy decoding by hand: `n_steps` times the most likely token, each fed
+/// back alone (the cached way). Returns the tokens and their probabilities.
+pub fn greedy_by_hand<M: LanguageModel + ?Sized>(
+    model: &M,
+    prefix: &[TokenId],
+    n_steps: usize,
+) -> (Vec<TokenId>, Vec<f32>) {
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    let (mut tokens, mut probs) = (Vec::new(), Vec::new());
+    let mut input = prefix.to_vec();
+    for _ in 0..n_steps {
+        model
+            .forward(&mut state, &input, Rows::Last, &mut logits)
+            .unwrap();
+        let token = argmax(&logits).unwrap();
+        tokens.push(token);
+        probs.push(softmax(&logits, 1.0).unwrap()[token as usize]);
+        input = vec![token];
+    }
+    (tokens, probs)
+}
+
+/// The largest absolute difference between two logit vectors of one length.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "logit vectors of different lengths");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Whether this CPU has what lm-model's AVX2 kernel needs (AVX2, FMA and
