@@ -45,13 +45,27 @@ fn activations(n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn kernels() -> Vec<Kernel> {
-    [Kernel::Portable, Kernel::detect()]
-        .into_iter()
-        .enumerate()
-        .filter(|&(i, k)| i == 0 || k != Kernel::Portable)
-        .map(|(_, k)| k)
-        .collect()
+/// The matrix once per kernel to measure: the portable one, and the fastest
+/// this CPU runs when that is another.
+fn per_kernel(
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    data: &[u8],
+) -> impl Iterator<Item = (Kernel, QMatrix<'_>)> {
+    let fastest = Kernel::detect();
+    let kernels = if fastest == Kernel::Portable {
+        vec![Kernel::Portable]
+    } else {
+        vec![Kernel::Portable, fastest]
+    };
+    kernels.into_iter().map(move |kernel| {
+        let m = QMatrix::new(ty, n_rows, n_cols, data)
+            .unwrap()
+            .with_kernel(kernel)
+            .unwrap();
+        (kernel, m)
+    })
 }
 
 fn matvec(c: &mut Criterion) {
@@ -67,11 +81,7 @@ fn matvec(c: &mut Criterion) {
         let x = activations(n_cols);
         let mut y = vec![0.0; n_rows];
         group.throughput(Throughput::Bytes(data.len() as u64));
-        for kernel in kernels() {
-            let m = QMatrix::new(ty, n_rows, n_cols, &data)
-                .unwrap()
-                .with_kernel(kernel)
-                .unwrap();
+        for (kernel, m) in per_kernel(ty, n_rows, n_cols, &data) {
             group.bench_function(format!("{name} {kernel:?}"), |b| {
                 b.iter(|| m.matvec(black_box(&x), &mut y).unwrap())
             });
@@ -93,11 +103,7 @@ fn matmul(c: &mut Criterion) {
         let xs = activations(N * n_cols);
         let mut ys = vec![0.0; N * n_rows];
         group.throughput(Throughput::Elements((N * n_rows * n_cols) as u64));
-        for kernel in kernels() {
-            let m = QMatrix::new(ty, n_rows, n_cols, &data)
-                .unwrap()
-                .with_kernel(kernel)
-                .unwrap();
+        for (kernel, m) in per_kernel(ty, n_rows, n_cols, &data) {
             group.bench_function(format!("{name} {kernel:?}"), |b| {
                 b.iter(|| m.matmul(black_box(&xs), N, &mut ys).unwrap())
             });

@@ -52,18 +52,24 @@ fn assert_same_model(model: &NgramModel, expected: &str) {
     }
     for (_, words, prob, backoff) in &entries {
         let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        let (got_prob, got_backoff) = model
-            .entry(&words)
-            .unwrap_or_else(|| panic!("{words:?} missing"));
-        assert!(
-            (f64::from(got_prob) - prob).abs() < 1e-4,
-            "{words:?}: prob {got_prob} != {prob}"
-        );
-        assert!(
-            (f64::from(got_backoff) - backoff).abs() < 1e-4,
-            "{words:?}: backoff {got_backoff} != {backoff}"
-        );
+        assert_entry(model, &words, *prob, *backoff, 1e-4);
     }
+}
+
+/// Asserts that `model` holds the n-gram `words` with log10 probability
+/// `prob` and backoff `backoff`, each within `tolerance`.
+fn assert_entry(model: &NgramModel, words: &[&str], prob: f64, backoff: f64, tolerance: f64) {
+    let (got_prob, got_backoff) = model
+        .entry(words)
+        .unwrap_or_else(|| panic!("{words:?} missing"));
+    assert!(
+        (f64::from(got_prob) - prob).abs() < tolerance,
+        "{words:?}: prob {got_prob} != {prob}"
+    );
+    assert!(
+        (f64::from(got_backoff) - backoff).abs() < tolerance,
+        "{words:?}: backoff {got_backoff} != {backoff}"
+    );
 }
 
 /// Worked by hand, order 2, lmplz's fallback discounts D1 = 0.5, D2 = 1, D3+ = 1.5
@@ -100,15 +106,7 @@ fn bigram_worked_by_hand() {
         (&["b", "</s>"], l(0.6875), 0.0),
     ];
     for (words, prob, backoff) in expected {
-        let (got_prob, got_backoff) = model.entry(words).unwrap();
-        assert!(
-            (f64::from(got_prob) - prob).abs() < 1e-6,
-            "{words:?}: {got_prob} != {prob}"
-        );
-        assert!(
-            (f64::from(got_backoff) - backoff).abs() < 1e-6,
-            "{words:?}: {got_backoff} != {backoff}"
-        );
+        assert_entry(&model, words, prob, backoff, 1e-6);
     }
     let a = model.vocab().id("a").unwrap();
     let (unk_after_a, matched) = model.log10_prob(&[a], model.vocab().unk());
