@@ -455,7 +455,7 @@ fn peer_python(options: &Options) -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     if let Some(python) = &options.peer_python {
-        if !imports_llama_cpp(python) {
+        if !reference::imports_llama_cpp(python, &[]) {
             bail!(
                 "{} cannot import llama_cpp {}; install it with `{} -m pip install llama-cpp-python=={}` or use --install-peer",
                 python.display(),
@@ -469,8 +469,8 @@ fn peer_python(options: &Options) -> Result<Option<PathBuf>> {
     if options.install_peer {
         return reference::venv_python_with_llama_cpp().map(Some);
     }
-    let venv_python = target_dir().join("reference-venv/bin/python");
-    if imports_llama_cpp(&venv_python) {
+    let venv_python = reference::venv_python();
+    if reference::imports_llama_cpp(&venv_python, &[]) {
         Ok(Some(venv_python))
     } else {
         eprintln!(
@@ -479,18 +479,6 @@ fn peer_python(options: &Options) -> Result<Option<PathBuf>> {
         );
         Ok(None)
     }
-}
-
-/// Whether `python` imports llama_cpp at the pinned version.
-fn imports_llama_cpp(python: &Path) -> bool {
-    let check = format!(
-        "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '{}')",
-        reference::LLAMA_CPP_PYTHON_VERSION
-    );
-    Command::new(python)
-        .args(["-c", &check])
-        .output()
-        .is_ok_and(|output| output.status.success())
 }
 
 /// One measurement of llama.cpp: the peer script with one run, in a fresh process.
@@ -524,14 +512,6 @@ fn run_peer(python: &Path, model: &Path, n_threads: usize) -> Result<Measurement
         prefill_seconds: seconds("prefill_seconds")?,
         peak_rss_bytes: peak_rss_kib * 1024,
     })
-}
-
-/// `$CARGO_TARGET_DIR`, else `<root>/target`.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
-        Some(dir) => project_root().join(dir),
-        None => project_root().join("target"),
-    }
 }
 
 /// The table: machine and date, speeds with ratios, peak RSS against the budget.

@@ -47,7 +47,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = Options::parse(args)?;
     let python = match options.python {
         Some(python) => {
-            if !has_llama_cpp(&python) {
+            if !imports_llama_cpp(&python, FIXTURE_MODULES) {
                 bail!(
                     "{} cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION} and gguf; install them with `{} -m pip install llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} gguf=={GGUF_VERSION}`",
                     python.display(),
@@ -111,12 +111,23 @@ impl Options {
     }
 }
 
+/// The interpreter of `<target>/reference-venv`, where
+/// [`venv_python_with_llama_cpp`] installs llama-cpp-python (it may not
+/// exist yet).
+pub(crate) fn venv_python() -> PathBuf {
+    venv_dir().join("bin").join("python")
+}
+
+fn venv_dir() -> PathBuf {
+    target_dir().join("reference-venv")
+}
+
 /// The interpreter of `<target>/reference-venv`, creating the environment and
 /// installing `llama-cpp-python` into it when needed.
 pub(crate) fn venv_python_with_llama_cpp() -> Result<PathBuf> {
-    let venv = target_dir().join("reference-venv");
-    let python = venv.join("bin").join("python");
-    if has_llama_cpp(&python) {
+    let venv = venv_dir();
+    let python = venv_python();
+    if imports_llama_cpp(&python, FIXTURE_MODULES) {
         return Ok(python);
     }
     if !python.is_file() {
@@ -133,7 +144,7 @@ pub(crate) fn venv_python_with_llama_cpp() -> Result<PathBuf> {
             .arg(format!("llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"))
             .arg(format!("gguf=={GGUF_VERSION}")),
     )?;
-    if !has_llama_cpp(&python) {
+    if !imports_llama_cpp(&python, FIXTURE_MODULES) {
         bail!(
             "{} still cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION} after installing it",
             python.display()
@@ -142,14 +153,23 @@ pub(crate) fn venv_python_with_llama_cpp() -> Result<PathBuf> {
     Ok(python)
 }
 
-/// Whether `python` imports `llama_cpp` at the pinned version, and `gguf`.
-fn has_llama_cpp(python: &Path) -> bool {
+/// The modules the fixture scripts need besides `llama_cpp`.
+const FIXTURE_MODULES: &[&str] = &["gguf"];
+
+/// Whether `python` imports `llama_cpp` at the pinned version, and each of
+/// `other_modules`.
+pub(crate) fn imports_llama_cpp(python: &Path, other_modules: &[&str]) -> bool {
+    let modules = ["sys", "llama_cpp"]
+        .iter()
+        .chain(other_modules)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
     let check = format!(
-        "import sys, gguf, llama_cpp; sys.exit(llama_cpp.__version__ != '{LLAMA_CPP_PYTHON_VERSION}')"
+        "import {modules}; sys.exit(llama_cpp.__version__ != '{LLAMA_CPP_PYTHON_VERSION}')"
     );
     Command::new(python)
-        .arg("-c")
-        .arg(check)
+        .args(["-c", &check])
         .output()
         .is_ok_and(|output| output.status.success())
 }
@@ -165,17 +185,10 @@ fn run_checked(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// `$CARGO_TARGET_DIR`, else `<root>/target`.
+/// `$CARGO_TARGET_DIR` (relative to the root unless absolute), else
+/// `<root>/target`.
 fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            if dir.is_absolute() {
-                dir
-            } else {
-                project_root().join(dir)
-            }
-        }
-        None => project_root().join("target"),
-    }
+    let dir = std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty());
+    // `join` keeps an absolute directory as it is.
+    project_root().join(dir.map_or_else(|| PathBuf::from("target"), PathBuf::from))
 }
