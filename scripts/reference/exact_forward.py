@@ -16,7 +16,6 @@ Architecture facts used (from the GGUF metadata): 30 layers, width 576, 9 query 
 """
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -25,7 +24,7 @@ import numpy as np
 import gguf
 from gguf.quants import dequantize
 
-from fixture_json import write_json
+from fixture_json import write_json, write_logits
 
 N_LAYERS, WIDTH, N_HEADS, N_KV_HEADS, HEAD_DIM = 30, 576, 9, 3, 64
 RMS_EPS, ROPE_BASE = 1e-5, 100000.0
@@ -61,17 +60,7 @@ def main():
             "logits": None,
         }
         if case["name"] == EXACT_LOGITS_CASE:
-            file_name = case["name"] + ".exact_logits.f32le.bin"
-            data = exact_row.astype("<f4").tobytes()
-            with open(os.path.join(args.out, file_name), "wb") as out:
-                out.write(data)
-            entry["logits"] = {
-                "file": file_name,
-                "dtype": "f32",
-                "byte_order": "little",
-                "len": int(exact_row.shape[0]),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
+            entry["logits"] = write_logits(args.out, case["name"] + ".exact_logits.f32le.bin", exact_row)
         cases.append(entry)
         print(f"{case['name']}: max |exact - llama.cpp| = {entry['max_abs_difference_from_llama_cpp']}", file=sys.stderr)
 

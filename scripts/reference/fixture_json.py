@@ -1,6 +1,9 @@
-"""Writes the fixture JSON files: objects indented, lists of numbers on one line."""
+"""Writes the fixture files: JSON with objects indented and lists of numbers on
+one line, and logits rows as raw little-endian f32 with a descriptor."""
 
+import hashlib
 import json
+import os
 import sys
 
 
@@ -24,3 +27,18 @@ def to_json(value, depth):
         items = [indent + json.dumps(item, ensure_ascii=False) for item in value]
         return "[\n" + ",\n".join(items) + "\n" + "  " * depth + "]"
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def write_logits(out_dir, file_name, row):
+    """Writes one logits row as little-endian f32 to `out_dir/file_name` and
+    returns its descriptor for the JSON fixture."""
+    data = row.astype("<f4").tobytes()
+    with open(os.path.join(out_dir, file_name), "wb") as out:
+        out.write(data)
+    return {
+        "file": file_name,
+        "dtype": "f32",
+        "byte_order": "little",
+        "len": int(row.shape[0]),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }

@@ -14,15 +14,18 @@ connection.
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-import llama_cpp
+# `cargo xtask bench` runs this file through runpy, which does not put its
+# folder on the import path; the fixture settings live next to it.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_cpp_reference import N_CTX, load  # noqa: E402
 
-N_CTX = 512
 N_DECODE_PROMPT = 11
 N_DECODE_NEW = 128
 N_PREFILL = 128
@@ -43,18 +46,7 @@ def main():
 
     results = []
     for n_threads in args.threads:
-        llm = llama_cpp.Llama(
-            model_path=args.model,
-            n_ctx=N_CTX,
-            n_batch=N_CTX,
-            n_ubatch=N_CTX,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            n_gpu_layers=0,
-            flash_attn=False,
-            logits_all=False,
-            verbose=False,
-        )
+        llm = load(args.model, flash_attn=False, n_threads=n_threads, logits_all=False)
         source_ids = llm.tokenize(SOURCE_TEXT.encode("utf-8"), add_bos=False, special=False)
         while len(source_ids) < N_PREFILL:
             source_ids = source_ids + source_ids

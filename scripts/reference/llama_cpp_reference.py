@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 import llama_cpp
-from fixture_json import write_json
+from fixture_json import write_json, write_logits
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 N_CTX = 512
@@ -153,17 +153,7 @@ def main():
             prompt = chat_prompt
         case, last_logits = greedy_case(llm, name, prompt)
         if keep_logits:
-            file_name = name + LOGITS_FILE_SUFFIX
-            data = last_logits.astype("<f4").tobytes()
-            with open(os.path.join(args.out, file_name), "wb") as out:
-                out.write(data)
-            case["last_logits"] = {
-                "file": file_name,
-                "dtype": "f32",
-                "byte_order": "little",
-                "len": int(last_logits.shape[0]),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
+            case["last_logits"] = write_logits(args.out, name + LOGITS_FILE_SUFFIX, last_logits)
         else:
             case["last_logits"] = None
         greedy_cases.append(case)
@@ -203,8 +193,9 @@ def main():
     )
 
 
-def load(model_path, flash_attn, n_threads, kv_cache_type="f16"):
-    """A llama.cpp context with the fixture settings."""
+def load(model_path, flash_attn, n_threads, kv_cache_type="f16", logits_all=True):
+    """A llama.cpp context with the fixture settings (llama_cpp_bench.py measures
+    with them too, keeping only the last logits row)."""
     return llama_cpp.Llama(
         model_path=model_path,
         n_ctx=N_CTX,
@@ -216,7 +207,7 @@ def load(model_path, flash_attn, n_threads, kv_cache_type="f16"):
         flash_attn=flash_attn,
         type_k=GGML_TYPES[kv_cache_type],
         type_v=GGML_TYPES[kv_cache_type],
-        logits_all=True,
+        logits_all=logits_all,
         seed=0,
         verbose=False,
     )
