@@ -6,7 +6,7 @@ use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
 use lm_model::quant::GgmlType;
 use proptest::prelude::*;
 
-use crate::common::gguf_writer::{GgufTensor, GgufWriter, NO_METADATA, gguf_file};
+use crate::common::gguf_writer::{GgufTensor, GgufWriter, NO_METADATA, gguf_file, one_tensor_file};
 
 fn parse_err(bytes: Vec<u8>) -> GgufError {
     match GgufFile::from_bytes(bytes) {
@@ -674,11 +674,7 @@ fn dimension_count_outside_1_to_4_is_rejected() {
 #[test]
 fn unknown_tensor_type_is_rejected_with_its_id() {
     // 12 is Q4_K: a real GGML type this crate does not read.
-    let bytes = GgufWriter::header(3, 1, 0)
-        .tensor_info("w", &[256], 12, 0)
-        .pad_to(32)
-        .raw(&[0; 144])
-        .finish();
+    let bytes = one_tensor_file("w", &[256], 12, 0, 144);
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::UnknownTensorType { name, type_id: 12 } if name == "w"),
@@ -688,11 +684,7 @@ fn unknown_tensor_type_is_rejected_with_its_id() {
 
 #[test]
 fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
-    let bytes = GgufWriter::header(3, 1, 0)
-        .tensor_info("w", &[40, 2], 2, 0)
-        .pad_to(32)
-        .raw(&[0; 64])
-        .finish();
+    let bytes = one_tensor_file("w", &[40, 2], 2, 0, 64);
     let err = parse_err(bytes);
     assert!(
         matches!(
@@ -711,22 +703,14 @@ fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
 #[test]
 fn tensor_data_outside_the_data_section_is_rejected() {
     // 4 f32 = 16 bytes declared, 8 present.
-    let bytes = GgufWriter::header(3, 1, 0)
-        .tensor_info("w", &[4], 0, 0)
-        .pad_to(32)
-        .raw(&[0; 8])
-        .finish();
+    let bytes = one_tensor_file("w", &[4], 0, 0, 8);
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::TensorOutOfBounds { name, offset: 0, n_bytes: 16, data_len: 8 } if name == "w"),
         "{err:?}"
     );
     // An offset near u64::MAX must not wrap around.
-    let bytes = GgufWriter::header(3, 1, 0)
-        .tensor_info("w", &[4], 0, u64::MAX - 31)
-        .pad_to(32)
-        .raw(&[0; 64])
-        .finish();
+    let bytes = one_tensor_file("w", &[4], 0, u64::MAX - 31, 64);
     assert!(matches!(
         parse_err(bytes),
         GgufError::TensorOutOfBounds { .. }
@@ -735,11 +719,7 @@ fn tensor_data_outside_the_data_section_is_rejected() {
 
 #[test]
 fn misaligned_tensor_offset_is_rejected() {
-    let bytes = GgufWriter::header(3, 1, 0)
-        .tensor_info("w", &[1], 0, 4)
-        .pad_to(32)
-        .raw(&[0; 8])
-        .finish();
+    let bytes = one_tensor_file("w", &[1], 0, 4, 8);
     let err = parse_err(bytes);
     assert!(
         matches!(&err, GgufError::TensorMisaligned { name, offset: 4, alignment: 32 } if name == "w"),

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
 use lm_model::transformer::{Llama, TransformerError};
 
-use crate::common::gguf_writer::{F32, GgufTensor, GgufWriter, gguf_file};
+use crate::common::gguf_writer::{F32, GgufTensor, GgufWriter, gguf_file, one_tensor_file};
 
 // ---------------------------------------------------------------------------
 // The valid tiny model the defects are made in.
@@ -234,16 +234,6 @@ fn case(file: &'static str, bytes: Vec<u8>, message: &'static str, expected: Exp
         message,
         expected,
     }
-}
-
-/// A header with no metadata and one f32 tensor `t` of `dims`, `ty` and
-/// `offset`, followed by `data_len` zero bytes of data.
-fn one_tensor(dims: &[u64], ty: u32, offset: u64, data_len: usize) -> Vec<u8> {
-    GgufWriter::header(3, 1, 0)
-        .tensor_info("t", dims, ty, offset)
-        .pad_to(32)
-        .raw(&vec![0; data_len])
-        .finish()
 }
 
 /// A header with the given metadata pairs and no tensors.
@@ -590,7 +580,7 @@ fn cases() -> Vec<Case> {
         // --- tensor table ---
         case(
             "dims-product-overflows-u64.gguf",
-            one_tensor(&[1 << 32, 1 << 32, 2], F32, 0, 32),
+            one_tensor_file("t", &[1 << 32, 1 << 32, 2], F32, 0, 32),
             "has dimensions [4294967296, 4294967296, 2] whose size overflows",
             Parse(|e| {
                 matches!(e, GgufError::DimsOverflow { dims, .. }
@@ -600,38 +590,38 @@ fn cases() -> Vec<Case> {
         case(
             "dims-bytes-overflow-u64.gguf",
             // 2^62 elements fit in u64, their 2^64 bytes of f32 do not.
-            one_tensor(&[1 << 31, 1 << 31], F32, 0, 32),
+            one_tensor_file("t", &[1 << 31, 1 << 31], F32, 0, 32),
             "whose size overflows",
             Parse(|e| matches!(e, GgufError::DimsOverflow { .. })),
         ),
         case(
             "too-many-dimensions.gguf",
-            one_tensor(&[1, 1, 1, 1, 1], F32, 0, 32),
+            one_tensor_file("t", &[1, 1, 1, 1, 1], F32, 0, 32),
             "has 5 dimensions, expected 1 to 4",
             Parse(|e| matches!(e, GgufError::BadDimCount { n_dims: 5, .. })),
         ),
         case(
             "zero-dimensions.gguf",
-            one_tensor(&[], F32, 0, 32),
+            one_tensor_file("t", &[], F32, 0, 32),
             "has 0 dimensions, expected 1 to 4",
             Parse(|e| matches!(e, GgufError::BadDimCount { n_dims: 0, .. })),
         ),
         case(
             "unknown-tensor-type.gguf",
-            one_tensor(&[8], 99, 0, 32),
+            one_tensor_file("t", &[8], 99, 0, 32),
             "unknown or unsupported ggml type id 99",
             Parse(|e| matches!(e, GgufError::UnknownTensorType { type_id: 99, .. })),
         ),
         case(
             "quantized-row-not-whole-blocks.gguf",
             // Q8_0 (type 8) packs 32 values per block; a row of 40 is not whole blocks.
-            one_tensor(&[40, 1], 8, 0, 64),
+            one_tensor_file("t", &[40, 1], 8, 0, 64),
             "has rows of 40 elements, not a multiple of 32",
             Parse(|e| matches!(e, GgufError::RowNotBlockMultiple { row_len: 40, .. })),
         ),
         case(
             "tensor-offset-outside-data.gguf",
-            one_tensor(&[8], F32, 1 << 20, 32),
+            one_tensor_file("t", &[8], F32, 1 << 20, 32),
             "data [1048576, 1048576 + 32) lies outside the data section of 32 bytes",
             Parse(|e| {
                 matches!(
@@ -649,13 +639,13 @@ fn cases() -> Vec<Case> {
             "tensor-offset-u64-max.gguf",
             // The offset is a multiple of no alignment but 1; pick one that is
             // aligned so that the end (offset + size) overflows instead.
-            one_tensor(&[8], F32, u64::MAX - 31, 32),
+            one_tensor_file("t", &[8], F32, u64::MAX - 31, 32),
             "lies outside the data section",
             Parse(|e| matches!(e, GgufError::TensorOutOfBounds { .. })),
         ),
         case(
             "tensor-offset-misaligned.gguf",
-            one_tensor(&[4], F32, 4, 64),
+            one_tensor_file("t", &[4], F32, 4, 64),
             "data offset 4 is not a multiple of the alignment 32",
             Parse(|e| {
                 matches!(

@@ -130,6 +130,22 @@ impl GgufTensor {
     }
 }
 
+/// A file with no metadata and one tensor info, then `n_data_bytes` zero
+/// bytes of data: for the ways a tensor table can be wrong.
+pub fn one_tensor_file(
+    name: &str,
+    dims: &[u64],
+    type_id: u32,
+    offset: u64,
+    n_data_bytes: usize,
+) -> Vec<u8> {
+    GgufWriter::header(3, 1, 0)
+        .tensor_info(name, dims, type_id, offset)
+        .pad_to(32)
+        .raw(&vec![0; n_data_bytes])
+        .finish()
+}
+
 /// The metadata of a file that has none (for [`gguf_file`]).
 pub const NO_METADATA: &[(&str, MetadataValue)] = &[];
 
