@@ -3,9 +3,7 @@
 //! scripts/gguf/make_fixture.py). Ignored when the model is not fetched
 //! (`cargo xtask fetch-model smollm2`).
 
-use std::path::PathBuf;
-
-use crate::common::{FixtureJson, kernels_of_this_cpu, read_json, smollm2_path};
+use crate::common::{FixtureJson, fixture_path, kernels_of_this_cpu, read_json, smollm2_path};
 use serde_json::Value;
 
 use lm_model::gguf::{GgufFile, MetadataValue};
@@ -16,10 +14,7 @@ fn model() -> GgufFile {
 }
 
 fn fixture() -> Value {
-    read_json(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/gguf/smollm2_reference.json"),
-    )
+    read_json(&fixture_path("gguf/smollm2_reference.json"))
 }
 
 #[test]

@@ -14,9 +14,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::Path;
 
 use lm_model::gguf::GgufFile;
+
+use crate::common::fixture_path;
 
 /// The system allocator, counting the live bytes of a thread that asked to
 /// be measured, and their peak.
@@ -94,7 +95,7 @@ fn peak_while_parsing(bytes: Vec<u8>) -> (usize, bool) {
 
 #[test]
 fn parsing_any_hostile_file_allocates_at_most_about_its_size() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hostile");
+    let root = fixture_path("hostile");
     let mut n_files = 0;
     let mut n_refused = 0;
     for dir in ["gguf", "fuzz"] {

@@ -3,13 +3,15 @@
 //! fuzz target's own walk over the file (nothing may panic), then what each
 //! one pins.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use lm_model::gguf::{GgufFile, MetadataValue};
 use lm_model::quant::GgmlType;
 
+use crate::common::fixture_path;
+
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hostile/fuzz")
+    fixture_path("hostile/fuzz")
 }
 
 fn open(name: &str) -> GgufFile {

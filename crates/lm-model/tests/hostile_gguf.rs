@@ -16,11 +16,12 @@
 //! `LM_HOSTILE_UPDATE=1 cargo test -p lm-model --test tests hostile_gguf`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
 use lm_model::transformer::{Llama, TransformerError};
 
+use crate::common::fixture_path;
 use crate::common::gguf_writer::{F32, GgufTensor, GgufWriter, gguf_file, one_tensor_file};
 
 // ---------------------------------------------------------------------------
@@ -876,7 +877,7 @@ fn cases() -> Vec<Case> {
 // ---------------------------------------------------------------------------
 
 fn hostile_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hostile/gguf")
+    fixture_path("hostile/gguf")
 }
 
 const MANIFEST: &str = "expected.tsv";

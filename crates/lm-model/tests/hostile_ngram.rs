@@ -4,14 +4,14 @@
 //! checks the same files' messages on the command line).
 
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use lm_model::ngram::{self, NgramError, NgramModel, Smoothing, TrainOptions, Utf8Policy};
 
+use crate::common::fixture_path;
+
 fn path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/hostile/ngram")
-        .join(name)
+    fixture_path("hostile/ngram").join(name)
 }
 
 fn read_arpa(name: &str) -> Result<NgramModel, NgramError> {

@@ -23,7 +23,7 @@ use lm_core::{LanguageModel, Rows, TokenId, argmax, kl_divergence, log_softmax, 
 use lm_model::transformer::Llama;
 use serde_json::Value;
 
-use crate::common::{FixtureJson, read_json, smollm2_path};
+use crate::common::{FixtureJson, fixture_path, read_json, smollm2_path};
 
 /// Below this top-1/top-2 logit gap, a step is a near-tie.
 const TIE_GAP: f32 = 0.3;
@@ -35,7 +35,7 @@ const MAX_KL: f64 = 1e-2;
 const LOGPROB_TOLERANCE: f64 = 0.25;
 
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/smollm2")
+    fixture_path("smollm2")
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use lm_model::ngram::{NgramCounts, NgramError, NgramModel, Smoothing};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/ngram");
+use crate::common::fixture_path;
 
 fn write(model: &NgramModel) -> String {
     let mut out = Vec::new();
@@ -16,7 +16,7 @@ fn read(text: &str) -> Result<NgramModel, NgramError> {
 
 #[test]
 fn fixture_reads_and_writes_back_byte_for_byte() {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/tiny-kn3.arpa")).unwrap();
+    let text = std::fs::read_to_string(fixture_path("ngram/tiny-kn3.arpa")).unwrap();
     let model = read(&text).unwrap();
     assert_eq!(model.order(), 3);
     assert_eq!(write(&model), text);
@@ -24,7 +24,7 @@ fn fixture_reads_and_writes_back_byte_for_byte() {
 
 #[test]
 fn trained_models_round_trip() {
-    let corpus = std::fs::read_to_string(format!("{FIXTURES}/tiny.txt")).unwrap();
+    let corpus = std::fs::read_to_string(fixture_path("ngram/tiny.txt")).unwrap();
     let mut counts = NgramCounts::new(3).unwrap();
     for line in corpus.lines() {
         counts.add_sentence(line.split_whitespace()).unwrap();
@@ -57,7 +57,7 @@ fn trained_models_round_trip() {
 
 #[test]
 fn compact_form_round_trips_within_half_precision() {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/tiny-kn3.arpa")).unwrap();
+    let text = std::fs::read_to_string(fixture_path("ngram/tiny-kn3.arpa")).unwrap();
     let model = read(&text).unwrap();
     let bytes = model.to_compact();
     let back = NgramModel::from_compact(&bytes).unwrap();

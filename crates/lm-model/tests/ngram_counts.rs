@@ -5,6 +5,8 @@ use lm_model::ngram::{
     NgramCounts, NgramError, NgramModel, Smoothing, TrainOptions, Utf8Policy, train,
 };
 
+use crate::common::fixture_path;
+
 /// <s> the cat sat </s> / <s> the dog sat </s> / <s> the cat ran </s>
 fn three_sentences() -> NgramCounts {
     let mut counts = NgramCounts::new(2).unwrap();
@@ -102,11 +104,7 @@ fn pruning_drops_rare_ngrams_and_renormalises() {
 
 #[test]
 fn memory_grows_with_distinct_ngrams_not_with_the_corpus() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/ngram/tiny.txt"
-    ))
-    .unwrap();
+    let text = std::fs::read_to_string(fixture_path("ngram/tiny.txt")).unwrap();
     let mut once = NgramCounts::new(3).unwrap();
     once.add_text(text.as_bytes(), Utf8Policy::Strict, |_| {})
         .unwrap();

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use lm_model::ngram::{EMBEDDED_COMPACT, embedded_default, embedded_options, train};
 
+use crate::common::fixture_path;
+
 #[test]
 fn embedded_model_loads_quickly_and_knows_the_kjv() {
     let start = Instant::now();
@@ -45,10 +47,7 @@ fn embedded_model_is_the_recipe_applied_to_the_corpus() {
     let file = std::io::BufReader::new(std::fs::File::open(corpus).unwrap());
     let model = train(file, &embedded_options(), |_| {}).unwrap();
     let bytes = model.to_compact();
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/ngram/kjv-3gram.lmng"
-    );
+    let path = fixture_path("ngram/kjv-3gram.lmng");
     if std::env::var_os("LM_NGRAM_UPDATE").is_some() {
         std::fs::write(path, &bytes).unwrap();
     }

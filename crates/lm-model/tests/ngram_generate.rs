@@ -4,11 +4,10 @@ use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, Uncached};
 use lm_decode::{GenerationConfig, SamplingConfig, StopReason, generate};
 use lm_model::ngram::{LN_10, NgramModel, embedded_default};
 
+use crate::common::fixture_path;
+
 fn tiny_model() -> NgramModel {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/ngram/tiny-kn3.arpa"
-    );
+    let path = fixture_path("ngram/tiny-kn3.arpa");
     NgramModel::read_arpa(std::fs::read(path).unwrap().as_slice()).unwrap()
 }
 

@@ -4,7 +4,7 @@
 
 use lm_model::ngram::{Discount, NgramCounts, NgramModel, Smoothing, kneser_ney_discounts};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/ngram");
+use crate::common::fixture_path;
 
 fn counts_of(order: usize, corpus: &str) -> NgramCounts {
     let mut counts = NgramCounts::new(order).unwrap();
@@ -159,8 +159,8 @@ fn matches_lmplz_on_kenlm_toy_corpus() {
 
 #[test]
 fn matches_reference_script_on_tiny_corpus() {
-    let corpus = std::fs::read_to_string(format!("{FIXTURES}/tiny.txt")).unwrap();
-    let expected = std::fs::read_to_string(format!("{FIXTURES}/tiny-kn3.arpa")).unwrap();
+    let corpus = std::fs::read_to_string(fixture_path("ngram/tiny.txt")).unwrap();
+    let expected = std::fs::read_to_string(fixture_path("ngram/tiny-kn3.arpa")).unwrap();
     let counts = counts_of(3, &corpus);
     // The script prints these from the same count-of-counts.
     let discounts = kneser_ney_discounts(&counts, None).unwrap();
@@ -183,7 +183,7 @@ fn matches_reference_script_on_tiny_corpus() {
 
 #[test]
 fn every_context_sums_to_one() {
-    let corpus = std::fs::read_to_string(format!("{FIXTURES}/tiny.txt")).unwrap();
+    let corpus = std::fs::read_to_string(fixture_path("ngram/tiny.txt")).unwrap();
     let model = NgramModel::estimate(&counts_of(3, &corpus), &kneser_ney(None), &[]).unwrap();
     let vocab = model.vocab();
     let id = |w: &str| vocab.id(w).unwrap();

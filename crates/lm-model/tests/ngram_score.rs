@@ -4,17 +4,17 @@
 
 use lm_model::ngram::{CorpusScore, NgramModel};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/ngram");
+use crate::common::fixture_path;
 
 fn tiny_model() -> NgramModel {
-    let text = std::fs::read(format!("{FIXTURES}/tiny-kn3.arpa")).unwrap();
+    let text = std::fs::read(fixture_path("ngram/tiny-kn3.arpa")).unwrap();
     NgramModel::read_arpa(text.as_slice()).unwrap()
 }
 
 #[test]
 fn scores_match_kenlm_query() {
     let model = tiny_model();
-    let reference = std::fs::read_to_string(format!("{FIXTURES}/tiny-query-kenlm.tsv")).unwrap();
+    let reference = std::fs::read_to_string(fixture_path("ngram/tiny-query-kenlm.tsv")).unwrap();
     let mut n_checked = 0;
     let mut n_oov_seen = 0;
     for line in reference.lines() {

@@ -1,4 +1,5 @@
-//! Shared by lm-model's integration tests: where the real model file is,
+//! Shared by lm-model's integration tests: where the fixtures and the real
+//! model file are,
 //! logits from a fresh state, greedy decoding by hand, how far two sets of
 //! logits are apart, which quantized kernels this CPU runs, typed reads of
 //! the JSON fixtures (each panics with the name of what is missing, so a
@@ -7,11 +8,18 @@
 
 pub mod gguf_writer;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use lm_core::{LanguageModel, Rows, TokenId, argmax, softmax};
 use lm_model::quant::Kernel;
 use serde_json::{Map, Value};
+
+/// `fixtures/RELATIVE` at the workspace root.
+pub fn fixture_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(relative)
+}
 
 /// The SmolLM2 file from the models folder. Panics with the catalog's
 /// message, which names `cargo xtask fetch-model smollm2`, when the file is
