@@ -1,10 +1,9 @@
 //! Shared by lm-model's integration tests: where the fixtures and the real
-//! model file are,
-//! logits from a fresh state, greedy decoding by hand, how far two sets of
-//! logits are apart, which quantized kernels this CPU runs, typed reads of
-//! the JSON fixtures (each panics with the name of what is missing, so a
-//! fixture that drifts from its reader fails with a clear message), and a
-//! GGUF writer for files built in memory.
+//! model file are, logits from a fresh state, greedy decoding by hand, how
+//! far two sets of logits are apart, which quantized kernels this CPU runs,
+//! typed reads of the JSON fixtures (each panics with the name of what is
+//! missing, so a fixture that drifts from its reader fails with a clear
+//! message), and a GGUF writer for files built in memory.
 
 pub mod gguf_writer;
 
@@ -112,7 +111,7 @@ pub fn kernels_of_this_cpu() -> Vec<Kernel> {
 }
 
 /// Reads one JSON fixture file (keys keep their file order).
-pub fn read_json(path: &std::path::Path) -> Value {
+pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
     serde_json::from_str(&text)
