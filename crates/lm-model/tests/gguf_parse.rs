@@ -588,14 +588,12 @@ fn duplicate_key_is_rejected() {
 
 #[test]
 fn duplicate_tensor_name_is_rejected() {
-    let t = small_tensor();
-    let twin = GgufTensor {
-        data: t.data.clone(),
-        dims: t.dims.clone(),
-        name: "t".into(),
-        type_id: 0,
-    };
-    let err = parse_err(gguf_file(3, 32, NO_METADATA, &[t, twin]));
+    let err = parse_err(gguf_file(
+        3,
+        32,
+        NO_METADATA,
+        &[small_tensor(), small_tensor()],
+    ));
     assert!(
         matches!(&err, GgufError::DuplicateTensor { name } if name == "t"),
         "{err:?}"
