@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod catalog;
+mod dispatch;
 pub mod gguf;
 pub mod ngram;
 pub mod quant;

@@ -280,7 +280,7 @@ impl GgufFile {
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&MetadataValue> {
         let idx = *self.key_index.get(key)?;
-        self.metadata.get(idx).map(|(_, value)| value)
+        Some(&self.metadata[idx].1)
     }
 
     /// The value of `key`, or `MissingKey`.
@@ -427,28 +427,22 @@ impl GgufFile {
 
     /// The tensor named `name`, with its data, or `MissingTensor`.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, GgufError> {
-        let missing = || GgufError::MissingTensor {
-            name: name.to_owned(),
-        };
-        let info = self
+        let idx = *self
             .tensor_index
             .get(name)
-            .and_then(|&idx| self.tensors.get(idx))
-            .ok_or_else(missing)?;
+            .ok_or_else(|| GgufError::MissingTensor {
+                name: name.to_owned(),
+            })?;
+        let info = &self.tensors[idx];
         // An empty tensor has no bytes to borrow: the file may end before
         // the (padded) start of its data section.
         if info.n_bytes == 0 {
             return Ok(TensorView { info, data: &[] });
         }
-        // Bounds were checked at parse time; `get` keeps this panic-free regardless.
-        let start = self
-            .data_offset
-            .checked_add(info.offset)
-            .ok_or_else(missing)?;
-        let data = start
-            .checked_add(info.n_bytes)
-            .and_then(|end| self.bytes().get(start..end))
-            .ok_or_else(missing)?;
+        // Parsing checked `offset + n_bytes <= data_len`, the length of the
+        // bytes after `data_offset`, so this range is inside the file.
+        let start = self.data_offset + info.offset;
+        let data = &self.bytes()[start..start + info.n_bytes];
         Ok(TensorView { info, data })
     }
 

@@ -38,6 +38,7 @@ use super::kv_cache::{KvCache, KvShape};
 use super::linear::Linear;
 use super::norm::Norm;
 use super::rope::RopeTable;
+use crate::dispatch::Dispatch;
 
 /// The weights of one layer.
 #[derive(Debug, Clone)]
@@ -96,6 +97,8 @@ pub struct Decoder {
     output: Option<Linear>,
     /// Positions computed by forward passes (lesson 001's "positions read").
     positions_computed: AtomicUsize,
+    /// The SIMD paths of every product and of the f16 cache, decided once.
+    dispatch: Dispatch,
 }
 
 impl Decoder {
@@ -174,6 +177,7 @@ impl Decoder {
             final_norm: weights.final_norm,
             output: weights.output,
             positions_computed: AtomicUsize::new(0),
+            dispatch: Dispatch::detect(),
         })
     }
 
@@ -437,6 +441,7 @@ impl LanguageModel for Decoder {
                     capacity: c.context_length,
                 },
                 c.kv_precision,
+                self.dispatch,
             ),
             scratch: Scratch::default(),
         }
@@ -502,8 +507,8 @@ impl Decoder {
             };
             let m = n - first;
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
-            layer.wk.matmul(&s.normed, n, &mut s.k);
-            layer.wv.matmul(&s.normed, n, &mut s.v);
+            layer.wk.matmul(self.dispatch, &s.normed, n, &mut s.k);
+            layer.wv.matmul(self.dispatch, &s.normed, n, &mut s.v);
             // An f16 cache (KvPrecision::F16) rounds keys and values to f16
             // as it stores them.
             for (i, (k_row, v_row)) in
@@ -517,7 +522,7 @@ impl Decoder {
                 cache.write(layer_idx, pos + i, k_row, v_row);
             }
             let q = &mut s.q[..m * q_dim];
-            layer.wq.matmul(&s.normed[first * d..], m, q);
+            layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
             if let Positions::Rope(table) = &self.positions {
                 for (j, q_row) in q.chunks_exact_mut(q_dim).enumerate() {
                     table.rotate_heads(q_row, c.head_dim, pos + first + j);
@@ -548,11 +553,13 @@ impl Decoder {
             }
             let x = &mut s.x[first * d..];
             let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
-            layer.wo.matmul(attended, m, projected);
+            layer.wo.matmul(self.dispatch, attended, m, projected);
             add_assign(x, projected);
             layer.ffn_norm.apply_rows(x, normed);
             let (hidden, gated) = (&mut s.hidden[..m * ffn_dim], &mut s.gated[..m * ffn_dim]);
-            layer.ffn.forward(normed, m, hidden, gated, projected);
+            layer
+                .ffn
+                .forward(self.dispatch, normed, m, hidden, gated, projected);
             add_assign(x, projected);
         }
         cache.commit(n);
@@ -565,12 +572,15 @@ impl Decoder {
         self.final_norm
             .apply_rows(&s.x[first_row * d..], &mut s.normed[..n_out * d]);
         logits.resize(n_out * c.vocab_size, 0.0);
-        self.output().matmul(&s.normed[..n_out * d], n_out, logits);
+        self.output()
+            .matmul(self.dispatch, &s.normed[..n_out * d], n_out, logits);
         Ok(())
     }
 }
 
+/// `x += y`, element by element (the residual connection).
 fn add_assign(x: &mut [f32], y: &[f32]) {
+    debug_assert_eq!(x.len(), y.len(), "residual width");
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
     }
