@@ -1,8 +1,8 @@
 //! GGUF parsing on tiny files built in memory: a round trip through a
 //! test-only writer, and one regression test per way a file can be malformed.
 
-use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
-use lm_model::quant::GgmlType;
+use lm_model::GgmlType;
+use lm_model::{GgufError, GgufFile, MetadataValue};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------

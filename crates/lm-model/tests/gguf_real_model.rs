@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use common::{FixtureJson, read_json, smollm2_path};
 use serde_json::Value;
 
-use lm_model::gguf::{GgufFile, MetadataValue};
-use lm_model::quant::Kernel;
+use lm_model::Kernel;
+use lm_model::{GgufFile, MetadataValue};
 
 /// The model file, or `None` (after saying so on stderr) when it is absent.
 fn model() -> Option<GgufFile> {
@@ -222,7 +222,7 @@ fn matvec_on_real_weights_matches_numpy_reference() {
         let n_rows = want.field("rows").u64() as usize;
         let full = file.tensor(name).unwrap().matrix().unwrap();
         let row_bytes = full.data().len() / full.n_rows();
-        let head = lm_model::quant::QMatrix::new(
+        let head = lm_model::QMatrix::new(
             full.ty(),
             n_rows,
             full.n_cols(),

@@ -15,7 +15,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lm_model::gguf::GgufFile;
+use lm_model::GgufFile;
 
 /// The system allocator, counting live bytes and their peak.
 struct Counting;

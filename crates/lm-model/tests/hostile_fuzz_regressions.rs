@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lm_model::gguf::{GgufFile, MetadataValue};
-use lm_model::quant::GgmlType;
+use lm_model::GgmlType;
+use lm_model::{GgufFile, MetadataValue};
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hostile/fuzz")
@@ -114,7 +114,7 @@ fn a_tensor_with_no_elements_whose_row_count_overflows_is_refused() {
     assert!(
         matches!(
             &err,
-            lm_model::gguf::GgufError::DimsOverflow { dims, .. }
+            lm_model::GgufError::DimsOverflow { dims, .. }
                 if dims == &[0, 0xffff_ffff_0000_0000, 0x10ff_ffff, 0xc5_0000_0000]
         ),
         "{err:?}"

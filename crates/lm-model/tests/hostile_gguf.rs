@@ -18,8 +18,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
-use lm_model::transformer::{Llama, TransformerError};
+use lm_model::{GgufError, GgufFile, MetadataValue};
+use lm_model::{Llama, TransformerError};
 
 // ---------------------------------------------------------------------------
 // A small GGUF writer (independent of the reader).

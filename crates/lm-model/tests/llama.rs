@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use common::smollm2_path;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
-use lm_model::transformer::{Llama, PositionKind};
+use lm_model::{Decoder, Llama, PositionKind};
 
 /// "The capital of France is" in SmolLM2's vocabulary (`The`, `Ġcapital`,
 /// `Ġof`, `ĠFrance`, `Ġis`; ids read from `tokenizer.ggml.tokens`).
@@ -19,13 +19,13 @@ const PARIS: TokenId = 7042;
 
 /// The model, loaded once for all tests in this file, or `None` (with a
 /// visible message) when the file is absent.
-fn model(test: &str) -> Option<&'static Llama> {
-    static MODEL: OnceLock<Llama> = OnceLock::new();
+fn model(test: &str) -> Option<&'static Decoder> {
+    static MODEL: OnceLock<Decoder> = OnceLock::new();
     let path = smollm2_path(test)?;
     Some(MODEL.get_or_init(|| Llama::from_gguf(path).expect("the model file loads")))
 }
 
-fn greedy(model: &Llama, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {
+fn greedy(model: &Decoder, prompt: &[TokenId], n_steps: usize) -> Vec<TokenId> {
     let mut state = model.new_state();
     let mut logits = Vec::new();
     let mut input = prompt.to_vec();
@@ -149,7 +149,7 @@ fn the_fast_path_is_close_to_the_dequantised_reference() {
     // llama.cpp does. llama.cpp itself is up to 1.15 away from an exact
     // float64 forward pass on the committed fixtures (fixtures/smollm2), so
     // single logits may move by about that much; the distribution may not.
-    let reference = model.decoder().reference_logits(&PROMPT).unwrap();
+    let reference = model.reference_logits(&PROMPT).unwrap();
     let mut logits = Vec::new();
     model
         .forward(&mut model.new_state(), &PROMPT, Rows::All, &mut logits)

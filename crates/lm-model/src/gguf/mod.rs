@@ -15,8 +15,8 @@
 //! metadata is decoded eagerly, tensor data is borrowed from the map.
 //!
 //! ```
-//! # fn main() -> Result<(), lm_model::gguf::GgufError> {
-//! use lm_model::gguf::GgufFile;
+//! # fn main() -> Result<(), lm_model::GgufError> {
+//! use lm_model::GgufFile;
 //! // The smallest valid file: header only, no metadata, no tensors.
 //! let mut bytes = b"GGUF".to_vec();
 //! bytes.extend(3u32.to_le_bytes());
@@ -44,9 +44,9 @@ use memmap2::Mmap;
 
 use cursor::Cursor;
 pub use error::GgufError;
-pub use metadata::{MAX_ARRAY_DEPTH, MetadataValue};
+pub use metadata::MetadataValue;
 pub use summary::Summary;
-pub use tensor::{MAX_DIMS, TensorInfo, TensorView};
+pub use tensor::{TensorInfo, TensorView};
 
 /// The four bytes every GGUF file starts with.
 pub const MAGIC: [u8; 4] = *b"GGUF";

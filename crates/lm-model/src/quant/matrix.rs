@@ -68,7 +68,7 @@ impl<'a> QMatrix<'a> {
     /// [`Kernel`] this CPU supports.
     ///
     /// ```
-    /// use lm_model::quant::{GgmlType, QMatrix};
+    /// use lm_model::{GgmlType, QMatrix};
     /// // 2 x 2 identity in f32.
     /// let data: Vec<u8> = [1.0f32, 0.0, 0.0, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     /// let w = QMatrix::new(GgmlType::F32, 2, 2, &data).unwrap();

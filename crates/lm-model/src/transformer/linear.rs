@@ -78,12 +78,7 @@ impl Linear {
         // is the data section's plus the tensor's.
         let start = file.data_offset() + info.offset;
         let bytes = start..start + view.data.len();
-        QMatrix::new(info.ggml_type, n_rows, n_cols, view.data).map_err(|source| {
-            TransformerError::Quant {
-                name: name.to_owned(),
-                source,
-            }
-        })?;
+        view.matrix()?;
         Ok(Self {
             storage: Storage::File(FileMatrix {
                 file: Arc::clone(file),

@@ -186,10 +186,11 @@ impl Decoder {
         &self.config
     }
 
-    /// Sets the precision of attention over the KV cache (for states
-    /// created after the change; see [`KvPrecision`]).
-    pub fn set_kv_precision(&mut self, precision: KvPrecision) {
+    /// The same decoder with attention over the KV cache at `precision`
+    /// (llama defaults to [`KvPrecision::F16`], llama.cpp's default).
+    pub fn with_kv_precision(mut self, precision: KvPrecision) -> Self {
         self.config.kv_precision = precision;
+        self
     }
 
     /// How many positions forward passes have computed since creation or
@@ -369,55 +370,6 @@ impl Scratch {
         }
     }
 }
-
-/// `impl LanguageModel for $model` by forwarding every method, default ones
-/// included, to the [`Decoder`] in its field `$field`: the models built on
-/// one (the toy decoder, llama) are that decoder with a name and a loader.
-/// A macro because the orphan rule forbids a blanket impl of lm-core's
-/// trait over "anything that holds a Decoder".
-macro_rules! delegate_language_model {
-    ($model:ty, $field:ident) => {
-        impl lm_core::LanguageModel for $model {
-            type State = $crate::transformer::DecoderState;
-
-            fn vocab_size(&self) -> usize {
-                self.$field.vocab_size()
-            }
-
-            fn context_length(&self) -> Option<usize> {
-                self.$field.context_length()
-            }
-
-            fn new_state(&self) -> Self::State {
-                self.$field.new_state()
-            }
-
-            fn forward(
-                &self,
-                state: &mut Self::State,
-                tokens: &[lm_core::TokenId],
-                rows: lm_core::Rows,
-                logits: &mut Vec<f32>,
-            ) -> lm_core::Result<()> {
-                self.$field.forward(state, tokens, rows, logits)
-            }
-
-            fn forward_batch(
-                &self,
-                states: &mut [Self::State],
-                tokens: &[&[lm_core::TokenId]],
-                logits: &mut [Vec<f32>],
-            ) -> lm_core::Result<()> {
-                self.$field.forward_batch(states, tokens, logits)
-            }
-
-            fn check_input(&self, pos: usize, tokens: &[lm_core::TokenId]) -> lm_core::Result<()> {
-                self.$field.check_input(pos, tokens)
-            }
-        }
-    };
-}
-pub(crate) use delegate_language_model;
 
 impl LanguageModel for Decoder {
     type State = DecoderState;
