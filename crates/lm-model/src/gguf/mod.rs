@@ -370,52 +370,48 @@ impl GgufFile {
 
     /// An array of strings (e.g. `tokenizer.ggml.tokens`), borrowed.
     pub fn get_string_array(&self, key: &str) -> Result<Vec<&str>, GgufError> {
-        const EXPECTED: &str = "an array of strings";
-        self.get_array(key, EXPECTED)?
-            .iter()
-            .map(|item| {
-                item.as_str().ok_or_else(|| GgufError::WrongType {
-                    key: key.to_owned(),
-                    expected: EXPECTED,
-                    found: array_of(item),
-                })
-            })
-            .collect()
+        self.get_array_of(key, "an array of strings", |item| item.as_str().map(Ok))
     }
 
     /// An array of integers that each fit in i32 (e.g. `tokenizer.ggml.token_type`).
     pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>, GgufError> {
-        const EXPECTED: &str = "an array of integers";
-        self.get_array(key, EXPECTED)?
-            .iter()
-            .map(|item| {
-                let integer = item.as_integer().ok_or_else(|| GgufError::WrongType {
-                    key: key.to_owned(),
-                    expected: EXPECTED,
-                    found: array_of(item),
-                })?;
+        self.get_array_of(key, "an array of integers", |item| {
+            let integer = item.as_integer()?;
+            Some(
                 i32::try_from(integer).map_err(|_| GgufError::ValueOutOfRange {
                     key: key.to_owned(),
                     value: integer,
                     expected: "i32",
-                })
-            })
-            .collect()
+                }),
+            )
+        })
     }
 
     /// An array of F32 (or F64 rounded to f32) values (e.g. `tokenizer.ggml.scores`).
     pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>, GgufError> {
-        const EXPECTED: &str = "an array of floats";
-        self.get_array(key, EXPECTED)?
+        self.get_array_of(key, "an array of floats", |item| {
+            item.as_float().map(|v| Ok(v as f32))
+        })
+    }
+
+    /// Every item of the array at `key`, converted by `convert`: `None` (an
+    /// item of another type) is `WrongType` naming the item's type.
+    fn get_array_of<'a, T>(
+        &'a self,
+        key: &str,
+        expected: &'static str,
+        convert: impl Fn(&'a MetadataValue) -> Option<Result<T, GgufError>>,
+    ) -> Result<Vec<T>, GgufError> {
+        self.get_array(key, expected)?
             .iter()
             .map(|item| {
-                item.as_float()
-                    .map(|v| v as f32)
-                    .ok_or_else(|| GgufError::WrongType {
+                convert(item).unwrap_or_else(|| {
+                    Err(GgufError::WrongType {
                         key: key.to_owned(),
-                        expected: EXPECTED,
+                        expected,
                         found: array_of(item),
                     })
+                })
             })
             .collect()
     }

@@ -95,15 +95,13 @@ impl<'a> QMatrix<'a> {
                 actual: data.len(),
             });
         }
-        let dispatch = Dispatch::detect();
-        Ok(QMatrix {
+        Ok(QMatrix::checked_before(
             ty,
             n_rows,
             n_cols,
-            row_bytes,
             data,
-            dispatch,
-        })
+            Dispatch::detect(),
+        ))
     }
 
     /// A view whose shape and data length were checked by [`QMatrix::new`]

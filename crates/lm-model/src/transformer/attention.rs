@@ -221,6 +221,56 @@ mod tests {
     use super::super::kv_cache::KvShape;
     use super::*;
 
+    /// The attention output of one head of width 1 (`query`) over the
+    /// first `n_positions` positions of layer 0 of `cache`.
+    fn attend_width_one(
+        cache: &KvCache,
+        precision: KvPrecision,
+        n_positions: usize,
+        query: f32,
+    ) -> f32 {
+        let shape = AttentionShape {
+            n_head: 1,
+            n_kv_head: 1,
+            head_dim: 1,
+            precision,
+        };
+        let mut out = [0.0];
+        let mut scratch = AttentionScratch::default();
+        attend(
+            shape,
+            cache,
+            0,
+            n_positions,
+            &[query],
+            &mut scratch,
+            &mut out,
+        );
+        out[0]
+    }
+
+    /// A one-layer cache of one key/value head holding `rows` (key, value)
+    /// at positions 0, 1, ...
+    fn one_head_cache(
+        head_dim: usize,
+        capacity: usize,
+        precision: KvPrecision,
+        rows: &[(&[f32], &[f32])],
+    ) -> KvCache {
+        let shape = KvShape {
+            n_layer: 1,
+            n_kv_head: 1,
+            head_dim,
+            capacity,
+        };
+        let mut cache = KvCache::new(shape, precision, Dispatch::detect());
+        for (pos, (key, value)) in rows.iter().enumerate() {
+            cache.write(0, pos, key, value);
+        }
+        cache.commit(rows.len());
+        cache
+    }
+
     #[test]
     fn f16_rounding_keeps_eleven_significant_bits() {
         // f16 has a 10-bit fraction: 1 + 2^-10 survives, 1 + 2^-12 rounds to 1.
@@ -234,30 +284,17 @@ mod tests {
         // Keys 0 and ln 2 give weights 1/3 and 2/3; in f16 they are
         // 0.33325195 and 0.6665039, so the output over values 0 and 3 is
         // 3 * 0.6665039 instead of 2.
-        let mut cache = KvCache::new(
-            KvShape {
-                n_layer: 1,
-                n_kv_head: 1,
-                head_dim: 1,
-                capacity: 2,
-            },
+        let cache = one_head_cache(
+            1,
+            2,
             KvPrecision::F16,
-            Dispatch::detect(),
+            &[(&[0.0], &[0.0]), (&[round_to_f16(2f32.ln())], &[3.0])],
         );
-        cache.write(0, 0, &[0.0], &[0.0]);
-        cache.write(0, 1, &[round_to_f16(2f32.ln())], &[3.0]);
-        cache.commit(2);
-        let shape = AttentionShape {
-            n_head: 1,
-            n_kv_head: 1,
-            head_dim: 1,
-            precision: KvPrecision::F16,
-        };
-        let mut out = [0.0];
-        let mut scratch = AttentionScratch::default();
-        attend(shape, &cache, 0, 2, &[1.0], &mut scratch, &mut out);
         let weight = 1.0 / (1.0 + (-round_to_f16(2f32.ln())).exp());
-        assert_eq!(out[0], 3.0 * round_to_f16(weight));
+        assert_eq!(
+            attend_width_one(&cache, KvPrecision::F16, 2, 1.0),
+            3.0 * round_to_f16(weight)
+        );
     }
 
     #[test]
@@ -304,50 +341,27 @@ mod tests {
     fn one_query_over_two_positions_by_hand() {
         // One head of width 1: keys 0 and ln(3) * 1, query 1, values 1 and 5.
         // Weights softmax([0, ln 3]) = [1/4, 3/4], output 1/4 + 15/4 = 4.
-        let mut cache = KvCache::new(
-            KvShape {
-                n_layer: 1,
-                n_kv_head: 1,
-                head_dim: 1,
-                capacity: 4,
-            },
+        let cache = one_head_cache(
+            1,
+            4,
             KvPrecision::F32,
-            Dispatch::detect(),
+            &[(&[0.0], &[1.0]), (&[3f32.ln()], &[5.0])],
         );
-        cache.write(0, 0, &[0.0], &[1.0]);
-        cache.write(0, 1, &[3f32.ln()], &[5.0]);
-        cache.commit(2);
-        let shape = AttentionShape {
-            n_head: 1,
-            n_kv_head: 1,
-            head_dim: 1,
-            precision: KvPrecision::F32,
-        };
-        let mut out = [0.0];
-        let mut scratch = AttentionScratch::default();
-        attend(shape, &cache, 0, 2, &[1.0], &mut scratch, &mut out);
-        assert!((out[0] - 4.0).abs() < 1e-6, "{out:?}");
+        let out = attend_width_one(&cache, KvPrecision::F32, 2, 1.0);
+        assert!((out - 4.0).abs() < 1e-6, "{out:?}");
         // The causal mask: position 0 reads only itself.
-        attend(shape, &cache, 0, 1, &[1.0], &mut scratch, &mut out);
-        assert_eq!(out[0], 1.0);
+        assert_eq!(attend_width_one(&cache, KvPrecision::F32, 1, 1.0), 1.0);
     }
 
     #[test]
     fn grouped_query_heads_share_their_key_value_head() {
         // Two query heads over one key/value head see the same values.
-        let mut cache = KvCache::new(
-            KvShape {
-                n_layer: 1,
-                n_kv_head: 1,
-                head_dim: 2,
-                capacity: 4,
-            },
+        let cache = one_head_cache(
+            2,
+            4,
             KvPrecision::F32,
-            Dispatch::detect(),
+            &[(&[1.0, 0.0], &[2.0, 0.0]), (&[0.0, 1.0], &[0.0, 2.0])],
         );
-        cache.write(0, 0, &[1.0, 0.0], &[2.0, 0.0]);
-        cache.write(0, 1, &[0.0, 1.0], &[0.0, 2.0]);
-        cache.commit(2);
         let shape = AttentionShape {
             n_head: 2,
             n_kv_head: 1,
