@@ -33,13 +33,6 @@ pub enum FeedForward {
 }
 
 impl FeedForward {
-    /// Hidden width.
-    pub fn hidden_dim(&self) -> usize {
-        match self {
-            Self::GeluMlp { up, .. } | Self::SwiGlu { up, .. } => up.n_rows(),
-        }
-    }
-
     /// Applies the block to the `n` rows of `xs` (`[n][n_embd]`) into `ys`
     /// (`[n][n_embd]`), using `hidden` and `gated` (`[n][ffn_dim]` each) as
     /// scratch.

@@ -90,14 +90,6 @@ impl Linear {
         })
     }
 
-    /// The storage type: `None` for dense f32 ndarray weights.
-    pub fn ggml_type(&self) -> Option<GgmlType> {
-        match &self.storage {
-            Storage::Dense(_) => None,
-            Storage::File(m) => Some(m.ty),
-        }
-    }
-
     /// Output width (rows of `W`).
     pub fn n_rows(&self) -> usize {
         match &self.storage {
@@ -165,7 +157,7 @@ impl Linear {
     /// The whole matrix as f32 values: borrowed when dense, dequantised row
     /// by row otherwise. For the reference path and tests only; the forward
     /// pass never makes this copy.
-    pub fn to_dense(&self) -> Cow<'_, Array2<f32>> {
+    pub(crate) fn to_dense(&self) -> Cow<'_, Array2<f32>> {
         match &self.storage {
             Storage::Dense(w) => Cow::Borrowed(w),
             Storage::File(m) => {

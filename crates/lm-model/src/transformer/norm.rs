@@ -44,27 +44,27 @@ impl Norm {
     }
 
     /// The kind of this layer.
-    pub fn kind(&self) -> NormKind {
+    pub(crate) fn kind(&self) -> NormKind {
         self.kind
     }
 
     /// The width this layer normalises.
-    pub fn width(&self) -> usize {
+    pub(crate) fn width(&self) -> usize {
         self.weight.len()
     }
 
     /// The epsilon added to the variance.
-    pub fn eps(&self) -> f32 {
+    pub(crate) fn eps(&self) -> f32 {
         self.eps
     }
 
     /// The per-component gain.
-    pub fn weight(&self) -> &[f32] {
+    pub(crate) fn weight(&self) -> &[f32] {
         &self.weight
     }
 
     /// The per-component bias (empty for RMSNorm).
-    pub fn bias(&self) -> &[f32] {
+    pub(crate) fn bias(&self) -> &[f32] {
         &self.bias
     }
 
