@@ -116,11 +116,11 @@ impl<'a> StoredRows<'a> {
 }
 
 /// Widens f16 values to f32 (exact: every f16 is an f32) into the front of
-/// `dst`, which is at least as long. When `dispatch` has F16C this converts eight values per
-/// instruction in one loop; `half`'s slice conversion (the fallback)
-/// detects F16C too but calls an out-of-line function per eight values,
-/// which measured 0.22-0.31 ns a value against 0.09 for this loop (the
-/// speed of a plain f32 copy).
+/// `dst`, which is at least as long. When `dispatch` has F16C this converts
+/// eight values per instruction in one loop; `half`'s slice conversion (the
+/// fallback) detects F16C too but calls an out-of-line function per eight
+/// values, which measured 0.22-0.31 ns a value against 0.09 for this loop
+/// (the speed of a plain f32 copy).
 pub(crate) fn widen_f16(dispatch: Dispatch, src: &[f16], dst: &mut [f32]) {
     let dst = &mut dst[..src.len()];
     #[cfg(target_arch = "x86_64")]
