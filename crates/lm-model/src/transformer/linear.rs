@@ -143,6 +143,7 @@ impl Linear {
             out.len()
         );
         match &self.storage {
+            // Dequantizing runs no dot kernel, so any dispatch will do.
             Storage::File(m) => m
                 .view(Dispatch::PORTABLE)
                 .dequantize_row_checked(row_idx, out),
