@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lm_model::gguf::{GgufFile, MetadataValue};
+use lm_model::{GgufFile, MetadataValue};
 
 /// Tensors with more elements than this are shaped but not dequantized, so
 /// one iteration stays fast (the input is at most a few KB anyway).

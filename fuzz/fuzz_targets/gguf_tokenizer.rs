@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lm_model::gguf::{GgufError, GgufFile};
+use lm_model::{GgufError, GgufFile};
 use lm_tokenize::{BpeVocab, Tokenizer};
 
 /// Texts every tokenizer is asked to encode: ASCII, digits, a multi-byte

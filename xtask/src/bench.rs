@@ -44,7 +44,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use lm_core::{LanguageModel, Rows, TokenId, argmax};
 use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
-use lm_model::transformer::{KvPrecision, Llama};
+use lm_model::{Decoder, KvPrecision, Llama};
 use serde_json::Value;
 
 use crate::{fetch_model, project_root, reference};
@@ -289,7 +289,7 @@ fn run_worker(options: &Options) -> Result<()> {
 
 /// Seconds from the first chosen token to the 129th: 128 forward passes of
 /// one token and 128 greedy selections, through the generation loop.
-fn time_decode(model: &Llama, prompt: &[TokenId]) -> Result<f64> {
+fn time_decode(model: &Decoder, prompt: &[TokenId]) -> Result<f64> {
     let config = GenerationConfig {
         max_new_tokens: N_DECODE_NEW + 1,
         sampling: SamplingConfig::greedy(),
@@ -318,7 +318,7 @@ fn time_decode(model: &Llama, prompt: &[TokenId]) -> Result<f64> {
 
 /// Seconds for one forward pass over `prompt` into an empty cache, plus the
 /// argmax of its last row.
-fn time_prefill(model: &Llama, prompt: &[TokenId]) -> Result<f64> {
+fn time_prefill(model: &Decoder, prompt: &[TokenId]) -> Result<f64> {
     let mut state = model.new_state();
     let mut logits = Vec::new();
     let start = Instant::now();
@@ -605,10 +605,10 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
 }
 
 /// Bytes of our KV cache holding `n_positions` (allocated in chunks of
-/// `lm_model::transformer::kv_cache::CHUNK_LEN` positions, f16 or f32 values
+/// `lm_model::KV_CHUNK_LEN` positions, f16 or f32 values
 /// as the model's KV precision says), as a fresh state reports them after
 /// reserving those positions.
-fn kv_cache_bytes(model: &Llama, n_positions: usize) -> u64 {
+fn kv_cache_bytes(model: &Decoder, n_positions: usize) -> u64 {
     let mut state = model.new_state();
     state.reserve(n_positions);
     state.cache().allocated_bytes() as u64
@@ -616,7 +616,7 @@ fn kv_cache_bytes(model: &Llama, n_positions: usize) -> u64 {
 
 /// Positions the cache allocates to hold `n_positions` (whole chunks).
 fn kv_positions(n_positions: usize) -> usize {
-    let chunk = lm_model::transformer::kv_cache::CHUNK_LEN;
+    let chunk = lm_model::KV_CHUNK_LEN;
     n_positions.div_ceil(chunk) * chunk
 }
 

@@ -11,7 +11,7 @@
 //! "toy" ─parse─> ModelSpec::Toy ─load─> LoadedModel { Backend::Toy, TextCodec::Toy }
 //!                                          │ run(task)
 //!                                          ▼
-//!                      task.run(&Bounded<ToyDecoder> or &Bounded<Uncached<ToyDecoder>>, &codec)
+//!                      task.run(&Bounded<Decoder> or &Bounded<Uncached<Decoder>>, &codec)
 //! ```
 
 use std::fmt;
@@ -19,12 +19,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, Rows, TokenId, Uncached};
 use lm_model::catalog::SMOLLM2;
 use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, Smoothing, TrainOptions, Utf8Policy};
-use lm_model::transformer::{Llama, ToyDecoder};
+use lm_model::{Decoder, GgufFile, Llama, Toy};
 
 use crate::text::TextCodec;
 
@@ -118,12 +119,12 @@ pub struct LoadedModel {
 /// The concrete model types.
 #[derive(Debug)]
 pub enum Backend {
-    /// The toy decoder.
-    Toy(Box<ToyDecoder>),
+    /// The toy decoder (built with the context bound asked for).
+    Toy(Box<Decoder>),
     /// A count model.
     Count(NgramModel),
     /// A llama model from GGUF.
-    Llama(Box<Llama>),
+    Llama(Box<Decoder>),
 }
 
 /// How a command wants the model run.
@@ -156,10 +157,10 @@ impl ModelSpec {
         let (backend, codec) = match self {
             Self::Toy => {
                 let toy = match context_length {
-                    Some(n) => ToyDecoder::with_context_length(n).with_context(|| {
+                    Some(n) => Toy::with_context_length(n).with_context(|| {
                         format!("building the toy decoder with context length {n}")
                     })?,
-                    None => ToyDecoder::new(),
+                    None => Toy::decoder(),
                 };
                 (Backend::Toy(Box::new(toy)), TextCodec::Toy)
             }
@@ -199,8 +200,7 @@ fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
         }
         .into());
     }
-    let file = lm_model::gguf::GgufFile::open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
     TextCodec::from_gguf(&file)
         .with_context(|| format!("reading the tokenizer of {}", path.display()))
 }
@@ -212,8 +212,11 @@ fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
         }
         .into());
     }
-    let llama = Llama::from_gguf(path).with_context(|| format!("loading {}", path.display()))?;
-    let codec = TextCodec::from_gguf(llama.file())
+    let file =
+        Arc::new(GgufFile::open(path).with_context(|| format!("loading {}", path.display()))?);
+    let llama = Llama::from_file(Arc::clone(&file))
+        .with_context(|| format!("loading {}", path.display()))?;
+    let codec = TextCodec::from_gguf(&file)
         .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
     Ok((Backend::Llama(Box::new(llama)), codec))
 }
@@ -392,7 +395,7 @@ mod tests {
 
     #[test]
     fn bounded_reports_the_smaller_bound_and_refuses_beyond_it() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         let bounded = Bounded::new(toy, Some(4));
         assert_eq!(bounded.context_length(), Some(4));
         let mut state = bounded.new_state();
@@ -407,7 +410,7 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(
-            Bounded::new(ToyDecoder::new(), None).context_length(),
+            Bounded::new(Toy::decoder(), None).context_length(),
             Some(16)
         );
     }

@@ -21,9 +21,9 @@
 
 use anyhow::Result;
 use lm_core::{Detokenize, TokenId};
-use lm_model::gguf::GgufFile;
+use lm_model::GgufFile;
 use lm_model::ngram::{Vocab, split_words};
-use lm_model::transformer::{TOY_VOCAB, ToyDecoder};
+use lm_model::{TOY_VOCAB, Toy};
 use lm_tokenize::{BpeVocab, ChatTemplate, Message, Tokenizer};
 
 /// Text that cannot be turned into ids, or a token that names nothing.
@@ -99,7 +99,7 @@ impl TextCodec {
     /// The ids of `text`.
     pub fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
         Ok(match self {
-            Self::Toy => ToyDecoder::encode(text).map_err(|word| TextError::UnknownToyWord {
+            Self::Toy => Toy::encode(text).map_err(|word| TextError::UnknownToyWord {
                 word: word.to_owned(),
             })?,
             Self::Words(vocab) => split_words(text).map(|w| vocab.id_or_unk(w)).collect(),
@@ -120,7 +120,7 @@ impl TextCodec {
     /// The text of one token, for tables.
     pub fn token_text(&self, id: TokenId) -> String {
         match self {
-            Self::Toy => ToyDecoder::word(id).unwrap_or("<unk>").to_owned(),
+            Self::Toy => Toy::word(id).unwrap_or("<unk>").to_owned(),
             Self::Words(vocab) => vocab.word(id).unwrap_or("<unk>").to_owned(),
             Self::Bpe(bpe) => bpe.tokenizer.decode(&[id]).unwrap_or_default(),
         }
@@ -138,7 +138,7 @@ impl TextCodec {
     /// The model's own end tokens.
     pub fn end_tokens(&self) -> Vec<TokenId> {
         match self {
-            Self::Toy => vec![ToyDecoder::END],
+            Self::Toy => vec![Toy::END],
             Self::Words(vocab) => vec![vocab.eos()],
             Self::Bpe(bpe) => bpe.end_ids.clone(),
         }
@@ -148,7 +148,7 @@ impl TextCodec {
     /// or as text that encodes to exactly one token.
     pub fn end_token_id(&self, text: &str) -> Result<TokenId> {
         let direct = match self {
-            Self::Toy => ToyDecoder::id(text),
+            Self::Toy => Toy::id(text),
             Self::Words(vocab) => vocab.id(text),
             Self::Bpe(bpe) => bpe.tokenizer.token_id(text),
         };
@@ -189,11 +189,11 @@ impl Detokenize for TextCodec {
     }
 }
 
-/// Toy words joined by single spaces, as [`ToyDecoder`]'s `Detokenize`
+/// Toy words joined by single spaces, as [`Toy`]'s `Detokenize`
 /// writes them (without building the decoder's weights).
 fn toy_text(ids: &[TokenId]) -> String {
     ids.iter()
-        .map(|&id| ToyDecoder::word(id).unwrap_or("<unk>"))
+        .map(|&id| Toy::word(id).unwrap_or("<unk>"))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -203,7 +203,7 @@ fn toy_text(ids: &[TokenId]) -> String {
 fn optional<'f, T>(
     file: &'f GgufFile,
     key: &str,
-    get: impl FnOnce(&'f GgufFile, &str) -> Result<T, lm_model::gguf::GgufError>,
+    get: impl FnOnce(&'f GgufFile, &str) -> Result<T, lm_model::GgufError>,
 ) -> Result<Option<T>> {
     if file.get(key).is_none() {
         return Ok(None);

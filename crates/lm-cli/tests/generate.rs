@@ -6,14 +6,14 @@ mod common;
 
 use common::{ids, json, lm_cli};
 use lm_core::TokenId;
-use lm_model::transformer::ToyDecoder;
+use lm_model::{Decoder, Toy};
 
 const PROMPT: &str = "<start> the cat";
 
 /// One toy decoder for every reference computation (building it draws its weights).
-fn toy() -> &'static ToyDecoder {
-    static TOY: std::sync::OnceLock<ToyDecoder> = std::sync::OnceLock::new();
-    TOY.get_or_init(ToyDecoder::new)
+fn toy() -> &'static Decoder {
+    static TOY: std::sync::OnceLock<Decoder> = std::sync::OnceLock::new();
+    TOY.get_or_init(Toy::decoder)
 }
 
 /// ln p of every token after `prefix` from the reference path (explicit
@@ -73,18 +73,12 @@ fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
         );
         assert!((logprob - reference[generated[index] as usize]).abs() < 1e-4);
         assert!((step["model_prob"].as_f64().unwrap() - logprob.exp()).abs() < 1e-6);
-        assert_eq!(
-            step["token_text"],
-            ToyDecoder::word(generated[index]).unwrap()
-        );
+        assert_eq!(step["token_text"], Toy::word(generated[index]).unwrap());
         sum += logprob;
         assert!((step["running_logprob"].as_f64().unwrap() - sum).abs() < 1e-9);
     }
     assert!((report["sequence_logprob"].as_f64().unwrap() - sum).abs() < 1e-9);
-    let words: Vec<&str> = generated
-        .iter()
-        .map(|&id| ToyDecoder::word(id).unwrap())
-        .collect();
+    let words: Vec<&str> = generated.iter().map(|&id| Toy::word(id).unwrap()).collect();
     assert_eq!(report["text"], words.join(" "));
     let timing = &report["timing"];
     assert_eq!(timing["prefill_tokens"], 3);

@@ -5,14 +5,14 @@ mod common;
 
 use common::{fixture, floats, ids, json, lm_cli};
 use lm_core::TokenId;
-use lm_model::transformer::ToyDecoder;
+use lm_model::{Decoder, Toy};
 
 const PROMPT: &str = "<start> the cat";
 
 /// One toy decoder for every reference computation (building it draws its weights).
-fn toy() -> &'static ToyDecoder {
-    static TOY: std::sync::OnceLock<ToyDecoder> = std::sync::OnceLock::new();
-    TOY.get_or_init(ToyDecoder::new)
+fn toy() -> &'static Decoder {
+    static TOY: std::sync::OnceLock<Decoder> = std::sync::OnceLock::new();
+    TOY.get_or_init(Toy::decoder)
 }
 
 /// ln p of each of `continuation` after `prompt` by the reference path

@@ -13,6 +13,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cpu;
 mod distribution;
 mod error;
 mod loss;

@@ -117,8 +117,8 @@ pub fn log_sum_exp(logits: &[f32]) -> Result<f64> {
 /// vector width's, so both builds give the same bits.
 fn weights<const STORE: bool>(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is available, just checked.
+    if crate::cpu::CpuFeatures::detect().avx2 {
+        // SAFETY: the CPU has AVX2 (detected by `lm_core::cpu`).
         return unsafe { weights_avx2::<STORE>(logits, max, t, out) };
     }
     weights_lanes::<STORE>(logits, max, t, out)

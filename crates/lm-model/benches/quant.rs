@@ -5,7 +5,7 @@
 //! rayon uses all cores unless `RAYON_NUM_THREADS` says otherwise.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use lm_model::quant::{GgmlType, Kernel, QMatrix};
+use lm_model::{GgmlType, Kernel, QMatrix};
 use std::hint::black_box;
 
 /// Deterministic bytes from an xorshift generator.

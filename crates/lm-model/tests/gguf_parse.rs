@@ -2,8 +2,8 @@
 //! test-only writer of `common::gguf_writer`, and one regression test per
 //! way a file can be malformed.
 
-use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
-use lm_model::quant::GgmlType;
+use lm_model::GgmlType;
+use lm_model::{GgufError, GgufFile, MetadataValue};
 use proptest::prelude::*;
 
 use crate::common::gguf_writer::{GgufTensor, GgufWriter, NO_METADATA, gguf_file, one_tensor_file};

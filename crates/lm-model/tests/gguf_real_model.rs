@@ -6,7 +6,7 @@
 use crate::common::{FixtureJson, fixture_path, kernels_of_this_cpu, read_json, smollm2_path};
 use serde_json::Value;
 
-use lm_model::gguf::{GgufFile, MetadataValue};
+use lm_model::{GgufFile, MetadataValue};
 
 /// The model file, parsed.
 fn model() -> GgufFile {
@@ -218,7 +218,7 @@ fn matvec_on_real_weights_matches_numpy_reference() {
         let n_rows = want.field("rows").u64() as usize;
         let full = file.tensor(name).unwrap().matrix().unwrap();
         let row_bytes = full.data().len() / full.n_rows();
-        let head = lm_model::quant::QMatrix::new(
+        let head = lm_model::QMatrix::new(
             full.ty(),
             n_rows,
             full.n_cols(),

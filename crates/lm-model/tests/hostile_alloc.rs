@@ -15,7 +15,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use lm_model::gguf::GgufFile;
+use lm_model::GgufFile;
 
 use crate::common::fixture_path;
 

@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use lm_model::gguf::{GgufFile, MetadataValue};
-use lm_model::quant::GgmlType;
+use lm_model::GgmlType;
+use lm_model::{GgufFile, MetadataValue};
 
 use crate::common::fixture_path;
 
@@ -116,7 +116,7 @@ fn a_tensor_with_no_elements_whose_row_count_overflows_is_refused() {
     assert!(
         matches!(
             &err,
-            lm_model::gguf::GgufError::DimsOverflow { dims, .. }
+            lm_model::GgufError::DimsOverflow { dims, .. }
                 if dims == &[0, 0xffff_ffff_0000_0000, 0x10ff_ffff, 0xc5_0000_0000]
         ),
         "{err:?}"

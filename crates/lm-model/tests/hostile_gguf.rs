@@ -18,8 +18,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use lm_model::gguf::{GgufError, GgufFile, MetadataValue};
-use lm_model::transformer::{Llama, TransformerError};
+use lm_model::{GgufError, GgufFile, MetadataValue};
+use lm_model::{Llama, TransformerError};
 
 use crate::common::fixture_path;
 use crate::common::gguf_writer::{F32, GgufTensor, GgufWriter, gguf_file, one_tensor_file};

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use crate::common::{fresh_logits, greedy_by_hand, max_abs_diff, smollm2_path};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
-use lm_model::transformer::{Llama, PositionKind};
+use lm_model::{Decoder, Llama, PositionKind};
 
 /// "The capital of France is" in SmolLM2's vocabulary (`The`, `Ġcapital`,
 /// `Ġof`, `ĠFrance`, `Ġis`; ids read from `tokenizer.ggml.tokens`).
@@ -15,8 +15,8 @@ const PROMPT: [TokenId; 5] = [504, 3575, 282, 4649, 314];
 const PARIS: TokenId = 7042;
 
 /// The model, loaded once for all tests in this file.
-fn model() -> &'static Llama {
-    static MODEL: OnceLock<Llama> = OnceLock::new();
+fn model() -> &'static Decoder {
+    static MODEL: OnceLock<Decoder> = OnceLock::new();
     MODEL.get_or_init(|| Llama::from_gguf(smollm2_path()).expect("the model file loads"))
 }
 
@@ -101,7 +101,7 @@ fn the_fast_path_is_close_to_the_dequantised_reference() {
     // llama.cpp does. llama.cpp itself is up to 1.15 away from an exact
     // float64 forward pass on the committed fixtures (fixtures/smollm2), so
     // single logits may move by about that much; the distribution may not.
-    let reference = model.decoder().reference_logits(&PROMPT).unwrap();
+    let reference = model.reference_logits(&PROMPT).unwrap();
     let logits = fresh_logits(model, &PROMPT, Rows::All);
     for (pos, (row, expected)) in logits.chunks_exact(49152).zip(reference.rows()).enumerate() {
         let expected = expected.as_slice().unwrap();

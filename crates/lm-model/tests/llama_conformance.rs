@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use lm_core::{LanguageModel, Rows, TokenId, argmax, kl_divergence, log_softmax, softmax};
-use lm_model::transformer::Llama;
+use lm_model::{Decoder, Llama};
 use serde_json::Value;
 
 use crate::common::{FixtureJson, fixture_path, read_json, smollm2_path};
@@ -50,7 +50,7 @@ fn llama_cpp_conformance() {
     }
 }
 
-fn check_case(model: &Llama, case: &Value) {
+fn check_case(model: &Decoder, case: &Value) {
     let name = case.field("name").str();
     let prompt = case.field("prompt_ids").ids();
     let expected = case.field("continuation_ids").ids();

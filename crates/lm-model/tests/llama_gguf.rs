@@ -5,13 +5,11 @@
 
 use half::{bf16, f16};
 use lm_core::{Rows, TokenId};
-use lm_model::gguf::{GgufFile, MetadataValue};
-use lm_model::transformer::ffn::FeedForward;
-use lm_model::transformer::norm::Norm;
-use lm_model::transformer::{
+use lm_model::{
     Decoder, DecoderWeights, KvPrecision, LayerWeights, Linear, Llama, PositionKind,
     TransformerError,
 };
+use lm_model::{FeedForward, GgufFile, MetadataValue, Norm};
 use ndarray::Array2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -136,7 +134,7 @@ fn tensors(untied: bool) -> Vec<Tensor> {
 }
 
 /// The same weights as a dense decoder, built by hand from the tensors.
-fn dense_decoder(tensors: &[Tensor], config: lm_model::transformer::TransformerConfig) -> Decoder {
+fn dense_decoder(tensors: &[Tensor], config: lm_model::TransformerConfig) -> Decoder {
     let get = |name: &str| {
         tensors
             .iter()
@@ -179,7 +177,10 @@ fn dense_decoder(tensors: &[Tensor], config: lm_model::transformer::TransformerC
     Decoder::new(config, weights).unwrap()
 }
 
-fn load(metadata: &[(&str, MetadataValue)], tensors: &[Tensor]) -> Result<Llama, TransformerError> {
+fn load(
+    metadata: &[(&str, MetadataValue)],
+    tensors: &[Tensor],
+) -> Result<Decoder, TransformerError> {
     let tensors: Vec<GgufTensor> = tensors.iter().map(Tensor::to_gguf).collect();
     Llama::from_file(GgufFile::from_bytes(gguf_file(3, 32, metadata, &tensors)).unwrap())
 }
@@ -201,7 +202,7 @@ fn a_tiny_llama_file_runs_like_the_same_weights_in_memory() {
             }
         );
         assert_eq!(c.kv_precision, KvPrecision::F16, "llama.cpp's default");
-        let reference = llama.decoder().reference_logits(&tokens).unwrap();
+        let reference = llama.reference_logits(&tokens).unwrap();
         for precision in [KvPrecision::F16, KvPrecision::F32] {
             let llama = load(&metadata(), &tensors)
                 .unwrap()

@@ -3,7 +3,7 @@
 //! portable one on seeded random data.
 
 use half::{bf16, f16};
-use lm_model::quant::{GgmlType, Kernel, QMatrix, QuantError};
+use lm_model::{GgmlType, Kernel, QMatrix, QuantError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

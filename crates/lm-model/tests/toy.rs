@@ -5,14 +5,14 @@
 use lm_core::{
     Detokenize, Error, LanguageModel, Rows, SequenceState, TokenId, Uncached, argmax, softmax,
 };
-use lm_model::transformer::{ToyDecoder, TransformerError};
+use lm_model::{Toy, TransformerError};
 
 use crate::common::{fresh_logits, greedy_by_hand};
 
-const END: TokenId = ToyDecoder::END;
+const END: TokenId = Toy::END;
 
 fn prompt() -> Vec<TokenId> {
-    ToyDecoder::encode("<start> the cat").unwrap()
+    Toy::encode("<start> the cat").unwrap()
 }
 
 /// The distribution after reading `prefix` from a fresh state.
@@ -22,32 +22,29 @@ fn distribution<M: LanguageModel>(model: &M, prefix: &[TokenId]) -> Vec<f32> {
 
 #[test]
 fn vocabulary_lookups() {
-    assert_eq!(ToyDecoder::id("cat"), Some(2));
-    assert_eq!(ToyDecoder::id("<end>"), Some(6));
-    assert_eq!(ToyDecoder::id("cow"), None);
-    assert_eq!(ToyDecoder::word(5), Some("slept"));
-    assert_eq!(ToyDecoder::word(7), None);
+    assert_eq!(Toy::id("cat"), Some(2));
+    assert_eq!(Toy::id("<end>"), Some(6));
+    assert_eq!(Toy::id("cow"), None);
+    assert_eq!(Toy::word(5), Some("slept"));
+    assert_eq!(Toy::word(7), None);
     assert_eq!(prompt(), vec![0, 1, 2]);
-    assert_eq!(ToyDecoder::encode("the cow sat"), Err("cow"));
-    let toy = ToyDecoder::new();
+    assert_eq!(Toy::encode("the cow sat"), Err("cow"));
+    let toy = Toy::decoder();
     assert_eq!(
-        toy.decode(&[0, 1, 2, 3, 4, 5, 6]),
+        Toy.decode(&[0, 1, 2, 3, 4, 5, 6]),
         "<start> the cat dog sat slept <end>"
     );
     assert_eq!(toy.vocab_size(), 7);
-    assert_eq!(
-        toy.context_length(),
-        Some(ToyDecoder::DEFAULT_CONTEXT_LENGTH)
-    );
+    assert_eq!(toy.context_length(), Some(Toy::DEFAULT_CONTEXT_LENGTH));
 }
 
 #[test]
 fn first_distribution_after_the_lesson_prompt() {
-    let p = distribution(&ToyDecoder::new(), &prompt());
+    let p = distribution(&Toy::decoder(), &prompt());
     let table: String = p
         .iter()
         .enumerate()
-        .map(|(id, p)| format!("{:<8} {p:.4}\n", ToyDecoder::word(id as TokenId).unwrap()))
+        .map(|(id, p)| format!("{:<8} {p:.4}\n", Toy::word(id as TokenId).unwrap()))
         .collect();
     insta::assert_snapshot!(table);
 }
@@ -56,7 +53,7 @@ fn first_distribution_after_the_lesson_prompt() {
 fn first_distribution_is_uneven_with_end_reachable() {
     // Lesson 001's toy runs from 0.04 to 0.23 with <end> at 0.08; ours is
     // in the same regime (the seed was chosen for it, see toy.rs).
-    let p = distribution(&ToyDecoder::new(), &prompt());
+    let p = distribution(&Toy::decoder(), &prompt());
     let max = p.iter().copied().fold(0.0, f32::max);
     let min = p.iter().copied().fold(1.0, f32::min);
     assert!((0.18..0.32).contains(&max), "{p:?}");
@@ -69,7 +66,7 @@ fn first_distribution_is_uneven_with_end_reachable() {
 fn greedy_never_selects_end_in_twelve_steps() {
     // Lesson 001, "Four runs and how each one ended": the greedy run stops
     // at the length bound.
-    let (tokens, _) = greedy_by_hand(&ToyDecoder::new(), &prompt(), 12);
+    let (tokens, _) = greedy_by_hand(&Toy::decoder(), &prompt(), 12);
     assert!(!tokens.contains(&END), "{tokens:?}");
 }
 
@@ -77,7 +74,7 @@ fn greedy_never_selects_end_in_twelve_steps() {
 fn greedy_is_best_at_two_and_three_tokens_but_not_at_four() {
     // Lesson 001, "Where the greedy run is overtaken": score every
     // continuation of each length exhaustively (7^n of them).
-    let toy = ToyDecoder::new();
+    let toy = Toy::decoder();
     let (greedy_tokens, _) = greedy_by_hand(&toy, &prompt(), 4);
     for (len, greedy_is_best) in [(1, true), (2, true), (3, true), (4, false)] {
         let mut scored: Vec<(f64, Vec<TokenId>)> = vec![(0.0, Vec::new())];
@@ -108,11 +105,11 @@ fn greedy_is_best_at_two_and_three_tokens_but_not_at_four() {
 #[test]
 fn five_greedy_steps_compute_25_positions_uncached_and_7_cached() {
     // Lesson 001, "Recognize what an inference cache changes".
-    let toy = ToyDecoder::new();
+    let toy = Toy::decoder();
     let (cached_tokens, cached_probs) = greedy_by_hand(&toy, &prompt(), 5);
     assert_eq!(toy.positions_computed(), 3 + 1 + 1 + 1 + 1);
 
-    let uncached = Uncached(ToyDecoder::new());
+    let uncached = Uncached(Toy::decoder());
     let (uncached_tokens, uncached_probs) = greedy_by_hand(&uncached, &prompt(), 5);
     assert_eq!(uncached.0.positions_computed(), 3 + 4 + 5 + 6 + 7);
 
@@ -128,7 +125,7 @@ fn five_greedy_steps_compute_25_positions_uncached_and_7_cached() {
 fn a_context_bound_of_five_stops_after_two_new_tokens() {
     // Lesson 001: "With that bound set to five tokens, the seed 0 run stops
     // after two new tokens however many are requested".
-    let toy = ToyDecoder::with_context_length(5).unwrap();
+    let toy = Toy::with_context_length(5).unwrap();
     let mut state = toy.new_state();
     let mut logits = Vec::new();
     toy.forward(&mut state, &prompt(), Rows::Last, &mut logits)
@@ -144,7 +141,7 @@ fn a_context_bound_of_five_stops_after_two_new_tokens() {
     );
     assert_eq!(state.pos(), 5, "a refused token leaves the state as it was");
     assert_eq!(
-        Uncached(ToyDecoder::with_context_length(5).unwrap()).forward(
+        Uncached(Toy::with_context_length(5).unwrap()).forward(
             &mut lm_core::Prefix { tokens: vec![0; 5] },
             &[1],
             Rows::Last,
@@ -156,8 +153,8 @@ fn a_context_bound_of_five_stops_after_two_new_tokens() {
 
 #[test]
 fn the_context_bound_changes_no_weight() {
-    let short = ToyDecoder::with_context_length(5).unwrap();
-    let long = ToyDecoder::new();
+    let short = Toy::with_context_length(5).unwrap();
+    let long = Toy::decoder();
     let prefix = [0, 1, 2, 3, 6];
     assert_eq!(distribution(&short, &prefix), distribution(&long, &prefix));
 }
@@ -165,7 +162,7 @@ fn the_context_bound_changes_no_weight() {
 #[test]
 fn a_zero_context_bound_is_refused() {
     assert!(matches!(
-        ToyDecoder::with_context_length(0),
+        Toy::with_context_length(0),
         Err(TransformerError::ZeroSize {
             field: "context_length"
         })
@@ -183,10 +180,10 @@ fn the_generation_loop_reads_25_positions_uncached_and_7_cached() {
         end_tokens: vec![END],
         ..GenerationConfig::default()
     };
-    let toy = ToyDecoder::new();
-    let cached = generate(&toy, &prompt(), &config, Some(&toy)).unwrap();
-    let uncached = Uncached(ToyDecoder::new());
-    let reread = generate(&uncached, &prompt(), &config, Some(&uncached.0)).unwrap();
+    let toy = Toy::decoder();
+    let cached = generate(&toy, &prompt(), &config, Some(&Toy)).unwrap();
+    let uncached = Uncached(Toy::decoder());
+    let reread = generate(&uncached, &prompt(), &config, Some(&Toy)).unwrap();
     assert_eq!(cached.tokens.len(), 5);
     assert_eq!(cached.tokens, reread.tokens);
     assert_eq!(toy.positions_computed(), 7);

@@ -4,9 +4,9 @@
 //! token, forking, and typed errors.
 
 use lm_core::{Error, LanguageModel, Rows, SequenceState, TokenId, Uncached, argmax};
-use lm_model::transformer::{
-    Decoder, DecoderWeights, FfnKind, KvPrecision, Linear, NormKind, PositionKind, ToyArchitecture,
-    ToyDecoder, TransformerConfig, TransformerError, kv_cache::CHUNK_LEN,
+use lm_model::{
+    Decoder, DecoderWeights, FfnKind, KV_CHUNK_LEN as CHUNK_LEN, KvPrecision, Linear, NormKind,
+    PositionKind, Toy, ToyArchitecture, TransformerConfig, TransformerError,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,10 +15,10 @@ use crate::common::fresh_logits;
 
 const TOLERANCE: f32 = 1e-5;
 
-fn toys(context_length: usize) -> Vec<ToyDecoder> {
+fn toys(context_length: usize) -> Vec<Decoder> {
     [ToyArchitecture::Gpt2, ToyArchitecture::Llama]
         .into_iter()
-        .map(|arch| ToyDecoder::with_options(arch, context_length, ToyDecoder::SEED).unwrap())
+        .map(|arch| Toy::with_options(arch, context_length, Toy::SEED).unwrap())
         .collect()
 }
 
@@ -36,9 +36,11 @@ fn random_tokens(rng: &mut ChaCha8Rng, len: usize) -> Vec<TokenId> {
 #[test]
 fn cached_logits_equal_the_reference_and_the_uncached_adapter_on_random_prefixes() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    for toy in toys(40) {
-        let uncached =
-            Uncached(ToyDecoder::with_options(toy.architecture(), 40, ToyDecoder::SEED).unwrap());
+    for (arch, toy) in [ToyArchitecture::Gpt2, ToyArchitecture::Llama]
+        .into_iter()
+        .zip(toys(40))
+    {
+        let uncached = Uncached(Toy::with_options(arch, 40, Toy::SEED).unwrap());
         for case in 0..60 {
             let len = rng.random_range(1..=40);
             let tokens = random_tokens(&mut rng, len);
@@ -74,7 +76,7 @@ fn cached_logits_equal_the_reference_and_the_uncached_adapter_on_random_prefixes
                     )
                     .unwrap();
                 let expected = reference.row(pos);
-                let what = format!("{:?} case {case} pos {pos}", toy.architecture());
+                let what = format!("{arch:?} case {case} pos {pos}");
                 assert_close(&logits, expected.as_slice().unwrap(), &what);
                 assert_close(&uncached_logits, expected.as_slice().unwrap(), &what);
                 assert_eq!(
@@ -259,7 +261,7 @@ fn a_weight_of_the_wrong_shape_is_named() {
         token_embedding: zeros(5, 8),
         position_embedding: None,
         layers: Vec::new(),
-        final_norm: lm_model::transformer::norm::Norm::rms_norm(vec![1.0; 8], 1e-5),
+        final_norm: lm_model::Norm::rms_norm(vec![1.0; 8], 1e-5),
         output: Some(zeros(5, 7)),
     };
     let err = Decoder::new(c, weights).unwrap_err();

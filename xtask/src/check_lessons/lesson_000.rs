@@ -13,7 +13,7 @@ use std::cell::Cell;
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, Rows, TokenId, argmax, sample_inverse_cdf, softmax};
 use lm_decode::{GenerationConfig, Sampler, SamplingConfig, TokenRng, generate};
-use lm_model::transformer::ToyDecoder;
+use lm_model::{Decoder, Toy};
 
 use super::{Claim, fixed};
 
@@ -442,9 +442,8 @@ impl<M: LanguageModel> LanguageModel for CallCounter<M> {
 }
 
 /// Model calls to generate `n_new` tokens greedily from the toy's prompt.
-fn calls_for(model: &CallCounter<ToyDecoder>, n_new: usize) -> Result<usize> {
-    let prompt =
-        ToyDecoder::encode("<start> the cat").map_err(|w| anyhow::anyhow!("unknown word {w}"))?;
+fn calls_for(model: &CallCounter<Decoder>, n_new: usize) -> Result<usize> {
+    let prompt = Toy::encode("<start> the cat").map_err(|w| anyhow::anyhow!("unknown word {w}"))?;
     let config = GenerationConfig {
         max_new_tokens: n_new,
         sampling: SamplingConfig::greedy(),
@@ -463,7 +462,7 @@ fn calls_for(model: &CallCounter<ToyDecoder>, n_new: usize) -> Result<usize> {
 /// m tokens need m calls, question 3, 500 vs 50 tokens, training in one pass.
 fn cost_of_generation() -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
-    let toy = ToyDecoder::with_context_length(512).context("building the toy decoder")?;
+    let toy = Toy::with_context_length(512).context("building the toy decoder")?;
     let model = CallCounter {
         inner: toy,
         calls: Cell::new(0),
@@ -511,7 +510,7 @@ fn cost_of_generation() -> Result<Vec<Claim>> {
     );
     // Training: one call reads a known text and returns every position's row.
     let toy = &model.inner;
-    let text = ToyDecoder::encode("<start> the cat sat the dog slept <end>")
+    let text = Toy::encode("<start> the cat sat the dog slept <end>")
         .map_err(|w| anyhow::anyhow!("unknown word {w}"))?;
     let mut all = Vec::new();
     let mut state = toy.new_state();

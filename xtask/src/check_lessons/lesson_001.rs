@@ -10,7 +10,7 @@ use lm_decode::{
     BeamConfig, FinishedMask, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation,
     beam_search, generate,
 };
-use lm_model::transformer::ToyDecoder;
+use lm_model::{Decoder, Toy};
 
 use super::toy_runs::{self, greedy, prompt, run, sampling, words};
 use super::{Claim, fixed};
@@ -36,7 +36,7 @@ const ALTERNATIVE_FOUR: [f64; 4] = [0.2334, 0.2388, 0.1921, 0.3835];
 /// Every claim of lesson 001.
 pub(crate) fn claims() -> Result<Vec<Claim>> {
     let mut claims = arithmetic()?;
-    let toy = ToyDecoder::new();
+    let toy = Toy::decoder();
     claims.extend(one_loop(&toy)?);
     claims.extend(sequence_probability(&toy)?);
     claims.extend(greedy_is_local(&toy)?);
@@ -129,7 +129,7 @@ fn arithmetic() -> Result<Vec<Claim>> {
 }
 
 /// The first forward pass, the default run and the greedy run on the toy.
-fn one_loop(toy: &ToyDecoder) -> Result<Vec<Claim>> {
+fn one_loop(toy: &Decoder) -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
     let prompt = prompt()?;
     let mut state = toy.new_state();
@@ -273,7 +273,7 @@ fn steps_summary(run: &Generation) -> String {
 }
 
 /// Chain-rule products of the toy's runs, shrinking, temperature 0.5.
-fn sequence_probability(toy: &ToyDecoder) -> Result<Vec<Claim>> {
+fn sequence_probability(toy: &Decoder) -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
     let default = run(toy, &sampling(0, 5))?;
     let greedy_run = run(toy, &greedy(0, 5))?;
@@ -401,7 +401,7 @@ fn sequence_probability(toy: &ToyDecoder) -> Result<Vec<Claim>> {
 }
 
 /// 2,401 continuations, greedy's rank by enumeration and brute force, beam search.
-fn greedy_is_local(toy: &ToyDecoder) -> Result<Vec<Claim>> {
+fn greedy_is_local(toy: &Decoder) -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
     let enumerations = toy_runs::enumerations(toy)?;
     let [two, three, four] = enumerations.as_slice() else {
@@ -489,7 +489,7 @@ fn greedy_is_local(toy: &ToyDecoder) -> Result<Vec<Claim>> {
 }
 
 /// Seeds, greedy, the stop table, early stops, the context bound.
-fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
+fn stopping(toy: &Decoder) -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
     let reference = run(toy, &greedy(0, 5))?;
     let mut n_same = 0;
@@ -556,11 +556,10 @@ fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
         .last()
         .map(|(_, _, run)| run)
         .context("the greedy row of the stop table")?;
-    let end_never_top = greedy_twelve.steps.iter().all(|s| {
-        s.model_top
-            .first()
-            .is_some_and(|c| c.token != ToyDecoder::END)
-    });
+    let end_never_top = greedy_twelve
+        .steps
+        .iter()
+        .all(|s| s.model_top.first().is_some_and(|c| c.token != Toy::END));
     claims.push(
         claim(FOUR_RUNS, "greedy never selects <end> in 12 steps; <end> never has the largest share (toy)")
             .quote("the greedy run never selected the end token in the twelve steps the control allows, because <end> never held the largest share.")
@@ -569,11 +568,11 @@ fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
                 format!(
                     "{} tokens, <end> {}; {}",
                     greedy_twelve.tokens.len(),
-                    if greedy_twelve.tokens.contains(&ToyDecoder::END) { "selected" } else { "never selected" },
+                    if greedy_twelve.tokens.contains(&Toy::END) { "selected" } else { "never selected" },
                     toy_runs::describe_stop(greedy_twelve)
                 ),
                 greedy_twelve.tokens.len() == 12
-                    && !greedy_twelve.tokens.contains(&ToyDecoder::END)
+                    && !greedy_twelve.tokens.contains(&Toy::END)
                     && end_never_top
                     && greedy_twelve.stop_reason == StopReason::MaxNewTokens,
             ),
@@ -582,10 +581,10 @@ fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
     let mut state = toy.new_state();
     let mut logits = Vec::new();
     toy.forward(&mut state, &prompt, Rows::Last, &mut logits)?;
-    let end_share = softmax(&logits, 1.0)?[ToyDecoder::END as usize];
+    let end_share = softmax(&logits, 1.0)?[Toy::END as usize];
     let n_at_first = seed_runs
         .iter()
-        .filter(|(_, g)| g.tokens.as_slice() == [ToyDecoder::END])
+        .filter(|(_, g)| g.tokens.as_slice() == [Toy::END])
         .count();
     claims.push(
         claim(FOUR_RUNS, "<end> can be drawn at the very first step (toy)")
@@ -605,7 +604,7 @@ fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
     let before_fifth = ended.iter().filter(|g| g.tokens.len() < 5).count();
     let containing_end = seed_runs
         .iter()
-        .filter(|(_, g)| g.tokens.contains(&ToyDecoder::END))
+        .filter(|(_, g)| g.tokens.contains(&Toy::END))
         .count();
     claims.push(
         claim(FOUR_RUNS, "runs of seeds 0..=100 (5 new tokens, T = 1) that stop on <end>, counted (toy)")
@@ -638,7 +637,7 @@ fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
             all_finite,
         ),
     );
-    let short = ToyDecoder::with_context_length(5).context("the toy with a context bound of 5")?;
+    let short = Toy::with_context_length(5).context("the toy with a context bound of 5")?;
     let mut outcomes = Vec::new();
     let mut holds = true;
     for requested in [5, 12, 100] {
@@ -656,10 +655,10 @@ fn stopping(toy: &ToyDecoder) -> Result<Vec<Claim>> {
 
 /// An end token is the last token and the reason; otherwise `requested` tokens.
 fn stop_is_consistent(run: &Generation, requested: usize) -> bool {
-    let end_at = run.tokens.iter().position(|&t| t == ToyDecoder::END);
+    let end_at = run.tokens.iter().position(|&t| t == Toy::END);
     match run.stop_reason {
         StopReason::EndToken(token) => {
-            token == ToyDecoder::END
+            token == Toy::END
                 && end_at == Some(run.tokens.len() - 1)
                 && run.tokens.len() <= requested
         }
@@ -671,8 +670,8 @@ fn stop_is_consistent(run: &Generation, requested: usize) -> bool {
 /// 25 vs 7 positions, cache = reference, the finished mask, truncation.
 fn cache_mask_truncation() -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
-    let cached = ToyDecoder::new();
-    let uncached = Uncached(ToyDecoder::new());
+    let cached = Toy::decoder();
+    let uncached = Uncached(Toy::decoder());
     let prompt = prompt()?;
     let config = sampling(0, 5);
     cached.reset_counter();
@@ -760,8 +759,8 @@ fn cache_mask_truncation() -> Result<Vec<Claim>> {
             ),
         ),
     );
-    let short = ToyDecoder::with_context_length(5).context("the toy with a context bound of 5")?;
-    let long_prompt = ToyDecoder::encode("<start> the cat sat the dog")
+    let short = Toy::with_context_length(5).context("the toy with a context bound of 5")?;
+    let long_prompt = Toy::encode("<start> the cat sat the dog")
         .map_err(|word| anyhow::anyhow!("`{word}` is not in the toy vocabulary"))?;
     let refused = generate(&short, &long_prompt, &sampling(0, 5), None).is_err();
     let kept = generate(

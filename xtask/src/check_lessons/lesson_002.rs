@@ -12,7 +12,7 @@ use lm_decode::{
     BeamConfig, Sampler, SamplingConfig, TokenRng, beam_search, enumerate_continuations,
     length_penalized_score,
 };
-use lm_model::transformer::ToyDecoder;
+use lm_model::Toy;
 
 use super::toy_runs::{self, words};
 use super::{Claim, fixed};
@@ -198,7 +198,7 @@ fn decoding(logits: &[f32]) -> Result<Vec<Claim>> {
         .quote("used beam size 4 with length penalty α = 0.6")
         .exact("-1.731240, -3.000000", format!("{ten:.6}, {one:.6}")),
     );
-    let toy = ToyDecoder::new();
+    let toy = Toy::decoder();
     let prompt = toy_runs::prompt()?;
     let beams = beam_search(
         &toy,

@@ -4,7 +4,7 @@
 //! available, so these numbers replace its numbers; the insta snapshots at
 //! the end of this file pin them, so any change to them shows in review.
 //!
-//! Every run is `lm_decode::generate` on `lm_model::transformer::ToyDecoder`
+//! Every run is `lm_decode::generate` on `lm_model::Toy`
 //! from the prompt `<start> the cat` with `<end>` (id 6) as the end token,
 //! sampling at T = 1 or greedy, exactly the settings of the lesson's code.
 
@@ -14,7 +14,7 @@ use lm_decode::{
     Enumeration, Generation, GenerationConfig, SamplingConfig, StopReason, enumerate_continuations,
     generate,
 };
-use lm_model::transformer::ToyDecoder;
+use lm_model::{Decoder, Toy};
 
 /// The lesson's prompt.
 pub(crate) const PROMPT: &str = "<start> the cat";
@@ -23,7 +23,7 @@ pub(crate) const SEEDS: std::ops::RangeInclusive<u64> = 0..=100;
 
 /// The prompt's token ids (0, 1, 2).
 pub(crate) fn prompt() -> Result<Vec<TokenId>> {
-    ToyDecoder::encode(PROMPT).map_err(|word| anyhow!("`{word}` is not in the toy vocabulary"))
+    Toy::encode(PROMPT).map_err(|word| anyhow!("`{word}` is not in the toy vocabulary"))
 }
 
 /// Sampling at T = 1 with `seed`, `max_new_tokens` new tokens, `<end>` ending.
@@ -34,7 +34,7 @@ pub(crate) fn sampling(seed: u64, max_new_tokens: usize) -> GenerationConfig {
             seed,
             ..SamplingConfig::default()
         },
-        end_tokens: vec![ToyDecoder::END],
+        end_tokens: vec![Toy::END],
         n_top_candidates: 1,
         ..GenerationConfig::default()
     }
@@ -52,7 +52,7 @@ pub(crate) fn greedy(seed: u64, max_new_tokens: usize) -> GenerationConfig {
 }
 
 /// One run of the toy from the prompt.
-pub(crate) fn run(toy: &ToyDecoder, config: &GenerationConfig) -> Result<Generation> {
+pub(crate) fn run(toy: &Decoder, config: &GenerationConfig) -> Result<Generation> {
     Ok(generate(toy, &prompt()?, config, None)?)
 }
 
@@ -60,7 +60,7 @@ pub(crate) fn run(toy: &ToyDecoder, config: &GenerationConfig) -> Result<Generat
 pub(crate) fn words(tokens: &[TokenId]) -> String {
     tokens
         .iter()
-        .map(|&id| ToyDecoder::word(id).unwrap_or("<unk>"))
+        .map(|&id| Toy::word(id).unwrap_or("<unk>"))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -105,7 +105,7 @@ pub(crate) fn describe_stop(run: &Generation) -> String {
 }
 
 /// The lesson's four runs: sampling with seeds 0, 1, 4 for 5 tokens, greedy for 12.
-pub(crate) fn four_runs(toy: &ToyDecoder) -> Result<Vec<(String, usize, Generation)>> {
+pub(crate) fn four_runs(toy: &Decoder) -> Result<Vec<(String, usize, Generation)>> {
     let mut rows = Vec::new();
     for seed in [0, 1, 4] {
         rows.push((
@@ -138,7 +138,7 @@ pub(crate) fn stop_table(runs: &[(String, usize, Generation)]) -> String {
 }
 
 /// The 101 runs of five new tokens, seeds 0 to 100, at T = 1.
-pub(crate) fn seed_runs(toy: &ToyDecoder) -> Result<Vec<(u64, Generation)>> {
+pub(crate) fn seed_runs(toy: &Decoder) -> Result<Vec<(u64, Generation)>> {
     SEEDS
         .map(|seed| run(toy, &sampling(seed, 5)).map(|g| (seed, g)))
         .collect()
@@ -175,7 +175,7 @@ pub(crate) fn early_stop_summary(runs: &[(u64, Generation)]) -> String {
 }
 
 /// Enumerations of every continuation of 2, 3 and 4 tokens.
-pub(crate) fn enumerations(toy: &ToyDecoder) -> Result<Vec<Enumeration>> {
+pub(crate) fn enumerations(toy: &Decoder) -> Result<Vec<Enumeration>> {
     let prompt = prompt()?;
     (2..=4)
         .map(|n| enumerate_continuations(toy, &prompt, n, 10_000).map_err(Into::into))
@@ -216,11 +216,11 @@ pub(crate) fn rank_table(enumerations: &[Enumeration]) -> String {
 /// mask, no cache, the whole sequence in one pass) and returns the greedy
 /// continuation (argmax of the reference rows) and its rank, counted from 1.
 pub(crate) fn brute_force_greedy_rank(
-    toy: &ToyDecoder,
+    toy: &Decoder,
     n_steps: usize,
 ) -> Result<(Vec<TokenId>, usize, usize)> {
     let prompt = prompt()?;
-    let vocab = lm_model::transformer::TOY_VOCAB.len();
+    let vocab = lm_model::TOY_VOCAB.len();
     let mut greedy = Vec::new();
     for _ in 0..n_steps {
         let tokens: Vec<TokenId> = prompt.iter().chain(&greedy).copied().collect();
@@ -250,7 +250,7 @@ pub(crate) fn brute_force_greedy_rank(
 }
 
 /// `ln p(continuation | prompt)` from one reference pass over the whole text.
-fn score(toy: &ToyDecoder, prompt: &[TokenId], continuation: &[TokenId]) -> Result<f64> {
+fn score(toy: &Decoder, prompt: &[TokenId], continuation: &[TokenId]) -> Result<f64> {
     let tokens: Vec<TokenId> = prompt.iter().chain(continuation).copied().collect();
     let rows = toy.reference_logits(&tokens)?;
     let mut total = 0.0;
@@ -265,7 +265,7 @@ fn score(toy: &ToyDecoder, prompt: &[TokenId], continuation: &[TokenId]) -> Resu
 /// Every toy table, titled, as `cargo xtask check-lessons` prints them under
 /// the claims.
 pub(crate) fn all_tables() -> Result<String> {
-    let toy = ToyDecoder::new();
+    let toy = Toy::decoder();
     Ok(format!(
         "Lesson 001 on the toy decoder (its numbers replace the SDK's):\n\n\
          default run (sampling, seed 0, 5 new tokens):\n{}\n\
@@ -309,37 +309,37 @@ mod tests {
 
     #[test]
     fn default_run_seed_0_five_steps() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         insta::assert_snapshot!(trace_table(&run(&toy, &sampling(0, 5)).unwrap()));
     }
 
     #[test]
     fn greedy_run_five_steps() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         insta::assert_snapshot!(trace_table(&run(&toy, &greedy(0, 5)).unwrap()));
     }
 
     #[test]
     fn stop_table_seeds_0_1_4_and_greedy_12() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         insta::assert_snapshot!(stop_table(&four_runs(&toy).unwrap()));
     }
 
     #[test]
     fn seeds_0_to_100_stopping_on_end() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         insta::assert_snapshot!(early_stop_summary(&seed_runs(&toy).unwrap()));
     }
 
     #[test]
     fn greedy_rank_among_all_continuations() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         insta::assert_snapshot!(rank_table(&enumerations(&toy).unwrap()));
     }
 
     #[test]
     fn brute_force_agrees_with_the_enumeration() {
-        let toy = ToyDecoder::new();
+        let toy = Toy::decoder();
         let e = enumerations(&toy).unwrap();
         for (n_steps, enumeration) in (2..=4).zip(&e) {
             let (greedy, rank, n_total) = brute_force_greedy_rank(&toy, n_steps).unwrap();

@@ -15,8 +15,8 @@
 //! metadata is decoded eagerly, tensor data is borrowed from the map.
 //!
 //! ```
-//! # fn main() -> Result<(), lm_model::gguf::GgufError> {
-//! use lm_model::gguf::GgufFile;
+//! # fn main() -> Result<(), lm_model::GgufError> {
+//! use lm_model::GgufFile;
 //! // The smallest valid file: header only, no metadata, no tensors.
 //! let mut bytes = b"GGUF".to_vec();
 //! bytes.extend(3u32.to_le_bytes());
@@ -44,9 +44,9 @@ use memmap2::Mmap;
 
 use cursor::Cursor;
 pub use error::GgufError;
-pub use metadata::{MAX_ARRAY_DEPTH, MetadataValue};
+pub use metadata::MetadataValue;
 pub use summary::Summary;
-pub use tensor::{MAX_DIMS, TensorInfo, TensorView};
+pub use tensor::{TensorInfo, TensorView};
 
 /// The four bytes every GGUF file starts with.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -280,7 +280,7 @@ impl GgufFile {
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&MetadataValue> {
         let idx = *self.key_index.get(key)?;
-        self.metadata.get(idx).map(|(_, value)| value)
+        Some(&self.metadata[idx].1)
     }
 
     /// The value of `key`, or `MissingKey`.
@@ -370,52 +370,48 @@ impl GgufFile {
 
     /// An array of strings (e.g. `tokenizer.ggml.tokens`), borrowed.
     pub fn get_string_array(&self, key: &str) -> Result<Vec<&str>, GgufError> {
-        const EXPECTED: &str = "an array of strings";
-        self.get_array(key, EXPECTED)?
-            .iter()
-            .map(|item| {
-                item.as_str().ok_or_else(|| GgufError::WrongType {
-                    key: key.to_owned(),
-                    expected: EXPECTED,
-                    found: array_of(item),
-                })
-            })
-            .collect()
+        self.get_array_of(key, "an array of strings", |item| item.as_str().map(Ok))
     }
 
     /// An array of integers that each fit in i32 (e.g. `tokenizer.ggml.token_type`).
     pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>, GgufError> {
-        const EXPECTED: &str = "an array of integers";
-        self.get_array(key, EXPECTED)?
-            .iter()
-            .map(|item| {
-                let integer = item.as_integer().ok_or_else(|| GgufError::WrongType {
-                    key: key.to_owned(),
-                    expected: EXPECTED,
-                    found: array_of(item),
-                })?;
+        self.get_array_of(key, "an array of integers", |item| {
+            let integer = item.as_integer()?;
+            Some(
                 i32::try_from(integer).map_err(|_| GgufError::ValueOutOfRange {
                     key: key.to_owned(),
                     value: integer,
                     expected: "i32",
-                })
-            })
-            .collect()
+                }),
+            )
+        })
     }
 
     /// An array of F32 (or F64 rounded to f32) values (e.g. `tokenizer.ggml.scores`).
     pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>, GgufError> {
-        const EXPECTED: &str = "an array of floats";
-        self.get_array(key, EXPECTED)?
+        self.get_array_of(key, "an array of floats", |item| {
+            item.as_float().map(|v| Ok(v as f32))
+        })
+    }
+
+    /// Every item of the array at `key`, converted by `convert`: `None` (an
+    /// item of another type) is `WrongType` naming the item's type.
+    fn get_array_of<'a, T>(
+        &'a self,
+        key: &str,
+        expected: &'static str,
+        convert: impl Fn(&'a MetadataValue) -> Option<Result<T, GgufError>>,
+    ) -> Result<Vec<T>, GgufError> {
+        self.get_array(key, expected)?
             .iter()
             .map(|item| {
-                item.as_float()
-                    .map(|v| v as f32)
-                    .ok_or_else(|| GgufError::WrongType {
+                convert(item).unwrap_or_else(|| {
+                    Err(GgufError::WrongType {
                         key: key.to_owned(),
-                        expected: EXPECTED,
+                        expected,
                         found: array_of(item),
                     })
+                })
             })
             .collect()
     }
@@ -427,28 +423,22 @@ impl GgufFile {
 
     /// The tensor named `name`, with its data, or `MissingTensor`.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, GgufError> {
-        let missing = || GgufError::MissingTensor {
-            name: name.to_owned(),
-        };
-        let info = self
+        let idx = *self
             .tensor_index
             .get(name)
-            .and_then(|&idx| self.tensors.get(idx))
-            .ok_or_else(missing)?;
+            .ok_or_else(|| GgufError::MissingTensor {
+                name: name.to_owned(),
+            })?;
+        let info = &self.tensors[idx];
         // An empty tensor has no bytes to borrow: the file may end before
         // the (padded) start of its data section.
         if info.n_bytes == 0 {
             return Ok(TensorView { info, data: &[] });
         }
-        // Bounds were checked at parse time; `get` keeps this panic-free regardless.
-        let start = self
-            .data_offset
-            .checked_add(info.offset)
-            .ok_or_else(missing)?;
-        let data = start
-            .checked_add(info.n_bytes)
-            .and_then(|end| self.bytes().get(start..end))
-            .ok_or_else(missing)?;
+        // Parsing checked `offset + n_bytes <= data_len`, the length of the
+        // bytes after `data_offset`, so this range is inside the file.
+        let start = self.data_offset + info.offset;
+        let data = &self.bytes()[start..start + info.n_bytes];
         Ok(TensorView { info, data })
     }
 

@@ -92,6 +92,16 @@ fn parse_number(text: &str, line: usize) -> Result<f32, NgramError> {
         })
 }
 
+/// A whole number of the `\data\` header (surrounding spaces allowed), or
+/// `ArpaBadNumber`.
+fn parse_count<T: std::str::FromStr>(text: &str, line: usize) -> Result<T, NgramError> {
+    let text = text.trim();
+    text.parse().map_err(|_| NgramError::ArpaBadNumber {
+        line,
+        text: text.to_owned(),
+    })
+}
+
 impl NgramModel {
     /// Reads an ARPA file.
     pub fn read_arpa<R: BufRead>(reader: R) -> Result<Self, NgramError> {
@@ -126,24 +136,11 @@ impl NgramModel {
                 .strip_prefix("ngram")
                 .and_then(|rest| rest.split_once('='))
                 .ok_or_else(unexpected)?;
-            let order: usize =
-                order_text
-                    .trim()
-                    .parse()
-                    .map_err(|_| NgramError::ArpaBadNumber {
-                        line,
-                        text: order_text.trim().to_owned(),
-                    })?;
+            let order: usize = parse_count(order_text, line)?;
             if order != declared.len() + 1 {
                 return Err(unexpected());
             }
-            let count: u64 = count_text
-                .trim()
-                .parse()
-                .map_err(|_| NgramError::ArpaBadNumber {
-                    line,
-                    text: count_text.trim().to_owned(),
-                })?;
+            let count: u64 = parse_count(count_text, line)?;
             declared.push(count);
         };
         if declared.is_empty() {

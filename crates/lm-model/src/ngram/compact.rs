@@ -238,14 +238,6 @@ impl NgramModel {
                 what: "trailing bytes",
             });
         }
-        NgramModel::from_levels(
-            vocab,
-            false,
-            unigrams,
-            higher,
-            false,
-            |_, _| 0,
-            |_, _| String::new(),
-        )
+        NgramModel::from_built_levels(vocab, unigrams, higher)
     }
 }

@@ -82,6 +82,25 @@ pub(crate) struct RawEntry {
 }
 
 impl NgramModel {
+    /// [`NgramModel::from_levels`] for levels built in this crate (an
+    /// estimate, a compact file): no source lines to name, no source order
+    /// to keep, no `<unk>` added.
+    pub(crate) fn from_built_levels(
+        vocab: Vocab,
+        unigrams: Vec<(f32, f32)>,
+        higher: Vec<Vec<RawEntry>>,
+    ) -> Result<Self, NgramError> {
+        Self::from_levels(
+            vocab,
+            false,
+            unigrams,
+            higher,
+            false,
+            |_, _| 0,
+            |_, _| String::new(),
+        )
+    }
+
     /// Builds the model from unigram (prob, backoff) pairs in id order and
     /// higher levels in any order (each entry's context is an index into the
     /// level below as handed in). With `keep_source_order`, writing the model

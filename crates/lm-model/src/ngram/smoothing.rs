@@ -430,14 +430,6 @@ impl NgramModel {
             higher.push(entries);
             new_index = renumbered;
         }
-        NgramModel::from_levels(
-            vocab.clone(),
-            false,
-            unigrams,
-            higher,
-            false,
-            |_, _| 0,
-            |_, _| String::new(),
-        )
+        NgramModel::from_built_levels(vocab.clone(), unigrams, higher)
     }
 }

@@ -43,7 +43,7 @@ impl GgmlType {
     /// The type with GGML id `id`; ids of types this crate cannot read are an error.
     ///
     /// ```
-    /// use lm_model::quant::GgmlType;
+    /// use lm_model::GgmlType;
     /// assert_eq!(GgmlType::from_id(3).unwrap(), GgmlType::Q4_1);
     /// assert!(GgmlType::from_id(12).is_err()); // Q4_K: not supported
     /// ```
@@ -100,7 +100,7 @@ impl GgmlType {
     /// Errors if `n_cols` is not a multiple of the block size or the byte count overflows.
     ///
     /// ```
-    /// use lm_model::quant::GgmlType;
+    /// use lm_model::GgmlType;
     /// assert_eq!(GgmlType::Q4_1.row_bytes(576).unwrap(), 18 * 20);
     /// assert!(GgmlType::Q4_1.row_bytes(40).is_err());
     /// ```

@@ -16,8 +16,9 @@ use rayon::prelude::*;
 
 use super::activation::{Q8Block, quantize_activations};
 use super::block;
-use super::dot::{Dispatch, Kernel, portable};
+use super::dot::portable;
 use super::{GgmlType, QuantError};
+use crate::dispatch::{Dispatch, Kernel};
 
 /// Matrices with fewer weights than this are multiplied on the calling thread:
 /// below it, handing rows to rayon costs more than it saves.
@@ -67,7 +68,7 @@ impl<'a> QMatrix<'a> {
     /// [`Kernel`] this CPU supports.
     ///
     /// ```
-    /// use lm_model::quant::{GgmlType, QMatrix};
+    /// use lm_model::{GgmlType, QMatrix};
     /// // 2 x 2 identity in f32.
     /// let data: Vec<u8> = [1.0f32, 0.0, 0.0, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     /// let w = QMatrix::new(GgmlType::F32, 2, 2, &data).unwrap();
@@ -94,15 +95,36 @@ impl<'a> QMatrix<'a> {
                 actual: data.len(),
             });
         }
-        let dispatch = Dispatch::new(Kernel::detect()).unwrap_or(PORTABLE);
-        Ok(QMatrix {
+        Ok(QMatrix::checked_before(
+            ty,
+            n_rows,
+            n_cols,
+            data,
+            Dispatch::detect(),
+        ))
+    }
+
+    /// A view whose shape and data length were checked by [`QMatrix::new`]
+    /// before (a file-backed weight, at each product), multiplying with
+    /// `dispatch`.
+    pub(crate) fn checked_before(
+        ty: GgmlType,
+        n_rows: usize,
+        n_cols: usize,
+        data: &'a [u8],
+        dispatch: Dispatch,
+    ) -> QMatrix<'a> {
+        let row_bytes = n_cols / ty.block_size() * ty.block_bytes();
+        debug_assert!(n_cols.is_multiple_of(ty.block_size()), "whole blocks");
+        debug_assert_eq!(data.len(), n_rows * row_bytes, "data length");
+        QMatrix {
             ty,
             n_rows,
             n_cols,
             row_bytes,
             data,
             dispatch,
-        })
+        }
     }
 
     /// The same matrix using `kernel` for its products; errors if this CPU lacks it.
@@ -140,12 +162,21 @@ impl<'a> QMatrix<'a> {
     /// Writes row `row_idx` as f32 into `out` (`n_cols` long), bit-exactly as GGML dequantizes it.
     pub fn dequantize_row(&self, row_idx: usize, out: &mut [f32]) -> Result<(), QuantError> {
         check_len("output row", self.n_cols, out.len())?;
-        let row = self.row_data(row_idx).ok_or(QuantError::RowOutOfRange {
-            row_idx,
-            n_rows: self.n_rows,
-        })?;
-        block::dequantize_row(self.ty, row, out);
+        if row_idx >= self.n_rows {
+            return Err(QuantError::RowOutOfRange {
+                row_idx,
+                n_rows: self.n_rows,
+            });
+        }
+        self.dequantize_row_checked(row_idx, out);
         Ok(())
+    }
+
+    /// [`QMatrix::dequantize_row`] with the index and length checked by the caller.
+    pub(crate) fn dequantize_row_checked(&self, row_idx: usize, out: &mut [f32]) {
+        debug_assert_eq!(out.len(), self.n_cols, "output row");
+        let start = row_idx * self.row_bytes;
+        block::dequantize_row(self.ty, &self.data[start..start + self.row_bytes], out);
     }
 
     /// The whole matrix as f32, row-major (for small tensors such as norm weights).
@@ -173,12 +204,18 @@ impl<'a> QMatrix<'a> {
     pub fn matvec(&self, x: &[f32], y: &mut [f32]) -> Result<(), QuantError> {
         check_len("input vector", self.n_cols, x.len())?;
         check_len("output vector", self.n_rows, y.len())?;
+        self.matvec_checked(x, y);
+        Ok(())
+    }
+
+    /// [`QMatrix::matvec`] with the lengths checked by the caller.
+    fn matvec_checked(&self, x: &[f32], y: &mut [f32]) {
         if !self.ty.is_quantized() {
             self.fill_rows(y, 1, |rows, out| {
                 self.dispatch
                     .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, &[], 1, out);
             });
-            return Ok(());
+            return;
         }
         with_scratch(|scratch| {
             quantize_activations(x, &mut scratch.activations);
@@ -188,7 +225,6 @@ impl<'a> QMatrix<'a> {
                     .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, xq, 1, out);
             });
         });
-        Ok(())
     }
 
     /// `y = W x` with `x` kept in f32, dequantizing one block at a time:
@@ -223,9 +259,19 @@ impl<'a> QMatrix<'a> {
         })?;
         check_len("input matrix", n_inputs, xs.len())?;
         check_len("output matrix", n_outputs, ys.len())?;
+        self.matmul_checked(xs, n, ys);
+        Ok(())
+    }
+
+    /// [`QMatrix::matmul`] with the lengths checked by the caller: `xs` is
+    /// `n x n_cols`, `ys` is `n x n_rows`.
+    pub(crate) fn matmul_checked(&self, xs: &[f32], n: usize, ys: &mut [f32]) {
+        debug_assert_eq!((xs.len(), ys.len()), (n * self.n_cols, n * self.n_rows));
         if n == 1 {
-            return self.matvec(xs, ys);
+            self.matvec_checked(xs, ys);
+            return;
         }
+        let n_outputs = ys.len();
         with_scratch(|scratch| {
             let Scratch {
                 activations,
@@ -253,7 +299,6 @@ impl<'a> QMatrix<'a> {
                     }
                 });
         });
-        Ok(())
     }
 
     /// Fills `out` (`n_rows x n`, row-major) by calling `dot(rows, results)`
@@ -280,9 +325,6 @@ impl<'a> QMatrix<'a> {
         }
     }
 }
-
-/// The portable kernel, always available.
-const PORTABLE: Dispatch = Dispatch::PORTABLE;
 
 /// Errors unless a buffer has the length the matrix's shape requires.
 fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), QuantError> {

@@ -14,8 +14,8 @@ mod dot;
 mod ggml_type;
 mod matrix;
 
+pub use crate::dispatch::Kernel;
 pub use block::QK;
-pub use dot::Kernel;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;
 

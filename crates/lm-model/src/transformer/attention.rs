@@ -29,6 +29,7 @@ use super::config::KvPrecision;
 use half::slice::HalfFloatSliceExt;
 
 use super::kv_cache::{KvCache, widen_f16};
+use crate::dispatch::Dispatch;
 
 /// Head counts and width for one attention layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,11 +75,19 @@ pub fn attend(
     out: &mut [f32],
 ) {
     let head_dim = shape.head_dim;
-    if head_dim == 0 || n_positions == 0 {
-        out.fill(0.0);
-        return;
-    }
-    let group = (shape.n_head / shape.n_kv_head.max(1)).max(1);
+    // The configuration was validated when the model was built.
+    debug_assert!(
+        head_dim > 0 && shape.n_kv_head > 0 && shape.n_head.is_multiple_of(shape.n_kv_head)
+    );
+    debug_assert_eq!(query.len(), shape.n_head * head_dim, "query width");
+    debug_assert_eq!(out.len(), shape.n_head * head_dim, "output width");
+    assert!(
+        (1..=cache.shape().capacity).contains(&n_positions),
+        "attention over {n_positions} positions of a cache of {}",
+        cache.shape().capacity
+    );
+    let dispatch = cache.dispatch();
+    let group = shape.n_head / shape.n_kv_head;
     let group_width = group * head_dim;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let round = shape.precision == KvPrecision::F16;
@@ -105,7 +114,7 @@ pub fn attend(
     {
         let group_queries = if round {
             rounded_queries.copy_from_slice(group_queries);
-            round_all_to_f16(rounded_queries, narrowed);
+            round_all_to_f16(dispatch, rounded_queries, narrowed);
             &*rounded_queries
         } else {
             group_queries
@@ -113,16 +122,14 @@ pub fn attend(
         // scores[g * n_positions + p] = q_g . k_p * scale
         let mut first_pos = 0;
         for (keys, _) in cache.rows(layer, kv_head, n_positions) {
-            let keys = keys.to_f32(rows);
+            let keys = keys.to_f32(dispatch, rows);
             for (row_idx, key) in keys.chunks_exact(head_dim).enumerate() {
                 let pos = first_pos + row_idx;
                 for (head_scores, q) in scores
                     .chunks_exact_mut(n_positions)
                     .zip(group_queries.chunks_exact(head_dim))
                 {
-                    if let Some(score) = head_scores.get_mut(pos) {
-                        *score = dot(q, key) * scale;
-                    }
+                    head_scores[pos] = dot(q, key) * scale;
                 }
             }
             first_pos += keys.len() / head_dim;
@@ -130,19 +137,19 @@ pub fn attend(
         for head_scores in scores.chunks_exact_mut(n_positions) {
             softmax_to_weights(head_scores);
             if round {
-                round_all_to_f16(head_scores, narrowed);
+                round_all_to_f16(dispatch, head_scores, narrowed);
             }
         }
         group_out.fill(0.0);
         let mut first_pos = 0;
         for (_, values) in cache.rows(layer, kv_head, n_positions) {
             let n_rows = values.len() / head_dim;
-            let values = values.to_f32(rows);
+            let values = values.to_f32(dispatch, rows);
             for (head_weights, o) in scores
                 .chunks_exact(n_positions)
                 .zip(group_out.chunks_exact_mut(head_dim))
             {
-                let weights = head_weights.get(first_pos..).unwrap_or_default();
+                let weights = &head_weights[first_pos..];
                 for (value, &weight) in values.chunks_exact(head_dim).zip(weights) {
                     for (acc, &v) in o.iter_mut().zip(value) {
                         *acc += weight * v;
@@ -172,23 +179,26 @@ fn softmax_to_weights(scores: &mut [f32]) {
 /// Rounds every value to the nearest f16 (ties to even) in place, as
 /// [`round_to_f16`] does one value at a time, through `narrowed` (grown if
 /// needed) with vectorised conversions both ways.
-fn round_all_to_f16(values: &mut [f32], narrowed: &mut Vec<f16>) {
+fn round_all_to_f16(dispatch: Dispatch, values: &mut [f32], narrowed: &mut Vec<f16>) {
     if narrowed.len() < values.len() {
         narrowed.resize(values.len(), f16::ZERO);
     }
     let narrowed = &mut narrowed[..values.len()];
     narrowed.convert_from_f32_slice(values);
-    widen_f16(narrowed, values);
+    widen_f16(dispatch, narrowed, values);
 }
 
-/// `value` rounded to the nearest f16 (ties to even), back in f32.
-pub fn round_to_f16(value: f32) -> f32 {
+/// `value` rounded to the nearest f16 (ties to even), back in f32: the
+/// one-value definition the tests check the slice rounding against.
+#[cfg(test)]
+fn round_to_f16(value: f32) -> f32 {
     f16::from_f32(value).to_f32()
 }
 
 /// The dot product of two equal-length slices, with eight partial sums so
 /// the compiler can vectorise it.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len(), "dot of unequal lengths");
     let mut partial = [0.0f32; 8];
     let a_chunks = a.chunks_exact(8);
     let b_chunks = b.chunks_exact(8);
@@ -211,6 +221,56 @@ mod tests {
     use super::super::kv_cache::KvShape;
     use super::*;
 
+    /// The attention output of one head of width 1 (`query`) over the
+    /// first `n_positions` positions of layer 0 of `cache`.
+    fn attend_width_one(
+        cache: &KvCache,
+        precision: KvPrecision,
+        n_positions: usize,
+        query: f32,
+    ) -> f32 {
+        let shape = AttentionShape {
+            n_head: 1,
+            n_kv_head: 1,
+            head_dim: 1,
+            precision,
+        };
+        let mut out = [0.0];
+        let mut scratch = AttentionScratch::default();
+        attend(
+            shape,
+            cache,
+            0,
+            n_positions,
+            &[query],
+            &mut scratch,
+            &mut out,
+        );
+        out[0]
+    }
+
+    /// A one-layer cache of one key/value head holding `rows` (key, value)
+    /// at positions 0, 1, ...
+    fn one_head_cache(
+        head_dim: usize,
+        capacity: usize,
+        precision: KvPrecision,
+        rows: &[(&[f32], &[f32])],
+    ) -> KvCache {
+        let shape = KvShape {
+            n_layer: 1,
+            n_kv_head: 1,
+            head_dim,
+            capacity,
+        };
+        let mut cache = KvCache::new(shape, precision, Dispatch::detect());
+        for (pos, (key, value)) in rows.iter().enumerate() {
+            cache.write(0, pos, key, value);
+        }
+        cache.commit(rows.len());
+        cache
+    }
+
     #[test]
     fn f16_rounding_keeps_eleven_significant_bits() {
         // f16 has a 10-bit fraction: 1 + 2^-10 survives, 1 + 2^-12 rounds to 1.
@@ -224,29 +284,17 @@ mod tests {
         // Keys 0 and ln 2 give weights 1/3 and 2/3; in f16 they are
         // 0.33325195 and 0.6665039, so the output over values 0 and 3 is
         // 3 * 0.6665039 instead of 2.
-        let mut cache = KvCache::new(
-            KvShape {
-                n_layer: 1,
-                n_kv_head: 1,
-                head_dim: 1,
-                capacity: 2,
-            },
+        let cache = one_head_cache(
+            1,
+            2,
             KvPrecision::F16,
+            &[(&[0.0], &[0.0]), (&[round_to_f16(2f32.ln())], &[3.0])],
         );
-        cache.write(0, 0, &[0.0], &[0.0]);
-        cache.write(0, 1, &[round_to_f16(2f32.ln())], &[3.0]);
-        cache.commit(2);
-        let shape = AttentionShape {
-            n_head: 1,
-            n_kv_head: 1,
-            head_dim: 1,
-            precision: KvPrecision::F16,
-        };
-        let mut out = [0.0];
-        let mut scratch = AttentionScratch::default();
-        attend(shape, &cache, 0, 2, &[1.0], &mut scratch, &mut out);
         let weight = 1.0 / (1.0 + (-round_to_f16(2f32.ln())).exp());
-        assert_eq!(out[0], 3.0 * round_to_f16(weight));
+        assert_eq!(
+            attend_width_one(&cache, KvPrecision::F16, 2, 1.0),
+            3.0 * round_to_f16(weight)
+        );
     }
 
     #[test]
@@ -276,7 +324,7 @@ mod tests {
                 f32::INFINITY.to_bits()
             ]
         );
-        round_all_to_f16(&mut values, &mut Vec::new());
+        round_all_to_f16(Dispatch::detect(), &mut values, &mut Vec::new());
         let rounded: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
         assert_eq!(rounded, expected);
     }
@@ -293,48 +341,27 @@ mod tests {
     fn one_query_over_two_positions_by_hand() {
         // One head of width 1: keys 0 and ln(3) * 1, query 1, values 1 and 5.
         // Weights softmax([0, ln 3]) = [1/4, 3/4], output 1/4 + 15/4 = 4.
-        let mut cache = KvCache::new(
-            KvShape {
-                n_layer: 1,
-                n_kv_head: 1,
-                head_dim: 1,
-                capacity: 4,
-            },
+        let cache = one_head_cache(
+            1,
+            4,
             KvPrecision::F32,
+            &[(&[0.0], &[1.0]), (&[3f32.ln()], &[5.0])],
         );
-        cache.write(0, 0, &[0.0], &[1.0]);
-        cache.write(0, 1, &[3f32.ln()], &[5.0]);
-        cache.commit(2);
-        let shape = AttentionShape {
-            n_head: 1,
-            n_kv_head: 1,
-            head_dim: 1,
-            precision: KvPrecision::F32,
-        };
-        let mut out = [0.0];
-        let mut scratch = AttentionScratch::default();
-        attend(shape, &cache, 0, 2, &[1.0], &mut scratch, &mut out);
-        assert!((out[0] - 4.0).abs() < 1e-6, "{out:?}");
+        let out = attend_width_one(&cache, KvPrecision::F32, 2, 1.0);
+        assert!((out - 4.0).abs() < 1e-6, "{out:?}");
         // The causal mask: position 0 reads only itself.
-        attend(shape, &cache, 0, 1, &[1.0], &mut scratch, &mut out);
-        assert_eq!(out[0], 1.0);
+        assert_eq!(attend_width_one(&cache, KvPrecision::F32, 1, 1.0), 1.0);
     }
 
     #[test]
     fn grouped_query_heads_share_their_key_value_head() {
         // Two query heads over one key/value head see the same values.
-        let mut cache = KvCache::new(
-            KvShape {
-                n_layer: 1,
-                n_kv_head: 1,
-                head_dim: 2,
-                capacity: 4,
-            },
+        let cache = one_head_cache(
+            2,
+            4,
             KvPrecision::F32,
+            &[(&[1.0, 0.0], &[2.0, 0.0]), (&[0.0, 1.0], &[0.0, 2.0])],
         );
-        cache.write(0, 0, &[1.0, 0.0], &[2.0, 0.0]);
-        cache.write(0, 1, &[0.0, 1.0], &[0.0, 2.0]);
-        cache.commit(2);
         let shape = AttentionShape {
             n_head: 2,
             n_kv_head: 1,
@@ -416,7 +443,7 @@ mod tests {
         let values: Vec<Vec<f32>> = (0..n).map(|_| row(&mut next)).collect();
         let query: Vec<f32> = (0..32).map(|_| next()).collect();
         for precision in [KvPrecision::F32, KvPrecision::F16] {
-            let mut cache = KvCache::new(kv_shape, precision);
+            let mut cache = KvCache::new(kv_shape, precision, Dispatch::detect());
             for (pos, (k, v)) in keys.iter().zip(&values).enumerate() {
                 cache.write(1, pos, k, v);
             }

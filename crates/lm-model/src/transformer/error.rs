@@ -2,7 +2,6 @@
 //! model file that disagrees with its own metadata names the problem.
 
 use crate::gguf::GgufError;
-use crate::quant::QuantError;
 
 /// Why a transformer could not be built or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -120,15 +119,6 @@ pub enum TransformerError {
         name: String,
         /// Its dimensions (ggml order).
         dims: Vec<usize>,
-    },
-    /// A tensor's data does not fit its type and shape.
-    #[error("tensor {name} cannot be used as a matrix")]
-    Quant {
-        /// The tensor name.
-        name: String,
-        /// The reason.
-        #[source]
-        source: QuantError,
     },
     /// Reading the model file failed.
     #[error(transparent)]

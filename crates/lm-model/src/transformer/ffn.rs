@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::linear::Linear;
+use crate::dispatch::Dispatch;
 
 /// A feed-forward block with its weights.
 #[derive(Debug, Clone)]
@@ -32,18 +33,12 @@ pub enum FeedForward {
 }
 
 impl FeedForward {
-    /// Hidden width.
-    pub fn hidden_dim(&self) -> usize {
-        match self {
-            Self::GeluMlp { up, .. } | Self::SwiGlu { up, .. } => up.n_rows(),
-        }
-    }
-
     /// Applies the block to the `n` rows of `xs` (`[n][n_embd]`) into `ys`
     /// (`[n][n_embd]`), using `hidden` and `gated` (`[n][ffn_dim]` each) as
     /// scratch.
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
+        dispatch: Dispatch,
         xs: &[f32],
         n: usize,
         hidden: &mut [f32],
@@ -52,13 +47,13 @@ impl FeedForward {
     ) {
         match self {
             Self::GeluMlp { up, down } => {
-                up.matmul(xs, n, hidden);
+                up.matmul(dispatch, xs, n, hidden);
                 hidden.iter_mut().for_each(|h| *h = gelu(*h));
-                down.matmul(hidden, n, ys);
+                down.matmul(dispatch, hidden, n, ys);
             }
             Self::SwiGlu { gate, up, down } => {
-                gate.matmul(xs, n, gated);
-                up.matmul(xs, n, hidden);
+                gate.matmul(dispatch, xs, n, gated);
+                up.matmul(dispatch, xs, n, hidden);
                 let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| {
                     for (h, &g) in hidden.iter_mut().zip(gated) {
                         *h *= silu(g);
@@ -74,7 +69,7 @@ impl FeedForward {
                 } else {
                     gate_rows((hidden, gated));
                 }
-                down.matmul(hidden, n, ys);
+                down.matmul(dispatch, hidden, n, ys);
             }
         }
     }

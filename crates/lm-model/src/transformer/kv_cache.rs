@@ -44,6 +44,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::config::KvPrecision;
+use crate::dispatch::Dispatch;
 
 /// Positions per chunk.
 pub const CHUNK_LEN: usize = 32;
@@ -94,9 +95,9 @@ impl<'a> StoredRows<'a> {
 
     /// The rows as f32: an f32 cache's rows in place, an f16 cache's widened
     /// into `buf` (grown if needed, then reused) by one vectorised slice
-    /// conversion (F16C on x86-64 CPUs that have it), exact since every f16
+    /// conversion (F16C when `dispatch` allows it), exact since every f16
     /// is an f32.
-    pub fn to_f32<'b>(self, buf: &'b mut Vec<f32>) -> &'b [f32]
+    pub fn to_f32<'b>(self, dispatch: Dispatch, buf: &'b mut Vec<f32>) -> &'b [f32]
     where
         'a: 'b,
     {
@@ -107,26 +108,25 @@ impl<'a> StoredRows<'a> {
                     buf.resize(rows.len(), 0.0);
                 }
                 let widened = &mut buf[..rows.len()];
-                widen_f16(rows, widened);
+                widen_f16(dispatch, rows, widened);
                 widened
             }
         }
     }
 }
 
-/// Widens f16 values to f32 (exact: every f16 is an f32), as many as the
-/// shorter slice holds. On x86-64 CPUs with F16C this converts eight values
-/// per instruction in one loop; `half`'s slice conversion (the fallback)
-/// detects F16C too but calls an out-of-line function per eight values,
-/// which measured 0.22-0.31 ns a value against 0.09 for this loop (the
-/// speed of a plain f32 copy).
-pub(crate) fn widen_f16(src: &[f16], dst: &mut [f32]) {
-    let n = src.len().min(dst.len());
-    let (src, dst) = (&src[..n], &mut dst[..n]);
+/// Widens f16 values to f32 (exact: every f16 is an f32) into the front of
+/// `dst`, which is at least as long. When `dispatch` has F16C this converts
+/// eight values per instruction in one loop; `half`'s slice conversion (the
+/// fallback) detects F16C too but calls an out-of-line function per eight
+/// values, which measured 0.22-0.31 ns a value against 0.09 for this loop
+/// (the speed of a plain f32 copy).
+pub(crate) fn widen_f16(dispatch: Dispatch, src: &[f16], dst: &mut [f32]) {
+    let dst = &mut dst[..src.len()];
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+    if dispatch.has_f16c() {
         // SAFETY: the CPU has AVX and F16C, the features `widen_f16_f16c`
-        // is compiled for (checked just above).
+        // is compiled for (a `Dispatch` only allows detected features).
         unsafe { widen_f16_f16c(src, dst) };
         return;
     }
@@ -232,7 +232,7 @@ impl Chunk {
         layer: usize,
         kv_head: usize,
         n_rows: usize,
-    ) -> Option<(StoredRows<'_>, StoredRows<'_>)> {
+    ) -> (StoredRows<'_>, StoredRows<'_>) {
         match self {
             Self::F32(data) => head_rows(data, shape, layer, kv_head, n_rows),
             Self::F16(data) => head_rows(data, shape, layer, kv_head, n_rows),
@@ -254,9 +254,7 @@ fn write_rows<E: Element>(
         let base = (layer * 2 + half_idx) * half;
         for (head_idx, head) in source.chunks_exact(shape.head_dim).enumerate() {
             let start = base + (head_idx * CHUNK_LEN + row) * shape.head_dim;
-            if let Some(dest) = data.get_mut(start..start + shape.head_dim) {
-                E::store(dest, head);
-            }
+            E::store(&mut data[start..start + shape.head_dim], head);
         }
     }
 }
@@ -268,14 +266,14 @@ fn head_rows<'a, E: Element>(
     layer: usize,
     kv_head: usize,
     n_rows: usize,
-) -> Option<(StoredRows<'a>, StoredRows<'a>)> {
+) -> (StoredRows<'a>, StoredRows<'a>) {
     let half = shape.half_layer_len();
     let len = n_rows * shape.head_dim;
     let key_start = layer * 2 * half + kv_head * CHUNK_LEN * shape.head_dim;
     let value_start = key_start + half;
-    let keys = data.get(key_start..key_start + len)?;
-    let values = data.get(value_start..value_start + len)?;
-    Some((E::stored(keys), E::stored(values)))
+    let keys = &data[key_start..key_start + len];
+    let values = &data[value_start..value_start + len];
+    (E::stored(keys), E::stored(values))
 }
 
 /// The keys and values of one sequence; see the module docs for the layout.
@@ -286,18 +284,26 @@ pub struct KvCache {
     /// Positions holding valid keys and values: the sequence position `pos`.
     pos: usize,
     chunks: Vec<Arc<Chunk>>,
+    /// The SIMD paths of the model that made the cache (f16 widening).
+    dispatch: Dispatch,
 }
 
 impl KvCache {
     /// An empty cache of the given shape storing values at `precision`
-    /// (f16 or f32); nothing is allocated yet.
-    pub fn new(shape: KvShape, precision: KvPrecision) -> Self {
+    /// (f16 or f32), widening f16 with `dispatch`; nothing is allocated yet.
+    pub(crate) fn new(shape: KvShape, precision: KvPrecision, dispatch: Dispatch) -> Self {
         Self {
             shape,
             precision,
             pos: 0,
             chunks: Vec::new(),
+            dispatch,
         }
+    }
+
+    /// The SIMD paths readers widen f16 rows with.
+    pub(crate) fn dispatch(&self) -> Dispatch {
+        self.dispatch
     }
 
     /// The cache's dimensions.
@@ -360,24 +366,30 @@ impl KvCache {
     /// Stores the key and value rows (`n_kv_head * head_dim` each, heads end
     /// to end) of `layer` at position `pos`, rounded to f16 in an f16 cache.
     /// Does not advance the cache: [`KvCache::commit`] does, once every
-    /// layer is written. Writes at or beyond the capacity or to a layer that
-    /// does not exist are ignored; callers check the context bound first.
+    /// layer is written. The position is below the capacity, the layer
+    /// exists and the rows have the shape's width: the model checked the
+    /// context bound and built the rows from its configuration.
     pub(crate) fn write(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
         let shape = self.shape;
-        if pos >= shape.capacity || layer >= shape.n_layer {
-            return;
-        }
+        assert!(
+            pos < shape.capacity && layer < shape.n_layer,
+            "kv write at layer {layer}, position {pos} outside {shape:?}"
+        );
+        let row_len = shape.n_kv_head * shape.head_dim;
+        debug_assert_eq!((key.len(), value.len()), (row_len, row_len), "kv row width");
         self.reserve(pos + 1);
-        let Some(chunk) = self.chunks.get_mut(pos / CHUNK_LEN) else {
-            return;
-        };
+        let chunk = &mut self.chunks[pos / CHUNK_LEN];
         Arc::make_mut(chunk).write(&shape, layer, pos % CHUNK_LEN, key, value);
     }
 
     /// Marks `n` more positions as valid after they were written for every
     /// layer.
     pub(crate) fn commit(&mut self, n: usize) {
-        self.pos = (self.pos + n).min(self.shape.capacity);
+        debug_assert!(
+            self.pos + n <= self.shape.capacity,
+            "commit past the capacity"
+        );
+        self.pos += n;
     }
 
     /// The keys and values of `kv_head` in `layer` for positions
@@ -394,7 +406,7 @@ impl KvCache {
             .iter()
             .enumerate()
             .take_while(move |(chunk_idx, _)| chunk_idx * CHUNK_LEN < n_positions)
-            .filter_map(move |(chunk_idx, chunk)| {
+            .map(move |(chunk_idx, chunk)| {
                 let n_rows = (n_positions - chunk_idx * CHUNK_LEN).min(CHUNK_LEN);
                 chunk.rows(&shape, layer, kv_head, n_rows)
             })
@@ -436,8 +448,8 @@ mod tests {
         let mut values = Vec::new();
         let mut buf = Vec::new();
         for (k, v) in cache.rows(layer, head, n) {
-            keys.extend_from_slice(k.to_f32(&mut buf));
-            values.extend_from_slice(v.to_f32(&mut buf));
+            keys.extend_from_slice(k.to_f32(cache.dispatch(), &mut buf));
+            values.extend_from_slice(v.to_f32(cache.dispatch(), &mut buf));
         }
         (keys, values)
     }
@@ -445,7 +457,7 @@ mod tests {
     #[test]
     fn rows_come_back_in_position_order_across_chunks() {
         for precision in PRECISIONS {
-            let mut cache = KvCache::new(shape(), precision);
+            let mut cache = KvCache::new(shape(), precision, Dispatch::detect());
             fill(&mut cache, 0..70);
             assert_eq!(cache.pos(), 70);
             let (keys, values) = read(&cache, 1, 1, 70);
@@ -495,8 +507,8 @@ mod tests {
         ];
         // Values: a spread of magnitudes, checked against the scalar rounding.
         let value: Vec<f32> = (0..8).map(|i| (i as f32 * 0.37 - 1.3).powi(3)).collect();
-        let mut f16_cache = KvCache::new(shape, KvPrecision::F16);
-        let mut f32_cache = KvCache::new(shape, KvPrecision::F32);
+        let mut f16_cache = KvCache::new(shape, KvPrecision::F16, Dispatch::detect());
+        let mut f32_cache = KvCache::new(shape, KvPrecision::F32, Dispatch::detect());
         // Position 33 is in the second chunk.
         for cache in [&mut f16_cache, &mut f32_cache] {
             for pos in 0..34 {
@@ -528,22 +540,25 @@ mod tests {
 
     #[test]
     fn widening_matches_the_scalar_conversion_for_every_f16() {
-        let every: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
-        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
-        let mut widened = vec![0.0; every.len()];
-        widen_f16(&every, &mut widened);
-        for (h, &w) in every.iter().zip(&widened) {
-            assert!(same(w, h.to_f32()), "{:#06x}: {w}", h.to_bits());
-        }
-        // Lengths that are not a multiple of eight take the remainder path;
-        // a longer destination keeps its tail.
-        for len in 0..=17 {
-            let src = &every[0x3c00..0x3c00 + len];
-            let mut dst = vec![-1.0; len + 3];
-            widen_f16(src, &mut dst);
-            let expected: Vec<f32> = src.iter().map(|h| h.to_f32()).collect();
-            assert_eq!(dst[..len], expected, "{len}");
-            assert_eq!(dst[len..], [-1.0; 3], "{len}");
+        // Both paths: F16C where the CPU has it, and the portable one.
+        for dispatch in [Dispatch::detect(), Dispatch::PORTABLE] {
+            let every: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+            let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+            let mut widened = vec![0.0; every.len()];
+            widen_f16(dispatch, &every, &mut widened);
+            for (h, &w) in every.iter().zip(&widened) {
+                assert!(same(w, h.to_f32()), "{:#06x}: {w}", h.to_bits());
+            }
+            // Lengths that are not a multiple of eight take the remainder path;
+            // a longer destination keeps its tail.
+            for len in 0..=17 {
+                let src = &every[0x3c00..0x3c00 + len];
+                let mut dst = vec![-1.0; len + 3];
+                widen_f16(dispatch, src, &mut dst);
+                let expected: Vec<f32> = src.iter().map(|h| h.to_f32()).collect();
+                assert_eq!(dst[..len], expected, "{len}");
+                assert_eq!(dst[len..], [-1.0; 3], "{len}");
+            }
         }
     }
 
@@ -551,7 +566,7 @@ mod tests {
     fn an_f16_cache_takes_half_the_bytes_of_an_f32_cache() {
         // One chunk of shape(): 2 layers x (K, V) x 2 heads x 32 rows x 3 = 768 values.
         for (precision, value_bytes) in [(KvPrecision::F32, 4), (KvPrecision::F16, 2)] {
-            let mut cache = KvCache::new(shape(), precision);
+            let mut cache = KvCache::new(shape(), precision, Dispatch::detect());
             assert_eq!(cache.allocated_bytes(), 0, "nothing before the first write");
             fill(&mut cache, 0..33);
             assert_eq!(
@@ -570,7 +585,7 @@ mod tests {
             capacity: 8192,
         };
         let per_position_bytes = |precision| {
-            let mut cache = KvCache::new(smollm2, precision);
+            let mut cache = KvCache::new(smollm2, precision, Dispatch::detect());
             cache.reserve(2 * CHUNK_LEN);
             cache.allocated_bytes() / (2 * CHUNK_LEN)
         };
@@ -581,7 +596,7 @@ mod tests {
     #[test]
     fn a_fork_shares_its_prefix_and_copies_on_write() {
         for precision in PRECISIONS {
-            let mut cache = KvCache::new(shape(), precision);
+            let mut cache = KvCache::new(shape(), precision, Dispatch::detect());
             fill(&mut cache, 0..40);
             let mut fork = cache.clone();
             assert_eq!(fork.shared_positions(&cache), 40);
@@ -614,7 +629,7 @@ mod tests {
 
     #[test]
     fn truncate_and_reset_only_move_the_position() {
-        let mut cache = KvCache::new(shape(), KvPrecision::F16);
+        let mut cache = KvCache::new(shape(), KvPrecision::F16, Dispatch::detect());
         fill(&mut cache, 0..10);
         cache.truncate(20);
         assert_eq!(cache.pos(), 10);

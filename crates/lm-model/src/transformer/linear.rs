@@ -16,6 +16,7 @@ use std::sync::Arc;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, linalg::general_mat_mul};
 
 use super::TransformerError;
+use crate::dispatch::Dispatch;
 use crate::gguf::GgufFile;
 use crate::quant::{GgmlType, QMatrix};
 
@@ -46,11 +47,11 @@ struct FileMatrix {
 }
 
 impl FileMatrix {
-    /// The borrowed view; `None` only if the file changed under us, which
-    /// construction rules out (the same arguments were checked there).
-    fn view(&self) -> Option<QMatrix<'_>> {
-        let data = self.file.bytes().get(self.bytes.clone())?;
-        QMatrix::new(self.ty, self.n_rows, self.n_cols, data).ok()
+    /// The borrowed view, multiplying with `dispatch`'s kernel. The shape
+    /// and byte range were checked by [`Linear::from_gguf`].
+    fn view(&self, dispatch: Dispatch) -> QMatrix<'_> {
+        let data = &self.file.bytes()[self.bytes.clone()];
+        QMatrix::checked_before(self.ty, self.n_rows, self.n_cols, data, dispatch)
     }
 }
 
@@ -77,12 +78,7 @@ impl Linear {
         // is the data section's plus the tensor's.
         let start = file.data_offset() + info.offset;
         let bytes = start..start + view.data.len();
-        QMatrix::new(info.ggml_type, n_rows, n_cols, view.data).map_err(|source| {
-            TransformerError::Quant {
-                name: name.to_owned(),
-                source,
-            }
-        })?;
+        view.matrix()?;
         Ok(Self {
             storage: Storage::File(FileMatrix {
                 file: Arc::clone(file),
@@ -92,14 +88,6 @@ impl Linear {
                 bytes,
             }),
         })
-    }
-
-    /// The storage type: `None` for dense f32 ndarray weights.
-    pub fn ggml_type(&self) -> Option<GgmlType> {
-        match &self.storage {
-            Storage::Dense(_) => None,
-            Storage::File(m) => Some(m.ty),
-        }
     }
 
     /// Output width (rows of `W`).
@@ -119,53 +107,49 @@ impl Linear {
     }
 
     /// `ys[i] = W xs[i]` for the `n` rows of `xs` (`[n][n_cols]`, row-major)
-    /// into `ys` (`[n][n_rows]`). Quantized weights multiply activations
-    /// quantized to 8-bit blocks, as llama.cpp does. Slices shorter than
-    /// that leave the product unwritten (NaN for file-backed weights);
-    /// callers size them from the configuration.
-    pub fn matmul(&self, xs: &[f32], n: usize, ys: &mut [f32]) {
+    /// into `ys` (`[n][n_rows]`), with `dispatch`'s kernel. Quantized weights
+    /// multiply activations quantized to 8-bit blocks, as llama.cpp does.
+    ///
+    /// The slices have exactly those lengths: the decoder sizes them from
+    /// the configuration it checked every weight against, so another length
+    /// is a bug and panics.
+    pub(crate) fn matmul(&self, dispatch: Dispatch, xs: &[f32], n: usize, ys: &mut [f32]) {
+        assert_eq!(
+            (xs.len(), ys.len()),
+            (n * self.n_cols(), n * self.n_rows()),
+            "matmul of {n} rows through a {} x {} weight",
+            self.n_rows(),
+            self.n_cols()
+        );
         match &self.storage {
-            Storage::File(m) => {
-                let product = m.view().zip(xs.get(..n * m.n_cols)).map(|(w, xs)| {
-                    let ys = ys.get_mut(..n * m.n_rows).unwrap_or_default();
-                    w.matmul(xs, n, ys)
-                });
-                if !matches!(product, Some(Ok(()))) {
-                    ys.fill(f32::NAN);
-                }
-            }
+            Storage::File(m) => m.view(dispatch).matmul_checked(xs, n, ys),
             Storage::Dense(w) => {
-                let (Some(xs), Some(ys)) = (xs.get(..n * w.ncols()), ys.get_mut(..n * w.nrows()))
-                else {
-                    return;
-                };
-                let (Ok(x), Ok(mut y)) = (
-                    ArrayView2::from_shape((n, w.ncols()), xs),
-                    ArrayViewMut2::from_shape((n, w.nrows()), ys),
-                ) else {
-                    return;
-                };
+                let x = ArrayView2::from_shape((n, w.ncols()), xs).expect("length asserted");
+                let mut y = ArrayViewMut2::from_shape((n, w.nrows()), ys).expect("length asserted");
                 general_mat_mul(1.0, &x, &w.t(), 0.0, &mut y);
             }
         }
     }
 
-    /// Copies row `row_idx` of `W` (an embedding vector) into `out`.
-    /// A row beyond the matrix leaves `out` unchanged; callers check token
-    /// ids first.
-    pub fn row(&self, row_idx: usize, out: &mut [f32]) {
+    /// Copies row `row_idx` of `W` (an embedding vector) into `out`
+    /// (`n_cols` long). The decoder checks token ids against the vocabulary
+    /// first, so a row beyond the matrix is a bug and panics.
+    pub(crate) fn row(&self, row_idx: usize, out: &mut [f32]) {
+        assert!(
+            row_idx < self.n_rows() && out.len() == self.n_cols(),
+            "row {row_idx} of a {} x {} weight into {} values",
+            self.n_rows(),
+            self.n_cols(),
+            out.len()
+        );
         match &self.storage {
-            Storage::File(m) => {
-                if let (Some(w), Some(out)) = (m.view(), out.get_mut(..m.n_cols)) {
-                    // Out of range rows are refused by the view, leaving `out`.
-                    let _ = w.dequantize_row(row_idx, out);
-                }
-            }
+            // Dequantizing runs no dot kernel, so any dispatch will do.
+            Storage::File(m) => m
+                .view(Dispatch::PORTABLE)
+                .dequantize_row_checked(row_idx, out),
             Storage::Dense(w) => {
-                if row_idx < w.nrows() {
-                    for (o, &v) in out.iter_mut().zip(w.row(row_idx)) {
-                        *o = v;
-                    }
+                for (o, &v) in out.iter_mut().zip(w.row(row_idx)) {
+                    *o = v;
                 }
             }
         }
@@ -174,14 +158,14 @@ impl Linear {
     /// The whole matrix as f32 values: borrowed when dense, dequantised row
     /// by row otherwise. For the reference path and tests only; the forward
     /// pass never makes this copy.
-    pub fn to_dense(&self) -> Cow<'_, Array2<f32>> {
+    pub(crate) fn to_dense(&self) -> Cow<'_, Array2<f32>> {
         match &self.storage {
             Storage::Dense(w) => Cow::Borrowed(w),
             Storage::File(m) => {
-                let values = m.view().map(|w| w.to_f32_vec()).unwrap_or_default();
+                let values = m.view(Dispatch::PORTABLE).to_f32_vec();
                 Cow::Owned(
                     Array2::from_shape_vec((m.n_rows, m.n_cols), values)
-                        .unwrap_or_else(|_| Array2::from_elem((m.n_rows, m.n_cols), f32::NAN)),
+                        .expect("a view holds n_rows x n_cols values"),
                 )
             }
         }
@@ -197,7 +181,12 @@ mod tests {
     fn dense_products_by_hand() {
         let w = Linear::dense(array![[1.0, 2.0, 3.0], [0.0, -1.0, 1.0]]);
         let mut ys = [0.0; 4];
-        w.matmul(&[1.0, 1.0, 1.0, 2.0, 0.0, 1.0], 2, &mut ys);
+        w.matmul(
+            Dispatch::detect(),
+            &[1.0, 1.0, 1.0, 2.0, 0.0, 1.0],
+            2,
+            &mut ys,
+        );
         assert_eq!(ys, [6.0, 0.0, 5.0, 1.0]);
         let mut row = [0.0; 3];
         w.row(1, &mut row);

@@ -40,27 +40,27 @@ use super::TransformerError;
 use super::config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
-use super::model::{Decoder, DecoderWeights, LayerWeights, delegate_language_model};
+use super::model::{Decoder, DecoderWeights, LayerWeights};
 use super::norm::Norm;
 use crate::gguf::{GgufError, GgufFile};
 
 /// The architecture name this module reads.
 pub const LLAMA_ARCHITECTURE: &str = "llama";
 
-/// A llama-architecture model backed by a GGUF file.
-#[derive(Debug)]
-pub struct Llama {
-    file: Arc<GgufFile>,
-    decoder: Decoder,
-}
+/// The llama architecture: constructors of a [`Decoder`] from a GGUF file.
+/// The decoder holds the file (its weights stay in the map); a caller that
+/// also needs the metadata (the tokenizer) opens the file once and passes
+/// an `Arc` of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Llama;
 
 impl Llama {
-    /// Opens and maps the GGUF file at `path` and checks it (see the module
-    /// docs for what is read).
+    /// Opens and maps the GGUF file at `path` and builds its decoder (see
+    /// the module docs for what is read).
     ///
     /// ```no_run
     /// use lm_core::{LanguageModel, Rows, argmax};
-    /// use lm_model::transformer::Llama;
+    /// use lm_model::Llama;
     ///
     /// let model = Llama::from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")?;
     /// let mut state = model.new_state();
@@ -70,15 +70,15 @@ impl Llama {
     /// assert_eq!(argmax(&logits)?, 7042); // " Paris"
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn from_gguf(path: impl AsRef<Path>) -> Result<Self, TransformerError> {
-        Self::from_file(GgufFile::open(path)?)
+    pub fn from_gguf(path: impl AsRef<Path>) -> crate::Result<Decoder> {
+        Ok(Self::from_file(GgufFile::open(path)?)?)
     }
 
-    /// Builds the model from an opened GGUF file (a map or an in-memory
-    /// buffer): the configuration from the metadata, then every required
-    /// tensor, checked against it.
-    pub fn from_file(file: GgufFile) -> Result<Self, TransformerError> {
-        let file = Arc::new(file);
+    /// Builds the decoder from an opened GGUF file (a map or an in-memory
+    /// buffer, owned or shared): the configuration from the metadata, then
+    /// every required tensor, checked against it.
+    pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {
+        let file: Arc<GgufFile> = file.into();
         let config = config_from_metadata(&file)?;
         check_tensors_present(&file, config.n_layer)?;
         let c = &config;
@@ -135,44 +135,9 @@ impl Llama {
             final_norm: norm("output_norm.weight")?,
             output,
         };
-        let decoder = Decoder::new(config, weights)?;
-        Ok(Self { file, decoder })
-    }
-
-    /// The same model with attention over the KV cache at `precision`
-    /// (default [`KvPrecision::F16`], llama.cpp's default).
-    pub fn with_kv_precision(mut self, precision: KvPrecision) -> Self {
-        self.decoder.set_kv_precision(precision);
-        self
-    }
-
-    /// The configuration read from the metadata.
-    pub fn config(&self) -> &TransformerConfig {
-        self.decoder.config()
-    }
-
-    /// The GGUF file (its metadata holds the tokenizer).
-    pub fn file(&self) -> &GgufFile {
-        &self.file
-    }
-
-    /// The generic decoder underneath.
-    pub fn decoder(&self) -> &Decoder {
-        &self.decoder
-    }
-
-    /// Positions computed by forward passes since creation or the last reset.
-    pub fn positions_computed(&self) -> usize {
-        self.decoder.positions_computed()
-    }
-
-    /// Sets the positions counter back to zero.
-    pub fn reset_counter(&self) {
-        self.decoder.reset_counter();
+        Decoder::new(config, weights)
     }
 }
-
-delegate_language_model!(Llama, decoder);
 
 /// Reads the configuration, listing every missing required key at once.
 pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, TransformerError> {

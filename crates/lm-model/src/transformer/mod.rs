@@ -1,49 +1,56 @@
 //! A decoder-only causal transformer on ndarray, built from blocks that both
 //! the lessons' seven-token toy decoder and the llama architecture use.
 //!
-//! - [`config`]: the typed shape of a model ([`TransformerConfig`]).
-//! - [`norm`], [`rope`], [`attention`], [`ffn`], [`linear`]: the blocks.
-//! - [`kv_cache`]: the per-sequence key/value cache, forkable without copying
+//! - `config`: the typed shape of a model ([`TransformerConfig`]).
+//! - `norm`, `rope`, `attention`, `ffn`, `linear`: the blocks.
+//! - `kv_cache`: the per-sequence key/value cache, forkable without copying
 //!   the shared prefix.
-//! - [`model`]: weights ([`Decoder`]) apart from per-sequence state
+//! - `model`: weights ([`Decoder`]) apart from per-sequence state
 //!   ([`DecoderState`]), the cached forward pass, and the uncached reference.
-//! - [`toy`]: the lessons' toy decoder ([`ToyDecoder`]).
-//! - [`llama`]: the llama architecture from a GGUF file ([`Llama`]), its
+//! - `toy`: the lessons' toy decoder ([`Toy`]).
+//! - `llama`: the llama architecture from a GGUF file ([`Llama`]), its
 //!   weights multiplied in their quantized blocks.
 //!
-//! Both models implement [`lm_core::LanguageModel`] with [`DecoderState`] as
-//! their state, and both have an uncached path: [`lm_core::Uncached`] around
-//! the model, and [`Decoder::reference_logits`], written apart from the
-//! cache code with an explicit mask matrix.
+//! [`Decoder`] implements [`lm_core::LanguageModel`] with [`DecoderState`]
+//! as its state; the toy and llama are constructors of a `Decoder`. There are
+//! two uncached paths: [`lm_core::Uncached`] around the model, and
+//! [`Decoder::reference_logits`], written apart from the cache code with an
+//! explicit mask matrix.
+//!
+//! The block modules are private to the crate: after [`Decoder::new`] has
+//! checked every shape, they index directly and treat a length mismatch as
+//! a bug (a panic), never as a value to skip or fill.
 //!
 //! ```
 //! use lm_core::{LanguageModel, Rows, SequenceState};
-//! use lm_model::transformer::ToyDecoder;
+//! use lm_model::Toy;
 //!
-//! let toy = ToyDecoder::new();
-//! let prompt = ToyDecoder::encode("<start> the cat").unwrap();
+//! let toy = Toy::decoder();
+//! let prompt = Toy::encode("<start> the cat").unwrap();
 //! let mut state = toy.new_state();
 //! let mut logits = Vec::new();
 //! toy.forward(&mut state, &prompt, Rows::Last, &mut logits).unwrap();
 //! assert_eq!((logits.len(), state.pos()), (7, 3));
 //! ```
 
-pub mod attention;
-pub mod config;
+mod attention;
+mod config;
 mod error;
-pub mod ffn;
-pub mod kv_cache;
-pub mod linear;
-pub mod llama;
-pub mod model;
-pub mod norm;
-pub mod rope;
-pub mod toy;
+mod ffn;
+mod kv_cache;
+mod linear;
+mod llama;
+mod model;
+mod norm;
+mod rope;
+mod toy;
 
 pub use config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
 pub use error::TransformerError;
-pub use kv_cache::{KvCache, KvShape};
+pub use ffn::FeedForward;
+pub use kv_cache::{CHUNK_LEN, KvCache, KvShape};
 pub use linear::Linear;
 pub use llama::Llama;
 pub use model::{Decoder, DecoderState, DecoderWeights, LayerWeights};
-pub use toy::{TOY_VOCAB, ToyArchitecture, ToyDecoder};
+pub use norm::Norm;
+pub use toy::{TOY_VOCAB, Toy, ToyArchitecture};

@@ -38,6 +38,7 @@ use super::kv_cache::{KvCache, KvShape};
 use super::linear::Linear;
 use super::norm::Norm;
 use super::rope::RopeTable;
+use crate::dispatch::Dispatch;
 
 /// The weights of one layer.
 #[derive(Debug, Clone)]
@@ -96,6 +97,8 @@ pub struct Decoder {
     output: Option<Linear>,
     /// Positions computed by forward passes (lesson 001's "positions read").
     positions_computed: AtomicUsize,
+    /// The SIMD paths of every product and of the f16 cache, decided once.
+    dispatch: Dispatch,
 }
 
 impl Decoder {
@@ -174,6 +177,7 @@ impl Decoder {
             final_norm: weights.final_norm,
             output: weights.output,
             positions_computed: AtomicUsize::new(0),
+            dispatch: Dispatch::detect(),
         })
     }
 
@@ -182,10 +186,11 @@ impl Decoder {
         &self.config
     }
 
-    /// Sets the precision of attention over the KV cache (for states
-    /// created after the change; see [`KvPrecision`]).
-    pub fn set_kv_precision(&mut self, precision: KvPrecision) {
+    /// The same decoder with attention over the KV cache at `precision`
+    /// (llama defaults to [`KvPrecision::F16`], llama.cpp's default).
+    pub fn with_kv_precision(mut self, precision: KvPrecision) -> Self {
         self.config.kv_precision = precision;
+        self
     }
 
     /// How many positions forward passes have computed since creation or
@@ -366,55 +371,6 @@ impl Scratch {
     }
 }
 
-/// `impl LanguageModel for $model` by forwarding every method, default ones
-/// included, to the [`Decoder`] in its field `$field`: the models built on
-/// one (the toy decoder, llama) are that decoder with a name and a loader.
-/// A macro because the orphan rule forbids a blanket impl of lm-core's
-/// trait over "anything that holds a Decoder".
-macro_rules! delegate_language_model {
-    ($model:ty, $field:ident) => {
-        impl lm_core::LanguageModel for $model {
-            type State = $crate::transformer::DecoderState;
-
-            fn vocab_size(&self) -> usize {
-                self.$field.vocab_size()
-            }
-
-            fn context_length(&self) -> Option<usize> {
-                self.$field.context_length()
-            }
-
-            fn new_state(&self) -> Self::State {
-                self.$field.new_state()
-            }
-
-            fn forward(
-                &self,
-                state: &mut Self::State,
-                tokens: &[lm_core::TokenId],
-                rows: lm_core::Rows,
-                logits: &mut Vec<f32>,
-            ) -> lm_core::Result<()> {
-                self.$field.forward(state, tokens, rows, logits)
-            }
-
-            fn forward_batch(
-                &self,
-                states: &mut [Self::State],
-                tokens: &[&[lm_core::TokenId]],
-                logits: &mut [Vec<f32>],
-            ) -> lm_core::Result<()> {
-                self.$field.forward_batch(states, tokens, logits)
-            }
-
-            fn check_input(&self, pos: usize, tokens: &[lm_core::TokenId]) -> lm_core::Result<()> {
-                self.$field.check_input(pos, tokens)
-            }
-        }
-    };
-}
-pub(crate) use delegate_language_model;
-
 impl LanguageModel for Decoder {
     type State = DecoderState;
 
@@ -437,6 +393,7 @@ impl LanguageModel for Decoder {
                     capacity: c.context_length,
                 },
                 c.kv_precision,
+                self.dispatch,
             ),
             scratch: Scratch::default(),
         }
@@ -502,8 +459,8 @@ impl Decoder {
             };
             let m = n - first;
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
-            layer.wk.matmul(&s.normed, n, &mut s.k);
-            layer.wv.matmul(&s.normed, n, &mut s.v);
+            layer.wk.matmul(self.dispatch, &s.normed, n, &mut s.k);
+            layer.wv.matmul(self.dispatch, &s.normed, n, &mut s.v);
             // An f16 cache (KvPrecision::F16) rounds keys and values to f16
             // as it stores them.
             for (i, (k_row, v_row)) in
@@ -517,7 +474,7 @@ impl Decoder {
                 cache.write(layer_idx, pos + i, k_row, v_row);
             }
             let q = &mut s.q[..m * q_dim];
-            layer.wq.matmul(&s.normed[first * d..], m, q);
+            layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
             if let Positions::Rope(table) = &self.positions {
                 for (j, q_row) in q.chunks_exact_mut(q_dim).enumerate() {
                     table.rotate_heads(q_row, c.head_dim, pos + first + j);
@@ -548,11 +505,13 @@ impl Decoder {
             }
             let x = &mut s.x[first * d..];
             let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
-            layer.wo.matmul(attended, m, projected);
+            layer.wo.matmul(self.dispatch, attended, m, projected);
             add_assign(x, projected);
             layer.ffn_norm.apply_rows(x, normed);
             let (hidden, gated) = (&mut s.hidden[..m * ffn_dim], &mut s.gated[..m * ffn_dim]);
-            layer.ffn.forward(normed, m, hidden, gated, projected);
+            layer
+                .ffn
+                .forward(self.dispatch, normed, m, hidden, gated, projected);
             add_assign(x, projected);
         }
         cache.commit(n);
@@ -565,12 +524,15 @@ impl Decoder {
         self.final_norm
             .apply_rows(&s.x[first_row * d..], &mut s.normed[..n_out * d]);
         logits.resize(n_out * c.vocab_size, 0.0);
-        self.output().matmul(&s.normed[..n_out * d], n_out, logits);
+        self.output()
+            .matmul(self.dispatch, &s.normed[..n_out * d], n_out, logits);
         Ok(())
     }
 }
 
+/// `x += y`, element by element (the residual connection).
 fn add_assign(x: &mut [f32], y: &[f32]) {
+    debug_assert_eq!(x.len(), y.len(), "residual width");
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
     }

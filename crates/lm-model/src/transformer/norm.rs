@@ -44,41 +44,43 @@ impl Norm {
     }
 
     /// The kind of this layer.
-    pub fn kind(&self) -> NormKind {
+    pub(crate) fn kind(&self) -> NormKind {
         self.kind
     }
 
     /// The width this layer normalises.
-    pub fn width(&self) -> usize {
+    pub(crate) fn width(&self) -> usize {
         self.weight.len()
     }
 
     /// The epsilon added to the variance.
-    pub fn eps(&self) -> f32 {
+    pub(crate) fn eps(&self) -> f32 {
         self.eps
     }
 
     /// The per-component gain.
-    pub fn weight(&self) -> &[f32] {
+    pub(crate) fn weight(&self) -> &[f32] {
         &self.weight
     }
 
     /// The per-component bias (empty for RMSNorm).
-    pub fn bias(&self) -> &[f32] {
+    pub(crate) fn bias(&self) -> &[f32] {
         &self.bias
     }
 
-    /// Normalises every `width()`-long row of `x` into the same row of `out`.
-    /// Rows beyond the shorter of the two are left alone.
-    pub fn apply_rows(&self, x: &[f32], out: &mut [f32]) {
+    /// Normalises every `width()`-long row of `x` into the same row of `out`
+    /// (the same length, whole rows: the decoder sizes both).
+    pub(crate) fn apply_rows(&self, x: &[f32], out: &mut [f32]) {
         let width = self.width();
+        debug_assert!(x.len() == out.len() && x.len().is_multiple_of(width.max(1)));
         for (x_row, out_row) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
             self.apply(x_row, out_row);
         }
     }
 
-    /// Normalises one row `x` (of `width()` components) into `out`.
-    pub fn apply(&self, x: &[f32], out: &mut [f32]) {
+    /// Normalises one row `x` (of `width()` components) into `out` (as long).
+    pub(crate) fn apply(&self, x: &[f32], out: &mut [f32]) {
+        debug_assert!(x.len() == self.width() && out.len() == self.width());
         let n = x.len().max(1) as f64;
         match self.kind {
             NormKind::LayerNorm => {

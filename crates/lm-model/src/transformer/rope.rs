@@ -39,24 +39,18 @@ impl RopeTable {
         }
     }
 
-    /// The rotary dimension: how many leading components of a head rotate.
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-
-    /// How many positions the table covers.
-    pub fn n_positions(&self) -> usize {
-        self.n_positions
-    }
-
     /// Rotates every head of `row` (heads of `head_dim` components laid end
-    /// to end) to position `pos`. Positions beyond `n_positions` leave the row
-    /// unchanged; callers check the context bound first.
+    /// to end) to position `pos`. The decoder checks the context bound and
+    /// the rotary dimension against the head width when it is built, so a
+    /// position beyond `n_positions` is a bug and panics.
     pub fn rotate_heads(&self, row: &mut [f32], head_dim: usize, pos: usize) {
-        if pos >= self.n_positions {
-            return;
-        }
-        let rotary = self.dim.min(head_dim);
+        assert!(
+            pos < self.n_positions,
+            "rotary position {pos} beyond the table's {}",
+            self.n_positions
+        );
+        debug_assert!(self.dim <= head_dim && row.len().is_multiple_of(head_dim));
+        let rotary = self.dim;
         for (i, &freq) in self.inv_freq.iter().enumerate().take(rotary / 2) {
             let (s, c) = (pos as f64 * freq).sin_cos();
             let (s, c) = (s as f32, c as f32);

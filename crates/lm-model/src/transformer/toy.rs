@@ -16,9 +16,9 @@
 //!   48, separate unembedding. It runs every block the real llama model
 //!   uses, so the cached path is checked against the reference on them too.
 //!
-//! Weights: each tensor `k` (in the fixed order of [`ToyDecoder`]'s
+//! Weights: each tensor `k` (in the fixed order of the toy's
 //! construction) comes from its own stream `k` of a ChaCha20 generator
-//! keyed by [`ToyDecoder::SEED`] (little-endian in the first 8 of 32 key
+//! keyed by [`Toy::SEED`] (little-endian in the first 8 of 32 key
 //! bytes, the rest zero). Each value is uniform on `[-a, a)` with
 //! `a = sqrt(3) * std`, from the top 24 bits of one `next_u64`: exact in
 //! f32, so no platform's floating-point library enters the draw. Norm gains
@@ -43,7 +43,7 @@ use super::TransformerError;
 use super::config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
-use super::model::{Decoder, DecoderWeights, LayerWeights, delegate_language_model};
+use super::model::{Decoder, DecoderWeights, LayerWeights};
 use super::norm::Norm;
 
 /// The toy vocabulary, in id order.
@@ -60,23 +60,19 @@ pub enum ToyArchitecture {
     Llama,
 }
 
-/// The seven-token toy decoder; see the module docs.
-#[derive(Debug)]
-pub struct ToyDecoder {
-    decoder: Decoder,
-    architecture: ToyArchitecture,
-}
+/// The seven-token toy decoder (see the module docs): its vocabulary and
+/// the constructors of its [`Decoder`], which is the model (it implements
+/// [`lm_core::LanguageModel`], with [`Decoder::reference_logits`] as the
+/// explicit-mask reference path and [`Decoder::positions_computed`] as
+/// lesson 001's counter). `Toy` itself is the toy vocabulary's
+/// [`Detokenize`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Toy;
 
-impl Default for ToyDecoder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ToyDecoder {
+impl Toy {
     /// The seed the weights are drawn from.
     pub const SEED: u64 = 303;
-    /// The context bound of [`ToyDecoder::new`].
+    /// The context bound of [`Toy::decoder`].
     pub const DEFAULT_CONTEXT_LENGTH: usize = 16;
     /// Id of `<start>`.
     pub const START: TokenId = 0;
@@ -84,9 +80,9 @@ impl ToyDecoder {
     pub const END: TokenId = 6;
 
     /// The lessons' decoder ([`ToyArchitecture::Gpt2`]) with a context bound
-    /// of [`ToyDecoder::DEFAULT_CONTEXT_LENGTH`].
-    pub fn new() -> Self {
-        Self::build(
+    /// of [`Toy::DEFAULT_CONTEXT_LENGTH`].
+    pub fn decoder() -> Decoder {
+        build(
             ToyArchitecture::Gpt2,
             Self::DEFAULT_CONTEXT_LENGTH,
             Self::SEED,
@@ -97,8 +93,8 @@ impl ToyDecoder {
     /// The lessons' decoder with another context bound (lesson 001 uses 5).
     /// The weights do not depend on the bound: prefixes that fit in both
     /// get the same logits.
-    pub fn with_context_length(context_length: usize) -> Result<Self, TransformerError> {
-        Self::build(ToyArchitecture::Gpt2, context_length, Self::SEED)
+    pub fn with_context_length(context_length: usize) -> Result<Decoder, TransformerError> {
+        build(ToyArchitecture::Gpt2, context_length, Self::SEED)
     }
 
     /// A toy decoder of the given architecture, context bound and weight seed.
@@ -106,17 +102,17 @@ impl ToyDecoder {
         architecture: ToyArchitecture,
         context_length: usize,
         seed: u64,
-    ) -> Result<Self, TransformerError> {
-        Self::build(architecture, context_length, seed)
+    ) -> Result<Decoder, TransformerError> {
+        build(architecture, context_length, seed)
     }
 
     /// The id of `word`, or `None` outside the vocabulary.
     ///
     /// ```
-    /// use lm_model::transformer::ToyDecoder;
-    /// assert_eq!(ToyDecoder::id("cat"), Some(2));
-    /// assert_eq!(ToyDecoder::id("cow"), None);
-    /// assert_eq!(ToyDecoder::word(6), Some("<end>"));
+    /// use lm_model::Toy;
+    /// assert_eq!(Toy::id("cat"), Some(2));
+    /// assert_eq!(Toy::id("cow"), None);
+    /// assert_eq!(Toy::word(6), Some("<end>"));
     /// ```
     pub fn id(word: &str) -> Option<TokenId> {
         TOY_VOCAB
@@ -136,146 +132,114 @@ impl ToyDecoder {
             .map(|word| Self::id(word).ok_or(word))
             .collect()
     }
+}
 
-    /// The architecture.
-    pub fn architecture(&self) -> ToyArchitecture {
-        self.architecture
-    }
-
-    /// The generic decoder underneath.
-    pub fn decoder(&self) -> &Decoder {
-        &self.decoder
-    }
-
-    /// Positions computed by forward passes since creation or the last
-    /// reset (lesson 001: 25 without a cache, 7 with one).
-    pub fn positions_computed(&self) -> usize {
-        self.decoder.positions_computed()
-    }
-
-    /// Sets the positions counter back to zero.
-    pub fn reset_counter(&self) {
-        self.decoder.reset_counter();
-    }
-
-    /// Logits of every position of `tokens` from the independent reference
-    /// path (explicit mask, no cache); see [`Decoder::reference_logits`].
-    pub fn reference_logits(&self, tokens: &[TokenId]) -> lm_core::Result<Array2<f32>> {
-        self.decoder.reference_logits(tokens)
-    }
-
-    fn build(
-        architecture: ToyArchitecture,
-        context_length: usize,
-        seed: u64,
-    ) -> Result<Self, TransformerError> {
-        let (n_embd, n_layer) = (16, 2);
-        let config = match architecture {
-            ToyArchitecture::Gpt2 => TransformerConfig {
-                vocab_size: TOY_VOCAB.len(),
-                n_embd,
-                n_layer,
-                n_head: 2,
-                n_kv_head: 2,
-                head_dim: 8,
-                ffn_dim: 64,
-                context_length,
-                norm: NormKind::LayerNorm,
-                norm_eps: 1e-5,
-                position: PositionKind::Learned,
-                ffn: FfnKind::GeluMlp,
-                tied_output: true,
-                kv_precision: KvPrecision::F32,
+/// Draws the weights of a toy decoder (see the module docs).
+fn build(
+    architecture: ToyArchitecture,
+    context_length: usize,
+    seed: u64,
+) -> Result<Decoder, TransformerError> {
+    let (n_embd, n_layer) = (16, 2);
+    let config = match architecture {
+        ToyArchitecture::Gpt2 => TransformerConfig {
+            vocab_size: TOY_VOCAB.len(),
+            n_embd,
+            n_layer,
+            n_head: 2,
+            n_kv_head: 2,
+            head_dim: 8,
+            ffn_dim: 64,
+            context_length,
+            norm: NormKind::LayerNorm,
+            norm_eps: 1e-5,
+            position: PositionKind::Learned,
+            ffn: FfnKind::GeluMlp,
+            tied_output: true,
+            kv_precision: KvPrecision::F32,
+        },
+        ToyArchitecture::Llama => TransformerConfig {
+            vocab_size: TOY_VOCAB.len(),
+            n_embd,
+            n_layer,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 4,
+            ffn_dim: 48,
+            context_length,
+            norm: NormKind::RmsNorm,
+            norm_eps: 1e-5,
+            position: PositionKind::Rope {
+                base: 10000.0,
+                dim: 4,
             },
-            ToyArchitecture::Llama => TransformerConfig {
-                vocab_size: TOY_VOCAB.len(),
-                n_embd,
-                n_layer,
-                n_head: 4,
-                n_kv_head: 2,
-                head_dim: 4,
-                ffn_dim: 48,
-                context_length,
-                norm: NormKind::RmsNorm,
-                norm_eps: 1e-5,
-                position: PositionKind::Rope {
-                    base: 10000.0,
-                    dim: 4,
-                },
-                ffn: FfnKind::SwiGlu,
-                tied_output: false,
-                kv_precision: KvPrecision::F32,
+            ffn: FfnKind::SwiGlu,
+            tied_output: false,
+            kv_precision: KvPrecision::F32,
+        },
+    };
+    config.validate()?;
+    let mut draw = Draw { seed, stream: 0 };
+    let c = &config;
+    let norm = || match c.norm {
+        NormKind::LayerNorm => Norm::layer_norm(vec![1.0; n_embd], vec![0.0; n_embd], c.norm_eps),
+        NormKind::RmsNorm => Norm::rms_norm(vec![1.0; n_embd], c.norm_eps),
+    };
+    // Standard deviations: embeddings large enough that the untrained
+    // distribution is visibly uneven; projections ~ 1/sqrt(fan_in).
+    let token_embedding = Linear::dense(draw.matrix(c.vocab_size, n_embd, 0.18));
+    let mut layers = Vec::with_capacity(n_layer);
+    for _ in 0..n_layer {
+        let in_std = 1.0 / (n_embd as f32).sqrt();
+        let wq = Linear::dense(draw.matrix(c.q_dim(), n_embd, in_std));
+        let wk = Linear::dense(draw.matrix(c.kv_dim(), n_embd, in_std));
+        let wv = Linear::dense(draw.matrix(c.kv_dim(), n_embd, in_std));
+        let wo = Linear::dense(draw.matrix(n_embd, c.q_dim(), 1.0 / (c.q_dim() as f32).sqrt()));
+        let ffn_std = 1.0 / (c.ffn_dim as f32).sqrt();
+        let ffn = match c.ffn {
+            FfnKind::GeluMlp => FeedForward::GeluMlp {
+                up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
+                down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
+            },
+            FfnKind::SwiGlu => FeedForward::SwiGlu {
+                gate: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
+                up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
+                down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
             },
         };
-        config.validate()?;
-        let mut draw = Draw { seed, stream: 0 };
-        let c = &config;
-        let norm = || match c.norm {
-            NormKind::LayerNorm => {
-                Norm::layer_norm(vec![1.0; n_embd], vec![0.0; n_embd], c.norm_eps)
-            }
-            NormKind::RmsNorm => Norm::rms_norm(vec![1.0; n_embd], c.norm_eps),
-        };
-        // Standard deviations: embeddings large enough that the untrained
-        // distribution is visibly uneven; projections ~ 1/sqrt(fan_in).
-        let token_embedding = Linear::dense(draw.matrix(c.vocab_size, n_embd, 0.18));
-        let mut layers = Vec::with_capacity(n_layer);
-        for _ in 0..n_layer {
-            let in_std = 1.0 / (n_embd as f32).sqrt();
-            let wq = Linear::dense(draw.matrix(c.q_dim(), n_embd, in_std));
-            let wk = Linear::dense(draw.matrix(c.kv_dim(), n_embd, in_std));
-            let wv = Linear::dense(draw.matrix(c.kv_dim(), n_embd, in_std));
-            let wo = Linear::dense(draw.matrix(n_embd, c.q_dim(), 1.0 / (c.q_dim() as f32).sqrt()));
-            let ffn_std = 1.0 / (c.ffn_dim as f32).sqrt();
-            let ffn = match c.ffn {
-                FfnKind::GeluMlp => FeedForward::GeluMlp {
-                    up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
-                    down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
-                },
-                FfnKind::SwiGlu => FeedForward::SwiGlu {
-                    gate: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
-                    up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
-                    down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
-                },
-            };
-            layers.push(LayerWeights {
-                attn_norm: norm(),
-                wq,
-                wk,
-                wv,
-                wo,
-                ffn_norm: norm(),
-                ffn,
-            });
-        }
-        let output =
-            (!c.tied_output).then(|| Linear::dense(draw.matrix(c.vocab_size, n_embd, 0.18)));
-        // One stream per position, after every other tensor's, so the bound
-        // does not shift any other draw.
-        let position_embedding = (c.position == PositionKind::Learned).then(|| {
-            let first_stream = draw.stream;
-            let mut table = Array2::zeros((context_length, n_embd));
-            for (pos, mut row) in table.rows_mut().into_iter().enumerate() {
-                let mut position_draw = Draw {
-                    seed,
-                    stream: first_stream + pos as u64,
-                };
-                row.assign(&position_draw.matrix(1, n_embd, 0.18).row(0));
-            }
-            table
+        layers.push(LayerWeights {
+            attn_norm: norm(),
+            wq,
+            wk,
+            wv,
+            wo,
+            ffn_norm: norm(),
+            ffn,
         });
-        let weights = DecoderWeights {
-            token_embedding,
-            position_embedding,
-            layers,
-            final_norm: norm(),
-            output,
-        };
-        Ok(Self {
-            decoder: Decoder::new(config, weights)?,
-            architecture,
-        })
     }
+    let output = (!c.tied_output).then(|| Linear::dense(draw.matrix(c.vocab_size, n_embd, 0.18)));
+    // One stream per position, after every other tensor's, so the bound
+    // does not shift any other draw.
+    let position_embedding = (c.position == PositionKind::Learned).then(|| {
+        let first_stream = draw.stream;
+        let mut table = Array2::zeros((context_length, n_embd));
+        for (pos, mut row) in table.rows_mut().into_iter().enumerate() {
+            let mut position_draw = Draw {
+                seed,
+                stream: first_stream + pos as u64,
+            };
+            row.assign(&position_draw.matrix(1, n_embd, 0.18).row(0));
+        }
+        table
+    });
+    let weights = DecoderWeights {
+        token_embedding,
+        position_embedding,
+        layers,
+        final_norm: norm(),
+        output,
+    };
+    Decoder::new(config, weights)
 }
 
 /// The portable weight draw described in the module docs.
@@ -303,7 +267,7 @@ impl Draw {
     }
 }
 
-impl Detokenize for ToyDecoder {
+impl Detokenize for Toy {
     /// Words joined by single spaces; ids outside the vocabulary read `<unk>`.
     fn decode(&self, ids: &[TokenId]) -> String {
         ids.iter()
@@ -312,5 +276,3 @@ impl Detokenize for ToyDecoder {
             .join(" ")
     }
 }
-
-delegate_language_model!(ToyDecoder, decoder);

@@ -2,7 +2,7 @@
 //! metadata pairs and tensors, or any byte sequence (a hostile header, a
 //! truncated string) written field by field.
 
-use lm_model::gguf::MetadataValue;
+use lm_model::MetadataValue;
 
 /// GGML tensor type id of f32.
 pub const F32: u32 = 0;

@@ -10,7 +10,7 @@ pub mod gguf_writer;
 use std::path::{Path, PathBuf};
 
 use lm_core::{LanguageModel, Rows, TokenId, argmax, softmax};
-use lm_model::quant::Kernel;
+use lm_model::Kernel;
 use serde_json::{Map, Value};
 
 /// `fixtures/RELATIVE` at the workspace root.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use lm_model::gguf::GgufFile;
+use lm_model::GgufFile;
 use lm_tokenize::{BpeVocab, Tokenizer};
 
 /// The SmolLM2 file name inside the models directory.

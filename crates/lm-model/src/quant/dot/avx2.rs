@@ -203,7 +203,11 @@ fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool>(
     unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
     product: impl Fn(__m256i, __m256i) -> __m256,
 ) -> [f32; N] {
-    let n_blocks = xq.iter().fold(row.len() / BYTES, |n, x| n.min(x.len()));
+    let n_blocks = row.len() / BYTES;
+    debug_assert!(
+        xq.iter().all(|x| x.len() == n_blocks),
+        "one input block per weight block"
+    );
     let mut acc = [[_mm256_setzero_ps(); 2]; N];
     let mut offset = [_mm_setzero_ps(); N];
     let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
@@ -215,9 +219,8 @@ fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool>(
     }
     if n_blocks % 2 == 1 {
         let b = n_blocks - 1;
-        if let Some(w) = row.get(b * BYTES..(b + 1) * BYTES) {
-            accumulate::<0, N, HAS_MIN>(unpack(w), b, &xq, &mut acc, &mut offset, &product);
-        }
+        let w = &row[b * BYTES..(b + 1) * BYTES];
+        accumulate::<0, N, HAS_MIN>(unpack(w), b, &xq, &mut acc, &mut offset, &product);
     }
     let mut out = [0.0; N];
     for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
@@ -246,13 +249,12 @@ fn accumulate<const PARITY: usize, const N: usize, const HAS_MIN: bool>(
     let bits = i64::from(d_w) | (i64::from(m_w) << m_shift);
     let scales_w = _mm_cvtph_ps(_mm_cvtsi64_si128(bits));
     for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
-        if let Some(a) = x.get(block_idx) {
-            let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
-            let scale = _mm256_broadcastss_ps(scales);
-            acc[PARITY] = _mm256_fmadd_ps(scale, product(weights, load_qs(a)), acc[PARITY]);
-            if HAS_MIN {
-                *offset = _mm_add_ps(*offset, scales);
-            }
+        let a = &x[block_idx];
+        let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
+        let scale = _mm256_broadcastss_ps(scales);
+        acc[PARITY] = _mm256_fmadd_ps(scale, product(weights, load_qs(a)), acc[PARITY]);
+        if HAS_MIN {
+            *offset = _mm_add_ps(*offset, scales);
         }
     }
 }
