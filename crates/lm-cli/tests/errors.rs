@@ -3,7 +3,6 @@
 //! a closed output pipe ends quietly.
 
 use std::io::Read;
-use std::process::Stdio;
 
 use crate::common::Cli;
 
@@ -176,14 +175,7 @@ fn smollm2_missing_says_how_to_fetch_it() {
 
 #[test]
 fn a_closed_pipe_ends_quietly() {
-    let mut child = Cli::generate("And God said")
-        .n(400)
-        .arg("--stream")
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Cli::generate("And God said").n(400).arg("--stream").spawn();
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 1];
     stdout.read_exact(&mut first).unwrap();

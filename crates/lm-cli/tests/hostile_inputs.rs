@@ -163,11 +163,7 @@ fn ctrl_c_while_streaming_prints_the_text_so_far_and_exits_130() {
         .n(100_000_000)
         .args(["--no-end-token", "--stream"])
         .seed(7)
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let mut stdout = child.stdout.take().unwrap();
     // Wait until streaming has visibly started.
     let mut seen = vec![0u8; 300];

@@ -6,23 +6,15 @@ use lm_core::LanguageModel;
 use lm_decode::enumerate_continuations;
 
 use crate::cli::EnumerateArgs;
-use crate::commands::generate::to_usize;
 use crate::output::Output;
 use crate::report::json::{ContinuationReport, EnumerateReport};
 use crate::report::printable;
-use crate::spec::{ModelSpec, ModelTask, RunOptions};
+use crate::spec::ModelTask;
 use crate::text::TextCodec;
 
 /// Runs `lm-cli enumerate`.
 pub fn run(args: EnumerateArgs) -> Result<()> {
-    let spec = ModelSpec::or_default(args.model.model.as_ref());
-    let context_length = args.model.context_length.map(to_usize);
-    crate::commands::configure_threads(args.model.threads)?;
-    let loaded = spec.load(context_length)?;
-    let options = RunOptions {
-        no_cache: args.model.no_cache,
-        context_length,
-    };
+    let (loaded, options) = crate::commands::load_model(&args.model)?;
     loaded.run(options, Enumerate { args })
 }
 

@@ -3,7 +3,7 @@
 //! command prints with an insta snapshot.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
@@ -125,6 +125,15 @@ impl Cli {
             command.env(name, value);
         }
         command
+    }
+
+    /// Starts the command with stdout and stderr piped, stdin closed.
+    pub fn spawn(&self) -> Child {
+        self.command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the lm-cli binary starts")
     }
 
     /// Runs the command to completion.
