@@ -23,18 +23,15 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
-    loaded.run(options, Chat { args })
+    loaded.run(options, args)
 }
 
-struct Chat {
-    args: ChatArgs,
-}
-
-impl ModelTask for Chat {
+/// The chat loop, written once for every model type.
+impl ModelTask for ChatArgs {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        let args = &self.args;
+        let args = &self;
         let config = GenerationConfig {
             max_new_tokens: args.max_new_tokens,
             sampling: SamplingConfig {

@@ -15,18 +15,15 @@ use crate::text::TextCodec;
 /// Runs `lm-cli enumerate`.
 pub fn run(args: EnumerateArgs) -> Result<()> {
     let (loaded, options) = crate::commands::load_model(&args.model)?;
-    loaded.run(options, Enumerate { args })
+    loaded.run(options, args)
 }
 
-struct Enumerate {
-    args: EnumerateArgs,
-}
-
-impl ModelTask for Enumerate {
+/// The enumeration, written once for every model type.
+impl ModelTask for EnumerateArgs {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        let args = &self.args;
+        let args = &self;
         let prompt_ids = codec.encode_prompt(&args.prompt)?;
         let all = enumerate_continuations(model, &prompt_ids, args.steps, args.limit)
             .with_context(|| {
