@@ -98,10 +98,9 @@ impl Cli {
     /// The command line after `lm-cli`, as typed in a shell from the
     /// workspace root (for messages and snapshot descriptions).
     pub fn line(&self) -> String {
-        let fixtures = fixture("").display().to_string();
         self.args
             .iter()
-            .map(|arg| arg.replace(&fixtures, "fixtures/"))
+            .map(|arg| from_workspace(arg))
             .map(|arg| {
                 let plain = !arg.is_empty()
                     && arg
@@ -162,7 +161,8 @@ impl Cli {
 
 /// Runs `cli`, expects success, and pins its stdout with the insta snapshot
 /// `tests/snapshots/{name}.snap` (its description is the command line).
-/// With `--json` the snapshot is the parsed JSON, its clock readings
+/// Paths into `fixtures/` are written from the workspace root. With
+/// `--json` the snapshot is the parsed JSON, its clock readings
 /// (`timing.*_ms`) replaced by `"[ms]"` and its fractional numbers rounded
 /// to 6 decimals, so it pins the fields and values the README and scripts
 /// read without pinning the machine. Returns the run for further checks.
@@ -173,17 +173,24 @@ pub fn check(name: &str, cli: &Cli) -> Run {
     settings.set_prepend_module_to_snapshot(false);
     settings.set_description(format!("lm-cli {}", cli.line()));
     settings.set_omit_expression(true);
+    let stdout = from_workspace(&run.stdout);
     settings.bind(|| {
         if cli.args.iter().any(|arg| arg == "--json") {
-            let mut report = run.json();
+            let mut report: Value = serde_json::from_str(&stdout).expect("one JSON value");
             redact_clock(&mut report);
             round_fractions(&mut report);
             insta::assert_json_snapshot!(name, report);
         } else {
-            insta::assert_snapshot!(name, run.stdout);
+            insta::assert_snapshot!(name, stdout);
         }
     });
     run
+}
+
+/// `text` with this checkout's `fixtures/` folder written as the workspace
+/// root sees it, so snapshots do not depend on where the checkout is.
+fn from_workspace(text: &str) -> String {
+    text.replace(&fixture("").display().to_string(), "fixtures/")
 }
 
 /// Replaces the milliseconds of every `timing` object by `"[ms]"`.
