@@ -193,7 +193,7 @@ fn from_workspace(text: &str) -> String {
     text.replace(&fixture("").display().to_string(), "fixtures/")
 }
 
-/// Replaces the milliseconds of every `timing` object by `"[ms]"`.
+/// Replaces every `*_ms` number (the clock readings of `timing`) by `"[ms]"`.
 fn redact_clock(value: &mut Value) {
     match value {
         Value::Object(fields) => {
