@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lm_decode::Truncation;
 use lm_decode::sampler::{MinP, RepetitionPenalty, Temperature, TopK, TopP};
+use lm_decode::{SamplingConfig, Truncation};
 
 use crate::spec::ModelSpec;
 
@@ -167,6 +167,41 @@ pub struct ModelArgs {
     pub threads: Option<u64>,
 }
 
+/// The temperature and the filters after it, in the order the policy chain
+/// runs them: shared by `generate` and `probs`, so `probs` shows the
+/// distribution `generate` draws from for the same flags.
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy (all
+    /// mass on the largest logit).
+    #[arg(long, short = 't', value_name = "T", default_value_t = 1.0,
+          value_parser = parse_temperature, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Keep only the K most probable tokens.
+    #[arg(long, value_name = "K", value_parser = parse_top_k)]
+    pub top_k: Option<usize>,
+    /// Keep the fewest most probable tokens whose probabilities add up to P (nucleus sampling).
+    #[arg(long, value_name = "P", value_parser = parse_top_p, allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    /// Keep tokens at least P times as probable as the best one.
+    #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
+    pub min_p: Option<f32>,
+}
+
+impl FilterArgs {
+    /// The sampling configuration of these flags; every other setting is
+    /// lm-decode's default.
+    pub fn sampling(&self) -> SamplingConfig {
+        SamplingConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            ..SamplingConfig::default()
+        }
+    }
+}
+
 /// `lm-cli generate`.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -182,19 +217,9 @@ pub struct GenerateArgs {
     /// The most tokens to generate [default: 20].
     #[arg(long, short = 'n', value_name = "N")]
     pub max_new_tokens: Option<usize>,
-    /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy.
-    #[arg(long, short = 't', value_name = "T", default_value_t = 1.0,
-          value_parser = parse_temperature, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Keep only the K most probable tokens.
-    #[arg(long, value_name = "K", value_parser = parse_top_k)]
-    pub top_k: Option<usize>,
-    /// Keep the fewest most probable tokens whose probabilities add up to P (nucleus sampling).
-    #[arg(long, value_name = "P", value_parser = parse_top_p, allow_negative_numbers = true)]
-    pub top_p: Option<f32>,
-    /// Keep tokens at least P times as probable as the best one.
-    #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
-    pub min_p: Option<f32>,
+    /// Temperature and the filters of the policy.
+    #[command(flatten)]
+    pub filters: FilterArgs,
     /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
     #[arg(long, value_name = "R", value_parser = parse_repetition_penalty,
           allow_negative_numbers = true)]
@@ -256,19 +281,9 @@ pub struct ProbsArgs {
     #[arg(long, short = 'l', value_name = "LIST", value_parser = parse_logits,
           allow_hyphen_values = true)]
     pub logits: Logits,
-    /// Temperature; 0 puts all mass on the largest logit.
-    #[arg(long, short = 't', value_name = "T", default_value_t = 1.0,
-          value_parser = parse_temperature, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Keep only the K most probable tokens.
-    #[arg(long, value_name = "K", value_parser = parse_top_k)]
-    pub top_k: Option<usize>,
-    /// Keep the fewest most probable tokens whose probabilities add up to P.
-    #[arg(long, value_name = "P", value_parser = parse_top_p, allow_negative_numbers = true)]
-    pub top_p: Option<f32>,
-    /// Keep tokens at least P times as probable as the best one.
-    #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
-    pub min_p: Option<f32>,
+    /// Temperature and the filters of the policy.
+    #[command(flatten)]
+    pub filters: FilterArgs,
     /// Print JSON: {"probs": [...]} in input order.
     #[arg(long)]
     pub json: bool,

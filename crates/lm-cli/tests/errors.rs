@@ -2,208 +2,154 @@
 //! message naming it, exit code 2 (usage) or 1 (runtime), and never a panic;
 //! a closed output pipe ends quietly.
 
-mod common;
-
 use std::io::Read;
-use std::process::Stdio;
 
-use common::{command, lm_cli};
+use crate::common::Cli;
 
 #[test]
 fn bad_arguments_name_themselves() {
-    let toy = ["generate", "--model", "toy", "--prompt", "<start> the cat"];
-    let with = |extra: &[&'static str]| -> Vec<&'static str> {
-        toy.iter().chain(extra).copied().collect()
+    let toy = || Cli::toy("generate");
+    let prompt = |subcommand: &str, model: &str, prompt: &str| {
+        Cli::new(subcommand).model(model).opt("--prompt", prompt)
     };
-    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+    let x = |subcommand: &str, model: &str| prompt(subcommand, model, "x");
+    let train = |options: &[&str]| Cli::new("train").args(options);
+    let cases: Vec<(Cli, i32, &str)> = vec![
         (
-            with(&["--temperature", "-1"]),
+            toy().opt("--temperature", -1),
             2,
             "temperature must be >= 0",
         ),
-        (with(&["--temperature", "hot"]), 2, "'hot' is not a number"),
-        (with(&["--top-p", "0"]), 2, "top_p must be in (0, 1], got 0"),
         (
-            with(&["--top-p", "1.5"]),
+            toy().opt("--temperature", "hot"),
+            2,
+            "'hot' is not a number",
+        ),
+        (toy().opt("--top-p", 0), 2, "top_p must be in (0, 1], got 0"),
+        (
+            toy().opt("--top-p", 1.5),
             2,
             "top_p must be in (0, 1], got 1.5",
         ),
-        (with(&["--top-k", "0"]), 2, "top_k must be at least 1"),
-        (with(&["--min-p", "2"]), 2, "min_p must be in [0, 1]"),
+        (toy().opt("--top-k", 0), 2, "top_k must be at least 1"),
+        (toy().opt("--min-p", 2), 2, "min_p must be in [0, 1]"),
         (
-            with(&["--repetition-penalty", "0"]),
+            toy().opt("--repetition-penalty", 0),
             2,
             "repetition_penalty",
         ),
-        (with(&["--truncate", "drop"]), 2, "not a truncation policy"),
         (
-            with(&["--num-beams", "2", "--stop", "x"]),
+            toy().opt("--truncate", "drop"),
+            2,
+            "not a truncation policy",
+        ),
+        (
+            toy().opt("--num-beams", 2).opt("--stop", "x"),
             2,
             "--stop does not work with --num-beams",
         ),
-        (with(&["--end-token", "cow"]), 1, "end token 'cow'"),
+        (toy().opt("--end-token", "cow"), 1, "end token 'cow'"),
+        (x("generate", "gpt5"), 2, "unknown model spec 'gpt5'"),
+        (x("generate", "count:"), 2, "needs a file"),
+        (Cli::new("generate").model("toy"), 2, "--prompt"),
         (
-            vec!["generate", "--model", "gpt5", "--prompt", "x"],
-            2,
-            "unknown model spec 'gpt5'",
-        ),
-        (
-            vec!["generate", "--model", "count:", "--prompt", "x"],
-            2,
-            "needs a file",
-        ),
-        (vec!["generate", "--model", "toy"], 2, "--prompt"),
-        (
-            vec![
-                "generate",
-                "--model",
-                "count:/no/such.arpa",
-                "--prompt",
-                "x",
-            ],
+            x("generate", "count:/no/such.arpa"),
             1,
             "/no/such.arpa not found",
         ),
+        (x("generate", "/no/such.gguf"), 1, "/no/such.gguf not found"),
         (
-            vec!["generate", "--model", "/no/such.gguf", "--prompt", "x"],
-            1,
-            "/no/such.gguf not found",
-        ),
-        (
-            vec![
-                "generate",
-                "--model",
-                "toy",
-                "--prompt",
-                "<start> the zebra",
-            ],
+            prompt("generate", "toy", "<start> the zebra"),
             1,
             "unknown word 'zebra'",
         ),
+        (prompt("generate", "toy", ""), 1, "the prompt is empty"),
         (
-            vec!["generate", "--model", "toy", "--prompt", ""],
-            1,
-            "the prompt is empty",
-        ),
-        (
-            vec!["generate", "--model", "toy", "--prompt", "the", "--chat"],
+            prompt("generate", "toy", "the").arg("--chat"),
             1,
             "no chat template",
         ),
         (
-            vec![
-                "enumerate",
-                "--model",
-                "toy",
-                "--prompt",
-                "<start>",
-                "--steps",
-                "9",
-            ],
+            prompt("enumerate", "toy", "<start>").opt("--steps", 9),
             1,
             "7^9 continuations exceed",
         ),
         (
-            vec![
-                "enumerate",
-                "--model",
-                "toy",
-                "--prompt",
-                "<start>",
-                "--steps",
-                "x",
-            ],
+            prompt("enumerate", "toy", "<start>").opt("--steps", "x"),
             2,
             "--steps",
         ),
-        (vec!["probs", "--logits", "2,x"], 2, "logit 2 is 'x'"),
         (
-            vec!["probs", "--logits", "1,nan"],
+            Cli::new("probs").opt("--logits", "2,x"),
+            2,
+            "logit 2 is 'x'",
+        ),
+        (
+            Cli::new("probs").opt("--logits", "1,nan"),
             2,
             "logits must be finite",
         ),
         (
-            vec!["probs", "--logits", "1,2", "--top-p", "1.5"],
+            Cli::new("probs").opt("--logits", "1,2").opt("--top-p", 1.5),
             2,
             "top_p",
         ),
         (
-            vec!["score", "--model", "toy", "--text", "the cat"],
+            Cli::new("score").model("toy").opt("--text", "the cat"),
             2,
             "--text scores a sentence with a count model",
         ),
         (
-            vec![
-                "score",
-                "--model",
-                "toy",
-                "--prompt",
-                "<start>",
-                "--continuation",
-                "",
-            ],
+            prompt("score", "toy", "<start>").opt("--continuation", ""),
             1,
             "continuation is empty",
         ),
         (
-            vec![
-                "train",
-                "--corpus",
-                "/no/such.txt",
-                "--out",
-                "/tmp/never.arpa",
-            ],
+            train(&["--corpus", "/no/such.txt", "--out", "/tmp/never.arpa"]),
             1,
             "/no/such.txt",
         ),
         (
-            vec!["train", "--corpus", "x", "--order", "0", "--out", "y"],
+            train(&["--corpus", "x", "--order", "0", "--out", "y"]),
             2,
             "--order must be between 1",
         ),
         (
-            vec![
-                "train",
-                "--corpus",
-                "x",
-                "--smoothing",
-                "magic",
-                "--out",
-                "y",
-            ],
+            train(&["--corpus", "x", "--smoothing", "magic", "--out", "y"]),
             2,
             "magic",
         ),
-        (vec!["completions", "tcsh"], 2, "tcsh"),
-        (vec!["frobnicate"], 2, "frobnicate"),
+        (Cli::new("completions").arg("tcsh"), 2, "tcsh"),
+        (Cli::new("frobnicate"), 2, "frobnicate"),
     ];
-    for (args, code, message) in cases {
-        let run = lm_cli(&args);
-        assert_eq!(run.code, Some(code), "lm-cli {args:?}: {}", run.stderr);
+    for (cli, code, message) in cases {
+        let run = cli.run();
+        let args = cli.line();
+        assert_eq!(run.code, Some(code), "lm-cli {args}: {}", run.stderr);
         let first = run.stderr.lines().next().unwrap_or_default();
         assert!(
             first.starts_with("error: "),
-            "lm-cli {args:?}: {}",
+            "lm-cli {args}: {}",
             run.stderr
         );
         assert!(
             first.contains(message),
-            "lm-cli {args:?}: {first:?} lacks {message:?}"
+            "lm-cli {args}: {first:?} lacks {message:?}"
         );
         assert!(
             run.stderr.lines().count() <= 2,
-            "lm-cli {args:?}: {}",
+            "lm-cli {args}: {}",
             run.stderr
         );
         assert!(
             !run.stderr.contains("panicked"),
-            "lm-cli {args:?}: {}",
+            "lm-cli {args}: {}",
             run.stderr
         );
-        assert!(!run.stderr.contains("RUST_BACKTRACE"), "lm-cli {args:?}");
+        assert!(!run.stderr.contains("RUST_BACKTRACE"), "lm-cli {args}");
         assert!(
             run.stdout.is_empty(),
-            "lm-cli {args:?} printed {}",
+            "lm-cli {args} printed {}",
             run.stdout
         );
     }
@@ -212,8 +158,11 @@ fn bad_arguments_name_themselves() {
 #[test]
 fn smollm2_missing_says_how_to_fetch_it() {
     let dir = tempfile::tempdir().unwrap();
-    let run = command(&["generate", "--model", "smollm2", "--prompt", "hi"])
-        .env("LM_MODELS_DIR", dir.path())
+    let run = Cli::new("generate")
+        .model("smollm2")
+        .opt("--prompt", "hi")
+        .env("LM_MODELS_DIR", dir.path().display())
+        .command()
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(1));
@@ -226,18 +175,7 @@ fn smollm2_missing_says_how_to_fetch_it() {
 
 #[test]
 fn a_closed_pipe_ends_quietly() {
-    let mut child = command(&[
-        "generate",
-        "--prompt",
-        "And God said",
-        "-n",
-        "400",
-        "--stream",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = Cli::generate("And God said").n(400).arg("--stream").spawn();
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 1];
     stdout.read_exact(&mut first).unwrap();
@@ -250,11 +188,11 @@ fn a_closed_pipe_ends_quietly() {
 
 #[test]
 fn help_is_written_for_newcomers() {
-    let run = lm_cli(&["--help"]);
+    let run = Cli::new("--help").run();
     assert_eq!(run.code, Some(0));
     assert!(run.stdout.contains("what comes next"), "{}", run.stdout);
     assert!(run.stdout.contains("cargo xtask fetch-model smollm2"));
-    let generate = lm_cli(&["generate", "--help"]);
+    let generate = Cli::new("generate").arg("--help").run();
     assert!(generate.stdout.contains("EXAMPLES:"));
     assert!(generate.stdout.contains("context_bound"));
 }
@@ -266,7 +204,7 @@ fn completions_are_scripts_for_each_shell() {
         ("zsh", "#compdef lm-cli"),
         ("fish", "complete -c lm-cli"),
     ] {
-        let run = lm_cli(&["completions", shell]);
+        let run = Cli::new("completions").arg(shell).run();
         assert_eq!(run.code, Some(0), "{shell}: {}", run.stderr);
         assert!(run.stdout.contains(marker), "{shell}");
         assert!(run.stdout.contains("generate"), "{shell}");

@@ -1,32 +1,13 @@
 //! `lm-cli generate` on the toy decoder and the default model: JSON fields,
 //! the trace table, stop reasons, beams, sequences and determinism, checked
-//! against the toy decoder's uncached reference path computed here.
+//! against the toy decoder's uncached reference path computed here, with the
+//! outputs scripts read pinned by snapshots.
 
-mod common;
-
-use common::{ids, json, lm_cli};
 use lm_core::TokenId;
-use lm_model::{Decoder, Toy};
+use lm_model::Toy;
 
-const PROMPT: &str = "<start> the cat";
-
-/// One toy decoder for every reference computation (building it draws its weights).
-fn toy() -> &'static Decoder {
-    static TOY: std::sync::OnceLock<Decoder> = std::sync::OnceLock::new();
-    TOY.get_or_init(Toy::decoder)
-}
-
-/// ln p of every token after `prefix` from the reference path (explicit
-/// mask, no cache).
-fn reference_logprobs(prefix: &[TokenId]) -> Vec<f64> {
-    let logits = toy().reference_logits(prefix).unwrap();
-    let last = logits.row(prefix.len() - 1).to_vec();
-    lm_core::log_softmax(&last, 1.0)
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
-}
+use crate::common::{Cli, check, ids};
+use crate::toy_reference::next_logprobs;
 
 fn argmax(values: &[f64]) -> TokenId {
     let mut best = 0;
@@ -38,19 +19,14 @@ fn argmax(values: &[f64]) -> TokenId {
     best as TokenId
 }
 
+/// `generate` on the toy decoder, greedy, `n` new tokens.
+fn toy_greedy(n: usize) -> Cli {
+    Cli::toy("generate").n(n).arg("--greedy")
+}
+
 #[test]
 fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
-    let report = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--max-new-tokens",
-        "5",
-        "--greedy",
-        "--json",
-    ]);
+    let report = check("generate_toy_greedy_json", &toy_greedy(5).arg("--json")).json();
     assert_eq!(ids(&report["prompt_ids"]), vec![0, 1, 2]);
     let generated = ids(&report["ids"]);
     assert_eq!(generated.len(), 5);
@@ -65,7 +41,7 @@ fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
         assert_eq!(step["token"].as_u64().unwrap() as u32, generated[index]);
         assert_eq!(step["prob"].as_f64().unwrap(), 1.0, "greedy policy");
         let logprob = step["logprob"].as_f64().unwrap();
-        let reference = reference_logprobs(&expected_prefix);
+        let reference = next_logprobs(&expected_prefix);
         assert_eq!(
             generated[index],
             argmax(&reference),
@@ -89,59 +65,31 @@ fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
 
 #[test]
 fn temperature_zero_is_greedy() {
-    let greedy = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "6",
-        "--greedy",
-        "--json",
-        "--no-timing",
-    ]);
-    let zero = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "6",
-        "--temperature",
-        "0",
-        "--seed",
-        "9",
-        "--json",
-        "--no-timing",
-    ]);
+    let greedy = toy_greedy(6).arg("--no-timing").json();
+    let zero = Cli::toy("generate")
+        .n(6)
+        .opt("--temperature", 0)
+        .seed(9)
+        .arg("--no-timing")
+        .json();
     assert_eq!(greedy["ids"], zero["ids"]);
 }
 
 #[test]
 fn sampled_steps_report_policy_and_model_probabilities() {
-    let report = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "4",
-        "--temperature",
-        "0.5",
-        "--seed",
-        "3",
-        "--json",
-        "--top-logprobs",
-        "7",
-    ]);
+    let sampled = |n: usize, top: usize| {
+        Cli::toy("generate")
+            .n(n)
+            .opt("--temperature", 0.5)
+            .seed(3)
+            .opt("--top-logprobs", top)
+    };
+    let report = sampled(4, 7).json();
     for step in report["steps"].as_array().unwrap() {
         let prefix = ids(&step["prefix"]);
         let token = step["token"].as_u64().unwrap() as usize;
         // The policy at T = 0.5: softmax of the logits halved, from the reference.
-        let reference = reference_logprobs(&prefix);
+        let reference = next_logprobs(&prefix);
         let scaled: Vec<f64> = reference.iter().map(|lp| (lp * 2.0).exp()).collect();
         let total: f64 = scaled.iter().sum();
         assert!((step["prob"].as_f64().unwrap() - scaled[token] / total).abs() < 1e-4);
@@ -151,31 +99,20 @@ fn sampled_steps_report_policy_and_model_probabilities() {
         let probs: f64 = top.iter().map(|c| c["prob"].as_f64().unwrap()).sum();
         assert!((probs - 1.0).abs() < 1e-4, "all seven tokens: {probs}");
     }
+    // The shapes of `top_logprobs` and `policy_top` in both outputs.
+    let shorter = sampled(2, 3);
+    check(
+        "generate_toy_top_logprobs_json",
+        &shorter.clone().arg("--json"),
+    );
+    check("generate_toy_top_logprobs_trace", &shorter.arg("--trace"));
 }
 
 #[test]
 fn trace_prints_the_table_and_the_stop_reason() {
-    let run = lm_cli(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--max-new-tokens",
-        "5",
-        "--greedy",
-        "--trace",
-    ]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = check("generate_toy_greedy_trace", &toy_greedy(5).arg("--trace"));
     let lines: Vec<&str> = run.stdout.lines().collect();
-    for column in [
-        "step",
-        "prefix read",
-        "selected token",
-        "policy p",
-        "model p",
-        "running ln p",
-    ] {
+    for column in "step|prefix read|selected token|policy p|model p|running ln p".split('|') {
         assert!(
             lines[0].contains(column),
             "header {:?} lacks {column}",
@@ -204,28 +141,11 @@ fn trace_prints_the_table_and_the_stop_reason() {
 
 #[test]
 fn the_context_bound_stops_a_three_token_prompt_after_two_tokens() {
-    let report = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--context-length",
-        "5",
-        "--json",
-    ]);
+    let bounded = Cli::toy("generate").opt("--context-length", 5);
+    let report = bounded.json();
     assert_eq!(ids(&report["ids"]).len(), 2);
     assert_eq!(report["stop_reason"], "context_bound");
-    let trace = lm_cli(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--context-length",
-        "5",
-        "--trace",
-    ]);
+    let trace = check("generate_toy_context_bound_trace", &bounded.arg("--trace"));
     assert!(
         trace
             .stdout
@@ -237,61 +157,36 @@ fn the_context_bound_stops_a_three_token_prompt_after_two_tokens() {
 
 #[test]
 fn max_new_tokens_beyond_the_context_is_clipped_with_a_note() {
-    let run = lm_cli(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--context-length",
-        "6",
-        "--max-new-tokens",
-        "50",
-        "--json",
-    ]);
+    let run = Cli::toy("generate")
+        .opt("--context-length", 6)
+        .opt("--max-new-tokens", 50)
+        .arg("--json")
+        .run();
     assert_eq!(run.code, Some(0));
     assert!(
         run.stderr.contains("--max-new-tokens 50 clipped to 3"),
         "{}",
         run.stderr
     );
-    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(ids(&report["ids"]).len(), 3);
+    assert_eq!(ids(&run.json()["ids"]).len(), 3);
 }
 
 #[test]
 fn a_prompt_longer_than_the_context_is_refused_or_truncated() {
-    let long = "<start> the cat sat the dog slept";
-    let refused = lm_cli(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        long,
-        "--context-length",
-        "4",
-    ]);
+    let long = Cli::new("generate")
+        .model("toy")
+        .opt("--prompt", "<start> the cat sat the dog slept")
+        .opt("--context-length", 4);
+    let refused = long.run();
     assert_eq!(refused.code, Some(1));
     assert!(
         refused.stderr.contains("prompt of 7 tokens"),
         "{}",
         refused.stderr
     );
-    let run = lm_cli(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        long,
-        "--context-length",
-        "4",
-        "--truncate",
-        "keep-head:1",
-        "--json",
-    ]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = long.opt("--truncate", "keep-head:1").arg("--json").ok();
     assert!(run.stderr.contains("dropped 4"), "{}", run.stderr);
-    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let report = run.json();
     // Head <start>, then the two most recent tokens, then one new token.
     assert_eq!(ids(&report["prompt_ids"]), vec![0, 3, 5]);
     assert_eq!(report["n_prompt_dropped"], 4);
@@ -303,18 +198,7 @@ fn end_tokens_and_stop_strings_end_the_run() {
     // Seed 4 draws <end> at the first step on some seeds; search for the
     // run that ends on it instead of hard-coding the seed.
     let ended = (0..50).find_map(|seed| {
-        let report = json(&[
-            "generate",
-            "--model",
-            "toy",
-            "--prompt",
-            PROMPT,
-            "-n",
-            "5",
-            "--seed",
-            &seed.to_string(),
-            "--json",
-        ]);
+        let report = Cli::toy("generate").n(5).seed(seed).json();
         (report["stop_reason"] == "end_token").then_some(report)
     });
     let report = ended.expect("some seed draws <end> within five tokens");
@@ -323,69 +207,34 @@ fn end_tokens_and_stop_strings_end_the_run() {
     assert_eq!(report["stop_token"], 6);
     assert!(!report["text"].as_str().unwrap().contains("<end>"));
 
-    let greedy = json(&[
-        "generate", "--model", "toy", "--prompt", PROMPT, "-n", "8", "--greedy", "--json",
-    ]);
+    let greedy = toy_greedy(8).json();
     let first = greedy["steps"][0]["token_text"]
         .as_str()
         .unwrap()
         .to_owned();
-    let stopped = json(&[
-        "generate", "--model", "toy", "--prompt", PROMPT, "-n", "8", "--greedy", "--json",
-        "--stop", &first,
-    ]);
+    let stopped = toy_greedy(8).opt("--stop", &first).json();
     assert_eq!(stopped["stop_reason"], "stop_string");
     assert_eq!(stopped["stop_string"], first.as_str());
     assert_eq!(ids(&stopped["ids"]).len(), 1);
     assert_eq!(stopped["text"], "");
-    let custom_end = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "8",
-        "--greedy",
-        "--json",
-        "--end-token",
-        &first,
-    ]);
+    let custom_end = toy_greedy(8).opt("--end-token", &first).json();
     assert_eq!(custom_end["stop_reason"], "end_token");
 }
 
 #[test]
 fn return_sequences_use_streams_of_one_seed() {
-    let many = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "4",
-        "--seed",
-        "11",
-        "--num-return-sequences",
-        "3",
-        "--json",
-        "--no-timing",
-    ]);
+    let single = Cli::toy("generate").n(4).seed(11).arg("--no-timing");
+    let many = check(
+        "generate_toy_sequences_json",
+        &single
+            .clone()
+            .opt("--num-return-sequences", 3)
+            .arg("--json"),
+    )
+    .json();
     let sequences = many["sequences"].as_array().unwrap();
     assert_eq!(sequences.len(), 3);
-    let single = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "4",
-        "--seed",
-        "11",
-        "--json",
-        "--no-timing",
-    ]);
+    let single = single.json();
     assert_eq!(
         sequences[0]["ids"], single["ids"],
         "sequence 1 is the single run"
@@ -397,31 +246,13 @@ fn return_sequences_use_streams_of_one_seed() {
 fn beams_with_every_token_kept_find_the_best_continuation() {
     // Seven beams over two steps keep all 49 continuations: the best beam
     // is enumeration's first.
-    let beams = json(&[
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "2",
-        "--num-beams",
-        "7",
-        "--length-penalty",
-        "0",
-        "--no-end-token",
-        "--json",
-    ]);
-    let all = json(&[
-        "enumerate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--steps",
-        "2",
-        "--json",
-    ]);
+    let beams = Cli::toy("generate")
+        .n(2)
+        .opt("--num-beams", 7)
+        .opt("--length-penalty", 0)
+        .arg("--no-end-token")
+        .json();
+    let all = Cli::toy("enumerate").opt("--steps", 2).json();
     assert_eq!(beams["ids"], all["continuations"][0]["ids"]);
     let list = beams["beams"].as_array().unwrap();
     assert_eq!(list.len(), 7);
@@ -439,26 +270,17 @@ fn beams_with_every_token_kept_find_the_best_continuation() {
 }
 
 #[test]
+fn beam_search_outputs_are_pinned() {
+    let beams = Cli::toy("generate").n(2).opt("--num-beams", 3);
+    check("generate_toy_beams_json", &beams.clone().arg("--json"));
+    check("generate_toy_beams_trace", &beams.arg("--trace"));
+}
+
+#[test]
 fn no_cache_gives_the_same_run() {
-    let args = [
-        "generate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "-n",
-        "6",
-        "--seed",
-        "5",
-        "--json",
-        "--no-timing",
-    ];
-    let cached = lm_cli(&args);
-    let mut uncached_args = args.to_vec();
-    uncached_args.push("--no-cache");
-    let uncached = lm_cli(&uncached_args);
-    let a: serde_json::Value = serde_json::from_str(&cached.stdout).unwrap();
-    let b: serde_json::Value = serde_json::from_str(&uncached.stdout).unwrap();
+    let cached = Cli::toy("generate").n(6).seed(5).arg("--no-timing");
+    let uncached = cached.clone().arg("--no-cache");
+    let (a, b) = (cached.json(), uncached.json());
     assert_eq!(a["ids"], b["ids"]);
     let (la, lb) = (step_logprobs(&a), step_logprobs(&b));
     assert_eq!(la.len(), 6);
@@ -478,36 +300,35 @@ fn step_logprobs(report: &serde_json::Value) -> Vec<f64> {
 
 #[test]
 fn same_seed_same_bytes_across_runs_and_thread_counts() {
-    let run = |threads: &str| {
-        lm_cli(&[
-            "generate",
-            "--prompt",
-            "And God said",
-            "-n",
-            "15",
-            "--seed",
-            "42",
-            "--json",
-            "--no-timing",
-            "--threads",
-            threads,
-        ])
-        .stdout
+    let run = |threads: usize| {
+        Cli::generate("And God said")
+            .n(15)
+            .seed(42)
+            .args(["--json", "--no-timing"])
+            .opt("--threads", threads)
+            .run()
+            .stdout
     };
-    let one = run("1");
+    let one = run(1);
     assert!(one.contains("\"stop_reason\""), "{one}");
-    assert_eq!(one, run("1"));
-    assert_eq!(one, run("2"));
+    assert_eq!(one, run(1));
+    assert_eq!(one, run(2));
 }
 
 #[test]
 fn the_default_model_writes_text() {
-    let run = lm_cli(&["generate", "--prompt", "And God said", "--no-stream"]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = check(
+        "generate_default_text",
+        &Cli::generate("And God said").arg("--no-stream"),
+    );
     assert!(run.stdout.starts_with("And God said"), "{}", run.stdout);
     let words = run.stdout.split_whitespace().count();
     assert!(words > 5, "{}", run.stdout);
-    let report = json(&["generate", "--prompt", "And God said", "--json", "-n", "10"]);
+    let report = check(
+        "generate_default_json",
+        &Cli::generate("And God said").n(10).arg("--json"),
+    )
+    .json();
     let generated = ids(&report["ids"]);
     assert!(!generated.is_empty() && generated.len() <= 10);
     assert!(
@@ -519,21 +340,23 @@ fn the_default_model_writes_text() {
 
 #[test]
 fn streamed_and_buffered_text_are_the_same() {
-    let args = [
-        "generate",
-        "--prompt",
-        "In the beginning",
-        "-n",
-        "25",
-        "--seed",
-        "8",
-    ];
-    let mut streamed = args.to_vec();
-    streamed.push("--stream");
-    let mut buffered = args.to_vec();
-    buffered.push("--no-stream");
-    let a = lm_cli(&streamed);
-    let b = lm_cli(&buffered);
+    let run = Cli::generate("In the beginning").n(25).seed(8);
+    let a = run.clone().arg("--stream").run();
+    let b = run.arg("--no-stream").run();
     assert_eq!(a.code, Some(0));
     assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn a_count_model_generates_from_its_arpa_file() {
+    let arpa = Cli::new("generate")
+        .model(crate::common::count_fixture("ngram/tiny-kn3.arpa"))
+        .opt("--prompt", "the cat")
+        .n(4)
+        .seed(1);
+    check(
+        "generate_count_json",
+        &arpa.clone().args(["--json", "--no-timing"]),
+    );
+    check("generate_count_trace", &arpa.arg("--trace"));
 }

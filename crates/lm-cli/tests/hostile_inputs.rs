@@ -4,14 +4,12 @@
 //! prints the text so far and exits 130; `train --out` killed mid-write
 //! leaves no half-written file; `| head -c 1` ends quietly.
 
-mod common;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{command, fixture, lm_cli};
+use crate::common::{Cli, check, fixture};
 
 /// Rows of a tab-separated manifest, comments skipped.
 fn manifest(path: &Path) -> Vec<Vec<String>> {
@@ -23,31 +21,32 @@ fn manifest(path: &Path) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Checks that `args` failed with exit code 1 and exactly one stderr line,
+/// Checks that `cli` failed with exit code 1 and exactly one stderr line,
 /// `error: ...` holding `fragment`, and no panic text.
-fn check_refused(args: &[&str], fragment: &str) {
-    let run = lm_cli(args);
+fn check_refused(cli: &Cli, fragment: &str) {
+    let run = cli.run();
+    let args = cli.line();
     let lines: Vec<&str> = run.stderr.lines().collect();
-    assert_eq!(run.code, Some(1), "lm-cli {args:?}: {}", run.stderr);
-    assert_eq!(lines.len(), 1, "lm-cli {args:?}: {}", run.stderr);
+    assert_eq!(run.code, Some(1), "lm-cli {args}: {}", run.stderr);
+    assert_eq!(lines.len(), 1, "lm-cli {args}: {}", run.stderr);
     assert!(
         lines[0].starts_with("error: "),
-        "lm-cli {args:?}: {}",
+        "lm-cli {args}: {}",
         run.stderr
     );
     assert!(
         lines[0].contains(fragment),
-        "lm-cli {args:?}: {:?} lacks {fragment:?}",
+        "lm-cli {args}: {:?} lacks {fragment:?}",
         lines[0]
     );
     for panic_text in ["panicked", "internal error", "RUST_BACKTRACE"] {
         assert!(
             !run.stderr.contains(panic_text),
-            "lm-cli {args:?}: {}",
+            "lm-cli {args}: {}",
             run.stderr
         );
     }
-    assert!(run.stdout.is_empty(), "lm-cli {args:?}: {}", run.stdout);
+    assert!(run.stdout.is_empty(), "lm-cli {args}: {}", run.stdout);
 }
 
 #[test]
@@ -59,16 +58,18 @@ fn every_hostile_gguf_file_is_refused_in_one_line_naming_the_problem() {
         let [file, stage, fragment] = &row[..] else {
             panic!("malformed manifest row {row:?}");
         };
-        let path = dir.join(file);
-        let model = path.to_str().unwrap();
-        let tokenize = ["tokenize", "--model", model, "--text", "hi ab"];
-        let generate = ["generate", "--model", model, "--prompt", "hi", "-n", "3"];
+        let model = dir.join(file).display().to_string();
+        let tokenize = Cli::new("tokenize").model(&model).opt("--text", "hi ab");
+        let generate = Cli::new("generate")
+            .model(&model)
+            .opt("--prompt", "hi")
+            .n(3);
         match stage.as_str() {
             "valid" => {
-                let run = lm_cli(&generate);
+                let run = generate.run();
                 assert_eq!(run.code, Some(0), "{file}: {}", run.stderr);
                 assert!(run.stdout.starts_with("hi"), "{file}: {}", run.stdout);
-                let run = lm_cli(&["tokenize", "--model", model, "--text", "hi ab", "--json"]);
+                let run = tokenize.arg("--json").run();
                 assert_eq!(run.code, Some(0), "{file}: {}", run.stderr);
             }
             // The tokenizer reads the metadata only: parse errors show there.
@@ -90,16 +91,18 @@ fn every_hostile_gguf_file_is_refused_in_one_line_naming_the_problem() {
 fn fuzz_reproducers_never_panic_the_command_line() {
     let dir = fixture("hostile/fuzz");
     for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let model = path.to_str().unwrap();
-        for args in [
-            vec!["tokenize", "--model", model, "--text", "hi"],
-            vec!["generate", "--model", model, "--prompt", "hi", "-n", "2"],
+        let model = entry.unwrap().path().display().to_string();
+        for cli in [
+            Cli::new("tokenize").model(&model).opt("--text", "hi"),
+            Cli::new("generate")
+                .model(&model)
+                .opt("--prompt", "hi")
+                .n(2),
         ] {
-            let run = lm_cli(&args);
-            assert!(matches!(run.code, Some(0 | 1)), "{args:?}: {}", run.stderr);
-            assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
-            assert!(!run.stderr.contains("internal error"), "{args:?}");
+            let (run, args) = (cli.run(), cli.line());
+            assert!(matches!(run.code, Some(0 | 1)), "{args}: {}", run.stderr);
+            assert!(!run.stderr.contains("panicked"), "{args}: {}", run.stderr);
+            assert!(!run.stderr.contains("internal error"), "{args}");
         }
     }
 }
@@ -115,19 +118,21 @@ fn every_hostile_arpa_file_and_corpus_is_refused_in_one_line() {
         let [file, fragment] = &row[..] else {
             panic!("malformed manifest row {row:?}");
         };
-        let path = dir.join(file);
-        let path = path.to_str().unwrap();
-        let spec = format!("count:{path}");
-        let args: Vec<&str> = if file.starts_with("corpus-") {
-            vec!["train", "--corpus", path, "--out", model_out]
+        let path = dir.join(file).display().to_string();
+        let cli = if file.starts_with("corpus-") {
+            Cli::new("train")
+                .opt("--corpus", &path)
+                .opt("--out", model_out)
         } else {
-            vec!["score", "--model", &spec, "--text", "a a"]
+            Cli::new("score")
+                .model(format!("count:{path}"))
+                .opt("--text", "a a")
         };
         if fragment == "-" {
-            let run = lm_cli(&args);
+            let run = cli.run();
             assert_eq!(run.code, Some(0), "{file}: {}", run.stderr);
         } else {
-            check_refused(&args, fragment);
+            check_refused(&cli, fragment);
         }
         // A refused corpus never leaves a model file behind.
         assert!(!Path::new(model_out).exists(), "{file} left {model_out}");
@@ -145,42 +150,20 @@ fn a_corpus_that_is_not_utf8_names_the_byte_offset_when_training() {
     assert_eq!(bytes[20], 0xff);
     assert!(std::str::from_utf8(&bytes[..20]).is_ok());
     let out = tempfile::tempdir().unwrap();
-    let out = out.path().join("m.arpa");
-    check_refused(
-        &[
-            "train",
-            "--corpus",
-            corpus.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        "invalid utf-8 at byte offset 20 of the corpus",
-    );
-}
-
-/// Spawns `lm-cli args` with piped stdout and stderr.
-fn spawn(args: &[&str]) -> std::process::Child {
-    command(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let train = Cli::new("train")
+        .opt("--corpus", corpus.display())
+        .opt("--out", out.path().join("m.arpa").display());
+    check_refused(&train, "invalid utf-8 at byte offset 20 of the corpus");
 }
 
 #[test]
 fn ctrl_c_while_streaming_prints_the_text_so_far_and_exits_130() {
     // The embedded model has no context bound: this run would take minutes.
-    let mut child = spawn(&[
-        "generate",
-        "--prompt",
-        "In the beginning",
-        "-n",
-        "100000000",
-        "--no-end-token",
-        "--stream",
-        "--seed",
-        "7",
-    ]);
+    let mut child = Cli::generate("In the beginning")
+        .n(100_000_000)
+        .args(["--no-end-token", "--stream"])
+        .seed(7)
+        .spawn();
     let mut stdout = child.stdout.take().unwrap();
     // Wait until streaming has visibly started.
     let mut seen = vec![0u8; 300];
@@ -277,30 +260,18 @@ fn train_killed_while_writing_leaves_no_half_written_file() {
 #[test]
 fn a_gguf_model_gives_the_same_json_bytes_across_runs_and_thread_counts() {
     let model = fixture("hostile/gguf/valid-tiny-llama.gguf");
-    let run = |threads: &str| {
-        let run = lm_cli(&[
-            "generate",
-            "--model",
-            model.to_str().unwrap(),
-            "--prompt",
-            "hi ab",
-            "-n",
-            "8",
-            "--seed",
-            "3",
-            "--temperature",
-            "1.5",
-            "--json",
-            "--no-timing",
-            "--threads",
-            threads,
-        ]);
-        assert_eq!(run.code, Some(0), "{}", run.stderr);
-        run.stdout
-    };
-    let one = run("1");
-    let report: serde_json::Value = serde_json::from_str(&one).unwrap();
+    let generate = Cli::new("generate")
+        .model(model.display())
+        .opt("--prompt", "hi ab")
+        .n(8)
+        .seed(3)
+        .opt("--temperature", 1.5)
+        .args(["--json", "--no-timing"]);
+    let run = |threads: usize| generate.clone().opt("--threads", threads).ok();
+    let one = run(1);
+    let report = one.json();
     assert_eq!(report["prompt_ids"], serde_json::json!([3, 4, 7]));
-    assert_eq!(one, run("1"));
-    assert_eq!(one, run("2"));
+    assert_eq!(one.stdout, run(1).stdout);
+    assert_eq!(one.stdout, run(2).stdout);
+    check("generate_tiny_gguf_json", &generate);
 }

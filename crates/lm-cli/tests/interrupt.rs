@@ -8,45 +8,27 @@
 //! Beam search likewise prints its hypotheses so far, the live ones cancelled.
 //! (`hostile_inputs.rs` sends a real SIGINT to a streaming run.)
 
-mod common;
-
-use common::{Run, command, ids, lm_cli};
-use serde_json::Value;
+use crate::common::{Cli, Run, ids};
 
 /// The test hook's environment variable.
 const HOOK: &str = "LM_CLI_TEST_INTERRUPT_AFTER";
 
-/// Runs `lm-cli args` with Ctrl-C pressed after `n_tokens` generated tokens.
-fn interrupted_after(n_tokens: usize, args: &[&str]) -> Run {
-    let output = command(args)
-        .env(HOOK, n_tokens.to_string())
-        .output()
-        .expect("the lm-cli binary runs");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+/// Runs `cli` with Ctrl-C pressed after `n_tokens` generated tokens.
+fn interrupted_after(n_tokens: usize, cli: &Cli) -> Run {
+    cli.clone().env(HOOK, n_tokens).run()
 }
 
 /// The tokens an interrupted run asks for: far more than it gets.
-const MANY: &str = "50";
+const MANY: usize = 50;
 
 /// A generate command on the embedded KJV model that runs for
 /// `max_new_tokens` tokens (it has no end token); `extra` picks the mode.
-fn embedded<'a>(max_new_tokens: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "generate",
-        "--prompt",
-        "And God said",
-        "--seed",
-        "42",
-        "--no-end-token",
-        "-n",
-        max_new_tokens,
-    ];
-    args.extend_from_slice(extra);
-    args
+fn embedded(max_new_tokens: usize, extra: &[&str]) -> Cli {
+    Cli::generate("And God said")
+        .seed(42)
+        .arg("--no-end-token")
+        .n(max_new_tokens)
+        .args(extra)
 }
 
 /// Exit 130 and exactly the one stderr line naming the token count.
@@ -58,17 +40,12 @@ fn check_interrupted(run: &Run, n_tokens: usize) {
     );
 }
 
-fn parse(run: &Run) -> Value {
-    serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("not one JSON value ({e}): {}", run.stdout))
-}
-
 #[test]
 fn json_interrupted_after_seven_tokens_reports_them_as_cancelled() {
     let mode = ["--json", "--no-timing"];
     let run = interrupted_after(7, &embedded(MANY, &mode));
     check_interrupted(&run, 7);
-    let report = parse(&run);
+    let report = run.json();
     assert_eq!(report["stop_reason"], "cancelled");
     assert!(report.get("stop_token").is_none(), "{report}");
     assert_eq!(ids(&report["ids"]).len(), 7);
@@ -78,9 +55,9 @@ fn json_interrupted_after_seven_tokens_reports_them_as_cancelled() {
     assert!((report["sequence_logprob"].as_f64().unwrap() - step_sum).abs() < 1e-9);
 
     // The same seed stopping on its own after seven tokens drew the same ones.
-    let reference = lm_cli(&embedded("7", &mode));
+    let reference = embedded(7, &mode).run();
     assert_eq!(reference.code, Some(0), "{}", reference.stderr);
-    let reference = parse(&reference);
+    let reference = reference.json();
     assert_eq!(reference["stop_reason"], "max_new_tokens");
     for field in ["prompt_ids", "ids", "text", "steps", "sequence_logprob"] {
         assert_eq!(report[field], reference[field], "{field}");
@@ -92,7 +69,7 @@ fn json_interrupted_after_seven_tokens_reports_them_as_cancelled() {
 fn json_timing_of_an_interrupted_run_counts_the_tokens_done() {
     let run = interrupted_after(4, &embedded(MANY, &["--json"]));
     check_interrupted(&run, 4);
-    let timing = &parse(&run)["timing"];
+    let timing = &run.json()["timing"];
     assert_eq!(timing["prefill_tokens"], 3, "the prompt And God said");
     assert_eq!(timing["decode_tokens"], 3, "the fourth token is never fed");
 }
@@ -115,7 +92,7 @@ fn trace_interrupted_after_five_tokens_prints_their_rows_and_cancelled() {
     assert!(run.stdout.lines().any(|l| l == stop), "{}", run.stdout);
 
     // Everything but the stop line is the trace of the same five tokens.
-    let reference = lm_cli(&embedded("5", &["--trace"]));
+    let reference = embedded(5, &["--trace"]).run();
     assert_eq!(reference.code, Some(0), "{}", reference.stderr);
     let without_stop = |text: &str| -> Vec<String> {
         text.lines()
@@ -138,7 +115,7 @@ fn text_interrupted_after_six_tokens_prints_them_streamed_or_not() {
     for mode in ["--stream", "--no-stream"] {
         let run = interrupted_after(6, &embedded(MANY, &[mode]));
         check_interrupted(&run, 6);
-        let reference = lm_cli(&embedded("6", &[mode]));
+        let reference = embedded(6, &[mode]).run();
         assert_eq!(reference.code, Some(0), "{}", reference.stderr);
         assert_eq!(run.stdout, reference.stdout, "{mode}");
         assert!(run.stdout.starts_with("And God said"), "{}", run.stdout);
@@ -149,20 +126,17 @@ fn text_interrupted_after_six_tokens_prints_them_streamed_or_not() {
 #[test]
 fn json_with_sequences_lists_those_run_the_last_cancelled() {
     // Four tokens each: the interruption's count is over all sequences.
-    let args = embedded(
-        "4",
-        &["--json", "--no-timing", "--num-return-sequences", "3"],
-    );
-    let reference = lm_cli(&args);
+    let args = embedded(4, &["--json", "--no-timing", "--num-return-sequences", "3"]);
+    let reference = args.run();
     assert_eq!(reference.code, Some(0), "{}", reference.stderr);
-    let reference = parse(&reference);
+    let reference = reference.json();
     let all = reference["sequences"].as_array().unwrap();
     assert_eq!(all.len(), 3);
 
     // Six tokens: sequence 1 ran its four, sequence 2 was cut after two.
     let run = interrupted_after(6, &args);
     check_interrupted(&run, 6);
-    let report = parse(&run);
+    let report = run.json();
     let sequences = report["sequences"].as_array().unwrap();
     assert_eq!(sequences.len(), 2, "sequence 3 never started");
     assert_eq!(sequences[0], all[0]);
@@ -176,7 +150,7 @@ fn json_with_sequences_lists_those_run_the_last_cancelled() {
     // Four tokens: sequence 1 ended on its own, and no other started.
     let run = interrupted_after(4, &args);
     check_interrupted(&run, 4);
-    let report = parse(&run);
+    let report = run.json();
     let sequences = report["sequences"].as_array().unwrap();
     assert_eq!(sequences.len(), 1);
     assert_eq!(sequences[0], all[0]);
@@ -189,7 +163,7 @@ fn beam_search_interrupted_prints_its_hypotheses_so_far() {
     let beams = |max_new_tokens| embedded(max_new_tokens, &["--num-beams", "3", "--json"]);
     let run = interrupted_after(3, &beams(MANY));
     check_interrupted(&run, 3);
-    let (got, want) = (parse(&run), parse(&lm_cli(&beams("3"))));
+    let (got, want) = (run.json(), beams(3).run().json());
     let got_beams = got["beams"].as_array().expect("a beams list");
     let want_beams = want["beams"].as_array().expect("a beams list");
     assert_eq!(got_beams.len(), want_beams.len());
@@ -198,7 +172,10 @@ fn beam_search_interrupted_prints_its_hypotheses_so_far() {
         assert_eq!(got["logprob"], want["logprob"]);
         assert_eq!(got["stop_reason"], "cancelled");
     }
-    assert_eq!(got["best"]["ids"], want["best"]["ids"]);
+    // The best beam is flattened into the top level (there is no "best").
+    assert!(got.get("best").is_none(), "{got}");
+    assert_eq!(got["ids"], want["ids"]);
+    assert_eq!(ids(&got["ids"]).len(), 3);
     // The trace and the text show the same best hypothesis.
     let trace = interrupted_after(3, &embedded(MANY, &["--num-beams", "3", "--trace"]));
     check_interrupted(&trace, 3);
@@ -211,15 +188,19 @@ fn beam_search_interrupted_prints_its_hypotheses_so_far() {
     check_interrupted(&text, 3);
     assert_eq!(
         text.stdout,
-        lm_cli(&embedded("3", &["--num-beams", "3", "--no-stream"])).stdout
+        embedded(3, &["--num-beams", "3", "--no-stream"])
+            .run()
+            .stdout
     );
 }
 
 #[test]
 fn a_test_hook_that_counts_no_token_is_refused() {
     for value in ["0", "seven", ""] {
-        let output = command(&["generate", "--prompt", "And God said", "--json"])
+        let output = Cli::generate("And God said")
+            .arg("--json")
             .env(HOOK, value)
+            .command()
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -1,14 +1,10 @@
 //! `lm-cli probs`: the policy distribution for typed logits, against the
 //! lesson's worked numbers and softmax computed here.
 
-mod common;
-
-use common::{floats, json, lm_cli};
+use crate::common::{Cli, check, floats};
 
 fn probs(args: &[&str]) -> Vec<f64> {
-    let mut all = vec!["probs", "--json"];
-    all.extend_from_slice(args);
-    floats(&json(&all)["probs"])
+    floats(&Cli::new("probs").args(args).json()["probs"])
 }
 
 /// softmax(z / t) computed independently.
@@ -18,7 +14,7 @@ fn softmax(logits: &[f64], t: f64) -> Vec<f64> {
     exps.iter().map(|e| e / total).collect()
 }
 
-fn check(args: &[&str], expected: &[f64]) {
+fn check_probs(args: &[&str], expected: &[f64]) {
     let got = probs(args);
     assert_eq!(got.len(), expected.len(), "{args:?}");
     for (g, e) in got.iter().zip(expected) {
@@ -37,7 +33,7 @@ fn lesson_000_temperature_table() {
         .collect();
     assert_eq!(rounded, ["0.867", "0.117", "0.016"]);
     for t in [0.5, 1.0, 2.0] {
-        check(
+        check_probs(
             &["--logits", "2,1,0", "--temperature", &t.to_string()],
             &softmax(&[2.0, 1.0, 0.0], t),
         );
@@ -46,8 +42,8 @@ fn lesson_000_temperature_table() {
 
 #[test]
 fn probabilities_keep_the_input_order() {
-    check(&["--logits", "0,1,2"], &softmax(&[0.0, 1.0, 2.0], 1.0));
-    check(
+    check_probs(&["--logits", "0,1,2"], &softmax(&[0.0, 1.0, 2.0], 1.0));
+    check_probs(
         &["--logits", "-1,3,1,1"],
         &softmax(&[-1.0, 3.0, 1.0, 1.0], 1.0),
     );
@@ -55,7 +51,7 @@ fn probabilities_keep_the_input_order() {
 
 #[test]
 fn temperature_zero_is_one_hot_at_the_argmax() {
-    check(
+    check_probs(
         &["--logits", "1,3,2", "--temperature", "0"],
         &[0.0, 1.0, 0.0],
     );
@@ -65,29 +61,42 @@ fn temperature_zero_is_one_hot_at_the_argmax() {
 fn filters_renormalise_what_they_keep() {
     // top-k 2 keeps 2 and 1: renormalised softmax of those two.
     let kept = softmax(&[2.0, 1.0], 1.0);
-    check(
+    check_probs(
         &["--logits", "2,1,0", "--top-k", "2"],
         &[kept[0], kept[1], 0.0],
     );
     // top-p 0.7: 0.665 < 0.7, so the second token is needed too.
-    check(
+    check_probs(
         &["--logits", "2,1,0", "--top-p", "0.7"],
         &[kept[0], kept[1], 0.0],
     );
-    check(&["--logits", "2,1,0", "--top-p", "0.6"], &[1.0, 0.0, 0.0]);
+    check_probs(&["--logits", "2,1,0", "--top-p", "0.6"], &[1.0, 0.0, 0.0]);
     // min-p 0.2: token 2 has e^-2 = 0.135 of the best's probability.
-    check(
+    check_probs(
         &["--logits", "2,1,0", "--min-p", "0.2"],
         &[kept[0], kept[1], 0.0],
     );
     // -inf masks a token.
-    check(&["--logits", "1,-inf,1"], &[0.5, 0.0, 0.5]);
+    check_probs(&["--logits", "1,-inf,1"], &[0.5, 0.0, 0.5]);
 }
 
 #[test]
 fn text_output_lists_every_token() {
-    let run = lm_cli(&["probs", "--logits", "2,1,0", "--temperature", "0.5"]);
-    assert_eq!(run.code, Some(0));
+    let lesson = Cli::new("probs")
+        .opt("--logits", "2,1,0")
+        .opt("--temperature", 0.5);
+    let run = check("probs_lesson_000_text", &lesson);
     assert!(run.stdout.contains("0.8668"), "{}", run.stdout);
     assert!(run.stdout.contains("Temperature(0.5)"), "{}", run.stdout);
+}
+
+#[test]
+fn json_output_lists_logits_probabilities_and_the_policy() {
+    let filtered = Cli::new("probs")
+        .opt("--logits", "2,1,0,-inf")
+        .opt("--temperature", 0.5)
+        .opt("--top-k", 2)
+        .arg("--json");
+    let report = check("probs_top_k_json", &filtered).json();
+    assert_eq!(floats(&report["probs"]).len(), 4);
 }

@@ -1,51 +1,19 @@
 //! `lm-cli score`, `enumerate`, `tokenize` and `train`: against the toy
-//! decoder's reference path, brute force, and KenLM's committed query output.
+//! decoder's reference path, brute force, and KenLM's committed query
+//! output, with the outputs scripts read pinned by snapshots.
 
-mod common;
-
-use common::{fixture, floats, ids, json, lm_cli};
 use lm_core::TokenId;
-use lm_model::{Decoder, Toy};
 
-const PROMPT: &str = "<start> the cat";
-
-/// One toy decoder for every reference computation (building it draws its weights).
-fn toy() -> &'static Decoder {
-    static TOY: std::sync::OnceLock<Decoder> = std::sync::OnceLock::new();
-    TOY.get_or_init(Toy::decoder)
-}
-
-/// ln p of each of `continuation` after `prompt` by the reference path
-/// (explicit mask, no cache): one pass over prompt + continuation.
-fn reference_logprobs(prompt: &[TokenId], continuation: &[TokenId]) -> Vec<f64> {
-    let mut tokens = prompt.to_vec();
-    tokens.extend_from_slice(&continuation[..continuation.len() - 1]);
-    let logits = toy().reference_logits(&tokens).unwrap();
-    continuation
-        .iter()
-        .enumerate()
-        .map(|(i, &token)| {
-            let row = logits.row(prompt.len() - 1 + i).to_vec();
-            f64::from(lm_core::log_softmax(&row, 1.0).unwrap()[token as usize])
-        })
-        .collect()
-}
+use crate::common::{Cli, check, count_fixture, fixture, floats, ids};
+use crate::toy_reference::continuation_logprobs;
 
 #[test]
 fn score_gives_chain_rule_logprobs_and_perplexity() {
-    let report = json(&[
-        "score",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--continuation",
-        "dog <start> slept",
-        "--json",
-    ]);
+    let score = Cli::toy("score").opt("--continuation", "dog <start> slept");
+    let report = check("score_toy_json", &score.clone().arg("--json")).json();
     assert_eq!(ids(&report["ids"]), vec![3, 0, 5]);
     let logprobs = floats(&report["logprobs"]);
-    let reference = reference_logprobs(&[0, 1, 2], &[3, 0, 5]);
+    let reference = continuation_logprobs(&[0, 1, 2], &[3, 0, 5]);
     for (got, want) in logprobs.iter().zip(&reference) {
         assert!((got - want).abs() < 1e-4, "{logprobs:?} vs {reference:?}");
     }
@@ -53,27 +21,19 @@ fn score_gives_chain_rule_logprobs_and_perplexity() {
     assert!((report["sequence_logprob"].as_f64().unwrap() - total).abs() < 1e-9);
     let perplexity = (-total / 3.0).exp();
     assert!((report["perplexity"].as_f64().unwrap() - perplexity).abs() < 1e-9);
+    check("score_toy_text", &score);
 }
 
 #[test]
 fn score_agrees_with_the_generated_steps() {
-    let run = json(&[
-        "generate", "--model", "toy", "--prompt", PROMPT, "-n", "4", "--seed", "2", "--json",
-    ]);
+    // An <end> run has no text to score: take the first seed whose four
+    // tokens hold no <end> (seed 2, once hard-coded here, draws one).
+    let run = (0..50)
+        .map(|seed| Cli::toy("generate").n(4).seed(seed).json())
+        .find(|run| !ids(&run["ids"]).contains(&6))
+        .expect("some seed draws four tokens without <end>");
     let text = run["text"].as_str().unwrap();
-    if ids(&run["ids"]).contains(&6) {
-        return; // an <end> run has no text to score; seed 2 does not end early
-    }
-    let scored = json(&[
-        "score",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--continuation",
-        text,
-        "--json",
-    ]);
+    let scored = Cli::toy("score").opt("--continuation", text).json();
     assert_eq!(scored["ids"], run["ids"]);
     let a = run["sequence_logprob"].as_f64().unwrap();
     let b = scored["sequence_logprob"].as_f64().unwrap();
@@ -82,18 +42,10 @@ fn score_agrees_with_the_generated_steps() {
 
 #[test]
 fn enumerate_ranks_all_2401_continuations_like_brute_force() {
-    let report = json(&[
-        "enumerate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--steps",
-        "4",
-        "--top",
-        "0",
-        "--json",
-    ]);
+    let report = Cli::toy("enumerate")
+        .opt("--steps", 4)
+        .opt("--top", 0)
+        .json();
     assert_eq!(report["total"], 2401);
     let continuations = report["continuations"].as_array().unwrap();
     assert_eq!(continuations.len(), 2401);
@@ -101,7 +53,7 @@ fn enumerate_ranks_all_2401_continuations_like_brute_force() {
     let mut all: Vec<(f64, Vec<TokenId>)> = Vec::with_capacity(2401);
     for n in 0..2401u32 {
         let c = vec![n / 343, n / 49 % 7, n / 7 % 7, n % 7];
-        let lp: f64 = reference_logprobs(&[0, 1, 2], &c).iter().sum();
+        let lp: f64 = continuation_logprobs(&[0, 1, 2], &c).iter().sum();
         all.push((lp, c));
     }
     all.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -122,7 +74,7 @@ fn enumerate_ranks_all_2401_continuations_like_brute_force() {
         for token in 0..7 {
             let mut c = greedy.clone();
             c.push(token);
-            let lp = *reference_logprobs(&[0, 1, 2], &c).last().unwrap();
+            let lp = *continuation_logprobs(&[0, 1, 2], &c).last().unwrap();
             if lp > best.0 {
                 best = (lp, token);
             }
@@ -130,23 +82,18 @@ fn enumerate_ranks_all_2401_continuations_like_brute_force() {
         greedy.push(best.1);
     }
     assert_eq!(ids(&report["greedy"]), greedy);
-    let greedy_lp: f64 = reference_logprobs(&[0, 1, 2], &greedy).iter().sum();
+    let greedy_lp: f64 = continuation_logprobs(&[0, 1, 2], &greedy).iter().sum();
     let rank = 1 + all.iter().filter(|(lp, _)| *lp > greedy_lp + 1e-9).count();
     assert_eq!(report["greedy_rank"].as_u64().unwrap() as usize, rank);
     assert!(
         rank > 1,
         "lesson 001: at four tokens greedy is not the most probable"
     );
-    let ranks = json(&[
-        "enumerate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--steps",
-        "3",
-        "--json",
-    ]);
+    let ranks = check(
+        "enumerate_toy_json",
+        &Cli::toy("enumerate").opt("--steps", 3).arg("--json"),
+    )
+    .json();
     assert_eq!(
         ranks["greedy_rank"], 1,
         "at three tokens greedy is the best"
@@ -160,16 +107,10 @@ fn enumerate_ranks_all_2401_continuations_like_brute_force() {
 
 #[test]
 fn enumerate_text_marks_greedy() {
-    let run = lm_cli(&[
-        "enumerate",
-        "--model",
-        "toy",
-        "--prompt",
-        PROMPT,
-        "--steps",
-        "2",
-    ]);
-    assert_eq!(run.code, Some(0));
+    let run = check(
+        "enumerate_toy_text",
+        &Cli::toy("enumerate").opt("--steps", 2),
+    );
     assert!(
         run.stdout.starts_with("49 continuations of 2 tokens"),
         "{}",
@@ -180,24 +121,23 @@ fn enumerate_text_marks_greedy() {
 
 #[test]
 fn tokenize_shows_ids_and_tokens() {
-    let report = json(&[
-        "tokenize",
-        "--model",
-        "toy",
-        "--text",
-        "<start> the cat",
-        "--json",
-    ]);
+    let toy = Cli::new("tokenize")
+        .model("toy")
+        .opt("--text", "<start> the cat");
+    let report = check("tokenize_toy_json", &toy.clone().arg("--json")).json();
     assert_eq!(ids(&report["ids"]), vec![0, 1, 2]);
     assert_eq!(
         report["tokens"],
         serde_json::json!(["<start>", "the", "cat"])
     );
-    let count = json(&["tokenize", "--text", "And God said, Let", "--json"]);
+    check("tokenize_toy_text", &toy);
+    let count = Cli::new("tokenize").opt("--text", "And God said, Let");
+    let report = check("tokenize_default_json", &count.clone().arg("--json")).json();
     assert_eq!(
-        count["tokens"],
+        report["tokens"],
         serde_json::json!(["And", "God", "said", ",", "Let"])
     );
+    check("tokenize_default_text", &count);
 }
 
 /// KenLM's `query` scores of `tiny-query.txt` under `tiny-kn3.arpa`, as
@@ -219,7 +159,10 @@ fn check_against_kenlm(model: &str) {
     let sentences = kenlm_scores();
     assert!(sentences.len() >= 5);
     for (sentence, expected) in sentences {
-        let report = json(&["score", "--model", model, "--text", &sentence, "--json"]);
+        let report = Cli::new("score")
+            .model(model)
+            .opt("--text", &sentence)
+            .json();
         let got = floats(&report["log10probs"]);
         assert_eq!(got.len(), expected.len(), "{sentence}");
         for (g, e) in got.iter().zip(&expected) {
@@ -235,8 +178,23 @@ fn check_against_kenlm(model: &str) {
 
 #[test]
 fn score_text_matches_kenlm_query() {
-    let arpa = fixture("ngram/tiny-kn3.arpa");
-    check_against_kenlm(&format!("count:{}", arpa.display()));
+    let arpa = count_fixture("ngram/tiny-kn3.arpa");
+    check_against_kenlm(&arpa);
+    // The sentence report's fields, with an out-of-vocabulary word.
+    let sentence = Cli::new("score")
+        .model(&arpa)
+        .opt("--text", "the cat sat on the zebra");
+    check("score_count_sentence_json", &sentence.clone().arg("--json"));
+    check("score_count_sentence_text", &sentence);
+}
+
+/// `lm-cli train --corpus corpus --out out` with `options` in between.
+fn train(corpus: &std::path::Path, out: &std::path::Path, options: &[&str]) -> crate::common::Run {
+    Cli::new("train")
+        .opt("--corpus", corpus.display())
+        .args(options)
+        .opt("--out", out.display())
+        .ok()
 }
 
 #[test]
@@ -244,18 +202,11 @@ fn train_then_score_matches_kenlm_query() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tiny.arpa");
     let corpus = fixture("ngram/tiny.txt");
-    let run = lm_cli(&[
-        "train",
-        "--corpus",
-        corpus.to_str().unwrap(),
-        "--order",
-        "3",
-        "--smoothing",
-        "kneser-ney",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = train(
+        &corpus,
+        &out,
+        &["--order", "3", "--smoothing", "kneser-ney"],
+    );
     assert!(run.stderr.contains("wrote"), "{}", run.stderr);
     assert!(run.stdout.is_empty(), "train prints to stderr only");
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
@@ -269,46 +220,18 @@ fn train_with_mle_and_add_k_writes_arpa() {
     let corpus = dir.path().join("corpus.txt");
     std::fs::write(&corpus, "the cat sat\nthe dog sat\n").unwrap();
     let out = dir.path().join("mle.arpa");
-    let run = lm_cli(&[
-        "train",
-        "--corpus",
-        corpus.to_str().unwrap(),
-        "--order",
-        "2",
-        "--smoothing",
-        "mle",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    train(&corpus, &out, &["--order", "2", "--smoothing", "mle"]);
     // MLE: p(cat | the) = count(the cat) / count(the) = 1/2.
-    let report = json(&[
-        "score",
-        "--model",
-        &format!("count:{}", out.display()),
-        "--prompt",
-        "the",
-        "--continuation",
-        "cat",
-        "--json",
-    ]);
+    let report = Cli::new("score")
+        .model(format!("count:{}", out.display()))
+        .opt("--prompt", "the")
+        .opt("--continuation", "cat")
+        .json();
     let p = floats(&report["logprobs"])[0].exp();
     assert!((p - 0.5).abs() < 1e-5, "{p}");
     let add_k = dir.path().join("addk.arpa");
-    let run = lm_cli(&[
-        "train",
-        "--corpus",
-        corpus.to_str().unwrap(),
-        "--order",
-        "2",
-        "--smoothing",
-        "add-k",
-        "--k",
-        "1",
-        "--out",
-        add_k.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let options = ["--order", "2", "--smoothing", "add-k", "--k", "1"];
+    train(&corpus, &add_k, &options);
     assert!(
         std::fs::read_to_string(&add_k)
             .unwrap()
@@ -318,18 +241,12 @@ fn train_with_mle_and_add_k_writes_arpa() {
 
 #[test]
 fn a_corpus_given_as_count_model_is_trained_on_the_fly() {
-    let corpus = fixture("ngram/tiny.txt");
-    let run = lm_cli(&[
-        "generate",
-        "--model",
-        &format!("count:{}", corpus.display()),
-        "--prompt",
-        "the cat",
-        "--greedy",
-        "-n",
-        "3",
-        "--json",
-    ]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = Cli::new("generate")
+        .model(count_fixture("ngram/tiny.txt"))
+        .opt("--prompt", "the cat")
+        .arg("--greedy")
+        .n(3)
+        .arg("--json")
+        .ok();
     assert!(run.stderr.contains("trained a trigram"), "{}", run.stderr);
 }

@@ -1,16 +1,31 @@
-//! `lm-cli` on SmolLM2-135M-Instruct, when the model file is present (else
-//! each test prints a skip message and returns): the tokenizer against
-//! llama.cpp's ids, chat generation, and determinism across thread counts.
+//! `lm-cli` on SmolLM2-135M-Instruct: the tokenizer against llama.cpp's ids,
+//! chat generation, and determinism across thread counts. Ignored until the
+//! model is fetched; with `--include-ignored` and no model each test fails
+//! naming `cargo xtask fetch-model smollm2`.
 
-mod common;
+use std::io::Write;
+use std::process::Stdio;
 
-use common::{command, fixture, ids, json, smollm2_or_skip};
+use lm_model::catalog::SMOLLM2;
+
+use crate::common::{Cli, check, fixture, ids};
+
+/// Fails the test, naming the fetch command, unless SmolLM2 is present.
+fn require_smollm2() {
+    if let Err(err) = SMOLLM2.path() {
+        panic!("{err}");
+    }
+}
+
+/// `lm-cli subcommand --model smollm2`.
+fn smollm2(subcommand: &str) -> Cli {
+    require_smollm2();
+    Cli::new(subcommand).model("smollm2")
+}
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn tokenize_matches_llama_cpp_ids() {
-    let Some(_) = smollm2_or_skip("tokenize_matches_llama_cpp_ids") else {
-        return;
-    };
     let reference =
         std::fs::read_to_string(fixture("tokenize/smollm2_reference_ids.json")).unwrap();
     let cases: Vec<serde_json::Value> = serde_json::from_str(&reference).unwrap();
@@ -19,37 +34,30 @@ fn tokenize_matches_llama_cpp_ids() {
         if text.is_empty() {
             continue;
         }
-        let report = json(&["tokenize", "--model", "smollm2", "--text", text, "--json"]);
+        let report = smollm2("tokenize").opt("--text", text).json();
         assert_eq!(ids(&report["ids"]), ids(&case["ids"]), "{text:?}");
     }
+    check(
+        "smollm2_tokenize_chat_markup_text",
+        &smollm2("tokenize").opt("--text", "<|im_start|>user\nHello, world!<|im_end|>"),
+    );
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn greedy_chat_generation_is_deterministic_across_threads() {
-    let Some(_) = smollm2_or_skip("greedy_chat_generation_is_deterministic_across_threads") else {
-        return;
+    let run = |threads: usize| {
+        smollm2("generate")
+            .arg("--chat")
+            .opt("--prompt", "What is 2+2?")
+            .n(12)
+            .opt("--temperature", 0.7)
+            .seed(1)
+            .arg("--no-timing")
+            .opt("--threads", threads)
+            .json()
     };
-    let run = |threads: &str| {
-        json(&[
-            "generate",
-            "--model",
-            "smollm2",
-            "--chat",
-            "--prompt",
-            "What is 2+2?",
-            "-n",
-            "12",
-            "--temperature",
-            "0.7",
-            "--seed",
-            "1",
-            "--json",
-            "--no-timing",
-            "--threads",
-            threads,
-        ])
-    };
-    let one = run("1");
+    let one = run(1);
     assert!(
         one["prompt"]
             .as_str()
@@ -68,7 +76,7 @@ fn greedy_chat_generation_is_deterministic_across_threads() {
         vec![0, 2, 4],
         "eos and llama.cpp's end-of-generation ids"
     );
-    assert_eq!(one.to_string(), run("2").to_string());
+    assert_eq!(one.to_string(), run(2).to_string());
     let generated = ids(&one["ids"]);
     assert!(!generated.is_empty() && generated.len() <= 12);
     if one["stop_reason"] == "end_token" {
@@ -77,21 +85,13 @@ fn greedy_chat_generation_is_deterministic_across_threads() {
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn plain_prompt_continues_with_paris() {
-    let Some(_) = smollm2_or_skip("plain_prompt_continues_with_paris") else {
-        return;
-    };
-    let report = json(&[
-        "generate",
-        "--model",
-        "smollm2",
-        "--prompt",
-        "The capital of France is",
-        "--greedy",
-        "-n",
-        "2",
-        "--json",
-    ]);
+    let paris = smollm2("generate")
+        .opt("--prompt", "The capital of France is")
+        .arg("--greedy")
+        .n(2);
+    let report = paris.json();
     assert_eq!(ids(&report["prompt_ids"]), vec![504, 3575, 282, 4649, 314]);
     assert!(
         report["text"].as_str().unwrap().starts_with(" Paris"),
@@ -101,28 +101,21 @@ fn plain_prompt_continues_with_paris() {
     let timing = &report["timing"];
     assert_eq!(timing["prefill_tokens"], 5);
     assert_eq!(timing["decode_tokens"], 1);
+    check("smollm2_greedy_paris_text", &paris.arg("--no-stream"));
 }
 
 #[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn chat_answers_each_line_of_stdin() {
-    let Some(_) = smollm2_or_skip("chat_answers_each_line_of_stdin") else {
-        return;
-    };
-    use std::io::Write;
-    let mut child = command(&[
-        "chat",
-        "--model",
-        "smollm2",
-        "-n",
-        "8",
-        "--temperature",
-        "0",
-    ])
-    .stdin(std::process::Stdio::piped())
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = smollm2("chat")
+        .n(8)
+        .opt("--temperature", 0)
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     child
         .stdin
         .take()

@@ -12,37 +12,26 @@ use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
 use lm_tokenize::Message;
 
 use crate::cli::ChatArgs;
-use crate::commands::generate::to_usize;
 use crate::output::Output;
 use crate::printer::TextPrinter;
 use crate::report::trace::describe_stop;
-use crate::spec::{ModelSpec, ModelTask, RunOptions};
+use crate::spec::ModelTask;
 use crate::text::TextCodec;
 
 /// Runs `lm-cli chat`.
 pub fn run(args: ChatArgs) -> Result<()> {
-    let spec = ModelSpec::or_default(args.model.model.as_ref());
-    let context_length = args.model.context_length.map(to_usize);
-    crate::commands::configure_threads(args.model.threads)?;
-    let loaded = spec.load(context_length)?;
+    let (loaded, options) = crate::commands::load_model(&args.model)?;
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
-    let options = RunOptions {
-        no_cache: args.model.no_cache,
-        context_length,
-    };
-    loaded.run(options, Chat { args })
+    loaded.run(options, args)
 }
 
-struct Chat {
-    args: ChatArgs,
-}
-
-impl ModelTask for Chat {
+/// The chat loop, written once for every model type.
+impl ModelTask for ChatArgs {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        let args = &self.args;
+        let args = &self;
         let config = GenerationConfig {
             max_new_tokens: args.max_new_tokens,
             sampling: SamplingConfig {

@@ -6,35 +6,24 @@ use lm_core::LanguageModel;
 use lm_decode::enumerate_continuations;
 
 use crate::cli::EnumerateArgs;
-use crate::commands::generate::to_usize;
 use crate::output::Output;
 use crate::report::json::{ContinuationReport, EnumerateReport};
 use crate::report::printable;
-use crate::spec::{ModelSpec, ModelTask, RunOptions};
+use crate::spec::ModelTask;
 use crate::text::TextCodec;
 
 /// Runs `lm-cli enumerate`.
 pub fn run(args: EnumerateArgs) -> Result<()> {
-    let spec = ModelSpec::or_default(args.model.model.as_ref());
-    let context_length = args.model.context_length.map(to_usize);
-    crate::commands::configure_threads(args.model.threads)?;
-    let loaded = spec.load(context_length)?;
-    let options = RunOptions {
-        no_cache: args.model.no_cache,
-        context_length,
-    };
-    loaded.run(options, Enumerate { args })
+    let (loaded, options) = crate::commands::load_model(&args.model)?;
+    loaded.run(options, args)
 }
 
-struct Enumerate {
-    args: EnumerateArgs,
-}
-
-impl ModelTask for Enumerate {
+/// The enumeration, written once for every model type.
+impl ModelTask for EnumerateArgs {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        let args = &self.args;
+        let args = &self;
         let prompt_ids = codec.encode_prompt(&args.prompt)?;
         let all = enumerate_continuations(model, &prompt_ids, args.steps, args.limit)
             .with_context(|| {

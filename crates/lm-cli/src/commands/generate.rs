@@ -32,7 +32,7 @@ use crate::output::Output;
 use crate::printer::TextPrinter;
 use crate::report::json::{BeamReport, GenerateReport, SequenceReport, Settings, Timing};
 use crate::report::trace;
-use crate::spec::{ModelSpec, ModelTask, RunOptions};
+use crate::spec::{ModelSpec, ModelTask};
 use crate::text::TextCodec;
 
 /// The default of `--max-new-tokens`.
@@ -48,15 +48,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             return Err(UsageError::SequencesWithBeams.into());
         }
     }
-    let spec = ModelSpec::or_default(args.model.model.as_ref());
-    let context_length = args.model.context_length.map(to_usize);
-    let options = RunOptions {
-        no_cache: args.model.no_cache,
-        context_length,
-    };
-    crate::commands::configure_threads(args.model.threads)?;
     crate::interrupt::install()?;
-    let loaded = spec.load(context_length)?;
+    let (loaded, options) = crate::commands::load_model(&args.model)?;
+    let spec = ModelSpec::or_default(args.model.model.as_ref());
     loaded.run(options, Generate { args, spec })
 }
 
@@ -117,14 +111,16 @@ impl ModelTask for Generate {
                 );
             }
         }
+        let filters = args.filters.sampling();
         let sampling = SamplingConfig {
-            temperature: if args.greedy { 0.0 } else { args.temperature },
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
+            temperature: if args.greedy {
+                0.0
+            } else {
+                filters.temperature
+            },
             repetition_penalty: args.repetition_penalty,
             seed: args.seed,
-            ..SamplingConfig::default()
+            ..filters
         };
         let num_beams = args.num_beams.map_or(1, to_usize);
         let settings = Settings {

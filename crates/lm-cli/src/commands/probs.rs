@@ -2,7 +2,7 @@
 //! computed by the same lm-decode `Sampler` the generator uses.
 
 use anyhow::Result;
-use lm_decode::{Sampler, SamplingConfig};
+use lm_decode::Sampler;
 
 use crate::cli::ProbsArgs;
 use crate::output::Output;
@@ -10,14 +10,7 @@ use crate::report::json::ProbsReport;
 
 /// Runs `lm-cli probs`.
 pub fn run(args: ProbsArgs) -> Result<()> {
-    let config = SamplingConfig {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        ..SamplingConfig::default()
-    };
-    let mut sampler = Sampler::new(&config)?;
+    let mut sampler = Sampler::new(&args.filters.sampling())?;
     let logits = args.logits.0;
     let probs = sampler.policy(&logits, &[])?.to_vec();
     let policy = format!("{sampler:?}");

@@ -10,19 +10,15 @@ use anyhow::{Result, bail};
 use lm_core::{LanguageModel, Rows};
 
 use crate::cli::{ScoreArgs, UsageError};
-use crate::commands::generate::to_usize;
 use crate::output::Output;
 use crate::report::json::{ScoreReport, SentenceScoreReport};
 use crate::report::printable;
-use crate::spec::{Backend, ModelSpec, ModelTask, RunOptions};
+use crate::spec::{Backend, ModelTask};
 use crate::text::TextCodec;
 
 /// Runs `lm-cli score`.
 pub fn run(args: ScoreArgs) -> Result<()> {
-    let spec = ModelSpec::or_default(args.model.model.as_ref());
-    let context_length = args.model.context_length.map(to_usize);
-    crate::commands::configure_threads(args.model.threads)?;
-    let loaded = spec.load(context_length)?;
+    let (loaded, options) = crate::commands::load_model(&args.model)?;
     if let Some(text) = &args.text {
         let Backend::Count(model) = &loaded.backend else {
             return Err(UsageError::TextNeedsCountModel {
@@ -46,10 +42,6 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     let (Some(prompt), Some(continuation)) = (args.prompt.clone(), args.continuation.clone())
     else {
         bail!("give --prompt and --continuation, or --text for a count model");
-    };
-    let options = RunOptions {
-        no_cache: args.model.no_cache,
-        context_length,
     };
     loaded.run(
         options,

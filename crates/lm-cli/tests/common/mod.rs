@@ -1,10 +1,14 @@
-//! Running the built `lm-cli` binary and reading what it printed.
-#![allow(dead_code)]
+//! Running the built `lm-cli` binary and reading what it printed: a command
+//! line builder ([`Cli`]), JSON accessors, and [`check`], which pins what a
+//! command prints with an insta snapshot.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
+
+/// The lessons' toy prompt.
+pub const PROMPT: &str = "<start> the cat";
 
 /// What one run printed and how it ended.
 #[derive(Debug)]
@@ -17,29 +21,206 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// A command for the binary, with stdin closed.
-pub fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lm-cli"));
-    command.args(args).stdin(Stdio::null());
-    command
-}
-
-/// Runs `lm-cli args` to completion.
-pub fn lm_cli(args: &[&str]) -> Run {
-    let output = command(args).output().expect("the lm-cli binary runs");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+impl Run {
+    /// Parses stdout as one JSON value.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON value ({e}): {}", self.stdout))
     }
 }
 
-/// Runs `lm-cli args`, expects success, and parses stdout as JSON.
-pub fn json(args: &[&str]) -> Value {
-    let run = lm_cli(args);
-    assert_eq!(run.code, Some(0), "lm-cli {args:?} failed: {}", run.stderr);
-    serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("lm-cli {args:?} printed no JSON ({e}): {}", run.stdout))
+/// An `lm-cli` command line, built one argument at a time, with the
+/// environment variables it runs under.
+#[derive(Debug, Clone)]
+pub struct Cli {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Cli {
+    /// `lm-cli subcommand`.
+    pub fn new(subcommand: &str) -> Self {
+        Self {
+            args: vec![subcommand.to_owned()],
+            env: Vec::new(),
+        }
+    }
+
+    /// `lm-cli generate --prompt PROMPT` on the embedded default model.
+    pub fn generate(prompt: &str) -> Self {
+        Self::new("generate").opt("--prompt", prompt)
+    }
+
+    /// `lm-cli subcommand --model toy --prompt "<start> the cat"`.
+    pub fn toy(subcommand: &str) -> Self {
+        Self::new(subcommand)
+            .opt("--model", "toy")
+            .opt("--prompt", PROMPT)
+    }
+
+    /// Adds one argument.
+    pub fn arg(mut self, arg: impl ToString) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<T: ToString>(self, args: impl IntoIterator<Item = T>) -> Self {
+        args.into_iter().fold(self, Self::arg)
+    }
+
+    /// Adds an option and its value.
+    pub fn opt(self, name: &str, value: impl ToString) -> Self {
+        self.arg(name).arg(value)
+    }
+
+    /// `--model spec`.
+    pub fn model(self, spec: impl ToString) -> Self {
+        self.opt("--model", spec)
+    }
+
+    /// `-n max_new_tokens`.
+    pub fn n(self, max_new_tokens: usize) -> Self {
+        self.opt("-n", max_new_tokens)
+    }
+
+    /// `--seed seed`.
+    pub fn seed(self, seed: u64) -> Self {
+        self.opt("--seed", seed)
+    }
+
+    /// Runs with the environment variable `name` set to `value`.
+    pub fn env(mut self, name: &str, value: impl ToString) -> Self {
+        self.env.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// The command line after `lm-cli`, as typed in a shell from the
+    /// workspace root (for messages and snapshot descriptions).
+    pub fn line(&self) -> String {
+        self.args
+            .iter()
+            .map(|arg| from_workspace(arg))
+            .map(|arg| {
+                let plain = !arg.is_empty()
+                    && arg
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_:./,=".contains(c));
+                if plain {
+                    arg.clone()
+                } else {
+                    format!("{arg:?}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The command for the binary, with stdin closed.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lm-cli"));
+        command.args(&self.args).stdin(Stdio::null());
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        command
+    }
+
+    /// Starts the command with stdout and stderr piped, stdin closed.
+    pub fn spawn(&self) -> Child {
+        self.command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the lm-cli binary starts")
+    }
+
+    /// Runs the command to completion.
+    pub fn run(&self) -> Run {
+        let output = self.command().output().expect("the lm-cli binary runs");
+        Run {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Runs the command and expects it to succeed.
+    pub fn ok(&self) -> Run {
+        let run = self.run();
+        assert_eq!(run.code, Some(0), "lm-cli {}: {}", self.line(), run.stderr);
+        run
+    }
+
+    /// Runs the command with `--json` added, expects success, and parses
+    /// what it printed.
+    pub fn json(&self) -> Value {
+        self.clone().arg("--json").ok().json()
+    }
+}
+
+/// Runs `cli`, expects success, and pins its stdout with the insta snapshot
+/// `tests/snapshots/{name}.snap` (its description is the command line).
+/// Paths into `fixtures/` are written from the workspace root. With
+/// `--json` the snapshot is the parsed JSON, its clock readings
+/// (`timing.*_ms`) replaced by `"[ms]"` and its fractional numbers rounded
+/// to 6 decimals, so it pins the fields and values the README and scripts
+/// read without pinning the machine. Returns the run for further checks.
+pub fn check(name: &str, cli: &Cli) -> Run {
+    let run = cli.ok();
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_description(format!("lm-cli {}", cli.line()));
+    settings.set_omit_expression(true);
+    let stdout = from_workspace(&run.stdout);
+    settings.bind(|| {
+        if cli.args.iter().any(|arg| arg == "--json") {
+            let mut report: Value = serde_json::from_str(&stdout).expect("one JSON value");
+            redact_clock(&mut report);
+            round_fractions(&mut report);
+            insta::assert_json_snapshot!(name, report);
+        } else {
+            insta::assert_snapshot!(name, stdout);
+        }
+    });
+    run
+}
+
+/// `text` with this checkout's `fixtures/` folder written as the workspace
+/// root sees it, so snapshots do not depend on where the checkout is.
+fn from_workspace(text: &str) -> String {
+    text.replace(&fixture("").display().to_string(), "fixtures/")
+}
+
+/// Replaces every `*_ms` number (the clock readings of `timing`) by `"[ms]"`.
+fn redact_clock(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                if key.ends_with("_ms") && field.is_number() {
+                    *field = Value::from("[ms]");
+                } else {
+                    redact_clock(field);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_clock),
+        _ => {}
+    }
+}
+
+/// Rounds every non-integer number to 6 decimals.
+fn round_fractions(value: &mut Value) {
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            let x = number.as_f64().expect("a finite number");
+            *value = Value::from((x * 1e6).round() / 1e6);
+        }
+        Value::Object(fields) => fields.values_mut().for_each(round_fractions),
+        Value::Array(items) => items.iter_mut().for_each(round_fractions),
+        _ => {}
+    }
 }
 
 /// A JSON array of numbers as f64.
@@ -69,20 +250,7 @@ pub fn fixture(relative: &str) -> PathBuf {
         .join(relative)
 }
 
-/// The SmolLM2 file when it is present, else `None` after a skip message.
-pub fn smollm2_or_skip(test: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("LM_MODELS_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/lm/models"),
-    };
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED {test}: {} not found; run `cargo xtask fetch-model smollm2`",
-            path.display()
-        );
-        None
-    }
+/// The `count:` spec of a file under `fixtures/`.
+pub fn count_fixture(relative: &str) -> String {
+    format!("count:{}", fixture(relative).display())
 }

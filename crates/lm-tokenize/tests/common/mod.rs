@@ -1,35 +1,19 @@
-//! Shared test helpers: finding the SmolLM2 file and building its tokenizer
-//! through lm-model's GGUF reader, as lm-cli does.
-#![allow(dead_code)]
+//! Shared test helpers: finding the SmolLM2 file (through lm-model's
+//! catalog) and building its tokenizer through lm-model's GGUF reader, as
+//! lm-cli does.
 
 use std::path::PathBuf;
 
 use lm_model::GgufFile;
+use lm_model::catalog::SMOLLM2;
 use lm_tokenize::{BpeVocab, Tokenizer};
 
-/// The SmolLM2 file name inside the models directory.
-pub const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// `$LM_MODELS_DIR`, or `$HOME/.cache/lm/models`.
-pub fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("LM_MODELS_DIR") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").unwrap_or_default();
-    PathBuf::from(home).join(".cache/lm/models")
-}
-
-/// The SmolLM2 GGUF, or `None` after printing a visible skip message.
-pub fn smollm2_gguf(test_name: &str) -> Option<GgufFile> {
-    let path = models_dir().join(SMOLLM2_FILE);
-    if !path.exists() {
-        eprintln!(
-            "SKIPPED {test_name}: {} not found (set LM_MODELS_DIR)",
-            path.display()
-        );
-        return None;
-    }
-    Some(GgufFile::open(&path).expect("the SmolLM2 GGUF parses"))
+/// The SmolLM2 GGUF. Panics with the command that fetches it when it is
+/// missing: a real-model test asked for by `--include-ignored` never passes
+/// without running.
+pub fn smollm2_gguf() -> GgufFile {
+    let path = SMOLLM2.path().unwrap_or_else(|err| panic!("{err}"));
+    GgufFile::open(&path).expect("the SmolLM2 GGUF parses")
 }
 
 /// The GGUF tokenizer keys as plain data.
@@ -65,10 +49,9 @@ pub fn bpe_vocab(file: &GgufFile) -> BpeVocab {
     }
 }
 
-/// SmolLM2's tokenizer, or `None` (with a skip message) without the model.
-pub fn smollm2_tokenizer(test_name: &str) -> Option<Tokenizer> {
-    let file = smollm2_gguf(test_name)?;
-    Some(Tokenizer::from_bpe_vocab(bpe_vocab(&file)).expect("SmolLM2 vocabulary builds"))
+/// SmolLM2's tokenizer (panics without the model, as [`smollm2_gguf`]).
+pub fn smollm2_tokenizer() -> Tokenizer {
+    Tokenizer::from_bpe_vocab(bpe_vocab(&smollm2_gguf())).expect("SmolLM2 vocabulary builds")
 }
 
 /// A path under the workspace's `fixtures/` directory.
