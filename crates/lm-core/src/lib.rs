@@ -13,6 +13,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod adapter;
 mod distribution;
 mod error;
 mod loss;
@@ -20,6 +21,7 @@ mod model;
 mod sequence;
 mod softmax;
 
+pub use adapter::{Adapted, Bounded, ContextBound, Counting, ForwardCounts, ForwardHook};
 pub use distribution::{argmax, sample_inverse_cdf};
 pub use error::Error;
 pub use loss::{cross_entropy, kl_divergence, label_smoothed_target};

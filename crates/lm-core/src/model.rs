@@ -15,7 +15,8 @@
 //! `forward` takes only the tokens that are new to the state and returns one
 //! logits row per token ([`Rows::All`], for scoring a text in one pass) or just
 //! the last one ([`Rows::Last`], for generation). Lesson 001's uncached
-//! reference, which re-reads the whole prefix at every step, is [`Uncached`].
+//! reference, which re-reads the whole prefix at every step, is [`Uncached`];
+//! adapters that change less (a bound, a count) are in `adapter.rs`.
 
 use crate::{Error, Result, TokenId};
 
@@ -79,18 +80,7 @@ pub trait LanguageModel {
         tokens: &[&[TokenId]],
         logits: &mut [Vec<f32>],
     ) -> Result<()> {
-        if states.len() != tokens.len() {
-            return Err(Error::LengthMismatch {
-                left: states.len(),
-                right: tokens.len(),
-            });
-        }
-        if states.len() != logits.len() {
-            return Err(Error::LengthMismatch {
-                left: states.len(),
-                right: logits.len(),
-            });
-        }
+        crate::adapter::check_batch_lengths(states.len(), tokens.len(), logits.len())?;
         for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
             self.forward(state, tokens, Rows::Last, logits)?;
         }
