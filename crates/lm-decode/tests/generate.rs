@@ -2,12 +2,10 @@
 //! reasons, stop strings, truncation, traces checked against the model's
 //! logits recomputed from scratch, determinism and streaming.
 
-mod common;
-
-use common::{Counting, LESSON_VOCAB, Pieces, PrefixModel, TableModel};
+use crate::common::{LESSON_VOCAB, Pieces, PrefixModel, TableModel};
 use std::ops::ControlFlow;
 
-use lm_core::{TokenId, Uncached, softmax};
+use lm_core::{Counting, TokenId, Uncached, softmax};
 use lm_decode::{
     Error, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation, generate,
     generate_many, generate_streaming,

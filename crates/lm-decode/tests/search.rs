@@ -1,10 +1,8 @@
 //! Beam search and exhaustive enumeration against brute force computed
 //! from the model's per-prefix logits alone.
 
-mod common;
-
-use common::{Counting, PrefixModel};
-use lm_core::TokenId;
+use crate::common::PrefixModel;
+use lm_core::{Counting, TokenId};
 use lm_decode::{
     BeamConfig, Error, GenerationConfig, SamplingConfig, StopReason, beam_search,
     enumerate_continuations, generate, length_penalized_score,

@@ -1,10 +1,8 @@
 //! Small models for the tests: distributions fixed per prefix or per last
-//! token, a wrapper that counts the positions each forward pass reads, and a
-//! detokenizer made of fixed pieces.
-#![allow(dead_code)]
+//! token, and a detokenizer made of fixed pieces. (The wrapper that counts
+//! the positions each forward pass reads is `lm_core::Counting`.)
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
-use std::cell::RefCell;
 
 /// The state of the test models: the tokens read so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -128,68 +126,6 @@ impl LanguageModel for TableModel {
         let last = *state.0.last().expect("check_input rejects empty input");
         logits.clear();
         logits.extend_from_slice(&self.table[last as usize]);
-        Ok(())
-    }
-}
-
-/// Wraps a model and records how many positions each forward pass reads.
-#[derive(Debug)]
-pub struct Counting<M> {
-    pub inner: M,
-    /// Positions read by each `forward` call.
-    pub calls: RefCell<Vec<usize>>,
-    /// Rows of each `forward_batch` call.
-    pub batches: RefCell<Vec<usize>>,
-}
-
-impl<M> Counting<M> {
-    pub fn new(inner: M) -> Self {
-        Self {
-            inner,
-            calls: RefCell::new(Vec::new()),
-            batches: RefCell::new(Vec::new()),
-        }
-    }
-    pub fn calls(&self) -> Vec<usize> {
-        self.calls.borrow().clone()
-    }
-    pub fn positions(&self) -> usize {
-        self.calls.borrow().iter().sum()
-    }
-}
-
-impl<M: LanguageModel> LanguageModel for Counting<M> {
-    type State = M::State;
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn context_length(&self) -> Option<usize> {
-        self.inner.context_length()
-    }
-    fn new_state(&self) -> M::State {
-        self.inner.new_state()
-    }
-    fn forward(
-        &self,
-        state: &mut M::State,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.calls.borrow_mut().push(tokens.len());
-        self.inner.forward(state, tokens, rows, logits)
-    }
-    fn forward_batch(
-        &self,
-        states: &mut [M::State],
-        tokens: &[&[TokenId]],
-        logits: &mut [Vec<f32>],
-    ) -> lm_core::Result<()> {
-        self.batches.borrow_mut().push(states.len());
-        // The rows one by one through `self`, so `calls` sees them too.
-        for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
-            self.forward(state, tokens, Rows::Last, logits)?;
-        }
         Ok(())
     }
 }
