@@ -25,7 +25,9 @@ pub use adapter::{Adapted, Bounded, ContextBound, Counting, ForwardCounts, Forwa
 pub use distribution::{argmax, sample_inverse_cdf};
 pub use error::Error;
 pub use loss::{cross_entropy, kl_divergence, label_smoothed_target};
-pub use model::{Detokenize, LanguageModel, Prefix, Rows, SequenceState, Uncached};
+pub use model::{
+    Detokenize, LanguageModel, Prefix, Rows, SequenceState, Uncached, check_token_ids,
+};
 pub use sequence::{LogProb, perplexity, sequence_logprob};
 pub use softmax::{
     log_softmax, log_softmax_into, log_sum_exp, softmax, softmax_into, softmax_weight,

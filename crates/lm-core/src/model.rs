@@ -93,10 +93,7 @@ pub trait LanguageModel {
         if tokens.is_empty() {
             return Err(Error::EmptyInput);
         }
-        let vocab_size = self.vocab_size();
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(Error::TokenOutOfRange { id, vocab_size });
-        }
+        check_token_ids(tokens.iter().copied(), self.vocab_size())?;
         if let Some(max) = self.context_length() {
             let len = pos.saturating_add(tokens.len());
             if len > max {
@@ -104,6 +101,22 @@ pub trait LanguageModel {
             }
         }
         Ok(())
+    }
+}
+
+/// Checks that every id is in a vocabulary of `vocab_size`: the first one
+/// beyond it is [`Error::TokenOutOfRange`]. One check for every place a token
+/// id arrives from outside (model input, end tokens, biases, bans, histories).
+///
+/// ```
+/// use lm_core::{Error, check_token_ids};
+/// assert_eq!(check_token_ids([0, 3], 4), Ok(()));
+/// assert_eq!(check_token_ids([0, 4, 5], 4), Err(Error::TokenOutOfRange { id: 4, vocab_size: 4 }));
+/// ```
+pub fn check_token_ids(ids: impl IntoIterator<Item = TokenId>, vocab_size: usize) -> Result<()> {
+    match ids.into_iter().find(|&id| id as usize >= vocab_size) {
+        Some(id) => Err(Error::TokenOutOfRange { id, vocab_size }),
+        None => Ok(()),
     }
 }
 

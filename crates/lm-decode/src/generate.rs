@@ -12,13 +12,12 @@
 //! ```
 
 use crate::{
-    Candidate, Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Step, StopReason,
-    TokenRng, Truncation, find_stop_string, fit_prompt,
-    trace::{ModelRow, top_n},
+    Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step, StopReason,
+    TokenRng, Truncation, find_stop_string, fit_prompt, trace::Recorder,
 };
 use std::ops::ControlFlow;
 
-use lm_core::{Detokenize, LanguageModel, LogProb, Rows, TokenId};
+use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
 
 /// Everything the loop needs besides the model and the prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,21 +181,33 @@ pub(crate) fn prepare<M: LanguageModel>(
             n_strings: config.stop_strings.len(),
         });
     }
-    let vocab_size = model.vocab_size();
-    if let Some(&id) = config
-        .end_tokens
-        .iter()
-        .find(|&&id| id as usize >= vocab_size)
-    {
-        return Err(Error::TokenOutOfVocabulary { id, vocab_size });
-    }
-    if prompt.len().checked_add(config.max_new_tokens).is_none() {
+    fit_within_limits(
+        model,
+        prompt,
+        &config.end_tokens,
+        config.max_new_tokens,
+        config.truncation,
+    )
+}
+
+/// The checks sampling and beam search share: the end tokens are in the
+/// vocabulary and `prompt_len + max_new_tokens` fits in `usize`; then the
+/// prompt is fitted to the context by the truncation policy.
+pub(crate) fn fit_within_limits<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    end_tokens: &[TokenId],
+    max_new_tokens: usize,
+    truncation: Truncation,
+) -> Result<FittedPrompt> {
+    lm_core::check_token_ids(end_tokens.iter().copied(), model.vocab_size())?;
+    if prompt.len().checked_add(max_new_tokens).is_none() {
         return Err(Error::MaxNewTokensOverflow {
             prompt_len: prompt.len(),
-            max_new_tokens: config.max_new_tokens,
+            max_new_tokens,
         });
     }
-    fit_prompt(prompt, model.context_length(), config.truncation)
+    fit_prompt(prompt, model.context_length(), truncation)
 }
 
 /// Runs the loop from logits already computed for `row.history`.
@@ -208,9 +219,9 @@ pub(crate) fn continue_row<M: LanguageModel>(
     on_step: &mut dyn FnMut(&Step) -> ControlFlow<()>,
 ) -> Result<()> {
     loop {
-        let step = row.choose(logits)?;
-        let flow = on_step(step);
+        let step = row.advance(logits)?;
         let token = step.token;
+        let flow = on_step(step);
         if row.stop_reason.is_some() {
             return Ok(());
         }
@@ -236,10 +247,7 @@ pub(crate) struct Row<'a> {
     pub(crate) history: Vec<TokenId>,
     n_prompt: usize,
     n_prompt_dropped: usize,
-    steps: Vec<Step>,
-    running: LogProb,
-    running_policy: LogProb,
-    order: Vec<TokenId>,
+    trace: Recorder,
     text: Option<String>,
     stream: u64,
     /// Set once the row has stopped.
@@ -272,10 +280,7 @@ impl<'a> Row<'a> {
             history,
             n_prompt,
             n_prompt_dropped: fitted.n_dropped,
-            steps: Vec::with_capacity(room),
-            running: LogProb::default(),
-            running_policy: LogProb::default(),
-            order: Vec::new(),
+            trace: Recorder::new(config.n_top_candidates, room),
             text: None,
             stream,
             stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
@@ -287,9 +292,21 @@ impl<'a> Row<'a> {
         &self.history[self.n_prompt..]
     }
 
-    /// Chooses the next token from `logits`, records its step and decides
-    /// whether the row stops.
-    pub(crate) fn choose(&mut self, logits: &[f32]) -> Result<&Step> {
+    /// One turn after the model's prediction (`logits`, the row after
+    /// `history`): choose a token, record its step, append it, decide
+    /// whether the row stops. Every loop (single, many, batch) runs this.
+    pub(crate) fn advance(&mut self, logits: &[f32]) -> Result<&Step> {
+        let selection = self.choose(logits)?;
+        self.trace
+            .record(logits, &self.sampler, selection, self.history.len())?;
+        self.history.push(selection.token);
+        self.stop_reason = self.check_stop(selection.token);
+        Ok(self.trace.last())
+    }
+
+    /// Chooses the next token from the model's logits row under the policy,
+    /// with this row's next uniform draw (none when greedy).
+    fn choose(&mut self, logits: &[f32]) -> Result<Selection> {
         if logits.len() != self.vocab_size {
             return Err(Error::LogitsLength {
                 len: logits.len(),
@@ -301,61 +318,7 @@ impl<'a> Row<'a> {
         } else {
             self.rng.next_uniform()
         };
-        let selection = self.sampler.select(logits, &self.history, u)?;
-        let token = selection.token;
-        let model_row = match self.sampler.model_log_normaliser() {
-            Some(log_sum) => ModelRow::from_log_sum(log_sum),
-            None => ModelRow::new(logits)?,
-        };
-        let logprob = model_row.logprob(logits[token as usize]);
-        let policy_logprob = f64::from(selection.policy_prob).ln();
-        self.running.push_ln(logprob);
-        self.running_policy.push_ln(policy_logprob);
-        let n = self.config.n_top_candidates;
-        top_n(logits, n, f32::NEG_INFINITY, &mut self.order);
-        let model_top = self
-            .order
-            .iter()
-            .map(|&id| {
-                let logprob = model_row.logprob(logits[id as usize]);
-                Candidate {
-                    token: id,
-                    prob: logprob.exp() as f32,
-                    logprob: logprob as f32,
-                }
-            })
-            .collect();
-        let probs = self.sampler.policy_probs();
-        top_n(probs, n, 0.0, &mut self.order);
-        let policy_top = self
-            .order
-            .iter()
-            .map(|&id| {
-                let prob = probs[id as usize];
-                Candidate {
-                    token: id,
-                    prob,
-                    logprob: prob.ln(),
-                }
-            })
-            .collect();
-        let index = self.steps.len();
-        self.steps.push(Step {
-            index,
-            prefix_len: self.history.len(),
-            token,
-            policy_prob: selection.policy_prob,
-            model_prob: logprob.exp() as f32,
-            logprob,
-            policy_logprob,
-            running_logprob: self.running,
-            running_policy_logprob: self.running_policy,
-            model_top,
-            policy_top,
-        });
-        self.history.push(token);
-        self.stop_reason = self.check_stop(token);
-        Ok(&self.steps[index])
+        self.sampler.select(logits, &self.history, u)
     }
 
     fn check_stop(&mut self, token: TokenId) -> Option<StopReason> {
@@ -408,7 +371,7 @@ impl<'a> Row<'a> {
             prompt: history,
             n_prompt_dropped: self.n_prompt_dropped,
             tokens,
-            steps: self.steps,
+            steps: self.trace.into_steps(),
             stop_reason,
             text,
             stream: self.stream,

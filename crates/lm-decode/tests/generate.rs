@@ -444,10 +444,10 @@ fn bad_generation_inputs_are_typed_errors() {
                 ..GenerationConfig::default()
             }
         ),
-        Some(Error::TokenOutOfVocabulary {
+        Some(Error::Core(lm_core::Error::TokenOutOfRange {
             id: 7,
             vocab_size: 7
-        })
+        }))
     );
     assert_eq!(
         err(

@@ -128,7 +128,7 @@ proptest! {
     ) {
         let build = |c: SamplingConfig| Sampler::new(&c).err();
         let base = SamplingConfig::default;
-        prop_assert_eq!(build(SamplingConfig { temperature: negative, ..base() }), Some(Error::InvalidTemperature { value: negative }));
+        prop_assert_eq!(build(SamplingConfig { temperature: negative, ..base() }), Some(Error::Core(lm_core::Error::InvalidTemperature { value: negative })));
         prop_assert_eq!(build(SamplingConfig { top_p: Some(above_one), ..base() }), Some(Error::InvalidTopP { value: above_one }));
         prop_assert_eq!(build(SamplingConfig { top_p: Some(non_positive), ..base() }), Some(Error::InvalidTopP { value: non_positive }));
         prop_assert_eq!(build(SamplingConfig { min_p: Some(negative), ..base() }), Some(Error::InvalidMinP { value: negative }));

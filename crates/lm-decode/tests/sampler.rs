@@ -348,6 +348,26 @@ fn logit_bias_and_bans() {
 }
 
 #[test]
+fn a_negative_temperature_is_one_error_wherever_it_is_met() {
+    let expected = Error::Core(lm_core::Error::InvalidTemperature { value: -0.5 });
+    let from_config = Sampler::new(&SamplingConfig {
+        temperature: -0.5,
+        ..config()
+    });
+    assert_eq!(from_config.err(), Some(expected.clone()));
+    assert_eq!(
+        Candidates::from_logits(&[1.0, 0.0], -0.5).err(),
+        Some(expected.clone())
+    );
+    assert_eq!(
+        lm_core::softmax(&[1.0, 0.0], -0.5)
+            .map_err(Error::from)
+            .err(),
+        Some(expected)
+    );
+}
+
+#[test]
 fn invalid_parameters_are_typed_errors() {
     let err = |c: SamplingConfig| Sampler::new(&c).err();
     assert_eq!(
@@ -355,14 +375,16 @@ fn invalid_parameters_are_typed_errors() {
             temperature: -0.1,
             ..config()
         }),
-        Some(Error::InvalidTemperature { value: -0.1 })
+        Some(Error::Core(lm_core::Error::InvalidTemperature {
+            value: -0.1
+        }))
     );
     assert!(matches!(
         err(SamplingConfig {
             temperature: f32::NAN,
             ..config()
         }),
-        Some(Error::InvalidTemperature { .. })
+        Some(Error::Core(lm_core::Error::InvalidTemperature { .. }))
     ));
     assert_eq!(
         err(SamplingConfig {
@@ -493,10 +515,10 @@ fn bad_logits_and_emptied_distributions_are_errors() {
     .unwrap();
     assert_eq!(
         out_of_range.policy(&[1.0, 2.0], &[]),
-        Err(Error::TokenOutOfVocabulary {
+        Err(Error::Core(lm_core::Error::TokenOutOfRange {
             id: 5,
             vocab_size: 2
-        })
+        }))
     );
     let mut penalised = Sampler::new(&SamplingConfig {
         presence_penalty: Some(1.0),
@@ -505,10 +527,10 @@ fn bad_logits_and_emptied_distributions_are_errors() {
     .unwrap();
     assert_eq!(
         penalised.policy(&[1.0, 2.0], &[7]),
-        Err(Error::TokenOutOfVocabulary {
+        Err(Error::Core(lm_core::Error::TokenOutOfRange {
             id: 7,
             vocab_size: 2
-        })
+        }))
     );
 }
 

@@ -221,10 +221,10 @@ fn beam_parameters_are_checked() {
             end_tokens: vec![3],
             ..BeamConfig::default()
         }),
-        Some(Error::TokenOutOfVocabulary {
+        Some(Error::Core(lm_core::Error::TokenOutOfRange {
             id: 3,
             vocab_size: 3
-        })
+        }))
     );
     assert_eq!(
         bad(BeamConfig {

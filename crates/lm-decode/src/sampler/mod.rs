@@ -158,9 +158,7 @@ impl Candidates {
 
     /// Refills from `logits` without allocating once warm.
     pub fn reset(&mut self, logits: &[f32], temperature: f32) -> Result<()> {
-        if temperature.is_nan() || temperature < 0.0 {
-            return Err(lm_core::Error::InvalidTemperature { value: temperature }.into());
-        }
+        Temperature::new(temperature)?;
         self.max_logit = logits[lm_core::argmax(logits)? as usize];
         self.entries.clear();
         self.entries

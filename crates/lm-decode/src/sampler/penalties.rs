@@ -48,7 +48,7 @@ impl TokenCounts {
             let count = self
                 .counts
                 .get_mut(id as usize)
-                .ok_or(Error::TokenOutOfVocabulary { id, vocab_size })?;
+                .ok_or(lm_core::Error::TokenOutOfRange { id, vocab_size })?;
             if *count == 0 {
                 self.present.push(id);
             }

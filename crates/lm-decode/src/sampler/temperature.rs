@@ -9,7 +9,7 @@
 //! taken exactly, with no threshold below which a small T counts as zero.
 //! T = +inf is the other limit: uniform over the tokens not masked.
 
-use crate::{Error, Result};
+use crate::Result;
 
 /// A validated temperature: a number >= 0 (+inf allowed), never NaN.
 ///
@@ -22,10 +22,11 @@ use crate::{Error, Result};
 pub struct Temperature(f32);
 
 impl Temperature {
-    /// Checks `value`: negative or NaN gives [`Error::InvalidTemperature`].
+    /// Checks `value`: negative or NaN gives lm-core's
+    /// [`lm_core::Error::InvalidTemperature`], the error the softmax gives.
     pub fn new(value: f32) -> Result<Self> {
         if value.is_nan() || value < 0.0 {
-            return Err(Error::InvalidTemperature { value });
+            return Err(lm_core::Error::InvalidTemperature { value }.into());
         }
         Ok(Self(value))
     }
