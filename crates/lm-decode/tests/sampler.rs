@@ -706,35 +706,3 @@ fn a_custom_filter_that_drops_the_best_token_still_gets_a_normalised_policy() {
         }
     }
 }
-
-#[test]
-fn the_model_normaliser_comes_from_the_policy_only_when_they_are_the_same() {
-    let logits = spread(3000);
-    let lse = lm_core::log_sum_exp(&logits).unwrap();
-    let normaliser = |config: SamplingConfig| {
-        let mut sampler = Sampler::new(&config).unwrap();
-        sampler.select(&logits, &[7, 7], 0.3).unwrap();
-        sampler.model_log_normaliser()
-    };
-    // T = 1 with nothing else: the same routine, the same bits.
-    let plain = normaliser(SamplingConfig::default()).unwrap();
-    assert_eq!(plain.to_bits(), lse.to_bits());
-    // Any other policy leaves the trace to compute its own.
-    for config in [
-        SamplingConfig::greedy(),
-        SamplingConfig {
-            temperature: 0.9,
-            ..SamplingConfig::default()
-        },
-        SamplingConfig {
-            top_k: Some(50),
-            ..SamplingConfig::default()
-        },
-        SamplingConfig {
-            presence_penalty: Some(0.5),
-            ..SamplingConfig::default()
-        },
-    ] {
-        assert_eq!(normaliser(config.clone()), None, "{config:?}");
-    }
-}
