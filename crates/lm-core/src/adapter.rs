@@ -314,53 +314,7 @@ impl<M: LanguageModel> Adapted<M, ForwardCounts> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Prefix;
-    use std::cell::Cell;
-
-    /// Two tokens; its own `forward_batch` marks each row's logits with 9,
-    /// so a test can tell whether a batch reached it.
-    #[derive(Default)]
-    struct Batcher {
-        n_batches: Cell<usize>,
-    }
-
-    impl LanguageModel for Batcher {
-        type State = Prefix;
-        fn vocab_size(&self) -> usize {
-            2
-        }
-        fn context_length(&self) -> Option<usize> {
-            Some(8)
-        }
-        fn new_state(&self) -> Prefix {
-            Prefix::default()
-        }
-        fn forward(
-            &self,
-            state: &mut Prefix,
-            tokens: &[TokenId],
-            _rows: Rows,
-            logits: &mut Vec<f32>,
-        ) -> Result<()> {
-            self.check_input(state.pos(), tokens)?;
-            state.tokens.extend_from_slice(tokens);
-            *logits = vec![state.pos() as f32, 0.0];
-            Ok(())
-        }
-        fn forward_batch(
-            &self,
-            states: &mut [Prefix],
-            tokens: &[&[TokenId]],
-            logits: &mut [Vec<f32>],
-        ) -> Result<()> {
-            self.n_batches.set(self.n_batches.get() + 1);
-            for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
-                self.forward(state, tokens, Rows::Last, logits)?;
-                logits[1] = 9.0;
-            }
-            Ok(())
-        }
-    }
+    use crate::model::tests::Probe;
 
     /// Runs a two-row batch (one and three tokens) through `model`.
     fn two_rows<M: LanguageModel>(model: &M) -> Result<Vec<Vec<f32>>> {
@@ -373,63 +327,63 @@ mod tests {
     #[test]
     fn pointers_forward_the_backends_own_batch() {
         let batched = vec![vec![1.0, 9.0], vec![3.0, 9.0]];
-        let model = Batcher::default();
+        let model = Probe::default();
         assert_eq!(two_rows(&&model), Ok(batched.clone()));
-        assert_eq!(two_rows(&Box::new(Batcher::default())), Ok(batched.clone()));
-        assert_eq!(two_rows(&Rc::new(Batcher::default())), Ok(batched.clone()));
-        let shared = Arc::new(Batcher::default());
+        assert_eq!(two_rows(&Box::new(Probe::default())), Ok(batched.clone()));
+        assert_eq!(two_rows(&Rc::new(Probe::default())), Ok(batched.clone()));
+        let shared = Arc::new(Probe::default());
         assert_eq!(two_rows(&shared), Ok(batched));
         assert_eq!(shared.n_batches.get(), 1);
-        let boxed: Box<Batcher> = Box::default();
+        let boxed: Box<Probe> = Box::default();
         assert_eq!(
-            (&boxed).check_input(8, &[0]),
-            Err(Error::ContextExceeded { len: 9, max: 8 })
+            (&boxed).check_input(4, &[0]),
+            Err(Error::ContextExceeded { len: 5, max: 4 })
         );
     }
 
     #[test]
     fn bounded_reports_the_smaller_bound_and_refuses_beyond_it() {
-        let bounded = Bounded::new(Batcher::default(), Some(4));
-        assert_eq!(bounded.context_length(), Some(4));
+        let bounded = Bounded::new(Probe::default(), Some(3));
+        assert_eq!(bounded.context_length(), Some(3));
         let mut state = bounded.new_state();
         let mut logits = Vec::new();
         assert_eq!(
-            bounded.forward(&mut state, &[0; 5], Rows::Last, &mut logits),
-            Err(Error::ContextExceeded { len: 5, max: 4 })
+            bounded.forward(&mut state, &[0; 4], Rows::Last, &mut logits),
+            Err(Error::ContextExceeded { len: 4, max: 3 })
         );
         assert_eq!(state.pos(), 0, "a refused read leaves the state alone");
         assert!(
             bounded
-                .forward(&mut state, &[0, 1, 0, 1], Rows::Last, &mut logits)
+                .forward(&mut state, &[0, 1, 0], Rows::Last, &mut logits)
                 .is_ok()
         );
         assert_eq!(
-            Bounded::new(Batcher::default(), None).context_length(),
-            Some(8)
+            Bounded::new(Probe::default(), None).context_length(),
+            Some(4)
         );
         assert_eq!(
-            Bounded::new(Batcher::default(), Some(20)).context_length(),
-            Some(8)
+            Bounded::new(Probe::default(), Some(20)).context_length(),
+            Some(4)
         );
     }
 
     #[test]
     fn bounded_batches_reach_the_backend_and_respect_the_bound() {
-        let bounded = Bounded::new(Batcher::default(), Some(2));
+        let bounded = Bounded::new(Probe::default(), Some(2));
         assert_eq!(
             two_rows(&bounded),
             Err(Error::ContextExceeded { len: 3, max: 2 }),
             "the three-token row is beyond the bound of 2"
         );
         assert_eq!(bounded.inner.n_batches.get(), 0);
-        let roomy = Bounded::new(Batcher::default(), Some(3));
+        let roomy = Bounded::new(Probe::default(), Some(3));
         assert_eq!(two_rows(&roomy), Ok(vec![vec![1.0, 9.0], vec![3.0, 9.0]]));
         assert_eq!(roomy.inner.n_batches.get(), 1);
     }
 
     #[test]
     fn counting_counts_reads_and_batch_rows() {
-        let model = Counting::new(Batcher::default());
+        let model = Counting::new(Probe::default());
         let mut state = model.new_state();
         let mut logits = Vec::new();
         model
@@ -451,7 +405,7 @@ mod tests {
 
     #[test]
     fn a_batch_of_mismatched_lengths_is_refused_before_any_count() {
-        let model = Counting::new(Batcher::default());
+        let model = Counting::new(Probe::default());
         let mut states = vec![model.new_state()];
         let mut logits = vec![Vec::new(), Vec::new()];
         assert_eq!(

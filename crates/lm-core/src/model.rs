@@ -191,39 +191,33 @@ pub trait Detokenize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::cell::Cell;
 
-    /// A model whose logits encode the position and the last token read, so
-    /// the uncached adapter can be checked row by row.
-    struct Probe;
-
-    #[derive(Clone)]
-    struct ProbeState(Vec<TokenId>);
-
-    impl SequenceState for ProbeState {
-        fn pos(&self) -> usize {
-            self.0.len()
-        }
-        fn truncate(&mut self, pos: usize) {
-            self.0.truncate(pos);
-        }
+    /// A two-token model whose logits encode the position and the last token
+    /// read, so adapters can be checked row by row. Its own `forward_batch`
+    /// marks each row's second logit with 9 and counts the batches, so a test
+    /// can tell whether a batch reached it.
+    #[derive(Default)]
+    pub(crate) struct Probe {
+        pub(crate) n_batches: Cell<usize>,
     }
 
     impl LanguageModel for Probe {
-        type State = ProbeState;
+        type State = Prefix;
         fn vocab_size(&self) -> usize {
             2
         }
         fn context_length(&self) -> Option<usize> {
             Some(4)
         }
-        fn new_state(&self) -> ProbeState {
-            ProbeState(Vec::new())
+        fn new_state(&self) -> Prefix {
+            Prefix::default()
         }
         fn forward(
             &self,
-            state: &mut ProbeState,
+            state: &mut Prefix,
             tokens: &[TokenId],
             rows: Rows,
             logits: &mut Vec<f32>,
@@ -231,11 +225,24 @@ mod tests {
             self.check_input(state.pos(), tokens)?;
             logits.clear();
             for &t in tokens {
-                state.0.push(t);
-                logits.extend([state.0.len() as f32, t as f32]);
+                state.tokens.push(t);
+                logits.extend([state.pos() as f32, t as f32]);
             }
             if rows == Rows::Last {
                 logits.drain(..logits.len() - 2);
+            }
+            Ok(())
+        }
+        fn forward_batch(
+            &self,
+            states: &mut [Prefix],
+            tokens: &[&[TokenId]],
+            logits: &mut [Vec<f32>],
+        ) -> Result<()> {
+            self.n_batches.set(self.n_batches.get() + 1);
+            for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
+                self.forward(state, tokens, Rows::Last, logits)?;
+                logits[1] = 9.0;
             }
             Ok(())
         }
@@ -243,7 +250,7 @@ mod tests {
 
     #[test]
     fn uncached_rows_are_those_of_the_new_tokens() {
-        let model = Uncached(Probe);
+        let model = Uncached(Probe::default());
         let mut state = model.new_state();
         let mut logits = Vec::new();
         model
@@ -263,7 +270,7 @@ mod tests {
 
     #[test]
     fn input_checks_name_the_problem() {
-        let model = Uncached(Probe);
+        let model = Uncached(Probe::default());
         let mut state = model.new_state();
         let mut logits = Vec::new();
         assert_eq!(
@@ -286,7 +293,8 @@ mod tests {
 
     #[test]
     fn batch_rows_equal_single_rows() {
-        let model = Probe;
+        // Uncached keeps the default `forward_batch`: row by row.
+        let model = Uncached(Probe::default());
         let mut states = vec![model.new_state(), model.new_state()];
         let mut logits = vec![Vec::new(), Vec::new()];
         model

@@ -140,5 +140,17 @@ pub enum Error {
     Core(#[from] lm_core::Error),
 }
 
+impl Error {
+    /// `value` when `is_valid`, else the error `invalid` makes of it: the one
+    /// shape of every parameter check.
+    pub(crate) fn check<T>(value: T, is_valid: bool, invalid: impl FnOnce(T) -> Self) -> Result<T> {
+        if is_valid {
+            Ok(value)
+        } else {
+            Err(invalid(value))
+        }
+    }
+}
+
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -653,16 +653,12 @@ impl fmt::Debug for Sampler {
 mod tests {
     use super::*;
 
-    /// Logits spread over [-5, 5) in a scrambled order.
-    fn spread(n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
-            .collect()
-    }
-
     #[test]
     fn the_model_normaliser_comes_from_the_policy_only_when_they_are_the_same() {
-        let logits = spread(3000);
+        // 3000 logits spread over [-5, 5) in a scrambled order.
+        let logits: Vec<f32> = (0..3000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
+            .collect();
         let lse = lm_core::log_sum_exp(&logits).unwrap();
         let normaliser = |config: SamplingConfig| {
             let mut sampler = Sampler::new(&config).unwrap();

@@ -9,7 +9,7 @@
 //! taken exactly, with no threshold below which a small T counts as zero.
 //! T = +inf is the other limit: uniform over the tokens not masked.
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// A validated temperature: a number >= 0 (+inf allowed), never NaN.
 ///
@@ -25,10 +25,11 @@ impl Temperature {
     /// Checks `value`: negative or NaN gives lm-core's
     /// [`lm_core::Error::InvalidTemperature`], the error the softmax gives.
     pub fn new(value: f32) -> Result<Self> {
-        if value.is_nan() || value < 0.0 {
-            return Err(lm_core::Error::InvalidTemperature { value }.into());
-        }
-        Ok(Self(value))
+        let is_valid = value >= 0.0; // false for NaN
+        Error::check(value, is_valid, |value| {
+            lm_core::Error::InvalidTemperature { value }.into()
+        })
+        .map(Self)
     }
 
     /// The temperature.
