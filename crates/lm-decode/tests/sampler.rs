@@ -369,100 +369,39 @@ fn a_negative_temperature_is_one_error_wherever_it_is_met() {
 
 #[test]
 fn invalid_parameters_are_typed_errors() {
-    let err = |c: SamplingConfig| Sampler::new(&c).err();
-    assert_eq!(
-        err(SamplingConfig {
-            temperature: -0.1,
-            ..config()
-        }),
-        Some(Error::Core(lm_core::Error::InvalidTemperature {
-            value: -0.1
-        }))
+    // Compared through Debug, so a NaN value matches a NaN value.
+    let check = |edit: fn(&mut SamplingConfig), expected: Error| {
+        let mut c = config();
+        edit(&mut c);
+        let got = Sampler::new(&c).err();
+        assert_eq!(format!("{got:?}"), format!("{:?}", Some(expected)), "{c:?}");
+    };
+    let temperature = |value| Error::Core(lm_core::Error::InvalidTemperature { value });
+    check(|c| c.temperature = -0.1, temperature(-0.1));
+    check(|c| c.temperature = f32::NAN, temperature(f32::NAN));
+    check(|c| c.top_k = Some(0), Error::InvalidTopK { value: 0 });
+    check(|c| c.top_p = Some(0.0), Error::InvalidTopP { value: 0.0 });
+    check(|c| c.top_p = Some(1.01), Error::InvalidTopP { value: 1.01 });
+    check(
+        |c| c.top_p = Some(f32::NAN),
+        Error::InvalidTopP { value: f32::NAN },
     );
-    assert!(matches!(
-        err(SamplingConfig {
-            temperature: f32::NAN,
-            ..config()
-        }),
-        Some(Error::Core(lm_core::Error::InvalidTemperature { .. }))
-    ));
-    assert_eq!(
-        err(SamplingConfig {
-            top_k: Some(0),
-            ..config()
-        }),
-        Some(Error::InvalidTopK { value: 0 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            top_p: Some(0.0),
-            ..config()
-        }),
-        Some(Error::InvalidTopP { value: 0.0 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            top_p: Some(1.01),
-            ..config()
-        }),
-        Some(Error::InvalidTopP { value: 1.01 })
-    );
-    assert!(matches!(
-        err(SamplingConfig {
-            top_p: Some(f32::NAN),
-            ..config()
-        }),
-        Some(Error::InvalidTopP { .. })
-    ));
-    assert_eq!(
-        err(SamplingConfig {
-            min_p: Some(-0.1),
-            ..config()
-        }),
-        Some(Error::InvalidMinP { value: -0.1 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            min_p: Some(1.5),
-            ..config()
-        }),
-        Some(Error::InvalidMinP { value: 1.5 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            repetition_penalty: Some(0.0),
-            ..config()
-        }),
-        Some(Error::InvalidRepetitionPenalty { value: 0.0 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            repetition_penalty: Some(-1.0),
-            ..config()
-        }),
-        Some(Error::InvalidRepetitionPenalty { value: -1.0 })
-    );
-    assert!(matches!(
-        err(SamplingConfig {
-            presence_penalty: Some(f32::NAN),
-            ..config()
-        }),
-        Some(Error::InvalidPresencePenalty { .. })
-    ));
-    assert!(matches!(
-        err(SamplingConfig {
-            frequency_penalty: Some(f32::INFINITY),
-            ..config()
-        }),
-        Some(Error::InvalidFrequencyPenalty { .. })
-    ));
-    assert!(matches!(
-        err(SamplingConfig {
-            logit_bias: vec![(1, f32::NAN)],
-            ..config()
-        }),
-        Some(Error::InvalidLogitBias { token: 1, .. })
-    ));
+    check(|c| c.min_p = Some(-0.1), Error::InvalidMinP { value: -0.1 });
+    check(|c| c.min_p = Some(1.5), Error::InvalidMinP { value: 1.5 });
+    let repetition = |value| Error::InvalidRepetitionPenalty { value };
+    check(|c| c.repetition_penalty = Some(0.0), repetition(0.0));
+    check(|c| c.repetition_penalty = Some(-1.0), repetition(-1.0));
+    let presence = Error::InvalidPresencePenalty { value: f32::NAN };
+    check(|c| c.presence_penalty = Some(f32::NAN), presence);
+    let frequency = Error::InvalidFrequencyPenalty {
+        value: f32::INFINITY,
+    };
+    check(|c| c.frequency_penalty = Some(f32::INFINITY), frequency);
+    let bias = Error::InvalidLogitBias {
+        token: 1,
+        value: f32::NAN,
+    };
+    check(|c| c.logit_bias = vec![(1, f32::NAN)], bias);
     // Messages name the value, lowercase, no trailing period.
     assert_eq!(
         Error::InvalidTopP { value: 1.5 }.to_string(),
@@ -591,12 +530,7 @@ fn top_p_matches_a_full_sort_and_stops_early_when_confident() {
         let mut c = Candidates::from_logits(&logits, temperature).unwrap();
         TopP::new(p).unwrap().apply(&mut c);
         // Reference: sort everything, walk until the mass reaches p.
-        let mut sorted: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &z)| (i as u32, z))
-            .collect();
-        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let sorted = crate::common::full_sort(&logits);
         let weights: Vec<f64> = sorted
             .iter()
             .map(|&(_, z)| ((f64::from(z) - 4.99) / f64::from(temperature)).exp())

@@ -54,6 +54,10 @@ impl PrefixModel {
             })
             .collect()
     }
+
+    fn n_vocab(&self) -> usize {
+        self.vocab_size
+    }
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -63,39 +67,6 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-impl LanguageModel for PrefixModel {
-    type State = Tokens;
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn context_length(&self) -> Option<usize> {
-        self.context_length
-    }
-    fn new_state(&self) -> Tokens {
-        Tokens::default()
-    }
-    fn forward(
-        &self,
-        state: &mut Tokens,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.check_input(state.pos(), tokens)?;
-        logits.clear();
-        for &t in tokens {
-            state.0.push(t);
-            if rows == Rows::All {
-                logits.extend(self.logits_for(&state.0));
-            }
-        }
-        if rows == Rows::Last {
-            logits.extend(self.logits_for(&state.0));
-        }
-        Ok(())
-    }
-}
-
 /// A model whose logits depend only on the last token: `table[last]`.
 #[derive(Debug, Clone)]
 pub struct TableModel {
@@ -103,31 +74,71 @@ pub struct TableModel {
     pub context_length: Option<usize>,
 }
 
-impl LanguageModel for TableModel {
-    type State = Tokens;
-    fn vocab_size(&self) -> usize {
+impl TableModel {
+    /// The logits after `prefix`: the row of its last token.
+    pub fn logits_for(&self, prefix: &[TokenId]) -> Vec<f32> {
+        let last = *prefix.last().expect("check_input rejects empty input");
+        self.table[last as usize].clone()
+    }
+
+    fn n_vocab(&self) -> usize {
         self.table.len()
     }
-    fn context_length(&self) -> Option<usize> {
-        self.context_length
-    }
-    fn new_state(&self) -> Tokens {
-        Tokens::default()
-    }
-    fn forward(
-        &self,
-        state: &mut Tokens,
-        tokens: &[TokenId],
-        _rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.check_input(state.pos(), tokens)?;
-        state.0.extend_from_slice(tokens);
-        let last = *state.0.last().expect("check_input rejects empty input");
-        logits.clear();
-        logits.extend_from_slice(&self.table[last as usize]);
-        Ok(())
-    }
+}
+
+/// Implements `LanguageModel` for test models that compute the logits after a
+/// prefix from scratch (`logits_for`), with a vocabulary of `n_vocab()` and
+/// a `context_length` field: the tokens read are the state.
+macro_rules! model_from_prefix_logits {
+    ($($model:ty),+) => {$(
+        impl LanguageModel for $model {
+            type State = Tokens;
+            fn vocab_size(&self) -> usize {
+                self.n_vocab()
+            }
+            fn context_length(&self) -> Option<usize> {
+                self.context_length
+            }
+            fn new_state(&self) -> Tokens {
+                Tokens::default()
+            }
+            fn forward(
+                &self,
+                state: &mut Tokens,
+                tokens: &[TokenId],
+                rows: Rows,
+                logits: &mut Vec<f32>,
+            ) -> lm_core::Result<()> {
+                self.check_input(state.pos(), tokens)?;
+                logits.clear();
+                for &t in tokens {
+                    state.0.push(t);
+                    if rows == Rows::All {
+                        logits.extend(self.logits_for(&state.0));
+                    }
+                }
+                if rows == Rows::Last {
+                    logits.extend(self.logits_for(&state.0));
+                }
+                Ok(())
+            }
+        }
+    )+};
+}
+
+model_from_prefix_logits!(PrefixModel, TableModel);
+
+/// The `(id, logit)` pairs sorted best first by a full sort (higher logit,
+/// then lower id): the reference for the partial selections.
+pub fn full_sort(logits: &[f32]) -> Vec<(TokenId, f32)> {
+    let mut sorted: Vec<(TokenId, f32)> = (0..).zip(logits.iter().copied()).collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    sorted
+}
+
+/// The ids of [`full_sort`].
+pub fn full_sort_ids(logits: &[f32]) -> Vec<TokenId> {
+    full_sort(logits).into_iter().map(|(id, _)| id).collect()
 }
 
 /// Lesson 001's vocabulary.
