@@ -11,41 +11,29 @@ fn logits() -> impl Strategy<Value = Vec<f32>> {
     prop::collection::vec(-30.0f32..30.0, 1..80)
 }
 
-fn valid_config() -> impl Strategy<Value = SamplingConfig> {
-    (
-        prop_oneof![Just(0.0f32), 0.05f32..5.0, Just(f32::INFINITY)],
-        prop::option::of(1usize..100),
-        prop::option::of(0.001f32..=1.0),
-        prop::option::of(0.0f32..=1.0),
-        prop::option::of(0.5f32..2.0),
-        prop::option::of(-2.0f32..2.0),
-        prop::option::of(-2.0f32..2.0),
-        any::<u64>(),
-    )
-        .prop_map(
-            |(
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                presence_penalty,
-                frequency_penalty,
-                seed,
-            )| {
-                SamplingConfig {
-                    temperature,
-                    top_k,
-                    top_p,
-                    min_p,
-                    repetition_penalty,
-                    presence_penalty,
-                    frequency_penalty,
-                    seed,
-                    ..SamplingConfig::default()
-                }
-            },
-        )
+prop_compose! {
+    fn valid_config()(
+        temperature in prop_oneof![Just(0.0f32), 0.05f32..5.0, Just(f32::INFINITY)],
+        top_k in prop::option::of(1usize..100),
+        top_p in prop::option::of(0.001f32..=1.0),
+        min_p in prop::option::of(0.0f32..=1.0),
+        repetition_penalty in prop::option::of(0.5f32..2.0),
+        presence_penalty in prop::option::of(-2.0f32..2.0),
+        frequency_penalty in prop::option::of(-2.0f32..2.0),
+        seed in any::<u64>(),
+    ) -> SamplingConfig {
+        SamplingConfig {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            presence_penalty,
+            frequency_penalty,
+            seed,
+            ..SamplingConfig::default()
+        }
+    }
 }
 
 fn kept(probs: &[f32]) -> Vec<TokenId> {
