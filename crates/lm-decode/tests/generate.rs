@@ -2,7 +2,7 @@
 //! reasons, stop strings, truncation, traces checked against the model's
 //! logits recomputed from scratch, determinism and streaming.
 
-use crate::common::{LESSON_VOCAB, Pieces, PrefixModel, TableModel};
+use crate::common::{LESSON_VOCAB, Pieces, PrefixModel, TableModel, rejects};
 use std::ops::ControlFlow;
 
 use lm_core::{Counting, TokenId, Uncached, softmax};
@@ -396,12 +396,9 @@ fn a_long_prompt_is_refused_or_truncated_by_policy() {
 #[test]
 fn bad_generation_inputs_are_typed_errors() {
     let model = PrefixModel::new(7);
-    let check = |edit: fn(&mut GenerationConfig), expected: Error| {
-        let mut config = GenerationConfig::default();
-        edit(&mut config);
-        let got = generate(&model, &PROMPT, &config, None).err();
-        assert_eq!(got, Some(expected), "{config:?}");
-    };
+    let check = rejects(GenerationConfig::default(), |config| {
+        generate(&model, &PROMPT, config, None).err()
+    });
     let overflow = Error::MaxNewTokensOverflow {
         prompt_len: 3,
         max_new_tokens: usize::MAX,

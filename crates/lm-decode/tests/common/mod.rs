@@ -3,6 +3,8 @@
 //! the positions each forward pass reads is `lm_core::Counting`.)
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
+use lm_decode::Error;
+use std::fmt::Debug;
 
 /// The state of the test models: the tokens read so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -139,6 +141,25 @@ pub fn full_sort(logits: &[f32]) -> Vec<(TokenId, f32)> {
 /// The ids of [`full_sort`].
 pub fn full_sort_ids(logits: &[f32]) -> Vec<TokenId> {
     full_sort(logits).into_iter().map(|(id, _)| id).collect()
+}
+
+/// A check of rejected configs: `check(edit, expected)` edits a copy of
+/// `base`, runs `run` on it and asserts the error. Compared through `Debug`,
+/// so a NaN value matches a NaN value.
+pub fn rejects<C: Clone + Debug>(
+    base: C,
+    run: impl Fn(&C) -> Option<Error>,
+) -> impl Fn(fn(&mut C), Error) {
+    move |edit, expected| {
+        let mut config = base.clone();
+        edit(&mut config);
+        let got = run(&config);
+        assert_eq!(
+            format!("{got:?}"),
+            format!("{:?}", Some(expected)),
+            "{config:?}"
+        );
+    }
 }
 
 /// Lesson 001's vocabulary.
