@@ -315,6 +315,7 @@ impl<M: LanguageModel> Adapted<M, ForwardCounts> {
 mod tests {
     use super::*;
     use crate::model::tests::Probe;
+    use std::sync::atomic::Ordering::Relaxed;
 
     /// Runs a two-row batch (one and three tokens) through `model`.
     fn two_rows<M: LanguageModel>(model: &M) -> Result<Vec<Vec<f32>>> {
@@ -333,10 +334,10 @@ mod tests {
         assert_eq!(two_rows(&Rc::new(Probe::default())), Ok(batched.clone()));
         let shared = Arc::new(Probe::default());
         assert_eq!(two_rows(&shared), Ok(batched));
-        assert_eq!(shared.n_batches.get(), 1);
+        assert_eq!(shared.n_batches.load(Relaxed), 1);
         let boxed: Box<Probe> = Box::default();
         assert_eq!(
-            (&boxed).check_input(4, &[0]),
+            <Box<Probe> as LanguageModel>::check_input(&boxed, 4, &[0]),
             Err(Error::ContextExceeded { len: 5, max: 4 })
         );
     }
@@ -375,10 +376,10 @@ mod tests {
             Err(Error::ContextExceeded { len: 3, max: 2 }),
             "the three-token row is beyond the bound of 2"
         );
-        assert_eq!(bounded.inner.n_batches.get(), 0);
+        assert_eq!(bounded.inner.n_batches.load(Relaxed), 0);
         let roomy = Bounded::new(Probe::default(), Some(3));
         assert_eq!(two_rows(&roomy), Ok(vec![vec![1.0, 9.0], vec![3.0, 9.0]]));
-        assert_eq!(roomy.inner.n_batches.get(), 1);
+        assert_eq!(roomy.inner.n_batches.load(Relaxed), 1);
     }
 
     #[test]
@@ -398,7 +399,7 @@ mod tests {
         assert_eq!(model.n_calls(), 3);
         assert_eq!(model.positions(), 6);
         assert_eq!(model.batches(), vec![2]);
-        assert_eq!(model.inner.n_batches.get(), 1);
+        assert_eq!(model.inner.n_batches.load(Relaxed), 1);
         model.reset_counts();
         assert_eq!((model.calls(), model.batches()), (vec![], vec![]));
     }

@@ -193,7 +193,7 @@ pub trait Detokenize {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A two-token model whose logits encode the position and the last token
     /// read, so adapters can be checked row by row. Its own `forward_batch`
@@ -201,7 +201,7 @@ pub(crate) mod tests {
     /// can tell whether a batch reached it.
     #[derive(Default)]
     pub(crate) struct Probe {
-        pub(crate) n_batches: Cell<usize>,
+        pub(crate) n_batches: AtomicUsize,
     }
 
     impl LanguageModel for Probe {
@@ -239,7 +239,7 @@ pub(crate) mod tests {
             tokens: &[&[TokenId]],
             logits: &mut [Vec<f32>],
         ) -> Result<()> {
-            self.n_batches.set(self.n_batches.get() + 1);
+            self.n_batches.fetch_add(1, Ordering::Relaxed);
             for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
                 self.forward(state, tokens, Rows::Last, logits)?;
                 logits[1] = 9.0;
