@@ -1,4 +1,4 @@
-//! The generation loop, written once: predict, choose, append, stop.
+//! The generation loop, written once: predict, choose, record, append, stop.
 //!
 //! Tokens reach the model lazily. The prompt is read once (prefill,
 //! [`Rows::Last`]), then each chosen token is fed alone, and the final chosen
@@ -8,7 +8,7 @@
 //! 3 + 4 + 5 + 6 + 7 = 25.
 //!
 //! ```text
-//! prefill(prompt) ─> logits ─> choose t1 ─> stop? ─> feed t1 ─> logits ─> choose t2 ─> stop? ...
+//! prefill(prompt) ─> logits ─> choose t1 ─> record ─> append ─> stop? ─> feed t1 ─> logits ─> choose t2 ...
 //! ```
 
 use crate::{
@@ -210,7 +210,10 @@ pub(crate) fn fit_within_limits<M: LanguageModel>(
     fit_prompt(prompt, model.context_length(), truncation)
 }
 
-/// Runs the loop from logits already computed for `row.history`.
+/// Runs the loop from logits already computed for `row.history`: each turn
+/// the row chooses, records, appends and checks the stop rules
+/// ([`Row::advance`]), the hook sees the step, and the model predicts from
+/// the new token unless the row stopped.
 pub(crate) fn continue_row<M: LanguageModel>(
     model: &M,
     state: &mut M::State,
@@ -219,6 +222,7 @@ pub(crate) fn continue_row<M: LanguageModel>(
     on_step: &mut dyn FnMut(&Step) -> ControlFlow<()>,
 ) -> Result<()> {
     loop {
+        // choose, record, append, stop?
         let step = row.advance(logits)?;
         let token = step.token;
         let flow = on_step(step);
@@ -229,6 +233,7 @@ pub(crate) fn continue_row<M: LanguageModel>(
             row.stop_reason = Some(StopReason::Cancelled);
             return Ok(());
         }
+        // predict
         model.forward(state, &[token], Rows::Last, logits)?;
     }
 }
