@@ -155,14 +155,14 @@ pub fn beam_search_streaming<M: LanguageModel>(
     config: &BeamConfig,
     mut on_step: impl FnMut(&BeamStep) -> ControlFlow<()>,
 ) -> Result<Vec<Hypothesis>> {
-    if config.num_beams == 0 {
-        return Err(Error::InvalidNumBeams { value: 0 });
-    }
-    if !config.length_penalty.is_finite() {
-        return Err(Error::InvalidLengthPenalty {
-            value: config.length_penalty,
-        });
-    }
+    let num_beams = config.num_beams;
+    Error::check(num_beams, num_beams >= 1, |value| Error::InvalidNumBeams {
+        value,
+    })?;
+    let alpha = config.length_penalty;
+    Error::check(alpha, alpha.is_finite(), |value| {
+        Error::InvalidLengthPenalty { value }
+    })?;
     let fitted = fit_within_limits(
         model,
         prompt,

@@ -170,9 +170,10 @@ pub(crate) fn prepare<M: LanguageModel>(
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
 ) -> Result<FittedPrompt> {
-    if config.num_return_sequences == 0 {
-        return Err(Error::InvalidNumReturnSequences { value: 0 });
-    }
+    let n = config.num_return_sequences;
+    Error::check(n, n >= 1, |value| Error::InvalidNumReturnSequences {
+        value,
+    })?;
     if let Some(index) = config.stop_strings.iter().position(String::is_empty) {
         return Err(Error::EmptyStopString { index });
     }
