@@ -22,7 +22,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use lm_core::{LanguageModel, Rows, TokenId, Uncached};
+use lm_core::{Bounded, LanguageModel, Uncached};
 use lm_model::catalog::SMOLLM2;
 use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, Smoothing, TrainOptions, Utf8Policy};
 use lm_model::{Decoder, GgufFile, Llama, Toy};
@@ -316,55 +316,6 @@ impl LoadedModel {
     }
 }
 
-/// A model with an optional tighter context bound (`--context-length`):
-/// `context_length` reports the smaller bound and longer input is refused,
-/// so the generation loop stops at it with `context_bound`.
-#[derive(Debug)]
-pub struct Bounded<M> {
-    inner: M,
-    max: Option<usize>,
-}
-
-impl<M: LanguageModel> Bounded<M> {
-    /// Wraps `inner`; `max` of `None` changes nothing.
-    pub fn new(inner: M, max: Option<usize>) -> Self {
-        Self { inner, max }
-    }
-}
-
-impl<M: LanguageModel> LanguageModel for Bounded<M> {
-    type State = M::State;
-
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn context_length(&self) -> Option<usize> {
-        match (self.inner.context_length(), self.max) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn new_state(&self) -> M::State {
-        self.inner.new_state()
-    }
-
-    fn forward(
-        &self,
-        state: &mut M::State,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        let pos = lm_core::SequenceState::pos(state);
-        if self.max.is_some() {
-            self.check_input(pos, tokens)?;
-        }
-        self.inner.forward(state, tokens, rows, logits)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,28 +341,6 @@ mod tests {
             Err(SpecError::Unknown {
                 spec: "gpt5".into()
             })
-        );
-    }
-
-    #[test]
-    fn bounded_reports_the_smaller_bound_and_refuses_beyond_it() {
-        let toy = Toy::decoder();
-        let bounded = Bounded::new(toy, Some(4));
-        assert_eq!(bounded.context_length(), Some(4));
-        let mut state = bounded.new_state();
-        let mut logits = Vec::new();
-        assert_eq!(
-            bounded.forward(&mut state, &[0; 5], Rows::Last, &mut logits),
-            Err(lm_core::Error::ContextExceeded { len: 5, max: 4 })
-        );
-        assert!(
-            bounded
-                .forward(&mut state, &[0, 1, 2, 3], Rows::Last, &mut logits)
-                .is_ok()
-        );
-        assert_eq!(
-            Bounded::new(Toy::decoder(), None).context_length(),
-            Some(16)
         );
     }
 }

@@ -7,7 +7,7 @@ use crate::TokenId;
 #[non_exhaustive]
 pub enum Error {
     /// The temperature is negative or NaN (0 means argmax, +inf means uniform).
-    #[error("temperature must be >= 0, got {value}")]
+    #[error("temperature must be >= 0 and not NaN, got {value}")]
     InvalidTemperature {
         /// The rejected temperature.
         value: f32,
@@ -40,7 +40,8 @@ pub enum Error {
         /// The rejected draw.
         value: f64,
     },
-    /// A token id beyond the vocabulary.
+    /// A token id beyond the vocabulary: fed to a model, or named by a
+    /// decoding parameter (end tokens, bias, bans) or a history.
     #[error("token id {id} is out of range for a vocabulary of {vocab_size}")]
     TokenOutOfRange {
         /// The rejected id.

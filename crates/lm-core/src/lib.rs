@@ -1,6 +1,13 @@
 //! The shared vocabulary of the workspace: logits, softmax with temperature,
 //! log-probabilities, sequence probability by the chain rule, losses, and the
-//! [`LanguageModel`] trait that every backend implements.
+//! [`LanguageModel`] trait that every backend implements (the extension point
+//! for a new backend).
+//!
+//! A model behind `&`, `Box`, `Rc` or `Arc` is a model, every method
+//! forwarded. Adapters change one thing each: [`Uncached`] re-reads the whole
+//! prefix (lesson 001's reference), [`Bounded`] tightens the context bound,
+//! [`Counting`] counts the positions read; the last two are [`Adapted`] models
+//! with a [`ForwardHook`], the one shape a new adapter takes.
 //!
 //! lm-core does no I/O and knows no model. Every other crate depends on it, and
 //! it depends on none of them (see `docs/ARCHITECTURE.md`).
@@ -13,6 +20,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod adapter;
 pub mod cpu;
 mod distribution;
 mod error;
@@ -21,10 +29,13 @@ mod model;
 mod sequence;
 mod softmax;
 
+pub use adapter::{Adapted, Bounded, ContextBound, Counting, ForwardCounts, ForwardHook};
 pub use distribution::{argmax, sample_inverse_cdf};
 pub use error::Error;
 pub use loss::{cross_entropy, kl_divergence, label_smoothed_target};
-pub use model::{Detokenize, LanguageModel, Prefix, Rows, SequenceState, Uncached};
+pub use model::{
+    Detokenize, LanguageModel, Prefix, Rows, SequenceState, Uncached, check_token_ids,
+};
 pub use sequence::{LogProb, perplexity, sequence_logprob};
 pub use softmax::{
     log_softmax, log_softmax_into, log_sum_exp, softmax, softmax_into, softmax_weight,

@@ -15,7 +15,8 @@
 //! `forward` takes only the tokens that are new to the state and returns one
 //! logits row per token ([`Rows::All`], for scoring a text in one pass) or just
 //! the last one ([`Rows::Last`], for generation). Lesson 001's uncached
-//! reference, which re-reads the whole prefix at every step, is [`Uncached`].
+//! reference, which re-reads the whole prefix at every step, is [`Uncached`];
+//! adapters that change less (a bound, a count) are in `adapter.rs`.
 
 use crate::{Error, Result, TokenId};
 
@@ -79,18 +80,7 @@ pub trait LanguageModel {
         tokens: &[&[TokenId]],
         logits: &mut [Vec<f32>],
     ) -> Result<()> {
-        if states.len() != tokens.len() {
-            return Err(Error::LengthMismatch {
-                left: states.len(),
-                right: tokens.len(),
-            });
-        }
-        if states.len() != logits.len() {
-            return Err(Error::LengthMismatch {
-                left: states.len(),
-                right: logits.len(),
-            });
-        }
+        crate::adapter::check_batch_lengths(states.len(), tokens.len(), logits.len())?;
         for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
             self.forward(state, tokens, Rows::Last, logits)?;
         }
@@ -103,10 +93,7 @@ pub trait LanguageModel {
         if tokens.is_empty() {
             return Err(Error::EmptyInput);
         }
-        let vocab_size = self.vocab_size();
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(Error::TokenOutOfRange { id, vocab_size });
-        }
+        check_token_ids(tokens.iter().copied(), self.vocab_size())?;
         if let Some(max) = self.context_length() {
             let len = pos.saturating_add(tokens.len());
             if len > max {
@@ -114,6 +101,22 @@ pub trait LanguageModel {
             }
         }
         Ok(())
+    }
+}
+
+/// Checks that every id is in a vocabulary of `vocab_size`: the first one
+/// beyond it is [`Error::TokenOutOfRange`]. One check for every place a token
+/// id arrives from outside (model input, end tokens, biases, bans, histories).
+///
+/// ```
+/// use lm_core::{Error, check_token_ids};
+/// assert_eq!(check_token_ids([0, 3], 4), Ok(()));
+/// assert_eq!(check_token_ids([0, 4, 5], 4), Err(Error::TokenOutOfRange { id: 4, vocab_size: 4 }));
+/// ```
+pub fn check_token_ids(ids: impl IntoIterator<Item = TokenId>, vocab_size: usize) -> Result<()> {
+    match ids.into_iter().find(|&id| id as usize >= vocab_size) {
+        Some(id) => Err(Error::TokenOutOfRange { id, vocab_size }),
+        None => Ok(()),
     }
 }
 
@@ -188,39 +191,33 @@ pub trait Detokenize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A model whose logits encode the position and the last token read, so
-    /// the uncached adapter can be checked row by row.
-    struct Probe;
-
-    #[derive(Clone)]
-    struct ProbeState(Vec<TokenId>);
-
-    impl SequenceState for ProbeState {
-        fn pos(&self) -> usize {
-            self.0.len()
-        }
-        fn truncate(&mut self, pos: usize) {
-            self.0.truncate(pos);
-        }
+    /// A two-token model whose logits encode the position and the last token
+    /// read, so adapters can be checked row by row. Its own `forward_batch`
+    /// marks each row's second logit with 9 and counts the batches, so a test
+    /// can tell whether a batch reached it.
+    #[derive(Default)]
+    pub(crate) struct Probe {
+        pub(crate) n_batches: AtomicUsize,
     }
 
     impl LanguageModel for Probe {
-        type State = ProbeState;
+        type State = Prefix;
         fn vocab_size(&self) -> usize {
             2
         }
         fn context_length(&self) -> Option<usize> {
             Some(4)
         }
-        fn new_state(&self) -> ProbeState {
-            ProbeState(Vec::new())
+        fn new_state(&self) -> Prefix {
+            Prefix::default()
         }
         fn forward(
             &self,
-            state: &mut ProbeState,
+            state: &mut Prefix,
             tokens: &[TokenId],
             rows: Rows,
             logits: &mut Vec<f32>,
@@ -228,11 +225,24 @@ mod tests {
             self.check_input(state.pos(), tokens)?;
             logits.clear();
             for &t in tokens {
-                state.0.push(t);
-                logits.extend([state.0.len() as f32, t as f32]);
+                state.tokens.push(t);
+                logits.extend([state.pos() as f32, t as f32]);
             }
             if rows == Rows::Last {
                 logits.drain(..logits.len() - 2);
+            }
+            Ok(())
+        }
+        fn forward_batch(
+            &self,
+            states: &mut [Prefix],
+            tokens: &[&[TokenId]],
+            logits: &mut [Vec<f32>],
+        ) -> Result<()> {
+            self.n_batches.fetch_add(1, Ordering::Relaxed);
+            for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
+                self.forward(state, tokens, Rows::Last, logits)?;
+                logits[1] = 9.0;
             }
             Ok(())
         }
@@ -240,7 +250,7 @@ mod tests {
 
     #[test]
     fn uncached_rows_are_those_of_the_new_tokens() {
-        let model = Uncached(Probe);
+        let model = Uncached(Probe::default());
         let mut state = model.new_state();
         let mut logits = Vec::new();
         model
@@ -260,7 +270,7 @@ mod tests {
 
     #[test]
     fn input_checks_name_the_problem() {
-        let model = Uncached(Probe);
+        let model = Uncached(Probe::default());
         let mut state = model.new_state();
         let mut logits = Vec::new();
         assert_eq!(
@@ -283,7 +293,8 @@ mod tests {
 
     #[test]
     fn batch_rows_equal_single_rows() {
-        let model = Probe;
+        // Uncached keeps the default `forward_batch`: row by row.
+        let model = Uncached(Probe::default());
         let mut states = vec![model.new_state(), model.new_state()];
         let mut logits = vec![Vec::new(), Vec::new()];
         model

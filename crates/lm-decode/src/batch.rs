@@ -148,7 +148,7 @@ pub fn generate_batch<M: LanguageModel>(
     let mut feed: Vec<[TokenId; 1]> = Vec::with_capacity(rows.len());
     while !running.is_empty() {
         for (slot, &row_idx) in running.iter().enumerate() {
-            chosen[row_idx] = rows[row_idx].choose(&logits[slot])?.token;
+            chosen[row_idx] = rows[row_idx].advance(&logits[slot])?.token;
         }
         mask.record_round(&chosen, &config.end_tokens)?;
         let mut n_kept = 0;

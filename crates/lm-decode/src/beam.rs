@@ -14,7 +14,8 @@
 //! Beams fork by cloning the model state; a token chosen at the last step is
 //! never fed.
 
-use crate::{Error, Result, StopReason, Truncation, fit_prompt};
+use crate::generate::fit_within_limits;
+use crate::{Error, Result, StopReason, Truncation};
 use lm_core::{LanguageModel, Rows, TokenId};
 use std::cmp::Ordering;
 use std::ops::ControlFlow;
@@ -154,29 +155,22 @@ pub fn beam_search_streaming<M: LanguageModel>(
     config: &BeamConfig,
     mut on_step: impl FnMut(&BeamStep) -> ControlFlow<()>,
 ) -> Result<Vec<Hypothesis>> {
-    if config.num_beams == 0 {
-        return Err(Error::InvalidNumBeams { value: 0 });
-    }
-    if !config.length_penalty.is_finite() {
-        return Err(Error::InvalidLengthPenalty {
-            value: config.length_penalty,
-        });
-    }
+    let num_beams = config.num_beams;
+    Error::check(num_beams, num_beams >= 1, |value| Error::InvalidNumBeams {
+        value,
+    })?;
+    let alpha = config.length_penalty;
+    Error::check(alpha, alpha.is_finite(), |value| {
+        Error::InvalidLengthPenalty { value }
+    })?;
+    let fitted = fit_within_limits(
+        model,
+        prompt,
+        &config.end_tokens,
+        config.max_new_tokens,
+        config.truncation,
+    )?;
     let vocab_size = model.vocab_size();
-    if let Some(&id) = config
-        .end_tokens
-        .iter()
-        .find(|&&id| id as usize >= vocab_size)
-    {
-        return Err(Error::TokenOutOfVocabulary { id, vocab_size });
-    }
-    if prompt.len().checked_add(config.max_new_tokens).is_none() {
-        return Err(Error::MaxNewTokensOverflow {
-            prompt_len: prompt.len(),
-            max_new_tokens: config.max_new_tokens,
-        });
-    }
-    let fitted = fit_prompt(prompt, model.context_length(), config.truncation)?;
     let (n_steps, limit_reason) = match model.context_length() {
         Some(max) if max - fitted.tokens.len() < config.max_new_tokens => {
             (max - fitted.tokens.len(), StopReason::ContextBound)

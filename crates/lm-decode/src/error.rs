@@ -7,12 +7,6 @@ use lm_core::TokenId;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The temperature is negative or NaN (0 means greedy).
-    #[error("temperature must be >= 0 and not NaN, got {value}")]
-    InvalidTemperature {
-        /// The rejected temperature.
-        value: f32,
-    },
     /// `top_k` is 0: it would remove every token.
     #[error("top_k must be at least 1, got {value}")]
     InvalidTopK {
@@ -56,14 +50,6 @@ pub enum Error {
         token: TokenId,
         /// The rejected bias.
         value: f32,
-    },
-    /// A token named by a parameter or a history lies beyond the vocabulary.
-    #[error("token id {id} is out of range for a vocabulary of {vocab_size}")]
-    TokenOutOfVocabulary {
-        /// The rejected id.
-        id: TokenId,
-        /// The vocabulary size.
-        vocab_size: usize,
     },
     /// `num_beams` is 0.
     #[error("num_beams must be at least 1, got {value}")]
@@ -145,9 +131,25 @@ pub enum Error {
         /// The caller's limit.
         limit: usize,
     },
-    /// A model or lm-core routine failed (bad logits, context exceeded, ...).
+    /// A failure lm-core names, whoever meets it first: a negative or NaN
+    /// temperature, a token id beyond the vocabulary (in the input, the end
+    /// tokens, a bias, a ban or a history), bad logits, a context exceeded.
+    /// Each failure has this one variant, whether the sampler, the loop or
+    /// the model reports it.
     #[error(transparent)]
     Core(#[from] lm_core::Error),
+}
+
+impl Error {
+    /// `value` when `is_valid`, else the error `invalid` makes of it: the one
+    /// shape of every parameter check.
+    pub(crate) fn check<T>(value: T, is_valid: bool, invalid: impl FnOnce(T) -> Self) -> Result<T> {
+        if is_valid {
+            Ok(value)
+        } else {
+            Err(invalid(value))
+        }
+    }
 }
 
 /// The result type of this crate.

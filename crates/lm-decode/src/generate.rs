@@ -1,4 +1,4 @@
-//! The generation loop, written once: predict, choose, append, stop.
+//! The generation loop, written once: predict, choose, record, append, stop.
 //!
 //! Tokens reach the model lazily. The prompt is read once (prefill,
 //! [`Rows::Last`]), then each chosen token is fed alone, and the final chosen
@@ -8,17 +8,16 @@
 //! 3 + 4 + 5 + 6 + 7 = 25.
 //!
 //! ```text
-//! prefill(prompt) ─> logits ─> choose t1 ─> stop? ─> feed t1 ─> logits ─> choose t2 ─> stop? ...
+//! prefill(prompt) ─> logits ─> choose t1 ─> record ─> append ─> stop? ─> feed t1 ─> logits ─> choose t2 ...
 //! ```
 
 use crate::{
-    Candidate, Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Step, StopReason,
-    TokenRng, Truncation, find_stop_string, fit_prompt,
-    trace::{ModelRow, top_n},
+    Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step, StopReason,
+    TokenRng, Truncation, find_stop_string, fit_prompt, trace::Recorder,
 };
 use std::ops::ControlFlow;
 
-use lm_core::{Detokenize, LanguageModel, LogProb, Rows, TokenId};
+use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
 
 /// Everything the loop needs besides the model and the prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,9 +170,10 @@ pub(crate) fn prepare<M: LanguageModel>(
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
 ) -> Result<FittedPrompt> {
-    if config.num_return_sequences == 0 {
-        return Err(Error::InvalidNumReturnSequences { value: 0 });
-    }
+    let n = config.num_return_sequences;
+    Error::check(n, n >= 1, |value| Error::InvalidNumReturnSequences {
+        value,
+    })?;
     if let Some(index) = config.stop_strings.iter().position(String::is_empty) {
         return Err(Error::EmptyStopString { index });
     }
@@ -182,24 +182,39 @@ pub(crate) fn prepare<M: LanguageModel>(
             n_strings: config.stop_strings.len(),
         });
     }
-    let vocab_size = model.vocab_size();
-    if let Some(&id) = config
-        .end_tokens
-        .iter()
-        .find(|&&id| id as usize >= vocab_size)
-    {
-        return Err(Error::TokenOutOfVocabulary { id, vocab_size });
-    }
-    if prompt.len().checked_add(config.max_new_tokens).is_none() {
-        return Err(Error::MaxNewTokensOverflow {
-            prompt_len: prompt.len(),
-            max_new_tokens: config.max_new_tokens,
-        });
-    }
-    fit_prompt(prompt, model.context_length(), config.truncation)
+    fit_within_limits(
+        model,
+        prompt,
+        &config.end_tokens,
+        config.max_new_tokens,
+        config.truncation,
+    )
 }
 
-/// Runs the loop from logits already computed for `row.history`.
+/// The checks sampling and beam search share: the end tokens are in the
+/// vocabulary and `prompt_len + max_new_tokens` fits in `usize`; then the
+/// prompt is fitted to the context by the truncation policy.
+pub(crate) fn fit_within_limits<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    end_tokens: &[TokenId],
+    max_new_tokens: usize,
+    truncation: Truncation,
+) -> Result<FittedPrompt> {
+    lm_core::check_token_ids(end_tokens.iter().copied(), model.vocab_size())?;
+    if prompt.len().checked_add(max_new_tokens).is_none() {
+        return Err(Error::MaxNewTokensOverflow {
+            prompt_len: prompt.len(),
+            max_new_tokens,
+        });
+    }
+    fit_prompt(prompt, model.context_length(), truncation)
+}
+
+/// Runs the loop from logits already computed for `row.history`: each turn
+/// the row chooses, records, appends and checks the stop rules
+/// ([`Row::advance`]), the hook sees the step, and the model predicts from
+/// the new token unless the row stopped.
 pub(crate) fn continue_row<M: LanguageModel>(
     model: &M,
     state: &mut M::State,
@@ -208,9 +223,10 @@ pub(crate) fn continue_row<M: LanguageModel>(
     on_step: &mut dyn FnMut(&Step) -> ControlFlow<()>,
 ) -> Result<()> {
     loop {
-        let step = row.choose(logits)?;
-        let flow = on_step(step);
+        // choose, record, append, stop?
+        let step = row.advance(logits)?;
         let token = step.token;
+        let flow = on_step(step);
         if row.stop_reason.is_some() {
             return Ok(());
         }
@@ -218,6 +234,7 @@ pub(crate) fn continue_row<M: LanguageModel>(
             row.stop_reason = Some(StopReason::Cancelled);
             return Ok(());
         }
+        // predict
         model.forward(state, &[token], Rows::Last, logits)?;
     }
 }
@@ -236,10 +253,7 @@ pub(crate) struct Row<'a> {
     pub(crate) history: Vec<TokenId>,
     n_prompt: usize,
     n_prompt_dropped: usize,
-    steps: Vec<Step>,
-    running: LogProb,
-    running_policy: LogProb,
-    order: Vec<TokenId>,
+    trace: Recorder,
     text: Option<String>,
     stream: u64,
     /// Set once the row has stopped.
@@ -272,10 +286,7 @@ impl<'a> Row<'a> {
             history,
             n_prompt,
             n_prompt_dropped: fitted.n_dropped,
-            steps: Vec::with_capacity(room),
-            running: LogProb::default(),
-            running_policy: LogProb::default(),
-            order: Vec::new(),
+            trace: Recorder::new(config.n_top_candidates, room),
             text: None,
             stream,
             stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
@@ -287,9 +298,21 @@ impl<'a> Row<'a> {
         &self.history[self.n_prompt..]
     }
 
-    /// Chooses the next token from `logits`, records its step and decides
-    /// whether the row stops.
-    pub(crate) fn choose(&mut self, logits: &[f32]) -> Result<&Step> {
+    /// One turn after the model's prediction (`logits`, the row after
+    /// `history`): choose a token, record its step, append it, decide
+    /// whether the row stops. Every loop (single, many, batch) runs this.
+    pub(crate) fn advance(&mut self, logits: &[f32]) -> Result<&Step> {
+        let selection = self.choose(logits)?;
+        self.trace
+            .record(logits, &self.sampler, selection, self.history.len())?;
+        self.history.push(selection.token);
+        self.stop_reason = self.check_stop(selection.token);
+        Ok(self.trace.last())
+    }
+
+    /// Chooses the next token from the model's logits row under the policy,
+    /// with this row's next uniform draw (none when greedy).
+    fn choose(&mut self, logits: &[f32]) -> Result<Selection> {
         if logits.len() != self.vocab_size {
             return Err(Error::LogitsLength {
                 len: logits.len(),
@@ -301,61 +324,7 @@ impl<'a> Row<'a> {
         } else {
             self.rng.next_uniform()
         };
-        let selection = self.sampler.select(logits, &self.history, u)?;
-        let token = selection.token;
-        let model_row = match self.sampler.model_log_normaliser() {
-            Some(log_sum) => ModelRow::from_log_sum(log_sum),
-            None => ModelRow::new(logits)?,
-        };
-        let logprob = model_row.logprob(logits[token as usize]);
-        let policy_logprob = f64::from(selection.policy_prob).ln();
-        self.running.push_ln(logprob);
-        self.running_policy.push_ln(policy_logprob);
-        let n = self.config.n_top_candidates;
-        top_n(logits, n, f32::NEG_INFINITY, &mut self.order);
-        let model_top = self
-            .order
-            .iter()
-            .map(|&id| {
-                let logprob = model_row.logprob(logits[id as usize]);
-                Candidate {
-                    token: id,
-                    prob: logprob.exp() as f32,
-                    logprob: logprob as f32,
-                }
-            })
-            .collect();
-        let probs = self.sampler.policy_probs();
-        top_n(probs, n, 0.0, &mut self.order);
-        let policy_top = self
-            .order
-            .iter()
-            .map(|&id| {
-                let prob = probs[id as usize];
-                Candidate {
-                    token: id,
-                    prob,
-                    logprob: prob.ln(),
-                }
-            })
-            .collect();
-        let index = self.steps.len();
-        self.steps.push(Step {
-            index,
-            prefix_len: self.history.len(),
-            token,
-            policy_prob: selection.policy_prob,
-            model_prob: logprob.exp() as f32,
-            logprob,
-            policy_logprob,
-            running_logprob: self.running,
-            running_policy_logprob: self.running_policy,
-            model_top,
-            policy_top,
-        });
-        self.history.push(token);
-        self.stop_reason = self.check_stop(token);
-        Ok(&self.steps[index])
+        self.sampler.select(logits, &self.history, u)
     }
 
     fn check_stop(&mut self, token: TokenId) -> Option<StopReason> {
@@ -408,7 +377,7 @@ impl<'a> Row<'a> {
             prompt: history,
             n_prompt_dropped: self.n_prompt_dropped,
             tokens,
-            steps: self.steps,
+            steps: self.trace.into_steps(),
             stop_reason,
             text,
             stream: self.stream,

@@ -23,8 +23,10 @@
 //!
 //! # The loop
 //!
-//! [`generate`] feeds the prompt once, then one token per step, never the
-//! final one; it stops on an end token, a stop string, `max_new_tokens`, or
+//! Each turn reads as the lesson does: predict (the model's logits row),
+//! choose (the policy and one uniform draw), record (the [`Step`]), append,
+//! stop. [`generate`] feeds the prompt once, then one token per step, never
+//! the final one; it stops on an end token, a stop string, `max_new_tokens`, or
 //! the model's context bound, and says which ([`StopReason`]; only the first
 //! two count as finished). Each [`Step`] records the prefix length, the token,
 //! its probability under the policy and under the model (softmax at T = 1 of
@@ -68,6 +70,28 @@
 //! assert_eq!(run.steps[0].policy_prob, 1.0);
 //! assert_eq!(format!("{:.3}", run.steps[0].model_prob), "0.881");
 //! ```
+//!
+//! # Extension points
+//!
+//! What a user composes is public; the machinery between (the selector, the
+//! scratch buffers, the trace recorder) is not.
+//!
+//! - Any [`lm_core::LanguageModel`] runs here, and so does a model behind
+//!   `&`, `Box`, `Arc` or one of lm-core's adapters (`Uncached`, `Bounded`,
+//!   `Counting`).
+//! - A custom filter after temperature implements
+//!   [`sampler::CandidateFilter`] over [`sampler::Candidates`] (the tokens in
+//!   play, their logits and weights, with partial sorting) and joins the
+//!   chain with [`Sampler::push_filter`].
+//! - A custom edit of the raw logits implements [`sampler::LogitTransform`]
+//!   (it sees the history as [`sampler::TokenCounts`]) and joins with
+//!   [`Sampler::push_transform`].
+//! - The built-in links ([`sampler::TopK`], [`sampler::TopP`],
+//!   [`sampler::MinP`], [`sampler::Temperature`], the penalties, bias and
+//!   bans) validate their parameter on construction, so a front end can
+//!   check a flag with the same rule the sampler applies.
+//! - Stop strings and [`Generation::text`] read text through
+//!   [`lm_core::Detokenize`].
 #![deny(missing_docs)]
 
 mod batch;
@@ -91,7 +115,6 @@ pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{GenerationConfig, generate, generate_many, generate_streaming};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
-pub use select::Selector;
 pub use stop::{StopReason, find_stop_string};
 pub use trace::{Candidate, Generation, Step};
 pub use truncate::{FittedPrompt, Truncation, fit_prompt};

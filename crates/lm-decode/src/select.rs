@@ -8,7 +8,7 @@ use lm_core::TokenId;
 
 /// How a token is chosen from the policy distribution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Selector {
+pub(crate) enum Selector {
     /// The most probable token, lowest id on ties; the draw is ignored.
     Greedy,
     /// Inverse CDF: walk the tokens in id order and take the first at which
@@ -18,17 +18,22 @@ pub enum Selector {
 
 impl Selector {
     /// Chooses from `probs` (one entry per token) with the draw `u` in [0, 1).
-    ///
-    /// ```
-    /// use lm_decode::Selector;
-    /// let p = [0.665, 0.245, 0.090];
-    /// assert_eq!(Selector::Sample.choose(&p, 0.95).unwrap(), 2);
-    /// assert_eq!(Selector::Greedy.choose(&p, 0.95).unwrap(), 0);
-    /// ```
-    pub fn choose(self, probs: &[f32], u: f64) -> Result<TokenId> {
+    pub(crate) fn choose(self, probs: &[f32], u: f64) -> Result<TokenId> {
         Ok(match self {
             Self::Greedy => lm_core::argmax(probs)?,
             Self::Sample => lm_core::sample_inverse_cdf(probs, u)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lesson_000_draw_095_lands_on_blue_and_greedy_ignores_it() {
+        let p = [0.665, 0.245, 0.090];
+        assert_eq!(Selector::Sample.choose(&p, 0.95).unwrap(), 2);
+        assert_eq!(Selector::Greedy.choose(&p, 0.95).unwrap(), 0);
     }
 }

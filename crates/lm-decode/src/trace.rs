@@ -6,8 +6,11 @@
 //! temperature and filters, renormalised: the distribution the token was drawn
 //! from) and the *model's* (softmax at T = 1 of the raw logits). At T = 1 with
 //! no filters they agree; at T = 0.5 the selected token's share differs.
+//!
+//! The loop records a step with a `Recorder` right after choosing its token,
+//! before appending it and checking the stop rules.
 
-use crate::StopReason;
+use crate::{Sampler, Selection, StopReason};
 use lm_core::{LogProb, TokenId};
 use std::cmp::Ordering;
 
@@ -99,6 +102,105 @@ impl Generation {
     /// (`prompt`, `tokens[..index]`); `None` past the last step.
     pub fn prefix(&self, index: usize) -> Option<(&[TokenId], &[TokenId])> {
         (index < self.steps.len()).then(|| (self.prompt.as_slice(), &self.tokens[..index]))
+    }
+}
+
+/// Writes the trace as the loop runs: one [`Step`] per chosen token, with
+/// the running chain-rule totals and the top-N lists, reusing one scratch
+/// buffer for the partial selections.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorder {
+    n_top: usize,
+    steps: Vec<Step>,
+    running: LogProb,
+    running_policy: LogProb,
+    order: Vec<TokenId>,
+}
+
+impl Recorder {
+    /// Records `n_top` candidates per step, with room for `n_steps` steps.
+    pub(crate) fn new(n_top: usize, n_steps: usize) -> Self {
+        Self {
+            n_top,
+            steps: Vec::with_capacity(n_steps),
+            running: LogProb::default(),
+            running_policy: LogProb::default(),
+            order: Vec::new(),
+        }
+    }
+
+    /// Records the step that chose `selection` from `logits` (the model's
+    /// row after `prefix_len` tokens) under `sampler`, which has just
+    /// computed its policy for that row.
+    pub(crate) fn record(
+        &mut self,
+        logits: &[f32],
+        sampler: &Sampler,
+        selection: Selection,
+        prefix_len: usize,
+    ) -> lm_core::Result<()> {
+        let token = selection.token;
+        let model_row = match sampler.model_log_normaliser() {
+            Some(log_sum) => ModelRow::from_log_sum(log_sum),
+            None => ModelRow::new(logits)?,
+        };
+        let logprob = model_row.logprob(logits[token as usize]);
+        let policy_logprob = f64::from(selection.policy_prob).ln();
+        self.running.push_ln(logprob);
+        self.running_policy.push_ln(policy_logprob);
+        top_n(logits, self.n_top, f32::NEG_INFINITY, &mut self.order);
+        let model_top = self
+            .order
+            .iter()
+            .map(|&id| {
+                let logprob = model_row.logprob(logits[id as usize]);
+                Candidate {
+                    token: id,
+                    prob: logprob.exp() as f32,
+                    logprob: logprob as f32,
+                }
+            })
+            .collect();
+        let probs = sampler.policy_probs();
+        top_n(probs, self.n_top, 0.0, &mut self.order);
+        let policy_top = self
+            .order
+            .iter()
+            .map(|&id| {
+                let prob = probs[id as usize];
+                Candidate {
+                    token: id,
+                    prob,
+                    logprob: prob.ln(),
+                }
+            })
+            .collect();
+        self.steps.push(Step {
+            index: self.steps.len(),
+            prefix_len,
+            token,
+            policy_prob: selection.policy_prob,
+            model_prob: logprob.exp() as f32,
+            logprob,
+            policy_logprob,
+            running_logprob: self.running,
+            running_policy_logprob: self.running_policy,
+            model_top,
+            policy_top,
+        });
+        Ok(())
+    }
+
+    /// The step recorded last.
+    pub(crate) fn last(&self) -> &Step {
+        self.steps
+            .last()
+            .expect("the trace is read only after a step was recorded")
+    }
+
+    /// The steps, in order.
+    pub(crate) fn into_steps(self) -> Vec<Step> {
+        self.steps
     }
 }
 

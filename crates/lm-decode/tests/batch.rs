@@ -1,10 +1,8 @@
 //! Batch generation with a finished mask: lesson 001's three-round example,
 //! and every row equal to the same prompt generated alone on its stream.
 
-mod common;
-
-use common::{Counting, PrefixModel, TableModel};
-use lm_core::TokenId;
+use crate::common::{PrefixModel, TableModel};
+use lm_core::{Counting, TokenId};
 use lm_decode::{
     FinishedMask, GenerationConfig, SamplingConfig, StopReason, generate, generate_batch,
 };
@@ -106,6 +104,6 @@ fn finished_rows_are_no_longer_fed() {
     );
     assert!(rows[0].is_finished() && !rows[1].is_finished());
     // Prefill both, then only row 1: three more single-token rounds.
-    assert_eq!(*model.batches.borrow(), vec![2, 1, 1, 1]);
+    assert_eq!(model.batches(), vec![2, 1, 1, 1]);
     assert_eq!(model.calls(), vec![1, 1, 1, 1, 1]);
 }

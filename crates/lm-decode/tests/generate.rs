@@ -2,12 +2,10 @@
 //! reasons, stop strings, truncation, traces checked against the model's
 //! logits recomputed from scratch, determinism and streaming.
 
-mod common;
-
-use common::{Counting, LESSON_VOCAB, Pieces, PrefixModel, TableModel};
+use crate::common::{LESSON_VOCAB, Pieces, PrefixModel, TableModel, rejects};
 use std::ops::ControlFlow;
 
-use lm_core::{TokenId, Uncached, softmax};
+use lm_core::{Counting, TokenId, Uncached, softmax};
 use lm_decode::{
     Error, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation, generate,
     generate_many, generate_streaming,
@@ -398,79 +396,31 @@ fn a_long_prompt_is_refused_or_truncated_by_policy() {
 #[test]
 fn bad_generation_inputs_are_typed_errors() {
     let model = PrefixModel::new(7);
-    let err = |prompt: &[TokenId], config: GenerationConfig| {
-        generate(&model, prompt, &config, None).err()
+    let check = rejects(GenerationConfig::default(), |config| {
+        generate(&model, &PROMPT, config, None).err()
+    });
+    let overflow = Error::MaxNewTokensOverflow {
+        prompt_len: 3,
+        max_new_tokens: usize::MAX,
     };
-    assert_eq!(
-        err(
-            &PROMPT,
-            GenerationConfig {
-                max_new_tokens: usize::MAX,
-                ..GenerationConfig::default()
-            }
-        ),
-        Some(Error::MaxNewTokensOverflow {
-            prompt_len: 3,
-            max_new_tokens: usize::MAX
-        })
+    check(|c| c.max_new_tokens = usize::MAX, overflow);
+    let no_detokenizer = Error::StopStringsNeedDetokenizer { n_strings: 1 };
+    check(|c| c.stop_strings = vec!["x".into()], no_detokenizer);
+    let empty_stop = Error::EmptyStopString { index: 1 };
+    check(
+        |c| c.stop_strings = vec!["x".into(), String::new()],
+        empty_stop,
     );
-    assert_eq!(
-        err(&[], GenerationConfig::default()),
-        Some(Error::EmptyPrompt)
+    let out_of_range = |id| Error::Core(lm_core::Error::TokenOutOfRange { id, vocab_size: 7 });
+    check(|c| c.end_tokens = vec![7], out_of_range(7));
+    check(
+        |c| c.sampling.top_k = Some(0),
+        Error::InvalidTopK { value: 0 },
     );
-    assert_eq!(
-        err(
-            &PROMPT,
-            GenerationConfig {
-                stop_strings: vec!["x".into()],
-                ..GenerationConfig::default()
-            }
-        ),
-        Some(Error::StopStringsNeedDetokenizer { n_strings: 1 })
-    );
-    assert_eq!(
-        err(
-            &PROMPT,
-            GenerationConfig {
-                stop_strings: vec!["x".into(), String::new()],
-                ..GenerationConfig::default()
-            }
-        ),
-        Some(Error::EmptyStopString { index: 1 })
-    );
-    assert_eq!(
-        err(
-            &PROMPT,
-            GenerationConfig {
-                end_tokens: vec![7],
-                ..GenerationConfig::default()
-            }
-        ),
-        Some(Error::TokenOutOfVocabulary {
-            id: 7,
-            vocab_size: 7
-        })
-    );
-    assert_eq!(
-        err(
-            &PROMPT,
-            GenerationConfig {
-                sampling: SamplingConfig {
-                    top_k: Some(0),
-                    ..SamplingConfig::default()
-                },
-                ..GenerationConfig::default()
-            }
-        ),
-        Some(Error::InvalidTopK { value: 0 })
-    );
-    assert_eq!(
-        err(&[9], GenerationConfig::default()),
-        Some(Error::Core(lm_core::Error::TokenOutOfRange {
-            id: 9,
-            vocab_size: 7
-        }))
-    );
+    let err =
+        |prompt: &[TokenId]| generate(&model, prompt, &GenerationConfig::default(), None).err();
+    assert_eq!(err(&[]), Some(Error::EmptyPrompt));
+    assert_eq!(err(&[9]), Some(out_of_range(9)));
     assert_eq!(
         generate_many(
             &model,

@@ -2,6 +2,7 @@
 //! parameters give a distribution and an in-range token; filters agree with a
 //! full sort; invalid parameters give typed errors.
 
+use crate::common::{full_sort, full_sort_ids};
 use lm_core::TokenId;
 use lm_decode::{Error, Sampler, SamplingConfig};
 use proptest::prelude::*;
@@ -10,52 +11,29 @@ fn logits() -> impl Strategy<Value = Vec<f32>> {
     prop::collection::vec(-30.0f32..30.0, 1..80)
 }
 
-fn valid_config() -> impl Strategy<Value = SamplingConfig> {
-    (
-        prop_oneof![Just(0.0f32), 0.05f32..5.0, Just(f32::INFINITY)],
-        prop::option::of(1usize..100),
-        prop::option::of(0.001f32..=1.0),
-        prop::option::of(0.0f32..=1.0),
-        prop::option::of(0.5f32..2.0),
-        prop::option::of(-2.0f32..2.0),
-        prop::option::of(-2.0f32..2.0),
-        any::<u64>(),
-    )
-        .prop_map(
-            |(
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                presence_penalty,
-                frequency_penalty,
-                seed,
-            )| {
-                SamplingConfig {
-                    temperature,
-                    top_k,
-                    top_p,
-                    min_p,
-                    repetition_penalty,
-                    presence_penalty,
-                    frequency_penalty,
-                    seed,
-                    ..SamplingConfig::default()
-                }
-            },
-        )
-}
-
-/// Ids sorted best first by a full sort: higher logit, then lower id.
-fn full_sort(logits: &[f32]) -> Vec<TokenId> {
-    let mut ids: Vec<TokenId> = (0..logits.len() as TokenId).collect();
-    ids.sort_by(|&a, &b| {
-        logits[b as usize]
-            .total_cmp(&logits[a as usize])
-            .then(a.cmp(&b))
-    });
-    ids
+prop_compose! {
+    fn valid_config()(
+        temperature in prop_oneof![Just(0.0f32), 0.05f32..5.0, Just(f32::INFINITY)],
+        top_k in prop::option::of(1usize..100),
+        top_p in prop::option::of(0.001f32..=1.0),
+        min_p in prop::option::of(0.0f32..=1.0),
+        repetition_penalty in prop::option::of(0.5f32..2.0),
+        presence_penalty in prop::option::of(-2.0f32..2.0),
+        frequency_penalty in prop::option::of(-2.0f32..2.0),
+        seed in any::<u64>(),
+    ) -> SamplingConfig {
+        SamplingConfig {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            presence_penalty,
+            frequency_penalty,
+            seed,
+            ..SamplingConfig::default()
+        }
+    }
 }
 
 fn kept(probs: &[f32]) -> Vec<TokenId> {
@@ -98,7 +76,7 @@ proptest! {
     fn top_k_keeps_the_k_best_of_a_full_sort(logits in logits(), k in 1usize..100) {
         let mut sampler = Sampler::new(&SamplingConfig { top_k: Some(k), ..SamplingConfig::default() }).unwrap();
         let probs = sampler.policy(&logits, &[]).unwrap();
-        let mut expected = full_sort(&logits);
+        let mut expected = full_sort_ids(&logits);
         expected.truncate(k);
         expected.sort_unstable();
         // Logits within 60 of each other: no kept token underflows at T = 1.
@@ -109,7 +87,7 @@ proptest! {
     fn top_p_keeps_the_shortest_prefix_of_a_full_sort(logits in prop::collection::vec(-5.0f32..5.0, 1..200), p in 0.01f32..=1.0) {
         let mut sampler = Sampler::new(&SamplingConfig { top_p: Some(p), ..SamplingConfig::default() }).unwrap();
         let probs = sampler.policy(&logits, &[]).unwrap();
-        let order = full_sort(&logits);
+        let order = full_sort_ids(&logits);
         let max = f64::from(logits[order[0] as usize]);
         let weights: Vec<f64> = order.iter().map(|&id| (f64::from(logits[id as usize]) - max).exp()).collect();
         let total: f64 = weights.iter().sum();
@@ -128,7 +106,7 @@ proptest! {
     ) {
         let build = |c: SamplingConfig| Sampler::new(&c).err();
         let base = SamplingConfig::default;
-        prop_assert_eq!(build(SamplingConfig { temperature: negative, ..base() }), Some(Error::InvalidTemperature { value: negative }));
+        prop_assert_eq!(build(SamplingConfig { temperature: negative, ..base() }), Some(Error::Core(lm_core::Error::InvalidTemperature { value: negative })));
         prop_assert_eq!(build(SamplingConfig { top_p: Some(above_one), ..base() }), Some(Error::InvalidTopP { value: above_one }));
         prop_assert_eq!(build(SamplingConfig { top_p: Some(non_positive), ..base() }), Some(Error::InvalidTopP { value: non_positive }));
         prop_assert_eq!(build(SamplingConfig { min_p: Some(negative), ..base() }), Some(Error::InvalidMinP { value: negative }));
@@ -151,12 +129,7 @@ proptest! {
         use lm_decode::sampler::Candidates;
         // Few distinct levels, so ties (broken by the lower id) are common.
         let logits: Vec<f32> = levels.iter().map(|&l| f32::from(l) * 0.5).collect();
-        let mut reference: Vec<(TokenId, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(id, &z)| (id as TokenId, z))
-            .collect();
-        reference.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let reference = full_sort(&logits);
         let mut candidates = Candidates::from_logits(&logits, 1.0).unwrap();
         let mut n = 0;
         for step in steps {

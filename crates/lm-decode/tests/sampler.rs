@@ -1,6 +1,7 @@
 //! The sampling policy against hand-worked examples and brute force: each
 //! transform through a `check(input, expected)` helper with many tiny cases.
 
+use crate::common::rejects;
 use lm_decode::sampler::{CandidateFilter, Candidates, TopK, TopP};
 use lm_decode::{Error, Sampler, SamplingConfig, TokenRng};
 
@@ -348,99 +349,54 @@ fn logit_bias_and_bans() {
 }
 
 #[test]
+fn a_negative_temperature_is_one_error_wherever_it_is_met() {
+    let expected = Error::Core(lm_core::Error::InvalidTemperature { value: -0.5 });
+    let from_config = Sampler::new(&SamplingConfig {
+        temperature: -0.5,
+        ..config()
+    });
+    assert_eq!(from_config.err(), Some(expected.clone()));
+    assert_eq!(
+        Candidates::from_logits(&[1.0, 0.0], -0.5).err(),
+        Some(expected.clone())
+    );
+    assert_eq!(
+        lm_core::softmax(&[1.0, 0.0], -0.5)
+            .map_err(Error::from)
+            .err(),
+        Some(expected)
+    );
+}
+
+#[test]
 fn invalid_parameters_are_typed_errors() {
-    let err = |c: SamplingConfig| Sampler::new(&c).err();
-    assert_eq!(
-        err(SamplingConfig {
-            temperature: -0.1,
-            ..config()
-        }),
-        Some(Error::InvalidTemperature { value: -0.1 })
+    let check = rejects(config(), |config| Sampler::new(config).err());
+    let temperature = |value| Error::Core(lm_core::Error::InvalidTemperature { value });
+    check(|c| c.temperature = -0.1, temperature(-0.1));
+    check(|c| c.temperature = f32::NAN, temperature(f32::NAN));
+    check(|c| c.top_k = Some(0), Error::InvalidTopK { value: 0 });
+    check(|c| c.top_p = Some(0.0), Error::InvalidTopP { value: 0.0 });
+    check(|c| c.top_p = Some(1.01), Error::InvalidTopP { value: 1.01 });
+    check(
+        |c| c.top_p = Some(f32::NAN),
+        Error::InvalidTopP { value: f32::NAN },
     );
-    assert!(matches!(
-        err(SamplingConfig {
-            temperature: f32::NAN,
-            ..config()
-        }),
-        Some(Error::InvalidTemperature { .. })
-    ));
-    assert_eq!(
-        err(SamplingConfig {
-            top_k: Some(0),
-            ..config()
-        }),
-        Some(Error::InvalidTopK { value: 0 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            top_p: Some(0.0),
-            ..config()
-        }),
-        Some(Error::InvalidTopP { value: 0.0 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            top_p: Some(1.01),
-            ..config()
-        }),
-        Some(Error::InvalidTopP { value: 1.01 })
-    );
-    assert!(matches!(
-        err(SamplingConfig {
-            top_p: Some(f32::NAN),
-            ..config()
-        }),
-        Some(Error::InvalidTopP { .. })
-    ));
-    assert_eq!(
-        err(SamplingConfig {
-            min_p: Some(-0.1),
-            ..config()
-        }),
-        Some(Error::InvalidMinP { value: -0.1 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            min_p: Some(1.5),
-            ..config()
-        }),
-        Some(Error::InvalidMinP { value: 1.5 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            repetition_penalty: Some(0.0),
-            ..config()
-        }),
-        Some(Error::InvalidRepetitionPenalty { value: 0.0 })
-    );
-    assert_eq!(
-        err(SamplingConfig {
-            repetition_penalty: Some(-1.0),
-            ..config()
-        }),
-        Some(Error::InvalidRepetitionPenalty { value: -1.0 })
-    );
-    assert!(matches!(
-        err(SamplingConfig {
-            presence_penalty: Some(f32::NAN),
-            ..config()
-        }),
-        Some(Error::InvalidPresencePenalty { .. })
-    ));
-    assert!(matches!(
-        err(SamplingConfig {
-            frequency_penalty: Some(f32::INFINITY),
-            ..config()
-        }),
-        Some(Error::InvalidFrequencyPenalty { .. })
-    ));
-    assert!(matches!(
-        err(SamplingConfig {
-            logit_bias: vec![(1, f32::NAN)],
-            ..config()
-        }),
-        Some(Error::InvalidLogitBias { token: 1, .. })
-    ));
+    check(|c| c.min_p = Some(-0.1), Error::InvalidMinP { value: -0.1 });
+    check(|c| c.min_p = Some(1.5), Error::InvalidMinP { value: 1.5 });
+    let repetition = |value| Error::InvalidRepetitionPenalty { value };
+    check(|c| c.repetition_penalty = Some(0.0), repetition(0.0));
+    check(|c| c.repetition_penalty = Some(-1.0), repetition(-1.0));
+    let presence = Error::InvalidPresencePenalty { value: f32::NAN };
+    check(|c| c.presence_penalty = Some(f32::NAN), presence);
+    let frequency = Error::InvalidFrequencyPenalty {
+        value: f32::INFINITY,
+    };
+    check(|c| c.frequency_penalty = Some(f32::INFINITY), frequency);
+    let bias = Error::InvalidLogitBias {
+        token: 1,
+        value: f32::NAN,
+    };
+    check(|c| c.logit_bias = vec![(1, f32::NAN)], bias);
     // Messages name the value, lowercase, no trailing period.
     assert_eq!(
         Error::InvalidTopP { value: 1.5 }.to_string(),
@@ -493,10 +449,10 @@ fn bad_logits_and_emptied_distributions_are_errors() {
     .unwrap();
     assert_eq!(
         out_of_range.policy(&[1.0, 2.0], &[]),
-        Err(Error::TokenOutOfVocabulary {
+        Err(Error::Core(lm_core::Error::TokenOutOfRange {
             id: 5,
             vocab_size: 2
-        })
+        }))
     );
     let mut penalised = Sampler::new(&SamplingConfig {
         presence_penalty: Some(1.0),
@@ -505,10 +461,10 @@ fn bad_logits_and_emptied_distributions_are_errors() {
     .unwrap();
     assert_eq!(
         penalised.policy(&[1.0, 2.0], &[7]),
-        Err(Error::TokenOutOfVocabulary {
+        Err(Error::Core(lm_core::Error::TokenOutOfRange {
             id: 7,
             vocab_size: 2
-        })
+        }))
     );
 }
 
@@ -569,12 +525,7 @@ fn top_p_matches_a_full_sort_and_stops_early_when_confident() {
         let mut c = Candidates::from_logits(&logits, temperature).unwrap();
         TopP::new(p).unwrap().apply(&mut c);
         // Reference: sort everything, walk until the mass reaches p.
-        let mut sorted: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &z)| (i as u32, z))
-            .collect();
-        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let sorted = crate::common::full_sort(&logits);
         let weights: Vec<f64> = sorted
             .iter()
             .map(|&(_, z)| ((f64::from(z) - 4.99) / f64::from(temperature)).exp())
@@ -682,37 +633,5 @@ fn a_custom_filter_that_drops_the_best_token_still_gets_a_normalised_policy() {
                 "{id}: {p} vs {want}"
             );
         }
-    }
-}
-
-#[test]
-fn the_model_normaliser_comes_from_the_policy_only_when_they_are_the_same() {
-    let logits = spread(3000);
-    let lse = lm_core::log_sum_exp(&logits).unwrap();
-    let normaliser = |config: SamplingConfig| {
-        let mut sampler = Sampler::new(&config).unwrap();
-        sampler.select(&logits, &[7, 7], 0.3).unwrap();
-        sampler.model_log_normaliser()
-    };
-    // T = 1 with nothing else: the same routine, the same bits.
-    let plain = normaliser(SamplingConfig::default()).unwrap();
-    assert_eq!(plain.to_bits(), lse.to_bits());
-    // Any other policy leaves the trace to compute its own.
-    for config in [
-        SamplingConfig::greedy(),
-        SamplingConfig {
-            temperature: 0.9,
-            ..SamplingConfig::default()
-        },
-        SamplingConfig {
-            top_k: Some(50),
-            ..SamplingConfig::default()
-        },
-        SamplingConfig {
-            presence_penalty: Some(0.5),
-            ..SamplingConfig::default()
-        },
-    ] {
-        assert_eq!(normaliser(config.clone()), None, "{config:?}");
     }
 }

@@ -1,10 +1,8 @@
 //! Beam search and exhaustive enumeration against brute force computed
 //! from the model's per-prefix logits alone.
 
-mod common;
-
-use common::{Counting, PrefixModel};
-use lm_core::TokenId;
+use crate::common::{PrefixModel, rejects};
+use lm_core::{Counting, TokenId};
 use lm_decode::{
     BeamConfig, Error, GenerationConfig, SamplingConfig, StopReason, beam_search,
     enumerate_continuations, generate, length_penalized_score,
@@ -203,41 +201,22 @@ fn beam_search_stops_at_the_context_bound_and_never_feeds_the_last_token() {
 #[test]
 fn beam_parameters_are_checked() {
     let model = PrefixModel::new(3);
-    let bad = |config: BeamConfig| beam_search(&model, &[0], &config).err();
-    assert_eq!(
-        bad(BeamConfig {
-            num_beams: 0,
-            ..BeamConfig::default()
-        }),
-        Some(Error::InvalidNumBeams { value: 0 })
-    );
-    assert!(matches!(
-        bad(BeamConfig {
-            length_penalty: f32::NAN,
-            ..BeamConfig::default()
-        }),
-        Some(Error::InvalidLengthPenalty { .. })
-    ));
-    assert_eq!(
-        bad(BeamConfig {
-            end_tokens: vec![3],
-            ..BeamConfig::default()
-        }),
-        Some(Error::TokenOutOfVocabulary {
-            id: 3,
-            vocab_size: 3
-        })
-    );
-    assert_eq!(
-        bad(BeamConfig {
-            max_new_tokens: usize::MAX,
-            ..BeamConfig::default()
-        }),
-        Some(Error::MaxNewTokensOverflow {
-            prompt_len: 1,
-            max_new_tokens: usize::MAX
-        })
-    );
+    let check = rejects(BeamConfig::default(), |config| {
+        beam_search(&model, &[0], config).err()
+    });
+    check(|c| c.num_beams = 0, Error::InvalidNumBeams { value: 0 });
+    let nan_alpha = Error::InvalidLengthPenalty { value: f32::NAN };
+    check(|c| c.length_penalty = f32::NAN, nan_alpha);
+    let out_of_range = Error::Core(lm_core::Error::TokenOutOfRange {
+        id: 3,
+        vocab_size: 3,
+    });
+    check(|c| c.end_tokens = vec![3], out_of_range);
+    let overflow = Error::MaxNewTokensOverflow {
+        prompt_len: 1,
+        max_new_tokens: usize::MAX,
+    };
+    check(|c| c.max_new_tokens = usize::MAX, overflow);
 }
 
 #[test]

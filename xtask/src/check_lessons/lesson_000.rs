@@ -8,10 +8,8 @@
 //! (100,000 draws, tolerance 0.01: more than six standard deviations).
 //! The cost claims count forward calls of the toy decoder through a wrapper.
 
-use std::cell::Cell;
-
 use anyhow::{Context, Result};
-use lm_core::{LanguageModel, Rows, TokenId, argmax, sample_inverse_cdf, softmax};
+use lm_core::{Counting, LanguageModel, Rows, TokenId, argmax, sample_inverse_cdf, softmax};
 use lm_decode::{GenerationConfig, Sampler, SamplingConfig, TokenRng, generate};
 use lm_model::{Decoder, Toy};
 
@@ -408,65 +406,29 @@ fn knowledge_check() -> Result<Vec<Claim>> {
     Ok(claims)
 }
 
-/// A model wrapper that counts forward calls (the sequential steps).
-struct CallCounter<M> {
-    inner: M,
-    calls: Cell<usize>,
-}
-
-impl<M: LanguageModel> LanguageModel for CallCounter<M> {
-    type State = M::State;
-
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn context_length(&self) -> Option<usize> {
-        self.inner.context_length()
-    }
-
-    fn new_state(&self) -> M::State {
-        self.inner.new_state()
-    }
-
-    fn forward(
-        &self,
-        state: &mut M::State,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.calls.set(self.calls.get() + 1);
-        self.inner.forward(state, tokens, rows, logits)
-    }
-}
-
 /// Model calls to generate `n_new` tokens greedily from the toy's prompt.
-fn calls_for(model: &CallCounter<Decoder>, n_new: usize) -> Result<usize> {
+fn calls_for(model: &Counting<Decoder>, n_new: usize) -> Result<usize> {
     let prompt = Toy::encode("<start> the cat").map_err(|w| anyhow::anyhow!("unknown word {w}"))?;
     let config = GenerationConfig {
         max_new_tokens: n_new,
         sampling: SamplingConfig::greedy(),
         ..GenerationConfig::default()
     };
-    model.calls.set(0);
+    model.reset_counts();
     let run = generate(model, &prompt, &config, None)?;
     anyhow::ensure!(
         run.tokens.len() == n_new,
         "the toy generated {} tokens, not {n_new}",
         run.tokens.len()
     );
-    Ok(model.calls.get())
+    Ok(model.n_calls())
 }
 
 /// m tokens need m calls, question 3, 500 vs 50 tokens, training in one pass.
 fn cost_of_generation() -> Result<Vec<Claim>> {
     let mut claims = Vec::new();
     let toy = Toy::with_context_length(512).context("building the toy decoder")?;
-    let model = CallCounter {
-        inner: toy,
-        calls: Cell::new(0),
-    };
+    let model = Counting::new(toy);
     let counts: Vec<(usize, usize)> = [1usize, 5, 50]
         .into_iter()
         .map(|m| calls_for(&model, m).map(|calls| (m, calls)))

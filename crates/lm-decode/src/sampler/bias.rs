@@ -21,7 +21,7 @@ pub struct LogitBias(Vec<(TokenId, f32)>);
 impl LogitBias {
     /// Checks every bias: NaN or infinite gives [`Error::InvalidLogitBias`].
     /// Ids are checked against the vocabulary when the sampler first sees
-    /// logits ([`Error::TokenOutOfVocabulary`]).
+    /// logits ([`lm_core::Error::TokenOutOfRange`]).
     pub fn new(biases: Vec<(TokenId, f32)>) -> Result<Self> {
         if let Some(&(token, value)) = biases.iter().find(|(_, b)| !b.is_finite()) {
             return Err(Error::InvalidLogitBias { token, value });
@@ -45,7 +45,10 @@ impl LogitTransform for LogitBias {
     }
 
     fn check_vocabulary(&self, vocab_size: usize) -> Result<()> {
-        check_ids(self.0.iter().map(|&(id, _)| id), vocab_size)
+        Ok(lm_core::check_token_ids(
+            self.0.iter().map(|&(id, _)| id),
+            vocab_size,
+        )?)
     }
 }
 
@@ -78,15 +81,10 @@ impl LogitTransform for BannedTokens {
     }
 
     fn check_vocabulary(&self, vocab_size: usize) -> Result<()> {
-        check_ids(self.0.iter().copied(), vocab_size)
-    }
-}
-
-/// The first id beyond the vocabulary, as an error.
-fn check_ids(mut ids: impl Iterator<Item = TokenId>, vocab_size: usize) -> Result<()> {
-    match ids.find(|&id| id as usize >= vocab_size) {
-        Some(id) => Err(Error::TokenOutOfVocabulary { id, vocab_size }),
-        None => Ok(()),
+        Ok(lm_core::check_token_ids(
+            self.0.iter().copied(),
+            vocab_size,
+        )?)
     }
 }
 

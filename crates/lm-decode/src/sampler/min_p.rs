@@ -25,10 +25,8 @@ pub struct MinP(f32);
 impl MinP {
     /// Checks the ratio: outside [0, 1] (or NaN) gives [`Error::InvalidMinP`].
     pub fn new(ratio: f32) -> Result<Self> {
-        if !(0.0..=1.0).contains(&ratio) {
-            return Err(Error::InvalidMinP { value: ratio });
-        }
-        Ok(Self(ratio))
+        let is_valid = (0.0..=1.0).contains(&ratio);
+        Error::check(ratio, is_valid, |value| Error::InvalidMinP { value }).map(Self)
     }
 
     /// The minimum ratio to the best token's probability.

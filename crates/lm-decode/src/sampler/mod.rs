@@ -39,7 +39,7 @@ pub use temperature::Temperature;
 pub use top_k::TopK;
 pub use top_p::TopP;
 
-use crate::{Error, Result, Selector};
+use crate::{Error, Result, select::Selector};
 use lm_core::TokenId;
 use std::cmp::Ordering;
 use std::fmt;
@@ -98,7 +98,8 @@ impl SamplingConfig {
 }
 
 /// A transform of the raw logits that may depend on the history: penalties,
-/// bias, bans. Runs before temperature.
+/// bias, bans. Runs before temperature. An extension point: a new transform
+/// joins the chain with [`Sampler::push_transform`].
 pub trait LogitTransform: fmt::Debug + Send + Sync {
     /// Adjusts `logits` in place; `counts` describes the history.
     fn apply(&self, logits: &mut [f32], counts: &TokenCounts);
@@ -110,7 +111,9 @@ pub trait LogitTransform: fmt::Debug + Send + Sync {
 }
 
 /// A filter that removes candidates after temperature: top-k, top-p, min-p.
-/// A filter keeps at least the most probable candidate.
+/// A filter keeps at least the most probable candidate. An extension point:
+/// a new filter works on [`Candidates`] and joins the chain with
+/// [`Sampler::push_filter`].
 pub trait CandidateFilter: fmt::Debug + Send + Sync {
     /// Removes candidates in place.
     fn apply(&self, candidates: &mut Candidates);
@@ -158,9 +161,7 @@ impl Candidates {
 
     /// Refills from `logits` without allocating once warm.
     pub fn reset(&mut self, logits: &[f32], temperature: f32) -> Result<()> {
-        if temperature.is_nan() || temperature < 0.0 {
-            return Err(lm_core::Error::InvalidTemperature { value: temperature }.into());
-        }
+        Temperature::new(temperature)?;
         self.max_logit = logits[lm_core::argmax(logits)? as usize];
         self.entries.clear();
         self.entries
@@ -612,7 +613,7 @@ impl Sampler {
     /// policy is the model's own distribution). It has the bits
     /// [`lm_core::log_sum_exp`] would return, so a caller that needs the
     /// model's probabilities (the trace) can skip that second pass.
-    pub fn model_log_normaliser(&self) -> Option<f64> {
+    pub(crate) fn model_log_normaliser(&self) -> Option<f64> {
         self.model_log_normaliser
     }
 
@@ -645,5 +646,45 @@ impl fmt::Debug for Sampler {
             .field("chain", &Chain(self))
             .field("selector", &self.selector)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_normaliser_comes_from_the_policy_only_when_they_are_the_same() {
+        // 3000 logits spread over [-5, 5) in a scrambled order.
+        let logits: Vec<f32> = (0..3000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
+            .collect();
+        let lse = lm_core::log_sum_exp(&logits).unwrap();
+        let normaliser = |config: SamplingConfig| {
+            let mut sampler = Sampler::new(&config).unwrap();
+            sampler.select(&logits, &[7, 7], 0.3).unwrap();
+            sampler.model_log_normaliser()
+        };
+        // T = 1 with nothing else: the same routine, the same bits.
+        let plain = normaliser(SamplingConfig::default()).unwrap();
+        assert_eq!(plain.to_bits(), lse.to_bits());
+        // Any other policy leaves the trace to compute its own.
+        for config in [
+            SamplingConfig::greedy(),
+            SamplingConfig {
+                temperature: 0.9,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                top_k: Some(50),
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                presence_penalty: Some(0.5),
+                ..SamplingConfig::default()
+            },
+        ] {
+            assert_eq!(normaliser(config.clone()), None, "{config:?}");
+        }
     }
 }

@@ -48,7 +48,7 @@ impl TokenCounts {
             let count = self
                 .counts
                 .get_mut(id as usize)
-                .ok_or(Error::TokenOutOfVocabulary { id, vocab_size })?;
+                .ok_or(lm_core::Error::TokenOutOfRange { id, vocab_size })?;
             if *count == 0 {
                 self.present.push(id);
             }
@@ -65,6 +65,16 @@ impl TokenCounts {
     /// The distinct tokens of the history, in order of first occurrence.
     pub fn present(&self) -> &[TokenId] {
         &self.present
+    }
+
+    /// Applies `edit` to the logit of every token present in the history,
+    /// with its count: the one loop of the history-aware transforms.
+    pub fn edit_present(&self, logits: &mut [f32], mut edit: impl FnMut(u32, &mut f32)) {
+        for &id in &self.present {
+            if let Some(z) = logits.get_mut(id as usize) {
+                edit(self.get(id), z);
+            }
+        }
     }
 }
 
@@ -86,20 +96,19 @@ impl RepetitionPenalty {
     /// Checks the penalty: not positive and finite gives
     /// [`Error::InvalidRepetitionPenalty`] (1 changes nothing).
     pub fn new(penalty: f32) -> Result<Self> {
-        if !(penalty > 0.0 && penalty.is_finite()) {
-            return Err(Error::InvalidRepetitionPenalty { value: penalty });
-        }
-        Ok(Self(penalty))
+        let is_valid = penalty > 0.0 && penalty.is_finite();
+        Error::check(penalty, is_valid, |value| Error::InvalidRepetitionPenalty {
+            value,
+        })
+        .map(Self)
     }
 }
 
 impl LogitTransform for RepetitionPenalty {
     fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
-        for &id in counts.present() {
-            if let Some(z) = logits.get_mut(id as usize) {
-                *z = if *z > 0.0 { *z / self.0 } else { *z * self.0 };
-            }
-        }
+        counts.edit_present(logits, |_, z| {
+            *z = if *z > 0.0 { *z / self.0 } else { *z * self.0 }
+        });
     }
 }
 
@@ -120,20 +129,16 @@ pub struct PresencePenalty(f32);
 impl PresencePenalty {
     /// Checks the penalty: NaN or infinite gives [`Error::InvalidPresencePenalty`].
     pub fn new(penalty: f32) -> Result<Self> {
-        if !penalty.is_finite() {
-            return Err(Error::InvalidPresencePenalty { value: penalty });
-        }
-        Ok(Self(penalty))
+        Error::check(penalty, penalty.is_finite(), |value| {
+            Error::InvalidPresencePenalty { value }
+        })
+        .map(Self)
     }
 }
 
 impl LogitTransform for PresencePenalty {
     fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
-        for &id in counts.present() {
-            if let Some(z) = logits.get_mut(id as usize) {
-                *z -= self.0;
-            }
-        }
+        counts.edit_present(logits, |_, z| *z -= self.0);
     }
 }
 
@@ -153,19 +158,15 @@ pub struct FrequencyPenalty(f32);
 impl FrequencyPenalty {
     /// Checks the penalty: NaN or infinite gives [`Error::InvalidFrequencyPenalty`].
     pub fn new(penalty: f32) -> Result<Self> {
-        if !penalty.is_finite() {
-            return Err(Error::InvalidFrequencyPenalty { value: penalty });
-        }
-        Ok(Self(penalty))
+        Error::check(penalty, penalty.is_finite(), |value| {
+            Error::InvalidFrequencyPenalty { value }
+        })
+        .map(Self)
     }
 }
 
 impl LogitTransform for FrequencyPenalty {
     fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
-        for &id in counts.present() {
-            if let Some(z) = logits.get_mut(id as usize) {
-                *z -= counts.get(id) as f32 * self.0;
-            }
-        }
+        counts.edit_present(logits, |count, z| *z -= count as f32 * self.0);
     }
 }

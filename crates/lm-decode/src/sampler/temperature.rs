@@ -22,12 +22,14 @@ use crate::{Error, Result};
 pub struct Temperature(f32);
 
 impl Temperature {
-    /// Checks `value`: negative or NaN gives [`Error::InvalidTemperature`].
+    /// Checks `value`: negative or NaN gives lm-core's
+    /// [`lm_core::Error::InvalidTemperature`], the error the softmax gives.
     pub fn new(value: f32) -> Result<Self> {
-        if value.is_nan() || value < 0.0 {
-            return Err(Error::InvalidTemperature { value });
-        }
-        Ok(Self(value))
+        let is_valid = value >= 0.0; // false for NaN
+        Error::check(value, is_valid, |value| {
+            lm_core::Error::InvalidTemperature { value }.into()
+        })
+        .map(Self)
     }
 
     /// The temperature.

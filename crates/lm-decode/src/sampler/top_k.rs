@@ -21,10 +21,7 @@ pub struct TopK(usize);
 impl TopK {
     /// Checks `k`: 0 gives [`Error::InvalidTopK`].
     pub fn new(k: usize) -> Result<Self> {
-        if k == 0 {
-            return Err(Error::InvalidTopK { value: k });
-        }
-        Ok(Self(k))
+        Error::check(k, k >= 1, |value| Error::InvalidTopK { value }).map(Self)
     }
 
     /// The number of tokens kept.

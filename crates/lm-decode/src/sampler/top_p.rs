@@ -32,10 +32,7 @@ pub struct TopP(f32);
 impl TopP {
     /// Checks `p`: outside (0, 1] (or NaN) gives [`Error::InvalidTopP`].
     pub fn new(p: f32) -> Result<Self> {
-        if !(p > 0.0 && p <= 1.0) {
-            return Err(Error::InvalidTopP { value: p });
-        }
-        Ok(Self(p))
+        Error::check(p, p > 0.0 && p <= 1.0, |value| Error::InvalidTopP { value }).map(Self)
     }
 
     /// The probability mass kept.

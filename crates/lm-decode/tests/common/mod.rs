@@ -1,10 +1,10 @@
 //! Small models for the tests: distributions fixed per prefix or per last
-//! token, a wrapper that counts the positions each forward pass reads, and a
-//! detokenizer made of fixed pieces.
-#![allow(dead_code)]
+//! token, and a detokenizer made of fixed pieces. (The wrapper that counts
+//! the positions each forward pass reads is `lm_core::Counting`.)
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
-use std::cell::RefCell;
+use lm_decode::Error;
+use std::fmt::Debug;
 
 /// The state of the test models: the tokens read so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,6 +56,10 @@ impl PrefixModel {
             })
             .collect()
     }
+
+    fn n_vocab(&self) -> usize {
+        self.vocab_size
+    }
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -65,39 +69,6 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-impl LanguageModel for PrefixModel {
-    type State = Tokens;
-    fn vocab_size(&self) -> usize {
-        self.vocab_size
-    }
-    fn context_length(&self) -> Option<usize> {
-        self.context_length
-    }
-    fn new_state(&self) -> Tokens {
-        Tokens::default()
-    }
-    fn forward(
-        &self,
-        state: &mut Tokens,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.check_input(state.pos(), tokens)?;
-        logits.clear();
-        for &t in tokens {
-            state.0.push(t);
-            if rows == Rows::All {
-                logits.extend(self.logits_for(&state.0));
-            }
-        }
-        if rows == Rows::Last {
-            logits.extend(self.logits_for(&state.0));
-        }
-        Ok(())
-    }
-}
-
 /// A model whose logits depend only on the last token: `table[last]`.
 #[derive(Debug, Clone)]
 pub struct TableModel {
@@ -105,92 +76,89 @@ pub struct TableModel {
     pub context_length: Option<usize>,
 }
 
-impl LanguageModel for TableModel {
-    type State = Tokens;
-    fn vocab_size(&self) -> usize {
+impl TableModel {
+    /// The logits after `prefix`: the row of its last token.
+    pub fn logits_for(&self, prefix: &[TokenId]) -> Vec<f32> {
+        let last = *prefix.last().expect("check_input rejects empty input");
+        self.table[last as usize].clone()
+    }
+
+    fn n_vocab(&self) -> usize {
         self.table.len()
     }
-    fn context_length(&self) -> Option<usize> {
-        self.context_length
-    }
-    fn new_state(&self) -> Tokens {
-        Tokens::default()
-    }
-    fn forward(
-        &self,
-        state: &mut Tokens,
-        tokens: &[TokenId],
-        _rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.check_input(state.pos(), tokens)?;
-        state.0.extend_from_slice(tokens);
-        let last = *state.0.last().expect("check_input rejects empty input");
-        logits.clear();
-        logits.extend_from_slice(&self.table[last as usize]);
-        Ok(())
-    }
 }
 
-/// Wraps a model and records how many positions each forward pass reads.
-#[derive(Debug)]
-pub struct Counting<M> {
-    pub inner: M,
-    /// Positions read by each `forward` call.
-    pub calls: RefCell<Vec<usize>>,
-    /// Rows of each `forward_batch` call.
-    pub batches: RefCell<Vec<usize>>,
-}
-
-impl<M> Counting<M> {
-    pub fn new(inner: M) -> Self {
-        Self {
-            inner,
-            calls: RefCell::new(Vec::new()),
-            batches: RefCell::new(Vec::new()),
+/// Implements `LanguageModel` for test models that compute the logits after a
+/// prefix from scratch (`logits_for`), with a vocabulary of `n_vocab()` and
+/// a `context_length` field: the tokens read are the state.
+macro_rules! model_from_prefix_logits {
+    ($($model:ty),+) => {$(
+        impl LanguageModel for $model {
+            type State = Tokens;
+            fn vocab_size(&self) -> usize {
+                self.n_vocab()
+            }
+            fn context_length(&self) -> Option<usize> {
+                self.context_length
+            }
+            fn new_state(&self) -> Tokens {
+                Tokens::default()
+            }
+            fn forward(
+                &self,
+                state: &mut Tokens,
+                tokens: &[TokenId],
+                rows: Rows,
+                logits: &mut Vec<f32>,
+            ) -> lm_core::Result<()> {
+                self.check_input(state.pos(), tokens)?;
+                logits.clear();
+                for &t in tokens {
+                    state.0.push(t);
+                    if rows == Rows::All {
+                        logits.extend(self.logits_for(&state.0));
+                    }
+                }
+                if rows == Rows::Last {
+                    logits.extend(self.logits_for(&state.0));
+                }
+                Ok(())
+            }
         }
-    }
-    pub fn calls(&self) -> Vec<usize> {
-        self.calls.borrow().clone()
-    }
-    pub fn positions(&self) -> usize {
-        self.calls.borrow().iter().sum()
-    }
+    )+};
 }
 
-impl<M: LanguageModel> LanguageModel for Counting<M> {
-    type State = M::State;
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn context_length(&self) -> Option<usize> {
-        self.inner.context_length()
-    }
-    fn new_state(&self) -> M::State {
-        self.inner.new_state()
-    }
-    fn forward(
-        &self,
-        state: &mut M::State,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.calls.borrow_mut().push(tokens.len());
-        self.inner.forward(state, tokens, rows, logits)
-    }
-    fn forward_batch(
-        &self,
-        states: &mut [M::State],
-        tokens: &[&[TokenId]],
-        logits: &mut [Vec<f32>],
-    ) -> lm_core::Result<()> {
-        self.batches.borrow_mut().push(states.len());
-        // The rows one by one through `self`, so `calls` sees them too.
-        for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
-            self.forward(state, tokens, Rows::Last, logits)?;
-        }
-        Ok(())
+model_from_prefix_logits!(PrefixModel, TableModel);
+
+/// The `(id, logit)` pairs sorted best first by a full sort (higher logit,
+/// then lower id): the reference for the partial selections.
+pub fn full_sort(logits: &[f32]) -> Vec<(TokenId, f32)> {
+    let mut sorted: Vec<(TokenId, f32)> = (0..).zip(logits.iter().copied()).collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    sorted
+}
+
+/// The ids of [`full_sort`].
+pub fn full_sort_ids(logits: &[f32]) -> Vec<TokenId> {
+    full_sort(logits).into_iter().map(|(id, _)| id).collect()
+}
+
+/// A check of rejected configs: `check(edit, expected)` edits a copy of
+/// `base`, runs `run` on it and asserts the error. Compared through `Debug`,
+/// so a NaN value matches a NaN value.
+pub fn rejects<C: Clone + Debug>(
+    base: C,
+    run: impl Fn(&C) -> Option<Error>,
+) -> impl Fn(fn(&mut C), Error) {
+    move |edit, expected| {
+        let mut config = base.clone();
+        edit(&mut config);
+        let got = run(&config);
+        assert_eq!(
+            format!("{got:?}"),
+            format!("{:?}", Some(expected)),
+            "{config:?}"
+        );
     }
 }
 

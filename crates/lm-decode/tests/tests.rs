@@ -1,0 +1,9 @@
+//! lm-decode's integration tests, one binary with a module per topic (it links
+//! the crate once instead of once per file).
+
+mod batch;
+mod common;
+mod generate;
+mod properties;
+mod sampler;
+mod search;
