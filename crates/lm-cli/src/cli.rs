@@ -28,7 +28,8 @@ use crate::spec::ModelSpec;
         Every subcommand takes a model with --model (see MODELS below); without it, the \
         embedded default is used: a trigram model of the King James Bible, built in.",
     after_help = MODELS_HELP,
-    propagate_version = true
+    propagate_version = true,
+    arg_required_else_help = true
 )]
 pub struct Cli {
     /// What to do.
@@ -244,7 +245,7 @@ pub struct GenerateArgs {
     #[arg(long, conflicts_with = "end_token")]
     pub no_end_token: bool,
     /// End generation when the text contains this string (repeatable).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", value_parser = parse_stop_string)]
     pub stop: Vec<String>,
     /// How many independent samples to draw for the prompt.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -499,6 +500,16 @@ fn parse_min_p(text: &str) -> Result<f32, String> {
 
 fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
     parse_checked(text, RepetitionPenalty::new)
+}
+
+/// A stop string: an empty one would match before any text, so it is a
+/// usage error here, before anything is printed.
+fn parse_stop_string(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Err("a stop string must not be empty (it would match before any text)".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
 }
 
 fn parse_finite(text: &str) -> Result<f32, String> {

@@ -20,6 +20,7 @@ mod report;
 mod spec;
 mod text;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -66,7 +67,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Prints a clap error as one `error:` line and one hint line (help and
 /// `--version` print as clap writes them). Exit code 2, or 0 for help.
+/// `lm-cli` alone prints the help on stdout and exits 2.
 fn report_clap_error(error: &clap::Error) -> ExitCode {
+    if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, "{}", error.render()).and_then(|()| stdout.flush());
+        return ExitCode::from(2);
+    }
     if !error.use_stderr() {
         let _ = error.print();
         return ExitCode::SUCCESS;

@@ -49,6 +49,12 @@ fn bad_arguments_name_themselves() {
             "--stop does not work with --num-beams",
         ),
         (toy().opt("--end-token", "cow"), 1, "end token 'cow'"),
+        // Refused before the prompt is echoed: nothing on stdout.
+        (
+            Cli::generate("And").opt("--stop", ""),
+            2,
+            "a stop string must not be empty",
+        ),
         (x("generate", "gpt5"), 2, "unknown model spec 'gpt5'"),
         (x("generate", "count:"), 2, "needs a file"),
         (Cli::new("generate").model("toy"), 2, "--prompt"),
@@ -184,6 +190,16 @@ fn a_closed_pipe_ends_quietly() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn no_arguments_print_the_help_on_stdout() {
+    let run = Cli::bare().run();
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
+    assert!(run.stdout.starts_with("Autoregressive"), "{}", run.stdout);
+    assert!(run.stdout.contains("\nCommands:\n"), "{}", run.stdout);
+    assert!(run.stdout.contains("MODELS (--model SPEC):"), "{}", run.stdout);
 }
 
 #[test]

@@ -46,6 +46,14 @@ impl Cli {
         }
     }
 
+    /// `lm-cli` with no arguments at all.
+    pub fn bare() -> Self {
+        Self {
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
     /// `lm-cli generate --prompt PROMPT` on the embedded default model.
     pub fn generate(prompt: &str) -> Self {
         Self::new("generate").opt("--prompt", prompt)
