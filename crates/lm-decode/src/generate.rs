@@ -13,7 +13,7 @@
 
 use crate::{
     Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step, StopReason,
-    TokenRng, Truncation, find_stop_string, fit_prompt, trace::Recorder,
+    StopSearch, TokenRng, Truncation, fit_prompt, trace::Recorder,
 };
 use std::ops::ControlFlow;
 
@@ -239,6 +239,11 @@ pub(crate) fn continue_row<M: LanguageModel>(
     }
 }
 
+/// The most new tokens a row reserves room for up front (history and trace);
+/// past it they grow as needed, so `max_new_tokens` is a limit, never an
+/// allocation size.
+const PLAUSIBLE_NEW_TOKENS: usize = 4096;
+
 /// One sequence being generated: its policy, random stream, history, trace
 /// and scratch buffers. Shared by the single, many and batch loops, so a row
 /// behaves the same whichever loop drives it.
@@ -254,6 +259,9 @@ pub(crate) struct Row<'a> {
     n_prompt: usize,
     n_prompt_dropped: usize,
     trace: Recorder,
+    /// The stop-string search over the generated text, when there are stop
+    /// strings (and so a detokenizer).
+    stop_search: Option<StopSearch<'a>>,
     text: Option<String>,
     stream: u64,
     /// Set once the row has stopped.
@@ -274,8 +282,11 @@ impl<'a> Row<'a> {
         let room = context_length.map_or(config.max_new_tokens, |max| {
             config.max_new_tokens.min(max.saturating_sub(n_prompt))
         });
+        // Room for what a run plausibly generates; a huge `max_new_tokens`
+        // runs until another stop rule, growing the buffers as it goes.
+        let reserved = room.min(PLAUSIBLE_NEW_TOKENS);
         let mut history = fitted.tokens;
-        history.reserve(room);
+        history.reserve(reserved);
         Ok(Self {
             config,
             detokenizer,
@@ -286,7 +297,10 @@ impl<'a> Row<'a> {
             history,
             n_prompt,
             n_prompt_dropped: fitted.n_dropped,
-            trace: Recorder::new(config.n_top_candidates, room),
+            trace: Recorder::new(config.n_top_candidates, reserved),
+            stop_search: detokenizer
+                .filter(|_| !config.stop_strings.is_empty())
+                .map(|detokenizer| StopSearch::new(detokenizer, &config.stop_strings, &[])),
             text: None,
             stream,
             stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
@@ -331,17 +345,13 @@ impl<'a> Row<'a> {
         if self.config.end_tokens.contains(&token) {
             return Some(StopReason::EndToken(token));
         }
-        if let (Some(detokenizer), false) = (self.detokenizer, self.config.stop_strings.is_empty())
+        if let Some(search) = &mut self.stop_search
+            && let Some((_, index)) = search.push(token)
         {
-            let text = detokenizer.decode(self.generated());
-            if let Some((byte, index)) = find_stop_string(&text, &self.config.stop_strings) {
-                let mut text = text;
-                text.truncate(byte);
-                self.text = Some(text);
-                return Some(StopReason::StopString(
-                    self.config.stop_strings[index].clone(),
-                ));
-            }
+            self.text = Some(search.text_before_stop());
+            return Some(StopReason::StopString(
+                self.config.stop_strings[index].clone(),
+            ));
         }
         if self.generated().len() >= self.config.max_new_tokens {
             return Some(StopReason::MaxNewTokens);

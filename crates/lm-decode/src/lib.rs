@@ -115,6 +115,6 @@ pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{GenerationConfig, generate, generate_many, generate_streaming};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
-pub use stop::{StopReason, find_stop_string};
+pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
 pub use trace::{Candidate, Generation, Step};
 pub use truncate::{FittedPrompt, Truncation, fit_prompt};

@@ -7,3 +7,4 @@ mod generate;
 mod properties;
 mod sampler;
 mod search;
+mod stop_search;
