@@ -3,15 +3,19 @@
 //!
 //! The continuation is what decoding prompt + generated ids adds to the
 //! decoded prompt, so word models get their spacing and punctuation right
-//! at the seam. While streaming, text is held back when it could still
-//! change: a trailing incomplete UTF-8 character (U+FFFD), and the last
-//! `longest stop string - 1` bytes, which could be the start of a stop
-//! string. End tokens are never printed.
+//! at the seam. It is decoded incrementally and searched for stop strings
+//! only in its tail (lm-decode's [`StopSearch`]), so a token costs the same
+//! at the end of a long run as at its start. While streaming, text is held
+//! back when it could still change: a trailing incomplete UTF-8 character
+//! (U+FFFD), and the last `longest stop string - 1` bytes, which could be
+//! the start of a stop string. End tokens are never printed. The first
+//! failed write (a reader that closed the pipe) ends the printing, and the
+//! caller stops generating ([`TextPrinter::write_failed`]).
 
 use std::io;
 
 use lm_core::TokenId;
-use lm_decode::find_stop_string;
+use lm_decode::StopSearch;
 
 use crate::output::Output;
 use crate::text::TextCodec;
@@ -19,14 +23,9 @@ use crate::text::TextCodec;
 /// Prints one continuation.
 #[derive(Debug)]
 pub struct TextPrinter<'a> {
-    codec: &'a TextCodec,
     end_tokens: &'a [TokenId],
-    stop_strings: &'a [String],
-    /// Prompt followed by the generated tokens that are not end tokens.
-    ids: Vec<TokenId>,
-    n_prompt: usize,
-    /// The decoded prompt.
-    base: String,
+    /// The continuation (without end tokens) and its stop strings.
+    search: StopSearch<'a>,
     /// Bytes of text that may still turn out to start a stop string.
     n_hold: usize,
     /// Bytes of the continuation already written.
@@ -48,12 +47,8 @@ impl<'a> TextPrinter<'a> {
     ) -> Self {
         let longest_stop = stop_strings.iter().map(String::len).max().unwrap_or(0);
         Self {
-            codec,
             end_tokens,
-            stop_strings,
-            ids: prompt.to_vec(),
-            n_prompt: prompt.len(),
-            base: codec.decode_ids(prompt),
+            search: StopSearch::new(codec, stop_strings, prompt),
             n_hold: longest_stop.saturating_sub(1),
             n_emitted: 0,
             live,
@@ -66,64 +61,67 @@ impl<'a> TextPrinter<'a> {
         if self.end_tokens.contains(&token) {
             return;
         }
-        self.ids.push(token);
+        let stop = self.search.push(token).map(|(byte, _)| byte);
         if !self.live || self.error.is_some() {
             return;
         }
-        let text = self.continuation();
-        let stop = find_stop_string(&text, self.stop_strings).map(|(byte, _)| byte);
-        let mut safe = stop.unwrap_or_else(|| text.len().saturating_sub(self.n_hold));
-        while safe > 0 && !text.is_char_boundary(safe) {
-            safe -= 1;
+        let text = self.search.text();
+        let safe = stop.unwrap_or_else(|| text.len().saturating_sub(self.n_hold));
+        if safe <= self.n_emitted {
+            return;
         }
-        let mut shown = &text[..safe];
+        // What was written is a prefix of the text, so the tail from there
+        // is the unwritten text; show it up to `safe`, on a character
+        // boundary, without a trailing incomplete character.
+        let tail = text.tail(self.n_emitted);
+        let mut end = safe - (text.len() - tail.len());
+        while end > 0 && !tail.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut shown = &tail[..end];
         while let Some(rest) = shown.strip_suffix(char::REPLACEMENT_CHARACTER) {
             shown = rest;
         }
-        self.write_from(&text[..shown.len()], out);
+        let n_before = text.len() - tail.len();
+        self.write(n_before, shown, out);
+    }
+
+    /// Whether a write failed: nobody reads what follows, so stop.
+    pub fn write_failed(&self) -> bool {
+        self.error.is_some()
     }
 
     /// The whole continuation: without end tokens, cut at a stop string.
     pub fn text(&self) -> String {
-        let mut text = self.continuation();
-        if let Some((byte, _)) = find_stop_string(&text, self.stop_strings) {
-            text.truncate(byte);
-        }
-        text
+        self.search.text_before_stop()
     }
 
     /// Writes whatever has not been written (when live) and returns the
     /// first write error, if any.
     pub fn finish(mut self, out: &mut Output) -> io::Result<String> {
         let text = self.text();
-        self.write_from(&text, out);
+        if let Some(new) = text.get(self.n_emitted..) {
+            let new = new.to_owned();
+            self.write(self.n_emitted, &new, out);
+        }
         match self.error {
             Some(error) => Err(error),
             None => Ok(text),
         }
     }
 
-    /// Writes `text[n_emitted..]` when `text` extends what was written.
-    fn write_from(&mut self, text: &str, out: &mut Output) {
-        if self.error.is_some() || text.len() <= self.n_emitted {
-            return;
-        }
-        let Some(new) = text.get(self.n_emitted..) else {
+    /// Writes `new`, the text from byte `start`, when it extends what was
+    /// written.
+    fn write(&mut self, start: usize, new: &str, out: &mut Output) {
+        let Some(unwritten) = new.get(self.n_emitted.saturating_sub(start)..) else {
             return;
         };
-        match out.write_now(new) {
-            Ok(()) => self.n_emitted = text.len(),
-            Err(error) => self.error = Some(error),
+        if self.error.is_some() || unwritten.is_empty() || start > self.n_emitted {
+            return;
         }
-    }
-
-    fn continuation(&self) -> String {
-        let full = self.codec.decode_ids(&self.ids);
-        match full.strip_prefix(self.base.as_str()) {
-            Some(rest) => rest.to_owned(),
-            None => self
-                .codec
-                .decode_ids(self.ids.get(self.n_prompt..).unwrap_or_default()),
+        match out.write_now(unwritten) {
+            Ok(()) => self.n_emitted = start + new.len(),
+            Err(error) => self.error = Some(error),
         }
     }
 }

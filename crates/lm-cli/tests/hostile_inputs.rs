@@ -2,7 +2,8 @@
 //! ARPA and corpus file of `fixtures/hostile/` ends with exit code 1 and one
 //! `error:` line naming the problem (never a panic); Ctrl-C while streaming
 //! prints the text so far and exits 130; `train --out` killed mid-write
-//! leaves no half-written file; `| head -c 1` ends quietly.
+//! leaves no half-written file; `| head -c 1` ends quietly and stops the
+//! generation; a huge `-n` runs until a stop rule.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -215,6 +216,49 @@ fn output_to_a_closed_shell_pipe_ends_quietly() {
     assert_eq!(output.stdout, b"A");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!stderr.contains("error"), "{stderr}");
+}
+
+#[test]
+fn a_closed_pipe_stops_the_generation_at_its_first_failed_write() {
+    // As `| head -c 10`: the reader closes the pipe after ten bytes. The test
+    // hook presses Ctrl-C after 200,000 tokens, which only a run that keeps
+    // generating after the close reaches (exit 130 instead of a quiet 0).
+    let mut child = Cli::generate("And God said")
+        .n(100_000_000)
+        .args(["--no-end-token", "--stream"])
+        .env("LM_CLI_TEST_INTERRUPT_AFTER", 200_000)
+        .spawn();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 10];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(&first, b"And God sa");
+}
+
+#[test]
+fn a_huge_max_new_tokens_runs_until_a_stop_rule() {
+    // Nothing is reserved for 2^64 - 2 tokens: a stop string ends the run
+    // on the embedded model (no context bound), the context on the toy.
+    let huge = "18446744073709551614";
+    let embedded = |mode: &str| {
+        Cli::generate("And")
+            .opt("-n", huge)
+            .args(["--no-end-token", "--stop", "LORD", mode])
+            .seed(1)
+    };
+    let text = embedded("--no-stream").ok().stdout;
+    assert!(text.starts_with("And") && !text.contains("LORD"), "{text}");
+    assert_eq!(embedded("--stream").ok().stdout, text);
+    let report = embedded("--json").ok().json();
+    assert_eq!(report["stop_reason"], "stop_string");
+    assert_eq!(report["settings"]["max_new_tokens"], 18446744073709551614u64);
+    let toy = Cli::toy("generate").opt("-n", huge).arg("--greedy").arg("--json");
+    let report = toy.ok().json();
+    assert_eq!(report["stop_reason"], "context_bound");
 }
 
 /// Trains on `corpus` writing `out` with the shell's file-size limit set to

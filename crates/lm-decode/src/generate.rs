@@ -192,8 +192,9 @@ pub(crate) fn prepare<M: LanguageModel>(
 }
 
 /// The checks sampling and beam search share: the end tokens are in the
-/// vocabulary and `prompt_len + max_new_tokens` fits in `usize`; then the
-/// prompt is fitted to the context by the truncation policy.
+/// vocabulary and, without a context bound, `prompt_len + max_new_tokens`
+/// fits in `usize`; then the prompt is fitted to the context by the
+/// truncation policy.
 pub(crate) fn fit_within_limits<M: LanguageModel>(
     model: &M,
     prompt: &[TokenId],
@@ -202,7 +203,10 @@ pub(crate) fn fit_within_limits<M: LanguageModel>(
     truncation: Truncation,
 ) -> Result<FittedPrompt> {
     lm_core::check_token_ids(end_tokens.iter().copied(), model.vocab_size())?;
-    if prompt.len().checked_add(max_new_tokens).is_none() {
+    // A context bound ends the run first, so only an unbounded model can
+    // overflow the history length.
+    let unbounded = model.context_length().is_none();
+    if unbounded && prompt.len().checked_add(max_new_tokens).is_none() {
         return Err(Error::MaxNewTokensOverflow {
             prompt_len: prompt.len(),
             max_new_tokens,

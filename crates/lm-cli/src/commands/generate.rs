@@ -308,7 +308,8 @@ impl Run<'_> {
             generate_streaming(model, &self.prompt_ids, config, Some(self.codec), |step| {
                 first_step.get_or_insert_with(Instant::now);
                 printer.push(step.token, out);
-                if interrupt::after_step() {
+                // Ctrl-C, or a reader that closed the pipe: stop here.
+                if interrupt::after_step() || printer.write_failed() {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
