@@ -13,8 +13,11 @@
 
 use crate::{
     Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step, StopReason,
-    StopSearch, TokenRng, Truncation, fit_prompt, trace::Recorder,
+    StopSearch, TokenRng, Truncation, fit_prompt,
+    hook::{GenerationHook, prefill},
+    trace::Recorder,
 };
+use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
 
 use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
@@ -40,6 +43,9 @@ pub struct GenerationConfig {
     /// The random stream of the (first) output; output j of
     /// [`generate_many`] and batch row j use `stream + j`.
     pub stream: u64,
+    /// Read the prompt in chunks of at most this many tokens (`None`: in one
+    /// call), so a hook can stop a long prefill between chunks.
+    pub prefill_chunk_len: Option<NonZeroUsize>,
 }
 
 impl Default for GenerationConfig {
@@ -53,6 +59,7 @@ impl Default for GenerationConfig {
             truncation: Truncation::Refuse,
             num_return_sequences: 1,
             stream: 0,
+            prefill_chunk_len: None,
         }
     }
 }
@@ -113,7 +120,20 @@ pub fn generate_streaming<M: LanguageModel>(
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    mut on_step: impl FnMut(&Step) -> ControlFlow<()>,
+    on_step: impl FnMut(&Step) -> ControlFlow<()>,
+) -> Result<Generation> {
+    generate_with_hook(model, prompt, config, detokenizer, on_step)
+}
+
+/// [`generate_streaming`] with a [`GenerationHook`], which can also stop
+/// the run between prefill chunks (`config.prefill_chunk_len`): cancelled
+/// with no step, the rest of the prompt unread.
+pub fn generate_with_hook<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+    mut hook: impl GenerationHook,
 ) -> Result<Generation> {
     let fitted = prepare(model, prompt, config, detokenizer)?;
     let mut row = Row::new(model, fitted, config, detokenizer, config.stream)?;
@@ -122,8 +142,22 @@ pub fn generate_streaming<M: LanguageModel>(
     }
     let mut state = model.new_state();
     let mut logits = Vec::new();
-    model.forward(&mut state, &row.history, Rows::Last, &mut logits)?;
-    continue_row(model, &mut state, &mut logits, &mut row, &mut on_step)?;
+    let chunk_len = config.prefill_chunk_len;
+    let read = prefill(
+        model,
+        &mut state,
+        &row.history,
+        chunk_len,
+        &mut logits,
+        |n, total| hook.after_prefill_chunk(n, total),
+    )?;
+    if read.is_break() {
+        row.stop_reason = Some(StopReason::Cancelled);
+        return Ok(row.into_generation());
+    }
+    continue_row(model, &mut state, &mut logits, &mut row, &mut |step| {
+        hook.on_step(step)
+    })?;
     Ok(row.into_generation())
 }
 
@@ -149,7 +183,16 @@ pub fn generate_many<M: LanguageModel>(
                 None => {
                     let mut state = model.new_state();
                     let mut logits = Vec::new();
-                    model.forward(&mut state, &row.history, Rows::Last, &mut logits)?;
+                    let chunk_len = config.prefill_chunk_len;
+                    let read = prefill(
+                        model,
+                        &mut state,
+                        &row.history,
+                        chunk_len,
+                        &mut logits,
+                        |_, _| ControlFlow::Continue(()),
+                    )?;
+                    debug_assert!(read.is_continue(), "nothing here stops a prefill");
                     prefilled = Some((state.clone(), logits.clone()));
                     (state, logits)
                 }

@@ -99,6 +99,7 @@ mod beam;
 mod error;
 mod exhaustive;
 mod generate;
+mod hook;
 mod rng;
 pub mod sampler;
 mod select;
@@ -112,7 +113,10 @@ pub use beam::{
 };
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
-pub use generate::{GenerationConfig, generate, generate_many, generate_streaming};
+pub use generate::{
+    GenerationConfig, generate, generate_many, generate_streaming, generate_with_hook,
+};
+pub use hook::{GenerationHook, prefill};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};

@@ -4,6 +4,7 @@
 mod batch;
 mod common;
 mod generate;
+mod prefill;
 mod properties;
 mod sampler;
 mod search;
