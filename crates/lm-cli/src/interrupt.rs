@@ -13,10 +13,15 @@
 //!   as a finished one, then `Interrupted` ──> main: `note: interrupted ...`, exit 130
 //! ```
 //!
+//! Ctrl-C during a long prefill is honoured between prompt chunks
+//! ([`after_prefill_chunk`], lm-decode's `GenerationHook`): the run stops
+//! there, with no token generated.
+//!
 //! Tests press Ctrl-C deterministically with the environment variable
 //! [`TEST_HOOK_VAR`]` = N`: the N-th generated token of the run (counted over
 //! every sequence; a beam-search step counts as one) presses it, through the
-//! same [`press`] as the real handler. Nothing but tests should set it.
+//! same [`press`] as the real handler; `prefill:N` presses it after the N-th
+//! chunk of the prompt is read. Nothing but tests should set it.
 //!
 //! Only `generate` installs the handler; every other
 //! command keeps the default (Ctrl-C ends it at once; `train --out` never
@@ -31,15 +36,26 @@ use anyhow::{Context, Result};
 pub const EXIT_CODE: u8 = 130;
 
 /// The test hook: `N` (at least 1) acts as a Ctrl-C right after the N-th
-/// generated token.
+/// generated token, `prefill:N` right after the N-th prompt chunk is read.
 pub const TEST_HOOK_VAR: &str = "LM_CLI_TEST_INTERRUPT_AFTER";
 
 /// Ctrl-C was pressed.
 static REQUESTED: AtomicBool = AtomicBool::new(false);
 /// Steps taken so far in this run, all sequences together.
 static N_GENERATED: AtomicUsize = AtomicUsize::new(0);
-/// The test hook's token count, read once by [`install`].
-static PRESS_AFTER: OnceLock<Option<usize>> = OnceLock::new();
+/// Prompt chunks read so far in this run, all sequences together.
+static N_PREFILL_CHUNKS: AtomicUsize = AtomicUsize::new(0);
+/// The test hook's press, read once by [`install`].
+static PRESS_AFTER: OnceLock<Option<TestPress>> = OnceLock::new();
+
+/// When the test hook presses Ctrl-C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TestPress {
+    /// After this many generated tokens.
+    Steps(usize),
+    /// After this many prompt chunks.
+    PrefillChunks(usize),
+}
 
 /// A run stopped by Ctrl-C after printing what it had generated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -64,8 +80,12 @@ pub fn install() -> Result<()> {
         None => None,
         Some(value) => {
             let value = value.to_string_lossy().into_owned();
-            match value.parse::<usize>() {
-                Ok(n) if n >= 1 => Some(n),
+            let (press, count) = match value.strip_prefix("prefill:") {
+                Some(count) => (TestPress::PrefillChunks as fn(usize) -> TestPress, count),
+                None => (TestPress::Steps as fn(usize) -> TestPress, value.as_str()),
+            };
+            match count.parse::<usize>() {
+                Ok(n) if n >= 1 => Some(press(n)),
                 _ => return Err(TestHookError { value }.into()),
             }
         }
@@ -84,7 +104,18 @@ pub fn requested() -> bool {
 /// after this step.
 pub fn after_step() -> bool {
     let n_generated = N_GENERATED.fetch_add(1, Ordering::SeqCst) + 1;
-    if test_hook() == Some(n_generated) {
+    if test_hook() == Some(TestPress::Steps(n_generated)) {
+        press();
+    }
+    requested()
+}
+
+/// The prefill hook's check: counts one prompt chunk read (pressing Ctrl-C
+/// for the test hook when its count is reached) and tells whether the run
+/// should stop before reading more.
+pub fn after_prefill_chunk() -> bool {
+    let n_chunks = N_PREFILL_CHUNKS.fetch_add(1, Ordering::SeqCst) + 1;
+    if test_hook() == Some(TestPress::PrefillChunks(n_chunks)) {
         press();
     }
     requested()
@@ -97,6 +128,6 @@ fn press() {
     }
 }
 
-fn test_hook() -> Option<usize> {
+fn test_hook() -> Option<TestPress> {
     PRESS_AFTER.get().copied().flatten()
 }

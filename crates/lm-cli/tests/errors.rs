@@ -199,7 +199,11 @@ fn no_arguments_print_the_help_on_stdout() {
     assert!(run.stderr.is_empty(), "{}", run.stderr);
     assert!(run.stdout.starts_with("Autoregressive"), "{}", run.stdout);
     assert!(run.stdout.contains("\nCommands:\n"), "{}", run.stdout);
-    assert!(run.stdout.contains("MODELS (--model SPEC):"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("MODELS (--model SPEC):"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]

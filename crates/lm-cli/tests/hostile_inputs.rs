@@ -264,8 +264,14 @@ fn a_huge_max_new_tokens_runs_until_a_stop_rule() {
     assert_eq!(embedded("--stream").ok().stdout, text);
     let report = embedded("--json").ok().json();
     assert_eq!(report["stop_reason"], "stop_string");
-    assert_eq!(report["settings"]["max_new_tokens"], 18446744073709551614u64);
-    let toy = Cli::toy("generate").opt("-n", huge).arg("--greedy").arg("--json");
+    assert_eq!(
+        report["settings"]["max_new_tokens"],
+        18446744073709551614u64
+    );
+    let toy = Cli::toy("generate")
+        .opt("-n", huge)
+        .arg("--greedy")
+        .arg("--json");
     let report = toy.ok().json();
     assert_eq!(report["stop_reason"], "context_bound");
 }

@@ -6,6 +6,8 @@
 //! output is an independent run of the same seed that stops on its own
 //! after N tokens (`-n N`): the same tokens, only the stop reason differs.
 //! Beam search likewise prints its hypotheses so far, the live ones cancelled.
+//! `LM_CLI_TEST_INTERRUPT_AFTER=prefill:N` presses it after the N-th chunk of
+//! a long prompt: the run stops there, before any token.
 //! (`hostile_inputs.rs` sends a real SIGINT to a streaming run.)
 
 use crate::common::{Cli, Run, ids};
@@ -211,4 +213,39 @@ fn a_test_hook_that_counts_no_token_is_refused() {
         );
         assert!(output.stdout.is_empty());
     }
+}
+
+#[test]
+fn ctrl_c_during_a_long_prefill_stops_between_prompt_chunks() {
+    // 1,200 prompt tokens are read in chunks of 512, 512 and 176;
+    // `prefill:N` presses Ctrl-C after the N-th. The run stops at once:
+    // no token is generated after the press.
+    let prompt = vec!["And God said"; 400].join(" ");
+    let long = |extra: &[&str]| {
+        Cli::generate(&prompt)
+            .seed(42)
+            .arg("--no-end-token")
+            .n(5)
+            .args(extra)
+    };
+    for n_chunks in [1, 2, 3] {
+        let hook = format!("prefill:{n_chunks}");
+        let run = long(&["--json", "--no-timing"]).env(HOOK, &hook).run();
+        check_interrupted(&run, 0);
+        let report = run.json();
+        assert_eq!(report["stop_reason"], "cancelled", "{hook}");
+        assert_eq!(ids(&report["prompt_ids"]).len(), 1200);
+        assert!(ids(&report["ids"]).is_empty(), "{hook}");
+        assert!(report["steps"].as_array().unwrap().is_empty(), "{hook}");
+        let text = long(&["--no-stream"]).env(HOOK, &hook).run();
+        check_interrupted(&text, 0);
+        assert_eq!(text.stdout, format!("{prompt}\n"));
+    }
+    // There is no fourth chunk: the run goes on to its five tokens.
+    let run = long(&["--json", "--no-timing"])
+        .env(HOOK, "prefill:4")
+        .ok()
+        .json();
+    assert_eq!(run["stop_reason"], "max_new_tokens");
+    assert_eq!(ids(&run["ids"]).len(), 5);
 }

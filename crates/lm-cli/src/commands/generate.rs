@@ -15,14 +15,15 @@
 //! search stops the same way, through its own step hook: its hypotheses so
 //! far, the live ones cancelled.
 
+use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
 use std::time::Instant;
 
 use anyhow::Result;
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation,
-    beam_search_streaming, fit_prompt, generate_streaming,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, SamplingConfig, Step, StopReason,
+    Truncation, beam_search_streaming, fit_prompt, generate_with_hook,
 };
 use lm_tokenize::Message;
 
@@ -37,6 +38,10 @@ use crate::text::TextCodec;
 
 /// The default of `--max-new-tokens`.
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
+
+/// The prompt is read in chunks of this many tokens (llama.cpp's default
+/// micro-batch), so Ctrl-C stops a long prefill between chunks.
+const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
 
 /// Runs `lm-cli generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -178,6 +183,7 @@ impl ModelTask for Generate {
             truncation: args.truncate,
             num_return_sequences: 1,
             stream: 0,
+            prefill_chunk_len: Some(PREFILL_CHUNK_LEN),
         };
         run.sample(model, &config, &mut out)
     }
@@ -303,18 +309,19 @@ impl Run<'_> {
             live,
         );
         let start = Instant::now();
-        let mut first_step: Option<Instant> = None;
-        let generated =
-            generate_streaming(model, &self.prompt_ids, config, Some(self.codec), |step| {
-                first_step.get_or_insert_with(Instant::now);
-                printer.push(step.token, out);
-                // Ctrl-C, or a reader that closed the pipe: stop here.
-                if interrupt::after_step() || printer.write_failed() {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            });
+        let mut watch = Watch {
+            printer: &mut printer,
+            out,
+            first_step: None,
+        };
+        let generated = generate_with_hook(
+            model,
+            &self.prompt_ids,
+            config,
+            Some(self.codec),
+            &mut watch,
+        );
+        let first_step = watch.first_step;
         let generation = generated?;
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
@@ -422,6 +429,36 @@ impl Run<'_> {
         match interrupted {
             Some(interrupted) => Err(interrupted.into()),
             None => Ok(()),
+        }
+    }
+}
+
+/// What `generate` does while the loop runs: prints each step (when
+/// streaming) and stops on Ctrl-C, between steps or between prompt chunks,
+/// or when the reader closed the pipe.
+struct Watch<'w, 'p> {
+    printer: &'w mut TextPrinter<'p>,
+    out: &'w mut Output,
+    /// When the first token was chosen: the end of the prefill.
+    first_step: Option<Instant>,
+}
+
+impl GenerationHook for &mut Watch<'_, '_> {
+    fn on_step(&mut self, step: &Step) -> ControlFlow<()> {
+        self.first_step.get_or_insert_with(Instant::now);
+        self.printer.push(step.token, self.out);
+        if interrupt::after_step() || self.printer.write_failed() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    fn after_prefill_chunk(&mut self, _n_read: usize, _n_prompt: usize) -> ControlFlow<()> {
+        if interrupt::after_prefill_chunk() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     }
 }
