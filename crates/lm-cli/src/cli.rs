@@ -267,9 +267,19 @@ pub struct GenerateArgs {
     /// Print a table of every step: prefix, chosen token, probabilities.
     #[arg(long, conflicts_with = "json")]
     pub trace: bool,
-    /// Print one JSON object with the ids, steps, stop reason and timing.
+    /// Print one JSON object with the ids, steps, stop reason and timing
+    /// (each step gives its prefix_len; the prompt's ids are given once).
+    /// With --stream: --json-lines.
     #[arg(long)]
     pub json: bool,
+    /// Print JSON lines as the run goes: one object per step
+    /// ("event": "step"), then the report without its steps ("event": "summary").
+    #[arg(long, conflicts_with = "trace")]
+    pub json_lines: bool,
+    /// Give each JSON step its whole prefix of ids too (large: it grows with
+    /// the square of the run's length).
+    #[arg(long)]
+    pub trace_prefixes: bool,
     /// Leave the timing out of the JSON (so runs compare byte for byte).
     #[arg(long)]
     pub no_timing: bool,
@@ -444,6 +454,9 @@ pub enum UsageError {
     /// `--num-return-sequences` with `--num-beams`.
     #[error("--num-return-sequences does not work with --num-beams (every beam is reported)")]
     SequencesWithBeams,
+    /// `--trace-prefixes` without JSON output.
+    #[error("--trace-prefixes needs --json or --json-lines")]
+    PrefixesWithoutJson,
     /// `score --text` with a model that is not a count model.
     #[error(
         "--text scores a sentence with a count model (count:FILE or the default); \

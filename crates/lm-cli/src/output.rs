@@ -36,6 +36,14 @@ impl Output {
         self.out.flush()?;
         Ok(())
     }
+
+    /// Writes a value as one line of compact JSON and flushes (`--json-lines`).
+    pub fn write_json_line<T: serde::Serialize>(&mut self, value: &T) -> anyhow::Result<()> {
+        serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()?;
+        Ok(())
+    }
 }
 
 impl Write for Output {

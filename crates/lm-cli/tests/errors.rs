@@ -49,6 +49,11 @@ fn bad_arguments_name_themselves() {
             "--stop does not work with --num-beams",
         ),
         (toy().opt("--end-token", "cow"), 1, "end token 'cow'"),
+        (
+            toy().arg("--trace-prefixes"),
+            2,
+            "--trace-prefixes needs --json or --json-lines",
+        ),
         // Refused before the prompt is echoed: nothing on stdout.
         (
             Cli::generate("And").opt("--stop", ""),

@@ -19,6 +19,14 @@ fn argmax(values: &[f64]) -> TokenId {
     best as TokenId
 }
 
+/// The ids a `--json` step read: the prompt and the first `prefix_len -
+/// prompt length` generated ids.
+fn prefix_of(report: &serde_json::Value, step: &serde_json::Value) -> Vec<u32> {
+    let prompt = ids(&report["prompt_ids"]);
+    let n_generated = step["prefix_len"].as_u64().unwrap() as usize - prompt.len();
+    [prompt, ids(&report["ids"])[..n_generated].to_vec()].concat()
+}
+
 /// `generate` on the toy decoder, greedy, `n` new tokens.
 fn toy_greedy(n: usize) -> Cli {
     Cli::toy("generate").n(n).arg("--greedy")
@@ -27,6 +35,10 @@ fn toy_greedy(n: usize) -> Cli {
 #[test]
 fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
     let report = check("generate_toy_greedy_json", &toy_greedy(5).arg("--json")).json();
+    // The whole prefixes on request: the ids the lengths stand for.
+    let traced = toy_greedy(5)
+        .args(["--trace-prefixes", "--no-timing"])
+        .json();
     assert_eq!(ids(&report["prompt_ids"]), vec![0, 1, 2]);
     let generated = ids(&report["ids"]);
     assert_eq!(generated.len(), 5);
@@ -37,7 +49,11 @@ fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
     for (index, step) in steps.iter().enumerate() {
         let mut expected_prefix = vec![0, 1, 2];
         expected_prefix.extend_from_slice(&generated[..index]);
-        assert_eq!(ids(&step["prefix"]), expected_prefix, "step {index}");
+        assert_eq!(prefix_of(&report, step), expected_prefix, "step {index}");
+        assert!(step.get("prefix").is_none(), "the prompt is given once");
+        let traced_step = &traced["steps"][index];
+        assert_eq!(ids(&traced_step["prefix"]), expected_prefix, "step {index}");
+        assert_eq!(traced_step["prefix_len"], step["prefix_len"]);
         assert_eq!(step["token"].as_u64().unwrap() as u32, generated[index]);
         assert_eq!(step["prob"].as_f64().unwrap(), 1.0, "greedy policy");
         let logprob = step["logprob"].as_f64().unwrap();
@@ -86,7 +102,7 @@ fn sampled_steps_report_policy_and_model_probabilities() {
     };
     let report = sampled(4, 7).json();
     for step in report["steps"].as_array().unwrap() {
-        let prefix = ids(&step["prefix"]);
+        let prefix = prefix_of(&report, step);
         let token = step["token"].as_u64().unwrap() as usize;
         // The policy at T = 0.5: softmax of the logits halved, from the reference.
         let reference = next_logprobs(&prefix);
@@ -359,4 +375,78 @@ fn a_count_model_generates_from_its_arpa_file() {
         &arpa.clone().args(["--json", "--no-timing"]),
     );
     check("generate_count_trace", &arpa.arg("--trace"));
+}
+
+#[test]
+fn json_lines_stream_each_step_then_a_summary_without_steps() {
+    let sampled = || {
+        Cli::toy("generate")
+            .n(4)
+            .seed(3)
+            .opt("--num-return-sequences", 2)
+            .arg("--no-timing")
+    };
+    let lines_run = check(
+        "generate_toy_json_lines",
+        &sampled().arg("--json-lines").arg("--no-end-token"),
+    );
+    let lines: Vec<serde_json::Value> = lines_run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    let report = sampled().arg("--no-end-token").json();
+    // One line per step of each sequence, in order, then the summary.
+    let mut expected = Vec::new();
+    for (index, sequence) in report["sequences"].as_array().unwrap().iter().enumerate() {
+        for step in sequence["steps"].as_array().unwrap() {
+            let mut line = step.clone();
+            line["event"] = "step".into();
+            line["sequence"] = index.into();
+            expected.push(line);
+        }
+    }
+    let mut summary = report.clone();
+    summary["event"] = "summary".into();
+    summary.as_object_mut().unwrap().remove("steps");
+    for sequence in summary["sequences"].as_array_mut().unwrap() {
+        sequence.as_object_mut().unwrap().remove("steps");
+    }
+    expected.push(summary);
+    assert_eq!(lines, expected);
+    // --json --stream means --json-lines.
+    let streamed = sampled()
+        .arg("--no-end-token")
+        .args(["--json", "--stream"])
+        .ok();
+    assert_eq!(streamed.stdout, lines_run.stdout);
+}
+
+#[test]
+fn json_gives_the_prompt_once_so_it_grows_linearly() {
+    // 400 steps of the embedded model: before, each step repeated its whole
+    // prefix (the report grew with the square of the run).
+    let run = |n: usize, extra: &[&str]| {
+        Cli::generate("And")
+            .n(n)
+            .seed(1)
+            .args(["--no-end-token", "--json", "--no-timing"])
+            .args(extra)
+            .ok()
+            .stdout
+    };
+    let short = run(200, &[]);
+    let long = run(400, &[]);
+    assert!(!long.contains("\"prefix\""), "no step gives its prefix");
+    assert!(
+        long.len() < 2 * short.len() + 1000,
+        "{} vs {}",
+        long.len(),
+        short.len()
+    );
+    let traced = run(400, &["--trace-prefixes"]);
+    assert!(
+        traced.len() > 10 * long.len(),
+        "--trace-prefixes keeps them"
+    );
 }

@@ -1,5 +1,6 @@
 //! `lm-cli generate`: lm-decode's loop (never another one here), with the
-//! output as streamed text, a `--trace` table or one `--json` object.
+//! output as streamed text, a `--trace` table, one `--json` object, or
+//! `--json-lines` (one line per step as it is chosen, then a summary).
 //!
 //! Timing: the loop's step hook fires as soon as each token is chosen, so
 //! the time to the first hook is the prefill (reading the prompt, plus the
@@ -31,7 +32,9 @@ use crate::cli::{GenerateArgs, UsageError};
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
-use crate::report::json::{BeamReport, GenerateReport, SequenceReport, Settings, Timing};
+use crate::report::json::{
+    BeamReport, GenerateReport, JsonLine, SequenceReport, Settings, StepReport, Timing,
+};
 use crate::report::trace;
 use crate::spec::{ModelSpec, ModelTask};
 use crate::text::TextCodec;
@@ -45,6 +48,9 @@ const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero"
 
 /// Runs `lm-cli generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
+    if args.trace_prefixes && !args.json && !args.json_lines {
+        return Err(UsageError::PrefixesWithoutJson.into());
+    }
     if args.num_beams.unwrap_or(1) > 1 {
         if !args.stop.is_empty() {
             return Err(UsageError::StopWithBeams.into());
@@ -71,9 +77,15 @@ struct Generate {
 /// How the results are shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    Json,
+    /// One report at the end, or (`lines`) a line per step as it is chosen
+    /// and the report without its steps.
+    Json {
+        lines: bool,
+    },
     Trace,
-    Text { live: bool },
+    Text {
+        live: bool,
+    },
 }
 
 impl ModelTask for Generate {
@@ -141,8 +153,10 @@ impl ModelTask for Generate {
             num_beams,
             context_length: model.context_length(),
         };
-        let mode = if args.json {
-            Mode::Json
+        let mode = if args.json_lines || (args.json && args.stream) {
+            Mode::Json { lines: true }
+        } else if args.json {
+            Mode::Json { lines: false }
         } else if args.trace {
             Mode::Trace
         } else {
@@ -240,8 +254,8 @@ impl Run<'_> {
                 break;
             }
         }
-        if self.mode == Mode::Json {
-            self.write_json(&sequences, timing, out)?;
+        if let Mode::Json { lines } = self.mode {
+            self.write_json(&sequences, timing, lines, out)?;
         }
         match interruption(&sequences, n_sequences) {
             Some(interrupted) => Err(interrupted.into()),
@@ -250,18 +264,30 @@ impl Run<'_> {
     }
 
     /// The `--json` report of the sequences run (all of them, or those done
-    /// before Ctrl-C, the last one cancelled).
+    /// before Ctrl-C, the last one cancelled); with `lines`, the summary
+    /// line, without the steps already written.
     fn write_json(
         self,
         sequences: &[(Generation, String)],
         timing: Timing,
+        lines: bool,
         out: &mut Output,
     ) -> Result<()> {
+        let report = |generation: &Generation, text: &String| {
+            let mut report = SequenceReport::from_generation(
+                generation,
+                text.clone(),
+                self.codec,
+                self.args.trace_prefixes,
+            );
+            if lines {
+                report.steps = None;
+            }
+            report
+        };
         let mut reports: Vec<SequenceReport> = sequences
             .iter()
-            .map(|(generation, text)| {
-                SequenceReport::from_generation(generation, text.clone(), self.codec)
-            })
+            .map(|(generation, text)| report(generation, text))
             .collect();
         let (first, _) = sequences
             .first()
@@ -270,8 +296,7 @@ impl Run<'_> {
         let n_prompt_dropped = first.n_prompt_dropped;
         // Asked for several: a list, even when Ctrl-C left only one.
         let (best, rest) = if self.args.num_return_sequences > 1 {
-            let best = SequenceReport::from_generation(first, sequences[0].1.clone(), self.codec);
-            (best, Some(reports))
+            (report(first, &sequences[0].1), Some(reports))
         } else {
             (reports.remove(0), None)
         };
@@ -286,7 +311,7 @@ impl Run<'_> {
             settings: self.settings,
             timing: (!self.args.no_timing).then_some(timing),
         };
-        out.write_json(&report)
+        write_report(&report, lines, out)
     }
 
     /// One run of the loop; streams when asked.
@@ -313,6 +338,12 @@ impl Run<'_> {
             printer: &mut printer,
             out,
             first_step: None,
+            lines: (self.mode == Mode::Json { lines: true }).then_some(StepLines {
+                codec: self.codec,
+                sequence: usize::try_from(config.stream).unwrap_or(usize::MAX),
+                prefix: self.args.trace_prefixes.then(|| self.prompt_ids.clone()),
+                error: None,
+            }),
         };
         let generated = generate_with_hook(
             model,
@@ -322,6 +353,9 @@ impl Run<'_> {
             &mut watch,
         );
         let first_step = watch.first_step;
+        if let Some(error) = watch.lines.and_then(|lines| lines.error) {
+            return Err(error.into());
+        }
         let generation = generated?;
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
@@ -381,13 +415,18 @@ impl Run<'_> {
             .first()
             .ok_or_else(|| anyhow::anyhow!("beam search returned no hypothesis"))?;
         let printed = match self.mode {
-            Mode::Json => {
+            Mode::Json { lines } => {
                 let n_new: usize = beams.iter().map(|b| b.tokens.len()).sum();
-                let report = GenerateReport {
+                let mut report = GenerateReport {
                     model: self.spec.to_string(),
                     prompt: self.prompt,
                     n_prompt_dropped: self.prompt_ids.len() - prompt_ids.len(),
-                    best: SequenceReport::from_hypothesis(&prompt_ids, best, self.codec),
+                    best: SequenceReport::from_hypothesis(
+                        &prompt_ids,
+                        best,
+                        self.codec,
+                        self.args.trace_prefixes,
+                    ),
                     prompt_ids,
                     sequences: None,
                     beams: Some(
@@ -405,7 +444,18 @@ impl Run<'_> {
                         total_ms,
                     }),
                 };
-                out.write_json(&report)
+                if lines {
+                    // Beam search chooses its steps at the end: they come
+                    // out together, then the summary.
+                    for step in report.best.steps.take().unwrap_or_default() {
+                        out.write_json_line(&JsonLine {
+                            event: "step",
+                            sequence: Some(0),
+                            body: &step,
+                        })?;
+                    }
+                }
+                write_report(&report, lines, out)
             }
             Mode::Trace => {
                 out.write_now(&trace::render_beams(&prompt_ids, &beams, self.codec))?;
@@ -433,21 +483,69 @@ impl Run<'_> {
     }
 }
 
-/// What `generate` does while the loop runs: prints each step (when
-/// streaming) and stops on Ctrl-C, between steps or between prompt chunks,
-/// or when the reader closed the pipe.
+/// The report as one pretty object, or as the `--json-lines` summary line.
+fn write_report(report: &GenerateReport, lines: bool, out: &mut Output) -> Result<()> {
+    if lines {
+        out.write_json_line(&JsonLine {
+            event: "summary",
+            sequence: None,
+            body: report,
+        })
+    } else {
+        out.write_json(report)
+    }
+}
+
+/// What `generate` does while the loop runs: prints each step (streamed
+/// text, or a `--json-lines` line) and stops on Ctrl-C, between steps or
+/// between prompt chunks, or when the reader closed the pipe.
 struct Watch<'w, 'p> {
     printer: &'w mut TextPrinter<'p>,
     out: &'w mut Output,
     /// When the first token was chosen: the end of the prefill.
     first_step: Option<Instant>,
+    /// The `--json-lines` step writer.
+    lines: Option<StepLines<'w>>,
+}
+
+/// Writes each step as a `--json-lines` line.
+struct StepLines<'w> {
+    codec: &'w TextCodec,
+    /// The sequence the steps belong to.
+    sequence: usize,
+    /// The prefix read so far (`--trace-prefixes` only).
+    prefix: Option<Vec<TokenId>>,
+    /// The first write error; the run stops at it.
+    error: Option<anyhow::Error>,
+}
+
+impl StepLines<'_> {
+    fn write(&mut self, step: &Step, out: &mut Output) {
+        let report = StepReport::new(step, self.prefix.clone(), self.codec);
+        if let Some(prefix) = &mut self.prefix {
+            prefix.push(step.token);
+        }
+        let line = JsonLine {
+            event: "step",
+            sequence: Some(self.sequence),
+            body: &report,
+        };
+        if let Err(error) = out.write_json_line(&line) {
+            self.error = Some(error);
+        }
+    }
 }
 
 impl GenerationHook for &mut Watch<'_, '_> {
     fn on_step(&mut self, step: &Step) -> ControlFlow<()> {
         self.first_step.get_or_insert_with(Instant::now);
         self.printer.push(step.token, self.out);
-        if interrupt::after_step() || self.printer.write_failed() {
+        if let Some(lines) = &mut self.lines {
+            lines.write(step, self.out);
+        }
+        let write_failed =
+            self.printer.write_failed() || self.lines.as_ref().is_some_and(|l| l.error.is_some());
+        if interrupt::after_step() || write_failed {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())

@@ -2,6 +2,14 @@
 //! documented interface (tests and scripts read them); numbers are written
 //! as serde_json writes `f32`/`f64` (shortest round-trip form), so the same
 //! run prints the same bytes.
+//!
+//! The prompt's ids are given once (`prompt_ids`); a step gives the length
+//! of the prefix it read (`prefix_len`: the prompt and the generated tokens
+//! before it), not the prefix itself, so a report grows linearly with the
+//! run (`--trace-prefixes` adds each step's full `prefix`). `--json-lines`
+//! writes one [`StepReport`] line per step as it is chosen (a
+//! [`JsonLine`] with `"event": "step"`), then the report without its steps
+//! (`"event": "summary"`).
 
 use lm_core::TokenId;
 use lm_decode::{Candidate, Generation, Hypothesis, Step, StopReason};
@@ -52,8 +60,10 @@ pub struct SequenceReport {
     /// The stop string that stopped the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_string: Option<String>,
-    /// One entry per generated token.
-    pub steps: Vec<StepReport>,
+    /// One entry per generated token (left out of a `--json-lines` summary,
+    /// whose steps came before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepReport>>,
     /// The model's chain-rule log-probability of `ids` (natural log).
     pub sequence_logprob: f64,
     /// The same under the decoding policy: the probability of the run as drawn.
@@ -63,8 +73,12 @@ pub struct SequenceReport {
 /// One step of the loop.
 #[derive(Debug, Serialize)]
 pub struct StepReport {
-    /// The ids read before choosing (prompt + earlier generated tokens).
-    pub prefix: Vec<TokenId>,
+    /// How many ids were read before choosing: the prompt and the earlier
+    /// generated tokens.
+    pub prefix_len: usize,
+    /// Those ids (`--trace-prefixes` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<Vec<TokenId>>,
     /// The chosen id.
     pub token: TokenId,
     /// Its text.
@@ -191,13 +205,25 @@ pub fn stop_reason_parts(reason: &StopReason) -> (&'static str, Option<TokenId>,
 }
 
 impl SequenceReport {
-    /// The report of one generation; `text` is the text to show.
-    pub fn from_generation(generation: &Generation, text: String, codec: &TextCodec) -> Self {
+    /// The report of one generation; `text` is the text to show; `prefixes`
+    /// adds each step's full prefix.
+    pub fn from_generation(
+        generation: &Generation,
+        text: String,
+        codec: &TextCodec,
+        prefixes: bool,
+    ) -> Self {
         let (stop_reason, stop_token, stop_string) = stop_reason_parts(&generation.stop_reason);
         let steps = generation
             .steps
             .iter()
-            .map(|step| StepReport::from_step(generation, step, codec))
+            .map(|step| {
+                let prefix = prefixes.then(|| {
+                    let (prompt, generated) = generation.prefix(step.index).unwrap_or_default();
+                    [prompt, generated].concat()
+                });
+                StepReport::new(step, prefix, codec)
+            })
             .collect();
         Self {
             ids: generation.tokens.clone(),
@@ -205,15 +231,21 @@ impl SequenceReport {
             stop_reason,
             stop_token,
             stop_string,
-            steps,
+            steps: Some(steps),
             sequence_logprob: generation.logprob().ln(),
             policy_sequence_logprob: generation.policy_logprob().ln(),
         }
     }
 
     /// The report of the best beam, its steps rebuilt from the per-token
-    /// log-probabilities (the policy of a search is the model itself).
-    pub fn from_hypothesis(prompt: &[TokenId], best: &Hypothesis, codec: &TextCodec) -> Self {
+    /// log-probabilities (the policy of a search is the model itself);
+    /// `prefixes` adds each step's full prefix.
+    pub fn from_hypothesis(
+        prompt: &[TokenId],
+        best: &Hypothesis,
+        codec: &TextCodec,
+        prefixes: bool,
+    ) -> Self {
         let (stop_reason, stop_token, stop_string) = stop_reason_parts(&best.stop_reason);
         let mut running = 0.0;
         let steps = best
@@ -223,10 +255,9 @@ impl SequenceReport {
             .enumerate()
             .map(|(index, (&token, &logprob))| {
                 running += logprob;
-                let mut prefix = prompt.to_vec();
-                prefix.extend_from_slice(&best.tokens[..index]);
                 StepReport {
-                    prefix,
+                    prefix_len: prompt.len() + index,
+                    prefix: prefixes.then(|| [prompt, &best.tokens[..index]].concat()),
                     token,
                     token_text: codec.token_text(token),
                     prob: logprob.exp() as f32,
@@ -244,7 +275,7 @@ impl SequenceReport {
             stop_reason,
             stop_token,
             stop_string,
-            steps,
+            steps: Some(steps),
             sequence_logprob: best.logprob,
             policy_sequence_logprob: best.logprob,
         }
@@ -274,9 +305,8 @@ impl BeamReport {
 }
 
 impl StepReport {
-    fn from_step(generation: &Generation, step: &Step, codec: &TextCodec) -> Self {
-        let mut prefix = generation.prompt.clone();
-        prefix.extend_from_slice(generation.tokens.get(..step.index).unwrap_or_default());
+    /// The report of one step; `prefix` is given with `--trace-prefixes`.
+    pub fn new(step: &Step, prefix: Option<Vec<TokenId>>, codec: &TextCodec) -> Self {
         let candidates = |list: &[Candidate]| -> Vec<CandidateReport> {
             list.iter()
                 .map(|c| CandidateReport {
@@ -288,6 +318,7 @@ impl StepReport {
                 .collect()
         };
         Self {
+            prefix_len: step.prefix_len,
             prefix,
             token: step.token,
             token_text: codec.token_text(step.token),
@@ -299,6 +330,19 @@ impl StepReport {
             policy_top: candidates(&step.policy_top),
         }
     }
+}
+
+/// One line of `--json-lines`: an object tagged with what it is.
+#[derive(Debug, Serialize)]
+pub struct JsonLine<'a, T> {
+    /// `step` (one per chosen token, as it is chosen) or `summary` (last).
+    pub event: &'static str,
+    /// Which sequence a step belongs to (counted from 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<usize>,
+    /// The step or the report.
+    #[serde(flatten)]
+    pub body: &'a T,
 }
 
 /// `lm-cli probs --json`.

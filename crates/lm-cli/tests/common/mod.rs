@@ -170,7 +170,8 @@ impl Cli {
 /// Runs `cli`, expects success, and pins its stdout with the insta snapshot
 /// `tests/snapshots/{name}.snap` (its description is the command line).
 /// Paths into `fixtures/` are written from the workspace root. With
-/// `--json` the snapshot is the parsed JSON, its clock readings
+/// `--json` the snapshot is the parsed JSON (with `--json-lines`, the list
+/// of the lines parsed), its clock readings
 /// (`timing.*_ms`) replaced by `"[ms]"` and its fractional numbers rounded
 /// to 6 decimals, so it pins the fields and values the README and scripts
 /// read without pinning the machine. Returns the run for further checks.
@@ -183,8 +184,16 @@ pub fn check(name: &str, cli: &Cli) -> Run {
     settings.set_omit_expression(true);
     let stdout = from_workspace(&run.stdout);
     settings.bind(|| {
-        if cli.args.iter().any(|arg| arg == "--json") {
-            let mut report: Value = serde_json::from_str(&stdout).expect("one JSON value");
+        let json_lines = cli.args.iter().any(|arg| arg == "--json-lines");
+        if json_lines || cli.args.iter().any(|arg| arg == "--json") {
+            let mut report: Value = if json_lines {
+                let lines = stdout
+                    .lines()
+                    .map(|line| serde_json::from_str(line).expect("one JSON value per line"));
+                Value::Array(lines.collect())
+            } else {
+                serde_json::from_str(&stdout).expect("one JSON value")
+            };
             redact_clock(&mut report);
             round_fractions(&mut report);
             insta::assert_json_snapshot!(name, report);
