@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Cli, check, fixture};
+use crate::common::{Cli, check, close_stdout_after, fixture};
 
 /// Rows of a tab-separated manifest, comments skipped.
 fn manifest(path: &Path) -> Vec<Vec<String>> {
@@ -201,15 +201,20 @@ fn ctrl_c_while_streaming_prints_the_text_so_far_and_exits_130() {
     assert!((1..100_000_000).contains(&n_tokens), "{n_tokens}");
 }
 
+/// `sh -c script` with stdin closed; the script names the binary `$LM_CLI`.
+fn shell(script: &str) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(script)
+        .env("LM_CLI", env!("CARGO_BIN_EXE_lm-cli"))
+        .stdin(Stdio::null());
+    command
+}
+
 #[test]
 fn output_to_a_closed_shell_pipe_ends_quietly() {
-    let binary = env!("CARGO_BIN_EXE_lm-cli");
-    let output = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "'{binary}' generate --prompt 'And God said' -n 2000 --stream | head -c 1"
-        ))
-        .stdin(Stdio::null())
+    let output = shell("\"$LM_CLI\" generate --prompt 'And God said' -n 2000 --stream | head -c 1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -225,27 +230,15 @@ fn a_closed_pipe_stops_the_generation_at_its_first_failed_write() {
     // (`ulimit -t 20`) kills a run that keeps generating (no exit code); a
     // run that stops at its first failed write exits 0, quietly, within a
     // few steps of the close.
-    let binary = env!("CARGO_BIN_EXE_lm-cli");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -t 20; exec '{binary}' generate --prompt 'And God said' \
-             -n 100000000 --no-end-token --stream"
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut first = [0u8; 10];
-    stdout.read_exact(&mut first).unwrap();
-    drop(stdout);
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert!(stderr.is_empty(), "{stderr}");
-    assert_eq!(&first, b"And God sa");
+    let child = shell(
+        "ulimit -t 20; exec \"$LM_CLI\" generate --prompt 'And God said' \
+         -n 100000000 --no-end-token --stream",
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    assert_eq!(close_stdout_after(child, 10), b"And God sa");
 }
 
 #[test]

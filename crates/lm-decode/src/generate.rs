@@ -34,6 +34,9 @@ pub struct GenerationConfig {
     /// Strings that end the response when the generated text contains them;
     /// they need a detokenizer.
     pub stop_strings: Vec<String>,
+    /// Read the prompt in chunks of at most this many tokens (`None`: in one
+    /// call), so a hook can stop a long prefill between chunks.
+    pub prefill_chunk_len: Option<NonZeroUsize>,
     /// How many top candidates each step records (0: none).
     pub n_top_candidates: usize,
     /// What to do with a prompt that does not fit the context.
@@ -43,9 +46,6 @@ pub struct GenerationConfig {
     /// The random stream of the (first) output; output j of
     /// [`generate_many`] and batch row j use `stream + j`.
     pub stream: u64,
-    /// Read the prompt in chunks of at most this many tokens (`None`: in one
-    /// call), so a hook can stop a long prefill between chunks.
-    pub prefill_chunk_len: Option<NonZeroUsize>,
 }
 
 impl Default for GenerationConfig {
@@ -55,11 +55,11 @@ impl Default for GenerationConfig {
             sampling: SamplingConfig::default(),
             end_tokens: Vec::new(),
             stop_strings: Vec::new(),
+            prefill_chunk_len: None,
             n_top_candidates: 0,
             truncation: Truncation::Refuse,
             num_return_sequences: 1,
             stream: 0,
-            prefill_chunk_len: None,
         }
     }
 }
@@ -140,17 +140,8 @@ pub fn generate_with_hook<M: LanguageModel>(
     if row.stop_reason.is_some() {
         return Ok(row.into_generation());
     }
-    let mut state = model.new_state();
-    let mut logits = Vec::new();
-    let chunk_len = config.prefill_chunk_len;
-    let read = prefill(
-        model,
-        &mut state,
-        &row.history,
-        chunk_len,
-        &mut logits,
-        |n, total| hook.after_prefill_chunk(n, total),
-    )?;
+    let (mut state, mut logits, read) =
+        row.read_prompt(model, |n, total| hook.after_prefill_chunk(n, total))?;
     if read.is_break() {
         row.stop_reason = Some(StopReason::Cancelled);
         return Ok(row.into_generation());
@@ -181,17 +172,8 @@ pub fn generate_many<M: LanguageModel>(
             let (mut state, mut logits) = match &prefilled {
                 Some((state, logits)) => (state.clone(), logits.clone()),
                 None => {
-                    let mut state = model.new_state();
-                    let mut logits = Vec::new();
-                    let chunk_len = config.prefill_chunk_len;
-                    let read = prefill(
-                        model,
-                        &mut state,
-                        &row.history,
-                        chunk_len,
-                        &mut logits,
-                        |_, _| ControlFlow::Continue(()),
-                    )?;
+                    let (state, logits, read) =
+                        row.read_prompt(model, |_, _| ControlFlow::Continue(()))?;
                     debug_assert!(read.is_continue(), "nothing here stops a prefill");
                     prefilled = Some((state.clone(), logits.clone()));
                     (state, logits)
@@ -352,6 +334,28 @@ impl<'a> Row<'a> {
             stream,
             stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
         })
+    }
+
+    /// Reads the prompt into a new state in chunks of the configured length
+    /// (`after_chunk` may stop it between chunks): the state, the logits
+    /// after the last token read, and whether the whole prompt was read.
+    fn read_prompt<M: LanguageModel>(
+        &self,
+        model: &M,
+        after_chunk: impl FnMut(usize, usize) -> ControlFlow<()>,
+    ) -> Result<(M::State, Vec<f32>, ControlFlow<()>)> {
+        let mut state = model.new_state();
+        let mut logits = Vec::new();
+        let chunk_len = self.config.prefill_chunk_len;
+        let read = prefill(
+            model,
+            &mut state,
+            &self.history,
+            chunk_len,
+            &mut logits,
+            after_chunk,
+        )?;
+        Ok((state, logits, read))
     }
 
     /// The generated tokens so far.

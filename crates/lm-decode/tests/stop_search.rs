@@ -60,6 +60,9 @@ fn whole(detokenizer: &dyn Detokenize, context: &[TokenId], ids: &[TokenId]) -> 
         .map_or_else(|| detokenizer.decode(ids), str::to_owned)
 }
 
+/// The first stop: after how many ids, at which byte, which stop string.
+type FirstStop = (usize, usize, usize);
+
 /// Pushes `ids` one at a time and compares each step with the whole-text
 /// search; returns the step and match of the first stop (both ways agree).
 fn check(
@@ -67,7 +70,7 @@ fn check(
     context: &[TokenId],
     ids: &[TokenId],
     stops: &[String],
-) -> Option<(usize, usize, usize)> {
+) -> Option<FirstStop> {
     let mut search = StopSearch::new(detokenizer, stops, context);
     for k in 1..=ids.len() {
         let found = search.push(ids[k - 1]);
@@ -90,7 +93,7 @@ fn stop_strings_spanning_tokens_and_split_characters_are_found_where_the_whole_t
     let stops = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     // "a" "b" | "é" from C3 + A9 | "🙂" from F0 9F + 99 82
     let ids: [TokenId; 8] = [0, 1, 6, 7, 3, 9, 10, 0];
-    let cases: [(&[&str], Option<(usize, usize, usize)>); 7] = [
+    let cases: [(&[&str], Option<FirstStop>); 7] = [
         (&["bé"], Some((4, 1, 0))),       // spans "b" and both halves of "é"
         (&["é 🙂a"], Some((8, 2, 0))),    // spans five tokens
         (&["🙂"], Some((7, 5, 0))),       // found only once its second half arrives

@@ -354,7 +354,7 @@ impl Run<'_> {
         );
         let first_step = watch.first_step;
         if let Some(error) = watch.lines.and_then(|lines| lines.error) {
-            return Err(error.into());
+            return Err(error);
         }
         let generation = generated?;
         let end = Instant::now();

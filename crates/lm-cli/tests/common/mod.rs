@@ -2,6 +2,7 @@
 //! line builder ([`Cli`]), JSON accessors, and [`check`], which pins what a
 //! command prints with an insta snapshot.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -165,6 +166,23 @@ impl Cli {
     pub fn json(&self) -> Value {
         self.clone().arg("--json").ok().json()
     }
+}
+
+/// Reads the first `n_bytes` a running `lm-cli` writes, then closes the pipe
+/// as `| head -c N` does, and expects the process to end quietly: exit 0,
+/// nothing on stderr. Returns the bytes read.
+pub fn close_stdout_after(mut child: Child, n_bytes: usize) -> Vec<u8> {
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut first = vec![0u8; n_bytes];
+    stdout
+        .read_exact(&mut first)
+        .expect("the first bytes arrive");
+    drop(stdout);
+    let output = child.wait_with_output().expect("lm-cli ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    first
 }
 
 /// Runs `cli`, expects success, and pins its stdout with the insta snapshot
