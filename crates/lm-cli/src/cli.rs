@@ -258,7 +258,8 @@ pub struct GenerateArgs {
     /// (keep the first N tokens and the most recent ones).
     #[arg(long, value_name = "POLICY", default_value = "error", value_parser = parse_truncation)]
     pub truncate: Truncation,
-    /// Print text as it is generated (the default on a terminal).
+    /// Print text as it is generated (the default on a terminal); with
+    /// --json, print --json-lines.
     #[arg(long, overrides_with = "no_stream")]
     pub stream: bool,
     /// Print the text only at the end.
