@@ -4,7 +4,8 @@
 //! ```text
 //! 0  success (also when stdout is closed early, as by `| head -c 1`)
 //! 1  runtime error: one line `error: <message>: <cause>: ...`
-//! 2  usage error: a bad argument, named, with a hint line
+//! 2  usage error: a bad argument, named, with a hint line (`lm-cli` with
+//!    no arguments prints the help on stdout)
 //! 130 interrupted by Ctrl-C (generate): what was generated so far is
 //!    printed in the mode asked for (text, --trace, --json), and a
 //!    `note: interrupted ...` line on stderr (beam search prints nothing)

@@ -46,7 +46,7 @@ impl<F: FnMut(&Step) -> ControlFlow<()>> GenerationHook for F {
 /// when `None`), leaving the logits row after the last token in `logits`.
 /// `after_chunk(n_read, n_total)` runs after each chunk; on `Break` the rest
 /// is not read and `Break` is returned.
-pub fn prefill<M: LanguageModel>(
+pub(crate) fn prefill<M: LanguageModel>(
     model: &M,
     state: &mut M::State,
     tokens: &[TokenId],

@@ -91,7 +91,11 @@
 //!   bans) validate their parameter on construction, so a front end can
 //!   check a flag with the same rule the sampler applies.
 //! - Stop strings and [`Generation::text`] read text through
-//!   [`lm_core::Detokenize`].
+//!   [`lm_core::Detokenize`], decoded incrementally ([`IncrementalText`],
+//!   [`StopSearch`], which a front end can use to stream the same text).
+//! - A caller that must stop a long prompt between prefill chunks (Ctrl-C)
+//!   implements [`GenerationHook`] and calls [`generate_with_hook`] with
+//!   `GenerationConfig::prefill_chunk_len` set.
 #![deny(missing_docs)]
 
 mod batch;
@@ -116,7 +120,7 @@ pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{
     GenerationConfig, generate, generate_many, generate_streaming, generate_with_hook,
 };
-pub use hook::{GenerationHook, prefill};
+pub use hook::GenerationHook;
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
