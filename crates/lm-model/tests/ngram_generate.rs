@@ -35,7 +35,7 @@ fn logits_are_natural_log_probabilities_with_bos_masked() {
                 continue;
             }
             // The scoring path (one word at a time) agrees with the row path.
-            let (log10_p, _) = model.log10_prob(&context, w);
+            let log10_p = model.log10_prob(&context, w).log10_prob;
             assert!((logits_row[w as usize] - log10_p * LN_10).abs() < 1e-5);
         }
         let total: f32 = logits_row.iter().map(|l| l.exp()).sum();
@@ -77,7 +77,7 @@ fn greedy_generation_matches_a_hand_rolled_argmax() {
         let best = (0..vocab.len() as u32)
             .filter(|&w| w != vocab.bos())
             .fold(None, |best: Option<(u32, f32)>, w| {
-                let p = model.log10_prob(&history, w).0;
+                let p = model.log10_prob(&history, w).log10_prob;
                 match best {
                     Some((_, bp)) if bp >= p => best,
                     _ => Some((w, p)),

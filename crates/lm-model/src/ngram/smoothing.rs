@@ -100,6 +100,32 @@ impl Discount {
     }
 }
 
+/// An order whose modified Kneser-Ney discounts its counts could not give,
+/// estimated with the fallback discounts instead (the warning `lmplz
+/// --discount_fallback` prints). [`NgramModel::discount_fallbacks`] lists
+/// them, so a caller can tell the estimate is not plain Kneser-Ney.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiscountFallback {
+    /// The n-gram order (1 for unigrams).
+    pub order: usize,
+    /// The first adjusted count (3 means "3 and more") whose discount failed:
+    /// no n-gram has it, or its estimate fell outside `[0, count]`.
+    pub count: u64,
+    /// The discounts used instead.
+    pub discount: Discount,
+}
+
+impl std::fmt::Display for DiscountFallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Discount { d1, d2, d3_plus } = self.discount;
+        write!(
+            f,
+            "kneser-ney discounts for {}-grams are undefined for this corpus (adjusted count {}); used the fallback discounts D1 = {d1}, D2 = {d2}, D3+ = {d3_plus}",
+            self.order, self.count
+        )
+    }
+}
+
 /// Adjusted counts per level (see the module docs), indexed like the counts.
 pub(crate) fn adjusted_counts(counts: &NgramCounts) -> Vec<Vec<u64>> {
     let levels = counts.levels();
@@ -150,32 +176,50 @@ pub fn kneser_ney_discounts(
     counts: &NgramCounts,
     fallback: Option<Discount>,
 ) -> Result<Vec<Discount>, NgramError> {
-    discounts_of(&adjusted_counts(counts), fallback)
+    Ok(discounts_of(&adjusted_counts(counts), fallback)?.0)
 }
 
+/// The discounts of every order, and the orders that took `fallback`.
 fn discounts_of(
     adjusted: &[Vec<u64>],
     fallback: Option<Discount>,
-) -> Result<Vec<Discount>, NgramError> {
+) -> Result<(Vec<Discount>, Vec<DiscountFallback>), NgramError> {
     if let Some(fallback) = fallback {
         fallback.check()?;
     }
-    adjusted
-        .iter()
-        .enumerate()
-        .map(|(l, values)| {
-            let mut n = [0u64; 5];
-            for &a in values {
-                if let Some(slot) = n.get_mut(a as usize) {
-                    *slot += 1;
-                }
+    let mut discounts = Vec::with_capacity(adjusted.len());
+    let mut fallbacks = Vec::new();
+    for (l, values) in adjusted.iter().enumerate() {
+        let mut n = [0u64; 5];
+        for &a in values {
+            if let Some(slot) = n.get_mut(a as usize) {
+                *slot += 1;
             }
-            match discount_from(l + 1, &n) {
-                Ok(discount) => Ok(discount),
-                Err(error) => fallback.ok_or(error),
+        }
+        let discount = match (discount_from(l + 1, &n), fallback) {
+            (Ok(discount), _) => discount,
+            (Err(error), None) => return Err(error),
+            (
+                Err(
+                    NgramError::DiscountUndefined { order, count }
+                    | NgramError::DiscountOutOfRange { order, count, .. },
+                ),
+                Some(discount),
+            ) => {
+                fallbacks.push(DiscountFallback {
+                    order,
+                    count,
+                    discount,
+                });
+                discount
             }
-        })
-        .collect()
+            (Err(error), Some(_)) => {
+                unreachable!("discount_from returns only discount errors, got {error:?}")
+            }
+        };
+        discounts.push(discount);
+    }
+    Ok((discounts, fallbacks))
 }
 
 fn discount_from(order: usize, n: &[u64; 5]) -> Result<Discount, NgramError> {
@@ -247,6 +291,7 @@ impl NgramModel {
         // Linear probabilities per level, and γ per context (KN only).
         let mut probs: Vec<Vec<f64>> = Vec::with_capacity(order);
         let mut gammas: Vec<Vec<f64>> = Vec::with_capacity(order);
+        let mut fallbacks = Vec::new();
         match *smoothing {
             Smoothing::MaximumLikelihood | Smoothing::AddK { .. } => {
                 let k = match *smoothing {
@@ -288,7 +333,8 @@ impl NgramModel {
             }
             Smoothing::ModifiedKneserNey { fallback } => {
                 let adjusted = adjusted_counts(counts);
-                let discounts = discounts_of(&adjusted, fallback)?;
+                let (discounts, taken) = discounts_of(&adjusted, fallback)?;
+                fallbacks = taken;
                 for l in 0..order {
                     let level = &levels[l];
                     let discount = discounts[l];
@@ -430,6 +476,8 @@ impl NgramModel {
             higher.push(entries);
             new_index = renumbered;
         }
-        NgramModel::from_built_levels(vocab.clone(), unigrams, higher)
+        let mut model = NgramModel::from_built_levels(vocab.clone(), unigrams, higher)?;
+        model.discount_fallbacks = fallbacks;
+        Ok(model)
     }
 }
