@@ -360,3 +360,24 @@ fn a_count_model_generates_from_its_arpa_file() {
     );
     check("generate_count_trace", &arpa.arg("--trace"));
 }
+
+/// A count model's `<unk>` has no text: `generate` bans it (its probability
+/// stays in `score`). Without the ban, this seed writes `<unk>` within 200
+/// tokens of this two-line corpus, whose `<unk>` is likely.
+#[test]
+fn a_count_model_never_writes_unk() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "a b\nb a\n").unwrap();
+    let report = Cli::new("generate")
+        .model(format!("count:{}", corpus.display()))
+        .opt("--prompt", "")
+        .arg("--no-end-token")
+        .n(200)
+        .seed(3)
+        .json();
+    let generated = ids(&report["ids"]);
+    assert_eq!(generated.len(), 200);
+    let unk = lm_model::ngram::Vocab::new().unk(); // the markers' ids are fixed
+    assert!(!generated.contains(&unk), "{generated:?}");
+}

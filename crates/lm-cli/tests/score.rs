@@ -214,6 +214,23 @@ fn train_then_score_matches_kenlm_query() {
     check_against_kenlm(&format!("count:{}", out.display()));
 }
 
+/// `--discount-fallback` on a corpus too small for Kneser-Ney trains, and
+/// says which orders took the fallback discounts.
+#[test]
+fn train_notes_each_order_that_took_the_fallback_discounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "a b\na\n").unwrap();
+    let out = dir.path().join("fallback.arpa");
+    let run = train(&corpus, &out, &["--order", "2", "--discount-fallback"]);
+    for order in [1, 2] {
+        let note = format!(
+            "note: kneser-ney discounts for {order}-grams are undefined for this corpus (adjusted count 3); used the fallback discounts D1 = 0.5, D2 = 1, D3+ = 1.5"
+        );
+        assert!(run.stderr.contains(&note), "{}", run.stderr);
+    }
+}
+
 #[test]
 fn train_with_mle_and_add_k_writes_arpa() {
     let dir = tempfile::tempdir().unwrap();

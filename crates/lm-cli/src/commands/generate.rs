@@ -120,6 +120,7 @@ impl ModelTask for Generate {
             },
             repetition_penalty: args.repetition_penalty,
             seed: args.seed,
+            banned_tokens: codec.unwritable_ids(),
             ..filters
         };
         let num_beams = args.num_beams.map_or(1, to_usize);

@@ -385,6 +385,29 @@ impl SequenceState for NgramState {
 /// is `-inf`. `</s>` ([`Vocab::eos`]) is the end token. The context is
 /// unbounded (`context_length` is `None`); only the last `order - 1` tokens
 /// matter.
+///
+/// `<unk>` keeps its probability: it is the mass of every word outside the
+/// vocabulary, and scoring a text through these logits must agree with
+/// [`NgramModel::score`] (KenLM's `query`), which gives an unknown word
+/// `<unk>`'s probability. Generation, which has no word to write for it,
+/// bans it in the sampler, as lm-cli does for every count model:
+///
+/// ```
+/// use lm_decode::{GenerationConfig, SamplingConfig, generate};
+/// use lm_model::ngram::{TrainOptions, train};
+/// let model = train("a b\nb a\n".as_bytes(), &TrainOptions::default(), |_| {}).unwrap();
+/// let vocab = model.vocab();
+/// let config = GenerationConfig {
+///     max_new_tokens: 50,
+///     sampling: SamplingConfig {
+///         banned_tokens: vec![vocab.unk()], // never write "<unk>"
+///         ..SamplingConfig::default()
+///     },
+///     ..GenerationConfig::default()
+/// };
+/// let run = generate(&model, &[vocab.bos()], &config, None).unwrap();
+/// assert!(!run.tokens.contains(&vocab.unk()));
+/// ```
 impl LanguageModel for NgramModel {
     type State = NgramState;
 
