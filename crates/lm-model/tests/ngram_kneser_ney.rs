@@ -227,7 +227,7 @@ fn default_options_fall_back_on_a_tiny_corpus_and_say_so() {
     assert_eq!(model.discount_fallbacks(), [fallback(1, 3), fallback(2, 3)]);
     assert_eq!(
         model.discount_fallbacks()[0].to_string(),
-        "kneser-ney discounts for 1-grams are undefined for this corpus (adjusted count 3); \
+        "kneser-ney discounts for 1-grams cannot be estimated from this corpus (adjusted count 3); \
          used the fallback discounts D1 = 0.5, D2 = 1, D3+ = 1.5"
     );
     // What is documented: lmplz's `--discount_fallback` values.

@@ -120,7 +120,7 @@ impl std::fmt::Display for DiscountFallback {
         let Discount { d1, d2, d3_plus } = self.discount;
         write!(
             f,
-            "kneser-ney discounts for {}-grams are undefined for this corpus (adjusted count {}); used the fallback discounts D1 = {d1}, D2 = {d2}, D3+ = {d3_plus}",
+            "kneser-ney discounts for {}-grams cannot be estimated from this corpus (adjusted count {}); used the fallback discounts D1 = {d1}, D2 = {d2}, D3+ = {d3_plus}",
             self.order, self.count
         )
     }
