@@ -196,25 +196,17 @@ fn discounts_of(
                 *slot += 1;
             }
         }
-        let discount = match (discount_from(l + 1, &n), fallback) {
+        let order = l + 1;
+        let discount = match (discount_from(&n), fallback) {
             (Ok(discount), _) => discount,
-            (Err(error), None) => return Err(error),
-            (
-                Err(
-                    NgramError::DiscountUndefined { order, count }
-                    | NgramError::DiscountOutOfRange { order, count, .. },
-                ),
-                Some(discount),
-            ) => {
+            (Err(failure), None) => return Err(failure.at(order)),
+            (Err(failure), Some(discount)) => {
                 fallbacks.push(DiscountFallback {
                     order,
-                    count,
+                    count: failure.count(),
                     discount,
                 });
                 discount
-            }
-            (Err(error), Some(_)) => {
-                unreachable!("discount_from returns only discount errors, got {error:?}")
             }
         };
         discounts.push(discount);
@@ -222,22 +214,48 @@ fn discounts_of(
     Ok((discounts, fallbacks))
 }
 
-fn discount_from(order: usize, n: &[u64; 5]) -> Result<Discount, NgramError> {
+/// Why the count-of-counts of an order cannot give its discounts.
+enum Unestimable {
+    /// No n-gram has adjusted count `count`.
+    Undefined { count: u64 },
+    /// The discount of adjusted count `count` fell outside `[0, count]`.
+    OutOfRange { count: u64, value: f64 },
+}
+
+impl Unestimable {
+    fn count(&self) -> u64 {
+        match *self {
+            Self::Undefined { count } | Self::OutOfRange { count, .. } => count,
+        }
+    }
+
+    /// The error for `order`, when there is no fallback.
+    fn at(self, order: usize) -> NgramError {
+        match self {
+            Self::Undefined { count } => NgramError::DiscountUndefined { order, count },
+            Self::OutOfRange { count, value } => NgramError::DiscountOutOfRange {
+                order,
+                count,
+                value,
+            },
+        }
+    }
+}
+
+/// Chen and Goodman's discounts from the count-of-counts `n` (`n[k]`: how
+/// many n-grams have adjusted count k).
+fn discount_from(n: &[u64; 5]) -> Result<Discount, Unestimable> {
     if let Some(count) = (1..4u64).find(|&count| n[count as usize] == 0) {
-        return Err(NgramError::DiscountUndefined { order, count });
+        return Err(Unestimable::Undefined { count });
     }
     let y = n[1] as f64 / (n[1] as f64 + 2.0 * n[2] as f64);
-    let discount_of = |count: u64| -> Result<f64, NgramError> {
+    let discount_of = |count: u64| -> Result<f64, Unestimable> {
         let (here, next) = (n[count as usize] as f64, n[count as usize + 1] as f64);
         let value = count as f64 - (count + 1) as f64 * y * next / here;
         if (0.0..=count as f64).contains(&value) {
             Ok(value)
         } else {
-            Err(NgramError::DiscountOutOfRange {
-                order,
-                count,
-                value,
-            })
+            Err(Unestimable::OutOfRange { count, value })
         }
     };
     Ok(Discount {
