@@ -6,4 +6,5 @@ mod common;
 mod generate;
 mod properties;
 mod sampler;
+mod score;
 mod search;
