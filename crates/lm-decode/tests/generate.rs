@@ -297,6 +297,33 @@ fn greedy_ignores_the_seed() {
 }
 
 #[test]
+fn stop_reasons_read_as_sentences_that_say_when_the_text_was_cut() {
+    for (reason, sentence) in [
+        (StopReason::EndToken(2), "the end token (id 2) was chosen"),
+        (
+            StopReason::StopString("\n\n".into()),
+            r#"the text reached the stop string "\n\n""#,
+        ),
+        (
+            StopReason::MaxNewTokens,
+            "the new-token limit was reached (truncated)",
+        ),
+        (
+            StopReason::ContextBound,
+            "prompt and new tokens filled the context (truncated)",
+        ),
+        (StopReason::Cancelled, "the run was interrupted (truncated)"),
+    ] {
+        assert_eq!(reason.to_string(), sentence);
+        assert_eq!(
+            sentence.ends_with("(truncated)"),
+            !reason.is_finished(),
+            "{reason:?}"
+        );
+    }
+}
+
+#[test]
 fn the_streaming_hook_sees_every_step_in_order() {
     let mut seen = Vec::new();
     let model = PrefixModel::new(7);

@@ -3,6 +3,7 @@
 
 mod batch;
 mod common;
+mod examples;
 mod generate;
 mod properties;
 mod sampler;
