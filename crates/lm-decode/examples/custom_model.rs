@@ -1,5 +1,4 @@
-//! Your own language model, sampled with top-p and searched with beam search
-//! by lm-decode. Run: `cargo run -p lm-decode --example custom_model`
+//! Your own model, top-p sampled and beam-searched: `cargo run -p lm-decode --example custom_model`
 
 use lm_core::{Detokenize, LanguageModel, Prefix, Rows, TokenId};
 use lm_decode::{BeamConfig, GenerationConfig};
@@ -54,7 +53,6 @@ impl LanguageModel for Bigram {
 }
 
 impl Detokenize for Bigram {
-    /// Ids back to words, for printing.
     fn decode(&self, ids: &[TokenId]) -> String {
         let words: Vec<&str> = ids.iter().map(|&id| WORDS[id as usize]).collect();
         words.join(" ")
@@ -62,15 +60,17 @@ impl Detokenize for Bigram {
 }
 
 fn main() -> lm_decode::Result<()> {
-    // Top-p 0.9: each step samples among the likeliest tokens that make 90%.
-    let mut config = GenerationConfig::default(); // up to 20 new tokens
-    config.end_tokens = vec![6];
-    (config.sampling.top_p, config.sampling.seed) = (Some(0.9), 7);
+    let mut config = GenerationConfig {
+        end_tokens: vec![6], // up to 20 new tokens, or until </s>
+        ..Default::default()
+    };
+    config.sampling.top_p = Some(0.9); // sample among the likeliest 90%
     let run = lm_decode::generate(&Bigram, &[0], &config, Some(&Bigram))?;
-    let (text, why) = (run.text.unwrap_or_default(), run.stop_reason);
-    println!("top-p sample: {text}\n  stopped: {why}");
-    let mut beams = BeamConfig::default(); // keeps 4 texts; length penalty 0.6
-    beams.end_tokens = vec![6];
+    println!("top-p sample: {}", run.text.unwrap_or_default());
+    let beams = BeamConfig {
+        end_tokens: vec![6], // 4 beams, length penalty alpha 0.6
+        ..Default::default()
+    };
     for beam in lm_decode::beam_search(&Bigram, &[0], &beams)? {
         let (text, logprob) = (Bigram.decode(&beam.tokens), beam.logprob);
         println!("beam: {text:<30} ln p {logprob:.3}");

@@ -15,8 +15,10 @@ the dog saw the cat on the mat";
 /// this small cannot estimate the discounts, so it uses lmplz's fallback.
 pub fn train() -> lm_model::Result<NgramModel> {
     let fallback = Some(Discount::LMPLZ_FALLBACK);
-    let mut options = TrainOptions::default();
-    options.smoothing = Smoothing::ModifiedKneserNey { fallback };
+    let options = TrainOptions {
+        smoothing: Smoothing::ModifiedKneserNey { fallback },
+        ..TrainOptions::default()
+    };
     Ok(lm_model::ngram::train(CORPUS.as_bytes(), &options, |_| {})?)
 }
 
