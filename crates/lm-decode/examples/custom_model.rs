@@ -37,17 +37,17 @@ impl LanguageModel for Bigram {
     fn forward(
         &self,
         state: &mut Prefix,
-        tokens: &[TokenId],
+        new_ids: &[TokenId],
         rows: Rows,
-        logits: &mut Vec<f32>,
+        out: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
-        self.check_input(state.tokens.len(), tokens)?; // ids in range, not empty
-        let n_rows = if rows == Rows::All { tokens.len() } else { 1 }; // rows to write
-        logits.clear();
-        for &token in &tokens[tokens.len() - n_rows..] {
-            logits.extend_from_slice(&TABLE[token as usize]);
+        self.check_input(state.tokens.len(), new_ids)?; // ids in range, not empty
+        let n_rows = if rows == Rows::All { new_ids.len() } else { 1 }; // rows to write
+        out.clear();
+        for &id in &new_ids[new_ids.len() - n_rows..] {
+            out.extend_from_slice(&TABLE[id as usize]);
         }
-        state.tokens.extend_from_slice(tokens);
+        state.tokens.extend_from_slice(new_ids);
         Ok(())
     }
 }

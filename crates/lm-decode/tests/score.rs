@@ -2,8 +2,8 @@
 //! token by token through the uncached reference path, with the reads
 //! counted and every bad input a typed error.
 
-use crate::common::PrefixModel;
-use lm_core::{Counting, LanguageModel, Prefix, Rows, TokenId, Uncached};
+use crate::common::{PrefixModel, TableModel};
+use lm_core::{Counting, LanguageModel, Rows, TokenId, Uncached};
 use lm_decode::{ContinuationScore, Error, score_continuation};
 use lm_model::{Toy, ToyArchitecture};
 
@@ -115,38 +115,15 @@ fn bad_inputs_are_typed_errors() {
     ));
 }
 
-/// Returns one logit too few per row.
-struct ShortRows;
-
-impl LanguageModel for ShortRows {
-    type State = Prefix;
-    fn vocab_size(&self) -> usize {
-        3
-    }
-    fn context_length(&self) -> Option<usize> {
-        None
-    }
-    fn new_state(&self) -> Prefix {
-        Prefix::default()
-    }
-    fn forward(
-        &self,
-        state: &mut Prefix,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        state.tokens.extend_from_slice(tokens);
-        let n_rows = if rows == Rows::All { tokens.len() } else { 1 };
-        *logits = vec![0.0; 2 * n_rows];
-        Ok(())
-    }
-}
-
 #[test]
 fn a_model_that_returns_too_few_logits_is_an_error() {
+    // Three tokens, rows of two logits.
+    let short_rows = TableModel {
+        table: vec![vec![0.0; 2]; 3],
+        context_length: None,
+    };
     assert_eq!(
-        score_continuation(&ShortRows, &[0], &[1]),
+        score_continuation(&short_rows, &[0], &[1]),
         Err(Error::LogitsRows {
             len: 2,
             n_rows: 1,

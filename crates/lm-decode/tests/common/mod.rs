@@ -93,21 +93,21 @@ macro_rules! model_from_prefix_logits {
             }
             fn forward(
                 &self,
-                state: &mut Prefix,
+                prefix: &mut Prefix,
                 tokens: &[TokenId],
                 rows: Rows,
                 logits: &mut Vec<f32>,
             ) -> lm_core::Result<()> {
-                self.check_input(state.pos(), tokens)?;
+                self.check_input(prefix.pos(), tokens)?;
                 logits.clear();
                 for &t in tokens {
-                    state.tokens.push(t);
+                    prefix.tokens.push(t);
                     if rows == Rows::All {
-                        logits.extend(self.logits_for(&state.tokens));
+                        logits.extend(self.logits_for(&prefix.tokens));
                     }
                 }
                 if rows == Rows::Last {
-                    logits.extend(self.logits_for(&state.tokens));
+                    logits.extend(self.logits_for(&prefix.tokens));
                 }
                 Ok(())
             }
