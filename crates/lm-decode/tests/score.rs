@@ -131,3 +131,23 @@ fn a_model_that_returns_too_few_logits_is_an_error() {
         })
     );
 }
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn smollm2_scores_as_its_uncached_chain_rule() {
+    let path = lm_model::catalog::SMOLLM2
+        .path()
+        .unwrap_or_else(|err| panic!("{err}"));
+    let model = lm_model::Llama::from_gguf(path).expect("the model file loads");
+    // "The capital of France is", then " Paris of France is" (ids from
+    // SmolLM2's `tokenizer.ggml.tokens`).
+    let (prompt, continuation) = ([504, 3575, 282, 4649, 314], [7042, 282, 4649, 314]);
+    let score = score_continuation(&model, &prompt, &continuation).unwrap();
+    // One pass over several tokens against one token at a time: the same
+    // numbers up to the rounding of the quantized activations.
+    assert_close(&score, &chain_rule(&model, &prompt, &continuation), 2e-3);
+    assert!(
+        score.logprobs[0] > 0.5f64.ln(),
+        "Paris is likely: {score:?}"
+    );
+}
