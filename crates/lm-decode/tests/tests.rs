@@ -3,7 +3,9 @@
 
 mod batch;
 mod common;
+mod examples;
 mod generate;
 mod properties;
 mod sampler;
+mod score;
 mod search;

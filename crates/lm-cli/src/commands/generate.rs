@@ -178,7 +178,7 @@ impl ModelTask for Generate {
             n_top_candidates: args.top_logprobs,
             truncation: args.truncate,
             num_return_sequences: 1,
-            stream: 0,
+            rng_stream: 0,
         };
         run.sample(model, &config, &mut out)
     }
@@ -212,7 +212,7 @@ impl Run<'_> {
                 break;
             }
             let config = GenerationConfig {
-                stream: index as u64,
+                rng_stream: index as u64,
                 ..config.clone()
             };
             if n_sequences > 1 && matches!(self.mode, Mode::Text { .. }) {
@@ -309,11 +309,11 @@ impl Run<'_> {
             generate_streaming(model, &self.prompt_ids, config, Some(self.codec), |step| {
                 first_step.get_or_insert_with(Instant::now);
                 printer.push(step.token, out);
-                if interrupt::after_step() {
+                Ok::<_, anyhow::Error>(if interrupt::after_step() {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
-                }
+                })
             });
         let generation = generated?;
         let end = Instant::now();
@@ -353,11 +353,11 @@ impl Run<'_> {
     ) -> Result<()> {
         let start = Instant::now();
         let beams = beam_search_streaming(model, &self.prompt_ids, config, |_| {
-            if interrupt::after_step() {
+            Ok::<_, anyhow::Error>(if interrupt::after_step() {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
-            }
+            })
         })?;
         let interrupted = beams
             .iter()
