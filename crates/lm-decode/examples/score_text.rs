@@ -3,7 +3,7 @@
 
 use lm_core::TokenId;
 use lm_model::NgramModel;
-use lm_model::ngram::{Discount, Smoothing, TrainOptions, split_words};
+use lm_model::ngram::{TrainOptions, split_words};
 
 /// The training text: one sentence per line.
 pub const CORPUS: &str = "the cat sat on the mat
@@ -12,13 +12,10 @@ the cat saw the dog
 the dog saw the cat on the mat";
 
 /// A trigram count model of `CORPUS`, smoothed with Kneser-Ney. A corpus
-/// this small cannot estimate the discounts, so it uses lmplz's fallback.
+/// this small cannot estimate the discounts, so the default options use
+/// lmplz's fallback discounts (`model.discount_fallbacks()` says where).
 pub fn train() -> lm_model::Result<NgramModel> {
-    let fallback = Some(Discount::LMPLZ_FALLBACK);
-    let options = TrainOptions {
-        smoothing: Smoothing::ModifiedKneserNey { fallback },
-        ..TrainOptions::default()
-    };
+    let options = TrainOptions::default();
     Ok(lm_model::ngram::train(CORPUS.as_bytes(), &options, |_| {})?)
 }
 
