@@ -301,7 +301,7 @@ fn time_decode(model: &Decoder, prompt: &[TokenId]) -> Result<f64> {
         let now = Instant::now();
         first.get_or_insert(now);
         last = Some(now);
-        std::ops::ControlFlow::Continue(())
+        Ok::<_, anyhow::Error>(std::ops::ControlFlow::Continue(()))
     })?;
     if generation.tokens.len() != N_DECODE_NEW + 1 {
         bail!(

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use lm_core::{Bounded, LanguageModel, Uncached};
 use lm_model::catalog::SMOLLM2;
-use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, Smoothing, TrainOptions, Utf8Policy};
+use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, TrainOptions, Utf8Policy};
 use lm_model::{Decoder, GgufFile, Llama, Toy};
 
 use crate::text::TextCodec;
@@ -271,12 +271,8 @@ fn load_count_model(path: &Path) -> Result<NgramModel> {
         }
         CountFileKind::Corpus => {
             let options = TrainOptions {
-                order: 3,
-                smoothing: Smoothing::ModifiedKneserNey {
-                    fallback: Some(ngram::Discount::LMPLZ_FALLBACK),
-                },
                 utf8: Utf8Policy::Lossy,
-                prune: Vec::new(),
+                ..TrainOptions::default()
             };
             let reader: Box<dyn BufRead> = Box::new(BufReader::new(open(path)?));
             let model = ngram::train(reader, &options, |_| {})
@@ -285,6 +281,9 @@ fn load_count_model(path: &Path) -> Result<NgramModel> {
                 "note: {} is not an ARPA file; trained a trigram Kneser-Ney model on it",
                 path.display()
             );
+            for fallback in model.discount_fallbacks() {
+                eprintln!("note: {fallback}");
+            }
             Ok(model)
         }
     }

@@ -144,6 +144,17 @@ impl TextCodec {
         }
     }
 
+    /// The ids sampling never chooses: a count model's `<unk>` stands for
+    /// every word outside its vocabulary and has no text to write (its
+    /// probability stays in the logits, for scoring; see lm-model's
+    /// `NgramModel`).
+    pub fn unwritable_ids(&self) -> Vec<TokenId> {
+        match self {
+            Self::Words(vocab) => vec![vocab.unk()],
+            Self::Toy | Self::Bpe(_) => Vec::new(),
+        }
+    }
+
     /// The id of a token given as its text (`<end>`, `</s>`, `<|im_end|>`),
     /// or as text that encodes to exactly one token.
     pub fn end_token_id(&self, text: &str) -> Result<TokenId> {

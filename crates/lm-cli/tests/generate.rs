@@ -450,3 +450,24 @@ fn json_gives_the_prompt_once_so_it_grows_linearly() {
         "--trace-prefixes keeps them"
     );
 }
+
+/// A count model's `<unk>` has no text: `generate` bans it (its probability
+/// stays in `score`). Without the ban, this seed writes `<unk>` within 200
+/// tokens of this two-line corpus, whose `<unk>` is likely.
+#[test]
+fn a_count_model_never_writes_unk() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "a b\nb a\n").unwrap();
+    let report = Cli::new("generate")
+        .model(format!("count:{}", corpus.display()))
+        .opt("--prompt", "")
+        .arg("--no-end-token")
+        .n(200)
+        .seed(3)
+        .json();
+    let generated = ids(&report["ids"]);
+    assert_eq!(generated.len(), 200);
+    let unk = lm_model::ngram::Vocab::new().unk(); // the markers' ids are fixed
+    assert!(!generated.contains(&unk), "{generated:?}");
+}

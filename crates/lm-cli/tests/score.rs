@@ -197,6 +197,14 @@ fn train(corpus: &std::path::Path, out: &std::path::Path, options: &[&str]) -> c
         .ok()
 }
 
+/// A temporary folder holding `corpus.txt` with `text`.
+fn temp_corpus(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, text).unwrap();
+    (dir, corpus)
+}
+
 #[test]
 fn train_then_score_matches_kenlm_query() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,11 +222,24 @@ fn train_then_score_matches_kenlm_query() {
     check_against_kenlm(&format!("count:{}", out.display()));
 }
 
+/// `--discount-fallback` on a corpus too small for Kneser-Ney trains, and
+/// says which orders took the fallback discounts.
+#[test]
+fn train_notes_each_order_that_took_the_fallback_discounts() {
+    let (dir, corpus) = temp_corpus("a b\na\n");
+    let out = dir.path().join("fallback.arpa");
+    let run = train(&corpus, &out, &["--order", "2", "--discount-fallback"]);
+    for order in [1, 2] {
+        let note = format!(
+            "note: kneser-ney discounts for {order}-grams cannot be estimated from this corpus (adjusted count 3); used the fallback discounts D1 = 0.5, D2 = 1, D3+ = 1.5"
+        );
+        assert!(run.stderr.contains(&note), "{}", run.stderr);
+    }
+}
+
 #[test]
 fn train_with_mle_and_add_k_writes_arpa() {
-    let dir = tempfile::tempdir().unwrap();
-    let corpus = dir.path().join("corpus.txt");
-    std::fs::write(&corpus, "the cat sat\nthe dog sat\n").unwrap();
+    let (dir, corpus) = temp_corpus("the cat sat\nthe dog sat\n");
     let out = dir.path().join("mle.arpa");
     train(&corpus, &out, &["--order", "2", "--smoothing", "mle"]);
     // MLE: p(cat | the) = count(the cat) / count(the) = 1/2.

@@ -127,7 +127,18 @@ pub fn check_token_ids(ids: impl IntoIterator<Item = TokenId>, vocab_size: usize
 #[derive(Debug, Clone)]
 pub struct Uncached<M>(pub M);
 
-/// The state of an [`Uncached`] model: just the tokens read so far.
+/// The state of any model that keeps just the tokens it has read: a model
+/// that recomputes from the whole prefix (every [`Uncached`] model, a bigram
+/// or n-gram table, a test double) needs nothing else, so it takes this
+/// instead of writing its own [`SequenceState`].
+///
+/// ```
+/// use lm_core::{Prefix, SequenceState};
+/// let mut state = Prefix { tokens: vec![3, 1, 4] };
+/// assert_eq!(state.pos(), 3);
+/// state.truncate(1);
+/// assert_eq!(state.tokens, vec![3]);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Prefix {
     /// Every token read, in order.

@@ -9,7 +9,7 @@
 //! finished |= chosen is an end token
 //! ```
 //!
-//! Row i draws from random stream `config.stream + i`, so it gives exactly
+//! Row i draws from random stream `config.rng_stream + i`, so it gives exactly
 //! the tokens [`crate::generate`] gives for its prompt with that stream.
 
 use crate::generate::{Row, prepare};
@@ -126,8 +126,8 @@ pub fn generate_batch<M: LanguageModel>(
     let mut rows = Vec::with_capacity(prompts.len());
     for (index, prompt) in prompts.iter().enumerate() {
         let fitted = prepare(model, prompt, config, detokenizer)?;
-        let stream = config.stream.wrapping_add(index as u64);
-        rows.push(Row::new(model, fitted, config, detokenizer, stream)?);
+        let rng_stream = config.rng_stream.wrapping_add(index as u64);
+        rows.push(Row::new(model, fitted, config, detokenizer, rng_stream)?);
     }
     let mut mask = FinishedMask::new(rows.len());
     for (index, row) in rows.iter().enumerate() {

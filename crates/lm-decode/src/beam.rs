@@ -15,6 +15,7 @@
 //! never fed.
 
 use crate::generate::fit_within_limits;
+use crate::hook::with_fallible_hook;
 use crate::{Error, Result, StopReason, Truncation};
 use lm_core::{LanguageModel, Rows, TokenId};
 use std::cmp::Ordering;
@@ -105,7 +106,9 @@ pub fn beam_search<M: LanguageModel>(
     prompt: &[TokenId],
     config: &BeamConfig,
 ) -> Result<Vec<Hypothesis>> {
-    beam_search_streaming(model, prompt, config, |_| ControlFlow::Continue(()))
+    beam_search_streaming(model, prompt, config, |_| {
+        Ok::<_, Error>(ControlFlow::Continue(()))
+    })
 }
 
 /// Progress of a beam search, reported after each step.
@@ -119,10 +122,12 @@ pub struct BeamStep {
     pub n_finished: usize,
 }
 
-/// [`beam_search`] with a hook called after every step. `Break` stops the
-/// search: the live beams become hypotheses stopped by
+/// [`beam_search`] with a hook called after every step. `Ok(Break)` stops
+/// the search: the live beams become hypotheses stopped by
 /// [`StopReason::Cancelled`] and are ranked with the finished ones as at the
-/// end of a full search (the way `generate_streaming` stops generation).
+/// end of a full search (the way [`crate::generate_streaming`] stops
+/// generation). An `Err` from the hook ends the search with that error; the
+/// search's own errors reach the caller as `E` through `From<Error>`.
 ///
 /// ```
 /// use std::ops::ControlFlow;
@@ -143,17 +148,29 @@ pub struct BeamStep {
 /// // Stopped after the second of ten steps: two-token hypotheses, cancelled.
 /// let config = BeamConfig { num_beams: 2, max_new_tokens: 10, ..BeamConfig::default() };
 /// let stop_after_two = |step: &lm_decode::BeamStep| {
-///     if step.index == 1 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+///     let flow = if step.index == 1 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
+///     Ok::<_, lm_decode::Error>(flow)
 /// };
 /// let best = beam_search_streaming(&Fixed, &[1], &config, stop_after_two).unwrap();
 /// assert_eq!(best[0].tokens, vec![0, 0]);
 /// assert_eq!(best[0].stop_reason, StopReason::Cancelled);
 /// ```
-pub fn beam_search_streaming<M: LanguageModel>(
+pub fn beam_search_streaming<M: LanguageModel, E: From<Error>>(
     model: &M,
     prompt: &[TokenId],
     config: &BeamConfig,
-    mut on_step: impl FnMut(&BeamStep) -> ControlFlow<()>,
+    on_step: impl FnMut(&BeamStep) -> std::result::Result<ControlFlow<()>, E>,
+) -> Result<Vec<Hypothesis>, E> {
+    with_fallible_hook(on_step, |on_step| search(model, prompt, config, on_step))
+}
+
+/// The search behind [`beam_search_streaming`], with a hook that can only
+/// continue or cancel.
+fn search<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &BeamConfig,
+    on_step: &mut dyn FnMut(&BeamStep) -> ControlFlow<()>,
 ) -> Result<Vec<Hypothesis>> {
     let num_beams = config.num_beams;
     Error::check(num_beams, num_beams >= 1, |value| Error::InvalidNumBeams {

@@ -92,6 +92,9 @@ pub enum Error {
     /// The prompt has no tokens: there is nothing to predict from.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// The continuation to score has no tokens.
+    #[error("the continuation is empty: there is nothing to score")]
+    EmptyContinuation,
     /// The prompt leaves no room for one new token in the context and the
     /// truncation policy is to refuse.
     #[error("prompt of {len} tokens leaves no room for a new token in a context of {max}")]
@@ -115,6 +118,17 @@ pub enum Error {
     LogitsLength {
         /// The row length received.
         len: usize,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
+    /// The model returned a number of logits that is not the rows asked for
+    /// times the vocabulary size.
+    #[error("model returned {len} logits for {n_rows} rows of {vocab_size}")]
+    LogitsRows {
+        /// The number of logits received.
+        len: usize,
+        /// The rows asked for.
+        n_rows: usize,
         /// The model's vocabulary size.
         vocab_size: usize,
     },

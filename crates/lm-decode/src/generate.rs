@@ -14,7 +14,7 @@
 use crate::{
     Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step, StopReason,
     StopSearch, TokenRng, Truncation, fit_prompt,
-    hook::{GenerationHook, prefill},
+    hook::{GenerationHook, finish, prefill, settle},
     trace::Recorder,
 };
 use std::num::NonZeroUsize;
@@ -44,8 +44,9 @@ pub struct GenerationConfig {
     /// How many outputs [`generate_many`] returns for one prompt.
     pub num_return_sequences: usize,
     /// The random stream of the (first) output; output j of
-    /// [`generate_many`] and batch row j use `stream + j`.
-    pub stream: u64,
+    /// [`generate_many`] and batch row j use `rng_stream + j` (named apart
+    /// from [`generate_streaming`], which streams steps, not numbers).
+    pub rng_stream: u64,
 }
 
 impl Default for GenerationConfig {
@@ -59,7 +60,7 @@ impl Default for GenerationConfig {
             n_top_candidates: 0,
             truncation: Truncation::Refuse,
             num_return_sequences: 1,
-            stream: 0,
+            rng_stream: 0,
         }
     }
 }
@@ -107,53 +108,103 @@ pub fn generate<M: LanguageModel>(
     detokenizer: Option<&dyn Detokenize>,
 ) -> Result<Generation> {
     generate_streaming(model, prompt, config, detokenizer, |_| {
-        ControlFlow::Continue(())
+        Ok::<_, Error>(ControlFlow::Continue(()))
     })
 }
 
 /// [`generate`] with a hook that sees each [`Step`] as soon as its token is
-/// chosen. The hook returns `ControlFlow::Break(())` to stop the loop there
-/// ([`StopReason::Cancelled`], unless the step ended the run anyway), e.g. on
-/// Ctrl-C; the chosen token is kept and never fed to the model.
-pub fn generate_streaming<M: LanguageModel>(
+/// chosen. The hook returns `Ok(ControlFlow::Break(()))` to stop the loop
+/// there ([`StopReason::Cancelled`], unless the step ended the run anyway),
+/// e.g. on Ctrl-C; the chosen token is kept and never fed to the model.
+///
+/// The hook may fail (a detokenizer or a write error while streaming text):
+/// its error ends the run and is returned as it is. The loop's own errors
+/// reach the caller as the same type `E` through `From<Error>`, so a hook
+/// that never fails names `lm_decode::Error`, and an application passes its
+/// own error type (or `anyhow::Error`).
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use lm_core::{LanguageModel, Prefix, Rows, TokenId};
+/// use lm_decode::{generate_streaming, GenerationConfig, SamplingConfig};
+/// # struct Fixed;
+/// # impl LanguageModel for Fixed {
+/// #     type State = Prefix;
+/// #     fn vocab_size(&self) -> usize { 2 }
+/// #     fn context_length(&self) -> Option<usize> { None }
+/// #     fn new_state(&self) -> Prefix { Prefix::default() }
+/// #     fn forward(&self, s: &mut Prefix, t: &[TokenId], _r: Rows, l: &mut Vec<f32>) -> lm_core::Result<()> {
+/// #         s.tokens.extend_from_slice(t);
+/// #         *l = vec![1.0, 0.0];
+/// #         Ok(())
+/// #     }
+/// # }
+/// #[derive(Debug)]
+/// enum AppError {
+///     Decode(lm_decode::Error),
+///     Unprintable(TokenId),
+/// }
+/// impl From<lm_decode::Error> for AppError {
+///     fn from(error: lm_decode::Error) -> Self { AppError::Decode(error) }
+/// }
+///
+/// let config = GenerationConfig { sampling: SamplingConfig::greedy(), ..GenerationConfig::default() };
+/// // Token 0 cannot be shown: the hook fails, and so does the run.
+/// let run = generate_streaming(&Fixed, &[1], &config, None, |step| match step.token {
+///     0 => Err(AppError::Unprintable(0)),
+///     _ => Ok(ControlFlow::Continue(())),
+/// });
+/// assert!(matches!(run, Err(AppError::Unprintable(0))));
+/// // A hook that never fails names the crate's error.
+/// let run = generate_streaming(&Fixed, &[1], &config, None, |_| {
+///     Ok::<_, lm_decode::Error>(ControlFlow::Continue(()))
+/// });
+/// assert_eq!(run.unwrap().tokens.len(), 20);
+/// ```
+pub fn generate_streaming<M: LanguageModel, E: From<Error>>(
     model: &M,
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    on_step: impl FnMut(&Step) -> ControlFlow<()>,
-) -> Result<Generation> {
+    on_step: impl FnMut(&Step) -> std::result::Result<ControlFlow<()>, E>,
+) -> Result<Generation, E> {
     generate_with_hook(model, prompt, config, detokenizer, on_step)
 }
 
 /// [`generate_streaming`] with a [`GenerationHook`], which can also stop
 /// the run between prefill chunks (`config.prefill_chunk_len`): cancelled
 /// with no step, the rest of the prompt unread.
-pub fn generate_with_hook<M: LanguageModel>(
+pub fn generate_with_hook<M: LanguageModel, H: GenerationHook>(
     model: &M,
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    mut hook: impl GenerationHook,
-) -> Result<Generation> {
-    let fitted = prepare(model, prompt, config, detokenizer)?;
-    let mut row = Row::new(model, fitted, config, detokenizer, config.stream)?;
-    if row.stop_reason.is_some() {
-        return Ok(row.into_generation());
-    }
-    let (mut state, mut logits, read) =
-        row.read_prompt(model, |n, total| hook.after_prefill_chunk(n, total))?;
-    if read.is_break() {
-        row.stop_reason = Some(StopReason::Cancelled);
-        return Ok(row.into_generation());
-    }
-    continue_row(model, &mut state, &mut logits, &mut row, &mut |step| {
-        hook.on_step(step)
-    })?;
-    Ok(row.into_generation())
+    mut hook: H,
+) -> Result<Generation, H::Error> {
+    let mut hook_error = None;
+    let result = (|| {
+        let fitted = prepare(model, prompt, config, detokenizer)?;
+        let mut row = Row::new(model, fitted, config, detokenizer, config.rng_stream)?;
+        if row.stop_reason.is_some() {
+            return Ok(row.into_generation());
+        }
+        let (mut state, mut logits, read) = row.read_prompt(model, |n, total| {
+            settle(hook.after_prefill_chunk(n, total), &mut hook_error)
+        })?;
+        if read.is_break() {
+            row.stop_reason = Some(StopReason::Cancelled);
+            return Ok(row.into_generation());
+        }
+        continue_row(model, &mut state, &mut logits, &mut row, &mut |step| {
+            settle(hook.on_step(step), &mut hook_error)
+        })?;
+        Ok(row.into_generation())
+    })();
+    finish(result, hook_error)
 }
 
 /// `config.num_return_sequences` outputs for one prompt, reading the prompt
-/// once and forking the state. Output j draws from stream `config.stream + j`,
+/// once and forking the state. Output j draws from stream `config.rng_stream + j`,
 /// so output 0 is exactly what [`generate`] returns.
 pub fn generate_many<M: LanguageModel>(
     model: &M,
@@ -166,8 +217,8 @@ pub fn generate_many<M: LanguageModel>(
     let mut outputs = Vec::with_capacity(n);
     let mut prefilled: Option<(M::State, Vec<f32>)> = None;
     for j in 0..n {
-        let stream = config.stream.wrapping_add(j as u64);
-        let mut row = Row::new(model, fitted.clone(), config, detokenizer, stream)?;
+        let rng_stream = config.rng_stream.wrapping_add(j as u64);
+        let mut row = Row::new(model, fitted.clone(), config, detokenizer, rng_stream)?;
         if row.stop_reason.is_none() {
             let (mut state, mut logits) = match &prefilled {
                 Some((state, logits)) => (state.clone(), logits.clone()),
@@ -292,7 +343,7 @@ pub(crate) struct Row<'a> {
     /// strings (and so a detokenizer).
     stop_search: Option<StopSearch<'a>>,
     text: Option<String>,
-    stream: u64,
+    rng_stream: u64,
     /// Set once the row has stopped.
     pub(crate) stop_reason: Option<StopReason>,
 }
@@ -303,7 +354,7 @@ impl<'a> Row<'a> {
         fitted: FittedPrompt,
         config: &'a GenerationConfig,
         detokenizer: Option<&'a dyn Detokenize>,
-        stream: u64,
+        rng_stream: u64,
     ) -> Result<Self> {
         let sampler = Sampler::new(&config.sampling)?;
         let n_prompt = fitted.tokens.len();
@@ -319,7 +370,7 @@ impl<'a> Row<'a> {
         Ok(Self {
             config,
             detokenizer,
-            rng: TokenRng::with_stream(sampler.seed(), stream),
+            rng: TokenRng::with_stream(sampler.seed(), rng_stream),
             sampler,
             vocab_size: model.vocab_size(),
             context_length,
@@ -331,7 +382,7 @@ impl<'a> Row<'a> {
                 .filter(|_| !config.stop_strings.is_empty())
                 .map(|detokenizer| StopSearch::new(detokenizer, &config.stop_strings, &[])),
             text: None,
-            stream,
+            rng_stream,
             stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
         })
     }
@@ -441,7 +492,7 @@ impl<'a> Row<'a> {
             steps: self.trace.into_steps(),
             stop_reason,
             text,
-            stream: self.stream,
+            rng_stream: self.rng_stream,
         }
     }
 }

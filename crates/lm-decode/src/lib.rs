@@ -34,6 +34,30 @@
 //! ([`Step::running_logprob`] is the model's), and top-N candidates before
 //! and after the transforms. [`generate_batch`] runs several prompts with a
 //! [`FinishedMask`]; [`beam_search`] and [`enumerate_continuations`] search.
+//! [`generate_streaming`] and [`beam_search_streaming`] show each step to a
+//! hook that may cancel the run or fail with the caller's own error.
+//! [`StopReason`] prints as the sentence a front end shows.
+//!
+//! # Scoring
+//!
+//! [`score_continuation`] is the loop's inverse (teacher forcing): given a
+//! prompt and a continuation, the model's log-probability of each
+//! continuation token, their sum and the perplexity ([`ContinuationScore`]),
+//! each position read once.
+//!
+//! # Examples
+//!
+//! One program per first task, each short enough to read at once:
+//!
+//! - `examples/custom_model.rs`: your own [`lm_core::LanguageModel`] (a
+//!   bigram table over seven words), sampled with top-p and searched with
+//!   beam search (`cargo run -p lm-decode --example custom_model`).
+//! - `examples/score_text.rs`: a count model trained from a string with
+//!   lm-model, scoring a sentence word by word
+//!   (`cargo run -p lm-decode --example score_text`).
+//!
+//! Their claims are checked by the crate's tests, which compile each
+//! example as a module.
 //!
 //! ```
 //! use lm_core::{LanguageModel, Prefix, Rows, TokenId};
@@ -106,6 +130,7 @@ mod generate;
 mod hook;
 mod rng;
 pub mod sampler;
+mod score;
 mod select;
 mod stop;
 mod trace;
@@ -123,6 +148,7 @@ pub use generate::{
 pub use hook::GenerationHook;
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
+pub use score::{ContinuationScore, score_continuation};
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
 pub use trace::{Candidate, Generation, Step};
 pub use truncate::{FittedPrompt, Truncation, fit_prompt};

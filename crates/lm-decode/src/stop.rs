@@ -7,6 +7,7 @@
 //! string) mean the response is finished; reaching a limit means truncated.
 
 use lm_core::{Detokenize, TokenId};
+use std::fmt;
 
 /// What stopped the loop. The checks run in this order after every chosen
 /// token, and the first that holds is reported.
@@ -38,6 +39,31 @@ impl StopReason {
     /// ```
     pub fn is_finished(&self) -> bool {
         matches!(self, Self::EndToken(_) | Self::StopString(_))
+    }
+}
+
+/// The reason in words, as a front end shows it: what happened, and
+/// "(truncated)" when a limit cut the response off.
+///
+/// ```
+/// use lm_decode::StopReason;
+/// assert_eq!(StopReason::EndToken(2).to_string(), "the end token (id 2) was chosen");
+/// assert_eq!(
+///     StopReason::MaxNewTokens.to_string(),
+///     "the new-token limit was reached (truncated)"
+/// );
+/// ```
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EndToken(id) => write!(f, "the end token (id {id}) was chosen"),
+            Self::StopString(text) => write!(f, "the text reached the stop string {text:?}"),
+            Self::MaxNewTokens => f.write_str("the new-token limit was reached (truncated)"),
+            Self::ContextBound => {
+                f.write_str("prompt and new tokens filled the context (truncated)")
+            }
+            Self::Cancelled => f.write_str("the run was interrupted (truncated)"),
+        }
     }
 }
 

@@ -72,7 +72,7 @@ pub struct Generation {
     /// token, and cut at the first byte of a stop string that stopped it.
     pub text: Option<String>,
     /// The random stream the tokens were drawn from (see [`crate::TokenRng`]).
-    pub stream: u64,
+    pub rng_stream: u64,
 }
 
 impl Generation {

@@ -60,7 +60,7 @@ fn every_row_equals_its_prompt_generated_alone() {
     assert_eq!(rows.len(), 4);
     for (i, (row, prompt)) in rows.iter().zip(&prompts).enumerate() {
         let alone = GenerationConfig {
-            stream: i as u64,
+            rng_stream: i as u64,
             ..config.clone()
         };
         assert_eq!(

@@ -297,12 +297,39 @@ fn greedy_ignores_the_seed() {
 }
 
 #[test]
+fn stop_reasons_read_as_sentences_that_say_when_the_text_was_cut() {
+    for (reason, sentence) in [
+        (StopReason::EndToken(2), "the end token (id 2) was chosen"),
+        (
+            StopReason::StopString("\n\n".into()),
+            r#"the text reached the stop string "\n\n""#,
+        ),
+        (
+            StopReason::MaxNewTokens,
+            "the new-token limit was reached (truncated)",
+        ),
+        (
+            StopReason::ContextBound,
+            "prompt and new tokens filled the context (truncated)",
+        ),
+        (StopReason::Cancelled, "the run was interrupted (truncated)"),
+    ] {
+        assert_eq!(reason.to_string(), sentence);
+        assert_eq!(
+            sentence.ends_with("(truncated)"),
+            !reason.is_finished(),
+            "{reason:?}"
+        );
+    }
+}
+
+#[test]
 fn the_streaming_hook_sees_every_step_in_order() {
     let mut seen = Vec::new();
     let model = PrefixModel::new(7);
     let run = generate_streaming(&model, &PROMPT, &sampling(5, 4), None, |step| {
         seen.push(step.clone());
-        ControlFlow::Continue(())
+        Ok::<_, Error>(ControlFlow::Continue(()))
     })
     .unwrap();
     assert_eq!(seen, run.steps);
@@ -317,11 +344,11 @@ fn the_hook_can_cancel_the_run_after_a_step() {
     };
     let full = generate(&PrefixModel::new(7), &PROMPT, &config, None).unwrap();
     let run = generate_streaming(&model, &PROMPT, &config, None, |step| {
-        if step.index == 1 {
+        Ok::<_, Error>(if step.index == 1 {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
-        }
+        })
     })
     .unwrap();
     assert_eq!(run.stop_reason, StopReason::Cancelled);
@@ -333,6 +360,52 @@ fn the_hook_can_cancel_the_run_after_a_step() {
     );
     // The prompt and the first token were fed; the second (last) never was.
     assert_eq!(model.calls(), vec![3, 1]);
+}
+
+/// What a caller's hook fails with: its own error, or the loop's.
+#[derive(Debug, PartialEq)]
+enum HookError {
+    Unshowable { index: usize },
+    Decode(Error),
+}
+
+impl From<Error> for HookError {
+    fn from(error: Error) -> Self {
+        Self::Decode(error)
+    }
+}
+
+#[test]
+fn a_failing_hook_ends_the_run_with_its_error() {
+    let model = Counting::new(PrefixModel::new(7));
+    let run = generate_streaming(&model, &PROMPT, &sampling(5, 0), None, |step| {
+        if step.index == 1 {
+            Err(HookError::Unshowable { index: step.index })
+        } else {
+            Ok(ControlFlow::Continue(()))
+        }
+    });
+    assert_eq!(run, Err(HookError::Unshowable { index: 1 }));
+    // The run stopped at the failing step, as a cancel does: the prompt and
+    // the first token were fed, the second never was.
+    assert_eq!(model.calls(), vec![3, 1]);
+}
+
+#[test]
+fn the_loops_own_errors_reach_a_fallible_hooks_caller() {
+    let config = GenerationConfig {
+        num_return_sequences: 0,
+        ..sampling(5, 0)
+    };
+    let run = generate_streaming(&PrefixModel::new(7), &PROMPT, &config, None, |_| {
+        Err(HookError::Unshowable { index: 0 })
+    });
+    assert_eq!(
+        run,
+        Err(HookError::Decode(Error::InvalidNumReturnSequences {
+            value: 0
+        }))
+    );
 }
 
 #[test]
@@ -351,7 +424,7 @@ fn several_outputs_read_the_prompt_once_and_use_one_stream_each() {
     assert_eq!(model.positions(), 3 + 3 * 5);
     for (j, output) in outputs.iter().enumerate() {
         let alone = GenerationConfig {
-            stream: j as u64,
+            rng_stream: j as u64,
             ..sampling(6, 5)
         };
         assert_eq!(
@@ -359,7 +432,7 @@ fn several_outputs_read_the_prompt_once_and_use_one_stream_each() {
             &generate(&model.inner, &PROMPT, &alone, None).unwrap(),
             "stream {j}"
         );
-        assert_eq!(output.stream, j as u64);
+        assert_eq!(output.rng_stream, j as u64);
     }
     assert_ne!(outputs[0].tokens, outputs[1].tokens);
     assert_ne!(outputs[1].tokens, outputs[2].tokens);

@@ -34,18 +34,24 @@ struct StopAfterChunks {
 }
 
 impl GenerationHook for &mut StopAfterChunks {
-    fn on_step(&mut self, _step: &Step) -> ControlFlow<()> {
+    type Error = lm_decode::Error;
+
+    fn on_step(&mut self, _step: &Step) -> Result<ControlFlow<()>, Self::Error> {
         self.n_steps += 1;
-        ControlFlow::Continue(())
+        Ok(ControlFlow::Continue(()))
     }
 
-    fn after_prefill_chunk(&mut self, n_read: usize, n_prompt: usize) -> ControlFlow<()> {
+    fn after_prefill_chunk(
+        &mut self,
+        n_read: usize,
+        n_prompt: usize,
+    ) -> Result<ControlFlow<()>, Self::Error> {
         self.seen.push((n_read, n_prompt));
-        if self.seen.len() == self.stop_after {
+        Ok(if self.seen.len() == self.stop_after {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
-        }
+        })
     }
 }
 

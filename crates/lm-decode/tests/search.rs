@@ -333,11 +333,11 @@ fn a_cancelled_beam_search_returns_what_a_shorter_search_returns() {
         let mut steps = Vec::new();
         let cancelled = lm_decode::beam_search_streaming(&model, &[2], &config, |step| {
             steps.push(*step);
-            if step.index == stop_after {
+            Ok::<_, lm_decode::Error>(if step.index == stop_after {
                 std::ops::ControlFlow::Break(())
             } else {
                 std::ops::ControlFlow::Continue(())
-            }
+            })
         })
         .unwrap();
         assert_eq!(
@@ -373,4 +373,47 @@ fn a_cancelled_beam_search_returns_what_a_shorter_search_returns() {
         // Live beams outranked by finished ones may fall off the list.
         assert!(n_cancelled >= 1 && n_cancelled <= last.n_live);
     }
+}
+
+#[test]
+fn a_failing_beam_hook_ends_the_search_with_its_error() {
+    #[derive(Debug, PartialEq)]
+    enum HookError {
+        Failed { index: usize },
+        Decode(Error),
+    }
+    impl From<Error> for HookError {
+        fn from(error: Error) -> Self {
+            Self::Decode(error)
+        }
+    }
+    let model = Counting::new(PrefixModel::new(6));
+    let config = BeamConfig {
+        num_beams: 2,
+        max_new_tokens: 8,
+        ..BeamConfig::default()
+    };
+    let mut n_steps = 0;
+    let result = lm_decode::beam_search_streaming(&model, &[2], &config, |step| {
+        n_steps += 1;
+        if step.index == 1 {
+            Err(HookError::Failed { index: step.index })
+        } else {
+            Ok(std::ops::ControlFlow::Continue(()))
+        }
+    });
+    assert_eq!(result, Err(HookError::Failed { index: 1 }));
+    assert_eq!(n_steps, 2, "no step after the failing one");
+    // The prompt, then two beams per step for two steps: the search stopped there.
+    assert_eq!(model.calls(), vec![1, 1, 1, 1, 1]);
+    let bad = BeamConfig {
+        num_beams: 0,
+        ..config
+    };
+    assert_eq!(
+        lm_decode::beam_search_streaming(&model, &[2], &bad, |_| Ok(
+            std::ops::ControlFlow::Continue(())
+        )),
+        Err(HookError::Decode(Error::InvalidNumBeams { value: 0 }))
+    );
 }

@@ -3,9 +3,11 @@
 
 mod batch;
 mod common;
+mod examples;
 mod generate;
 mod prefill;
 mod properties;
 mod sampler;
+mod score;
 mod search;
 mod stop_search;

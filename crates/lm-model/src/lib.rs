@@ -11,6 +11,7 @@
 //! - Count-based n-gram models: [`NgramModel`] and its state, trained with
 //!   [`ngram::train`] or [`NgramCounts`], read from ARPA, scored as KenLM does
 //!   (the [`ngram`] module holds the backend's functions and constants).
+//!   `examples/count_model.rs` trains one from a string, scores and samples.
 //! - Files: [`GgufFile`], a bounds-checked, memory-mapped GGUF reader; the
 //!   models known by name and their folder are in [`catalog`].
 //! - Errors: each part returns its own enum ([`GgufError`],

@@ -1,6 +1,6 @@
 //! ARPA files: round trips and the typed errors of malformed files.
 
-use lm_model::ngram::{NgramCounts, NgramError, NgramModel, Smoothing};
+use lm_model::ngram::{NgramCounts, NgramEntry, NgramError, NgramModel, Smoothing};
 
 use crate::common::fixture_path;
 
@@ -8,6 +8,14 @@ fn write(model: &NgramModel) -> String {
     let mut out = Vec::new();
     model.write_arpa(&mut out).unwrap();
     String::from_utf8(out).unwrap()
+}
+
+/// An entry's expected values.
+fn entry(log10_prob: f32, log10_backoff: f32) -> NgramEntry {
+    NgramEntry {
+        log10_prob,
+        log10_backoff,
+    }
 }
 
 fn read(text: &str) -> Result<NgramModel, NgramError> {
@@ -65,8 +73,14 @@ fn compact_form_round_trips_within_half_precision() {
     for order in 1..=3 {
         assert_eq!(back.n_ngrams(order), model.n_ngrams(order));
     }
-    let (prob, backoff) = model.entry(&["the", "cat"]).unwrap();
-    let (back_prob, back_backoff) = back.entry(&["the", "cat"]).unwrap();
+    let NgramEntry {
+        log10_prob: prob,
+        log10_backoff: backoff,
+    } = model.entry(&["the", "cat"]).unwrap();
+    let NgramEntry {
+        log10_prob: back_prob,
+        log10_backoff: back_backoff,
+    } = back.entry(&["the", "cat"]).unwrap();
     assert!((prob - back_prob).abs() <= prob.abs() / 1000.0);
     assert!((backoff - back_backoff).abs() <= backoff.abs() / 1000.0);
     for cut in [0, 5, 8, bytes.len() / 2, bytes.len() - 1] {
@@ -95,7 +109,7 @@ fn a_file_without_unk_gets_kenlms_substitute() {
     let model = read("\\data\\\nngram 1=3\n\n\\1-grams:\n0\t<s>\n-0.3\t</s>\n-0.4\tx\n\n\\end\\\n")
         .unwrap();
     assert!(model.unk_was_added());
-    assert_eq!(model.entry(&["<unk>"]), Some((-100.0, 0.0)));
+    assert_eq!(model.entry(&["<unk>"]), Some(entry(-100.0, 0.0)));
     let score = model.score(["y"], true, false);
     assert_eq!(score.words[0].log10_prob, -100.0);
 }
@@ -130,7 +144,7 @@ fn check_error(text: &str, matches: impl Fn(&NgramError) -> bool, message: &str)
 #[test]
 fn good_file_reads() {
     let model = read(GOOD).unwrap();
-    assert_eq!(model.entry(&["a", "</s>"]), Some((-0.1, 0.0)));
+    assert_eq!(model.entry(&["a", "</s>"]), Some(entry(-0.1, 0.0)));
     assert_eq!(write(&model), GOOD);
 }
 

@@ -21,8 +21,9 @@ fn prob(model: &NgramModel, context: &[&str], word: &str) -> f64 {
         .iter()
         .map(|w| model.vocab().id(w).unwrap())
         .collect();
-    let (log10_p, _) = model.log10_prob(&ids, model.vocab().id(word).unwrap());
-    10f64.powf(f64::from(log10_p))
+    model
+        .log10_prob(&ids, model.vocab().id(word).unwrap())
+        .probability()
 }
 
 fn check(model: &NgramModel, context: &[&str], word: &str, expected: f64) {
@@ -63,7 +64,7 @@ fn maximum_likelihood_matches_hand_counts() {
     check(&model, &["the"], "sat", 0.0);
     // An unseen context (</s> is never followed) backs off to the unigrams.
     check(&model, &["</s>"], "the", 3.0 / 12.0);
-    assert_eq!(model.entry(&["the"]).map(|(_, b)| b), Some(-99.0));
+    assert_eq!(model.entry(&["the"]).map(|e| e.log10_backoff), Some(-99.0));
     for context in [&[][..], &["the"], &["cat"], &["</s>"]] {
         assert!((total(&model, context) - 1.0).abs() < 1e-6, "{context:?}");
     }

@@ -2,7 +2,7 @@
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, Uncached};
 use lm_decode::{GenerationConfig, SamplingConfig, StopReason, generate};
-use lm_model::ngram::{LN_10, NgramModel, embedded_default};
+use lm_model::ngram::{LN_10, NgramModel, TrainOptions, embedded_default, train};
 
 use crate::common::fixture_path;
 
@@ -35,7 +35,7 @@ fn logits_are_natural_log_probabilities_with_bos_masked() {
                 continue;
             }
             // The scoring path (one word at a time) agrees with the row path.
-            let (log10_p, _) = model.log10_prob(&context, w);
+            let log10_p = model.log10_prob(&context, w).log10_prob;
             assert!((logits_row[w as usize] - log10_p * LN_10).abs() < 1e-5);
         }
         let total: f32 = logits_row.iter().map(|l| l.exp()).sum();
@@ -77,7 +77,7 @@ fn greedy_generation_matches_a_hand_rolled_argmax() {
         let best = (0..vocab.len() as u32)
             .filter(|&w| w != vocab.bos())
             .fold(None, |best: Option<(u32, f32)>, w| {
-                let p = model.log10_prob(&history, w).0;
+                let p = model.log10_prob(&history, w).log10_prob;
                 match best {
                     Some((_, bp)) if bp >= p => best,
                     _ => Some((w, p)),
@@ -123,4 +123,40 @@ fn embedded_model_writes_english_like_text() {
     let mean_logprob = run.steps.iter().map(|s| s.logprob).sum::<f64>() / run.steps.len() as f64;
     assert!(mean_logprob > -6.0, "{mean_logprob}: {text}");
     assert!(!text.contains(" ,") && !text.contains(" ."), "{text}");
+}
+
+/// `<unk>` keeps its probability in the logits (scoring through the trait
+/// agrees with `score`), so plain sampling can write it; banning it in the
+/// sampler, as the model's docs say and lm-cli does, never writes it.
+#[test]
+fn sampling_writes_unk_unless_the_sampler_bans_it() {
+    let model = train("a b\nb a\n".as_bytes(), &TrainOptions::default(), |_| {}).unwrap();
+    let vocab = model.vocab();
+    let unk = vocab.unk();
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    model
+        .forward(&mut state, &[vocab.bos()], Rows::Last, &mut logits)
+        .unwrap();
+    let unk_logit = logits[unk as usize];
+    assert!(unk_logit.is_finite(), "{unk_logit}");
+    let log10_unk = model.score(["zebra"], true, false).words[0].log10_prob;
+    assert!((unk_logit - log10_unk * LN_10).abs() < 1e-5);
+
+    let n_unk = |banned_tokens: Vec<u32>| {
+        let config = GenerationConfig {
+            max_new_tokens: 200,
+            sampling: SamplingConfig {
+                banned_tokens,
+                seed: 3,
+                ..SamplingConfig::default()
+            },
+            ..GenerationConfig::default()
+        };
+        let run = generate(&model, &[vocab.bos()], &config, None).unwrap();
+        assert_eq!(run.tokens.len(), 200);
+        run.tokens.iter().filter(|&&t| t == unk).count()
+    };
+    assert!(n_unk(Vec::new()) > 0, "plain sampling can write <unk>");
+    assert_eq!(n_unk(vec![unk]), 0);
 }

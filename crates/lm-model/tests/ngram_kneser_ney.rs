@@ -2,7 +2,10 @@
 //! hand, `lmplz`'s own output for KenLM's toy corpus, and the committed
 //! output of `scripts/ngram/kneser_ney_reference.py` for `fixtures/ngram/tiny.txt`.
 
-use lm_model::ngram::{Discount, NgramCounts, NgramModel, Smoothing, kneser_ney_discounts};
+use lm_model::ngram::{
+    Discount, DiscountFallback, NgramCounts, NgramEntry, NgramError, NgramModel, Smoothing,
+    TrainOptions, kneser_ney_discounts, train,
+};
 
 use crate::common::fixture_path;
 
@@ -59,7 +62,10 @@ fn assert_same_model(model: &NgramModel, expected: &str) {
 /// Asserts that `model` holds the n-gram `words` with log10 probability
 /// `prob` and backoff `backoff`, each within `tolerance`.
 fn assert_entry(model: &NgramModel, words: &[&str], prob: f64, backoff: f64, tolerance: f64) {
-    let (got_prob, got_backoff) = model
+    let NgramEntry {
+        log10_prob: got_prob,
+        log10_backoff: got_backoff,
+    } = model
         .entry(words)
         .unwrap_or_else(|| panic!("{words:?} missing"));
     assert!(
@@ -109,9 +115,9 @@ fn bigram_worked_by_hand() {
         assert_entry(&model, words, prob, backoff, 1e-6);
     }
     let a = model.vocab().id("a").unwrap();
-    let (unk_after_a, matched) = model.log10_prob(&[a], model.vocab().unk());
-    assert!((f64::from(unk_after_a) - l(0.0625)).abs() < 1e-6);
-    assert_eq!(matched, 1);
+    let unk_after_a = model.log10_prob(&[a], model.vocab().unk());
+    assert!((f64::from(unk_after_a.log10_prob) - l(0.0625)).abs() < 1e-6);
+    assert_eq!(unk_after_a.ngram_length, 1);
 }
 
 /// KenLM's `lm/common/test_data/toy0.arpa`, written by
@@ -181,6 +187,65 @@ fn matches_reference_script_on_tiny_corpus() {
     assert_same_model(&model, &expected);
 }
 
+/// The default options on a corpus whose discounts are all defined give
+/// exactly the model without a fallback (the reference script's), and no
+/// fallback is recorded.
+#[test]
+fn default_options_change_nothing_where_kneser_ney_is_defined() {
+    let corpus = std::fs::read_to_string(fixture_path("ngram/tiny.txt")).unwrap();
+    let expected = std::fs::read_to_string(fixture_path("ngram/tiny-kn3.arpa")).unwrap();
+    let model = train(corpus.as_bytes(), &TrainOptions::default(), |_| {}).unwrap();
+    assert_same_model(&model, &expected);
+    assert_eq!(model.discount_fallbacks(), []);
+    let strict = NgramModel::estimate(&counts_of(3, &corpus), &kneser_ney(None), &[]).unwrap();
+    assert_eq!(model.to_compact(), strict.to_compact());
+}
+
+/// On a corpus too small for Kneser-Ney (`lmplz` refuses it), the default
+/// options train with lmplz's documented fallback discounts (the model worked
+/// by hand in `bigram_worked_by_hand`) and record each order that took them.
+#[test]
+fn default_options_fall_back_on_a_tiny_corpus_and_say_so() {
+    let corpus = "a b\na\n";
+    let counts = counts_of(2, corpus);
+    assert!(matches!(
+        NgramModel::estimate(&counts, &kneser_ney(None), &[]),
+        Err(NgramError::DiscountUndefined { order: 1, count: 3 })
+    ));
+    let options = TrainOptions {
+        order: 2,
+        ..TrainOptions::default()
+    };
+    let model = train(corpus.as_bytes(), &options, |_| {}).unwrap();
+    assert_entry(&model, &["a"], 0.25f64.log10(), 0.5f64.log10(), 1e-6);
+    assert_entry(&model, &["a", "</s>"], 0.4375f64.log10(), 0.0, 1e-6);
+    let fallback = |order, count| DiscountFallback {
+        order,
+        count,
+        discount: Discount::LMPLZ_FALLBACK,
+    };
+    assert_eq!(model.discount_fallbacks(), [fallback(1, 3), fallback(2, 3)]);
+    assert_eq!(
+        model.discount_fallbacks()[0].to_string(),
+        "kneser-ney discounts for 1-grams cannot be estimated from this corpus (adjusted count 3); \
+         used the fallback discounts D1 = 0.5, D2 = 1, D3+ = 1.5"
+    );
+    // What is documented: lmplz's `--discount_fallback` values.
+    assert_eq!(
+        Discount::LMPLZ_FALLBACK,
+        Discount {
+            d1: 0.5,
+            d2: 1.0,
+            d3_plus: 1.5
+        }
+    );
+    // A model read back from a file knows nothing of how it was estimated.
+    let mut arpa = Vec::new();
+    model.write_arpa(&mut arpa).unwrap();
+    let read = NgramModel::read_arpa(arpa.as_slice()).unwrap();
+    assert_eq!(read.discount_fallbacks(), []);
+}
+
 #[test]
 fn every_context_sums_to_one() {
     let corpus = std::fs::read_to_string(fixture_path("ngram/tiny.txt")).unwrap();
@@ -199,7 +264,7 @@ fn every_context_sums_to_one() {
     for context in contexts {
         let total: f64 = (0..vocab.len() as u32)
             .filter(|&w| w != vocab.bos())
-            .map(|w| 10f64.powf(f64::from(model.log10_prob(&context, w).0)))
+            .map(|w| model.log10_prob(&context, w).probability())
             .sum();
         assert!((total - 1.0).abs() < 1e-5, "{context:?}: {total}");
     }

@@ -16,6 +16,7 @@ mod llama_gguf;
 mod ngram_arpa;
 mod ngram_counts;
 mod ngram_embedded;
+mod ngram_example;
 mod ngram_generate;
 mod ngram_kneser_ney;
 mod ngram_score;

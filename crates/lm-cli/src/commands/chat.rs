@@ -74,14 +74,14 @@ impl ModelTask for ChatArgs {
             messages.push(Message::new("user", user));
             let prompt_ids = codec.encode(&codec.chat_prompt(&messages)?)?;
             let config = GenerationConfig {
-                stream: turn,
+                rng_stream: turn,
                 ..config.clone()
             };
             let mut printer = TextPrinter::new(codec, &prompt_ids, &config.end_tokens, &[], true);
             let generation =
                 generate_streaming(model, &prompt_ids, &config, Some(codec), |step| {
                     printer.push(step.token, &mut out);
-                    ControlFlow::Continue(())
+                    Ok::<_, anyhow::Error>(ControlFlow::Continue(()))
                 })?;
             let reply = printer.finish(&mut out)?;
             out.write_now("\n")?;

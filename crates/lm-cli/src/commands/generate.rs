@@ -137,6 +137,7 @@ impl ModelTask for Generate {
             },
             repetition_penalty: args.repetition_penalty,
             seed: args.seed,
+            banned_tokens: codec.unwritable_ids(),
             ..filters
         };
         let num_beams = args.num_beams.map_or(1, to_usize);
@@ -196,7 +197,7 @@ impl ModelTask for Generate {
             n_top_candidates: args.top_logprobs,
             truncation: args.truncate,
             num_return_sequences: 1,
-            stream: 0,
+            rng_stream: 0,
             prefill_chunk_len: Some(PREFILL_CHUNK_LEN),
         };
         run.sample(model, &config, &mut out)
@@ -231,7 +232,7 @@ impl Run<'_> {
                 break;
             }
             let config = GenerationConfig {
-                stream: index as u64,
+                rng_stream: index as u64,
                 ..config.clone()
             };
             if n_sequences > 1 && matches!(self.mode, Mode::Text { .. }) {
@@ -340,9 +341,8 @@ impl Run<'_> {
             first_step: None,
             lines: (self.mode == Mode::Json { lines: true }).then_some(StepLines {
                 codec: self.codec,
-                sequence: usize::try_from(config.stream).unwrap_or(usize::MAX),
+                sequence: usize::try_from(config.rng_stream).unwrap_or(usize::MAX),
                 prefix: self.args.trace_prefixes.then(|| self.prompt_ids.clone()),
-                error: None,
             }),
         };
         let generated = generate_with_hook(
@@ -353,9 +353,6 @@ impl Run<'_> {
             &mut watch,
         );
         let first_step = watch.first_step;
-        if let Some(error) = watch.lines.and_then(|lines| lines.error) {
-            return Err(error);
-        }
         let generation = generated?;
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
@@ -394,11 +391,7 @@ impl Run<'_> {
     ) -> Result<()> {
         let start = Instant::now();
         let beams = beam_search_streaming(model, &self.prompt_ids, config, |_| {
-            if interrupt::after_step() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
+            Ok::<_, anyhow::Error>(stop_if(interrupt::after_step()))
         })?;
         let interrupted = beams
             .iter()
@@ -515,12 +508,11 @@ struct StepLines<'w> {
     sequence: usize,
     /// The prefix read so far (`--trace-prefixes` only).
     prefix: Option<Vec<TokenId>>,
-    /// The first write error; the run stops at it.
-    error: Option<anyhow::Error>,
 }
 
 impl StepLines<'_> {
-    fn write(&mut self, step: &Step, out: &mut Output) {
+    /// Writes the line of `step`; a failed write ends the run.
+    fn write(&mut self, step: &Step, out: &mut Output) -> Result<()> {
         let report = StepReport::new(step, self.prefix.clone(), self.codec);
         if let Some(prefix) = &mut self.prefix {
             prefix.push(step.token);
@@ -530,34 +522,37 @@ impl StepLines<'_> {
             sequence: Some(self.sequence),
             body: &report,
         };
-        if let Err(error) = out.write_json_line(&line) {
-            self.error = Some(error);
-        }
+        out.write_json_line(&line)
     }
 }
 
 impl GenerationHook for &mut Watch<'_, '_> {
-    fn on_step(&mut self, step: &Step) -> ControlFlow<()> {
+    type Error = anyhow::Error;
+
+    fn on_step(&mut self, step: &Step) -> Result<ControlFlow<()>> {
         self.first_step.get_or_insert_with(Instant::now);
         self.printer.push(step.token, self.out);
         if let Some(lines) = &mut self.lines {
-            lines.write(step, self.out);
+            lines.write(step, self.out)?;
         }
-        let write_failed =
-            self.printer.write_failed() || self.lines.as_ref().is_some_and(|l| l.error.is_some());
-        if interrupt::after_step() || write_failed {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+        // Ctrl-C, or a reader that closed the pipe: stop here (the printer
+        // returns its write error when it finishes).
+        Ok(stop_if(
+            interrupt::after_step() || self.printer.write_failed(),
+        ))
     }
 
-    fn after_prefill_chunk(&mut self, _n_read: usize, _n_prompt: usize) -> ControlFlow<()> {
-        if interrupt::after_prefill_chunk() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+    fn after_prefill_chunk(&mut self, _n_read: usize, _n_prompt: usize) -> Result<ControlFlow<()>> {
+        Ok(stop_if(interrupt::after_prefill_chunk()))
+    }
+}
+
+/// `Break` when `stop`, else `Continue`.
+fn stop_if(stop: bool) -> ControlFlow<()> {
+    if stop {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
     }
 }
 

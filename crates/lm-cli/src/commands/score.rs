@@ -2,12 +2,11 @@
 //! everything before it, the chain-rule total and the perplexity; or, for a
 //! count model, a sentence scored as KenLM's `query` scores it.
 //!
-//! The prompt is read once ([`Rows::Last`]: the distribution of the first
-//! continuation token), then the continuation but its last token in one pass
-//! ([`Rows::All`]: one row per later token), so a text costs one pass.
+//! The scores come from [`lm_decode::score_continuation`], which reads each
+//! position once, so a text costs one pass.
 
 use anyhow::{Result, bail};
-use lm_core::{LanguageModel, Rows};
+use lm_core::LanguageModel;
 
 use crate::cli::{ScoreArgs, UsageError};
 use crate::output::Output;
@@ -65,28 +64,9 @@ impl ModelTask for Score {
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let prompt_ids = codec.encode_prompt(&self.prompt)?;
         let ids = codec.encode(&self.continuation)?;
-        if prompt_ids.is_empty() {
-            bail!("the prompt is empty: there is nothing to condition on");
-        }
-        let Some((_, all_but_last)) = ids.split_last() else {
-            bail!("the continuation is empty: there is nothing to score");
-        };
-        let vocab_size = model.vocab_size();
-        let mut state = model.new_state();
-        let mut rows = Vec::new();
-        model.forward(&mut state, &prompt_ids, Rows::Last, &mut rows)?;
-        if !all_but_last.is_empty() {
-            let mut later = Vec::new();
-            model.forward(&mut state, all_but_last, Rows::All, &mut later)?;
-            rows.extend_from_slice(&later);
-        }
-        let mut logprobs = Vec::with_capacity(ids.len());
-        for (row, &id) in rows.chunks_exact(vocab_size).zip(&ids) {
-            let log_p = lm_core::log_softmax(row, 1.0)?;
-            logprobs.push(f64::from(log_p[id as usize]));
-        }
-        let sequence_logprob: f64 = logprobs.iter().sum();
-        let perplexity = lm_core::perplexity(&logprobs)?;
+        let score = lm_decode::score_continuation(model, &prompt_ids, &ids)?;
+        let perplexity = score.perplexity();
+        let (sequence_logprob, logprobs) = (score.logprob, score.logprobs);
         let tokens = ids.iter().map(|&id| codec.token_text(id)).collect();
         let report = ScoreReport {
             prompt_ids,

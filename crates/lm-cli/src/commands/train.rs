@@ -62,6 +62,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
         format!("training on {}{hint}", corpus.display())
     })?;
     write_atomically(&args.out, |out| Ok(model.write_arpa(out)?))?;
+    for fallback in model.discount_fallbacks() {
+        eprintln!("note: {fallback}");
+    }
     let counts: Vec<String> = (1..=model.order())
         .map(|m| format!("{} {m}-grams", model.n_ngrams(m)))
         .collect();

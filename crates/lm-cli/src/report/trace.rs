@@ -109,15 +109,7 @@ pub fn render_beams(prompt: &[TokenId], beams: &[Hypothesis], codec: &TextCodec)
 /// A stop reason in words, for the line under the table.
 pub fn describe_stop(reason: &StopReason, n_tokens: usize) -> String {
     let name = super::json::stop_reason_parts(reason).0;
-    let why = match reason {
-        StopReason::EndToken(id) => format!("the end token (id {id}) was chosen"),
-        StopReason::StopString(text) => format!("the text reached the stop string {text:?}"),
-        StopReason::ContextBound => "prompt and new tokens filled the context (truncated)".into(),
-        StopReason::MaxNewTokens => "the new-token limit was reached (truncated)".into(),
-        StopReason::Cancelled => "the run was interrupted (truncated)".into(),
-        _ => "the run stopped (truncated)".into(),
-    };
-    format!("{name} after {n_tokens} new tokens: {why}")
+    format!("{name} after {n_tokens} new tokens: {reason}")
 }
 
 struct Row {

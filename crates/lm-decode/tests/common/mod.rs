@@ -2,22 +2,9 @@
 //! token, and a detokenizer made of fixed pieces. (The wrapper that counts
 //! the positions each forward pass reads is `lm_core::Counting`.)
 
-use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
+use lm_core::{Detokenize, LanguageModel, Prefix, Rows, SequenceState, TokenId};
 use lm_decode::Error;
 use std::fmt::Debug;
-
-/// The state of the test models: the tokens read so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tokens(pub Vec<TokenId>);
-
-impl SequenceState for Tokens {
-    fn pos(&self) -> usize {
-        self.0.len()
-    }
-    fn truncate(&mut self, pos: usize) {
-        self.0.truncate(pos);
-    }
-}
 
 /// A model whose logits are a fixed pseudo-random function of the whole
 /// prefix (values in [-2, 2)): every prefix has its own distribution, so
@@ -90,37 +77,37 @@ impl TableModel {
 
 /// Implements `LanguageModel` for test models that compute the logits after a
 /// prefix from scratch (`logits_for`), with a vocabulary of `n_vocab()` and
-/// a `context_length` field: the tokens read are the state.
+/// a `context_length` field: the tokens read are the state ([`Prefix`]).
 macro_rules! model_from_prefix_logits {
     ($($model:ty),+) => {$(
         impl LanguageModel for $model {
-            type State = Tokens;
+            type State = Prefix;
             fn vocab_size(&self) -> usize {
                 self.n_vocab()
             }
             fn context_length(&self) -> Option<usize> {
                 self.context_length
             }
-            fn new_state(&self) -> Tokens {
-                Tokens::default()
+            fn new_state(&self) -> Prefix {
+                Prefix::default()
             }
             fn forward(
                 &self,
-                state: &mut Tokens,
+                prefix: &mut Prefix,
                 tokens: &[TokenId],
                 rows: Rows,
                 logits: &mut Vec<f32>,
             ) -> lm_core::Result<()> {
-                self.check_input(state.pos(), tokens)?;
+                self.check_input(prefix.pos(), tokens)?;
                 logits.clear();
                 for &t in tokens {
-                    state.0.push(t);
+                    prefix.tokens.push(t);
                     if rows == Rows::All {
-                        logits.extend(self.logits_for(&state.0));
+                        logits.extend(self.logits_for(&prefix.tokens));
                     }
                 }
                 if rows == Rows::Last {
-                    logits.extend(self.logits_for(&state.0));
+                    logits.extend(self.logits_for(&prefix.tokens));
                 }
                 Ok(())
             }

@@ -25,8 +25,9 @@
 //! let the = model.vocab().id("the").unwrap();
 //! let cat = model.vocab().id("cat").unwrap();
 //! // count(the cat) / count(the ·) = 1/2
-//! let (log10_p, _) = model.log10_prob(&[the], cat);
-//! assert!((10f32.powf(log10_p) - 0.5).abs() < 1e-6);
+//! let p = model.log10_prob(&[the], cat);
+//! assert!((p.probability() - 0.5).abs() < 1e-6);
+//! assert_eq!(p.ngram_length, 2); // the bigram "the cat" is stored
 //! ```
 
 mod arpa;
@@ -48,13 +49,36 @@ pub use compact::COMPACT_MAGIC;
 pub use counts::{MAX_ORDER, NgramCounts};
 pub use embedded::{EMBEDDED_COMPACT, embedded_default, embedded_options};
 pub use error::NgramError;
-pub use model::{LN_10, NgramModel, NgramState};
+pub use model::{LN_10, NgramEntry, NgramModel, NgramProb, NgramState};
 pub use score::{CorpusScore, SentenceScore, WordScore};
-pub use smoothing::{Discount, Smoothing, kneser_ney_discounts};
+pub use smoothing::{Discount, DiscountFallback, Smoothing, kneser_ney_discounts};
 pub use split::{PROGRESS_INTERVAL, Utf8Policy, WordSplit, for_each_line, split_words};
 pub use vocab::{BOS, EOS, UNK, Vocab};
 
 /// How to train a model from text.
+///
+/// The default is a trigram model with interpolated modified Kneser-Ney
+/// that falls back to `lmplz`'s documented fallback discounts
+/// ([`Discount::LMPLZ_FALLBACK`]: D1 = 0.5, D2 = 1, D3+ = 1.5, what
+/// `lmplz --discount_fallback` uses) for an order whose counts cannot give
+/// them. Kneser-Ney estimates its discounts from how many n-grams were seen
+/// once, twice and three times, and a small corpus often lacks one of those,
+/// so without a fallback (`lmplz`'s own default) any small corpus fails with
+/// [`NgramError::DiscountUndefined`]. The fallback changes nothing where the
+/// discounts are defined (the model is exactly `lmplz`'s), and the model
+/// records each order that took it ([`NgramModel::discount_fallbacks`]), so a
+/// caller can report it. For `lmplz`'s refusal, set
+/// `smoothing: Smoothing::ModifiedKneserNey { fallback: None }`.
+///
+/// ```
+/// use lm_model::ngram::{Discount, TrainOptions, train};
+/// let model = train("the cat sat\nthe dog sat\n".as_bytes(), &TrainOptions::default(), |_| {})
+///     .unwrap();
+/// // Two sentences have no bigram seen twice: the bigrams fell back.
+/// let fallback = model.discount_fallbacks()[1];
+/// assert_eq!(fallback.order, 2);
+/// assert_eq!(fallback.discount, Discount::LMPLZ_FALLBACK);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainOptions {
     /// The n-gram order (2 bigram, 3 trigram, ...), 1..=[`MAX_ORDER`].
@@ -69,11 +93,14 @@ pub struct TrainOptions {
 }
 
 impl Default for TrainOptions {
-    /// A trigram model with modified Kneser-Ney, strict UTF-8, no pruning.
+    /// A trigram model with modified Kneser-Ney and `lmplz`'s fallback
+    /// discounts, strict UTF-8, no pruning.
     fn default() -> Self {
         Self {
             order: 3,
-            smoothing: Smoothing::ModifiedKneserNey { fallback: None },
+            smoothing: Smoothing::ModifiedKneserNey {
+                fallback: Some(Discount::LMPLZ_FALLBACK),
+            },
             utf8: Utf8Policy::Strict,
             prune: Vec::new(),
         }

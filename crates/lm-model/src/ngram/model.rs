@@ -22,6 +22,7 @@ use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 
 use super::error::NgramError;
 use super::key::{KeyMap, pack};
+use super::smoothing::DiscountFallback;
 use super::vocab::Vocab;
 
 /// `ln(10)`: log10 probabilities times this are natural-log probabilities.
@@ -35,6 +36,37 @@ pub struct NgramModel {
     /// Whether `<unk>` was missing from the source and added with log10
     /// probability -100 (KenLM's substitute).
     unk_added: bool,
+    /// The orders whose Kneser-Ney discounts fell back (see
+    /// [`NgramModel::discount_fallbacks`]).
+    pub(crate) discount_fallbacks: Vec<DiscountFallback>,
+}
+
+/// log10 p(word | context) by the backoff rule, and where it came from
+/// ([`NgramModel::log10_prob`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NgramProb {
+    /// log10 p(word | context).
+    pub log10_prob: f32,
+    /// Length of the longest stored n-gram that ends in the word (KenLM's
+    /// `ngram_length`): 1 when the model backed off to the unigram.
+    pub ngram_length: usize,
+}
+
+impl NgramProb {
+    /// The probability itself, `10^log10_prob`.
+    pub fn probability(&self) -> f64 {
+        10f64.powf(f64::from(self.log10_prob))
+    }
+}
+
+/// One stored n-gram's values, as an ARPA line holds them
+/// ([`NgramModel::entry`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NgramEntry {
+    /// log10 probability.
+    pub log10_prob: f32,
+    /// log10 backoff weight (0 at the top order).
+    pub log10_backoff: f32,
 }
 
 /// The n-grams of one order.
@@ -193,6 +225,7 @@ impl NgramModel {
             vocab,
             levels,
             unk_added,
+            discount_fallbacks: Vec::new(),
         })
     }
 
@@ -220,6 +253,14 @@ impl NgramModel {
         self.unk_added
     }
 
+    /// The orders whose modified Kneser-Ney discounts the corpus could not
+    /// give, estimated with the fallback discounts instead (see
+    /// [`TrainOptions`](super::TrainOptions)). Empty for a model read from a
+    /// file or estimated otherwise.
+    pub fn discount_fallbacks(&self) -> &[DiscountFallback] {
+        &self.discount_fallbacks
+    }
+
     pub(crate) fn levels(&self) -> &[Level] {
         &self.levels
     }
@@ -239,24 +280,24 @@ impl NgramModel {
 
     /// The stored log10 probability and backoff of the n-gram `words`
     /// (backoff 0 at the top order), or `None` when it is not stored.
-    pub fn entry(&self, words: &[&str]) -> Option<(f32, f32)> {
+    pub fn entry(&self, words: &[&str]) -> Option<NgramEntry> {
         let mut ids = Vec::with_capacity(words.len());
         for word in words {
             ids.push(self.vocab.id(word)?);
         }
         let idx = self.find(&ids)? as usize;
         let level = self.levels.get(ids.len() - 1)?;
-        Some((
-            *level.prob.get(idx)?,
-            level.backoff.get(idx).copied().unwrap_or(0.0),
-        ))
+        Some(NgramEntry {
+            log10_prob: *level.prob.get(idx)?,
+            log10_backoff: level.backoff.get(idx).copied().unwrap_or(0.0),
+        })
     }
 
     /// log10 p(`word` | `context`) by the backoff rule, and the length of the
     /// longest stored n-gram that ends in `word` (KenLM's `ngram_length`).
     /// Only the last `order - 1` ids of `context` matter. An id beyond the
     /// vocabulary is read as `<unk>`.
-    pub fn log10_prob(&self, context: &[TokenId], word: TokenId) -> (f32, usize) {
+    pub fn log10_prob(&self, context: &[TokenId], word: TokenId) -> NgramProb {
         let word = if (word as usize) < self.vocab.len() {
             word
         } else {
@@ -279,7 +320,10 @@ impl NgramModel {
                 None => backoff_sum += self.levels[k - 1].backoff[context_idx as usize],
             }
         }
-        (prob + backoff_sum, matched)
+        NgramProb {
+            log10_prob: prob + backoff_sum,
+            ngram_length: matched,
+        }
     }
 
     /// Writes log10 p(w | `context`) for every word w into `row` (one entry
@@ -341,6 +385,29 @@ impl SequenceState for NgramState {
 /// is `-inf`. `</s>` ([`Vocab::eos`]) is the end token. The context is
 /// unbounded (`context_length` is `None`); only the last `order - 1` tokens
 /// matter.
+///
+/// `<unk>` keeps its probability: it is the mass of every word outside the
+/// vocabulary, and scoring a text through these logits must agree with
+/// [`NgramModel::score`] (KenLM's `query`), which gives an unknown word
+/// `<unk>`'s probability. Generation, which has no word to write for it,
+/// bans it in the sampler, as lm-cli does for every count model:
+///
+/// ```
+/// use lm_decode::{GenerationConfig, SamplingConfig, generate};
+/// use lm_model::ngram::{TrainOptions, train};
+/// let model = train("a b\nb a\n".as_bytes(), &TrainOptions::default(), |_| {}).unwrap();
+/// let vocab = model.vocab();
+/// let config = GenerationConfig {
+///     max_new_tokens: 50,
+///     sampling: SamplingConfig {
+///         banned_tokens: vec![vocab.unk()], // never write "<unk>"
+///         ..SamplingConfig::default()
+///     },
+///     ..GenerationConfig::default()
+/// };
+/// let run = generate(&model, &[vocab.bos()], &config, None).unwrap();
+/// assert!(!run.tokens.contains(&vocab.unk()));
+/// ```
 impl LanguageModel for NgramModel {
     type State = NgramState;
 

@@ -9,7 +9,7 @@
 
 use lm_core::TokenId;
 
-use super::model::{LN_10, NgramModel};
+use super::model::{LN_10, NgramModel, NgramProb};
 
 /// The score of one token.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -133,7 +133,10 @@ impl NgramModel {
         }
         let mut scores = Vec::new();
         let mut score_one = |id: TokenId, oov: bool, context: &mut Vec<TokenId>| {
-            let (log10_prob, ngram_length) = self.log10_prob(context, id);
+            let NgramProb {
+                log10_prob,
+                ngram_length,
+            } = self.log10_prob(context, id);
             scores.push(WordScore {
                 id,
                 log10_prob,

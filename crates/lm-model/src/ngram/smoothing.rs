@@ -100,6 +100,32 @@ impl Discount {
     }
 }
 
+/// An order whose modified Kneser-Ney discounts its counts could not give,
+/// estimated with the fallback discounts instead (the warning `lmplz
+/// --discount_fallback` prints). [`NgramModel::discount_fallbacks`] lists
+/// them, so a caller can tell the estimate is not plain Kneser-Ney.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiscountFallback {
+    /// The n-gram order (1 for unigrams).
+    pub order: usize,
+    /// The first adjusted count (3 means "3 and more") whose discount failed:
+    /// no n-gram has it, or its estimate fell outside `[0, count]`.
+    pub count: u64,
+    /// The discounts used instead.
+    pub discount: Discount,
+}
+
+impl std::fmt::Display for DiscountFallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Discount { d1, d2, d3_plus } = self.discount;
+        write!(
+            f,
+            "kneser-ney discounts for {}-grams cannot be estimated from this corpus (adjusted count {}); used the fallback discounts D1 = {d1}, D2 = {d2}, D3+ = {d3_plus}",
+            self.order, self.count
+        )
+    }
+}
+
 /// Adjusted counts per level (see the module docs), indexed like the counts.
 pub(crate) fn adjusted_counts(counts: &NgramCounts) -> Vec<Vec<u64>> {
     let levels = counts.levels();
@@ -150,50 +176,86 @@ pub fn kneser_ney_discounts(
     counts: &NgramCounts,
     fallback: Option<Discount>,
 ) -> Result<Vec<Discount>, NgramError> {
-    discounts_of(&adjusted_counts(counts), fallback)
+    Ok(discounts_of(&adjusted_counts(counts), fallback)?.0)
 }
 
+/// The discounts of every order, and the orders that took `fallback`.
 fn discounts_of(
     adjusted: &[Vec<u64>],
     fallback: Option<Discount>,
-) -> Result<Vec<Discount>, NgramError> {
+) -> Result<(Vec<Discount>, Vec<DiscountFallback>), NgramError> {
     if let Some(fallback) = fallback {
         fallback.check()?;
     }
-    adjusted
-        .iter()
-        .enumerate()
-        .map(|(l, values)| {
-            let mut n = [0u64; 5];
-            for &a in values {
-                if let Some(slot) = n.get_mut(a as usize) {
-                    *slot += 1;
-                }
+    let mut discounts = Vec::with_capacity(adjusted.len());
+    let mut fallbacks = Vec::new();
+    for (l, values) in adjusted.iter().enumerate() {
+        let mut n = [0u64; 5];
+        for &a in values {
+            if let Some(slot) = n.get_mut(a as usize) {
+                *slot += 1;
             }
-            match discount_from(l + 1, &n) {
-                Ok(discount) => Ok(discount),
-                Err(error) => fallback.ok_or(error),
+        }
+        let order = l + 1;
+        let discount = match (discount_from(&n), fallback) {
+            (Ok(discount), _) => discount,
+            (Err(failure), None) => return Err(failure.at(order)),
+            (Err(failure), Some(discount)) => {
+                fallbacks.push(DiscountFallback {
+                    order,
+                    count: failure.count(),
+                    discount,
+                });
+                discount
             }
-        })
-        .collect()
+        };
+        discounts.push(discount);
+    }
+    Ok((discounts, fallbacks))
 }
 
-fn discount_from(order: usize, n: &[u64; 5]) -> Result<Discount, NgramError> {
+/// Why the count-of-counts of an order cannot give its discounts.
+enum Unestimable {
+    /// No n-gram has adjusted count `count`.
+    Undefined { count: u64 },
+    /// The discount of adjusted count `count` fell outside `[0, count]`.
+    OutOfRange { count: u64, value: f64 },
+}
+
+impl Unestimable {
+    fn count(&self) -> u64 {
+        match *self {
+            Self::Undefined { count } | Self::OutOfRange { count, .. } => count,
+        }
+    }
+
+    /// The error for `order`, when there is no fallback.
+    fn at(self, order: usize) -> NgramError {
+        match self {
+            Self::Undefined { count } => NgramError::DiscountUndefined { order, count },
+            Self::OutOfRange { count, value } => NgramError::DiscountOutOfRange {
+                order,
+                count,
+                value,
+            },
+        }
+    }
+}
+
+/// Chen and Goodman's discounts from the count-of-counts `n` (`n[k]`: how
+/// many n-grams have adjusted count k).
+fn discount_from(n: &[u64; 5]) -> Result<Discount, Unestimable> {
     if let Some(count) = (1..4u64).find(|&count| n[count as usize] == 0) {
-        return Err(NgramError::DiscountUndefined { order, count });
+        return Err(Unestimable::Undefined { count });
     }
     let y = n[1] as f64 / (n[1] as f64 + 2.0 * n[2] as f64);
-    let discount_of = |count: u64| -> Result<f64, NgramError> {
+    let discount_of = |count: u64| -> Result<f64, Unestimable> {
         let (here, next) = (n[count as usize] as f64, n[count as usize + 1] as f64);
         let value = count as f64 - (count + 1) as f64 * y * next / here;
         if (0.0..=count as f64).contains(&value) {
             Ok(value)
         } else {
-            Err(NgramError::DiscountOutOfRange {
-                order,
-                count,
-                value,
-            })
+            Err(Unestimable::OutOfRange { count, value })
         }
     };
     Ok(Discount {
@@ -247,6 +309,7 @@ impl NgramModel {
         // Linear probabilities per level, and γ per context (KN only).
         let mut probs: Vec<Vec<f64>> = Vec::with_capacity(order);
         let mut gammas: Vec<Vec<f64>> = Vec::with_capacity(order);
+        let mut fallbacks = Vec::new();
         match *smoothing {
             Smoothing::MaximumLikelihood | Smoothing::AddK { .. } => {
                 let k = match *smoothing {
@@ -288,7 +351,8 @@ impl NgramModel {
             }
             Smoothing::ModifiedKneserNey { fallback } => {
                 let adjusted = adjusted_counts(counts);
-                let discounts = discounts_of(&adjusted, fallback)?;
+                let (discounts, taken) = discounts_of(&adjusted, fallback)?;
+                fallbacks = taken;
                 for l in 0..order {
                     let level = &levels[l];
                     let discount = discounts[l];
@@ -430,6 +494,8 @@ impl NgramModel {
             higher.push(entries);
             new_index = renumbered;
         }
-        NgramModel::from_built_levels(vocab.clone(), unigrams, higher)
+        let mut model = NgramModel::from_built_levels(vocab.clone(), unigrams, higher)?;
+        model.discount_fallbacks = fallbacks;
+        Ok(model)
     }
 }
