@@ -18,10 +18,12 @@ slower than in --release. Add to your Cargo.toml: [profile.dev.package.lm-model]
 opt-level = 3, debug-assertions = false (and opt-level = 3 for lm-core, lm-decode, \
 lm-tokenize, ndarray, matrixmultiply, half, tokenizers; see the lm-model crate docs)";
 
+/// Completed once the warning was logged.
+static WARNED: Once = Once::new();
+
 /// Logs [`UNOPTIMISED_WARNING`] once per process when lm-model was compiled
 /// with debug assertions.
 pub(crate) fn warn_once_if_unoptimised() {
-    static WARNED: Once = Once::new();
     warn_once(&WARNED, cfg!(debug_assertions));
 }
 
@@ -76,6 +78,12 @@ mod tests {
         assert_eq!(logged, [format!("WARN {UNOPTIMISED_WARNING}")]);
         assert!(UNOPTIMISED_WARNING.contains("[profile.dev.package.lm-model]"));
         assert!(UNOPTIMISED_WARNING.contains("opt-level = 3"));
+    }
+
+    #[test]
+    fn building_a_decoder_warns_when_built_with_debug_assertions() {
+        let _decoder = crate::Toy::decoder();
+        assert_eq!(WARNED.is_completed(), cfg!(debug_assertions));
     }
 
     #[test]
