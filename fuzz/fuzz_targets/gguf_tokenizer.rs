@@ -1,15 +1,12 @@
-//! Fuzz target: the byte-level BPE tokenizer built from a GGUF file's
-//! `tokenizer.*` metadata, as lm-cli builds it, then a short text encoded,
-//! decoded, and streamed back token by token.
-//!
-//! The GGUF -> `BpeVocab` mapping below mirrors `bpe_vocab_from_gguf` in
-//! `crates/lm-cli/src/text.rs` (lm-cli is a binary crate, so it is repeated
-//! here in its smallest form: the same keys, the same optional handling).
+//! Fuzz target: the text side of a GGUF file (the byte-level BPE tokenizer,
+//! the chat template and the end tokens) built from its `tokenizer.*`
+//! metadata by the `lm` crate's loader, as lm-cli builds it, then a short
+//! text encoded, decoded, and streamed back token by token.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lm_model::{GgufError, GgufFile};
-use lm_tokenize::{BpeVocab, Tokenizer};
+use lm::GgufText;
+use lm::lm_model::GgufFile;
 
 /// Texts every tokenizer is asked to encode: ASCII, digits, a multi-byte
 /// character, a control token of SmolLM2's kind.
@@ -19,15 +16,13 @@ fuzz_target!(|bytes: &[u8]| {
     let Ok(file) = GgufFile::from_bytes(bytes.to_vec()) else {
         return;
     };
-    let Ok(vocab) = bpe_vocab_from_gguf(&file) else {
+    let Ok(text) = GgufText::from_file(&file) else {
         return;
     };
-    let Ok(tokenizer) = Tokenizer::from_bpe_vocab(vocab) else {
-        return;
-    };
+    let tokenizer = &text.tokenizer;
     let vocab_size = tokenizer.vocab_size();
-    for text in TEXTS {
-        let Ok(ids) = tokenizer.encode(text) else {
+    for sample in TEXTS {
+        let Ok(ids) = tokenizer.encode(sample) else {
             continue;
         };
         assert!(ids.iter().all(|&id| (id as usize) < vocab_size));
@@ -45,38 +40,8 @@ fuzz_target!(|bytes: &[u8]| {
     let mut stream = tokenizer.text_stream(true);
     let _ = stream.push(edge);
     let _ = stream.finish();
-    for id in tokenizer.end_ids() {
+    for id in &text.end_ids {
+        assert!((*id as usize) < vocab_size);
         let _ = tokenizer.token_text(*id);
     }
 });
-
-/// `Some(value)` when `key` is present, `None` when absent.
-fn optional<'f, T>(
-    file: &'f GgufFile,
-    key: &str,
-    get: impl FnOnce(&'f GgufFile, &str) -> Result<T, GgufError>,
-) -> Result<Option<T>, GgufError> {
-    file.get(key).map(|_| get(file, key)).transpose()
-}
-
-/// The vocabulary from the `tokenizer.*` keys, as lm-cli reads it.
-fn bpe_vocab_from_gguf(file: &GgufFile) -> Result<BpeVocab, GgufError> {
-    let owned = |items: Vec<&str>| items.into_iter().map(str::to_owned).collect::<Vec<_>>();
-    Ok(BpeVocab {
-        model: file.get_str("tokenizer.ggml.model")?.to_owned(),
-        pre: optional(file, "tokenizer.ggml.pre", GgufFile::get_str)?.map(str::to_owned),
-        tokens: owned(file.get_string_array("tokenizer.ggml.tokens")?),
-        token_types: optional(file, "tokenizer.ggml.token_type", GgufFile::get_i32_array)?
-            .unwrap_or_default(),
-        merges: optional(file, "tokenizer.ggml.merges", GgufFile::get_string_array)?
-            .map(owned)
-            .unwrap_or_default(),
-        bos_id: optional(file, "tokenizer.ggml.bos_token_id", GgufFile::get_u32)?,
-        eos_id: optional(file, "tokenizer.ggml.eos_token_id", GgufFile::get_u32)?,
-        unk_id: optional(file, "tokenizer.ggml.unknown_token_id", GgufFile::get_u32)?,
-        add_bos: optional(file, "tokenizer.ggml.add_bos_token", GgufFile::get_bool)?
-            .unwrap_or(false),
-        chat_template: optional(file, "tokenizer.chat_template", GgufFile::get_str)?
-            .map(str::to_owned),
-    })
-}

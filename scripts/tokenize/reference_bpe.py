@@ -13,7 +13,7 @@ Usage (needs `pip install gguf regex`):
         fixtures/tokenize/smollm2_prompts.json fixtures/tokenize/smollm2_reference_ids.json
 
 The output maps each prompt to its ids; the Rust test
-`crates/lm-tokenize/tests/smollm2_conformance.rs` compares against it.
+`crates/lm/tests/smollm2_tokenizer.rs` compares against it.
 """
 
 import json

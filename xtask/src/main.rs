@@ -6,6 +6,7 @@
 
 mod bench;
 mod check_lessons;
+mod examples;
 mod fetch_model;
 mod reference;
 mod tidy;
@@ -21,6 +22,7 @@ usage: cargo xtask <task> [args]
 tasks:
   bench                 decode and prefill speed of SmolLM2, ours and llama.cpp's, side by side
   check-lessons         check every worked example and numeric claim of ../shared/lessons
+  examples              run every example of the workspace (as listed by cargo metadata)
   fetch-model <name>    download a known model into the models folder
                         ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
   reference-fixtures    regenerate fixtures/smollm2 from llama.cpp (needs python3;
@@ -34,6 +36,7 @@ fn main() -> Result<()> {
     match task.as_deref() {
         Some("bench") => bench::run(&task_args),
         Some("check-lessons") => check_lessons::run(&task_args),
+        Some("examples") => examples::run(&task_args),
         Some("fetch-model") => fetch_model::run(&task_args),
         Some("reference-fixtures") => reference::run(&task_args),
         Some("tidy") => tidy::run(&task_args),

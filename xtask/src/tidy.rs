@@ -1,5 +1,7 @@
 //! `cargo xtask tidy`: keeps the architecture honest. Checks that
 //! - the dependency arrows form a star around lm-core (read from `cargo metadata`),
+//!   with the facade `lm` above the star and no library below it pointing
+//!   back at it, not even for tests,
 //! - every workspace member is named in docs/ARCHITECTURE.md,
 //! - every Rust source file opens with a `//!` doc comment.
 //!
@@ -15,6 +17,11 @@ use crate::project_root;
 
 /// The library crates that must depend on lm-core and on nothing else of ours.
 const LEAVES: [&str; 3] = ["lm-decode", "lm-model", "lm-tokenize"];
+
+/// The facade over the libraries: it may use all of them, and none of them
+/// (nor lm-core) may use it, even as a dev-dependency: that cycle would
+/// build a second copy of the library's types for its tests.
+const FACADE: &str = "lm";
 
 pub fn run(_args: &[String]) -> anyhow::Result<()> {
     let problems = check(&project_root())?;
@@ -37,7 +44,8 @@ fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(problems)
 }
 
-fn cargo_metadata(root: &Path) -> anyhow::Result<Value> {
+/// The workspace's packages and their targets (`cargo metadata --no-deps`).
+pub(crate) fn cargo_metadata(root: &Path) -> anyhow::Result<Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(root)
@@ -59,8 +67,20 @@ fn cargo_metadata(root: &Path) -> anyhow::Result<Value> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-/// Workspace packages as (name, normal dependencies that are ours).
-fn our_arrows(metadata: &Value) -> Vec<(String, Vec<String>)> {
+/// One dependency of ours: its name and whether it is a normal one (not a
+/// dev- or build-dependency).
+struct Arrow {
+    dep: String,
+    normal: bool,
+}
+
+/// Whether a package name is one of ours (`lm` or `lm-*`).
+fn is_ours(name: &str) -> bool {
+    name == FACADE || name.starts_with("lm-")
+}
+
+/// Workspace packages as (name, dependencies that are ours).
+fn our_arrows(metadata: &Value) -> Vec<(String, Vec<Arrow>)> {
     let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
     packages
         .iter()
@@ -70,10 +90,13 @@ fn our_arrows(metadata: &Value) -> Vec<(String, Vec<String>)> {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter(|d| d["kind"].is_null()) // normal dependencies only
-                .filter_map(|d| d["name"].as_str())
-                .filter(|d| d.starts_with("lm-"))
-                .map(String::from)
+                .filter_map(|d| {
+                    let dep = d["name"].as_str().filter(|dep| is_ours(dep))?;
+                    Some(Arrow {
+                        dep: dep.to_string(),
+                        normal: d["kind"].is_null(),
+                    })
+                })
                 .collect();
             (name, deps)
         })
@@ -82,13 +105,24 @@ fn our_arrows(metadata: &Value) -> Vec<(String, Vec<String>)> {
 
 fn dependency_arrows(metadata: &Value) -> Vec<String> {
     let mut problems = Vec::new();
-    for (name, deps) in our_arrows(metadata) {
-        for dep in deps {
-            let allowed = match name.as_str() {
-                "lm-core" => false,
-                leaf if LEAVES.contains(&leaf) => dep == "lm-core",
-                _ => true, // lm-cli and xtask wire everything together
-            };
+    for (name, arrows) in our_arrows(metadata) {
+        let below_the_facade = name == "lm-core" || LEAVES.contains(&name.as_str());
+        for Arrow { dep, normal } in arrows {
+            if below_the_facade && dep == FACADE {
+                problems.push(format!(
+                    "{name} depends on {FACADE}{}: the facade sits above the libraries, \
+                     and a library's tests that use it build two copies of its types",
+                    if normal { "" } else { " (as a dev-dependency)" }
+                ));
+                continue;
+            }
+            let allowed = !normal
+                || match name.as_str() {
+                    "lm-core" => false,
+                    leaf if LEAVES.contains(&leaf) => dep == "lm-core",
+                    // The facade wires the libraries; lm-cli and xtask wire everything.
+                    _ => true,
+                };
             if !allowed {
                 problems.push(format!(
                     "{name} depends on {dep}: lm-core depends on no lm-* crate, \
@@ -108,7 +142,7 @@ fn architecture_names_members(root: &Path, metadata: &Value) -> anyhow::Result<V
     Ok(our_arrows(metadata)
         .into_iter()
         .filter(|(name, _)| {
-            !text.contains(&format!("`{name}`")) && !text.contains(&format!("crates/{name}"))
+            !text.contains(&format!("`{name}`")) && !text.contains(&format!("`crates/{name}`"))
         })
         .map(|(name, _)| format!("docs/ARCHITECTURE.md does not name the workspace member {name}"))
         .collect())
@@ -174,6 +208,26 @@ mod tests {
         let problems = dependency_arrows(&metadata);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("lm-decode depends on lm-model"));
+    }
+
+    #[test]
+    fn the_facade_uses_the_libraries_and_none_uses_it() {
+        let metadata = json!({"packages": [
+            package("lm", &[("lm-core", None), ("lm-decode", None), ("lm-model", None)]),
+            package("lm-tokenize", &[("lm-core", None), ("lm", Some("dev"))]),
+            package("lm-model", &[("lm-core", None), ("lm", None)]),
+            package("lm-cli", &[("lm", None), ("lm-core", None)]),
+        ]});
+        let problems = dependency_arrows(&metadata);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("lm-tokenize depends on lm (as a dev-dependency)"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("lm-model depends on lm:"),
+            "{problems:?}"
+        );
     }
 
     #[test]

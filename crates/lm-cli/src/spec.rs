@@ -19,13 +19,12 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use lm_core::{Bounded, LanguageModel, Uncached};
 use lm_model::catalog::SMOLLM2;
 use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, TrainOptions, Utf8Policy};
-use lm_model::{Decoder, GgufFile, Llama, Toy};
+use lm_model::{Decoder, Toy};
 
 use crate::text::TextCodec;
 
@@ -193,32 +192,18 @@ impl ModelSpec {
     }
 }
 
+/// The text side of a GGUF file, without building its weights.
 fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
-    if !path.is_file() {
-        return Err(LoadError::FileMissing {
-            path: path.to_path_buf(),
-        }
-        .into());
-    }
-    let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
-    TextCodec::from_gguf(&file)
-        .with_context(|| format!("reading the tokenizer of {}", path.display()))
+    Ok(TextCodec::Bpe(Box::new(lm::GgufText::open(path)?)))
 }
 
+/// A GGUF model through the one loader.
 fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
-    if !path.is_file() {
-        return Err(LoadError::FileMissing {
-            path: path.to_path_buf(),
-        }
-        .into());
-    }
-    let file =
-        Arc::new(GgufFile::open(path).with_context(|| format!("loading {}", path.display()))?);
-    let llama = Llama::from_file(Arc::clone(&file))
-        .with_context(|| format!("loading {}", path.display()))?;
-    let codec = TextCodec::from_gguf(&file)
-        .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
-    Ok((Backend::Llama(Box::new(llama)), codec))
+    let lm::GgufModel { decoder, text } = lm::load_gguf(path)?;
+    Ok((
+        Backend::Llama(Box::new(decoder)),
+        TextCodec::Bpe(Box::new(text)),
+    ))
 }
 
 /// What a `count:FILE` holds, judged from its first bytes.

@@ -5,26 +5,23 @@
 //! - count models: words and punctuation as lm-model's splitter cuts them,
 //!   unknown words read as `<unk>`;
 //! - GGUF models: the byte-level BPE tokenizer built from the file's
-//!   `tokenizer.*` metadata (the mapping below is the CLI's job: lm-tokenize
-//!   reads no model file).
+//!   `tokenizer.*` metadata by the `lm` crate's loader ([`GgufText`]).
 //!
 //! End tokens, when `--end-token` is not given:
 //!
 //! ```text
 //! toy      <end> (id 6)
 //! count    </s>
-//! GGUF     eos, tokenizer.ggml.eot_token_id / eom_token_id when present, and the
-//!          end-of-turn control tokens lm-tokenize knows (<|endoftext|>,
-//!          <|im_end|>, <|eot_id|>, <end_of_turn>, ...): 0, 2 and 4 for SmolLM2,
-//!          as llama.cpp has it
+//! GGUF     the loader's end tokens (GgufText::end_ids): 0, 2 and 4 for
+//!          SmolLM2, as llama.cpp has it
 //! ```
 
 use anyhow::Result;
+use lm::GgufText;
 use lm_core::{Detokenize, TokenId};
-use lm_model::GgufFile;
 use lm_model::ngram::{Vocab, split_words};
 use lm_model::{TOY_VOCAB, Toy};
-use lm_tokenize::{BpeVocab, ChatTemplate, Message, Tokenizer};
+use lm_tokenize::Message;
 
 /// Text that cannot be turned into ids, or a token that names nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,37 +53,11 @@ pub enum TextCodec {
     Toy,
     /// A count model's words.
     Words(Vocab),
-    /// A BPE tokenizer from GGUF metadata.
-    Bpe(Box<BpeCodec>),
-}
-
-/// A GGUF model's tokenizer with its end tokens.
-#[derive(Debug)]
-pub struct BpeCodec {
-    /// The tokenizer.
-    pub tokenizer: Tokenizer,
-    /// The ids that end generation, ascending.
-    pub end_ids: Vec<TokenId>,
+    /// A GGUF file's tokenizer, chat template and end tokens.
+    Bpe(Box<GgufText>),
 }
 
 impl TextCodec {
-    /// Builds the BPE tokenizer from a GGUF file's `tokenizer.*` metadata.
-    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
-        let vocab = bpe_vocab_from_gguf(file)?;
-        let tokenizer = Tokenizer::from_bpe_vocab(vocab)?;
-        let mut end_ids = tokenizer.end_ids().to_vec();
-        for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
-            if let Some(id) = optional(file, key, GgufFile::get_u32)?
-                && (id as usize) < tokenizer.vocab_size()
-            {
-                end_ids.push(id);
-            }
-        }
-        end_ids.sort_unstable();
-        end_ids.dedup();
-        Ok(Self::Bpe(Box::new(BpeCodec { tokenizer, end_ids })))
-    }
-
     /// A short name of the kind of model, for messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -181,15 +152,10 @@ impl TextCodec {
         let Self::Bpe(bpe) = self else {
             return Err(TextError::NoChatTemplate { model: self.kind() }.into());
         };
-        let tokenizer = &bpe.tokenizer;
-        let source = tokenizer
-            .chat_template()
+        let template = bpe
+            .chat_template
+            .as_ref()
             .ok_or(TextError::NoChatTemplate { model: self.kind() })?;
-        let template = ChatTemplate::new(
-            source,
-            tokenizer.special_text(tokenizer.bos_id()),
-            tokenizer.special_text(tokenizer.eos_id()),
-        )?;
         Ok(template.render(messages, true)?)
     }
 }
@@ -207,47 +173,6 @@ fn toy_text(ids: &[TokenId]) -> String {
         .map(|&id| Toy::word(id).unwrap_or("<unk>"))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// `Some(value)` when `key` is present, `None` when absent, an error when it
-/// has the wrong type.
-fn optional<'f, T>(
-    file: &'f GgufFile,
-    key: &str,
-    get: impl FnOnce(&'f GgufFile, &str) -> Result<T, lm_model::GgufError>,
-) -> Result<Option<T>> {
-    if file.get(key).is_none() {
-        return Ok(None);
-    }
-    Ok(Some(get(file, key)?))
-}
-
-/// Fills a [`BpeVocab`] from GGUF's `tokenizer.*` keys (see
-/// [`lm_tokenize::BpeVocab`] for the key of each field).
-pub fn bpe_vocab_from_gguf(file: &GgufFile) -> Result<BpeVocab> {
-    let strings = |key| -> Result<Option<Vec<String>>> {
-        Ok(optional(file, key, GgufFile::get_string_array)?
-            .map(|items| items.into_iter().map(str::to_owned).collect()))
-    };
-    Ok(BpeVocab {
-        model: file.get_str("tokenizer.ggml.model")?.to_owned(),
-        pre: optional(file, "tokenizer.ggml.pre", GgufFile::get_str)?.map(str::to_owned),
-        tokens: file
-            .get_string_array("tokenizer.ggml.tokens")?
-            .into_iter()
-            .map(str::to_owned)
-            .collect(),
-        token_types: optional(file, "tokenizer.ggml.token_type", GgufFile::get_i32_array)?
-            .unwrap_or_default(),
-        merges: strings("tokenizer.ggml.merges")?.unwrap_or_default(),
-        bos_id: optional(file, "tokenizer.ggml.bos_token_id", GgufFile::get_u32)?,
-        eos_id: optional(file, "tokenizer.ggml.eos_token_id", GgufFile::get_u32)?,
-        unk_id: optional(file, "tokenizer.ggml.unknown_token_id", GgufFile::get_u32)?,
-        add_bos: optional(file, "tokenizer.ggml.add_bos_token", GgufFile::get_bool)?
-            .unwrap_or(false),
-        chat_template: optional(file, "tokenizer.chat_template", GgufFile::get_str)?
-            .map(str::to_owned),
-    })
 }
 
 #[cfg(test)]

@@ -32,8 +32,42 @@
 //!
 //! The blocks of a forward pass (attention, RoPE, the KV cache's layout, the
 //! dot kernels) are private: they trust the shapes [`Decoder::new`] checked.
+//!
+//! To load a GGUF file's model together with its tokenizer, chat template
+//! and end tokens, use the `lm` crate's `load_gguf` (lm-model knows no
+//! tokenizer); its `examples/chat_gguf.rs` chats with SmolLM2.
+//!
+//! # Build profile
+//!
+//! A decoder is numeric code: unoptimised it runs about 100 times slower.
+//! Cargo applies a workspace's per-package `opt-level` only inside that
+//! workspace, so a program that depends on lm-model builds it at
+//! `opt-level = 0` in its dev profile unless its own `Cargo.toml` says
+//! otherwise. Copy these lines into it:
+//!
+//! ```toml
+//! [profile.dev.package.lm-model]
+//! opt-level = 3
+//! debug-assertions = false
+//! [profile.dev.package.lm-core]
+//! opt-level = 3
+//! [profile.dev.package.ndarray]
+//! opt-level = 3
+//! [profile.dev.package.matrixmultiply]
+//! opt-level = 3
+//! [profile.dev.package.half]
+//! opt-level = 3
+//! ```
+//!
+//! (and `lm-decode`, `lm-tokenize` and `tokenizers` likewise when you use
+//! them). The first [`Decoder`] built logs a warning through the `log`
+//! facade when lm-model was compiled with debug assertions: code cannot see
+//! the opt-level, and debug assertions are what the dev profile turns on
+//! with opt-level 0. `debug-assertions = false` above silences it; the
+//! workspace's own tests keep lm-model's assertions on.
 #![deny(missing_docs)]
 
+mod build_profile;
 pub mod catalog;
 mod dispatch;
 mod error;

@@ -3,9 +3,10 @@
 //! `tokenizer.json`; streaming, UTF-8-safe detokenization ([`TextStream`]);
 //! and Jinja chat templates rendered with minijinja ([`ChatTemplate`]).
 //!
-//! lm-tokenize depends on lm-core only: it reads no model file. The caller
-//! (lm-cli) fills a [`BpeVocab`] from GGUF metadata. Tokenization matches
-//! llama.cpp's for the supported pre-tokenizers (see `tests/smollm2_conformance.rs`).
+//! lm-tokenize depends on lm-core only: it reads no model file. The `lm`
+//! crate's GGUF loader fills a [`BpeVocab`] from a file's metadata.
+//! Tokenization matches llama.cpp's for the supported pre-tokenizers (see
+//! `crates/lm/tests/smollm2_tokenizer.rs`).
 //!
 //! ```
 //! use lm_tokenize::{BpeVocab, Tokenizer};

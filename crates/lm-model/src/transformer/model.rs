@@ -103,11 +103,13 @@ pub struct Decoder {
 
 impl Decoder {
     /// Builds a decoder, checking the configuration and every weight's shape
-    /// against it.
+    /// against it. The first one built logs a warning when lm-model was
+    /// compiled with debug assertions (see the crate's "Build profile").
     pub fn new(
         config: TransformerConfig,
         weights: DecoderWeights,
     ) -> Result<Self, TransformerError> {
+        crate::build_profile::warn_once_if_unoptimised();
         config.validate()?;
         let c = &config;
         check_linear(

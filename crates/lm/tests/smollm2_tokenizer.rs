@@ -1,4 +1,5 @@
-//! SmolLM2's tokenizer built from the real GGUF file against reference ids:
+//! SmolLM2's tokenizer built from the real GGUF file by the loader, against
+//! reference ids:
 //! llama.cpp's (`fixtures/smollm2/tokenize.json`, written by
 //! `cargo xtask reference-fixtures` with llama-cpp-python) and those of the
 //! independent pure-Python BPE in `scripts/tokenize/reference_bpe.py`
@@ -6,8 +7,8 @@
 //! is fetched; with `--include-ignored` and no model they fail naming the
 //! fetch command.
 
-use lm_core::Detokenize;
-use lm_tokenize::Tokenizer;
+use lm::lm_core::Detokenize;
+use lm::lm_tokenize::Tokenizer;
 use serde::Deserialize;
 
 use crate::common;
@@ -61,7 +62,7 @@ fn encoding_mismatches<'a, Name: std::fmt::Display>(
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn encodes_and_decodes_every_prompt_like_llama_cpp() {
-    let tokenizer = common::smollm2_tokenizer();
+    let tokenizer = common::smollm2_text().tokenizer;
     let fixture: LlamaCppFixture = read_json("smollm2/tokenize.json");
     assert!(fixture.cases.len() >= 20, "{} cases", fixture.cases.len());
     let mut mismatches = encoding_mismatches(
@@ -87,7 +88,7 @@ fn encodes_and_decodes_every_prompt_like_llama_cpp() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn encodes_every_fixture_prompt_like_the_reference_bpe_and_decodes_it_back() {
-    let tokenizer = common::smollm2_tokenizer();
+    let tokenizer = common::smollm2_text().tokenizer;
     let cases: Vec<Case> = read_json("tokenize/smollm2_reference_ids.json");
     assert!(cases.len() >= 20, "fixture has {} cases", cases.len());
     let mismatches = encoding_mismatches(
@@ -110,7 +111,7 @@ fn encodes_every_fixture_prompt_like_the_reference_bpe_and_decodes_it_back() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn vocabulary_facts_match_the_model_card() {
-    let tokenizer = common::smollm2_tokenizer();
+    let tokenizer = common::smollm2_text().tokenizer;
     // docs: shared/models/SMOLLM2.md.
     assert_eq!(tokenizer.vocab_size(), 49152);
     assert_eq!(tokenizer.bos_id(), Some(1));
@@ -132,7 +133,7 @@ fn vocabulary_facts_match_the_model_card() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn stream_emits_emoji_only_when_whole() {
-    let tokenizer = common::smollm2_tokenizer();
+    let tokenizer = common::smollm2_text().tokenizer;
     let text = "family 👨‍👩‍👧 flag 🇫🇷 and 🙂 done";
     let ids = tokenizer.encode(text).unwrap();
     let mut stream = tokenizer.text_stream(false);

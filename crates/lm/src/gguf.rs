@@ -1,0 +1,168 @@
+//! The one GGUF loader: a file's weights into a [`Decoder`], its
+//! `tokenizer.*` metadata into a [`Tokenizer`], its chat template and its end
+//! tokens.
+//!
+//! ```text
+//! file.gguf ──GgufFile──┬─ Llama::from_file ─────────────> Decoder
+//!                       └─ tokenizer.* keys ─> BpeVocab ─> Tokenizer
+//!                          tokenizer.chat_template ──────> ChatTemplate
+//!                          eos, eot, eom + end-of-turn ──> end_ids
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+
+use lm_core::TokenId;
+use lm_model::{Decoder, GgufError, GgufFile, Llama};
+use lm_tokenize::{BpeVocab, ChatTemplate, Message, Tokenizer};
+
+use crate::error::{Error, TextError};
+
+/// A GGUF model ready to run: the decoder and the text side of the file.
+#[derive(Debug)]
+pub struct GgufModel {
+    /// The transformer (a `LanguageModel`).
+    pub decoder: Decoder,
+    /// Its tokenizer, chat template and end tokens.
+    pub text: GgufText,
+}
+
+/// What a GGUF file's `tokenizer.*` metadata gives.
+#[derive(Debug)]
+pub struct GgufText {
+    /// The tokenizer (also a `Detokenize`, for stop strings).
+    pub tokenizer: Tokenizer,
+    /// The compiled `tokenizer.chat_template`, with the file's BOS and EOS
+    /// texts; `None` for a base model without one.
+    pub chat_template: Option<ChatTemplate>,
+    /// The ids that end generation, ascending: EOS,
+    /// `tokenizer.ggml.eot_token_id` and `eom_token_id` when present, and
+    /// the end-of-turn control tokens lm-tokenize knows (`<|endoftext|>`,
+    /// `<|im_end|>`, `<|eot_id|>`, ...): 0, 2 and 4 for SmolLM2, as
+    /// llama.cpp has it.
+    pub end_ids: Vec<TokenId>,
+}
+
+/// Loads a llama-architecture GGUF file: the decoder first (the weights are
+/// checked against the metadata), then the text side.
+///
+/// Each failure names the file and the stage: [`Error::FileMissing`],
+/// [`Error::Model`] (not GGUF, or weights that build no decoder),
+/// [`Error::Text`] (tokenizer metadata).
+pub fn load_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
+    let path = path.as_ref();
+    let file = Arc::new(open(path, |source| Error::Model {
+        path: path.to_path_buf(),
+        source: source.into(),
+    })?);
+    let decoder = Llama::from_file(Arc::clone(&file)).map_err(|source| Error::Model {
+        path: path.to_path_buf(),
+        source: source.into(),
+    })?;
+    let text = GgufText::from_file(&file).map_err(|source| Error::Text {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(GgufModel { decoder, text })
+}
+
+impl GgufText {
+    /// Only the text side of a GGUF file: the weights are not built (to
+    /// tokenize without loading a model).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let file = open(path, |source| Error::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_file(&file).map_err(|source| Error::Text {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The tokenizer, chat template and end tokens of an open GGUF file.
+    pub fn from_file(file: &GgufFile) -> Result<Self, TextError> {
+        let tokenizer = Tokenizer::from_bpe_vocab(bpe_vocab(file)?)?;
+        let mut end_ids = tokenizer.end_ids().to_vec();
+        for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+            if let Some(id) = optional(file, key, GgufFile::get_u32)?
+                && (id as usize) < tokenizer.vocab_size()
+            {
+                end_ids.push(id);
+            }
+        }
+        end_ids.sort_unstable();
+        end_ids.dedup();
+        let chat_template = tokenizer
+            .chat_template()
+            .map(|source| {
+                ChatTemplate::new(
+                    source,
+                    tokenizer.special_text(tokenizer.bos_id()),
+                    tokenizer.special_text(tokenizer.eos_id()),
+                )
+            })
+            .transpose()?;
+        Ok(Self {
+            tokenizer,
+            chat_template,
+            end_ids,
+        })
+    }
+
+    /// The prompt text of `messages` in the chat template, ending with the
+    /// opening of the assistant's turn.
+    pub fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextError> {
+        let template = self
+            .chat_template
+            .as_ref()
+            .ok_or(TextError::NoChatTemplate)?;
+        Ok(template.render(messages, true)?)
+    }
+}
+
+/// Fills a [`BpeVocab`] from GGUF's `tokenizer.*` keys (see [`BpeVocab`]
+/// for the key of each field): the tokens and the model name are required,
+/// every other key optional, and a key of the wrong type is an error.
+pub fn bpe_vocab(file: &GgufFile) -> Result<BpeVocab, GgufError> {
+    let owned = |items: Vec<&str>| items.into_iter().map(str::to_owned).collect::<Vec<_>>();
+    Ok(BpeVocab {
+        model: file.get_str("tokenizer.ggml.model")?.to_owned(),
+        pre: optional(file, "tokenizer.ggml.pre", GgufFile::get_str)?.map(str::to_owned),
+        tokens: owned(file.get_string_array("tokenizer.ggml.tokens")?),
+        token_types: optional(file, "tokenizer.ggml.token_type", GgufFile::get_i32_array)?
+            .unwrap_or_default(),
+        merges: optional(file, "tokenizer.ggml.merges", GgufFile::get_string_array)?
+            .map(owned)
+            .unwrap_or_default(),
+        bos_id: optional(file, "tokenizer.ggml.bos_token_id", GgufFile::get_u32)?,
+        eos_id: optional(file, "tokenizer.ggml.eos_token_id", GgufFile::get_u32)?,
+        unk_id: optional(file, "tokenizer.ggml.unknown_token_id", GgufFile::get_u32)?,
+        add_bos: optional(file, "tokenizer.ggml.add_bos_token", GgufFile::get_bool)?
+            .unwrap_or(false),
+        chat_template: optional(file, "tokenizer.chat_template", GgufFile::get_str)?
+            .map(str::to_owned),
+    })
+}
+
+/// `Some(value)` when `key` is present, `None` when absent, an error when it
+/// has the wrong type.
+fn optional<'f, T>(
+    file: &'f GgufFile,
+    key: &str,
+    get: impl FnOnce(&'f GgufFile, &str) -> Result<T, GgufError>,
+) -> Result<Option<T>, GgufError> {
+    file.get(key).map(|_| get(file, key)).transpose()
+}
+
+/// Opens `path` as GGUF; a missing file is [`Error::FileMissing`], a
+/// malformed one the error `malformed` builds.
+fn open(path: &Path, malformed: impl FnOnce(GgufError) -> Error) -> Result<GgufFile, Error> {
+    if !path.is_file() {
+        return Err(Error::FileMissing {
+            path: path.to_path_buf(),
+        });
+    }
+    GgufFile::open(path).map_err(malformed)
+}

@@ -1,0 +1,125 @@
+//! The loader on committed files: the tiny valid llama GGUF, and every
+//! hostile GGUF refused at the stage `expected.tsv` names, as a typed error
+//! whose message names the problem.
+
+use std::error::Error as _;
+use std::path::Path;
+
+use lm::lm_core::LanguageModel;
+use lm::lm_decode::{GenerationConfig, SamplingConfig, generate};
+use lm::lm_tokenize::Message;
+use lm::{Error, GgufText, TextError, load_gguf};
+
+use crate::common::fixture_path;
+
+/// An error and its sources, joined as lm-cli prints them.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[test]
+fn the_tiny_gguf_loads_whole_and_generates() {
+    let path = fixture_path("hostile/gguf/valid-tiny-llama.gguf");
+    let model = load_gguf(&path).unwrap();
+    let text = &model.text;
+    assert_eq!(model.decoder.vocab_size(), text.tokenizer.vocab_size());
+    let eos = text.tokenizer.eos_id().expect("the fixture names its eos");
+    assert!(text.end_ids.contains(&eos), "{:?}", text.end_ids);
+    assert!(text.end_ids.is_sorted(), "{:?}", text.end_ids);
+
+    // A base model: no template, and a chat says so.
+    assert!(text.chat_template.is_none());
+    let chat = text.chat_prompt(&[Message::new("user", "hi")]);
+    assert!(matches!(chat, Err(TextError::NoChatTemplate)), "{chat:?}");
+
+    let prompt = text.tokenizer.encode("hi").unwrap();
+    let config = GenerationConfig {
+        max_new_tokens: 3,
+        sampling: SamplingConfig::greedy(),
+        end_tokens: text.end_ids.clone(),
+        ..GenerationConfig::default()
+    };
+    let generation = generate(&model.decoder, &prompt, &config, Some(&text.tokenizer)).unwrap();
+    assert!(!generation.steps.is_empty() && generation.steps.len() <= 3);
+
+    // The text side alone reads the same metadata.
+    let alone = GgufText::open(&path).unwrap();
+    assert_eq!(alone.end_ids, text.end_ids);
+    assert_eq!(alone.tokenizer.vocab_size(), text.tokenizer.vocab_size());
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let path = Path::new("/no/such.gguf");
+    for error in [
+        load_gguf(path).unwrap_err(),
+        GgufText::open(path).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&error, Error::FileMissing { path: p } if p == path),
+            "{error:?}"
+        );
+        assert_eq!(error.to_string(), "model file /no/such.gguf not found");
+    }
+}
+
+#[test]
+fn every_hostile_gguf_file_is_refused_at_its_stage_naming_the_problem() {
+    let dir = fixture_path("hostile/gguf");
+    let manifest = std::fs::read_to_string(dir.join("expected.tsv")).unwrap();
+    let mut n_checked = 0;
+    for line in manifest.lines().filter(|l| !l.starts_with('#')) {
+        let [file, stage, fragment] = line.split('\t').collect::<Vec<_>>()[..] else {
+            panic!("malformed manifest line {line:?}");
+        };
+        let path = dir.join(file);
+        let loaded = load_gguf(&path);
+        let text = GgufText::open(&path);
+        let refused = |error: &Error| {
+            let message = chain(error);
+            assert!(message.contains(fragment), "{file}: {message}");
+            assert!(message.contains(file), "{file}: {message}");
+        };
+        match stage {
+            "valid" => {
+                loaded.unwrap_or_else(|e| panic!("{file}: {}", chain(&e)));
+                text.unwrap_or_else(|e| panic!("{file}: {}", chain(&e)));
+            }
+            "parse" => {
+                let model_error = loaded.unwrap_err();
+                assert!(
+                    matches!(model_error, Error::Model { .. }),
+                    "{file}: {model_error:?}"
+                );
+                refused(&model_error);
+                let text_error = text.unwrap_err();
+                assert!(
+                    matches!(text_error, Error::Open { .. }),
+                    "{file}: {text_error:?}"
+                );
+                refused(&text_error);
+            }
+            "llama" => {
+                let error = loaded.unwrap_err();
+                assert!(matches!(error, Error::Model { .. }), "{file}: {error:?}");
+                refused(&error);
+            }
+            "tokenizer" => {
+                for error in [loaded.unwrap_err(), text.unwrap_err()] {
+                    assert!(matches!(error, Error::Text { .. }), "{file}: {error:?}");
+                    refused(&error);
+                }
+            }
+            other => panic!("unknown stage {other:?} for {file}"),
+        }
+        n_checked += 1;
+    }
+    assert!(n_checked >= 45, "only {n_checked} files checked");
+}

@@ -1,0 +1,9 @@
+//! The `lm` crate's integration tests, one binary with a module per concern:
+//! the loader on the tiny GGUF fixture and on hostile files, and on the real
+//! SmolLM2 file (`#[ignore]`d with the command that fetches it;
+//! `cargo test -- --include-ignored` runs them, as CI does).
+
+mod common;
+mod loader;
+mod smollm2;
+mod smollm2_tokenizer;
