@@ -152,11 +152,12 @@ impl TextCodec {
         let Self::Bpe(bpe) = self else {
             return Err(TextError::NoChatTemplate { model: self.kind() }.into());
         };
-        let template = bpe
-            .chat_template
-            .as_ref()
-            .ok_or(TextError::NoChatTemplate { model: self.kind() })?;
-        Ok(template.render(messages, true)?)
+        match bpe.chat_prompt(messages) {
+            Err(lm::TextError::NoChatTemplate) => {
+                Err(TextError::NoChatTemplate { model: self.kind() }.into())
+            }
+            prompt => Ok(prompt?),
+        }
     }
 }
 

@@ -268,6 +268,19 @@ fn cases() -> Vec<Case> {
             "",
             Valid,
         ),
+        // A chat template that does not compile is a chat's problem, not the
+        // file's: the model loads and generates; only a chat is refused.
+        case(
+            "valid-broken-chat-template.gguf",
+            tiny_llama()
+                .set(
+                    "tokenizer.chat_template",
+                    V::String("{% for m in messages %}{{ m.content }".into()),
+                )
+                .bytes(),
+            "",
+            Valid,
+        ),
         // --- header ---
         case(
             "wrong-magic.gguf",

@@ -5,7 +5,7 @@
 //! ```text
 //! file.gguf ──GgufFile──┬─ Llama::from_file ─────────────> Decoder
 //!                       └─ tokenizer.* keys ─> BpeVocab ─> Tokenizer
-//!                          tokenizer.chat_template ──────> ChatTemplate
+//!                          tokenizer.chat_template ──────> ChatTemplate (compiled when a chat asks)
 //!                          eos, eot, eom + end-of-turn ──> end_ids
 //! ```
 
@@ -32,9 +32,6 @@ pub struct GgufModel {
 pub struct GgufText {
     /// The tokenizer (also a `Detokenize`, for stop strings).
     pub tokenizer: Tokenizer,
-    /// The compiled `tokenizer.chat_template`, with the file's BOS and EOS
-    /// texts; `None` for a base model without one.
-    pub chat_template: Option<ChatTemplate>,
     /// The ids that end generation, ascending: EOS,
     /// `tokenizer.ggml.eot_token_id` and `eom_token_id` when present, and
     /// the end-of-turn control tokens lm-tokenize knows (`<|endoftext|>`,
@@ -94,31 +91,26 @@ impl GgufText {
         }
         end_ids.sort_unstable();
         end_ids.dedup();
-        let chat_template = tokenizer
-            .chat_template()
-            .map(|source| {
-                ChatTemplate::new(
-                    source,
-                    tokenizer.special_text(tokenizer.bos_id()),
-                    tokenizer.special_text(tokenizer.eos_id()),
-                )
-            })
-            .transpose()?;
-        Ok(Self {
-            tokenizer,
-            chat_template,
-            end_ids,
-        })
+        Ok(Self { tokenizer, end_ids })
+    }
+
+    /// The file's `tokenizer.chat_template`, compiled with the file's BOS and
+    /// EOS texts. Compiled when asked for, not at load: a template that does
+    /// not compile fails a chat, never a plain generation.
+    pub fn chat_template(&self) -> Result<ChatTemplate, TextError> {
+        let tokenizer = &self.tokenizer;
+        let source = tokenizer.chat_template().ok_or(TextError::NoChatTemplate)?;
+        Ok(ChatTemplate::new(
+            source,
+            tokenizer.special_text(tokenizer.bos_id()),
+            tokenizer.special_text(tokenizer.eos_id()),
+        )?)
     }
 
     /// The prompt text of `messages` in the chat template, ending with the
     /// opening of the assistant's turn.
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextError> {
-        let template = self
-            .chat_template
-            .as_ref()
-            .ok_or(TextError::NoChatTemplate)?;
-        Ok(template.render(messages, true)?)
+        Ok(self.chat_template()?.render(messages, true)?)
     }
 }
 

@@ -35,7 +35,10 @@ fn the_tiny_gguf_loads_whole_and_generates() {
     assert!(text.end_ids.is_sorted(), "{:?}", text.end_ids);
 
     // A base model: no template, and a chat says so.
-    assert!(text.chat_template.is_none());
+    assert!(matches!(
+        text.chat_template(),
+        Err(TextError::NoChatTemplate)
+    ));
     let chat = text.chat_prompt(&[Message::new("user", "hi")]);
     assert!(matches!(chat, Err(TextError::NoChatTemplate)), "{chat:?}");
 
@@ -122,4 +125,20 @@ fn every_hostile_gguf_file_is_refused_at_its_stage_naming_the_problem() {
         n_checked += 1;
     }
     assert!(n_checked >= 45, "only {n_checked} files checked");
+}
+
+#[test]
+fn a_chat_template_that_does_not_compile_fails_only_a_chat() {
+    let path = fixture_path("hostile/gguf/valid-broken-chat-template.gguf");
+    let model = load_gguf(&path).expect("the template is not compiled at load");
+    let prompt = model.text.tokenizer.encode("hi").unwrap();
+    let config = GenerationConfig {
+        max_new_tokens: 2,
+        sampling: SamplingConfig::greedy(),
+        ..GenerationConfig::default()
+    };
+    let run = generate(&model.decoder, &prompt, &config, None).unwrap();
+    assert_eq!(run.tokens.len(), 2);
+    let chat = model.text.chat_prompt(&[Message::new("user", "hi")]);
+    assert!(matches!(chat, Err(TextError::Tokenize(_))), "{chat:?}");
 }
