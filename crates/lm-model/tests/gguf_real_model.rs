@@ -6,7 +6,7 @@
 use crate::common::{FixtureJson, fixture_path, kernels_of_this_cpu, read_json, smollm2_path};
 use serde_json::Value;
 
-use lm_model::{GgufFile, MetadataValue};
+use lm_model::{GgufFile, MetadataValue, QMatrix};
 
 /// The model file, parsed.
 fn model() -> GgufFile {
@@ -174,12 +174,8 @@ fn every_tensor_info_matches_python_reader() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn dequantized_rows_match_python_dequantize_bit_for_bit() {
-    let file = model();
-    let fixture = fixture();
-    for want in fixture.field("rows").array() {
-        let name = want.field("tensor").str();
+    for_each_fixture_tensor("rows", |want, name, matrix| {
         let row_idx = want.field("row").u64() as usize;
-        let matrix = file.tensor(name).unwrap().matrix().unwrap();
         let mut row = vec![0.0f32; matrix.n_cols()];
         matrix.dequantize_row(row_idx, &mut row).unwrap();
         let first = want.field("first_bits").array();
@@ -197,6 +193,16 @@ fn dequantized_rows_match_python_dequantize_bit_for_bit() {
             (sum - want_sum).abs() <= 1e-12 * magnitude.max(1.0),
             "{name} row {row_idx}: {sum} vs {want_sum}"
         );
+    });
+}
+
+/// Runs `check` on each entry of the fixture's list `key` with the name of
+/// the real tensor the entry names and that tensor as a matrix.
+fn for_each_fixture_tensor(key: &str, mut check: impl FnMut(&Value, &str, QMatrix<'_>)) {
+    let file = model();
+    for want in fixture().field(key).array() {
+        let name = want.field("tensor").str();
+        check(want, name, file.tensor(name).unwrap().matrix().unwrap());
     }
 }
 
@@ -211,14 +217,10 @@ fn fixture_input(n: usize) -> Vec<f32> {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn matvec_on_real_weights_matches_numpy_reference() {
-    let file = model();
-    let fixture = fixture();
-    for want in fixture.field("matvec").array() {
-        let name = want.field("tensor").str();
+    for_each_fixture_tensor("matvec", |want, name, full| {
         let n_rows = want.field("rows").u64() as usize;
-        let full = file.tensor(name).unwrap().matrix().unwrap();
         let row_bytes = full.data().len() / full.n_rows();
-        let head = lm_model::QMatrix::new(
+        let head = QMatrix::new(
             full.ty(),
             n_rows,
             full.n_cols(),
@@ -257,5 +259,5 @@ fn matvec_on_real_weights_matches_numpy_reference() {
             eprintln!("{name} {kernel:?}: quantized-activation error {worst:.2e} of sum |w x|");
             assert!(worst < 5e-3, "{name} {kernel:?}: {worst:e}");
         }
-    }
+    });
 }
