@@ -153,32 +153,25 @@ impl FixtureJson for Value {
         self.get(key).filter(|v| !v.is_null())
     }
     fn object(&self) -> &Map<String, Value> {
-        self.as_object()
-            .unwrap_or_else(|| panic!("not an object: {self}"))
+        typed(self.as_object(), "an object", self)
     }
     fn array(&self) -> &[Value] {
-        self.as_array()
-            .unwrap_or_else(|| panic!("not an array: {self}"))
+        typed(self.as_array().map(Vec::as_slice), "an array", self)
     }
     fn str(&self) -> &str {
-        self.as_str()
-            .unwrap_or_else(|| panic!("not a string: {self}"))
+        typed(self.as_str(), "a string", self)
     }
     fn bool(&self) -> bool {
-        self.as_bool()
-            .unwrap_or_else(|| panic!("not a bool: {self}"))
+        typed(self.as_bool(), "a bool", self)
     }
     fn f64(&self) -> f64 {
-        self.as_f64()
-            .unwrap_or_else(|| panic!("not a number: {self}"))
+        typed(self.as_f64(), "a number", self)
     }
     fn u64(&self) -> u64 {
-        self.as_u64()
-            .unwrap_or_else(|| panic!("not an unsigned integer: {self}"))
+        typed(self.as_u64(), "an unsigned integer", self)
     }
     fn i64(&self) -> i64 {
-        self.as_i64()
-            .unwrap_or_else(|| panic!("not an integer: {self}"))
+        typed(self.as_i64(), "an integer", self)
     }
     fn f32s(&self) -> Vec<f32> {
         self.array().iter().map(|v| v.f64() as f32).collect()
@@ -189,4 +182,9 @@ impl FixtureJson for Value {
             .map(|v| TokenId::try_from(v.u64()).expect("token id fits u32"))
             .collect()
     }
+}
+
+/// `value` read as `what`, or a panic that shows the value.
+fn typed<T>(value: Option<T>, what: &str, json: &Value) -> T {
+    value.unwrap_or_else(|| panic!("not {what}: {json}"))
 }
