@@ -128,22 +128,26 @@ impl TextCodec {
 
     /// The id of a token given as its text (`<end>`, `</s>`, `<|im_end|>`),
     /// or as text that encodes to exactly one token.
-    pub fn end_token_id(&self, text: &str) -> Result<TokenId> {
+    pub fn token_id(&self, text: &str) -> Option<TokenId> {
         let direct = match self {
             Self::Toy => Toy::id(text),
             Self::Words(vocab) => vocab.id(text),
             Self::Bpe(bpe) => bpe.tokenizer.token_id(text),
         };
-        if let Some(id) = direct {
-            return Ok(id);
-        }
-        match self.encode(text).ok().as_deref() {
-            Some(&[id]) => Ok(id),
-            _ => Err(TextError::UnknownEndToken {
+        direct.or_else(|| match self.encode(text).ok().as_deref() {
+            Some(&[id]) => Some(id),
+            _ => None,
+        })
+    }
+
+    /// The id of an `--end-token`, as [`TextCodec::token_id`] finds it.
+    pub fn end_token_id(&self, text: &str) -> Result<TokenId> {
+        self.token_id(text).ok_or_else(|| {
+            TextError::UnknownEndToken {
                 text: text.to_owned(),
             }
-            .into()),
-        }
+            .into()
+        })
     }
 
     /// The prompt text of one user message in the model's chat template,

@@ -128,6 +128,43 @@ fn bad_arguments_name_themselves() {
             2,
             "magic",
         ),
+        (
+            toy().opt("--presence-penalty", "inf"),
+            2,
+            "--presence-penalty",
+        ),
+        (
+            toy().opt("--frequency-penalty", "nan"),
+            2,
+            "--frequency-penalty",
+        ),
+        (toy().opt("--logit-bias", "3"), 2, "is not TOKEN=BIAS"),
+        (toy().opt("--logit-bias", "3=inf"), 2, "finite or -inf"),
+        (
+            toy().opt("--logit-bias", "zebra=-1"),
+            2,
+            "--logit-bias: 'zebra' is not one token",
+        ),
+        (
+            toy().opt("--logit-bias", "7=-1"),
+            2,
+            "--logit-bias: '7' is not one token",
+        ),
+        (
+            Cli::new("generate")
+                .model("toy")
+                .opt("--file", "/no/such/prompt.txt"),
+            1,
+            "reading the prompt from /no/such/prompt.txt",
+        ),
+        (
+            Cli::new("generate")
+                .model("toy")
+                .opt("--file", "x")
+                .opt("--prompt", "y"),
+            2,
+            "--file",
+        ),
         (Cli::new("completions").arg("tcsh"), 2, "tcsh"),
         (Cli::new("frobnicate"), 2, "frobnicate"),
     ];

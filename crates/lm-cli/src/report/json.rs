@@ -142,6 +142,18 @@ pub struct Settings {
     pub min_p: Option<f32>,
     /// The repetition penalty, if set.
     pub repetition_penalty: Option<f32>,
+    /// The presence penalty, if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    /// The frequency penalty, if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    /// The finite `--logit-bias` pairs `[id, bias]`, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// The tokens a `--logit-bias` of -inf banned, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub banned_tokens: Vec<TokenId>,
     /// The seed.
     pub seed: u64,
     /// The end tokens.
