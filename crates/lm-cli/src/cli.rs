@@ -135,7 +135,11 @@ the greedy continuation ranks: greedy is best at each step, not always overall."
 const TOKENIZE_HELP: &str = "\
 EXAMPLES:
   lm-cli tokenize --model toy --text \"<start> the cat\"
-  lm-cli tokenize --model smollm2 --text \"Hello, world!\" --json";
+  lm-cli tokenize --model smollm2 --text \"Hello, world!\" --json
+  lm-cli tokenize --model smollm2 --chat --text \"Hi\"
+
+A token that is one byte of a character split across tokens is shown as the
+vocabulary writes it (<0xF0>, or its byte-level string such as ðŁ), not as �.";
 
 const TRAIN_HELP: &str = "\
 EXAMPLES:
@@ -405,6 +409,10 @@ pub struct TokenizeArgs {
     /// The text to split.
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub text: String,
+    /// Split the text as one user message in the model's chat template (the
+    /// prompt `generate --chat` reads).
+    #[arg(long)]
+    pub chat: bool,
     /// Print JSON: {"ids": [...], "tokens": [...]}.
     #[arg(long)]
     pub json: bool,

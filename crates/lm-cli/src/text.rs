@@ -97,6 +97,21 @@ impl TextCodec {
         }
     }
 
+    /// The text of one token for a tokenize listing: its decoded text, or,
+    /// when that alone is not whole UTF-8 (one byte of a character split
+    /// across tokens, which decodes to U+FFFD), the vocabulary's own string:
+    /// `<0xF0>` in a SentencePiece vocabulary, the byte-level string (`ðŁ`)
+    /// in a GPT-2 one.
+    pub fn token_piece(&self, id: TokenId) -> String {
+        let text = self.token_text(id);
+        match self {
+            Self::Bpe(bpe) if text.contains(char::REPLACEMENT_CHARACTER) => {
+                bpe.tokenizer.token_text(id).map_or(text, str::to_owned)
+            }
+            _ => text,
+        }
+    }
+
     /// The text of `ids` as one span.
     pub fn decode_ids(&self, ids: &[TokenId]) -> String {
         match self {

@@ -165,6 +165,14 @@ fn bad_arguments_name_themselves() {
             2,
             "--file",
         ),
+        (
+            Cli::new("tokenize")
+                .model("toy")
+                .opt("--text", "the")
+                .arg("--chat"),
+            1,
+            "no chat template",
+        ),
         (Cli::new("completions").arg("tcsh"), 2, "tcsh"),
         (Cli::new("frobnicate"), 2, "frobnicate"),
     ];
