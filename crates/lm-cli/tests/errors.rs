@@ -60,6 +60,11 @@ fn bad_arguments_name_themselves() {
         ),
         (x("generate", "gpt5"), 2, "unknown model spec 'gpt5'"),
         (x("generate", "count:"), 2, "needs a file"),
+        (
+            x("generate", "model.arpa"),
+            2,
+            "a count model is given as count:model.arpa",
+        ),
         (Cli::new("generate").model("toy"), 2, "--prompt"),
         (
             x("generate", "count:/no/such.arpa"),
@@ -270,4 +275,19 @@ fn completions_are_scripts_for_each_shell() {
         assert!(run.stdout.contains(marker), "{shell}");
         assert!(run.stdout.contains("generate"), "{shell}");
     }
+}
+
+#[test]
+fn a_gguf_file_is_recognised_by_its_magic_bytes_not_its_name() {
+    let fixture = crate::common::fixture("hostile/gguf/llama-missing-metadata.gguf");
+    let dir = tempfile::tempdir().unwrap();
+    let renamed = dir.path().join("model.bin");
+    std::fs::copy(&fixture, &renamed).unwrap();
+    let run = |path: &std::path::Path| {
+        let run = Cli::generate("x").model(path.display()).run();
+        assert_eq!(run.code, Some(1), "{}", run.stderr);
+        run.stderr.replace(&path.display().to_string(), "MODEL")
+    };
+    // The same GGUF error as under its .gguf name, not "unknown model spec".
+    assert_eq!(run(&renamed), run(&fixture));
 }
