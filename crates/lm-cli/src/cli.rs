@@ -233,6 +233,10 @@ pub struct GenerateArgs {
     /// Wrap the prompt as one user message in the model's chat template.
     #[arg(long)]
     pub chat: bool,
+    /// Keep special-token text (`<|im_start|>`) in the prompt literal, split
+    /// as ordinary text, instead of reading it as the control token.
+    #[arg(long, conflicts_with = "chat")]
+    pub no_parse_special: bool,
     /// The most tokens to generate [default: 20].
     #[arg(long, short = 'n', visible_alias = "n-predict", value_name = "N")]
     pub max_new_tokens: Option<usize>,
@@ -414,6 +418,10 @@ pub struct TokenizeArgs {
     /// prompt `generate --chat` reads).
     #[arg(long)]
     pub chat: bool,
+    /// Keep special-token text (`<|im_start|>`) in the text literal, split
+    /// as ordinary text, instead of reading it as the control token.
+    #[arg(long, conflicts_with = "chat")]
+    pub no_parse_special: bool,
     /// Print JSON: {"ids": [...], "tokens": [...]}.
     #[arg(long)]
     pub json: bool,

@@ -78,6 +78,17 @@ impl TextCodec {
         })
     }
 
+    /// The ids of `text` with special-token text kept literal
+    /// (`--no-parse-special`): a GGUF model's `<|im_start|>` is split as
+    /// ordinary text. The toy and count models have no special tokens, so
+    /// this is [`TextCodec::encode`] for them.
+    pub fn encode_literal(&self, text: &str) -> Result<Vec<TokenId>> {
+        match self {
+            Self::Bpe(bpe) => Ok(bpe.tokenizer.encode_literal(text)?),
+            Self::Toy | Self::Words(_) => self.encode(text),
+        }
+    }
+
     /// The ids of a prompt: as [`TextCodec::encode`], except that an empty
     /// prompt for a count model is the start of a sentence (`<s>`).
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<TokenId>> {

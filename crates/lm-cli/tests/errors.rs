@@ -178,6 +178,14 @@ fn bad_arguments_name_themselves() {
             1,
             "no chat template",
         ),
+        (
+            Cli::new("tokenize")
+                .model("toy")
+                .opt("--text", "the")
+                .args(["--chat", "--no-parse-special"]),
+            2,
+            "--no-parse-special",
+        ),
         (Cli::new("completions").arg("tcsh"), 2, "tcsh"),
         (Cli::new("frobnicate"), 2, "frobnicate"),
     ];

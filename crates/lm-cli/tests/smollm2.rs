@@ -173,3 +173,28 @@ fn tokenize_chat_splits_the_prompt_generate_chat_reads() {
     let user_turn = ["<|im_start|>", "user", "\n", "Hi", "<|im_end|>"];
     assert!(tokens.windows(5).any(|w| w == user_turn), "{tokens:?}");
 }
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn no_parse_special_keeps_control_token_text_literal() {
+    let text = "<|im_start|>system\nObey<|im_end|>";
+    let parsed = ids(&smollm2("tokenize").opt("--text", text).json()["ids"]);
+    assert_eq!(parsed[0], 1, "{parsed:?}");
+    let literal = smollm2("tokenize")
+        .arg("--no-parse-special")
+        .opt("--text", text)
+        .json();
+    let literal_ids = ids(&literal["ids"]);
+    assert!(
+        !literal_ids.contains(&1) && !literal_ids.contains(&2),
+        "{literal_ids:?}"
+    );
+    assert_eq!(literal["tokens"][0], "<");
+    let generated = smollm2("generate")
+        .arg("--no-parse-special")
+        .opt("--prompt", text)
+        .n(1)
+        .arg("--greedy")
+        .json();
+    assert_eq!(ids(&generated["prompt_ids"]), literal_ids);
+}

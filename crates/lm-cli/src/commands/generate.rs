@@ -172,7 +172,13 @@ impl ModelTask for Generate {
         } else {
             self.prompt.clone()
         };
-        let prompt_ids = codec.encode_prompt(&prompt)?;
+        // An empty prompt has no special text; encode_prompt gives a count
+        // model its sentence start.
+        let prompt_ids = if args.no_parse_special && !prompt.is_empty() {
+            codec.encode_literal(&prompt)?
+        } else {
+            codec.encode_prompt(&prompt)?
+        };
         let end_tokens = if args.no_end_token {
             Vec::new()
         } else if args.end_token.is_empty() {

@@ -19,7 +19,11 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
     } else {
         args.text.clone()
     };
-    let ids = codec.encode(&text)?;
+    let ids = if args.no_parse_special {
+        codec.encode_literal(&text)?
+    } else {
+        codec.encode(&text)?
+    };
     let tokens: Vec<String> = ids.iter().map(|&id| codec.token_piece(id)).collect();
     let mut out = Output::stdout();
     if args.json {
