@@ -60,7 +60,7 @@ fn llama_cpp_spellings_give_the_same_run() {
         "--context-length",
         "5",
     ]);
-    let llama = run(&[
+    let llama = [
         "--temp",
         "0",
         "--n-predict",
@@ -70,24 +70,11 @@ fn llama_cpp_spellings_give_the_same_run() {
         "--ignore-eos",
         "--n-probs",
         "2",
-        "--ctx-size",
-        "5",
-    ]);
-    assert_eq!(long, llama);
-    let short = run(&[
-        "--temp",
-        "0",
-        "--n-predict",
-        "3",
-        "--repeat-penalty",
-        "1.5",
-        "--ignore-eos",
-        "--n-probs",
-        "2",
-        "-c",
-        "5",
-    ]);
-    assert_eq!(long, short);
+    ];
+    for context in ["--ctx-size", "-c"] {
+        let spelled = run(&[&llama[..], &[context, "5"]].concat());
+        assert_eq!(long, spelled, "{context}");
+    }
     let report: serde_json::Value = serde_json::from_str(&long).unwrap();
     assert_eq!(report["settings"]["context_length"], 5);
     assert_eq!(report["settings"]["repetition_penalty"], 1.5);
