@@ -9,7 +9,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lm_decode::sampler::{MinP, RepetitionPenalty, Temperature, TopK, TopP};
+use lm_decode::sampler::{
+    FrequencyPenalty, MinP, PresencePenalty, RepetitionPenalty, Temperature, TopK, TopP,
+};
 use lm_decode::{SamplingConfig, Truncation};
 
 use crate::spec::ModelSpec;
@@ -43,7 +45,8 @@ MODELS (--model SPEC):
   toy          the lessons' seven-token decoder; a prompt is words of its vocabulary
                separated by spaces: <start> the cat dog sat slept <end> (ids 0 to 6)
   count:FILE   a count (n-gram) model: an ARPA file, or a text corpus trained on the fly
-  FILE.gguf    a llama-architecture model in a GGUF file (tokenizer read from the file)
+  FILE.gguf    a llama-architecture model in a GGUF file (tokenizer read from the file;
+               a file is GGUF by its first bytes, whatever its name)
   smollm2      SmolLM2-135M-Instruct from the models folder ($LM_MODELS_DIR, default
                ~/.cache/lm/models); get it with `cargo xtask fetch-model smollm2`
   (no --model) the embedded default: a Kneser-Ney trigram model of the King James Bible";
@@ -84,9 +87,14 @@ EXAMPLES:
   lm-cli generate --model toy --prompt \"<start> the cat\" --temperature 0.5 --seed 1 --json
   lm-cli generate --model toy --prompt \"<start> the cat\" --num-beams 4 --length-penalty 0.6
   lm-cli generate --model smollm2 --chat --prompt \"What is a language model?\"
+  lm-cli generate -f prompt.txt                  # or: cat prompt.txt | lm-cli generate
+  lm-cli generate --model toy --prompt \"<start> the\" --logit-bias cat=-inf --presence-penalty 0.5
 
 HOW A STEP IS CHOSEN:
-  raw logits -> repetition penalty -> temperature -> top-k -> top-p -> min-p -> choose
+  raw logits -> repetition, presence, frequency penalties -> logit bias ->
+  temperature -> top-k -> top-p -> min-p -> choose
+  llama.cpp names work too: --temp, --n-predict, --repeat-penalty, --ignore-eos,
+  --n-probs, -c/--ctx-size.
   Temperature 0 (or --greedy) takes the most probable token. Otherwise a seeded
   ChaCha20 draw picks a token with the policy's probabilities, so the same --seed
   gives the same text on every run and every --threads count.
@@ -128,7 +136,11 @@ the greedy continuation ranks: greedy is best at each step, not always overall."
 const TOKENIZE_HELP: &str = "\
 EXAMPLES:
   lm-cli tokenize --model toy --text \"<start> the cat\"
-  lm-cli tokenize --model smollm2 --text \"Hello, world!\" --json";
+  lm-cli tokenize --model smollm2 --text \"Hello, world!\" --json
+  lm-cli tokenize --model smollm2 --chat --text \"Hi\"
+
+A token that is one byte of a character split across tokens is shown as the
+vocabulary writes it (<0xF0>, or its byte-level string such as ðŁ), not as �.";
 
 const TRAIN_HELP: &str = "\
 EXAMPLES:
@@ -157,8 +169,9 @@ pub struct ModelArgs {
     /// The model: toy, count:FILE, FILE.gguf or smollm2 (default: the embedded KJV trigram model).
     #[arg(long, short = 'm', value_name = "SPEC")]
     pub model: Option<ModelSpec>,
-    /// Override the model's context length (the longest prefix it reads).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Override the model's context length (the longest prefix it reads;
+    /// llama.cpp's -c/--ctx-size).
+    #[arg(long, short = 'c', visible_alias = "ctx-size", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub context_length: Option<u64>,
     /// Recompute the whole prefix at every step instead of using the cache (slow; same results).
     #[arg(long)]
@@ -175,7 +188,7 @@ pub struct ModelArgs {
 pub struct FilterArgs {
     /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy (all
     /// mass on the largest logit).
-    #[arg(long, short = 't', value_name = "T", default_value_t = 1.0,
+    #[arg(long, short = 't', visible_alias = "temp", value_name = "T", default_value_t = 1.0,
           value_parser = parse_temperature, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep only the K most probable tokens.
@@ -209,22 +222,44 @@ pub struct GenerateArgs {
     /// The model and how to run it.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The text to continue.
+    /// The text to continue; `-` reads it from stdin. Without --prompt or
+    /// --file, the prompt is read from stdin when stdin is not a terminal.
     #[arg(long, short = 'p', value_name = "TEXT", allow_hyphen_values = true)]
-    pub prompt: String,
+    pub prompt: Option<String>,
+    /// Read the prompt from this file (one final newline is dropped, as
+    /// llama.cpp's -f does).
+    #[arg(long, short = 'f', value_name = "FILE", conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
     /// Wrap the prompt as one user message in the model's chat template.
     #[arg(long)]
     pub chat: bool,
+    /// Keep special-token text (`<|im_start|>`) in the prompt literal, split
+    /// as ordinary text, instead of reading it as the control token.
+    #[arg(long, conflicts_with = "chat")]
+    pub no_parse_special: bool,
     /// The most tokens to generate [default: 20].
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', visible_alias = "n-predict", value_name = "N")]
     pub max_new_tokens: Option<usize>,
     /// Temperature and the filters of the policy.
     #[command(flatten)]
     pub filters: FilterArgs,
     /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
-    #[arg(long, value_name = "R", value_parser = parse_repetition_penalty,
-          allow_negative_numbers = true)]
+    #[arg(long, visible_alias = "repeat-penalty", value_name = "R",
+          value_parser = parse_repetition_penalty, allow_negative_numbers = true)]
     pub repetition_penalty: Option<f32>,
+    /// Subtract P once from the logit of every token already in the text (OpenAI style).
+    #[arg(long, value_name = "P", value_parser = parse_presence_penalty,
+          allow_negative_numbers = true)]
+    pub presence_penalty: Option<f32>,
+    /// Subtract P times its count from the logit of every token already in the text.
+    #[arg(long, value_name = "P", value_parser = parse_frequency_penalty,
+          allow_negative_numbers = true)]
+    pub frequency_penalty: Option<f32>,
+    /// Add BIAS to a token's logit: ID=BIAS or TOKEN_TEXT=BIAS (repeatable);
+    /// BIAS -inf bans the token.
+    #[arg(long, value_name = "TOKEN=BIAS", value_parser = parse_logit_bias,
+          allow_hyphen_values = true)]
+    pub logit_bias: Vec<LogitBiasArg>,
     /// Always take the most probable token (same as --temperature 0).
     #[arg(long)]
     pub greedy: bool,
@@ -242,7 +277,7 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "TOKEN")]
     pub end_token: Vec<String>,
     /// Do not stop at any end token (run to a limit).
-    #[arg(long, conflicts_with = "end_token")]
+    #[arg(long, visible_alias = "ignore-eos", conflicts_with = "end_token")]
     pub no_end_token: bool,
     /// End generation when the text contains this string (repeatable).
     #[arg(long, value_name = "TEXT", value_parser = parse_stop_string)]
@@ -252,7 +287,7 @@ pub struct GenerateArgs {
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub num_return_sequences: u64,
     /// Record the N most probable tokens of each step (shown with --json and --trace).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, visible_alias = "n-probs", value_name = "N", default_value_t = 0)]
     pub top_logprobs: usize,
     /// What to do with a prompt longer than the context: error, or keep-head:N
     /// (keep the first N tokens and the most recent ones).
@@ -284,6 +319,16 @@ pub struct GenerateArgs {
     /// Leave the timing out of the JSON (so runs compare byte for byte).
     #[arg(long)]
     pub no_timing: bool,
+}
+
+/// One `--logit-bias`: the token (an id, or its text) and the bias
+/// (`-inf` bans it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogitBiasArg {
+    /// The token as typed: digits are an id, anything else the token's text.
+    pub token: String,
+    /// The bias: finite, or -inf.
+    pub bias: f32,
 }
 
 /// `lm-cli probs`.
@@ -323,7 +368,6 @@ pub struct ScoreArgs {
     /// The tokens to score.
     #[arg(
         long,
-        short = 'c',
         value_name = "TEXT",
         requires = "prompt",
         allow_hyphen_values = true
@@ -370,6 +414,14 @@ pub struct TokenizeArgs {
     /// The text to split.
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub text: String,
+    /// Split the text as one user message in the model's chat template (the
+    /// prompt `generate --chat` reads).
+    #[arg(long)]
+    pub chat: bool,
+    /// Keep special-token text (`<|im_start|>`) in the text literal, split
+    /// as ordinary text, instead of reading it as the control token.
+    #[arg(long, conflicts_with = "chat")]
+    pub no_parse_special: bool,
     /// Print JSON: {"ids": [...], "tokens": [...]}.
     #[arg(long)]
     pub json: bool,
@@ -467,6 +519,21 @@ pub enum UsageError {
         /// The kind of model given.
         model: &'static str,
     },
+    /// `generate` without --prompt, --file or text on stdin.
+    #[error("no prompt: give --prompt TEXT, --file FILE, or pipe text on stdin")]
+    NoPrompt,
+    /// A `--logit-bias` token the model does not have.
+    #[error(
+        "--logit-bias: '{token}' is not one token of the {model} model (vocabulary size {vocab_size})"
+    )]
+    UnknownBiasToken {
+        /// The token as typed.
+        token: String,
+        /// The kind of model.
+        model: &'static str,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
     /// `train --order` outside 1..=MAX_ORDER.
     #[error("--order must be between 1 and {max}, got {order}")]
     InvalidOrder {
@@ -514,6 +581,33 @@ fn parse_min_p(text: &str) -> Result<f32, String> {
 
 fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
     parse_checked(text, RepetitionPenalty::new)
+}
+
+fn parse_presence_penalty(text: &str) -> Result<f32, String> {
+    parse_checked(text, PresencePenalty::new)
+}
+
+fn parse_frequency_penalty(text: &str) -> Result<f32, String> {
+    parse_checked(text, FrequencyPenalty::new)
+}
+
+/// Parses `ID=BIAS` or `TOKEN_TEXT=BIAS` (split at the last `=`, so a
+/// token text may contain one); the bias is finite or `-inf`.
+fn parse_logit_bias(text: &str) -> Result<LogitBiasArg, String> {
+    let (token, bias) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("'{text}' is not TOKEN=BIAS (e.g. 42=-2.5 or hello=-inf)"))?;
+    if token.is_empty() {
+        return Err(format!("'{text}' names no token (expected TOKEN=BIAS)"));
+    }
+    let bias: f32 = parse_number(bias)?;
+    if bias.is_nan() || bias == f32::INFINITY {
+        return Err(format!("the bias must be finite or -inf, got {bias}"));
+    }
+    Ok(LogitBiasArg {
+        token: token.to_owned(),
+        bias,
+    })
 }
 
 /// A stop string: an empty one would match before any text, so it is a
@@ -601,6 +695,31 @@ mod tests {
         assert!(error.contains("logit 2 is 'x'"), "{error}");
         assert!(parse_logits("1,nan").is_err());
         assert!(parse_logits("").is_err());
+    }
+
+    #[test]
+    fn logit_biases_parse_with_bans_and_token_texts() {
+        let bias = |token: &str, bias: f32| {
+            Ok(LogitBiasArg {
+                token: token.to_owned(),
+                bias,
+            })
+        };
+        assert_eq!(parse_logit_bias("42=-2.5"), bias("42", -2.5));
+        assert_eq!(parse_logit_bias("a=b=1"), bias("a=b", 1.0));
+        assert_eq!(parse_logit_bias("the=-inf"), bias("the", f32::NEG_INFINITY));
+        assert!(parse_logit_bias("42").unwrap_err().contains("TOKEN=BIAS"));
+        assert!(
+            parse_logit_bias("=1")
+                .unwrap_err()
+                .contains("names no token")
+        );
+        assert!(
+            parse_logit_bias("1=inf")
+                .unwrap_err()
+                .contains("finite or -inf")
+        );
+        assert!(parse_logit_bias("1=nan").is_err());
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub enum SpecError {
     /// `count:` without a file.
     #[error("model spec 'count:' needs a file, e.g. count:model.arpa")]
     EmptyCountPath,
+    /// An ARPA file given without `count:`.
+    #[error("model spec '{spec}' is an ARPA file: a count model is given as count:{spec}")]
+    ArpaWithoutCount {
+        /// What was typed.
+        spec: String,
+    },
 }
 
 impl FromStr for ModelSpec {
@@ -74,13 +80,28 @@ impl FromStr for ModelSpec {
             }
             return Ok(Self::Count(PathBuf::from(path)));
         }
-        if spec.to_ascii_lowercase().ends_with(".gguf") {
+        let lowercase = spec.to_ascii_lowercase();
+        if lowercase.ends_with(".gguf") || starts_with_gguf_magic(Path::new(spec)) {
             return Ok(Self::Gguf(PathBuf::from(spec)));
+        }
+        if lowercase.ends_with(".arpa") || lowercase.ends_with(".arpa.gz") {
+            return Err(SpecError::ArpaWithoutCount {
+                spec: spec.to_owned(),
+            });
         }
         Err(SpecError::Unknown {
             spec: spec.to_owned(),
         })
     }
+}
+
+/// Whether `path` is a file that starts with GGUF's magic bytes, so a GGUF
+/// file is recognised whatever its name (an unreadable path is not).
+fn starts_with_gguf_magic(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"GGUF")
 }
 
 impl fmt::Display for ModelSpec {

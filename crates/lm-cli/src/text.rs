@@ -78,6 +78,17 @@ impl TextCodec {
         })
     }
 
+    /// The ids of `text` with special-token text kept literal
+    /// (`--no-parse-special`): a GGUF model's `<|im_start|>` is split as
+    /// ordinary text. The toy and count models have no special tokens, so
+    /// this is [`TextCodec::encode`] for them.
+    pub fn encode_literal(&self, text: &str) -> Result<Vec<TokenId>> {
+        match self {
+            Self::Bpe(bpe) => Ok(bpe.tokenizer.encode_literal(text)?),
+            Self::Toy | Self::Words(_) => self.encode(text),
+        }
+    }
+
     /// The ids of a prompt: as [`TextCodec::encode`], except that an empty
     /// prompt for a count model is the start of a sentence (`<s>`).
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<TokenId>> {
@@ -94,6 +105,21 @@ impl TextCodec {
             Self::Toy => Toy::word(id).unwrap_or("<unk>").to_owned(),
             Self::Words(vocab) => vocab.word(id).unwrap_or("<unk>").to_owned(),
             Self::Bpe(bpe) => bpe.tokenizer.decode(&[id]).unwrap_or_default(),
+        }
+    }
+
+    /// The text of one token for a tokenize listing: its decoded text, or,
+    /// when that alone is not whole UTF-8 (one byte of a character split
+    /// across tokens, which decodes to U+FFFD), the vocabulary's own string:
+    /// `<0xF0>` in a SentencePiece vocabulary, the byte-level string (`ðŁ`)
+    /// in a GPT-2 one.
+    pub fn token_piece(&self, id: TokenId) -> String {
+        let text = self.token_text(id);
+        match self {
+            Self::Bpe(bpe) if text.contains(char::REPLACEMENT_CHARACTER) => {
+                bpe.tokenizer.token_text(id).map_or(text, str::to_owned)
+            }
+            _ => text,
         }
     }
 
@@ -128,22 +154,26 @@ impl TextCodec {
 
     /// The id of a token given as its text (`<end>`, `</s>`, `<|im_end|>`),
     /// or as text that encodes to exactly one token.
-    pub fn end_token_id(&self, text: &str) -> Result<TokenId> {
+    pub fn token_id(&self, text: &str) -> Option<TokenId> {
         let direct = match self {
             Self::Toy => Toy::id(text),
             Self::Words(vocab) => vocab.id(text),
             Self::Bpe(bpe) => bpe.tokenizer.token_id(text),
         };
-        if let Some(id) = direct {
-            return Ok(id);
-        }
-        match self.encode(text).ok().as_deref() {
-            Some(&[id]) => Ok(id),
-            _ => Err(TextError::UnknownEndToken {
+        direct.or_else(|| match self.encode(text).ok().as_deref() {
+            Some(&[id]) => Some(id),
+            _ => None,
+        })
+    }
+
+    /// The id of an `--end-token`, as [`TextCodec::token_id`] finds it.
+    pub fn end_token_id(&self, text: &str) -> Result<TokenId> {
+        self.token_id(text).ok_or_else(|| {
+            TextError::UnknownEndToken {
                 text: text.to_owned(),
             }
-            .into()),
-        }
+            .into()
+        })
     }
 
     /// The prompt text of one user message in the model's chat template,

@@ -60,6 +60,11 @@ fn bad_arguments_name_themselves() {
         ),
         (x("generate", "gpt5"), 2, "unknown model spec 'gpt5'"),
         (x("generate", "count:"), 2, "needs a file"),
+        (
+            x("generate", "model.arpa"),
+            2,
+            "a count model is given as count:model.arpa",
+        ),
         (Cli::new("generate").model("toy"), 2, "--prompt"),
         (
             x("generate", "count:/no/such.arpa"),
@@ -127,6 +132,59 @@ fn bad_arguments_name_themselves() {
             train(&["--corpus", "x", "--smoothing", "magic", "--out", "y"]),
             2,
             "magic",
+        ),
+        (
+            toy().opt("--presence-penalty", "inf"),
+            2,
+            "--presence-penalty",
+        ),
+        (
+            toy().opt("--frequency-penalty", "nan"),
+            2,
+            "--frequency-penalty",
+        ),
+        (toy().opt("--logit-bias", "3"), 2, "is not TOKEN=BIAS"),
+        (toy().opt("--logit-bias", "3=inf"), 2, "finite or -inf"),
+        (
+            toy().opt("--logit-bias", "zebra=-1"),
+            2,
+            "--logit-bias: 'zebra' is not one token",
+        ),
+        (
+            toy().opt("--logit-bias", "7=-1"),
+            2,
+            "--logit-bias: '7' is not one token",
+        ),
+        (
+            Cli::new("generate")
+                .model("toy")
+                .opt("--file", "/no/such/prompt.txt"),
+            1,
+            "reading the prompt from /no/such/prompt.txt",
+        ),
+        (
+            Cli::new("generate")
+                .model("toy")
+                .opt("--file", "x")
+                .opt("--prompt", "y"),
+            2,
+            "--file",
+        ),
+        (
+            Cli::new("tokenize")
+                .model("toy")
+                .opt("--text", "the")
+                .arg("--chat"),
+            1,
+            "no chat template",
+        ),
+        (
+            Cli::new("tokenize")
+                .model("toy")
+                .opt("--text", "the")
+                .args(["--chat", "--no-parse-special"]),
+            2,
+            "--no-parse-special",
         ),
         (Cli::new("completions").arg("tcsh"), 2, "tcsh"),
         (Cli::new("frobnicate"), 2, "frobnicate"),
@@ -225,4 +283,19 @@ fn completions_are_scripts_for_each_shell() {
         assert!(run.stdout.contains(marker), "{shell}");
         assert!(run.stdout.contains("generate"), "{shell}");
     }
+}
+
+#[test]
+fn a_gguf_file_is_recognised_by_its_magic_bytes_not_its_name() {
+    let fixture = crate::common::fixture("hostile/gguf/llama-missing-metadata.gguf");
+    let dir = tempfile::tempdir().unwrap();
+    let renamed = dir.path().join("model.bin");
+    std::fs::copy(&fixture, &renamed).unwrap();
+    let run = |path: &std::path::Path| {
+        let run = Cli::generate("x").model(path.display()).run();
+        assert_eq!(run.code, Some(1), "{}", run.stderr);
+        run.stderr.replace(&path.display().to_string(), "MODEL")
+    };
+    // The same GGUF error as under its .gguf name, not "unknown model spec".
+    assert_eq!(run(&renamed), run(&fixture));
 }

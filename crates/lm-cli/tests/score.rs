@@ -271,3 +271,63 @@ fn a_corpus_given_as_count_model_is_trained_on_the_fly() {
         .ok();
     assert!(run.stderr.contains("trained a trigram"), "{}", run.stderr);
 }
+
+/// `lm-cli score ARGS` on a unigram ARPA model, written to `dir`, in which
+/// `cat` has probability 0 (log10 p = -inf) and `dog` 10^-200.
+fn score_on_zero_probability_model(dir: &std::path::Path, args: &[&str]) -> Cli {
+    let path = dir.join("zero.arpa");
+    let arpa = "\\data\\\nngram 1=5\n\n\\1-grams:\n-99\t<s>\n-0.5\tthe\n-inf\tcat\n\
+                -200\tdog\n-0.5\t</s>\n\n\\end\\\n";
+    std::fs::write(&path, arpa).unwrap();
+    Cli::new("score")
+        .model(format!("count:{}", path.display()))
+        .args(args)
+}
+
+#[test]
+fn a_zero_probability_scores_minus_inf_and_an_infinite_perplexity() {
+    let dir = tempfile::tempdir().unwrap();
+    let sentence = score_on_zero_probability_model(dir.path(), &["--text", "the cat"]);
+    let text = sentence.ok().stdout;
+    assert!(
+        text.contains("total log10 p: -inf, perplexity inf"),
+        "{text}"
+    );
+    // JSON has no infinities (serde_json would write null): strings instead.
+    let report = sentence.json();
+    assert_eq!(report["log10probs"][1], "-inf");
+    assert_eq!(report["total_log10"], "-inf");
+    assert_eq!(report["perplexity"], "inf");
+    let continuation =
+        score_on_zero_probability_model(dir.path(), &["--prompt", "the", "--continuation", "cat"]);
+    let report = continuation.json();
+    assert_eq!(report["logprobs"][0], "-inf");
+    assert_eq!(report["sequence_logprob"], "-inf");
+    assert_eq!(report["perplexity"], "inf");
+    let masked = Cli::new("probs").opt("--logits", "2,-inf").json();
+    assert_eq!(masked["logits"][1], "-inf");
+}
+
+#[test]
+fn huge_perplexities_and_tiny_probabilities_print_in_scientific_notation() {
+    let dir = tempfile::tempdir().unwrap();
+    let sentence = score_on_zero_probability_model(dir.path(), &["--text", "dog"]);
+    let text = sentence.ok().stdout;
+    let perplexity = sentence.json()["perplexity"].as_f64().unwrap();
+    let line = text.lines().last().unwrap();
+    let printed = line.rsplit(' ').next().unwrap();
+    assert!(printed.contains('e'), "{line}");
+    let printed: f64 = printed.parse().unwrap();
+    assert!(
+        (printed / perplexity - 1.0).abs() < 1e-4,
+        "{line} vs {perplexity}"
+    );
+    let continuation =
+        score_on_zero_probability_model(dir.path(), &["--prompt", "the", "--continuation", "dog"])
+            .ok()
+            .stdout;
+    // p = 10^-200 is not 0.000000, and the perplexity is not 200 digits.
+    assert!(continuation.contains("e-200)"), "{continuation}");
+    assert!(!continuation.contains("0.000000"), "{continuation}");
+    assert!(continuation.lines().all(|l| l.len() < 80), "{continuation}");
+}

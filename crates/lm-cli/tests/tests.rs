@@ -5,6 +5,7 @@
 
 mod common;
 mod errors;
+mod flags;
 mod generate;
 mod hostile_inputs;
 mod interrupt;

@@ -228,8 +228,28 @@ impl Tokenizer {
     /// `<|im_start|>`) become single tokens; the bos token is prepended when
     /// the vocabulary asks for it.
     pub fn encode(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+        self.encode_with(&self.inner, text)
+    }
+
+    /// Token ids of `text` with special-token text kept literal: a user's
+    /// `<|im_start|>` is split as ordinary text, so it cannot open a turn
+    /// (llama.cpp's `--no-parse-special`). Builds a copy of the pipeline
+    /// per call: for a prompt or a chat turn, not per token.
+    pub fn encode_literal(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+        let mut literal = self.inner.clone();
+        literal.set_encode_special_tokens(true);
+        self.encode_with(&literal, text)
+    }
+
+    /// Encodes with `pipeline` (this tokenizer's, or its literal copy),
+    /// prepending bos when the vocabulary asks for it.
+    fn encode_with(
+        &self,
+        pipeline: &tokenizers::Tokenizer,
+        text: &str,
+    ) -> Result<Vec<TokenId>, TokenizeError> {
         let encoding =
-            self.inner
+            pipeline
                 .encode_fast(text, false)
                 .map_err(|source| TokenizeError::Backend {
                     stage: "encoding",

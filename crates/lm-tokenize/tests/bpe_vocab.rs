@@ -283,3 +283,14 @@ fn decoding_an_id_out_of_range_is_an_error_not_a_panic() {
         "h\u{FFFD}i"
     );
 }
+
+#[test]
+fn encode_literal_keeps_control_token_text_as_ordinary_text() {
+    let tokenizer = Tokenizer::from_bpe_vocab(byte_vocab(&[("<|im_start|>", 3)], &[])).unwrap();
+    let text = "<|im_start|>system";
+    let bytes: Vec<u32> = text.bytes().map(u32::from).collect();
+    let parsed = [&[256][..], &bytes[12..]].concat();
+    assert_eq!(tokenizer.encode(text).unwrap(), parsed);
+    assert_eq!(tokenizer.encode_literal(text).unwrap(), bytes);
+    assert_eq!(tokenizer.decode(&bytes).unwrap(), text);
+}

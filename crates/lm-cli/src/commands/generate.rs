@@ -16,11 +16,12 @@
 //! search stops the same way, through its own step hook: its hypotheses so
 //! far, the live ones cancelled.
 
+use std::io::{IsTerminal, Read};
 use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
     BeamConfig, Generation, GenerationConfig, GenerationHook, SamplingConfig, Step, StopReason,
@@ -28,7 +29,7 @@ use lm_decode::{
 };
 use lm_tokenize::Message;
 
-use crate::cli::{GenerateArgs, UsageError};
+use crate::cli::{GenerateArgs, LogitBiasArg, UsageError};
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -59,10 +60,82 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             return Err(UsageError::SequencesWithBeams.into());
         }
     }
+    let prompt = read_prompt(&args)?;
     crate::interrupt::install()?;
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
-    loaded.run(options, Generate { args, spec })
+    loaded.run(options, Generate { args, spec, prompt })
+}
+
+/// The prompt from `--prompt TEXT`, `--prompt -` (stdin), `--file FILE`, or
+/// stdin when none is given and stdin is not a terminal. Text read from a
+/// file or stdin loses one final newline (as llama.cpp's `-f` does), so
+/// `echo TEXT |` and `--prompt TEXT` give the same prompt. No prompt at all
+/// (an empty stdin, or a terminal) is a usage error.
+fn read_prompt(args: &GenerateArgs) -> Result<String> {
+    let text = match (&args.prompt, &args.file) {
+        (Some(text), _) if text != "-" => return Ok(text.clone()),
+        (Some(_), _) => read_stdin()?,
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the prompt from {}", path.display()))?,
+        (None, None) if std::io::stdin().is_terminal() => {
+            return Err(UsageError::NoPrompt.into());
+        }
+        (None, None) => {
+            let text = read_stdin()?;
+            if text.is_empty() {
+                return Err(UsageError::NoPrompt.into());
+            }
+            text
+        }
+    };
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
+}
+
+fn read_stdin() -> Result<String> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the prompt from stdin")?;
+    Ok(text)
+}
+
+/// The `--logit-bias` flags as ids.
+#[derive(Debug, Default)]
+struct ResolvedBiases {
+    /// The finite biases, for the sampler's bias stage.
+    finite: Vec<(TokenId, f32)>,
+    /// The tokens biased by -inf: banned.
+    banned: Vec<TokenId>,
+}
+
+/// Resolves each `--logit-bias` token to an id. A token that is neither an
+/// id of the vocabulary nor one token's text is a usage error.
+fn resolve_logit_biases(
+    biases: &[LogitBiasArg],
+    codec: &TextCodec,
+    vocab_size: usize,
+) -> Result<ResolvedBiases> {
+    let mut resolved = ResolvedBiases::default();
+    for bias in biases {
+        let id = match bias.token.parse::<TokenId>() {
+            Ok(id) => Some(id),
+            Err(_) => codec.token_id(&bias.token),
+        }
+        .filter(|&id| (id as usize) < vocab_size)
+        .ok_or_else(|| UsageError::UnknownBiasToken {
+            token: bias.token.clone(),
+            model: codec.kind(),
+            vocab_size,
+        })?;
+        if bias.bias == f32::NEG_INFINITY {
+            resolved.banned.push(id);
+        } else {
+            resolved.finite.push((id, bias.bias));
+        }
+    }
+    Ok(resolved)
 }
 
 pub(crate) fn to_usize(n: u64) -> usize {
@@ -72,6 +145,7 @@ pub(crate) fn to_usize(n: u64) -> usize {
 struct Generate {
     args: GenerateArgs,
     spec: ModelSpec,
+    prompt: String,
 }
 
 /// How the results are shown.
@@ -94,11 +168,17 @@ impl ModelTask for Generate {
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let args = &self.args;
         let prompt = if args.chat {
-            codec.chat_prompt(&[Message::new("user", args.prompt.clone())])?
+            codec.chat_prompt(&[Message::new("user", self.prompt.clone())])?
         } else {
-            args.prompt.clone()
+            self.prompt.clone()
         };
-        let prompt_ids = codec.encode_prompt(&prompt)?;
+        // An empty prompt has no special text; encode_prompt gives a count
+        // model its sentence start.
+        let prompt_ids = if args.no_parse_special && !prompt.is_empty() {
+            codec.encode_literal(&prompt)?
+        } else {
+            codec.encode_prompt(&prompt)?
+        };
         let end_tokens = if args.no_end_token {
             Vec::new()
         } else if args.end_token.is_empty() {
@@ -129,6 +209,12 @@ impl ModelTask for Generate {
             }
         }
         let filters = args.filters.sampling();
+        let ResolvedBiases {
+            finite: logit_bias,
+            banned: banned_by_bias,
+        } = resolve_logit_biases(&args.logit_bias, codec, model.vocab_size())?;
+        let mut banned_tokens = banned_by_bias.clone();
+        banned_tokens.extend(codec.unwritable_ids());
         let sampling = SamplingConfig {
             temperature: if args.greedy {
                 0.0
@@ -136,8 +222,11 @@ impl ModelTask for Generate {
                 filters.temperature
             },
             repetition_penalty: args.repetition_penalty,
+            presence_penalty: args.presence_penalty,
+            frequency_penalty: args.frequency_penalty,
+            logit_bias,
             seed: args.seed,
-            banned_tokens: codec.unwritable_ids(),
+            banned_tokens,
             ..filters
         };
         let num_beams = args.num_beams.map_or(1, to_usize);
@@ -148,6 +237,10 @@ impl ModelTask for Generate {
             top_p: sampling.top_p,
             min_p: sampling.min_p,
             repetition_penalty: sampling.repetition_penalty,
+            presence_penalty: sampling.presence_penalty,
+            frequency_penalty: sampling.frequency_penalty,
+            logit_bias: sampling.logit_bias.clone(),
+            banned_tokens: banned_by_bias,
             seed: sampling.seed,
             end_tokens: end_tokens.clone(),
             stop: args.stop.clone(),

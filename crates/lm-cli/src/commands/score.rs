@@ -11,7 +11,7 @@ use lm_core::LanguageModel;
 use crate::cli::{ScoreArgs, UsageError};
 use crate::output::Output;
 use crate::report::json::{ScoreReport, SentenceScoreReport};
-use crate::report::printable;
+use crate::report::{number, printable};
 use crate::spec::{Backend, ModelTask};
 use crate::text::TextCodec;
 
@@ -83,16 +83,16 @@ impl ModelTask for Score {
         let mut text = format!("{:>8}  {:<20}  {:>10}  {:>8}\n", "id", "token", "ln p", "p");
         for ((id, token), lp) in report.ids.iter().zip(&report.tokens).zip(&report.logprobs) {
             text.push_str(&format!(
-                "{id:>8}  {:<20}  {lp:>10.4}  {:>8.4}\n",
+                "{id:>8}  {:<20}  {lp:>10.4}  {:>8}\n",
                 printable(token),
-                lp.exp()
+                number(lp.exp(), 4)
             ));
         }
         text.push_str(&format!(
-            "sequence ln p: {:.4} (p = {:.6}), perplexity {:.4}\n",
+            "sequence ln p: {:.4} (p = {}), perplexity {}\n",
             report.sequence_logprob,
-            report.sequence_logprob.exp(),
-            report.perplexity
+            number(report.sequence_logprob.exp(), 6),
+            number(report.perplexity, 4)
         ));
         out.write_now(&text)?;
         Ok(())
@@ -118,8 +118,9 @@ fn print_sentence(report: &SentenceScoreReport, json: bool) -> Result<()> {
         ));
     }
     text.push_str(&format!(
-        "total log10 p: {:.4}, perplexity {:.4}\n",
-        report.total_log10, report.perplexity
+        "total log10 p: {:.4}, perplexity {}\n",
+        report.total_log10,
+        number(report.perplexity, 4)
     ));
     out.write_now(&text)?;
     Ok(())

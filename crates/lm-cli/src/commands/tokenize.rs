@@ -1,6 +1,8 @@
-//! `lm-cli tokenize`: the ids of a text under a model's codec.
+//! `lm-cli tokenize`: the ids of a text under a model's codec, or of the
+//! chat prompt that wraps it (`--chat`).
 
 use anyhow::Result;
+use lm_tokenize::Message;
 
 use crate::cli::TokenizeArgs;
 use crate::output::Output;
@@ -12,8 +14,17 @@ use crate::spec::ModelSpec;
 pub fn run(args: TokenizeArgs) -> Result<()> {
     let spec = ModelSpec::or_default(args.model.model.as_ref());
     let codec = spec.load_codec()?;
-    let ids = codec.encode(&args.text)?;
-    let tokens: Vec<String> = ids.iter().map(|&id| codec.token_text(id)).collect();
+    let text = if args.chat {
+        codec.chat_prompt(&[Message::new("user", args.text.clone())])?
+    } else {
+        args.text.clone()
+    };
+    let ids = if args.no_parse_special {
+        codec.encode_literal(&text)?
+    } else {
+        codec.encode(&text)?
+    };
+    let tokens: Vec<String> = ids.iter().map(|&id| codec.token_piece(id)).collect();
     let mut out = Output::stdout();
     if args.json {
         return out.write_json(&TokenizeReport { ids, tokens });

@@ -142,6 +142,18 @@ pub struct Settings {
     pub min_p: Option<f32>,
     /// The repetition penalty, if set.
     pub repetition_penalty: Option<f32>,
+    /// The presence penalty, if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    /// The frequency penalty, if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    /// The finite `--logit-bias` pairs `[id, bias]`, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// The tokens a `--logit-bias` of -inf banned, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub banned_tokens: Vec<TokenId>,
     /// The seed.
     pub seed: u64,
     /// The end tokens.
@@ -348,12 +360,51 @@ pub struct JsonLine<'a, T> {
 /// `lm-cli probs --json`.
 #[derive(Debug, Serialize)]
 pub struct ProbsReport {
-    /// The logits as given.
+    /// The logits as given (`"-inf"` for a masked one).
+    #[serde(serialize_with = "extended_float::all")]
     pub logits: Vec<f32>,
     /// The policy's probability of each logit, in input order.
     pub probs: Vec<f32>,
     /// The policy chain, in the order it runs.
     pub policy: String,
+}
+
+/// A float that JSON can carry when it is not finite: serde_json writes
+/// infinities as `null`, which reads as "missing", but a zero probability has
+/// log-probability `-inf` and a perplexity can overflow to `inf`. Finite
+/// values are numbers as before; the others the strings `"-inf"`, `"inf"`,
+/// `"nan"` (what Python's `float()` reads).
+mod extended_float {
+    use serde::{Serialize, Serializer};
+
+    struct Extended<T>(T);
+
+    impl<T: Copy + Into<f64> + Serialize> Serialize for Extended<T> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let x: f64 = self.0.into();
+            if x.is_finite() {
+                self.0.serialize(serializer)
+            } else {
+                serializer.serialize_str(&x.to_string().to_lowercase())
+            }
+        }
+    }
+
+    pub fn one<T, S>(value: &T, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        T: Copy + Into<f64> + Serialize,
+        S: Serializer,
+    {
+        Extended(*value).serialize(serializer)
+    }
+
+    pub fn all<T, S>(values: &[T], serializer: S) -> Result<S::Ok, S::Error>
+    where
+        T: Copy + Into<f64> + Serialize,
+        S: Serializer,
+    {
+        serializer.collect_seq(values.iter().map(|&x| Extended(x)))
+    }
 }
 
 /// `lm-cli score --prompt --continuation --json`.
@@ -366,10 +417,13 @@ pub struct ScoreReport {
     /// Their texts.
     pub tokens: Vec<String>,
     /// ln p(token | everything before it), one per id.
+    #[serde(serialize_with = "extended_float::all")]
     pub logprobs: Vec<f64>,
     /// Their sum: the chain-rule log-probability of the continuation.
+    #[serde(serialize_with = "extended_float::one")]
     pub sequence_logprob: f64,
     /// exp(-sequence_logprob / n).
+    #[serde(serialize_with = "extended_float::one")]
     pub perplexity: f64,
 }
 
@@ -379,14 +433,17 @@ pub struct SentenceScoreReport {
     /// The words scored, `</s>` last.
     pub words: Vec<String>,
     /// log10 p(word | context), one per word and one for `</s>`.
+    #[serde(serialize_with = "extended_float::all")]
     pub log10probs: Vec<f32>,
     /// The longest stored n-gram ending in each word (KenLM's ngram_length).
     pub ngram_lengths: Vec<usize>,
     /// Whether each word is outside the vocabulary.
     pub oov: Vec<bool>,
     /// Their sum.
+    #[serde(serialize_with = "extended_float::one")]
     pub total_log10: f64,
     /// 10^(-total_log10 / tokens), tokens counting `</s>`.
+    #[serde(serialize_with = "extended_float::one")]
     pub perplexity: f64,
 }
 

@@ -20,6 +20,21 @@ pub fn printable(text: &str) -> String {
     out
 }
 
+/// `x` with `decimals` decimals when that shows it (finite, below 1e6, and
+/// zero or at least half a unit of the last decimal); otherwise in
+/// scientific notation (`8.0000e99`, `1.2340e-101`), or `inf` / `-inf`. A
+/// perplexity of 1e99 is a hundred digits in plain notation, and a tiny
+/// probability is not 0.
+pub fn number(x: f64, decimals: usize) -> String {
+    let smallest_shown = 0.5 * 10f64.powi(-(decimals as i32));
+    let plain = x == 0.0 || (smallest_shown..1e6).contains(&x.abs());
+    if plain || !x.is_finite() {
+        format!("{x:.decimals$}")
+    } else {
+        format!("{x:.decimals$e}")
+    }
+}
+
 /// The last `max_chars` characters of `text`, with `…` in front when cut.
 pub fn tail(text: &str, max_chars: usize) -> String {
     let n_chars = text.chars().count();
@@ -41,6 +56,18 @@ mod tests {
         assert_eq!(printable("a\nb\tc"), "a\\nb\\tc");
         assert_eq!(printable("\u{1}"), "\\u{1}");
         assert_eq!(printable("é"), "é");
+    }
+
+    #[test]
+    fn numbers_too_large_or_small_for_plain_decimals_are_scientific() {
+        assert_eq!(number(6.257846, 4), "6.2578");
+        assert_eq!(number(0.0, 6), "0.000000");
+        assert_eq!(number(999_999.0, 1), "999999.0");
+        assert_eq!(number(8.000033e99, 4), "8.0000e99");
+        assert_eq!(number(1.234e-101, 4), "1.2340e-101");
+        assert_eq!(number(-1e7, 2), "-1.00e7");
+        assert_eq!(number(f64::INFINITY, 4), "inf");
+        assert_eq!(number(f64::NEG_INFINITY, 4), "-inf");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! line builder ([`Cli`]), JSON accessors, and [`check`], which pins what a
 //! command prints with an insta snapshot.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -147,6 +147,28 @@ impl Cli {
     /// Runs the command to completion.
     pub fn run(&self) -> Run {
         let output = self.command().output().expect("the lm-cli binary runs");
+        Run {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Runs the command with `input` on its stdin (a pipe, not a terminal).
+    pub fn run_with_stdin(&self, input: &str) -> Run {
+        let mut child = self
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the lm-cli binary starts");
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        stdin
+            .write_all(input.as_bytes())
+            .expect("lm-cli reads stdin");
+        drop(stdin);
+        let output = child.wait_with_output().expect("lm-cli ends");
         Run {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
