@@ -7,6 +7,7 @@
 
 use anyhow::{Result, bail};
 use lm_core::LanguageModel;
+use lm_model::ngram::split_words;
 
 use crate::cli::{ScoreArgs, UsageError};
 use crate::output::Output;
@@ -25,9 +26,18 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             }
             .into());
         };
+        // The splitter `train` and generation use, so "mat." is "mat" and ".".
         let score = model.score_line(text);
-        let mut words: Vec<String> = text.split_ascii_whitespace().map(str::to_owned).collect();
+        let mut words: Vec<String> = split_words(text).map(str::to_owned).collect();
         words.push(lm_model::ngram::EOS.to_owned());
+        let n_oov = score.n_oov();
+        if n_oov > 0 {
+            let n_words = words.len() - 1;
+            eprintln!(
+                "note: {n_oov} of {n_words} words not in the model's vocabulary, scored as {}",
+                lm_model::ngram::UNK
+            );
+        }
         let report = SentenceScoreReport {
             words,
             log10probs: score.words.iter().map(|w| w.log10_prob).collect(),
