@@ -312,7 +312,7 @@ fn a_closed_pipe_stops_the_generation_at_its_first_failed_write() {
     // few steps of the close.
     let child = shell(
         "ulimit -t 20; exec \"$LM_CLI\" generate --prompt 'And God said' \
-         -n 100000000 --no-end-token --stream",
+         -n 100000000 --no-end-token --stream --seed 0",
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())

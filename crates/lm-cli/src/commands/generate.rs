@@ -28,7 +28,7 @@ use lm_decode::{
 };
 use lm_tokenize::Message;
 
-use crate::cli::{GenerateArgs, UsageError};
+use crate::cli::{GenerateArgs, Seed, UsageError};
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -58,11 +58,34 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         if args.num_return_sequences > 1 {
             return Err(UsageError::SequencesWithBeams.into());
         }
+        if let Some(flag) = flag_ignored_by_beams(&args) {
+            return Err(UsageError::FlagIgnoredByBeams { flag }.into());
+        }
     }
     crate::interrupt::install()?;
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
     loaded.run(options, Generate { args, spec })
+}
+
+/// The first sampling flag given that beam search could not honour (it
+/// ranks by the model's log-probabilities and draws nothing), so `--json`
+/// settings never list a setting that was not applied.
+fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
+    let filters = &args.filters;
+    let default_temperature = crate::cli::DEFAULT_TEMPERATURE;
+    [
+        ("--temperature", filters.temperature != default_temperature),
+        ("--greedy", args.greedy),
+        ("--top-k", filters.top_k.is_some()),
+        ("--top-p", filters.top_p.is_some()),
+        ("--min-p", filters.min_p.is_some()),
+        ("--repetition-penalty", args.repetition_penalty.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--top-logprobs", args.top_logprobs > 0),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag))
 }
 
 pub(crate) fn to_usize(n: u64) -> usize {
@@ -129,6 +152,8 @@ impl ModelTask for Generate {
             }
         }
         let filters = args.filters.sampling();
+        let num_beams = args.num_beams.map_or(1, to_usize);
+        let seed = args.seed.unwrap_or(Seed::Random).resolve();
         let sampling = SamplingConfig {
             temperature: if args.greedy {
                 0.0
@@ -136,11 +161,16 @@ impl ModelTask for Generate {
                 filters.temperature
             },
             repetition_penalty: args.repetition_penalty,
-            seed: args.seed,
+            seed,
             banned_tokens: codec.unwritable_ids(),
             ..filters
         };
-        let num_beams = args.num_beams.map_or(1, to_usize);
+        // A run that draws reports its seed; a greedy run or a beam search
+        // draws nothing, so it has none.
+        let draws = num_beams == 1 && sampling.temperature > 0.0;
+        if draws && args.seed.is_none_or(|given| given == Seed::Random) {
+            eprintln!("note: seed {seed} (replay with --seed {seed})");
+        }
         let settings = Settings {
             max_new_tokens,
             temperature: sampling.temperature,
@@ -148,7 +178,7 @@ impl ModelTask for Generate {
             top_p: sampling.top_p,
             min_p: sampling.min_p,
             repetition_penalty: sampling.repetition_penalty,
-            seed: sampling.seed,
+            seed: draws.then_some(seed),
             end_tokens: end_tokens.clone(),
             stop: args.stop.clone(),
             num_beams,
@@ -226,6 +256,9 @@ impl Run<'_> {
         let n_sequences = to_usize(self.args.num_return_sequences);
         let mut sequences = Vec::with_capacity(n_sequences);
         let mut timing = Timing::default();
+        if let (Mode::Trace, Some(seed)) = (self.mode, self.settings.seed) {
+            out.write_now(&format!("seed: {seed} (replay with --seed {seed})\n"))?;
+        }
         for index in 0..n_sequences {
             // Ctrl-C after a sequence ended on its own: start no other.
             if index > 0 && interrupt::requested() {

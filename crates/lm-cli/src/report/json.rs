@@ -142,8 +142,9 @@ pub struct Settings {
     pub min_p: Option<f32>,
     /// The repetition penalty, if set.
     pub repetition_penalty: Option<f32>,
-    /// The seed.
-    pub seed: u64,
+    /// The seed of the random draws (given or fresh), so `--seed N` replays
+    /// the run; null for greedy runs and beam search, which draw nothing.
+    pub seed: Option<u64>,
     /// The end tokens.
     pub end_tokens: Vec<TokenId>,
     /// The stop strings.
