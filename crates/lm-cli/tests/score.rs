@@ -302,4 +302,17 @@ fn score_text_splits_words_as_training_does_and_notes_unknown_words() {
         "{}",
         unknown.stderr
     );
+    // The same note when a count model scores a continuation.
+    let continuation = Cli::new("score")
+        .model(&model)
+        .opt("--prompt", "The cat")
+        .opt("--continuation", "sat on the rug.")
+        .ok();
+    assert!(
+        continuation
+            .stderr
+            .contains("note: 1 of 7 words not in the model's vocabulary, scored as <unk>"),
+        "{}",
+        continuation.stderr
+    );
 }
