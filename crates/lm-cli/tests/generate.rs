@@ -176,6 +176,7 @@ fn max_new_tokens_beyond_the_context_is_clipped_with_a_note() {
     let run = Cli::toy("generate")
         .opt("--context-length", 6)
         .opt("--max-new-tokens", 50)
+        .seed(0)
         .arg("--json")
         .run();
     assert_eq!(run.code, Some(0));
