@@ -181,6 +181,9 @@ pub struct ModelArgs {
     pub threads: Option<u64>,
 }
 
+/// `--temperature` when not given: the model's own distribution.
+pub const DEFAULT_TEMPERATURE: f32 = 1.0;
+
 /// The temperature and the filters after it, in the order the policy chain
 /// runs them: shared by `generate` and `probs`, so `probs` shows the
 /// distribution `generate` draws from for the same flags.
@@ -188,7 +191,7 @@ pub struct ModelArgs {
 pub struct FilterArgs {
     /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy (all
     /// mass on the largest logit).
-    #[arg(long, short = 't', visible_alias = "temp", value_name = "T", default_value_t = 1.0,
+    #[arg(long, short = 't', visible_alias = "temp", value_name = "T", default_value_t = DEFAULT_TEMPERATURE,
           value_parser = parse_temperature, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep only the K most probable tokens.
@@ -270,9 +273,11 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "ALPHA", default_value_t = 0.6,
           value_parser = parse_finite, allow_negative_numbers = true)]
     pub length_penalty: f32,
-    /// Seed of the random draws (sampling only).
-    #[arg(long, short = 's', value_name = "N", default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of the random draws (sampling only) [default: a fresh random
+    /// seed, printed so the run can be replayed; also -1 or random].
+    #[arg(long, short = 's', value_name = "N", value_parser = parse_seed,
+          allow_negative_numbers = true)]
+    pub seed: Option<Seed>,
     /// End generation when this token is chosen (repeatable; replaces the model's end tokens).
     #[arg(long, value_name = "TOKEN")]
     pub end_token: Vec<String>,
@@ -497,6 +502,44 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// `--seed`: a number to replay a run, or a fresh random seed (`-1` or
+/// `random`, as llama.cpp's `-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seed {
+    /// This seed.
+    Fixed(u64),
+    /// A seed drawn at start.
+    Random,
+}
+
+impl Seed {
+    /// The seed to run with: the fixed one, or a fresh one from the
+    /// process's random hash keys (seeded by the OS) and the clock.
+    pub fn resolve(self) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        match self {
+            Self::Fixed(seed) => seed,
+            Self::Random => {
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                hasher.write_u128(now.as_nanos());
+                hasher.finish()
+            }
+        }
+    }
+}
+
+fn parse_seed(text: &str) -> Result<Seed, String> {
+    match text.trim() {
+        "-1" | "random" => Ok(Seed::Random),
+        number => number.parse().map(Seed::Fixed).map_err(|_| {
+            format!("'{text}' is not a seed (a number from 0 to 2^64 - 1, -1 or random)")
+        }),
+    }
+}
+
 /// Flags that cannot be used together, or a flag the chosen model cannot
 /// honour: a usage error (exit code 2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -507,6 +550,15 @@ pub enum UsageError {
     /// `--num-return-sequences` with `--num-beams`.
     #[error("--num-return-sequences does not work with --num-beams (every beam is reported)")]
     SequencesWithBeams,
+    /// A sampling flag with `--num-beams`: beam search draws nothing and
+    /// ranks hypotheses by their log-probability under the model.
+    #[error(
+        "{flag} does not work with --num-beams (beam search ranks hypotheses by the model's log-probability and draws nothing)"
+    )]
+    FlagIgnoredByBeams {
+        /// The flag given.
+        flag: &'static str,
+    },
     /// `--trace-prefixes` without JSON output.
     #[error("--trace-prefixes needs --json or --json-lines")]
     PrefixesWithoutJson,

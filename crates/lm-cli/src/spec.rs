@@ -227,26 +227,119 @@ fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
     ))
 }
 
-/// What a `count:FILE` holds, judged from its first bytes.
+/// What a `count:FILE` holds, judged from its (decompressed) content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CountFileKind {
+    /// A line `\data\` or an n-gram section header anywhere: read as ARPA
+    /// (text before `\data\` is skipped, as KenLM does), never trained on.
     Arpa,
     Compact,
     Corpus,
 }
 
-fn count_file_kind(path: &Path) -> Result<CountFileKind> {
-    let file = open(path)?;
-    let mut head = Vec::with_capacity(64);
-    file.take(4096)
-        .read_to_end(&mut head)
+/// A `count:FILE` that is neither a model nor text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CountFileError {
+    /// A NUL byte: no text or ARPA file holds one.
+    #[error("{} is binary (a NUL byte at offset {offset}), not an ARPA file or a text corpus", path.display())]
+    Binary {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the first NUL (in the decompressed stream for `.gz`).
+        offset: u64,
+    },
+    /// More bytes that are not UTF-8 than characters that are, in its first
+    /// [`SNIFF_BYTES`] bytes: the lossy policy is for a stray bad byte in text.
+    #[error("{} is binary ({n_invalid} invalid utf-8 sequences in its first {n_read} bytes), not an ARPA file or a text corpus", path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+        /// Invalid UTF-8 sequences among the first bytes.
+        n_invalid: usize,
+        /// Bytes read.
+        n_read: usize,
+    },
+}
+
+/// How much of a file the text-or-binary check reads.
+const SNIFF_BYTES: u64 = 4096;
+
+/// The gzip magic number (RFC 1952).
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+
+/// The file's bytes, through gzip when it starts with the gzip magic.
+fn open_count_file(path: &Path) -> Result<Box<dyn BufRead>> {
+    let mut file = BufReader::new(open(path)?);
+    let head = file
+        .fill_buf()
         .with_context(|| format!("reading {}", path.display()))?;
-    if head.starts_with(COMPACT_MAGIC) {
+    Ok(if head.starts_with(GZIP_MAGIC) {
+        Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(file)))
+    } else {
+        Box::new(file)
+    })
+}
+
+/// Whether a line (without its terminator) marks an ARPA file: `\data\` or
+/// an `\N-grams:` section header.
+fn is_arpa_marker(line: &[u8]) -> bool {
+    let line = line.trim_ascii();
+    line == b"\\data\\"
+        || line
+            .strip_prefix(b"\\")
+            .and_then(|rest| rest.strip_suffix(b"-grams:"))
+            .is_some_and(|order| !order.is_empty() && order.iter().all(u8::is_ascii_digit))
+}
+
+/// Reads the whole file once: binary input is refused, a file with an ARPA
+/// marker on any line is ARPA, anything else is a corpus.
+fn count_file_kind(path: &Path) -> Result<CountFileKind> {
+    let context = || format!("reading {}", path.display());
+    let mut reader = open_count_file(path)?;
+    if reader
+        .fill_buf()
+        .with_context(context)?
+        .starts_with(COMPACT_MAGIC)
+    {
         return Ok(CountFileKind::Compact);
     }
-    let text = String::from_utf8_lossy(&head);
-    let first_line = text.lines().map(str::trim).find(|line| !line.is_empty());
-    Ok(if first_line == Some("\\data\\") {
+    let mut line = Vec::new();
+    let mut offset: u64 = 0;
+    let mut head = Vec::new();
+    let mut is_arpa = false;
+    loop {
+        line.clear();
+        let n_read = reader.read_until(b'\n', &mut line).with_context(context)?;
+        if n_read == 0 {
+            break;
+        }
+        if let Some(nul) = line.iter().position(|&b| b == 0) {
+            return Err(CountFileError::Binary {
+                path: path.to_path_buf(),
+                offset: offset + nul as u64,
+            }
+            .into());
+        }
+        if offset < SNIFF_BYTES {
+            let room = (SNIFF_BYTES - offset) as usize;
+            head.extend_from_slice(&line[..line.len().min(room)]);
+        }
+        is_arpa |= is_arpa_marker(line.strip_suffix(b"\n").unwrap_or(&line));
+        offset += n_read as u64;
+    }
+    let n_invalid = String::from_utf8_lossy(&head)
+        .chars()
+        .filter(|&c| c == char::REPLACEMENT_CHARACTER)
+        .count();
+    if n_invalid * 2 > head.len() {
+        return Err(CountFileError::NotText {
+            path: path.to_path_buf(),
+            n_invalid,
+            n_read: head.len(),
+        }
+        .into());
+    }
+    Ok(if is_arpa {
         CountFileKind::Arpa
     } else {
         CountFileKind::Corpus
@@ -268,11 +361,12 @@ fn open(path: &Path) -> Result<File> {
 fn load_count_model(path: &Path) -> Result<NgramModel> {
     let context = || format!("loading the count model {}", path.display());
     match count_file_kind(path)? {
-        CountFileKind::Arpa => {
-            NgramModel::read_arpa(BufReader::new(open(path)?)).with_context(context)
-        }
+        CountFileKind::Arpa => NgramModel::read_arpa(open_count_file(path)?).with_context(context),
         CountFileKind::Compact => {
-            let bytes = std::fs::read(path).with_context(context)?;
+            let mut bytes = Vec::new();
+            open_count_file(path)?
+                .read_to_end(&mut bytes)
+                .with_context(context)?;
             NgramModel::from_compact(&bytes).with_context(context)
         }
         CountFileKind::Corpus => {
@@ -280,8 +374,7 @@ fn load_count_model(path: &Path) -> Result<NgramModel> {
                 utf8: Utf8Policy::Lossy,
                 ..TrainOptions::default()
             };
-            let reader: Box<dyn BufRead> = Box::new(BufReader::new(open(path)?));
-            let model = ngram::train(reader, &options, |_| {})
+            let model = ngram::train(open_count_file(path)?, &options, |_| {})
                 .with_context(|| format!("training a trigram model on {}", path.display()))?;
             eprintln!(
                 "note: {} is not an ARPA file; trained a trigram Kneser-Ney model on it",

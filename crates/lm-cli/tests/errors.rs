@@ -242,7 +242,11 @@ fn smollm2_missing_says_how_to_fetch_it() {
 
 #[test]
 fn a_closed_pipe_ends_quietly() {
-    let child = Cli::generate("And God said").n(400).arg("--stream").spawn();
+    let child = Cli::generate("And God said")
+        .seed(0)
+        .n(400)
+        .arg("--stream")
+        .spawn();
     close_stdout_after(child, 1);
 }
 

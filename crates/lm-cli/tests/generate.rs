@@ -157,7 +157,7 @@ fn trace_prints_the_table_and_the_stop_reason() {
 
 #[test]
 fn the_context_bound_stops_a_three_token_prompt_after_two_tokens() {
-    let bounded = Cli::toy("generate").opt("--context-length", 5);
+    let bounded = Cli::toy("generate").opt("--context-length", 5).seed(0);
     let report = bounded.json();
     assert_eq!(ids(&report["ids"]).len(), 2);
     assert_eq!(report["stop_reason"], "context_bound");
@@ -176,6 +176,7 @@ fn max_new_tokens_beyond_the_context_is_clipped_with_a_note() {
     let run = Cli::toy("generate")
         .opt("--context-length", 6)
         .opt("--max-new-tokens", 50)
+        .seed(0)
         .arg("--json")
         .run();
     assert_eq!(run.code, Some(0));
@@ -335,14 +336,14 @@ fn same_seed_same_bytes_across_runs_and_thread_counts() {
 fn the_default_model_writes_text() {
     let run = check(
         "generate_default_text",
-        &Cli::generate("And God said").arg("--no-stream"),
+        &Cli::generate("And God said").seed(0).arg("--no-stream"),
     );
     assert!(run.stdout.starts_with("And God said"), "{}", run.stdout);
     let words = run.stdout.split_whitespace().count();
     assert!(words > 5, "{}", run.stdout);
     let report = check(
         "generate_default_json",
-        &Cli::generate("And God said").n(10).arg("--json"),
+        &Cli::generate("And God said").n(10).seed(0).arg("--json"),
     )
     .json();
     let generated = ids(&report["ids"]);
@@ -470,4 +471,121 @@ fn a_count_model_never_writes_unk() {
     assert_eq!(generated.len(), 200);
     let unk = lm_model::ngram::Vocab::new().unk(); // the markers' ids are fixed
     assert!(!generated.contains(&unk), "{generated:?}");
+}
+
+/// Beam search draws nothing: a sampling flag given with `--num-beams` is a
+/// usage error naming the flag, not a setting ignored while `--json` lists it.
+#[test]
+fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
+    let beams = || Cli::toy("generate").n(2).opt("--num-beams", 3);
+    let cases = [
+        beams().opt("--temperature", 0.5),
+        beams().arg("--greedy"),
+        beams().opt("--top-k", 2),
+        beams().opt("--top-p", 0.5),
+        beams().opt("--min-p", 0.1),
+        beams().opt("--repetition-penalty", 1.2),
+        beams().opt("--seed", 1),
+        beams().opt("--seed", "random"),
+        beams().opt("--top-logprobs", 2),
+        beams().opt("--presence-penalty", 0.5),
+        beams().opt("--frequency-penalty", 0.5),
+        beams().opt("--logit-bias", "cat=-1"),
+    ];
+    let flags = [
+        "--temperature",
+        "--greedy",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--repetition-penalty",
+        "--seed",
+        "--seed",
+        "--top-logprobs",
+        "--presence-penalty",
+        "--frequency-penalty",
+        "--logit-bias",
+    ];
+    for (cli, flag) in cases.iter().zip(flags) {
+        let run = cli.run();
+        let args = cli.line();
+        assert_eq!(run.code, Some(2), "lm-cli {args}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "lm-cli {args}: {}", run.stdout);
+        let first = run.stderr.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!(
+                "error: {flag} does not work with --num-beams (beam search ranks hypotheses by the model's log-probability and draws nothing)"
+            ),
+            "lm-cli {args}"
+        );
+    }
+    // One beam is no beam search: the sampling flags apply.
+    let one_beam = Cli::toy("generate")
+        .n(2)
+        .opt("--num-beams", 1)
+        .opt("--temperature", 0.5)
+        .seed(3)
+        .json();
+    assert_eq!(one_beam["settings"]["temperature"], 0.5);
+    assert_eq!(one_beam["settings"]["seed"], 3);
+    // Beam search reports no seed: it draws nothing.
+    let report = beams().json();
+    assert_eq!(report["settings"]["seed"], serde_json::Value::Null);
+}
+
+/// Without `--seed` a run draws a fresh seed and names it (a `note:` on
+/// stderr, `--json` settings, the `--trace` header), and `--seed N` replays
+/// it; `-1` and `random` ask for a fresh seed explicitly.
+#[test]
+fn an_unseeded_run_draws_a_fresh_seed_and_names_it_for_replay() {
+    let sample = || Cli::generate("And God said").n(12).arg("--no-stream");
+    let seed_of = |stderr: &str| -> u64 {
+        let line = stderr
+            .lines()
+            .find_map(|line| line.strip_prefix("note: seed "))
+            .unwrap_or_else(|| panic!("no seed note in {stderr:?}"));
+        let (seed, replay) = line.split_once(' ').unwrap();
+        assert_eq!(replay, format!("(replay with --seed {seed})"));
+        seed.parse().unwrap()
+    };
+    let first = sample().ok();
+    let second = sample().ok();
+    let (seed, other) = (seed_of(&first.stderr), seed_of(&second.stderr));
+    assert_ne!(seed, other, "two runs drew the same seed");
+    let replay = sample().seed(seed).ok();
+    assert_eq!(replay.stdout, first.stdout);
+    assert!(replay.stderr.is_empty(), "{}", replay.stderr);
+    // The JSON settings carry the seed drawn, and it replays the run.
+    let json = sample().arg("--json").arg("--no-timing").run();
+    let drawn = seed_of(&json.stderr);
+    assert_eq!(json.json()["settings"]["seed"], drawn);
+    let replayed = sample().seed(drawn).arg("--json").arg("--no-timing").ok();
+    assert_eq!(replayed.stdout, json.stdout);
+    // The trace names it in its first line.
+    let trace = sample().arg("--trace").ok();
+    let drawn = seed_of(&trace.stderr);
+    assert!(
+        trace
+            .stdout
+            .starts_with(&format!("seed: {drawn} (replay with --seed {drawn})\n")),
+        "{}",
+        trace.stdout
+    );
+    for fresh in ["-1", "random"] {
+        let run = sample().opt("--seed", fresh).ok();
+        seed_of(&run.stderr);
+    }
+    // A greedy run draws nothing: no note, no seed.
+    let greedy = sample().arg("--greedy").arg("--json").ok();
+    assert!(greedy.stderr.is_empty(), "{}", greedy.stderr);
+    assert_eq!(greedy.json()["settings"]["seed"], serde_json::Value::Null);
+    let bad = sample().opt("--seed", "-2").run();
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("'-2' is not a seed (a number from 0 to 2^64 - 1, -1 or random)"),
+        "{}",
+        bad.stderr
+    );
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Cli, check, close_stdout_after, fixture};
+use crate::common::{Cli, Run, check, close_stdout_after, fixture};
 
 /// Rows of a tab-separated manifest, comments skipped.
 fn manifest(path: &Path) -> Vec<Vec<String>> {
@@ -143,6 +143,86 @@ fn every_hostile_arpa_file_and_corpus_is_refused_in_one_line() {
     assert_eq!(n_checked, n_files, "every file has a manifest row");
 }
 
+/// `score --json` on the valid ARPA fixture written as `bytes` (into a file named `name`).
+fn score_count_file(name: &str, bytes: &[u8]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    Cli::new("score")
+        .model(format!("count:{}", path.display()))
+        .opt("--text", "a a")
+        .arg("--json")
+        .run()
+}
+
+#[test]
+fn an_arpa_file_with_leading_text_or_gzipped_is_read_as_arpa_not_trained_on() {
+    let arpa = std::fs::read(fixture("hostile/ngram/arpa-valid.arpa")).unwrap();
+    let plain = score_count_file("m.arpa", &arpa);
+    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    assert!(plain.stderr.is_empty(), "{}", plain.stderr);
+    let mut commented = b"# built by hand\nsome notes before the header\n\n".to_vec();
+    commented.extend_from_slice(&arpa);
+    let mut gzipped = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gzipped, &arpa).unwrap();
+    let gzipped = gzipped.finish().unwrap();
+    for (name, bytes) in [("m.arpa", commented), ("m.arpa.gz", gzipped)] {
+        let run = score_count_file(name, &bytes);
+        assert_eq!(run.code, Some(0), "{name}: {}", run.stderr);
+        // Trained on as a corpus, the scores would differ and a note would say so.
+        assert!(run.stderr.is_empty(), "{name}: {}", run.stderr);
+        assert_eq!(run.stdout, plain.stdout, "{name}");
+    }
+}
+
+#[test]
+fn a_binary_count_file_or_a_broken_arpa_file_is_refused_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let arpa = std::fs::read_to_string(fixture("hostile/ngram/arpa-valid.arpa")).unwrap();
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        (
+            "nul.bin",
+            b"the cat\0\x01\x02 sat\n".to_vec(),
+            "is binary (a NUL byte at offset 7)",
+        ),
+        (
+            "noise.bin",
+            vec![0xff; 64],
+            "is binary (64 invalid utf-8 sequences in its first 64 bytes)",
+        ),
+        // Leading text, then an ARPA body that does not parse.
+        (
+            "broken.arpa",
+            format!("# notes\n{}", arpa.replace("-0.4\ta </s>", "-0.4x\ta </s>")).into_bytes(),
+            "arpa line 14: bad number \"-0.4x\"",
+        ),
+        // ARPA sections without the header are not a corpus either.
+        (
+            "sections.txt",
+            arpa.replace("\\data\\\n", "").into_bytes(),
+            "arpa: no \\data\\ header",
+        ),
+        (
+            "gz-of-nul.gz",
+            {
+                let mut gz =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                std::io::Write::write_all(&mut gz, b"\0").unwrap();
+                gz.finish().unwrap()
+            },
+            "is binary (a NUL byte at offset 0)",
+        ),
+    ];
+    for (name, bytes, fragment) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let cli = Cli::new("score")
+            .model(format!("count:{}", path.display()))
+            .opt("--text", "a a");
+        check_refused(&cli, fragment);
+    }
+}
+
 #[test]
 fn a_corpus_that_is_not_utf8_names_the_byte_offset_when_training() {
     // "the cat sat\nthe dog " is 20 bytes; byte 20 is 0xff.
@@ -232,7 +312,7 @@ fn a_closed_pipe_stops_the_generation_at_its_first_failed_write() {
     // few steps of the close.
     let child = shell(
         "ulimit -t 20; exec \"$LM_CLI\" generate --prompt 'And God said' \
-         -n 100000000 --no-end-token --stream",
+         -n 100000000 --no-end-token --stream --seed 0",
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())

@@ -74,7 +74,7 @@ fn every_shown_example_prints_what_the_readme_shows() {
 #[test]
 fn the_first_command_prints_the_verse_the_readme_shows() {
     let readme = readme();
-    let command = r#"cargo run --release -p lm-cli -- generate --prompt "And God said""#;
+    let command = r#"cargo run --release -p lm-cli -- generate --prompt "And God said" --seed 0"#;
     assert!(
         readme.contains(command),
         "the README's first command changed"

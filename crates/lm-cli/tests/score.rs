@@ -331,3 +331,48 @@ fn huge_perplexities_and_tiny_probabilities_print_in_scientific_notation() {
     assert!(!continuation.contains("0.000000"), "{continuation}");
     assert!(continuation.lines().all(|l| l.len() < 80), "{continuation}");
 }
+
+/// `score --text` cuts words as `train` does: "mat." is "mat" and ".", both
+/// known to a model trained on "The cat sat on the mat."; the unknown words a
+/// score met are counted in a note.
+#[test]
+fn score_text_splits_words_as_training_does_and_notes_unknown_words() {
+    let (dir, corpus) = temp_corpus("The cat sat on the mat.\n");
+    let out = dir.path().join("mat.arpa");
+    train(&corpus, &out, &["--order", "2", "--discount-fallback"]);
+    let model = format!("count:{}", out.display());
+    let score = |text: &str| Cli::new("score").model(&model).opt("--text", text).ok();
+    let known = score("The cat sat on the mat.");
+    let report: serde_json::Value = Cli::new("score")
+        .model(&model)
+        .opt("--text", "The cat sat on the mat.")
+        .json();
+    assert_eq!(
+        report["words"],
+        serde_json::json!(["The", "cat", "sat", "on", "the", "mat", ".", "</s>"])
+    );
+    assert_eq!(report["oov"], serde_json::json!(vec![false; 8]));
+    assert!(!known.stdout.contains("unknown word"), "{}", known.stdout);
+    assert!(known.stderr.is_empty(), "{}", known.stderr);
+    let unknown = score("The zebra sat on the rug.");
+    assert!(
+        unknown
+            .stderr
+            .contains("note: 2 of 7 words not in the model's vocabulary, scored as <unk>"),
+        "{}",
+        unknown.stderr
+    );
+    // The same note when a count model scores a continuation.
+    let continuation = Cli::new("score")
+        .model(&model)
+        .opt("--prompt", "The cat")
+        .opt("--continuation", "sat on the rug.")
+        .ok();
+    assert!(
+        continuation
+            .stderr
+            .contains("note: 1 of 7 words not in the model's vocabulary, scored as <unk>"),
+        "{}",
+        continuation.stderr
+    );
+}

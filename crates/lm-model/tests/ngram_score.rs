@@ -65,3 +65,15 @@ fn perplexity_and_natural_log_follow_from_log10() {
     let expected_in_vocab = 10f64.powf(-(total + unknown.total_log10() - zebra) / 11.0);
     assert!((corpus.perplexity_excluding_oov() - expected_in_vocab).abs() < 1e-6);
 }
+
+/// `score_line` cuts words with `split_words`, as training does: punctuation
+/// glued to a word is its own token.
+#[test]
+fn score_line_splits_punctuation_off_words() {
+    let model = tiny_model();
+    assert_eq!(
+        model.score_line("the cat sat on the mat."),
+        model.score_line("the cat sat on the mat .")
+    );
+    assert_eq!(model.score_line("the cat sat on the mat.").n_oov(), 0);
+}

@@ -29,7 +29,7 @@ use lm_decode::{
 };
 use lm_tokenize::Message;
 
-use crate::cli::{GenerateArgs, LogitBiasArg, UsageError};
+use crate::cli::{GenerateArgs, LogitBiasArg, Seed, UsageError};
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -58,6 +58,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         if args.num_return_sequences > 1 {
             return Err(UsageError::SequencesWithBeams.into());
+        }
+        if let Some(flag) = flag_ignored_by_beams(&args) {
+            return Err(UsageError::FlagIgnoredByBeams { flag }.into());
         }
     }
     let prompt = read_prompt(&args)?;
@@ -138,6 +141,29 @@ fn resolve_logit_biases(
     Ok(resolved)
 }
 
+/// The first sampling flag given that beam search could not honour (it
+/// ranks by the model's log-probabilities and draws nothing), so `--json`
+/// settings never list a setting that was not applied.
+fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
+    let filters = &args.filters;
+    let default_temperature = crate::cli::DEFAULT_TEMPERATURE;
+    [
+        ("--temperature", filters.temperature != default_temperature),
+        ("--greedy", args.greedy),
+        ("--top-k", filters.top_k.is_some()),
+        ("--top-p", filters.top_p.is_some()),
+        ("--min-p", filters.min_p.is_some()),
+        ("--repetition-penalty", args.repetition_penalty.is_some()),
+        ("--presence-penalty", args.presence_penalty.is_some()),
+        ("--frequency-penalty", args.frequency_penalty.is_some()),
+        ("--logit-bias", !args.logit_bias.is_empty()),
+        ("--seed", args.seed.is_some()),
+        ("--top-logprobs", args.top_logprobs > 0),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag))
+}
+
 pub(crate) fn to_usize(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
@@ -215,6 +241,8 @@ impl ModelTask for Generate {
         } = resolve_logit_biases(&args.logit_bias, codec, model.vocab_size())?;
         let mut banned_tokens = banned_by_bias.clone();
         banned_tokens.extend(codec.unwritable_ids());
+        let num_beams = args.num_beams.map_or(1, to_usize);
+        let seed = args.seed.unwrap_or(Seed::Random).resolve();
         let sampling = SamplingConfig {
             temperature: if args.greedy {
                 0.0
@@ -225,11 +253,16 @@ impl ModelTask for Generate {
             presence_penalty: args.presence_penalty,
             frequency_penalty: args.frequency_penalty,
             logit_bias,
-            seed: args.seed,
+            seed,
             banned_tokens,
             ..filters
         };
-        let num_beams = args.num_beams.map_or(1, to_usize);
+        // A run that draws reports its seed; a greedy run or a beam search
+        // draws nothing, so it has none.
+        let draws = num_beams == 1 && sampling.temperature > 0.0;
+        if draws && args.seed.is_none_or(|given| given == Seed::Random) {
+            eprintln!("note: seed {seed} (replay with --seed {seed})");
+        }
         let settings = Settings {
             max_new_tokens,
             temperature: sampling.temperature,
@@ -241,7 +274,7 @@ impl ModelTask for Generate {
             frequency_penalty: sampling.frequency_penalty,
             logit_bias: sampling.logit_bias.clone(),
             banned_tokens: banned_by_bias,
-            seed: sampling.seed,
+            seed: draws.then_some(seed),
             end_tokens: end_tokens.clone(),
             stop: args.stop.clone(),
             num_beams,
@@ -319,6 +352,9 @@ impl Run<'_> {
         let n_sequences = to_usize(self.args.num_return_sequences);
         let mut sequences = Vec::with_capacity(n_sequences);
         let mut timing = Timing::default();
+        if let (Mode::Trace, Some(seed)) = (self.mode, self.settings.seed) {
+            out.write_now(&format!("seed: {seed} (replay with --seed {seed})\n"))?;
+        }
         for index in 0..n_sequences {
             // Ctrl-C after a sequence ended on its own: start no other.
             if index > 0 && interrupt::requested() {

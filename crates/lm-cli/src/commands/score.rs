@@ -7,6 +7,7 @@
 
 use anyhow::{Result, bail};
 use lm_core::LanguageModel;
+use lm_model::ngram::{UNK, Vocab, split_words};
 
 use crate::cli::{ScoreArgs, UsageError};
 use crate::output::Output;
@@ -25,9 +26,11 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             }
             .into());
         };
+        // The splitter `train` and generation use, so "mat." is "mat" and ".".
         let score = model.score_line(text);
-        let mut words: Vec<String> = text.split_ascii_whitespace().map(str::to_owned).collect();
+        let mut words: Vec<String> = split_words(text).map(str::to_owned).collect();
         words.push(lm_model::ngram::EOS.to_owned());
+        note_unknown_words(model.vocab(), &[text]);
         let report = SentenceScoreReport {
             words,
             log10probs: score.words.iter().map(|w| w.log10_prob).collect(),
@@ -62,6 +65,9 @@ impl ModelTask for Score {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
+        if let TextCodec::Words(vocab) = codec {
+            note_unknown_words(vocab, &[&self.prompt, &self.continuation]);
+        }
         let prompt_ids = codec.encode_prompt(&self.prompt)?;
         let ids = codec.encode(&self.continuation)?;
         let score = lm_decode::score_continuation(model, &prompt_ids, &ids)?;
@@ -96,6 +102,22 @@ impl ModelTask for Score {
         ));
         out.write_now(&text)?;
         Ok(())
+    }
+}
+
+/// Says on stderr how many of the words of `texts` a count model does not
+/// know (each is scored as `<unk>`), so a score of mostly unknown words is
+/// not taken for a score of the text.
+fn note_unknown_words(vocab: &Vocab, texts: &[&str]) {
+    let (mut n_words, mut n_unknown) = (0, 0);
+    for word in texts.iter().flat_map(|text| split_words(text)) {
+        n_words += 1;
+        n_unknown += usize::from(vocab.id(word).is_none());
+    }
+    if n_unknown > 0 {
+        eprintln!(
+            "note: {n_unknown} of {n_words} words not in the model's vocabulary, scored as {UNK}"
+        );
     }
 }
 

@@ -154,8 +154,9 @@ pub struct Settings {
     /// The tokens a `--logit-bias` of -inf banned, if any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub banned_tokens: Vec<TokenId>,
-    /// The seed.
-    pub seed: u64,
+    /// The seed of the random draws (given or fresh), so `--seed N` replays
+    /// the run; null for greedy runs and beam search, which draw nothing.
+    pub seed: Option<u64>,
     /// The end tokens.
     pub end_tokens: Vec<TokenId>,
     /// The stop strings.

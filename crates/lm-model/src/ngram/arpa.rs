@@ -16,6 +16,7 @@
 //! \end\
 //! ```
 //!
+//! Text before the `\data\` line is skipped, as KenLM skips it.
 //! Reading checks the grammar and names the line of every problem: counts
 //! that disagree with the body, a missing `\end\`, bad numbers, unknown words,
 //! n-grams whose context is absent, duplicates. A file without `<unk>` gets
