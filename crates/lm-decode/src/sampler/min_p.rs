@@ -6,7 +6,7 @@
 //! at f32 precision like top-p.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result};
+use crate::{Error, Result, Stage};
 
 /// Keeps candidates with `p_i >= min_p * p_max`; 0 keeps all, 1 keeps the
 /// tokens tied with the best.
@@ -36,6 +36,10 @@ impl MinP {
 }
 
 impl CandidateFilter for MinP {
+    fn stage(&self) -> Stage {
+        Stage::MinP
+    }
+
     fn apply(&self, candidates: &mut Candidates) {
         // p_i / p_max >= ratio  <=>  (z_i - z_max) / T >= ln(ratio): no
         // exponential, and exact up to the final f32 comparison.

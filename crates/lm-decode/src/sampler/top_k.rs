@@ -5,7 +5,7 @@
 //! whole.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result};
+use crate::{Error, Result, Stage};
 
 /// Keeps the `k` highest-logit candidates (ties: the lower id first).
 ///
@@ -31,6 +31,10 @@ impl TopK {
 }
 
 impl CandidateFilter for TopK {
+    fn stage(&self) -> Stage {
+        Stage::TopK
+    }
+
     fn apply(&self, candidates: &mut Candidates) {
         if self.0 < candidates.len() {
             candidates.sort_prefix(self.0);

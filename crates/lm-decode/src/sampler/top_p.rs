@@ -11,7 +11,7 @@
 //! p = 0.8 keep two tokens, with p = 0.81 three.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result};
+use crate::{Error, Result, Stage};
 
 /// The first partial selection; later rounds take four times as many.
 const FIRST_ROUND: usize = 64;
@@ -42,6 +42,10 @@ impl TopP {
 }
 
 impl CandidateFilter for TopP {
+    fn stage(&self) -> Stage {
+        Stage::TopP
+    }
+
     fn apply(&self, candidates: &mut Candidates) {
         let n = candidates.len();
         let total = candidates.total_weight();
