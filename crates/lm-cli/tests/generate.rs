@@ -144,14 +144,8 @@ fn filtered_counts_by_brute_force(logprobs: &[f64]) -> [usize; 3] {
     order.truncate(5);
     let weights: Vec<f64> = order.iter().map(|&i| (logprobs[i] / 0.8).exp()).collect();
     let total: f64 = weights.iter().sum();
-    let mut mass = 0.0;
-    let n_top_p = 1 + weights
-        .iter()
-        .position(|w| {
-            mass += w;
-            (mass / total) as f32 >= 0.7
-        })
-        .unwrap_or(4);
+    let reaches = |n: &usize| (weights[..*n].iter().sum::<f64>() / total) as f32 >= 0.7;
+    let n_top_p = (1..=5).find(reaches).unwrap_or(5);
     let best = logprobs[order[0]];
     let n_min_p = order[..n_top_p]
         .iter()

@@ -41,6 +41,11 @@ pub struct Step {
     pub prefix_len: usize,
     /// The chosen token.
     pub token: TokenId,
+    /// The uniform draw in [0, 1) the token was sampled with; `None` when
+    /// greedy (the choice ignores any draw).
+    pub u: Option<f64>,
+    /// How many candidates each stage of the chain left.
+    pub n_candidates: StageCounts,
     /// Its probability under the policy (1 for greedy).
     pub policy_prob: f32,
     /// Its probability under the model (softmax of the raw logits at T = 1).
@@ -59,11 +64,6 @@ pub struct Step {
     /// The N most probable tokens under the policy (after every transform;
     /// removed tokens never appear).
     pub policy_top: Vec<Candidate>,
-    /// The uniform draw in [0, 1) the token was sampled with; `None` when
-    /// greedy (the choice ignores any draw).
-    pub u: Option<f64>,
-    /// How many candidates each stage of the chain left.
-    pub n_candidates: StageCounts,
 }
 
 /// A stage of the sampling chain, as the trace names it.

@@ -36,10 +36,6 @@ impl MinP {
 }
 
 impl CandidateFilter for MinP {
-    fn stage(&self) -> Stage {
-        Stage::MinP
-    }
-
     fn apply(&self, candidates: &mut Candidates) {
         // p_i / p_max >= ratio  <=>  (z_i - z_max) / T >= ln(ratio): no
         // exponential, and exact up to the final f32 comparison.
@@ -47,5 +43,9 @@ impl CandidateFilter for MinP {
         let max = f64::from(candidates.max_logit());
         let t = f64::from(candidates.temperature());
         candidates.retain(|(_, z)| ((f64::from(z) - max) / t) as f32 >= log_ratio);
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::MinP
     }
 }

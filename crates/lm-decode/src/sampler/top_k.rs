@@ -31,14 +31,14 @@ impl TopK {
 }
 
 impl CandidateFilter for TopK {
-    fn stage(&self) -> Stage {
-        Stage::TopK
-    }
-
     fn apply(&self, candidates: &mut Candidates) {
         if self.0 < candidates.len() {
             candidates.sort_prefix(self.0);
             candidates.truncate(self.0);
         }
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::TopK
     }
 }

@@ -42,10 +42,6 @@ impl TopP {
 }
 
 impl CandidateFilter for TopP {
-    fn stage(&self) -> Stage {
-        Stage::TopP
-    }
-
     fn apply(&self, candidates: &mut Candidates) {
         let n = candidates.len();
         let total = candidates.total_weight();
@@ -71,5 +67,9 @@ impl CandidateFilter for TopP {
             }
             n_selected = n_selected.saturating_mul(4).min(n);
         }
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::TopP
     }
 }
