@@ -368,3 +368,25 @@ pub(crate) fn top_n(values: &[f32], n: usize, floor: f32, order: &mut Vec<TokenI
     }
     order.sort_unstable_by(by_value);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_longer_than_the_capacity_keeps_its_last_count_last() {
+        let mut counts = StageCounts::default();
+        assert_eq!(counts.last(), None);
+        counts.push(Stage::Vocabulary, 100);
+        for n in (90..99).rev() {
+            counts.push(Stage::Custom, n);
+        }
+        counts.push(Stage::MinP, 3);
+        assert_eq!(counts.iter().len(), StageCounts::CAPACITY);
+        assert_eq!(counts.last(), Some(3));
+        assert_eq!(counts.get(Stage::MinP), Some(3));
+        assert_eq!(counts.get(Stage::Vocabulary), Some(100));
+        counts.clear();
+        assert_eq!(counts.iter().len(), 0);
+    }
+}

@@ -342,6 +342,11 @@ impl Candidates {
     }
 }
 
+/// The tokens the raw-logit stage left in play (not masked to -inf).
+fn count_unmasked(logits: &[f32]) -> usize {
+    logits.iter().filter(|&&z| z != f32::NEG_INFINITY).count()
+}
+
 /// An entry ordered so that the worse one is the greater: the top of a
 /// max-heap of `Best` is the worst of the best kept so far.
 #[derive(Debug, Clone, Copy)]
@@ -430,6 +435,7 @@ pub struct Selection {
 /// let choice = sampler.select(&[2.0, 1.0, 0.0], &[], 0.7).unwrap();
 /// assert_eq!(choice.token, 1);
 /// assert_eq!(format!("{:.3}", choice.policy_prob), "0.245");
+/// assert_eq!(choice.u, Some(0.7));
 /// ```
 pub struct Sampler {
     transforms: Vec<Box<dyn LogitTransform>>,
@@ -572,21 +578,19 @@ impl Sampler {
             })?;
         }
         self.stage_counts.push(Stage::Vocabulary, vocab_size);
-        let n_unmasked = self
-            .adjusted
-            .iter()
-            .filter(|&&z| z != f32::NEG_INFINITY)
-            .count();
-        self.stage_counts.push(Stage::Penalties, n_unmasked);
         self.probs.clear();
         self.probs.resize(vocab_size, 0.0);
         if self.temperature.is_greedy() {
+            let n_unmasked = count_unmasked(&self.adjusted);
+            self.stage_counts.push(Stage::Penalties, n_unmasked);
             self.stage_counts.push(Stage::Temperature, 1);
             self.probs[best as usize] = 1.0;
             return Ok(best);
         }
-        self.stage_counts.push(Stage::Temperature, n_unmasked);
         if self.filters.is_empty() {
+            let n_unmasked = count_unmasked(&self.adjusted);
+            self.stage_counts.push(Stage::Penalties, n_unmasked);
+            self.stage_counts.push(Stage::Temperature, n_unmasked);
             // The softmax, keeping its normaliser: at T = 1 over the raw
             // logits it is the model's own (see `model_log_normaliser`).
             let t = self.temperature.value();
@@ -601,6 +605,11 @@ impl Sampler {
         }
         self.candidates
             .reset(&self.adjusted, self.temperature.value())?;
+        // The candidates are the unmasked tokens, counted on the way in.
+        self.stage_counts
+            .push(Stage::Penalties, self.candidates.len());
+        self.stage_counts
+            .push(Stage::Temperature, self.candidates.len());
         for filter in &self.filters {
             filter.apply(&mut self.candidates);
             self.stage_counts
