@@ -124,11 +124,136 @@ fn sampled_steps_report_policy_and_model_probabilities() {
     check("generate_toy_top_logprobs_trace", &shorter.arg("--trace"));
 }
 
+/// A seeded toy run through every filter, with every candidate printed.
+fn toy_filtered() -> Cli {
+    Cli::toy("generate")
+        .n(6)
+        .opt("--temperature", 0.8)
+        .opt("--top-k", 5)
+        .opt("--top-p", 0.7)
+        .opt("--min-p", 0.6)
+        .opt("--top-logprobs", 7)
+        .seed(4)
+}
+
+/// The candidates top-k 5, top-p 0.7 and min-p 0.6 leave at T = 0.8, by
+/// brute force over the reference's log-probabilities.
+fn filtered_counts_by_brute_force(logprobs: &[f64]) -> [usize; 3] {
+    let mut order: Vec<usize> = (0..logprobs.len()).collect();
+    order.sort_by(|&a, &b| logprobs[b].total_cmp(&logprobs[a]).then(a.cmp(&b)));
+    order.truncate(5);
+    let weights: Vec<f64> = order.iter().map(|&i| (logprobs[i] / 0.8).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let reaches = |n: &usize| (weights[..*n].iter().sum::<f64>() / total) as f32 >= 0.7;
+    let n_top_p = (1..=5).find(reaches).unwrap_or(5);
+    let best = logprobs[order[0]];
+    let n_min_p = order[..n_top_p]
+        .iter()
+        .filter(|&&i| ((logprobs[i] - best) / 0.8).exp() >= 0.6)
+        .count();
+    [5, n_top_p, n_min_p]
+}
+
+#[test]
+fn a_sampled_json_step_replays_from_its_u_and_policy_candidates() {
+    // Lesson 000 by hand: the policy's candidates in id order, the first whose
+    // running total exceeds u is the token; each stage's count by brute force.
+    let report = toy_filtered().arg("--no-timing").json();
+    let mut narrowed = false;
+    for step in report["steps"].as_array().unwrap() {
+        let u = step["u"].as_f64().expect("a sampled step prints u");
+        let mut probs = vec![0.0f32; 7];
+        for candidate in step["policy_top"].as_array().unwrap() {
+            probs[candidate["token"].as_u64().unwrap() as usize] =
+                candidate["prob"].as_f64().unwrap() as f32;
+        }
+        let token = step["token"].as_u64().unwrap() as TokenId;
+        assert_eq!(lm_core::sample_inverse_cdf(&probs, u).unwrap(), token);
+        let [top_k, top_p, min_p] =
+            filtered_counts_by_brute_force(&next_logprobs(&prefix_of(&report, step)));
+        assert_eq!(
+            step["n_candidates"],
+            serde_json::json!({"vocabulary": 7, "penalties": 7, "temperature": 7,
+                "top_k": top_k, "top_p": top_p, "min_p": min_p}),
+        );
+        assert_eq!(step["policy_top"].as_array().unwrap().len(), min_p);
+        narrowed |= min_p < top_p && top_p < top_k;
+    }
+    assert!(narrowed, "some step is narrowed by both top-p and min-p");
+    let greedy = toy_greedy(2).json();
+    for step in greedy["steps"].as_array().unwrap() {
+        assert!(step["u"].is_null(), "greedy draws nothing: {step}");
+        assert_eq!(
+            step["n_candidates"],
+            serde_json::json!({"vocabulary": 7, "penalties": 7, "temperature": 1})
+        );
+    }
+}
+
+#[test]
+fn a_sampled_trace_row_replays_from_its_printed_u_and_candidates() {
+    // The same replay from the table's four-decimal numbers.
+    let json = toy_filtered().arg("--no-timing").json();
+    let run = toy_filtered().arg("--trace").ok();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let rows: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].trim_start().starts_with(char::is_numeric))
+        .collect();
+    assert_eq!(rows.len(), 6);
+    for (index, &row) in rows.iter().enumerate() {
+        let cells: Vec<&str> = lines[row].split_whitespace().collect();
+        let u: f64 = cells[cells.len() - 2].parse().unwrap();
+        let counts = cells[cells.len() - 1];
+        let policy = lines[row + 2]
+            .trim_start()
+            .strip_prefix("policy top: ")
+            .unwrap();
+        let mut probs = vec![0.0f32; 7];
+        for candidate in policy.split(", ") {
+            let [_, id, prob] = candidate.split(' ').collect::<Vec<_>>()[..] else {
+                panic!("{candidate:?}")
+            };
+            probs[id.strip_prefix('#').unwrap().parse::<usize>().unwrap()] = prob.parse().unwrap();
+        }
+        let step = &json["steps"][index];
+        let token = step["token"].as_u64().unwrap() as TokenId;
+        assert_eq!(
+            lm_core::sample_inverse_cdf(&probs, u).unwrap(),
+            token,
+            "{}",
+            lines[row]
+        );
+        let n = &step["n_candidates"];
+        let expected = [
+            "vocabulary",
+            "penalties",
+            "temperature",
+            "top_k",
+            "top_p",
+            "min_p",
+        ]
+        .map(|stage| n[stage].to_string())
+        .join(">");
+        assert_eq!(counts, expected);
+    }
+    assert!(
+        run.stdout
+            .contains("candidates: vocabulary>penalties>temperature>top_k>top_p>min_p"),
+        "{}",
+        run.stdout
+    );
+    let greedy = toy_greedy(1).arg("--trace").ok();
+    let row = greedy.stdout.lines().nth(1).unwrap();
+    assert!(row.ends_with("       -  7>7>1"), "greedy has no u: {row:?}");
+}
+
 #[test]
 fn trace_prints_the_table_and_the_stop_reason() {
     let run = check("generate_toy_greedy_trace", &toy_greedy(5).arg("--trace"));
     let lines: Vec<&str> = run.stdout.lines().collect();
-    for column in "step|prefix read|selected token|policy p|model p|running ln p".split('|') {
+    for column in
+        "step|prefix read|selected token|policy p|model p|running ln p|u|candidates".split('|')
+    {
         assert!(
             lines[0].contains(column),
             "header {:?} lacks {column}",
@@ -445,9 +570,20 @@ fn json_gives_the_prompt_once_so_it_grows_linearly() {
         long.len(),
         short.len()
     );
+    // --trace-prefixes keeps them: every step its whole prefix, at least a
+    // line per id on top of the report without them.
     let traced = run(400, &["--trace-prefixes"]);
+    let report: serde_json::Value = serde_json::from_str(&traced).unwrap();
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 400);
+    let mut n_prefix_ids = 0;
+    for step in steps {
+        let prefix_len = step["prefix_len"].as_u64().unwrap() as usize;
+        assert_eq!(ids(&step["prefix"]).len(), prefix_len, "{step}");
+        n_prefix_ids += prefix_len;
+    }
     assert!(
-        traced.len() > 10 * long.len(),
+        traced.len() > long.len() + 8 * n_prefix_ids,
         "--trace-prefixes keeps them"
     );
 }

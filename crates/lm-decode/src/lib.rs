@@ -150,5 +150,5 @@ pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation};
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
-pub use trace::{Candidate, Generation, Step};
+pub use trace::{Candidate, Generation, Stage, StageCounts, Step};
 pub use truncate::{FittedPrompt, Truncation, fit_prompt};

@@ -7,6 +7,12 @@
 //! from) and the *model's* (softmax at T = 1 of the raw logits). At T = 1 with
 //! no filters they agree; at T = 0.5 the selected token's share differs.
 //!
+//! A step also keeps what lesson 000 needs to replay a draw by hand: the
+//! uniform draw `u` (none for greedy) and how many candidates each stage of
+//! the chain left ([`StageCounts`]). Walking the policy's candidates in id
+//! order and taking the first whose running total exceeds `u`
+//! ([`lm_core::sample_inverse_cdf`]) gives the chosen token.
+//!
 //! The loop records a step with a `Recorder` right after choosing its token,
 //! before appending it and checking the stop rules.
 
@@ -35,6 +41,11 @@ pub struct Step {
     pub prefix_len: usize,
     /// The chosen token.
     pub token: TokenId,
+    /// The uniform draw in [0, 1) the token was sampled with; `None` when
+    /// greedy (the choice ignores any draw).
+    pub u: Option<f64>,
+    /// How many candidates each stage of the chain left.
+    pub n_candidates: StageCounts,
     /// Its probability under the policy (1 for greedy).
     pub policy_prob: f32,
     /// Its probability under the model (softmax of the raw logits at T = 1).
@@ -53,6 +64,105 @@ pub struct Step {
     /// The N most probable tokens under the policy (after every transform;
     /// removed tokens never appear).
     pub policy_top: Vec<Candidate>,
+}
+
+/// A stage of the sampling chain, as the trace names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stage {
+    /// The logits row as the model gave it: the vocabulary.
+    Vocabulary,
+    /// The raw-logit transforms (penalties, logit bias, bans): a banned or
+    /// `-inf` token is out.
+    Penalties,
+    /// Temperature: removes nothing when sampling; greedy (T = 0) keeps the
+    /// one token it chooses.
+    Temperature,
+    /// [`crate::sampler::TopK`].
+    TopK,
+    /// [`crate::sampler::TopP`].
+    TopP,
+    /// [`crate::sampler::MinP`].
+    MinP,
+    /// A filter added with [`Sampler::push_filter`].
+    Custom,
+}
+
+impl Stage {
+    /// The stage's name in the trace and the JSON (`vocabulary`,
+    /// `penalties`, `temperature`, `top_k`, `top_p`, `min_p`, `custom`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vocabulary => "vocabulary",
+            Self::Penalties => "penalties",
+            Self::Temperature => "temperature",
+            Self::TopK => "top_k",
+            Self::TopP => "top_p",
+            Self::MinP => "min_p",
+            Self::Custom => "custom",
+        }
+    }
+}
+
+/// How many candidates (tokens still in play) each stage of one step left,
+/// in the chain's order: the vocabulary, the penalties, temperature, then
+/// each filter that ran (a greedy step runs none). A count is of tokens in
+/// play; at a very low temperature some of them may have a probability that
+/// rounds to 0.
+///
+/// Held inline (no allocation per step): a chain of more than
+/// [`StageCounts::CAPACITY`] stages keeps the count after its last stage in
+/// the last entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageCounts {
+    entries: [(Stage, u32); StageCounts::CAPACITY],
+    len: usize,
+}
+
+impl Default for StageCounts {
+    fn default() -> Self {
+        Self {
+            entries: [(Stage::Vocabulary, 0); Self::CAPACITY],
+            len: 0,
+        }
+    }
+}
+
+impl StageCounts {
+    /// The most stages recorded: the vocabulary, the penalties, temperature
+    /// and five filters.
+    pub const CAPACITY: usize = 8;
+
+    /// The stages and their counts, in the chain's order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (Stage, usize)> + '_ {
+        self.entries[..self.len]
+            .iter()
+            .map(|&(stage, n)| (stage, n as usize))
+    }
+
+    /// The count after the first `stage` of that kind, if it ran.
+    pub fn get(&self, stage: Stage) -> Option<usize> {
+        self.iter().find(|&(s, _)| s == stage).map(|(_, n)| n)
+    }
+
+    /// The candidates left at the end of the chain: those the policy's
+    /// probabilities are spread over.
+    pub fn last(&self) -> Option<usize> {
+        self.len.checked_sub(1).map(|i| self.entries[i].1 as usize)
+    }
+
+    /// Forgets every count (the sampler starts each row with this).
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Records that `stage` left `n` candidates.
+    pub(crate) fn push(&mut self, stage: Stage, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let index = self.len.min(Self::CAPACITY - 1);
+        self.entries[index] = (stage, n);
+        self.len = index + 1;
+    }
 }
 
 /// The trace of one generation.
@@ -187,6 +297,8 @@ impl Recorder {
             running_policy_logprob: self.running_policy,
             model_top,
             policy_top,
+            u: selection.u,
+            n_candidates: *sampler.stage_counts(),
         });
         Ok(())
     }
@@ -255,4 +367,26 @@ pub(crate) fn top_n(values: &[f32], n: usize, floor: f32, order: &mut Vec<TokenI
         order.truncate(n);
     }
     order.sort_unstable_by(by_value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_longer_than_the_capacity_keeps_its_last_count_last() {
+        let mut counts = StageCounts::default();
+        assert_eq!(counts.last(), None);
+        counts.push(Stage::Vocabulary, 100);
+        for n in (90..99).rev() {
+            counts.push(Stage::Custom, n);
+        }
+        counts.push(Stage::MinP, 3);
+        assert_eq!(counts.iter().len(), StageCounts::CAPACITY);
+        assert_eq!(counts.last(), Some(3));
+        assert_eq!(counts.get(Stage::MinP), Some(3));
+        assert_eq!(counts.get(Stage::Vocabulary), Some(100));
+        counts.clear();
+        assert_eq!(counts.iter().len(), 0);
+    }
 }

@@ -5,9 +5,9 @@
 use crate::common::{LESSON_VOCAB, Pieces, PrefixModel, TableModel, rejects};
 use std::ops::ControlFlow;
 
-use lm_core::{Counting, TokenId, Uncached, softmax};
+use lm_core::{Counting, TokenId, Uncached, sample_inverse_cdf, softmax};
 use lm_decode::{
-    Error, Generation, GenerationConfig, SamplingConfig, StopReason, Truncation, generate,
+    Error, Generation, GenerationConfig, SamplingConfig, Stage, StopReason, Truncation, generate,
     generate_many, generate_streaming,
 };
 
@@ -549,4 +549,124 @@ fn penalties_count_the_prompt_and_the_generated_tokens() {
         .collect();
     all.sort_unstable();
     assert_eq!(all, vec![0, 1, 2, 3, 4, 5]);
+}
+
+/// The candidates each stage leaves, by brute force over the whole row:
+/// bans mask, temperature keeps all, top-k by a full sort, top-p by the
+/// cumulative mass, min-p by the ratio to the best.
+fn stage_counts_by_brute_force(
+    adjusted: &[f32],
+    t: f64,
+    k: usize,
+    p: f32,
+    ratio: f64,
+) -> Vec<(Stage, usize)> {
+    let mut kept: Vec<(usize, f32)> = adjusted
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, z)| z != f32::NEG_INFINITY)
+        .collect();
+    let mut counts = vec![
+        (Stage::Vocabulary, adjusted.len()),
+        (Stage::Penalties, kept.len()),
+    ];
+    counts.push((Stage::Temperature, kept.len()));
+    kept.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    kept.truncate(k);
+    counts.push((Stage::TopK, kept.len()));
+    let weights: Vec<f64> = kept
+        .iter()
+        .map(|&(_, z)| (f64::from(z) / t).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut mass = 0.0;
+    let n_nucleus = 1 + weights
+        .iter()
+        .position(|w| {
+            mass += w;
+            (mass / total) as f32 >= p
+        })
+        .unwrap_or(weights.len() - 1);
+    kept.truncate(n_nucleus);
+    counts.push((Stage::TopP, kept.len()));
+    let best = f64::from(kept[0].1);
+    kept.retain(|&(_, z)| ((f64::from(z) - best) / t).exp() >= ratio);
+    counts.push((Stage::MinP, kept.len()));
+    counts
+}
+
+#[test]
+fn a_sampled_step_replays_from_its_draw_and_policy_candidates_by_the_inverse_cdf() {
+    // Lesson 000's walk: the printed u and the printed candidate
+    // probabilities give back the chosen token; each stage's count is what
+    // that stage leaves by brute force.
+    let model = PrefixModel::new(40);
+    let banned = [3, 7, 11];
+    let sampling = SamplingConfig {
+        temperature: 0.9,
+        top_k: Some(20),
+        top_p: Some(0.8),
+        min_p: Some(0.3),
+        presence_penalty: Some(0.5),
+        banned_tokens: banned.to_vec(),
+        seed: 5,
+        ..SamplingConfig::default()
+    };
+    let config = GenerationConfig {
+        max_new_tokens: 12,
+        sampling,
+        n_top_candidates: 40,
+        ..GenerationConfig::default()
+    };
+    let run = generate(&model, &PROMPT, &config, None).unwrap();
+    let mut min_p_cut = false;
+    for (i, step) in run.steps.iter().enumerate() {
+        let u = step.u.expect("a sampled step has its draw");
+        let mut probs = vec![0.0f32; 40];
+        for c in &step.policy_top {
+            probs[c.token as usize] = c.prob;
+        }
+        assert_eq!(
+            sample_inverse_cdf(&probs, u).unwrap(),
+            step.token,
+            "step {i}"
+        );
+        let (prompt, generated) = run.prefix(i).unwrap();
+        let history: Vec<TokenId> = prompt.iter().chain(generated).copied().collect();
+        let mut adjusted = model.logits_for(&history);
+        for (id, z) in adjusted.iter_mut().enumerate() {
+            if history.contains(&(id as TokenId)) {
+                *z -= 0.5; // the presence penalty: once per distinct token
+            }
+        }
+        for &token in &banned {
+            adjusted[token as usize] = f32::NEG_INFINITY;
+        }
+        let expected = stage_counts_by_brute_force(&adjusted, 0.9, 20, 0.8, 0.3);
+        assert_eq!(
+            step.n_candidates.iter().collect::<Vec<_>>(),
+            expected,
+            "step {i}"
+        );
+        assert_eq!(step.n_candidates.last(), Some(step.policy_top.len()));
+        min_p_cut |= expected[5].1 < expected[4].1;
+    }
+    assert!(min_p_cut, "some step's min-p removes a candidate");
+}
+
+#[test]
+fn a_greedy_step_has_no_draw_and_temperature_keeps_one_candidate() {
+    let run = generate(&PrefixModel::new(9), &PROMPT, &greedy(3), None).unwrap();
+    for step in &run.steps {
+        assert_eq!(step.u, None);
+        assert_eq!(
+            step.n_candidates.iter().collect::<Vec<_>>(),
+            vec![
+                (Stage::Vocabulary, 9),
+                (Stage::Penalties, 9),
+                (Stage::Temperature, 1)
+            ]
+        );
+    }
 }

@@ -3,7 +3,7 @@
 
 use crate::common::rejects;
 use lm_decode::sampler::{CandidateFilter, Candidates, TopK, TopP};
-use lm_decode::{Error, Sampler, SamplingConfig, TokenRng};
+use lm_decode::{Error, Sampler, SamplingConfig, Stage, TokenRng};
 
 /// The policy distribution for `logits` after `history`, to `decimals` places.
 fn check(
@@ -633,5 +633,15 @@ fn a_custom_filter_that_drops_the_best_token_still_gets_a_normalised_policy() {
                 "{id}: {p} vs {want}"
             );
         }
-    }
+    } // The trace names it as a stage of its own, after temperature.
+    let stages: Vec<_> = sampler.stage_counts().iter().collect();
+    assert_eq!(
+        stages,
+        [
+            (Stage::Vocabulary, 1001),
+            (Stage::Penalties, 1001),
+            (Stage::Temperature, 1001),
+            (Stage::Custom, 1000)
+        ]
+    );
 }

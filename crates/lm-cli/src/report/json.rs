@@ -10,10 +10,16 @@
 //! writes one [`StepReport`] line per step as it is chosen (a
 //! [`JsonLine`] with `"event": "step"`), then the report without its steps
 //! (`"event": "summary"`).
+//!
+//! A sampled step gives its uniform draw `u` and how many candidates each
+//! stage of the chain left (`n_candidates`, in the chain's order), so it
+//! can be replayed by hand: walk `policy_top` (with `--top-logprobs` at least
+//! the last count) in id order and take the first token whose running total
+//! exceeds `u`. A greedy step's `u` is null.
 
 use lm_core::TokenId;
-use lm_decode::{Candidate, Generation, Hypothesis, Step, StopReason};
-use serde::Serialize;
+use lm_decode::{Candidate, Generation, Hypothesis, StageCounts, Step, StopReason};
+use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use crate::text::TextCodec;
 
@@ -91,12 +97,35 @@ pub struct StepReport {
     pub logprob: f64,
     /// The model's log-probability of the generated tokens so far.
     pub running_logprob: f64,
+    /// The uniform draw in [0, 1) the token was sampled with (null when
+    /// greedy and in beam search).
+    pub u: Option<f64>,
+    /// The candidates each stage of the chain left, by stage name in the
+    /// chain's order (`vocabulary`, `penalties`, `temperature`, then `top_k`,
+    /// `top_p`, `min_p` as set; left out in beam search).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_candidates: Option<StageCountsReport>,
     /// The most probable tokens under the model (`--top-logprobs N`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub top_logprobs: Vec<CandidateReport>,
     /// The most probable tokens under the policy (`--top-logprobs N`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policy_top: Vec<CandidateReport>,
+}
+
+/// A step's [`StageCounts`] as a JSON object, stage name to count, in the
+/// chain's order.
+#[derive(Debug)]
+pub struct StageCountsReport(pub StageCounts);
+
+impl Serialize for StageCountsReport {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.iter().len()))?;
+        for (stage, n) in self.0.iter() {
+            map.serialize_entry(stage.name(), &n)?;
+        }
+        map.end()
+    }
 }
 
 /// One entry of a top-N list.
@@ -277,6 +306,8 @@ impl SequenceReport {
                     model_prob: logprob.exp() as f32,
                     logprob,
                     running_logprob: running,
+                    u: None,
+                    n_candidates: None,
                     top_logprobs: Vec::new(),
                     policy_top: Vec::new(),
                 }
@@ -339,6 +370,8 @@ impl StepReport {
             model_prob: step.model_prob,
             logprob: step.logprob,
             running_logprob: step.running_logprob.ln(),
+            u: step.u,
+            n_candidates: Some(StageCountsReport(step.n_candidates)),
             top_logprobs: candidates(&step.model_top),
             policy_top: candidates(&step.policy_top),
         }

@@ -1,17 +1,22 @@
 //! The `--trace` table: one row per step, the way lesson 001 prints its runs
 //! (step, prefix read, selected token, selection probability), with the
 //! model's own probability and the running chain-rule log-probability beside
-//! the policy's, then why the loop stopped.
+//! the policy's, then why the loop stopped. Each row also gives the uniform
+//! draw `u` (`-` when greedy) and how many candidates each stage of the
+//! chain left, so a sampled step can be replayed by hand as lesson 000 does:
+//! walk the policy's candidates in id order (`#id` in the candidate lines of
+//! `--top-logprobs`) and take the first whose running total exceeds `u`.
 //!
 //! ```text
-//! step  prefix read                 selected token  policy p  model p  running ln p
-//!    1  <start> the cat             dog               1.0000   0.2334       -1.4550
+//! step  prefix read      selected token  policy p   model p  running ln p       u  candidates
+//!    1  <start> the cat  slept             0.2858    0.2189       -1.5190  0.5384  7>7>7>3
+//! candidates: vocabulary>penalties>temperature>top_k (tokens left after each stage)
 //! ```
 
 use std::fmt::Write as _;
 
 use lm_core::TokenId;
-use lm_decode::{Candidate, Generation, Hypothesis, StopReason};
+use lm_decode::{Candidate, Generation, Hypothesis, StageCounts, StopReason};
 
 use super::{printable, tail};
 use crate::text::TextCodec;
@@ -22,13 +27,15 @@ const MAX_PREFIX_CHARS: usize = 48;
 const MAX_TOKEN_CHARS: usize = 24;
 
 /// The header line of the table.
-pub const HEADER: [&str; 6] = [
+pub const HEADER: [&str; 8] = [
     "step",
     "prefix read",
     "selected token",
     "policy p",
     "model p",
     "running ln p",
+    "u",
+    "candidates",
 ];
 
 /// The trace of one generation as text: the table, then the stop reason,
@@ -44,11 +51,27 @@ pub fn render_generation(generation: &Generation, text: &str, codec: &TextCodec)
             policy_prob: f64::from(step.policy_prob),
             model_prob: f64::from(step.model_prob),
             running: step.running_logprob.ln(),
+            u: step.u,
+            n_candidates: counts_cell(&step.n_candidates),
             candidates: candidates_line(codec, &step.model_top, &step.policy_top),
         });
         prefix_ids.push(step.token);
     }
     let mut out = table(&rows);
+    if let Some(step) = generation.steps.first() {
+        let stages: Vec<&str> = step.n_candidates.iter().map(|(s, _)| s.name()).collect();
+        let _ = writeln!(
+            out,
+            "candidates: {} (tokens left after each stage)",
+            stages.join(">")
+        );
+    }
+    if generation.steps.iter().any(|step| step.u.is_some()) {
+        let _ = writeln!(
+            out,
+            "u: the uniform draw; walk the policy's candidates in id order to the first whose running total exceeds u"
+        );
+    }
     let n = generation.tokens.len();
     let _ = writeln!(out, "stop: {}", describe_stop(&generation.stop_reason, n));
     let logprob = generation.logprob();
@@ -82,6 +105,8 @@ pub fn render_beams(prompt: &[TokenId], beams: &[Hypothesis], codec: &TextCodec)
             policy_prob: logprob.exp(),
             model_prob: logprob.exp(),
             running,
+            u: None,
+            n_candidates: String::new(),
             candidates: None,
         });
         prefix_ids.push(token);
@@ -119,11 +144,19 @@ struct Row {
     policy_prob: f64,
     model_prob: f64,
     running: f64,
+    u: Option<f64>,
+    /// The candidates each stage left, `>`-separated.
+    n_candidates: String,
     candidates: Option<String>,
 }
 
 fn token_cell(codec: &TextCodec, token: TokenId) -> String {
     tail(&printable(&codec.token_text(token)), MAX_TOKEN_CHARS)
+}
+
+fn counts_cell(counts: &StageCounts) -> String {
+    let counts: Vec<String> = counts.iter().map(|(_, n)| n.to_string()).collect();
+    counts.join(">")
 }
 
 fn candidates_line(codec: &TextCodec, model: &[Candidate], policy: &[Candidate]) -> Option<String> {
@@ -133,7 +166,10 @@ fn candidates_line(codec: &TextCodec, model: &[Candidate], policy: &[Candidate])
     let list = |candidates: &[Candidate]| {
         candidates
             .iter()
-            .map(|c| format!("{} {:.4}", printable(&codec.token_text(c.token)), c.prob))
+            .map(|c| {
+                let text = printable(&codec.token_text(c.token));
+                format!("{text} #{} {:.4}", c.token, c.prob)
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -155,17 +191,24 @@ fn table(rows: &[Row]) -> String {
     );
     let token_width = width(HEADER[2], &mut rows.iter().map(|r| r.token.chars().count()));
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8}  {:>8}  {:>12}",
-        HEADER[0], HEADER[1], HEADER[2], HEADER[3], HEADER[4], HEADER[5]
+    let header = format!(
+        "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8}  {:>8}  {:>12}  {:>6}  {}",
+        HEADER[0], HEADER[1], HEADER[2], HEADER[3], HEADER[4], HEADER[5], HEADER[6], HEADER[7]
     );
+    let _ = writeln!(out, "{}", header.trim_end());
     for row in rows {
-        let _ = writeln!(
-            out,
-            "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8.4}  {:>8.4}  {:>12.4}",
-            row.step, row.prefix, row.token, row.policy_prob, row.model_prob, row.running
+        let u = row.u.map_or_else(|| "-".to_owned(), |u| format!("{u:.4}"));
+        let line = format!(
+            "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8.4}  {:>8.4}  {:>12.4}  {u:>6}  {}",
+            row.step,
+            row.prefix,
+            row.token,
+            row.policy_prob,
+            row.model_prob,
+            row.running,
+            row.n_candidates
         );
+        let _ = writeln!(out, "{}", line.trim_end());
         if let Some(candidates) = &row.candidates {
             let _ = writeln!(out, "{:6}{candidates}", "");
         }

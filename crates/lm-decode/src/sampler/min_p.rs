@@ -6,7 +6,7 @@
 //! at f32 precision like top-p.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result};
+use crate::{Error, Result, Stage};
 
 /// Keeps candidates with `p_i >= min_p * p_max`; 0 keeps all, 1 keeps the
 /// tokens tied with the best.
@@ -43,5 +43,9 @@ impl CandidateFilter for MinP {
         let max = f64::from(candidates.max_logit());
         let t = f64::from(candidates.temperature());
         candidates.retain(|(_, z)| ((f64::from(z) - max) / t) as f32 >= log_ratio);
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::MinP
     }
 }

@@ -39,7 +39,7 @@ pub use temperature::Temperature;
 pub use top_k::TopK;
 pub use top_p::TopP;
 
-use crate::{Error, Result, select::Selector};
+use crate::{Error, Result, Stage, StageCounts, select::Selector};
 use lm_core::TokenId;
 use std::cmp::Ordering;
 use std::fmt;
@@ -117,6 +117,12 @@ pub trait LogitTransform: fmt::Debug + Send + Sync {
 pub trait CandidateFilter: fmt::Debug + Send + Sync {
     /// Removes candidates in place.
     fn apply(&self, candidates: &mut Candidates);
+
+    /// The stage the trace names this filter by (a filter of one's own is
+    /// [`Stage::Custom`]).
+    fn stage(&self) -> Stage {
+        Stage::Custom
+    }
 }
 
 /// The tokens still in play after the raw-logit stage, with their adjusted
@@ -336,6 +342,11 @@ impl Candidates {
     }
 }
 
+/// The tokens the raw-logit stage left in play (not masked to -inf).
+fn count_unmasked(logits: &[f32]) -> usize {
+    logits.iter().filter(|&&z| z != f32::NEG_INFINITY).count()
+}
+
 /// An entry ordered so that the worse one is the greater: the top of a
 /// max-heap of `Best` is the worst of the best kept so far.
 #[derive(Debug, Clone, Copy)]
@@ -409,6 +420,8 @@ pub struct Selection {
     /// Its probability under the policy (after penalties, temperature and
     /// filters, renormalised); 1 for greedy.
     pub policy_prob: f32,
+    /// The uniform draw it was sampled with; `None` when greedy.
+    pub u: Option<f64>,
 }
 
 /// A validated policy with its scratch buffers: no allocation per token once
@@ -422,6 +435,7 @@ pub struct Selection {
 /// let choice = sampler.select(&[2.0, 1.0, 0.0], &[], 0.7).unwrap();
 /// assert_eq!(choice.token, 1);
 /// assert_eq!(format!("{:.3}", choice.policy_prob), "0.245");
+/// assert_eq!(choice.u, Some(0.7));
 /// ```
 pub struct Sampler {
     transforms: Vec<Box<dyn LogitTransform>>,
@@ -434,6 +448,8 @@ pub struct Sampler {
     adjusted: Vec<f32>,
     candidates: Candidates,
     probs: Vec<f32>,
+    /// See [`Sampler::stage_counts`].
+    stage_counts: StageCounts,
     /// See [`Sampler::model_log_normaliser`].
     model_log_normaliser: Option<f64>,
 }
@@ -490,6 +506,7 @@ impl Sampler {
             adjusted: Vec::new(),
             candidates: Candidates::default(),
             probs: Vec::new(),
+            stage_counts: StageCounts::default(),
             model_log_normaliser: None,
         })
     }
@@ -535,6 +552,7 @@ impl Sampler {
     /// after the raw-logit stage (the greedy choice).
     fn compute_policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
         self.model_log_normaliser = None;
+        self.stage_counts.clear();
         let vocab_size = logits.len();
         if vocab_size == 0 {
             return Err(lm_core::Error::EmptyLogits.into());
@@ -559,13 +577,20 @@ impl Sampler {
                 other => other.into(),
             })?;
         }
+        self.stage_counts.push(Stage::Vocabulary, vocab_size);
         self.probs.clear();
         self.probs.resize(vocab_size, 0.0);
         if self.temperature.is_greedy() {
+            let n_unmasked = count_unmasked(&self.adjusted);
+            self.stage_counts.push(Stage::Penalties, n_unmasked);
+            self.stage_counts.push(Stage::Temperature, 1);
             self.probs[best as usize] = 1.0;
             return Ok(best);
         }
         if self.filters.is_empty() {
+            let n_unmasked = count_unmasked(&self.adjusted);
+            self.stage_counts.push(Stage::Penalties, n_unmasked);
+            self.stage_counts.push(Stage::Temperature, n_unmasked);
             // The softmax, keeping its normaliser: at T = 1 over the raw
             // logits it is the model's own (see `model_log_normaliser`).
             let t = self.temperature.value();
@@ -580,8 +605,15 @@ impl Sampler {
         }
         self.candidates
             .reset(&self.adjusted, self.temperature.value())?;
+        // The candidates are the unmasked tokens, counted on the way in.
+        self.stage_counts
+            .push(Stage::Penalties, self.candidates.len());
+        self.stage_counts
+            .push(Stage::Temperature, self.candidates.len());
         for filter in &self.filters {
             filter.apply(&mut self.candidates);
+            self.stage_counts
+                .push(filter.stage(), self.candidates.len());
         }
         if self.candidates.is_empty() {
             return Err(Error::AllTokensFiltered);
@@ -598,13 +630,14 @@ impl Sampler {
     /// [0, 1) (ignored when greedy): inverse CDF over token ids in order.
     pub fn select(&mut self, logits: &[f32], history: &[TokenId], u: f64) -> Result<Selection> {
         let best = self.compute_policy(logits, history)?;
-        let token = match self.selector {
-            Selector::Greedy => best,
-            Selector::Sample => self.selector.choose(&self.probs, u)?,
+        let (token, u) = match self.selector {
+            Selector::Greedy => (best, None),
+            Selector::Sample => (self.selector.choose(&self.probs, u)?, Some(u)),
         };
         Ok(Selection {
             token,
             policy_prob: self.probs[token as usize],
+            u,
         })
     }
 
@@ -615,6 +648,12 @@ impl Sampler {
     /// model's probabilities (the trace) can skip that second pass.
     pub(crate) fn model_log_normaliser(&self) -> Option<f64> {
         self.model_log_normaliser
+    }
+
+    /// How many candidates each stage of the chain left in the last call
+    /// (the trace's [`crate::Step::n_candidates`]).
+    pub fn stage_counts(&self) -> &StageCounts {
+        &self.stage_counts
     }
 
     /// The policy distribution of the last [`Sampler::policy`] call.

@@ -5,7 +5,7 @@
 //! whole.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result};
+use crate::{Error, Result, Stage};
 
 /// Keeps the `k` highest-logit candidates (ties: the lower id first).
 ///
@@ -36,5 +36,9 @@ impl CandidateFilter for TopK {
             candidates.sort_prefix(self.0);
             candidates.truncate(self.0);
         }
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::TopK
     }
 }

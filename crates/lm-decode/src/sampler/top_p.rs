@@ -11,7 +11,7 @@
 //! p = 0.8 keep two tokens, with p = 0.81 three.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result};
+use crate::{Error, Result, Stage};
 
 /// The first partial selection; later rounds take four times as many.
 const FIRST_ROUND: usize = 64;
@@ -67,5 +67,9 @@ impl CandidateFilter for TopP {
             }
             n_selected = n_selected.saturating_mul(4).min(n);
         }
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::TopP
     }
 }
