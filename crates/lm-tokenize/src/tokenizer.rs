@@ -11,6 +11,7 @@
 //! ```
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use lm_core::{Detokenize, TokenId};
 use tokenizers::AddedToken;
@@ -72,6 +73,9 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
 pub struct Tokenizer {
     /// The `tokenizers` pipeline (added tokens, pre-tokenizer, model, decoder).
     inner: tokenizers::Tokenizer,
+    /// The same pipeline with special-token text split as ordinary text,
+    /// built on the first [`Tokenizer::encode_literal`].
+    literal: OnceLock<tokenizers::Tokenizer>,
     /// Token text by id, in the vocabulary's own form ("Ġthe"); empty where
     /// a `tokenizer.json` leaves a hole.
     id_to_text: Vec<String>,
@@ -161,6 +165,7 @@ impl Tokenizer {
         let end_ids = end_of_generation_ids(&vocab.tokens, vocab.eos_id);
         Ok(Self {
             inner,
+            literal: OnceLock::new(),
             id_to_text: vocab.tokens,
             is_special,
             bos_id: vocab.bos_id,
@@ -214,6 +219,7 @@ impl Tokenizer {
         let end_ids = end_of_generation_ids(&id_to_text, None);
         Ok(Self {
             inner,
+            literal: OnceLock::new(),
             id_to_text,
             is_special,
             bos_id: None,
@@ -236,9 +242,12 @@ impl Tokenizer {
     /// (llama.cpp's `--no-parse-special`). Builds a copy of the pipeline
     /// per call: for a prompt or a chat turn, not per token.
     pub fn encode_literal(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
-        let mut literal = self.inner.clone();
-        literal.set_encode_special_tokens(true);
-        self.encode_with(&literal, text)
+        let literal = self.literal.get_or_init(|| {
+            let mut literal = self.inner.clone();
+            literal.set_encode_special_tokens(true);
+            literal
+        });
+        self.encode_with(literal, text)
     }
 
     /// Encodes with `pipeline` (this tokenizer's, or its literal copy),
