@@ -671,11 +671,11 @@ fn dimension_count_outside_1_to_4_is_rejected() {
 
 #[test]
 fn unknown_tensor_type_is_rejected_with_its_id() {
-    // 12 is Q4_K: a real GGML type this crate does not read.
-    let bytes = one_tensor_file("w", &[256], 12, 0, 144);
+    // 19 is IQ1_S: a real GGML type this crate does not read.
+    let bytes = one_tensor_file("w", &[256], 19, 0, 50);
     let err = parse_err(bytes);
     assert!(
-        matches!(&err, GgufError::UnknownTensorType { name, type_id: 12 } if name == "w"),
+        matches!(&err, GgufError::UnknownTensorType { name, type_id: 19 } if name == "w"),
         "{err:?}"
     );
 }

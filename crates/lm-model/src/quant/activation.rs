@@ -1,5 +1,6 @@
 //! Activations quantized to 8-bit blocks, so that products with quantized
-//! weights run on integers (as llama.cpp does with its Q8_0 / Q8_1 blocks).
+//! weights run on integers (as llama.cpp does with its Q8_0 / Q8_1 blocks for
+//! the 32-weight types and Q8_K for the K-quants, [`Q8KBlock`]).
 //!
 //! A block of 32 activations `x` becomes a scale `d = max|x| / 127` and
 //! `q[j] = round_ties_even(x[j] * 127 / max|x|)` in `-127..=127`; `sum = d * Σ q[j]`
@@ -12,6 +13,46 @@
 use rayon::prelude::*;
 
 use super::block::QK;
+use super::block_k::{N_GROUPS, QK_K};
+use super::ggml_type::ActivationKind;
+
+/// The activations one product multiplies with, in the form its weight
+/// type's family needs ([`GgmlType::activation_kind`](super::GgmlType)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Activations<'a> {
+    /// The f32 values, for float weights.
+    F32(&'a [f32]),
+    /// 32-value blocks, for the 32-weight block types.
+    Q8(&'a [Q8Block]),
+    /// 256-value super-blocks, for the K-quants.
+    Q8K(&'a [Q8KBlock]),
+}
+
+/// Reusable buffers for quantized activations of either kind, so that
+/// steady-state products do not allocate.
+#[derive(Debug, Default)]
+pub(crate) struct ActivationBuffers {
+    q8: Vec<Q8Block>,
+    q8k: Vec<Q8KBlock>,
+}
+
+impl ActivationBuffers {
+    /// `x` (whole blocks of `kind`) in the form `kind` names, quantized into
+    /// these buffers (the f32 values themselves for [`ActivationKind::F32`]).
+    pub fn quantize<'s>(&'s mut self, kind: ActivationKind, x: &'s [f32]) -> Activations<'s> {
+        match kind {
+            ActivationKind::F32 => Activations::F32(x),
+            ActivationKind::Q8 => {
+                quantize_blocks(x, &mut self.q8, Q8Block::quantize);
+                Activations::Q8(&self.q8)
+            }
+            ActivationKind::Q8K => {
+                quantize_blocks(x, &mut self.q8k, Q8KBlock::quantize);
+                Activations::Q8K(&self.q8k)
+            }
+        }
+    }
+}
 
 /// 32 activations quantized to signed bytes with one f32 scale.
 ///
@@ -60,19 +101,82 @@ fn round_ties_even_small(v: f32) -> f32 {
     (v + SHIFT) - SHIFT
 }
 
-/// Quantizes `x` (a multiple of 32 long) into `out`, replacing its contents;
-/// in parallel when `x` holds a batch of inputs (prefill), on the calling
-/// thread for one input (a decode step, where handing out work costs more).
+/// 256 activations quantized to signed bytes with one f32 scale and the sums
+/// of each group of 16 (GGML's `block_q8_K`), for the K-quants: their group
+/// offsets multiply the group sums.
 ///
-/// `out` is reused between calls so that steady-state products do not allocate.
-pub(crate) fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) {
+/// Quantized as GGML's `quantize_row_q8_K_ref`: the value of largest
+/// magnitude `max` (the first, on ties) maps to -127,
+/// `q[j] = min(127, round_ties_even(-127 / max * x[j]))` and `d = 1 / (-127 / max)`,
+/// kept in f32.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub(crate) struct Q8KBlock {
+    /// The scale: `x[j] ≈ d * qs[j]`.
+    pub d: f32,
+    /// The quantized values.
+    pub qs: [i8; QK_K],
+    /// `Σ qs[j]` over each group of 16 values.
+    pub bsums: [i16; N_GROUPS],
+}
+
+impl Q8KBlock {
+    /// Quantizes 256 activations (`x.len() == 256`; missing values count as 0).
+    #[inline]
+    pub fn quantize(x: &[f32]) -> Q8KBlock {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let mut block = Q8KBlock {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; N_GROUPS],
+        };
+        if amax == 0.0 {
+            return block;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in block.qs.iter_mut().zip(x) {
+            // `as` saturates and maps NaN to 0; |v * iscale| <= 127 otherwise.
+            *q = round_ties_even_small(iscale * v).min(127.0) as i8;
+        }
+        for (sum, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
+            *sum = group.iter().map(|&q| i16::from(q)).sum();
+        }
+        block.d = 1.0 / iscale;
+        block
+    }
+}
+
+/// Quantizes `x` (whole blocks) into `out` with `quantize`, replacing its
+/// contents; in parallel when `x` holds a batch of inputs (prefill), on the
+/// calling thread for one input (a decode step, where handing out work costs
+/// more). The block length is the one `B` is made from (32 or 256).
+fn quantize_blocks<B: BlockOf + Send>(x: &[f32], out: &mut Vec<B>, quantize: fn(&[f32]) -> B) {
     const PARALLEL_MIN_VALUES: usize = 1 << 13;
     out.clear();
     if x.len() >= PARALLEL_MIN_VALUES && rayon::current_num_threads() > 1 {
-        out.par_extend(x.par_chunks_exact(QK).map(Q8Block::quantize));
+        out.par_extend(x.par_chunks_exact(B::LEN).map(quantize));
     } else {
-        out.extend(x.chunks_exact(QK).map(Q8Block::quantize));
+        out.extend(x.chunks_exact(B::LEN).map(quantize));
     }
+}
+
+/// An activation block and the number of values it is made from.
+trait BlockOf {
+    const LEN: usize;
+}
+
+impl BlockOf for Q8Block {
+    const LEN: usize = QK;
+}
+
+impl BlockOf for Q8KBlock {
+    const LEN: usize = QK_K;
 }
 
 #[cfg(test)]

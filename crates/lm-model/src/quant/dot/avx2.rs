@@ -48,9 +48,7 @@ pub(crate) unsafe fn dot_rows(
         GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0),
         GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1),
         GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0),
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-            unreachable!("float rows are multiplied by Dispatch::dot_row")
-        }
+        _ => unreachable!("{ty} does not multiply Q8 blocks"),
     }
 }
 
