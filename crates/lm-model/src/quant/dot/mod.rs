@@ -17,6 +17,8 @@ pub(crate) mod portable_k;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_k;
 
 use crate::dispatch::{Dispatch, Kernel};
 
@@ -53,6 +55,8 @@ impl Dispatch {
                     _ => unreachable!("{ty} does not multiply Q8 blocks"),
                 }
             },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx2, Activations::Q8K(xq)) => unsafe { avx2_k::dot_row(ty, row, xq) },
             _ => portable::dot_row(ty, row, x),
         }
     }
@@ -93,6 +97,12 @@ impl Dispatch {
                 // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built after
                 // `lm_core::cpu` detected avx2, fma and f16c.
                 unsafe { avx2::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
+            }
+            #[cfg(target_arch = "x86_64")]
+            Activations::Q8K(xq) if self.kernel() == Kernel::Avx2 => {
+                debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs");
+                // SAFETY: as above.
+                unsafe { avx2_k::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
             }
             _ => {
                 for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
