@@ -1,8 +1,10 @@
 //! The K-quants (256-weight super-blocks): bit-exact dequantisation against
 //! gguf-py on real and random blocks (fixtures/quant/kquant_blocks.json,
-//! written by scripts/reference/kquant_blocks.py), products against a
-//! brute-force f64 reference, the SIMD path against the portable one, and
-//! batched products against single ones, on seeded random matrices.
+//! written by scripts/reference/kquant_blocks.py), products against
+//! llama.cpp's own kernels (fixtures/quant/kquant_dots.json, written by
+//! scripts/reference/kquant_dots.py) and a brute-force f64 reference, the
+//! SIMD path against the portable one, and batched products against single
+//! ones, on seeded random matrices.
 
 use half::f16;
 use lm_model::{GgmlType, Kernel, QMatrix, QuantError};
@@ -23,6 +25,13 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
     (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn hex_f32s(hex: &str) -> Vec<f32> {
+    hex_bytes(hex)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect()
 }
 
@@ -70,10 +79,7 @@ fn k_quant_blocks_dequantize_like_gguf_py() {
         let (mut row, mut expected_row) = (Vec::new(), Vec::new());
         for case in cases {
             let block = hex_bytes(case.field("block").str());
-            let expected: Vec<f32> = hex_bytes(case.field("values").str())
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            let expected = hex_f32s(case.field("values").str());
             let m = QMatrix::new(ty, 1, 256, &block).unwrap();
             let mut out = vec![f32::NAN; 256];
             m.dequantize_row(0, &mut out).unwrap();
@@ -91,6 +97,43 @@ fn k_quant_blocks_dequantize_like_gguf_py() {
             &expected_row,
             &format!("{ty} row of {} blocks", cases.len()),
         );
+    }
+}
+
+/// llama.cpp's `ggml_vec_dot_<type>_q8_K` (its AVX2 build) on the fixture's
+/// first four blocks of each type as one row, against our products on every
+/// kernel: the same Q8_K activations and exact integer sums, so only the
+/// order of the f32 additions differs, within 1e-6 of Σ|w_j x_j|.
+#[test]
+fn k_quant_products_match_llama_cpp() {
+    let blocks = read_json(&fixture_path("quant/kquant_blocks.json"));
+    let dots = read_json(&fixture_path("quant/kquant_dots.json"));
+    for ty in K_TYPES {
+        let expected = dots.field(ty.name());
+        let n_cols = expected.field("n_cols").u64() as usize;
+        let row: Vec<u8> = blocks.field(ty.name()).array()[..n_cols / 256]
+            .iter()
+            .flat_map(|case| hex_bytes(case.field("block").str()))
+            .collect();
+        for kernel in kernels_of_this_cpu() {
+            let m = QMatrix::new(ty, 1, n_cols, &row)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            for product in expected.field("products").array() {
+                let x = hex_f32s(product.field("x").str());
+                let llama = f32::from_bits(product.field("dot_bits").u64() as u32);
+                let mut y = [f32::NAN];
+                m.matvec(&x, &mut y).unwrap();
+                let magnitude = reference_matvec(&m, &x).1[0];
+                let diff = f64::from(y[0] - llama).abs();
+                assert!(
+                    diff <= 1e-6 * magnitude,
+                    "{ty} {kernel:?}: {} vs llama.cpp's {llama} (Σ|w x| = {magnitude})",
+                    y[0]
+                );
+            }
+        }
     }
 }
 

@@ -183,6 +183,74 @@ impl BlockOf for Q8KBlock {
 mod tests {
     use super::*;
 
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Q8_K blocks of seeded activation vectors as llama.cpp's own
+    /// `quantize_row_q8_K` wrote them (fixtures/quant/kquant_dots.json,
+    /// written by scripts/reference/kquant_dots.py): the same bits.
+    #[test]
+    fn q8_k_blocks_match_llama_cpp_bit_for_bit() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/quant/kquant_dots.json"
+        );
+        let text = std::fs::read_to_string(path).expect("fixtures/quant/kquant_dots.json");
+        let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let (mut n_blocks, mut n_expected) = (0, 0);
+        for entry in fixture.as_object().unwrap().values() {
+            for product in entry["products"].as_array().unwrap() {
+                n_expected += entry["n_cols"].as_u64().unwrap() / QK_K as u64;
+                let x: Vec<f32> = hex_bytes(product["x"].as_str().unwrap())
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                let expected = hex_bytes(product["q8_K"].as_str().unwrap());
+                for (values, bytes) in x.chunks_exact(QK_K).zip(expected.chunks_exact(292)) {
+                    let block = Q8KBlock::quantize(values);
+                    let d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                    assert_eq!(block.d.to_bits(), d.to_bits(), "d");
+                    let qs: Vec<i8> = bytes[4..260].iter().map(|&b| b as i8).collect();
+                    assert_eq!(block.qs.as_slice(), qs.as_slice(), "qs");
+                    let bsums: Vec<i16> = bytes[260..292]
+                        .chunks_exact(2)
+                        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                        .collect();
+                    assert_eq!(block.bsums.as_slice(), bsums.as_slice(), "bsums");
+                    n_blocks += 1;
+                }
+            }
+        }
+        assert_eq!(n_blocks, n_expected, "every block of the fixture");
+        assert!(
+            n_blocks >= 30,
+            "five types, two vectors, three or four blocks each"
+        );
+    }
+
+    #[test]
+    fn q8_k_of_zeros_is_zero_and_the_largest_magnitude_maps_to_minus_127() {
+        assert_eq!(
+            Q8KBlock::quantize(&[0.0; QK_K]),
+            Q8KBlock {
+                d: 0.0,
+                qs: [0; QK_K],
+                bsums: [0; N_GROUPS]
+            }
+        );
+        let mut x = [0.25f32; QK_K];
+        x[3] = 2.0;
+        x[4] = -2.0; // same magnitude, later: the first one sets the sign
+        let block = Q8KBlock::quantize(&x);
+        assert_eq!((block.qs[3], block.qs[4], block.qs[0]), (-127, 127, -16));
+        assert_eq!(block.d, 1.0 / (-127.0 / 2.0));
+        assert_eq!(block.bsums[0], 14 * -16 - 127 + 127);
+    }
+
     #[test]
     fn small_rounding_matches_round_ties_even() {
         for v in [
