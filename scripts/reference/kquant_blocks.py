@@ -1,4 +1,4 @@
-"""Writes fixtures/quant/kquant_blocks.json: K-quant super-blocks and their
+"""Writes fixtures/quant/kquant_blocks.json: K-quant (and IQ4_XS) super-blocks and their
 values as gguf-py (ggml's Python GGUF package) dequantizes them, the
 reference for lm-model's bit-exact dequantisation.
 
@@ -30,8 +30,9 @@ TYPES = {
     "q4_K": (T.Q4_K, 144, [0, 2]),
     "q5_K": (T.Q5_K, 176, [0, 2]),
     "q6_K": (T.Q6_K, 210, [208]),
+    "iq4_xs": (T.IQ4_XS, 136, [0]),
 }
-FILES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M"]
+FILES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS"]
 N_REAL = 4
 N_RANDOM = 3
 

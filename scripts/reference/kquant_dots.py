@@ -47,7 +47,7 @@ def main():
         cases = cases[:N_BLOCKS]
         row = b"".join(bytes.fromhex(case["block"]) for case in cases)
         n_cols = 256 * len(cases)
-        dot = getattr(lib, f"ggml_vec_dot_{name}_q8_K")
+        dot = getattr(lib, f"ggml_vec_dot_{name}_q8_K")  # q4_K, ..., iq4_xs
         dot.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         products = []

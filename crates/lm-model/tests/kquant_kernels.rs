@@ -1,4 +1,4 @@
-//! The K-quants (256-weight super-blocks): bit-exact dequantisation against
+//! The K-quants and IQ4_XS (256-weight super-blocks): bit-exact dequantisation against
 //! gguf-py on real and random blocks (fixtures/quant/kquant_blocks.json,
 //! written by scripts/reference/kquant_blocks.py), products against
 //! llama.cpp's own kernels (fixtures/quant/kquant_dots.json, written by
@@ -13,12 +13,14 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::common::{FixtureJson, cpu_has_avx2, fixture_path, kernels_of_this_cpu, read_json};
 
-const K_TYPES: [GgmlType; 5] = [
+/// The super-block types: the K-quants and IQ4_XS, all multiplied with Q8_K.
+const K_TYPES: [GgmlType; 6] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
 ];
 
 fn hex_bytes(hex: &str) -> Vec<u8> {
@@ -50,6 +52,7 @@ fn k_quant_ids_and_block_geometry() {
         (12, GgmlType::Q4_K, 144),
         (13, GgmlType::Q5_K, 176),
         (14, GgmlType::Q6_K, 210),
+        (23, GgmlType::IQ4_XS, 136),
     ];
     for (id, ty, block_bytes) in table {
         assert_eq!(GgmlType::from_id(id).unwrap(), ty);
@@ -66,6 +69,7 @@ fn k_quant_ids_and_block_geometry() {
         );
     }
     assert_eq!(GgmlType::Q4_K.to_string(), "q4_K");
+    assert_eq!(GgmlType::IQ4_XS.to_string(), "iq4_xs");
 }
 
 /// Every block of the fixture, alone and all of a type's blocks as one row,
@@ -148,6 +152,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q3_K => &[108],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::IQ4_XS => &[0],
         _ => unreachable!("K-quants only"),
     }
 }

@@ -227,8 +227,8 @@ mod tests {
         }
         assert_eq!(n_blocks, n_expected, "every block of the fixture");
         assert!(
-            n_blocks >= 30,
-            "five types, two vectors, three or four blocks each"
+            n_blocks >= 36,
+            "six types, two vectors, three or four blocks each"
         );
     }
 

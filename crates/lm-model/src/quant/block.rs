@@ -100,7 +100,12 @@ pub(crate) fn dequantize_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
                 dequantize_block_q8_0(b, o);
             }
         }
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS => {
             let blocks = row.chunks_exact(ty.block_bytes());
             for (b, o) in blocks.zip(out.chunks_exact_mut(QK_K)) {
                 block_k::dequantize_block(ty, b, o);

@@ -24,11 +24,17 @@
 //! Q2_K (84 bytes)  | scales: 16 bytes | qs: 64 bytes | d: f16 | dmin: f16 |
 //!   chunk c = 4h + s takes (qs[32h + l] >> 2s) & 3; group j / 16 has scale
 //!   scales[g] & 15 and minimum scales[g] >> 4:  x = (d * sc) * q - (dmin * m)
+//! IQ4_XS (136 bytes) | d: f16 | scales_h: u16 | scales_l: 4 bytes | qs: 128 bytes |
+//!   8 groups of 32; group g takes qs[16g..16g + 16], low nibbles first, as
+//!   indices k into IQ4_VALUES; its scale is the nibble g % 2 of scales_l[g / 2]
+//!   with bits 2g..2g + 2 of scales_h above it:
+//!   x = (d * (sc - 32)) * IQ4_VALUES[k]
 //! ```
 //!
 //! Every type is a sum over 16 groups of 16 values, so the kernels multiply
-//! one common form, [`SuperBlock`]: 256 unsigned values, an integer scale and
-//! an integer offset per group of 16, and two float factors. For a block of
+//! one common form, [`SuperBlock`]: 256 small integer values (unsigned and
+//! below 64, or IQ4_XS's signed table values), an integer scale and an
+//! integer offset per group of 16, and two float factors. For a block of
 //! activations `a` (a [`Q8KBlock`](super::activation::Q8KBlock)):
 //!
 //! ```text
@@ -56,8 +62,9 @@ pub(crate) struct SuperBlock {
     pub d: f32,
     /// The factor of the offsets.
     pub dmin: f32,
-    /// The 256 values, each below 64.
-    pub q: [u8; QK_K],
+    /// The 256 values: in `0..64`, or IQ4_XS's table values (see
+    /// [`SuperBlock::signed_values`]).
+    pub q: [i8; QK_K],
     /// The integer scale of each group of 16 values.
     pub scales: [i16; N_GROUPS],
     /// The integer offset of each group, multiplied by the group's activation sum.
@@ -104,9 +111,29 @@ pub(crate) fn factors(ty: GgmlType, block: &[u8]) -> (f32, f32, [i16; N_GROUPS],
             }
             (read_f16(&block[80..]), read_f16(&block[82..]), scales, mins)
         }
+        GgmlType::IQ4_XS => {
+            for g in 0..N_GROUPS {
+                scales[g] = i16::from(iq4_xs_scale(block, g / 2)) - 32;
+            }
+            (read_f16(block), 0.0, scales, mins)
+        }
         _ => unreachable!("{ty} is not a K-quant"),
     }
 }
+
+/// The 6-bit scale (still offset by 32) of group `g` (of 8) of an IQ4_XS block.
+#[inline]
+fn iq4_xs_scale(block: &[u8], g: usize) -> u8 {
+    let high = u16::from_le_bytes([block[2], block[3]]);
+    let low = (block[4 + g / 2] >> (4 * (g % 2))) & 15;
+    low | ((((high >> (2 * g)) & 3) as u8) << 4)
+}
+
+/// The sixteen values IQ4_XS's (and IQ4_NL's) 4-bit indices select, from
+/// GGML's `kvalues_iq4nl`.
+pub(crate) const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// Unpacks one super-block of `ty` into the common [`SuperBlock`] form.
 pub(crate) fn unpack(ty: GgmlType, block: &[u8]) -> SuperBlock {
@@ -161,14 +188,31 @@ pub(crate) fn unpack(ty: GgmlType, block: &[u8]) -> SuperBlock {
                 }
             }
         }
+        GgmlType::IQ4_XS => {
+            for (values, packed) in q.chunks_exact_mut(32).zip(block[8..].chunks_exact(16)) {
+                let (low, high) = values.split_at_mut(16);
+                for ((lo, hi), &b) in low.iter_mut().zip(high).zip(packed) {
+                    *lo = IQ4_VALUES[usize::from(b & 15)] as u8;
+                    *hi = IQ4_VALUES[usize::from(b >> 4)] as u8;
+                }
+            }
+        }
         _ => unreachable!("{ty} is not a K-quant"),
     }
     SuperBlock {
         d,
         dmin,
-        q,
+        q: q.map(|v| v as i8),
         scales,
         mins,
+    }
+}
+
+impl SuperBlock {
+    /// Whether the values of `ty` can be negative (IQ4_XS's table values,
+    /// in `-127..=113`); otherwise they are in `0..64`.
+    pub fn signed_values(ty: GgmlType) -> bool {
+        ty == GgmlType::IQ4_XS
     }
 }
 
@@ -228,8 +272,12 @@ pub(crate) fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 }
             }
         }
-        GgmlType::Q6_K | GgmlType::Q3_K => {
-            let offset = if ty == GgmlType::Q6_K { 32 } else { 4 };
+        GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::IQ4_XS => {
+            let offset = match ty {
+                GgmlType::Q6_K => 32,
+                GgmlType::Q3_K => 4,
+                _ => 0,
+            };
             for ((values, out), &sc) in q
                 .chunks_exact(16)
                 .zip(out.chunks_exact_mut(16))

@@ -15,7 +15,7 @@ use super::QuantError;
 /// The discriminants are GGML's type ids as stored in GGUF tensor infos.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-#[allow(non_camel_case_types)] // GGML's names: `Q4_K`, not `Q4K`
+#[allow(non_camel_case_types)] // GGML's names: `Q4_K`, `IQ4_XS`
 pub enum GgmlType {
     /// IEEE 754 single precision, 4 bytes per element.
     F32 = 0,
@@ -37,12 +37,15 @@ pub enum GgmlType {
     Q5_K = 13,
     /// Super-blocks of 256: 6-bit values in 16 groups with 8-bit scales.
     Q6_K = 14,
+    /// Super-blocks of 256: 4-bit indices into a fixed non-linear table of 16
+    /// values, in 8 groups of 32 with 6-bit scales.
+    IQ4_XS = 23,
     /// bfloat16 (the top half of an f32), 2 bytes per element.
     BF16 = 30,
 }
 
 /// Every supported type, in id order.
-pub const SUPPORTED_TYPES: [GgmlType; 11] = [
+pub const SUPPORTED_TYPES: [GgmlType; 12] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q4_0,
@@ -53,6 +56,7 @@ pub const SUPPORTED_TYPES: [GgmlType; 11] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
     GgmlType::BF16,
 ];
 
@@ -100,6 +104,7 @@ impl GgmlType {
             GgmlType::Q4_K => "q4_K",
             GgmlType::Q5_K => "q5_K",
             GgmlType::Q6_K => "q6_K",
+            GgmlType::IQ4_XS => "iq4_xs",
             GgmlType::BF16 => "bf16",
         }
     }
@@ -121,9 +126,12 @@ impl GgmlType {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActivationKind::F32,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => ActivationKind::Q8,
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-                ActivationKind::Q8K
-            }
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS => ActivationKind::Q8K,
         }
     }
 
@@ -140,6 +148,7 @@ impl GgmlType {
             GgmlType::Q4_K => 144,
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
+            GgmlType::IQ4_XS => 136,
         }
     }
 

@@ -1,7 +1,7 @@
 //! GGML weight types and the kernels that multiply with them.
 //!
-//! - [`GgmlType`]: F32, F16, BF16, Q8_0, Q4_0, Q4_1 and the K-quants Q2_K,
-//!   Q3_K, Q4_K, Q5_K and Q6_K, with their block sizes.
+//! - [`GgmlType`]: F32, F16, BF16, Q8_0, Q4_0, Q4_1, the K-quants Q2_K,
+//!   Q3_K, Q4_K, Q5_K and Q6_K, and IQ4_XS, with their block sizes.
 //! - [`QMatrix`]: a borrowed matrix of blocks with `matvec`, batched `matmul`
 //!   and bit-exact `dequantize_row`.
 //! - [`Kernel`]: the portable path and the x86_64 AVX2 path, chosen at run time.

@@ -285,7 +285,7 @@ fn lane<const LANE: i32>(v: __m128) -> f32 {
 /// in the low lane, high nibbles (elements 16..32) in the high lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_nibbles(packed: __m128i) -> __m256i {
+pub(super) fn unpack_nibbles(packed: __m128i) -> __m256i {
     _mm256_and_si256(
         _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
         _mm256_set1_epi8(0x0F),

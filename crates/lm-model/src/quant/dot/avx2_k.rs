@@ -2,10 +2,12 @@
 //! activations (x86_64, selected at run time).
 //!
 //! Each super-block is unpacked once (for up to [`BATCH`] inputs) into the
-//! common form of `block_k`: eight vectors of 32 unsigned values below 64,
-//! and per group of 16 an integer scale and offset. Per 32 values,
-//! `vpmaddubsw` multiplies the values with the activation bytes (pairs summed
-//! to i16: at most 2 · 63 · 127, no saturation) and `vpmaddwd` multiplies
+//! common form of `block_k`: eight vectors of 32 values (unsigned below 64,
+//! or IQ4_XS's signed table values), and per group of 16 an integer scale and
+//! offset. Per 32 values, `vpmaddubsw` multiplies the values with the
+//! activation bytes (pairs summed to i16: at most 2 · 63 · 127, or
+//! 2 · 127 · 127 for signed values, whose signs move onto the activations
+//! first; no saturation) and `vpmaddwd` multiplies
 //! the pair sums by the group scales into eight i32 lanes (at most
 //! 8 · 2 · 16002 · 128 in magnitude); one more `vpmaddwd` gives the offsets
 //! times the activation group sums. The integer sums equal the portable
@@ -15,18 +17,19 @@
 //! [`super::Dispatch`].
 
 use std::arch::x86_64::{
-    __m256i, _mm_cvtsi32_si128, _mm_set1_epi16, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_srl_epi16,
-    _mm256_srli_epi16, _mm256_sub_ps,
+    __m256i, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_set1_epi16, _mm256_add_epi32,
+    _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps,
+    _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256,
+    _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
+    _mm256_sub_ps,
 };
 
 use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
-use super::super::block_k::{self, N_GROUPS, QK_K};
+use super::super::block_k::{self, IQ4_VALUES, N_GROUPS, QK_K, SuperBlock};
 use super::BATCH;
-use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum};
+use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum, unpack_nibbles};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a K-quant `ty`, input `i` being
@@ -83,6 +86,8 @@ struct Unpacked {
     dmin: f32,
     /// Values 32c..32c + 32.
     values: [__m256i; 8],
+    /// Whether values can be negative ([`SuperBlock::signed_values`]).
+    signed: bool,
     /// Per 32 values, the scales of their two groups, each repeated over the
     /// eight i16 pair sums of its 16 values.
     scales: [__m256i; 8],
@@ -113,7 +118,12 @@ fn dot_super_blocks<const N: usize>(ty: GgmlType, row: &[u8], xq: [&[Q8KBlock]; 
             for (c, (&values, &scales)) in w.values.iter().zip(&w.scales).enumerate() {
                 // SAFETY: `qs` holds 256 bytes, so bytes 32c..32c + 32 are in bounds.
                 let activations = unsafe { _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast()) };
-                let pairs = _mm256_maddubs_epi16(values, activations);
+                let pairs = if w.signed {
+                    let signed_activations = _mm256_sign_epi8(activations, values);
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(values, values), signed_activations)
+                } else {
+                    _mm256_maddubs_epi16(values, activations)
+                };
                 sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scales));
             }
             // SAFETY: `bsums` is 16 i16, exactly 32 bytes.
@@ -199,12 +209,24 @@ fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
                 }
             }
         }
+        GgmlType::IQ4_XS => {
+            // SAFETY: `IQ4_VALUES` is 16 bytes.
+            let table = unsafe { _mm_loadu_si128(IQ4_VALUES.as_ptr().cast()) };
+            let table = _mm256_broadcastsi128_si256(table);
+            for (g, v) in values.iter_mut().enumerate() {
+                debug_assert!(8 + 16 * g + 16 <= block.len());
+                // SAFETY: bytes 8 + 16g..8 + 16g + 16 are inside the 136-byte block.
+                let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(8 + 16 * g).cast()) };
+                *v = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
+            }
+        }
         _ => unreachable!("{ty} is not a K-quant"),
     }
     Unpacked {
         d,
         dmin,
         values,
+        signed: SuperBlock::signed_values(ty),
         scales: scale_pairs(&scales),
         mins: i16s(&mins),
     }
