@@ -74,7 +74,7 @@ pub(crate) struct SuperBlock {
 /// The float factors and per-group integer scales and offsets of a
 /// super-block of `ty` (a K-quant; `block` is one block): everything of the
 /// [`SuperBlock`] form but the values.
-#[inline]
+#[inline(always)]
 pub(crate) fn factors(ty: GgmlType, block: &[u8]) -> (f32, f32, [i16; N_GROUPS], [i16; N_GROUPS]) {
     let mut scales = [0i16; N_GROUPS];
     let mut mins = [0i16; N_GROUPS];

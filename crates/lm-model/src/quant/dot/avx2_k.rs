@@ -48,7 +48,28 @@ pub(crate) unsafe fn dot_rows(
     n: usize,
     out: &mut [f32],
 ) {
-    each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, SuperBlockKernel(ty));
+    macro_rules! each_row_of {
+        ($ty:ident) => {
+            each_row_and_input(
+                rows,
+                row_bytes,
+                xq,
+                n_blocks,
+                n,
+                out,
+                SuperBlockKernel::<{ GgmlType::$ty as u32 }>,
+            )
+        };
+    }
+    match ty {
+        GgmlType::Q2_K => each_row_of!(Q2_K),
+        GgmlType::Q3_K => each_row_of!(Q3_K),
+        GgmlType::Q4_K => each_row_of!(Q4_K),
+        GgmlType::Q5_K => each_row_of!(Q5_K),
+        GgmlType::Q6_K => each_row_of!(Q6_K),
+        GgmlType::IQ4_XS => each_row_of!(IQ4_XS),
+        _ => unreachable!("{ty} does not multiply Q8_K blocks"),
+    }
 }
 
 /// One K-quant row · its quantized activations.
@@ -57,24 +78,48 @@ pub(crate) unsafe fn dot_rows(
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8KBlock]) -> f32 {
-    dot_super_blocks(ty, row, [xq])[0]
+    let [result] = match ty {
+        GgmlType::Q2_K => dot_super_blocks::<1, { GgmlType::Q2_K as u32 }>(row, [xq]),
+        GgmlType::Q3_K => dot_super_blocks::<1, { GgmlType::Q3_K as u32 }>(row, [xq]),
+        GgmlType::Q4_K => dot_super_blocks::<1, { GgmlType::Q4_K as u32 }>(row, [xq]),
+        GgmlType::Q5_K => dot_super_blocks::<1, { GgmlType::Q5_K as u32 }>(row, [xq]),
+        GgmlType::Q6_K => dot_super_blocks::<1, { GgmlType::Q6_K as u32 }>(row, [xq]),
+        GgmlType::IQ4_XS => dot_super_blocks::<1, { GgmlType::IQ4_XS as u32 }>(row, [xq]),
+        _ => unreachable!("{ty} does not multiply Q8_K blocks"),
+    };
+    result
 }
 
-/// The K-quant kernel of one weight type for [`each_row_and_input`].
-struct SuperBlockKernel(GgmlType);
+/// The super-block type whose id is `id` (a constant in each kernel, so
+/// the per-type branches of the unpacking fold away).
+#[inline(always)]
+const fn super_block_type(id: u32) -> GgmlType {
+    match id {
+        10 => GgmlType::Q2_K,
+        11 => GgmlType::Q3_K,
+        12 => GgmlType::Q4_K,
+        13 => GgmlType::Q5_K,
+        14 => GgmlType::Q6_K,
+        23 => GgmlType::IQ4_XS,
+        _ => panic!("not a super-block type id"),
+    }
+}
 
-impl BlockKernel<Q8KBlock> for SuperBlockKernel {
+/// The kernel of the super-block type with id `TY` for [`each_row_and_input`].
+struct SuperBlockKernel<const TY: u32>;
+
+impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
     #[inline(always)]
     fn batch(&self, row: &[u8], xq: [&[Q8KBlock]; BATCH]) -> [f32; BATCH] {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot_super_blocks` needs.
-        unsafe { dot_super_blocks(self.0, row, xq) }
+        unsafe { dot_super_blocks::<BATCH, TY>(row, xq) }
     }
 
     #[inline(always)]
     fn single(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
         // SAFETY: as above.
-        let [result] = unsafe { dot_super_blocks(self.0, row, [xq]) };
+        let [result] = unsafe { dot_super_blocks::<1, TY>(row, [xq]) };
         result
     }
 }
@@ -96,13 +141,14 @@ struct Unpacked {
 }
 
 /// For each of the `N` activation rows `xq[i]`, the K-quant row `row` (of
-/// type `ty`) · `xq[i]`, each super-block unpacked once for all `N`. Scaled
+/// the type with id `TY`) · `xq[i]`, each super-block unpacked once for all `N`. Scaled
 /// sums and offsets go to separate accumulators, subtracted at the end; the
 /// order of the f32 additions does not depend on `N`, so a row's result is
 /// the same bits alone or in a batch.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_super_blocks<const N: usize>(ty: GgmlType, row: &[u8], xq: [&[Q8KBlock]; N]) -> [f32; N] {
+fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock]; N]) -> [f32; N] {
+    let ty = const { super_block_type(TY) };
     let block_bytes = ty.block_bytes();
     debug_assert!(
         xq.iter().all(|x| x.len() * block_bytes == row.len()),
