@@ -112,8 +112,8 @@ pub(crate) fn factors(ty: GgmlType, block: &[u8]) -> (f32, f32, [i16; N_GROUPS],
             (read_f16(&block[80..]), read_f16(&block[82..]), scales, mins)
         }
         GgmlType::IQ4_XS => {
-            for g in 0..N_GROUPS {
-                scales[g] = i16::from(iq4_xs_scale(block, g / 2)) - 32;
+            for (g, scale) in scales.iter_mut().enumerate() {
+                *scale = i16::from(iq4_xs_scale(block, g / 2)) - 32;
             }
             (read_f16(block), 0.0, scales, mins)
         }
