@@ -698,6 +698,27 @@ fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
     );
 }
 
+/// SmolLM2's width 576 is a whole number of 32-blocks but not of the
+/// K-quants' 256-weight super-blocks (which is why llama.cpp falls back to
+/// other types for those rows).
+#[test]
+fn k_quant_row_not_a_whole_number_of_super_blocks_is_rejected() {
+    let bytes = one_tensor_file("w", &[576, 2], 12, 0, 2 * 144 * 2);
+    let err = parse_err(bytes);
+    assert!(
+        matches!(
+            err,
+            GgufError::RowNotBlockMultiple {
+                ty: GgmlType::Q4_K,
+                row_len: 576,
+                block_size: 256,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn tensor_data_outside_the_data_section_is_rejected() {
     // 4 f32 = 16 bytes declared, 8 present.
