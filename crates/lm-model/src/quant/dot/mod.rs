@@ -3,7 +3,7 @@
 //!
 //! Quantized rows are multiplied with activations quantized to [`Q8Block`]s:
 //! the per-block products are exact integer sums, scaled by `d_w * d_x` (plus
-//! `m_w * sum_x` for Q4_1). The two paths compute the same integer sums and
+//! `m_w * sum_x` for Q4_1 and Q5_1). The two paths compute the same integer sums and
 //! differ only in the order of the f32 accumulation. Float rows (F32, F16,
 //! BF16) are multiplied with the f32 activations directly.
 
@@ -36,7 +36,10 @@ impl Dispatch {
                     match ty {
                         GgmlType::Q4_0 => avx2::dot_q4_0(row, [xq])[0],
                         GgmlType::Q4_1 => avx2::dot_q4_1(row, [xq])[0],
+                        GgmlType::Q5_0 => avx2::dot_q5_0(row, [xq])[0],
+                        GgmlType::Q5_1 => avx2::dot_q5_1(row, [xq])[0],
                         GgmlType::Q8_0 => avx2::dot_q8_0(row, [xq])[0],
+                        GgmlType::IQ4_NL => avx2::dot_iq4_nl(row, [xq])[0],
                         GgmlType::F32 => avx2::dot_f32(row, x),
                         GgmlType::F16 => avx2::dot_f16(row, x),
                         GgmlType::BF16 => avx2::dot_bf16(row, x),
