@@ -48,9 +48,9 @@ pub(crate) fn block_values(ty: GgmlType, block: &[u8]) -> [i8; QK] {
     match ty {
         GgmlType::Q4_0 => unpack_nibbles(&block[2..18], &mut values, |q| q as i8 - 8),
         GgmlType::Q4_1 => unpack_nibbles(&block[4..20], &mut values, |q| q as i8),
-        GgmlType::IQ4_NL => {
-            unpack_nibbles(&block[2..18], &mut values, |q| IQ4_NL_VALUES[usize::from(q)])
-        }
+        GgmlType::IQ4_NL => unpack_nibbles(&block[2..18], &mut values, |q| {
+            IQ4_NL_VALUES[usize::from(q)]
+        }),
         GgmlType::Q5_0 => unpack_five_bits(&block[2..22], &mut values, -16),
         GgmlType::Q5_1 => unpack_five_bits(&block[4..24], &mut values, 0),
         GgmlType::Q8_0 => {

@@ -62,11 +62,48 @@ pub const SUPPORTED_TYPES: [GgmlType; 9] = [
 /// Q4_0_4_4 .. IQ4_NL_8_8): the name an error gives a type this crate cannot
 /// read.
 const GGML_TYPE_NAMES: [&str; 42] = [
-    "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", // 0..=9
-    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", // 10..=18
-    "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", // 19..=28
-    "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", // 29..=35
-    "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4", "NVFP4", "Q1_0", // 36..=41
+    "F32",
+    "F16",
+    "Q4_0",
+    "Q4_1",
+    "Q4_2",
+    "Q4_3",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q8_1", // 0..=9
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q8_K",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ3_XXS", // 10..=18
+    "IQ1_S",
+    "IQ4_NL",
+    "IQ3_S",
+    "IQ2_S",
+    "IQ4_XS",
+    "I8",
+    "I16",
+    "I32",
+    "I64",
+    "F64", // 19..=28
+    "IQ1_M",
+    "BF16",
+    "Q4_0_4_4",
+    "Q4_0_4_8",
+    "Q4_0_8_8",
+    "TQ1_0",
+    "TQ2_0", // 29..=35
+    "IQ4_NL_4_4",
+    "IQ4_NL_4_8",
+    "IQ4_NL_8_8",
+    "MXFP4",
+    "NVFP4",
+    "Q1_0", // 36..=41
 ];
 
 /// A GGML type id this crate cannot read, displayed with GGML's name for it:

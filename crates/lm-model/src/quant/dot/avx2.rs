@@ -15,13 +15,12 @@ use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
     _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadu_si128,
     _mm_movehl_ps, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
-    _mm256_and_si256, _mm256_andnot_si256, _mm256_broadcastss_ps, _mm256_cmpeq_epi8,
-    _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8,
-    _mm256_shuffle_epi8, _mm256_castps256_ps128, _mm256_castsi256_ps,
-    _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_cvtss_f32,
-    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_ps,
-    _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
+    _mm256_and_si256, _mm256_andnot_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128,
+    _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
+    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8,
+    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
