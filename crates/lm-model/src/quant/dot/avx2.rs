@@ -3,9 +3,9 @@
 //! Per block of 32: the weight bytes are widened to signed or unsigned bytes
 //! (nibbles, Q5's fifth bits spread from a u32, IQ4_NL's codes looked up by a
 //! byte shuffle), multiplied with the activation bytes by `vpmaddubsw` (pairs
-//! summed to i16, which cannot saturate: |q_w| <= 128 and |q_x| <= 127), summed to eight i32
-//! lanes by `vpmaddwd`, converted to f32 and accumulated with the block scale by
-//! one FMA. The integer sums equal the portable path's; only the order of the
+//! summed to i16, which cannot saturate: |q_w| <= 128 and |q_x| <= 127),
+//! summed to eight i32 lanes by `vpmaddwd`, converted to f32 and accumulated
+//! with the block scale by one FMA. The integer sums equal the portable path's; only the order of the
 //! f32 additions differs.
 //!
 //! Every function requires avx2, fma and f16c, which callers check through
@@ -170,8 +170,9 @@ pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 
 /// Q5_0 row · `N` rows of quantized activations (each as long as the row).
 ///
-/// The fifth bits set 0x10 in their bytes; where a bit is clear, 0xF0 is set
-/// instead, which makes the byte `q - 16` as a signed byte.
+/// The weight is `q - 16` with `q = nibble + 16 * fifth bit`: the nibble
+/// itself where the fifth bit is set, and `nibble - 16` where it is clear,
+/// which as a signed byte is the nibble with 0xF0 set.
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
