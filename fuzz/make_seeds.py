@@ -5,7 +5,9 @@
 
 seed-header     header only, no metadata, no tensors
 seed-metadata   values of several types (u8, nested array, f64, bool, i64) and an f32 tensor
-seed-tensors    one tensor of each type the reader knows (F32, F16, Q4_0, Q4_1, Q8_0, BF16)
+seed-tensors    one tensor of each type the reader knows (F32, F16, Q4_0, Q4_1, Q5_0,
+                Q5_1, Q8_0, IQ4_NL, Q2_K..Q6_K, IQ4_XS, BF16), and a Q5_0 tensor whose
+                second scale is NaN
 seed-tokenizer  a byte-level BPE vocabulary as GGUF stores it (tokenizer.ggml.*)
 
 Each is written to fuzz/corpus/gguf_parse/ and fuzz/corpus/gguf_tokenizer/.
@@ -19,7 +21,8 @@ ALIGNMENT = 32
 
 # GGUF metadata value types and GGML tensor types used below.
 U8, U32, I32, F32_VALUE, BOOL, STRING, ARRAY, I64, F64 = 0, 4, 5, 6, 7, 8, 9, 11, 12
-F32, F16, Q4_0, Q4_1, Q8_0, BF16 = 0, 1, 2, 3, 8, 30
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, BF16 = 0, 1, 2, 3, 6, 7, 8, 20, 30
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS = 10, 11, 12, 13, 14, 23
 
 
 def string(text):
@@ -77,7 +80,22 @@ write("seed-tokenizer", gguf([
 q8_0 = struct.pack("<e", 0.5) + bytes(range(32))
 q4_0 = struct.pack("<e", 0.25) + bytes(range(16))
 q4_1 = struct.pack("<ee", 0.25, -1.0) + bytes(range(16))
+# Q5: f16 scale (and minimum), 4 bytes of fifth bits, 16 bytes of nibbles.
+q5_0 = struct.pack("<e", 0.25) + struct.pack("<I", 0xA5A5_0F0F) + bytes(range(16))
+q5_1 = struct.pack("<ee", 0.25, -1.0) + struct.pack("<I", 0x1234_5678) + bytes(range(16))
+iq4_nl = struct.pack("<e", 0.125) + bytes(range(0, 256, 16))
+q5_0_nan = q5_0 + struct.pack("<H", 0x7E00) + q5_0[2:]
 f16 = b"".join(struct.pack("<e", v) for v in [1.0, -2.0])
+# K-quant super-blocks of 256 weights: packed bytes with the f16 scales at
+# their offsets (the layouts in crates/lm-model/src/quant/block_k.rs).
+def pattern(n):
+    return bytes((i * 37 + 11) % 256 for i in range(n))
+q2_k = pattern(80) + struct.pack("<ee", 0.25, 0.125)
+q3_k = pattern(108) + struct.pack("<e", 0.25)
+q4_k = struct.pack("<ee", 0.25, 0.125) + pattern(140)
+q5_k = struct.pack("<ee", 0.25, 0.125) + pattern(172)
+q6_k = pattern(208) + struct.pack("<e", 0.25)
+iq4_xs = struct.pack("<e", 0.125) + pattern(134)
 write("seed-tensors", gguf([
     pair("general.architecture", STRING, string("llama")),
     pair("general.alignment", U32, struct.pack("<I", ALIGNMENT)),
@@ -86,8 +104,18 @@ write("seed-tensors", gguf([
     ("f16", [2], F16, f16),
     ("q4_0", [32], Q4_0, q4_0),
     ("q4_1", [32], Q4_1, q4_1),
+    ("q5_0", [32], Q5_0, q5_0),
+    ("q5_1", [32], Q5_1, q5_1),
     ("q8_0", [32, 1], Q8_0, q8_0),
+    ("iq4_nl", [32], IQ4_NL, iq4_nl),
+    ("q2_k", [256], Q2_K, q2_k),
+    ("q3_k", [256], Q3_K, q3_k),
+    ("q4_k", [256], Q4_K, q4_k),
+    ("q5_k", [256], Q5_K, q5_k),
+    ("q6_k", [256], Q6_K, q6_k),
+    ("iq4_xs", [256], IQ4_XS, iq4_xs),
     ("bf16", [2], BF16, b"\x80\x3f\x00\xc0"),
+    ("q5_0_nan", [64], Q5_0, q5_0_nan),
 ]))
 
 write("seed-header", gguf([], []))

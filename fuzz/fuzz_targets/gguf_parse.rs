@@ -1,6 +1,7 @@
 //! Fuzz target: `GgufFile::from_bytes` on arbitrary bytes; for a file that
 //! parses, every metadata value is read through every typed getter, every
-//! tensor is viewed, shaped as a matrix, dequantized and multiplied.
+//! tensor is viewed, validated (NaN scales), shaped as a matrix, dequantized
+//! and multiplied, one input and a batch of three.
 //!
 //! A crash is a bug: the reader must turn every malformed file into a
 //! `GgufError` and never allocate more than a small multiple of the input.
@@ -18,6 +19,7 @@ fuzz_target!(|bytes: &[u8]| {
         return;
     };
     let _ = format!("{file:?} {}", file.summary());
+    let _ = file.validate_tensor_data().map_err(|e| e.to_string());
     for (key, value) in file.metadata() {
         walk(value);
         let _ = file.get_u32(key);
@@ -36,6 +38,7 @@ fuzz_target!(|bytes: &[u8]| {
             panic!("listed tensor {:?} cannot be viewed", info.name);
         };
         assert_eq!(view.data.len(), info.n_bytes);
+        let _ = info.ggml_type.validate(view.data).map_err(|e| e.to_string());
         let Ok(matrix) = view.matrix() else {
             continue;
         };
@@ -52,6 +55,9 @@ fuzz_target!(|bytes: &[u8]| {
         let mut y = vec![0.0f32; matrix.n_rows()];
         let _ = matrix.matvec(&x, &mut y);
         let _ = matrix.matvec_exact(&x, &mut y);
+        let xs = vec![0.25f32; 3 * matrix.n_cols()];
+        let mut ys = vec![0.0f32; 3 * matrix.n_rows()];
+        let _ = matrix.matmul(&xs, 3, &mut ys);
         let mut row = vec![0.0f32; matrix.n_cols()];
         let _ = matrix.dequantize_row(0, &mut row);
         let _ = matrix.dequantize_row(matrix.n_rows(), &mut row);

@@ -79,7 +79,7 @@ mod transformer;
 pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
-pub use quant::{GgmlType, Kernel, QMatrix, QuantError};
+pub use quant::{GgmlType, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
 pub use transformer::{
     CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights, FeedForward, FfnKind,
     KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama, Norm, NormKind, PositionKind,

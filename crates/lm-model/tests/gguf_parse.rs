@@ -670,13 +670,18 @@ fn dimension_count_outside_1_to_4_is_rejected() {
 }
 
 #[test]
-fn unknown_tensor_type_is_rejected_with_its_id() {
-    // 19 is IQ1_S: a real GGML type this crate does not read.
-    let bytes = one_tensor_file("w", &[256], 19, 0, 50);
+fn unknown_tensor_type_is_rejected_with_its_name() {
+    // 31 is Q4_0_4_4: a GGML type that GGUF files no longer hold.
+    let bytes = one_tensor_file("w", &[256], 31, 0, 144);
     let err = parse_err(bytes);
     assert!(
-        matches!(&err, GgufError::UnknownTensorType { name, type_id: 19 } if name == "w"),
+        matches!(&err, GgufError::UnknownTensorType { name, type_id: 31 } if name == "w"),
         "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("tensor \"w\": Q4_0_4_4 (type 31) is not supported; supported: f32, f16"),
+        "{err}"
     );
 }
 

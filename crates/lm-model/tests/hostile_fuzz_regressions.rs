@@ -20,14 +20,15 @@ fn open(name: &str) -> GgufFile {
 }
 
 /// What `fuzz/fuzz_targets/gguf_parse.rs` does with a file that parses:
-/// every getter on every key, every tensor viewed, shaped and, when small
-/// on both sides, dequantized and multiplied.
+/// every getter on every key, the tensor data validated, every tensor
+/// viewed, shaped and, when small on both sides, dequantized and multiplied.
 fn walk(file: &GgufFile) {
     fn visit(value: &MetadataValue) {
         let _ = (value.type_name(), value.as_integer(), value.to_string());
         value.as_array().into_iter().flatten().for_each(visit);
     }
     let _ = file.summary().to_string();
+    let _ = file.validate_tensor_data().map_err(|e| e.to_string());
     for (key, value) in file.metadata() {
         visit(value);
         let _ = (file.get_u32(key), file.get_u64(key), file.get_i32(key));
@@ -38,6 +39,7 @@ fn walk(file: &GgufFile) {
     for info in file.tensors() {
         let view = file.tensor(&info.name).unwrap();
         assert_eq!(view.data.len(), info.n_bytes);
+        let _ = info.ggml_type.validate(view.data);
         let Ok(matrix) = view.matrix() else { continue };
         if matrix.n_rows().max(matrix.n_cols()) > 1 << 16 {
             continue;
@@ -47,6 +49,26 @@ fn walk(file: &GgufFile) {
         let mut y = vec![0.0; matrix.n_rows()];
         matrix.matvec(&x, &mut y).unwrap();
     }
+}
+
+/// The fuzzer's seed of tensors (`fuzz/make_seeds.py`) holds one tensor of
+/// every type the reader knows, so mutations start from each block layout,
+/// and one Q5_0 tensor whose second scale is NaN, which validation names.
+#[test]
+fn the_tensor_seed_covers_every_supported_type() {
+    let path = fixture_path("../fuzz/corpus/gguf_parse/seed-tensors");
+    let file = GgufFile::from_bytes(std::fs::read(path).unwrap()).unwrap();
+    walk(&file);
+    for ty in lm_model::SUPPORTED_TYPES {
+        assert!(
+            file.tensors().iter().any(|t| t.ggml_type == ty),
+            "the seed lacks a {ty} tensor; run `python3 fuzz/make_seeds.py`"
+        );
+    }
+    assert_eq!(
+        file.validate_tensor_data().unwrap_err().to_string(),
+        "tensor \"q5_0_nan\": block 1 of q5_0 data has scale d = NaN"
+    );
 }
 
 #[test]

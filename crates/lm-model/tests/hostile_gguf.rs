@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use lm_model::{GgufError, GgufFile, MetadataValue};
+use lm_model::{GgufError, GgufFile, MetadataValue, NonFinite, QuantError};
 use lm_model::{Llama, TransformerError};
 
 use crate::common::fixture_path;
@@ -623,7 +623,7 @@ fn cases() -> Vec<Case> {
         case(
             "unknown-tensor-type.gguf",
             one_tensor_file("t", &[8], 99, 0, 32),
-            "unknown or unsupported ggml type id 99",
+            "tensor \"t\": unknown type id 99; supported: f32, f16, q4_0",
             Parse(|e| matches!(e, GgufError::UnknownTensorType { type_id: 99, .. })),
         ),
         case(
@@ -807,6 +807,61 @@ fn cases() -> Vec<Case> {
             Llama(|e| {
                 matches!(e, TransformerError::UnsupportedArchitecture { found }
                     if found == "mamba")
+            }),
+        ),
+        case(
+            "llama-q5_0-scale-nan.gguf",
+            {
+                // A Q5_0 tensor of two blocks whose second scale is f16 NaN.
+                let mut model = tiny_llama();
+                let mut data = vec![0x00, 0x3C]; // block 0: d = 1.0
+                data.extend([0x55; 20]);
+                data.extend([0x00, 0x7E]); // block 1: d = NaN
+                data.extend([0x55; 20]);
+                model.tensors.push(GgufTensor {
+                    name: "extra.weight".into(),
+                    dims: vec![64],
+                    type_id: 6,
+                    data,
+                });
+                model.bytes()
+            },
+            "tensor \"extra.weight\": block 1 of q5_0 data has scale d = NaN",
+            Llama(|e| {
+                matches!(e, TransformerError::Gguf(GgufError::InvalidTensorData {
+                    name,
+                    defect: QuantError::NonFiniteValue { block_idx: 1, value: NonFinite::NaN, .. },
+                }) if name == "extra.weight")
+            }),
+        ),
+        case(
+            "llama-norm-weight-infinite.gguf",
+            {
+                let mut model = tiny_llama();
+                for tensor in &mut model.tensors {
+                    if tensor.name == "output_norm.weight" {
+                        *tensor = GgufTensor::f32(
+                            &tensor.name,
+                            vec![N_EMBD],
+                            &[1.0, 1.0, f32::INFINITY, 1.0],
+                        );
+                    }
+                }
+                model.bytes()
+            },
+            "tensor \"output_norm.weight\": block 2 of f32 data has value = inf",
+            Llama(|e| {
+                matches!(
+                    e,
+                    TransformerError::Gguf(GgufError::InvalidTensorData {
+                        defect: QuantError::NonFiniteValue {
+                            block_idx: 2,
+                            value: NonFinite::Infinity,
+                            ..
+                        },
+                        ..
+                    })
+                )
             }),
         ),
         // --- tokenizer metadata (refused by lm-cli's GGUF -> BpeVocab mapping) ---

@@ -1,13 +1,14 @@
-//! GGML block types: bit-exact dequantisation of hand-built blocks, matrix
-//! products against a brute-force f64 reference, and the SIMD path against the
-//! portable one on seeded random data.
+//! GGML block types: bit-exact dequantisation of hand-built blocks and of
+//! real rows against the `gguf` Python package, matrix products against a
+//! brute-force f64 reference, the SIMD path against the portable one on
+//! seeded random data, and the refusal of NaN and infinite scales.
 
 use half::{bf16, f16};
-use lm_model::{GgmlType, Kernel, QMatrix, QuantError};
+use lm_model::{GgmlType, Kernel, NonFinite, QMatrix, QuantError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::common::{cpu_has_avx2, kernels_of_this_cpu};
+use crate::common::{FixtureJson, cpu_has_avx2, fixture_path, kernels_of_this_cpu, read_json};
 
 /// Expected `q * d` rounded to f32, computed in f64 (exact for these magnitudes).
 fn scaled(q: i32, d: f32) -> f32 {
@@ -40,7 +41,10 @@ fn type_ids_block_sizes_and_row_bytes() {
         (1, GgmlType::F16, 1, 2),
         (2, GgmlType::Q4_0, 32, 18),
         (3, GgmlType::Q4_1, 32, 20),
+        (6, GgmlType::Q5_0, 32, 22),
+        (7, GgmlType::Q5_1, 32, 24),
         (8, GgmlType::Q8_0, 32, 34),
+        (20, GgmlType::IQ4_NL, 32, 18),
         (30, GgmlType::BF16, 1, 2),
     ];
     for (id, ty, block_size, block_bytes) in table {
@@ -51,10 +55,13 @@ fn type_ids_block_sizes_and_row_bytes() {
             (block_size, block_bytes)
         );
     }
-    for id in [4, 5, 6, 7, 9, 15, 16, 20, 29, 31, u32::MAX] {
+    for id in [4, 5, 9, 15, 16, 19, 29, 31, 39, 41, 42, u32::MAX] {
         assert_eq!(GgmlType::from_id(id), Err(QuantError::UnknownType { id }));
     }
     assert_eq!(GgmlType::Q4_1.row_bytes(576), Ok(360));
+    assert_eq!(GgmlType::Q5_0.row_bytes(576), Ok(18 * 22));
+    assert_eq!(GgmlType::Q5_1.row_bytes(576), Ok(18 * 24));
+    assert_eq!(GgmlType::IQ4_NL.row_bytes(576), Ok(18 * 18));
     assert_eq!(GgmlType::Q8_0.row_bytes(576), Ok(612));
     assert_eq!(GgmlType::F16.row_bytes(7), Ok(14));
     assert_eq!(
@@ -69,6 +76,30 @@ fn type_ids_block_sizes_and_row_bytes() {
         GgmlType::F32.row_bytes(usize::MAX),
         Err(QuantError::SizeOverflow { .. })
     ));
+}
+
+/// What a file of an unsupported type is told: GGML's name of the id (from
+/// ggml.h's `enum ggml_type`, removed types included) and what is supported.
+#[test]
+fn unsupported_types_are_named_as_ggml_names_them() {
+    let supported = "supported: f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, bf16";
+    let check = |id: u32, named: &str| {
+        let message = GgmlType::from_id(id).unwrap_err().to_string();
+        assert_eq!(message, format!("{named}; {supported}"), "id {id}");
+    };
+    check(4, "Q4_2 (type 4) is not supported");
+    check(9, "Q8_1 (type 9) is not supported");
+    check(15, "Q8_K (type 15) is not supported");
+    check(19, "IQ1_S (type 19) is not supported");
+    check(28, "F64 (type 28) is not supported");
+    check(31, "Q4_0_4_4 (type 31) is not supported");
+    check(33, "Q4_0_8_8 (type 33) is not supported");
+    check(35, "TQ2_0 (type 35) is not supported");
+    check(38, "IQ4_NL_8_8 (type 38) is not supported");
+    check(39, "MXFP4 (type 39) is not supported");
+    check(41, "Q1_0 (type 41) is not supported");
+    check(42, "unknown type id 42");
+    check(u32::MAX, "unknown type id 4294967295");
 }
 
 #[test]
@@ -121,6 +152,180 @@ fn q8_0_block_dequantizes_bit_exactly() {
     block.extend(qs.iter().map(|&q| q as u8));
     let expected: Vec<f32> = qs.iter().map(|&q| scaled(q.into(), d)).collect();
     assert_bits_eq(&dequantize_one_row(GgmlType::Q8_0, 32, &block), &expected);
+}
+
+/// A Q5 block from its 32 5-bit values `q`: the fifth bits into a
+/// little-endian u32 (bit j for element j), low nibbles paired as j and j + 16.
+fn q5_payload(q: &[u8; 32]) -> Vec<u8> {
+    let qh: u32 = (0..32).map(|j| u32::from(q[j] >> 4) << j).sum();
+    let mut bytes = qh.to_le_bytes().to_vec();
+    bytes.extend((0..16).map(|j| (q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4)));
+    bytes
+}
+
+#[test]
+fn q5_0_block_dequantizes_bit_exactly() {
+    // Every 5-bit value, 0 (-16 after the offset) to 31 (15), in a scrambled order.
+    let q: [u8; 32] = std::array::from_fn(|j| (j * 13 % 32) as u8);
+    let d_bits = 0x2C9Au16; // 0.0713...
+    let d = f16::from_bits(d_bits).to_f32();
+    let block = [d_bits.to_le_bytes().to_vec(), q5_payload(&q)].concat();
+    let expected: Vec<f32> = q.iter().map(|&v| scaled(i32::from(v) - 16, d)).collect();
+    assert_eq!(expected[0], -16.0 * d);
+    assert_bits_eq(&dequantize_one_row(GgmlType::Q5_0, 32, &block), &expected);
+}
+
+#[test]
+fn q5_1_block_dequantizes_bit_exactly() {
+    let q: [u8; 32] = std::array::from_fn(|j| (31 - j * 7 % 32) as u8);
+    let (d_bits, m_bits) = (0x2E66u16, 0xB99Au16);
+    let (d, m) = (
+        f16::from_bits(d_bits).to_f32(),
+        f16::from_bits(m_bits).to_f32(),
+    );
+    let mut block = d_bits.to_le_bytes().to_vec();
+    block.extend(m_bits.to_le_bytes());
+    block.extend(q5_payload(&q));
+    let expected: Vec<f32> = q.iter().map(|&v| scaled_plus(v.into(), d, m)).collect();
+    let two = [block.clone(), block].concat();
+    assert_bits_eq(
+        &dequantize_one_row(GgmlType::Q5_1, 64, &two),
+        &[expected.clone(), expected].concat(),
+    );
+}
+
+#[test]
+fn iq4_nl_block_dequantizes_bit_exactly() {
+    // GGML's kvalues_iq4nl, spelled out apart from the crate's table.
+    const LEVELS: [i32; 16] = [
+        -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+    ];
+    let d_bits = 0x1E3Du16;
+    let d = f16::from_bits(d_bits).to_f32();
+    let mut block = d_bits.to_le_bytes().to_vec();
+    block.extend((0..16u8).map(|j| ((15 - j) << 4) | j));
+    let mut expected = vec![0.0; 32];
+    for j in 0..16 {
+        expected[j] = scaled(LEVELS[j], d);
+        expected[j + 16] = scaled(LEVELS[15 - j], d);
+    }
+    assert_bits_eq(&dequantize_one_row(GgmlType::IQ4_NL, 32, &block), &expected);
+}
+
+/// `fixtures/gguf/block_types.json`: real rows of SmolLM2 requantized by
+/// llama.cpp to Q5_0, Q5_1 and IQ4_NL, with their bytes and the `gguf`
+/// package's dequantization (`scripts/gguf/make_block_fixture.py`).
+struct RealRows {
+    ty: GgmlType,
+    n_cols: usize,
+    /// The rows' bytes, one after the other.
+    data: Vec<u8>,
+    /// The package's values, row-major.
+    values: Vec<f32>,
+}
+
+fn real_rows() -> Vec<RealRows> {
+    let fixture = read_json(&fixture_path("gguf/block_types.json"));
+    fixture
+        .field("types")
+        .array()
+        .iter()
+        .map(|entry| {
+            let id = u32::try_from(entry.field("type_id").u64()).unwrap();
+            let ty = GgmlType::from_id(id).unwrap();
+            assert_eq!(ty.name(), entry.field("type").str());
+            let (mut data, mut values) = (Vec::new(), Vec::new());
+            for row in entry.field("rows").array() {
+                let hex = row.field("bytes").str();
+                data.extend(
+                    (0..hex.len())
+                        .step_by(2)
+                        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex bytes")),
+                );
+                values.extend(
+                    row.field("values_f32_bits")
+                        .array()
+                        .iter()
+                        .map(|bits| f32::from_bits(u32::try_from(bits.u64()).expect("f32 bits"))),
+                );
+            }
+            RealRows {
+                ty,
+                n_cols: usize::try_from(entry.field("n_cols").u64()).unwrap(),
+                data,
+                values,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn real_rows_dequantize_as_the_gguf_package_does_bit_for_bit() {
+    let rows = real_rows();
+    let types: Vec<GgmlType> = rows.iter().map(|r| r.ty).collect();
+    assert_eq!(types, [GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL]);
+    for real in rows {
+        let n_rows = real.values.len() / real.n_cols;
+        assert!(n_rows >= 2, "{}: {n_rows} rows", real.ty);
+        let m = QMatrix::new(real.ty, n_rows, real.n_cols, &real.data).unwrap();
+        assert_bits_eq(&m.to_f32_vec(), &real.values);
+        // Real rows use the fifth bits and the table's extremes.
+        let distinct: std::collections::BTreeSet<u32> =
+            real.values.iter().map(|v| v.to_bits()).collect();
+        assert!(
+            distinct.len() > 200,
+            "{}: {} values",
+            real.ty,
+            distinct.len()
+        );
+    }
+}
+
+/// The products on real rows, with every kernel: within the stated
+/// tolerance of the f64 product of the `gguf` package's values, and the
+/// AVX2 kernel within f32 rounding of the portable one.
+#[test]
+fn real_rows_multiply_within_tolerance_of_the_gguf_package_values() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for real in real_rows() {
+        let n_rows = real.values.len() / real.n_cols;
+        let x = random_vector(real.n_cols, &mut rng);
+        let (reference, magnitude): (Vec<f64>, Vec<f64>) = real
+            .values
+            .chunks_exact(real.n_cols)
+            .map(|row| {
+                let terms = row
+                    .iter()
+                    .zip(&x)
+                    .map(|(&w, &v)| f64::from(w) * f64::from(v));
+                (terms.clone().sum::<f64>(), terms.map(f64::abs).sum::<f64>())
+            })
+            .unzip();
+        let mut results = Vec::new();
+        for kernel in kernels_of_this_cpu() {
+            let m = QMatrix::new(real.ty, n_rows, real.n_cols, &real.data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            let mut y = vec![0.0; n_rows];
+            m.matvec(&x, &mut y).unwrap();
+            for r in 0..n_rows {
+                let err = (f64::from(y[r]) - reference[r]).abs() / magnitude[r];
+                assert!(
+                    err < 5e-3,
+                    "{} {kernel:?} row {r}: relative error {err:e}",
+                    real.ty
+                );
+            }
+            results.push(y);
+        }
+        for y in &results[1..] {
+            for r in 0..n_rows {
+                let diff = f64::from(y[r] - results[0][r]).abs();
+                assert!(diff <= 1e-5 * magnitude[r], "{} row {r}", real.ty);
+            }
+        }
+    }
 }
 
 #[test]
@@ -237,15 +442,16 @@ fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rn
             GgmlType::BF16 => {
                 data.extend(bf16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes())
             }
-            GgmlType::Q4_0 | GgmlType::Q8_0 => {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
                 data.extend(f16_bytes(rng.random_range(0.001..0.05)));
                 let n_q = ty.block_bytes() - 2;
                 data.extend((0..n_q).map(|_| rng.random::<u8>()));
             }
-            GgmlType::Q4_1 => {
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
                 data.extend(f16_bytes(rng.random_range(0.001..0.05)));
                 data.extend(f16_bytes(rng.random_range(-0.4..0.0)));
-                data.extend((0..16).map(|_| rng.random::<u8>()));
+                let n_q = ty.block_bytes() - 4;
+                data.extend((0..n_q).map(|_| rng.random::<u8>()));
             }
             _ => unreachable!("all supported types are listed"),
         }
@@ -284,13 +490,16 @@ fn reference_matvec(m: &QMatrix<'_>, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
         .unzip()
 }
 
-const ALL_TYPES: [GgmlType; 6] = [
+const ALL_TYPES: [GgmlType; 9] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
 ];
 
 /// Largest |y - y_ref| / Σ|W_rj x_j| over the rows.
@@ -436,5 +645,134 @@ fn to_f32_vec_concatenates_dequantized_rows() {
     for r in 0..3 {
         m.dequantize_row(r, &mut row).unwrap();
         assert_bits_eq(&all[r * 64..(r + 1) * 64], &row);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Validation: NaN and infinite scales are refused.
+// ---------------------------------------------------------------------------
+
+const F16_NAN: u16 = 0x7E00;
+const F16_INFINITY: u16 = 0x7C00;
+
+#[test]
+fn every_quantized_type_refuses_a_non_finite_scale_naming_the_block() {
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    for ty in ALL_TYPES.into_iter().filter(|ty| ty.is_quantized()) {
+        let n_blocks = 40;
+        let mut data = random_matrix(ty, 1, 32 * n_blocks, &mut rng);
+        assert_eq!(ty.validate(&data), Ok(()), "{ty}");
+        let block = |idx: usize| idx * ty.block_bytes();
+        data[block(17)..][..2].copy_from_slice(&F16_NAN.to_le_bytes());
+        data[block(30)..][..2].copy_from_slice(&F16_INFINITY.to_le_bytes());
+        assert_eq!(
+            ty.validate(&data),
+            Err(QuantError::NonFiniteValue {
+                ty,
+                block_idx: 17,
+                what: "scale d",
+                value: NonFinite::NaN
+            }),
+            "{ty}"
+        );
+        assert_eq!(
+            ty.validate(&data[block(18)..]).unwrap_err().to_string(),
+            format!("block 12 of {ty} data has scale d = inf")
+        );
+    }
+}
+
+/// The super-block types keep their f16 scales at different offsets (the
+/// `block_k` diagrams); each is found and checked.
+#[test]
+fn super_block_types_refuse_a_non_finite_scale_or_minimum() {
+    let cases = [
+        (GgmlType::Q2_K, 80, "scale d"),
+        (GgmlType::Q2_K, 82, "minimum dmin"),
+        (GgmlType::Q3_K, 108, "scale d"),
+        (GgmlType::Q4_K, 0, "scale d"),
+        (GgmlType::Q4_K, 2, "minimum dmin"),
+        (GgmlType::Q5_K, 2, "minimum dmin"),
+        (GgmlType::Q6_K, 208, "scale d"),
+        (GgmlType::IQ4_XS, 0, "scale d"),
+    ];
+    for (ty, offset, what) in cases {
+        let mut blocks = vec![0u8; 3 * ty.block_bytes()];
+        assert_eq!(ty.validate(&blocks), Ok(()), "{ty}");
+        blocks[2 * ty.block_bytes() + offset..][..2].copy_from_slice(&F16_NAN.to_le_bytes());
+        assert_eq!(
+            ty.validate(&blocks).unwrap_err().to_string(),
+            format!("block 2 of {ty} data has {what} = NaN")
+        );
+    }
+}
+
+#[test]
+fn a_non_finite_minimum_is_refused_too() {
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
+        let mut block = vec![0u8; ty.block_bytes()];
+        block[2..4].copy_from_slice(&(F16_INFINITY | 0x8000).to_le_bytes());
+        assert_eq!(
+            ty.validate(&block).unwrap_err().to_string(),
+            format!("block 0 of {ty} data has minimum m = -inf")
+        );
+    }
+}
+
+#[test]
+fn float_types_refuse_non_finite_values() {
+    let f16_data: Vec<u8> = [0x3C00u16, 0x7BFF, 0xFC00]
+        .iter()
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    assert_eq!(
+        GgmlType::F16.validate(&f16_data).unwrap_err().to_string(),
+        "block 2 of f16 data has value = -inf"
+    );
+    let bf16_data: Vec<u8> = [0x3F80u16, 0x7FC0]
+        .iter()
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    assert!(matches!(
+        GgmlType::BF16.validate(&bf16_data),
+        Err(QuantError::NonFiniteValue {
+            block_idx: 1,
+            value: NonFinite::NaN,
+            ..
+        })
+    ));
+    let f32_data: Vec<u8> = [1.0f32, f32::MAX, f32::INFINITY]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert!(matches!(
+        GgmlType::F32.validate(&f32_data),
+        Err(QuantError::NonFiniteValue {
+            block_idx: 2,
+            value: NonFinite::Infinity,
+            ..
+        })
+    ));
+    assert_eq!(GgmlType::F32.validate(&f32_data[..8]), Ok(()));
+}
+
+/// Large data is scanned in parallel chunks; the error still names the
+/// lowest bad block, however the chunks finish.
+#[test]
+fn the_parallel_scan_reports_the_first_bad_block() {
+    let ty = GgmlType::Q5_0;
+    let n_blocks = 200_000;
+    let mut data = vec![0u8; n_blocks * ty.block_bytes()];
+    for idx in [150_001, 70_003, 199_999] {
+        data[idx * ty.block_bytes()..][..2].copy_from_slice(&F16_NAN.to_le_bytes());
+    }
+    for _ in 0..5 {
+        assert!(matches!(
+            ty.validate(&data),
+            Err(QuantError::NonFiniteValue {
+                block_idx: 70_003,
+                ..
+            })
+        ));
     }
 }

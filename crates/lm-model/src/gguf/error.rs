@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::quant::{GgmlType, QuantError};
+use crate::quant::{GgmlType, QuantError, UnsupportedType};
 
 /// A malformed GGUF file, or a metadata / tensor lookup that failed.
 ///
@@ -134,8 +134,8 @@ pub enum GgufError {
         /// Its dimensions, ggml order.
         dims: Vec<u64>,
     },
-    /// A tensor type id this crate cannot read.
-    #[error("tensor {name:?} has unknown or unsupported ggml type id {type_id}")]
+    /// A tensor type id this crate cannot read, named as GGML names it.
+    #[error("tensor {name:?}: {}", UnsupportedType { id: *type_id })]
     UnknownTensorType {
         /// The tensor's name.
         name: String,
@@ -217,6 +217,15 @@ pub enum GgufError {
     MissingTensor {
         /// The name looked up.
         name: String,
+    },
+    /// A tensor with a NaN or infinite scale, minimum or float value
+    /// ([`GgufFile::validate_tensor_data`](super::GgufFile::validate_tensor_data)).
+    #[error("tensor {name:?}: {defect}")]
+    InvalidTensorData {
+        /// The tensor's name.
+        name: String,
+        /// The first bad block (`QuantError::NonFiniteValue`).
+        defect: QuantError,
     },
     /// A tensor that cannot be viewed as a matrix.
     #[error("tensor {name:?} cannot be viewed as a matrix")]

@@ -26,9 +26,9 @@
 //!   scales[g] & 15 and minimum scales[g] >> 4:  x = (d * sc) * q - (dmin * m)
 //! IQ4_XS (136 bytes) | d: f16 | scales_h: u16 | scales_l: 4 bytes | qs: 128 bytes |
 //!   8 groups of 32; group g takes qs[16g..16g + 16], low nibbles first, as
-//!   indices k into IQ4_VALUES; its scale is the nibble g % 2 of scales_l[g / 2]
+//!   indices k into IQ4_NL_VALUES; its scale is the nibble g % 2 of scales_l[g / 2]
 //!   with bits 2g..2g + 2 of scales_h above it:
-//!   x = (d * (sc - 32)) * IQ4_VALUES[k]
+//!   x = (d * (sc - 32)) * IQ4_NL_VALUES[k]
 //! ```
 //!
 //! Every type is a sum over 16 groups of 16 values, so the kernels multiply
@@ -47,7 +47,7 @@
 //! in its order, no fused multiply-add), so it is bit-identical to it.
 
 use super::GgmlType;
-use super::block::read_f16;
+use super::block::{IQ4_NL_VALUES, read_f16};
 
 /// Number of weights in a K-quant super-block.
 pub const QK_K: usize = 256;
@@ -129,12 +129,6 @@ fn iq4_xs_scale(block: &[u8], g: usize) -> u8 {
     low | ((((high >> (2 * g)) & 3) as u8) << 4)
 }
 
-/// The sixteen values IQ4_XS's (and IQ4_NL's) 4-bit indices select, from
-/// GGML's `kvalues_iq4nl`.
-pub(crate) const IQ4_VALUES: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-];
-
 /// Unpacks one super-block of `ty` into the common [`SuperBlock`] form.
 pub(crate) fn unpack(ty: GgmlType, block: &[u8]) -> SuperBlock {
     let (d, dmin, scales, mins) = factors(ty, block);
@@ -192,8 +186,8 @@ pub(crate) fn unpack(ty: GgmlType, block: &[u8]) -> SuperBlock {
             for (values, packed) in q.chunks_exact_mut(32).zip(block[8..].chunks_exact(16)) {
                 let (low, high) = values.split_at_mut(16);
                 for ((lo, hi), &b) in low.iter_mut().zip(high).zip(packed) {
-                    *lo = IQ4_VALUES[usize::from(b & 15)] as u8;
-                    *hi = IQ4_VALUES[usize::from(b >> 4)] as u8;
+                    *lo = IQ4_NL_VALUES[usize::from(b & 15)] as u8;
+                    *hi = IQ4_NL_VALUES[usize::from(b >> 4)] as u8;
                 }
             }
         }

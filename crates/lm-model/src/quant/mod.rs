@@ -17,6 +17,7 @@ mod ggml_type;
 mod matrix;
 
 pub use crate::dispatch::Kernel;
+pub(crate) use ggml_type::UnsupportedType;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;
 
@@ -24,8 +25,8 @@ pub use matrix::QMatrix;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum QuantError {
-    /// A GGML type id this crate cannot read.
-    #[error("unknown or unsupported ggml type id {id}")]
+    /// A GGML type id this crate cannot read, named as GGML names it.
+    #[error("{}", UnsupportedType { id: *id })]
     UnknownType {
         /// The rejected id.
         id: u32,
@@ -80,10 +81,56 @@ pub enum QuantError {
         /// Number of rows.
         n_rows: usize,
     },
+    /// A block whose f16 scale or minimum (or a float weight) is NaN or
+    /// infinite ([`GgmlType::validate`]).
+    #[error("block {block_idx} of {ty} data has {what} = {value}")]
+    NonFiniteValue {
+        /// The element type.
+        ty: GgmlType,
+        /// The block's index in the data (the element's, for a float type).
+        block_idx: usize,
+        /// The field: `scale d`, `minimum m`, or `value` for a float type.
+        what: &'static str,
+        /// What it holds.
+        value: NonFinite,
+    },
     /// A kernel this CPU cannot run.
     #[error("kernel {kernel:?} is not available on this cpu")]
     KernelUnavailable {
         /// The requested kernel.
         kernel: Kernel,
     },
+}
+
+/// A float that is not finite, as [`QuantError::NonFiniteValue`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NonFinite {
+    /// Not a number.
+    NaN,
+    /// Positive infinity.
+    Infinity,
+    /// Negative infinity.
+    NegativeInfinity,
+}
+
+impl NonFinite {
+    /// The kind of a value that is not finite (`NaN` for anything else too,
+    /// which callers never pass).
+    fn of(value: f32) -> NonFinite {
+        match value {
+            f32::INFINITY => NonFinite::Infinity,
+            f32::NEG_INFINITY => NonFinite::NegativeInfinity,
+            _ => NonFinite::NaN,
+        }
+    }
+}
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NonFinite::NaN => "NaN",
+            NonFinite::Infinity => "inf",
+            NonFinite::NegativeInfinity => "-inf",
+        })
+    }
 }

@@ -4,9 +4,10 @@
 //! embedding when `output.weight` is absent (SmolLM2).
 //!
 //! Weights stay in the file's memory map in their GGML types (F32, F16,
-//! BF16, Q8_0, Q4_0, Q4_1); products run on the blocks and no dequantised
-//! copy of the model is kept. Only the norm gains (a few KB) are read into
-//! f32 vectors.
+//! BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), checked for NaN and
+//! infinite scales when the model is built; products run on the blocks and
+//! no dequantised copy of the model is kept. Only the norm gains (a few KB)
+//! are read into f32 vectors.
 //!
 //! Metadata read (`{arch}` is `general.architecture`, which must be `llama`):
 //!
@@ -76,11 +77,13 @@ impl Llama {
 
     /// Builds the decoder from an opened GGUF file (a map or an in-memory
     /// buffer, owned or shared): the configuration from the metadata, then
-    /// every required tensor, checked against it.
+    /// every required tensor, checked against it, and every block's scales
+    /// checked to be finite ([`GgufFile::validate_tensor_data`]).
     pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {
         let file: Arc<GgufFile> = file.into();
         let config = config_from_metadata(&file)?;
         check_tensors_present(&file, config.n_layer)?;
+        file.validate_tensor_data()?;
         let c = &config;
         let norm = |name: &str| -> Result<Norm, TransformerError> {
             let weight = file.tensor(name)?.to_f32_vec()?;

@@ -1,10 +1,11 @@
 //! AVX2 + FMA + F16C dot products (x86_64, selected at run time).
 //!
-//! Per block of 32: the weight bytes are widened to signed or unsigned bytes,
-//! multiplied with the activation bytes by `vpmaddubsw` (pairs summed to i16,
-//! which cannot saturate: |q_w| <= 128 and |q_x| <= 127), summed to eight i32
-//! lanes by `vpmaddwd`, converted to f32 and accumulated with the block scale by
-//! one FMA. The integer sums equal the portable path's; only the order of the
+//! Per block of 32: the weight bytes are widened to signed or unsigned bytes
+//! (nibbles, Q5's fifth bits spread from a u32, IQ4_NL's codes looked up by a
+//! byte shuffle), multiplied with the activation bytes by `vpmaddubsw` (pairs
+//! summed to i16, which cannot saturate: |q_w| <= 128 and |q_x| <= 127),
+//! summed to eight i32 lanes by `vpmaddwd`, converted to f32 and accumulated
+//! with the block scale by one FMA. The integer sums equal the portable path's; only the order of the
 //! f32 additions differs.
 //!
 //! Every function requires avx2, fma and f16c, which callers check through
@@ -14,15 +15,17 @@ use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
     _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadu_si128,
     _mm_movehl_ps, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
-    _mm256_and_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128, _mm256_castsi256_ps,
-    _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_cvtss_f32,
-    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_ps,
-    _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
+    _mm256_and_si256, _mm256_andnot_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128,
+    _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
+    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8,
+    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
 use super::super::activation::Q8Block;
+use super::super::block::IQ4_NL_VALUES;
 use super::{BATCH, input};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
@@ -47,7 +50,10 @@ pub(crate) unsafe fn dot_rows(
     match ty {
         GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0),
         GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1),
+        GgmlType::Q5_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_0),
+        GgmlType::Q5_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_1),
         GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0),
+        GgmlType::IQ4_NL => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Iq4Nl),
         _ => unreachable!("{ty} does not multiply Q8 blocks"),
     }
 }
@@ -114,7 +120,10 @@ macro_rules! block_kernel {
 
 block_kernel!(Q4_0, dot_q4_0);
 block_kernel!(Q4_1, dot_q4_1);
+block_kernel!(Q5_0, dot_q5_0);
+block_kernel!(Q5_1, dot_q5_1);
 block_kernel!(Q8_0, dot_q8_0);
+block_kernel!(Iq4Nl, dot_iq4_nl);
 
 /// Q4_0 row · `N` rows of quantized activations (each as long as the row).
 ///
@@ -155,10 +164,84 @@ pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
                 unpack_nibbles(packed),
             )
         },
-        |weights, activations| {
-            let pairs = _mm256_maddubs_epi16(weights, activations);
-            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        |weights, activations| mul_sum_u8_i8(weights, activations),
+    )
+}
+
+/// Q5_0 row · `N` rows of quantized activations (each as long as the row).
+///
+/// The weight is `q - 16` with `q = nibble + 16 * fifth bit`: the nibble
+/// itself where the fifth bit is set, and `nibble - 16` where it is clear,
+/// which as a signed byte is the nibble with 0xF0 set.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+    dot_blocks::<22, N, false>(
+        row,
+        xq,
+        |w| {
+            // SAFETY: `w` is 22 bytes, so bytes 6..22 are in bounds.
+            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(6).cast()) };
+            let high_bits = expand_bits([w[2], w[3], w[4], w[5]]);
+            let negative_high = _mm256_andnot_si256(high_bits, _mm256_set1_epi8(0xF0u8 as i8));
+            let weights = _mm256_or_si256(unpack_nibbles(packed), negative_high);
+            (f16_bits(w[0], w[1]), 0, weights)
         },
+        |weights, activations| mul_sum_i8(weights, activations),
+    )
+}
+
+/// Q5_1 row · `N` rows of quantized activations (each as long as the row):
+/// the fifth bits set 0x10, giving unsigned bytes `q` in 0..32.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+    dot_blocks::<24, N, true>(
+        row,
+        xq,
+        |w| {
+            // SAFETY: `w` is 24 bytes, so bytes 8..24 are in bounds.
+            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(8).cast()) };
+            let high_bits = expand_bits([w[4], w[5], w[6], w[7]]);
+            let fifth = _mm256_and_si256(high_bits, _mm256_set1_epi8(0x10));
+            (
+                f16_bits(w[0], w[1]),
+                f16_bits(w[2], w[3]),
+                _mm256_or_si256(unpack_nibbles(packed), fifth),
+            )
+        },
+        |weights, activations| mul_sum_u8_i8(weights, activations),
+    )
+}
+
+/// IQ4_NL row · `N` rows of quantized activations (each as long as the
+/// row): each 4-bit code is looked up in the 16-level table by one byte
+/// shuffle, giving signed bytes in -127..=113.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_iq4_nl<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+    // SAFETY: the table is exactly 16 bytes.
+    let levels = unsafe { _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()) };
+    let table = _mm256_set_m128i(levels, levels);
+    dot_blocks::<18, N, false>(
+        row,
+        xq,
+        |w| {
+            // SAFETY: `w` is 18 bytes, so bytes 2..18 are in bounds.
+            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(2).cast()) };
+            let weights = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
+            (f16_bits(w[0], w[1]), 0, weights)
+        },
+        |weights, activations| mul_sum_i8(weights, activations),
     )
 }
 
@@ -380,6 +463,36 @@ fn widen_scalar(w: &[u8], widen: &impl Fn(&[u8]) -> __m256) -> f32 {
 fn load_qs(a: &Q8Block) -> __m256i {
     // SAFETY: `qs` is exactly 32 bytes.
     unsafe { _mm256_loadu_si256(a.qs.as_ptr().cast()) }
+}
+
+/// Σ of unsigned byte (`x`, below 128) times signed byte products, as eight
+/// f32 lanes (each an exact integer).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256 {
+    let pairs = _mm256_maddubs_epi16(x, y);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// The 32 bits of a little-endian u32 (`bytes`) as 32 bytes, 0xFF where the
+/// bit is set and 0 where it is clear: byte `j` is bit `j`, so elements
+/// 0..16 are in the low lane and 16..32 in the high one, as
+/// [`unpack_nibbles`] places them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn expand_bits(bytes: [u8; 4]) -> __m256i {
+    let all = _mm256_set1_epi32(i32::from_le_bytes(bytes));
+    // Byte j takes source byte j / 8 (each lane holds all four).
+    let spread = _mm256_shuffle_epi8(
+        all,
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
+    );
+    // Then keeps only bit j % 8 and compares: set bits become 0xFF.
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
 }
 
 /// Σ of signed byte products, as eight f32 lanes (each an exact integer).

@@ -27,7 +27,8 @@ use std::arch::x86_64::{
 
 use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
-use super::super::block_k::{self, IQ4_VALUES, N_GROUPS, QK_K, SuperBlock};
+use super::super::block::IQ4_NL_VALUES;
+use super::super::block_k::{self, N_GROUPS, QK_K, SuperBlock};
 use super::BATCH;
 use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum, unpack_nibbles};
 
@@ -256,8 +257,8 @@ fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
             }
         }
         GgmlType::IQ4_XS => {
-            // SAFETY: `IQ4_VALUES` is 16 bytes.
-            let table = unsafe { _mm_loadu_si128(IQ4_VALUES.as_ptr().cast()) };
+            // SAFETY: `IQ4_NL_VALUES` is 16 bytes.
+            let table = unsafe { _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()) };
             let table = _mm256_broadcastsi128_si256(table);
             for (g, v) in values.iter_mut().enumerate() {
                 debug_assert!(8 + 16 * g + 16 <= block.len());

@@ -5,7 +5,7 @@
 //! of their family (`Q8Block`s of 32 for the 32-weight types, `Q8KBlock`s of
 //! 256 for the K-quants, whose kernels are in `portable_k` and `avx2_k`):
 //! the per-block products are exact integer sums, scaled by `d_w * d_x` (plus
-//! `m_w * sum_x` for Q4_1, and the group offsets of the K-quants). The two paths compute the same integer sums and
+//! `m_w * sum_x` for Q4_1 and Q5_1, and the group offsets of the K-quants). The two paths compute the same integer sums and
 //! differ only in the order of the f32 accumulation. Float rows (F32, F16,
 //! BF16) are multiplied with the f32 activations directly.
 
@@ -51,7 +51,10 @@ impl Dispatch {
                 match ty {
                     GgmlType::Q4_0 => avx2::dot_q4_0(row, [xq])[0],
                     GgmlType::Q4_1 => avx2::dot_q4_1(row, [xq])[0],
+                    GgmlType::Q5_0 => avx2::dot_q5_0(row, [xq])[0],
+                    GgmlType::Q5_1 => avx2::dot_q5_1(row, [xq])[0],
                     GgmlType::Q8_0 => avx2::dot_q8_0(row, [xq])[0],
+                    GgmlType::IQ4_NL => avx2::dot_iq4_nl(row, [xq])[0],
                     _ => unreachable!("{ty} does not multiply Q8 blocks"),
                 }
             },

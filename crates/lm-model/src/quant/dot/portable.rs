@@ -4,7 +4,7 @@ use half::{bf16, f16};
 
 use super::super::GgmlType;
 use super::super::activation::{Activations, Q8Block};
-use super::super::block::{self, QK, read_f16};
+use super::super::block::{self, read_f16};
 use super::super::block_k::QK_K;
 use super::portable_k;
 
@@ -21,9 +21,12 @@ pub(crate) fn dot_row(ty: GgmlType, row: &[u8], x: Activations<'_>) -> f32 {
             _ => unreachable!("{ty} does not multiply f32 activations"),
         },
         Activations::Q8(xq) => match ty {
-            GgmlType::Q4_0 => dot_q4_0(row, xq),
-            GgmlType::Q4_1 => dot_q4_1(row, xq),
-            GgmlType::Q8_0 => dot_q8_0(row, xq),
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL => dot_blocks(ty, row, xq),
             _ => unreachable!("{ty} does not multiply Q8 blocks"),
         },
         Activations::Q8K(xq) => portable_k::dot_row(ty, row, xq),
@@ -54,48 +57,25 @@ fn dot_float<const BYTES: usize>(row: &[u8], x: &[f32], decode: impl Fn(&[u8]) -
     sum
 }
 
-/// Q4_0 row · quantized activations: `Σ d_w d_x Σ (q_w - 8) q_x`.
-pub(crate) fn dot_q4_0(row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_q4::<18, false>(row, xq)
-}
-
-/// Q4_1 row · quantized activations: `Σ d_w d_x Σ q_w q_x + m_w sum_x`.
-pub(crate) fn dot_q4_1(row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_q4::<20, true>(row, xq)
-}
-
-/// A row of 4-bit blocks (`BYTES` long: the f16 scale, with `HAS_MIN` the
-/// f16 minimum, then 16 bytes of nibbles) · quantized activations. Without
-/// a minimum the nibbles are offset by 8.
-fn dot_q4<const BYTES: usize, const HAS_MIN: bool>(row: &[u8], xq: &[Q8Block]) -> f32 {
-    let (offset, first_quant) = if HAS_MIN { (0, 4) } else { (8, 2) };
+/// A row of a 32-weight block type · quantized activations:
+/// `Σ d_w d_x Σ q_w q_x` over the blocks, plus `m_w sum_x` for the types
+/// with a minimum (Q4_1, Q5_1), where `q_w` are the block's integers
+/// ([`block::block_values`]: offset, 5-bit or table levels included).
+pub(crate) fn dot_blocks(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    let min_offset = block::min_offset(ty);
     let mut sum = 0.0f32;
-    for (w, a) in row.chunks_exact(BYTES).zip(xq) {
-        let (low, high) = a.qs.split_at(QK / 2);
-        let mut isum = 0i32;
-        for ((&q, &lo), &hi) in w[first_quant..].iter().zip(low).zip(high) {
-            isum += (i32::from(q & 0x0F) - offset) * i32::from(lo);
-            isum += (i32::from(q >> 4) - offset) * i32::from(hi);
-        }
-        let mut block = read_f16(w) * a.d * isum as f32;
-        if HAS_MIN {
-            block += read_f16(&w[2..]) * a.sum;
-        }
-        sum += block;
-    }
-    sum
-}
-
-/// Q8_0 row · quantized activations.
-pub(crate) fn dot_q8_0(row: &[u8], xq: &[Q8Block]) -> f32 {
-    let mut sum = 0.0f32;
-    for (w, a) in row.chunks_exact(34).zip(xq) {
-        let isum: i32 = w[2..]
+    for (w, a) in row.chunks_exact(ty.block_bytes()).zip(xq) {
+        let values = block::block_values(ty, w);
+        let isum: i32 = values
             .iter()
             .zip(&a.qs)
-            .map(|(&q, &xv)| i32::from(q as i8) * i32::from(xv))
+            .map(|(&q, &x)| i32::from(q) * i32::from(x))
             .sum();
-        sum += read_f16(w) * a.d * isum as f32;
+        let mut block = read_f16(w) * a.d * isum as f32;
+        if let Some(m_offset) = min_offset {
+            block += read_f16(&w[m_offset..]) * a.sum;
+        }
+        sum += block;
     }
     sum
 }
