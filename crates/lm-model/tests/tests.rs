@@ -4,6 +4,8 @@
 
 mod common;
 
+mod arch_conformance;
+
 mod gguf_parse;
 mod gguf_real_model;
 mod hostile_alloc;

@@ -38,6 +38,7 @@
 //! SmolLM2 (30 layers, 3 key/value heads of 64, context 8192, f16) it would
 //! be 189 MB per sequence (377 MB in f32).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use half::f16;
@@ -225,17 +226,17 @@ impl Chunk {
         }
     }
 
-    /// The first `n_rows` key rows and value rows of `kv_head` in `layer`.
+    /// Key rows and value rows `rows` of `kv_head` in `layer`.
     fn rows(
         &self,
         shape: &KvShape,
         layer: usize,
         kv_head: usize,
-        n_rows: usize,
+        rows: Range<usize>,
     ) -> (StoredRows<'_>, StoredRows<'_>) {
         match self {
-            Self::F32(data) => head_rows(data, shape, layer, kv_head, n_rows),
-            Self::F16(data) => head_rows(data, shape, layer, kv_head, n_rows),
+            Self::F32(data) => head_rows(data, shape, layer, kv_head, rows),
+            Self::F16(data) => head_rows(data, shape, layer, kv_head, rows),
         }
     }
 }
@@ -265,11 +266,11 @@ fn head_rows<'a, E: Element>(
     shape: &KvShape,
     layer: usize,
     kv_head: usize,
-    n_rows: usize,
+    rows: Range<usize>,
 ) -> (StoredRows<'a>, StoredRows<'a>) {
     let half = shape.half_layer_len();
-    let len = n_rows * shape.head_dim;
-    let key_start = layer * 2 * half + kv_head * CHUNK_LEN * shape.head_dim;
+    let len = rows.len() * shape.head_dim;
+    let key_start = layer * 2 * half + (kv_head * CHUNK_LEN + rows.start) * shape.head_dim;
     let value_start = key_start + half;
     let keys = &data[key_start..key_start + len];
     let values = &data[value_start..value_start + len];
@@ -395,20 +396,37 @@ impl KvCache {
     /// The keys and values of `kv_head` in `layer` for positions
     /// `0..n_positions`, as `(keys, values)` runs of whole rows, one pair
     /// per chunk in position order (the last pair may be shorter).
+    #[cfg(test)]
     pub(crate) fn rows(
         &self,
         layer: usize,
         kv_head: usize,
         n_positions: usize,
     ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
+        self.rows_in(layer, kv_head, 0..n_positions)
+    }
+
+    /// The keys and values of `kv_head` in `layer` for the positions
+    /// `positions`, as `(keys, values)` runs of whole rows in position
+    /// order, one pair per chunk the range touches.
+    pub(crate) fn rows_in(
+        &self,
+        layer: usize,
+        kv_head: usize,
+        positions: Range<usize>,
+    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
         let shape = self.shape;
+        let first_chunk = positions.start / CHUNK_LEN;
         self.chunks
             .iter()
             .enumerate()
-            .take_while(move |(chunk_idx, _)| chunk_idx * CHUNK_LEN < n_positions)
+            .skip(first_chunk)
+            .take_while(move |(chunk_idx, _)| chunk_idx * CHUNK_LEN < positions.end)
             .map(move |(chunk_idx, chunk)| {
-                let n_rows = (n_positions - chunk_idx * CHUNK_LEN).min(CHUNK_LEN);
-                chunk.rows(&shape, layer, kv_head, n_rows)
+                let chunk_start = chunk_idx * CHUNK_LEN;
+                let rows = positions.start.max(chunk_start) - chunk_start
+                    ..(positions.end - chunk_start).min(CHUNK_LEN);
+                chunk.rows(&shape, layer, kv_head, rows)
             })
     }
 }
