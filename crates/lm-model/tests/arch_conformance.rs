@@ -167,3 +167,95 @@ fn cached_pass_matches_the_reference_and_token_by_token() {
         assert_eq!(state.pos(), ids.len());
     }
 }
+
+/// `n` ids below the fixtures' vocabulary of 512, spread by a fixed stride.
+fn long_input(n: usize) -> Vec<TokenId> {
+    (0..n as TokenId).map(|i| (i * 97 + 13) % 512).collect()
+}
+
+/// The logits of every position of `ids` read from a fresh state, one pass.
+fn fresh(model: &Decoder, ids: &[TokenId]) -> Vec<f32> {
+    all_positions(model, ids)
+}
+
+/// The gemma3 file's sliding layers keep a ring of 32 positions (twice the
+/// window of 12, in whole chunks): a 200-token input gives the same logits
+/// as the uncached reference (every key of every position, an explicit
+/// window mask), and the cache holds the global layer's 200 positions but
+/// only the ring for the five sliding layers.
+#[test]
+fn sliding_window_ring_cache_matches_a_full_computation() {
+    let model = load("gemma3").with_kv_precision(lm_model::KvPrecision::F32);
+    let ids = long_input(200);
+    let mut state = model.new_state();
+    assert_eq!(state.cache().ring_len(), Some(32));
+    let mut ours = Vec::new();
+    model
+        .forward(&mut state, &ids, Rows::All, &mut ours)
+        .unwrap();
+    let reference = model.reference_logits(&ids).unwrap();
+    let diff = max_abs_diff(&ours, reference.as_slice().unwrap());
+    assert!(diff < 1e-3, "ring cache vs reference: {diff}");
+    // One chunk of one layer: K and V, 1 head, 32 rows of 32 f32 = 8192 bytes.
+    let per_layer_chunk = 2 * 32 * 32 * 4;
+    let global = 200usize.div_ceil(32) * per_layer_chunk;
+    let sliding = 5 * per_layer_chunk;
+    assert_eq!(state.cache().allocated_bytes(), global + sliding);
+    // Token by token agrees too.
+    let mut stepwise = model.new_state();
+    let mut logits = Vec::new();
+    let vocab = model.vocab_size();
+    for (pos, &id) in ids.iter().enumerate() {
+        model
+            .forward(&mut stepwise, &[id], Rows::Last, &mut logits)
+            .unwrap();
+        let diff = max_abs_diff(&logits, &ours[pos * vocab..(pos + 1) * vocab]);
+        assert!(diff < 1e-3, "position {pos} one at a time: {diff}");
+    }
+}
+
+/// Truncating within the ring's reach, truncating further back (the model
+/// recomputes the prefix from the tokens the state kept), and forking
+/// (clone) all give the logits a fresh state gives for the same tokens.
+#[test]
+fn sliding_window_cache_truncates_and_forks_like_a_fresh_state() {
+    let model = load("gemma3").with_kv_precision(lm_model::KvPrecision::F32);
+    let vocab = model.vocab_size();
+    let ids = long_input(80);
+    let other = long_input(120)[80..].to_vec();
+    let last_row = |logits: &[f32]| logits[logits.len() - vocab..].to_vec();
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    model
+        .forward(&mut state, &ids, Rows::Last, &mut logits)
+        .unwrap();
+    // A fork continues on its own; the parent is untouched.
+    let mut fork = state.clone();
+    for cut in [78, 70, 30, 3, 0] {
+        let mut edited = state.clone();
+        edited.truncate(cut);
+        assert_eq!(edited.pos(), cut);
+        model
+            .forward(&mut edited, &other[..10], Rows::Last, &mut logits)
+            .unwrap();
+        let expected = [&ids[..cut], &other[..10]].concat();
+        let diff = max_abs_diff(&logits, &last_row(&fresh(&model, &expected)));
+        assert!(diff < 1e-3, "truncated to {cut}: {diff}");
+    }
+    model
+        .forward(&mut fork, &other, Rows::Last, &mut logits)
+        .unwrap();
+    let diff = max_abs_diff(
+        &logits,
+        &last_row(&fresh(&model, &[&ids[..], &other].concat())),
+    );
+    assert!(diff < 1e-3, "fork: {diff}");
+    model
+        .forward(&mut state, &ids[..5], Rows::Last, &mut logits)
+        .unwrap();
+    let diff = max_abs_diff(
+        &logits,
+        &last_row(&fresh(&model, &[&ids[..], &ids[..5]].concat())),
+    );
+    assert!(diff < 1e-3, "parent after the fork: {diff}");
+}

@@ -284,20 +284,147 @@ pub struct KvCache {
     precision: KvPrecision,
     /// Positions holding valid keys and values: the sequence position `pos`.
     pos: usize,
-    chunks: Vec<Arc<Chunk>>,
+    /// Where each layer's keys and values live: `(store, layer in store)`
+    /// with store 0 the full store and 1 the ring.
+    layer_slots: Arc<[(usize, usize)]>,
+    /// Every global layer's keys and values, a chunk per [`CHUNK_LEN`]
+    /// positions.
+    full: Store,
+    /// The sliding-window layers' keys and values, in a ring of chunks.
+    ring: Option<Store>,
     /// The SIMD paths of the model that made the cache (f16 widening).
     dispatch: Dispatch,
+}
+
+/// The chunks of one group of layers (module docs' layout, with the
+/// group's layer count).
+#[derive(Debug, Clone)]
+struct Store {
+    /// The layout of one chunk (`n_layer` is the group's).
+    shape: KvShape,
+    chunks: Vec<Arc<Chunk>>,
+    /// In a ring, the number of chunks: position `p` lives in chunk
+    /// `(p / CHUNK_LEN) % n_ring_chunks`, overwriting `p - ring length`.
+    n_ring_chunks: Option<usize>,
+    /// In a ring, the lowest position whose row has not been overwritten
+    /// since it was written (0 for a full store).
+    floor: usize,
+}
+
+impl Store {
+    fn new(shape: KvShape, n_ring_chunks: Option<usize>) -> Self {
+        Self {
+            shape,
+            chunks: Vec::new(),
+            n_ring_chunks,
+            floor: 0,
+        }
+    }
+
+    /// The chunk holding position `pos`.
+    fn chunk_idx(&self, pos: usize) -> usize {
+        let logical = pos / CHUNK_LEN;
+        self.n_ring_chunks.map_or(logical, |n| logical % n)
+    }
+
+    /// Positions the store holds at most.
+    fn len(&self) -> usize {
+        self.n_ring_chunks
+            .map_or(self.shape.capacity, |n| n * CHUNK_LEN)
+    }
+
+    fn reserve(&mut self, n_positions: usize, precision: KvPrecision) {
+        let n_chunks = n_positions
+            .min(self.shape.capacity)
+            .min(self.len())
+            .div_ceil(CHUNK_LEN);
+        while self.chunks.len() < n_chunks {
+            self.chunks
+                .push(Arc::new(Chunk::zeroed(&self.shape, precision)));
+        }
+    }
+
+    fn write(
+        &mut self,
+        precision: KvPrecision,
+        layer: usize,
+        pos: usize,
+        key: &[f32],
+        value: &[f32],
+    ) {
+        let idx = self.chunk_idx(pos);
+        self.reserve((idx + 1) * CHUNK_LEN, precision);
+        let shape = self.shape;
+        Arc::make_mut(&mut self.chunks[idx]).write(&shape, layer, pos % CHUNK_LEN, key, value);
+        if self.n_ring_chunks.is_some() {
+            self.floor = self.floor.max((pos + 1).saturating_sub(self.len()));
+        }
+    }
+
+    fn rows_in(
+        &self,
+        layer: usize,
+        kv_head: usize,
+        positions: Range<usize>,
+    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
+        debug_assert!(
+            positions.is_empty() || positions.start >= self.floor,
+            "positions {positions:?} overwritten in the ring (floor {})",
+            self.floor
+        );
+        let first_chunk = positions.start / CHUNK_LEN;
+        let end_chunk = positions.end.div_ceil(CHUNK_LEN);
+        (first_chunk..end_chunk).map(move |logical| {
+            let chunk_start = logical * CHUNK_LEN;
+            let rows = positions.start.max(chunk_start) - chunk_start
+                ..(positions.end - chunk_start).min(CHUNK_LEN);
+            self.chunks[self.chunk_idx(chunk_start)].rows(&self.shape, layer, kv_head, rows)
+        })
+    }
 }
 
 impl KvCache {
     /// An empty cache of the given shape storing values at `precision`
     /// (f16 or f32), widening f16 with `dispatch`; nothing is allocated yet.
+    /// Every layer keeps every position.
+    #[cfg(test)]
     pub(crate) fn new(shape: KvShape, precision: KvPrecision, dispatch: Dispatch) -> Self {
+        Self::with_windows(shape, precision, dispatch, &vec![None; shape.n_layer])
+    }
+
+    /// [`KvCache::new`] where each layer whose `windows` entry is
+    /// `Some(window)` keeps only a ring of [`KvCache::ring_len`] positions
+    /// (at least twice the largest window, whole chunks): a sliding-window
+    /// layer never reads further back than its window.
+    pub(crate) fn with_windows(
+        shape: KvShape,
+        precision: KvPrecision,
+        dispatch: Dispatch,
+        windows: &[Option<usize>],
+    ) -> Self {
+        debug_assert_eq!(windows.len(), shape.n_layer);
+        let mut counts = [0, 0];
+        let layer_slots: Arc<[(usize, usize)]> = windows
+            .iter()
+            .map(|window| {
+                let store = usize::from(window.is_some());
+                counts[store] += 1;
+                (store, counts[store] - 1)
+            })
+            .collect();
+        let largest_window = windows.iter().flatten().copied().max().unwrap_or(0);
+        let group = |n_layer| KvShape { n_layer, ..shape };
+        let ring = (counts[1] > 0).then(|| {
+            let n_ring_chunks = (2 * largest_window).max(1).div_ceil(CHUNK_LEN);
+            Store::new(group(counts[1]), Some(n_ring_chunks))
+        });
         Self {
             shape,
             precision,
             pos: 0,
-            chunks: Vec::new(),
+            layer_slots,
+            full: Store::new(group(counts[0]), None),
+            ring,
             dispatch,
         }
     }
@@ -322,20 +449,44 @@ impl KvCache {
         self.pos
     }
 
+    /// The positions the sliding-window layers keep (`None` without such
+    /// layers).
+    pub fn ring_len(&self) -> Option<usize> {
+        self.ring.as_ref().map(Store::len)
+    }
+
+    /// Whether the sliding-window layers still hold every row a token at
+    /// position [`KvCache::pos`] reads with a window of `window`: false
+    /// after a truncation further back than the ring reaches (the model
+    /// then recomputes the prefix).
+    pub(crate) fn holds_window(&self, window: usize) -> bool {
+        self.ring
+            .as_ref()
+            .is_none_or(|ring| ring.floor <= (self.pos + 1).saturating_sub(window))
+    }
+
     /// Bytes of key and value storage this cache holds (whole chunks,
     /// including those kept for reuse after a truncate; a chunk shared
     /// with a fork counts in both).
     pub fn allocated_bytes(&self) -> usize {
-        self.chunks.iter().map(|chunk| chunk.bytes()).sum()
+        self.stores()
+            .flat_map(|store| &store.chunks)
+            .map(|chunk| chunk.bytes())
+            .sum()
+    }
+
+    fn stores(&self) -> impl Iterator<Item = &Store> {
+        std::iter::once(&self.full).chain(&self.ring)
     }
 
     /// Allocates the chunks for the first `n_positions` positions (capped
-    /// at the capacity) now, so later tokens allocate nothing.
+    /// at the capacity, and at the ring for sliding-window layers) now, so
+    /// later tokens allocate nothing.
     pub fn reserve(&mut self, n_positions: usize) {
-        let n_chunks = n_positions.min(self.shape.capacity).div_ceil(CHUNK_LEN);
-        while self.chunks.len() < n_chunks {
-            self.chunks
-                .push(Arc::new(Chunk::zeroed(&self.shape, self.precision)));
+        let precision = self.precision;
+        self.full.reserve(n_positions, precision);
+        if let Some(ring) = &mut self.ring {
+            ring.reserve(n_positions, precision);
         }
     }
 
@@ -349,16 +500,21 @@ impl KvCache {
     /// Forgets every position; storage is kept for reuse.
     pub fn reset(&mut self) {
         self.pos = 0;
+        if let Some(ring) = &mut self.ring {
+            ring.floor = 0;
+        }
     }
 
     /// How many of the valid positions of `self` use the same storage as
     /// `other` (both forks of one sequence): the prefix forking did not copy.
+    /// Counted in the full store (the global layers).
     pub fn shared_positions(&self, other: &KvCache) -> usize {
         let valid = self.pos.min(other.pos);
         let shared_chunks = self
+            .full
             .chunks
             .iter()
-            .zip(&other.chunks)
+            .zip(&other.full.chunks)
             .take_while(|(a, b)| Arc::ptr_eq(a, b))
             .count();
         valid.min(shared_chunks * CHUNK_LEN)
@@ -378,9 +534,17 @@ impl KvCache {
         );
         let row_len = shape.n_kv_head * shape.head_dim;
         debug_assert_eq!((key.len(), value.len()), (row_len, row_len), "kv row width");
-        self.reserve(pos + 1);
-        let chunk = &mut self.chunks[pos / CHUNK_LEN];
-        Arc::make_mut(chunk).write(&shape, layer, pos % CHUNK_LEN, key, value);
+        let (store, layer_in_store) = self.layer_slots[layer];
+        let precision = self.precision;
+        self.store_mut(store)
+            .write(precision, layer_in_store, pos, key, value);
+    }
+
+    fn store_mut(&mut self, store: usize) -> &mut Store {
+        match (store, &mut self.ring) {
+            (1, Some(ring)) => ring,
+            _ => &mut self.full,
+        }
     }
 
     /// Marks `n` more positions as valid after they were written for every
@@ -408,26 +572,21 @@ impl KvCache {
 
     /// The keys and values of `kv_head` in `layer` for the positions
     /// `positions`, as `(keys, values)` runs of whole rows in position
-    /// order, one pair per chunk the range touches.
+    /// order, one pair per chunk the range touches. On a sliding-window
+    /// layer the positions are within the ring's reach (the model reads
+    /// only its window, and recomputes after a deeper truncation).
     pub(crate) fn rows_in(
         &self,
         layer: usize,
         kv_head: usize,
         positions: Range<usize>,
     ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
-        let shape = self.shape;
-        let first_chunk = positions.start / CHUNK_LEN;
-        self.chunks
-            .iter()
-            .enumerate()
-            .skip(first_chunk)
-            .take_while(move |(chunk_idx, _)| chunk_idx * CHUNK_LEN < positions.end)
-            .map(move |(chunk_idx, chunk)| {
-                let chunk_start = chunk_idx * CHUNK_LEN;
-                let rows = positions.start.max(chunk_start) - chunk_start
-                    ..(positions.end - chunk_start).min(CHUNK_LEN);
-                chunk.rows(&shape, layer, kv_head, rows)
-            })
+        let (store, layer_in_store) = self.layer_slots[layer];
+        let store = match (store, &self.ring) {
+            (1, Some(ring)) => ring,
+            _ => &self.full,
+        };
+        store.rows_in(layer_in_store, kv_head, positions)
     }
 }
 

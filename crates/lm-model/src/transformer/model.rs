@@ -429,6 +429,10 @@ impl Decoder {
 pub struct DecoderState {
     cache: KvCache,
     scratch: Scratch,
+    /// The tokens read (from position 0 to at least `pos`), so a model
+    /// whose sliding-window layers keep only a ring can recompute after a
+    /// truncation further back than the ring reaches.
+    history: Vec<TokenId>,
 }
 
 impl Clone for DecoderState {
@@ -436,6 +440,7 @@ impl Clone for DecoderState {
         Self {
             cache: self.cache.clone(),
             scratch: Scratch::default(),
+            history: self.history[..self.cache.pos().min(self.history.len())].to_vec(),
         }
     }
 }
@@ -454,6 +459,7 @@ impl DecoderState {
     /// Forgets every token (the cache keeps its storage).
     pub fn reset(&mut self) {
         self.cache.reset();
+        self.history.clear();
     }
 }
 
@@ -523,8 +529,15 @@ impl LanguageModel for Decoder {
 
     fn new_state(&self) -> DecoderState {
         let c = &self.config;
+        let windows: Vec<Option<usize>> = (0..c.n_layer)
+            .map(|layer_idx| match c.attention_kind(layer_idx) {
+                AttentionKind::Sliding { window } => Some(window),
+                AttentionKind::Global => None,
+            })
+            .collect();
         DecoderState {
-            cache: KvCache::new(
+            history: Vec::new(),
+            cache: KvCache::with_windows(
                 KvShape {
                     n_layer: c.n_layer,
                     n_kv_head: c.n_kv_head,
@@ -533,6 +546,7 @@ impl LanguageModel for Decoder {
                 },
                 c.kv_precision,
                 self.dispatch,
+                &windows,
             ),
             scratch: Scratch::default(),
         }
@@ -562,6 +576,12 @@ impl LanguageModel for Decoder {
 
 impl Decoder {
     /// The forward pass on the calling thread (see [`LanguageModel::forward`]).
+    ///
+    /// With sliding-window layers, whose cache is a ring (see
+    /// [`KvCache::ring_len`]), the tokens are read in pieces short enough
+    /// that a piece's keys never overwrite a row one of its queries still
+    /// reads; and after a truncation further back than the ring reaches,
+    /// the prefix is first recomputed from the tokens the state kept.
     fn forward_here(
         &self,
         state: &mut DecoderState,
@@ -571,11 +591,68 @@ impl Decoder {
     ) -> lm_core::Result<()> {
         let pos = state.pos();
         self.check_input(pos, tokens)?;
+        let c = &self.config;
+        let largest_window = (0..c.n_layer)
+            .filter_map(|layer_idx| match c.attention_kind(layer_idx) {
+                AttentionKind::Sliding { window } => Some(window),
+                AttentionKind::Global => None,
+            })
+            .max();
+        let max_piece = match (largest_window, state.cache.ring_len()) {
+            (Some(window), Some(ring_len)) => ring_len + 1 - window.min(ring_len),
+            _ => tokens.len(),
+        };
+        let DecoderState {
+            cache,
+            scratch,
+            history,
+        } = state;
+        history.truncate(pos);
+        if let Some(window) = largest_window
+            && !cache.holds_window(window)
+        {
+            cache.reset();
+            for piece in history.chunks(max_piece) {
+                self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
+            }
+        }
+        history.extend_from_slice(tokens);
+        let n_out = match rows {
+            Rows::All => tokens.len(),
+            Rows::Last => 1,
+        };
+        logits.resize(n_out * c.vocab_size, 0.0);
+        let mut written = 0;
+        let n_pieces = tokens.len().div_ceil(max_piece);
+        for (piece_idx, piece) in tokens.chunks(max_piece).enumerate() {
+            let out_first = match rows {
+                Rows::All => 0,
+                Rows::Last if piece_idx + 1 == n_pieces => piece.len() - 1,
+                Rows::Last => piece.len(),
+            };
+            let n_rows = (piece.len() - out_first) * c.vocab_size;
+            let out = &mut logits[written..written + n_rows];
+            self.forward_piece(cache, scratch, piece, out_first, out);
+            written += n_rows;
+        }
+        Ok(())
+    }
+
+    /// Reads `tokens` at the cache's position and writes the logits of rows
+    /// `out_first..` into `logits` (`out_first == tokens.len()`: none).
+    fn forward_piece(
+        &self,
+        cache: &mut KvCache,
+        s: &mut Scratch,
+        tokens: &[TokenId],
+        out_first: usize,
+        logits: &mut [f32],
+    ) {
+        let pos = cache.pos();
         let n = tokens.len();
         self.positions_computed.fetch_add(n, Ordering::Relaxed);
         let c = &self.config;
         let (d, q_dim, kv_dim) = (c.n_embd, c.q_dim(), c.kv_dim());
-        let DecoderState { cache, scratch: s } = state;
         s.size_for(c, n);
 
         for (i, (&token, x_row)) in tokens.iter().zip(s.x.chunks_exact_mut(d)).enumerate() {
@@ -594,9 +671,10 @@ impl Decoder {
         for (layer_idx, layer) in self.layers.iter().enumerate() {
             // Every row's keys and values are needed, but in the last layer
             // only the returned rows need the rest of the block.
-            let first = match rows {
-                Rows::Last if layer_idx + 1 == self.layers.len() => n - 1,
-                _ => 0,
+            let first = if layer_idx + 1 == self.layers.len() {
+                out_first
+            } else {
+                0
             };
             let m = n - first;
             let shape = self.attention_shape(layer_idx);
@@ -622,6 +700,9 @@ impl Decoder {
                     table.rotate_heads(k_row, c.head_dim, pos + i);
                 }
                 cache.write(layer_idx, pos + i, k_row, v_row);
+            }
+            if m == 0 {
+                continue;
             }
             let q = &mut s.q[..m * q_dim];
             layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
@@ -678,17 +759,14 @@ impl Decoder {
         }
         cache.commit(n);
 
-        let first_row = match rows {
-            Rows::Last => n - 1,
-            Rows::All => 0,
-        };
-        let n_out = n - first_row;
+        let n_out = n - out_first;
+        if n_out == 0 {
+            return;
+        }
         self.final_norm
-            .apply_rows(&s.x[first_row * d..], &mut s.normed[..n_out * d]);
-        logits.resize(n_out * c.vocab_size, 0.0);
+            .apply_rows(&s.x[out_first * d..], &mut s.normed[..n_out * d]);
         self.output()
             .matmul(self.dispatch, &s.normed[..n_out * d], n_out, logits);
-        Ok(())
     }
 }
 
