@@ -5,6 +5,7 @@
 mod common;
 
 mod arch_conformance;
+mod arch_errors;
 
 mod gguf_parse;
 mod gguf_real_model;
