@@ -259,3 +259,68 @@ fn sliding_window_cache_truncates_and_forks_like_a_fresh_state() {
     );
     assert!(diff < 1e-3, "parent after the fork: {diff}");
 }
+
+/// Gemma 3 270M (Q4_K_M) as the models folder holds it; its facts are in
+/// `shared/models/GEMMA3.md`.
+const GEMMA3: lm_model::catalog::KnownModel = lm_model::catalog::KnownModel {
+    name: "gemma3",
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    size: 253_113_024,
+};
+
+/// The real Gemma 3 file's configuration, read from its metadata alone
+/// (no weight is read), has the facts of GEMMA3.md and llama.cpp's
+/// derived values: head width 256 from `key_length` (4 heads over a width
+/// of 640), attention scale 1/16, embedding scale sqrt(640), layers 5, 11
+/// and 17 global and the rest sliding over 512 positions with RoPE base
+/// 10000, tied output.
+#[test]
+#[ignore = "needs gemma3: cargo xtask fetch-model gemma3"]
+fn the_real_gemma3_file_configures_as_llama_cpp_reads_it() {
+    use lm_model::{FfnKind, GgufFile, PositionKind, RopeMode, SlidingWindow};
+    let path = GEMMA3.path().unwrap_or_else(|err| panic!("{err}"));
+    let c = Llama::config(&GgufFile::open(path).unwrap()).unwrap();
+    assert_eq!(
+        (
+            c.vocab_size,
+            c.n_embd,
+            c.n_layer,
+            c.ffn_dim,
+            c.context_length
+        ),
+        (262_144, 640, 18, 2048, 32_768)
+    );
+    assert_eq!((c.n_head, c.n_kv_head, c.head_dim), (4, 1, 256));
+    assert_eq!(c.norm_eps, 1e-6);
+    assert_eq!(
+        c.position,
+        PositionKind::Rope {
+            base: 1_000_000.0,
+            dim: 256
+        }
+    );
+    assert_eq!(c.ffn, FfnKind::GeGlu);
+    assert!(c.tied_output);
+    let o = &c.options;
+    assert_eq!(o.rope.mode, RopeMode::Neox);
+    assert_eq!(
+        (o.rope.freq_scale, o.rope.freq_factors.as_ref()),
+        (1.0, None)
+    );
+    assert!(o.qk_norm && o.post_norms && !o.qkv_bias);
+    assert_eq!(o.embedding_scale, Some(640f32.sqrt()));
+    assert_eq!(c.attention_scale(), 1.0 / 16.0);
+    assert_eq!(
+        o.sliding_window,
+        Some(SlidingWindow {
+            window: 512,
+            period: 6,
+            rope_base: 10_000.0
+        })
+    );
+    let global: Vec<usize> = (0..c.n_layer)
+        .filter(|&i| c.attention_kind(i) == AttentionKind::Global)
+        .collect();
+    assert_eq!(global, [5, 11, 17]);
+}
