@@ -274,7 +274,7 @@ fn rope_freq_scale(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<f32,
     }
     match file.get_f32(&key("rope.scaling.factor")) {
         // llama.cpp reads a factor of 0 as no scaling.
-        Ok(factor) if factor == 0.0 => Ok(1.0),
+        Ok(0.0) => Ok(1.0),
         Ok(factor) => Ok(1.0 / factor),
         Err(GgufError::MissingKey { .. }) => Ok(1.0),
         Err(e) => Err(e.into()),

@@ -114,7 +114,7 @@ pub enum AttentionKind {
 /// What an architecture adds to the shared block: each option is off (the
 /// plain llama / GPT-2 block) by default, and the one forward pass honours
 /// each.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ArchOptions {
     /// RoPE pairing, scaling and frequency factors.
     pub rope: RopeOptions,
@@ -135,19 +135,6 @@ pub struct ArchOptions {
     pub sliding_window: Option<SlidingWindow>,
 }
 
-impl Default for ArchOptions {
-    fn default() -> Self {
-        Self {
-            rope: RopeOptions::default(),
-            qkv_bias: false,
-            qk_norm: false,
-            post_norms: false,
-            embedding_scale: None,
-            attention_scale: None,
-            sliding_window: None,
-        }
-    }
-}
 
 /// The precision of attention over the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
