@@ -135,7 +135,6 @@ pub struct ArchOptions {
     pub sliding_window: Option<SlidingWindow>,
 }
 
-
 /// The precision of attention over the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KvPrecision {

@@ -429,10 +429,11 @@ impl Decoder {
 pub struct DecoderState {
     cache: KvCache,
     scratch: Scratch,
-    /// The tokens read (from position 0 to at least `pos`), so a model
-    /// whose sliding-window layers keep only a ring can recompute after a
-    /// truncation further back than the ring reaches.
-    history: Vec<TokenId>,
+    /// With sliding-window layers (whose cache keeps only a ring), the
+    /// tokens read, from position 0 to at least `pos`, so the model can
+    /// recompute after a truncation further back than the ring reaches;
+    /// `None` for other models, which never need them.
+    history: Option<Vec<TokenId>>,
 }
 
 impl Clone for DecoderState {
@@ -440,7 +441,10 @@ impl Clone for DecoderState {
         Self {
             cache: self.cache.clone(),
             scratch: Scratch::default(),
-            history: self.history[..self.cache.pos().min(self.history.len())].to_vec(),
+            history: self
+                .history
+                .as_ref()
+                .map(|tokens| tokens[..self.cache.pos().min(tokens.len())].to_vec()),
         }
     }
 }
@@ -459,7 +463,9 @@ impl DecoderState {
     /// Forgets every token (the cache keeps its storage).
     pub fn reset(&mut self) {
         self.cache.reset();
-        self.history.clear();
+        if let Some(tokens) = &mut self.history {
+            tokens.clear();
+        }
     }
 }
 
@@ -536,7 +542,7 @@ impl LanguageModel for Decoder {
             })
             .collect();
         DecoderState {
-            history: Vec::new(),
+            history: windows.iter().any(Option::is_some).then(Vec::new),
             cache: KvCache::with_windows(
                 KvShape {
                     n_layer: c.n_layer,
@@ -607,16 +613,18 @@ impl Decoder {
             scratch,
             history,
         } = state;
-        history.truncate(pos);
-        if let Some(window) = largest_window
-            && !cache.holds_window(window)
-        {
-            cache.reset();
-            for piece in history.chunks(max_piece) {
-                self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
+        if let Some(history) = history {
+            history.truncate(pos);
+            if let Some(window) = largest_window
+                && !cache.holds_window(window)
+            {
+                cache.reset();
+                for piece in history.chunks(max_piece) {
+                    self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
+                }
             }
+            history.extend_from_slice(tokens);
         }
-        history.extend_from_slice(tokens);
         let n_out = match rows {
             Rows::All => tokens.len(),
             Rows::Last => 1,
