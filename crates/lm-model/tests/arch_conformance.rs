@@ -140,6 +140,36 @@ fn gemma3_matches_llama_cpp() {
     check_against_llama_cpp("gemma3");
 }
 
+/// The largest logit difference from llama.cpp over positions `from..`.
+fn largest_diff_from(model: &Decoder, arch: &str, from: usize) -> f32 {
+    let vocab = model.vocab_size();
+    let ours = all_positions(model, &ids());
+    max_abs_diff(
+        &ours[from * vocab..],
+        &llama_cpp_logits(arch)[from * vocab..],
+    )
+}
+
+/// The fixtures can fail: without the sliding window (widened past the
+/// input) or without Llama 3's frequency factors, the logits move far
+/// beyond the tolerance, so the agreement above is evidence that these
+/// features are computed as llama.cpp does.
+#[test]
+fn each_feature_moves_the_logits_beyond_the_tolerance() {
+    use lm_model::MetadataValue;
+    let unwindowed = crate::arch_errors::Model::read("gemma3")
+        .set("gemma3.attention.sliding_window", MetadataValue::U32(1000))
+        .load()
+        .unwrap();
+    assert!(largest_diff_from(&unwindowed, "gemma3", 0) > 10.0 * LOGIT_TOLERANCE);
+    let no_factors = crate::arch_errors::Model::read("llama")
+        .remove_tensors(&["rope_freqs.weight"])
+        .load()
+        .unwrap();
+    assert!(no_factors.config().options.rope.freq_factors.is_none());
+    assert!(largest_diff_from(&no_factors, "llama", 0) > 10.0 * LOGIT_TOLERANCE);
+}
+
 /// Every architecture's cached pass agrees with the uncached reference
 /// (plain ndarray products and an explicit mask, sliding windows included)
 /// and with feeding the ids one at a time.

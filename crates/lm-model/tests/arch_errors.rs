@@ -8,13 +8,13 @@ use crate::common::fixture_path;
 use crate::common::gguf_writer::{GgufTensor, gguf_file};
 
 /// A fixture model's metadata and tensors, to edit and write back.
-struct Model {
+pub(crate) struct Model {
     metadata: Vec<(String, MetadataValue)>,
     tensors: Vec<GgufTensor>,
 }
 
 impl Model {
-    fn read(arch: &str) -> Self {
+    pub(crate) fn read(arch: &str) -> Self {
         let file = GgufFile::open(fixture_path(&format!("arch/{arch}.gguf"))).unwrap();
         let tensors = file
             .tensors()
@@ -32,7 +32,7 @@ impl Model {
         }
     }
 
-    fn set(mut self, key: &str, value: MetadataValue) -> Self {
+    pub(crate) fn set(mut self, key: &str, value: MetadataValue) -> Self {
         match self.metadata.iter_mut().find(|(k, _)| k == key) {
             Some((_, v)) => *v = value,
             None => self.metadata.push((key.to_owned(), value)),
@@ -40,24 +40,24 @@ impl Model {
         self
     }
 
-    fn remove_key(mut self, key: &str) -> Self {
+    pub(crate) fn remove_key(mut self, key: &str) -> Self {
         self.metadata.retain(|(k, _)| k != key);
         self
     }
 
-    fn remove_tensors(mut self, names: &[&str]) -> Self {
+    pub(crate) fn remove_tensors(mut self, names: &[&str]) -> Self {
         self.tensors.retain(|t| !names.contains(&t.name.as_str()));
         self
     }
 
     /// Replaces tensor `name` by an f32 vector of `len` values.
-    fn resize_vector(mut self, name: &str, len: usize) -> Self {
+    pub(crate) fn resize_vector(mut self, name: &str, len: usize) -> Self {
         let tensor = self.tensors.iter_mut().find(|t| t.name == name).unwrap();
         *tensor = GgufTensor::f32(name, vec![len as u64], &vec![1.0; len]);
         self
     }
 
-    fn load(&self) -> Result<lm_model::Decoder, TransformerError> {
+    pub(crate) fn load(&self) -> Result<lm_model::Decoder, TransformerError> {
         let bytes = gguf_file(3, 32, &self.metadata, &self.tensors);
         Llama::from_file(GgufFile::from_bytes(bytes).unwrap())
     }
