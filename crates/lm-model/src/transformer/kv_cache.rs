@@ -805,6 +805,63 @@ mod tests {
     }
 
     #[test]
+    fn a_sliding_layer_keeps_a_ring_and_reads_any_window_within_it() {
+        // Layer 0 global, layer 1 sliding with a window of 12: a ring of 32.
+        for precision in PRECISIONS {
+            let mut cache =
+                KvCache::with_windows(shape(), precision, Dispatch::detect(), &[None, Some(12)]);
+            assert_eq!(cache.ring_len(), Some(32));
+            fill(&mut cache, 0..100);
+            // The global layer keeps all 100 positions.
+            let (keys, _) = read_range(&cache, 0, 1, 0..100);
+            let expected: Vec<f32> = (0..100)
+                .flat_map(|pos| [(pos * 10 + 1) as f32; 3])
+                .collect();
+            assert_eq!(keys, expected, "{precision:?}");
+            // The sliding layer reads any range of the last 32 positions,
+            // across the ring's wrap (68..100 are rows 4..32, then 0..4, of
+            // its one chunk).
+            for range in [88..100, 68..100, 70..95] {
+                let (keys, values) = read_range(&cache, 1, 0, range.clone());
+                let expected: Vec<f32> = range
+                    .clone()
+                    .flat_map(|pos| [(1000 + pos * 10) as f32; 3])
+                    .collect();
+                assert_eq!(keys, expected, "{precision:?} {range:?}");
+                assert_eq!(values, expected.iter().map(|k| -k).collect::<Vec<_>>());
+            }
+            // One global chunk per 32 positions, one ring of 32 for the other.
+            let per_layer_chunk =
+                2 * 2 * CHUNK_LEN * 3 * if precision == KvPrecision::F16 { 2 } else { 4 };
+            assert_eq!(cache.allocated_bytes(), (4 + 1) * per_layer_chunk);
+            // A truncation within reach keeps the window; a deeper one does not.
+            assert!(cache.holds_window(12));
+            cache.truncate(80);
+            assert!(cache.holds_window(12), "80 - 11 = 69 >= 68");
+            cache.truncate(70);
+            assert!(!cache.holds_window(12), "70 - 11 = 59 < 68");
+            cache.reset();
+            assert!(cache.holds_window(12));
+        }
+    }
+
+    fn read_range(
+        cache: &KvCache,
+        layer: usize,
+        head: usize,
+        range: Range<usize>,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        let mut buf = Vec::new();
+        for (k, v) in cache.rows_in(layer, head, range) {
+            keys.extend_from_slice(k.to_f32(cache.dispatch(), &mut buf));
+            values.extend_from_slice(v.to_f32(cache.dispatch(), &mut buf));
+        }
+        (keys, values)
+    }
+
+    #[test]
     fn truncate_and_reset_only_move_the_position() {
         let mut cache = KvCache::new(shape(), KvPrecision::F16, Dispatch::detect());
         fill(&mut cache, 0..10);
