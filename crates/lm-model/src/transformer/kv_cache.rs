@@ -31,6 +31,18 @@
 //! copies that one chunk first (copy on write). So forks share the prefix
 //! they had in common and pay only for the chunk they diverge in.
 //!
+//! Layers with sliding-window attention (gemma3: five of every six) never
+//! read further back than their window, so they live in a second set of
+//! chunks used as a ring: [`KvCache::ring_len`] positions (twice the
+//! largest window, in whole chunks), position `p` in chunk
+//! `(p / CHUNK_LEN) % n_ring_chunks`. A write overwrites the row of
+//! `p - ring_len`; the cache tracks the oldest row still intact, so after a
+//! truncation further back than the ring reaches the decoder knows to
+//! recompute the prefix (its state keeps the tokens), and a forward pass
+//! reads at most `ring_len - window + 1` new tokens at a time so a query
+//! never reads a row its own batch overwrote. For gemma3 270M (window 512,
+//! context 32,768) the sliding layers keep 1,024 positions instead of 32,768.
+//!
 //! Chunks are allocated when a position first needs one (once per
 //! [`CHUNK_LEN`] tokens, not per token) or up front with
 //! [`KvCache::reserve`]; [`KvCache::truncate`] and [`KvCache::reset`] keep
