@@ -57,9 +57,9 @@ ARCHS = {
 def llama3_rope_factors(head_dim, base):
     """The factors convert_hf_to_gguf.py writes for Llama 3.1's rope_scaling
     (factor 8, low 1, high 4, original context 8192), for a head of head_dim.
-    With the tiny original context used here (16) the three regimes (kept,
-    scaled, blended) all occur."""
-    factor, low_freq_factor, high_freq_factor, old_context_len = 8.0, 1.0, 4.0, 16
+    With the tiny original context used here (40) the three regimes (kept,
+    blended, scaled) all occur: factors 1, 5.17, then 8."""
+    factor, low_freq_factor, high_freq_factor, old_context_len = 8.0, 1.0, 4.0, 40
     low_freq_wavelen = old_context_len / low_freq_factor
     high_freq_wavelen = old_context_len / high_freq_factor
     factors = []
