@@ -6,11 +6,12 @@
 //! --arch`; see that folder's README).
 //!
 //! Every logit of every position is within [`LOGIT_TOLERANCE`] of
-//! llama.cpp's, and every position's argmax is llama.cpp's unless
+//! llama.cpp's, and every position's argmax is llama.cpp's; where
 //! llama.cpp's own top-1/top-2 gap is within twice that tolerance (a
-//! near-tie two correct implementations may break either way: the random
-//! gemma3 file has one of 0.0004 at position 28). The files are committed,
-//! so nothing is downloaded.
+//! near-tie two correct implementations may break either way; 9 of the 160
+//! positions, the smallest gap 0.0004 at gemma3's position 28), ours is a
+//! token llama.cpp scores within that of its best. The files are
+//! committed, so nothing is downloaded.
 
 use std::path::PathBuf;
 
@@ -81,15 +82,21 @@ fn check_against_llama_cpp(arch: &str) -> f32 {
             diff <= LOGIT_TOLERANCE,
             "{arch}: position {pos} differs by {diff}"
         );
-        let best = argmax(b).unwrap();
+        let (ours_best, best) = (argmax(a).unwrap() as usize, argmax(b).unwrap() as usize);
         let runner_up = b
             .iter()
             .enumerate()
-            .filter(|&(id, _)| id != best as usize)
+            .filter(|&(id, _)| id != best)
             .map(|(_, &v)| v)
             .fold(f32::NEG_INFINITY, f32::max);
-        if b[best as usize] - runner_up > 2.0 * LOGIT_TOLERANCE {
-            assert_eq!(argmax(a).unwrap(), best, "{arch}: argmax at position {pos}");
+        if b[best] - runner_up > 2.0 * LOGIT_TOLERANCE {
+            assert_eq!(ours_best, best, "{arch}: argmax at position {pos}");
+        } else {
+            // A near-tie: ours is one of the tokens llama.cpp has tied.
+            assert!(
+                b[best] - b[ours_best] <= 2.0 * LOGIT_TOLERANCE,
+                "{arch}: argmax {ours_best} at position {pos} is not among llama.cpp's near-tied best"
+            );
         }
     }
     eprintln!("{arch}: largest logit difference {largest}");
