@@ -379,6 +379,12 @@ const GEMMA3_GAPS: [f32; 16] = [
 /// Teacher-forced along llama.cpp's greedy ids, our top-1 is llama.cpp's at
 /// every step whose gap is at least 0.3 (12 of 16; near-ties may go either
 /// way, as in the SmolLM2 conformance test).
+///
+/// Checked by hand before the Q5_0/K-quant types landed: the file with every
+/// weight dequantised to F16 by the `gguf` package gave llama.cpp's 12
+/// greedy ids exactly, and on a 600-id input (across the 512 window, read
+/// in pieces through the 1024-position ring) last logits within 0.012 of
+/// llama.cpp's on the same F16 file, argmax equal.
 #[test]
 #[ignore = "needs gemma3: cargo xtask fetch-model gemma3"]
 fn the_real_gemma3_file_follows_llama_cpp_greedily() {
