@@ -26,7 +26,8 @@ tasks:
   fetch-model <name>    download a known model into the models folder
                         ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
   reference-fixtures    regenerate fixtures/smollm2 from llama.cpp (needs python3;
-                        builds llama-cpp-python once, which takes several minutes)
+                        builds llama-cpp-python once, which takes several minutes);
+                        with --arch, fixtures/arch (random-weight files per architecture)
   tidy                  check the dependency arrows, docs/ARCHITECTURE.md and file headers";
 
 fn main() -> Result<()> {

@@ -16,6 +16,11 @@
 //! Options: `--python <interpreter>` uses an interpreter that already has
 //! `llama-cpp-python` installed instead of the virtual environment; `--model <gguf>`
 //! uses that file instead of fetching SmolLM2 into the models folder.
+//!
+//! `cargo xtask reference-fixtures --arch [--python <interpreter>]` instead
+//! regenerates `fixtures/arch/`: `scripts/reference/random_gguf.py` writes small
+//! seeded random-weight GGUF files (llama with Llama 3 `rope_freqs`, qwen2, qwen3,
+//! gemma3) and llama.cpp's logits on each; no model is fetched.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,6 +49,9 @@ const FIXTURES_DIR: &str = "fixtures/smollm2";
 
 /// Runs the task.
 pub(crate) fn run(args: &[String]) -> Result<()> {
+    if args.first().is_some_and(|arg| arg == ARCH_FLAG) {
+        return run_arch(&args[1..]);
+    }
     let options = Options::parse(args)?;
     let python = match options.python {
         Some(python) => {
@@ -191,4 +199,41 @@ fn target_dir() -> PathBuf {
     let dir = std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty());
     // `join` keeps an absolute directory as it is.
     project_root().join(dir.map_or_else(|| PathBuf::from("target"), PathBuf::from))
+}
+
+/// The flag that selects the per-architecture fixtures.
+const ARCH_FLAG: &str = "--arch";
+
+/// Where the per-architecture fixtures go, relative to the project root.
+const ARCH_FIXTURES_DIR: &str = "fixtures/arch";
+
+/// `reference-fixtures --arch [--python <interpreter>]`: runs
+/// `scripts/reference/random_gguf.py` into [`ARCH_FIXTURES_DIR`]. The script is
+/// seeded, so a rerun writes the same bytes.
+fn run_arch(args: &[String]) -> Result<()> {
+    let python = match args {
+        [] => venv_python_with_llama_cpp()?,
+        [flag, python] if flag == "--python" => {
+            let python = PathBuf::from(python);
+            if !imports_llama_cpp(&python, FIXTURE_MODULES) {
+                bail!(
+                    "{} cannot import llama_cpp {LLAMA_CPP_PYTHON_VERSION} and gguf",
+                    python.display()
+                );
+            }
+            python
+        }
+        _ => bail!("usage: cargo xtask reference-fixtures --arch [--python <interpreter>]"),
+    };
+    let root = project_root();
+    run_checked(
+        Command::new(&python)
+            .arg(root.join("scripts/reference/random_gguf.py"))
+            .arg("--out")
+            .arg(root.join(ARCH_FIXTURES_DIR)),
+    )?;
+    println!(
+        "fixtures written to {ARCH_FIXTURES_DIR}; review with `git diff --stat {ARCH_FIXTURES_DIR}`"
+    );
+    Ok(())
 }

@@ -81,7 +81,8 @@ pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorVi
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::{GgmlType, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
 pub use transformer::{
-    CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights, FeedForward, FfnKind,
-    KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama, Norm, NormKind, PositionKind,
+    ArchOptions, AttentionKind, CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights,
+    FeedForward, FfnKind, KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama, Norm,
+    NormKind, PositionKind, QkvBias, RopeMode, RopeOptions, SUPPORTED_ARCHITECTURES, SlidingWindow,
     TOY_VOCAB, Toy, ToyArchitecture, TransformerConfig, TransformerError,
 };

@@ -803,7 +803,7 @@ fn cases() -> Vec<Case> {
             tiny_llama()
                 .set("general.architecture", V::String("mamba".into()))
                 .bytes(),
-            "unsupported architecture \"mamba\"",
+            "architecture `mamba` is not supported; supported: llama, qwen2, qwen3, gemma3",
             Llama(|e| {
                 matches!(e, TransformerError::UnsupportedArchitecture { found }
                     if found == "mamba")

@@ -148,19 +148,21 @@ fn dense_decoder(tensors: &[Tensor], config: lm_model::TransformerConfig) -> Dec
     let layers = (0..N_LAYER)
         .map(|i| {
             let name = |part: &str| format!("blk.{i}.{part}.weight");
-            LayerWeights {
-                attn_norm: norm(&name("attn_norm")),
-                wq: linear(&name("attn_q")),
-                wk: linear(&name("attn_k")),
-                wv: linear(&name("attn_v")),
-                wo: linear(&name("attn_output")),
-                ffn_norm: norm(&name("ffn_norm")),
-                ffn: FeedForward::SwiGlu {
+            LayerWeights::plain(
+                norm(&name("attn_norm")),
+                [
+                    linear(&name("attn_q")),
+                    linear(&name("attn_k")),
+                    linear(&name("attn_v")),
+                    linear(&name("attn_output")),
+                ],
+                norm(&name("ffn_norm")),
+                FeedForward::SwiGlu {
                     gate: linear(&name("ffn_gate")),
                     up: linear(&name("ffn_up")),
                     down: linear(&name("ffn_down")),
                 },
-            }
+            )
         })
         .collect();
     let output = tensors

@@ -4,6 +4,9 @@
 
 mod common;
 
+mod arch_conformance;
+mod arch_errors;
+
 mod gguf_parse;
 mod gguf_real_model;
 mod hostile_alloc;

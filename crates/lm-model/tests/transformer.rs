@@ -5,8 +5,9 @@
 
 use lm_core::{Error, LanguageModel, Rows, SequenceState, TokenId, Uncached, argmax};
 use lm_model::{
-    Decoder, DecoderWeights, FfnKind, KV_CHUNK_LEN as CHUNK_LEN, KvPrecision, Linear, NormKind,
-    PositionKind, Toy, ToyArchitecture, TransformerConfig, TransformerError,
+    ArchOptions, Decoder, DecoderWeights, FfnKind, KV_CHUNK_LEN as CHUNK_LEN, KvPrecision, Linear,
+    NormKind, PositionKind, SlidingWindow, Toy, ToyArchitecture, TransformerConfig,
+    TransformerError,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -221,6 +222,7 @@ fn tiny_config() -> TransformerConfig {
         ffn: FfnKind::SwiGlu,
         tied_output: true,
         kv_precision: KvPrecision::F32,
+        options: ArchOptions::default(),
     }
 }
 
@@ -232,9 +234,28 @@ fn inconsistent_configurations_name_the_problem() {
         let err = config.validate().unwrap_err();
         assert_eq!(err.to_string(), expected);
     };
+    // The head width need not be n_embd / n_head (qwen3, gemma3); the
+    // GGUF mapping checks that division where it derives the width.
+    let mut wider_heads = tiny_config();
+    (wider_heads.n_head, wider_heads.head_dim) = (3, 8);
+    assert!(wider_heads.validate().is_ok());
     check(
-        |c| c.n_head = 3,
-        "head count 3 does not divide the embedding size 8",
+        |c| {
+            c.options.sliding_window = Some(SlidingWindow {
+                window: 0,
+                period: 6,
+                rope_base: 10000.0,
+            })
+        },
+        "sliding window of 0 positions every 6 layers: both must be positive",
+    );
+    check(
+        |c| c.options.rope.freq_factors = Some(vec![1.0]),
+        "1 rope frequency factors for 2 rotated pairs",
+    );
+    check(
+        |c| c.options.embedding_scale = Some(f32::NAN),
+        "embedding scale must be finite and positive, got NaN",
     );
     check(
         |c| (c.n_head, c.head_dim, c.n_kv_head) = (4, 2, 3),

@@ -32,7 +32,7 @@ use super::kv_cache::{KvCache, widen_f16};
 use crate::dispatch::Dispatch;
 
 /// Head counts and width for one attention layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionShape {
     /// Query heads.
     pub n_head: usize,
@@ -42,6 +42,12 @@ pub struct AttentionShape {
     pub head_dim: usize,
     /// Whether queries and weights are rounded to f16 (see [`KvPrecision`]).
     pub precision: KvPrecision,
+    /// The factor of the query-key products (`1 / sqrt(head_dim)` for most
+    /// models).
+    pub scale: f32,
+    /// With sliding-window attention, the positions a query sees (its own
+    /// included); `None` sees every earlier position.
+    pub window: Option<usize>,
 }
 
 /// Buffers [`attend`] reuses from call to call, grown (amortised) to the
@@ -64,7 +70,8 @@ pub struct AttentionScratch {
 
 /// Writes into `out` (`n_head * head_dim`) the attention of `query` (same
 /// width, already rotated if the model uses RoPE) over positions
-/// `0..n_positions` of `layer` in `cache`.
+/// `0..n_positions` of `layer` in `cache`, or over the last `window` of
+/// them with a sliding window.
 pub fn attend(
     shape: AttentionShape,
     cache: &KvCache,
@@ -89,7 +96,11 @@ pub fn attend(
     let dispatch = cache.dispatch();
     let group = shape.n_head / shape.n_kv_head;
     let group_width = group * head_dim;
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = shape.scale;
+    let first_visible = shape
+        .window
+        .map_or(0, |window| n_positions.saturating_sub(window));
+    let n_visible = n_positions - first_visible;
     let round = shape.precision == KvPrecision::F16;
     let AttentionScratch {
         scores,
@@ -97,13 +108,14 @@ pub fn attend(
         rows,
         narrowed,
     } = scratch;
-    if scores.len() < group * n_positions {
-        scores.resize(group * n_positions, 0.0);
+    if scores.len() < group * n_visible {
+        scores.resize(group * n_visible, 0.0);
     }
     if queries.len() < group_width {
         queries.resize(group_width, 0.0);
     }
-    let scores = &mut scores[..group * n_positions];
+    let scores = &mut scores[..group * n_visible];
+    let visible = first_visible..n_positions;
     let rounded_queries = &mut queries[..group_width];
     // Consecutive query heads share a key/value head, so one group's
     // queries and outputs are contiguous.
@@ -119,14 +131,14 @@ pub fn attend(
         } else {
             group_queries
         };
-        // scores[g * n_positions + p] = q_g . k_p * scale
+        // scores[g * n_visible + p - first_visible] = q_g . k_p * scale
         let mut first_pos = 0;
-        for (keys, _) in cache.rows(layer, kv_head, n_positions) {
+        for (keys, _) in cache.rows_in(layer, kv_head, visible.clone()) {
             let keys = keys.to_f32(dispatch, rows);
             for (row_idx, key) in keys.chunks_exact(head_dim).enumerate() {
                 let pos = first_pos + row_idx;
                 for (head_scores, q) in scores
-                    .chunks_exact_mut(n_positions)
+                    .chunks_exact_mut(n_visible)
                     .zip(group_queries.chunks_exact(head_dim))
                 {
                     head_scores[pos] = dot(q, key) * scale;
@@ -134,7 +146,7 @@ pub fn attend(
             }
             first_pos += keys.len() / head_dim;
         }
-        for head_scores in scores.chunks_exact_mut(n_positions) {
+        for head_scores in scores.chunks_exact_mut(n_visible) {
             softmax_to_weights(head_scores);
             if round {
                 round_all_to_f16(dispatch, head_scores, narrowed);
@@ -142,11 +154,11 @@ pub fn attend(
         }
         group_out.fill(0.0);
         let mut first_pos = 0;
-        for (_, values) in cache.rows(layer, kv_head, n_positions) {
+        for (_, values) in cache.rows_in(layer, kv_head, visible.clone()) {
             let n_rows = values.len() / head_dim;
             let values = values.to_f32(dispatch, rows);
             for (head_weights, o) in scores
-                .chunks_exact(n_positions)
+                .chunks_exact(n_visible)
                 .zip(group_out.chunks_exact_mut(head_dim))
             {
                 let weights = &head_weights[first_pos..];
@@ -234,6 +246,8 @@ mod tests {
             n_kv_head: 1,
             head_dim: 1,
             precision,
+            scale: 1.0,
+            window: None,
         };
         let mut out = [0.0];
         let mut scratch = AttentionScratch::default();
@@ -367,6 +381,8 @@ mod tests {
             n_kv_head: 1,
             head_dim: 2,
             precision: KvPrecision::F32,
+            scale: 1.0 / 2f32.sqrt(),
+            window: None,
         };
         let mut out = [0.0; 4];
         // Head 0 looks at key 0 only (large score), head 1 at key 1.
@@ -464,6 +480,8 @@ mod tests {
                 n_kv_head: 2,
                 head_dim: 8,
                 precision,
+                scale: 1.0 / 8f32.sqrt(),
+                window: None,
             };
             let mut scratch = AttentionScratch::default();
             let mut out = vec![0.0; 32];

@@ -41,6 +41,98 @@ pub enum FfnKind {
     GeluMlp,
     /// `down(silu(gate(x)) * up(x))` (llama).
     SwiGlu,
+    /// `down(gelu(gate(x)) * up(x))`, tanh GELU (gemma).
+    GeGlu,
+}
+
+/// Which components of a head RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])`: llama.cpp's "normal" mode (llama,
+    /// whose converter permutes Q and K for it).
+    #[default]
+    Adjacent,
+    /// The two halves `(x[i], x[i + dim/2])`: llama.cpp's NeoX mode (qwen2,
+    /// qwen3, gemma3).
+    Neox,
+}
+
+/// How RoPE turns beyond its base and dimension (see [`PositionKind::Rope`]).
+///
+/// Pair `i` at position `pos` turns by
+/// `pos * freq_scale * base^(-2i/dim) / freq_factors[i]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeOptions {
+    /// Which components form a pair.
+    pub mode: RopeMode,
+    /// Linear position scaling (`1 / rope.scaling.factor`; 1 without scaling).
+    pub freq_scale: f32,
+    /// Per-pair divisors of the frequency, `[dim / 2]`: Llama 3's
+    /// `rope_freqs.weight`, which the converter computes from the model's
+    /// `rope_scaling` (llama.cpp's `freq_factors`).
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+impl Default for RopeOptions {
+    fn default() -> Self {
+        Self {
+            mode: RopeMode::Adjacent,
+            freq_scale: 1.0,
+            freq_factors: None,
+        }
+    }
+}
+
+/// Sliding-window attention on some layers (gemma3): a query at position
+/// `p` reads only keys at `p - window + 1 ..= p`, as llama.cpp's standard
+/// SWA mask does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindow {
+    /// Positions a query sees, itself included.
+    pub window: usize,
+    /// The layer pattern: layer `i` slides when `i % period < period - 1`
+    /// (gemma3: 6, so five sliding layers, then one global).
+    pub period: usize,
+    /// The RoPE base of the sliding layers (llama.cpp's
+    /// `rope_freq_base_train_swa`, 10000 for gemma3); their frequency scale
+    /// is 1.
+    pub rope_base: f32,
+}
+
+/// What one layer's attention reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionKind {
+    /// Every earlier position.
+    Global,
+    /// The last `window` positions, the query's own included.
+    Sliding {
+        /// Positions seen.
+        window: usize,
+    },
+}
+
+/// What an architecture adds to the shared block: each option is off (the
+/// plain llama / GPT-2 block) by default, and the one forward pass honours
+/// each.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ArchOptions {
+    /// RoPE pairing, scaling and frequency factors.
+    pub rope: RopeOptions,
+    /// Biases added to the query, key and value projections (qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm of each query and key head (width `head_dim`) before RoPE
+    /// (qwen3, gemma3).
+    pub qk_norm: bool,
+    /// RMSNorms of the attention output and of the feed-forward output
+    /// before each is added to the residual stream (gemma3's
+    /// `post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+    /// Multiplies the token embedding (gemma3: `sqrt(n_embd)`).
+    pub embedding_scale: Option<f32>,
+    /// The factor of the query-key products (`None`: `1 / sqrt(head_dim)`).
+    pub attention_scale: Option<f32>,
+    /// Sliding-window attention on some layers.
+    pub sliding_window: Option<SlidingWindow>,
 }
 
 /// The precision of attention over the KV cache.
@@ -90,6 +182,8 @@ pub struct TransformerConfig {
     pub tied_output: bool,
     /// The precision of attention over the KV cache.
     pub kv_precision: KvPrecision,
+    /// The architecture's additions to the block (all off by default).
+    pub options: ArchOptions,
 }
 
 impl TransformerConfig {
@@ -103,9 +197,30 @@ impl TransformerConfig {
         self.n_kv_head * self.head_dim
     }
 
-    /// Checks that the sizes fit together: every size positive, the head
-    /// count divides the embedding width, the key/value head count divides
-    /// the head count, and the rotary dimension is even and fits in a head.
+    /// What layer `layer_idx` attends to.
+    pub fn attention_kind(&self, layer_idx: usize) -> AttentionKind {
+        match self.options.sliding_window {
+            Some(sw) if layer_idx % sw.period < sw.period - 1 => {
+                AttentionKind::Sliding { window: sw.window }
+            }
+            _ => AttentionKind::Global,
+        }
+    }
+
+    /// The factor of the query-key products.
+    pub fn attention_scale(&self) -> f32 {
+        self.options
+            .attention_scale
+            .unwrap_or(1.0 / (self.head_dim as f32).sqrt())
+    }
+
+    /// Checks that the sizes fit together: every size positive, the
+    /// key/value head count divides the head count, the rotary dimension is
+    /// even and fits in a head, and the options are usable (frequency
+    /// factors one per rotated pair and positive, a positive window and
+    /// period, finite positive scales). The head width need not be
+    /// `n_embd / n_head` (qwen3 and gemma3 give it apart); the architecture
+    /// mapping checks that division where it derives the width from it.
     pub fn validate(&self) -> Result<(), TransformerError> {
         let sizes = [
             ("vocab_size", self.vocab_size),
@@ -119,12 +234,6 @@ impl TransformerConfig {
         ];
         if let Some(&(field, _)) = sizes.iter().find(|(_, value)| *value == 0) {
             return Err(TransformerError::ZeroSize { field });
-        }
-        if !self.n_embd.is_multiple_of(self.n_head) || self.n_embd / self.n_head != self.head_dim {
-            return Err(TransformerError::HeadCountDoesNotDivide {
-                n_embd: self.n_embd,
-                n_head: self.n_head,
-            });
         }
         if !self.n_head.is_multiple_of(self.n_kv_head) {
             return Err(TransformerError::KvHeadCountDoesNotDivide {
@@ -148,6 +257,53 @@ impl TransformerConfig {
         if self.norm_eps.is_nan() || self.norm_eps < 0.0 {
             return Err(TransformerError::InvalidNormEpsilon {
                 value: self.norm_eps,
+            });
+        }
+        self.validate_options()
+    }
+
+    fn validate_options(&self) -> Result<(), TransformerError> {
+        let o = &self.options;
+        let usable = |v: f32| v.is_finite() && v > 0.0;
+        for (name, value) in [
+            ("rope frequency scale", Some(o.rope.freq_scale)),
+            ("embedding scale", o.embedding_scale),
+            ("attention scale", o.attention_scale),
+            (
+                "sliding-window rope base",
+                o.sliding_window.map(|s| s.rope_base),
+            ),
+        ] {
+            if let Some(value) = value
+                && !usable(value)
+            {
+                return Err(TransformerError::InvalidScale { name, value });
+            }
+        }
+        if let Some(factors) = &o.rope.freq_factors {
+            let n_pairs = match self.position {
+                PositionKind::Rope { dim, .. } => dim / 2,
+                PositionKind::Learned => 0,
+            };
+            if factors.len() != n_pairs {
+                return Err(TransformerError::RopeFreqFactorsLength {
+                    expected: n_pairs,
+                    found: factors.len(),
+                });
+            }
+            if let Some(&value) = factors.iter().find(|&&v| !usable(v)) {
+                return Err(TransformerError::InvalidScale {
+                    name: "rope frequency factor",
+                    value,
+                });
+            }
+        }
+        if let Some(sw) = o.sliding_window
+            && (sw.window == 0 || sw.period == 0)
+        {
+            return Err(TransformerError::InvalidSlidingWindow {
+                window: sw.window,
+                period: sw.period,
             });
         }
         Ok(())

@@ -83,11 +83,20 @@ pub enum TransformerError {
         /// The configured value.
         tied_output: bool,
     },
+    /// A layer's optional part (a bias, a QK norm, a post norm) is given
+    /// though the configuration does not ask for it, or missing though it does.
+    #[error("layer part {part}: the configuration says {configured}, the weights disagree")]
+    OptionalPart {
+        /// The part.
+        part: &'static str,
+        /// Whether the configuration asks for it.
+        configured: bool,
+    },
     /// Learned positions are configured but no position table was given.
     #[error("learned positions need a position embedding table")]
     MissingPositionEmbedding,
     /// The file's architecture is not one this backend runs.
-    #[error("unsupported architecture {found:?} (supported: \"llama\")")]
+    #[error("architecture `{found}` is not supported; supported: {}", super::arch::SUPPORTED.join(", "))]
     UnsupportedArchitecture {
         /// `general.architecture` in the file.
         found: String,
@@ -119,6 +128,36 @@ pub enum TransformerError {
         name: String,
         /// Its dimensions (ggml order).
         dims: Vec<usize>,
+    },
+    /// A scale, RoPE base or frequency factor is zero, negative or not finite.
+    #[error("{name} must be finite and positive, got {value}")]
+    InvalidScale {
+        /// What the value is.
+        name: &'static str,
+        /// The rejected value.
+        value: f32,
+    },
+    /// The RoPE frequency factors are not one per rotated pair.
+    #[error("{found} rope frequency factors for {expected} rotated pairs")]
+    RopeFreqFactorsLength {
+        /// Rotated pairs (`rope dimension / 2`).
+        expected: usize,
+        /// Factors given.
+        found: usize,
+    },
+    /// A sliding window or its layer period is zero.
+    #[error("sliding window of {window} positions every {period} layers: both must be positive")]
+    InvalidSlidingWindow {
+        /// Positions a query sees.
+        window: usize,
+        /// The layer pattern's period.
+        period: usize,
+    },
+    /// A RoPE scaling kind this backend does not implement.
+    #[error("rope scaling `{found}` is not supported; supported: none, linear")]
+    UnsupportedRopeScaling {
+        /// `{arch}.rope.scaling.type` in the file.
+        found: String,
     },
     /// Reading the model file failed.
     #[error(transparent)]

@@ -1,9 +1,10 @@
-//! The feed-forward block of a layer: GELU MLP (GPT-2, the toy decoder) or
-//! SwiGLU (llama).
+//! The feed-forward block of a layer: GELU MLP (GPT-2, the toy decoder),
+//! SwiGLU (llama, qwen) or GeGLU (gemma).
 //!
 //! ```text
 //! GELU MLP: y = down(gelu(up(x)))
 //! SwiGLU:   y = down(silu(gate(x)) * up(x))
+//! GeGLU:    y = down(gelu(gate(x)) * up(x))
 //! ```
 
 use rayon::prelude::*;
@@ -23,6 +24,15 @@ pub enum FeedForward {
     },
     /// `down(silu(gate(x)) * up(x))`.
     SwiGlu {
+        /// `[ffn_dim][n_embd]`.
+        gate: Linear,
+        /// `[ffn_dim][n_embd]`.
+        up: Linear,
+        /// `[n_embd][ffn_dim]`.
+        down: Linear,
+    },
+    /// `down(gelu(gate(x)) * up(x))`, tanh approximation of GELU.
+    GeGlu {
         /// `[ffn_dim][n_embd]`.
         gate: Linear,
         /// `[ffn_dim][n_embd]`.
@@ -51,12 +61,16 @@ impl FeedForward {
                 hidden.iter_mut().for_each(|h| *h = gelu(*h));
                 down.matmul(dispatch, hidden, n, ys);
             }
-            Self::SwiGlu { gate, up, down } => {
+            Self::SwiGlu { gate, up, down } | Self::GeGlu { gate, up, down } => {
+                let activation = match self {
+                    Self::GeGlu { .. } => gelu,
+                    _ => silu,
+                };
                 gate.matmul(dispatch, xs, n, gated);
                 up.matmul(dispatch, xs, n, hidden);
                 let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| {
                     for (h, &g) in hidden.iter_mut().zip(gated) {
-                        *h *= silu(g);
+                        *h *= activation(g);
                     }
                 };
                 if n > 1 {

@@ -31,6 +31,18 @@
 //! copies that one chunk first (copy on write). So forks share the prefix
 //! they had in common and pay only for the chunk they diverge in.
 //!
+//! Layers with sliding-window attention (gemma3: five of every six) never
+//! read further back than their window, so they live in a second set of
+//! chunks used as a ring: [`KvCache::ring_len`] positions (twice the
+//! largest window, in whole chunks), position `p` in chunk
+//! `(p / CHUNK_LEN) % n_ring_chunks`. A write overwrites the row of
+//! `p - ring_len`; the cache tracks the oldest row still intact, so after a
+//! truncation further back than the ring reaches the decoder knows to
+//! recompute the prefix (its state keeps the tokens), and a forward pass
+//! reads at most `ring_len - window + 1` new tokens at a time so a query
+//! never reads a row its own batch overwrote. For gemma3 270M (window 512,
+//! context 32,768) the sliding layers keep 1,024 positions instead of 32,768.
+//!
 //! Chunks are allocated when a position first needs one (once per
 //! [`CHUNK_LEN`] tokens, not per token) or up front with
 //! [`KvCache::reserve`]; [`KvCache::truncate`] and [`KvCache::reset`] keep
@@ -38,6 +50,7 @@
 //! SmolLM2 (30 layers, 3 key/value heads of 64, context 8192, f16) it would
 //! be 189 MB per sequence (377 MB in f32).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use half::f16;
@@ -225,17 +238,17 @@ impl Chunk {
         }
     }
 
-    /// The first `n_rows` key rows and value rows of `kv_head` in `layer`.
+    /// Key rows and value rows `rows` of `kv_head` in `layer`.
     fn rows(
         &self,
         shape: &KvShape,
         layer: usize,
         kv_head: usize,
-        n_rows: usize,
+        rows: Range<usize>,
     ) -> (StoredRows<'_>, StoredRows<'_>) {
         match self {
-            Self::F32(data) => head_rows(data, shape, layer, kv_head, n_rows),
-            Self::F16(data) => head_rows(data, shape, layer, kv_head, n_rows),
+            Self::F32(data) => head_rows(data, shape, layer, kv_head, rows),
+            Self::F16(data) => head_rows(data, shape, layer, kv_head, rows),
         }
     }
 }
@@ -265,11 +278,11 @@ fn head_rows<'a, E: Element>(
     shape: &KvShape,
     layer: usize,
     kv_head: usize,
-    n_rows: usize,
+    rows: Range<usize>,
 ) -> (StoredRows<'a>, StoredRows<'a>) {
     let half = shape.half_layer_len();
-    let len = n_rows * shape.head_dim;
-    let key_start = layer * 2 * half + kv_head * CHUNK_LEN * shape.head_dim;
+    let len = rows.len() * shape.head_dim;
+    let key_start = layer * 2 * half + (kv_head * CHUNK_LEN + rows.start) * shape.head_dim;
     let value_start = key_start + half;
     let keys = &data[key_start..key_start + len];
     let values = &data[value_start..value_start + len];
@@ -283,20 +296,147 @@ pub struct KvCache {
     precision: KvPrecision,
     /// Positions holding valid keys and values: the sequence position `pos`.
     pos: usize,
-    chunks: Vec<Arc<Chunk>>,
+    /// Where each layer's keys and values live: `(store, layer in store)`
+    /// with store 0 the full store and 1 the ring.
+    layer_slots: Arc<[(usize, usize)]>,
+    /// Every global layer's keys and values, a chunk per [`CHUNK_LEN`]
+    /// positions.
+    full: Store,
+    /// The sliding-window layers' keys and values, in a ring of chunks.
+    ring: Option<Store>,
     /// The SIMD paths of the model that made the cache (f16 widening).
     dispatch: Dispatch,
+}
+
+/// The chunks of one group of layers (module docs' layout, with the
+/// group's layer count).
+#[derive(Debug, Clone)]
+struct Store {
+    /// The layout of one chunk (`n_layer` is the group's).
+    shape: KvShape,
+    chunks: Vec<Arc<Chunk>>,
+    /// In a ring, the number of chunks: position `p` lives in chunk
+    /// `(p / CHUNK_LEN) % n_ring_chunks`, overwriting `p - ring length`.
+    n_ring_chunks: Option<usize>,
+    /// In a ring, the lowest position whose row has not been overwritten
+    /// since it was written (0 for a full store).
+    floor: usize,
+}
+
+impl Store {
+    fn new(shape: KvShape, n_ring_chunks: Option<usize>) -> Self {
+        Self {
+            shape,
+            chunks: Vec::new(),
+            n_ring_chunks,
+            floor: 0,
+        }
+    }
+
+    /// The chunk holding position `pos`.
+    fn chunk_idx(&self, pos: usize) -> usize {
+        let logical = pos / CHUNK_LEN;
+        self.n_ring_chunks.map_or(logical, |n| logical % n)
+    }
+
+    /// Positions the store holds at most.
+    fn len(&self) -> usize {
+        self.n_ring_chunks
+            .map_or(self.shape.capacity, |n| n * CHUNK_LEN)
+    }
+
+    fn reserve(&mut self, n_positions: usize, precision: KvPrecision) {
+        let n_chunks = n_positions
+            .min(self.shape.capacity)
+            .min(self.len())
+            .div_ceil(CHUNK_LEN);
+        while self.chunks.len() < n_chunks {
+            self.chunks
+                .push(Arc::new(Chunk::zeroed(&self.shape, precision)));
+        }
+    }
+
+    fn write(
+        &mut self,
+        precision: KvPrecision,
+        layer: usize,
+        pos: usize,
+        key: &[f32],
+        value: &[f32],
+    ) {
+        let idx = self.chunk_idx(pos);
+        self.reserve((idx + 1) * CHUNK_LEN, precision);
+        let shape = self.shape;
+        Arc::make_mut(&mut self.chunks[idx]).write(&shape, layer, pos % CHUNK_LEN, key, value);
+        if self.n_ring_chunks.is_some() {
+            self.floor = self.floor.max((pos + 1).saturating_sub(self.len()));
+        }
+    }
+
+    fn rows_in(
+        &self,
+        layer: usize,
+        kv_head: usize,
+        positions: Range<usize>,
+    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
+        debug_assert!(
+            positions.is_empty() || positions.start >= self.floor,
+            "positions {positions:?} overwritten in the ring (floor {})",
+            self.floor
+        );
+        let first_chunk = positions.start / CHUNK_LEN;
+        let end_chunk = positions.end.div_ceil(CHUNK_LEN);
+        (first_chunk..end_chunk).map(move |logical| {
+            let chunk_start = logical * CHUNK_LEN;
+            let rows = positions.start.max(chunk_start) - chunk_start
+                ..(positions.end - chunk_start).min(CHUNK_LEN);
+            self.chunks[self.chunk_idx(chunk_start)].rows(&self.shape, layer, kv_head, rows)
+        })
+    }
 }
 
 impl KvCache {
     /// An empty cache of the given shape storing values at `precision`
     /// (f16 or f32), widening f16 with `dispatch`; nothing is allocated yet.
+    /// Every layer keeps every position.
+    #[cfg(test)]
     pub(crate) fn new(shape: KvShape, precision: KvPrecision, dispatch: Dispatch) -> Self {
+        Self::with_windows(shape, precision, dispatch, &vec![None; shape.n_layer])
+    }
+
+    /// [`KvCache::new`] where each layer whose `windows` entry is
+    /// `Some(window)` keeps only a ring of [`KvCache::ring_len`] positions
+    /// (at least twice the largest window, whole chunks): a sliding-window
+    /// layer never reads further back than its window.
+    pub(crate) fn with_windows(
+        shape: KvShape,
+        precision: KvPrecision,
+        dispatch: Dispatch,
+        windows: &[Option<usize>],
+    ) -> Self {
+        debug_assert_eq!(windows.len(), shape.n_layer);
+        let mut counts = [0, 0];
+        let layer_slots: Arc<[(usize, usize)]> = windows
+            .iter()
+            .map(|window| {
+                let store = usize::from(window.is_some());
+                counts[store] += 1;
+                (store, counts[store] - 1)
+            })
+            .collect();
+        let largest_window = windows.iter().flatten().copied().max().unwrap_or(0);
+        let group = |n_layer| KvShape { n_layer, ..shape };
+        let ring = (counts[1] > 0).then(|| {
+            let n_ring_chunks = (2 * largest_window).max(1).div_ceil(CHUNK_LEN);
+            Store::new(group(counts[1]), Some(n_ring_chunks))
+        });
         Self {
             shape,
             precision,
             pos: 0,
-            chunks: Vec::new(),
+            layer_slots,
+            full: Store::new(group(counts[0]), None),
+            ring,
             dispatch,
         }
     }
@@ -321,20 +461,44 @@ impl KvCache {
         self.pos
     }
 
+    /// The positions the sliding-window layers keep (`None` without such
+    /// layers).
+    pub fn ring_len(&self) -> Option<usize> {
+        self.ring.as_ref().map(Store::len)
+    }
+
+    /// Whether the sliding-window layers still hold every row a token at
+    /// position [`KvCache::pos`] reads with a window of `window`: false
+    /// after a truncation further back than the ring reaches (the model
+    /// then recomputes the prefix).
+    pub(crate) fn holds_window(&self, window: usize) -> bool {
+        self.ring
+            .as_ref()
+            .is_none_or(|ring| ring.floor <= (self.pos + 1).saturating_sub(window))
+    }
+
     /// Bytes of key and value storage this cache holds (whole chunks,
     /// including those kept for reuse after a truncate; a chunk shared
     /// with a fork counts in both).
     pub fn allocated_bytes(&self) -> usize {
-        self.chunks.iter().map(|chunk| chunk.bytes()).sum()
+        self.stores()
+            .flat_map(|store| &store.chunks)
+            .map(|chunk| chunk.bytes())
+            .sum()
+    }
+
+    fn stores(&self) -> impl Iterator<Item = &Store> {
+        std::iter::once(&self.full).chain(&self.ring)
     }
 
     /// Allocates the chunks for the first `n_positions` positions (capped
-    /// at the capacity) now, so later tokens allocate nothing.
+    /// at the capacity, and at the ring for sliding-window layers) now, so
+    /// later tokens allocate nothing.
     pub fn reserve(&mut self, n_positions: usize) {
-        let n_chunks = n_positions.min(self.shape.capacity).div_ceil(CHUNK_LEN);
-        while self.chunks.len() < n_chunks {
-            self.chunks
-                .push(Arc::new(Chunk::zeroed(&self.shape, self.precision)));
+        let precision = self.precision;
+        self.full.reserve(n_positions, precision);
+        if let Some(ring) = &mut self.ring {
+            ring.reserve(n_positions, precision);
         }
     }
 
@@ -348,16 +512,21 @@ impl KvCache {
     /// Forgets every position; storage is kept for reuse.
     pub fn reset(&mut self) {
         self.pos = 0;
+        if let Some(ring) = &mut self.ring {
+            ring.floor = 0;
+        }
     }
 
     /// How many of the valid positions of `self` use the same storage as
     /// `other` (both forks of one sequence): the prefix forking did not copy.
+    /// Counted in the full store (the global layers).
     pub fn shared_positions(&self, other: &KvCache) -> usize {
         let valid = self.pos.min(other.pos);
         let shared_chunks = self
+            .full
             .chunks
             .iter()
-            .zip(&other.chunks)
+            .zip(&other.full.chunks)
             .take_while(|(a, b)| Arc::ptr_eq(a, b))
             .count();
         valid.min(shared_chunks * CHUNK_LEN)
@@ -377,9 +546,17 @@ impl KvCache {
         );
         let row_len = shape.n_kv_head * shape.head_dim;
         debug_assert_eq!((key.len(), value.len()), (row_len, row_len), "kv row width");
-        self.reserve(pos + 1);
-        let chunk = &mut self.chunks[pos / CHUNK_LEN];
-        Arc::make_mut(chunk).write(&shape, layer, pos % CHUNK_LEN, key, value);
+        let (store, layer_in_store) = self.layer_slots[layer];
+        let precision = self.precision;
+        self.store_mut(store)
+            .write(precision, layer_in_store, pos, key, value);
+    }
+
+    fn store_mut(&mut self, store: usize) -> &mut Store {
+        match (store, &mut self.ring) {
+            (1, Some(ring)) => ring,
+            _ => &mut self.full,
+        }
     }
 
     /// Marks `n` more positions as valid after they were written for every
@@ -395,21 +572,33 @@ impl KvCache {
     /// The keys and values of `kv_head` in `layer` for positions
     /// `0..n_positions`, as `(keys, values)` runs of whole rows, one pair
     /// per chunk in position order (the last pair may be shorter).
+    #[cfg(test)]
     pub(crate) fn rows(
         &self,
         layer: usize,
         kv_head: usize,
         n_positions: usize,
     ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
-        let shape = self.shape;
-        self.chunks
-            .iter()
-            .enumerate()
-            .take_while(move |(chunk_idx, _)| chunk_idx * CHUNK_LEN < n_positions)
-            .map(move |(chunk_idx, chunk)| {
-                let n_rows = (n_positions - chunk_idx * CHUNK_LEN).min(CHUNK_LEN);
-                chunk.rows(&shape, layer, kv_head, n_rows)
-            })
+        self.rows_in(layer, kv_head, 0..n_positions)
+    }
+
+    /// The keys and values of `kv_head` in `layer` for the positions
+    /// `positions`, as `(keys, values)` runs of whole rows in position
+    /// order, one pair per chunk the range touches. On a sliding-window
+    /// layer the positions are within the ring's reach (the model reads
+    /// only its window, and recomputes after a deeper truncation).
+    pub(crate) fn rows_in(
+        &self,
+        layer: usize,
+        kv_head: usize,
+        positions: Range<usize>,
+    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
+        let (store, layer_in_store) = self.layer_slots[layer];
+        let store = match (store, &self.ring) {
+            (1, Some(ring)) => ring,
+            _ => &self.full,
+        };
+        store.rows_in(layer_in_store, kv_head, positions)
     }
 }
 
@@ -625,6 +814,63 @@ mod tests {
             assert_eq!(fork.precision(), precision, "the copies keep the precision");
             assert_eq!(fork.allocated_bytes(), cache.allocated_bytes());
         }
+    }
+
+    #[test]
+    fn a_sliding_layer_keeps_a_ring_and_reads_any_window_within_it() {
+        // Layer 0 global, layer 1 sliding with a window of 12: a ring of 32.
+        for precision in PRECISIONS {
+            let mut cache =
+                KvCache::with_windows(shape(), precision, Dispatch::detect(), &[None, Some(12)]);
+            assert_eq!(cache.ring_len(), Some(32));
+            fill(&mut cache, 0..100);
+            // The global layer keeps all 100 positions.
+            let (keys, _) = read_range(&cache, 0, 1, 0..100);
+            let expected: Vec<f32> = (0..100)
+                .flat_map(|pos| [(pos * 10 + 1) as f32; 3])
+                .collect();
+            assert_eq!(keys, expected, "{precision:?}");
+            // The sliding layer reads any range of the last 32 positions,
+            // across the ring's wrap (68..100 are rows 4..32, then 0..4, of
+            // its one chunk).
+            for range in [88..100, 68..100, 70..95] {
+                let (keys, values) = read_range(&cache, 1, 0, range.clone());
+                let expected: Vec<f32> = range
+                    .clone()
+                    .flat_map(|pos| [(1000 + pos * 10) as f32; 3])
+                    .collect();
+                assert_eq!(keys, expected, "{precision:?} {range:?}");
+                assert_eq!(values, expected.iter().map(|k| -k).collect::<Vec<_>>());
+            }
+            // One global chunk per 32 positions, one ring of 32 for the other.
+            let per_layer_chunk =
+                2 * 2 * CHUNK_LEN * 3 * if precision == KvPrecision::F16 { 2 } else { 4 };
+            assert_eq!(cache.allocated_bytes(), (4 + 1) * per_layer_chunk);
+            // A truncation within reach keeps the window; a deeper one does not.
+            assert!(cache.holds_window(12));
+            cache.truncate(80);
+            assert!(cache.holds_window(12), "80 - 11 = 69 >= 68");
+            cache.truncate(70);
+            assert!(!cache.holds_window(12), "70 - 11 = 59 < 68");
+            cache.reset();
+            assert!(cache.holds_window(12));
+        }
+    }
+
+    fn read_range(
+        cache: &KvCache,
+        layer: usize,
+        head: usize,
+        range: Range<usize>,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        let mut buf = Vec::new();
+        for (k, v) in cache.rows_in(layer, head, range) {
+            keys.extend_from_slice(k.to_f32(cache.dispatch(), &mut buf));
+            values.extend_from_slice(v.to_f32(cache.dispatch(), &mut buf));
+        }
+        (keys, values)
     }
 
     #[test]

@@ -1,54 +1,49 @@
-//! The llama architecture read from a GGUF file: RMSNorm, rotary positions
-//! (base and dimension from the metadata, adjacent-pair rotation), grouped-
-//! query attention, SwiGLU, and the output projection tied to the token
-//! embedding when `output.weight` is absent (SmolLM2).
+//! The decoder of a GGUF file: llama, qwen2, qwen3 or gemma3 (the table and
+//! the metadata read are in `arch`). RMSNorm, rotary positions, grouped-
+//! query attention, a gated feed-forward block, and the output projection
+//! tied to the token embedding when `output.weight` is absent (SmolLM2,
+//! gemma3); each architecture's additions are options of the one
+//! configuration.
 //!
 //! Weights stay in the file's memory map in their GGML types (F32, F16,
-//! BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), checked for NaN and
-//! infinite scales when the model is built; products run on the blocks and
-//! no dequantised copy of the model is kept. Only the norm gains (a few KB)
-//! are read into f32 vectors.
+//! BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS),
+//! checked for NaN and infinite scales when the model is built; products run
+//! on the blocks and no dequantised copy of the model is kept. Only the norm
+//! gains, biases and RoPE frequency factors (a few KB) are read into f32
+//! vectors.
 //!
-//! Metadata read (`{arch}` is `general.architecture`, which must be `llama`):
-//!
-//! ```text
-//! required  {arch}.block_count  .context_length  .embedding_length
-//!           .feed_forward_length  .attention.head_count
-//!           .attention.layer_norm_rms_epsilon
-//! optional  .attention.head_count_kv (default head_count)
-//!           .rope.freq_base (default 10000)
-//!           .rope.dimension_count (default the head width)
-//!           .vocab_size (default the rows of token_embd.weight)
-//! ```
-//!
-//! Tensors (ggml dims are `[row length, rows]`):
+//! Tensors (ggml dims are `[row length, rows]`; `q_dim = n_head * head_dim`,
+//! `kv_dim = n_kv_head * head_dim`):
 //!
 //! ```text
 //! token_embd.weight [n_embd, vocab]     output_norm.weight [n_embd]
 //! output.weight [n_embd, vocab] (optional: tied to token_embd when absent)
+//! rope_freqs.weight [rope_dim / 2] (llama, optional: Llama 3 frequency factors)
 //! blk.{i}.attn_norm.weight [n_embd]     blk.{i}.ffn_norm.weight [n_embd]
-//! blk.{i}.attn_q.weight [n_embd, n_head*head_dim]
-//! blk.{i}.attn_k.weight / attn_v.weight [n_embd, n_kv_head*head_dim]
-//! blk.{i}.attn_output.weight [n_head*head_dim, n_embd]
+//! blk.{i}.attn_q.weight [n_embd, q_dim]
+//! blk.{i}.attn_k.weight / attn_v.weight [n_embd, kv_dim]
+//! blk.{i}.attn_output.weight [q_dim, n_embd]
 //! blk.{i}.ffn_gate.weight / ffn_up.weight [n_embd, ffn_dim]
 //! blk.{i}.ffn_down.weight [ffn_dim, n_embd]
+//! qwen2:  blk.{i}.attn_q.bias [q_dim], attn_k.bias / attn_v.bias [kv_dim]
+//! qwen3, gemma3: blk.{i}.attn_q_norm.weight / attn_k_norm.weight [head_dim]
+//! gemma3: blk.{i}.post_attention_norm.weight / post_ffw_norm.weight [n_embd]
 //! ```
 
 use std::path::Path;
 use std::sync::Arc;
 
 use super::TransformerError;
-use super::config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
+use super::arch::config_from_metadata;
+use super::config::{FfnKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
-use super::model::{Decoder, DecoderWeights, LayerWeights};
+use super::model::{Decoder, DecoderWeights, LayerWeights, QkvBias};
 use super::norm::Norm;
-use crate::gguf::{GgufError, GgufFile};
+use crate::gguf::GgufFile;
 
-/// The architecture name this module reads.
-pub const LLAMA_ARCHITECTURE: &str = "llama";
-
-/// The llama architecture: constructors of a [`Decoder`] from a GGUF file.
+/// Constructors of a [`Decoder`] from a GGUF file of any supported
+/// architecture (llama, qwen2, qwen3, gemma3; the name is historical).
 /// The decoder holds the file (its weights stay in the map); a caller that
 /// also needs the metadata (the tokenizer) opens the file once and passes
 /// an `Arc` of it.
@@ -75,6 +70,12 @@ impl Llama {
         Ok(Self::from_file(GgufFile::open(path)?)?)
     }
 
+    /// The configuration `file`'s metadata describes, checked, without
+    /// reading any weight: its architecture's options included.
+    pub fn config(file: &GgufFile) -> Result<TransformerConfig, TransformerError> {
+        config_from_metadata(file)
+    }
+
     /// Builds the decoder from an opened GGUF file (a map or an in-memory
     /// buffer, owned or shared): the configuration from the metadata, then
     /// every required tensor, checked against it, and every block's scales
@@ -82,20 +83,25 @@ impl Llama {
     pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {
         let file: Arc<GgufFile> = file.into();
         let config = config_from_metadata(&file)?;
-        check_tensors_present(&file, config.n_layer)?;
+        check_tensors_present(&file, &config)?;
         file.validate_tensor_data()?;
         let c = &config;
-        let norm = |name: &str| -> Result<Norm, TransformerError> {
-            let weight = file.tensor(name)?.to_f32_vec()?;
-            if weight.len() != c.n_embd {
+        // A vector tensor of `len` f32 values (a gain or a bias).
+        let vector = |name: &str, len: usize| -> Result<Vec<f32>, TransformerError> {
+            let tensor = file.tensor(name)?;
+            if tensor.info.n_elements() != len {
                 return Err(TransformerError::TensorShape {
                     name: name.to_owned(),
-                    expected: vec![c.n_embd],
-                    found: vec![weight.len()],
+                    expected: vec![len],
+                    found: tensor.info.dims.clone(),
                 });
             }
-            Ok(Norm::rms_norm(weight, c.norm_eps))
+            Ok(tensor.to_f32_vec()?)
         };
+        let norm_of = |name: &str, width: usize| -> Result<Norm, TransformerError> {
+            Ok(Norm::rms_norm(vector(name, width)?, c.norm_eps))
+        };
+        let norm = |name: &str| norm_of(name, c.n_embd);
         let linear =
             |name: &str, n_rows: usize, n_cols: usize| -> Result<Linear, TransformerError> {
                 let w = Linear::from_gguf(&file, name)?;
@@ -110,8 +116,22 @@ impl Llama {
                 Ok(w)
             };
         let mut layers = Vec::with_capacity(c.n_layer);
+        let o = &c.options;
         for i in 0..c.n_layer {
             let name = |part: &str| format!("blk.{i}.{part}.weight");
+            let bias = |part: &str| format!("blk.{i}.{part}.bias");
+            let (gate, up, down) = (
+                linear(&name("ffn_gate"), c.ffn_dim, c.n_embd)?,
+                linear(&name("ffn_up"), c.ffn_dim, c.n_embd)?,
+                linear(&name("ffn_down"), c.n_embd, c.ffn_dim)?,
+            );
+            let ffn = match c.ffn {
+                FfnKind::GeGlu => FeedForward::GeGlu { gate, up, down },
+                _ => FeedForward::SwiGlu { gate, up, down },
+            };
+            let optional_norm = |on: bool, part: &str, width: usize| {
+                on.then(|| norm_of(&name(part), width)).transpose()
+            };
             layers.push(LayerWeights {
                 attn_norm: norm(&name("attn_norm"))?,
                 wq: linear(&name("attn_q"), c.q_dim(), c.n_embd)?,
@@ -119,11 +139,21 @@ impl Llama {
                 wv: linear(&name("attn_v"), c.kv_dim(), c.n_embd)?,
                 wo: linear(&name("attn_output"), c.n_embd, c.q_dim())?,
                 ffn_norm: norm(&name("ffn_norm"))?,
-                ffn: FeedForward::SwiGlu {
-                    gate: linear(&name("ffn_gate"), c.ffn_dim, c.n_embd)?,
-                    up: linear(&name("ffn_up"), c.ffn_dim, c.n_embd)?,
-                    down: linear(&name("ffn_down"), c.n_embd, c.ffn_dim)?,
-                },
+                ffn,
+                qkv_bias: o
+                    .qkv_bias
+                    .then(|| -> Result<QkvBias, TransformerError> {
+                        Ok(QkvBias {
+                            q: vector(&bias("attn_q"), c.q_dim())?,
+                            k: vector(&bias("attn_k"), c.kv_dim())?,
+                            v: vector(&bias("attn_v"), c.kv_dim())?,
+                        })
+                    })
+                    .transpose()?,
+                q_norm: optional_norm(o.qk_norm, "attn_q_norm", c.head_dim)?,
+                k_norm: optional_norm(o.qk_norm, "attn_k_norm", c.head_dim)?,
+                post_attn_norm: optional_norm(o.post_norms, "post_attention_norm", c.n_embd)?,
+                post_ffn_norm: optional_norm(o.post_norms, "post_ffw_norm", c.n_embd)?,
             });
         }
         let output = if c.tied_output {
@@ -142,94 +172,7 @@ impl Llama {
     }
 }
 
-/// Reads the configuration, listing every missing required key at once.
-pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, TransformerError> {
-    let arch = file
-        .get_str("general.architecture")
-        .map_err(|e| missing_or(e, "general.architecture"))?;
-    if arch != LLAMA_ARCHITECTURE {
-        return Err(TransformerError::UnsupportedArchitecture {
-            found: arch.to_owned(),
-        });
-    }
-    let key = |suffix: &str| format!("{arch}.{suffix}");
-    let mut missing = Vec::new();
-    // A required integer: a missing key is collected, a malformed one is an error.
-    let mut required = |suffix: &str| -> Result<usize, TransformerError> {
-        let name = key(suffix);
-        match file.get_u32(&name) {
-            Ok(v) => Ok(v as usize),
-            Err(GgufError::MissingKey { .. }) => {
-                missing.push(name);
-                Ok(0)
-            }
-            Err(e) => Err(e.into()),
-        }
-    };
-    let n_layer = required("block_count")?;
-    let context_length = required("context_length")?;
-    let n_embd = required("embedding_length")?;
-    let ffn_dim = required("feed_forward_length")?;
-    let n_head = required("attention.head_count")?;
-    let eps_key = key("attention.layer_norm_rms_epsilon");
-    let norm_eps = match file.get_f32(&eps_key) {
-        Ok(v) => v,
-        Err(GgufError::MissingKey { .. }) => {
-            missing.push(eps_key);
-            0.0
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if !missing.is_empty() {
-        return Err(TransformerError::MissingMetadata { keys: missing });
-    }
-    if n_head == 0 || !n_embd.is_multiple_of(n_head) {
-        return Err(TransformerError::HeadCountDoesNotDivide { n_embd, n_head });
-    }
-    let head_dim = n_embd / n_head;
-    let optional_u32 = |suffix: &str, default: usize| -> Result<usize, TransformerError> {
-        match file.get_u32(&key(suffix)) {
-            Ok(v) => Ok(v as usize),
-            Err(GgufError::MissingKey { .. }) => Ok(default),
-            Err(e) => Err(e.into()),
-        }
-    };
-    let n_kv_head = optional_u32("attention.head_count_kv", n_head)?;
-    let rope_dim = optional_u32("rope.dimension_count", head_dim)?;
-    let rope_base = match file.get_f32(&key("rope.freq_base")) {
-        Ok(v) => v,
-        Err(GgufError::MissingKey { .. }) => 10000.0,
-        Err(e) => return Err(e.into()),
-    };
-    let embedding_rows = file
-        .tensor("token_embd.weight")
-        .ok()
-        .map(|t| t.info.n_rows());
-    let vocab_size = optional_u32("vocab_size", embedding_rows.unwrap_or(0))?;
-    let config = TransformerConfig {
-        vocab_size,
-        n_embd,
-        n_layer,
-        n_head,
-        n_kv_head,
-        head_dim,
-        ffn_dim,
-        context_length,
-        norm: NormKind::RmsNorm,
-        norm_eps,
-        position: PositionKind::Rope {
-            base: rope_base,
-            dim: rope_dim,
-        },
-        ffn: FfnKind::SwiGlu,
-        tied_output: file.tensor("output.weight").is_err(),
-        kv_precision: KvPrecision::F16,
-    };
-    config.validate()?;
-    Ok(config)
-}
-
-/// The tensors of one llama layer, `blk.{i}.{part}.weight`.
+/// The tensors of every layer, `blk.{i}.{part}.weight`.
 const LAYER_TENSORS: [&str; 9] = [
     "attn_norm",
     "attn_q",
@@ -242,9 +185,27 @@ const LAYER_TENSORS: [&str; 9] = [
     "ffn_down",
 ];
 
+/// The optional tensors of a layer, `blk.{i}.{part}`, with the option that
+/// asks for each.
+fn optional_layer_tensors(c: &TransformerConfig) -> Vec<&'static str> {
+    let o = &c.options;
+    let mut parts = Vec::new();
+    if o.qkv_bias {
+        parts.extend(["attn_q.bias", "attn_k.bias", "attn_v.bias"]);
+    }
+    if o.qk_norm {
+        parts.extend(["attn_q_norm.weight", "attn_k_norm.weight"]);
+    }
+    if o.post_norms {
+        parts.extend(["post_attention_norm.weight", "post_ffw_norm.weight"]);
+    }
+    parts
+}
+
 /// Errors unless every tensor the architecture needs is in the file,
 /// listing all the missing ones.
-fn check_tensors_present(file: &GgufFile, n_layer: usize) -> Result<(), TransformerError> {
+fn check_tensors_present(file: &GgufFile, c: &TransformerConfig) -> Result<(), TransformerError> {
+    let n_layer = c.n_layer;
     // Every layer needs tensors of its own, so a block count above the
     // file's tensor count is refused before any per-layer name is built: the
     // list of missing names stays bounded by the file.
@@ -260,21 +221,14 @@ fn check_tensors_present(file: &GgufFile, n_layer: usize) -> Result<(), Transfor
         for part in LAYER_TENSORS {
             names.push(format!("blk.{i}.{part}.weight"));
         }
+        for part in optional_layer_tensors(c) {
+            names.push(format!("blk.{i}.{part}"));
+        }
     }
     names.retain(|name| file.tensor(name).is_err());
     if names.is_empty() {
         Ok(())
     } else {
         Err(TransformerError::MissingTensors { names })
-    }
-}
-
-/// A missing `key` as `MissingMetadata`, any other lookup error as itself.
-fn missing_or(error: GgufError, key: &str) -> TransformerError {
-    match error {
-        GgufError::MissingKey { .. } => TransformerError::MissingMetadata {
-            keys: vec![key.to_owned()],
-        },
-        other => other.into(),
     }
 }

@@ -8,8 +8,10 @@
 //! - `model`: weights ([`Decoder`]) apart from per-sequence state
 //!   ([`DecoderState`]), the cached forward pass, and the uncached reference.
 //! - `toy`: the lessons' toy decoder ([`Toy`]).
-//! - `llama`: the llama architecture from a GGUF file ([`Llama`]), its
-//!   weights multiplied in their quantized blocks.
+//! - `arch`: the supported architectures (llama, qwen2, qwen3, gemma3) and
+//!   the mapping of their GGUF metadata to a configuration.
+//! - `llama`: a GGUF file's decoder ([`Llama`]), its weights multiplied in
+//!   their quantized blocks.
 //!
 //! [`Decoder`] implements [`lm_core::LanguageModel`] with [`DecoderState`]
 //! as its state; the toy and llama are constructors of a `Decoder`. There are
@@ -33,6 +35,7 @@
 //! assert_eq!((logits.len(), state.pos()), (7, 3));
 //! ```
 
+mod arch;
 mod attention;
 mod config;
 mod error;
@@ -45,12 +48,16 @@ mod norm;
 mod rope;
 mod toy;
 
-pub use config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
+pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
+pub use config::{
+    ArchOptions, AttentionKind, FfnKind, KvPrecision, NormKind, PositionKind, RopeMode,
+    RopeOptions, SlidingWindow, TransformerConfig,
+};
 pub use error::TransformerError;
 pub use ffn::FeedForward;
 pub use kv_cache::{CHUNK_LEN, KvCache, KvShape};
 pub use linear::Linear;
 pub use llama::Llama;
-pub use model::{Decoder, DecoderState, DecoderWeights, LayerWeights};
+pub use model::{Decoder, DecoderState, DecoderWeights, LayerWeights, QkvBias};
 pub use norm::Norm;
 pub use toy::{TOY_VOCAB, Toy, ToyArchitecture};

@@ -7,14 +7,23 @@
 //!
 //! ```text
 //! x = embed(tokens) (+ learned positions)                    [n][n_embd]
+//! x *= embedding_scale                                       (gemma3)
 //! for each layer:
 //!     h = norm(x);  q, k, v = h Wq^T, h Wk^T, h Wv^T          matrix-matrix
-//!     rotate q, k (RoPE);  write k, v to the cache at pos..pos+n
+//!     q, k, v += biases                                       (qwen2)
+//!     q, k = rmsnorm of each head                             (qwen3, gemma3)
+//!     rotate q, k (RoPE: the layer's table, the model's mode)
+//!     write k, v to the cache at pos..pos+n
 //!     a[i] = attention of q[i] over cache rows 0..=pos+i      causal
-//!     x += a Wo^T
-//!     x += ffn(norm(x))
+//!            (only the last `window` of them on a sliding layer)
+//!     x += post_norm(a Wo^T)                      (post_norm: gemma3 only)
+//!     x += post_norm(ffn(norm(x)))
 //! logits = norm(x[rows]) Wout^T     only for the rows returned
 //! ```
+//!
+//! Each step an architecture adds is an option of the configuration
+//! ([`ArchOptions`](super::config::ArchOptions)); this one pass honours
+//! them all.
 //!
 //! With [`Rows::Last`], the last layer writes every new row's keys and values
 //! but finishes only the last row, and only that row is unembedded (for
@@ -32,7 +41,7 @@ use rayon::prelude::*;
 
 use super::TransformerError;
 use super::attention::{AttentionScratch, AttentionShape, attend};
-use super::config::{KvPrecision, PositionKind, TransformerConfig};
+use super::config::{AttentionKind, KvPrecision, PositionKind, RopeOptions, TransformerConfig};
 use super::ffn::{FeedForward, gelu, silu};
 use super::kv_cache::{KvCache, KvShape};
 use super::linear::Linear;
@@ -57,6 +66,55 @@ pub struct LayerWeights {
     pub ffn_norm: Norm,
     /// The feed-forward block.
     pub ffn: FeedForward,
+    /// Biases of the query, key and value projections (`qkv_bias`).
+    pub qkv_bias: Option<QkvBias>,
+    /// RMSNorm of each query head, `[head_dim]` (`qk_norm`).
+    pub q_norm: Option<Norm>,
+    /// RMSNorm of each key head, `[head_dim]` (`qk_norm`).
+    pub k_norm: Option<Norm>,
+    /// Normalisation of the attention output before the residual add
+    /// (`post_norms`).
+    pub post_attn_norm: Option<Norm>,
+    /// Normalisation of the feed-forward output before the residual add
+    /// (`post_norms`).
+    pub post_ffn_norm: Option<Norm>,
+}
+
+impl LayerWeights {
+    /// A layer with none of the optional parts (the plain llama / GPT-2
+    /// block).
+    pub fn plain(
+        attn_norm: Norm,
+        [wq, wk, wv, wo]: [Linear; 4],
+        ffn_norm: Norm,
+        ffn: FeedForward,
+    ) -> Self {
+        Self {
+            attn_norm,
+            wq,
+            wk,
+            wv,
+            wo,
+            ffn_norm,
+            ffn,
+            qkv_bias: None,
+            q_norm: None,
+            k_norm: None,
+            post_attn_norm: None,
+            post_ffn_norm: None,
+        }
+    }
+}
+
+/// The biases of a layer's query, key and value projections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QkvBias {
+    /// `[n_head * head_dim]`.
+    pub q: Vec<f32>,
+    /// `[n_kv_head * head_dim]`.
+    pub k: Vec<f32>,
+    /// `[n_kv_head * head_dim]`.
+    pub v: Vec<f32>,
 }
 
 /// Every weight of a decoder.
@@ -81,8 +139,13 @@ pub struct DecoderWeights {
 enum Positions {
     /// `[context_length][n_embd]`, added to the token embedding.
     Learned(Array2<f32>),
-    /// Rotary embedding of queries and keys.
-    Rope(RopeTable),
+    /// Rotary embedding of queries and keys: one table for the global
+    /// layers and, with sliding-window attention, one for the sliding layers
+    /// (their own base, no scaling).
+    Rope {
+        global: RopeTable,
+        sliding: Option<RopeTable>,
+    },
 }
 
 /// A decoder-only transformer: configuration and immutable weights, shared
@@ -135,6 +198,7 @@ impl Decoder {
         for layer in &weights.layers {
             check_norm("attn_norm", &layer.attn_norm, c)?;
             check_norm("ffn_norm", &layer.ffn_norm, c)?;
+            check_layer_options(layer, c)?;
             check_linear("wq", &layer.wq, c.q_dim(), c.n_embd)?;
             check_linear("wk", &layer.wk, c.kv_dim(), c.n_embd)?;
             check_linear("wv", &layer.wv, c.kv_dim(), c.n_embd)?;
@@ -144,7 +208,8 @@ impl Decoder {
                     check_linear("ffn_up", up, c.ffn_dim, c.n_embd)?;
                     check_linear("ffn_down", down, c.n_embd, c.ffn_dim)?;
                 }
-                (FeedForward::SwiGlu { gate, up, down }, super::FfnKind::SwiGlu) => {
+                (FeedForward::SwiGlu { gate, up, down }, super::FfnKind::SwiGlu)
+                | (FeedForward::GeGlu { gate, up, down }, super::FfnKind::GeGlu) => {
                     check_linear("ffn_gate", gate, c.ffn_dim, c.n_embd)?;
                     check_linear("ffn_up", up, c.ffn_dim, c.n_embd)?;
                     check_linear("ffn_down", down, c.n_embd, c.ffn_dim)?;
@@ -168,7 +233,18 @@ impl Decoder {
                 return Err(TransformerError::MissingPositionEmbedding);
             }
             (PositionKind::Rope { base, dim }, _) => {
-                Positions::Rope(RopeTable::new(dim, base, c.context_length))
+                let options = &c.options.rope;
+                let sliding = c.options.sliding_window.map(|sw| {
+                    let sliding_options = RopeOptions {
+                        freq_scale: 1.0,
+                        ..options.clone()
+                    };
+                    RopeTable::with_options(dim, sw.rope_base, c.context_length, &sliding_options)
+                });
+                Positions::Rope {
+                    global: RopeTable::with_options(dim, base, c.context_length, options),
+                    sliding,
+                }
             }
         };
         Ok(Self {
@@ -212,12 +288,28 @@ impl Decoder {
         self.output.as_ref().unwrap_or(&self.token_embedding)
     }
 
-    fn attention_shape(&self) -> AttentionShape {
+    fn attention_shape(&self, layer_idx: usize) -> AttentionShape {
         AttentionShape {
             n_head: self.config.n_head,
             n_kv_head: self.config.n_kv_head,
             head_dim: self.config.head_dim,
             precision: self.config.kv_precision,
+            scale: self.config.attention_scale(),
+            window: match self.config.attention_kind(layer_idx) {
+                AttentionKind::Global => None,
+                AttentionKind::Sliding { window } => Some(window),
+            },
+        }
+    }
+
+    /// The rotary table of layer `layer_idx`, if the model uses RoPE.
+    fn rope(&self, layer_idx: usize) -> Option<&RopeTable> {
+        match &self.positions {
+            Positions::Learned(_) => None,
+            Positions::Rope { global, sliding } => match self.config.attention_kind(layer_idx) {
+                AttentionKind::Sliding { .. } => sliding.as_ref(),
+                AttentionKind::Global => Some(global),
+            },
         }
     }
 
@@ -238,21 +330,55 @@ impl Decoder {
         if let Positions::Learned(table) = &self.positions {
             x += &table.slice(s![..n, ..]);
         }
-        // mask[i][j] = 0 where key j is visible to query i (j <= i), else -inf.
-        let mask = Array2::from_shape_fn(
-            (n, n),
-            |(i, j)| if j <= i { 0.0 } else { f32::NEG_INFINITY },
-        );
+        if let Some(scale) = c.options.embedding_scale {
+            x *= scale;
+        }
         let group = c.n_head / c.n_kv_head;
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
-        for layer in &self.layers {
+        let scale = c.attention_scale();
+        for (layer_idx, layer) in self.layers.iter().enumerate() {
+            // mask[i][j] = 0 where key j is visible to query i (j <= i, and
+            // within the window on a sliding layer), else -inf.
+            let window = match c.attention_kind(layer_idx) {
+                AttentionKind::Global => n,
+                AttentionKind::Sliding { window } => window,
+            };
+            let mask = Array2::from_shape_fn((n, n), |(i, j)| {
+                if j <= i && i - j < window {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            });
             let h = reference_norm(&layer.attn_norm, &x);
             let mut q = h.dot(&layer.wq.to_dense().t());
             let mut k = h.dot(&layer.wk.to_dense().t());
-            let v = h.dot(&layer.wv.to_dense().t());
+            let mut v = h.dot(&layer.wv.to_dense().t());
+            if let Some(bias) = &layer.qkv_bias {
+                q += &ndarray::ArrayView1::from(&bias.q);
+                k += &ndarray::ArrayView1::from(&bias.k);
+                v += &ndarray::ArrayView1::from(&bias.v);
+            }
+            if let Some(norm) = &layer.q_norm {
+                q = reference_head_norm(norm, &q, c.head_dim);
+            }
+            if let Some(norm) = &layer.k_norm {
+                k = reference_head_norm(norm, &k, c.head_dim);
+            }
             if let PositionKind::Rope { base, dim } = c.position {
-                reference_rope(&mut q, c.head_dim, dim, base);
-                reference_rope(&mut k, c.head_dim, dim, base);
+                let (base, freq_scale) =
+                    match (c.attention_kind(layer_idx), c.options.sliding_window) {
+                        (AttentionKind::Sliding { .. }, Some(sw)) => (sw.rope_base, 1.0),
+                        _ => (base, c.options.rope.freq_scale),
+                    };
+                let rope = ReferenceRope {
+                    head_dim: c.head_dim,
+                    dim,
+                    base,
+                    freq_scale,
+                    options: &c.options.rope,
+                };
+                rope.apply(&mut q);
+                rope.apply(&mut k);
             }
             let mut attended = Array2::<f32>::zeros((n, c.q_dim()));
             for head in 0..c.n_head {
@@ -265,9 +391,13 @@ impl Decoder {
                     .slice_mut(q_cols)
                     .assign(&weights.dot(&v.slice(kv_cols)));
             }
-            x += &attended.dot(&layer.wo.to_dense().t());
+            let mut attn_out = attended.dot(&layer.wo.to_dense().t());
+            if let Some(norm) = &layer.post_attn_norm {
+                attn_out = reference_norm(norm, &attn_out);
+            }
+            x += &attn_out;
             let h = reference_norm(&layer.ffn_norm, &x);
-            let ffn_out = match &layer.ffn {
+            let mut ffn_out = match &layer.ffn {
                 FeedForward::GeluMlp { up, down } => h
                     .dot(&up.to_dense().t())
                     .mapv(gelu)
@@ -276,7 +406,14 @@ impl Decoder {
                     let gated = h.dot(&gate.to_dense().t()).mapv(silu) * h.dot(&up.to_dense().t());
                     gated.dot(&down.to_dense().t())
                 }
+                FeedForward::GeGlu { gate, up, down } => {
+                    let gated = h.dot(&gate.to_dense().t()).mapv(gelu) * h.dot(&up.to_dense().t());
+                    gated.dot(&down.to_dense().t())
+                }
             };
+            if let Some(norm) = &layer.post_ffn_norm {
+                ffn_out = reference_norm(norm, &ffn_out);
+            }
             x += &ffn_out;
         }
         let h = reference_norm(&self.final_norm, &x);
@@ -292,6 +429,11 @@ impl Decoder {
 pub struct DecoderState {
     cache: KvCache,
     scratch: Scratch,
+    /// With sliding-window layers (whose cache keeps only a ring), the
+    /// tokens read, from position 0 to at least `pos`, so the model can
+    /// recompute after a truncation further back than the ring reaches;
+    /// `None` for other models, which never need them.
+    history: Option<Vec<TokenId>>,
 }
 
 impl Clone for DecoderState {
@@ -299,6 +441,10 @@ impl Clone for DecoderState {
         Self {
             cache: self.cache.clone(),
             scratch: Scratch::default(),
+            history: self
+                .history
+                .as_ref()
+                .map(|tokens| tokens[..self.cache.pos().min(tokens.len())].to_vec()),
         }
     }
 }
@@ -317,6 +463,9 @@ impl DecoderState {
     /// Forgets every token (the cache keeps its storage).
     pub fn reset(&mut self) {
         self.cache.reset();
+        if let Some(tokens) = &mut self.history {
+            tokens.clear();
+        }
     }
 }
 
@@ -386,8 +535,15 @@ impl LanguageModel for Decoder {
 
     fn new_state(&self) -> DecoderState {
         let c = &self.config;
+        let windows: Vec<Option<usize>> = (0..c.n_layer)
+            .map(|layer_idx| match c.attention_kind(layer_idx) {
+                AttentionKind::Sliding { window } => Some(window),
+                AttentionKind::Global => None,
+            })
+            .collect();
         DecoderState {
-            cache: KvCache::new(
+            history: windows.iter().any(Option::is_some).then(Vec::new),
+            cache: KvCache::with_windows(
                 KvShape {
                     n_layer: c.n_layer,
                     n_kv_head: c.n_kv_head,
@@ -396,6 +552,7 @@ impl LanguageModel for Decoder {
                 },
                 c.kv_precision,
                 self.dispatch,
+                &windows,
             ),
             scratch: Scratch::default(),
         }
@@ -425,6 +582,12 @@ impl LanguageModel for Decoder {
 
 impl Decoder {
     /// The forward pass on the calling thread (see [`LanguageModel::forward`]).
+    ///
+    /// With sliding-window layers, whose cache is a ring (see
+    /// [`KvCache::ring_len`]), the tokens are read in pieces short enough
+    /// that a piece's keys never overwrite a row one of its queries still
+    /// reads; and after a truncation further back than the ring reaches,
+    /// the prefix is first recomputed from the tokens the state kept.
     fn forward_here(
         &self,
         state: &mut DecoderState,
@@ -434,11 +597,70 @@ impl Decoder {
     ) -> lm_core::Result<()> {
         let pos = state.pos();
         self.check_input(pos, tokens)?;
+        let c = &self.config;
+        let largest_window = (0..c.n_layer)
+            .filter_map(|layer_idx| match c.attention_kind(layer_idx) {
+                AttentionKind::Sliding { window } => Some(window),
+                AttentionKind::Global => None,
+            })
+            .max();
+        let max_piece = match (largest_window, state.cache.ring_len()) {
+            (Some(window), Some(ring_len)) => ring_len + 1 - window.min(ring_len),
+            _ => tokens.len(),
+        };
+        let DecoderState {
+            cache,
+            scratch,
+            history,
+        } = state;
+        if let Some(history) = history {
+            history.truncate(pos);
+            if let Some(window) = largest_window
+                && !cache.holds_window(window)
+            {
+                cache.reset();
+                for piece in history.chunks(max_piece) {
+                    self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
+                }
+            }
+            history.extend_from_slice(tokens);
+        }
+        let n_out = match rows {
+            Rows::All => tokens.len(),
+            Rows::Last => 1,
+        };
+        logits.resize(n_out * c.vocab_size, 0.0);
+        let mut written = 0;
+        let n_pieces = tokens.len().div_ceil(max_piece);
+        for (piece_idx, piece) in tokens.chunks(max_piece).enumerate() {
+            let out_first = match rows {
+                Rows::All => 0,
+                Rows::Last if piece_idx + 1 == n_pieces => piece.len() - 1,
+                Rows::Last => piece.len(),
+            };
+            let n_rows = (piece.len() - out_first) * c.vocab_size;
+            let out = &mut logits[written..written + n_rows];
+            self.forward_piece(cache, scratch, piece, out_first, out);
+            written += n_rows;
+        }
+        Ok(())
+    }
+
+    /// Reads `tokens` at the cache's position and writes the logits of rows
+    /// `out_first..` into `logits` (`out_first == tokens.len()`: none).
+    fn forward_piece(
+        &self,
+        cache: &mut KvCache,
+        s: &mut Scratch,
+        tokens: &[TokenId],
+        out_first: usize,
+        logits: &mut [f32],
+    ) {
+        let pos = cache.pos();
         let n = tokens.len();
         self.positions_computed.fetch_add(n, Ordering::Relaxed);
         let c = &self.config;
         let (d, q_dim, kv_dim) = (c.n_embd, c.q_dim(), c.kv_dim());
-        let DecoderState { cache, scratch: s } = state;
         s.size_for(c, n);
 
         for (i, (&token, x_row)) in tokens.iter().zip(s.x.chunks_exact_mut(d)).enumerate() {
@@ -448,21 +670,30 @@ impl Decoder {
                     *x += p;
                 }
             }
+            if let Some(scale) = c.options.embedding_scale {
+                x_row.iter_mut().for_each(|x| *x *= scale);
+            }
         }
 
-        let shape = self.attention_shape();
         let ffn_dim = c.ffn_dim;
         for (layer_idx, layer) in self.layers.iter().enumerate() {
             // Every row's keys and values are needed, but in the last layer
             // only the returned rows need the rest of the block.
-            let first = match rows {
-                Rows::Last if layer_idx + 1 == self.layers.len() => n - 1,
-                _ => 0,
+            let first = if layer_idx + 1 == self.layers.len() {
+                out_first
+            } else {
+                0
             };
             let m = n - first;
+            let shape = self.attention_shape(layer_idx);
+            let rope = self.rope(layer_idx);
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
             layer.wk.matmul(self.dispatch, &s.normed, n, &mut s.k);
             layer.wv.matmul(self.dispatch, &s.normed, n, &mut s.v);
+            if let Some(bias) = &layer.qkv_bias {
+                add_bias_rows(&mut s.k, &bias.k);
+                add_bias_rows(&mut s.v, &bias.v);
+            }
             // An f16 cache (KvPrecision::F16) rounds keys and values to f16
             // as it stores them.
             for (i, (k_row, v_row)) in
@@ -470,15 +701,27 @@ impl Decoder {
                     .zip(s.v.chunks_exact(kv_dim))
                     .enumerate()
             {
-                if let Positions::Rope(table) = &self.positions {
+                if let Some(norm) = &layer.k_norm {
+                    norm.apply_rows_in_place(k_row);
+                }
+                if let Some(table) = rope {
                     table.rotate_heads(k_row, c.head_dim, pos + i);
                 }
                 cache.write(layer_idx, pos + i, k_row, v_row);
             }
+            if m == 0 {
+                continue;
+            }
             let q = &mut s.q[..m * q_dim];
             layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
-            if let Positions::Rope(table) = &self.positions {
-                for (j, q_row) in q.chunks_exact_mut(q_dim).enumerate() {
+            if let Some(bias) = &layer.qkv_bias {
+                add_bias_rows(q, &bias.q);
+            }
+            for (j, q_row) in q.chunks_exact_mut(q_dim).enumerate() {
+                if let Some(norm) = &layer.q_norm {
+                    norm.apply_rows_in_place(q_row);
+                }
+                if let Some(table) = rope {
                     table.rotate_heads(q_row, c.head_dim, pos + first + j);
                 }
             }
@@ -508,27 +751,37 @@ impl Decoder {
             let x = &mut s.x[first * d..];
             let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
             layer.wo.matmul(self.dispatch, attended, m, projected);
+            if let Some(norm) = &layer.post_attn_norm {
+                norm.apply_rows_in_place(projected);
+            }
             add_assign(x, projected);
             layer.ffn_norm.apply_rows(x, normed);
             let (hidden, gated) = (&mut s.hidden[..m * ffn_dim], &mut s.gated[..m * ffn_dim]);
             layer
                 .ffn
                 .forward(self.dispatch, normed, m, hidden, gated, projected);
+            if let Some(norm) = &layer.post_ffn_norm {
+                norm.apply_rows_in_place(projected);
+            }
             add_assign(x, projected);
         }
         cache.commit(n);
 
-        let first_row = match rows {
-            Rows::Last => n - 1,
-            Rows::All => 0,
-        };
-        let n_out = n - first_row;
+        let n_out = n - out_first;
+        if n_out == 0 {
+            return;
+        }
         self.final_norm
-            .apply_rows(&s.x[first_row * d..], &mut s.normed[..n_out * d]);
-        logits.resize(n_out * c.vocab_size, 0.0);
+            .apply_rows(&s.x[out_first * d..], &mut s.normed[..n_out * d]);
         self.output()
             .matmul(self.dispatch, &s.normed[..n_out * d], n_out, logits);
-        Ok(())
+    }
+}
+
+/// Adds `bias` to every row of `rows` (whole rows of its width).
+fn add_bias_rows(rows: &mut [f32], bias: &[f32]) {
+    for row in rows.chunks_exact_mut(bias.len()) {
+        add_assign(row, bias);
     }
 }
 
@@ -558,22 +811,86 @@ fn check_linear(
 }
 
 fn check_norm(name: &str, norm: &Norm, c: &TransformerConfig) -> Result<(), TransformerError> {
+    check_norm_width(name, norm, c, c.n_embd)
+}
+
+/// Checks a norm's kind against the configuration and its width against `width`.
+fn check_norm_width(
+    name: &str,
+    norm: &Norm,
+    c: &TransformerConfig,
+    width: usize,
+) -> Result<(), TransformerError> {
     let bias_ok = match norm.kind() {
-        super::NormKind::LayerNorm => norm.bias().len() == c.n_embd,
+        super::NormKind::LayerNorm => norm.bias().len() == width,
         super::NormKind::RmsNorm => true,
     };
     if norm.kind() != c.norm {
         return Err(TransformerError::NormKindMismatch { expected: c.norm });
     }
-    if norm.width() == c.n_embd && bias_ok {
+    if norm.width() == width && bias_ok {
         Ok(())
     } else {
         Err(TransformerError::TensorShape {
             name: name.into(),
-            expected: vec![c.n_embd],
+            expected: vec![width],
             found: vec![norm.width()],
         })
     }
+}
+
+/// Checks that a layer has exactly the optional parts its configuration
+/// asks for, each of its width.
+fn check_layer_options(
+    layer: &LayerWeights,
+    c: &TransformerConfig,
+) -> Result<(), TransformerError> {
+    let o = &c.options;
+    let presence = [
+        ("qkv_bias", o.qkv_bias, layer.qkv_bias.is_some()),
+        ("q_norm", o.qk_norm, layer.q_norm.is_some()),
+        ("k_norm", o.qk_norm, layer.k_norm.is_some()),
+        (
+            "post_attn_norm",
+            o.post_norms,
+            layer.post_attn_norm.is_some(),
+        ),
+        ("post_ffn_norm", o.post_norms, layer.post_ffn_norm.is_some()),
+    ];
+    if let Some(&(part, configured, _)) = presence.iter().find(|(_, c, given)| c != given) {
+        return Err(TransformerError::OptionalPart { part, configured });
+    }
+    if let Some(bias) = &layer.qkv_bias {
+        for (name, values, width) in [
+            ("q_bias", &bias.q, c.q_dim()),
+            ("k_bias", &bias.k, c.kv_dim()),
+            ("v_bias", &bias.v, c.kv_dim()),
+        ] {
+            if values.len() != width {
+                return Err(TransformerError::TensorShape {
+                    name: name.into(),
+                    expected: vec![width],
+                    found: vec![values.len()],
+                });
+            }
+        }
+    }
+    let head_norms = [("q_norm", &layer.q_norm), ("k_norm", &layer.k_norm)];
+    for (name, norm) in head_norms {
+        if let Some(norm) = norm {
+            check_norm_width(name, norm, c, c.head_dim)?;
+        }
+    }
+    let post_norms = [
+        ("post_attn_norm", &layer.post_attn_norm),
+        ("post_ffn_norm", &layer.post_ffn_norm),
+    ];
+    for (name, norm) in post_norms {
+        if let Some(norm) = norm {
+            check_norm(name, norm, c)?;
+        }
+    }
+    Ok(())
 }
 
 /// Normalises every row of `x` with plain ndarray operations.
@@ -598,18 +915,47 @@ fn reference_norm(norm: &Norm, x: &Array2<f32>) -> Array2<f32> {
     normed.mapv(|v| v as f32)
 }
 
-/// Rotates adjacent pairs of the first `dim` components of every head of
-/// every row (row index = position), angles computed afresh in f64.
-fn reference_rope(x: &mut Array2<f32>, head_dim: usize, dim: usize, base: f32) {
-    for (pos, mut row) in x.rows_mut().into_iter().enumerate() {
-        for head_start in (0..row.len()).step_by(head_dim) {
-            for i in 0..dim / 2 {
-                let theta = pos as f64 / f64::from(base).powf(2.0 * i as f64 / dim as f64);
-                let (sin, cos) = theta.sin_cos();
-                let (a, b) = (head_start + 2 * i, head_start + 2 * i + 1);
-                let (x0, x1) = (f64::from(row[a]), f64::from(row[b]));
-                row[a] = (x0 * cos - x1 * sin) as f32;
-                row[b] = (x0 * sin + x1 * cos) as f32;
+/// Normalises every head (`head_dim` columns) of every row of `x`.
+fn reference_head_norm(norm: &Norm, x: &Array2<f32>, head_dim: usize) -> Array2<f32> {
+    let (n, width) = x.dim();
+    let heads = x
+        .to_shape((n * width / head_dim, head_dim))
+        .expect("rows of whole heads")
+        .to_owned();
+    reference_norm(norm, &heads)
+        .into_shape_with_order((n, width))
+        .expect("the same number of values")
+}
+
+/// RoPE written out from its definition: every head of every row (row
+/// index = position) turned pair by pair, angles computed afresh in f64.
+struct ReferenceRope<'a> {
+    head_dim: usize,
+    dim: usize,
+    base: f32,
+    freq_scale: f32,
+    options: &'a RopeOptions,
+}
+
+impl ReferenceRope<'_> {
+    fn apply(&self, x: &mut Array2<f32>) {
+        let half = self.dim / 2;
+        for (pos, mut row) in x.rows_mut().into_iter().enumerate() {
+            for head_start in (0..row.len()).step_by(self.head_dim) {
+                for i in 0..half {
+                    let factor = self.options.freq_factors.as_ref().map_or(1.0, |f| f[i]);
+                    let theta = pos as f64 * f64::from(self.freq_scale)
+                        / f64::from(self.base).powf(2.0 * i as f64 / self.dim as f64)
+                        / f64::from(factor);
+                    let (sin, cos) = theta.sin_cos();
+                    let (a, b) = match self.options.mode {
+                        super::RopeMode::Adjacent => (head_start + 2 * i, head_start + 2 * i + 1),
+                        super::RopeMode::Neox => (head_start + i, head_start + i + half),
+                    };
+                    let (x0, x1) = (f64::from(row[a]), f64::from(row[b]));
+                    row[a] = (x0 * cos - x1 * sin) as f32;
+                    row[b] = (x0 * sin + x1 * cos) as f32;
+                }
             }
         }
     }

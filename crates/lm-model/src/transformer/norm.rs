@@ -78,6 +78,50 @@ impl Norm {
         }
     }
 
+    /// Normalises every `width()`-long row of `x` in place (a layer's
+    /// output, or each head of a query or key row).
+    pub(crate) fn apply_rows_in_place(&self, x: &mut [f32]) {
+        let width = self.width();
+        debug_assert!(x.len().is_multiple_of(width.max(1)));
+        for row in x.chunks_exact_mut(width) {
+            // The statistics are read before any value is written.
+            let (shift, inv) = self.statistics(row);
+            match self.kind {
+                NormKind::LayerNorm => {
+                    for ((v, &w), &b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
+                        *v = ((f64::from(*v) - shift) * inv) as f32 * w + b;
+                    }
+                }
+                NormKind::RmsNorm => {
+                    let inv = inv as f32;
+                    for (v, &w) in row.iter_mut().zip(&self.weight) {
+                        *v = *v * inv * w;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The mean subtracted (0 for RMSNorm) and the inverse scale of one row.
+    fn statistics(&self, x: &[f32]) -> (f64, f64) {
+        let n = x.len().max(1) as f64;
+        match self.kind {
+            NormKind::LayerNorm => {
+                let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+                let var = x
+                    .iter()
+                    .map(|&v| (f64::from(v) - mean).powi(2))
+                    .sum::<f64>()
+                    / n;
+                (mean, 1.0 / (var + f64::from(self.eps)).sqrt())
+            }
+            NormKind::RmsNorm => {
+                let mean_square = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n;
+                (0.0, 1.0 / (mean_square + f64::from(self.eps)).sqrt())
+            }
+        }
+    }
+
     /// Normalises one row `x` (of `width()` components) into `out` (as long).
     pub(crate) fn apply(&self, x: &[f32], out: &mut [f32]) {
         debug_assert!(x.len() == self.width() && out.len() == self.width());

@@ -9,8 +9,13 @@
 //! (x2i, x2i+1) -> (x2i cos theta - x2i+1 sin theta,  x2i sin theta + x2i+1 cos theta)
 //! ```
 //!
-//! The "NeoX" layout would pair `x[i]` with `x[i + dim/2]` instead; on these
-//! weights it gives plausible but wrong text (see `shared/models/SMOLLM2.md`).
+//! The NeoX mode ([`RopeMode::Neox`], qwen2, qwen3, gemma3) pairs `x[i]`
+//! with `x[i + dim/2]` instead; on llama's weights it gives plausible but
+//! wrong text (see `shared/models/SMOLLM2.md`), so the mode comes from the
+//! architecture. Llama 3's frequency factors divide each pair's frequency,
+//! and linear scaling multiplies every angle (see [`RopeOptions`]).
+
+use super::config::{RopeMode, RopeOptions};
 
 /// The rotary frequencies `base^(-2i / dim)`; each position's angles are
 /// computed when a row is rotated (in f64, then rounded to f32), so memory does
@@ -20,21 +25,35 @@
 pub struct RopeTable {
     dim: usize,
     n_positions: usize,
-    /// `base^(-2i / dim)` for each pair `i`.
+    mode: RopeMode,
+    /// `freq_scale * base^(-2i / dim) / freq_factors[i]` for each pair `i`.
     inv_freq: Vec<f64>,
 }
 
 impl RopeTable {
-    /// The rotation for rotary dimension `dim` (even) and frequency `base`,
-    /// for positions `0..n_positions`.
+    /// The adjacent-pair rotation for rotary dimension `dim` (even) and
+    /// frequency `base`, for positions `0..n_positions`.
+    #[cfg(test)]
     pub fn new(dim: usize, base: f32, n_positions: usize) -> Self {
+        Self::with_options(dim, base, n_positions, &RopeOptions::default())
+    }
+
+    /// The rotation for rotary dimension `dim` (even), frequency `base` and
+    /// `options` (validated with the configuration), for positions
+    /// `0..n_positions`.
+    pub fn with_options(dim: usize, base: f32, n_positions: usize, options: &RopeOptions) -> Self {
         let half = dim / 2;
         let inv_freq = (0..half)
-            .map(|i| f64::from(base).powf(-2.0 * i as f64 / dim as f64))
+            .map(|i| {
+                let factor = options.freq_factors.as_ref().map_or(1.0, |f| f[i]);
+                f64::from(options.freq_scale) * f64::from(base).powf(-2.0 * i as f64 / dim as f64)
+                    / f64::from(factor)
+            })
             .collect();
         Self {
             dim: half * 2,
             n_positions,
+            mode: options.mode,
             inv_freq,
         }
     }
@@ -50,14 +69,18 @@ impl RopeTable {
             self.n_positions
         );
         debug_assert!(self.dim <= head_dim && row.len().is_multiple_of(head_dim));
-        let rotary = self.dim;
-        for (i, &freq) in self.inv_freq.iter().enumerate().take(rotary / 2) {
+        let half = self.dim / 2;
+        for (i, &freq) in self.inv_freq.iter().enumerate() {
             let (s, c) = (pos as f64 * freq).sin_cos();
             let (s, c) = (s as f32, c as f32);
+            let (a, b) = match self.mode {
+                RopeMode::Adjacent => (2 * i, 2 * i + 1),
+                RopeMode::Neox => (i, i + half),
+            };
             for head in row.chunks_exact_mut(head_dim) {
-                let (x0, x1) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = x0 * c - x1 * s;
-                head[2 * i + 1] = x0 * s + x1 * c;
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
             }
         }
     }
@@ -86,6 +109,25 @@ mod tests {
             assert!((r - e).abs() < 1e-6, "{row:?}");
         }
         assert_eq!(&row[4..], &[5.0, 6.0]);
+    }
+
+    #[test]
+    fn neox_pairs_halves_with_scaled_and_divided_frequencies() {
+        // dim 4, base 100, freq_scale 0.5, factors [1, 4]: pair 0 = (x0, x2)
+        // turns by pos * 0.5, pair 1 = (x1, x3) by pos * 0.5 / 10 / 4.
+        let options = RopeOptions {
+            mode: RopeMode::Neox,
+            freq_scale: 0.5,
+            freq_factors: Some(vec![1.0, 4.0]),
+        };
+        let table = RopeTable::with_options(4, 100.0, 8, &options);
+        let mut row = [1.0, 1.0, 0.0, 0.0];
+        table.rotate_heads(&mut row, 4, 4);
+        let (a0, a1) = (2.0f64, 0.05f64);
+        let expected = [a0.cos(), a1.cos(), a0.sin(), a1.sin()];
+        for (r, e) in row.iter().zip(expected) {
+            assert!((f64::from(*r) - e).abs() < 1e-6, "{row:?}");
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
 
 use super::TransformerError;
-use super::config::{FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
+use super::config::{ArchOptions, FfnKind, KvPrecision, NormKind, PositionKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
 use super::model::{Decoder, DecoderWeights, LayerWeights};
@@ -157,6 +157,7 @@ fn build(
             ffn: FfnKind::GeluMlp,
             tied_output: true,
             kv_precision: KvPrecision::F32,
+            options: ArchOptions::default(),
         },
         ToyArchitecture::Llama => TransformerConfig {
             vocab_size: TOY_VOCAB.len(),
@@ -176,6 +177,7 @@ fn build(
             ffn: FfnKind::SwiGlu,
             tied_output: false,
             kv_precision: KvPrecision::F32,
+            options: ArchOptions::default(),
         },
     };
     config.validate()?;
@@ -201,21 +203,20 @@ fn build(
                 up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
                 down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
             },
-            FfnKind::SwiGlu => FeedForward::SwiGlu {
-                gate: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
-                up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
-                down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
-            },
+            FfnKind::SwiGlu | FfnKind::GeGlu => {
+                let (gate, up, down) = (
+                    Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
+                    Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
+                    Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
+                );
+                if c.ffn == FfnKind::GeGlu {
+                    FeedForward::GeGlu { gate, up, down }
+                } else {
+                    FeedForward::SwiGlu { gate, up, down }
+                }
+            }
         };
-        layers.push(LayerWeights {
-            attn_norm: norm(),
-            wq,
-            wk,
-            wv,
-            wo,
-            ffn_norm: norm(),
-            ffn,
-        });
+        layers.push(LayerWeights::plain(norm(), [wq, wk, wv, wo], norm(), ffn));
     }
     let output = (!c.tied_output).then(|| Linear::dense(draw.matrix(c.vocab_size, n_embd, 0.18)));
     // One stream per position, after every other tensor's, so the bound

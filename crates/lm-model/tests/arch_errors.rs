@@ -1,0 +1,183 @@
+//! Malformed metadata and tensors of the non-llama architectures end in
+//! errors that name the problem: the committed `fixtures/arch/` files
+//! (see `arch_conformance`), each rewritten with one thing wrong.
+
+use lm_model::{GgufFile, Llama, MetadataValue, TransformerError};
+
+use crate::common::fixture_path;
+use crate::common::gguf_writer::{GgufTensor, gguf_file};
+
+/// A fixture model's metadata and tensors, to edit and write back.
+pub(crate) struct Model {
+    metadata: Vec<(String, MetadataValue)>,
+    tensors: Vec<GgufTensor>,
+}
+
+impl Model {
+    pub(crate) fn read(arch: &str) -> Self {
+        let file = GgufFile::open(fixture_path(&format!("arch/{arch}.gguf"))).unwrap();
+        let tensors = file
+            .tensors()
+            .iter()
+            .map(|info| GgufTensor {
+                name: info.name.clone(),
+                dims: info.dims.iter().map(|&d| d as u64).collect(),
+                type_id: info.ggml_type.id(),
+                data: file.tensor(&info.name).unwrap().data.to_vec(),
+            })
+            .collect();
+        Self {
+            metadata: file.metadata().to_vec(),
+            tensors,
+        }
+    }
+
+    pub(crate) fn set(mut self, key: &str, value: MetadataValue) -> Self {
+        match self.metadata.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.metadata.push((key.to_owned(), value)),
+        }
+        self
+    }
+
+    pub(crate) fn remove_key(mut self, key: &str) -> Self {
+        self.metadata.retain(|(k, _)| k != key);
+        self
+    }
+
+    pub(crate) fn remove_tensors(mut self, names: &[&str]) -> Self {
+        self.tensors.retain(|t| !names.contains(&t.name.as_str()));
+        self
+    }
+
+    /// Replaces tensor `name` by an f32 vector of `len` values.
+    pub(crate) fn resize_vector(mut self, name: &str, len: usize) -> Self {
+        let tensor = self.tensors.iter_mut().find(|t| t.name == name).unwrap();
+        *tensor = GgufTensor::f32(name, vec![len as u64], &vec![1.0; len]);
+        self
+    }
+
+    pub(crate) fn load(&self) -> Result<lm_model::Decoder, TransformerError> {
+        let bytes = gguf_file(3, 32, &self.metadata, &self.tensors);
+        Llama::from_file(GgufFile::from_bytes(bytes).unwrap())
+    }
+}
+
+/// Loading `model` fails with `message`, and the error is the variant `is`.
+fn check(model: Model, message: &str, is: fn(&TransformerError) -> bool) {
+    let err = model.load().unwrap_err();
+    assert_eq!(err.to_string(), message);
+    assert!(is(&err), "{err:?}");
+}
+
+#[test]
+fn every_fixture_loads_unchanged() {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        Model::read(arch).load().unwrap();
+    }
+}
+
+#[test]
+fn another_architecture_is_named_with_the_supported_ones() {
+    check(
+        Model::read("qwen2").set("general.architecture", MetadataValue::String("phi3".into())),
+        "architecture `phi3` is not supported; supported: llama, qwen2, qwen3, gemma3",
+        |e| matches!(e, TransformerError::UnsupportedArchitecture { found } if found == "phi3"),
+    );
+}
+
+#[test]
+fn a_sliding_window_of_zero_is_refused() {
+    check(
+        Model::read("gemma3").set("gemma3.attention.sliding_window", MetadataValue::U32(0)),
+        "sliding window of 0 positions every 6 layers: both must be positive",
+        |e| matches!(e, TransformerError::InvalidSlidingWindow { window: 0, .. }),
+    );
+    check(
+        Model::read("gemma3").remove_key("gemma3.attention.sliding_window"),
+        "missing metadata keys: gemma3.attention.sliding_window",
+        |e| matches!(e, TransformerError::MissingMetadata { .. }),
+    );
+}
+
+#[test]
+fn a_head_count_that_does_not_divide_the_width_is_refused_where_it_gives_the_head_width() {
+    // qwen2 derives the head width from the width: 64 / 5 does not divide.
+    check(
+        Model::read("qwen2").set("qwen2.attention.head_count", MetadataValue::U32(5)),
+        "head count 5 does not divide the embedding size 64",
+        |e| {
+            matches!(
+                e,
+                TransformerError::HeadCountDoesNotDivide { n_head: 5, .. }
+            )
+        },
+    );
+    // qwen3 gives it as attention.key_length, so 4 heads of 32 over a width
+    // of 64 load (the fixture); a key length that disagrees with the
+    // tensors is a shape error.
+    check(
+        Model::read("qwen3").set("qwen3.attention.key_length", MetadataValue::U32(16)),
+        "tensor blk.0.attn_q.weight has shape [64, 128], expected [64, 64]",
+        |e| matches!(e, TransformerError::TensorShape { .. }),
+    );
+}
+
+#[test]
+fn missing_architecture_tensors_are_all_listed() {
+    check(
+        Model::read("qwen2").remove_tensors(&["blk.1.attn_k.bias", "blk.0.attn_v.bias"]),
+        "missing tensors: blk.0.attn_v.bias, blk.1.attn_k.bias",
+        |e| matches!(e, TransformerError::MissingTensors { .. }),
+    );
+    check(
+        Model::read("gemma3")
+            .remove_tensors(&["blk.5.post_ffw_norm.weight", "blk.2.attn_q_norm.weight"]),
+        "missing tensors: blk.2.attn_q_norm.weight, blk.5.post_ffw_norm.weight",
+        |e| matches!(e, TransformerError::MissingTensors { .. }),
+    );
+}
+
+#[test]
+fn norm_and_bias_sizes_that_do_not_match_are_named() {
+    check(
+        Model::read("qwen3").resize_vector("blk.1.attn_k_norm.weight", 16),
+        "tensor blk.1.attn_k_norm.weight has shape [16], expected [32]",
+        |e| matches!(e, TransformerError::TensorShape { .. }),
+    );
+    check(
+        Model::read("gemma3").resize_vector("blk.0.post_attention_norm.weight", 63),
+        "tensor blk.0.post_attention_norm.weight has shape [63], expected [64]",
+        |e| matches!(e, TransformerError::TensorShape { .. }),
+    );
+    check(
+        Model::read("qwen2").resize_vector("blk.0.attn_q.bias", 32),
+        "tensor blk.0.attn_q.bias has shape [32], expected [64]",
+        |e| matches!(e, TransformerError::TensorShape { .. }),
+    );
+}
+
+#[test]
+fn rope_freqs_of_the_wrong_length_and_unsupported_scaling_are_refused() {
+    check(
+        Model::read("llama").resize_vector("rope_freqs.weight", 5),
+        "5 rope frequency factors for 8 rotated pairs",
+        |e| {
+            matches!(
+                e,
+                TransformerError::RopeFreqFactorsLength {
+                    expected: 8,
+                    found: 5
+                }
+            )
+        },
+    );
+    check(
+        Model::read("llama").set(
+            "llama.rope.scaling.type",
+            MetadataValue::String("yarn".into()),
+        ),
+        "rope scaling `yarn` is not supported; supported: none, linear",
+        |e| matches!(e, TransformerError::UnsupportedRopeScaling { .. }),
+    );
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Write small seeded random-weight GGUF files, one per architecture, and
+llama.cpp's logits for a fixed id sequence on each: fixtures/arch/.
+
+Run through `cargo xtask reference-fixtures --arch`, or by hand with a Python
+that has llama-cpp-python 0.3.36 and gguf 0.19.0:
+
+    python3 scripts/reference/random_gguf.py --out fixtures/arch
+
+For each architecture NAME it writes:
+- NAME.gguf: the model (weights drawn from numpy's PCG64 with a fixed seed,
+  so a rerun writes the same bytes), with llama.cpp's metadata keys for that
+  architecture and `tokenizer.ggml.model = "none"` (no vocabulary);
+- NAME.logits.f32le.bin: llama.cpp's logits of every position of IDS,
+  `[len(IDS)][vocab]` little-endian f32, fed as ids with `Llama.eval`
+  (`logits_all=True`, one thread, one batch);
+- manifest.json: the ids, the shapes and the versions.
+
+The script opens no network connection and writes only llama.cpp's outputs,
+never any of its code.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+import gguf
+import llama_cpp
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+VOCAB = 512
+N_IDS = 40
+SEED = 20261201
+# The fixed input: 40 ids drawn once from the seed (a gemma3 window of 12
+# is crossed three times).
+IDS = [int(i) for i in np.random.default_rng(SEED).integers(0, VOCAB, N_IDS)]
+
+# Each architecture: its metadata and tensor layout. head_dim is the key
+# length; q_dim = n_head * head_dim may differ from the width (qwen3, gemma3).
+ARCHS = {
+    # Llama 3.1-style: rope_freqs.weight holds per-pair frequency factors.
+    "llama": dict(n_embd=64, n_layer=2, n_head=4, n_kv_head=2, head_dim=16, ffn=96,
+                  rope_base=500000.0, dtype="f16", rope_freqs=True, tied=False),
+    "qwen2": dict(n_embd=64, n_layer=2, n_head=4, n_kv_head=2, head_dim=16, ffn=96,
+                  rope_base=1000000.0, dtype="f32", qkv_bias=True, tied=True),
+    "qwen3": dict(n_embd=64, n_layer=2, n_head=4, n_kv_head=2, head_dim=32, ffn=96,
+                  rope_base=1000000.0, dtype="f16", qk_norm=True, tied=False),
+    "gemma3": dict(n_embd=64, n_layer=6, n_head=4, n_kv_head=1, head_dim=32, ffn=96,
+                   rope_base=1000000.0, dtype="f16", qk_norm=True, post_norms=True,
+                   sliding_window=12, tied=True),
+}
+
+
+def llama3_rope_factors(head_dim, base):
+    """The factors convert_hf_to_gguf.py writes for Llama 3.1's rope_scaling
+    (factor 8, low 1, high 4, original context 8192), for a head of head_dim.
+    With the tiny original context used here (40) the three regimes (kept,
+    blended, scaled) all occur: factors 1, 5.17, then 8."""
+    factor, low_freq_factor, high_freq_factor, old_context_len = 8.0, 1.0, 4.0, 40
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    factors = []
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / (base ** (i / head_dim))
+        wavelen = 2 * np.pi / freq
+        if wavelen < high_freq_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_freq_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def write_model(path, arch, spec, seed):
+    rng = np.random.default_rng(seed)
+    d, hd, nh, nkv, ffn = spec["n_embd"], spec["head_dim"], spec["n_head"], spec["n_kv_head"], spec["ffn"]
+    wdtype = np.float16 if spec["dtype"] == "f16" else np.float32
+
+    def matrix(n_out, n_in):
+        # numpy shape (rows, row length) is ggml's [row length, rows].
+        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(wdtype)
+
+    def gain(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n):
+        return (0.5 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, arch)
+    w.add_context_length(256)
+    w.add_embedding_length(d)
+    w.add_block_count(spec["n_layer"])
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_layer_norm_rms_eps(1e-6 if arch == "gemma3" else 1e-5)
+    w.add_rope_freq_base(spec["rope_base"])
+    if arch in ("qwen3", "gemma3"):
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    else:
+        w.add_rope_dimension_count(hd)
+    if "sliding_window" in spec:
+        w.add_sliding_window(spec["sliding_window"])
+    w.add_tokenizer_model("none")
+    w.add_vocab_size(VOCAB)
+
+    # Embedding rows of unit scale (gemma3 multiplies them by sqrt(width)).
+    emb_scale = 1.0 / np.sqrt(d) if arch == "gemma3" else 1.0
+    w.add_tensor("token_embd.weight", (rng.standard_normal((VOCAB, d)) * emb_scale).astype(wdtype))
+    w.add_tensor("output_norm.weight", gain(d))
+    if not spec["tied"]:
+        w.add_tensor("output.weight", matrix(VOCAB, d))
+    if spec.get("rope_freqs"):
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, spec["rope_base"]))
+    for i in range(spec["n_layer"]):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", gain(d))
+        w.add_tensor(p + "attn_q.weight", matrix(nh * hd, d))
+        w.add_tensor(p + "attn_k.weight", matrix(nkv * hd, d))
+        w.add_tensor(p + "attn_v.weight", matrix(nkv * hd, d))
+        if spec.get("qkv_bias"):
+            w.add_tensor(p + "attn_q.bias", bias(nh * hd))
+            w.add_tensor(p + "attn_k.bias", bias(nkv * hd))
+            w.add_tensor(p + "attn_v.bias", bias(nkv * hd))
+        if spec.get("qk_norm"):
+            w.add_tensor(p + "attn_q_norm.weight", gain(hd))
+            w.add_tensor(p + "attn_k_norm.weight", gain(hd))
+        w.add_tensor(p + "attn_output.weight", matrix(d, nh * hd))
+        if spec.get("post_norms"):
+            w.add_tensor(p + "post_attention_norm.weight", gain(d))
+        w.add_tensor(p + "ffn_norm.weight", gain(d))
+        w.add_tensor(p + "ffn_gate.weight", matrix(ffn, d))
+        w.add_tensor(p + "ffn_up.weight", matrix(ffn, d))
+        w.add_tensor(p + "ffn_down.weight", matrix(d, ffn))
+        if spec.get("post_norms"):
+            w.add_tensor(p + "post_ffw_norm.weight", gain(d))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def llama_cpp_logits(path):
+    llm = llama_cpp.Llama(
+        model_path=path,
+        n_ctx=256,
+        n_batch=256,
+        n_threads=1,
+        n_threads_batch=1,
+        logits_all=True,
+        verbose=False,
+    )
+    llm.eval(IDS)
+    n_vocab = llm.n_vocab()
+    assert n_vocab == VOCAB, n_vocab
+    return np.array(llm.scores[: len(IDS)], dtype=np.float32)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
+        sys.exit(f"need llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}, found {llama_cpp.__version__}")
+    os.makedirs(args.out, exist_ok=True)
+    manifest = {
+        "llama_cpp_python": llama_cpp.__version__,
+        "gguf": gguf.__version__ if hasattr(gguf, "__version__") else "0.19.0",
+        "seed": SEED,
+        "ids": IDS,
+        "vocab_size": VOCAB,
+        "models": {},
+    }
+    for k, (arch, spec) in enumerate(ARCHS.items()):
+        path = os.path.join(args.out, f"{arch}.gguf")
+        write_model(path, arch, spec, SEED + k + 1)
+        logits = llama_cpp_logits(path)
+        logits.astype("<f4").tofile(os.path.join(args.out, f"{arch}.logits.f32le.bin"))
+        manifest["models"][arch] = {
+            "file": f"{arch}.gguf",
+            "logits": f"{arch}.logits.f32le.bin",
+            "rows": len(IDS),
+            "argmax": [int(a) for a in logits.argmax(axis=1)],
+            **{key: value for key, value in spec.items()},
+        }
+        print(f"{arch}: {os.path.getsize(path)} bytes, logits range {logits.min():.3f}..{logits.max():.3f}")
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
