@@ -215,8 +215,9 @@ impl Tokenizer {
     /// let tokenizer = Tokenizer::from_spm_vocab(vocab).unwrap();
     /// // " hi" merges ▁ h i -> ▁ hi -> ▁hi ("hi" scores -3, "▁hi" -1).
     /// assert_eq!(tokenizer.encode("hi").unwrap(), vec![0, 4]);
-    /// // The space prefix comes off again when decoding.
-    /// assert_eq!(tokenizer.decode_skipping_special(&[0, 4]).unwrap(), "hi");
+    /// // Decoding drops the prefix space of the first piece, as llama.cpp.
+    /// assert_eq!(tokenizer.decode(&[4]).unwrap(), "hi");
+    /// assert_eq!(tokenizer.decode(&[0, 4]).unwrap(), "<bos> hi");
     /// ```
     pub fn from_spm_vocab(vocab: SpmVocab) -> Result<Self, TokenizeError> {
         if vocab.tokens.is_empty() {
