@@ -96,25 +96,28 @@ pub struct Tokenizer {
 /// The encoder and decoder behind a [`Tokenizer`], by vocabulary kind.
 #[derive(Debug, Clone)]
 enum Backend {
-    /// A `tokenizers` pipeline (added tokens, pre-tokenizer, model, decoder):
-    /// byte-level BPE or a `tokenizer.json`.
-    Pipeline {
-        /// The pipeline.
-        pipeline: tokenizers::Tokenizer,
-        /// The same pipeline with special-token text split as ordinary
-        /// text, built on the first [`Tokenizer::encode_literal`].
-        literal: OnceLock<tokenizers::Tokenizer>,
-    },
+    /// A `tokenizers` pipeline: byte-level BPE or a `tokenizer.json`.
+    Pipeline(Box<Pipeline>),
     /// A SentencePiece vocabulary, merged by score as llama.cpp does.
-    Spm(SpmModel),
+    Spm(Box<SpmModel>),
+}
+
+/// A `tokenizers` pipeline (added tokens, pre-tokenizer, model, decoder).
+#[derive(Debug, Clone)]
+struct Pipeline {
+    /// The pipeline.
+    pipeline: tokenizers::Tokenizer,
+    /// The same pipeline with special-token text split as ordinary text,
+    /// built on the first [`Tokenizer::encode_literal`].
+    literal: OnceLock<tokenizers::Tokenizer>,
 }
 
 impl Backend {
     fn pipeline(pipeline: tokenizers::Tokenizer) -> Self {
-        Self::Pipeline {
+        Self::Pipeline(Box::new(Pipeline {
             pipeline,
             literal: OnceLock::new(),
-        }
+        }))
     }
 }
 
@@ -236,7 +239,7 @@ impl Tokenizer {
             .collect();
         let end_ids = end_of_generation_ids(&vocab.tokens, vocab.eos_id);
         Ok(Self {
-            backend: Backend::Spm(model),
+            backend: Backend::Spm(Box::new(model)),
             id_to_text: vocab.tokens,
             is_special,
             bos_id: vocab.bos_id,
@@ -325,7 +328,8 @@ impl Tokenizer {
             ids.push(bos_id);
         }
         match &self.backend {
-            Backend::Pipeline { pipeline, literal } => {
+            Backend::Pipeline(boxed) => {
+                let Pipeline { pipeline, literal } = boxed.as_ref();
                 let pipeline = if parse_special {
                     pipeline
                 } else {
@@ -378,8 +382,9 @@ impl Tokenizer {
             });
         }
         match &self.backend {
-            Backend::Pipeline { pipeline, .. } => {
-                pipeline
+            Backend::Pipeline(boxed) => {
+                boxed
+                    .pipeline
                     .decode(ids, skip_special)
                     .map_err(|source| TokenizeError::Backend {
                         stage: "decoding",
@@ -404,7 +409,7 @@ impl Tokenizer {
     /// The id whose vocabulary text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<TokenId> {
         match &self.backend {
-            Backend::Pipeline { pipeline, .. } => pipeline.token_to_id(text),
+            Backend::Pipeline(boxed) => boxed.pipeline.token_to_id(text),
             Backend::Spm(model) => model.token_id(text),
         }
     }
@@ -467,7 +472,7 @@ impl Detokenize for Tokenizer {
     /// vocabulary reads as U+FFFD.
     fn decode(&self, ids: &[TokenId]) -> String {
         let pipeline = match &self.backend {
-            Backend::Pipeline { pipeline, .. } => pipeline,
+            Backend::Pipeline(boxed) => &boxed.pipeline,
             Backend::Spm(model) => return spm_text(model, ids, false),
         };
         let vocab_size = self.vocab_size();
