@@ -119,6 +119,17 @@ fn vocabulary_facts_and_end_tokens_match_llama_cpp() {
     let literal = tokenizer.encode_literal("<start_of_turn>").unwrap();
     assert!(!literal.contains(&105) && literal.len() > 2, "{literal:?}");
     assert_eq!(tokenizer.decode(&literal).unwrap(), "<bos><start_of_turn>");
+    // llama.cpp (parse_special=False): "</s>", an end token and so a control
+    // token, is spelled out; the user-defined "<b>" (200) is still matched.
+    assert_eq!(
+        tokenizer.encode_literal("a</s>b<b>c").unwrap(),
+        [2, 236746, 954, 236751, 236813, 236763, 200, 236755]
+    );
+    assert_eq!(
+        tokenizer.encode("a</s>b<b>c").unwrap(),
+        [2, 236746, 212, 236763, 200, 236755]
+    );
+    assert!(tokenizer.is_special(212));
 }
 
 #[test]
