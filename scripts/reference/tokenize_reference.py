@@ -14,6 +14,11 @@ the BOS token the vocabulary asks for, and `llama_detokenize`'s text of the ids
 (remove_special=False) with control tokens written out (`unparse_special`) and
 left out. The same texts as the SmolLM2 fixture, plus cases that matter to
 SentencePiece (leading spaces, tabs, byte fallback, Gemma's turn markers).
+
+Gemma's vocabulary has `add_space_prefix = false`; Llama 2's style (true) is
+covered by `with_add_space_prefix`: the same texts under a copy of the
+vocabulary's metadata with only that key set to true (written with the `gguf`
+package to a temporary vocabulary-only file).
 Only llama.cpp's outputs are written, never any of its code.
 """
 
@@ -21,6 +26,9 @@ import argparse
 import ctypes
 import os
 import sys
+import tempfile
+
+import gguf
 
 import llama_cpp
 from fixture_json import write_json
@@ -54,7 +62,16 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     llm = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
     vocab = llm._model.vocab
-    cases = [tokenize_case(llm, vocab, name, text) for name, text in TOKENIZE_CASES + EXTRA_CASES]
+    texts = TOKENIZE_CASES + EXTRA_CASES
+    cases = [tokenize_case(llm, vocab, name, text) for name, text in texts]
+    with tempfile.TemporaryDirectory() as tmp:
+        prefixed_path = os.path.join(tmp, "space_prefix.gguf")
+        write_metadata_copy(args.model, prefixed_path, {"tokenizer.ggml.add_space_prefix": True})
+        prefixed = llama_cpp.Llama(model_path=prefixed_path, vocab_only=True, verbose=False)
+        prefixed_cases = [
+            tokenize_case(prefixed, prefixed._model.vocab, name, text) for name, text in texts
+        ]
+        prefixed.close()
     write_json(
         os.path.join(args.out, "tokenize.json"),
         {
@@ -71,8 +88,33 @@ def main():
                 token for token in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, token)
             ],
             "cases": cases,
+            "with_add_space_prefix": {"cases": prefixed_cases},
         },
     )
+
+
+def write_metadata_copy(source, destination, overrides):
+    """A GGUF file with `source`'s metadata (no tensors), `overrides` (bool
+    values) replacing keys."""
+    reader = gguf.GGUFReader(source)
+    writer = gguf.GGUFWriter(destination, arch=reader.fields["general.architecture"].contents())
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name in overrides:
+            writer.add_bool(name, overrides[name])
+            continue
+        value_type = field.types[0]
+        if value_type == gguf.GGUFValueType.ARRAY:
+            writer.add_array(name, field.contents())
+        elif value_type == gguf.GGUFValueType.STRING:
+            writer.add_string(name, field.contents())
+        else:
+            writer.add_key_value(name, field.contents(), value_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def tokenize_case(llm, vocab, name, text):

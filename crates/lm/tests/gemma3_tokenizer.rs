@@ -2,10 +2,15 @@
 //! loader, against llama.cpp (`fixtures/gemma3/tokenize.json`, written by
 //! `cargo xtask reference-fixtures` with llama-cpp-python, vocabulary only):
 //! ids without and with BOS, and detokenized text with and without control
-//! tokens. Ignored until the model is fetched; with `--include-ignored` and
-//! no model they fail naming the fetch command.
+//! tokens. The same texts under the same vocabulary with
+//! `add_space_prefix` set (Llama 2's style; Gemma's is unset) check that path.
+//! Ignored until the model is fetched; with `--include-ignored` and no model
+//! they fail naming the fetch command.
 
 use lm::lm_core::Detokenize;
+use lm::lm_model::GgufFile;
+use lm::lm_model::catalog::GEMMA3_270M;
+use lm::lm_tokenize::Tokenizer;
 use serde::Deserialize;
 
 use crate::common;
@@ -15,6 +20,13 @@ use crate::common;
 struct Fixture {
     add_bos: bool,
     end_of_generation_ids: Vec<u32>,
+    cases: Vec<Case>,
+    with_add_space_prefix: Cases,
+}
+
+/// llama.cpp's cases under the vocabulary with `add_space_prefix` set.
+#[derive(Debug, Deserialize)]
+struct Cases {
     cases: Vec<Case>,
 }
 
@@ -43,22 +55,7 @@ fn encodes_every_text_like_llama_cpp_with_and_without_bos() {
     let fixture = fixture();
     assert!(fixture.cases.len() >= 30, "{} cases", fixture.cases.len());
     assert_eq!(tokenizer.add_bos(), fixture.add_bos);
-    let bos_id = tokenizer.bos_id().expect("Gemma names a bos token");
-    let mut mismatches = Vec::new();
-    for case in &fixture.cases {
-        // `encode` adds BOS as the vocabulary asks; llama.cpp's `ids` have none.
-        let with_bos = tokenizer.encode(&case.text).expect("encodes");
-        if with_bos != case.ids_with_bos {
-            mismatches.push(format!(
-                "{}: {:?}\n  ours      {with_bos:?}\n  llama.cpp {:?}",
-                case.name, case.text, case.ids_with_bos
-            ));
-        }
-        assert_eq!(
-            case.ids_with_bos.split_first(),
-            Some((&bos_id, &case.ids[..]))
-        );
-    }
+    let mismatches = encoding_mismatches(tokenizer, &fixture.cases);
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }
 
@@ -66,8 +63,52 @@ fn encodes_every_text_like_llama_cpp_with_and_without_bos() {
 #[ignore = "needs Gemma 3: cargo xtask fetch-model gemma3-270m"]
 fn decodes_every_case_like_llama_cpp_detokenize() {
     let tokenizer = &common::gemma3_text().tokenizer;
+    let mismatches = decoding_mismatches(tokenizer, &fixture().cases);
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+#[ignore = "needs Gemma 3: cargo xtask fetch-model gemma3-270m"]
+fn with_a_space_prefix_encodes_and_decodes_like_llama_cpp() {
+    let path = GEMMA3_270M.path().unwrap_or_else(|err| panic!("{err}"));
+    let file = GgufFile::open_metadata(path).unwrap();
+    let mut vocab = lm::spm_vocab(&file).unwrap();
+    assert!(!vocab.add_space_prefix);
+    vocab.add_space_prefix = true;
+    let tokenizer = Tokenizer::from_spm_vocab(vocab).unwrap();
+    let cases = fixture().with_add_space_prefix.cases;
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    let mut mismatches = encoding_mismatches(&tokenizer, &cases);
+    mismatches.extend(decoding_mismatches(&tokenizer, &cases));
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+/// The cases whose ids (with BOS, as `encode` adds it) differ from llama.cpp's.
+fn encoding_mismatches(tokenizer: &Tokenizer, cases: &[Case]) -> Vec<String> {
+    let bos_id = tokenizer.bos_id().expect("Gemma names a bos token");
     let mut mismatches = Vec::new();
-    for case in fixture().cases {
+    for case in cases {
+        let with_bos = tokenizer.encode(&case.text).expect("encodes");
+        if with_bos != case.ids_with_bos {
+            mismatches.push(format!(
+                "{}: {:?}\n  ours      {with_bos:?}\n  llama.cpp {:?}",
+                case.name, case.text, case.ids_with_bos
+            ));
+        }
+        // llama.cpp's `ids` are the same without BOS.
+        assert_eq!(
+            case.ids_with_bos.split_first(),
+            Some((&bos_id, &case.ids[..]))
+        );
+    }
+    mismatches
+}
+
+/// The cases whose decoded text differs from llama.cpp's detokenized text,
+/// with control tokens written out and left out.
+fn decoding_mismatches(tokenizer: &Tokenizer, cases: &[Case]) -> Vec<String> {
+    let mut mismatches = Vec::new();
+    for case in cases {
         let checks = [
             (
                 "decode",
@@ -94,7 +135,7 @@ fn decodes_every_case_like_llama_cpp_detokenize() {
             }
         }
     }
-    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    mismatches
 }
 
 #[test]
