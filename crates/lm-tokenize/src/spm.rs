@@ -17,7 +17,7 @@
 //!   2. ' ' -> '▁' (and a leading '▁' when add_space_prefix and the text
 //!      starts the prompt or follows a special token)   "user▁hi"
 //!   3. merge by score:  u s e r ▁ h i  ->  ...  ->  "user" "▁hi"
-//!   4. symbols that are no token -> <0xNN> byte tokens
+//!   4. symbols that are no token -> <0xNN> byte tokens (else the unknown token)
 //! ```
 //!
 //! Decoding is llama.cpp's `token_to_piece`: byte tokens give their byte,
@@ -281,16 +281,11 @@ impl SpmModel {
         }
     }
 
-    /// The token of a byte no token covers: its `<0xNN>` token, else a token
-    /// whose text is that (ASCII) byte, else the unknown token.
+    /// The token of a byte of a character that is no token: its `<0xNN>`
+    /// token, else the unknown token (where llama.cpp, which looks for a
+    /// token spelling the byte alone, would throw).
     fn byte_token(&self, byte: u8) -> Result<TokenId, TokenizeError> {
         self.byte_ids[usize::from(byte)]
-            .or_else(|| {
-                let ascii = char::from(byte);
-                byte.is_ascii()
-                    .then(|| self.token_id(ascii.encode_utf8(&mut [0; 4])))
-                    .flatten()
-            })
             .or(self.unk_id)
             .ok_or(TokenizeError::NoByteToken { byte })
     }
