@@ -189,3 +189,54 @@ fn bad_vocabularies_are_typed_errors() {
         }
     ));
 }
+
+/// A vocabulary with all 256 byte tokens (ids 0..=255), a few merged
+/// pieces, and the space prefix: every text is spelled, by pieces or bytes.
+fn byte_complete_vocab() -> Tokenizer {
+    let pieces = [
+        "▁", "t", "h", "e", "th", "he", "the", "▁the", "é", "▁é", "🙂",
+    ];
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| format!("<0x{b:02X}>")).collect();
+    let mut token_types = vec![6; 256];
+    let mut scores = vec![0.0; 256];
+    for (piece, idx) in pieces.iter().zip(0u8..) {
+        tokens.push((*piece).to_owned());
+        token_types.push(1);
+        scores.push(-f32::from(idx));
+    }
+    Tokenizer::from_spm_vocab(SpmVocab {
+        tokens,
+        scores,
+        token_types,
+        add_space_prefix: true,
+        ..SpmVocab::default()
+    })
+    .unwrap()
+}
+
+proptest::proptest! {
+    #[test]
+    fn decoding_inverts_encoding(text in "[the é🙂\u{4e00}-\u{4e05}\n\t]{0,24}") {
+        let tokenizer = byte_complete_vocab();
+        let ids = tokenizer.encode(&text).unwrap();
+        proptest::prop_assert_eq!(tokenizer.decode(&ids).unwrap(), text.clone());
+        // Streamed token by token, the same text, never half a character.
+        let mut stream = tokenizer.text_stream(false);
+        let mut streamed = String::new();
+        for id in ids {
+            if let Some(chunk) = stream.push(id).unwrap() {
+                proptest::prop_assert!(!chunk.contains(char::REPLACEMENT_CHARACTER));
+                streamed.push_str(&chunk);
+            }
+        }
+        streamed.push_str(&stream.finish().unwrap());
+        proptest::prop_assert_eq!(streamed, text);
+    }
+}
+
+#[test]
+fn the_byte_complete_vocabulary_merges_the_and_spells_the_rest_in_bytes() {
+    let tokenizer = byte_complete_vocab();
+    // "▁the▁x": "▁" 256, "the" 262, "▁the" 263; 'x' is byte 0x78.
+    assert_eq!(tokenizer.encode("the x").unwrap(), [263, 256, 0x78]);
+}
