@@ -1,7 +1,8 @@
 //! The quantized kernels on SmolLM2's shapes: one decode product (`matvec`)
 //! and one prefill product of 128 inputs (`matmul`), for Q4_1 (every layer
-//! matrix), Q8_0 (the tied output projection) and Q4_0, with the portable
-//! and the SIMD kernel. Run with `cargo bench -p lm-model --bench quant`;
+//! matrix), Q8_0 (the tied output projection), Q4_0, and the K-quants of
+//! the Q4_K_M / Q5_K_M / Q6_K files (ffn_down, the one matrix whose width is
+//! a multiple of 256), with the portable and the SIMD kernel. Run with `cargo bench -p lm-model --bench quant`;
 //! rayon uses all cores unless `RAYON_NUM_THREADS` says otherwise.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -27,7 +28,10 @@ fn matrix_data(ty: GgmlType, n_rows: usize, n_cols: usize) -> Vec<u8> {
     let n_bytes = n_rows * ty.row_bytes(n_cols).unwrap();
     let mut data = bytes(n_bytes, 0x9e37_79b9_7f4a_7c15);
     let scale_bytes: &[usize] = match ty {
-        GgmlType::Q4_1 => &[1, 3],
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[1, 3],
+        GgmlType::Q6_K => &[209],
+        GgmlType::Q3_K => &[109],
+        GgmlType::Q2_K => &[81, 83],
         _ => &[1],
     };
     for block in data.chunks_exact_mut(ty.block_bytes()) {
@@ -74,6 +78,9 @@ fn matvec(c: &mut Criterion) {
         ("q4_1 576x1536 (ffn_down)", GgmlType::Q4_1, 576, 1536),
         ("q8_0 49152x576 (output)", GgmlType::Q8_0, 49152, 576),
         ("q4_0 1536x576", GgmlType::Q4_0, 1536, 576),
+        ("q4_K 576x1536 (ffn_down)", GgmlType::Q4_K, 576, 1536),
+        ("q5_K 576x1536 (ffn_down)", GgmlType::Q5_K, 576, 1536),
+        ("q6_K 576x1536 (ffn_down)", GgmlType::Q6_K, 576, 1536),
     ];
     let mut group = c.benchmark_group("matvec");
     for (name, ty, n_rows, n_cols) in shapes {
@@ -95,6 +102,7 @@ fn matmul(c: &mut Criterion) {
     let shapes = [
         ("q4_1 1536x576 (ffn_up)", GgmlType::Q4_1, 1536, 576),
         ("q8_0 576x576", GgmlType::Q8_0, 576, 576),
+        ("q4_K 576x1536 (ffn_down)", GgmlType::Q4_K, 576, 1536),
     ];
     let mut group = c.benchmark_group("matmul 128");
     group.sample_size(20);

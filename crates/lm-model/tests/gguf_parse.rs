@@ -671,11 +671,11 @@ fn dimension_count_outside_1_to_4_is_rejected() {
 
 #[test]
 fn unknown_tensor_type_is_rejected_with_its_id() {
-    // 12 is Q4_K: a real GGML type this crate does not read.
-    let bytes = one_tensor_file("w", &[256], 12, 0, 144);
+    // 19 is IQ1_S: a real GGML type this crate does not read.
+    let bytes = one_tensor_file("w", &[256], 19, 0, 50);
     let err = parse_err(bytes);
     assert!(
-        matches!(&err, GgufError::UnknownTensorType { name, type_id: 12 } if name == "w"),
+        matches!(&err, GgufError::UnknownTensorType { name, type_id: 19 } if name == "w"),
         "{err:?}"
     );
 }
@@ -691,6 +691,27 @@ fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
                 ty: GgmlType::Q4_0,
                 row_len: 40,
                 block_size: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+/// SmolLM2's width 576 is a whole number of 32-blocks but not of the
+/// K-quants' 256-weight super-blocks (which is why llama.cpp falls back to
+/// other types for those rows).
+#[test]
+fn k_quant_row_not_a_whole_number_of_super_blocks_is_rejected() {
+    let bytes = one_tensor_file("w", &[576, 2], 12, 0, 2 * 144 * 2);
+    let err = parse_err(bytes);
+    assert!(
+        matches!(
+            err,
+            GgufError::RowNotBlockMultiple {
+                ty: GgmlType::Q4_K,
+                row_len: 576,
+                block_size: 256,
                 ..
             }
         ),

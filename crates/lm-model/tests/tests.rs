@@ -10,6 +10,7 @@ mod hostile_alloc;
 mod hostile_fuzz_regressions;
 mod hostile_gguf;
 mod hostile_ngram;
+mod kquant_kernels;
 mod llama;
 mod llama_conformance;
 mod llama_gguf;

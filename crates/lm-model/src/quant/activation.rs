@@ -1,5 +1,6 @@
 //! Activations quantized to 8-bit blocks, so that products with quantized
-//! weights run on integers (as llama.cpp does with its Q8_0 / Q8_1 blocks).
+//! weights run on integers (as llama.cpp does with its Q8_0 / Q8_1 blocks for
+//! the 32-weight types and Q8_K for the K-quants, [`Q8KBlock`]).
 //!
 //! A block of 32 activations `x` becomes a scale `d = max|x| / 127` and
 //! `q[j] = round_ties_even(x[j] * 127 / max|x|)` in `-127..=127`; `sum = d * Σ q[j]`
@@ -12,6 +13,46 @@
 use rayon::prelude::*;
 
 use super::block::QK;
+use super::block_k::{N_GROUPS, QK_K};
+use super::ggml_type::ActivationKind;
+
+/// The activations one product multiplies with, in the form its weight
+/// type's family needs ([`GgmlType::activation_kind`](super::GgmlType)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Activations<'a> {
+    /// The f32 values, for float weights.
+    F32(&'a [f32]),
+    /// 32-value blocks, for the 32-weight block types.
+    Q8(&'a [Q8Block]),
+    /// 256-value super-blocks, for the K-quants.
+    Q8K(&'a [Q8KBlock]),
+}
+
+/// Reusable buffers for quantized activations of either kind, so that
+/// steady-state products do not allocate.
+#[derive(Debug, Default)]
+pub(crate) struct ActivationBuffers {
+    q8: Vec<Q8Block>,
+    q8k: Vec<Q8KBlock>,
+}
+
+impl ActivationBuffers {
+    /// `x` (whole blocks of `kind`) in the form `kind` names, quantized into
+    /// these buffers (the f32 values themselves for [`ActivationKind::F32`]).
+    pub fn quantize<'s>(&'s mut self, kind: ActivationKind, x: &'s [f32]) -> Activations<'s> {
+        match kind {
+            ActivationKind::F32 => Activations::F32(x),
+            ActivationKind::Q8 => {
+                quantize_blocks(x, &mut self.q8, Q8Block::quantize);
+                Activations::Q8(&self.q8)
+            }
+            ActivationKind::Q8K => {
+                quantize_blocks(x, &mut self.q8k, Q8KBlock::quantize);
+                Activations::Q8K(&self.q8k)
+            }
+        }
+    }
+}
 
 /// 32 activations quantized to signed bytes with one f32 scale.
 ///
@@ -60,24 +101,155 @@ fn round_ties_even_small(v: f32) -> f32 {
     (v + SHIFT) - SHIFT
 }
 
-/// Quantizes `x` (a multiple of 32 long) into `out`, replacing its contents;
-/// in parallel when `x` holds a batch of inputs (prefill), on the calling
-/// thread for one input (a decode step, where handing out work costs more).
+/// 256 activations quantized to signed bytes with one f32 scale and the sums
+/// of each group of 16 (GGML's `block_q8_K`), for the K-quants: their group
+/// offsets multiply the group sums.
 ///
-/// `out` is reused between calls so that steady-state products do not allocate.
-pub(crate) fn quantize_activations(x: &[f32], out: &mut Vec<Q8Block>) {
+/// Quantized as GGML's `quantize_row_q8_K_ref`: the value of largest
+/// magnitude `max` (the first, on ties) maps to -127,
+/// `q[j] = min(127, round_ties_even(-127 / max * x[j]))` and `d = 1 / (-127 / max)`,
+/// kept in f32.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub(crate) struct Q8KBlock {
+    /// The scale: `x[j] ≈ d * qs[j]`.
+    pub d: f32,
+    /// The quantized values.
+    pub qs: [i8; QK_K],
+    /// `Σ qs[j]` over each group of 16 values.
+    pub bsums: [i16; N_GROUPS],
+}
+
+impl Q8KBlock {
+    /// Quantizes 256 activations (`x.len() == 256`; missing values count as 0).
+    #[inline]
+    pub fn quantize(x: &[f32]) -> Q8KBlock {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let mut block = Q8KBlock {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; N_GROUPS],
+        };
+        if amax == 0.0 {
+            return block;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in block.qs.iter_mut().zip(x) {
+            // `as` saturates and maps NaN to 0; |v * iscale| <= 127 otherwise.
+            *q = round_ties_even_small(iscale * v).min(127.0) as i8;
+        }
+        for (sum, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
+            *sum = group.iter().map(|&q| i16::from(q)).sum();
+        }
+        block.d = 1.0 / iscale;
+        block
+    }
+}
+
+/// Quantizes `x` (whole blocks) into `out` with `quantize`, replacing its
+/// contents; in parallel when `x` holds a batch of inputs (prefill), on the
+/// calling thread for one input (a decode step, where handing out work costs
+/// more). The block length is the one `B` is made from (32 or 256).
+fn quantize_blocks<B: BlockOf + Send>(x: &[f32], out: &mut Vec<B>, quantize: fn(&[f32]) -> B) {
     const PARALLEL_MIN_VALUES: usize = 1 << 13;
     out.clear();
     if x.len() >= PARALLEL_MIN_VALUES && rayon::current_num_threads() > 1 {
-        out.par_extend(x.par_chunks_exact(QK).map(Q8Block::quantize));
+        out.par_extend(x.par_chunks_exact(B::LEN).map(quantize));
     } else {
-        out.extend(x.chunks_exact(QK).map(Q8Block::quantize));
+        out.extend(x.chunks_exact(B::LEN).map(quantize));
     }
+}
+
+/// An activation block and the number of values it is made from.
+trait BlockOf {
+    const LEN: usize;
+}
+
+impl BlockOf for Q8Block {
+    const LEN: usize = QK;
+}
+
+impl BlockOf for Q8KBlock {
+    const LEN: usize = QK_K;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Q8_K blocks of seeded activation vectors as llama.cpp's own
+    /// `quantize_row_q8_K` wrote them (fixtures/quant/kquant_dots.json,
+    /// written by scripts/reference/kquant_dots.py): the same bits.
+    #[test]
+    fn q8_k_blocks_match_llama_cpp_bit_for_bit() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/quant/kquant_dots.json"
+        );
+        let text = std::fs::read_to_string(path).expect("fixtures/quant/kquant_dots.json");
+        let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let (mut n_blocks, mut n_expected) = (0, 0);
+        for entry in fixture.as_object().unwrap().values() {
+            for product in entry["products"].as_array().unwrap() {
+                n_expected += entry["n_cols"].as_u64().unwrap() / QK_K as u64;
+                let x: Vec<f32> = hex_bytes(product["x"].as_str().unwrap())
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                let expected = hex_bytes(product["q8_K"].as_str().unwrap());
+                for (values, bytes) in x.chunks_exact(QK_K).zip(expected.chunks_exact(292)) {
+                    let block = Q8KBlock::quantize(values);
+                    let d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                    assert_eq!(block.d.to_bits(), d.to_bits(), "d");
+                    let qs: Vec<i8> = bytes[4..260].iter().map(|&b| b as i8).collect();
+                    assert_eq!(block.qs.as_slice(), qs.as_slice(), "qs");
+                    let bsums: Vec<i16> = bytes[260..292]
+                        .chunks_exact(2)
+                        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                        .collect();
+                    assert_eq!(block.bsums.as_slice(), bsums.as_slice(), "bsums");
+                    n_blocks += 1;
+                }
+            }
+        }
+        assert_eq!(n_blocks, n_expected, "every block of the fixture");
+        assert!(
+            n_blocks >= 36,
+            "six types, two vectors, three or four blocks each"
+        );
+    }
+
+    #[test]
+    fn q8_k_of_zeros_is_zero_and_the_largest_magnitude_maps_to_minus_127() {
+        assert_eq!(
+            Q8KBlock::quantize(&[0.0; QK_K]),
+            Q8KBlock {
+                d: 0.0,
+                qs: [0; QK_K],
+                bsums: [0; N_GROUPS]
+            }
+        );
+        let mut x = [0.25f32; QK_K];
+        x[3] = 2.0;
+        x[4] = -2.0; // same magnitude, later: the first one sets the sign
+        let block = Q8KBlock::quantize(&x);
+        assert_eq!((block.qs[3], block.qs[4], block.qs[0]), (-127, 127, -16));
+        assert_eq!(block.d, 1.0 / (-127.0 / 2.0));
+        assert_eq!(block.bsums[0], 14 * -16 - 127 + 127);
+    }
 
     #[test]
     fn small_rounding_matches_round_ties_even() {

@@ -9,6 +9,8 @@
 //! F16 / BF16 / F32 | one little-endian value per element |
 //! ```
 //!
+//! The K-quants' super-blocks of 256 are drawn in the `block_k` module.
+//!
 //! All multi-byte values are little-endian. The arithmetic follows GGML's
 //! reference dequantisation exactly (an f32 multiply, then an f32 add for Q4_1;
 //! no fused multiply-add), so results are bit-identical to it.
@@ -16,6 +18,7 @@
 use half::{bf16, f16};
 
 use super::GgmlType;
+use super::block_k::{self, QK_K};
 
 /// Number of weights in a quantized block.
 pub const QK: usize = 32;
@@ -95,6 +98,17 @@ pub(crate) fn dequantize_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
         GgmlType::Q8_0 => {
             for (b, o) in row.chunks_exact(34).zip(out.chunks_exact_mut(QK)) {
                 dequantize_block_q8_0(b, o);
+            }
+        }
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS => {
+            let blocks = row.chunks_exact(ty.block_bytes());
+            for (b, o) in blocks.zip(out.chunks_exact_mut(QK_K)) {
+                block_k::dequantize_block(ty, b, o);
             }
         }
     }

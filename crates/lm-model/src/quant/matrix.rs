@@ -1,7 +1,7 @@
 //! [`QMatrix`]: a borrowed, row-major matrix of GGML blocks and its products.
 //!
 //! ```text
-//! data: | row 0: n_cols / 32 blocks | row 1 | ... | row n_rows - 1 |
+//! data: | row 0: n_cols / block_size blocks | row 1 | ... | row n_rows - 1 |
 //!         each row takes ty.row_bytes(n_cols) bytes; W is n_rows x n_cols
 //! ```
 //!
@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::activation::{Q8Block, quantize_activations};
+use super::activation::{ActivationBuffers, Activations};
 use super::block;
 use super::dot::portable;
 use super::{GgmlType, QuantError};
@@ -41,8 +41,8 @@ pub struct QMatrix<'a> {
 /// Per-thread buffers reused across products, so steady-state calls do not allocate.
 #[derive(Debug, Default)]
 struct Scratch {
-    /// The activations quantized to 8-bit blocks.
-    activations: Vec<Q8Block>,
+    /// The activations quantized to 8-bit blocks of the weight type's family.
+    activations: ActivationBuffers,
     /// Batched results in `n_rows x n` order before they are transposed.
     transposed: Vec<f32>,
 }
@@ -210,20 +210,18 @@ impl<'a> QMatrix<'a> {
 
     /// [`QMatrix::matvec`] with the lengths checked by the caller.
     fn matvec_checked(&self, x: &[f32], y: &mut [f32]) {
-        if !self.ty.is_quantized() {
+        let mut product = |x: Activations<'_>| {
             self.fill_rows(y, 1, |rows, out| {
                 self.dispatch
-                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, &[], 1, out);
+                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, 1, out);
             });
+        };
+        if !self.ty.is_quantized() {
+            product(Activations::F32(x));
             return;
         }
         with_scratch(|scratch| {
-            quantize_activations(x, &mut scratch.activations);
-            let xq = scratch.activations.as_slice();
-            self.fill_rows(y, 1, |rows, out| {
-                self.dispatch
-                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, xq, 1, out);
-            });
+            product(scratch.activations.quantize(self.ty.activation_kind(), x));
         });
     }
 
@@ -277,17 +275,12 @@ impl<'a> QMatrix<'a> {
                 activations,
                 transposed,
             } = scratch;
-            if self.ty.is_quantized() {
-                quantize_activations(xs, activations);
-            } else {
-                activations.clear();
-            }
-            let xq = activations.as_slice();
+            let x = activations.quantize(self.ty.activation_kind(), xs);
             transposed.clear();
             transposed.resize(n_outputs, 0.0);
             self.fill_rows(transposed, n, |rows, out| {
                 self.dispatch
-                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, xs, xq, n, out);
+                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, n, out);
             });
             // Back to input-major, in parallel over the inputs.
             let transposed = &*transposed;

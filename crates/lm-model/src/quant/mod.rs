@@ -1,21 +1,22 @@
 //! GGML weight types and the kernels that multiply with them.
 //!
-//! - [`GgmlType`]: F32, F16, BF16, Q8_0, Q4_0 and Q4_1, with their block sizes.
+//! - [`GgmlType`]: F32, F16, BF16, Q8_0, Q4_0, Q4_1, the K-quants Q2_K,
+//!   Q3_K, Q4_K, Q5_K and Q6_K, and IQ4_XS, with their block sizes.
 //! - [`QMatrix`]: a borrowed matrix of blocks with `matvec`, batched `matmul`
 //!   and bit-exact `dequantize_row`.
 //! - [`Kernel`]: the portable path and the x86_64 AVX2 path, chosen at run time.
 //!
-//! Block layouts are drawn in the `block` module's docs; products run on the
+//! Block layouts are drawn in the `block` and `block_k` modules' docs; products run on the
 //! blocks directly and never dequantize a whole matrix.
 
 mod activation;
 mod block;
+mod block_k;
 mod dot;
 mod ggml_type;
 mod matrix;
 
 pub use crate::dispatch::Kernel;
-pub use block::QK;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;
 

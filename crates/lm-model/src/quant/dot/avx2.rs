@@ -48,19 +48,19 @@ pub(crate) unsafe fn dot_rows(
         GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0),
         GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1),
         GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0),
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-            unreachable!("float rows are multiplied by Dispatch::dot_row")
-        }
+        _ => unreachable!("{ty} does not multiply Q8 blocks"),
     }
 }
 
 /// The loops of [`dot_rows`] for one kernel, generic over the number of
 /// inputs sharing a block: groups of [`BATCH`], then the rest one by one.
+/// `A` is the activation block of the kernel's family (shared with the
+/// K-quants' `dot_rows`).
 #[inline(always)]
-fn each_row_and_input<K: BlockKernel>(
+pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
     rows: &[u8],
     row_bytes: usize,
-    xq: &[Q8Block],
+    xq: &[A],
     n_blocks: usize,
     n: usize,
     out: &mut [f32],
@@ -81,12 +81,12 @@ fn each_row_and_input<K: BlockKernel>(
     }
 }
 
-/// A quantized dot kernel at the two widths [`each_row_and_input`] uses.
-/// Implementations are inlined into [`dot_rows`], whose target features
-/// make their calls sound.
-trait BlockKernel {
-    fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH];
-    fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32;
+/// A quantized dot kernel on activation blocks `A` at the two widths
+/// [`each_row_and_input`] uses. Implementations are inlined into a
+/// `dot_rows` whose target features make their calls sound.
+pub(super) trait BlockKernel<A> {
+    fn batch(&self, row: &[u8], xq: [&[A]; BATCH]) -> [f32; BATCH];
+    fn single(&self, row: &[u8], xq: &[A]) -> f32;
 }
 
 /// Implements [`BlockKernel`] for a marker type by a `dot_*` function.
@@ -94,7 +94,7 @@ macro_rules! block_kernel {
     ($name:ident, $dot:ident) => {
         struct $name;
 
-        impl BlockKernel for $name {
+        impl BlockKernel<Q8Block> for $name {
             #[inline(always)]
             fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
                 // SAFETY: only called from `dot_rows`, which requires the
@@ -285,7 +285,7 @@ fn lane<const LANE: i32>(v: __m128) -> f32 {
 /// in the low lane, high nibbles (elements 16..32) in the high lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_nibbles(packed: __m128i) -> __m256i {
+pub(super) fn unpack_nibbles(packed: __m128i) -> __m256i {
     _mm256_and_si256(
         _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
         _mm256_set1_epi8(0x0F),
@@ -396,7 +396,7 @@ fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
 /// The sum of the eight lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn horizontal_sum(v: __m256) -> f32 {
+pub(super) fn horizontal_sum(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let dual = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     _mm_cvtss_f32(_mm_add_ss(dual, _mm_shuffle_ps(dual, dual, 1)))

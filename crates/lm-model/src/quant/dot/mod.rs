@@ -1,64 +1,76 @@
 //! Row-times-vector dot products on quantized weights, with a portable path
 //! and an x86_64 AVX2 + FMA path chosen at run time.
 //!
-//! Quantized rows are multiplied with activations quantized to [`Q8Block`]s:
+//! Quantized rows are multiplied with activations quantized to 8-bit blocks
+//! of their family (`Q8Block`s of 32 for the 32-weight types, `Q8KBlock`s of
+//! 256 for the K-quants, whose kernels are in `portable_k` and `avx2_k`):
 //! the per-block products are exact integer sums, scaled by `d_w * d_x` (plus
-//! `m_w * sum_x` for Q4_1). The two paths compute the same integer sums and
+//! `m_w * sum_x` for Q4_1, and the group offsets of the K-quants). The two paths compute the same integer sums and
 //! differ only in the order of the f32 accumulation. Float rows (F32, F16,
 //! BF16) are multiplied with the f32 activations directly.
 
 use super::GgmlType;
-use super::activation::Q8Block;
+use super::activation::Activations;
 
 pub(crate) mod portable;
+pub(crate) mod portable_k;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_k;
 
 use crate::dispatch::{Dispatch, Kernel};
 
 impl Dispatch {
-    /// Dot product of one weight row (`row`, stored as `ty`) with the activations:
-    /// `x` for float types, `xq` (the same activations quantized) for quantized types.
+    /// Dot product of one weight row (`row`, stored as `ty`) with the
+    /// activations `x`, in the form `ty.activation_kind()` names (f32 values
+    /// for float types, 8-bit blocks of its family for quantized ones).
     ///
-    /// Lengths are the caller's contract, checked in debug builds: `row`
-    /// holds `x.len()` weights of a float type or `xq.len()` blocks of a
-    /// quantized one ([`QMatrix`](super::QMatrix) checks shapes at its boundary).
+    /// Lengths and kinds are the caller's contract, checked in debug builds:
+    /// `row` holds as many weights as `x` holds values, and `x` is of the
+    /// kind `ty` multiplies with ([`QMatrix`](super::QMatrix) checks shapes
+    /// at its boundary and quantizes by the type).
     #[inline]
-    pub fn dot_row(self, ty: GgmlType, row: &[u8], x: &[f32], xq: &[Q8Block]) -> f32 {
-        debug_assert_eq!(row.len(), row_len(ty, x, xq), "{ty} row length");
-        match self.kernel() {
+    pub fn dot_row(self, ty: GgmlType, row: &[u8], x: Activations<'_>) -> f32 {
+        debug_assert_eq!(row.len(), row_len(ty, x), "{ty} row length");
+        match (self.kernel(), x) {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => {
-                // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built after
-                // `lm_core::cpu` detected avx2, fma and f16c on this CPU.
-                unsafe {
-                    match ty {
-                        GgmlType::Q4_0 => avx2::dot_q4_0(row, [xq])[0],
-                        GgmlType::Q4_1 => avx2::dot_q4_1(row, [xq])[0],
-                        GgmlType::Q8_0 => avx2::dot_q8_0(row, [xq])[0],
-                        GgmlType::F32 => avx2::dot_f32(row, x),
-                        GgmlType::F16 => avx2::dot_f16(row, x),
-                        GgmlType::BF16 => avx2::dot_bf16(row, x),
-                    }
+            // SAFETY (each arm): a `Dispatch` holding `Kernel::Avx2` is only
+            // built after `lm_core::cpu` detected avx2, fma and f16c.
+            (Kernel::Avx2, Activations::F32(x)) => unsafe {
+                match ty {
+                    GgmlType::F32 => avx2::dot_f32(row, x),
+                    GgmlType::F16 => avx2::dot_f16(row, x),
+                    GgmlType::BF16 => avx2::dot_bf16(row, x),
+                    _ => unreachable!("{ty} does not multiply f32 activations"),
                 }
-            }
-            _ => portable::dot_row(ty, row, x, xq),
+            },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx2, Activations::Q8(xq)) => unsafe {
+                match ty {
+                    GgmlType::Q4_0 => avx2::dot_q4_0(row, [xq])[0],
+                    GgmlType::Q4_1 => avx2::dot_q4_1(row, [xq])[0],
+                    GgmlType::Q8_0 => avx2::dot_q8_0(row, [xq])[0],
+                    _ => unreachable!("{ty} does not multiply Q8 blocks"),
+                }
+            },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx2, Activations::Q8K(xq)) => unsafe { avx2_k::dot_row(ty, row, xq) },
+            _ => portable::dot_row(ty, row, x),
         }
     }
 
     /// `out[r * n + i] = row r · input i` for the rows of `rows` (each
-    /// `row_bytes` long) and `n` inputs: input `i` is
-    /// `xs[i * n_cols..][..n_cols]` for float types and
-    /// `xq[i * n_blocks..][..n_blocks]` (`n_blocks = n_cols / 32`) for
-    /// quantized ones. The SIMD path runs the whole loop inside one
-    /// target-feature function and unpacks each weight block once for up to
-    /// [`BATCH`] inputs. Every result has the same bits as
-    /// [`Dispatch::dot_row`] on its row and input alone.
+    /// `row_bytes` long) and `n` inputs: input `i` is the `i`-th run of
+    /// `n_cols` values (f32 values or their blocks) in `x`. The SIMD path runs
+    /// the whole loop inside one target-feature function and unpacks each
+    /// weight block once for up to [`BATCH`] inputs. Every result has the same
+    /// bits as [`Dispatch::dot_row`] on its row and input alone.
     ///
     /// Lengths are the caller's contract, checked in debug builds: `rows`
-    /// is whole rows, `out` holds `n` results per row, and `xs` (float
-    /// types) or `xq` (quantized types) holds `n` inputs.
+    /// is whole rows, `out` holds `n` results per row, and `x` holds `n`
+    /// inputs of the kind `ty` multiplies with.
     #[allow(clippy::too_many_arguments)] // the shape of a block product
     pub fn dot_rows(
         self,
@@ -66,8 +78,7 @@ impl Dispatch {
         rows: &[u8],
         row_bytes: usize,
         n_cols: usize,
-        xs: &[f32],
-        xq: &[Q8Block],
+        x: Activations<'_>,
         n: usize,
         out: &mut [f32],
     ) {
@@ -78,36 +89,51 @@ impl Dispatch {
         let n_rows = rows.len() / row_bytes;
         debug_assert_eq!(rows.len(), n_rows * row_bytes, "whole rows");
         debug_assert_eq!(out.len(), n_rows * n, "one result per row and input");
-        if !ty.is_quantized() {
-            debug_assert_eq!(xs.len(), n * n_cols, "float inputs");
-            for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
-                for (o, x) in results.iter_mut().zip(xs.chunks_exact(n_cols)) {
-                    *o = self.dot_row(ty, row, x, &[]);
-                }
+        let n_blocks = n_cols / ty.block_size();
+        match x {
+            #[cfg(target_arch = "x86_64")]
+            Activations::Q8(xq) if self.kernel() == Kernel::Avx2 => {
+                debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs");
+                // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built after
+                // `lm_core::cpu` detected avx2, fma and f16c.
+                unsafe { avx2::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
             }
-            return;
-        }
-        let n_blocks = n_cols / super::QK;
-        debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs");
-        #[cfg(target_arch = "x86_64")]
-        if self.kernel() == Kernel::Avx2 {
-            // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built after
-            // `lm_core::cpu` detected avx2, fma and f16c.
-            unsafe { avx2::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
-            return;
-        }
-        for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
-            for (o, xq) in results.iter_mut().zip(xq.chunks_exact(n_blocks)) {
-                *o = self.dot_row(ty, row, &[], xq);
+            #[cfg(target_arch = "x86_64")]
+            Activations::Q8K(xq) if self.kernel() == Kernel::Avx2 => {
+                debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs");
+                // SAFETY: as above.
+                unsafe { avx2_k::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
+            }
+            _ => {
+                for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+                    for (i, o) in results.iter_mut().enumerate() {
+                        *o = self.dot_row(ty, row, x.input(i, n_blocks));
+                    }
+                }
             }
         }
     }
 }
 
-/// The bytes of a row that multiplies `x` (float types) or `xq` (quantized types).
-fn row_len(ty: GgmlType, x: &[f32], xq: &[Q8Block]) -> usize {
-    let n_blocks = if ty.is_quantized() { xq.len() } else { x.len() };
+/// The bytes of a row that multiplies `x`.
+fn row_len(ty: GgmlType, x: Activations<'_>) -> usize {
+    let n_blocks = match x {
+        Activations::F32(x) => x.len(),
+        Activations::Q8(xq) => xq.len(),
+        Activations::Q8K(xq) => xq.len(),
+    };
     n_blocks * ty.block_bytes()
+}
+
+impl<'a> Activations<'a> {
+    /// Input `i` of consecutive inputs `n_blocks` blocks (or values) long.
+    fn input(self, i: usize, n_blocks: usize) -> Activations<'a> {
+        match self {
+            Activations::F32(x) => Activations::F32(input(x, i, n_blocks)),
+            Activations::Q8(xq) => Activations::Q8(input(xq, i, n_blocks)),
+            Activations::Q8K(xq) => Activations::Q8K(input(xq, i, n_blocks)),
+        }
+    }
 }
 
 /// Input `i` of consecutive inputs `len` long.

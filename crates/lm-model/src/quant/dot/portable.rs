@@ -3,19 +3,30 @@
 use half::{bf16, f16};
 
 use super::super::GgmlType;
-use super::super::activation::Q8Block;
+use super::super::activation::{Activations, Q8Block};
 use super::super::block::{self, QK, read_f16};
+use super::super::block_k::QK_K;
+use super::portable_k;
 
-/// Dot product of a row stored as `ty` with activations `x` (float types) or
-/// `xq` (quantized types).
-pub(crate) fn dot_row(ty: GgmlType, row: &[u8], x: &[f32], xq: &[Q8Block]) -> f32 {
-    match ty {
-        GgmlType::F32 => dot_f32(row, x),
-        GgmlType::F16 => dot_float::<2>(row, x, |b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
-        GgmlType::BF16 => dot_float::<2>(row, x, |b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-        GgmlType::Q4_0 => dot_q4_0(row, xq),
-        GgmlType::Q4_1 => dot_q4_1(row, xq),
-        GgmlType::Q8_0 => dot_q8_0(row, xq),
+/// Dot product of a row stored as `ty` with activations `x` of the kind `ty`
+/// multiplies with.
+pub(crate) fn dot_row(ty: GgmlType, row: &[u8], x: Activations<'_>) -> f32 {
+    match x {
+        Activations::F32(x) => match ty {
+            GgmlType::F32 => dot_f32(row, x),
+            GgmlType::F16 => dot_float::<2>(row, x, |b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
+            GgmlType::BF16 => {
+                dot_float::<2>(row, x, |b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            }
+            _ => unreachable!("{ty} does not multiply f32 activations"),
+        },
+        Activations::Q8(xq) => match ty {
+            GgmlType::Q4_0 => dot_q4_0(row, xq),
+            GgmlType::Q4_1 => dot_q4_1(row, xq),
+            GgmlType::Q8_0 => dot_q8_0(row, xq),
+            _ => unreachable!("{ty} does not multiply Q8 blocks"),
+        },
+        Activations::Q8K(xq) => portable_k::dot_row(ty, row, xq),
     }
 }
 
@@ -93,12 +104,17 @@ pub(crate) fn dot_q8_0(row: &[u8], xq: &[Q8Block]) -> f32 {
 /// time: the accuracy reference for the quantized-activation path.
 pub(crate) fn dot_row_exact(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
     if !ty.is_quantized() {
-        return dot_row(ty, row, x, &[]);
+        return dot_row(ty, row, Activations::F32(x));
     }
-    let mut weights = [0.0f32; QK];
+    let block_size = ty.block_size();
+    let mut buffer = [0.0f32; QK_K];
+    let weights = &mut buffer[..block_size];
     let mut sum = 0.0f64;
-    for (w, xs) in row.chunks_exact(ty.block_bytes()).zip(x.chunks_exact(QK)) {
-        block::dequantize_row(ty, w, &mut weights);
+    for (w, xs) in row
+        .chunks_exact(ty.block_bytes())
+        .zip(x.chunks_exact(block_size))
+    {
+        block::dequantize_row(ty, w, weights);
         let block_sum: f32 = weights.iter().zip(xs).map(|(a, b)| a * b).sum();
         sum += f64::from(block_sum);
     }

@@ -1,0 +1,309 @@
+//! AVX2 + FMA + F16C dot products of K-quant rows with [`Q8KBlock`]
+//! activations (x86_64, selected at run time).
+//!
+//! Each super-block is unpacked once (for up to [`BATCH`] inputs) into the
+//! common form of `block_k`: eight vectors of 32 values (unsigned below 64,
+//! or IQ4_XS's signed table values), and per group of 16 an integer scale and
+//! offset. Per 32 values, `vpmaddubsw` multiplies the values with the
+//! activation bytes (pairs summed to i16: at most 2 · 63 · 127, or
+//! 2 · 127 · 127 for signed values, whose signs move onto the activations
+//! first; no saturation) and `vpmaddwd` multiplies
+//! the pair sums by the group scales into eight i32 lanes (at most
+//! 8 · 2 · 16002 · 128 in magnitude); one more `vpmaddwd` gives the offsets
+//! times the activation group sums. The integer sums equal the portable
+//! path's; only the order of the f32 additions differs.
+//!
+//! Every function requires avx2, fma and f16c, which callers check through
+//! [`super::Dispatch`].
+
+use std::arch::x86_64::{
+    __m256i, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_set1_epi16, _mm256_add_epi32,
+    _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps,
+    _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256,
+    _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
+    _mm256_sub_ps,
+};
+
+use super::super::GgmlType;
+use super::super::activation::Q8KBlock;
+use super::super::block_k::{self, IQ4_VALUES, N_GROUPS, QK_K, SuperBlock};
+use super::BATCH;
+use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum, unpack_nibbles};
+
+/// `out[r * n + i] = row r · input i` over the rows of `rows` (each
+/// `row_bytes` long) for a K-quant `ty`, input `i` being
+/// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for up
+/// to [`BATCH`] inputs.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows(
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8KBlock],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    macro_rules! each_row_of {
+        ($ty:ident) => {
+            each_row_and_input(
+                rows,
+                row_bytes,
+                xq,
+                n_blocks,
+                n,
+                out,
+                SuperBlockKernel::<{ GgmlType::$ty as u32 }>,
+            )
+        };
+    }
+    match ty {
+        GgmlType::Q2_K => each_row_of!(Q2_K),
+        GgmlType::Q3_K => each_row_of!(Q3_K),
+        GgmlType::Q4_K => each_row_of!(Q4_K),
+        GgmlType::Q5_K => each_row_of!(Q5_K),
+        GgmlType::Q6_K => each_row_of!(Q6_K),
+        GgmlType::IQ4_XS => each_row_of!(IQ4_XS),
+        _ => unreachable!("{ty} does not multiply Q8_K blocks"),
+    }
+}
+
+/// One K-quant row · its quantized activations.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8KBlock]) -> f32 {
+    let [result] = match ty {
+        GgmlType::Q2_K => dot_super_blocks::<1, { GgmlType::Q2_K as u32 }>(row, [xq]),
+        GgmlType::Q3_K => dot_super_blocks::<1, { GgmlType::Q3_K as u32 }>(row, [xq]),
+        GgmlType::Q4_K => dot_super_blocks::<1, { GgmlType::Q4_K as u32 }>(row, [xq]),
+        GgmlType::Q5_K => dot_super_blocks::<1, { GgmlType::Q5_K as u32 }>(row, [xq]),
+        GgmlType::Q6_K => dot_super_blocks::<1, { GgmlType::Q6_K as u32 }>(row, [xq]),
+        GgmlType::IQ4_XS => dot_super_blocks::<1, { GgmlType::IQ4_XS as u32 }>(row, [xq]),
+        _ => unreachable!("{ty} does not multiply Q8_K blocks"),
+    };
+    result
+}
+
+/// The super-block type whose id is `id` (a constant in each kernel, so
+/// the per-type branches of the unpacking fold away).
+#[inline(always)]
+const fn super_block_type(id: u32) -> GgmlType {
+    match id {
+        10 => GgmlType::Q2_K,
+        11 => GgmlType::Q3_K,
+        12 => GgmlType::Q4_K,
+        13 => GgmlType::Q5_K,
+        14 => GgmlType::Q6_K,
+        23 => GgmlType::IQ4_XS,
+        _ => panic!("not a super-block type id"),
+    }
+}
+
+/// The kernel of the super-block type with id `TY` for [`each_row_and_input`].
+struct SuperBlockKernel<const TY: u32>;
+
+impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
+    #[inline(always)]
+    fn batch(&self, row: &[u8], xq: [&[Q8KBlock]; BATCH]) -> [f32; BATCH] {
+        // SAFETY: only called from `dot_rows`, which requires the features
+        // `dot_super_blocks` needs.
+        unsafe { dot_super_blocks::<BATCH, TY>(row, xq) }
+    }
+
+    #[inline(always)]
+    fn single(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
+        // SAFETY: as above.
+        let [result] = unsafe { dot_super_blocks::<1, TY>(row, [xq]) };
+        result
+    }
+}
+
+/// A super-block unpacked for the SIMD products: the common form of
+/// `block_k::SuperBlock` in vectors.
+struct Unpacked {
+    d: f32,
+    dmin: f32,
+    /// Values 32c..32c + 32.
+    values: [__m256i; 8],
+    /// Whether values can be negative ([`SuperBlock::signed_values`]).
+    signed: bool,
+    /// Per 32 values, the scales of their two groups, each repeated over the
+    /// eight i16 pair sums of its 16 values.
+    scales: [__m256i; 8],
+    /// The sixteen group offsets as i16.
+    mins: __m256i,
+}
+
+/// For each of the `N` activation rows `xq[i]`, the K-quant row `row` (of
+/// the type with id `TY`) · `xq[i]`, each super-block unpacked once for all `N`. Scaled
+/// sums and offsets go to separate accumulators, subtracted at the end; the
+/// order of the f32 additions does not depend on `N`, so a row's result is
+/// the same bits alone or in a batch.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock]; N]) -> [f32; N] {
+    let ty = const { super_block_type(TY) };
+    let block_bytes = ty.block_bytes();
+    debug_assert!(
+        xq.iter().all(|x| x.len() * block_bytes == row.len()),
+        "one input block per weight block"
+    );
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc_offsets = [_mm256_setzero_ps(); N];
+    for (block_idx, block) in row.chunks_exact(block_bytes).enumerate() {
+        let w = unpack(ty, block);
+        for ((acc, acc_offsets), x) in acc.iter_mut().zip(&mut acc_offsets).zip(&xq) {
+            let a = &x[block_idx];
+            let mut sums = _mm256_setzero_si256();
+            for (c, (&values, &scales)) in w.values.iter().zip(&w.scales).enumerate() {
+                // SAFETY: `qs` holds 256 bytes, so bytes 32c..32c + 32 are in bounds.
+                let activations = unsafe { _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast()) };
+                let pairs = if w.signed {
+                    let signed_activations = _mm256_sign_epi8(activations, values);
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(values, values), signed_activations)
+                } else {
+                    _mm256_maddubs_epi16(values, activations)
+                };
+                sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scales));
+            }
+            // SAFETY: `bsums` is 16 i16, exactly 32 bytes.
+            let bsums = unsafe { _mm256_loadu_si256(a.bsums.as_ptr().cast()) };
+            let offsets = _mm256_madd_epi16(w.mins, bsums);
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w.d), _mm256_cvtepi32_ps(sums), *acc);
+            *acc_offsets = _mm256_fmadd_ps(
+                _mm256_set1_ps(a.d * w.dmin),
+                _mm256_cvtepi32_ps(offsets),
+                *acc_offsets,
+            );
+        }
+    }
+    let mut out = [0.0; N];
+    for ((o, &acc), &acc_offsets) in out.iter_mut().zip(&acc).zip(&acc_offsets) {
+        *o = horizontal_sum(_mm256_sub_ps(acc, acc_offsets));
+    }
+    out
+}
+
+/// One super-block of `ty` in the vector form (see [`Unpacked`]), with the
+/// scales and offsets decoded by `block_k::factors`, as the portable path does.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
+    let (d, dmin, scales, mins) = block_k::factors(ty, block);
+    let load = |at: usize| {
+        debug_assert!(at + 32 <= block.len());
+        // SAFETY: every caller below reads 32 bytes inside the block.
+        unsafe { _mm256_loadu_si256(block.as_ptr().add(at).cast()) }
+    };
+    let low4 = _mm256_set1_epi8(0x0F);
+    let mut values = [_mm256_setzero_si256(); 8];
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let qs_at = if ty == GgmlType::Q5_K { 48 } else { 16 };
+            for k in 0..4 {
+                let packed = load(qs_at + 32 * k);
+                values[2 * k] = _mm256_and_si256(packed, low4);
+                values[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+            }
+            if ty == GgmlType::Q5_K {
+                let qh = load(16);
+                for (c, v) in values.iter_mut().enumerate() {
+                    *v = _mm256_or_si256(*v, bit_as(qh, c, 16));
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            let mask_high = _mm256_set1_epi8(0x30);
+            for half in 0..2 {
+                let (a, b, h) = (load(64 * half), load(64 * half + 32), load(128 + 32 * half));
+                let high = |shifted: __m256i| _mm256_and_si256(shifted, mask_high);
+                values[4 * half] =
+                    _mm256_or_si256(_mm256_and_si256(a, low4), high(_mm256_slli_epi16(h, 4)));
+                values[4 * half + 1] =
+                    _mm256_or_si256(_mm256_and_si256(b, low4), high(_mm256_slli_epi16(h, 2)));
+                values[4 * half + 2] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), high(h));
+                values[4 * half + 3] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
+                    high(_mm256_srli_epi16(h, 2)),
+                );
+            }
+        }
+        GgmlType::Q3_K | GgmlType::Q2_K => {
+            let (qs_at, hmask) = if ty == GgmlType::Q3_K {
+                (32, Some(load(0)))
+            } else {
+                (16, None)
+            };
+            let low2 = _mm256_set1_epi8(3);
+            for half in 0..2 {
+                let packed = load(qs_at + 32 * half);
+                for shift in 0..4 {
+                    let c = 4 * half + shift;
+                    let count = _mm_cvtsi32_si128(2 * shift as i32);
+                    let mut v = _mm256_and_si256(_mm256_srl_epi16(packed, count), low2);
+                    if let Some(hmask) = hmask {
+                        v = _mm256_or_si256(v, bit_as(hmask, c, 4));
+                    }
+                    values[c] = v;
+                }
+            }
+        }
+        GgmlType::IQ4_XS => {
+            // SAFETY: `IQ4_VALUES` is 16 bytes.
+            let table = unsafe { _mm_loadu_si128(IQ4_VALUES.as_ptr().cast()) };
+            let table = _mm256_broadcastsi128_si256(table);
+            for (g, v) in values.iter_mut().enumerate() {
+                debug_assert!(8 + 16 * g + 16 <= block.len());
+                // SAFETY: bytes 8 + 16g..8 + 16g + 16 are inside the 136-byte block.
+                let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(8 + 16 * g).cast()) };
+                *v = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
+            }
+        }
+        _ => unreachable!("{ty} is not a K-quant"),
+    }
+    Unpacked {
+        d,
+        dmin,
+        values,
+        signed: SuperBlock::signed_values(ty),
+        scales: scale_pairs(&scales),
+        mins: i16s(&mins),
+    }
+}
+
+/// `value` in every byte of `bytes` whose bit `bit` is set, 0 elsewhere.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bit_as(bytes: __m256i, bit: usize, value: u8) -> __m256i {
+    let mask = _mm256_set1_epi8((1u8 << bit) as i8);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+    _mm256_and_si256(set, _mm256_set1_epi8(value as i8))
+}
+
+/// For each 32 values, the scales of its two groups, each over eight i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_pairs(scales: &[i16; N_GROUPS]) -> [__m256i; 8] {
+    let mut pairs = [_mm256_setzero_si256(); 8];
+    for (pair, s) in pairs.iter_mut().zip(scales.chunks_exact(2)) {
+        *pair = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+    }
+    pairs
+}
+
+/// Sixteen i16 as one vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn i16s(v: &[i16; N_GROUPS]) -> __m256i {
+    // SAFETY: 16 i16 are exactly 32 bytes.
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+const _: () = assert!(QK_K == 8 * 32, "eight vectors of 32 values per super-block");

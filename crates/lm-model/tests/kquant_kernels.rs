@@ -1,0 +1,336 @@
+//! The K-quants and IQ4_XS (256-weight super-blocks): bit-exact dequantisation against
+//! gguf-py on real and random blocks (fixtures/quant/kquant_blocks.json,
+//! written by scripts/reference/kquant_blocks.py), products against
+//! llama.cpp's own kernels (fixtures/quant/kquant_dots.json, written by
+//! scripts/reference/kquant_dots.py) and a brute-force f64 reference, the
+//! SIMD path against the portable one, and batched products against single
+//! ones, on seeded random matrices.
+
+use half::f16;
+use lm_model::{GgmlType, Kernel, QMatrix, QuantError};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::common::{FixtureJson, cpu_has_avx2, fixture_path, kernels_of_this_cpu, read_json};
+
+/// The super-block types: the K-quants and IQ4_XS, all multiplied with Q8_K.
+const K_TYPES: [GgmlType; 6] = [
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn hex_f32s(hex: &str) -> Vec<f32> {
+    hex_bytes(hex)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn assert_bits_eq(actual: &[f32], expected: &[f32], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}");
+    for (j, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert_eq!(a.to_bits(), e.to_bits(), "{what} element {j}: {a} != {e}");
+    }
+}
+
+#[test]
+fn k_quant_ids_and_block_geometry() {
+    let table = [
+        (10, GgmlType::Q2_K, 84),
+        (11, GgmlType::Q3_K, 110),
+        (12, GgmlType::Q4_K, 144),
+        (13, GgmlType::Q5_K, 176),
+        (14, GgmlType::Q6_K, 210),
+        (23, GgmlType::IQ4_XS, 136),
+    ];
+    for (id, ty, block_bytes) in table {
+        assert_eq!(GgmlType::from_id(id).unwrap(), ty);
+        assert_eq!((ty.block_size(), ty.block_bytes()), (256, block_bytes));
+        assert_eq!(ty.row_bytes(1536), Ok(6 * block_bytes));
+        // SmolLM2's width 576 is not a whole number of super-blocks.
+        assert_eq!(
+            ty.row_bytes(576),
+            Err(QuantError::NotBlockMultiple {
+                ty,
+                n_cols: 576,
+                block_size: 256
+            })
+        );
+    }
+    assert_eq!(GgmlType::Q4_K.to_string(), "q4_K");
+    assert_eq!(GgmlType::IQ4_XS.to_string(), "iq4_xs");
+}
+
+/// Every block of the fixture, alone and all of a type's blocks as one row,
+/// dequantizes to gguf-py's values bit for bit.
+#[test]
+fn k_quant_blocks_dequantize_like_gguf_py() {
+    let fixture = read_json(&fixture_path("quant/kquant_blocks.json"));
+    for ty in K_TYPES {
+        let cases = fixture.field(ty.name()).array();
+        assert!(cases.len() >= 3, "{ty}: fixture cases");
+        let (mut row, mut expected_row) = (Vec::new(), Vec::new());
+        for case in cases {
+            let block = hex_bytes(case.field("block").str());
+            let expected = hex_f32s(case.field("values").str());
+            let m = QMatrix::new(ty, 1, 256, &block).unwrap();
+            let mut out = vec![f32::NAN; 256];
+            m.dequantize_row(0, &mut out).unwrap();
+            let source = case.field("source").str();
+            assert_bits_eq(&out, &expected, &format!("{ty} block from {source}"));
+            row.extend(block);
+            expected_row.extend(expected);
+        }
+        let n_cols = 256 * cases.len();
+        let m = QMatrix::new(ty, 1, n_cols, &row).unwrap();
+        let mut out = vec![f32::NAN; n_cols];
+        m.dequantize_row(0, &mut out).unwrap();
+        assert_bits_eq(
+            &out,
+            &expected_row,
+            &format!("{ty} row of {} blocks", cases.len()),
+        );
+    }
+}
+
+/// llama.cpp's `ggml_vec_dot_<type>_q8_K` (its AVX2 build) on the fixture's
+/// first four blocks of each type as one row, against our products on every
+/// kernel: the same Q8_K activations and exact integer sums, so only the
+/// order of the f32 additions differs, within 1e-6 of Σ|w_j x_j|.
+#[test]
+fn k_quant_products_match_llama_cpp() {
+    let blocks = read_json(&fixture_path("quant/kquant_blocks.json"));
+    let dots = read_json(&fixture_path("quant/kquant_dots.json"));
+    for ty in K_TYPES {
+        let expected = dots.field(ty.name());
+        let n_cols = expected.field("n_cols").u64() as usize;
+        let row: Vec<u8> = blocks.field(ty.name()).array()[..n_cols / 256]
+            .iter()
+            .flat_map(|case| hex_bytes(case.field("block").str()))
+            .collect();
+        for kernel in kernels_of_this_cpu() {
+            let m = QMatrix::new(ty, 1, n_cols, &row)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            for product in expected.field("products").array() {
+                let x = hex_f32s(product.field("x").str());
+                let llama = f32::from_bits(product.field("dot_bits").u64() as u32);
+                let mut y = [f32::NAN];
+                m.matvec(&x, &mut y).unwrap();
+                let magnitude = reference_matvec(&m, &x).1[0];
+                let diff = f64::from(y[0] - llama).abs();
+                assert!(
+                    diff <= 1e-6 * magnitude,
+                    "{ty} {kernel:?}: {} vs llama.cpp's {llama} (Σ|w x| = {magnitude})",
+                    y[0]
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Products on seeded random matrices.
+// ---------------------------------------------------------------------------
+
+/// Byte offsets of each K-quant's f16 scale fields in its block.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::IQ4_XS => &[0],
+        _ => unreachable!("K-quants only"),
+    }
+}
+
+/// A random `n_rows x n_cols` matrix of K-quant `ty`: random bytes with
+/// realistic f16 scales (a Q6_K or Q3_K scale a few thousandths, and so on).
+fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let n_blocks = n_rows * n_cols / 256;
+    let mut data = Vec::with_capacity(n_blocks * ty.block_bytes());
+    for _ in 0..n_blocks {
+        let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
+        for &at in f16_fields(ty) {
+            let scale = f16::from_f32(rng.random_range(0.0005..0.01));
+            block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+        }
+        data.extend(block);
+    }
+    data
+}
+
+fn random_vector(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    // Activations with a few outliers, as in a transformer's residual stream.
+    (0..n)
+        .map(|j| {
+            let v = rng.random_range(-1.0f32..1.0);
+            if j % 97 == 0 { v * 20.0 } else { v }
+        })
+        .collect()
+}
+
+/// `W x` and `Σ_j |W_rj x_j|` per row, in f64 from the dequantized rows.
+fn reference_matvec(m: &QMatrix<'_>, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let mut row = vec![0.0; m.n_cols()];
+    (0..m.n_rows())
+        .map(|r| {
+            m.dequantize_row(r, &mut row).unwrap();
+            let terms = row
+                .iter()
+                .zip(x)
+                .map(|(&w, &v)| f64::from(w) * f64::from(v));
+            (terms.clone().sum::<f64>(), terms.map(f64::abs).sum::<f64>())
+        })
+        .unzip()
+}
+
+/// Largest |y - y_ref| / Σ|W_rj x_j| over the rows.
+fn max_relative_error(y: &[f32], reference: &(Vec<f64>, Vec<f64>)) -> f64 {
+    y.iter()
+        .zip(reference.0.iter().zip(&reference.1))
+        .map(|(&v, (&r, &mag))| (f64::from(v) - r).abs() / mag.max(1e-30))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn k_quant_exact_matvec_matches_f64_reference_within_f32_rounding() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for ty in K_TYPES {
+        let (n_rows, n_cols) = (37, 1536);
+        let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+        let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
+        let x = random_vector(n_cols, &mut rng);
+        let reference = reference_matvec(&m, &x);
+        let mut y = vec![0.0; n_rows];
+        m.matvec_exact(&x, &mut y).unwrap();
+        let err = max_relative_error(&y, &reference);
+        assert!(err < 1e-5, "{ty}: relative error {err:e}");
+    }
+}
+
+/// Q8_K activations round each value to 1/254 of its super-block's largest
+/// magnitude. A super-block of 256 always holds one of the test vector's
+/// outliers (one in 97 values, 20 times the others), so the rounding step is
+/// coarser than with 32-value blocks: the error relative to Σ|W x| measures
+/// up to 6e-3 (Q2_K, whose minimums make every weight of a group one sign);
+/// we assert 1e-2 per row.
+#[test]
+fn k_quant_matvec_is_within_stated_tolerance_of_f64_reference() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for ty in K_TYPES {
+        for kernel in kernels_of_this_cpu() {
+            let (n_rows, n_cols) = (64, 1536);
+            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let m = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            let x = random_vector(n_cols, &mut rng);
+            let reference = reference_matvec(&m, &x);
+            let mut y = vec![0.0; n_rows];
+            m.matvec(&x, &mut y).unwrap();
+            let err = max_relative_error(&y, &reference);
+            eprintln!("{ty} {kernel:?}: max relative error {err:.2e}");
+            assert!(err < 1e-2, "{ty} {kernel:?}: relative error {err:e}");
+        }
+    }
+}
+
+/// The SIMD path computes the same integer sums as the portable path and
+/// differs only in the order of f32 additions: agreement within 1e-5 of Σ|W x|.
+#[test]
+fn k_quant_avx2_and_portable_kernels_agree() {
+    if !cpu_has_avx2() {
+        eprintln!("this cpu lacks avx2/fma/f16c: nothing to compare");
+        assert_eq!(kernels_of_this_cpu(), [Kernel::Portable]);
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for ty in K_TYPES {
+        for n_cols in [256, 512, 1536] {
+            let n_rows = 50;
+            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let portable = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(Kernel::Portable)
+                .unwrap();
+            let simd = portable.with_kernel(Kernel::Avx2).unwrap();
+            let x = random_vector(n_cols, &mut rng);
+            let reference = reference_matvec(&portable, &x);
+            let (mut y_portable, mut y_simd) = (vec![0.0; n_rows], vec![0.0; n_rows]);
+            portable.matvec(&x, &mut y_portable).unwrap();
+            simd.matvec(&x, &mut y_simd).unwrap();
+            for r in 0..n_rows {
+                let diff = f64::from(y_portable[r] - y_simd[r]).abs();
+                assert!(
+                    diff <= 1e-5 * reference.1[r],
+                    "{ty} n_cols {n_cols} row {r}: {} vs {}",
+                    y_portable[r],
+                    y_simd[r]
+                );
+            }
+        }
+    }
+}
+
+/// A batch of 9 inputs (two groups of four and one alone on the SIMD path)
+/// gives each input the bits of its own product, on every kernel.
+#[test]
+fn k_quant_matmul_equals_one_matvec_per_input_bit_for_bit() {
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    for ty in K_TYPES {
+        for kernel in kernels_of_this_cpu() {
+            let (n_rows, n_cols, n) = (40, 512, 9);
+            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let m = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            let xs = random_vector(n * n_cols, &mut rng);
+            let mut ys = vec![f32::NAN; n * n_rows];
+            m.matmul(&xs, n, &mut ys).unwrap();
+            let mut y = vec![0.0; n_rows];
+            for i in 0..n {
+                m.matvec(&xs[i * n_cols..(i + 1) * n_cols], &mut y).unwrap();
+                for r in 0..n_rows {
+                    assert_eq!(
+                        ys[i * n_rows + r].to_bits(),
+                        y[r].to_bits(),
+                        "{ty} {kernel:?} input {i} row {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_zero_activations_give_zero() {
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    for ty in K_TYPES {
+        for kernel in kernels_of_this_cpu() {
+            let data = random_matrix(ty, 3, 256, &mut rng);
+            let m = QMatrix::new(ty, 3, 256, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            let mut y = [f32::NAN; 3];
+            m.matvec(&[0.0; 256], &mut y).unwrap();
+            assert_eq!(y, [0.0; 3], "{ty} {kernel:?}");
+        }
+    }
+}
