@@ -1,4 +1,5 @@
-//! `cargo xtask reference-fixtures`: regenerate `fixtures/smollm2/` from llama.cpp.
+//! `cargo xtask reference-fixtures`: regenerate `fixtures/smollm2/` and
+//! `fixtures/gemma3/tokenize.json` from llama.cpp.
 //!
 //! llama.cpp is the reference implementation we conform to. This task runs
 //! `scripts/reference/llama_cpp_reference.py` with the PyPI package
@@ -9,6 +10,9 @@
 //! outputs (token ids, logits) are committed, as data. A second script,
 //! `scripts/reference/exact_forward.py`, recomputes the last logits rows in float64
 //! with numpy and the `gguf` package, to show how far llama.cpp is from exact math.
+//! A third, `scripts/reference/tokenize_reference.py`, writes llama.cpp's ids
+//! and detokenized texts for Gemma 3's SentencePiece vocabulary (reading only
+//! the vocabulary of the file in the models folder).
 //!
 //! This is a maintainer task, never run in CI; the tests only read the committed
 //! fixtures.
@@ -85,6 +89,32 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         }
     }
     println!("fixtures written to {FIXTURES_DIR}; review with `git diff --stat {FIXTURES_DIR}`");
+    gemma3_tokenize_fixture(&python)
+}
+
+/// The SentencePiece tokenizer fixture, from Gemma 3's vocabulary.
+const GEMMA3_TOKENIZE_SCRIPT: &str = "scripts/reference/tokenize_reference.py";
+
+/// Where the SentencePiece tokenizer fixture goes, relative to the root.
+const GEMMA3_FIXTURES_DIR: &str = "fixtures/gemma3";
+
+/// Writes `fixtures/gemma3/tokenize.json` with `python` (llama-cpp-python
+/// at the pinned version) from the Gemma 3 file in the models folder.
+fn gemma3_tokenize_fixture(python: &Path) -> Result<()> {
+    let model = lm_model::catalog::GEMMA3_270M.path()?;
+    let root = project_root();
+    let status = Command::new(python)
+        .arg(root.join(GEMMA3_TOKENIZE_SCRIPT))
+        .arg("--model")
+        .arg(&model)
+        .arg("--out")
+        .arg(root.join(GEMMA3_FIXTURES_DIR))
+        .status()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    if !status.success() {
+        bail!("{GEMMA3_TOKENIZE_SCRIPT} failed ({status})");
+    }
+    println!("fixture written to {GEMMA3_FIXTURES_DIR}/tokenize.json");
     Ok(())
 }
 

@@ -4,8 +4,9 @@
 //!   (an unknown word is an error that names it);
 //! - count models: words and punctuation as lm-model's splitter cuts them,
 //!   unknown words read as `<unk>`;
-//! - GGUF models: the byte-level BPE tokenizer built from the file's
-//!   `tokenizer.*` metadata by the `lm` crate's loader ([`GgufText`]).
+//! - GGUF models: the tokenizer (byte-level BPE or SentencePiece) built from
+//!   the file's `tokenizer.*` metadata by the `lm` crate's loader
+//!   ([`GgufText`]).
 //!
 //! End tokens, when `--end-token` is not given:
 //!
@@ -13,7 +14,7 @@
 //! toy      <end> (id 6)
 //! count    </s>
 //! GGUF     the loader's end tokens (GgufText::end_ids): 0, 2 and 4 for
-//!          SmolLM2, as llama.cpp has it
+//!          SmolLM2, 1, 106 and 212 for Gemma 3, as llama.cpp has it
 //! ```
 
 use anyhow::Result;
@@ -43,6 +44,18 @@ pub enum TextError {
     NoChatTemplate {
         /// The model kind.
         model: &'static str,
+    },
+    /// A chat was asked of a GGUF file without `tokenizer.chat_template`
+    /// (a base model such as Gemma 3 270M).
+    #[error(
+        "{} has no chat template (tokenizer.chat_template), so it cannot chat: it is a base model; \
+         continue a text with `lm-cli generate --model {} --prompt TEXT`",
+        spec,
+        spec
+    )]
+    NoChatTemplateInFile {
+        /// The model as given (a file path, or `smollm2`).
+        spec: String,
     },
 }
 

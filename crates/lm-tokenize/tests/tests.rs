@@ -5,4 +5,5 @@
 mod bpe_vocab;
 mod chat_template;
 mod common;
+mod spm_vocab;
 mod tokenizer_json;

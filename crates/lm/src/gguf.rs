@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! file.gguf ──GgufFile──┬─ Llama::from_file ─────────────> Decoder
-//!                       └─ tokenizer.* keys ─> BpeVocab ─> Tokenizer
+//!                       └─ tokenizer.* keys ─> BpeVocab ─> Tokenizer   (model "gpt2")
+//!                                           └> SpmVocab ─> Tokenizer   (model "llama")
 //!                          tokenizer.chat_template ──────> ChatTemplate (compiled when a chat asks)
 //!                          eos, eot, eom + end-of-turn ──> end_ids
 //! ```
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use lm_core::TokenId;
 use lm_model::{Decoder, GgufError, GgufFile, Llama};
-use lm_tokenize::{BpeVocab, ChatTemplate, Message, Tokenizer};
+use lm_tokenize::{BpeVocab, ChatTemplate, Message, SpmVocab, TokenizeError, Tokenizer};
 
 use crate::error::{Error, TextError};
 
@@ -35,8 +36,8 @@ pub struct GgufText {
     /// The ids that end generation, ascending: EOS,
     /// `tokenizer.ggml.eot_token_id` and `eom_token_id` when present, and
     /// the end-of-turn control tokens lm-tokenize knows (`<|endoftext|>`,
-    /// `<|im_end|>`, `<|eot_id|>`, ...): 0, 2 and 4 for SmolLM2, as
-    /// llama.cpp has it.
+    /// `<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`, ...): 0, 2 and 4 for
+    /// SmolLM2, 1, 106 and 212 for Gemma 3, as llama.cpp has it.
     pub end_ids: Vec<TokenId>,
 }
 
@@ -64,11 +65,17 @@ pub fn load_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
 }
 
 impl GgufText {
-    /// Only the text side of a GGUF file: the weights are not built (to
-    /// tokenize without loading a model).
+    /// Only the text side of a GGUF file: the weights are neither built nor
+    /// read (to tokenize without loading a model, even one whose weight
+    /// types lm-model cannot read).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
-        let file = open(path, |source| Error::Open {
+        if !path.is_file() {
+            return Err(Error::FileMissing {
+                path: path.to_path_buf(),
+            });
+        }
+        let file = GgufFile::open_metadata(path).map_err(|source| Error::Open {
             path: path.to_path_buf(),
             source,
         })?;
@@ -80,7 +87,16 @@ impl GgufText {
 
     /// The tokenizer, chat template and end tokens of an open GGUF file.
     pub fn from_file(file: &GgufFile) -> Result<Self, TextError> {
-        let tokenizer = Tokenizer::from_bpe_vocab(bpe_vocab(file)?)?;
+        let tokenizer = match file.get_str("tokenizer.ggml.model")? {
+            "gpt2" => Tokenizer::from_bpe_vocab(bpe_vocab(file)?)?,
+            "llama" => Tokenizer::from_spm_vocab(spm_vocab(file)?)?,
+            model => {
+                return Err(TokenizeError::UnsupportedModel {
+                    model: model.to_owned(),
+                }
+                .into());
+            }
+        };
         let mut end_ids = tokenizer.end_ids().to_vec();
         for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
             if let Some(id) = optional(file, key, GgufFile::get_u32)?
@@ -135,6 +151,42 @@ pub fn bpe_vocab(file: &GgufFile) -> Result<BpeVocab, GgufError> {
             .unwrap_or(false),
         chat_template: optional(file, "tokenizer.chat_template", GgufFile::get_str)?
             .map(str::to_owned),
+    })
+}
+
+/// Fills an [`SpmVocab`] from GGUF's `tokenizer.*` keys (see [`SpmVocab`]
+/// for the key of each field). The tokens are required; an absent key takes
+/// llama.cpp's default for SentencePiece vocabularies: bos 1, eos 2, unk 0,
+/// add_bos and add_space_prefix true, add_eos false, no scores (all 0).
+pub fn spm_vocab(file: &GgufFile) -> Result<SpmVocab, GgufError> {
+    let tokens: Vec<String> = file
+        .get_string_array("tokenizer.ggml.tokens")?
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    // A present id is checked by the tokenizer; a default one is kept only
+    // when the vocabulary has it.
+    let id_or = |key, default: TokenId| -> Result<Option<TokenId>, GgufError> {
+        Ok(optional(file, key, GgufFile::get_u32)?
+            .or(Some(default).filter(|&id| (id as usize) < tokens.len())))
+    };
+    let flag_or = |key, default| -> Result<bool, GgufError> {
+        Ok(optional(file, key, GgufFile::get_bool)?.unwrap_or(default))
+    };
+    Ok(SpmVocab {
+        scores: optional(file, "tokenizer.ggml.scores", GgufFile::get_f32_array)?
+            .unwrap_or_default(),
+        token_types: optional(file, "tokenizer.ggml.token_type", GgufFile::get_i32_array)?
+            .unwrap_or_default(),
+        bos_id: id_or("tokenizer.ggml.bos_token_id", 1)?,
+        eos_id: id_or("tokenizer.ggml.eos_token_id", 2)?,
+        unk_id: id_or("tokenizer.ggml.unknown_token_id", 0)?,
+        add_bos: flag_or("tokenizer.ggml.add_bos_token", true)?,
+        add_eos: flag_or("tokenizer.ggml.add_eos_token", false)?,
+        add_space_prefix: flag_or("tokenizer.ggml.add_space_prefix", true)?,
+        chat_template: optional(file, "tokenizer.chat_template", GgufFile::get_str)?
+            .map(str::to_owned),
+        tokens,
     })
 }
 

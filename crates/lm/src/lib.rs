@@ -65,7 +65,7 @@ mod error;
 mod gguf;
 
 pub use error::{Error, TextError};
-pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf};
+pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
 
 pub use lm_core;
 pub use lm_decode;

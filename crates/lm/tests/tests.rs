@@ -1,9 +1,10 @@
 //! The `lm` crate's integration tests, one binary with a module per concern:
 //! the loader on the tiny GGUF fixture and on hostile files, and on the real
-//! SmolLM2 file (`#[ignore]`d with the command that fetches it;
+//! SmolLM2 file and Gemma 3's tokenizer (`#[ignore]`d with the command that fetches it;
 //! `cargo test -- --include-ignored` runs them, as CI does).
 
 mod common;
+mod gemma3_tokenizer;
 mod loader;
 mod smollm2;
 mod smollm2_tokenizer;

@@ -15,11 +15,26 @@ use crate::cli::ChatArgs;
 use crate::output::Output;
 use crate::printer::TextPrinter;
 use crate::report::trace::describe_stop;
-use crate::spec::ModelTask;
-use crate::text::TextCodec;
+use crate::spec::{ModelSpec, ModelTask};
+use crate::text::{TextCodec, TextError};
 
 /// Runs `lm-cli chat`.
 pub fn run(args: ChatArgs) -> Result<()> {
+    // A GGUF file without a chat template is refused from its metadata alone,
+    // before its weights are read.
+    let spec = ModelSpec::or_default(args.model.model.as_ref());
+    if matches!(spec, ModelSpec::Gguf(_) | ModelSpec::SmolLm2) {
+        let codec = spec.load_codec()?;
+        if let Err(err) = codec.chat_prompt(&[Message::new("user", "")]) {
+            return Err(match err.downcast_ref::<TextError>() {
+                Some(TextError::NoChatTemplate { .. }) => TextError::NoChatTemplateInFile {
+                    spec: spec.to_string(),
+                }
+                .into(),
+                _ => err,
+            });
+        }
+    }
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;

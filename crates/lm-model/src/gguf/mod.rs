@@ -76,6 +76,15 @@ pub struct GgufFile {
     data_offset: usize,
 }
 
+/// How much of a file [`GgufFile::parse`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contents {
+    /// Every tensor, each of a type this crate reads.
+    All,
+    /// Tensors of types this crate cannot read left out.
+    SkipUnknownTypes,
+}
+
 /// Where the file's bytes live.
 enum Storage {
     Mapped(Mmap),
@@ -120,15 +129,31 @@ impl GgufFile {
         // reader of mapped files we rely on the file not being truncated or
         // rewritten underneath us while it is open (documented above).
         let map = unsafe { Mmap::map(&file) }.map_err(io_error)?;
-        GgufFile::parse(Storage::Mapped(map))
+        GgufFile::parse(Storage::Mapped(map), Contents::All)
+    }
+
+    /// Maps the file at `path` and parses it as [`GgufFile::open`] does,
+    /// except that a tensor of a type this crate cannot read is left out
+    /// instead of refusing the file: its metadata (a tokenizer, say) can
+    /// still be read. Every other check is made.
+    pub fn open_metadata(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let path = path.as_ref();
+        let io_error = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io_error)?;
+        // SAFETY: as in `open`.
+        let map = unsafe { Mmap::map(&file) }.map_err(io_error)?;
+        GgufFile::parse(Storage::Mapped(map), Contents::SkipUnknownTypes)
     }
 
     /// Parses a GGUF file held in memory (tests, embedded models).
     pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
-        GgufFile::parse(Storage::Owned(bytes))
+        GgufFile::parse(Storage::Owned(bytes), Contents::All)
     }
 
-    fn parse(storage: Storage) -> Result<GgufFile, GgufError> {
+    fn parse(storage: Storage, contents: Contents) -> Result<GgufFile, GgufError> {
         let bytes = storage.bytes();
         let mut cursor = Cursor::new(bytes);
         let magic = bytes.get(..4).unwrap_or(bytes);
@@ -199,7 +224,16 @@ impl GgufFile {
         let mut tensors = Vec::with_capacity(n_tensors);
         let mut tensor_index = HashMap::with_capacity(n_tensors);
         for _ in 0..n_tensors {
-            let info = tensor::read_tensor_info(&mut cursor)?;
+            let info = match tensor::read_tensor_info(&mut cursor) {
+                // The whole info was read before its type was refused, so
+                // the cursor is at the next one: leave this tensor out.
+                Err(GgufError::UnknownTensorType { .. })
+                    if contents == Contents::SkipUnknownTypes =>
+                {
+                    continue;
+                }
+                info => info?,
+            };
             if tensor_index
                 .insert(info.name.clone(), tensors.len())
                 .is_some()
