@@ -1,9 +1,11 @@
 //! The `lm` crate's integration tests, one binary with a module per concern:
 //! the loader on the tiny GGUF fixture and on hostile files, and on the real
 //! SmolLM2 file (`#[ignore]`d with the command that fetches it;
-//! `cargo test -- --include-ignored` runs them, as CI does).
+//! `cargo test -- --include-ignored` runs them, as CI does), and the
+//! conformance with llama.cpp of every real model file we test with.
 
 mod common;
+mod conformance;
 mod loader;
 mod smollm2;
 mod smollm2_tokenizer;
