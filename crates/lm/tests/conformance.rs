@@ -13,7 +13,8 @@
 //!   top-1/top-2 gap is below [`TIE_GAP`]: two correct implementations may
 //!   break it either way);
 //! - teacher-forced along llama.cpp's greedy ids, each chosen token's
-//!   log-probability is within [`LOGPROB_TOLERANCE`] nats of llama.cpp's;
+//!   log-probability is within [`LOGPROB_TOLERANCE`] nats of llama.cpp's, up
+//!   to and including its first near-tie (the rest is only reported);
 //! - where the fixture keeps the last-position logits row, every logit is
 //!   within [`LOGIT_TOLERANCE`] and KL(llama.cpp || ours) < [`MAX_KL`].
 //!
@@ -148,6 +149,19 @@ fn every_fixture_was_made_from_its_catalog_file() {
     }
 }
 
+/// An error and its sources, joined by ": " (the loader's errors name the
+/// stage; the cause, such as an unsupported weight type, is in a source).
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
 fn read_fixture(relative: &str) -> Fixture {
     let path = fixture_path(relative);
     let json = std::fs::read_to_string(&path)
@@ -165,7 +179,7 @@ fn check_model(model: &KnownModel, fixture_file: &str) {
         "{fixture_file} is for another file"
     );
     let loaded = lm::load_gguf(&path)
-        .unwrap_or_else(|err| panic!("{}: lm::load_gguf fails: {err}", model.name));
+        .unwrap_or_else(|err| panic!("{}: lm::load_gguf fails: {}", model.name, chain(&err)));
     let logits_dir = fixture_path(fixture_file)
         .parent()
         .map(PathBuf::from)
@@ -276,15 +290,27 @@ fn check_case(
         ));
     }
 
-    // Chosen-token log-probabilities, teacher-forced along llama.cpp's ids.
+    // Chosen-token log-probabilities, teacher-forced along llama.cpp's ids:
+    // asserted up to and including llama.cpp's first near-tie (at least step
+    // 0, the last prompt position), the window in which the greedy ids must
+    // agree; past it the worst difference is only reported, because small
+    // differences in the KV cache grow over a long teacher-forced tail (two
+    // llama.cpp configurations, F16 and F32 cache, already part ways there;
+    // fixtures/smollm2/README.md).
+    let checked_steps = (first_tie + 1).min(expected.len());
     let mut state = prefilled;
     let mut logits = last;
-    let mut worst: (usize, f64) = (0, 0.0);
+    let mut worst_checked: Option<(usize, f64, f64)> = None;
+    let mut worst_tail = 0.0_f64;
     for (step, (&token, &theirs)) in expected.iter().zip(&case.chosen_logprobs).enumerate() {
         let ours = f64::from(log_softmax(&logits, 1.0).unwrap()[token as usize]);
         let difference = (ours - theirs).abs();
-        if difference > worst.1 {
-            worst = (step, difference);
+        if step < checked_steps {
+            if worst_checked.is_none_or(|(_, worst, _)| difference > worst) {
+                worst_checked = Some((step, difference, ours));
+            }
+        } else {
+            worst_tail = worst_tail.max(difference);
         }
         if step + 1 < expected.len() {
             decoder
@@ -292,15 +318,19 @@ fn check_case(
                 .unwrap();
         }
     }
-    if worst.1 >= LOGPROB_TOLERANCE {
+    if let Some((step, difference, ours)) = worst_checked
+        && difference >= LOGPROB_TOLERANCE
+    {
         failures.push(format!(
-            "log p(chosen) differs by {:.3} nats at step {}",
-            worst.1, worst.0
+            "log p(chosen) at step {step} is {ours:.4}, llama.cpp's {:.4} (gap {})",
+            case.chosen_logprobs[step], case.top1_minus_top2[step]
         ));
     }
     eprintln!(
-        "{}: greedy compared over {first_tie} steps, worst log p(chosen) difference {:.4}",
-        case.name, worst.1
+        "{}: greedy compared over {first_tie} steps; log p(chosen) worst difference {:.4} \
+         over {checked_steps} checked steps, {worst_tail:.4} over the rest",
+        case.name,
+        worst_checked.map_or(0.0, |(_, difference, _)| difference)
     );
     if failures.is_empty() {
         Ok(())
