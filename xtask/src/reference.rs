@@ -304,8 +304,9 @@ const GGML_ISA_OPTIONS: &[(&str, &str)] = &[
 
 /// The CMake arguments llama.cpp is built with: no `-march=native` (a native
 /// build has died with SIGILL on VMs whose CPU model differs from the flags
-/// they report), each instruction set `flags` lists switched on explicitly, and
-/// AMX off.
+/// they report), each instruction set `flags` lists switched on explicitly,
+/// AMX off, and without llama-cpp-python's multimodal library (`mtmd`, which
+/// no reference script loads; about a quarter of the compile).
 pub(crate) fn cmake_args(flags: &[String]) -> String {
     let mut args = vec!["-DGGML_NATIVE=OFF".to_owned()];
     for (flag, option) in GGML_ISA_OPTIONS {
@@ -313,7 +314,13 @@ pub(crate) fn cmake_args(flags: &[String]) -> String {
         args.push(format!("-D{option}={}", if on { "ON" } else { "OFF" }));
     }
     args.extend(
-        ["GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16"].map(|option| format!("-D{option}=OFF")),
+        [
+            "GGML_AMX_TILE",
+            "GGML_AMX_INT8",
+            "GGML_AMX_BF16",
+            "LLAVA_BUILD",
+        ]
+        .map(|option| format!("-D{option}=OFF")),
     );
     args.join(" ")
 }
@@ -387,7 +394,7 @@ mod tests {
             "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
              -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=ON -DGGML_AVX512_VBMI=OFF \
              -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF \
-             -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+             -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF"
         );
     }
 
