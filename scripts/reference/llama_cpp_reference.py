@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Generate the llama.cpp conformance fixtures in fixtures/smollm2/.
+"""Generate the llama.cpp conformance fixtures.
 
 Run through `cargo xtask reference-fixtures`, which provides a Python with
-llama-cpp-python at the pinned version and the SmolLM2 model file. By hand:
+llama-cpp-python at the pinned version and the model files. By hand:
 
     python3 scripts/reference/llama_cpp_reference.py --model <gguf> --out fixtures/smollm2
+    python3 scripts/reference/llama_cpp_reference.py --model <gguf> --out fixtures/smollm2-requant \
+        --conformance smollm2 --name q4_k_m
+    python3 scripts/reference/llama_cpp_reference.py --model <gguf> --out fixtures/gemma3 \
+        --conformance gemma3 --name conformance
 
-Writes tokenize.json, greedy.json and <case>.last_logits.f32le.bin; the format is
-described in fixtures/smollm2/README.md. The script only reads the local model
-file; it opens no network connection. Only llama.cpp's outputs are written, never
-any of its code.
+The first form writes tokenize.json, greedy.json and <case>.last_logits.f32le.bin for
+SmolLM2 Q4_1 (format in fixtures/smollm2/README.md). The `--conformance` form
+writes <name>.json and <name>.<case>.last_logits.f16le.bin, one model's prompts,
+greedy runs and logits (format in fixtures/smollm2-requant/README.md), with the
+prompts of that model family. The script only reads the local model file; it opens
+no network connection. Only llama.cpp's outputs are written, never any of its code.
 """
 
 import argparse
@@ -21,7 +27,7 @@ import sys
 import numpy as np
 
 import llama_cpp
-from fixture_json import write_json, write_logits
+from fixture_json import write_json, write_logits, write_logits_f16
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 N_CTX = 512
@@ -117,10 +123,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="path to SmolLM2-135M-Instruct.Q4_1.gguf")
     parser.add_argument("--out", required=True, help="output folder, e.g. fixtures/smollm2")
+    parser.add_argument(
+        "--conformance",
+        choices=sorted(CONFORMANCE_FAMILIES),
+        help="write one conformance fixture with this model family's prompts instead",
+    )
+    parser.add_argument("--name", help="the conformance fixture's file stem, e.g. q4_k_m")
     args = parser.parse_args()
 
     if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
         sys.exit(f"llama-cpp-python {llama_cpp.__version__} found, {LLAMA_CPP_PYTHON_VERSION} expected")
+    if args.conformance:
+        if not args.name:
+            sys.exit("--conformance needs --name")
+        write_conformance(args.model, args.out, args.conformance, args.name)
+        return
     os.makedirs(args.out, exist_ok=True)
     model_info = {
         "file": os.path.basename(args.model),
@@ -350,6 +367,199 @@ def sha256_of_file(path):
         for chunk in iter(lambda: file.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Conformance fixtures: one per model file, the same format for every model.
+
+CONFORMANCE_N_CTX = 1024
+CONFORMANCE_MAX_NEW_TOKENS = 32
+CONFORMANCE_N_TOP_LOGITS = 10
+CONFORMANCE_LOGITS_SUFFIX = ".last_logits.f16le.bin"
+# A prompt longer than 512 tokens with both vocabularies: Gemma 3's sliding window
+# is 512 positions, so its last rows see only part of the prompt in the local layers.
+LONG_DOCUMENT = "\n\n".join(
+    [
+        LONG_PROMPT.rsplit(" Today,", 1)[0],
+        "The first electronic machines filled whole rooms. They used thousands of vacuum "
+        "tubes, which burned out often, and engineers walked the aisles with baskets of "
+        "spare tubes. Programs were entered by setting switches and plugging cables, and a "
+        "change that takes seconds today could take a team of people several days. Memory "
+        "was tiny and expensive: delay lines of mercury, rotating drums, and later small "
+        "rings of magnetic ferrite threaded by hand onto grids of wire.",
+        "The transistor, invented in 1947 at Bell Laboratories, changed everything. It was "
+        "smaller, cooler and far more reliable than the tube. In the late 1950s, Jack Kilby "
+        "and Robert Noyce each found ways to put several transistors on one piece of "
+        "semiconductor, the integrated circuit. Gordon Moore observed in 1965 that the "
+        "number of components on a chip was doubling about every year, a pace he later "
+        "revised to every two years, and the industry treated the observation as a goal.",
+        "Software grew up alongside the hardware. Grace Hopper built one of the first "
+        "compilers, and languages such as FORTRAN, COBOL and Lisp let people write "
+        "programs in terms closer to their problems than to the machine. Operating systems "
+        "appeared to share one expensive computer among many users. In 1969, Ken Thompson "
+        "and Dennis Ritchie began the work that became Unix, and the C language followed "
+        "a few years later; both are still in wide use more than fifty years on.",
+        "Personal computers arrived in the 1970s as kits for hobbyists, and by the early "
+        "1980s they were sold in department stores. Spreadsheets gave businesses a reason "
+        "to buy them, and word processors replaced typewriters in most offices. Networks "
+        "connected the machines, first inside universities and companies, then across the "
+        "world: the Internet grew out of a research network funded by the United States "
+        "government, and the World Wide Web, proposed by Tim Berners-Lee in 1989, made it "
+        "easy to publish and link documents.",
+        "Each generation of machines made the previous one look slow. Phones now carry "
+        "processors with billions of transistors, cameras, radios and sensors, and they "
+        "run programs written by millions of developers around the world. Much of the "
+        "progress came from steady improvements rather than single breakthroughs: better "
+        "materials, finer manufacturing, cleverer circuits, and compilers that squeeze more "
+        "work out of every cycle. Looking back over this long history, the most important "
+        "lesson is that",
+    ]
+)
+UNICODE_PROMPT = (
+    "Caf\u00e9 cr\u00e8me, na\u00efve fa\u00e7ade, Z\u00fcrich \u2014 "
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8, \u0440\u0443\u0441\u0441\u043a\u0438\u0439, "
+    "\U0001f355\U0001f680 \u2192 In English, these words mean"
+)
+CODE_PROMPT = (
+    "fn fibonacci(n: u64) -> u64 {\n    match n {\n        0 => 0,\n        1 => 1,\n"
+)
+# family -> (cases, chat prompt builder). A case is (name, prompt or None for the
+# chat case, store last logits).
+CONFORMANCE_FAMILIES = {
+    "smollm2": "chat template of the GGUF file (<|im_start|>, <|im_end|>)",
+    "gemma3": "Gemma's turn markers (<start_of_turn>, <end_of_turn>); the file has no template",
+}
+GEMMA_CHAT_PROMPT = (
+    "<start_of_turn>user\nWhat is the capital of France? Answer in one sentence.<end_of_turn>\n"
+    "<start_of_turn>model\n"
+)
+
+
+def conformance_cases(family, llm):
+    if family == "smollm2":
+        chat = render_chat(llm.metadata["tokenizer.chat_template"], CHAT_QUESTION)
+        if chat != EXPECTED_CHAT_PROMPT:
+            sys.exit(f"the chat template rendered {chat!r}, expected {EXPECTED_CHAT_PROMPT!r}")
+    else:
+        chat = GEMMA_CHAT_PROMPT
+    return [
+        ("capital_of_france", "The capital of France is", False),
+        ("chat", chat, True),
+        ("unicode", UNICODE_PROMPT, False),
+        ("code", CODE_PROMPT, False),
+        ("long_document", LONG_DOCUMENT, True),
+    ]
+
+
+def write_conformance(model_path, out_dir, family, name):
+    """One model's conformance fixture: for each prompt, llama.cpp's ids (with the
+    model's own BOS rule), a greedy run with each step's top-1/top-2 gap and the
+    chosen token's log-probability, and for two prompts the last logits row as f16."""
+    os.makedirs(out_dir, exist_ok=True)
+    llm = llama_cpp.Llama(
+        model_path=model_path,
+        n_ctx=CONFORMANCE_N_CTX,
+        n_batch=CONFORMANCE_N_CTX,
+        n_ubatch=CONFORMANCE_N_CTX,
+        n_threads=N_THREADS,
+        n_threads_batch=N_THREADS,
+        n_gpu_layers=0,
+        flash_attn=False,
+        type_k=GGML_TYPES["f16"],
+        type_v=GGML_TYPES["f16"],
+        logits_all=False,
+        seed=0,
+        verbose=False,
+    )
+    cases = []
+    for case_name, prompt, keep_logits in conformance_cases(family, llm):
+        case, last_logits = conformance_case(llm, case_name, prompt)
+        if keep_logits:
+            case["last_logits"] = write_logits_f16(
+                out_dir, f"{name}.{case_name}{CONFORMANCE_LOGITS_SUFFIX}", last_logits
+            )
+        else:
+            case["last_logits"] = None
+        cases.append(case)
+        print(
+            f"{name}/{case_name}: {len(case['prompt_ids'])} prompt tokens -> {case['continuation_text']!r}",
+            file=sys.stderr,
+        )
+    long_ids = next(case["prompt_ids"] for case in cases if case["name"] == "long_document")
+    if len(long_ids) <= 512:
+        sys.exit(f"long_document has {len(long_ids)} tokens; it must be longer than 512")
+    write_json(
+        os.path.join(out_dir, f"{name}.json"),
+        {
+            "model": {"file": os.path.basename(model_path), "sha256": sha256_of_file(model_path)},
+            "generator": {
+                "llama_cpp_python": llama_cpp.__version__,
+                "system_info": llama_cpp.llama_print_system_info().decode("utf-8").strip(),
+            },
+            "settings": {
+                "n_ctx": CONFORMANCE_N_CTX,
+                "n_batch": CONFORMANCE_N_CTX,
+                "n_threads": N_THREADS,
+                "flash_attn": False,
+                "kv_cache_type": "f16",
+                "add_special": True,
+                "add_bos": bool(llm._model.add_bos_token()),
+                "parse_special": True,
+                "max_new_tokens": CONFORMANCE_MAX_NEW_TOKENS,
+                "end_of_generation_ids": end_of_generation_ids(llm),
+                "special_tokens": CONFORMANCE_FAMILIES[family],
+            },
+            "cases": cases,
+        },
+    )
+
+
+def conformance_case(llm, name, prompt):
+    """Greedy decoding from llama.cpp's last logits row, read after each eval."""
+    eog = set(end_of_generation_ids(llm))
+    n_vocab = llm.n_vocab()
+    # add_bos=True is llama.cpp's add_special: BOS only when the vocabulary asks for it.
+    prompt_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+
+    def last_row():
+        pointer = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return np.ctypeslib.as_array(pointer, shape=(n_vocab,)).astype(np.float32).copy()
+
+    llm.reset()
+    llm.eval(prompt_ids)
+    last_logits = last_row()
+    logits = last_logits
+    continuation, gaps, chosen_logprobs = [], [], []
+    top_logits = None
+    stop_reason = "max_new_tokens"
+    for step in range(CONFORMANCE_MAX_NEW_TOKENS):
+        order = np.argsort(-logits, kind="stable")
+        chosen = int(order[0])
+        gaps.append(short_float(logits[order[0]] - logits[order[1]]))
+        row = logits.astype(np.float64)
+        log_normalizer = row.max() + np.log(np.exp(row - row.max()).sum())
+        chosen_logprobs.append(round(float(row[chosen] - log_normalizer), 6))
+        if step == 0:
+            top_logits = [[int(i), short_float(logits[i])] for i in order[:CONFORMANCE_N_TOP_LOGITS]]
+        continuation.append(chosen)
+        if chosen in eog:
+            stop_reason = "end_of_generation"
+            break
+        if step + 1 < CONFORMANCE_MAX_NEW_TOKENS:
+            llm.eval([chosen])
+            logits = last_row()
+    case = {
+        "name": name,
+        "prompt": prompt,
+        "prompt_ids": prompt_ids,
+        "continuation_ids": continuation,
+        "continuation_text": llm.detokenize(continuation, special=True).decode("utf-8", errors="replace"),
+        "stop_reason": stop_reason,
+        "top1_minus_top2": gaps,
+        "chosen_logprobs": chosen_logprobs,
+        "top_logits": top_logits,
+    }
+    return case, last_logits
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     let model = match &options.model {
         Some(model) => model.clone(),
-        None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?)?,
+        None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?, None)?,
     };
     let peer = peer_python(&options)?;
     let worker = build_release_worker()?;

@@ -23,10 +23,11 @@ tasks:
   bench                 decode and prefill speed of SmolLM2, ours and llama.cpp's, side by side
   check-lessons         check every worked example and numeric claim of ../shared/lessons
   examples              run every example of the workspace (as listed by cargo metadata)
-  fetch-model <name>    download a known model into the models folder
-                        ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
-  reference-fixtures    regenerate fixtures/smollm2 from llama.cpp (needs python3;
-                        builds llama-cpp-python once, which takes several minutes);
+  fetch-model <name>    download (or derive with llama.cpp) a known model into the
+                        models folder ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
+  reference-fixtures    regenerate the llama.cpp fixtures (smollm2, smollm2-requant,
+                        gemma3; needs python3; builds llama-cpp-python once, which
+                        takes several minutes, unless LM_REFERENCE_PYTHON is set);
                         with --arch, fixtures/arch (random-weight files per architecture)
   tidy                  check the dependency arrows, docs/ARCHITECTURE.md and file headers";
 

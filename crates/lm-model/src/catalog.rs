@@ -41,8 +41,91 @@ pub const GEMMA3_270M: KnownModel = KnownModel {
     size: 253_113_024,
 };
 
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q4_K_M`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q4_K_M: KnownModel = KnownModel {
+    name: "smollm2-q4_k_m",
+    file_name: "SmolLM2-135M-Instruct.Q4_K_M.gguf",
+    sha256: "dc0f3a02e821146247a0af6895adf9872124f368682cb110cb9ed09ff2a9f9f1",
+    size: 105_454_144,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q5_K_M`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q5_K_M: KnownModel = KnownModel {
+    name: "smollm2-q5_k_m",
+    file_name: "SmolLM2-135M-Instruct.Q5_K_M.gguf",
+    sha256: "8170c7ef444692b3b2fe63459c326def0358807ef9be6e3cb020efb86a71015e",
+    size: 112_103_488,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q6_K`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q6_K: KnownModel = KnownModel {
+    name: "smollm2-q6_k",
+    file_name: "SmolLM2-135M-Instruct.Q6_K.gguf",
+    sha256: "a969ae2086dd4945a7c61594bf72b2bcc3b7df8571c92aed8f213918673a7f80",
+    size: 138_382_912,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q3_K_M`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q3_K_M: KnownModel = KnownModel {
+    name: "smollm2-q3_k_m",
+    file_name: "SmolLM2-135M-Instruct.Q3_K_M.gguf",
+    sha256: "01045a8fee6c962e4f7b0f80dccf937503738f61f987c305378fd3f527eac9d4",
+    size: 93_510_208,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q2_K`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q2_K: KnownModel = KnownModel {
+    name: "smollm2-q2_k",
+    file_name: "SmolLM2-135M-Instruct.Q2_K.gguf",
+    sha256: "1733ab14bc423774519aa464e0d74e190617e877c9d0aa07a698b500d1788895",
+    size: 88_201_792,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q5_0`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q5_0: KnownModel = KnownModel {
+    name: "smollm2-q5_0",
+    file_name: "SmolLM2-135M-Instruct.Q5_0.gguf",
+    sha256: "2f90a7511cf340144dda963a9fd73f708601517f0f8038d31c9069654526be44",
+    size: 104_997_952,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `Q8_0`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_Q8_0: KnownModel = KnownModel {
+    name: "smollm2-q8_0",
+    file_name: "SmolLM2-135M-Instruct.Q8_0.gguf",
+    sha256: "7b46609d11703c058397e5cfe4cc6e4b2508cb1eb4c80ddc472a5d421fbdb508",
+    size: 144_811_072,
+};
+
+/// SmolLM2-135M-Instruct requantized from [`SMOLLM2`] to llama.cpp's `IQ4_XS`
+/// mix (`cargo xtask fetch-model` derives it with llama.cpp itself).
+pub const SMOLLM2_IQ4_XS: KnownModel = KnownModel {
+    name: "smollm2-iq4_xs",
+    file_name: "SmolLM2-135M-Instruct.IQ4_XS.gguf",
+    sha256: "5a4caecc8f966f75ff79b8f1522f76aedd2381d0722df17254e212f01526c7ba",
+    size: 91_312_192,
+};
+
 /// Every model known by name.
-pub const KNOWN_MODELS: &[KnownModel] = &[SMOLLM2, GEMMA3_270M];
+pub const KNOWN_MODELS: &[KnownModel] = &[
+    SMOLLM2,
+    GEMMA3_270M,
+    SMOLLM2_Q4_K_M,
+    SMOLLM2_Q5_K_M,
+    SMOLLM2_Q6_K,
+    SMOLLM2_Q3_K_M,
+    SMOLLM2_Q2_K,
+    SMOLLM2_Q5_0,
+    SMOLLM2_Q8_0,
+    SMOLLM2_IQ4_XS,
+];
 
 /// Why a known model's file could not be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,7 +212,9 @@ mod tests {
         let err = KnownModel::find("gpt5").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown model `gpt5`; known models: smollm2, gemma3-270m"
+            "unknown model `gpt5`; known models: smollm2, gemma3-270m, smollm2-q4_k_m, \
+             smollm2-q5_k_m, smollm2-q6_k, smollm2-q3_k_m, smollm2-q2_k, smollm2-q5_0, smollm2-q8_0, \
+             smollm2-iq4_xs"
         );
     }
 

@@ -1,9 +1,11 @@
 //! The `lm` crate's integration tests, one binary with a module per concern:
 //! the loader on the tiny GGUF fixture and on hostile files, and on the real
-//! SmolLM2 file and Gemma 3's tokenizer (`#[ignore]`d with the command that fetches it;
-//! `cargo test -- --include-ignored` runs them, as CI does).
+//! SmolLM2 file and Gemma 3's tokenizer (`#[ignore]`d with the command that
+//! fetches it; `cargo test -- --include-ignored` runs them, as CI does), and
+//! the conformance with llama.cpp of every real model file we test with.
 
 mod common;
+mod conformance;
 mod gemma3_tokenizer;
 mod loader;
 mod smollm2;
