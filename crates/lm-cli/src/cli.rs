@@ -45,10 +45,11 @@ MODELS (--model SPEC):
   toy          the lessons' seven-token decoder; a prompt is words of its vocabulary
                separated by spaces: <start> the cat dog sat slept <end> (ids 0 to 6)
   count:FILE   a count (n-gram) model: an ARPA file, or a text corpus trained on the fly
-  FILE.gguf    a llama-architecture model in a GGUF file (tokenizer read from the file;
-               a file is GGUF by its first bytes, whatever its name)
-  smollm2      SmolLM2-135M-Instruct from the models folder ($LM_MODELS_DIR, default
-               ~/.cache/lm/models); get it with `cargo xtask fetch-model smollm2`
+  FILE.gguf    a llama, qwen2, qwen3 or gemma3 model in a GGUF file (tokenizer read from
+               the file; a file is GGUF by its first bytes, whatever its name)
+  NAME         a known model from the models folder ($LM_MODELS_DIR, default
+               ~/.cache/lm/models): smollm2 (SmolLM2-135M-Instruct), gemma3-270m,
+               smollm2-q4_k_m, ...; get it with `cargo xtask fetch-model NAME`
   (no --model) the embedded default: a Kneser-Ney trigram model of the King James Bible";
 
 /// The subcommands.

@@ -1,4 +1,5 @@
-//! Model specs (`toy`, `count:FILE`, `FILE.gguf`, `smollm2`, or the embedded
+//! Model specs (`toy`, `count:FILE`, `FILE.gguf`, a known model's name such as
+//! `smollm2` or `gemma3-270m`, or the embedded
 //! default): parsing, loading, and running one generic command on whichever
 //! model was loaded.
 //!
@@ -22,7 +23,7 @@ use std::str::FromStr;
 
 use anyhow::{Context, Result};
 use lm_core::{Bounded, LanguageModel, Uncached};
-use lm_model::catalog::SMOLLM2;
+use lm_model::catalog::{KNOWN_MODELS, KnownModel};
 use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, TrainOptions, Utf8Policy};
 use lm_model::{Decoder, Toy};
 
@@ -38,8 +39,9 @@ pub enum ModelSpec {
     Count(PathBuf),
     /// A llama-architecture GGUF file.
     Gguf(PathBuf),
-    /// SmolLM2-135M-Instruct from the models folder.
-    SmolLm2,
+    /// A model known by name (`smollm2`, `gemma3-270m`, ...) from the models
+    /// folder (`cargo xtask fetch-model NAME` puts it there).
+    Known(&'static KnownModel),
     /// The embedded KJV trigram model (no `--model`).
     Embedded,
 }
@@ -48,7 +50,10 @@ pub enum ModelSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// Not one of the spec forms.
-    #[error("unknown model spec '{spec}' (expected toy, count:FILE, FILE.gguf or smollm2)")]
+    #[error(
+        "unknown model spec '{spec}' (expected toy, count:FILE, FILE.gguf or a known model: {})",
+        known_names()
+    )]
     Unknown {
         /// What was typed.
         spec: String,
@@ -71,8 +76,8 @@ impl FromStr for ModelSpec {
         if spec == "toy" {
             return Ok(Self::Toy);
         }
-        if spec == "smollm2" {
-            return Ok(Self::SmolLm2);
+        if let Ok(known) = KnownModel::find(spec) {
+            return Ok(Self::Known(known));
         }
         if let Some(path) = spec.strip_prefix("count:") {
             if path.is_empty() {
@@ -95,6 +100,12 @@ impl FromStr for ModelSpec {
     }
 }
 
+/// The names of the known models, comma-separated.
+fn known_names() -> String {
+    let names: Vec<&str> = KNOWN_MODELS.iter().map(|model| model.name).collect();
+    names.join(", ")
+}
+
 /// Whether `path` is a file that starts with GGUF's magic bytes, so a GGUF
 /// file is recognised whatever its name (an unreadable path is not).
 fn starts_with_gguf_magic(path: &Path) -> bool {
@@ -110,7 +121,7 @@ impl fmt::Display for ModelSpec {
             Self::Toy => f.write_str("toy"),
             Self::Count(path) => write!(f, "count:{}", path.display()),
             Self::Gguf(path) => write!(f, "{}", path.display()),
-            Self::SmolLm2 => f.write_str("smollm2"),
+            Self::Known(model) => f.write_str(model.name),
             Self::Embedded => f.write_str("embedded KJV trigram"),
         }
     }
@@ -196,7 +207,7 @@ impl ModelSpec {
                 (Backend::Count(model), codec)
             }
             Self::Gguf(path) => load_gguf(path)?,
-            Self::SmolLm2 => load_gguf(&SMOLLM2.path()?)?,
+            Self::Known(model) => load_gguf(&model.path()?)?,
         };
         Ok(LoadedModel { backend, codec })
     }
@@ -207,7 +218,7 @@ impl ModelSpec {
     pub fn load_codec(&self) -> Result<TextCodec> {
         match self {
             Self::Gguf(path) => codec_of_gguf(path),
-            Self::SmolLm2 => codec_of_gguf(&SMOLLM2.path()?),
+            Self::Known(model) => codec_of_gguf(&model.path()?),
             _ => Ok(self.load(None)?.codec),
         }
     }
@@ -421,7 +432,14 @@ mod tests {
     #[test]
     fn specs_parse() {
         assert_eq!("toy".parse(), Ok(ModelSpec::Toy));
-        assert_eq!("smollm2".parse(), Ok(ModelSpec::SmolLm2));
+        assert_eq!(
+            "smollm2".parse(),
+            Ok(ModelSpec::Known(&lm_model::catalog::SMOLLM2))
+        );
+        assert_eq!(
+            "gemma3-270m".parse(),
+            Ok(ModelSpec::Known(&lm_model::catalog::GEMMA3_270M))
+        );
         assert_eq!(
             "count:a.arpa".parse(),
             Ok(ModelSpec::Count(PathBuf::from("a.arpa")))

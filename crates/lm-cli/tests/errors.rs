@@ -269,7 +269,8 @@ fn help_is_written_for_newcomers() {
     let run = Cli::new("--help").run();
     assert_eq!(run.code, Some(0));
     assert!(run.stdout.contains("what comes next"), "{}", run.stdout);
-    assert!(run.stdout.contains("cargo xtask fetch-model smollm2"));
+    assert!(run.stdout.contains("cargo xtask fetch-model NAME"));
+    assert!(run.stdout.contains("gemma3-270m"));
     let generate = Cli::new("generate").arg("--help").run();
     assert!(generate.stdout.contains("EXAMPLES:"));
     assert!(generate.stdout.contains("context_bound"));

@@ -23,7 +23,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
     // A GGUF file without a chat template is refused from its metadata alone,
     // before its weights are read.
     let spec = ModelSpec::or_default(args.model.model.as_ref());
-    if matches!(spec, ModelSpec::Gguf(_) | ModelSpec::SmolLm2) {
+    if matches!(spec, ModelSpec::Gguf(_) | ModelSpec::Known(_)) {
         let codec = spec.load_codec()?;
         if let Err(err) = codec.chat_prompt(&[Message::new("user", "")]) {
             return Err(match err.downcast_ref::<TextError>() {
