@@ -51,3 +51,26 @@ fn chat_refuses_a_base_model_naming_the_file_and_generate() {
         "{message}"
     );
 }
+
+/// The README's Gemma 3 command, by name: llama.cpp's greedy continuation
+/// (the greedy ids of `fixtures/gemma3/conformance.json`).
+#[test]
+#[ignore = "needs Gemma 3: cargo xtask fetch-model gemma3-270m"]
+fn the_readme_command_continues_as_llama_cpp_does() {
+    GEMMA3_270M.path().unwrap_or_else(|err| panic!("{err}"));
+    let run = Cli::new("generate")
+        .model("gemma3-270m")
+        .opt("--prompt", "The capital of France is")
+        .arg("--greedy")
+        .n(16)
+        .run();
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with(
+            "The capital of France is the capital of the country of France. \
+             It is the largest city in France."
+        ),
+        "{}",
+        run.stdout
+    );
+}
