@@ -181,7 +181,8 @@ impl SpeculationStats {
 ///
 /// ```
 /// use lm_core::{LanguageModel, Prefix, Rows, TokenId};
-/// use lm_decode::{generate, generate_speculative, GenerationConfig, PromptLookup, SamplingConfig};
+/// use std::ops::ControlFlow;
+/// use lm_decode::{generate, generate_speculative, GenerationConfig, PromptLookup, SamplingConfig, Step};
 /// # /// Prefers the token after the last one read (a 4-token vocabulary).
 /// # struct Counter;
 /// # impl LanguageModel for Counter {
@@ -204,8 +205,10 @@ impl SpeculationStats {
 /// let config = GenerationConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(),
 ///                                 ..GenerationConfig::default() };
 /// let plain = generate(&Counter, &[0, 1, 2, 3], &config, None).unwrap();
-/// let (run, stats) = generate_speculative(&Counter, &[0, 1, 2, 3], &config, None,
-///     PromptLookup::default(), |_| Ok::<_, lm_decode::Error>(std::ops::ControlFlow::Continue(()))).unwrap();
+/// let hook = |_: &Step| Ok::<_, lm_decode::Error>(ControlFlow::Continue(()));
+/// let (run, stats) =
+///     generate_speculative(&Counter, &[0, 1, 2, 3], &config, None, PromptLookup::default(), hook)
+///         .unwrap();
 /// assert_eq!(run.tokens, plain.tokens);
 /// assert!(stats.target_passes < 11, "drafts were accepted: {stats:?}");
 /// ```
