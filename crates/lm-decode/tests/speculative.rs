@@ -634,3 +634,47 @@ fn greedy_prompt_lookup_on_smollm2_is_greedy_plain() {
     assert_eq!(unmarked(&run).steps.len(), plain.steps.len());
     assert!(stats.accepted_tokens > 0, "{stats:?}");
 }
+
+/// Whether a pass over several tokens gives each row the bits one-token
+/// passes give it: greedy speculative decoding equals plain greedy decoding
+/// exactly when it does (otherwise only up to near-ties).
+fn batched_rows_equal_single_rows<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    then: &[TokenId],
+) -> bool {
+    let mut logits = Vec::new();
+    let mut batched = model.new_state();
+    model
+        .forward(&mut batched, prompt, Rows::Last, &mut logits)
+        .unwrap();
+    let mut rows = Vec::new();
+    model
+        .forward(&mut batched, then, Rows::All, &mut rows)
+        .unwrap();
+    let mut single = model.new_state();
+    model
+        .forward(&mut single, prompt, Rows::Last, &mut logits)
+        .unwrap();
+    let mut singles = Vec::new();
+    for &t in then {
+        model
+            .forward(&mut single, &[t], Rows::Last, &mut logits)
+            .unwrap();
+        singles.extend_from_slice(&logits);
+    }
+    rows.iter()
+        .zip(&singles)
+        .all(|(a, b)| a.to_bits() == b.to_bits())
+}
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn smollm2_verification_rows_have_the_bits_of_one_token_passes() {
+    let model = smollm2();
+    assert!(batched_rows_equal_single_rows(
+        &model,
+        &[504, 3575, 282, 4649, 314],
+        &[7042, 282, 4649, 314]
+    ));
+}
