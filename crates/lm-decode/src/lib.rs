@@ -34,6 +34,9 @@
 //! ([`Step::running_logprob`] is the model's), and top-N candidates before
 //! and after the transforms. [`generate_batch`] runs several prompts with a
 //! [`FinishedMask`]; [`beam_search`] and [`enumerate_continuations`] search.
+//! [`generate_speculative`] verifies a [`Drafter`]'s proposals (such as
+//! [`PromptLookup`]) several at a time in one pass of the model: the same
+//! tokens as [`generate`] when greedy, the same distribution when sampling.
 //! [`generate_streaming`] and [`beam_search_streaming`] show each step to a
 //! hook that may cancel the run or fail with the caller's own error.
 //! [`StopReason`] prints as the sentence a front end shows.
