@@ -430,38 +430,46 @@ fn verify(
 /// latest earlier occurrence. Strong when the output copies the input
 /// (repeating, editing, summarising, code).
 ///
-/// How many it proposes adapts: it doubles after a fully accepted draft,
-/// halves after a draft rejected at its first token, and at 0 it rests,
-/// probing again with one token after `probe_after` plain steps, so free
-/// generation with few matches costs about what the plain loop costs.
+/// How many it proposes adapts, because a rejected draft costs the target
+/// a row of its pass: it starts at one token, doubles (up to `max_draft`)
+/// after a fully accepted draft, halves after a draft rejected at its first
+/// token, and at 0 it rests, probing again with one token after a rest of
+/// [`PromptLookup::MIN_REST`] plain steps; each probe rejected outright
+/// doubles the rest (up to [`PromptLookup::MAX_REST`]) and an accepted
+/// token resets it, so free generation with few matches drafts rarely.
 #[derive(Debug, Clone)]
 pub struct PromptLookup {
     max_ngram: usize,
     min_ngram: usize,
     max_draft: usize,
-    probe_after: usize,
     n_draft: usize,
-    n_idle: usize,
+    /// Plain steps to rest before the next probe, and those rested so far.
+    rest: usize,
+    n_rested: usize,
 }
 
 impl Default for PromptLookup {
-    /// n-grams of 3 down to 1 token, up to 8 drafts, probing after 8 idle
-    /// steps.
+    /// n-grams of 3 down to 1 token, up to 8 drafts.
     fn default() -> Self {
         Self::new(8)
     }
 }
 
 impl PromptLookup {
+    /// The shortest rest between probes, in plain steps.
+    pub const MIN_REST: usize = 8;
+    /// The longest rest between probes, in plain steps.
+    pub const MAX_REST: usize = 128;
+
     /// Proposes up to `max_draft` tokens (n-grams of 3 down to 1 token).
     pub fn new(max_draft: usize) -> Self {
         Self {
             max_ngram: 3,
             min_ngram: 1,
             max_draft,
-            probe_after: 8,
-            n_draft: max_draft,
-            n_idle: 0,
+            n_draft: 1.min(max_draft),
+            rest: Self::MIN_REST,
+            n_rested: 0,
         }
     }
 
@@ -500,11 +508,11 @@ impl PromptLookup {
 impl Drafter for PromptLookup {
     fn propose(&mut self, context: &[TokenId], max_tokens: usize, draft: &mut Draft) -> Result<()> {
         if self.n_draft == 0 {
-            self.n_idle += 1;
-            if self.n_idle < self.probe_after {
+            self.n_rested += 1;
+            if self.n_rested < self.rest {
                 return Ok(());
             }
-            self.n_idle = 0;
+            self.n_rested = 0;
             self.n_draft = 1.min(self.max_draft);
         }
         for &token in self.lookup(context, self.n_draft.min(max_tokens)) {
@@ -514,9 +522,16 @@ impl Drafter for PromptLookup {
     }
 
     fn observe(&mut self, n_proposed: usize, n_accepted: usize) {
+        if n_accepted > 0 {
+            self.rest = Self::MIN_REST;
+        }
         if n_accepted == n_proposed {
             self.n_draft = (self.n_draft * 2).clamp(1, self.max_draft);
         } else if n_accepted == 0 {
+            if self.n_draft == 1 {
+                // A probe (or a one-token draft) rejected: rest longer.
+                self.rest = (self.rest * 2).min(Self::MAX_REST);
+            }
             self.n_draft /= 2;
         }
     }

@@ -65,7 +65,10 @@ pub struct Step {
     /// removed tokens never appear).
     pub policy_top: Vec<Candidate>,
     /// Whether a drafter proposed this position (speculative decoding) and
-    /// what the target made of it.
+    /// what the target made of it. A sampled drafted step's `u` is the
+    /// acceptance draw (accepted) or the draw over the residual
+    /// distribution (replaced), so only undrafted steps replay by the
+    /// inverse CDF over `policy_top`'s distribution.
     pub draft: DraftMark,
 }
 

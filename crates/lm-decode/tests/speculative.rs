@@ -261,24 +261,42 @@ fn prompt_lookup_backs_off_when_rejected_and_probes_again() {
     let mut lookup = PromptLookup::new(8);
     let mut draft = Draft::default();
     let context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1];
-    assert_eq!(lookup.n_draft(), 8);
+    // Starts at one token and doubles while accepted, up to 8.
+    assert_eq!(lookup.n_draft(), 1);
+    for (n, expected) in [(1, 2), (2, 4), (4, 8), (8, 8)] {
+        lookup.observe(n, n);
+        assert_eq!(lookup.n_draft(), expected);
+    }
     for expected in [4, 2, 1, 0] {
         lookup.observe(8, 0);
         assert_eq!(lookup.n_draft(), expected);
     }
-    // Resting: seven calls propose nothing, the eighth probes one token.
-    for _ in 0..7 {
+    // The last rejection was of one token: the rest doubles to 16 steps,
+    // then to 32 after a rejected probe.
+    let mut probe_after = |n_steps: usize, lookup: &mut PromptLookup| {
+        for _ in 0..n_steps - 1 {
+            draft.clear();
+            lookup.propose(&context, 8, &mut draft).unwrap();
+            assert!(draft.is_empty());
+        }
         draft.clear();
         lookup.propose(&context, 8, &mut draft).unwrap();
-        assert!(draft.is_empty());
-    }
-    draft.clear();
-    lookup.propose(&context, 8, &mut draft).unwrap();
-    assert_eq!(draft.tokens().collect::<Vec<_>>(), [2]);
+        assert_eq!(draft.tokens().collect::<Vec<_>>(), [2]);
+    };
+    probe_after(16, &mut lookup);
+    lookup.observe(1, 0);
+    probe_after(32, &mut lookup);
     lookup.observe(1, 1);
     assert_eq!(lookup.n_draft(), 2);
     lookup.observe(2, 1);
     assert_eq!(lookup.n_draft(), 2, "a partial acceptance keeps k");
+    for expected in [1, 0] {
+        lookup.observe(2, 0);
+        assert_eq!(lookup.n_draft(), expected);
+    }
+    // An acceptance reset the rest: 8 steps, doubled once by the last
+    // one-token rejection.
+    probe_after(16, &mut lookup);
 }
 
 #[test]
