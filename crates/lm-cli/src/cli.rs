@@ -56,7 +56,7 @@ MODELS (--model SPEC):
 pub enum Command {
     /// Generate a continuation of a prompt, step by step.
     #[command(after_help = GENERATE_HELP)]
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// Show the distribution a decoding policy would draw from, for logits you type.
     #[command(after_help = PROBS_HELP)]
     Probs(ProbsArgs),
