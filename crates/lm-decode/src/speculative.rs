@@ -486,8 +486,10 @@ impl PromptLookup {
         self.n_draft
     }
 
-    /// The tokens that followed the latest earlier occurrence of the
-    /// longest matching suffix n-gram of `context`, at most `max_tokens`.
+    /// The tokens that followed an earlier occurrence of the longest
+    /// matching suffix n-gram of `context`, at most `max_tokens`: the latest
+    /// occurrence with `max_tokens` after it, or else the one with the most
+    /// (inside a repeated run the latest has only one token after it).
     pub fn lookup<'c>(&self, context: &'c [TokenId], max_tokens: usize) -> &'c [TokenId] {
         let len = context.len();
         for n in (self.min_ngram..=self.max_ngram).rev() {
@@ -495,10 +497,23 @@ impl PromptLookup {
                 continue;
             }
             let suffix = &context[len - n..];
-            // Latest start i < len - n whose n-gram equals the suffix.
-            if let Some(start) = (0..len - n).rev().find(|&i| &context[i..i + n] == suffix) {
+            let mut best: &[TokenId] = &[];
+            // Earlier starts i < len - n, latest first.
+            for start in (0..len - n).rev() {
+                if &context[start..start + n] != suffix {
+                    continue;
+                }
                 let from = start + n;
-                return &context[from..(from + max_tokens).min(len)];
+                let follow = &context[from..(from + max_tokens).min(len)];
+                if follow.len() > best.len() {
+                    best = follow;
+                }
+                if best.len() == max_tokens {
+                    break;
+                }
+            }
+            if !best.is_empty() {
+                return best;
             }
         }
         &[]

@@ -252,6 +252,9 @@ fn prompt_lookup_proposes_what_followed_the_longest_earlier_match() {
     // Only a 1-gram matches: its latest earlier occurrence.
     assert_eq!(lookup.lookup(&[5, 1, 5, 2, 6, 5], 3), [2, 6, 5]);
     assert_eq!(lookup.lookup(&[1, 2, 3], 3), [] as [TokenId; 0]);
+    // Inside a repeated run, the occurrence with the most tokens after it.
+    assert_eq!(lookup.lookup(&[9, 5, 5, 5, 5, 5], 3), [5, 5]);
+    assert_eq!(lookup.lookup(&[9, 5, 5, 5, 5, 5, 5, 5], 3), [5, 5, 5]);
     let bigrams = PromptLookup::new(4).with_ngram_range(2, 2);
     assert_eq!(bigrams.lookup(&[5, 1, 5, 2, 6, 5], 3), [] as [TokenId; 0]);
 }
