@@ -153,7 +153,9 @@ pub use hook::GenerationHook;
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation};
-pub use speculative::{Draft, Drafter, PromptLookup, SpeculationStats, generate_speculative};
+pub use speculative::{
+    Draft, Drafter, ModelDrafter, PromptLookup, SpeculationStats, generate_speculative,
+};
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
 pub use trace::{Candidate, DraftMark, Generation, Stage, StageCounts, Step};
 pub use truncate::{FittedPrompt, Truncation, fit_prompt};

@@ -486,6 +486,20 @@ impl PromptLookup {
         self.n_draft
     }
 
+    /// The length of the proposal about to be made: 0 while resting (the
+    /// call counts one step of the rest), 1 for a probe after the rest.
+    fn next_length(&mut self) -> usize {
+        if self.n_draft == 0 {
+            self.n_rested += 1;
+            if self.n_rested < self.rest {
+                return 0;
+            }
+            self.n_rested = 0;
+            self.n_draft = 1.min(self.max_draft);
+        }
+        self.n_draft
+    }
+
     /// The tokens that followed an earlier occurrence of the longest
     /// matching suffix n-gram of `context`, at most `max_tokens`: the latest
     /// occurrence with `max_tokens` after it, or else the one with the most
@@ -522,16 +536,11 @@ impl PromptLookup {
 
 impl Drafter for PromptLookup {
     fn propose(&mut self, context: &[TokenId], max_tokens: usize, draft: &mut Draft) -> Result<()> {
-        if self.n_draft == 0 {
-            self.n_rested += 1;
-            if self.n_rested < self.rest {
-                return Ok(());
+        let n = self.next_length().min(max_tokens);
+        if n > 0 {
+            for &token in self.lookup(context, n) {
+                draft.push(token);
             }
-            self.n_rested = 0;
-            self.n_draft = 1.min(self.max_draft);
-        }
-        for &token in self.lookup(context, self.n_draft.min(max_tokens)) {
-            draft.push(token);
         }
         Ok(())
     }
@@ -549,5 +558,91 @@ impl Drafter for PromptLookup {
             }
             self.n_draft /= 2;
         }
+    }
+}
+
+/// A draft model: any [`LanguageModel`] over the target's vocabulary (a
+/// smaller GGUF model with the same tokenizer) proposes its greedy
+/// continuation, as point masses, so the rule is the same for greedy and
+/// sampled targets. It keeps its own state across rounds and rolls it back
+/// to the longest prefix it shares with the context (rejected drafts), so
+/// each round reads only the new tokens. How many it proposes adapts as
+/// [`PromptLookup`]'s does.
+pub struct ModelDrafter<M: LanguageModel> {
+    model: M,
+    state: M::State,
+    /// The tokens `state` has read.
+    read: Vec<TokenId>,
+    logits: Vec<f32>,
+    length: PromptLookup,
+}
+
+impl<M: LanguageModel> std::fmt::Debug for ModelDrafter<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelDrafter")
+            .field("n_read", &self.read.len())
+            .field("length", &self.length)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: LanguageModel> ModelDrafter<M> {
+    /// Drafts up to `max_draft` tokens with `model`.
+    pub fn new(model: M, max_draft: usize) -> Self {
+        let state = model.new_state();
+        Self {
+            model,
+            state,
+            read: Vec::new(),
+            logits: Vec::new(),
+            length: PromptLookup::new(max_draft),
+        }
+    }
+
+    /// Brings the state to `context`, reading at least its last token, and
+    /// leaves the logits after it.
+    fn catch_up(&mut self, context: &[TokenId]) -> Result<()> {
+        let shared = self
+            .read
+            .iter()
+            .zip(context)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(context.len().saturating_sub(1));
+        self.state.truncate(shared);
+        self.read.truncate(shared);
+        let new = &context[shared..];
+        self.model
+            .forward(&mut self.state, new, Rows::Last, &mut self.logits)?;
+        self.read.extend_from_slice(new);
+        Ok(())
+    }
+}
+
+impl<M: LanguageModel> Drafter for ModelDrafter<M> {
+    fn propose(&mut self, context: &[TokenId], max_tokens: usize, draft: &mut Draft) -> Result<()> {
+        let mut n = self.length.next_length().min(max_tokens);
+        if let Some(max) = self.model.context_length() {
+            // Each drafted token but the last is read by the draft model.
+            n = n.min((max + 1).saturating_sub(context.len()));
+        }
+        if n == 0 || context.is_empty() {
+            return Ok(());
+        }
+        self.catch_up(context)?;
+        for index in 0..n {
+            let token = lm_core::argmax(&self.logits)?;
+            draft.push(token);
+            if index + 1 < n {
+                self.model
+                    .forward(&mut self.state, &[token], Rows::Last, &mut self.logits)?;
+                self.read.push(token);
+            }
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, n_proposed: usize, n_accepted: usize) {
+        self.length.observe(n_proposed, n_accepted);
     }
 }

@@ -8,8 +8,9 @@ use std::ops::ControlFlow;
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
-    Draft, DraftMark, Drafter, Generation, GenerationConfig, PromptLookup, Sampler, SamplingConfig,
-    SpeculationStats, Step, StopReason, generate, generate_speculative, generate_streaming,
+    Draft, DraftMark, Drafter, Generation, GenerationConfig, ModelDrafter, PromptLookup, Sampler,
+    SamplingConfig, SpeculationStats, Step, StopReason, generate, generate_speculative,
+    generate_streaming,
 };
 use proptest::prelude::*;
 
@@ -451,7 +452,7 @@ fn sampled_speculative_follows_the_policy_distribution() {
         },
     ];
     for sampling in samplings {
-        for drafter_kind in ["scattered", "sampled"] {
+        for drafter_kind in ["scattered", "sampled", "model"] {
             let mut counts = vec![0usize; 27];
             let mut n_accepted = 0;
             for seed in 0..N_RUNS as u64 {
@@ -473,6 +474,11 @@ fn sampled_speculative_follows_the_policy_distribution() {
                         };
                         speculative(&model, &prompt, &config, None, drafter)
                     }
+                    "model" => {
+                        // The target's own raw argmax, as a point mass.
+                        let drafter = ModelDrafter::new(model.clone(), 2);
+                        speculative(&model, &prompt, &config, None, drafter)
+                    }
                     _ => {
                         let drafter = Sampled {
                             model: PrefixModel {
@@ -490,7 +496,7 @@ fn sampled_speculative_follows_the_policy_distribution() {
                 counts[t[0] as usize * 9 + t[1] as usize * 3 + t[2] as usize] += 1;
             }
             assert!(
-                n_accepted > N_RUNS / 5,
+                n_accepted > N_RUNS / 20,
                 "{drafter_kind} {sampling:?}: {n_accepted} drafts accepted"
             );
             let statistic = chi_square(&model, &sampling, &prompt, &counts, N_RUNS);
@@ -698,4 +704,54 @@ fn smollm2_verification_rows_have_the_bits_of_one_token_passes() {
         &[504, 3575, 282, 4649, 314],
         &[7042, 282, 4649, 314]
     ));
+}
+
+/// A draft model proposes its greedy continuation: the target's own model
+/// as the draft is accepted whole, another model is often rejected, and
+/// either way the ids are the plain run's.
+#[test]
+fn a_draft_model_gives_the_plain_greedy_ids() {
+    let target = PrefixModel {
+        salt: 7,
+        ..PrefixModel::new(5)
+    };
+    let prompt = [1, 2, 3];
+    let config = greedy(30);
+    let plain = generate(&target, &prompt, &config, None).unwrap();
+    let (run, stats) = speculative(
+        &target,
+        &prompt,
+        &config,
+        None,
+        ModelDrafter::new(target.clone(), 4),
+    );
+    assert_eq!(unmarked(&run), plain);
+    assert_eq!(stats.accepted_tokens, stats.drafted_tokens, "{stats:?}");
+    assert!(stats.target_passes < 15, "{stats:?}");
+    for salt in 0..20 {
+        let draft_model = PrefixModel {
+            salt,
+            ..PrefixModel::new(5)
+        };
+        let (run, _) = speculative(
+            &target,
+            &prompt,
+            &config,
+            None,
+            ModelDrafter::new(draft_model, 4),
+        );
+        assert_eq!(unmarked(&run), plain, "draft salt {salt}");
+    }
+    // The toy decoder drafting for itself, within its context bound.
+    let toy = lm_model::Toy::decoder();
+    let prompt = lm_model::Toy::encode("<start> the").unwrap();
+    let config = GenerationConfig {
+        end_tokens: Vec::new(),
+        ..greedy(100)
+    };
+    let plain = generate(&toy, &prompt, &config, None).unwrap();
+    let (run, stats) = speculative(&toy, &prompt, &config, None, ModelDrafter::new(&toy, 3));
+    assert_eq!(unmarked(&run), plain);
+    assert_eq!(run.stop_reason, StopReason::ContextBound);
+    assert_eq!(stats.accepted_tokens, stats.drafted_tokens, "{stats:?}");
 }
