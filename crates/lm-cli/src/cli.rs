@@ -57,7 +57,7 @@ MODELS (--model SPEC):
 pub enum Command {
     /// Generate a continuation of a prompt, step by step.
     #[command(after_help = GENERATE_HELP)]
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// Show the distribution a decoding policy would draw from, for logits you type.
     #[command(after_help = PROBS_HELP)]
     Probs(ProbsArgs),
@@ -292,6 +292,17 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub num_return_sequences: u64,
+    /// Speculative decoding: draft tokens with this drafter and verify them
+    /// in one pass of the model (`prompt-lookup`: copy what followed the
+    /// latest earlier match of the text's last words). The same tokens when
+    /// greedy, the same distribution when sampling.
+    #[arg(long, value_name = "DRAFTER", value_parser = parse_drafter)]
+    pub draft: Option<DrafterArg>,
+    /// The most tokens --draft proposes per pass (it proposes fewer while
+    /// its drafts are rejected).
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "draft",
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub draft_tokens: u64,
     /// Record the N most probable tokens of each step (shown with --json and --trace).
     #[arg(long, visible_alias = "n-probs", value_name = "N", default_value_t = 0)]
     pub top_logprobs: usize,
@@ -548,6 +559,11 @@ pub enum UsageError {
     /// `--stop` with `--num-beams`.
     #[error("--stop does not work with --num-beams (beam search has no text to watch)")]
     StopWithBeams,
+    /// `--draft` with `--num-beams`.
+    #[error(
+        "--draft does not work with --num-beams (speculative decoding verifies one sequence's drafts)"
+    )]
+    DraftWithBeams,
     /// `--num-return-sequences` with `--num-beams`.
     #[error("--num-return-sequences does not work with --num-beams (every beam is reported)")]
     SequencesWithBeams,
@@ -711,6 +727,23 @@ fn parse_logits(text: &str) -> Result<Logits, String> {
         logits.push(value);
     }
     Ok(Logits(logits))
+}
+
+/// A `--draft` drafter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrafterArg {
+    /// `prompt-lookup`: lm-decode's `PromptLookup`.
+    PromptLookup,
+}
+
+/// Parses a `--draft` drafter.
+fn parse_drafter(text: &str) -> Result<DrafterArg, String> {
+    match text {
+        "prompt-lookup" => Ok(DrafterArg::PromptLookup),
+        _ => Err(format!(
+            "'{text}' is not a drafter (expected prompt-lookup)"
+        )),
+    }
 }
 
 /// Parses `error` or `keep-head:N`.

@@ -55,7 +55,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Generate(args) => commands::generate::run(args),
+        Command::Generate(args) => commands::generate::run(*args),
         Command::Probs(args) => commands::probs::run(args),
         Command::Score(args) => commands::score::run(args),
         Command::Enumerate(args) => commands::enumerate::run(args),

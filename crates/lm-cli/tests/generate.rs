@@ -725,3 +725,68 @@ fn an_unseeded_run_draws_a_fresh_seed_and_names_it_for_replay() {
         bad.stderr
     );
 }
+
+/// `--draft prompt-lookup`: the same ids as the plain greedy run, the
+/// speculation counts in the timing, the draft marks in the steps; refused
+/// with beam search; a sampled run replays with its seed.
+#[test]
+fn draft_prompt_lookup_gives_the_plain_greedy_ids_and_counts_its_passes() {
+    let prompt = "<start> the cat sat <end> <start> the";
+    let greedy = || {
+        Cli::new("generate")
+            .model("toy")
+            .opt("--prompt", prompt)
+            .n(9)
+            .args(["--greedy", "--no-end-token"])
+    };
+    let plain = greedy().json();
+    let drafted = greedy()
+        .args(["--draft", "prompt-lookup"])
+        .opt("--draft-tokens", 4)
+        .json();
+    assert_eq!(ids(&drafted["ids"]), ids(&plain["ids"]));
+    assert!(plain["timing"].get("target_passes").is_none());
+    let timing = &drafted["timing"];
+    let drafted_tokens = timing["drafted_tokens"].as_u64().unwrap();
+    let accepted = timing["accepted_tokens"].as_u64().unwrap();
+    let passes = timing["target_passes"].as_u64().unwrap();
+    assert!(accepted > 0 && accepted <= drafted_tokens, "{timing}");
+    assert!(
+        passes < 7,
+        "8 tokens in fewer passes than the plain 7: {timing}"
+    );
+    let steps = drafted["steps"].as_array().unwrap();
+    let n_marked_accepted = steps.iter().filter(|s| s["draft"] == "accepted").count();
+    assert_eq!(n_marked_accepted as u64, accepted);
+
+    let sampled = || {
+        Cli::new("generate")
+            .model("toy")
+            .opt("--prompt", prompt)
+            .n(8)
+            .seed(5)
+            .args(["--draft", "prompt-lookup", "--no-timing"])
+    };
+    assert_eq!(sampled().json(), sampled().json());
+
+    let run = Cli::toy("generate")
+        .n(2)
+        .opt("--num-beams", 2)
+        .args(["--draft", "prompt-lookup"])
+        .run();
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("error: --draft does not work with --num-beams"),
+        "{}",
+        run.stderr
+    );
+    let run = Cli::toy("generate").n(2).args(["--draft", "gguf"]).run();
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("'gguf' is not a drafter (expected prompt-lookup)"),
+        "{}",
+        run.stderr
+    );
+}

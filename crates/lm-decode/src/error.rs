@@ -113,6 +113,24 @@ pub enum Error {
         /// The model's context bound.
         max: usize,
     },
+    /// A drafter's distribution `q` for a drafted token does not cover the
+    /// vocabulary.
+    #[error("draft distribution has {len} entries, expected the vocabulary size {vocab_size}")]
+    DraftDistributionLength {
+        /// The length received.
+        len: usize,
+        /// The target's vocabulary size.
+        vocab_size: usize,
+    },
+    /// A drafter proposed a token its own distribution gives no positive
+    /// finite probability (it cannot have been drawn from it).
+    #[error("drafted token {token} has probability {prob} in its own draft distribution")]
+    DraftTokenNotInDistribution {
+        /// The drafted token.
+        token: TokenId,
+        /// Its probability under the drafter's distribution.
+        prob: f32,
+    },
     /// The model returned a logits row of the wrong length.
     #[error("logits row has {len} entries, expected the vocabulary size {vocab_size}")]
     LogitsLength {

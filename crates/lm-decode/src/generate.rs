@@ -12,8 +12,8 @@
 //! ```
 
 use crate::{
-    Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step, StopReason,
-    StopSearch, TokenRng, Truncation, fit_prompt,
+    DraftMark, Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step,
+    StopReason, StopSearch, TokenRng, Truncation, fit_prompt,
     hook::{GenerationHook, finish, prefill, settle},
     trace::Recorder,
 };
@@ -390,7 +390,7 @@ impl<'a> Row<'a> {
     /// Reads the prompt into a new state in chunks of the configured length
     /// (`after_chunk` may stop it between chunks): the state, the logits
     /// after the last token read, and whether the whole prompt was read.
-    fn read_prompt<M: LanguageModel>(
+    pub(crate) fn read_prompt<M: LanguageModel>(
         &self,
         model: &M,
         after_chunk: impl FnMut(usize, usize) -> ControlFlow<()>,
@@ -418,29 +418,58 @@ impl<'a> Row<'a> {
     /// `history`): choose a token, record its step, append it, decide
     /// whether the row stops. Every loop (single, many, batch) runs this.
     pub(crate) fn advance(&mut self, logits: &[f32]) -> Result<&Step> {
-        let selection = self.choose(logits)?;
-        self.trace
-            .record(logits, &self.sampler, selection, self.history.len())?;
-        self.history.push(selection.token);
-        self.stop_reason = self.check_stop(selection.token);
-        Ok(self.trace.last())
+        self.advance_with(logits, |sampler, rng, history, logits| {
+            let u = if sampler.is_greedy() {
+                0.0
+            } else {
+                rng.next_uniform()
+            };
+            Ok((sampler.select(logits, history, u)?, DraftMark::NotDrafted))
+        })
     }
 
-    /// Chooses the next token from the model's logits row under the policy,
-    /// with this row's next uniform draw (none when greedy).
-    fn choose(&mut self, logits: &[f32]) -> Result<Selection> {
+    /// [`Row::advance`] with the choice made by `choose`, which gets the
+    /// row's sampler, random stream, history and the checked logits row, and
+    /// must leave the sampler's policy computed for that row (the trace reads
+    /// it). Speculative decoding chooses here by accepting or replacing a
+    /// drafted token.
+    pub(crate) fn advance_with(
+        &mut self,
+        logits: &[f32],
+        choose: impl FnOnce(
+            &mut Sampler,
+            &mut TokenRng,
+            &[TokenId],
+            &[f32],
+        ) -> Result<(Selection, DraftMark)>,
+    ) -> Result<&Step> {
         if logits.len() != self.vocab_size {
             return Err(Error::LogitsLength {
                 len: logits.len(),
                 vocab_size: self.vocab_size,
             });
         }
-        let u = if self.sampler.is_greedy() {
-            0.0
-        } else {
-            self.rng.next_uniform()
-        };
-        self.sampler.select(logits, &self.history, u)
+        let (selection, mark) = choose(&mut self.sampler, &mut self.rng, &self.history, logits)?;
+        self.trace
+            .record(logits, &self.sampler, selection, self.history.len(), mark)?;
+        self.history.push(selection.token);
+        self.stop_reason = self.check_stop(selection.token);
+        Ok(self.trace.last())
+    }
+
+    /// The row's vocabulary size (the length of every logits row).
+    pub(crate) fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The row's config.
+    pub(crate) fn config(&self) -> &GenerationConfig {
+        self.config
+    }
+
+    /// The model's context bound.
+    pub(crate) fn context_length(&self) -> Option<usize> {
+        self.context_length
     }
 
     fn check_stop(&mut self, token: TokenId) -> Option<StopReason> {

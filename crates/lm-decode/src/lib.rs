@@ -34,6 +34,9 @@
 //! ([`Step::running_logprob`] is the model's), and top-N candidates before
 //! and after the transforms. [`generate_batch`] runs several prompts with a
 //! [`FinishedMask`]; [`beam_search`] and [`enumerate_continuations`] search.
+//! [`generate_speculative`] verifies a [`Drafter`]'s proposals (such as
+//! [`PromptLookup`]) several at a time in one pass of the model: the same
+//! tokens as [`generate`] when greedy, the same distribution when sampling.
 //! [`generate_streaming`] and [`beam_search_streaming`] show each step to a
 //! hook that may cancel the run or fail with the caller's own error.
 //! [`StopReason`] prints as the sentence a front end shows.
@@ -132,6 +135,7 @@ mod rng;
 pub mod sampler;
 mod score;
 mod select;
+mod speculative;
 mod stop;
 mod trace;
 mod truncate;
@@ -149,6 +153,9 @@ pub use hook::GenerationHook;
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation};
+pub use speculative::{
+    Draft, Drafter, ModelDrafter, PromptLookup, SpeculationStats, generate_speculative,
+};
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
-pub use trace::{Candidate, Generation, Stage, StageCounts, Step};
+pub use trace::{Candidate, DraftMark, Generation, Stage, StageCounts, Step};
 pub use truncate::{FittedPrompt, Truncation, fit_prompt};

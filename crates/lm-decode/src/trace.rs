@@ -64,6 +64,30 @@ pub struct Step {
     /// The N most probable tokens under the policy (after every transform;
     /// removed tokens never appear).
     pub policy_top: Vec<Candidate>,
+    /// Whether a drafter proposed this position (speculative decoding) and
+    /// what the target made of it. A sampled drafted step's `u` is the
+    /// acceptance draw (accepted) or the draw over the residual
+    /// distribution (replaced), so only undrafted steps replay by the
+    /// inverse CDF over `policy_top`'s distribution.
+    pub draft: DraftMark,
+}
+
+/// What speculative decoding did at one step of the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DraftMark {
+    /// No draft covered this position: the target chose as the plain loop
+    /// does (always, outside speculative decoding).
+    #[default]
+    NotDrafted,
+    /// The drafted token was accepted: it is the step's token.
+    Accepted,
+    /// The drafted token was rejected and the target chose this step's
+    /// token instead (greedy: its argmax; sampling: from the residual
+    /// `norm(max(0, p - q))`).
+    Replaced {
+        /// The rejected draft.
+        draft: TokenId,
+    },
 }
 
 /// A stage of the sampling chain, as the trace names it.
@@ -248,6 +272,7 @@ impl Recorder {
         sampler: &Sampler,
         selection: Selection,
         prefix_len: usize,
+        draft: DraftMark,
     ) -> lm_core::Result<()> {
         let token = selection.token;
         let model_row = match sampler.model_log_normaliser() {
@@ -299,6 +324,7 @@ impl Recorder {
             policy_top,
             u: selection.u,
             n_candidates: *sampler.stage_counts(),
+            draft,
         });
         Ok(())
     }

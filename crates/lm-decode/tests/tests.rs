@@ -10,4 +10,5 @@ mod properties;
 mod sampler;
 mod score;
 mod search;
+mod speculative;
 mod stop_search;

@@ -24,12 +24,13 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, GenerationHook, SamplingConfig, Step, StopReason,
-    Truncation, beam_search_streaming, fit_prompt, generate_with_hook,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, PromptLookup, SamplingConfig, Step,
+    StopReason, Truncation, beam_search_streaming, fit_prompt, generate_speculative,
+    generate_with_hook,
 };
 use lm_tokenize::Message;
 
-use crate::cli::{GenerateArgs, LogitBiasArg, Seed, UsageError};
+use crate::cli::{DrafterArg, GenerateArgs, LogitBiasArg, Seed, UsageError};
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -58,6 +59,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         if args.num_return_sequences > 1 {
             return Err(UsageError::SequencesWithBeams.into());
+        }
+        if args.draft.is_some() {
+            return Err(UsageError::DraftWithBeams.into());
         }
         if let Some(flag) = flag_ignored_by_beams(&args) {
             return Err(UsageError::FlagIgnoredByBeams { flag }.into());
@@ -474,15 +478,30 @@ impl Run<'_> {
                 prefix: self.args.trace_prefixes.then(|| self.prompt_ids.clone()),
             }),
         };
-        let generated = generate_with_hook(
-            model,
-            &self.prompt_ids,
-            config,
-            Some(self.codec),
-            &mut watch,
-        );
+        let generated = match self.args.draft {
+            None => generate_with_hook(
+                model,
+                &self.prompt_ids,
+                config,
+                Some(self.codec),
+                &mut watch,
+            )
+            .map(|generation| (generation, None)),
+            Some(DrafterArg::PromptLookup) => {
+                let drafter = PromptLookup::new(to_usize(self.args.draft_tokens));
+                generate_speculative(
+                    model,
+                    &self.prompt_ids,
+                    config,
+                    Some(self.codec),
+                    drafter,
+                    &mut watch,
+                )
+                .map(|(generation, stats)| (generation, Some(stats)))
+            }
+        };
         let first_step = watch.first_step;
-        let generation = generated?;
+        let (generation, speculation) = generated?;
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
         if matches!(self.mode, Mode::Text { .. }) {
@@ -508,6 +527,9 @@ impl Run<'_> {
             decode_tokens: generation.steps.len().saturating_sub(1),
             decode_ms: Some(first_step.map_or(0.0, |t| ms(t, end))),
             total_ms: ms(start, end),
+            drafted_tokens: speculation.map(|stats| stats.drafted_tokens),
+            accepted_tokens: speculation.map(|stats| stats.accepted_tokens),
+            target_passes: speculation.map(|stats| stats.target_passes),
         };
         Ok((generation, text, timing))
     }
@@ -564,6 +586,7 @@ impl Run<'_> {
                         decode_tokens: n_new,
                         decode_ms: None,
                         total_ms,
+                        ..Timing::default()
                     }),
                 };
                 if lines {

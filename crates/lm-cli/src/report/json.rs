@@ -18,7 +18,7 @@
 //! exceeds `u`. A greedy step's `u` is null.
 
 use lm_core::TokenId;
-use lm_decode::{Candidate, Generation, Hypothesis, StageCounts, Step, StopReason};
+use lm_decode::{Candidate, DraftMark, Generation, Hypothesis, StageCounts, Step, StopReason};
 use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use crate::text::TextCodec;
@@ -111,6 +111,14 @@ pub struct StepReport {
     /// The most probable tokens under the policy (`--top-logprobs N`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policy_top: Vec<CandidateReport>,
+    /// With `--draft`, when a drafter proposed this position: `accepted`
+    /// (the step's token is the draft) or `replaced` (the model chose
+    /// another token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft: Option<&'static str>,
+    /// The drafted token a `replaced` step rejected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected_draft: Option<TokenId>,
 }
 
 /// A step's [`StageCounts`] as a JSON object, stage name to count, in the
@@ -209,6 +217,16 @@ pub struct Timing {
     pub decode_ms: Option<f64>,
     /// Milliseconds in all.
     pub total_ms: f64,
+    /// Tokens `--draft` proposed and the model verified (`--draft` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafted_tokens: Option<usize>,
+    /// Drafted tokens the model accepted (`--draft` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted_tokens: Option<usize>,
+    /// Forward passes of the model after the prompt (`--draft` only; the
+    /// plain loop makes `decode_tokens` of them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_passes: Option<usize>,
 }
 
 impl Timing {
@@ -219,10 +237,20 @@ impl Timing {
         self.prefill_ms = sum_options(self.prefill_ms, other.prefill_ms);
         self.decode_ms = sum_options(self.decode_ms, other.decode_ms);
         self.total_ms += other.total_ms;
+        self.drafted_tokens = sum_counts(self.drafted_tokens, other.drafted_tokens);
+        self.accepted_tokens = sum_counts(self.accepted_tokens, other.accepted_tokens);
+        self.target_passes = sum_counts(self.target_passes, other.target_passes);
     }
 }
 
 fn sum_options(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
+}
+
+fn sum_counts(a: Option<usize>, b: Option<usize>) -> Option<usize> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a + b),
         (a, b) => a.or(b),
@@ -310,6 +338,8 @@ impl SequenceReport {
                     n_candidates: None,
                     top_logprobs: Vec::new(),
                     policy_top: Vec::new(),
+                    draft: None,
+                    rejected_draft: None,
                 }
             })
             .collect();
@@ -374,6 +404,15 @@ impl StepReport {
             n_candidates: Some(StageCountsReport(step.n_candidates)),
             top_logprobs: candidates(&step.model_top),
             policy_top: candidates(&step.policy_top),
+            draft: match step.draft {
+                DraftMark::NotDrafted => None,
+                DraftMark::Accepted => Some("accepted"),
+                DraftMark::Replaced { .. } => Some("replaced"),
+            },
+            rejected_draft: match step.draft {
+                DraftMark::Replaced { draft } => Some(draft),
+                _ => None,
+            },
         }
     }
 }

@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 
 use lm_core::TokenId;
-use lm_decode::{Candidate, Generation, Hypothesis, StageCounts, StopReason};
+use lm_decode::{Candidate, DraftMark, Generation, Hypothesis, StageCounts, StopReason};
 
 use super::{printable, tail};
 use crate::text::TextCodec;
@@ -47,7 +47,15 @@ pub fn render_generation(generation: &Generation, text: &str, codec: &TextCodec)
         rows.push(Row {
             step: step.index + 1,
             prefix: tail(&printable(&codec.decode_ids(&prefix_ids)), MAX_PREFIX_CHARS),
-            token: token_cell(codec, step.token),
+            token: match step.draft {
+                DraftMark::NotDrafted => token_cell(codec, step.token),
+                DraftMark::Accepted => format!("{} [draft]", token_cell(codec, step.token)),
+                DraftMark::Replaced { draft } => format!(
+                    "{} [not {}]",
+                    token_cell(codec, step.token),
+                    token_cell(codec, draft)
+                ),
+            },
             policy_prob: f64::from(step.policy_prob),
             model_prob: f64::from(step.model_prob),
             running: step.running_logprob.ln(),
@@ -70,6 +78,16 @@ pub fn render_generation(generation: &Generation, text: &str, codec: &TextCodec)
         let _ = writeln!(
             out,
             "u: the uniform draw; walk the policy's candidates in id order to the first whose running total exceeds u"
+        );
+    }
+    if generation
+        .steps
+        .iter()
+        .any(|step| step.draft != DraftMark::NotDrafted)
+    {
+        let _ = writeln!(
+            out,
+            "[draft]: a drafted token the model accepted; [not X]: the model rejected the draft X and chose this token"
         );
     }
     let n = generation.tokens.len();

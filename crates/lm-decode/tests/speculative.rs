@@ -1,0 +1,757 @@
+//! Speculative decoding: greedy runs give the plain loop's trace token for
+//! token (whatever the drafter proposes, wherever a stop rule lands), sampled
+//! runs follow the policy's distribution (chi-square against enumeration),
+//! and the transformer's state rolls back exactly.
+
+use crate::common::{Pieces, PrefixModel};
+use std::ops::ControlFlow;
+
+use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
+use lm_decode::{
+    Draft, DraftMark, Drafter, Generation, GenerationConfig, ModelDrafter, PromptLookup, Sampler,
+    SamplingConfig, SpeculationStats, Step, StopReason, generate, generate_speculative,
+    generate_streaming,
+};
+use proptest::prelude::*;
+
+/// A hook that never stops the run.
+fn go_on(_: &Step) -> Result<ControlFlow<()>, lm_decode::Error> {
+    Ok(ControlFlow::Continue(()))
+}
+
+fn speculative<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+    drafter: impl Drafter,
+) -> (Generation, SpeculationStats) {
+    generate_speculative(model, prompt, config, detokenizer, drafter, go_on).unwrap()
+}
+
+/// The trace without the draft marks (which the plain loop never sets).
+fn unmarked(run: &Generation) -> Generation {
+    let mut run = run.clone();
+    for step in &mut run.steps {
+        step.draft = DraftMark::NotDrafted;
+    }
+    run
+}
+
+/// Proposes `k` tokens of a known output from where the context is,
+/// replacing each with a wrong one when `wrong(position)` says so.
+struct Oracle {
+    n_prompt: usize,
+    output: Vec<TokenId>,
+    k: usize,
+    vocab_size: u32,
+    wrong_every: usize,
+    observed: Vec<(usize, usize)>,
+}
+
+impl Drafter for Oracle {
+    fn propose(
+        &mut self,
+        context: &[TokenId],
+        max_tokens: usize,
+        draft: &mut Draft,
+    ) -> lm_decode::Result<()> {
+        let at = context.len() - self.n_prompt;
+        for position in at..(at + self.k.min(max_tokens)).min(self.output.len()) {
+            let right = self.output[position];
+            let wrong = self.wrong_every > 0 && position % self.wrong_every == self.wrong_every - 1;
+            draft.push(if wrong {
+                (right + 1) % self.vocab_size
+            } else {
+                right
+            });
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, n_proposed: usize, n_accepted: usize) {
+        assert!(n_accepted <= n_proposed);
+        self.observed.push((n_proposed, n_accepted));
+    }
+}
+
+/// Proposes `k` tokens from a hash of the context: a drafter that is
+/// mostly wrong, deterministic per context.
+struct Scattered {
+    vocab_size: u32,
+    k: usize,
+    salt: u64,
+}
+
+impl Drafter for Scattered {
+    fn propose(
+        &mut self,
+        context: &[TokenId],
+        max_tokens: usize,
+        draft: &mut Draft,
+    ) -> lm_decode::Result<()> {
+        let mut h = self.salt;
+        for &t in context {
+            h = mix(h ^ u64::from(t));
+        }
+        for _ in 0..self.k.min(max_tokens) {
+            h = mix(h);
+            draft.push((h % u64::from(self.vocab_size)) as TokenId);
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, _: usize, _: usize) {}
+}
+
+/// Draws its drafts from another model's softmax (a draft model), with
+/// its own random stream, and hands the loop that distribution.
+struct Sampled {
+    model: PrefixModel,
+    k: usize,
+    state: u64,
+}
+
+impl Drafter for Sampled {
+    fn propose(
+        &mut self,
+        context: &[TokenId],
+        max_tokens: usize,
+        draft: &mut Draft,
+    ) -> lm_decode::Result<()> {
+        let mut prefix = context.to_vec();
+        for _ in 0..self.k.min(max_tokens) {
+            let q = lm_core::softmax(&self.model.logits_for(&prefix), 1.0).unwrap();
+            self.state = mix(self.state);
+            let u = (self.state >> 11) as f64 / (1u64 << 53) as f64;
+            let token = lm_core::sample_inverse_cdf(&q, u).unwrap();
+            draft.push_sampled(token, &q);
+            prefix.push(token);
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, _: usize, _: usize) {}
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+const LETTERS: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
+
+fn greedy(max_new_tokens: usize) -> GenerationConfig {
+    GenerationConfig {
+        max_new_tokens,
+        sampling: SamplingConfig::greedy(),
+        n_top_candidates: 2,
+        ..GenerationConfig::default()
+    }
+}
+
+#[test]
+fn an_oracle_draft_is_accepted_whole_and_the_trace_is_the_plain_one() {
+    let model = PrefixModel::new(8);
+    let prompt = [1, 2, 3];
+    let config = greedy(20);
+    let plain = generate(&model, &prompt, &config, None).unwrap();
+    let oracle = Oracle {
+        n_prompt: prompt.len(),
+        output: plain.tokens.clone(),
+        k: 4,
+        vocab_size: 8,
+        wrong_every: 0,
+        observed: Vec::new(),
+    };
+    let (run, stats) = speculative(&model, &prompt, &config, None, oracle);
+    assert_eq!(unmarked(&run), plain);
+    // 1 token from the prompt's logits, then 19 in rounds of 4 drafts + 1:
+    // 4 passes (5 + 5 + 5 + 4 tokens, the last round drafting 3).
+    assert_eq!(
+        stats,
+        SpeculationStats {
+            drafted_tokens: 15,
+            accepted_tokens: 15,
+            target_passes: 4
+        }
+    );
+    let marks: Vec<DraftMark> = run.steps.iter().map(|step| step.draft).collect();
+    assert_eq!(marks[0], DraftMark::NotDrafted);
+    assert_eq!(marks[1..5], [DraftMark::Accepted; 4]);
+    assert_eq!(marks[5], DraftMark::NotDrafted, "the bonus token");
+}
+
+#[test]
+fn a_wrong_draft_is_replaced_by_the_targets_token() {
+    let model = PrefixModel::new(8);
+    let prompt = [4, 4];
+    let config = greedy(12);
+    let plain = generate(&model, &prompt, &config, None).unwrap();
+    let oracle = Oracle {
+        n_prompt: prompt.len(),
+        output: plain.tokens.clone(),
+        k: 3,
+        vocab_size: 8,
+        wrong_every: 3,
+        observed: Vec::new(),
+    };
+    let mut oracle = oracle;
+    let (run, stats) = speculative(&model, &prompt, &config, None, &mut oracle);
+    assert_eq!(unmarked(&run), plain);
+    // Position 2 is drafted wrong: drafts 1 and 2 (positions 1, 2) give one
+    // acceptance and a replacement.
+    assert_eq!(run.steps[1].draft, DraftMark::Accepted);
+    assert_eq!(
+        run.steps[2].draft,
+        DraftMark::Replaced {
+            draft: (plain.tokens[2] + 1) % 8
+        }
+    );
+    assert_eq!(oracle.observed[0], (3, 1));
+    assert!(stats.accepted_tokens < stats.drafted_tokens);
+}
+
+#[test]
+fn a_hook_that_stops_inside_an_accepted_draft_cancels_there() {
+    let model = PrefixModel::new(8);
+    let prompt = [1, 2];
+    let config = greedy(30);
+    let plain = generate(&model, &prompt, &config, None).unwrap();
+    let stop_at_3 = |step: &Step| {
+        Ok::<_, lm_decode::Error>(if step.index == 3 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
+    };
+    let expected = generate_streaming(&model, &prompt, &config, None, stop_at_3).unwrap();
+    let oracle = Oracle {
+        n_prompt: prompt.len(),
+        output: plain.tokens.clone(),
+        k: 6,
+        vocab_size: 8,
+        wrong_every: 0,
+        observed: Vec::new(),
+    };
+    let (run, _) = generate_speculative(&model, &prompt, &config, None, oracle, stop_at_3).unwrap();
+    assert_eq!(run.stop_reason, StopReason::Cancelled);
+    assert_eq!(run.tokens.len(), 4);
+    assert_eq!(unmarked(&run), expected);
+}
+
+#[test]
+fn prompt_lookup_proposes_what_followed_the_longest_earlier_match() {
+    let lookup = PromptLookup::new(4);
+    // Suffix [7, 8] occurred at 1..3, followed by 9, 5, 7, 8.
+    assert_eq!(lookup.lookup(&[1, 7, 8, 9, 5, 7, 8], 4), [9, 5, 7, 8]);
+    assert_eq!(lookup.lookup(&[1, 7, 8, 9, 5, 7, 8], 2), [9, 5]);
+    // The 3-gram [2, 7, 8] wins over the later 2-gram [7, 8] at 4..6.
+    assert_eq!(lookup.lookup(&[2, 7, 8, 1, 7, 8, 3, 2, 7, 8], 2), [1, 7]);
+    // Only a 1-gram matches: its latest earlier occurrence.
+    assert_eq!(lookup.lookup(&[5, 1, 5, 2, 6, 5], 3), [2, 6, 5]);
+    assert_eq!(lookup.lookup(&[1, 2, 3], 3), [] as [TokenId; 0]);
+    // Inside a repeated run, the occurrence with the most tokens after it.
+    assert_eq!(lookup.lookup(&[9, 5, 5, 5, 5, 5], 3), [5, 5]);
+    assert_eq!(lookup.lookup(&[9, 5, 5, 5, 5, 5, 5, 5], 3), [5, 5, 5]);
+    let bigrams = PromptLookup::new(4).with_ngram_range(2, 2);
+    assert_eq!(bigrams.lookup(&[5, 1, 5, 2, 6, 5], 3), [] as [TokenId; 0]);
+}
+
+#[test]
+fn prompt_lookup_backs_off_when_rejected_and_probes_again() {
+    let mut lookup = PromptLookup::new(8);
+    let mut draft = Draft::default();
+    let context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1];
+    // Starts at one token and doubles while accepted, up to 8.
+    assert_eq!(lookup.n_draft(), 1);
+    for (n, expected) in [(1, 2), (2, 4), (4, 8), (8, 8)] {
+        lookup.observe(n, n);
+        assert_eq!(lookup.n_draft(), expected);
+    }
+    for expected in [4, 2, 1, 0] {
+        lookup.observe(8, 0);
+        assert_eq!(lookup.n_draft(), expected);
+    }
+    // The last rejection was of one token: the rest doubles to 16 steps,
+    // then to 32 after a rejected probe.
+    let mut probe_after = |n_steps: usize, lookup: &mut PromptLookup| {
+        for _ in 0..n_steps - 1 {
+            draft.clear();
+            lookup.propose(&context, 8, &mut draft).unwrap();
+            assert!(draft.is_empty());
+        }
+        draft.clear();
+        lookup.propose(&context, 8, &mut draft).unwrap();
+        assert_eq!(draft.tokens().collect::<Vec<_>>(), [2]);
+    };
+    probe_after(16, &mut lookup);
+    lookup.observe(1, 0);
+    probe_after(32, &mut lookup);
+    lookup.observe(1, 1);
+    assert_eq!(lookup.n_draft(), 2);
+    lookup.observe(2, 1);
+    assert_eq!(lookup.n_draft(), 2, "a partial acceptance keeps k");
+    for expected in [1, 0] {
+        lookup.observe(2, 0);
+        assert_eq!(lookup.n_draft(), expected);
+    }
+    // An acceptance reset the rest: 8 steps, doubled once by the last
+    // one-token rejection.
+    probe_after(16, &mut lookup);
+}
+
+#[test]
+fn bad_drafts_are_refused_by_name() {
+    struct Bad(Draft);
+    impl Drafter for Bad {
+        fn propose(&mut self, _: &[TokenId], _: usize, draft: &mut Draft) -> lm_decode::Result<()> {
+            *draft = self.0.clone();
+            Ok(())
+        }
+        fn observe(&mut self, _: usize, _: usize) {}
+    }
+    let model = PrefixModel::new(4);
+    let config = greedy(5);
+    let run = |draft: Draft| {
+        generate_speculative(&model, &[1], &config, None, Bad(draft), go_on).map(|_| ())
+    };
+    let mut out_of_range = Draft::default();
+    out_of_range.push(9);
+    assert_eq!(
+        run(out_of_range),
+        Err(lm_decode::Error::Core(lm_core::Error::TokenOutOfRange {
+            id: 9,
+            vocab_size: 4
+        }))
+    );
+    let mut short = Draft::default();
+    short.push_sampled(1, &[0.5, 0.5]);
+    assert_eq!(
+        run(short),
+        Err(lm_decode::Error::DraftDistributionLength {
+            len: 2,
+            vocab_size: 4
+        })
+    );
+    let mut improbable = Draft::default();
+    improbable.push_sampled(1, &[1.0, 0.0, 0.0, 0.0]);
+    assert_eq!(
+        run(improbable),
+        Err(lm_decode::Error::DraftTokenNotInDistribution {
+            token: 1,
+            prob: 0.0
+        })
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Greedy speculative decoding is the plain greedy loop, trace for trace,
+    /// for any drafter, wherever an end token, a stop string, the new-token
+    /// limit or the context bound lands.
+    #[test]
+    fn greedy_speculative_is_greedy_plain(
+        vocab_size in 2usize..8,
+        salt in any::<u64>(),
+        prompt in prop::collection::vec(0u32..2, 1..6),
+        max_new_tokens in 0usize..30,
+        end_token in prop::option::of(0u32..8),
+        stop in prop::option::of("[a-h]{1,2}"),
+        context in prop::option::of(8usize..40),
+        repetition_penalty in prop::option::of(1.0f32..2.0),
+        k in 1usize..7,
+        wrong_every in 0usize..5,
+        scattered in any::<bool>(),
+    ) {
+        let mut model = PrefixModel { salt, ..PrefixModel::new(vocab_size) };
+        model.context_length = context;
+        let detokenizer = Pieces(LETTERS[..vocab_size].to_vec());
+        let config = GenerationConfig {
+            end_tokens: end_token.filter(|&t| (t as usize) < vocab_size).into_iter().collect(),
+            stop_strings: stop.into_iter().collect(),
+            sampling: SamplingConfig { repetition_penalty, ..SamplingConfig::greedy() },
+            ..greedy(max_new_tokens)
+        };
+        let plain = generate(&model, &prompt, &config, Some(&detokenizer)).unwrap();
+        let (run, stats) = if scattered {
+            let drafter = Scattered { vocab_size: vocab_size as u32, k, salt: salt ^ 1 };
+            speculative(&model, &prompt, &config, Some(&detokenizer), drafter)
+        } else {
+            let drafter = Oracle {
+                n_prompt: plain.prompt.len(),
+                output: plain.tokens.clone(),
+                k,
+                vocab_size: vocab_size as u32,
+                wrong_every,
+                observed: Vec::new(),
+            };
+            speculative(&model, &prompt, &config, Some(&detokenizer), drafter)
+        };
+        prop_assert_eq!(unmarked(&run), plain.clone());
+        let n_accepted = run.steps.iter().filter(|s| s.draft == DraftMark::Accepted).count();
+        prop_assert!(n_accepted <= stats.accepted_tokens);
+        prop_assert!(stats.accepted_tokens <= stats.drafted_tokens);
+        prop_assert!(stats.target_passes <= plain.tokens.len().saturating_sub(1));
+    }
+}
+
+/// The exact probability of each 3-token continuation under the policy,
+/// by enumeration, then the chi-square statistic of `counts` against it.
+fn chi_square(
+    model: &PrefixModel,
+    sampling: &SamplingConfig,
+    prompt: &[TokenId],
+    counts: &[usize],
+    n_runs: usize,
+) -> f64 {
+    let v = model.vocab_size;
+    let mut sampler = Sampler::new(sampling).unwrap();
+    let mut statistic = 0.0;
+    for (cell, &count) in counts.iter().enumerate() {
+        let tokens = [cell / (v * v), cell / v % v, cell % v];
+        let mut prefix = prompt.to_vec();
+        let mut prob = 1.0f64;
+        for &t in &tokens {
+            let policy = sampler.policy(&model.logits_for(&prefix), &prefix).unwrap();
+            prob *= f64::from(policy[t]);
+            prefix.push(t as TokenId);
+        }
+        let expected = prob * n_runs as f64;
+        if expected > 0.0 {
+            statistic += (count as f64 - expected).powi(2) / expected;
+        } else {
+            assert_eq!(count, 0, "an impossible continuation {tokens:?} was drawn");
+        }
+    }
+    statistic
+}
+
+/// Sampled speculative runs over many seeds against the policy's exact
+/// distribution of the first three tokens (27 cells, 26 degrees of freedom:
+/// the 0.1% critical value is 54.05), for a point-mass drafter and a draft
+/// model, at T = 1 and with top-k 2 and T = 0.7.
+#[test]
+fn sampled_speculative_follows_the_policy_distribution() {
+    const N_RUNS: usize = 6000;
+    const CRITICAL: f64 = 54.05;
+    let model = PrefixModel {
+        salt: 3,
+        ..PrefixModel::new(3)
+    };
+    let prompt = [0, 1];
+    let samplings = [
+        SamplingConfig::default(),
+        SamplingConfig {
+            temperature: 0.7,
+            top_k: Some(2),
+            ..SamplingConfig::default()
+        },
+    ];
+    for sampling in samplings {
+        for drafter_kind in ["scattered", "sampled", "model"] {
+            let mut counts = vec![0usize; 27];
+            let mut n_accepted = 0;
+            for seed in 0..N_RUNS as u64 {
+                // A fourth token leaves room to draft the second and third.
+                let config = GenerationConfig {
+                    max_new_tokens: 4,
+                    sampling: SamplingConfig {
+                        seed,
+                        ..sampling.clone()
+                    },
+                    ..GenerationConfig::default()
+                };
+                let (run, stats) = match drafter_kind {
+                    "scattered" => {
+                        let drafter = Scattered {
+                            vocab_size: 3,
+                            k: 2,
+                            salt: seed,
+                        };
+                        speculative(&model, &prompt, &config, None, drafter)
+                    }
+                    "model" => {
+                        // The target's own raw argmax, as a point mass.
+                        let drafter = ModelDrafter::new(model.clone(), 2);
+                        speculative(&model, &prompt, &config, None, drafter)
+                    }
+                    _ => {
+                        let drafter = Sampled {
+                            model: PrefixModel {
+                                salt: 11,
+                                ..PrefixModel::new(3)
+                            },
+                            k: 2,
+                            state: seed,
+                        };
+                        speculative(&model, &prompt, &config, None, drafter)
+                    }
+                };
+                n_accepted += stats.accepted_tokens;
+                let t = &run.tokens;
+                counts[t[0] as usize * 9 + t[1] as usize * 3 + t[2] as usize] += 1;
+            }
+            assert!(
+                n_accepted > N_RUNS / 20,
+                "{drafter_kind} {sampling:?}: {n_accepted} drafts accepted"
+            );
+            let statistic = chi_square(&model, &sampling, &prompt, &counts, N_RUNS);
+            assert!(
+                statistic < CRITICAL,
+                "{drafter_kind} {sampling:?}: chi-square {statistic:.1} >= {CRITICAL}"
+            );
+        }
+    }
+}
+
+/// A drafter whose acceptance rule were wrong (always accept) is caught by
+/// the same statistic: the check can fail.
+#[test]
+fn the_chi_square_check_rejects_an_always_accepted_draft() {
+    const N_RUNS: usize = 6000;
+    let model = PrefixModel {
+        salt: 3,
+        ..PrefixModel::new(3)
+    };
+    let prompt = [0, 1];
+    let sampling = SamplingConfig::default();
+    let mut counts = vec![0usize; 27];
+    for seed in 0..N_RUNS as u64 {
+        // What a loop that trusted the drafter would emit: its tokens.
+        let mut draft = Draft::default();
+        let mut drafter = Scattered {
+            vocab_size: 3,
+            k: 3,
+            salt: seed,
+        };
+        drafter.propose(&prompt, 3, &mut draft).unwrap();
+        let t: Vec<TokenId> = draft.tokens().collect();
+        counts[t[0] as usize * 9 + t[1] as usize * 3 + t[2] as usize] += 1;
+    }
+    assert!(chi_square(&model, &sampling, &prompt, &counts, N_RUNS) > 54.05);
+}
+
+#[test]
+fn a_seed_gives_the_same_sampled_speculative_run() {
+    let model = PrefixModel::new(6);
+    let config = GenerationConfig {
+        max_new_tokens: 25,
+        sampling: SamplingConfig {
+            seed: 42,
+            ..SamplingConfig::default()
+        },
+        ..GenerationConfig::default()
+    };
+    let first = speculative(&model, &[1, 2], &config, None, PromptLookup::new(4));
+    let second = speculative(&model, &[1, 2], &config, None, PromptLookup::new(4));
+    assert_eq!(first, second);
+    assert_eq!(first.0.tokens.len(), 25);
+}
+
+/// Feeds `first`, then `drafts`, truncates back and feeds `then`: the
+/// logits must be those of a state that never saw the drafts, bit for bit.
+fn check_rollback<M: LanguageModel>(
+    model: &M,
+    first: &[TokenId],
+    drafts: &[TokenId],
+    then: &[TokenId],
+) {
+    let mut logits = Vec::new();
+    let mut rolled_back = model.new_state();
+    model
+        .forward(&mut rolled_back, first, Rows::Last, &mut logits)
+        .unwrap();
+    model
+        .forward(&mut rolled_back, drafts, Rows::All, &mut logits)
+        .unwrap();
+    rolled_back.truncate(first.len());
+    assert_eq!(rolled_back.pos(), first.len());
+    let mut got = Vec::new();
+    model
+        .forward(&mut rolled_back, then, Rows::All, &mut got)
+        .unwrap();
+    let mut clean = model.new_state();
+    model
+        .forward(&mut clean, first, Rows::Last, &mut logits)
+        .unwrap();
+    let mut expected = Vec::new();
+    model
+        .forward(&mut clean, then, Rows::All, &mut expected)
+        .unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&expected));
+}
+
+#[test]
+fn a_truncated_toy_decoder_state_equals_one_that_never_saw_the_drafts() {
+    let model = lm_model::Toy::decoder();
+    let ids = |text: &str| lm_model::Toy::encode(text).unwrap();
+    check_rollback(
+        &model,
+        &ids("<start> the"),
+        &ids("dog slept"),
+        &ids("cat sat"),
+    );
+    check_rollback(
+        &model,
+        &ids("<start>"),
+        &ids("the dog sat <end>"),
+        &ids("the"),
+    );
+}
+
+#[test]
+fn greedy_speculative_on_the_toy_decoder_is_greedy_plain() {
+    let model = lm_model::Toy::decoder();
+    let prompt = lm_model::Toy::encode("<start> the cat sat the cat").unwrap();
+    for max_new_tokens in [1, 2, 5, 9] {
+        let config = greedy(max_new_tokens);
+        let plain = generate(&model, &prompt, &config, Some(&lm_model::Toy)).unwrap();
+        let (run, _) = speculative(
+            &model,
+            &prompt,
+            &config,
+            Some(&lm_model::Toy),
+            PromptLookup::new(4),
+        );
+        assert_eq!(unmarked(&run), plain);
+    }
+}
+
+fn smollm2() -> lm_model::Decoder {
+    let path = lm_model::catalog::SMOLLM2
+        .path()
+        .unwrap_or_else(|err| panic!("{err}"));
+    lm_model::Llama::from_gguf(path).expect("the model file loads")
+}
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn a_truncated_smollm2_state_equals_one_that_never_saw_the_drafts() {
+    let model = smollm2();
+    // "The capital of France is" then " Paris of France is".
+    check_rollback(
+        &model,
+        &[504, 3575, 282, 4649, 314],
+        &[7042, 282],
+        &[4649, 314],
+    );
+}
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn greedy_prompt_lookup_on_smollm2_is_greedy_plain() {
+    let model = smollm2();
+    // A prompt that repeats itself, so prompt lookup drafts and is accepted.
+    let sentence = [504, 3575, 282, 4649, 314, 7042, 30];
+    let prompt: Vec<TokenId> = sentence
+        .iter()
+        .chain(&sentence)
+        .chain(&sentence[..3])
+        .copied()
+        .collect();
+    let config = greedy(40);
+    let plain = generate(&model, &prompt, &config, None).unwrap();
+    let (run, stats) = speculative(&model, &prompt, &config, None, PromptLookup::default());
+    assert_eq!(run.tokens, plain.tokens);
+    assert_eq!(unmarked(&run).steps.len(), plain.steps.len());
+    assert!(stats.accepted_tokens > 0, "{stats:?}");
+}
+
+/// Whether a pass over several tokens gives each row the bits one-token
+/// passes give it: greedy speculative decoding equals plain greedy decoding
+/// exactly when it does (otherwise only up to near-ties).
+fn batched_rows_equal_single_rows<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    then: &[TokenId],
+) -> bool {
+    let mut logits = Vec::new();
+    let mut batched = model.new_state();
+    model
+        .forward(&mut batched, prompt, Rows::Last, &mut logits)
+        .unwrap();
+    let mut rows = Vec::new();
+    model
+        .forward(&mut batched, then, Rows::All, &mut rows)
+        .unwrap();
+    let mut single = model.new_state();
+    model
+        .forward(&mut single, prompt, Rows::Last, &mut logits)
+        .unwrap();
+    let mut singles = Vec::new();
+    for &t in then {
+        model
+            .forward(&mut single, &[t], Rows::Last, &mut logits)
+            .unwrap();
+        singles.extend_from_slice(&logits);
+    }
+    rows.iter()
+        .zip(&singles)
+        .all(|(a, b)| a.to_bits() == b.to_bits())
+}
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn smollm2_verification_rows_have_the_bits_of_one_token_passes() {
+    let model = smollm2();
+    assert!(batched_rows_equal_single_rows(
+        &model,
+        &[504, 3575, 282, 4649, 314],
+        &[7042, 282, 4649, 314]
+    ));
+}
+
+/// A draft model proposes its greedy continuation: the target's own model
+/// as the draft is accepted whole, another model is often rejected, and
+/// either way the ids are the plain run's.
+#[test]
+fn a_draft_model_gives_the_plain_greedy_ids() {
+    let target = PrefixModel {
+        salt: 7,
+        ..PrefixModel::new(5)
+    };
+    let prompt = [1, 2, 3];
+    let config = greedy(30);
+    let plain = generate(&target, &prompt, &config, None).unwrap();
+    let (run, stats) = speculative(
+        &target,
+        &prompt,
+        &config,
+        None,
+        ModelDrafter::new(target.clone(), 4),
+    );
+    assert_eq!(unmarked(&run), plain);
+    assert_eq!(stats.accepted_tokens, stats.drafted_tokens, "{stats:?}");
+    assert!(stats.target_passes < 15, "{stats:?}");
+    for salt in 0..20 {
+        let draft_model = PrefixModel {
+            salt,
+            ..PrefixModel::new(5)
+        };
+        let (run, _) = speculative(
+            &target,
+            &prompt,
+            &config,
+            None,
+            ModelDrafter::new(draft_model, 4),
+        );
+        assert_eq!(unmarked(&run), plain, "draft salt {salt}");
+    }
+    // The toy decoder drafting for itself, within its context bound.
+    let toy = lm_model::Toy::decoder();
+    let prompt = lm_model::Toy::encode("<start> the").unwrap();
+    let config = GenerationConfig {
+        end_tokens: Vec::new(),
+        ..greedy(100)
+    };
+    let plain = generate(&toy, &prompt, &config, None).unwrap();
+    let (run, stats) = speculative(&toy, &prompt, &config, None, ModelDrafter::new(&toy, 3));
+    assert_eq!(unmarked(&run), plain);
+    assert_eq!(run.stop_reason, StopReason::ContextBound);
+    assert_eq!(stats.accepted_tokens, stats.drafted_tokens, "{stats:?}");
+}
