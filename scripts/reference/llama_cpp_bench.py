@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 
+import llama_cpp
 import numpy as np
 
 # `cargo xtask bench` runs this file through runpy, which does not put its

@@ -17,12 +17,14 @@
 //! [`super::Dispatch`].
 
 use std::arch::x86_64::{
-    __m256i, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_set1_epi16, _mm256_add_epi32,
-    _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps,
-    _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256,
-    _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
-    _mm256_sub_ps,
+    __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps,
+    _mm_set1_epi16, _mm_setr_epi8, _mm_setr_epi32, _mm_shuffle_epi8, _mm256_add_epi32,
+    _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16,
+    _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_fmadd_ps, _mm256_loadu_si256,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8,
+    _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srai_epi16, _mm256_srl_epi16,
+    _mm256_srli_epi16, _mm256_sub_ps,
 };
 
 use super::super::GgmlType;
@@ -191,12 +193,18 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
     out
 }
 
-/// One super-block of `ty` in the vector form (see [`Unpacked`]), with the
-/// scales and offsets decoded by `block_k::factors`, as the portable path does.
+/// One super-block of `ty` in the vector form (see [`Unpacked`]). The
+/// factors of Q4_K, Q5_K and Q6_K are decoded in vectors ([`factors`]); the
+/// other types' by `block_k::factors`, as the portable path does.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
-    let (d, dmin, scales, mins) = block_k::factors(ty, block);
+    let VectorFactors {
+        d,
+        dmin,
+        scales,
+        mins,
+    } = factors(ty, block);
     let load = |at: usize| {
         debug_assert!(at + 32 <= block.len());
         // SAFETY: every caller below reads 32 bytes inside the block.
@@ -274,9 +282,131 @@ fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
         dmin,
         values,
         signed: SuperBlock::signed_values(ty),
-        scales: scale_pairs(&scales),
-        mins: i16s(&mins),
+        scales,
+        mins,
     }
+}
+
+/// The float factors, scale pairs and offsets of a super-block, in the
+/// vector form of [`Unpacked`].
+struct VectorFactors {
+    d: f32,
+    dmin: f32,
+    scales: [__m256i; 8],
+    mins: __m256i,
+}
+
+/// The factors of one super-block of `ty`: for Q4_K, Q5_K and Q6_K decoded
+/// in vectors (a few word operations and one byte shuffle per 32 values,
+/// where the scalar decoding spends a loop per group), for the other types
+/// by `block_k::factors`. Both give the same integers in the same lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => factors_k4(block),
+        GgmlType::Q6_K => factors_q6_k(block),
+        _ => {
+            let (d, dmin, scales, mins) = block_k::factors(ty, block);
+            VectorFactors {
+                d,
+                dmin,
+                scales: scale_pairs(&scales),
+                mins: i16s(&mins),
+            }
+        }
+    }
+}
+
+/// Q4_K and Q5_K: `d` and `dmin` from one F16C conversion; the eight 6-bit
+/// scales and eight 6-bit minimums of `scales_mins_k4` rearranged by word
+/// operations into 16 bytes `[sc0..sc8, m0..m8]`, from which each pair of
+/// groups (both of them group `c` of 32 in Q4_K's own terms) takes its scale
+/// by a byte shuffle and the offsets their minimums, each repeated for the
+/// two groups of 16 it covers.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn factors_k4(block: &[u8]) -> VectorFactors {
+    let word =
+        |at: usize| u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+    let (d, dmin) = f16_pair(word(0));
+    // Bytes j of `low`, `mid`, `high` are packed bytes j, j + 4 and j + 8.
+    let (low, mid, high) = (word(4), word(8), word(12));
+    const LOW6: u32 = 0x3F3F_3F3F;
+    const LOW4: u32 = 0x0F0F_0F0F;
+    const TOP2: u32 = 0x0303_0303;
+    let scales_0_4 = low & LOW6;
+    let mins_0_4 = mid & LOW6;
+    let scales_4_8 = (high & LOW4) | (((low >> 6) & TOP2) << 4);
+    let mins_4_8 = ((high >> 4) & LOW4) | (((mid >> 6) & TOP2) << 4);
+    let bytes = _mm_setr_epi32(
+        scales_0_4 as i32,
+        scales_4_8 as i32,
+        mins_0_4 as i32,
+        mins_4_8 as i32,
+    );
+    let both_lanes = _mm256_broadcastsi128_si256(bytes);
+    let mut scales = [_mm256_setzero_si256(); 8];
+    for (c, pair) in scales.iter_mut().enumerate() {
+        // Each i16 takes byte c as its low byte and zero (index 0x80) above it.
+        let pick = _mm256_set1_epi16((0x8000 | c as u16) as i16);
+        *pair = _mm256_shuffle_epi8(both_lanes, pick);
+    }
+    // Minimum k for groups 2k and 2k + 1, as bytes, then widened to i16.
+    let min_per_group = _mm_shuffle_epi8(
+        bytes,
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+    );
+    VectorFactors {
+        d,
+        dmin,
+        scales,
+        mins: _mm256_cvtepu8_epi16(min_per_group),
+    }
+}
+
+/// Q6_K: the sixteen signed 8-bit group scales; the pair of groups `c`
+/// takes scale `2c` (low lane) and `2c + 1` (high lane) by a byte shuffle
+/// that doubles the byte, then an arithmetic shift that sign-extends it; the
+/// offsets are `32 * scale`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn factors_q6_k(block: &[u8]) -> VectorFactors {
+    debug_assert!(block.len() >= 210);
+    // SAFETY: bytes 192..208 are inside the 210-byte block.
+    let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(192).cast()) };
+    let d = read_f16_f16c(u16::from_le_bytes([block[208], block[209]]));
+    let both_lanes = _mm256_broadcastsi128_si256(packed);
+    let mut scales = [_mm256_setzero_si256(); 8];
+    for (c, pair) in scales.iter_mut().enumerate() {
+        let (even, odd) = ((2 * c) as u16, (2 * c + 1) as u16);
+        let pick = _mm256_set_m128i(
+            _mm_set1_epi16((odd | odd << 8) as i16),
+            _mm_set1_epi16((even | even << 8) as i16),
+        );
+        *pair = _mm256_srai_epi16(_mm256_shuffle_epi8(both_lanes, pick), 8);
+    }
+    VectorFactors {
+        d,
+        dmin: d,
+        scales,
+        mins: _mm256_slli_epi16(_mm256_cvtepi8_epi16(packed), 5),
+    }
+}
+
+/// Two little-endian f16 (the low and high half of `bits`) as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_pair(bits: u32) -> (f32, f32) {
+    let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
+}
+
+/// One f16 (its bits) as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn read_f16_f16c(bits: u16) -> f32 {
+    f16_pair(u32::from(bits)).0
 }
 
 /// `value` in every byte of `bytes` whose bit `bit` is set, 0 elsewhere.
@@ -308,3 +438,58 @@ fn i16s(v: &[i16; N_GROUPS]) -> __m256i {
 }
 
 const _: () = assert!(QK_K == 8 * 32, "eight vectors of 32 values per super-block");
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::dispatch::Kernel;
+
+    /// The vector decoding of the factors gives, lane for lane, what the
+    /// scalar `block_k::factors` gives, for random blocks (every bit pattern
+    /// of the scale bytes occurs; the f16 fields are kept finite).
+    #[test]
+    fn vector_factors_equal_scalar_factors() {
+        assert!(
+            Kernel::Avx2.is_available(),
+            "this test runs where the AVX2 kernel does (x86_64 with avx2, fma, f16c)"
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            let f16_at: &[usize] = if ty == GgmlType::Q6_K {
+                &[208]
+            } else {
+                &[0, 2]
+            };
+            for _ in 0..500 {
+                let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
+                for &at in f16_at {
+                    let value = half::f16::from_f32(rng.random_range(-1.0..1.0));
+                    block[at..at + 2].copy_from_slice(&value.to_le_bytes());
+                }
+                let (d, dmin, scales, mins) = block_k::factors(ty, &block);
+                // SAFETY: the CPU has avx2, fma and f16c (asserted above).
+                let expected = unsafe { (scale_pairs(&scales), i16s(&mins)) };
+                let actual = unsafe { factors(ty, &block) };
+                assert_eq!((actual.d, actual.dmin), (d, dmin), "{ty}");
+                for c in 0..8 {
+                    assert_eq!(
+                        lanes(actual.scales[c]),
+                        lanes(expected.0[c]),
+                        "{ty} scales of values {}..{}",
+                        32 * c,
+                        32 * c + 32
+                    );
+                }
+                assert_eq!(lanes(actual.mins), lanes(expected.1), "{ty} offsets");
+            }
+        }
+    }
+
+    fn lanes(v: __m256i) -> [i16; 16] {
+        // SAFETY: both are 32 bytes of plain integers.
+        unsafe { std::mem::transmute(v) }
+    }
+}
