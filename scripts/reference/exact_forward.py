@@ -6,10 +6,10 @@ runs the architecture in float64 (no activation quantization, no F16 KV cache, n
 table). Two uses, both run by `cargo xtask reference-fixtures` after
 llama_cpp_reference.py:
 
-    # SmolLM2 Q4_1's greedy.json rows -> fixtures/smollm2/exact_f64.json
+    # without --conformance: SmolLM2 Q4_1's greedy.json rows -> fixtures/smollm2/exact_f64.json
     python3 scripts/reference/exact_forward.py --model <gguf> --out fixtures/smollm2
-    # one conformance fixture -> <stem>.exact.json and <stem>.<case>.exact_logits.f16le.bin
-    python3 scripts/reference/exact_forward.py --model <gguf> --conformance fixtures/smollm2-requant/q2_k.json
+    # the conformance fixture <out>/<stem>.json -> <stem>.exact.json, <stem>.<case>.exact_logits.f16le.bin
+    python3 scripts/reference/exact_forward.py --model <gguf> --out fixtures/smollm2-requant --conformance q2_k
 
 The conformance output gives, for every case, each chosen token's exact log-probability
 (teacher-forced along llama.cpp's greedy ids, as the harness does) and, where the fixture
@@ -46,15 +46,13 @@ GEMMA3_SWA_PERIOD, GEMMA3_SWA_ROPE_BASE = 6, 10000.0
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
-    parser.add_argument("--out", help="fixtures/smollm2: reads greedy.json, writes exact_f64.json")
-    parser.add_argument("--conformance", help="a conformance fixture (JSON) made from --model")
+    parser.add_argument("--out", required=True, help="the fixture folder")
+    parser.add_argument("--conformance", metavar="STEM", help="the conformance fixture <out>/<STEM>.json")
     args = parser.parse_args()
-    if (args.out is None) == (args.conformance is None):
-        parser.error("give exactly one of --out and --conformance")
 
     model = Model(args.model)
     if args.conformance:
-        conformance(model, args.conformance)
+        conformance(model, os.path.join(args.out, args.conformance + ".json"))
     else:
         greedy_rows(model, args.out)
 
