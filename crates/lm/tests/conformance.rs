@@ -18,8 +18,8 @@
 //! - where the fixture keeps the last-position logits row, every logit is
 //!   within [`LOGIT_TOLERANCE`] and KL(llama.cpp || ours) < [`MAX_KL`].
 //!
-//! llama.cpp is itself an approximation (8-bit activations, an F16 KV cache,
-//! a tabulated GELU), and on some prompts it is farther from the model's exact
+//! llama.cpp is itself an approximation (8-bit activations before every
+//! quantized product, an F16 KV cache), and on some prompts it is farther from the model's exact
 //! math than these tolerances. So each fixture has an exact twin,
 //! `<stem>.exact.json` (`scripts/reference/exact_forward.py`: the same GGUF
 //! dequantized and run in float64, teacher-forced along llama.cpp's ids), and
@@ -152,7 +152,7 @@ conformance_tests! {
 /// catalog change cannot silently pair a model with another file's outputs.
 #[test]
 fn every_fixture_was_made_from_its_catalog_file() {
-    for (model, fixture) in [
+    for (model, fixture_file) in [
         (SMOLLM2, "smollm2/conformance.json"),
         (SMOLLM2_Q4_K_M, "smollm2-requant/q4_k_m.json"),
         (SMOLLM2_Q5_K_M, "smollm2-requant/q5_k_m.json"),
@@ -164,7 +164,6 @@ fn every_fixture_was_made_from_its_catalog_file() {
         (SMOLLM2_IQ4_XS, "smollm2-requant/iq4_xs.json"),
         (GEMMA3_270M, "gemma3/conformance.json"),
     ] {
-        let fixture_file = fixture;
         let fixture = read_fixture(fixture_file);
         assert_eq!(fixture.model.file, model.file_name, "{}", model.name);
         assert_eq!(fixture.model.sha256, model.sha256, "{}", model.name);
