@@ -2,8 +2,8 @@
 """Exact-math reference: a GGUF model's forward pass in float64 with numpy.
 
 Dequantizes every tensor of the GGUF with the `gguf` package (no llama.cpp involved) and
-runs the architecture in float64 (no activation quantization, no F16 KV cache). Two uses, both run by `cargo xtask reference-fixtures` after
-llama_cpp_reference.py:
+runs the architecture in float64 (no activation quantization, no F16 KV cache). Two uses,
+both run by `cargo xtask reference-fixtures` after llama_cpp_reference.py:
 
     # without --conformance: SmolLM2 Q4_1's greedy.json rows -> fixtures/smollm2/exact_f64.json
     python3 scripts/reference/exact_forward.py --model <gguf> --out fixtures/smollm2
