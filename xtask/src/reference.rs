@@ -9,7 +9,8 @@
 //! outputs (token ids, logits) are committed, as data. A second script,
 //! `scripts/reference/exact_forward.py`, recomputes SmolLM2's last logits rows in
 //! float64 with numpy and the `gguf` package, to show how far llama.cpp is from
-//! exact math. A third, `scripts/reference/tokenize_reference.py`, writes
+//! exact math, and writes the exact twin of every conformance fixture
+//! (`<stem>.exact.json`: exact chosen-token log-probabilities and last rows). A third, `scripts/reference/tokenize_reference.py`, writes
 //! llama.cpp's ids and detokenized texts for Gemma 3's SentencePiece vocabulary.
 //!
 //! Three sets of fixtures ([`FixtureSet`]): `fixtures/smollm2/` (SmolLM2 Q4_1:
@@ -51,7 +52,7 @@ pub(crate) const GGUF_VERSION: &str = "0.19.0";
 
 /// The llama.cpp fixture generator, relative to the project root.
 const LLAMA_CPP_SCRIPT: &str = "scripts/reference/llama_cpp_reference.py";
-/// The float64 forward pass that reads the llama.cpp fixtures of SmolLM2 Q4_1.
+/// The float64 forward pass: SmolLM2 Q4_1's greedy rows and every conformance fixture's exact twin.
 const EXACT_SCRIPT: &str = "scripts/reference/exact_forward.py";
 
 /// A set of fixtures the task writes.
@@ -128,6 +129,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 }
                 let extra = ["--conformance", "smollm2", "--name", "conformance"];
                 run_script(&python, LLAMA_CPP_SCRIPT, &model, &out, &extra)?;
+                run_script(
+                    &python,
+                    EXACT_SCRIPT,
+                    &model,
+                    &out,
+                    &["--conformance", "conformance"],
+                )?;
             }
             FixtureSet::Smollm2Requant => {
                 for name in REQUANTIZED_SMOLLM2 {
@@ -136,6 +144,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                     let stem = name.trim_start_matches("smollm2-");
                     let extra = ["--conformance", "smollm2", "--name", stem];
                     run_script(&python, LLAMA_CPP_SCRIPT, &model, &out, &extra)?;
+                    run_script(
+                        &python,
+                        EXACT_SCRIPT,
+                        &model,
+                        &out,
+                        &["--conformance", stem],
+                    )?;
                 }
             }
             FixtureSet::Gemma3 => {
@@ -145,6 +160,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 )?;
                 let extra = ["--conformance", "gemma3", "--name", "conformance"];
                 run_script(&python, LLAMA_CPP_SCRIPT, &model, &out, &extra)?;
+                run_script(
+                    &python,
+                    EXACT_SCRIPT,
+                    &model,
+                    &out,
+                    &["--conformance", "conformance"],
+                )?;
                 run_script(&python, GEMMA3_TOKENIZE_SCRIPT, &model, &out, &[])?;
             }
         }
