@@ -6,12 +6,12 @@
 //! SIMD path against the portable one, and batched products against single
 //! ones, on seeded random matrices.
 
-use half::f16;
 use lm_model::{GgmlType, Kernel, QMatrix, QuantError};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::common::{FixtureJson, cpu_has_avx2, fixture_path, kernels_of_this_cpu, read_json};
+use crate::quant_kernels::{max_relative_error, random_matrix, random_vector, reference_matvec};
 
 /// The super-block types: the K-quants and IQ4_XS, all multiplied with Q8_K.
 const K_TYPES: [GgmlType; 6] = [
@@ -144,67 +144,6 @@ fn k_quant_products_match_llama_cpp() {
 // ---------------------------------------------------------------------------
 // Products on seeded random matrices.
 // ---------------------------------------------------------------------------
-
-/// Byte offsets of each K-quant's f16 scale fields in its block.
-fn f16_fields(ty: GgmlType) -> &'static [usize] {
-    match ty {
-        GgmlType::Q2_K => &[80, 82],
-        GgmlType::Q3_K => &[108],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
-        GgmlType::IQ4_XS => &[0],
-        _ => unreachable!("K-quants only"),
-    }
-}
-
-/// A random `n_rows x n_cols` matrix of K-quant `ty`: random bytes with
-/// realistic f16 scales (a Q6_K or Q3_K scale a few thousandths, and so on).
-fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
-    let n_blocks = n_rows * n_cols / 256;
-    let mut data = Vec::with_capacity(n_blocks * ty.block_bytes());
-    for _ in 0..n_blocks {
-        let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
-        for &at in f16_fields(ty) {
-            let scale = f16::from_f32(rng.random_range(0.0005..0.01));
-            block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
-        }
-        data.extend(block);
-    }
-    data
-}
-
-fn random_vector(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
-    // Activations with a few outliers, as in a transformer's residual stream.
-    (0..n)
-        .map(|j| {
-            let v = rng.random_range(-1.0f32..1.0);
-            if j % 97 == 0 { v * 20.0 } else { v }
-        })
-        .collect()
-}
-
-/// `W x` and `Σ_j |W_rj x_j|` per row, in f64 from the dequantized rows.
-fn reference_matvec(m: &QMatrix<'_>, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
-    let mut row = vec![0.0; m.n_cols()];
-    (0..m.n_rows())
-        .map(|r| {
-            m.dequantize_row(r, &mut row).unwrap();
-            let terms = row
-                .iter()
-                .zip(x)
-                .map(|(&w, &v)| f64::from(w) * f64::from(v));
-            (terms.clone().sum::<f64>(), terms.map(f64::abs).sum::<f64>())
-        })
-        .unzip()
-}
-
-/// Largest |y - y_ref| / Σ|W_rj x_j| over the rows.
-fn max_relative_error(y: &[f32], reference: &(Vec<f64>, Vec<f64>)) -> f64 {
-    y.iter()
-        .zip(reference.0.iter().zip(&reference.1))
-        .map(|(&v, (&r, &mag))| (f64::from(v) - r).abs() / mag.max(1e-30))
-        .fold(0.0, f64::max)
-}
 
 #[test]
 fn k_quant_exact_matvec_matches_f64_reference_within_f32_rounding() {

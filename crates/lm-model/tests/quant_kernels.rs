@@ -430,8 +430,14 @@ fn empty_matrices_multiply_to_empty_or_zero_outputs() {
 // Products on seeded random matrices.
 // ---------------------------------------------------------------------------
 
-/// A random `n_rows x n_cols` matrix of type `ty` with realistic scales.
-fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+/// A random `n_rows x n_cols` matrix of type `ty` with realistic scales
+/// (also used by `kquant_kernels`).
+pub(crate) fn random_matrix(
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<u8> {
     let f16_bytes = |v: f32| f16::from_f32(v).to_le_bytes();
     let n_blocks = n_rows * n_cols / ty.block_size();
     let mut data = Vec::with_capacity(n_blocks * ty.block_bytes());
@@ -453,13 +459,40 @@ fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rn
                 let n_q = ty.block_bytes() - 4;
                 data.extend((0..n_q).map(|_| rng.random::<u8>()));
             }
+            // The super-blocks: random bytes with realistic f16 scales (a
+            // Q6_K or Q3_K scale a few thousandths, and so on).
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS => {
+                let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
+                for &at in super_block_f16_fields(ty) {
+                    let scale = f16::from_f32(rng.random_range(0.0005..0.01));
+                    block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+                }
+                data.extend(block);
+            }
             _ => unreachable!("all supported types are listed"),
         }
     }
     data
 }
 
-fn random_vector(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+/// Byte offsets of each super-block type's f16 scale fields in its block.
+fn super_block_f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::IQ4_XS => &[0],
+        _ => unreachable!("super-block types only"),
+    }
+}
+
+pub(crate) fn random_vector(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     // Activations with a few outliers, as in a transformer's residual stream.
     (0..n)
         .map(|j| {
@@ -470,7 +503,7 @@ fn random_vector(n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 }
 
 /// `W x` and `Σ_j |W_rj x_j|` per row, in f64 from the dequantized rows.
-fn reference_matvec(m: &QMatrix<'_>, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
+pub(crate) fn reference_matvec(m: &QMatrix<'_>, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let mut row = vec![0.0; m.n_cols()];
     (0..m.n_rows())
         .map(|r| {
@@ -503,7 +536,7 @@ const ALL_TYPES: [GgmlType; 9] = [
 ];
 
 /// Largest |y - y_ref| / Σ|W_rj x_j| over the rows.
-fn max_relative_error(y: &[f32], reference: &(Vec<f64>, Vec<f64>)) -> f64 {
+pub(crate) fn max_relative_error(y: &[f32], reference: &(Vec<f64>, Vec<f64>)) -> f64 {
     y.iter()
         .zip(reference.0.iter().zip(&reference.1))
         .map(|(&v, (&r, &mag))| (f64::from(v) - r).abs() / mag.max(1e-30))
