@@ -127,30 +127,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 for script in [LLAMA_CPP_SCRIPT, EXACT_SCRIPT] {
                     run_script(&python, script, &model, &out, &[])?;
                 }
-                let extra = ["--conformance", "smollm2", "--name", "conformance"];
-                run_script(&python, LLAMA_CPP_SCRIPT, &model, &out, &extra)?;
-                run_script(
-                    &python,
-                    EXACT_SCRIPT,
-                    &model,
-                    &out,
-                    &["--conformance", "conformance"],
-                )?;
+                conformance_fixture(&python, "smollm2", &model, &out, "conformance")?;
             }
             FixtureSet::Smollm2Requant => {
                 for name in REQUANTIZED_SMOLLM2 {
                     let model =
                         fetch_model::ensure_model(fetch_model::find_known(name)?, Some(&python))?;
                     let stem = name.trim_start_matches("smollm2-");
-                    let extra = ["--conformance", "smollm2", "--name", stem];
-                    run_script(&python, LLAMA_CPP_SCRIPT, &model, &out, &extra)?;
-                    run_script(
-                        &python,
-                        EXACT_SCRIPT,
-                        &model,
-                        &out,
-                        &["--conformance", stem],
-                    )?;
+                    conformance_fixture(&python, "smollm2", &model, &out, stem)?;
                 }
             }
             FixtureSet::Gemma3 => {
@@ -158,15 +142,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                     fetch_model::find_known("gemma3-270m")?,
                     Some(&python),
                 )?;
-                let extra = ["--conformance", "gemma3", "--name", "conformance"];
-                run_script(&python, LLAMA_CPP_SCRIPT, &model, &out, &extra)?;
-                run_script(
-                    &python,
-                    EXACT_SCRIPT,
-                    &model,
-                    &out,
-                    &["--conformance", "conformance"],
-                )?;
+                conformance_fixture(&python, "gemma3", &model, &out, "conformance")?;
                 run_script(&python, GEMMA3_TOKENIZE_SCRIPT, &model, &out, &[])?;
             }
         }
@@ -177,6 +153,20 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Writes one conformance fixture, `<out>/<stem>.json` (llama.cpp's outputs
+/// on `family`'s prompts), and its exact float64 twin, `<stem>.exact.json`.
+fn conformance_fixture(
+    python: &Path,
+    family: &str,
+    model: &Path,
+    out: &Path,
+    stem: &str,
+) -> Result<()> {
+    let extra = ["--conformance", family, "--name", stem];
+    run_script(python, LLAMA_CPP_SCRIPT, model, out, &extra)?;
+    run_script(python, EXACT_SCRIPT, model, out, &["--conformance", stem])
 }
 
 /// Runs one generator script on `model`, writing into `out`.

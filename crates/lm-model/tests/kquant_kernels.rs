@@ -11,7 +11,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::common::{FixtureJson, cpu_has_avx2, fixture_path, kernels_of_this_cpu, read_json};
-use crate::quant_kernels::{max_relative_error, random_matrix, random_vector, reference_matvec};
+use crate::quant_kernels::{
+    Product, random_matrix, random_matvec_error, random_vector, reference_matvec,
+};
 
 /// The super-block types: the K-quants and IQ4_XS, all multiplied with Q8_K.
 const K_TYPES: [GgmlType; 6] = [
@@ -149,14 +151,7 @@ fn k_quant_products_match_llama_cpp() {
 fn k_quant_exact_matvec_matches_f64_reference_within_f32_rounding() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     for ty in K_TYPES {
-        let (n_rows, n_cols) = (37, 1536);
-        let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-        let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
-        let x = random_vector(n_cols, &mut rng);
-        let reference = reference_matvec(&m, &x);
-        let mut y = vec![0.0; n_rows];
-        m.matvec_exact(&x, &mut y).unwrap();
-        let err = max_relative_error(&y, &reference);
+        let err = random_matvec_error(ty, (37, 1536), Product::Exact, &mut rng);
         assert!(err < 1e-5, "{ty}: relative error {err:e}");
     }
 }
@@ -172,17 +167,7 @@ fn k_quant_matvec_is_within_stated_tolerance_of_f64_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     for ty in K_TYPES {
         for kernel in kernels_of_this_cpu() {
-            let (n_rows, n_cols) = (64, 1536);
-            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-            let m = QMatrix::new(ty, n_rows, n_cols, &data)
-                .unwrap()
-                .with_kernel(kernel)
-                .unwrap();
-            let x = random_vector(n_cols, &mut rng);
-            let reference = reference_matvec(&m, &x);
-            let mut y = vec![0.0; n_rows];
-            m.matvec(&x, &mut y).unwrap();
-            let err = max_relative_error(&y, &reference);
+            let err = random_matvec_error(ty, (64, 1536), Product::Kernel(kernel), &mut rng);
             eprintln!("{ty} {kernel:?}: max relative error {err:.2e}");
             assert!(err < 1e-2, "{ty} {kernel:?}: relative error {err:e}");
         }

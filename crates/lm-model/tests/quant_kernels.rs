@@ -543,18 +543,41 @@ pub(crate) fn max_relative_error(y: &[f32], reference: &(Vec<f64>, Vec<f64>)) ->
         .fold(0.0, f64::max)
 }
 
+/// Which product of a random matrix is measured.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Product {
+    /// `matvec_exact`: f32 activations, one block dequantized at a time.
+    Exact,
+    /// `matvec` with quantized activations on this kernel.
+    Kernel(Kernel),
+}
+
+/// The largest error, relative to Σ|W x|, of `product` on a seeded random
+/// `ty` matrix of `shape` (rows, columns) and a random vector, against the
+/// f64 reference (also used by `kquant_kernels`).
+pub(crate) fn random_matvec_error(
+    ty: GgmlType,
+    (n_rows, n_cols): (usize, usize),
+    product: Product,
+    rng: &mut ChaCha8Rng,
+) -> f64 {
+    let data = random_matrix(ty, n_rows, n_cols, rng);
+    let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
+    let x = random_vector(n_cols, rng);
+    let reference = reference_matvec(&m, &x);
+    let mut y = vec![0.0; n_rows];
+    match product {
+        Product::Exact => m.matvec_exact(&x, &mut y).unwrap(),
+        Product::Kernel(kernel) => m.with_kernel(kernel).unwrap().matvec(&x, &mut y).unwrap(),
+    }
+    max_relative_error(&y, &reference)
+}
+
 #[test]
 fn exact_matvec_matches_f64_reference_within_f32_rounding() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     for ty in ALL_TYPES {
-        let (n_rows, n_cols) = (37, 576);
-        let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-        let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
-        let x = random_vector(n_cols, &mut rng);
-        let reference = reference_matvec(&m, &x);
-        let mut y = vec![0.0; n_rows];
-        m.matvec_exact(&x, &mut y).unwrap();
-        let err = max_relative_error(&y, &reference);
+        let err = random_matvec_error(ty, (37, 576), Product::Exact, &mut rng);
         // f32 accumulation of 576 terms: well under 1e-5 of Σ|terms|.
         assert!(err < 1e-5, "{ty}: relative error {err:e}");
     }
@@ -569,17 +592,7 @@ fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for ty in ALL_TYPES {
         for kernel in kernels_of_this_cpu() {
-            let (n_rows, n_cols) = (64, 1536);
-            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-            let m = QMatrix::new(ty, n_rows, n_cols, &data)
-                .unwrap()
-                .with_kernel(kernel)
-                .unwrap();
-            let x = random_vector(n_cols, &mut rng);
-            let reference = reference_matvec(&m, &x);
-            let mut y = vec![0.0; n_rows];
-            m.matvec(&x, &mut y).unwrap();
-            let err = max_relative_error(&y, &reference);
+            let err = random_matvec_error(ty, (64, 1536), Product::Kernel(kernel), &mut rng);
             let tolerance = if ty.is_quantized() { 5e-3 } else { 1e-5 };
             eprintln!("{ty} {kernel:?}: max relative error {err:.2e} (tolerance {tolerance:e})");
             assert!(err < tolerance, "{ty} {kernel:?}: relative error {err:e}");

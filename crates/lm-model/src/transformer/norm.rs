@@ -125,23 +125,15 @@ impl Norm {
     /// Normalises one row `x` (of `width()` components) into `out` (as long).
     pub(crate) fn apply(&self, x: &[f32], out: &mut [f32]) {
         debug_assert!(x.len() == self.width() && out.len() == self.width());
-        let n = x.len().max(1) as f64;
+        let (shift, inv) = self.statistics(x);
         match self.kind {
             NormKind::LayerNorm => {
-                let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-                let var = x
-                    .iter()
-                    .map(|&v| (f64::from(v) - mean).powi(2))
-                    .sum::<f64>()
-                    / n;
-                let inv = 1.0 / (var + f64::from(self.eps)).sqrt();
                 for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(&self.weight).zip(&self.bias) {
-                    *o = ((f64::from(v) - mean) * inv) as f32 * w + b;
+                    *o = ((f64::from(v) - shift) * inv) as f32 * w + b;
                 }
             }
             NormKind::RmsNorm => {
-                let mean_square = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n;
-                let inv = (1.0 / (mean_square + f64::from(self.eps)).sqrt()) as f32;
+                let inv = inv as f32;
                 for ((o, &v), &w) in out.iter_mut().zip(x).zip(&self.weight) {
                     *o = v * inv * w;
                 }
