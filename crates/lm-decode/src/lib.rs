@@ -131,6 +131,7 @@ mod error;
 mod exhaustive;
 mod generate;
 mod hook;
+mod prefix_cache;
 mod rng;
 pub mod sampler;
 mod score;
@@ -150,6 +151,7 @@ pub use generate::{
     GenerationConfig, generate, generate_many, generate_streaming, generate_with_hook,
 };
 pub use hook::GenerationHook;
+pub use prefix_cache::{CachedGeneration, PrefixCache, generate_cached};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation};
