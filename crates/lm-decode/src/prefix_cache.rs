@@ -89,7 +89,8 @@ pub struct CachedGeneration {
 ///
 /// ```
 /// use lm_core::{Counting, LanguageModel, Prefix, Rows, TokenId};
-/// use lm_decode::{GenerationConfig, PrefixCache, SamplingConfig, generate_cached};
+/// use std::ops::ControlFlow;
+/// use lm_decode::{GenerationConfig, PrefixCache, SamplingConfig, Step, generate_cached};
 /// # struct Next;
 /// # impl LanguageModel for Next {
 /// #     type State = Prefix;
@@ -105,12 +106,13 @@ pub struct CachedGeneration {
 /// # }
 /// let model = Counting::new(Next);
 /// let config = GenerationConfig { max_new_tokens: 2, sampling: SamplingConfig::greedy(), ..GenerationConfig::default() };
+/// let hook = |_: &Step| Ok::<_, lm_decode::Error>(ControlFlow::Continue(()));
 /// let mut cache = PrefixCache::new(&model);
-/// let first = generate_cached(&model, &mut cache, &[0, 1], &config, None, |_| Ok::<_, lm_decode::Error>(std::ops::ControlFlow::Continue(()))).unwrap();
+/// let first = generate_cached(&model, &mut cache, &[0, 1], &config, None, hook).unwrap();
 /// assert_eq!(first.generation.tokens, vec![2, 3]);
 /// assert_eq!(cache.tokens(), &[0, 1, 2]);
 /// // The next prompt extends the first run: only its new tokens are read.
-/// let second = generate_cached(&model, &mut cache, &[0, 1, 2, 3, 1], &config, None, |_| Ok::<_, lm_decode::Error>(std::ops::ControlFlow::Continue(()))).unwrap();
+/// let second = generate_cached(&model, &mut cache, &[0, 1, 2, 3, 1], &config, None, hook).unwrap();
 /// assert_eq!(second.n_reused, 3);
 /// assert_eq!(model.calls(), vec![2, 1, 2, 1]);
 /// ```
