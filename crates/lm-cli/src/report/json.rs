@@ -185,6 +185,12 @@ pub struct Settings {
     /// The frequency penalty, if set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_penalty: Option<f32>,
+    /// The penalties' window (`--repeat-last-n`), if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub penalty_last_n: Option<usize>,
+    /// `--min-new-tokens`, if set.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub min_new_tokens: usize,
     /// The finite `--logit-bias` pairs `[id, bias]`, if any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub logit_bias: Vec<(TokenId, f32)>,
