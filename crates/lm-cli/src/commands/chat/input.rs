@@ -291,12 +291,8 @@ mod tests {
     #[test]
     fn a_backslash_continues_the_message_on_the_next_line() {
         assert_eq!(
-            entries(&["first\\", "second\\", "", "third", "next"]),
-            [
-                message("first\nsecond\n\nthird"),
-                message("next"),
-                Entry::End
-            ]
+            entries(&["first\\", "\\", "third", "next"]),
+            [message("first\n\nthird"), message("next"), Entry::End]
         );
         // A backslash on the last line of input ends the message there.
         assert_eq!(entries(&["dangling\\"]), [message("dangling"), Entry::End]);
