@@ -154,7 +154,7 @@ pub use hook::GenerationHook;
 pub use prefix_cache::{CachedGeneration, PrefixCache, generate_cached};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
-pub use score::{ContinuationScore, score_continuation};
+pub use score::{ContinuationScore, score_continuation, score_continuation_in_chunks};
 pub use speculative::{
     Draft, Drafter, ModelDrafter, PromptLookup, SpeculationStats, generate_speculative,
 };
