@@ -120,11 +120,16 @@ EXAMPLES:
   lm-cli score --model toy --prompt \"<start> the cat\" --continuation \"dog dog\"
   lm-cli score --prompt \"In the beginning\" --continuation \"God created\" --json
   lm-cli score --model count:model.arpa --text \"the cat sat on the mat .\" --json
+  lm-cli score --model smollm2 --file essay.txt        # perplexity of a whole file
 
 With --prompt and --continuation: the log-probability of each continuation token
 given everything before it, their sum (the chain rule) and the perplexity
 exp(-sum / n). With --text (count models only): the sentence scored as KenLM's
-query scores it, with <s> before and </s> after, in log10.";
+query scores it, with <s> before and </s> after, in log10. With --file: the
+perplexity of a whole file (a progress bar on a terminal); a count model scores
+each line as a sentence, as KenLM's query does (perplexity with and without
+unknown words); any other model scores every token from the first, after BOS
+when the model has one (as llama-perplexity), in windows of the context length.";
 
 const ENUMERATE_HELP: &str = "\
 EXAMPLES:
@@ -456,8 +461,14 @@ pub struct ScoreArgs {
     pub continuation: Option<String>,
     /// A whole sentence to score as KenLM's query does (count models only).
     #[arg(long, value_name = "TEXT", conflicts_with_all = ["prompt", "continuation"],
-          required_unless_present = "prompt", allow_hyphen_values = true)]
+          required_unless_present_any = ["prompt", "file"], allow_hyphen_values = true)]
     pub text: Option<String>,
+    /// The perplexity of a whole file: each line a sentence for a count
+    /// model (KenLM's query), the whole text from its first token for any
+    /// other (llama-perplexity; from BOS when the model has one).
+    #[arg(long, short = 'f', value_name = "FILE",
+          conflicts_with_all = ["prompt", "continuation", "text"])]
+    pub file: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -151,6 +151,16 @@ impl TextCodec {
         }
     }
 
+    /// The token a text starts from, when the model has one: a GGUF
+    /// vocabulary's BOS, a count model's `<s>` (the toy has none).
+    pub fn bos_id(&self) -> Option<TokenId> {
+        match self {
+            Self::Toy => None,
+            Self::Words(vocab) => Some(vocab.bos()),
+            Self::Bpe(bpe) => bpe.tokenizer.bos_id(),
+        }
+    }
+
     /// The model's own end tokens.
     pub fn end_tokens(&self) -> Vec<TokenId> {
         match self {

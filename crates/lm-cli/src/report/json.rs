@@ -453,7 +453,7 @@ pub struct ProbsReport {
 /// log-probability `-inf` and a perplexity can overflow to `inf`. Finite
 /// values are numbers as before; the others the strings `"-inf"`, `"inf"`,
 /// `"nan"` (what Python's `float()` reads).
-mod extended_float {
+pub(crate) mod extended_float {
     use serde::{Serialize, Serializer};
 
     struct Extended<T>(T);
