@@ -666,9 +666,10 @@ pub enum UsageError {
     #[error("--num-return-sequences does not work with --num-beams (every beam is reported)")]
     SequencesWithBeams,
     /// A sampling flag with `--num-beams`: beam search draws nothing and
-    /// ranks hypotheses by their log-probability under the model.
+    /// ranks hypotheses by their log-probability under the model, after the
+    /// penalties and logit bias (which it applies, as `--top-logprobs`).
     #[error(
-        "{flag} does not work with --num-beams (beam search ranks hypotheses by the model's log-probability and draws nothing)"
+        "{flag} does not work with --num-beams (beam search draws nothing: it ranks hypotheses by their log-probability, after the penalties and logit bias)"
     )]
     FlagIgnoredByBeams {
         /// The flag given.

@@ -143,7 +143,8 @@ mod truncate;
 
 pub use batch::{FinishedMask, generate_batch};
 pub use beam::{
-    BeamConfig, BeamStep, Hypothesis, beam_search, beam_search_streaming, length_penalized_score,
+    BeamConfig, BeamStep, Hypothesis, LogitAdjustments, beam_search, beam_search_streaming,
+    length_penalized_score,
 };
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};

@@ -24,9 +24,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, GenerationHook, PromptLookup, SamplingConfig, Step,
-    StopReason, Truncation, beam_search_streaming, fit_prompt, generate_speculative,
-    generate_with_hook,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, LogitAdjustments, PromptLookup,
+    SamplingConfig, Step, StopReason, Truncation, beam_search_streaming, fit_prompt,
+    generate_speculative, generate_with_hook,
 };
 use lm_tokenize::Message;
 
@@ -191,12 +191,12 @@ impl Policy {
     }
 }
 
-/// The first sampling flag given that beam search could not honour (it
-/// ranks by the model's log-probabilities and draws nothing), so `--json`
-/// settings never list a setting that was not applied.
+/// The first flag given that beam search could not honour (it ranks by the
+/// model's log-probabilities, adjusted by the penalties and the logit bias,
+/// and draws nothing), so `--json` settings never list a setting that was
+/// not applied.
 fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     let filters = &args.filters;
-    let penalties = &args.penalties;
     let default_temperature = crate::cli::DEFAULT_TEMPERATURE;
     [
         ("--temperature", filters.temperature != default_temperature),
@@ -204,17 +204,8 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
         ("--top-k", filters.top_k.is_some()),
         ("--top-p", filters.top_p.is_some()),
         ("--min-p", filters.min_p.is_some()),
-        (
-            "--repetition-penalty",
-            penalties.repetition_penalty.is_some(),
-        ),
-        ("--presence-penalty", penalties.presence_penalty.is_some()),
-        ("--frequency-penalty", penalties.frequency_penalty.is_some()),
-        ("--repeat-last-n", penalties.repeat_last_n.is_some()),
-        ("--logit-bias", !penalties.logit_bias.is_empty()),
-        ("--min-new-tokens", args.min_new_tokens > 0),
         ("--seed", args.seed.is_some()),
-        ("--top-logprobs", args.top_logprobs > 0),
+        ("--min-new-tokens", args.min_new_tokens > 0),
     ]
     .into_iter()
     .find_map(|(flag, given)| given.then_some(flag))
@@ -360,6 +351,15 @@ impl ModelTask for Generate {
                 max_new_tokens,
                 end_tokens: run.end_tokens.clone(),
                 truncation: args.truncate,
+                adjustments: LogitAdjustments {
+                    repetition_penalty: sampling.repetition_penalty,
+                    presence_penalty: sampling.presence_penalty,
+                    frequency_penalty: sampling.frequency_penalty,
+                    penalty_last_n: sampling.penalty_last_n,
+                    logit_bias: sampling.logit_bias,
+                    banned_tokens: sampling.banned_tokens,
+                },
+                n_top_candidates: args.top_logprobs,
             };
             return run.beams(model, &config, &mut out);
         }
