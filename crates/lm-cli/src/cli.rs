@@ -159,7 +159,7 @@ The file is written to a temporary name first and renamed when complete.";
 const CHAT_HELP: &str = "\
 EXAMPLES:
   lm-cli chat --model smollm2
-  echo \"What is the capital of France?\" | lm-cli chat --model smollm2 --greedy
+  echo \"What are the three primary colors?\" | lm-cli chat --model smollm2 --greedy
   printf 'Hi\\nWhat is 2+2?\\n' | lm-cli chat --model smollm2 --json --seed 1
 
 Type a message and press Enter. A line ending in \\ continues on the next line;
