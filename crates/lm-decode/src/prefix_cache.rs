@@ -133,11 +133,10 @@ pub fn generate_cached<M: LanguageModel, H: GenerationHook>(
         }
         let n_reused = cache.rewind(&row.history);
         let mut logits = Vec::new();
-        let unread = row.history[n_reused..].to_vec();
         let read = prefill(
             model,
             &mut cache.state,
-            &unread,
+            &row.history[n_reused..],
             config.prefill_chunk_len,
             &mut logits,
             |n, total| settle(hook.after_prefill_chunk(n, total), &mut hook_error),

@@ -21,7 +21,6 @@ mod conversation;
 mod input;
 
 use std::io::IsTerminal;
-use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
 
 use anyhow::Result;
@@ -38,7 +37,7 @@ use self::input::{
     COMMANDS_HELP, ChatCommand, Entry, LineSource, MessageReader, PipedLines, TerminalLines,
 };
 use crate::cli::{ChatArgs, Seed};
-use crate::commands::generate::Policy;
+use crate::commands::generate::{PREFILL_CHUNK_LEN, Policy, stop_if};
 use crate::interrupt;
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -46,10 +45,6 @@ use crate::report::json::{Settings, stop_reason_parts};
 use crate::report::trace::describe_stop;
 use crate::spec::{ModelSpec, ModelTask};
 use crate::text::{TextCodec, TextError};
-
-/// The prompt is read in chunks of this many tokens, so Ctrl-C stops a long
-/// prefill between chunks (as in `generate`).
-const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
 
 /// Runs `lm-cli chat`.
 pub fn run(args: ChatArgs) -> Result<()> {
@@ -358,18 +353,12 @@ impl GenerationHook for Watch<'_, '_> {
 
     fn on_step(&mut self, step: &Step) -> Result<ControlFlow<()>> {
         self.printer.push(step.token, self.out);
-        Ok(if interrupt::after_step() || self.printer.write_failed() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        })
+        Ok(stop_if(
+            interrupt::after_step() || self.printer.write_failed(),
+        ))
     }
 
     fn after_prefill_chunk(&mut self, _n_read: usize, _n_prompt: usize) -> Result<ControlFlow<()>> {
-        Ok(if interrupt::after_prefill_chunk() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        })
+        Ok(stop_if(interrupt::after_prefill_chunk()))
     }
 }

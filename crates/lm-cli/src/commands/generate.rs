@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
 
 /// The prompt is read in chunks of this many tokens (llama.cpp's default
 /// micro-batch), so Ctrl-C stops a long prefill between chunks.
-const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
+pub(crate) const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
 
 /// Runs `lm-cli generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -745,7 +745,7 @@ impl GenerationHook for &mut Watch<'_, '_> {
 }
 
 /// `Break` when `stop`, else `Continue`.
-fn stop_if(stop: bool) -> ControlFlow<()> {
+pub(crate) fn stop_if(stop: bool) -> ControlFlow<()> {
     if stop {
         ControlFlow::Break(())
     } else {
