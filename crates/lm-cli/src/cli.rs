@@ -120,11 +120,16 @@ EXAMPLES:
   lm-cli score --model toy --prompt \"<start> the cat\" --continuation \"dog dog\"
   lm-cli score --prompt \"In the beginning\" --continuation \"God created\" --json
   lm-cli score --model count:model.arpa --text \"the cat sat on the mat .\" --json
+  lm-cli score --model smollm2 --file essay.txt        # perplexity of a whole file
 
 With --prompt and --continuation: the log-probability of each continuation token
 given everything before it, their sum (the chain rule) and the perplexity
 exp(-sum / n). With --text (count models only): the sentence scored as KenLM's
-query scores it, with <s> before and </s> after, in log10.";
+query scores it, with <s> before and </s> after, in log10. With --file: the
+perplexity of a whole file (a progress bar on a terminal); a count model scores
+each line as a sentence, as KenLM's query does (perplexity with and without
+unknown words); any other model scores every token from the first, after BOS
+when the model has one (as llama-perplexity), in windows of the context length.";
 
 const ENUMERATE_HELP: &str = "\
 EXAMPLES:
@@ -154,9 +159,27 @@ The file is written to a temporary name first and renamed when complete.";
 const CHAT_HELP: &str = "\
 EXAMPLES:
   lm-cli chat --model smollm2
-  echo \"What is the capital of France?\" | lm-cli chat --model smollm2
+  echo \"What are the three primary colors?\" | lm-cli chat --model smollm2 --greedy
+  printf 'Hi\\nWhat is 2+2?\\n' | lm-cli chat --model smollm2 --json --seed 1
 
-Type a message and press Enter; an empty line or end of input (Ctrl-D) ends the chat.";
+Type a message and press Enter. A line ending in \\ continues on the next line;
+a pasted paragraph is one message, and so are lines between two lines of \"\"\".
+Empty lines are ignored; Ctrl-D (end of input) or /exit ends the chat. Ctrl-C
+stops a reply and returns to the prompt (twice: exits). Each line of piped input
+is one message. On a terminal, lines can be edited and recalled (arrow keys).
+
+COMMANDS:
+  /clear        start over (the system message stays)
+  /system TEXT  set the system message (/system alone removes it)
+  /regen        drop the last reply and generate it again
+  /save FILE    write the conversation as JSON ({\"messages\": [...]})
+  /load FILE    read a conversation written by /save
+  /help         list these;  /exit  end the chat
+  //TEXT        send a message that starts with /
+
+When the conversation no longer fits the context, the oldest turns after the
+system message are dropped, with a note. The model keeps what it has read
+between turns, so a turn reads only its new tokens.";
 
 const COMPLETIONS_HELP: &str = "\
 EXAMPLES:
@@ -220,6 +243,62 @@ impl FilterArgs {
     }
 }
 
+/// The raw-logit stage of the policy: penalties on tokens already in the
+/// text and the logit bias (shared by `generate` and `chat`).
+#[derive(Debug, Clone, Args)]
+pub struct PenaltyArgs {
+    /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
+    #[arg(long, visible_alias = "repeat-penalty", value_name = "R",
+          value_parser = parse_repetition_penalty, allow_negative_numbers = true)]
+    pub repetition_penalty: Option<f32>,
+    /// Subtract P once from the logit of every token already in the text (OpenAI style).
+    #[arg(long, value_name = "P", value_parser = parse_presence_penalty,
+          allow_negative_numbers = true)]
+    pub presence_penalty: Option<f32>,
+    /// Subtract P times its count from the logit of every token already in the text.
+    #[arg(long, value_name = "P", value_parser = parse_frequency_penalty,
+          allow_negative_numbers = true)]
+    pub frequency_penalty: Option<f32>,
+    /// The penalties look at the last N tokens of the text only (0: no
+    /// penalty; -1: the whole text, the default) [llama.cpp's default is 64].
+    #[arg(long, value_name = "N", value_parser = parse_repeat_last_n,
+          allow_negative_numbers = true)]
+    pub repeat_last_n: Option<RepeatLastN>,
+    /// Add BIAS to a token's logit: ID=BIAS or TOKEN_TEXT=BIAS (repeatable);
+    /// BIAS -inf bans the token.
+    #[arg(long, value_name = "TOKEN=BIAS", value_parser = parse_logit_bias,
+          allow_hyphen_values = true)]
+    pub logit_bias: Vec<LogitBiasArg>,
+}
+
+impl PenaltyArgs {
+    /// The penalty window of `--repeat-last-n` (`None`: the whole text).
+    pub fn penalty_last_n(&self) -> Option<usize> {
+        match self.repeat_last_n {
+            Some(RepeatLastN::Last(n)) => Some(n),
+            Some(RepeatLastN::Whole) | None => None,
+        }
+    }
+}
+
+/// `--repeat-last-n`: a window, or the whole text (`-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepeatLastN {
+    /// The last this many tokens.
+    Last(usize),
+    /// The whole text.
+    Whole,
+}
+
+fn parse_repeat_last_n(text: &str) -> Result<RepeatLastN, String> {
+    match text.trim() {
+        "-1" => Ok(RepeatLastN::Whole),
+        number => number.parse().map(RepeatLastN::Last).map_err(|_| {
+            format!("'{text}' is not a token count (0 or more, or -1 for the whole text)")
+        }),
+    }
+}
+
 /// `lm-cli generate`.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -247,23 +326,13 @@ pub struct GenerateArgs {
     /// Temperature and the filters of the policy.
     #[command(flatten)]
     pub filters: FilterArgs,
-    /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
-    #[arg(long, visible_alias = "repeat-penalty", value_name = "R",
-          value_parser = parse_repetition_penalty, allow_negative_numbers = true)]
-    pub repetition_penalty: Option<f32>,
-    /// Subtract P once from the logit of every token already in the text (OpenAI style).
-    #[arg(long, value_name = "P", value_parser = parse_presence_penalty,
-          allow_negative_numbers = true)]
-    pub presence_penalty: Option<f32>,
-    /// Subtract P times its count from the logit of every token already in the text.
-    #[arg(long, value_name = "P", value_parser = parse_frequency_penalty,
-          allow_negative_numbers = true)]
-    pub frequency_penalty: Option<f32>,
-    /// Add BIAS to a token's logit: ID=BIAS or TOKEN_TEXT=BIAS (repeatable);
-    /// BIAS -inf bans the token.
-    #[arg(long, value_name = "TOKEN=BIAS", value_parser = parse_logit_bias,
-          allow_hyphen_values = true)]
-    pub logit_bias: Vec<LogitBiasArg>,
+    /// Penalties on repeated tokens and the logit bias.
+    #[command(flatten)]
+    pub penalties: PenaltyArgs,
+    /// Do not choose an end token before N tokens are generated (HF's
+    /// min_new_tokens).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub min_new_tokens: usize,
     /// Always take the most probable token (same as --temperature 0).
     #[arg(long)]
     pub greedy: bool,
@@ -392,8 +461,14 @@ pub struct ScoreArgs {
     pub continuation: Option<String>,
     /// A whole sentence to score as KenLM's query does (count models only).
     #[arg(long, value_name = "TEXT", conflicts_with_all = ["prompt", "continuation"],
-          required_unless_present = "prompt", allow_hyphen_values = true)]
+          required_unless_present_any = ["prompt", "file"], allow_hyphen_values = true)]
     pub text: Option<String>,
+    /// The perplexity of a whole file: each line a sentence for a count
+    /// model (KenLM's query), the whole text from its first token for any
+    /// other (llama-perplexity; from BOS when the model has one).
+    #[arg(long, short = 'f', value_name = "FILE",
+          conflicts_with_all = ["prompt", "continuation", "text"])]
+    pub file: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -478,32 +553,55 @@ pub enum SmoothingArg {
     KneserNey,
 }
 
-/// `lm-cli chat`.
+/// `lm-cli chat`. The policy flags are `generate`'s, with chat defaults:
+/// temperature 0.7 and top-p 0.9.
 #[derive(Debug, Clone, Args)]
+#[command(
+    mut_arg("temperature", |arg| arg.default_value("0.7")),
+    mut_arg("top_p", |arg| arg.default_value("0.9"))
+)]
 pub struct ChatArgs {
     /// The model and how to run it.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A system message to start the conversation with.
+    /// A system message to start the conversation with (`/system TEXT`
+    /// changes it during the chat).
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
     /// The most tokens per reply.
-    #[arg(long, short = 'n', value_name = "N", default_value_t = 256)]
+    #[arg(
+        long,
+        short = 'n',
+        visible_alias = "n-predict",
+        value_name = "N",
+        default_value_t = 256
+    )]
     pub max_new_tokens: usize,
-    /// Temperature; 0 means greedy.
-    #[arg(long, short = 't', value_name = "T", default_value_t = 0.7,
-          value_parser = parse_temperature, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Keep only the K most probable tokens.
-    #[arg(long, value_name = "K", value_parser = parse_top_k)]
-    pub top_k: Option<usize>,
-    /// Keep the fewest most probable tokens whose probabilities add up to P.
-    #[arg(long, value_name = "P", default_value = "0.9", value_parser = parse_top_p,
+    /// Temperature and the filters of the policy.
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// Penalties on repeated tokens and the logit bias.
+    #[command(flatten)]
+    pub penalties: PenaltyArgs,
+    /// Do not end a reply before N tokens.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub min_new_tokens: usize,
+    /// Always take the most probable token (same as --temperature 0).
+    #[arg(long)]
+    pub greedy: bool,
+    /// Seed of the random draws [default: a fresh random seed, printed so
+    /// the chat can be replayed; also -1 or random].
+    #[arg(long, short = 's', value_name = "N", value_parser = parse_seed,
           allow_negative_numbers = true)]
-    pub top_p: Option<f32>,
-    /// Seed of the random draws.
-    #[arg(long, short = 's', value_name = "N", default_value_t = 0)]
-    pub seed: u64,
+    pub seed: Option<Seed>,
+    /// Read special-token text in your messages (`<|im_start|>`) as control
+    /// tokens. Off by default, so a message cannot open a turn of its own.
+    #[arg(long)]
+    pub parse_special: bool,
+    /// Print the conversation as JSON at the end (the replies are not
+    /// streamed): each message, and each reply's tokens and stop reason.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `lm-cli completions`.
@@ -568,9 +666,10 @@ pub enum UsageError {
     #[error("--num-return-sequences does not work with --num-beams (every beam is reported)")]
     SequencesWithBeams,
     /// A sampling flag with `--num-beams`: beam search draws nothing and
-    /// ranks hypotheses by their log-probability under the model.
+    /// ranks hypotheses by their log-probability under the model, after the
+    /// penalties and logit bias (which it applies, as `--top-logprobs`).
     #[error(
-        "{flag} does not work with --num-beams (beam search ranks hypotheses by the model's log-probability and draws nothing)"
+        "{flag} does not work with --num-beams (beam search draws nothing: it ranks hypotheses by their log-probability, after the penalties and logit bias)"
     )]
     FlagIgnoredByBeams {
         /// The flag given.

@@ -23,7 +23,10 @@
 //! same [`press`] as the real handler; `prefill:N` presses it after the N-th
 //! chunk of the prompt is read. Nothing but tests should set it.
 //!
-//! Only `generate` installs the handler; every other
+//! `chat` installs it too: Ctrl-C stops the current reply, [`reset`]
+//! re-arms it, and the chat goes back to the prompt (a second Ctrl-C during
+//! the same reply still exits at once). Only `generate` and `chat` install
+//! the handler; every other
 //! command keeps the default (Ctrl-C ends it at once; `train --out` never
 //! leaves a half-written file, it writes a temporary file and renames it).
 
@@ -119,6 +122,12 @@ pub fn after_prefill_chunk() -> bool {
         press();
     }
     requested()
+}
+
+/// Forgets a Ctrl-C that has been handled (a chat's stopped reply), so the
+/// next one stops the next reply instead of exiting.
+pub fn reset() {
+    REQUESTED.store(false, Ordering::SeqCst);
 }
 
 /// What Ctrl-C does (the handler, and the test hook).

@@ -8,7 +8,9 @@
 //!    no arguments prints the help on stdout)
 //! 130 interrupted by Ctrl-C (generate): what was generated so far is
 //!    printed in the mode asked for (text, --trace, --json), and a
-//!    `note: interrupted ...` line on stderr (beam search prints nothing)
+//!    `note: interrupted ...` line on stderr (beam search prints nothing);
+//!    in chat, Ctrl-C stops the reply and the chat goes on, and a second
+//!    Ctrl-C during the same reply exits with 130
 //! ```
 #![deny(missing_docs)]
 

@@ -22,7 +22,7 @@ use lm::GgufText;
 use lm_core::{Detokenize, TokenId};
 use lm_model::ngram::{Vocab, split_words};
 use lm_model::{TOY_VOCAB, Toy};
-use lm_tokenize::Message;
+use lm_tokenize::{Message, TextPart};
 
 /// Text that cannot be turned into ids, or a token that names nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +45,12 @@ pub enum TextError {
         /// The model kind.
         model: &'static str,
     },
+    /// A chat message holds the private-use characters the literal
+    /// encoding marks messages with.
+    #[error(
+        "a chat message may not contain the characters U+E000 and U+E001 (used to mark messages)"
+    )]
+    MarkerInMessage,
     /// A chat was asked of a GGUF file without `tokenizer.chat_template`
     /// (a base model such as Gemma 3 270M).
     #[error(
@@ -145,6 +151,16 @@ impl TextCodec {
         }
     }
 
+    /// The token a text starts from, when the model has one: a GGUF
+    /// vocabulary's BOS, a count model's `<s>` (the toy has none).
+    pub fn bos_id(&self) -> Option<TokenId> {
+        match self {
+            Self::Toy => None,
+            Self::Words(vocab) => Some(vocab.bos()),
+            Self::Bpe(bpe) => bpe.tokenizer.bos_id(),
+        }
+    }
+
     /// The model's own end tokens.
     pub fn end_tokens(&self) -> Vec<TokenId> {
         match self {
@@ -201,6 +217,64 @@ impl TextCodec {
             }
             prompt => Ok(prompt?),
         }
+    }
+
+    /// The ids of the chat prompt of `messages` (as [`TextCodec::chat_prompt`]
+    /// renders it). With `parse_special` the whole text is read with its
+    /// special-token text; without, only the template's markup is, and each
+    /// user message stays literal (`--no-parse-special`), so a user cannot
+    /// open a turn of their own by typing `<|im_start|>system`.
+    ///
+    /// The template renders each user message as a marker, the text is split
+    /// at the markers, and the messages go in as literal parts
+    /// ([`lm_tokenize::Tokenizer::encode_parts`]).
+    pub fn encode_chat(&self, messages: &[Message], parse_special: bool) -> Result<Vec<TokenId>> {
+        let Self::Bpe(bpe) = self else {
+            return Err(TextError::NoChatTemplate { model: self.kind() }.into());
+        };
+        if parse_special {
+            return self.encode(&self.chat_prompt(messages)?);
+        }
+        const OPEN: char = '\u{E000}';
+        const CLOSE: char = '\u{E001}';
+        if messages.iter().any(|m| m.content.contains([OPEN, CLOSE])) {
+            return Err(TextError::MarkerInMessage.into());
+        }
+        let mut user = Vec::new();
+        let marked: Vec<Message> = messages
+            .iter()
+            .map(|message| {
+                if message.role != "user" {
+                    return message.clone();
+                }
+                user.push(message.content.as_str());
+                Message::new("user", format!("{OPEN}{}{CLOSE}", user.len() - 1))
+            })
+            .collect();
+        let rendered = self.chat_prompt(&marked)?;
+        let mut parts = Vec::new();
+        let mut rest = rendered.as_str();
+        while let Some(open) = rest.find(OPEN) {
+            let after = &rest[open + OPEN.len_utf8()..];
+            let close = after.find(CLOSE).unwrap_or(after.len());
+            let index: usize = after[..close].parse().unwrap_or(usize::MAX);
+            parts.push(TextPart {
+                text: &rest[..open],
+                parse_special: true,
+            });
+            if let Some(content) = user.get(index) {
+                parts.push(TextPart {
+                    text: content,
+                    parse_special: false,
+                });
+            }
+            rest = after.get(close + CLOSE.len_utf8()..).unwrap_or("");
+        }
+        parts.push(TextPart {
+            text: rest,
+            parse_special: true,
+        });
+        Ok(bpe.tokenizer.encode_parts(&parts)?)
     }
 }
 

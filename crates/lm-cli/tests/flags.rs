@@ -144,3 +144,57 @@ fn presence_and_frequency_penalties_reach_the_sampler() {
         assert_eq!(report["settings"][key.as_str()], 100.0, "{flag}");
     }
 }
+
+#[test]
+fn repeat_last_n_limits_the_penalties_to_the_last_tokens() {
+    let penalised = |extra: &[&str]| {
+        let report = toy_greedy_with(&[&["--presence-penalty", "100"], extra].concat());
+        (
+            ids(&report["ids"]),
+            report["settings"]["penalty_last_n"].clone(),
+        )
+    };
+    let (whole, window) = penalised(&[]);
+    assert_eq!(window, serde_json::Value::Null);
+    assert_eq!(penalised(&["--repeat-last-n", "-1"]).0, whole);
+    // A window of one token: only the token just before is penalised, so
+    // each step differs from the last and may repeat the one before it.
+    let (last_one, window) = penalised(&["--repeat-last-n", "1"]);
+    assert_eq!(window, 1);
+    assert!(last_one.windows(2).all(|w| w[0] != w[1]), "{last_one:?}");
+    assert!(last_one.windows(3).any(|w| w[0] == w[2]), "{last_one:?}");
+    assert_ne!(last_one, whole);
+    // A window of none: no penalty, the plain run.
+    assert_eq!(
+        penalised(&["--repeat-last-n", "0"]).0,
+        ids(&toy_greedy_with(&[])["ids"])
+    );
+    let run = Cli::toy("generate").opt("--repeat-last-n", "-2").run();
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--repeat-last-n"), "{}", run.stderr);
+}
+
+#[test]
+fn min_new_tokens_holds_back_the_end_tokens() {
+    let run = |extra: &[&str]| {
+        Cli::toy("generate")
+            .n(6)
+            .args(["--greedy", "--end-token", "slept"])
+            .args(extra)
+            .json()
+    };
+    // "slept" (id 5) is the toy's greedy choice: as an end token it ends the
+    // run at once.
+    let plain = run(&[]);
+    assert_eq!(ids(&plain["ids"]), vec![5]);
+    let held = run(&["--min-new-tokens", "3"]);
+    let chosen = ids(&held["ids"]);
+    assert!(chosen.len() > 3, "{chosen:?}");
+    assert!(!chosen[..3].contains(&5), "{chosen:?}");
+    assert_eq!(held["settings"]["min_new_tokens"], 3);
+    // The trace keeps the model's probability of each token.
+    let steps = held["best"]["steps"]
+        .as_array()
+        .or(held["steps"].as_array());
+    assert!(steps.is_some_and(|steps| steps.len() == chosen.len()));
+}

@@ -620,13 +620,9 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         beams().opt("--top-k", 2),
         beams().opt("--top-p", 0.5),
         beams().opt("--min-p", 0.1),
-        beams().opt("--repetition-penalty", 1.2),
         beams().opt("--seed", 1),
         beams().opt("--seed", "random"),
-        beams().opt("--top-logprobs", 2),
-        beams().opt("--presence-penalty", 0.5),
-        beams().opt("--frequency-penalty", 0.5),
-        beams().opt("--logit-bias", "cat=-1"),
+        beams().opt("--min-new-tokens", 2),
     ];
     let flags = [
         "--temperature",
@@ -634,13 +630,9 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         "--top-k",
         "--top-p",
         "--min-p",
-        "--repetition-penalty",
         "--seed",
         "--seed",
-        "--top-logprobs",
-        "--presence-penalty",
-        "--frequency-penalty",
-        "--logit-bias",
+        "--min-new-tokens",
     ];
     for (cli, flag) in cases.iter().zip(flags) {
         let run = cli.run();
@@ -651,7 +643,7 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         assert_eq!(
             first,
             format!(
-                "error: {flag} does not work with --num-beams (beam search ranks hypotheses by the model's log-probability and draws nothing)"
+                "error: {flag} does not work with --num-beams (beam search draws nothing: it ranks hypotheses by their log-probability, after the penalties and logit bias)"
             ),
             "lm-cli {args}"
         );
@@ -668,6 +660,75 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
     // Beam search reports no seed: it draws nothing.
     let report = beams().json();
     assert_eq!(report["settings"]["seed"], serde_json::Value::Null);
+}
+
+#[test]
+fn beam_search_applies_the_penalties_the_logit_bias_and_top_logprobs() {
+    let beams = || {
+        Cli::toy("generate")
+            .n(4)
+            .opt("--num-beams", 3)
+            .args(["--no-end-token", "--no-timing"])
+    };
+    let plain = beams().json();
+    let best = ids(&plain["ids"]);
+    let favourite = best[0];
+    // A ban: no hypothesis holds the token.
+    let banned = beams()
+        .opt("--logit-bias", format!("{favourite}=-inf"))
+        .json();
+    for beam in banned["beams"].as_array().unwrap() {
+        assert!(!ids(&beam["ids"]).contains(&favourite), "{beam}");
+    }
+    assert_eq!(ids(&banned["settings"]["banned_tokens"]), vec![favourite]);
+    // A large presence penalty: the best hypothesis repeats nothing.
+    assert!(best.windows(2).any(|w| w[0] == w[1]), "{best:?}");
+    let penalised = beams().opt("--presence-penalty", 100).json();
+    let chosen = ids(&penalised["ids"]);
+    let prompt = ids(&penalised["prompt_ids"]);
+    for (i, id) in chosen.iter().enumerate() {
+        assert!(
+            ![&prompt[..], &chosen[..i]].concat().contains(id),
+            "{chosen:?}"
+        );
+    }
+    // The model's probabilities stay the model's: each step's logprob is
+    // ln model_prob; the penalised policy is what ranks.
+    for step in penalised["steps"].as_array().unwrap() {
+        let (lp, p) = (
+            step["logprob"].as_f64().unwrap(),
+            step["model_prob"].as_f64().unwrap(),
+        );
+        assert!((lp.exp() - p).abs() < 1e-5, "{step}");
+    }
+    // Top logprobs: the first step's are those greedy sampling reports for
+    // the same prompt.
+    let top = beams().opt("--top-logprobs", 2).json();
+    let greedy = Cli::toy("generate")
+        .n(1)
+        .args(["--greedy", "--top-logprobs", "2"])
+        .json();
+    let steps = top["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    let pairs = |top: &serde_json::Value| -> Vec<(u64, f64)> {
+        top.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["token"].as_u64().unwrap(), c["logprob"].as_f64().unwrap()))
+            .collect()
+    };
+    let (got, want) = (
+        pairs(&steps[0]["top_logprobs"]),
+        pairs(&greedy["steps"][0]["top_logprobs"]),
+    );
+    assert_eq!(got.len(), 2);
+    for ((token, lp), (want_token, want_lp)) in got.iter().zip(&want) {
+        assert_eq!(token, want_token);
+        assert!((lp - want_lp).abs() < 1e-5, "{got:?} vs {want:?}");
+    }
+    for step in steps {
+        assert_eq!(step["top_logprobs"].as_array().unwrap().len(), 2);
+    }
 }
 
 /// Without `--seed` a run draws a fresh seed and names it (a `note:` on

@@ -376,3 +376,126 @@ fn score_text_splits_words_as_training_does_and_notes_unknown_words() {
         continuation.stderr
     );
 }
+
+#[test]
+fn score_file_of_a_count_model_sums_kenlm_query_over_its_lines() {
+    // KenLM's query of every line of tiny-query.txt (with <s> and </s>).
+    let tsv = std::fs::read_to_string(fixture("ngram/tiny-query-kenlm.tsv")).unwrap();
+    let (mut total, mut n_tokens, mut n_oov, mut in_vocab) = (0.0, 0, 0, 0.0);
+    for line in tsv.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if fields[0] != "1" || fields[1] != "1" {
+            continue;
+        }
+        let scores: Vec<f64> = fields[4].split(' ').map(|s| s.parse().unwrap()).collect();
+        let oov: Vec<bool> = fields[6].split(' ').map(|s| s == "1").collect();
+        total += scores.iter().sum::<f64>();
+        n_tokens += scores.len();
+        n_oov += oov.iter().filter(|&&o| o).count();
+        in_vocab += scores
+            .iter()
+            .zip(&oov)
+            .filter(|(_, o)| !**o)
+            .map(|(s, _)| s)
+            .sum::<f64>();
+    }
+    let report = Cli::new("score")
+        .model(count_fixture("ngram/tiny-kn3.arpa"))
+        .opt("--file", fixture("ngram/tiny-query.txt").display())
+        .json();
+    assert_eq!(report["n_sentences"], 8);
+    assert_eq!(report["n_tokens"], n_tokens);
+    assert_eq!(report["n_oov"], n_oov);
+    assert!(n_oov > 0, "the fixture has unknown words");
+    let got = report["total_log10"].as_f64().unwrap();
+    assert!((got - total).abs() < 1e-3, "{got} vs KenLM {total}");
+    let perplexity = 10f64.powf(-total / n_tokens as f64);
+    let got = report["perplexity"].as_f64().unwrap();
+    assert!(
+        (got / perplexity - 1.0).abs() < 1e-4,
+        "{got} vs {perplexity}"
+    );
+    let excluding = 10f64.powf(-in_vocab / (n_tokens - n_oov) as f64);
+    let got = report["perplexity_excluding_oov"].as_f64().unwrap();
+    assert!((got / excluding - 1.0).abs() < 1e-4, "{got} vs {excluding}");
+}
+
+#[test]
+fn score_file_scores_every_token_after_the_first_in_windows_of_the_context() {
+    // The toy has no BOS: the first word is the context of the rest. With a
+    // context of 3, the six words after it are scored in windows of two,
+    // each read from the word before it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("text.txt");
+    let words = ["<start>", "the", "cat", "dog", "sat", "the", "cat"];
+    std::fs::write(&path, words.join(" ")).unwrap();
+    let report = Cli::new("score")
+        .model("toy")
+        .opt("-c", 3)
+        .opt("--file", path.display())
+        .json();
+    assert_eq!(report["n_tokens"], 6);
+    assert_eq!(report["n_windows"], 3);
+    assert_eq!(report["from_bos"], false);
+    let mut expected = 0.0;
+    for window in [1, 3, 5] {
+        let pair = Cli::new("score")
+            .model("toy")
+            .opt("--prompt", words[window - 1])
+            .opt("--continuation", words[window..window + 2].join(" "))
+            .json();
+        expected += pair["sequence_logprob"].as_f64().unwrap();
+    }
+    let got = report["logprob"].as_f64().unwrap();
+    assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
+    // A context long enough for the whole text: one window, the chain rule.
+    let whole = Cli::new("score")
+        .model("toy")
+        .opt("--file", path.display())
+        .json();
+    let reference: f64 = continuation_logprobs(&[0], &[1, 2, 3, 4, 1, 2])
+        .iter()
+        .sum();
+    let got = whole["logprob"].as_f64().unwrap();
+    assert!((got - reference).abs() < 1e-4, "{got} vs {reference}");
+    assert_eq!(whole["n_windows"], 1);
+    // A missing file is named.
+    let run = Cli::new("score").opt("--file", "no/such.txt").run();
+    assert_eq!(run.code, Some(1));
+    assert!(run.stderr.contains("no/such.txt"), "{}", run.stderr);
+}
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn score_file_of_a_gguf_text_starts_from_bos() {
+    if let Err(err) = lm_model::catalog::SMOLLM2.path() {
+        panic!("{err}");
+    }
+    let text = "In the beginning God created the heaven and the earth.";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("text.txt");
+    std::fs::write(&path, text).unwrap();
+    let file = Cli::new("score")
+        .model("smollm2")
+        .opt("--file", path.display())
+        .json();
+    assert_eq!(file["from_bos"], true);
+    // SmolLM2's BOS is <|im_start|> (id 1): the same as scoring the text
+    // after it, every token counted.
+    let tokens = Cli::new("tokenize")
+        .model("smollm2")
+        .opt("--text", text)
+        .json();
+    let pair = Cli::new("score")
+        .model("smollm2")
+        .opt("--prompt", "<|im_start|>")
+        .opt("--continuation", text)
+        .json();
+    assert_eq!(pair["prompt_ids"], serde_json::json!([1]));
+    assert_eq!(file["n_tokens"], tokens["ids"].as_array().unwrap().len());
+    let (got, want) = (
+        file["logprob"].as_f64().unwrap(),
+        pair["sequence_logprob"].as_f64().unwrap(),
+    );
+    assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+}

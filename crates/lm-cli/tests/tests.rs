@@ -3,6 +3,7 @@
 //! `#[ignore]`d with the command that fetches it; `cargo test --
 //! --include-ignored` runs them (CI does).
 
+mod chat;
 mod common;
 mod errors;
 mod flags;

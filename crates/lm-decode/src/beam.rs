@@ -16,7 +16,8 @@
 
 use crate::generate::fit_within_limits;
 use crate::hook::with_fallible_hook;
-use crate::{Error, Result, StopReason, Truncation};
+use crate::trace::top_n;
+use crate::{Candidate, Error, Result, Sampler, SamplingConfig, StopReason, Truncation};
 use lm_core::{LanguageModel, Rows, TokenId};
 use std::cmp::Ordering;
 use std::ops::ControlFlow;
@@ -34,6 +35,52 @@ pub struct BeamConfig {
     pub end_tokens: Vec<TokenId>,
     /// What to do with a prompt that does not fit the context.
     pub truncation: Truncation,
+    /// Penalties, logit bias and bans applied to each beam's logits before
+    /// its log-probabilities (as HF's logits processors in beam search): the
+    /// hypotheses are ranked by the adjusted log-probabilities.
+    pub adjustments: LogitAdjustments,
+    /// How many of the model's most probable tokens each step records
+    /// ([`Hypothesis::top_candidates`]; 0: none).
+    pub n_top_candidates: usize,
+}
+
+/// The raw-logit stage of the sampling chain (see [`crate::SamplingConfig`]
+/// for each field), for beam search, which draws nothing and so has no
+/// temperature or filter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogitAdjustments {
+    /// HF repetition penalty (> 0; 1 is none).
+    pub repetition_penalty: Option<f32>,
+    /// Subtracted once from the logit of every token in the history.
+    pub presence_penalty: Option<f32>,
+    /// Subtracted `count` times from the logit of every token in the history.
+    pub frequency_penalty: Option<f32>,
+    /// The penalties count only the last this many tokens of the history.
+    pub penalty_last_n: Option<usize>,
+    /// Added to the logits of the given tokens.
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// Tokens that are never chosen.
+    pub banned_tokens: Vec<TokenId>,
+}
+
+impl LogitAdjustments {
+    /// The sampler that applies these adjustments at T = 1 (its policy is
+    /// the softmax of the adjusted logits), or `None` when there are none.
+    fn sampler(&self) -> Result<Option<Sampler>> {
+        if *self == Self::default() {
+            return Ok(None);
+        }
+        let config = SamplingConfig {
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.penalty_last_n,
+            logit_bias: self.logit_bias.clone(),
+            banned_tokens: self.banned_tokens.clone(),
+            ..SamplingConfig::default()
+        };
+        Sampler::new(&config).map(Some)
+    }
 }
 
 impl Default for BeamConfig {
@@ -45,6 +92,8 @@ impl Default for BeamConfig {
             max_new_tokens: 20,
             end_tokens: Vec::new(),
             truncation: Truncation::Refuse,
+            adjustments: LogitAdjustments::default(),
+            n_top_candidates: 0,
         }
     }
 }
@@ -58,8 +107,15 @@ pub struct Hypothesis {
     pub logprob: f64,
     /// The model's log-probability of each token; they sum to `logprob`.
     pub step_logprobs: Vec<f64>,
-    /// `logprob` divided by the length penalty: the ranking key.
+    /// Each token's log-probability after the config's adjustments (the
+    /// model's own when there are none): what the search ranks by.
+    pub adjusted_step_logprobs: Vec<f64>,
+    /// The sum of the adjusted log-probabilities, divided by the length
+    /// penalty: the ranking key.
     pub score: f64,
+    /// For each step, the model's most probable tokens
+    /// (`n_top_candidates` of them, best first).
+    pub top_candidates: Vec<Vec<Candidate>>,
     /// Why this hypothesis stopped growing.
     pub stop_reason: StopReason,
 }
@@ -194,12 +250,16 @@ fn search<M: LanguageModel>(
         }
         _ => (config.max_new_tokens, StopReason::MaxNewTokens),
     };
+    let mut adjust = config.adjustments.sampler()?;
     let mut root = Beam {
         state: model.new_state(),
         logits: Vec::new(),
         tokens: Vec::new(),
         step_logprobs: Vec::new(),
+        adjusted_step_logprobs: Vec::new(),
+        top_candidates: Vec::new(),
         logprob: 0.0,
+        adjusted_logprob: 0.0,
     };
     if n_steps == 0 {
         return Ok(vec![
@@ -217,9 +277,15 @@ fn search<M: LanguageModel>(
     let mut stop_reason = limit_reason;
     let mut finished: Vec<Hypothesis> = Vec::new();
     let mut row_logprobs = vec![0.0f32; vocab_size];
+    let mut adjusted_logprobs = vec![0.0f32; vocab_size];
+    let mut history = Vec::new();
+    let mut order = Vec::new();
+    // Each live beam's top tokens at this step.
+    let mut beam_tops: Vec<Vec<Candidate>> = Vec::new();
     let mut candidates: Vec<Extension> = Vec::new();
     for step in 0..n_steps {
         candidates.clear();
+        beam_tops.clear();
         for (beam_idx, beam) in beams.iter().enumerate() {
             if beam.logits.len() != vocab_size {
                 return Err(Error::LogitsLength {
@@ -228,14 +294,48 @@ fn search<M: LanguageModel>(
                 });
             }
             lm_core::log_softmax_into(&beam.logits, 1.0, &mut row_logprobs)?;
-            for (token, &lp) in row_logprobs.iter().enumerate() {
-                if lp > f32::NEG_INFINITY {
-                    let step_logprob = f64::from(lp);
+            top_n(
+                &row_logprobs,
+                config.n_top_candidates,
+                f32::NEG_INFINITY,
+                &mut order,
+            );
+            beam_tops.push(
+                order
+                    .iter()
+                    .map(|&token| {
+                        let logprob = row_logprobs[token as usize];
+                        Candidate {
+                            token,
+                            prob: logprob.exp(),
+                            logprob,
+                        }
+                    })
+                    .collect(),
+            );
+            let ranked = match &mut adjust {
+                Some(sampler) => {
+                    history.clear();
+                    history.extend_from_slice(&fitted.tokens);
+                    history.extend_from_slice(&beam.tokens);
+                    sampler.policy(&beam.logits, &history)?;
+                    lm_core::log_softmax_into(
+                        sampler.adjusted_logits(),
+                        1.0,
+                        &mut adjusted_logprobs,
+                    )?;
+                    &adjusted_logprobs
+                }
+                None => &row_logprobs,
+            };
+            for (token, (&adjusted, &lp)) in ranked.iter().zip(&row_logprobs).enumerate() {
+                if adjusted > f32::NEG_INFINITY {
                     candidates.push(Extension {
-                        total: beam.logprob + step_logprob,
+                        total: beam.adjusted_logprob + f64::from(adjusted),
                         beam_idx,
                         token: token as TokenId,
-                        step_logprob,
+                        step_logprob: f64::from(lp),
+                        adjusted_step_logprob: f64::from(adjusted),
                     });
                 }
             }
@@ -263,10 +363,21 @@ fn search<M: LanguageModel>(
                 logits: Vec::new(),
                 tokens: parent.tokens.clone(),
                 step_logprobs: parent.step_logprobs.clone(),
-                logprob: extension.total,
+                adjusted_step_logprobs: parent.adjusted_step_logprobs.clone(),
+                top_candidates: parent.top_candidates.clone(),
+                logprob: parent.logprob + extension.step_logprob,
+                adjusted_logprob: extension.total,
             };
             child.tokens.push(extension.token);
             child.step_logprobs.push(extension.step_logprob);
+            child
+                .adjusted_step_logprobs
+                .push(extension.adjusted_step_logprob);
+            if config.n_top_candidates > 0 {
+                child
+                    .top_candidates
+                    .push(beam_tops[extension.beam_idx].clone());
+            }
             if config.end_tokens.contains(&extension.token) {
                 if rank < config.num_beams {
                     finished.push(child.into_hypothesis(
@@ -320,16 +431,21 @@ struct Beam<S> {
     logits: Vec<f32>,
     tokens: Vec<TokenId>,
     step_logprobs: Vec<f64>,
+    adjusted_step_logprobs: Vec<f64>,
+    top_candidates: Vec<Vec<Candidate>>,
     logprob: f64,
+    adjusted_logprob: f64,
 }
 
 impl<S> Beam<S> {
     fn into_hypothesis(self, alpha: f32, stop_reason: StopReason) -> Hypothesis {
         Hypothesis {
-            score: length_penalized_score(self.logprob, self.tokens.len(), alpha),
+            score: length_penalized_score(self.adjusted_logprob, self.tokens.len(), alpha),
             tokens: self.tokens,
             logprob: self.logprob,
             step_logprobs: self.step_logprobs,
+            adjusted_step_logprobs: self.adjusted_step_logprobs,
+            top_candidates: self.top_candidates,
             stop_reason,
         }
     }
@@ -338,10 +454,14 @@ impl<S> Beam<S> {
 /// One beam extended by one token.
 #[derive(Debug, Clone, Copy)]
 struct Extension {
+    /// The adjusted log-probability of the extended hypothesis.
     total: f64,
     beam_idx: usize,
     token: TokenId,
+    /// The model's log-probability of the token.
     step_logprob: f64,
+    /// Its adjusted log-probability.
+    adjusted_step_logprob: f64,
 }
 
 impl Extension {

@@ -27,6 +27,10 @@ use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
 pub struct GenerationConfig {
     /// The most tokens to generate (the safety limit every run needs).
     pub max_new_tokens: usize,
+    /// The end tokens cannot be chosen before this many tokens are
+    /// generated (HF's `min_new_tokens`): the policy masks them, the trace
+    /// keeps the model's own probabilities.
+    pub min_new_tokens: usize,
     /// The sampling policy and seed.
     pub sampling: SamplingConfig,
     /// Tokens that end the response when chosen (SmolLM2 has three: 0, 2, 4).
@@ -53,6 +57,7 @@ impl Default for GenerationConfig {
     fn default() -> Self {
         Self {
             max_new_tokens: 20,
+            min_new_tokens: 0,
             sampling: SamplingConfig::default(),
             end_tokens: Vec::new(),
             stop_strings: Vec::new(),
@@ -346,6 +351,9 @@ pub(crate) struct Row<'a> {
     rng_stream: u64,
     /// Set once the row has stopped.
     pub(crate) stop_reason: Option<StopReason>,
+    /// The logits row with the end tokens masked, while fewer than
+    /// `min_new_tokens` are generated.
+    masked: Vec<f32>,
 }
 
 impl<'a> Row<'a> {
@@ -384,6 +392,7 @@ impl<'a> Row<'a> {
             text: None,
             rng_stream,
             stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
+            masked: Vec::new(),
         })
     }
 
@@ -449,7 +458,27 @@ impl<'a> Row<'a> {
                 vocab_size: self.vocab_size,
             });
         }
-        let (selection, mark) = choose(&mut self.sampler, &mut self.rng, &self.history, logits)?;
+        // Before `min_new_tokens`, the policy sees the end tokens masked.
+        let policy_logits = if self.generated().len() < self.config.min_new_tokens
+            && !self.config.end_tokens.is_empty()
+        {
+            self.masked.clear();
+            self.masked.extend_from_slice(logits);
+            for &end in &self.config.end_tokens {
+                if let Some(z) = self.masked.get_mut(end as usize) {
+                    *z = f32::NEG_INFINITY;
+                }
+            }
+            &self.masked
+        } else {
+            logits
+        };
+        let (selection, mark) = choose(
+            &mut self.sampler,
+            &mut self.rng,
+            &self.history,
+            policy_logits,
+        )?;
         self.trace
             .record(logits, &self.sampler, selection, self.history.len(), mark)?;
         self.history.push(selection.token);

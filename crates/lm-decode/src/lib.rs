@@ -131,6 +131,7 @@ mod error;
 mod exhaustive;
 mod generate;
 mod hook;
+mod prefix_cache;
 mod rng;
 pub mod sampler;
 mod score;
@@ -142,7 +143,8 @@ mod truncate;
 
 pub use batch::{FinishedMask, generate_batch};
 pub use beam::{
-    BeamConfig, BeamStep, Hypothesis, beam_search, beam_search_streaming, length_penalized_score,
+    BeamConfig, BeamStep, Hypothesis, LogitAdjustments, beam_search, beam_search_streaming,
+    length_penalized_score,
 };
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
@@ -150,9 +152,10 @@ pub use generate::{
     GenerationConfig, generate, generate_many, generate_streaming, generate_with_hook,
 };
 pub use hook::GenerationHook;
+pub use prefix_cache::{CachedGeneration, PrefixCache, generate_cached};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
-pub use score::{ContinuationScore, score_continuation};
+pub use score::{ContinuationScore, score_continuation, score_continuation_in_chunks};
 pub use speculative::{
     Draft, Drafter, ModelDrafter, PromptLookup, SpeculationStats, generate_speculative,
 };

@@ -12,6 +12,8 @@
 //! rows          r0 | r1 r2        ln p(c1) = ln softmax(r0)[c1], ...
 //! ```
 
+use std::num::NonZeroUsize;
+
 use crate::{Error, Result};
 use lm_core::{LanguageModel, Rows, TokenId};
 
@@ -80,6 +82,22 @@ pub fn score_continuation<M: LanguageModel>(
     prompt: &[TokenId],
     continuation: &[TokenId],
 ) -> Result<ContinuationScore> {
+    let whole = NonZeroUsize::new(continuation.len()).unwrap_or(NonZeroUsize::MIN);
+    score_continuation_in_chunks(model, prompt, continuation, whole, |_| {})
+}
+
+/// [`score_continuation`] reading the continuation in chunks of at most
+/// `chunk_len` tokens, so the rows of one chunk are held at a time (a long
+/// text times a large vocabulary does not fit in memory at once), and
+/// `after_chunk(n_scored)` reports progress after each chunk. Each position
+/// is still read once, and the scores are those of one pass.
+pub fn score_continuation_in_chunks<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    continuation: &[TokenId],
+    chunk_len: NonZeroUsize,
+    mut after_chunk: impl FnMut(usize),
+) -> Result<ContinuationScore> {
     if prompt.is_empty() {
         return Err(Error::EmptyPrompt);
     }
@@ -90,20 +108,28 @@ pub fn score_continuation<M: LanguageModel>(
     // The last token is never fed, so the model cannot check it.
     lm_core::check_token_ids(continuation.iter().copied(), vocab_size)?;
     let mut state = model.new_state();
-    let mut first_row = Vec::new();
-    model.forward(&mut state, prompt, Rows::Last, &mut first_row)?;
-    check_rows(&first_row, 1, vocab_size)?;
-    let mut later_rows = Vec::new();
-    if !all_but_last.is_empty() {
-        model.forward(&mut state, all_but_last, Rows::All, &mut later_rows)?;
-        check_rows(&later_rows, all_but_last.len(), vocab_size)?;
-    }
+    let mut rows = Vec::new();
+    model.forward(&mut state, prompt, Rows::Last, &mut rows)?;
+    check_rows(&rows, 1, vocab_size)?;
     let mut row_logprobs = vec![0.0f32; vocab_size];
     let mut logprobs = Vec::with_capacity(continuation.len());
-    let rows = std::iter::once(first_row.as_slice()).chain(later_rows.chunks_exact(vocab_size));
-    for (row, &token) in rows.zip(continuation) {
-        lm_core::log_softmax_into(row, 1.0, &mut row_logprobs)?;
-        logprobs.push(f64::from(row_logprobs[token as usize]));
+    // Row i predicts continuation[i]: the prompt's last row, then one row
+    // per continuation token fed (all but the last).
+    let mut next = 0;
+    loop {
+        for row in rows.chunks_exact(vocab_size) {
+            lm_core::log_softmax_into(row, 1.0, &mut row_logprobs)?;
+            logprobs.push(f64::from(row_logprobs[continuation[next] as usize]));
+            next += 1;
+        }
+        after_chunk(next);
+        if next == continuation.len() {
+            break;
+        }
+        let fed = next - 1;
+        let chunk = &all_but_last[fed..all_but_last.len().min(fed + chunk_len.get())];
+        model.forward(&mut state, chunk, Rows::All, &mut rows)?;
+        check_rows(&rows, chunk.len(), vocab_size)?;
     }
     Ok(ContinuationScore {
         tokens: continuation.to_vec(),

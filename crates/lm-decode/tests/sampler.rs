@@ -478,6 +478,7 @@ fn debug_output_shows_the_chain_in_order() {
         repetition_penalty: Some(1.1),
         presence_penalty: Some(0.5),
         frequency_penalty: Some(0.25),
+        penalty_last_n: None,
         logit_bias: vec![(3, -1.0)],
         banned_tokens: vec![0],
         seed: 1,

@@ -4,7 +4,7 @@
 
 use crate::common::{PrefixModel, TableModel};
 use lm_core::{Counting, LanguageModel, Rows, TokenId, Uncached};
-use lm_decode::{ContinuationScore, Error, score_continuation};
+use lm_decode::{ContinuationScore, Error, score_continuation, score_continuation_in_chunks};
 use lm_model::{Toy, ToyArchitecture};
 
 /// The chain rule one token at a time: `ln p(c_i | prompt, c_<i)` from a
@@ -86,6 +86,42 @@ fn every_position_is_read_once_and_the_last_token_never() {
     let model = Counting::new(PrefixModel::new(9));
     score_continuation(&model, &[0, 1], &[3]).unwrap();
     assert_eq!(model.calls(), vec![2], "one token: only the prompt is read");
+}
+
+#[test]
+fn a_continuation_read_in_chunks_scores_as_one_pass_reading_each_position_once() {
+    let (prompt, continuation) = ([0, 1, 2], [3, 4, 5, 6, 7, 8, 0]);
+    let whole = score_continuation(&PrefixModel::new(9), &prompt, &continuation).unwrap();
+    for chunk_len in 1..=7 {
+        let model = Counting::new(PrefixModel::new(9));
+        let mut progress = Vec::new();
+        let chunk = std::num::NonZeroUsize::new(chunk_len).unwrap();
+        let score = score_continuation_in_chunks(&model, &prompt, &continuation, chunk, |n| {
+            progress.push(n)
+        })
+        .unwrap();
+        assert_eq!(score, whole, "chunks of {chunk_len}");
+        // The prompt, then the 6 tokens before the last in chunks.
+        let mut expected_calls = vec![3];
+        expected_calls.extend(
+            (0..6)
+                .step_by(chunk_len)
+                .map(|start| chunk_len.min(6 - start)),
+        );
+        assert_eq!(model.calls(), expected_calls, "chunks of {chunk_len}");
+        assert_eq!(progress.last(), Some(&continuation.len()));
+        assert_eq!(progress.len(), expected_calls.len());
+    }
+    // A cached transformer too, within rounding of one pass.
+    let model = Toy::with_options(ToyArchitecture::Llama, 16, Toy::SEED).unwrap();
+    let (prompt, continuation) = ([0, 1, 2], [4, 1, 3, 5, 6]);
+    let chunk = std::num::NonZeroUsize::new(2).unwrap();
+    let chunked = score_continuation_in_chunks(&model, &prompt, &continuation, chunk, |_| {});
+    assert_close(
+        &chunked.unwrap(),
+        &chain_rule(&model, &prompt, &continuation),
+        1e-4,
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use crate::common::{PrefixModel, rejects};
 use lm_core::{Counting, TokenId};
 use lm_decode::{
-    BeamConfig, Error, GenerationConfig, SamplingConfig, StopReason, beam_search,
+    BeamConfig, Error, GenerationConfig, LogitAdjustments, SamplingConfig, StopReason, beam_search,
     enumerate_continuations, generate, length_penalized_score,
 };
 
@@ -415,5 +415,104 @@ fn a_failing_beam_hook_ends_the_search_with_its_error() {
             std::ops::ControlFlow::Continue(())
         )),
         Err(HookError::Decode(Error::InvalidNumBeams { value: 0 }))
+    );
+}
+
+/// ln p'(token | prefix) where p' is the softmax of the logits after a
+/// presence penalty on every token of `prefix` and a bias, by hand in f64.
+fn adjusted_logprob(
+    model: &PrefixModel,
+    prefix: &[TokenId],
+    token: TokenId,
+    presence: f32,
+    bias: &[(TokenId, f32)],
+) -> f64 {
+    let mut logits: Vec<f64> = model
+        .logits_for(prefix)
+        .iter()
+        .map(|&z| f64::from(z))
+        .collect();
+    for (id, z) in logits.iter_mut().enumerate() {
+        if prefix.contains(&(id as TokenId)) {
+            *z -= f64::from(presence);
+        }
+    }
+    for &(id, b) in bias {
+        logits[id as usize] += f64::from(b);
+    }
+    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = logits.iter().map(|&z| (z - max).exp()).sum();
+    logits[token as usize] - max - sum.ln()
+}
+
+#[test]
+fn beam_search_ranks_by_adjusted_logprobs_and_reports_the_models() {
+    let model = PrefixModel {
+        salt: 4,
+        ..PrefixModel::new(3)
+    };
+    let (prompt, presence, bias) = ([2, 1], 3.0, vec![(1, 0.5)]);
+    let config = BeamConfig {
+        num_beams: 27,
+        length_penalty: 0.0,
+        max_new_tokens: 3,
+        adjustments: LogitAdjustments {
+            presence_penalty: Some(presence),
+            logit_bias: bias.clone(),
+            ..LogitAdjustments::default()
+        },
+        n_top_candidates: 2,
+        ..BeamConfig::default()
+    };
+    let beams = beam_search(&model, &prompt, &config).unwrap();
+    // Brute force over all 27 continuations, by the adjusted sums.
+    let mut expected: Vec<(Vec<TokenId>, f64, f64)> = brute_force(&model, &prompt, 3, &[])
+        .into_iter()
+        .map(|(tokens, raw)| {
+            let adjusted = (0..tokens.len())
+                .map(|i| {
+                    let prefix = [&prompt[..], &tokens[..i]].concat();
+                    adjusted_logprob(&model, &prefix, tokens[i], presence, &bias)
+                })
+                .sum();
+            (tokens, adjusted, raw)
+        })
+        .collect();
+    expected.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    assert_eq!(beams.len(), 27);
+    for (beam, (tokens, adjusted, raw)) in beams.iter().zip(&expected) {
+        assert_eq!(&beam.tokens, tokens);
+        assert!((beam.score - adjusted).abs() < 1e-5, "{tokens:?}");
+        assert!((beam.logprob - raw).abs() < 1e-5, "{tokens:?}");
+        let sum: f64 = beam.adjusted_step_logprobs.iter().sum();
+        assert!((sum - adjusted).abs() < 1e-5);
+        // Each step's two most probable tokens under the model.
+        assert_eq!(beam.top_candidates.len(), 3);
+        for (i, top) in beam.top_candidates.iter().enumerate() {
+            let prefix = [&prompt[..], &tokens[..i]].concat();
+            let mut ranked: Vec<(TokenId, f64)> =
+                (0..3).map(|t| (t, logprob(&model, &prefix, t))).collect();
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let got: Vec<TokenId> = top.iter().map(|c| c.token).collect();
+            assert_eq!(got, [ranked[0].0, ranked[1].0], "{tokens:?} step {i}");
+            assert!((f64::from(top[0].logprob) - ranked[0].1).abs() < 1e-5);
+        }
+    }
+    // Without adjustments the ranking is the model's: adjusted equals raw.
+    let plain = beam_search(
+        &model,
+        &prompt,
+        &BeamConfig {
+            adjustments: LogitAdjustments::default(),
+            ..config
+        },
+    )
+    .unwrap();
+    for beam in &plain {
+        assert_eq!(beam.adjusted_step_logprobs, beam.step_logprobs);
+    }
+    assert_ne!(
+        plain[0].tokens, beams[0].tokens,
+        "the adjustments change the best"
     );
 }

@@ -6,6 +6,7 @@ mod common;
 mod examples;
 mod generate;
 mod prefill;
+mod prefix_cache;
 mod properties;
 mod sampler;
 mod score;

@@ -10,7 +10,7 @@
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, State};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::TokenizeError;
 
@@ -18,7 +18,7 @@ use crate::TokenizeError;
 const TEMPLATE_NAME: &str = "chat";
 
 /// One chat message: who speaks (`"system"`, `"user"`, `"assistant"`) and what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// The speaker's role.
     pub role: String,

@@ -36,5 +36,5 @@ mod vocab;
 pub use chat::{ChatTemplate, Message};
 pub use error::{BackendError, TokenizeError};
 pub use stream::TextStream;
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{TextPart, Tokenizer};
 pub use vocab::{BpeVocab, SpmVocab, TokenType};

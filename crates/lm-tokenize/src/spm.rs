@@ -132,27 +132,30 @@ impl SpmModel {
 
     /// Appends the ids of `text` to `out`. With `parse_special`, control and
     /// unknown token texts become those tokens; user-defined ones always do.
+    /// `prev_is_special` tells whether what came before ended with a token
+    /// matched whole (or nothing came before: `true`), which gives the text
+    /// its space prefix; it is updated for a text that continues this one.
     pub(crate) fn encode(
         &self,
         text: &str,
         parse_special: bool,
+        prev_is_special: &mut bool,
         out: &mut Vec<TokenId>,
     ) -> Result<(), TokenizeError> {
-        let mut prev_is_special = true;
         for fragment in self.partition(text, parse_special) {
             match fragment {
                 Fragment::Token(id) => {
                     out.push(id);
-                    prev_is_special = true;
+                    *prev_is_special = true;
                 }
                 Fragment::Text(text) => {
                     let mut escaped = String::with_capacity(text.len() + 3);
-                    if self.add_space_prefix && prev_is_special {
+                    if self.add_space_prefix && *prev_is_special {
                         escaped.push(SPACE_MARK);
                     }
                     escaped.extend(text.chars().map(|c| if c == ' ' { SPACE_MARK } else { c }));
                     self.merge(&escaped, out)?;
-                    prev_is_special = false;
+                    *prev_is_special = false;
                 }
             }
         }

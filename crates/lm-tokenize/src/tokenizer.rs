@@ -56,6 +56,16 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
     "</s>",
 ];
 
+/// One part of a text for [`Tokenizer::encode_parts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextPart<'a> {
+    /// The text.
+    pub text: &'a str,
+    /// Whether control-token text in it (`<|im_start|>`) becomes those
+    /// tokens (template markup) or stays literal (a user's words).
+    pub parse_special: bool,
+}
+
 /// A tokenizer: encodes text (special tokens included) and decodes ids.
 ///
 /// ```
@@ -323,33 +333,54 @@ impl Tokenizer {
     /// Encodes, matching control-token text when `parse_special` is set, and
     /// adds bos and eos when the vocabulary asks for them.
     fn encode_with(&self, text: &str, parse_special: bool) -> Result<Vec<TokenId>, TokenizeError> {
-        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        self.encode_parts(&[TextPart {
+            text,
+            parse_special,
+        }])
+    }
+
+    /// Token ids of a text given in parts, some read with special-token
+    /// text as control tokens and some kept literal: a chat prompt whose
+    /// template markup opens turns while the user's words cannot. The parts
+    /// are encoded as one text (bos and eos once; SentencePiece's space
+    /// prefix only where a whole text would have it), each split on its own.
+    pub fn encode_parts(&self, parts: &[TextPart<'_>]) -> Result<Vec<TokenId>, TokenizeError> {
+        let n_bytes: usize = parts.iter().map(|part| part.text.len()).sum();
+        let mut ids = Vec::with_capacity(n_bytes / 3 + 2);
         if let Some(bos_id) = self.bos_id.filter(|_| self.add_bos) {
             ids.push(bos_id);
         }
-        match &self.backend {
-            Backend::Pipeline(boxed) => {
-                let Pipeline { pipeline, literal } = boxed.as_ref();
-                let pipeline = if parse_special {
-                    pipeline
-                } else {
-                    // Cloned once, on the first literal encoding.
-                    literal.get_or_init(|| {
-                        let mut literal = pipeline.clone();
-                        literal.set_encode_special_tokens(true);
-                        literal
-                    })
-                };
-                let encoding =
-                    pipeline
-                        .encode_fast(text, false)
-                        .map_err(|source| TokenizeError::Backend {
+        let mut prev_is_special = true;
+        for &TextPart {
+            text,
+            parse_special,
+        } in parts
+        {
+            match &self.backend {
+                Backend::Pipeline(boxed) => {
+                    let Pipeline { pipeline, literal } = boxed.as_ref();
+                    let pipeline = if parse_special {
+                        pipeline
+                    } else {
+                        // Cloned once, on the first literal encoding.
+                        literal.get_or_init(|| {
+                            let mut literal = pipeline.clone();
+                            literal.set_encode_special_tokens(true);
+                            literal
+                        })
+                    };
+                    let encoding = pipeline.encode_fast(text, false).map_err(|source| {
+                        TokenizeError::Backend {
                             stage: "encoding",
                             source,
-                        })?;
-                ids.extend_from_slice(encoding.get_ids());
+                        }
+                    })?;
+                    ids.extend_from_slice(encoding.get_ids());
+                }
+                Backend::Spm(model) => {
+                    model.encode(text, parse_special, &mut prev_is_special, &mut ids)?;
+                }
             }
-            Backend::Spm(model) => model.encode(text, parse_special, &mut ids)?,
         }
         if let Some(eos_id) = self.eos_id.filter(|_| self.add_eos) {
             ids.push(eos_id);

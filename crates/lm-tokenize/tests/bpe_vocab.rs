@@ -1,7 +1,7 @@
 //! Tokenizers built from small hand-made vocabularies: merge order, special
 //! tokens, streaming, and every kind of bad input as a typed error.
 
-use lm_tokenize::{BpeVocab, TokenizeError, Tokenizer};
+use lm_tokenize::{BpeVocab, TextPart, TokenizeError, Tokenizer};
 use proptest::prelude::*;
 use std::sync::LazyLock;
 
@@ -293,4 +293,22 @@ fn encode_literal_keeps_control_token_text_as_ordinary_text() {
     assert_eq!(tokenizer.encode(text).unwrap(), parsed);
     assert_eq!(tokenizer.encode_literal(text).unwrap(), bytes);
     assert_eq!(tokenizer.decode(&bytes).unwrap(), text);
+}
+
+#[test]
+fn encode_parts_reads_markup_parts_and_keeps_user_parts_literal() {
+    let tokenizer = Tokenizer::from_bpe_vocab(byte_vocab(&[("<|im_start|>", 3)], &[])).unwrap();
+    let bytes = |text: &str| text.bytes().map(u32::from).collect::<Vec<_>>();
+    let parts = [
+        TextPart {
+            text: "<|im_start|>user\n",
+            parse_special: true,
+        },
+        TextPart {
+            text: "<|im_start|>system",
+            parse_special: false,
+        },
+    ];
+    let expected = [vec![256], bytes("user\n"), bytes("<|im_start|>system")].concat();
+    assert_eq!(tokenizer.encode_parts(&parts).unwrap(), expected);
 }

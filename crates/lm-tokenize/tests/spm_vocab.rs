@@ -3,7 +3,7 @@
 //! from llama.cpp's rule (merge the adjacent pair whose text is the
 //! highest-scoring token, the leftmost on a tie; bytes for what is left).
 
-use lm_tokenize::{SpmVocab, TokenizeError, Tokenizer};
+use lm_tokenize::{SpmVocab, TextPart, TokenizeError, Tokenizer};
 
 /// The vocabulary, one `(text, score, type)` per id (types: 1 normal,
 /// 2 unknown, 3 control, 4 user-defined, 6 byte).
@@ -239,4 +239,38 @@ fn the_byte_complete_vocabulary_merges_the_and_spells_the_rest_in_bytes() {
     let tokenizer = byte_complete_vocab();
     // "▁the▁x": "▁" 256, "the" 262, "▁the" 263; 'x' is byte 0x78.
     assert_eq!(tokenizer.encode("the x").unwrap(), [263, 256, 0x78]);
+}
+
+#[test]
+fn a_text_in_parts_encodes_as_the_whole_text_with_literal_parts_kept_literal() {
+    let parse = |text| TextPart {
+        text,
+        parse_special: true,
+    };
+    let tokenizer = spm(true);
+    let whole = tokenizer.encode("<s>a<tool>b").unwrap();
+    let parts = [parse("<s>a"), parse("<tool>b")];
+    assert_eq!(tokenizer.encode_parts(&parts).unwrap(), whole);
+    // A literal part spells control text out, with the space prefix a
+    // whole text would give it after "<s>".
+    let parts = [
+        parse("<s>"),
+        TextPart {
+            text: "<s>",
+            parse_special: false,
+        },
+    ];
+    assert_eq!(tokenizer.encode_parts(&parts).unwrap(), [1, 6, 0, 0, 0]);
+    // bos and eos once, around all the parts.
+    let tokenizer = Tokenizer::from_spm_vocab(SpmVocab {
+        add_bos: true,
+        add_eos: true,
+        ..vocab(true)
+    })
+    .unwrap();
+    let parts = [parse("a"), parse("<tool>b")];
+    assert_eq!(
+        tokenizer.encode_parts(&parts).unwrap(),
+        tokenizer.encode("a<tool>b").unwrap()
+    );
 }

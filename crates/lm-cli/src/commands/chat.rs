@@ -2,18 +2,46 @@
 //! conversation with the model's chat template (GGUF `tokenizer.chat_template`,
 //! through lm-tokenize's `ChatTemplate`), generates the reply with
 //! lm-decode's loop and streams it; the reply joins the conversation.
+//!
+//! ```text
+//! input (terminal: rustyline; pipe: lines) ──> message | /command
+//!   message ──> conversation ──fit (drop oldest turns)──> prompt ids
+//!           ──> generate_cached (the state keeps what it read: only the new
+//!               tokens are read) ──> reply streamed ──> conversation
+//! ```
+//!
+//! User messages are encoded literally by default (`TextCodec::encode_chat`),
+//! so typed `<|im_start|>` text cannot open a turn; `--parse-special` reads it.
+//! Ctrl-C stops the reply being written and returns to the prompt (the
+//! partial reply stays in the conversation); a second Ctrl-C while the reply
+//! runs exits. Each reply draws from its own stream of the seed (reply k:
+//! stream k), so `--seed N` replays a whole chat.
 
-use std::io::{BufRead, IsTerminal, Write};
+mod conversation;
+mod input;
+
+use std::io::IsTerminal;
 use std::ops::ControlFlow;
 
-use anyhow::{Context, Result};
-use lm_core::LanguageModel;
-use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
+use anyhow::Result;
+use lm_core::{LanguageModel, TokenId};
+use lm_decode::{
+    CachedGeneration, GenerationConfig, GenerationHook, PrefixCache, Step, StopReason,
+    generate_cached,
+};
 use lm_tokenize::Message;
+use serde::Serialize;
 
-use crate::cli::ChatArgs;
+use self::conversation::Conversation;
+use self::input::{
+    COMMANDS_HELP, ChatCommand, Entry, LineSource, MessageReader, PipedLines, TerminalLines,
+};
+use crate::cli::{ChatArgs, Seed};
+use crate::commands::generate::{PREFILL_CHUNK_LEN, Policy, stop_if};
+use crate::interrupt;
 use crate::output::Output;
 use crate::printer::TextPrinter;
+use crate::report::json::{Settings, stop_reason_parts};
 use crate::report::trace::describe_stop;
 use crate::spec::{ModelSpec, ModelTask};
 use crate::text::{TextCodec, TextError};
@@ -38,76 +66,299 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
-    loaded.run(options, args)
+    interrupt::install()?;
+    loaded.run(options, Chat { args, spec })
 }
 
-/// The chat loop, written once for every model type.
-impl ModelTask for ChatArgs {
+/// The chat command with its model spec (for the JSON report).
+struct Chat {
+    args: ChatArgs,
+    spec: ModelSpec,
+}
+
+/// `--json`: the conversation and how each reply was made.
+#[derive(Debug, Serialize)]
+struct ChatReport {
+    model: String,
+    settings: Settings,
+    /// Every message at the end, the system message first.
+    messages: Vec<Message>,
+    /// One entry per reply generated, in order.
+    replies: Vec<ReplyReport>,
+}
+
+/// How one reply was made.
+#[derive(Debug, Serialize)]
+struct ReplyReport {
+    /// The prompt's length in tokens.
+    prompt_tokens: usize,
+    /// Prompt tokens the model had read in an earlier turn (not read again).
+    reused_tokens: usize,
+    /// Messages dropped before this reply to fit the context.
+    dropped_messages: usize,
+    /// The reply's token ids.
+    ids: Vec<TokenId>,
+    /// The reply's text.
+    text: String,
+    /// Why it stopped.
+    stop_reason: &'static str,
+}
+
+impl ModelTask for Chat {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        let args = &self;
-        let config = GenerationConfig {
-            max_new_tokens: args.max_new_tokens,
-            sampling: SamplingConfig {
-                temperature: args.temperature,
-                top_k: args.top_k,
-                top_p: args.top_p,
-                seed: args.seed,
-                ..SamplingConfig::default()
-            },
-            end_tokens: codec.end_tokens(),
-            ..GenerationConfig::default()
-        };
-        let mut messages = Vec::new();
-        if let Some(system) = &args.system {
-            messages.push(Message::new("system", system.clone()));
-        }
-        let stdin = std::io::stdin();
-        let interactive = stdin.is_terminal();
-        if interactive {
+        let args = &self.args;
+        let Policy {
+            sampling,
+            banned_by_bias,
+        } = Policy::new(
+            &args.filters,
+            &args.penalties,
+            args.greedy,
+            args.seed,
+            codec,
+            model.vocab_size(),
+        )?;
+        let draws = sampling.temperature > 0.0;
+        if draws && args.seed.is_none_or(|given| given == Seed::Random) {
             eprintln!(
-                "chatting with {}; an empty line or Ctrl-D ends the chat",
-                codec.kind()
+                "note: seed {seed} (replay with --seed {seed})",
+                seed = sampling.seed
             );
         }
-        let mut out = Output::stdout();
-        let mut line = String::new();
-        for turn in 0u64.. {
-            if interactive {
-                eprint!("> ");
-                let _ = std::io::stderr().flush();
-            }
-            line.clear();
-            if stdin.lock().read_line(&mut line).context("reading stdin")? == 0 {
-                break;
-            }
-            let user = line.trim();
-            if user.is_empty() {
-                break;
-            }
-            messages.push(Message::new("user", user));
-            let prompt_ids = codec.encode(&codec.chat_prompt(&messages)?)?;
-            let config = GenerationConfig {
-                rng_stream: turn,
-                ..config.clone()
+        let settings = Settings {
+            max_new_tokens: args.max_new_tokens,
+            temperature: sampling.temperature,
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
+            min_p: sampling.min_p,
+            repetition_penalty: sampling.repetition_penalty,
+            presence_penalty: sampling.presence_penalty,
+            frequency_penalty: sampling.frequency_penalty,
+            penalty_last_n: sampling.penalty_last_n,
+            min_new_tokens: args.min_new_tokens,
+            logit_bias: sampling.logit_bias.clone(),
+            banned_tokens: banned_by_bias,
+            seed: draws.then_some(sampling.seed),
+            end_tokens: codec.end_tokens(),
+            stop: Vec::new(),
+            num_beams: 1,
+            context_length: model.context_length(),
+        };
+        let config = GenerationConfig {
+            max_new_tokens: args.max_new_tokens,
+            min_new_tokens: args.min_new_tokens,
+            sampling,
+            end_tokens: codec.end_tokens(),
+            prefill_chunk_len: Some(PREFILL_CHUNK_LEN),
+            ..GenerationConfig::default()
+        };
+        let mut session = Session {
+            model,
+            codec,
+            config,
+            cache: PrefixCache::new(model),
+            conversation: Conversation::new(args.system.clone()),
+            parse_special: args.parse_special,
+            live: !args.json,
+            out: Output::stdout(),
+            replies: Vec::new(),
+        };
+        if std::io::stdin().is_terminal() {
+            eprintln!(
+                "chatting with {}; /help lists the commands, Ctrl-D or /exit ends the chat",
+                self.spec
+            );
+            session.talk(MessageReader::new(TerminalLines::new()?))?;
+        } else {
+            session.talk(MessageReader::new(PipedLines::new(std::io::stdin().lock())))?;
+        }
+        if args.json {
+            let report = ChatReport {
+                model: self.spec.to_string(),
+                settings,
+                messages: session.conversation.messages,
+                replies: session.replies,
             };
-            let mut printer = TextPrinter::new(codec, &prompt_ids, &config.end_tokens, &[], true);
-            let generation =
-                generate_streaming(model, &prompt_ids, &config, Some(codec), |step| {
-                    printer.push(step.token, &mut out);
-                    Ok::<_, anyhow::Error>(ControlFlow::Continue(()))
-                })?;
-            let reply = printer.finish(&mut out)?;
-            out.write_now("\n")?;
-            if !generation.stop_reason.is_finished() {
-                eprintln!(
-                    "note: {}",
-                    describe_stop(&generation.stop_reason, generation.tokens.len())
-                );
-            }
-            messages.push(Message::new("assistant", reply.trim()));
+            session.out.write_json(&report)?;
         }
         Ok(())
+    }
+}
+
+/// A chat in progress.
+struct Session<'a, M: LanguageModel> {
+    model: &'a M,
+    codec: &'a TextCodec,
+    config: GenerationConfig,
+    /// What the model has read, kept between turns.
+    cache: PrefixCache<M::State>,
+    conversation: Conversation,
+    /// `--parse-special`: read special-token text in user messages.
+    parse_special: bool,
+    /// Stream the replies (not with `--json`).
+    live: bool,
+    out: Output,
+    replies: Vec<ReplyReport>,
+}
+
+impl<M: LanguageModel> Session<'_, M> {
+    /// Reads messages and commands until the end of the chat.
+    fn talk<S: LineSource>(&mut self, mut reader: MessageReader<S>) -> Result<()> {
+        loop {
+            match reader.next_entry()? {
+                Entry::End | Entry::Command(ChatCommand::Exit) => return Ok(()),
+                Entry::Message(text) => {
+                    self.conversation.push("user", text);
+                    self.reply()?;
+                }
+                Entry::Command(command) => self.command(command)?,
+            }
+        }
+    }
+
+    /// Carries out a slash command; what goes wrong is told, and the chat
+    /// goes on.
+    fn command(&mut self, command: ChatCommand) -> Result<()> {
+        match command {
+            ChatCommand::Clear => {
+                self.conversation.clear();
+                eprintln!("(conversation cleared)");
+            }
+            ChatCommand::System(text) => {
+                let what = if text.is_some() { "set" } else { "removed" };
+                self.conversation.set_system(text);
+                eprintln!("(system message {what})");
+            }
+            ChatCommand::Regen => {
+                if self.conversation.pop_reply() {
+                    self.reply()?;
+                } else {
+                    eprintln!("note: there is no reply to generate again");
+                }
+            }
+            ChatCommand::Save(path) => match self.conversation.save(&path) {
+                Ok(()) => eprintln!(
+                    "(saved {} messages to {})",
+                    self.conversation.messages.len(),
+                    path.display()
+                ),
+                Err(error) => eprintln!("note: {error:#}"),
+            },
+            ChatCommand::Load(path) => match Conversation::load(&path) {
+                Ok(conversation) => {
+                    eprintln!(
+                        "(loaded {} messages from {})",
+                        conversation.messages.len(),
+                        path.display()
+                    );
+                    self.conversation = conversation;
+                }
+                Err(error) => eprintln!("note: {error:#}"),
+            },
+            ChatCommand::Help => eprintln!("{COMMANDS_HELP}"),
+            ChatCommand::Exit => {}
+        }
+        Ok(())
+    }
+
+    /// Generates the assistant's reply to the conversation and appends it.
+    fn reply(&mut self) -> Result<()> {
+        let codec = self.codec;
+        let parse_special = self.parse_special;
+        let context_length = self.model.context_length().unwrap_or(usize::MAX);
+        // Room for the reply: up to --max-new-tokens, at most half the context.
+        let room = self.config.max_new_tokens.min(context_length / 2);
+        let fitted = self
+            .conversation
+            .fit(context_length - room, context_length, |messages| {
+                codec.encode_chat(messages, parse_special)
+            });
+        let (prompt_ids, n_dropped) = match fitted {
+            Ok(fitted) => fitted,
+            Err(error) => {
+                // The message stays unanswered; the chat goes on.
+                eprintln!("note: {error:#}");
+                self.conversation.messages.pop();
+                return Ok(());
+            }
+        };
+        if n_dropped > 0 {
+            eprintln!(
+                "note: the conversation outgrew the context of {context_length} tokens: \
+                 dropped the {n_dropped} oldest messages after the system message"
+            );
+        }
+        let config = GenerationConfig {
+            rng_stream: self.replies.len() as u64,
+            ..self.config.clone()
+        };
+        let end_tokens = config.end_tokens.clone();
+        let mut printer = TextPrinter::new(codec, &prompt_ids, &end_tokens, &[], self.live);
+        let hook = Watch {
+            printer: &mut printer,
+            out: &mut self.out,
+        };
+        let CachedGeneration {
+            generation,
+            n_reused,
+        } = generate_cached(
+            self.model,
+            &mut self.cache,
+            &prompt_ids,
+            &config,
+            Some(codec),
+            hook,
+        )?;
+        let text = if self.live {
+            let text = printer.finish(&mut self.out)?;
+            self.out.write_now("\n")?;
+            text
+        } else {
+            generation.text.clone().unwrap_or_default()
+        };
+        match generation.stop_reason {
+            StopReason::Cancelled => {
+                interrupt::reset();
+                eprintln!("note: reply stopped (Ctrl-C); Ctrl-C twice exits");
+            }
+            ref reason if !reason.is_finished() => {
+                eprintln!("note: {}", describe_stop(reason, generation.tokens.len()));
+            }
+            _ => {}
+        }
+        self.conversation.push("assistant", text.trim());
+        self.replies.push(ReplyReport {
+            prompt_tokens: prompt_ids.len(),
+            reused_tokens: n_reused,
+            dropped_messages: n_dropped,
+            ids: generation.tokens.clone(),
+            text,
+            stop_reason: stop_reason_parts(&generation.stop_reason).0,
+        });
+        Ok(())
+    }
+}
+
+/// What the chat does while a reply runs: streams it, and stops on Ctrl-C
+/// (between steps or prompt chunks) or when stdout is closed.
+struct Watch<'w, 'p> {
+    printer: &'w mut TextPrinter<'p>,
+    out: &'w mut Output,
+}
+
+impl GenerationHook for Watch<'_, '_> {
+    type Error = anyhow::Error;
+
+    fn on_step(&mut self, step: &Step) -> Result<ControlFlow<()>> {
+        self.printer.push(step.token, self.out);
+        Ok(stop_if(
+            interrupt::after_step() || self.printer.write_failed(),
+        ))
+    }
+
+    fn after_prefill_chunk(&mut self, _n_read: usize, _n_prompt: usize) -> Result<ControlFlow<()>> {
+        Ok(stop_if(interrupt::after_prefill_chunk()))
     }
 }

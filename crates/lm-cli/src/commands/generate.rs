@@ -24,13 +24,15 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, GenerationHook, PromptLookup, SamplingConfig, Step,
-    StopReason, Truncation, beam_search_streaming, fit_prompt, generate_speculative,
-    generate_with_hook,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, LogitAdjustments, PromptLookup,
+    SamplingConfig, Step, StopReason, Truncation, beam_search_streaming, fit_prompt,
+    generate_speculative, generate_with_hook,
 };
 use lm_tokenize::Message;
 
-use crate::cli::{DrafterArg, GenerateArgs, LogitBiasArg, Seed, UsageError};
+use crate::cli::{
+    DrafterArg, FilterArgs, GenerateArgs, LogitBiasArg, PenaltyArgs, Seed, UsageError,
+};
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -46,7 +48,7 @@ pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
 
 /// The prompt is read in chunks of this many tokens (llama.cpp's default
 /// micro-batch), so Ctrl-C stops a long prefill between chunks.
-const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
+pub(crate) const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
 
 /// Runs `lm-cli generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -145,9 +147,54 @@ fn resolve_logit_biases(
     Ok(resolved)
 }
 
-/// The first sampling flag given that beam search could not honour (it
-/// ranks by the model's log-probabilities and draws nothing), so `--json`
-/// settings never list a setting that was not applied.
+/// The sampling policy of the flags `generate` and `chat` share, with the
+/// `--logit-bias` tokens resolved against the model.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    /// The policy and its seed (a fresh one unless `--seed N`).
+    pub sampling: SamplingConfig,
+    /// The tokens `--logit-bias` bans (`-inf`), for the JSON settings.
+    pub banned_by_bias: Vec<TokenId>,
+}
+
+impl Policy {
+    pub(crate) fn new(
+        filters: &FilterArgs,
+        penalties: &PenaltyArgs,
+        greedy: bool,
+        seed: Option<Seed>,
+        codec: &TextCodec,
+        vocab_size: usize,
+    ) -> Result<Self> {
+        let ResolvedBiases {
+            finite: logit_bias,
+            banned: banned_by_bias,
+        } = resolve_logit_biases(&penalties.logit_bias, codec, vocab_size)?;
+        let mut banned_tokens = banned_by_bias.clone();
+        banned_tokens.extend(codec.unwritable_ids());
+        let filters = filters.sampling();
+        let sampling = SamplingConfig {
+            temperature: if greedy { 0.0 } else { filters.temperature },
+            repetition_penalty: penalties.repetition_penalty,
+            presence_penalty: penalties.presence_penalty,
+            frequency_penalty: penalties.frequency_penalty,
+            penalty_last_n: penalties.penalty_last_n(),
+            logit_bias,
+            seed: seed.unwrap_or(Seed::Random).resolve(),
+            banned_tokens,
+            ..filters
+        };
+        Ok(Self {
+            sampling,
+            banned_by_bias,
+        })
+    }
+}
+
+/// The first flag given that beam search could not honour (it ranks by the
+/// model's log-probabilities, adjusted by the penalties and the logit bias,
+/// and draws nothing), so `--json` settings never list a setting that was
+/// not applied.
 fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     let filters = &args.filters;
     let default_temperature = crate::cli::DEFAULT_TEMPERATURE;
@@ -157,12 +204,8 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
         ("--top-k", filters.top_k.is_some()),
         ("--top-p", filters.top_p.is_some()),
         ("--min-p", filters.min_p.is_some()),
-        ("--repetition-penalty", args.repetition_penalty.is_some()),
-        ("--presence-penalty", args.presence_penalty.is_some()),
-        ("--frequency-penalty", args.frequency_penalty.is_some()),
-        ("--logit-bias", !args.logit_bias.is_empty()),
         ("--seed", args.seed.is_some()),
-        ("--top-logprobs", args.top_logprobs > 0),
+        ("--min-new-tokens", args.min_new_tokens > 0),
     ]
     .into_iter()
     .find_map(|(flag, given)| given.then_some(flag))
@@ -238,29 +281,19 @@ impl ModelTask for Generate {
                 );
             }
         }
-        let filters = args.filters.sampling();
-        let ResolvedBiases {
-            finite: logit_bias,
-            banned: banned_by_bias,
-        } = resolve_logit_biases(&args.logit_bias, codec, model.vocab_size())?;
-        let mut banned_tokens = banned_by_bias.clone();
-        banned_tokens.extend(codec.unwritable_ids());
+        let Policy {
+            sampling,
+            banned_by_bias,
+        } = Policy::new(
+            &args.filters,
+            &args.penalties,
+            args.greedy,
+            args.seed,
+            codec,
+            model.vocab_size(),
+        )?;
+        let seed = sampling.seed;
         let num_beams = args.num_beams.map_or(1, to_usize);
-        let seed = args.seed.unwrap_or(Seed::Random).resolve();
-        let sampling = SamplingConfig {
-            temperature: if args.greedy {
-                0.0
-            } else {
-                filters.temperature
-            },
-            repetition_penalty: args.repetition_penalty,
-            presence_penalty: args.presence_penalty,
-            frequency_penalty: args.frequency_penalty,
-            logit_bias,
-            seed,
-            banned_tokens,
-            ..filters
-        };
         // A run that draws reports its seed; a greedy run or a beam search
         // draws nothing, so it has none.
         let draws = num_beams == 1 && sampling.temperature > 0.0;
@@ -276,6 +309,8 @@ impl ModelTask for Generate {
             repetition_penalty: sampling.repetition_penalty,
             presence_penalty: sampling.presence_penalty,
             frequency_penalty: sampling.frequency_penalty,
+            penalty_last_n: sampling.penalty_last_n,
+            min_new_tokens: args.min_new_tokens,
             logit_bias: sampling.logit_bias.clone(),
             banned_tokens: banned_by_bias,
             seed: draws.then_some(seed),
@@ -316,11 +351,21 @@ impl ModelTask for Generate {
                 max_new_tokens,
                 end_tokens: run.end_tokens.clone(),
                 truncation: args.truncate,
+                adjustments: LogitAdjustments {
+                    repetition_penalty: sampling.repetition_penalty,
+                    presence_penalty: sampling.presence_penalty,
+                    frequency_penalty: sampling.frequency_penalty,
+                    penalty_last_n: sampling.penalty_last_n,
+                    logit_bias: sampling.logit_bias,
+                    banned_tokens: sampling.banned_tokens,
+                },
+                n_top_candidates: args.top_logprobs,
             };
             return run.beams(model, &config, &mut out);
         }
         let config = GenerationConfig {
             max_new_tokens,
+            min_new_tokens: args.min_new_tokens,
             sampling,
             end_tokens: run.end_tokens.clone(),
             stop_strings: args.stop.clone(),
@@ -700,7 +745,7 @@ impl GenerationHook for &mut Watch<'_, '_> {
 }
 
 /// `Break` when `stop`, else `Continue`.
-fn stop_if(stop: bool) -> ControlFlow<()> {
+pub(crate) fn stop_if(stop: bool) -> ControlFlow<()> {
     if stop {
         ControlFlow::Break(())
     } else {

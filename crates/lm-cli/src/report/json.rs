@@ -185,6 +185,12 @@ pub struct Settings {
     /// The frequency penalty, if set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_penalty: Option<f32>,
+    /// The penalties' window (`--repeat-last-n`), if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub penalty_last_n: Option<usize>,
+    /// `--min-new-tokens`, if set.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub min_new_tokens: usize,
     /// The finite `--logit-bias` pairs `[id, bias]`, if any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub logit_bias: Vec<(TokenId, f32)>,
@@ -317,26 +323,39 @@ impl SequenceReport {
         prefixes: bool,
     ) -> Self {
         let (stop_reason, stop_token, stop_string) = stop_reason_parts(&best.stop_reason);
+        let candidates = |list: &[Candidate]| -> Vec<CandidateReport> {
+            list.iter()
+                .map(|c| CandidateReport {
+                    token: c.token,
+                    token_text: codec.token_text(c.token),
+                    prob: c.prob,
+                    logprob: c.logprob,
+                })
+                .collect()
+        };
         let mut running = 0.0;
         let steps = best
             .tokens
             .iter()
-            .zip(&best.step_logprobs)
+            .zip(best.step_logprobs.iter().zip(&best.adjusted_step_logprobs))
             .enumerate()
-            .map(|(index, (&token, &logprob))| {
+            .map(|(index, (&token, (&logprob, &adjusted)))| {
                 running += logprob;
                 StepReport {
                     prefix_len: prompt.len() + index,
                     prefix: prefixes.then(|| [prompt, &best.tokens[..index]].concat()),
                     token,
                     token_text: codec.token_text(token),
-                    prob: logprob.exp() as f32,
+                    prob: adjusted.exp() as f32,
                     model_prob: logprob.exp() as f32,
                     logprob,
                     running_logprob: running,
                     u: None,
                     n_candidates: None,
-                    top_logprobs: Vec::new(),
+                    top_logprobs: best
+                        .top_candidates
+                        .get(index)
+                        .map_or_else(Vec::new, |top| candidates(top)),
                     policy_top: Vec::new(),
                     draft: None,
                     rejected_draft: None,
@@ -351,7 +370,7 @@ impl SequenceReport {
             stop_string,
             steps: Some(steps),
             sequence_logprob: best.logprob,
-            policy_sequence_logprob: best.logprob,
+            policy_sequence_logprob: best.adjusted_step_logprobs.iter().sum(),
         }
     }
 }
@@ -447,7 +466,7 @@ pub struct ProbsReport {
 /// log-probability `-inf` and a perplexity can overflow to `inf`. Finite
 /// values are numbers as before; the others the strings `"-inf"`, `"inf"`,
 /// `"nan"` (what Python's `float()` reads).
-mod extended_float {
+pub(crate) mod extended_float {
     use serde::{Serialize, Serializer};
 
     struct Extended<T>(T);

@@ -62,6 +62,10 @@ pub struct SamplingConfig {
     pub presence_penalty: Option<f32>,
     /// Subtracted `count` times from the logit of every token in the history.
     pub frequency_penalty: Option<f32>,
+    /// The penalties count only the last this many tokens of the history
+    /// (llama.cpp's `--repeat-last-n`; 0 turns them off); `None`: the whole
+    /// history.
+    pub penalty_last_n: Option<usize>,
     /// Added to the logits of the given tokens.
     pub logit_bias: Vec<(TokenId, f32)>,
     /// Tokens that are never chosen.
@@ -80,6 +84,7 @@ impl Default for SamplingConfig {
             repetition_penalty: None,
             presence_penalty: None,
             frequency_penalty: None,
+            penalty_last_n: None,
             logit_bias: Vec::new(),
             banned_tokens: Vec::new(),
             seed: 0,
@@ -443,6 +448,8 @@ pub struct Sampler {
     filters: Vec<Box<dyn CandidateFilter>>,
     selector: Selector,
     seed: u64,
+    /// See [`SamplingConfig::penalty_last_n`].
+    penalty_last_n: Option<usize>,
     checked_vocab_size: Option<usize>,
     counts: TokenCounts,
     adjusted: Vec<f32>,
@@ -501,6 +508,7 @@ impl Sampler {
             filters,
             selector,
             seed: config.seed,
+            penalty_last_n: config.penalty_last_n,
             checked_vocab_size: None,
             counts: TokenCounts::default(),
             adjusted: Vec::new(),
@@ -539,7 +547,7 @@ impl Sampler {
 
     /// The policy distribution over the whole vocabulary for `logits` after
     /// `history` (the tokens read so far, prompt included, which the penalties
-    /// count): non-negative, summing to 1, 0 for removed tokens.
+    /// count, or their last `penalty_last_n`): non-negative, summing to 1, 0 for removed tokens.
     ///
     /// NaN or +inf logits, an empty row, or a row that the bans and biases
     /// mask entirely are errors.
@@ -568,7 +576,10 @@ impl Sampler {
         self.adjusted.clear();
         self.adjusted.extend_from_slice(logits);
         if !self.transforms.is_empty() {
-            self.counts.count(history, vocab_size)?;
+            let window = self
+                .penalty_last_n
+                .map_or(history, |n| &history[history.len().saturating_sub(n)..]);
+            self.counts.count(window, vocab_size)?;
             for transform in &self.transforms {
                 transform.apply(&mut self.adjusted, &self.counts);
             }
