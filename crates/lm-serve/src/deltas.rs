@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn text_that_could_start_a_stop_string_is_held_back_and_the_stop_string_cut() {
         let stop = vec!["wor".to_owned()];
-        assert_eq!(deltas(&[0, 1, 2, 3], &stop), ["H", "el", "lo", "", ""]);
+        assert_eq!(deltas(&[0, 1, 2, 3], &stop), ["H", "el", "lo ", "", ""]);
         let stop = vec!["xyz".to_owned()];
         let all = deltas(&[0, 1, 2, 3], &stop);
         assert_eq!(all.concat(), "Hello world");

@@ -15,9 +15,9 @@
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! let lm::GgufModel { model, text, .. } = lm::load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let lm::GgufModel { decoder, text, .. } = lm::load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")?;
 //! let config = lm_serve::ServeConfig::default();
-//! let server = lm_serve::Server::bind(Arc::new(model), Arc::new(text), config)?;
+//! let server = lm_serve::Server::bind(Arc::new(decoder), Arc::new(text), config)?;
 //! println!("listening on http://{}", server.local_addr());
 //! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(()) }
