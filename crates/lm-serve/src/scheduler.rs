@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -223,10 +223,8 @@ fn run_scheduler<M: LanguageModel>(
     loop {
         let ready = n_active > 0 && waiting.len() == n_active;
         let message = if ready {
-            match inbox.try_recv() {
-                Ok(message) => Some(message),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-            }
+            // Nothing more (or every worker gone): run the step.
+            inbox.try_recv().ok()
         } else {
             match inbox.recv() {
                 Ok(message) => Some(message),
