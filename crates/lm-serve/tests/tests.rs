@@ -7,4 +7,5 @@ mod common;
 mod api;
 mod batching;
 mod hostile;
+mod openai_client;
 mod smollm2;
