@@ -549,6 +549,11 @@ pub struct ServeArgs {
     /// Read prompts in chunks of this many tokens, one chunk per batch step.
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub prefill_chunk: u64,
+    /// Keep finished sequences' KV states up to this many MiB, least recently used dropped
+    /// first: a request whose prompt starts with a kept sequence (the next chat turn) reads only
+    /// its new tokens. 0 turns the cache off.
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
+    pub cache_mb: u64,
 }
 
 /// `--shutdown-grace`: a finite number of seconds, 0 or more.

@@ -28,6 +28,7 @@
 mod deltas;
 mod error;
 mod metrics;
+mod prefix_cache;
 mod request;
 mod routes;
 mod scheduler;
@@ -43,6 +44,7 @@ use std::time::Duration;
 use lm_core::LanguageModel;
 
 pub use error::ServeError;
+pub use prefix_cache::StateSize;
 pub use text::{ServedText, TextFailure};
 
 use crate::metrics::Metrics;
@@ -70,6 +72,10 @@ pub struct ServeConfig {
     pub prefill_chunk_len: NonZeroUsize,
     /// The model's name in `/v1/models` and every response.
     pub model_name: String,
+    /// The prefix cache's budget: finished sequences' states are kept up to
+    /// this many bytes (least recently used dropped first), and a request
+    /// starts from the longest kept prefix of its prompt. 0 keeps nothing.
+    pub cache_bytes: usize,
 }
 
 impl Default for ServeConfig {
@@ -83,6 +89,7 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             prefill_chunk_len: NonZeroUsize::new(512).expect("not zero"),
             model_name: "lm".to_owned(),
+            cache_bytes: 256 << 20,
         }
     }
 }
@@ -115,7 +122,7 @@ impl Server {
     ) -> Result<Self, ServeError>
     where
         M: LanguageModel + Send + Sync + 'static,
-        M::State: Send + 'static,
+        M::State: StateSize + Send + 'static,
     {
         if config.parallel == 0 {
             return Err(ServeError::InvalidSetting {
@@ -154,6 +161,7 @@ impl Server {
             app.config.parallel,
             Arc::clone(&cancel),
             metrics,
+            app.config.cache_bytes,
         );
         Ok(Self {
             listener,

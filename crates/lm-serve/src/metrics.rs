@@ -23,6 +23,9 @@ pub(crate) struct Metrics {
     first_token_micros: AtomicU64,
     first_tokens: AtomicU64,
     queue_wait_micros: AtomicU64,
+    cache_hit_tokens: AtomicU64,
+    cache_entries: AtomicU64,
+    cache_bytes: AtomicU64,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -69,6 +72,16 @@ impl Metrics {
     pub(crate) fn record_prefill(&self, n_tokens: usize) {
         self.prefill_tokens
             .fetch_add(n_tokens as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_cache_hit(&self, n_tokens: usize) {
+        self.cache_hit_tokens
+            .fetch_add(n_tokens as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_cache_usage(&self, (entries, bytes): (usize, usize)) {
+        self.cache_entries.store(entries as u64, Ordering::Relaxed);
+        self.cache_bytes.store(bytes as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn record_first_token(&self, since_enqueued: Duration) {
@@ -177,6 +190,24 @@ impl Metrics {
         for (name, kind, help, value) in rows {
             metric(name, kind, help, value);
         }
+        metric(
+            "prefix_cache_hit_tokens_total",
+            "counter",
+            "Prompt tokens taken from the prefix cache instead of read.",
+            get(&self.cache_hit_tokens).to_string(),
+        );
+        metric(
+            "prefix_cache_entries",
+            "gauge",
+            "States kept in the prefix cache.",
+            get(&self.cache_entries).to_string(),
+        );
+        metric(
+            "prefix_cache_bytes",
+            "gauge",
+            "Bytes the kept states hold.",
+            get(&self.cache_bytes).to_string(),
+        );
         metric(
             "queue_wait_seconds_total",
             "counter",

@@ -31,11 +31,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
-use lm_decode::{Candidate, GenerationConfig, GenerationHook, StopReason, generate_with_hook};
+use lm_decode::{Candidate, GenerationConfig, GenerationHook, StopReason, generate_from_state};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::deltas::TextDeltas;
 use crate::metrics::Metrics;
+use crate::prefix_cache::{PrefixCache, StateSize};
 use crate::text::ServedText;
 
 /// One sequence to generate: a prompt and its policy, and where its events
@@ -166,11 +167,13 @@ pub(crate) fn start<M>(
     n_workers: usize,
     cancel: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    cache_bytes: usize,
 ) -> Vec<std::thread::JoinHandle<()>>
 where
     M: LanguageModel + Send + Sync + 'static,
-    M::State: Send + 'static,
+    M::State: StateSize + Send + 'static,
 {
+    let cache = Arc::new(Mutex::new(PrefixCache::new(cache_bytes)));
     let (to_scheduler, inbox) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(n_workers + 1);
     let scheduler_model = Arc::clone(&model);
@@ -189,7 +192,8 @@ where
             reply_to,
             replies,
         };
-        let (text, queue, cancel, metrics) = (
+        let (cache, text, queue, cancel, metrics) = (
+            Arc::clone(&cache),
             Arc::clone(&text),
             Arc::clone(&queue),
             Arc::clone(&cancel),
@@ -201,7 +205,7 @@ where
                 .spawn(move || {
                     while let Some(job) = queue.pop() {
                         metrics.job_started(job.enqueued);
-                        run_job(&remote, &*text, job, &cancel, &metrics);
+                        run_job(&remote, &*text, job, &cache, &cancel, &metrics);
                         metrics.job_ended();
                     }
                 })
@@ -440,14 +444,18 @@ impl GenerationHook for &mut StreamHook<'_> {
     }
 }
 
-/// Runs one job through lm-decode's loop and reports its end.
+/// Runs one job through lm-decode's loop, from the longest kept prefix of
+/// its prompt, reports its end and keeps its state.
 fn run_job<M: LanguageModel>(
     remote: &Remote<M>,
     text: &dyn ServedText,
     job: Job,
+    cache: &Mutex<PrefixCache<M::State>>,
     cancel: &AtomicBool,
     metrics: &Metrics,
-) {
+) where
+    M::State: StateSize,
+{
     let _seat = Seat::join(&remote.to_scheduler);
     let detokenizer = text.detokenizer();
     let mut hook = StreamHook {
@@ -464,16 +472,32 @@ fn run_job<M: LanguageModel>(
         started: job.enqueued,
         first_token: true,
     };
-    let result = generate_with_hook(
+    let kept = lock(cache).longest_prefix(&job.prompt);
+    let state = match kept {
+        Some((state, shared)) => {
+            metrics.record_cache_hit(shared);
+            RemoteState(Some(state))
+        }
+        None => remote.new_state(),
+    };
+    let result = generate_from_state(
         remote,
+        state,
         &job.prompt,
         &job.config,
         Some(detokenizer),
         &mut hook,
     );
     let event = match result {
-        Ok(generation) => {
+        Ok((generation, state)) => {
             metrics.record_generated(generation.prompt.len(), generation.tokens.len());
+            if let Some(state) = state.0 {
+                let mut tokens = [generation.prompt.as_slice(), &generation.tokens].concat();
+                tokens.truncate(state.pos());
+                let mut cache = lock(cache);
+                cache.insert(tokens, state);
+                metrics.record_cache_usage(cache.usage());
+            }
             Event::Done {
                 text: hook.deltas.finish(),
                 stop_reason: generation.stop_reason,
@@ -484,4 +508,10 @@ fn run_job<M: LanguageModel>(
         Err(error) => Event::Failed(error.to_string()),
     };
     let _ = job.events.send((job.index, event));
+}
+
+/// The cache, also after a worker panicked holding it (it stays consistent:
+/// every change is made whole under the lock).
+fn lock<S>(cache: &Mutex<PrefixCache<S>>) -> std::sync::MutexGuard<'_, PrefixCache<S>> {
+    cache.lock().unwrap_or_else(|e| e.into_inner())
 }

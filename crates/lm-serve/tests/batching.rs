@@ -150,3 +150,37 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
         rows / steps
     );
 }
+
+#[test]
+fn a_prompt_extending_a_finished_one_reads_only_its_new_tokens_and_answers_the_same() {
+    let prompt = "<start> the cat sat the dog slept the cat";
+    let first = json!({"prompt": prompt, "max_tokens": 6, "temperature": 0.9, "seed": 3, "logit_bias": {"6": -100}});
+    let cached = TestServer::start(toy_model(), ToyText, ServeConfig::default());
+    let (_, answer) = cached.post("/v1/completions", &first);
+    let continued = format!(
+        "{prompt}{} the",
+        answer["choices"][0]["text"].as_str().unwrap()
+    );
+    let second = json!({"prompt": continued, "max_tokens": 8, "temperature": 0.9, "seed": 4});
+    let read_before = cached.metric("lm_prefill_tokens_total");
+    let (_, with_cache) = cached.post("/v1/completions", &second);
+    let read = cached.metric("lm_prefill_tokens_total") - read_before;
+    let n_prompt = with_cache["usage"]["prompt_tokens"].as_f64().unwrap();
+    // The first run fed all but its last token: that one and " the" are new.
+    assert_eq!(read, 2.0, "{n_prompt} prompt tokens");
+    assert_eq!(
+        cached.metric("lm_prefix_cache_hit_tokens_total"),
+        n_prompt - 2.0
+    );
+    let uncached = TestServer::start(
+        toy_model(),
+        ToyText,
+        ServeConfig {
+            cache_bytes: 0,
+            ..ServeConfig::default()
+        },
+    );
+    let (_, without_cache) = uncached.post("/v1/completions", &second);
+    assert_eq!(with_cache["choices"], without_cache["choices"]);
+    assert_eq!(uncached.metric("lm_prefill_tokens_total"), n_prompt);
+}

@@ -30,6 +30,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         prefill_chunk_len: NonZeroUsize::new(to_usize(args.prefill_chunk))
             .context("--prefill-chunk must be at least 1")?,
         model_name: ModelSpec::or_default(args.model.model.as_ref()).to_string(),
+        cache_bytes: to_usize(args.cache_mb).saturating_mul(1 << 20),
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
     // The toy decoder was built with the bound; the others are wrapped.
@@ -44,7 +45,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 fn serve<M>(model: Arc<M>, text: Arc<dyn ServedText>, config: ServeConfig) -> Result<()>
 where
     M: LanguageModel + Send + Sync + 'static,
-    M::State: Send + 'static,
+    M::State: lm_serve::StateSize + Send + 'static,
 {
     let (parallel, name) = (config.parallel, config.model_name.clone());
     let server = Server::bind(model, text, config)?;
