@@ -10,9 +10,19 @@ use serde_json::Value;
 
 use crate::common::Cli;
 
+/// A running `lm-cli serve`, killed if a test fails before it stops it.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `lm-cli serve` on a free port; returns the child and its address
 /// (read from the line it prints on stderr).
-fn start(model: Option<&str>) -> (Child, String) {
+fn start(model: Option<&str>) -> (Served, String) {
     let mut cli = Cli::new("serve");
     if let Some(model) = model {
         cli = cli.model(model);
@@ -32,7 +42,7 @@ fn start(model: Option<&str>) -> (Child, String) {
         let mut rest = String::new();
         let _ = stderr.read_to_string(&mut rest);
     });
-    (child, addr)
+    (Served(child), addr)
 }
 
 fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
@@ -50,9 +60,9 @@ fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
-fn terminate(child: &Child) {
+fn terminate(served: &Served) {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &served.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -95,7 +105,7 @@ fn serve_answers_completions_and_drains_on_sigterm() {
     let (status, body) = running.join().unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["usage"]["completion_tokens"], 12);
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
 }
 
 #[test]
@@ -109,5 +119,5 @@ fn serve_serves_the_embedded_count_model() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["usage"]["prompt_tokens"], 3);
     terminate(&child);
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
 }
