@@ -1,14 +1,17 @@
 //! `lm-cli chat`: a multi-turn conversation. Each turn renders the whole
 //! conversation with the model's chat template (GGUF `tokenizer.chat_template`,
 //! through lm-tokenize's `ChatTemplate`), generates the reply with
-//! lm-decode's loop and streams it; the reply joins the conversation.
+//! lm-decode's loop and streams it; the reply joins the conversation. Each
+//! turn starts from the state the previous one left (lm-decode's
+//! `generate_from_state`, the mechanism of lm-serve's prefix cache), so it
+//! reads only what the conversation added, not the whole of it again.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::ops::ControlFlow;
 
 use anyhow::{Context, Result};
-use lm_core::LanguageModel;
-use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
+use lm_core::{LanguageModel, SequenceState, TokenId};
+use lm_decode::{GenerationConfig, SamplingConfig, generate_from_state};
 use lm_tokenize::Message;
 
 use crate::cli::ChatArgs;
@@ -73,6 +76,8 @@ impl ModelTask for ChatArgs {
         }
         let mut out = Output::stdout();
         let mut line = String::new();
+        // The tokens the last turn's state has read, and that state.
+        let mut kept: Option<(Vec<TokenId>, M::State)> = None;
         for turn in 0u64.. {
             if interactive {
                 eprint!("> ");
@@ -93,11 +98,34 @@ impl ModelTask for ChatArgs {
                 ..config.clone()
             };
             let mut printer = TextPrinter::new(codec, &prompt_ids, &config.end_tokens, &[], true);
-            let generation =
-                generate_streaming(model, &prompt_ids, &config, Some(codec), |step| {
+            // The previous turn's state, cut to what this prompt shares with it.
+            let state = match kept.take() {
+                Some((tokens, mut state)) => {
+                    let shared = tokens
+                        .iter()
+                        .zip(&prompt_ids)
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    state.truncate(shared);
+                    state
+                }
+                None => model.new_state(),
+            };
+            let (generation, state) = generate_from_state(
+                model,
+                state,
+                &prompt_ids,
+                &config,
+                Some(codec),
+                |step: &lm_decode::Step| {
                     printer.push(step.token, &mut out);
                     Ok::<_, anyhow::Error>(ControlFlow::Continue(()))
-                })?;
+                },
+            )?;
+            let mut read: Vec<TokenId> =
+                [generation.prompt.as_slice(), &generation.tokens].concat();
+            read.truncate(state.pos());
+            kept = Some((read, state));
             let reply = printer.finish(&mut out)?;
             out.write_now("\n")?;
             if !generation.stop_reason.is_finished() {
