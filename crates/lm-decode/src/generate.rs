@@ -274,8 +274,10 @@ pub fn generate_from_state<M: LanguageModel, H: GenerationHook>(
 }
 
 /// `config.num_return_sequences` outputs for one prompt, reading the prompt
-/// once and forking the state. Output j draws from stream `config.rng_stream + j`,
-/// so output 0 is exactly what [`generate`] returns.
+/// once and forking the state; the outputs then step together (one
+/// [`LanguageModel::forward_batch`] per token, see [`crate::generate_batch`]).
+/// Output j draws from stream `config.rng_stream + j`, so output 0 is
+/// exactly what [`generate`] returns.
 pub fn generate_many<M: LanguageModel>(
     model: &M,
     prompt: &[TokenId],
@@ -284,29 +286,34 @@ pub fn generate_many<M: LanguageModel>(
 ) -> Result<Vec<Generation>> {
     let n = config.num_return_sequences;
     let fitted = prepare(model, prompt, config, detokenizer)?;
-    let mut outputs = Vec::with_capacity(n);
-    let mut prefilled: Option<(M::State, Vec<f32>)> = None;
+    let mut rows = Vec::with_capacity(n);
     for j in 0..n {
         let rng_stream = config.rng_stream.wrapping_add(j as u64);
-        let mut row = Row::new(model, fitted.clone(), config, detokenizer, rng_stream)?;
-        if row.stop_reason.is_none() {
-            let (mut state, mut logits) = match &prefilled {
-                Some((state, logits)) => (state.clone(), logits.clone()),
-                None => {
-                    let (state, logits, read) =
-                        row.read_prompt(model, |_, _| ControlFlow::Continue(()))?;
-                    debug_assert!(read.is_continue(), "nothing here stops a prefill");
-                    prefilled = Some((state.clone(), logits.clone()));
-                    (state, logits)
-                }
-            };
-            continue_row(model, &mut state, &mut logits, &mut row, &mut |_| {
-                ControlFlow::Continue(())
-            })?;
-        }
-        outputs.push(row.into_generation());
+        rows.push(Row::new(
+            model,
+            fitted.clone(),
+            config,
+            detokenizer,
+            rng_stream,
+        )?);
     }
-    Ok(outputs)
+    // Every row has the same config: all stop before reading, or none does.
+    if rows[0].stop_reason.is_none() {
+        let (state, logits, read) = rows[0].read_prompt(model, |_, _| ControlFlow::Continue(()))?;
+        debug_assert!(read.is_continue(), "nothing here stops a prefill");
+        let states = vec![state; n];
+        let logits = vec![logits; n];
+        let mut mask = crate::FinishedMask::new(n);
+        crate::batch::run_together(
+            model,
+            &mut rows,
+            (0..n).collect(),
+            states,
+            logits,
+            &mut mask,
+        )?;
+    }
+    Ok(rows.into_iter().map(Row::into_generation).collect())
 }
 
 /// Checks the config against the prompt and fits the prompt.

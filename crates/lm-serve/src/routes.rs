@@ -297,8 +297,12 @@ fn generation_config(
         Some(ctx) => {
             let room = ctx.saturating_sub(n_prompt) as u64;
             if room == 0 {
+                let param = match kind {
+                    Kind::Completion => "prompt",
+                    Kind::Chat => "messages",
+                };
                 return Err(ApiError::invalid(
-                    "messages",
+                    param,
                     format!("this model's maximum context length is {ctx} tokens, and the prompt has {n_prompt}"),
                 )
                 .with_code("context_length_exceeded"));
