@@ -228,6 +228,33 @@ impl Server {
         result
     }
 
+    /// [`Server::run`] on a thread and runtime of its own, until
+    /// [`RunningServer::stop`] (or the handle is dropped): for a program or
+    /// a benchmark without a tokio runtime.
+    pub fn spawn(self) -> Result<RunningServer, ServeError> {
+        let addr = self.local_addr();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("lm-serve-http")
+            .enable_all()
+            .build()
+            .map_err(ServeError::Io)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("lm-serve".into())
+            .spawn(move || {
+                runtime.block_on(self.run(async {
+                    let _ = stopped.await;
+                }))
+            })
+            .map_err(ServeError::Io)?;
+        Ok(RunningServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
     /// [`Server::run`] on a runtime of its own until Ctrl-C or SIGTERM:
     /// what `lm-cli serve` calls, for a program without a tokio runtime.
     pub fn run_until_signal(self) -> Result<(), ServeError> {
@@ -238,6 +265,47 @@ impl Server {
             .build()
             .map_err(ServeError::Io)?;
         runtime.block_on(self.run(shutdown_signal()))
+    }
+}
+
+/// A server running on its own thread ([`Server::spawn`]); dropping the
+/// handle stops it as [`RunningServer::stop`] does.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
+}
+
+impl RunningServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shuts down as a signal would (in-flight requests get the grace) and
+    /// waits for the server's thread.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.stop_now()
+    }
+
+    fn stop_now(&mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = self.stop_now();
+        }
     }
 }
 
