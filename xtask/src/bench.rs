@@ -4,7 +4,10 @@
 //! ```text
 //! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]
 //!                   [--peer-python <python>] [--install-peer] [--no-peer]
+//! cargo xtask bench --serve [--clients 16] [--threads 2] [--model <gguf>]
 //! ```
+//!
+//! `--serve` measures lm-serve's continuous batching instead (`serve.rs`).
 //!
 //! The task builds this package in release and runs the release binary as a
 //! worker process (`xtask bench --worker ...`), one process per phase and
@@ -49,6 +52,8 @@ use serde_json::Value;
 
 use crate::{fetch_model, project_root, reference};
 
+mod serve;
+
 /// Tokens of the decode prompt (as the peer script).
 const N_DECODE_PROMPT: usize = 11;
 /// Tokens generated and timed in a decode run.
@@ -70,7 +75,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 print('peak_rss_kib=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 ";
 /// The usage line printed with option errors.
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>] [--peer-python <python>] [--install-peer] [--no-peer]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>]";
 
 /// Runs the task (or, with `--worker`, one measurement).
 pub(crate) fn run(args: &[String]) -> Result<()> {
@@ -82,6 +87,23 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some(model) => model.clone(),
         None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?, None)?,
     };
+    if options.serve {
+        let worker = build_release_worker()?;
+        for &n_threads in &options.threads {
+            let status = Command::new(&worker)
+                .args(["bench", "--worker", "--phase", "serve"])
+                .args(["--threads", &n_threads.to_string()])
+                .args(["--clients", &options.clients.to_string()])
+                .arg("--model")
+                .arg(&model)
+                .status()
+                .context("running the serve benchmark worker")?;
+            if !status.success() {
+                bail!("the serve benchmark failed ({status})");
+            }
+        }
+        return Ok(());
+    }
     let peer = peer_python(&options)?;
     let worker = build_release_worker()?;
     let mut rows = Vec::new();
@@ -128,8 +150,13 @@ struct Options {
     /// Internal: run one measurement and print it as JSON.
     worker: bool,
     /// Internal: which phases the worker measures (`decode`, `prefill` or
-    /// `both`); one phase alone is for profiling it with `perf record`.
+    /// `both`); one phase alone is for profiling it with `perf record`;
+    /// `serve` runs the serving benchmark.
     phase: String,
+    /// Measure lm-serve's continuous batching (`serve.rs`).
+    serve: bool,
+    /// Clients at once for `--serve`.
+    clients: usize,
 }
 
 impl Options {
@@ -143,7 +170,10 @@ impl Options {
             no_peer: false,
             worker: false,
             phase: "both".to_owned(),
+            serve: false,
+            clients: 16,
         };
+        let mut threads_given = false;
         let mut args = args.iter();
         while let Some(flag) = args.next() {
             let mut value = || {
@@ -160,6 +190,7 @@ impl Options {
                         .with_context(|| format!("--runs needs a positive count, got `{text}`"))?;
                 }
                 "--threads" => {
+                    threads_given = true;
                     let text = value()?;
                     options.threads = text
                         .split(',')
@@ -174,9 +205,20 @@ impl Options {
                 "--install-peer" => options.install_peer = true,
                 "--no-peer" => options.no_peer = true,
                 "--worker" => options.worker = true,
+                "--serve" => options.serve = true,
+                "--clients" => {
+                    let text = value()?;
+                    options.clients = text.parse().ok().filter(|&n| n > 0).with_context(|| {
+                        format!("--clients needs a positive count, got `{text}`")
+                    })?;
+                }
                 "--phase" => options.phase = value()?.clone(),
                 other => bail!("unknown option `{other}`; {USAGE}"),
             }
+        }
+        // The serving benchmark's bar is set at two threads.
+        if options.serve && !threads_given {
+            options.threads = vec![2];
         }
         Ok(options)
     }
@@ -254,6 +296,9 @@ fn run_worker(options: &Options) -> Result<()> {
         .num_threads(n_threads)
         .build_global()
         .context("cannot start the thread pool")?;
+    if options.phase == "serve" {
+        return serve::run_worker(model_path, n_threads, options.clients);
+    }
     let tokens = prompt_tokens()?;
     let model = Llama::from_gguf(model_path)
         .with_context(|| format!("cannot load {}", model_path.display()))?;
@@ -688,6 +733,20 @@ mod tests {
         assert_eq!((options.threads, options.runs), (vec![1, 2], 3));
         assert!(Options::parse(&args(&["--threads", "0"])).is_err());
         assert!(Options::parse(&args(&["--runs"])).is_err());
+    }
+
+    #[test]
+    fn the_serve_benchmark_defaults_to_16_clients_at_2_threads() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let options = Options::parse(&args(&["--serve"])).unwrap();
+        assert_eq!(
+            (options.serve, options.clients, options.threads),
+            (true, 16, vec![2])
+        );
+        let options =
+            Options::parse(&args(&["--serve", "--clients", "4", "--threads", "1"])).unwrap();
+        assert_eq!((options.clients, options.threads), (4, vec![1]));
+        assert!(Options::parse(&args(&["--serve", "--clients", "0"])).is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `cargo xtask tidy`: keeps the architecture honest. Checks that
 //! - the dependency arrows form a star around lm-core (read from `cargo metadata`),
 //!   with the facade `lm` above the star and no library below it pointing
-//!   back at it, not even for tests,
+//!   back at it, not even for tests, and the server `lm-serve` above the
+//!   facade, used only by the binaries (lm-cli, xtask),
 //! - every workspace member is named in docs/ARCHITECTURE.md,
 //! - every Rust source file opens with a `//!` doc comment.
 //!
@@ -22,6 +23,13 @@ const LEAVES: [&str; 3] = ["lm-decode", "lm-model", "lm-tokenize"];
 /// (nor lm-core) may use it, even as a dev-dependency: that cycle would
 /// build a second copy of the library's types for its tests.
 const FACADE: &str = "lm";
+
+/// The HTTP server: a wiring crate over the facade (like lm-cli, but a
+/// library); only the binaries may use it, so no library pulls in tokio.
+const SERVER: &str = "lm-serve";
+
+/// The packages that may depend on the server.
+const SERVER_USERS: [&str; 2] = ["lm-cli", "xtask"];
 
 pub fn run(_args: &[String]) -> anyhow::Result<()> {
     let problems = check(&project_root())?;
@@ -113,6 +121,14 @@ fn dependency_arrows(metadata: &Value) -> Vec<String> {
                     "{name} depends on {FACADE}{}: the facade sits above the libraries, \
                      and a library's tests that use it build two copies of its types",
                     if normal { "" } else { " (as a dev-dependency)" }
+                ));
+                continue;
+            }
+            if dep == SERVER && !SERVER_USERS.contains(&name.as_str()) {
+                problems.push(format!(
+                    "{name} depends on {SERVER}: the server sits above the facade, \
+                     and only {} may use it",
+                    SERVER_USERS.join(" and ")
                 ));
                 continue;
             }
@@ -226,6 +242,26 @@ mod tests {
         );
         assert!(
             problems[1].starts_with("lm-model depends on lm:"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn only_the_binaries_use_the_server() {
+        let metadata = json!({"packages": [
+            package("lm-serve", &[("lm", None), ("lm-core", None), ("lm-model", Some("dev"))]),
+            package("lm-cli", &[("lm-serve", None)]),
+            package("lm", &[("lm-core", None), ("lm-serve", Some("dev"))]),
+            package("lm-decode", &[("lm-core", None), ("lm-serve", None)]),
+        ]});
+        let problems = dependency_arrows(&metadata);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("lm depends on lm-serve"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("lm-decode depends on lm-serve"),
             "{problems:?}"
         );
     }

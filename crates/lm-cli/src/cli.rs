@@ -76,6 +76,9 @@ pub enum Command {
     /// Talk with a chat model, turn by turn (the model's own chat template).
     #[command(after_help = CHAT_HELP)]
     Chat(ChatArgs),
+    /// Serve the model over HTTP with OpenAI's API (completions, chat, streaming).
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, ...).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
@@ -180,6 +183,16 @@ COMMANDS:
 When the conversation no longer fits the context, the oldest turns after the
 system message are dropped, with a note. The model keeps what it has read
 between turns, so a turn reads only its new tokens.";
+
+const SERVE_HELP: &str = "\
+EXAMPLES:
+  lm-cli serve --model smollm2 --parallel 8
+  curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' \\
+       -d '{\"prompt\": \"The capital of France is\", \"max_tokens\": 8, \"temperature\": 0}'
+
+Endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;
+GET /v1/models, /health, /metrics. Ctrl-C or SIGTERM stops taking requests and
+lets running ones finish for --shutdown-grace seconds. See docs/serving.md.";
 
 const COMPLETIONS_HELP: &str = "\
 EXAMPLES:
@@ -602,6 +615,53 @@ pub struct ChatArgs {
     /// streamed): each message, and each reply's tokens and stop reason.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `lm-cli serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The model and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The address to listen on (loopback by default: reachable only from this machine).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// The port to listen on (0: any free port, printed at start).
+    #[arg(long, value_name = "PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Sequences generated at once, in one batch (a request's `n` counts each).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub parallel: u64,
+    /// Sequences that may wait for a free slot; beyond, requests get 429 with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub queue: u64,
+    /// The largest request body accepted (bytes); a larger one gets 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    pub max_body_bytes: u64,
+    /// Seconds to let running requests finish after Ctrl-C or SIGTERM.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_grace)]
+    pub shutdown_grace: f64,
+    /// Read prompts in chunks of this many tokens, one chunk per batch step.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub prefill_chunk: u64,
+    /// Keep finished sequences' KV states up to this many MiB, least recently used dropped
+    /// first: a request whose prompt starts with a kept sequence (the next chat turn) reads only
+    /// its new tokens. 0 turns the cache off.
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
+    pub cache_mb: u64,
+}
+
+/// `--shutdown-grace`: a finite number of seconds, 0 or more.
+fn parse_grace(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "'{text}' is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 /// `lm-cli completions`.

@@ -284,6 +284,37 @@ impl Detokenize for TextCodec {
     }
 }
 
+/// The server's view of the codec, so `lm-cli serve` serves every kind
+/// of model (the toy, count models, GGUF files) the same way.
+impl lm_serve::ServedText for TextCodec {
+    fn detokenizer(&self) -> &dyn Detokenize {
+        self
+    }
+
+    fn encode(&self, text: &str) -> std::result::Result<Vec<TokenId>, lm_serve::TextFailure> {
+        self.encode_prompt(text).map_err(Into::into)
+    }
+
+    fn chat_prompt(
+        &self,
+        messages: &[Message],
+    ) -> std::result::Result<String, lm_serve::TextFailure> {
+        TextCodec::chat_prompt(self, messages).map_err(Into::into)
+    }
+
+    fn end_tokens(&self) -> Vec<TokenId> {
+        TextCodec::end_tokens(self)
+    }
+
+    fn banned_tokens(&self) -> Vec<TokenId> {
+        self.unwritable_ids()
+    }
+
+    fn token_text(&self, id: TokenId) -> String {
+        TextCodec::token_text(self, id)
+    }
+}
+
 /// Toy words joined by single spaces, as [`Toy`]'s `Detokenize`
 /// writes them (without building the decoder's weights).
 fn toy_text(ids: &[TokenId]) -> String {

@@ -14,5 +14,6 @@ mod interrupt;
 mod probs;
 mod readme;
 mod score;
+mod serve;
 mod smollm2;
 mod toy_reference;

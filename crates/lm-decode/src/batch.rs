@@ -136,7 +136,7 @@ pub fn generate_batch<M: LanguageModel>(
         }
     }
     // The running rows, their states and logits, kept in parallel.
-    let mut running: Vec<usize> = (0..rows.len()).filter(|&i| !mask.finished()[i]).collect();
+    let running: Vec<usize> = (0..rows.len()).filter(|&i| !mask.finished()[i]).collect();
     let mut states: Vec<M::State> = running.iter().map(|_| model.new_state()).collect();
     let mut logits: Vec<Vec<f32>> = vec![Vec::new(); running.len()];
     let prompt_slices: Vec<&[TokenId]> = running
@@ -144,13 +144,40 @@ pub fn generate_batch<M: LanguageModel>(
         .map(|&i| rows[i].history.as_slice())
         .collect();
     model.forward_batch(&mut states, &prompt_slices, &mut logits)?;
+    run_together(model, &mut rows, running, states, logits, &mut mask)?;
+    let generations: Vec<Generation> = rows.into_iter().map(Row::into_generation).collect();
+    debug_assert!(
+        generations
+            .iter()
+            .zip(mask.lengths())
+            .all(|(g, &n)| g.tokens.len() == n)
+    );
+    Ok(generations)
+}
+
+/// Runs the rows `running` (indices into `rows`, each with its state and its
+/// logits row after its history, in parallel vectors) to their ends: each
+/// round every running row chooses a token ([`Row::advance`]), the stopped
+/// ones leave, and the rest read their new tokens in one
+/// [`LanguageModel::forward_batch`] (one pass over the weights for a
+/// model with a multi-sequence step). Shared by [`generate_batch`] and
+/// [`crate::generate_many`].
+pub(crate) fn run_together<M: LanguageModel>(
+    model: &M,
+    rows: &mut [Row<'_>],
+    mut running: Vec<usize>,
+    mut states: Vec<M::State>,
+    mut logits: Vec<Vec<f32>>,
+    mask: &mut FinishedMask,
+) -> Result<()> {
     let mut chosen: Vec<TokenId> = vec![0; rows.len()];
     let mut feed: Vec<[TokenId; 1]> = Vec::with_capacity(rows.len());
     while !running.is_empty() {
         for (slot, &row_idx) in running.iter().enumerate() {
             chosen[row_idx] = rows[row_idx].advance(&logits[slot])?.token;
         }
-        mask.record_round(&chosen, &config.end_tokens)?;
+        let end_tokens = &rows[running[0]].config().end_tokens;
+        mask.record_round(&chosen, end_tokens)?;
         let mut n_kept = 0;
         for slot in 0..running.len() {
             let row_idx = running[slot];
@@ -174,12 +201,5 @@ pub fn generate_batch<M: LanguageModel>(
         let slices: Vec<&[TokenId]> = feed.iter().map(|token| token.as_slice()).collect();
         model.forward_batch(&mut states, &slices, &mut logits)?;
     }
-    let generations: Vec<Generation> = rows.into_iter().map(Row::into_generation).collect();
-    debug_assert!(
-        generations
-            .iter()
-            .zip(mask.lengths())
-            .all(|(g, &n)| g.tokens.len() == n)
-    );
-    Ok(generations)
+    Ok(())
 }

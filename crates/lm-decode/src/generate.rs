@@ -20,7 +20,7 @@ use crate::{
 use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
 
-use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
+use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
 
 /// Everything the loop needs besides the model and the prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,33 +184,105 @@ pub fn generate_with_hook<M: LanguageModel, H: GenerationHook>(
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    mut hook: H,
+    hook: H,
 ) -> Result<Generation, H::Error> {
+    generate_from_state(model, model.new_state(), prompt, config, detokenizer, hook)
+        .map(|(generation, _)| generation)
+}
+
+/// [`generate_with_hook`] from a state that has already read the first
+/// `state.pos()` tokens of `prompt` (a cached prefix: the previous turn of a
+/// chat, a shared system prompt), so only the rest of the prompt is read.
+/// The caller vouches that those tokens are `prompt[..state.pos()]`; the
+/// model cannot check. The last prompt token is always read (its logits
+/// choose the first token), so a state that has read that far or further is
+/// truncated first; a prompt the truncation policy shortened is read from
+/// the start.
+///
+/// Returns the run and the state after it, which has read the prompt and
+/// every generated token but the last (never fed), ready to be kept for the
+/// next request that shares the prefix. The tokens are those a fresh state
+/// gives when the model's logits do not depend on how the prompt was split
+/// into calls (true of lm-model's decoder, whose rows are computed alone).
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use lm_core::{LanguageModel, Prefix, Rows, SequenceState, TokenId};
+/// use lm_decode::{generate, generate_from_state, GenerationConfig, SamplingConfig};
+/// # struct Next;
+/// # impl LanguageModel for Next {
+/// #     type State = Prefix;
+/// #     fn vocab_size(&self) -> usize { 5 }
+/// #     fn context_length(&self) -> Option<usize> { None }
+/// #     fn new_state(&self) -> Prefix { Prefix::default() }
+/// #     fn forward(&self, s: &mut Prefix, t: &[TokenId], _r: Rows, l: &mut Vec<f32>) -> lm_core::Result<()> {
+/// #         s.tokens.extend_from_slice(t);
+/// #         let next = (s.tokens[s.tokens.len() - 1] as usize + 1) % 5;
+/// #         *l = (0..5).map(|i| if i == next { 1.0 } else { 0.0 }).collect();
+/// #         Ok(())
+/// #     }
+/// # }
+/// let config = GenerationConfig { max_new_tokens: 3, sampling: SamplingConfig::greedy(), ..Default::default() };
+/// let hook = |_: &lm_decode::Step| Ok::<_, lm_decode::Error>(ControlFlow::Continue(()));
+/// let (first, state) = generate_from_state(&Next, Next.new_state(), &[0, 1], &config, None, hook).unwrap();
+/// assert_eq!(first.tokens, vec![2, 3, 4]);
+/// assert_eq!(state.pos(), 4); // 0 1 2 3 read; 4 never fed
+/// // The next prompt extends the first run: only its new tokens are read.
+/// let (second, _) = generate_from_state(&Next, state, &[0, 1, 2, 3, 4, 0], &config, None, hook).unwrap();
+/// assert_eq!(second.tokens, generate(&Next, &[0, 1, 2, 3, 4, 0], &config, None).unwrap().tokens);
+/// ```
+pub fn generate_from_state<M: LanguageModel, H: GenerationHook>(
+    model: &M,
+    mut state: M::State,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+    mut hook: H,
+) -> Result<(Generation, M::State), H::Error> {
     let mut hook_error = None;
     let result = (|| {
         let fitted = prepare(model, prompt, config, detokenizer)?;
         let mut row = Row::new(model, fitted, config, detokenizer, config.rng_stream)?;
         if row.stop_reason.is_some() {
-            return Ok(row.into_generation());
+            return Ok((row.into_generation(), state));
         }
-        let (mut state, mut logits, read) = row.read_prompt(model, |n, total| {
-            settle(hook.after_prefill_chunk(n, total), &mut hook_error)
-        })?;
+        let start = if row.n_prompt_dropped > 0 {
+            0
+        } else {
+            state.pos().min(row.history.len().saturating_sub(1))
+        };
+        state.truncate(start);
+        let mut logits = Vec::new();
+        let read = prefill(
+            model,
+            &mut state,
+            &row.history[start..],
+            config.prefill_chunk_len,
+            &mut logits,
+            |n, total| {
+                settle(
+                    hook.after_prefill_chunk(start + n, start + total),
+                    &mut hook_error,
+                )
+            },
+        )?;
         if read.is_break() {
             row.stop_reason = Some(StopReason::Cancelled);
-            return Ok(row.into_generation());
+            return Ok((row.into_generation(), state));
         }
         continue_row(model, &mut state, &mut logits, &mut row, &mut |step| {
             settle(hook.on_step(step), &mut hook_error)
         })?;
-        Ok(row.into_generation())
+        Ok((row.into_generation(), state))
     })();
     finish(result, hook_error)
 }
 
 /// `config.num_return_sequences` outputs for one prompt, reading the prompt
-/// once and forking the state. Output j draws from stream `config.rng_stream + j`,
-/// so output 0 is exactly what [`generate`] returns.
+/// once and forking the state; the outputs then step together (one
+/// [`LanguageModel::forward_batch`] per token, see [`crate::generate_batch`]).
+/// Output j draws from stream `config.rng_stream + j`, so output 0 is
+/// exactly what [`generate`] returns.
 pub fn generate_many<M: LanguageModel>(
     model: &M,
     prompt: &[TokenId],
@@ -219,29 +291,34 @@ pub fn generate_many<M: LanguageModel>(
 ) -> Result<Vec<Generation>> {
     let n = config.num_return_sequences;
     let fitted = prepare(model, prompt, config, detokenizer)?;
-    let mut outputs = Vec::with_capacity(n);
-    let mut prefilled: Option<(M::State, Vec<f32>)> = None;
+    let mut rows = Vec::with_capacity(n);
     for j in 0..n {
         let rng_stream = config.rng_stream.wrapping_add(j as u64);
-        let mut row = Row::new(model, fitted.clone(), config, detokenizer, rng_stream)?;
-        if row.stop_reason.is_none() {
-            let (mut state, mut logits) = match &prefilled {
-                Some((state, logits)) => (state.clone(), logits.clone()),
-                None => {
-                    let (state, logits, read) =
-                        row.read_prompt(model, |_, _| ControlFlow::Continue(()))?;
-                    debug_assert!(read.is_continue(), "nothing here stops a prefill");
-                    prefilled = Some((state.clone(), logits.clone()));
-                    (state, logits)
-                }
-            };
-            continue_row(model, &mut state, &mut logits, &mut row, &mut |_| {
-                ControlFlow::Continue(())
-            })?;
-        }
-        outputs.push(row.into_generation());
+        rows.push(Row::new(
+            model,
+            fitted.clone(),
+            config,
+            detokenizer,
+            rng_stream,
+        )?);
     }
-    Ok(outputs)
+    // Every row has the same config: all stop before reading, or none does.
+    if rows[0].stop_reason.is_none() {
+        let (state, logits, read) = rows[0].read_prompt(model, |_, _| ControlFlow::Continue(()))?;
+        debug_assert!(read.is_continue(), "nothing here stops a prefill");
+        let states = vec![state; n];
+        let logits = vec![logits; n];
+        let mut mask = crate::FinishedMask::new(n);
+        crate::batch::run_together(
+            model,
+            &mut rows,
+            (0..n).collect(),
+            states,
+            logits,
+            &mut mask,
+        )?;
+    }
+    Ok(rows.into_iter().map(Row::into_generation).collect())
 }
 
 /// Checks the config against the prompt and fits the prompt.

@@ -149,7 +149,8 @@ pub use beam::{
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{
-    GenerationConfig, generate, generate_many, generate_streaming, generate_with_hook,
+    GenerationConfig, generate, generate_from_state, generate_many, generate_streaming,
+    generate_with_hook,
 };
 pub use hook::GenerationHook;
 pub use prefix_cache::{CachedGeneration, PrefixCache, generate_cached};

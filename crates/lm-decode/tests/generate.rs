@@ -422,6 +422,9 @@ fn several_outputs_read_the_prompt_once_and_use_one_stream_each() {
         "one prefill"
     );
     assert_eq!(model.positions(), 3 + 3 * 5);
+    // After the prefill, the three outputs read their tokens together: one
+    // batch of 3 rows for each of the 5 tokens each feeds.
+    assert_eq!(model.batches(), vec![3; 5]);
     for (j, output) in outputs.iter().enumerate() {
         let alone = GenerationConfig {
             rng_stream: j as u64,

@@ -17,6 +17,7 @@ mod kquant_kernels;
 mod llama;
 mod llama_conformance;
 mod llama_gguf;
+mod multi_sequence;
 mod ngram_arpa;
 mod ngram_counts;
 mod ngram_embedded;

@@ -6,6 +6,7 @@ pub mod enumerate;
 pub mod generate;
 pub mod probs;
 pub mod score;
+pub mod serve;
 pub mod tokenize;
 pub mod train;
 

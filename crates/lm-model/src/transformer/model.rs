@@ -49,6 +49,8 @@ use super::norm::Norm;
 use super::rope::RopeTable;
 use crate::dispatch::Dispatch;
 
+mod multi_sequence;
+
 /// The weights of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerWeights {
@@ -577,6 +579,43 @@ impl LanguageModel for Decoder {
         } else {
             self.forward_here(state, tokens, rows, logits)
         }
+    }
+
+    /// One pass over the weights for every sequence when each reads one
+    /// token (continuous batching's decode step, `multi_sequence.rs`), with
+    /// each sequence's logits bit for bit those of its own `forward`; any
+    /// other batch is read sequence by sequence.
+    fn forward_batch(
+        &self,
+        states: &mut [DecoderState],
+        tokens: &[&[TokenId]],
+        logits: &mut [Vec<f32>],
+    ) -> lm_core::Result<()> {
+        for other in [tokens.len(), logits.len()] {
+            if states.len() != other {
+                return Err(lm_core::Error::LengthMismatch {
+                    left: states.len(),
+                    right: other,
+                });
+            }
+        }
+        let one_each = tokens.len() > 1 && tokens.iter().all(|t| t.len() == 1);
+        if !one_each || !self.can_step_together(states) {
+            for ((state, &tokens), logits) in states.iter_mut().zip(tokens).zip(logits) {
+                self.forward(state, tokens, Rows::Last, logits)?;
+            }
+            return Ok(());
+        }
+        for (state, &tokens) in states.iter().zip(tokens) {
+            self.check_input(state.pos(), tokens)?;
+        }
+        let tokens: Vec<TokenId> = tokens.iter().map(|t| t[0]).collect();
+        if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
+            rayon::scope(|_| self.step_together(states, &tokens, logits));
+        } else {
+            self.step_together(states, &tokens, logits);
+        }
+        Ok(())
     }
 }
 

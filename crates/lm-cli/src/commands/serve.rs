@@ -1,0 +1,59 @@
+//! `lm-cli serve`: loads the model once and serves it with lm-serve's
+//! OpenAI-compatible server until Ctrl-C or SIGTERM.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use lm_core::{Bounded, LanguageModel};
+use lm_serve::{ServeConfig, ServedText, Server};
+
+use crate::cli::ServeArgs;
+use crate::commands::generate::to_usize;
+use crate::spec::{Backend, ModelSpec};
+
+/// Runs `lm-cli serve`.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let (loaded, options) = crate::commands::load_model(&args.model)?;
+    anyhow::ensure!(
+        !options.no_cache,
+        "--no-cache is not supported by serve (every sequence keeps its cache in the batch)"
+    );
+    let config = ServeConfig {
+        addr: std::net::SocketAddr::new(args.host, args.port),
+        api_key: args.api_key.clone(),
+        parallel: to_usize(args.parallel),
+        queue_len: to_usize(args.queue),
+        max_body_bytes: to_usize(args.max_body_bytes),
+        shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
+        prefill_chunk_len: NonZeroUsize::new(to_usize(args.prefill_chunk))
+            .context("--prefill-chunk must be at least 1")?,
+        model_name: ModelSpec::or_default(args.model.model.as_ref()).to_string(),
+        cache_bytes: to_usize(args.cache_mb).saturating_mul(1 << 20),
+    };
+    let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
+    // The toy decoder was built with the bound; the others are wrapped.
+    let bound = options.context_length;
+    match loaded.backend {
+        Backend::Toy(model) => serve(Arc::new(Bounded::new(*model, None)), text, config),
+        Backend::Count(model) => serve(Arc::new(Bounded::new(model, bound)), text, config),
+        Backend::Llama(model) => serve(Arc::new(Bounded::new(*model, bound)), text, config),
+    }
+}
+
+fn serve<M>(model: Arc<M>, text: Arc<dyn ServedText>, config: ServeConfig) -> Result<()>
+where
+    M: LanguageModel + Send + Sync + 'static,
+    M::State: lm_serve::StateSize + Send + 'static,
+{
+    let (parallel, name) = (config.parallel, config.model_name.clone());
+    let server = Server::bind(model, text, config)?;
+    eprintln!(
+        "serving {name} on http://{} ({parallel} at once); Ctrl-C stops",
+        server.local_addr()
+    );
+    server.run_until_signal()?;
+    eprintln!("stopped");
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! `lm-cli serve`: the binary serves the model it loads (the toy here, the
+//! embedded count model too), answers OpenAI's completions, and on SIGTERM
+//! finishes the request in flight, then exits 0.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command};
+
+use serde_json::Value;
+
+use crate::common::Cli;
+
+/// A running `lm-cli serve`, killed if a test fails before it stops it.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `lm-cli serve` on a free port; returns the child and its address
+/// (read from the line it prints on stderr).
+fn start(model: Option<&str>) -> (Served, String) {
+    let mut cli = Cli::new("serve");
+    if let Some(model) = model {
+        cli = cli.model(model);
+    }
+    let mut child = cli.opt("--port", 0).opt("--parallel", 2).spawn();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+    });
+    (Served(child), addr)
+}
+
+fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = &response[response.find("\r\n\r\n").unwrap() + 4..];
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn terminate(served: &Served) {
+    let status = Command::new("kill")
+        .args(["-TERM", &served.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn serve_answers_completions_and_drains_on_sigterm() {
+    let (mut child, addr) = start(Some("toy"));
+    let (status, body) = post(
+        &addr,
+        "/v1/completions",
+        r#"{"prompt": "<start> the cat", "max_tokens": 3, "temperature": 0, "logit_bias": {"6": -100}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    // The same greedy run through `lm-cli generate`.
+    let generate = Cli::generate("<start> the cat")
+        .model("toy")
+        .n(3)
+        .arg("--greedy")
+        .opt("--logit-bias", "6=-inf")
+        .ok();
+    assert_eq!(
+        format!(
+            "<start> the cat{}",
+            body["choices"][0]["text"].as_str().unwrap()
+        ),
+        generate.stdout.trim_end()
+    );
+    // SIGTERM while a request runs: it completes, then the server exits 0.
+    let request_addr = addr.clone();
+    let running = std::thread::spawn(move || {
+        post(
+            &request_addr,
+            "/v1/completions",
+            r#"{"prompt": "<start>", "max_tokens": 12, "logit_bias": {"6": -100}, "seed": 1}"#,
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    terminate(&child);
+    let (status, body) = running.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 12);
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn serve_serves_the_embedded_count_model() {
+    let (mut child, addr) = start(None);
+    let (status, body) = post(
+        &addr,
+        "/v1/completions",
+        r#"{"prompt": "And God said", "max_tokens": 5, "seed": 3}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["prompt_tokens"], 3);
+    terminate(&child);
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+}

@@ -1,0 +1,184 @@
+//! The multi-sequence step: B sequences, one new token each, read in one
+//! pass over the weights (continuous batching's decode step).
+//!
+//! ```text
+//! x = embed(token of each sequence)                              [B][n_embd]
+//! for each layer:
+//!     q, k, v = norm(x) W^T           one matmul over the B rows
+//!     rotate row b at its own position pos_b; write k_b, v_b to cache_b
+//!     a_b = attention of q_b over cache_b rows 0..=pos_b      per sequence
+//!     x += a Wo^T;  x += ffn(norm(x))  one matmul over the B rows
+//! logits_b = norm(x_b) Wout^T          one matmul over the B rows
+//! ```
+//!
+//! Every operation is row-wise, so each sequence's logits are what
+//! [`Decoder::forward`](lm_core::LanguageModel::forward) gives for its token
+//! alone (the tests compare the bits); only the weights are read once for
+//! all of them instead of once per sequence.
+
+use std::sync::atomic::Ordering;
+
+use lm_core::TokenId;
+use rayon::prelude::*;
+
+use super::{AttentionKind, DecoderState, Positions, Scratch, add_assign, add_bias_rows};
+use crate::transformer::Decoder;
+use crate::transformer::attention::{AttentionScratch, attend};
+
+impl Decoder {
+    /// Whether every state can take its one token in the multi-sequence
+    /// pass: a sliding-window cache that no longer holds its window needs
+    /// the single-sequence path, which recomputes the prefix first.
+    pub(super) fn can_step_together(&self, states: &[DecoderState]) -> bool {
+        let c = &self.config;
+        let largest_window = (0..c.n_layer)
+            .filter_map(|layer_idx| match c.attention_kind(layer_idx) {
+                AttentionKind::Sliding { window } => Some(window),
+                AttentionKind::Global => None,
+            })
+            .max();
+        states.iter().all(|state| match largest_window {
+            Some(window) => state.cache.holds_window(window),
+            None => true,
+        })
+    }
+
+    /// Reads `tokens[b]` into `states[b]` for every `b` in one pass and
+    /// writes each sequence's next-token logits into `logits[b]`. The
+    /// caller checked the input (lengths, ids, context bound) and
+    /// [`Decoder::can_step_together`]. The pass borrows the first state's
+    /// scratch buffers (sized for B rows) and the first logits buffer for
+    /// all B rows of the unembedding, so a step allocates nothing once the
+    /// buffers have grown.
+    pub(super) fn step_together(
+        &self,
+        states: &mut [DecoderState],
+        tokens: &[TokenId],
+        logits: &mut [Vec<f32>],
+    ) {
+        let n = tokens.len();
+        assert!(
+            n > 0 && states.len() == n && logits.len() == n,
+            "one token and one logits buffer per sequence"
+        );
+        self.positions_computed.fetch_add(n, Ordering::Relaxed);
+        let c = &self.config;
+        let (d, q_dim, kv_dim, ffn_dim) = (c.n_embd, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let mut scratch: Scratch = std::mem::take(&mut states[0].scratch);
+        let s = &mut scratch;
+        s.size_for(c, n);
+        let positions: Vec<usize> = states.iter().map(|state| state.cache.pos()).collect();
+        for state in states.iter_mut() {
+            let pos = state.cache.pos();
+            if let Some(history) = &mut state.history {
+                history.truncate(pos);
+            }
+        }
+        for (b, (&token, x_row)) in tokens.iter().zip(s.x.chunks_exact_mut(d)).enumerate() {
+            self.token_embedding.row(token as usize, x_row);
+            if let Positions::Learned(table) = &self.positions {
+                for (x, &p) in x_row.iter_mut().zip(table.row(positions[b])) {
+                    *x += p;
+                }
+            }
+            if let Some(scale) = c.options.embedding_scale {
+                x_row.iter_mut().for_each(|x| *x *= scale);
+            }
+        }
+
+        for (layer_idx, layer) in self.layers.iter().enumerate() {
+            let shape = self.attention_shape(layer_idx);
+            let rope = self.rope(layer_idx);
+            layer.attn_norm.apply_rows(&s.x, &mut s.normed);
+            layer.wk.matmul(self.dispatch, &s.normed, n, &mut s.k);
+            layer.wv.matmul(self.dispatch, &s.normed, n, &mut s.v);
+            layer.wq.matmul(self.dispatch, &s.normed, n, &mut s.q);
+            if let Some(bias) = &layer.qkv_bias {
+                add_bias_rows(&mut s.k, &bias.k);
+                add_bias_rows(&mut s.v, &bias.v);
+                add_bias_rows(&mut s.q, &bias.q);
+            }
+            for (b, ((k_row, v_row), q_row)) in
+                s.k.chunks_exact_mut(kv_dim)
+                    .zip(s.v.chunks_exact(kv_dim))
+                    .zip(s.q.chunks_exact_mut(q_dim))
+                    .enumerate()
+            {
+                let pos = positions[b];
+                if let Some(norm) = &layer.k_norm {
+                    norm.apply_rows_in_place(k_row);
+                }
+                if let Some(norm) = &layer.q_norm {
+                    norm.apply_rows_in_place(q_row);
+                }
+                if let Some(table) = rope {
+                    table.rotate_heads(k_row, c.head_dim, pos);
+                    table.rotate_heads(q_row, c.head_dim, pos);
+                }
+                states[b].cache.write(layer_idx, pos, k_row, v_row);
+            }
+            let attended = &mut s.attended[..n * q_dim];
+            if n == 1 {
+                attend(
+                    shape,
+                    &states[0].cache,
+                    layer_idx,
+                    positions[0] + 1,
+                    &s.q,
+                    &mut s.attention,
+                    attended,
+                );
+            } else {
+                let states = &*states;
+                attended
+                    .par_chunks_mut(q_dim)
+                    .zip(s.q.par_chunks(q_dim))
+                    .enumerate()
+                    .for_each_init(AttentionScratch::default, |scratch, (b, (out, q_row))| {
+                        let cache = &states[b].cache;
+                        attend(
+                            shape,
+                            cache,
+                            layer_idx,
+                            positions[b] + 1,
+                            q_row,
+                            scratch,
+                            out,
+                        );
+                    });
+            }
+            let (normed, projected) = (&mut s.normed[..n * d], &mut s.projected[..n * d]);
+            layer.wo.matmul(self.dispatch, attended, n, projected);
+            if let Some(norm) = &layer.post_attn_norm {
+                norm.apply_rows_in_place(projected);
+            }
+            add_assign(&mut s.x, projected);
+            layer.ffn_norm.apply_rows(&s.x, normed);
+            let (hidden, gated) = (&mut s.hidden[..n * ffn_dim], &mut s.gated[..n * ffn_dim]);
+            layer
+                .ffn
+                .forward(self.dispatch, normed, n, hidden, gated, projected);
+            if let Some(norm) = &layer.post_ffn_norm {
+                norm.apply_rows_in_place(projected);
+            }
+            add_assign(&mut s.x, projected);
+        }
+        for (state, &token) in states.iter_mut().zip(tokens) {
+            state.cache.commit(1);
+            if let Some(history) = &mut state.history {
+                history.push(token);
+            }
+        }
+        self.final_norm.apply_rows(&s.x, &mut s.normed);
+        let vocab_size = c.vocab_size;
+        let (first, rest) = logits.split_first_mut().expect("n > 0");
+        first.resize(n * vocab_size, 0.0);
+        self.output().matmul(self.dispatch, &s.normed, n, first);
+        for (out, row) in rest.iter_mut().zip(first.chunks_exact(vocab_size).skip(1)) {
+            out.clear();
+            out.extend_from_slice(row);
+        }
+        first.truncate(vocab_size);
+        states[0].scratch = scratch;
+    }
+}

@@ -1,0 +1,332 @@
+//! An OpenAI-compatible HTTP server over any [`LanguageModel`], with
+//! continuous batching: `lm-cli serve` runs it, and a program can embed it.
+//!
+//! ```text
+//! POST /v1/completions, /v1/chat/completions   (stream: server-sent events)
+//! GET  /v1/models, /health, /metrics            POST /tokenize, /detokenize
+//! ```
+//!
+//! One scheduler thread owns the model's forward passes and runs, at each
+//! step, one batched pass over the next token of every active sequence
+//! (see `scheduler.rs`); each request runs lm-decode's one generation loop,
+//! so its tokens are those it gets alone. docs/serving.md has the details:
+//! the scheduler, the limits, scaling out.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! let lm::GgufModel { decoder, text, .. } = lm::load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let config = lm_serve::ServeConfig::default();
+//! let server = lm_serve::Server::bind(Arc::new(decoder), Arc::new(text), config)?;
+//! println!("listening on http://{}", server.local_addr());
+//! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+mod deltas;
+mod error;
+mod metrics;
+mod prefix_cache;
+mod request;
+mod routes;
+mod scheduler;
+mod text;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lm_core::LanguageModel;
+
+pub use error::ServeError;
+pub use prefix_cache::StateSize;
+pub use text::{ServedText, TextFailure};
+
+use crate::metrics::Metrics;
+use crate::routes::App;
+use crate::scheduler::JobQueue;
+
+/// The server's settings (`lm-cli serve`'s flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Where to listen (127.0.0.1:8080 by default: loopback only).
+    pub addr: SocketAddr,
+    /// When set, every endpoint but `/health` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Sequences generated at once (the batch size); a request's `n` may
+    /// not exceed it.
+    pub parallel: usize,
+    /// Sequences that may wait for a slot; beyond, requests get a 429.
+    pub queue_len: usize,
+    /// The largest request body accepted; a larger one gets a 413.
+    pub max_body_bytes: usize,
+    /// How long shutdown waits for in-flight requests before cancelling them.
+    pub shutdown_grace: Duration,
+    /// Prompts are read in chunks of this many tokens, one chunk per step,
+    /// so a long prompt never stalls the running sequences for longer.
+    pub prefill_chunk_len: NonZeroUsize,
+    /// The model's name in `/v1/models` and every response.
+    pub model_name: String,
+    /// The prefix cache's budget: finished sequences' states are kept up to
+    /// this many bytes (least recently used dropped first), and a request
+    /// starts from the longest kept prefix of its prompt. 0 keeps nothing.
+    pub cache_bytes: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            api_key: None,
+            parallel: 4,
+            queue_len: 64,
+            max_body_bytes: 1 << 20,
+            shutdown_grace: Duration::from_secs(10),
+            prefill_chunk_len: NonZeroUsize::new(512).expect("not zero"),
+            model_name: "lm".to_owned(),
+            cache_bytes: 256 << 20,
+        }
+    }
+}
+
+/// A bound server, ready to [`Server::run`]: its scheduler and workers are
+/// running, its socket is listening.
+pub struct Server {
+    listener: std::net::TcpListener,
+    app: Arc<App>,
+    cancel: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("addr", &self.local_addr())
+            .field("config", &self.app.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds `config.addr` and starts the scheduler and `config.parallel`
+    /// workers for `model`, whose text side is `text`.
+    pub fn bind<M>(
+        model: Arc<M>,
+        text: Arc<dyn ServedText>,
+        config: ServeConfig,
+    ) -> Result<Self, ServeError>
+    where
+        M: LanguageModel + Send + Sync + 'static,
+        M::State: StateSize + Send + 'static,
+    {
+        if config.parallel == 0 {
+            return Err(ServeError::InvalidSetting {
+                name: "parallel",
+                reason: "at least one sequence must be able to run".into(),
+            });
+        }
+        let listener =
+            std::net::TcpListener::bind(config.addr).map_err(|source| ServeError::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        listener.set_nonblocking(true).map_err(ServeError::Io)?;
+        let metrics = Arc::new(Metrics::default());
+        let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let app = Arc::new(App {
+            vocab_size: model.vocab_size(),
+            context_length: model.context_length(),
+            end_tokens: text.end_tokens(),
+            banned_tokens: text.banned_tokens(),
+            text: Arc::clone(&text),
+            queue: Arc::clone(&queue),
+            metrics: Arc::clone(&metrics),
+            config,
+            stopping: AtomicBool::new(false),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            next_id: AtomicU64::new(0),
+        });
+        let threads = scheduler::start(
+            model,
+            text,
+            queue,
+            app.config.parallel,
+            Arc::clone(&cancel),
+            metrics,
+            app.config.cache_bytes,
+        );
+        Ok(Self {
+            listener,
+            app,
+            cancel,
+            threads,
+        })
+    }
+
+    /// The address the server listens on (the port chosen when
+    /// `config.addr` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.app.config.addr)
+    }
+
+    /// Serves until `shutdown` completes, then stops taking requests (503),
+    /// lets in-flight ones finish for up to `shutdown_grace`, cancels what
+    /// is left, and returns once the workers have stopped.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let Self {
+            listener,
+            app,
+            cancel,
+            threads,
+        } = self;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(ServeError::Io)?;
+        let (stopped_tx, mut stopped_rx) = tokio::sync::watch::channel(false);
+        let signal_app = Arc::clone(&app);
+        let signal = async move {
+            shutdown.await;
+            signal_app.stopping.store(true, Ordering::Relaxed);
+            let _ = stopped_tx.send(true);
+        };
+        let grace = app.config.shutdown_grace;
+        let server = axum::serve(listener, routes::router(Arc::clone(&app)))
+            .with_graceful_shutdown(signal)
+            .into_future();
+        tokio::pin!(server);
+        let result = tokio::select! {
+            result = &mut server => result.map_err(ServeError::Io),
+            () = async {
+                let _ = stopped_rx.wait_for(|stopped| *stopped).await;
+                tokio::time::sleep(grace).await;
+            } => {
+                log::warn!("shutdown grace of {grace:?} over: cancelling the requests still running");
+                cancel.store(true, Ordering::Relaxed);
+                match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+                    Ok(result) => result.map_err(ServeError::Io),
+                    Err(_) => Ok(()),
+                }
+            }
+        };
+        cancel.store(true, Ordering::Relaxed);
+        app.queue.close();
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
+        result
+    }
+
+    /// [`Server::run`] on a thread and runtime of its own, until
+    /// [`RunningServer::stop`] (or the handle is dropped): for a program or
+    /// a benchmark without a tokio runtime.
+    pub fn spawn(self) -> Result<RunningServer, ServeError> {
+        let addr = self.local_addr();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("lm-serve-http")
+            .enable_all()
+            .build()
+            .map_err(ServeError::Io)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("lm-serve".into())
+            .spawn(move || {
+                runtime.block_on(self.run(async {
+                    let _ = stopped.await;
+                }))
+            })
+            .map_err(ServeError::Io)?;
+        Ok(RunningServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// [`Server::run`] on a runtime of its own until Ctrl-C or SIGTERM:
+    /// what `lm-cli serve` calls, for a program without a tokio runtime.
+    pub fn run_until_signal(self) -> Result<(), ServeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("lm-serve-http")
+            .enable_all()
+            .build()
+            .map_err(ServeError::Io)?;
+        runtime.block_on(self.run(shutdown_signal()))
+    }
+}
+
+/// A server running on its own thread ([`Server::spawn`]); dropping the
+/// handle stops it as [`RunningServer::stop`] does.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
+}
+
+impl RunningServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shuts down as a signal would (in-flight requests get the grace) and
+    /// waits for the server's thread.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.stop_now()
+    }
+
+    fn stop_now(&mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = self.stop_now();
+        }
+    }
+}
+
+/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

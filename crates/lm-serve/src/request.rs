@@ -1,0 +1,473 @@
+//! Request bodies in OpenAI's wire format, read from JSON by hand so each
+//! error names its field: a wrong type or a value out of range is a 400
+//! with `param` set; fields this server does not know are ignored, as
+//! OpenAI's servers do.
+
+use lm_core::TokenId;
+use lm_tokenize::Message;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// What to continue: text, or token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Prompt {
+    Text(String),
+    Tokens(Vec<TokenId>),
+}
+
+/// The sampling and stopping fields both endpoints share.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sampling {
+    pub(crate) max_tokens: Option<u64>,
+    pub(crate) temperature: f32,
+    pub(crate) top_p: Option<f32>,
+    pub(crate) top_k: Option<usize>,
+    pub(crate) min_p: Option<f32>,
+    pub(crate) presence_penalty: Option<f32>,
+    pub(crate) frequency_penalty: Option<f32>,
+    pub(crate) repetition_penalty: Option<f32>,
+    pub(crate) logit_bias: Vec<(TokenId, f32)>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) stop: Vec<String>,
+    pub(crate) n: usize,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CompletionRequest {
+    pub(crate) prompt: Prompt,
+    pub(crate) sampling: Sampling,
+    /// How many top tokens to report per position (`logprobs`), if any.
+    pub(crate) logprobs: Option<usize>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ChatRequest {
+    pub(crate) messages: Vec<Message>,
+    pub(crate) sampling: Sampling,
+    /// `logprobs: true`, with `top_logprobs` alternatives per position.
+    pub(crate) logprobs: Option<usize>,
+}
+
+/// The most stop strings a request may give.
+const MAX_STOP_STRINGS: usize = 16;
+/// The most alternatives per position `logprobs`/`top_logprobs` may ask.
+pub(crate) const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A request body's fields, each read with its type checked.
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl<'a> Fields<'a> {
+    fn of(body: &'a Value) -> Result<Self, ApiError> {
+        body.as_object()
+            .map(Fields)
+            .ok_or_else(|| ApiError::invalid("body", "the request body must be a JSON object"))
+    }
+
+    /// The field, absent or `null` as `None`.
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn number(&self, name: &str) -> Result<Option<f64>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                ApiError::invalid(name, format!("'{name}' must be a number, got {v}"))
+            }),
+        }
+    }
+
+    /// A number in `[lo, hi]`.
+    fn f32_in(&self, name: &str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
+        match self.number(name)? {
+            Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::invalid(
+                name,
+                format!("'{name}' must be between {lo} and {hi}, got {x}"),
+            )),
+            x => Ok(x.map(|x| x as f32)),
+        }
+    }
+
+    /// A whole number in `[lo, hi]`.
+    fn integer_in(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => {
+                let x = v.as_i64().ok_or_else(|| {
+                    ApiError::invalid(name, format!("'{name}' must be an integer, got {v}"))
+                })?;
+                if (lo..=hi).contains(&x) {
+                    Ok(Some(x))
+                } else {
+                    Err(ApiError::invalid(
+                        name,
+                        format!("'{name}' must be between {lo} and {hi}, got {x}"),
+                    ))
+                }
+            }
+        }
+    }
+
+    fn boolean(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+                ApiError::invalid(name, format!("'{name}' must be a boolean, got {v}"))
+            }),
+        }
+    }
+}
+
+fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
+    // OpenAI names the limit `max_completion_tokens` in chat; either works.
+    let max_tokens = match f.integer_in("max_completion_tokens", 0, i64::MAX)? {
+        Some(n) => Some(n),
+        None => f.integer_in("max_tokens", 0, i64::MAX)?,
+    };
+    let max_tokens = max_tokens.map(|n| n as u64);
+    let stop = match f.get("stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => {
+            let strings: Option<Vec<String>> = items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            strings.ok_or_else(|| {
+                ApiError::invalid("stop", "'stop' must be a string or an array of strings")
+            })?
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "stop",
+                format!("'stop' must be a string or an array of strings, got {v}"),
+            ));
+        }
+    };
+    if stop.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid(
+            "stop",
+            format!(
+                "'stop' may hold at most {MAX_STOP_STRINGS} strings, got {}",
+                stop.len()
+            ),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "stop",
+            "'stop' strings must not be empty",
+        ));
+    }
+    let logit_bias = match f.get("logit_bias") {
+        None => Vec::new(),
+        Some(Value::Object(map)) => {
+            let mut bias = Vec::with_capacity(map.len());
+            for (key, value) in map {
+                let token: TokenId = key.parse().map_err(|_| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("'logit_bias' keys must be token ids, got \"{key}\""),
+                    )
+                })?;
+                let b = value.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("'logit_bias' values must be numbers between -100 and 100, got {value} for token {token}"),
+                    )
+                })?;
+                bias.push((token, b as f32));
+            }
+            bias
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!("'logit_bias' must be an object of token id to bias, got {v}"),
+            ));
+        }
+    };
+    let include_usage = match f.get("stream_options") {
+        None => false,
+        Some(Value::Object(options)) => Fields(options)
+            .boolean("include_usage")
+            .map_err(|_| {
+                ApiError::invalid(
+                    "stream_options",
+                    "'stream_options.include_usage' must be a boolean",
+                )
+            })?
+            .unwrap_or(false),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                format!("'stream_options' must be an object, got {v}"),
+            ));
+        }
+    };
+    let top_p = f.f32_in("top_p", 0.0, 1.0)?;
+    if top_p == Some(0.0) {
+        return Err(ApiError::invalid("top_p", "'top_p' must be greater than 0"));
+    }
+    let repetition_penalty = f.f32_in("repetition_penalty", 0.0, 10.0)?;
+    if repetition_penalty == Some(0.0) {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "'repetition_penalty' must be greater than 0",
+        ));
+    }
+    Ok(Sampling {
+        max_tokens,
+        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0),
+        top_p,
+        // 0 turns top-k off, as in llama.cpp's server.
+        top_k: f
+            .integer_in("top_k", 0, i64::from(u32::MAX))?
+            .filter(|&k| k > 0)
+            .map(|k| k as usize),
+        min_p: f.f32_in("min_p", 0.0, 1.0)?,
+        presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?,
+        frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?,
+        repetition_penalty,
+        logit_bias,
+        seed: f.integer_in("seed", i64::MIN, i64::MAX)?.map(|s| s as u64),
+        stop,
+        n: f.integer_in("n", 1, 128)?.unwrap_or(1) as usize,
+        stream: f.boolean("stream")?.unwrap_or(false),
+        include_usage,
+    })
+}
+
+/// Reads a `/v1/completions` body.
+pub(crate) fn completion(body: &Value) -> Result<CompletionRequest, ApiError> {
+    let f = Fields::of(body)?;
+    let prompt = match f.get("prompt") {
+        Some(Value::String(s)) => Prompt::Text(s.clone()),
+        Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+            Prompt::Text(items[0].as_str().unwrap_or_default().to_owned())
+        }
+        Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_number) => {
+            let ids: Option<Vec<TokenId>> = items
+                .iter()
+                .map(|v| v.as_u64().and_then(|id| TokenId::try_from(id).ok()))
+                .collect();
+            Prompt::Tokens(ids.ok_or_else(|| {
+                ApiError::invalid("prompt", "'prompt' token ids must be non-negative integers")
+            })?)
+        }
+        None => return Err(ApiError::invalid("prompt", "'prompt' is required")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "'prompt' must be a string, a one-string array or a non-empty array of token ids \
+                 (several prompts in one request are not supported: send one request each)",
+            ));
+        }
+    };
+    Ok(CompletionRequest {
+        prompt,
+        sampling: sampling(&f)?,
+        logprobs: f
+            .integer_in("logprobs", 0, MAX_TOP_LOGPROBS as i64)?
+            .map(|n| n as usize),
+    })
+}
+
+/// Reads a `/v1/chat/completions` body.
+pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
+    let f = Fields::of(body)?;
+    let Some(Value::Array(items)) = f.get("messages") else {
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' is required and must be an array of messages",
+        ));
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' must not be empty",
+        ));
+    }
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let param = format!("messages[{i}]");
+        let Some(m) = item.as_object() else {
+            return Err(ApiError::invalid(
+                &param,
+                format!("'{param}' must be an object"),
+            ));
+        };
+        let Some(role) = m.get("role").and_then(Value::as_str) else {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!("'{param}.role' must be a string"),
+            ));
+        };
+        let content = match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => String::new(),
+            // Content parts: the text parts, joined.
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for part in parts {
+                    match part.get("text").and_then(Value::as_str) {
+                        Some(t) if part.get("type").and_then(Value::as_str) == Some("text") => {
+                            text.push_str(t);
+                        }
+                        _ => {
+                            return Err(ApiError::invalid(
+                                &format!("{param}.content"),
+                                format!(
+                                    "'{param}.content' parts must be {{\"type\": \"text\", \"text\": ...}}"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                text
+            }
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.content"),
+                    format!(
+                        "'{param}.content' must be a string or an array of text parts, got {v}"
+                    ),
+                ));
+            }
+        };
+        messages.push(Message::new(role, content));
+    }
+    let logprobs = f.boolean("logprobs")?.unwrap_or(false);
+    let top = f.integer_in("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
+    if top.is_some() && !logprobs {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "'top_logprobs' needs 'logprobs': true",
+        ));
+    }
+    Ok(ChatRequest {
+        messages,
+        sampling: sampling(&f)?,
+        logprobs: logprobs.then(|| top.unwrap_or(0) as usize),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn param_of(result: Result<CompletionRequest, ApiError>) -> String {
+        result.unwrap_err().param.unwrap()
+    }
+
+    #[test]
+    fn defaults_and_unknown_fields() {
+        let r = completion(&json!({"prompt": "hi", "model": "x", "unknown": [1]})).unwrap();
+        assert_eq!(r.prompt, Prompt::Text("hi".into()));
+        assert_eq!(r.sampling.temperature, 1.0);
+        assert_eq!(r.sampling.n, 1);
+        assert_eq!(r.sampling.max_tokens, None);
+        assert_eq!(r.logprobs, None);
+    }
+
+    #[test]
+    fn every_field_is_read() {
+        let r = completion(&json!({
+            "prompt": [1, 2], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9,
+            "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+            "repetition_penalty": 1.1, "logit_bias": {"7": -100}, "seed": 42,
+            "stop": ["\n", "."], "n": 3, "stream": true,
+            "stream_options": {"include_usage": true}, "logprobs": 2
+        }))
+        .unwrap();
+        assert_eq!(r.prompt, Prompt::Tokens(vec![1, 2]));
+        let s = r.sampling;
+        assert_eq!(
+            (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p),
+            (Some(5), 0.5, Some(0.9), Some(40), Some(0.05))
+        );
+        assert_eq!(
+            (
+                s.presence_penalty,
+                s.frequency_penalty,
+                s.repetition_penalty
+            ),
+            (Some(0.5), Some(-0.5), Some(1.1))
+        );
+        assert_eq!(s.logit_bias, vec![(7, -100.0)]);
+        assert_eq!(
+            (s.seed, s.n, s.stream, s.include_usage),
+            (Some(42), 3, true, true)
+        );
+        assert_eq!(s.stop, vec!["\n".to_owned(), ".".to_owned()]);
+        assert_eq!(r.logprobs, Some(2));
+    }
+
+    #[test]
+    fn wrong_types_and_ranges_name_the_field() {
+        let cases = [
+            (json!({"prompt": 3}), "prompt"),
+            (json!({}), "prompt"),
+            (json!({"prompt": "a", "temperature": "hot"}), "temperature"),
+            (json!({"prompt": "a", "temperature": 2.5}), "temperature"),
+            (json!({"prompt": "a", "top_p": 0}), "top_p"),
+            (json!({"prompt": "a", "n": 0}), "n"),
+            (json!({"prompt": "a", "n": 1.5}), "n"),
+            (json!({"prompt": "a", "max_tokens": -1}), "max_tokens"),
+            (json!({"prompt": "a", "stop": 5}), "stop"),
+            (json!({"prompt": "a", "stop": [""]}), "stop"),
+            (json!({"prompt": "a", "logit_bias": {"x": 1}}), "logit_bias"),
+            (
+                json!({"prompt": "a", "logit_bias": {"1": 101}}),
+                "logit_bias",
+            ),
+            (json!({"prompt": "a", "stream": "yes"}), "stream"),
+            (json!({"prompt": "a", "logprobs": 21}), "logprobs"),
+            (
+                json!({"prompt": "a", "presence_penalty": 3}),
+                "presence_penalty",
+            ),
+            (
+                json!({"prompt": "a", "repetition_penalty": 0}),
+                "repetition_penalty",
+            ),
+            (json!({"prompt": [-1]}), "prompt"),
+        ];
+        for (body, param) in cases {
+            assert_eq!(param_of(completion(&body)), param, "{body}");
+        }
+        assert_eq!(param_of(completion(&json!([1]))), "body");
+    }
+
+    #[test]
+    fn chat_messages_are_checked_and_read() {
+        let r = chat(&json!({
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "logprobs": true, "top_logprobs": 3
+        }))
+        .unwrap();
+        assert_eq!(r.messages, vec![Message::new("user", "hi")]);
+        assert_eq!(r.logprobs, Some(3));
+        for (body, param) in [
+            (json!({"messages": []}), "messages"),
+            (json!({"messages": "hi"}), "messages"),
+            (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
+            (
+                json!({"messages": [{"role": "user", "content": 1}]}),
+                "messages[0].content",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+                "top_logprobs",
+            ),
+        ] {
+            assert_eq!(chat(&body).unwrap_err().param.unwrap(), param, "{body}");
+        }
+    }
+}

@@ -1,0 +1,742 @@
+//! The HTTP endpoints: OpenAI's `/v1/completions`, `/v1/chat/completions`
+//! and `/v1/models`, plus `/health`, `/tokenize`, `/detokenize` and
+//! `/metrics`. A handler checks the request (fields, context and `n`
+//! limits), queues one job per choice and answers with the events its
+//! workers send: whole, or as server-sent events ending in `data: [DONE]`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use lm_core::TokenId;
+use lm_decode::{Candidate, GenerationConfig, SamplingConfig, StopReason};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+use crate::ServeConfig;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::request::{self, Prompt, Sampling};
+use crate::scheduler::{Event, Job, JobQueue};
+use crate::text::ServedText;
+
+/// Most new tokens a request may ask of a model without a context bound.
+const MAX_TOKENS_UNBOUNDED: u64 = 1 << 16;
+/// `max_tokens` of a completion that does not say (OpenAI's default).
+const DEFAULT_COMPLETION_TOKENS: u64 = 16;
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub(crate) text: Arc<dyn ServedText>,
+    pub(crate) queue: Arc<JobQueue>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: ServeConfig,
+    pub(crate) vocab_size: usize,
+    pub(crate) context_length: Option<usize>,
+    pub(crate) end_tokens: Vec<TokenId>,
+    pub(crate) banned_tokens: Vec<TokenId>,
+    /// Set once shutdown began: new work gets a 503.
+    pub(crate) stopping: AtomicBool,
+    pub(crate) created: u64,
+    pub(crate) next_id: AtomicU64,
+}
+
+/// The router over `app`.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    let limit = app.config.max_body_bytes;
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            require_key,
+        ))
+        .route("/health", get(health))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(app)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl App {
+    fn model_name(&self) -> &str {
+        &self.config.model_name
+    }
+
+    fn id(&self, prefix: &str) -> String {
+        format!("{prefix}-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Counts every answer by status for `/metrics`.
+async fn count(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    app.metrics.record_request(response.status().as_u16());
+    response
+}
+
+/// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
+async fn require_key(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if let Some(key) = &app.config.api_key {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|given| same_bytes(given.as_bytes(), key.as_bytes())) {
+            return ApiError::status(
+                StatusCode::UNAUTHORIZED,
+                "missing or incorrect API key: send 'Authorization: Bearer KEY'",
+            )
+            .with_code("invalid_api_key")
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without stopping at the first difference (no timing hint).
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found() -> ApiError {
+    ApiError::status(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.stopping.load(Ordering::Relaxed) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "stopping"})),
+        )
+            .into_response()
+    } else {
+        axum::Json(json!({"status": "ok"})).into_response()
+    }
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.model_name(),
+            "object": "model",
+            "created": app.created,
+            "owned_by": "lm",
+            "context_length": app.context_length,
+        }],
+    }))
+    .into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(app.queue.len()),
+    )
+        .into_response()
+}
+
+/// The body as JSON: a body over the cap is a 413, bad JSON a 400.
+fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "the request body is larger than the server accepts (--max-body-bytes)".to_owned()
+        } else {
+            rejection.body_text()
+        };
+        ApiError::status(status, message)
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid("body", format!("the request body is not valid JSON: {e}")))
+}
+
+async fn tokenize(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let result = (|| {
+        let body = json_body(body)?;
+        let content = body
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::invalid("content", "'content' must be a string"))?;
+        let tokens = app
+            .text
+            .encode(content)
+            .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+        Ok::<_, ApiError>(axum::Json(json!({ "tokens": tokens })))
+    })();
+    result.into_response()
+}
+
+async fn detokenize(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let result = (|| {
+        let body = json_body(body)?;
+        let tokens = token_ids(body.get("tokens"), "tokens", app.vocab_size)?;
+        let content = app.text.detokenizer().decode(&tokens);
+        Ok::<_, ApiError>(axum::Json(json!({ "content": content })))
+    })();
+    result.into_response()
+}
+
+/// Token ids from a JSON array, each checked against the vocabulary.
+fn token_ids(
+    value: Option<&Value>,
+    param: &str,
+    vocab_size: usize,
+) -> Result<Vec<TokenId>, ApiError> {
+    let items = value.and_then(Value::as_array).ok_or_else(|| {
+        ApiError::invalid(param, format!("'{param}' must be an array of token ids"))
+    })?;
+    items
+        .iter()
+        .map(|v| {
+            v.as_u64()
+                .filter(|&id| id < vocab_size as u64)
+                .map(|id| id as TokenId)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        param,
+                        format!("'{param}' holds {v}, not a token id of this model (vocabulary of {vocab_size})"),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Which endpoint a response is shaped for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let prepared = (|| {
+        let request = request::completion(&json_body(body)?)?;
+        let prompt = match request.prompt {
+            Prompt::Text(text) => app
+                .text
+                .encode(&text)
+                .map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
+            Prompt::Tokens(ids) => token_ids(Some(&json!(ids)), "prompt", app.vocab_size)?,
+        };
+        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs))
+    })();
+    match prepared {
+        Ok((prompt, sampling, logprobs)) => {
+            run(&app, Kind::Completion, prompt, sampling, logprobs).await
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn chat_completions(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let request = request::chat(&json_body(body)?)?;
+        let text = app
+            .text
+            .chat_prompt(&request.messages)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        let prompt = app
+            .text
+            .encode(&text)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs))
+    })();
+    match prepared {
+        Ok((prompt, sampling, logprobs)) => run(&app, Kind::Chat, prompt, sampling, logprobs).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The generation config of choice `index` after checking the limits.
+fn generation_config(
+    app: &App,
+    kind: Kind,
+    n_prompt: usize,
+    s: &Sampling,
+    logprobs: Option<usize>,
+) -> Result<GenerationConfig, ApiError> {
+    if n_prompt == 0 {
+        return Err(ApiError::invalid("prompt", "the prompt is empty"));
+    }
+    if s.n > app.config.parallel {
+        return Err(ApiError::invalid(
+            "n",
+            format!(
+                "'n' is {}, more than this server generates at once (--parallel {})",
+                s.n, app.config.parallel
+            ),
+        ));
+    }
+    let max_new_tokens = match app.context_length {
+        Some(ctx) => {
+            let room = ctx.saturating_sub(n_prompt) as u64;
+            if room == 0 {
+                let param = match kind {
+                    Kind::Completion => "prompt",
+                    Kind::Chat => "messages",
+                };
+                return Err(ApiError::invalid(
+                    param,
+                    format!("this model's maximum context length is {ctx} tokens, and the prompt has {n_prompt}"),
+                )
+                .with_code("context_length_exceeded"));
+            }
+            match (s.max_tokens, kind) {
+                (Some(n), _) if n > room => {
+                    return Err(ApiError::invalid(
+                        "max_tokens",
+                        format!(
+                            "this model's maximum context length is {ctx} tokens; you requested {} \
+                             ({n_prompt} in the prompt, {n} for the completion)",
+                            n_prompt as u64 + n
+                        ),
+                    )
+                    .with_code("context_length_exceeded"));
+                }
+                (Some(n), _) => n,
+                (None, Kind::Completion) => DEFAULT_COMPLETION_TOKENS.min(room),
+                (None, Kind::Chat) => room,
+            }
+        }
+        None => match s.max_tokens {
+            Some(n) if n > MAX_TOKENS_UNBOUNDED => {
+                return Err(ApiError::invalid(
+                    "max_tokens",
+                    format!("'max_tokens' may be at most {MAX_TOKENS_UNBOUNDED} for this model"),
+                ));
+            }
+            Some(n) => n,
+            None if kind == Kind::Completion => DEFAULT_COMPLETION_TOKENS,
+            None => MAX_TOKENS_UNBOUNDED,
+        },
+    };
+    if let Some(&(id, _)) = s
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= app.vocab_size)
+    {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!(
+                "'logit_bias' names token {id}, beyond the vocabulary of {}",
+                app.vocab_size
+            ),
+        ));
+    }
+    // No seed: one from the clock, so unseeded requests differ.
+    let seed = s.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    Ok(GenerationConfig {
+        max_new_tokens: usize::try_from(max_new_tokens).unwrap_or(usize::MAX),
+        sampling: SamplingConfig {
+            temperature: s.temperature,
+            top_k: s.top_k,
+            top_p: s.top_p,
+            min_p: s.min_p,
+            repetition_penalty: s.repetition_penalty,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+            logit_bias: s.logit_bias.clone(),
+            banned_tokens: app.banned_tokens.clone(),
+            seed,
+            ..SamplingConfig::default()
+        },
+        end_tokens: app.end_tokens.clone(),
+        stop_strings: s.stop.clone(),
+        prefill_chunk_len: Some(app.config.prefill_chunk_len),
+        n_top_candidates: logprobs.unwrap_or(0),
+        num_return_sequences: 1,
+        rng_stream: 0,
+        ..GenerationConfig::default()
+    })
+}
+
+/// Queues the request's `n` choices and answers with their events.
+async fn run(
+    app: &Arc<App>,
+    kind: Kind,
+    prompt: Vec<TokenId>,
+    sampling: Sampling,
+    logprobs: Option<usize>,
+) -> Response {
+    if app.stopping.load(Ordering::Relaxed) {
+        return ApiError::status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down",
+        )
+        .retry_after(5)
+        .into_response();
+    }
+    let config = match generation_config(app, kind, prompt.len(), &sampling, logprobs) {
+        Ok(config) => config,
+        Err(error) => return error.into_response(),
+    };
+    let (events, receiver) = unbounded_channel();
+    let enqueued = Instant::now();
+    let jobs: Vec<Job> = (0..sampling.n)
+        .map(|index| Job {
+            index,
+            prompt: prompt.clone(),
+            config: GenerationConfig {
+                rng_stream: index as u64,
+                ..config.clone()
+            },
+            events: events.clone(),
+            enqueued,
+        })
+        .collect();
+    drop(events);
+    if app.queue.push_all(jobs).is_err() {
+        return ApiError::status(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the server is busy: every slot is taken and the queue is full; retry later",
+        )
+        .with_code("rate_limit_exceeded")
+        .retry_after(1)
+        .into_response();
+    }
+    let answer = Answer {
+        app: Arc::clone(app),
+        kind,
+        id: app.id(match kind {
+            Kind::Completion => "cmpl",
+            Kind::Chat => "chatcmpl",
+        }),
+        created: unix_now(),
+        n: sampling.n,
+        logprobs,
+    };
+    if sampling.stream {
+        answer
+            .stream(receiver, sampling.include_usage)
+            .into_response()
+    } else {
+        answer.whole(receiver).await
+    }
+}
+
+/// One choice as it ends up.
+#[derive(Debug, Default)]
+struct Choice {
+    text: String,
+    logprobs: Vec<Value>,
+    finish_reason: Option<&'static str>,
+    n_prompt: usize,
+    n_generated: usize,
+    error: Option<String>,
+    /// Characters of text before each token, for completions' `text_offset`.
+    offset: usize,
+}
+
+/// OpenAI's name for why a choice ended.
+fn finish_reason(reason: &StopReason) -> &'static str {
+    match reason {
+        StopReason::MaxNewTokens | StopReason::ContextBound => "length",
+        _ => "stop",
+    }
+}
+
+/// Shapes a request's events into its answer.
+struct Answer {
+    app: Arc<App>,
+    kind: Kind,
+    id: String,
+    created: u64,
+    n: usize,
+    logprobs: Option<usize>,
+}
+
+impl Answer {
+    /// The `logprobs` entry of one token in the endpoint's shape.
+    fn logprob_entry(
+        &self,
+        token: TokenId,
+        logprob: f64,
+        top: &[Candidate],
+        offset: usize,
+    ) -> Value {
+        let text = self.app.text.token_text(token);
+        match self.kind {
+            Kind::Chat => json!({
+                "token": text,
+                "logprob": logprob,
+                "bytes": text.as_bytes(),
+                "top_logprobs": top.iter().map(|c| {
+                    let t = self.app.text.token_text(c.token);
+                    json!({"token": t, "logprob": c.logprob, "bytes": t.as_bytes()})
+                }).collect::<Vec<_>>(),
+            }),
+            Kind::Completion => {
+                let top: serde_json::Map<String, Value> = top
+                    .iter()
+                    .map(|c| (self.app.text.token_text(c.token), json!(c.logprob)))
+                    .collect();
+                json!({"token": text, "logprob": logprob, "top": top, "offset": offset})
+            }
+        }
+    }
+
+    /// Completions' `logprobs` object from per-token entries.
+    fn completion_logprobs(entries: &[Value]) -> Value {
+        json!({
+            "tokens": entries.iter().map(|e| e["token"].clone()).collect::<Vec<_>>(),
+            "token_logprobs": entries.iter().map(|e| e["logprob"].clone()).collect::<Vec<_>>(),
+            "top_logprobs": entries.iter().map(|e| e["top"].clone()).collect::<Vec<_>>(),
+            "text_offset": entries.iter().map(|e| e["offset"].clone()).collect::<Vec<_>>(),
+        })
+    }
+
+    fn logprobs_value(&self, entries: &[Value]) -> Value {
+        match (self.logprobs, self.kind) {
+            (None, _) => Value::Null,
+            (Some(_), Kind::Chat) => json!({ "content": entries }),
+            (Some(_), Kind::Completion) => Self::completion_logprobs(entries),
+        }
+    }
+
+    /// Applies one event to its choice; returns the new text and logprob
+    /// entry it adds, if any.
+    fn apply(&self, choice: &mut Choice, event: Event) -> (String, Option<Value>) {
+        match event {
+            Event::Token {
+                token,
+                logprob,
+                top,
+                text,
+            } => {
+                let entry = (self.logprobs.is_some() && !self.app.end_tokens.contains(&token))
+                    .then(|| self.logprob_entry(token, logprob, &top, choice.offset));
+                if let Some(entry) = &entry {
+                    choice.logprobs.push(entry.clone());
+                }
+                choice.offset += text.chars().count();
+                choice.text.push_str(&text);
+                (text, entry)
+            }
+            Event::Done {
+                text,
+                stop_reason,
+                n_prompt,
+                n_generated,
+            } => {
+                choice.text.push_str(&text);
+                choice.finish_reason = Some(finish_reason(&stop_reason));
+                choice.n_prompt = n_prompt;
+                choice.n_generated = n_generated;
+                (text, None)
+            }
+            Event::Failed(message) => {
+                choice.error = Some(message);
+                choice.finish_reason = Some("stop");
+                (String::new(), None)
+            }
+        }
+    }
+
+    fn usage(choices: &[Choice]) -> Value {
+        let prompt = choices.first().map_or(0, |c| c.n_prompt);
+        let completion: usize = choices.iter().map(|c| c.n_generated).sum();
+        json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        })
+    }
+
+    /// Waits for every choice and answers in one JSON body.
+    async fn whole(self, mut receiver: UnboundedReceiver<(usize, Event)>) -> Response {
+        let mut choices: Vec<Choice> = (0..self.n).map(|_| Choice::default()).collect();
+        let mut n_open = self.n;
+        while n_open > 0 {
+            let Some((index, event)) = receiver.recv().await else {
+                break;
+            };
+            let ends = !matches!(event, Event::Token { .. });
+            self.apply(&mut choices[index], event);
+            n_open -= usize::from(ends);
+        }
+        if let Some(error) = choices.iter().find_map(|c| c.error.clone()) {
+            return ApiError::status(StatusCode::BAD_REQUEST, error).into_response();
+        }
+        if choices.iter().any(|c| c.finish_reason.is_none()) {
+            return ApiError::status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "a generation ended without an answer",
+            )
+            .into_response();
+        }
+        let body_choices: Vec<Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(index, c)| match self.kind {
+                Kind::Completion => json!({
+                    "index": index,
+                    "text": c.text,
+                    "logprobs": self.logprobs_value(&c.logprobs),
+                    "finish_reason": c.finish_reason,
+                }),
+                Kind::Chat => json!({
+                    "index": index,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": self.logprobs_value(&c.logprobs),
+                    "finish_reason": c.finish_reason,
+                }),
+            })
+            .collect();
+        axum::Json(json!({
+            "id": self.id,
+            "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion" },
+            "created": self.created,
+            "model": self.app.model_name(),
+            "choices": body_choices,
+            "usage": Self::usage(&choices),
+        }))
+        .into_response()
+    }
+
+    /// One streamed chunk with one choice.
+    fn chunk(
+        &self,
+        index: usize,
+        text: &str,
+        entry: Option<Value>,
+        finish: Option<&str>,
+        first: bool,
+    ) -> Value {
+        let logprobs = match entry {
+            None => Value::Null,
+            Some(entry) => self.logprobs_value(&[entry]),
+        };
+        let choice = match self.kind {
+            Kind::Completion => json!({
+                "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
+            }),
+            Kind::Chat => {
+                let delta = match (first, finish) {
+                    (true, _) => json!({"role": "assistant", "content": text}),
+                    (false, Some(_)) if text.is_empty() => json!({}),
+                    _ => json!({"content": text}),
+                };
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
+            }
+        };
+        json!({
+            "id": self.id,
+            "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion.chunk" },
+            "created": self.created,
+            "model": self.app.model_name(),
+            "choices": [choice],
+        })
+    }
+
+    /// Server-sent events: a chunk per token that adds text (or a logprob),
+    /// a last chunk per choice with its `finish_reason`, the usage when
+    /// asked, then `data: [DONE]`. Dropping the stream (the client went
+    /// away) drops the receiver, which cancels the choices.
+    fn stream(
+        self,
+        receiver: UnboundedReceiver<(usize, Event)>,
+        include_usage: bool,
+    ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+        struct Progress {
+            answer: Answer,
+            receiver: UnboundedReceiver<(usize, Event)>,
+            choices: Vec<Choice>,
+            started: Vec<bool>,
+            n_open: usize,
+            include_usage: bool,
+            /// 0: choices running, 1: usage sent (or skipped), 2: done.
+            phase: u8,
+        }
+        let n = self.n;
+        let progress = Progress {
+            choices: (0..n).map(|_| Choice::default()).collect(),
+            started: vec![false; n],
+            n_open: n,
+            receiver,
+            include_usage,
+            answer: self,
+            phase: 0,
+        };
+        let stream = futures_util::stream::unfold(progress, |mut p| async move {
+            loop {
+                if p.phase == 0 && p.n_open == 0 {
+                    p.phase = 1;
+                    if p.include_usage {
+                        let mut usage = p.answer.chunk(0, "", None, None, false);
+                        usage["choices"] = json!([]);
+                        usage["usage"] = Answer::usage(&p.choices);
+                        return Some((Ok(SseEvent::default().data(usage.to_string())), p));
+                    }
+                }
+                match p.phase {
+                    1 => {
+                        p.phase = 2;
+                        return Some((Ok(SseEvent::default().data("[DONE]")), p));
+                    }
+                    2 => return None,
+                    _ => {}
+                }
+                let Some((index, event)) = p.receiver.recv().await else {
+                    p.n_open = 0;
+                    continue;
+                };
+                let ends = !matches!(event, Event::Token { .. });
+                let (text, entry) = p.answer.apply(&mut p.choices[index], event);
+                if ends {
+                    p.n_open -= 1;
+                    if let Some(error) = p.choices[index].error.clone() {
+                        let body = ApiError::status(StatusCode::BAD_REQUEST, error).body();
+                        return Some((Ok(SseEvent::default().data(body.to_string())), p));
+                    }
+                }
+                let first = !p.started[index];
+                if text.is_empty()
+                    && entry.is_none()
+                    && !ends
+                    && !(first && p.answer.kind == Kind::Chat)
+                {
+                    continue;
+                }
+                p.started[index] = true;
+                let finish = if ends {
+                    p.choices[index].finish_reason
+                } else {
+                    None
+                };
+                let chunk = p.answer.chunk(index, &text, entry, finish, first);
+                return Some((Ok(SseEvent::default().data(chunk.to_string())), p));
+            }
+        });
+        Sse::new(stream)
+    }
+}

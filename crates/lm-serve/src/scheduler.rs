@@ -1,0 +1,517 @@
+//! Continuous batching: one scheduler thread owns the model's forward
+//! passes; each request runs lm-decode's one generation loop on a worker
+//! thread of its own, against a [`Remote`] model whose `forward` hands the
+//! sequence's state to the scheduler and waits for its logits.
+//!
+//! ```text
+//! HTTP handlers ──jobs──> JobQueue (bounded) ──> workers (--parallel threads)
+//!                                                  │ lm_decode::generate_with_hook
+//!                                                  │   over Remote<M>
+//!                                                  v
+//!                          scheduler: waits until every active sequence has
+//!                          asked for its next forward, then runs ONE step:
+//!                            all one-token requests  -> model.forward_batch
+//!                                                       (weights read once)
+//!                            one prefill chunk       -> model.forward
+//!                          and hands each state and its logits back
+//! ```
+//!
+//! New sequences join between steps (their prompt read in chunks of
+//! `prefill_chunk_len`, one chunk per step, so a long prompt never stalls
+//! the others for more than a chunk). Sampling, stop rules and the trace
+//! stay in lm-decode's loop, and the multi-sequence step gives each
+//! sequence the bits it gets alone, so a request's tokens are those it
+//! gets served alone: the batch changes speed, never output.
+
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
+use lm_decode::{Candidate, GenerationConfig, GenerationHook, StopReason, generate_from_state};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::deltas::TextDeltas;
+use crate::metrics::Metrics;
+use crate::prefix_cache::{PrefixCache, StateSize};
+use crate::text::ServedText;
+
+/// One sequence to generate: a prompt and its policy, and where its events
+/// go.
+pub(crate) struct Job {
+    /// Which of the request's `n` choices this is.
+    pub(crate) index: usize,
+    pub(crate) prompt: Vec<TokenId>,
+    pub(crate) config: GenerationConfig,
+    pub(crate) events: UnboundedSender<(usize, Event)>,
+    pub(crate) enqueued: Instant,
+}
+
+/// What a worker reports about its sequence.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A generated token (end tokens included), with the text it made final.
+    Token {
+        token: TokenId,
+        logprob: f64,
+        top: Vec<Candidate>,
+        text: String,
+    },
+    /// The sequence ended: the rest of its text and why it stopped.
+    Done {
+        text: String,
+        stop_reason: StopReason,
+        n_prompt: usize,
+        n_generated: usize,
+    },
+    /// The loop failed (a bad request the checks before it missed).
+    Failed(String),
+}
+
+/// The jobs waiting for a worker, bounded: a request that does not fit is
+/// refused whole (429), never queued in part.
+pub(crate) struct JobQueue {
+    inner: Mutex<QueueInner>,
+    ready: Condvar,
+    capacity: usize,
+}
+
+struct QueueInner {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+impl JobQueue {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            inner: Mutex::new(QueueInner {
+                jobs: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            capacity,
+        }
+    }
+
+    /// Queues every job or none: `Err` hands them back when they do not fit.
+    pub(crate) fn push_all(&self, jobs: Vec<Job>) -> Result<(), Vec<Job>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.closed || inner.jobs.len() + jobs.len() > self.capacity {
+            return Err(jobs);
+        }
+        inner.jobs.extend(jobs);
+        self.ready.notify_all();
+        Ok(())
+    }
+
+    /// The next job; `None` once the queue is closed and empty.
+    fn pop(&self) -> Option<Job> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = inner.jobs.pop_front() {
+                return Some(job);
+            }
+            if inner.closed {
+                return None;
+            }
+            inner = self.ready.wait(inner).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Jobs waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |inner| inner.jobs.len())
+    }
+
+    /// Refuses new jobs and lets the workers exit once the queue is empty.
+    pub(crate) fn close(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.closed = true;
+        self.ready.notify_all();
+    }
+}
+
+/// A request for one forward pass, from a worker to the scheduler.
+struct Forward<S> {
+    state: S,
+    tokens: Vec<TokenId>,
+    rows: Rows,
+    logits: Vec<f32>,
+    reply: Sender<Reply<S>>,
+}
+
+/// The scheduler's answer: the state and logits back, and the result.
+struct Reply<S> {
+    state: S,
+    logits: Vec<f32>,
+    result: lm_core::Result<()>,
+}
+
+enum Message<S> {
+    /// A sequence became active: the scheduler waits for its requests.
+    Join,
+    Forward(Forward<S>),
+    /// A sequence ended.
+    Leave,
+}
+
+/// Starts the scheduler and `n_workers` workers serving `queue`. They end
+/// once the queue is closed and drained.
+pub(crate) fn start<M>(
+    model: Arc<M>,
+    text: Arc<dyn ServedText>,
+    queue: Arc<JobQueue>,
+    n_workers: usize,
+    cancel: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+    cache_bytes: usize,
+) -> Vec<std::thread::JoinHandle<()>>
+where
+    M: LanguageModel + Send + Sync + 'static,
+    M::State: StateSize + Send + 'static,
+{
+    let cache = Arc::new(Mutex::new(PrefixCache::new(cache_bytes)));
+    let (to_scheduler, inbox) = std::sync::mpsc::channel();
+    let mut threads = Vec::with_capacity(n_workers + 1);
+    let scheduler_model = Arc::clone(&model);
+    let scheduler_metrics = Arc::clone(&metrics);
+    threads.push(
+        std::thread::Builder::new()
+            .name("lm-serve-scheduler".into())
+            .spawn(move || run_scheduler(&*scheduler_model, &inbox, &scheduler_metrics))
+            .expect("spawning the scheduler thread"),
+    );
+    for worker_idx in 0..n_workers {
+        let (reply_to, replies) = std::sync::mpsc::channel();
+        let remote = Remote {
+            model: Arc::clone(&model),
+            to_scheduler: to_scheduler.clone(),
+            reply_to,
+            replies,
+        };
+        let (cache, text, queue, cancel, metrics) = (
+            Arc::clone(&cache),
+            Arc::clone(&text),
+            Arc::clone(&queue),
+            Arc::clone(&cancel),
+            Arc::clone(&metrics),
+        );
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("lm-serve-worker-{worker_idx}"))
+                .spawn(move || {
+                    while let Some(job) = queue.pop() {
+                        metrics.job_started(job.enqueued);
+                        run_job(&remote, &*text, job, &cache, &cancel, &metrics);
+                        metrics.job_ended();
+                    }
+                })
+                .expect("spawning a worker thread"),
+        );
+    }
+    threads
+}
+
+/// The scheduler's loop: gather requests until every active sequence has
+/// one, run a step, repeat; ends when every worker is gone.
+fn run_scheduler<M: LanguageModel>(
+    model: &M,
+    inbox: &Receiver<Message<M::State>>,
+    metrics: &Metrics,
+) {
+    let mut n_active = 0usize;
+    let mut waiting: Vec<Forward<M::State>> = Vec::new();
+    loop {
+        let ready = n_active > 0 && waiting.len() == n_active;
+        let message = if ready {
+            // Nothing more (or every worker gone): run the step.
+            inbox.try_recv().ok()
+        } else {
+            match inbox.recv() {
+                Ok(message) => Some(message),
+                Err(_) => return,
+            }
+        };
+        match message {
+            Some(Message::Join) => n_active += 1,
+            Some(Message::Leave) => n_active -= 1,
+            Some(Message::Forward(forward)) => waiting.push(forward),
+            None => step(model, &mut waiting, metrics),
+        }
+    }
+}
+
+/// One step: every waiting one-token request in one `forward_batch`, then
+/// the oldest waiting prefill chunk; the others wait for the next step.
+fn step<M: LanguageModel>(model: &M, waiting: &mut Vec<Forward<M::State>>, metrics: &Metrics) {
+    let (mut decodes, mut rest): (Vec<_>, Vec<_>) = waiting
+        .drain(..)
+        .partition(|f| f.tokens.len() == 1 && f.rows == Rows::Last);
+    let prefill = (!rest.is_empty()).then(|| rest.remove(0));
+    *waiting = rest;
+    if !decodes.is_empty() {
+        let started = Instant::now();
+        let mut states: Vec<M::State> = Vec::with_capacity(decodes.len());
+        let mut logits: Vec<Vec<f32>> = Vec::with_capacity(decodes.len());
+        let mut replies = Vec::with_capacity(decodes.len());
+        let mut tokens = Vec::with_capacity(decodes.len());
+        for f in decodes.drain(..) {
+            states.push(f.state);
+            logits.push(f.logits);
+            tokens.push(f.tokens);
+            replies.push(f.reply);
+        }
+        let slices: Vec<&[TokenId]> = tokens.iter().map(Vec::as_slice).collect();
+        let results: Vec<lm_core::Result<()>> =
+            match model.forward_batch(&mut states, &slices, &mut logits) {
+                Ok(()) => vec![Ok(()); states.len()],
+                // A failed batch changed no state: each sequence alone, so
+                // only the bad one fails.
+                Err(_) => states
+                    .iter_mut()
+                    .zip(&slices)
+                    .zip(&mut logits)
+                    .map(|((state, tokens), logits)| {
+                        model.forward(state, tokens, Rows::Last, logits)
+                    })
+                    .collect(),
+            };
+        metrics.record_step(replies.len(), started.elapsed());
+        for (((state, logits), result), reply) in
+            states.into_iter().zip(logits).zip(results).zip(replies)
+        {
+            let _ = reply.send(Reply {
+                state,
+                logits,
+                result,
+            });
+        }
+    }
+    if let Some(mut f) = prefill {
+        let result = model.forward(&mut f.state, &f.tokens, f.rows, &mut f.logits);
+        metrics.record_prefill(f.tokens.len());
+        let _ = f.reply.send(Reply {
+            state: f.state,
+            logits: f.logits,
+            result,
+        });
+    }
+}
+
+/// The model as a worker sees it: every forward pass goes through the
+/// scheduler.
+struct Remote<M: LanguageModel> {
+    model: Arc<M>,
+    to_scheduler: Sender<Message<M::State>>,
+    reply_to: Sender<Reply<M::State>>,
+    replies: Receiver<Reply<M::State>>,
+}
+
+/// A sequence's state while its worker holds it (`None` only while the
+/// scheduler has it, inside a forward call).
+#[derive(Debug, Clone)]
+struct RemoteState<S>(Option<S>);
+
+impl<S: SequenceState> SequenceState for RemoteState<S> {
+    fn pos(&self) -> usize {
+        self.0.as_ref().map_or(0, SequenceState::pos)
+    }
+
+    fn truncate(&mut self, pos: usize) {
+        if let Some(state) = &mut self.0 {
+            state.truncate(pos);
+        }
+    }
+}
+
+impl<M: LanguageModel> LanguageModel for Remote<M> {
+    type State = RemoteState<M::State>;
+
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn context_length(&self) -> Option<usize> {
+        self.model.context_length()
+    }
+
+    fn new_state(&self) -> Self::State {
+        RemoteState(Some(self.model.new_state()))
+    }
+
+    fn forward(
+        &self,
+        state: &mut Self::State,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        self.model.check_input(state.pos(), tokens)?;
+        let inner = state
+            .0
+            .take()
+            .expect("a state is home between forward calls");
+        let forward = Forward {
+            state: inner,
+            tokens: tokens.to_vec(),
+            rows,
+            logits: std::mem::take(logits),
+            reply: self.reply_to.clone(),
+        };
+        self.to_scheduler
+            .send(Message::Forward(forward))
+            .expect("the scheduler outlives its workers");
+        let reply = self
+            .replies
+            .recv()
+            .expect("the scheduler answers every request");
+        state.0 = Some(reply.state);
+        *logits = reply.logits;
+        reply.result
+    }
+}
+
+/// A sequence's seat in the batch: joins when made, leaves when dropped
+/// (also when the loop panics), so the scheduler never waits for it.
+struct Seat<'a, S>(&'a Sender<Message<S>>);
+
+impl<'a, S> Seat<'a, S> {
+    fn join(to_scheduler: &'a Sender<Message<S>>) -> Self {
+        let _ = to_scheduler.send(Message::Join);
+        Self(to_scheduler)
+    }
+}
+
+impl<S> Drop for Seat<'_, S> {
+    fn drop(&mut self) {
+        let _ = self.0.send(Message::Leave);
+    }
+}
+
+/// Streams each step to the job's events; stops the run when the client
+/// went away or the server is shutting down.
+struct StreamHook<'a> {
+    index: usize,
+    events: &'a UnboundedSender<(usize, Event)>,
+    deltas: TextDeltas<'a>,
+    cancel: &'a AtomicBool,
+    metrics: &'a Metrics,
+    started: Instant,
+    first_token: bool,
+}
+
+impl StreamHook<'_> {
+    fn flow(&self) -> ControlFlow<()> {
+        if self.events.is_closed() || self.cancel.load(Ordering::Relaxed) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+/// On `&mut`, so the caller keeps the hook (and its text) after the run.
+impl GenerationHook for &mut StreamHook<'_> {
+    type Error = lm_decode::Error;
+
+    fn on_step(&mut self, step: &lm_decode::Step) -> Result<ControlFlow<()>, Self::Error> {
+        if self.first_token {
+            self.first_token = false;
+            self.metrics.record_first_token(self.started.elapsed());
+        }
+        let text = self.deltas.push(step.token);
+        let _ = self.events.send((
+            self.index,
+            Event::Token {
+                token: step.token,
+                logprob: step.logprob,
+                top: step.model_top.clone(),
+                text,
+            },
+        ));
+        Ok(self.flow())
+    }
+
+    fn after_prefill_chunk(
+        &mut self,
+        _n_read: usize,
+        _n_prompt: usize,
+    ) -> Result<ControlFlow<()>, Self::Error> {
+        Ok(self.flow())
+    }
+}
+
+/// Runs one job through lm-decode's loop, from the longest kept prefix of
+/// its prompt, reports its end and keeps its state.
+fn run_job<M: LanguageModel>(
+    remote: &Remote<M>,
+    text: &dyn ServedText,
+    job: Job,
+    cache: &Mutex<PrefixCache<M::State>>,
+    cancel: &AtomicBool,
+    metrics: &Metrics,
+) where
+    M::State: StateSize,
+{
+    let _seat = Seat::join(&remote.to_scheduler);
+    let detokenizer = text.detokenizer();
+    let mut hook = StreamHook {
+        index: job.index,
+        events: &job.events,
+        deltas: TextDeltas::new(
+            detokenizer,
+            &job.prompt,
+            &job.config.end_tokens,
+            &job.config.stop_strings,
+        ),
+        cancel,
+        metrics,
+        started: job.enqueued,
+        first_token: true,
+    };
+    let kept = lock(cache).longest_prefix(&job.prompt);
+    let state = match kept {
+        Some((state, shared)) => {
+            metrics.record_cache_hit(shared);
+            RemoteState(Some(state))
+        }
+        None => remote.new_state(),
+    };
+    let result = generate_from_state(
+        remote,
+        state,
+        &job.prompt,
+        &job.config,
+        Some(detokenizer),
+        &mut hook,
+    );
+    let event = match result {
+        Ok((generation, state)) => {
+            metrics.record_generated(generation.prompt.len(), generation.tokens.len());
+            if let Some(state) = state.0 {
+                let mut tokens = [generation.prompt.as_slice(), &generation.tokens].concat();
+                tokens.truncate(state.pos());
+                let mut cache = lock(cache);
+                cache.insert(tokens, state);
+                metrics.record_cache_usage(cache.usage());
+            }
+            Event::Done {
+                text: hook.deltas.finish(),
+                stop_reason: generation.stop_reason,
+                n_prompt: generation.prompt.len(),
+                n_generated: generation.tokens.len(),
+            }
+        }
+        Err(error) => Event::Failed(error.to_string()),
+    };
+    let _ = job.events.send((job.index, event));
+}
+
+/// The cache, also after a worker panicked holding it (it stays consistent:
+/// every change is made whole under the lock).
+fn lock<S>(cache: &Mutex<PrefixCache<S>>) -> std::sync::MutexGuard<'_, PrefixCache<S>> {
+    cache.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,61 @@
+//! [`ServedText`]: what the server needs from a model's text side (text to
+//! ids, ids to text, the end tokens, the chat template), so any model with
+//! a codec can be served: a GGUF file through [`lm::GgufText`], or a codec
+//! of the embedding program's own (lm-cli serves its toy and count models
+//! through one).
+
+use lm::GgufText;
+use lm_core::{Detokenize, TokenId};
+use lm_tokenize::Message;
+
+/// The error a [`ServedText`] reports (its own type, boxed): a prompt that
+/// does not encode, a model without a chat template. The server answers it
+/// with a 400 that quotes it.
+pub type TextFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// A model's text side as the server uses it.
+pub trait ServedText: Send + Sync {
+    /// Decodes generated ids (incrementally, for streaming and stop
+    /// strings).
+    fn detokenizer(&self) -> &dyn Detokenize;
+
+    /// The ids of a prompt, as `lm-cli generate` reads one (special-token
+    /// texts parsed, BOS added when the vocabulary asks for it).
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>, TextFailure>;
+
+    /// The prompt text of `messages` in the model's chat template, ending
+    /// with the opening of the assistant's turn.
+    fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure>;
+
+    /// The ids that end a response when generated.
+    fn end_tokens(&self) -> Vec<TokenId>;
+
+    /// Ids sampling must never choose (a count model's `<unk>`); none by
+    /// default.
+    fn banned_tokens(&self) -> Vec<TokenId> {
+        Vec::new()
+    }
+
+    /// The text of one token, for `logprobs`.
+    fn token_text(&self, id: TokenId) -> String {
+        self.detokenizer().decode(&[id])
+    }
+}
+
+impl ServedText for GgufText {
+    fn detokenizer(&self) -> &dyn Detokenize {
+        &self.tokenizer
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>, TextFailure> {
+        Ok(self.tokenizer.encode(text)?)
+    }
+
+    fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure> {
+        Ok(GgufText::chat_prompt(self, messages)?)
+    }
+
+    fn end_tokens(&self) -> Vec<TokenId> {
+        self.end_ids.clone()
+    }
+}

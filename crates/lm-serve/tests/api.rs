@@ -1,0 +1,276 @@
+//! The endpoints in OpenAI's wire format, on the toy decoder: shapes,
+//! fields, streaming, errors naming the field.
+
+use lm_serve::ServeConfig;
+use serde_json::json;
+
+use crate::common::{TestServer, ToyText, request, toy_model};
+
+fn server() -> TestServer {
+    TestServer::start(toy_model(), ToyText, ServeConfig::default())
+}
+
+#[test]
+fn completions_answer_in_openai_shape_with_usage() {
+    let s = server();
+    let (status, body) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start> the", "max_tokens": 5, "temperature": 0, "model": "anything"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(body["model"], "lm");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert!(choice["text"].as_str().unwrap().starts_with(' '), "{body}");
+    assert!(["stop", "length"].contains(&choice["finish_reason"].as_str().unwrap()));
+    assert_eq!(body["usage"]["prompt_tokens"], 2);
+    let n = body["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((1..=5).contains(&n), "{body}");
+    assert_eq!(body["usage"]["total_tokens"], 2 + n);
+}
+
+#[test]
+fn prompt_as_token_ids_equals_prompt_as_text() {
+    let s = server();
+    let text = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start> the cat", "max_tokens": 6, "temperature": 0.8, "seed": 5}),
+    );
+    let ids = s.post(
+        "/v1/completions",
+        &json!({"prompt": [0, 1, 2], "max_tokens": 6, "temperature": 0.8, "seed": 5}),
+    );
+    assert_eq!(text.0, 200);
+    assert_eq!(text.1["choices"], ids.1["choices"]);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_text_and_n_choices_differ() {
+    let s = server();
+    let body =
+        json!({"prompt": "<start>", "max_tokens": 12, "seed": 9, "n": 3, "temperature": 1.5});
+    let (status, first) = s.post("/v1/completions", &body);
+    assert_eq!(status, 200, "{first}");
+    let (_, second) = s.post("/v1/completions", &body);
+    assert_eq!(first["choices"], second["choices"]);
+    let texts: Vec<&str> = (0..3)
+        .map(|i| first["choices"][i]["text"].as_str().unwrap())
+        .collect();
+    assert!(texts[0] != texts[1] || texts[1] != texts[2], "{texts:?}");
+    // Choice j is the request with seed 9 read from random stream j: choice 0
+    // is what n = 1 gives.
+    let (_, one) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start>", "max_tokens": 12, "seed": 9, "temperature": 1.5}),
+    );
+    assert_eq!(one["choices"][0]["text"], first["choices"][0]["text"]);
+}
+
+#[test]
+fn stop_strings_cut_the_text_and_finish_with_stop() {
+    let s = server();
+    let (_, free) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start> the", "max_tokens": 8, "temperature": 0, "logit_bias": {"6": -100}}),
+    );
+    let text = free["choices"][0]["text"].as_str().unwrap().to_owned();
+    let word = text
+        .split_whitespace()
+        .nth(1)
+        .expect("two words")
+        .to_owned();
+    let (_, cut) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start> the", "max_tokens": 8, "temperature": 0, "logit_bias": {"6": -100}, "stop": [word.clone()]}),
+    );
+    let expected = &text[..text.find(&word).unwrap()];
+    assert_eq!(cut["choices"][0]["text"], expected, "{text} cut at {word}");
+    assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn logprobs_report_the_chosen_token_and_the_top_alternatives() {
+    let s = server();
+    let (status, body) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start> the", "max_tokens": 3, "temperature": 0, "logprobs": 2, "logit_bias": {"6": -100}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let lp = &body["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 3);
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert_eq!(top.len(), 2);
+        // Greedy: the chosen token is the most probable one.
+        let best = top
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        let chosen = lp["token_logprobs"][i].as_f64().unwrap();
+        assert!((best - chosen).abs() < 1e-5, "{chosen} vs {best}");
+        assert!(chosen < 0.0);
+    }
+    let (_, chat) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "the"}], "max_tokens": 2, "temperature": 0,
+                "logprobs": true, "top_logprobs": 3, "logit_bias": {"6": -100}}),
+    );
+    let content = chat["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(content.len(), 2);
+    assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        content[0]["bytes"],
+        json!(content[0]["token"].as_str().unwrap().as_bytes())
+    );
+}
+
+#[test]
+fn chat_answers_as_the_assistant() {
+    let s = server();
+    let (status, body) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "the cat"}], "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+    assert!(body["choices"][0]["message"]["content"].is_string());
+    assert_eq!(body["usage"]["prompt_tokens"], 3);
+}
+
+#[test]
+fn streaming_sends_the_same_text_in_chunks_then_done() {
+    let s = server();
+    let body = json!({"prompt": "<start> the", "max_tokens": 10, "seed": 4, "temperature": 1.0});
+    let (_, whole) = s.post("/v1/completions", &body);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let response = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[],
+        streamed.to_string().as_bytes(),
+    );
+    assert_eq!(response.status, 200);
+    assert!(
+        response
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let events = response.events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<serde_json::Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| {
+            c["choices"]
+                .get(0)
+                .map(|c| c["text"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(text, whole["choices"][0]["text"].as_str().unwrap());
+    let last_choice = chunks
+        .iter()
+        .rev()
+        .find(|c| c["choices"].get(0).is_some())
+        .unwrap();
+    assert_eq!(
+        last_choice["choices"][0]["finish_reason"],
+        whole["choices"][0]["finish_reason"]
+    );
+    assert_eq!(chunks.last().unwrap()["usage"], whole["usage"]);
+
+    let chat = json!({"messages": [{"role": "user", "content": "the"}], "max_tokens": 5, "temperature": 0, "stream": true});
+    let response = request(
+        s.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        chat.to_string().as_bytes(),
+    );
+    let events = response.events();
+    let first: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(events.last().unwrap(), "[DONE]");
+}
+
+#[test]
+fn models_health_tokenize_detokenize_and_metrics() {
+    let s = server();
+    let models = s.get("/v1/models").json();
+    assert_eq!(models["data"][0]["id"], "lm");
+    assert_eq!(models["data"][0]["context_length"], 1024);
+    assert_eq!(s.get("/health").json(), json!({"status": "ok"}));
+    let (_, tokens) = s.post("/tokenize", &json!({"content": "<start> the cat"}));
+    assert_eq!(tokens, json!({"tokens": [0, 1, 2]}));
+    let (_, text) = s.post("/detokenize", &json!({"tokens": [0, 1, 2]}));
+    assert_eq!(text, json!({"content": "<start> the cat"}));
+    let (status, error) = s.post("/detokenize", &json!({"tokens": [0, 99]}));
+    assert_eq!(status, 400);
+    assert_eq!(error["error"]["param"], "tokens");
+    s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start>", "max_tokens": 3, "logit_bias": {"6": -100}}),
+    );
+    assert_eq!(s.metric("lm_generation_tokens_total"), 3.0);
+    assert_eq!(s.metric("lm_prompt_tokens_total"), 1.0);
+    assert_eq!(s.metric("lm_time_to_first_token_count"), 1.0);
+    assert_eq!(s.metric("lm_active_sequences"), 0.0);
+    assert!(s.metric("lm_requests_total") >= 6.0);
+}
+
+#[test]
+fn bad_fields_are_400s_naming_the_field() {
+    let s = server();
+    for (body, param) in [
+        (
+            json!({"prompt": "<start>", "temperature": "hot"}),
+            "temperature",
+        ),
+        (json!({"prompt": "<start>", "top_p": 1.5}), "top_p"),
+        (json!({"prompt": "<start>", "n": 5}), "n"),
+        (
+            json!({"prompt": "<start>", "max_tokens": 5000}),
+            "max_tokens",
+        ),
+        (json!({"prompt": "<start> zebra"}), "prompt"),
+        (json!({"prompt": [0, 7]}), "prompt"),
+        (
+            json!({"prompt": "<start>", "logit_bias": {"7": 1}}),
+            "logit_bias",
+        ),
+        (json!({"prompt": ""}), "prompt"),
+    ] {
+        let (status, error) = s.post("/v1/completions", &body);
+        assert_eq!(status, 400, "{body} -> {error}");
+        assert_eq!(error["error"]["param"], param, "{body} -> {error}");
+        assert_eq!(error["error"]["type"], "invalid_request_error");
+    }
+    let (_, error) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start>", "max_tokens": 5000}),
+    );
+    assert_eq!(error["error"]["code"], "context_length_exceeded");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("1024"),
+        "{error}"
+    );
+    let (_, error) = s.post("/v1/completions", &json!({"prompt": "<start>", "n": 5}));
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--parallel 4"),
+        "{error}"
+    );
+}

@@ -1,0 +1,249 @@
+//! Shared by lm-serve's integration tests: a server started on a free
+//! loopback port in a thread of its own (stopped when dropped), a plain
+//! HTTP/1.1 client on `std::net` (it also sends what no proper client
+//! would: bad bodies, half requests, dropped connections), the toy decoder's
+//! text side, and where SmolLM2 is.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use lm_core::{Detokenize, LanguageModel, TokenId};
+use lm_model::{Toy, ToyArchitecture};
+use lm_serve::{ServeConfig, ServeError, ServedText, Server, TextFailure};
+use lm_tokenize::Message;
+use serde_json::Value;
+
+/// A running server; dropping it stops it (as Ctrl-C would) and waits.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<(), ServeError>>>,
+}
+
+impl TestServer {
+    /// Serves `model` on a free loopback port with `config`'s other settings.
+    pub fn start<M>(model: M, text: impl ServedText + 'static, config: ServeConfig) -> Self
+    where
+        M: LanguageModel + Send + Sync + 'static,
+        M::State: lm_serve::StateSize + Send + 'static,
+    {
+        let config = ServeConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..config
+        };
+        let server = Server::bind(Arc::new(model), Arc::new(text), config).unwrap();
+        let addr = server.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(server.run(async {
+                let _ = stopped.await;
+            }))
+        });
+        Self {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the server as a signal would and returns how `run` ended.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.stop_now()
+    }
+
+    fn stop_now(&mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(thread) => thread.join().expect("the server thread does not panic"),
+            None => Ok(()),
+        }
+    }
+
+    /// `POST path` with a JSON body: the status and the JSON answer.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = request(self.addr, "POST", path, &[], body.to_string().as_bytes());
+        (response.status, response.json())
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> Response {
+        request(self.addr, "GET", path, &[], b"")
+    }
+
+    /// A Prometheus metric's value from `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = String::from_utf8(self.get("/metrics").body).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.stop_now();
+    }
+}
+
+/// An HTTP response, the body de-chunked.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {}: body is not JSON ({e}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The `data:` payloads of a server-sent-events body.
+    pub fn events(&self) -> Vec<String> {
+        String::from_utf8(self.body.clone())
+            .unwrap()
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: ").map(str::to_owned))
+            .collect()
+    }
+}
+
+/// Sends one request (`Connection: close`) and reads the whole answer.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    // A server may answer (413) before reading the whole body.
+    let _ = stream.write_all(body);
+    read_response(&mut BufReader::new(stream))
+}
+
+/// Reads a status line, headers and a body (chunked or sized or to EOF).
+pub fn read_response(reader: &mut impl BufRead) -> Response {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no status line: {line:?}"))
+        .parse()
+        .unwrap();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        let (name, value) = trimmed.split_once(':').unwrap();
+        headers.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            let size = usize::from_str_radix(line.trim(), 16).unwrap();
+            if size == 0 {
+                break;
+            }
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).unwrap();
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else if let Some(len) = find("content-length") {
+        body.resize(len.parse().unwrap(), 0);
+        reader.read_exact(&mut body).unwrap();
+    } else {
+        reader.read_to_end(&mut body).unwrap();
+    }
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The toy decoder with room for long runs.
+pub fn toy_model() -> lm_model::Decoder {
+    Toy::with_options(ToyArchitecture::Llama, 1024, Toy::SEED).unwrap()
+}
+
+/// The toy's seven words; its "chat template" is the last message's text
+/// after `<start>`.
+#[derive(Debug)]
+pub struct ToyText;
+
+impl ServedText for ToyText {
+    fn detokenizer(&self) -> &dyn Detokenize {
+        &Toy
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>, TextFailure> {
+        Toy::encode(text).map_err(|word| format!("unknown toy word '{word}'").into())
+    }
+
+    fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure> {
+        let last = messages.last().map_or("", |m| m.content.as_str());
+        Ok(format!("<start> {last}"))
+    }
+
+    fn end_tokens(&self) -> Vec<TokenId> {
+        vec![Toy::END]
+    }
+}
+
+/// The SmolLM2 file; panics naming the fetch command when it is missing.
+pub fn smollm2_path() -> std::path::PathBuf {
+    lm_model::catalog::SMOLLM2
+        .path()
+        .unwrap_or_else(|err| panic!("{err}"))
+}

@@ -1,0 +1,11 @@
+//! lm-serve's integration tests, one module per file, linked into one
+//! binary: a real server on a loopback port, driven over HTTP. The toy
+//! decoder needs no download; the SmolLM2 tests are ignored without it.
+
+mod common;
+
+mod api;
+mod batching;
+mod hostile;
+mod openai_client;
+mod smollm2;

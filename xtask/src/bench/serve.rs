@@ -1,0 +1,180 @@
+//! `cargo xtask bench --serve`: continuous batching on SmolLM2, measured
+//! in one release worker process: an lm-serve server on loopback, the same
+//! 128-token streaming completions sent one at a time and then by N clients
+//! at once, against the model's prefill rate in the same process.
+//!
+//! ```text
+//! solo:      N requests one after another     -> single-client tok/s, N outputs
+//! together:  the N requests at once           -> aggregate tok/s, outputs == solo?
+//! prefill:   one 16-token and one 128-token forward pass -> the batching bound
+//! ```
+//!
+//! Issue 15's bar: aggregate >= 2x single-client and >= 70% of the prefill
+//! rate (a step of 16 sequences costs about what a 16-token prefill does).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use lm_model::Llama;
+use lm_serve::{ServeConfig, Server};
+use serde_json::{Value, json};
+
+use super::{prompt_tokens, time_prefill};
+
+/// Tokens each request generates.
+const N_NEW: usize = 128;
+/// Tokens of each request's prompt (different windows of the fixture).
+const N_PROMPT: usize = 11;
+
+/// Runs the measurement and prints a markdown report.
+pub(super) fn run_worker(
+    model_path: &std::path::Path,
+    n_threads: usize,
+    n_clients: usize,
+) -> Result<()> {
+    let tokens = prompt_tokens()?;
+    let model = Llama::from_gguf(model_path)
+        .with_context(|| format!("cannot load {}", model_path.display()))?;
+    let mut prefill_rates = Vec::new();
+    for n in [16, 128] {
+        let prompt = tokens.get(..n).context("prompt too short")?;
+        time_prefill(&model, prompt)?;
+        prefill_rates.push((n, n as f64 / time_prefill(&model, prompt)?));
+    }
+    let text = lm::GgufText::open(model_path)?;
+    let end_ids = text.end_ids.clone();
+    let config = ServeConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        parallel: n_clients,
+        queue_len: n_clients,
+        // Every request reads its prompt: the cache would hide prefills.
+        cache_bytes: 0,
+        model_name: "smollm2".into(),
+        ..ServeConfig::default()
+    };
+    let server = Server::bind(Arc::new(model), Arc::new(text), config)?.spawn()?;
+    let addr = server.local_addr();
+    let bodies: Vec<String> = (0..n_clients)
+        .map(|i| {
+            let start = (i * 3) % (tokens.len() - N_PROMPT);
+            let bias: serde_json::Map<String, Value> = end_ids
+                .iter()
+                .map(|id| (id.to_string(), json!(-100)))
+                .collect();
+            json!({"prompt": &tokens[start..start + N_PROMPT], "max_tokens": N_NEW,
+                   "temperature": 0.8, "seed": i, "stream": true, "logit_bias": bias})
+            .to_string()
+        })
+        .collect();
+    // Warm-up, then each request alone.
+    stream(addr, &bodies[0])?;
+    let mut solo = Vec::new();
+    let mut solo_seconds = 0.0;
+    for body in &bodies {
+        let started = Instant::now();
+        solo.push(stream(addr, body)?);
+        solo_seconds += started.elapsed().as_secs_f64();
+    }
+    let started = Instant::now();
+    let together: Vec<Result<String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|body| scope.spawn(move || stream(addr, body)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a client thread does not panic"))
+            .collect()
+    });
+    let wall = started.elapsed().as_secs_f64();
+    let together: Vec<String> = together.into_iter().collect::<Result<_>>()?;
+    server.stop()?;
+    let n_equal = together.iter().zip(&solo).filter(|(a, b)| a == b).count();
+    let single = (n_clients * N_NEW) as f64 / solo_seconds;
+    let aggregate = (n_clients * N_NEW) as f64 / wall;
+    println!(
+        "SmolLM2 {}, {n_threads} thread(s), {n_clients} streaming clients x {N_NEW} tokens\n",
+        model_path.display()
+    );
+    println!("| measure | tok/s |\n|---|---:|");
+    println!("| one client at a time | {single:.1} |");
+    println!("| {n_clients} clients at once (aggregate) | {aggregate:.1} |");
+    for (n, rate) in &prefill_rates {
+        println!("| prefill, {n}-token prompt | {rate:.1} |");
+    }
+    println!();
+    println!(
+        "aggregate / single client: {:.2}x (issue 15: >= 2x)",
+        aggregate / single
+    );
+    let (_, prefill16) = prefill_rates[0];
+    println!(
+        "aggregate / 16-token prefill rate: {:.0}% (issue 15: >= 70%)",
+        100.0 * aggregate / prefill16
+    );
+    println!("outputs equal to their solo runs: {n_equal} of {n_clients}");
+    if n_equal != n_clients {
+        bail!(
+            "{} outputs differ from their solo runs",
+            n_clients - n_equal
+        );
+    }
+    Ok(())
+}
+
+/// Sends one streaming completion and returns its text, joined from the
+/// events.
+fn stream(addr: SocketAddr, body: &str) -> Result<String> {
+    let mut connection = TcpStream::connect(addr)?;
+    write!(
+        connection,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = Vec::new();
+    connection.read_to_end(&mut response)?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, chunked) = response.split_once("\r\n\r\n").context("no HTTP head")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("the server answered {head}: {chunked}");
+    }
+    let body = dechunk(chunked)?;
+    let mut text = String::new();
+    let mut n_chunks = 0;
+    for line in body.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let event: Value = serde_json::from_str(data)?;
+        if let Some(piece) = event["choices"][0]["text"].as_str() {
+            text.push_str(piece);
+            n_chunks += 1;
+        }
+    }
+    if n_chunks == 0 {
+        bail!("no text streamed: {body}");
+    }
+    Ok(text)
+}
+
+/// The body of a `Transfer-Encoding: chunked` response.
+fn dechunk(mut rest: &str) -> Result<String> {
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest
+            .split_once("\r\n")
+            .context("a chunk without its size line")?;
+        let size = usize::from_str_radix(size.trim(), 16).context("a chunk size")?;
+        if size == 0 {
+            return Ok(body);
+        }
+        body.push_str(after.get(..size).context("a chunk shorter than its size")?);
+        rest = after.get(size + 2..).context("a chunk without its CRLF")?;
+    }
+}
