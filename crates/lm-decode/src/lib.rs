@@ -12,6 +12,7 @@
 //! raw logits
 //!   -> repetition, presence, frequency penalties   (history-aware, sampler::penalties)
 //!   -> logit bias, banned tokens                   (sampler::bias)
+//!   -> output constraint: a mask of allowed tokens (structured output, GenerationConfig::constraint)
 //!   -> temperature                                 (T = 0: greedy, lowest id on ties)
 //!   -> top-k -> top-p -> min-p                     (each renormalises what it keeps)
 //!   -> selector: Greedy, or Sample by inverse CDF with a uniform draw u
@@ -127,6 +128,7 @@
 
 mod batch;
 mod beam;
+mod constraint;
 mod error;
 mod exhaustive;
 mod generate;
@@ -144,6 +146,7 @@ pub use batch::{FinishedMask, generate_batch};
 pub use beam::{
     BeamConfig, BeamStep, Hypothesis, beam_search, beam_search_streaming, length_penalized_score,
 };
+pub use constraint::OutputConstraint;
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{
