@@ -101,11 +101,18 @@ impl TokenMask {
             })
     }
 
-    /// The words, 32 ids each (bit `i % 32` of word `i / 32` is id `i`), for
-    /// an engine that writes a whole mask at once. Bits at or beyond the
-    /// vocabulary size must stay 0.
-    pub fn words_mut(&mut self) -> &mut [u32] {
-        &mut self.words
+    /// Replaces the set by `words`, 32 ids each (bit `i % 32` of word
+    /// `i / 32` is id `i`: the layout of llguidance's masks), so an engine
+    /// copies a whole mask at once. Words past the vocabulary, and bits
+    /// past its size, are ignored; missing words are empty.
+    pub fn copy_from_words(&mut self, words: &[u32]) {
+        let n = words.len().min(self.words.len());
+        self.words[..n].copy_from_slice(&words[..n]);
+        self.words[n..].fill(0);
+        let tail_bits = self.vocab_size % 32;
+        if let (Some(last), true) = (self.words.last_mut(), tail_bits != 0) {
+            *last &= (1 << tail_bits) - 1;
+        }
     }
 
     /// Sets every logit of a forbidden token to -inf.
@@ -276,6 +283,14 @@ mod tests {
         assert_eq!(mask.iter().collect::<Vec<_>>(), allowed);
         mask.forbid(32);
         assert!(!mask.is_allowed(32));
+        // Bits past the vocabulary are dropped, missing words are empty.
+        mask.copy_from_words(&[u32::MAX, 1, u32::MAX]);
+        assert_eq!(
+            mask.iter().collect::<Vec<_>>(),
+            [(0..32).collect(), vec![32], (64..70).collect()].concat()
+        );
+        mask.copy_from_words(&[2]);
+        assert_eq!(mask.iter().collect::<Vec<_>>(), vec![1]);
         mask.clear();
         assert!(mask.is_empty());
     }
