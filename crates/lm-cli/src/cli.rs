@@ -15,6 +15,7 @@ use lm_decode::sampler::{
 use lm_decode::{SamplingConfig, Truncation};
 
 use crate::spec::ModelSpec;
+use crate::structured::StructuredArgs;
 
 /// The whole command line.
 #[derive(Debug, Parser)]
@@ -247,6 +248,9 @@ pub struct GenerateArgs {
     /// Temperature and the filters of the policy.
     #[command(flatten)]
     pub filters: FilterArgs,
+    /// Structured output: what the generated text must be.
+    #[command(flatten)]
+    pub structured: StructuredArgs,
     /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
     #[arg(long, visible_alias = "repeat-penalty", value_name = "R",
           value_parser = parse_repetition_penalty, allow_negative_numbers = true)]
@@ -504,6 +508,9 @@ pub struct ChatArgs {
     /// Seed of the random draws.
     #[arg(long, short = 's', value_name = "N", default_value_t = 0)]
     pub seed: u64,
+    /// Structured output: what each reply must be.
+    #[command(flatten)]
+    pub structured: StructuredArgs,
 }
 
 /// `lm-cli completions`.
@@ -556,6 +563,19 @@ fn parse_seed(text: &str) -> Result<Seed, String> {
 /// honour: a usage error (exit code 2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
+    /// A structured-output format the engine refuses (its message quoted).
+    #[error("{flag}: {message}")]
+    OutputFormat {
+        /// The flag that gave the format.
+        flag: &'static str,
+        /// What was wrong, in the engine's words.
+        message: String,
+    },
+    /// Structured output with `--num-beams`.
+    #[error(
+        "structured output (--json-schema, --format, --regex, --grammar, --choice) does not work with --num-beams"
+    )]
+    StructuredWithBeams,
     /// `--stop` with `--num-beams`.
     #[error("--stop does not work with --num-beams (beam search has no text to watch)")]
     StopWithBeams,

@@ -19,6 +19,7 @@ mod output;
 mod printer;
 mod report;
 mod spec;
+mod structured;
 mod text;
 
 use std::io::Write;

@@ -7,6 +7,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::ops::ControlFlow;
 
 use anyhow::{Context, Result};
+use lm::OutputFormat;
 use lm_core::LanguageModel;
 use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
 use lm_tokenize::Message;
@@ -16,10 +17,13 @@ use crate::output::Output;
 use crate::printer::TextPrinter;
 use crate::report::trace::describe_stop;
 use crate::spec::{ModelSpec, ModelTask};
+use crate::structured;
 use crate::text::{TextCodec, TextError};
 
 /// Runs `lm-cli chat`.
 pub fn run(args: ChatArgs) -> Result<()> {
+    // A format the engine refuses is a usage error, before any model loads.
+    let format = args.structured.output_format()?;
     // A GGUF file without a chat template is refused from its metadata alone,
     // before its weights are read.
     let spec = ModelSpec::or_default(args.model.model.as_ref());
@@ -38,15 +42,27 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
-    loaded.run(options, args)
+    loaded.run(options, Chat { args, format })
+}
+
+/// `chat`'s arguments with the output format read and checked.
+struct Chat {
+    args: ChatArgs,
+    format: Option<OutputFormat>,
 }
 
 /// The chat loop, written once for every model type.
-impl ModelTask for ChatArgs {
+impl ModelTask for Chat {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        let args = &self;
+        let args = &self.args;
+        let constraint = self
+            .format
+            .as_ref()
+            .map(|format| structured::compile(format, codec, model.vocab_size()))
+            .transpose()?
+            .map(|(constraint, _clock)| constraint);
         let config = GenerationConfig {
             max_new_tokens: args.max_new_tokens,
             sampling: SamplingConfig {
@@ -57,6 +73,7 @@ impl ModelTask for ChatArgs {
                 ..SamplingConfig::default()
             },
             end_tokens: codec.end_tokens(),
+            constraint,
             ..GenerationConfig::default()
         };
         let mut messages = Vec::new();
