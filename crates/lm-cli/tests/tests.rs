@@ -14,4 +14,5 @@ mod probs;
 mod readme;
 mod score;
 mod smollm2;
+mod structured;
 mod toy_reference;
