@@ -571,11 +571,7 @@ pub enum UsageError {
         /// What was wrong, in the engine's words.
         message: String,
     },
-    /// Structured output with `--num-beams`.
-    #[error(
-        "structured output (--json-schema, --format, --regex, --grammar, --choice) does not work with --num-beams"
-    )]
-    StructuredWithBeams,
+
     /// `--stop` with `--num-beams`.
     #[error("--stop does not work with --num-beams (beam search has no text to watch)")]
     StopWithBeams,

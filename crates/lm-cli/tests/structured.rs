@@ -49,17 +49,6 @@ fn a_refused_format_is_a_usage_error_before_the_model_loads() {
         .opt("--choice", "a,b")
         .run();
     assert_eq!(run.code, Some(2));
-    // Beam search has no constraint stage.
-    let run = Cli::generate("x")
-        .opt("--choice", "a,b")
-        .opt("--num-beams", 2)
-        .run();
-    assert_eq!(run.code, Some(2));
-    assert!(
-        run.stderr.contains("does not work with --num-beams"),
-        "{}",
-        run.stderr
-    );
 }
 
 #[test]
@@ -118,6 +107,15 @@ fn json_schema_choice_and_regex_runs_give_what_was_asked() {
         let answer = run.stdout.trim();
         assert!(["apple", "carrot", "bread"].contains(&answer), "{answer:?}");
     }
+    // Beam search keeps every beam in the language.
+    let report = smollm2_chat("Which is a fruit?")
+        .opt("--choice", "apple,carrot,bread")
+        .opt("--num-beams", 3)
+        .json();
+    for beam in report["beams"].as_array().unwrap() {
+        let text = beam["text"].as_str().unwrap();
+        assert!(["apple", "carrot", "bread"].contains(&text), "{text:?}");
+    }
     let report = smollm2_chat("What is today's date?")
         .opt("--regex", "[0-9]{4}-[0-9]{2}-[0-9]{2}")
         .seed(1)
@@ -125,4 +123,26 @@ fn json_schema_choice_and_regex_runs_give_what_was_asked() {
     let text = report["text"].as_str().unwrap();
     let date = regex::Regex::new("^[0-9]{4}-[0-9]{2}-[0-9]{2}$").unwrap();
     assert!(date.is_match(text), "{text:?}");
+}
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn the_readme_shows_this_schema_constrained_trace() {
+    let schema = r#"{"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"], "additionalProperties": false}"#;
+    let run = smollm2_chat("What colour is the sky? Answer in JSON.")
+        .opt("--json-schema", schema)
+        .arg("--greedy")
+        .arg("--trace")
+        .ok();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let command = format!(
+        "lm-cli generate --model smollm2 --chat --prompt \"What colour is the sky? Answer in JSON.\" --json-schema '{schema}' --greedy --trace\n"
+    );
+    assert!(
+        readme.contains(&format!("{command}{}", run.stdout)),
+        "README's structured-output trace differs; now:\n{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("stop: constraint_complete"));
 }

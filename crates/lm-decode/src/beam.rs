@@ -14,10 +14,11 @@
 //! Beams fork by cloning the model state; a token chosen at the last step is
 //! never fed.
 
+use crate::constraint::ConstraintRow;
 use crate::generate::fit_within_limits;
 use crate::hook::with_fallible_hook;
-use crate::{Error, Result, StopReason, Truncation};
-use lm_core::{LanguageModel, Rows, TokenId};
+use crate::{Error, OutputConstraint, Result, StopReason, Truncation};
+use lm_core::{LanguageModel, Rows, TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::ops::ControlFlow;
 
@@ -34,6 +35,12 @@ pub struct BeamConfig {
     pub end_tokens: Vec<TokenId>,
     /// What to do with a prompt that does not fit the context.
     pub truncation: Truncation,
+    /// Structured output: every hypothesis stays in the constraint's
+    /// language (each beam keeps its own state, forked with the beam); an
+    /// end token extends a beam only once its output is complete, and a
+    /// beam that can go no further finishes as
+    /// [`StopReason::ConstraintComplete`].
+    pub constraint: Option<OutputConstraint>,
 }
 
 impl Default for BeamConfig {
@@ -45,6 +52,7 @@ impl Default for BeamConfig {
             max_new_tokens: 20,
             end_tokens: Vec::new(),
             truncation: Truncation::Refuse,
+            constraint: None,
         }
     }
 }
@@ -200,7 +208,19 @@ fn search<M: LanguageModel>(
         tokens: Vec::new(),
         step_logprobs: Vec::new(),
         logprob: 0.0,
+        constraint: None,
     };
+    if let Some(constraint) = &config.constraint {
+        let mut row = ConstraintRow::begin(constraint, vocab_size)?;
+        let mut mask = TokenMask::new(vocab_size);
+        if row.prepare(&mut mask, &config.end_tokens)? {
+            return Ok(vec![root.into_hypothesis(
+                config.length_penalty,
+                StopReason::ConstraintComplete,
+            )]);
+        }
+        root.constraint = Some((row, mask));
+    }
     if n_steps == 0 {
         return Ok(vec![
             root.into_hypothesis(config.length_penalty, limit_reason),
@@ -228,8 +248,11 @@ fn search<M: LanguageModel>(
                 });
             }
             lm_core::log_softmax_into(&beam.logits, 1.0, &mut row_logprobs)?;
+            let allowed = beam.constraint.as_ref().map(|(_, mask)| mask);
             for (token, &lp) in row_logprobs.iter().enumerate() {
-                if lp > f32::NEG_INFINITY {
+                if lp > f32::NEG_INFINITY
+                    && allowed.is_none_or(|mask| mask.is_allowed(token as TokenId))
+                {
                     let step_logprob = f64::from(lp);
                     candidates.push(Extension {
                         total: beam.logprob + step_logprob,
@@ -264,6 +287,7 @@ fn search<M: LanguageModel>(
                 tokens: parent.tokens.clone(),
                 step_logprobs: parent.step_logprobs.clone(),
                 logprob: extension.total,
+                constraint: None,
             };
             child.tokens.push(extension.token);
             child.step_logprobs.push(extension.step_logprob);
@@ -275,6 +299,21 @@ fn search<M: LanguageModel>(
                     ));
                 }
                 continue;
+            }
+            if let Some((row, mask)) = &parent.constraint {
+                let mut row = row.fork();
+                row.advance(extension.token)?;
+                let mut mask = mask.clone();
+                if row.prepare(&mut mask, &config.end_tokens)? {
+                    if rank < config.num_beams {
+                        finished.push(child.into_hypothesis(
+                            config.length_penalty,
+                            StopReason::ConstraintComplete,
+                        ));
+                    }
+                    continue;
+                }
+                child.constraint = Some((row, mask));
             }
             if !is_last_step {
                 model.forward(
@@ -314,13 +353,15 @@ fn search<M: LanguageModel>(
     Ok(finished)
 }
 
-/// A live partial hypothesis with its own model state.
+/// A live partial hypothesis with its own model state (and its own place
+/// in the output constraint, with the mask of its next step).
 struct Beam<S> {
     state: S,
     logits: Vec<f32>,
     tokens: Vec<TokenId>,
     step_logprobs: Vec<f64>,
     logprob: f64,
+    constraint: Option<(ConstraintRow, TokenMask)>,
 }
 
 impl<S> Beam<S> {

@@ -67,6 +67,13 @@ impl ConstraintRow {
         vocab_size: usize,
         sampler: &mut Sampler,
     ) -> Result<Self> {
+        let row = Self::begin(constraint, vocab_size)?;
+        sampler.set_allowed(Some(TokenMask::new(vocab_size)));
+        Ok(row)
+    }
+
+    /// Starts the constraint for a model with `vocab_size` tokens.
+    pub(crate) fn begin(constraint: &OutputConstraint, vocab_size: usize) -> Result<Self> {
         let n = constraint.get().vocab_size();
         if n != vocab_size {
             return Err(Error::ConstraintVocabulary {
@@ -74,10 +81,16 @@ impl ConstraintRow {
                 model: vocab_size,
             });
         }
-        sampler.set_allowed(Some(TokenMask::new(vocab_size)));
         Ok(Self {
             state: constraint.get().start()?,
         })
+    }
+
+    /// An independent copy (a beam's child).
+    pub(crate) fn fork(&self) -> Self {
+        Self {
+            state: self.state.fork(),
+        }
     }
 
     /// Moves past a chosen token that is not an end token.

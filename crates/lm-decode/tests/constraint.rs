@@ -9,8 +9,8 @@ use std::ops::ControlFlow;
 
 use lm_core::{SequenceChoice, TokenId};
 use lm_decode::{
-    Draft, Drafter, Error, GenerationConfig, OutputConstraint, SamplingConfig, Stage, Step,
-    StopReason, generate, generate_many, generate_speculative,
+    BeamConfig, Draft, Drafter, Error, GenerationConfig, OutputConstraint, SamplingConfig, Stage,
+    Step, StopReason, beam_search, generate, generate_many, generate_speculative,
 };
 
 /// Sixteen sequences of 1 to 6 tokens over a 12-token vocabulary, sharing
@@ -311,4 +311,62 @@ fn a_constraint_for_another_vocabulary_is_refused() {
             model: 12
         })
     );
+}
+
+#[test]
+fn a_wide_beam_search_finds_the_most_probable_allowed_output() {
+    for salt in 0..10 {
+        let model = PrefixModel {
+            salt,
+            ..PrefixModel::new(12)
+        };
+        let prompt = [9];
+        let config = BeamConfig {
+            num_beams: 40,
+            length_penalty: 0.0,
+            max_new_tokens: 10,
+            end_tokens: vec![0],
+            constraint: Some(OutputConstraint::new(
+                SequenceChoice::new(12, sequences()).unwrap(),
+            )),
+            ..BeamConfig::default()
+        };
+        let beams = beam_search(&model, &prompt, &config).unwrap();
+        // Brute force: every allowed output, ended by the end token where
+        // a longer sequence could have gone on, scored by the model.
+        let logprob = |tokens: &[TokenId]| -> f64 {
+            let mut prefix = prompt.to_vec();
+            let mut total = 0.0;
+            for &t in tokens {
+                let lp = lm_core::log_softmax(&model.logits_for(&prefix), 1.0).unwrap();
+                total += f64::from(lp[t as usize]);
+                prefix.push(t);
+            }
+            total
+        };
+        let outputs: Vec<Vec<TokenId>> = sequences()
+            .into_iter()
+            .map(|s| {
+                let extended = sequences()
+                    .iter()
+                    .any(|other| other.len() > s.len() && other.starts_with(&s));
+                if extended { [s, vec![0]].concat() } else { s }
+            })
+            .collect();
+        let best = outputs
+            .iter()
+            .max_by(|a, b| logprob(a).total_cmp(&logprob(b)))
+            .unwrap();
+        assert_eq!(&beams[0].tokens, best, "salt {salt}");
+        assert!((beams[0].logprob - logprob(best)).abs() < 1e-4);
+        for beam in &beams {
+            assert!(outputs.contains(&beam.tokens), "{:?}", beam.tokens);
+            let expected = if beam.tokens.last() == Some(&0) {
+                StopReason::EndToken(0)
+            } else {
+                StopReason::ConstraintComplete
+            };
+            assert_eq!(beam.stop_reason, expected);
+        }
+    }
 }

@@ -58,9 +58,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     // A format the engine refuses is a usage error, before any model loads.
     let format = args.structured.output_format()?;
     if args.num_beams.unwrap_or(1) > 1 {
-        if format.is_some() {
-            return Err(UsageError::StructuredWithBeams.into());
-        }
         if !args.stop.is_empty() {
             return Err(UsageError::StopWithBeams.into());
         }
@@ -340,6 +337,7 @@ impl ModelTask for Generate {
                 max_new_tokens,
                 end_tokens: run.end_tokens.clone(),
                 truncation: args.truncate,
+                constraint,
             };
             return run.beams(model, &config, &mut out);
         }
