@@ -205,7 +205,7 @@ fn twelve_schemas_greedy_and_sampled_all_parse_and_validate() {
 
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
-fn regular_expressions_and_choices_are_matched_whole() {
+fn regular_expressions_choices_and_grammars_are_matched_whole() {
     let model = common::smollm2();
     let cases = [
         ("What is today's date?", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"),
@@ -230,6 +230,14 @@ fn regular_expressions_and_choices_are_matched_whole() {
             format!("^(?:{})$", escaped.join("|")),
         ));
     }
+    // A Lark grammar: a sentence with a bounded number in it.
+    formats.push((
+        "How many legs does a spider have?",
+        OutputFormat::Lark(
+            "start: \"A spider has \" NUMBER \" legs.\"\nNUMBER: /[0-9]{1,2}/\n".into(),
+        ),
+        "^A spider has [0-9]{1,2} legs\\.$".into(),
+    ));
     for (question, format, pattern) in formats {
         let matcher = regex::Regex::new(&pattern).unwrap();
         let text_prompt = model
