@@ -251,7 +251,7 @@ impl ConstraintState for SequenceChoiceState {
     }
 
     fn is_accepting(&mut self) -> Result<bool> {
-        Ok(self.choice.sequences.iter().any(|s| *s == self.read))
+        Ok(self.choice.sequences.contains(&self.read))
     }
 
     fn fork(&self) -> Box<dyn ConstraintState> {
