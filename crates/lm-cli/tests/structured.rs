@@ -146,3 +146,22 @@ fn the_readme_shows_this_schema_constrained_trace() {
     );
     assert!(run.stdout.contains("stop: constraint_complete"));
 }
+
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn every_chat_reply_is_held_to_the_choice() {
+    if let Err(err) = SMOLLM2.path() {
+        panic!("{err}");
+    }
+    let run = Cli::new("chat")
+        .model("smollm2")
+        .opt("--choice", "yes,no")
+        .run_with_stdin("Is water wet?\nIs fire cold?\n");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let replies: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(replies.len(), 2, "{:?}", run.stdout);
+    assert!(
+        replies.iter().all(|r| ["yes", "no"].contains(r)),
+        "{replies:?}"
+    );
+}

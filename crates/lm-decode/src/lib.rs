@@ -118,6 +118,12 @@
 //!   [`sampler::MinP`], [`sampler::Temperature`], the penalties, bias and
 //!   bans) validate their parameter on construction, so a front end can
 //!   check a flag with the same rule the sampler applies.
+//! - Structured output: any [`lm_core::Constraint`] (the facade's
+//!   llguidance engine, or your own) in [`GenerationConfig::constraint`] or
+//!   [`BeamConfig::constraint`] as an [`OutputConstraint`]; its mask runs
+//!   after the raw-logit stage and before temperature, end tokens come
+//!   only once it accepts, and [`StopReason::ConstraintComplete`] ends a
+//!   run that can go no further.
 //! - Stop strings and [`Generation::text`] read text through
 //!   [`lm_core::Detokenize`], decoded incrementally ([`IncrementalText`],
 //!   [`StopSearch`], which a front end can use to stream the same text).
