@@ -15,6 +15,7 @@ use lm_decode::sampler::{
 use lm_decode::{SamplingConfig, Truncation};
 
 use crate::spec::ModelSpec;
+use crate::structured::StructuredArgs;
 
 /// The whole command line.
 #[derive(Debug, Parser)]
@@ -346,6 +347,9 @@ pub struct GenerateArgs {
     /// min_new_tokens).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub min_new_tokens: usize,
+    /// Structured output: what the generated text must be.
+    #[command(flatten)]
+    pub structured: StructuredArgs,
     /// Always take the most probable token (same as --temperature 0).
     #[arg(long)]
     pub greedy: bool,
@@ -615,6 +619,9 @@ pub struct ChatArgs {
     /// streamed): each message, and each reply's tokens and stop reason.
     #[arg(long)]
     pub json: bool,
+    /// Structured output: what each reply must be.
+    #[command(flatten)]
+    pub structured: StructuredArgs,
 }
 
 /// `lm-cli serve`.
@@ -714,6 +721,15 @@ fn parse_seed(text: &str) -> Result<Seed, String> {
 /// honour: a usage error (exit code 2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
+    /// A structured-output format the engine refuses (its message quoted).
+    #[error("{flag}: {message}")]
+    OutputFormat {
+        /// The flag that gave the format.
+        flag: &'static str,
+        /// What was wrong, in the engine's words.
+        message: String,
+    },
+
     /// `--stop` with `--num-beams`.
     #[error("--stop does not work with --num-beams (beam search has no text to watch)")]
     StopWithBeams,

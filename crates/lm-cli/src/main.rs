@@ -21,6 +21,7 @@ mod output;
 mod printer;
 mod report;
 mod spec;
+mod structured;
 mod text;
 
 use std::io::Write;

@@ -16,4 +16,5 @@ mod readme;
 mod score;
 mod serve;
 mod smollm2;
+mod structured;
 mod toy_reference;

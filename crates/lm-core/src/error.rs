@@ -74,4 +74,16 @@ pub enum Error {
     /// A forward pass over zero tokens.
     #[error("no tokens to process")]
     EmptyInput,
+    /// A token that a structured-output constraint does not allow here.
+    #[error("token {id} is not allowed by the output constraint")]
+    TokenNotAllowed {
+        /// The refused token.
+        id: TokenId,
+    },
+    /// The structured-output engine failed; its own message, as it gave it.
+    #[error("output constraint: {message}")]
+    ConstraintEngine {
+        /// The engine's message.
+        message: String,
+    },
 }

@@ -9,6 +9,10 @@
 //! [`Counting`] counts the positions read; the last two are [`Adapted`] models
 //! with a [`ForwardHook`], the one shape a new adapter takes.
 //!
+//! Structured output is a [`Constraint`] (compiled once, shared) whose
+//! [`ConstraintState`] gives each step a [`TokenMask`] of the tokens that
+//! may come next; lm-decode applies it before the choice.
+//!
 //! lm-core does no I/O and knows no model. Every other crate depends on it, and
 //! it depends on none of them (see `docs/ARCHITECTURE.md`).
 //!
@@ -21,6 +25,7 @@
 #![deny(missing_docs)]
 
 mod adapter;
+mod constraint;
 pub mod cpu;
 mod distribution;
 mod error;
@@ -30,6 +35,7 @@ mod sequence;
 mod softmax;
 
 pub use adapter::{Adapted, Bounded, ContextBound, Counting, ForwardCounts, ForwardHook};
+pub use constraint::{Constraint, ConstraintState, SequenceChoice, TokenMask};
 pub use distribution::{argmax, sample_inverse_cdf};
 pub use error::Error;
 pub use loss::{cross_entropy, kl_divergence, label_smoothed_target};

@@ -14,11 +14,14 @@
 //! Beams fork by cloning the model state; a token chosen at the last step is
 //! never fed.
 
+use crate::constraint::ConstraintRow;
 use crate::generate::fit_within_limits;
 use crate::hook::with_fallible_hook;
 use crate::trace::top_n;
-use crate::{Candidate, Error, Result, Sampler, SamplingConfig, StopReason, Truncation};
-use lm_core::{LanguageModel, Rows, TokenId};
+use crate::{
+    Candidate, Error, OutputConstraint, Result, Sampler, SamplingConfig, StopReason, Truncation,
+};
+use lm_core::{LanguageModel, Rows, TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::ops::ControlFlow;
 
@@ -42,6 +45,12 @@ pub struct BeamConfig {
     /// How many of the model's most probable tokens each step records
     /// ([`Hypothesis::top_candidates`]; 0: none).
     pub n_top_candidates: usize,
+    /// Structured output: every hypothesis stays in the constraint's
+    /// language (each beam keeps its own state, forked with the beam); an
+    /// end token extends a beam only once its output is complete, and a
+    /// beam that can go no further finishes as
+    /// [`StopReason::ConstraintComplete`].
+    pub constraint: Option<OutputConstraint>,
 }
 
 /// The raw-logit stage of the sampling chain (see [`crate::SamplingConfig`]
@@ -94,6 +103,7 @@ impl Default for BeamConfig {
             truncation: Truncation::Refuse,
             adjustments: LogitAdjustments::default(),
             n_top_candidates: 0,
+            constraint: None,
         }
     }
 }
@@ -260,7 +270,19 @@ fn search<M: LanguageModel>(
         top_candidates: Vec::new(),
         logprob: 0.0,
         adjusted_logprob: 0.0,
+        constraint: None,
     };
+    if let Some(constraint) = &config.constraint {
+        let mut row = ConstraintRow::begin(constraint, vocab_size)?;
+        let mut mask = TokenMask::new(vocab_size);
+        if row.prepare(&mut mask, &config.end_tokens)? {
+            return Ok(vec![root.into_hypothesis(
+                config.length_penalty,
+                StopReason::ConstraintComplete,
+            )]);
+        }
+        root.constraint = Some((row, mask));
+    }
     if n_steps == 0 {
         return Ok(vec![
             root.into_hypothesis(config.length_penalty, limit_reason),
@@ -328,8 +350,11 @@ fn search<M: LanguageModel>(
                 }
                 None => &row_logprobs,
             };
+            let allowed = beam.constraint.as_ref().map(|(_, mask)| mask);
             for (token, (&adjusted, &lp)) in ranked.iter().zip(&row_logprobs).enumerate() {
-                if adjusted > f32::NEG_INFINITY {
+                if adjusted > f32::NEG_INFINITY
+                    && allowed.is_none_or(|mask| mask.is_allowed(token as TokenId))
+                {
                     candidates.push(Extension {
                         total: beam.adjusted_logprob + f64::from(adjusted),
                         beam_idx,
@@ -367,6 +392,7 @@ fn search<M: LanguageModel>(
                 top_candidates: parent.top_candidates.clone(),
                 logprob: parent.logprob + extension.step_logprob,
                 adjusted_logprob: extension.total,
+                constraint: None,
             };
             child.tokens.push(extension.token);
             child.step_logprobs.push(extension.step_logprob);
@@ -386,6 +412,21 @@ fn search<M: LanguageModel>(
                     ));
                 }
                 continue;
+            }
+            if let Some((row, mask)) = &parent.constraint {
+                let mut row = row.fork();
+                row.advance(extension.token)?;
+                let mut mask = mask.clone();
+                if row.prepare(&mut mask, &config.end_tokens)? {
+                    if rank < config.num_beams {
+                        finished.push(child.into_hypothesis(
+                            config.length_penalty,
+                            StopReason::ConstraintComplete,
+                        ));
+                    }
+                    continue;
+                }
+                child.constraint = Some((row, mask));
             }
             if !is_last_step {
                 model.forward(
@@ -425,7 +466,8 @@ fn search<M: LanguageModel>(
     Ok(finished)
 }
 
-/// A live partial hypothesis with its own model state.
+/// A live partial hypothesis with its own model state (and its own place
+/// in the output constraint, with the mask of its next step).
 struct Beam<S> {
     state: S,
     logits: Vec<f32>,
@@ -435,6 +477,7 @@ struct Beam<S> {
     top_candidates: Vec<Vec<Candidate>>,
     logprob: f64,
     adjusted_logprob: f64,
+    constraint: Option<(ConstraintRow, TokenMask)>,
 }
 
 impl<S> Beam<S> {

@@ -153,6 +153,18 @@ pub enum Error {
     /// The penalties, bias and bans left no token to choose from.
     #[error("every token was removed by the bans and biases")]
     AllTokensFiltered,
+    /// The output constraint allows no token (its language cannot go on
+    /// and is not complete), or none that the bans and biases left.
+    #[error("the output constraint allows no token here")]
+    ConstraintAllowsNothing,
+    /// The output constraint was compiled for another vocabulary.
+    #[error("the output constraint covers {constraint} tokens but the model has {model}")]
+    ConstraintVocabulary {
+        /// The constraint's vocabulary size.
+        constraint: usize,
+        /// The model's.
+        model: usize,
+    },
     /// `vocab_size ^ n_steps` exceeds the caller's limit (or `usize`).
     #[error("{vocab_size}^{n_steps} continuations exceed the limit of {limit}")]
     TooManyContinuations {

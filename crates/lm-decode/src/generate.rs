@@ -12,8 +12,10 @@
 //! ```
 
 use crate::{
-    DraftMark, Error, FittedPrompt, Generation, Result, Sampler, SamplingConfig, Selection, Step,
-    StopReason, StopSearch, TokenRng, Truncation, fit_prompt,
+    DraftMark, Error, FittedPrompt, Generation, OutputConstraint, Result, Sampler, SamplingConfig,
+    Selection, Step, StopReason, StopSearch, TokenRng, Truncation,
+    constraint::ConstraintRow,
+    fit_prompt,
     hook::{GenerationHook, finish, prefill, settle},
     trace::Recorder,
 };
@@ -47,6 +49,11 @@ pub struct GenerationConfig {
     pub truncation: Truncation,
     /// How many outputs [`generate_many`] returns for one prompt.
     pub num_return_sequences: usize,
+    /// Structured output: only tokens that continue a valid output of this
+    /// constraint are chosen, end tokens only once it is complete, and the
+    /// run stops when nothing more can follow
+    /// ([`StopReason::ConstraintComplete`]). `None`: unconstrained.
+    pub constraint: Option<OutputConstraint>,
     /// The random stream of the (first) output; output j of
     /// [`generate_many`] and batch row j use `rng_stream + j` (named apart
     /// from [`generate_streaming`], which streams steps, not numbers).
@@ -65,6 +72,7 @@ impl Default for GenerationConfig {
             n_top_candidates: 0,
             truncation: Truncation::Refuse,
             num_return_sequences: 1,
+            constraint: None,
             rng_stream: 0,
         }
     }
@@ -426,6 +434,8 @@ pub(crate) struct Row<'a> {
     stop_search: Option<StopSearch<'a>>,
     text: Option<String>,
     rng_stream: u64,
+    /// The row's place in the output constraint, if any.
+    constraint: Option<ConstraintRow>,
     /// Set once the row has stopped.
     pub(crate) stop_reason: Option<StopReason>,
     /// The logits row with the end tokens masked, while fewer than
@@ -441,7 +451,19 @@ impl<'a> Row<'a> {
         detokenizer: Option<&'a dyn Detokenize>,
         rng_stream: u64,
     ) -> Result<Self> {
-        let sampler = Sampler::new(&config.sampling)?;
+        let mut sampler = Sampler::new(&config.sampling)?;
+        let mut constraint = config
+            .constraint
+            .as_ref()
+            .map(|constraint| ConstraintRow::start(constraint, model.vocab_size(), &mut sampler))
+            .transpose()?;
+        let mut stop_reason = (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens);
+        if let (Some(row), Some(mask), None) =
+            (&mut constraint, sampler.allowed_mut(), &stop_reason)
+            && row.prepare(mask, &config.end_tokens)?
+        {
+            stop_reason = Some(StopReason::ConstraintComplete);
+        }
         let n_prompt = fitted.tokens.len();
         let context_length = model.context_length();
         let room = context_length.map_or(config.max_new_tokens, |max| {
@@ -468,8 +490,9 @@ impl<'a> Row<'a> {
                 .map(|detokenizer| StopSearch::new(detokenizer, &config.stop_strings, &[])),
             text: None,
             rng_stream,
-            stop_reason: (config.max_new_tokens == 0).then_some(StopReason::MaxNewTokens),
             masked: Vec::new(),
+            constraint,
+            stop_reason,
         })
     }
 
@@ -559,7 +582,7 @@ impl<'a> Row<'a> {
         self.trace
             .record(logits, &self.sampler, selection, self.history.len(), mark)?;
         self.history.push(selection.token);
-        self.stop_reason = self.check_stop(selection.token);
+        self.stop_reason = self.check_stop(selection.token)?;
         Ok(self.trace.last())
     }
 
@@ -578,28 +601,37 @@ impl<'a> Row<'a> {
         self.context_length
     }
 
-    fn check_stop(&mut self, token: TokenId) -> Option<StopReason> {
+    /// The stop rules after `token` was appended, in [`StopReason`]'s order;
+    /// on the way, the constraint moves past the token and prepares the
+    /// next turn's mask.
+    fn check_stop(&mut self, token: TokenId) -> Result<Option<StopReason>> {
         if self.config.end_tokens.contains(&token) {
-            return Some(StopReason::EndToken(token));
+            return Ok(Some(StopReason::EndToken(token)));
         }
         if let Some(search) = &mut self.stop_search
             && let Some((_, index)) = search.push(token)
         {
             self.text = Some(search.text_before_stop());
-            return Some(StopReason::StopString(
+            return Ok(Some(StopReason::StopString(
                 self.config.stop_strings[index].clone(),
-            ));
+            )));
+        }
+        if let (Some(row), Some(mask)) = (&mut self.constraint, self.sampler.allowed_mut()) {
+            row.advance(token)?;
+            if row.prepare(mask, &self.config.end_tokens)? {
+                return Ok(Some(StopReason::ConstraintComplete));
+            }
         }
         if self.generated().len() >= self.config.max_new_tokens {
-            return Some(StopReason::MaxNewTokens);
+            return Ok(Some(StopReason::MaxNewTokens));
         }
         if self
             .context_length
             .is_some_and(|max| self.history.len() >= max)
         {
-            return Some(StopReason::ContextBound);
+            return Ok(Some(StopReason::ContextBound));
         }
-        None
+        Ok(None)
     }
 
     /// The trace; a row that never stopped (an error cut it short) reports

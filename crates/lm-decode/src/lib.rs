@@ -12,6 +12,7 @@
 //! raw logits
 //!   -> repetition, presence, frequency penalties   (history-aware, sampler::penalties)
 //!   -> logit bias, banned tokens                   (sampler::bias)
+//!   -> output constraint: a mask of allowed tokens (structured output, GenerationConfig::constraint)
 //!   -> temperature                                 (T = 0: greedy, lowest id on ties)
 //!   -> top-k -> top-p -> min-p                     (each renormalises what it keeps)
 //!   -> selector: Greedy, or Sample by inverse CDF with a uniform draw u
@@ -117,6 +118,12 @@
 //!   [`sampler::MinP`], [`sampler::Temperature`], the penalties, bias and
 //!   bans) validate their parameter on construction, so a front end can
 //!   check a flag with the same rule the sampler applies.
+//! - Structured output: any [`lm_core::Constraint`] (the facade's
+//!   llguidance engine, or your own) in [`GenerationConfig::constraint`] or
+//!   [`BeamConfig::constraint`] as an [`OutputConstraint`]; its mask runs
+//!   after the raw-logit stage and before temperature, end tokens come
+//!   only once it accepts, and [`StopReason::ConstraintComplete`] ends a
+//!   run that can go no further.
 //! - Stop strings and [`Generation::text`] read text through
 //!   [`lm_core::Detokenize`], decoded incrementally ([`IncrementalText`],
 //!   [`StopSearch`], which a front end can use to stream the same text).
@@ -127,6 +134,7 @@
 
 mod batch;
 mod beam;
+mod constraint;
 mod error;
 mod exhaustive;
 mod generate;
@@ -146,6 +154,7 @@ pub use beam::{
     BeamConfig, BeamStep, Hypothesis, LogitAdjustments, beam_search, beam_search_streaming,
     length_penalized_score,
 };
+pub use constraint::OutputConstraint;
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{

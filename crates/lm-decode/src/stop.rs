@@ -4,7 +4,8 @@
 //! Lesson 001, "Give the loop explicit limits": the loop stops at an end
 //! token, the requested number of new tokens, or the context bound. Only the
 //! first two kinds of ending (the model's end token, or a caller's stop
-//! string) mean the response is finished; reaching a limit means truncated.
+//! string) and a complete constrained output mean the response is finished;
+//! reaching a limit means truncated.
 
 use lm_core::{Detokenize, TokenId};
 use std::fmt;
@@ -26,11 +27,14 @@ pub enum StopReason {
     /// The caller's step hook asked to stop (for example on Ctrl-C):
     /// truncated.
     Cancelled,
+    /// The output constraint's language is complete and nothing more can
+    /// follow (a JSON value closed, a choice written out): finished.
+    ConstraintComplete,
 }
 
 impl StopReason {
-    /// True when the response ended on its own (end token or stop string);
-    /// false when a limit cut it off.
+    /// True when the response ended on its own (end token, stop string, or
+    /// a complete constrained output); false when a limit cut it off.
     ///
     /// ```
     /// use lm_decode::StopReason;
@@ -38,7 +42,10 @@ impl StopReason {
     /// assert!(!StopReason::MaxNewTokens.is_finished());
     /// ```
     pub fn is_finished(&self) -> bool {
-        matches!(self, Self::EndToken(_) | Self::StopString(_))
+        matches!(
+            self,
+            Self::EndToken(_) | Self::StopString(_) | Self::ConstraintComplete
+        )
     }
 }
 
@@ -63,6 +70,7 @@ impl fmt::Display for StopReason {
                 f.write_str("prompt and new tokens filled the context (truncated)")
             }
             Self::Cancelled => f.write_str("the run was interrupted (truncated)"),
+            Self::ConstraintComplete => f.write_str("the constrained output is complete"),
         }
     }
 }

@@ -99,6 +99,9 @@ pub enum Stage {
     /// The raw-logit transforms (penalties, logit bias, bans): a banned or
     /// `-inf` token is out.
     Penalties,
+    /// The output constraint (structured output): only the tokens that
+    /// can continue a valid output, and the end tokens once it is complete.
+    Constraint,
     /// Temperature: removes nothing when sampling; greedy (T = 0) keeps the
     /// one token it chooses.
     Temperature,
@@ -114,11 +117,12 @@ pub enum Stage {
 
 impl Stage {
     /// The stage's name in the trace and the JSON (`vocabulary`,
-    /// `penalties`, `temperature`, `top_k`, `top_p`, `min_p`, `custom`).
+    /// `penalties`, `constraint`, `temperature`, `top_k`, `top_p`, `min_p`, `custom`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Vocabulary => "vocabulary",
             Self::Penalties => "penalties",
+            Self::Constraint => "constraint",
             Self::Temperature => "temperature",
             Self::TopK => "top_k",
             Self::TopP => "top_p",
@@ -129,7 +133,8 @@ impl Stage {
 }
 
 /// How many candidates (tokens still in play) each stage of one step left,
-/// in the chain's order: the vocabulary, the penalties, temperature, then
+/// in the chain's order: the vocabulary, the penalties, the output
+/// constraint (when there is one), temperature, then
 /// each filter that ran (a greedy step runs none). A count is of tokens in
 /// play; at a very low temperature some of them may have a probability that
 /// rounds to 0.
@@ -153,8 +158,8 @@ impl Default for StageCounts {
 }
 
 impl StageCounts {
-    /// The most stages recorded: the vocabulary, the penalties, temperature
-    /// and five filters.
+    /// The most stages recorded: the vocabulary, the penalties, the
+    /// constraint, temperature and four filters.
     pub const CAPACITY: usize = 8;
 
     /// The stages and their counts, in the chain's order.

@@ -3,6 +3,7 @@
 
 mod batch;
 mod common;
+mod constraint;
 mod examples;
 mod generate;
 mod prefill;

@@ -30,11 +30,13 @@ mod error;
 mod pre_tokenizer;
 mod spm;
 mod stream;
+mod token_bytes;
 mod tokenizer;
 mod vocab;
 
 pub use chat::{ChatTemplate, Message};
 pub use error::{BackendError, TokenizeError};
 pub use stream::TextStream;
+pub use token_bytes::TokenBytes;
 pub use tokenizer::{TextPart, Tokenizer};
 pub use vocab::{BpeVocab, SpmVocab, TokenType};

@@ -35,7 +35,7 @@ use crate::TokenizeError;
 use crate::vocab::{SpmVocab, TokenType, parse_token_types};
 
 /// SentencePiece's visible space, which stands for ' ' inside tokens.
-const SPACE_MARK: char = '\u{2581}';
+pub(crate) const SPACE_MARK: char = '\u{2581}';
 
 /// The SentencePiece model: token lookup, scores and types, byte tokens and
 /// the tokens matched whole in text, in llama.cpp's search order.

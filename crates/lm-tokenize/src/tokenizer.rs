@@ -87,10 +87,10 @@ pub struct TextPart<'a> {
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     /// What turns text into ids and back.
-    backend: Backend,
+    pub(crate) backend: Backend,
     /// Token text by id, in the vocabulary's own form ("Ġthe"); empty where
     /// a `tokenizer.json` leaves a hole.
-    id_to_text: Vec<String>,
+    pub(crate) id_to_text: Vec<String>,
     /// Which ids are special (skipped by [`Tokenizer::decode_skipping_special`]).
     is_special: Vec<bool>,
     bos_id: Option<TokenId>,
@@ -105,7 +105,7 @@ pub struct Tokenizer {
 
 /// The encoder and decoder behind a [`Tokenizer`], by vocabulary kind.
 #[derive(Debug, Clone)]
-enum Backend {
+pub(crate) enum Backend {
     /// A `tokenizers` pipeline: byte-level BPE or a `tokenizer.json`.
     Pipeline(Box<Pipeline>),
     /// A SentencePiece vocabulary, merged by score as llama.cpp does.
@@ -114,9 +114,9 @@ enum Backend {
 
 /// A `tokenizers` pipeline (added tokens, pre-tokenizer, model, decoder).
 #[derive(Debug, Clone)]
-struct Pipeline {
+pub(crate) struct Pipeline {
     /// The pipeline.
-    pipeline: tokenizers::Tokenizer,
+    pub(crate) pipeline: tokenizers::Tokenizer,
     /// The same pipeline with special-token text split as ordinary text,
     /// built on the first [`Tokenizer::encode_literal`].
     literal: OnceLock<tokenizers::Tokenizer>,

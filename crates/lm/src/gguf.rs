@@ -18,6 +18,7 @@ use lm_model::{Decoder, GgufError, GgufFile, Llama};
 use lm_tokenize::{BpeVocab, ChatTemplate, Message, SpmVocab, TokenizeError, Tokenizer};
 
 use crate::error::{Error, TextError};
+use crate::structured::{FormatError, OutputFormat, StructuredOutput};
 
 /// A GGUF model ready to run: the decoder and the text side of the file.
 #[derive(Debug)]
@@ -127,6 +128,16 @@ impl GgufText {
     /// opening of the assistant's turn.
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextError> {
         Ok(self.chat_template()?.render(messages, true)?)
+    }
+
+    /// `format` compiled for this tokenizer and a model of `vocab_size`
+    /// tokens, ending on the file's end tokens (structured output).
+    pub fn structured_output(
+        &self,
+        format: &OutputFormat,
+        vocab_size: usize,
+    ) -> Result<StructuredOutput, FormatError> {
+        StructuredOutput::new(format, &self.tokenizer, vocab_size, &self.end_ids)
     }
 }
 

@@ -63,9 +63,11 @@
 
 mod error;
 mod gguf;
+mod structured;
 
 pub use error::{Error, TextError};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
+pub use structured::{FormatError, OutputFormat, StructuredOutput};
 
 pub use lm_core;
 pub use lm_decode;

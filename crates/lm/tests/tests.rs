@@ -10,3 +10,4 @@ mod gemma3_tokenizer;
 mod loader;
 mod smollm2;
 mod smollm2_tokenizer;
+mod structured;

@@ -24,6 +24,7 @@ use std::io::IsTerminal;
 use std::ops::ControlFlow;
 
 use anyhow::Result;
+use lm::OutputFormat;
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
     CachedGeneration, GenerationConfig, GenerationHook, PrefixCache, Step, StopReason,
@@ -44,10 +45,13 @@ use crate::printer::TextPrinter;
 use crate::report::json::{Settings, stop_reason_parts};
 use crate::report::trace::describe_stop;
 use crate::spec::{ModelSpec, ModelTask};
+use crate::structured;
 use crate::text::{TextCodec, TextError};
 
 /// Runs `lm-cli chat`.
 pub fn run(args: ChatArgs) -> Result<()> {
+    // A format the engine refuses is a usage error, before any model loads.
+    let format = args.structured.output_format()?;
     // A GGUF file without a chat template is refused from its metadata alone,
     // before its weights are read.
     let spec = ModelSpec::or_default(args.model.model.as_ref());
@@ -67,13 +71,15 @@ pub fn run(args: ChatArgs) -> Result<()> {
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
     interrupt::install()?;
-    loaded.run(options, Chat { args, spec })
+    loaded.run(options, Chat { args, spec, format })
 }
 
 /// The chat command with its model spec (for the JSON report).
 struct Chat {
     args: ChatArgs,
     spec: ModelSpec,
+    /// The output format, read and checked before the model loaded.
+    format: Option<OutputFormat>,
 }
 
 /// `--json`: the conversation and how each reply was made.
@@ -109,6 +115,12 @@ impl ModelTask for Chat {
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let args = &self.args;
+        let constraint = self
+            .format
+            .as_ref()
+            .map(|format| structured::compile(format, codec, model.vocab_size()))
+            .transpose()?
+            .map(|(constraint, _clock)| constraint);
         let Policy {
             sampling,
             banned_by_bias,
@@ -152,6 +164,7 @@ impl ModelTask for Chat {
             sampling,
             end_tokens: codec.end_tokens(),
             prefill_chunk_len: Some(PREFILL_CHUNK_LEN),
+            constraint,
             ..GenerationConfig::default()
         };
         let mut session = Session {

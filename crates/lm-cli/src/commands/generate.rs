@@ -22,6 +22,7 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use lm::OutputFormat;
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
     BeamConfig, Generation, GenerationConfig, GenerationHook, LogitAdjustments, PromptLookup,
@@ -41,6 +42,7 @@ use crate::report::json::{
 };
 use crate::report::trace;
 use crate::spec::{ModelSpec, ModelTask};
+use crate::structured::{self, ConstraintClock};
 use crate::text::TextCodec;
 
 /// The default of `--max-new-tokens`.
@@ -55,6 +57,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if args.trace_prefixes && !args.json && !args.json_lines {
         return Err(UsageError::PrefixesWithoutJson.into());
     }
+    // A format the engine refuses is a usage error, before any model loads.
+    let format = args.structured.output_format()?;
     if args.num_beams.unwrap_or(1) > 1 {
         if !args.stop.is_empty() {
             return Err(UsageError::StopWithBeams.into());
@@ -73,7 +77,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     crate::interrupt::install()?;
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
-    loaded.run(options, Generate { args, spec, prompt })
+    loaded.run(
+        options,
+        Generate {
+            args,
+            spec,
+            prompt,
+            format,
+        },
+    )
 }
 
 /// The prompt from `--prompt TEXT`, `--prompt -` (stdin), `--file FILE`, or
@@ -219,6 +231,7 @@ struct Generate {
     args: GenerateArgs,
     spec: ModelSpec,
     prompt: String,
+    format: Option<OutputFormat>,
 }
 
 /// How the results are shown.
@@ -333,8 +346,16 @@ impl ModelTask for Generate {
             };
             Mode::Text { live }
         };
+        let (constraint, clock) = match &self.format {
+            Some(format) => {
+                let (constraint, clock) = structured::compile(format, codec, model.vocab_size())?;
+                (Some(constraint), Some(clock))
+            }
+            None => (None, None),
+        };
         let mut out = Output::stdout();
         let run = Run {
+            clock,
             args,
             spec: &self.spec,
             codec,
@@ -360,6 +381,7 @@ impl ModelTask for Generate {
                     banned_tokens: sampling.banned_tokens,
                 },
                 n_top_candidates: args.top_logprobs,
+                constraint,
             };
             return run.beams(model, &config, &mut out);
         }
@@ -374,6 +396,7 @@ impl ModelTask for Generate {
             num_return_sequences: 1,
             rng_stream: 0,
             prefill_chunk_len: Some(PREFILL_CHUNK_LEN),
+            constraint,
         };
         run.sample(model, &config, &mut out)
     }
@@ -389,6 +412,8 @@ struct Run<'a> {
     end_tokens: Vec<TokenId>,
     settings: Settings,
     mode: Mode,
+    /// The structured-output engine's clock, when there is a format.
+    clock: Option<ConstraintClock>,
 }
 
 impl Run<'_> {
@@ -513,6 +538,7 @@ impl Run<'_> {
             live,
         );
         let start = Instant::now();
+        let constraint_start_ms = self.clock.as_ref().map(ConstraintClock::ms);
         let mut watch = Watch {
             printer: &mut printer,
             out,
@@ -575,6 +601,11 @@ impl Run<'_> {
             drafted_tokens: speculation.map(|stats| stats.drafted_tokens),
             accepted_tokens: speculation.map(|stats| stats.accepted_tokens),
             target_passes: speculation.map(|stats| stats.target_passes),
+            constraint_ms: self
+                .clock
+                .as_ref()
+                .zip(constraint_start_ms)
+                .map(|(clock, from)| clock.ms() - from),
         };
         Ok((generation, text, timing))
     }

@@ -233,6 +233,11 @@ pub struct Timing {
     /// plain loop makes `decode_tokens` of them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_passes: Option<usize>,
+    /// Milliseconds the structured-output engine took: compiling the format
+    /// for the vocabulary, computing each step's mask and advancing
+    /// (structured output only; part of the other times).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constraint_ms: Option<f64>,
 }
 
 impl Timing {
@@ -246,6 +251,7 @@ impl Timing {
         self.drafted_tokens = sum_counts(self.drafted_tokens, other.drafted_tokens);
         self.accepted_tokens = sum_counts(self.accepted_tokens, other.accepted_tokens);
         self.target_passes = sum_counts(self.target_passes, other.target_passes);
+        self.constraint_ms = sum_options(self.constraint_ms, other.constraint_ms);
     }
 }
 
@@ -275,6 +281,7 @@ pub fn stop_reason_parts(reason: &StopReason) -> (&'static str, Option<TokenId>,
         StopReason::ContextBound => ("context_bound", None, None),
         StopReason::MaxNewTokens => ("max_new_tokens", None, None),
         StopReason::Cancelled => ("cancelled", None, None),
+        StopReason::ConstraintComplete => ("constraint_complete", None, None),
         // Any reason a later lm-decode adds.
         _ => ("other", None, None),
     }

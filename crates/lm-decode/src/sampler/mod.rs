@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! raw logits ─ RepetitionPenalty ─ PresencePenalty ─ FrequencyPenalty ─ LogitBias ─ BannedTokens
+//!            ─ constraint mask (structured output, when set)
 //!            ─ Temperature ─ TopK ─ TopP ─ MinP ─ Selector (Greedy | Sample by inverse CDF)
 //! ```
 //!
@@ -40,7 +41,7 @@ pub use top_k::TopK;
 pub use top_p::TopP;
 
 use crate::{Error, Result, Stage, StageCounts, select::Selector};
-use lm_core::TokenId;
+use lm_core::{TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -459,6 +460,9 @@ pub struct Sampler {
     stage_counts: StageCounts,
     /// See [`Sampler::model_log_normaliser`].
     model_log_normaliser: Option<f64>,
+    /// The output constraint's mask for the next row (see
+    /// [`Sampler::set_allowed`]).
+    allowed: Option<TokenMask>,
 }
 
 impl Sampler {
@@ -516,6 +520,7 @@ impl Sampler {
             probs: Vec::new(),
             stage_counts: StageCounts::default(),
             model_log_normaliser: None,
+            allowed: None,
         })
     }
 
@@ -528,6 +533,33 @@ impl Sampler {
     /// Appends a custom filter after the built-in ones.
     pub fn push_filter(&mut self, filter: Box<dyn CandidateFilter>) {
         self.filters.push(filter);
+    }
+
+    /// Restricts the next choices to the tokens of `allowed` (structured
+    /// output; `None` lifts the restriction). The mask runs after the
+    /// raw-logit stage and before temperature: a forbidden token's logit is
+    /// -inf, so its probability is 0 and the filters renormalise over the
+    /// allowed ones. The generation loop refills it at every step
+    /// ([`Sampler::allowed_mut`]).
+    ///
+    /// ```
+    /// use lm_core::TokenMask;
+    /// use lm_decode::{Sampler, SamplingConfig};
+    /// let mut sampler = Sampler::new(&SamplingConfig::greedy()).unwrap();
+    /// let mut allowed = TokenMask::new(3);
+    /// allowed.allow(1);
+    /// allowed.allow(2);
+    /// sampler.set_allowed(Some(allowed));
+    /// // Token 0 is the argmax but forbidden: the best allowed one wins.
+    /// assert_eq!(sampler.select(&[2.0, 1.0, 0.0], &[], 0.0).unwrap().token, 1);
+    /// ```
+    pub fn set_allowed(&mut self, allowed: Option<TokenMask>) {
+        self.allowed = allowed;
+    }
+
+    /// The mask set by [`Sampler::set_allowed`], to refill in place.
+    pub fn allowed_mut(&mut self) -> Option<&mut TokenMask> {
+        self.allowed.as_mut()
     }
 
     /// True when the policy is greedy (T = 0): the choice ignores the draw.
@@ -589,18 +621,37 @@ impl Sampler {
             })?;
         }
         self.stage_counts.push(Stage::Vocabulary, vocab_size);
+        // The constraint's mask: the penalties' count first, then the
+        // tokens in play are the allowed ones.
+        let mut in_play = Stage::Penalties;
+        if let Some(allowed) = &self.allowed {
+            if allowed.vocab_size() != vocab_size {
+                return Err(Error::ConstraintVocabulary {
+                    constraint: allowed.vocab_size(),
+                    model: vocab_size,
+                });
+            }
+            let n_unmasked = count_unmasked(&self.adjusted);
+            self.stage_counts.push(Stage::Penalties, n_unmasked);
+            allowed.apply_to(&mut self.adjusted);
+            best = lm_core::argmax(&self.adjusted).map_err(|error| match error {
+                lm_core::Error::AllMasked => Error::ConstraintAllowsNothing,
+                other => other.into(),
+            })?;
+            in_play = Stage::Constraint;
+        }
         self.probs.clear();
         self.probs.resize(vocab_size, 0.0);
         if self.temperature.is_greedy() {
             let n_unmasked = count_unmasked(&self.adjusted);
-            self.stage_counts.push(Stage::Penalties, n_unmasked);
+            self.stage_counts.push(in_play, n_unmasked);
             self.stage_counts.push(Stage::Temperature, 1);
             self.probs[best as usize] = 1.0;
             return Ok(best);
         }
         if self.filters.is_empty() {
             let n_unmasked = count_unmasked(&self.adjusted);
-            self.stage_counts.push(Stage::Penalties, n_unmasked);
+            self.stage_counts.push(in_play, n_unmasked);
             self.stage_counts.push(Stage::Temperature, n_unmasked);
             // The softmax, keeping its normaliser: at T = 1 over the raw
             // logits it is the model's own (see `model_log_normaliser`).
@@ -608,7 +659,7 @@ impl Sampler {
             let sum = lm_core::softmax_weights_into(&self.adjusted, t, &mut self.probs)?;
             let inv = (1.0 / sum) as f32;
             self.probs.iter_mut().for_each(|p| *p *= inv);
-            if self.transforms.is_empty() && t == 1.0 {
+            if self.transforms.is_empty() && self.allowed.is_none() && t == 1.0 {
                 self.model_log_normaliser =
                     Some(f64::from(self.adjusted[best as usize]) + sum.ln());
             }
@@ -617,8 +668,7 @@ impl Sampler {
         self.candidates
             .reset(&self.adjusted, self.temperature.value())?;
         // The candidates are the unmasked tokens, counted on the way in.
-        self.stage_counts
-            .push(Stage::Penalties, self.candidates.len());
+        self.stage_counts.push(in_play, self.candidates.len());
         self.stage_counts
             .push(Stage::Temperature, self.candidates.len());
         for filter in &self.filters {
