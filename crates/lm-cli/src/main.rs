@@ -14,6 +14,7 @@
 
 mod cli;
 mod commands;
+mod draft;
 mod interrupt;
 mod output;
 mod printer;

@@ -24,13 +24,13 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, GenerationHook, PromptLookup, SamplingConfig, Step,
-    StopReason, Truncation, beam_search_streaming, fit_prompt, generate_speculative,
-    generate_with_hook,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, SamplingConfig, Step, StopReason,
+    Truncation, beam_search_streaming, fit_prompt, generate_speculative, generate_with_hook,
 };
 use lm_tokenize::Message;
 
-use crate::cli::{DrafterArg, GenerateArgs, LogitBiasArg, Seed, UsageError};
+use crate::cli::{GenerateArgs, LogitBiasArg, Seed, UsageError};
+use crate::draft::DraftSource;
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -283,7 +283,14 @@ impl ModelTask for Generate {
             stop: args.stop.clone(),
             num_beams,
             context_length: model.context_length(),
+            draft: args.draft.as_ref().map(ToString::to_string),
+            draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
         };
+        let draft = args
+            .draft
+            .as_ref()
+            .map(|arg| DraftSource::load(arg, codec, model.vocab_size()))
+            .transpose()?;
         let mode = if args.json_lines || (args.json && args.stream) {
             Mode::Json { lines: true }
         } else if args.json {
@@ -308,6 +315,7 @@ impl ModelTask for Generate {
             end_tokens,
             settings,
             mode,
+            draft,
         };
         if num_beams > 1 {
             let config = BeamConfig {
@@ -344,6 +352,8 @@ struct Run<'a> {
     end_tokens: Vec<TokenId>,
     settings: Settings,
     mode: Mode,
+    /// The `--draft` drafter, loaded once for every sequence.
+    draft: Option<DraftSource>,
 }
 
 impl Run<'_> {
@@ -478,7 +488,7 @@ impl Run<'_> {
                 prefix: self.args.trace_prefixes.then(|| self.prompt_ids.clone()),
             }),
         };
-        let generated = match self.args.draft {
+        let generated = match &self.draft {
             None => generate_with_hook(
                 model,
                 &self.prompt_ids,
@@ -487,14 +497,14 @@ impl Run<'_> {
                 &mut watch,
             )
             .map(|generation| (generation, None)),
-            Some(DrafterArg::PromptLookup) => {
-                let drafter = PromptLookup::new(to_usize(self.args.draft_tokens));
+            Some(source) => {
+                let mut drafter = source.drafter(to_usize(self.args.draft_tokens), self.codec);
                 generate_speculative(
                     model,
                     &self.prompt_ids,
                     config,
                     Some(self.codec),
-                    drafter,
+                    &mut *drafter,
                     &mut watch,
                 )
                 .map(|(generation, stats)| (generation, Some(stats)))

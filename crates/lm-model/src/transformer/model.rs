@@ -559,12 +559,15 @@ impl LanguageModel for Decoder {
     }
 
     /// Runs `Decoder::forward_here` on a thread of rayon's pool when the
-    /// pool has several threads and the caller is not one of them: the
-    /// products of one pass then split their rows with `join`s inside the
-    /// pool, instead of each of the ~200 products of a decode step handing
-    /// its work to the pool and sleeping until it is done (two context
-    /// switches per product, a profile showed 2 threads decoding slower
-    /// than 1).
+    /// caller is not one of them: the products of one pass then split their
+    /// rows with `join`s inside the pool, instead of each of the ~200
+    /// products of a decode step handing its work to the pool and sleeping
+    /// until it is done (two context switches per product, a profile showed
+    /// 2 threads decoding slower than 1). This holds for a pool of one
+    /// thread too: a pass over several tokens runs the rows of its attention,
+    /// its gating and its product transposes as parallel iterators, which
+    /// from outside the pool are ~270 hand-offs per pass (a profile of an
+    /// 8-token pass at 1 thread spent 7% of its time switching threads).
     fn forward(
         &self,
         state: &mut DecoderState,
@@ -572,7 +575,7 @@ impl LanguageModel for Decoder {
         rows: Rows,
         logits: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
-        if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
+        if rayon::current_thread_index().is_none() {
             rayon::scope(|_| self.forward_here(state, tokens, rows, logits))
         } else {
             self.forward_here(state, tokens, rows, logits)
