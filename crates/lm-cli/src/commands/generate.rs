@@ -243,6 +243,11 @@ impl ModelTask for Generate {
             finite: logit_bias,
             banned: banned_by_bias,
         } = resolve_logit_biases(&args.logit_bias, codec, model.vocab_size())?;
+        let draft = args
+            .draft
+            .as_ref()
+            .map(|arg| DraftSource::load(arg, codec, model.vocab_size()))
+            .transpose()?;
         let mut banned_tokens = banned_by_bias.clone();
         banned_tokens.extend(codec.unwritable_ids());
         let num_beams = args.num_beams.map_or(1, to_usize);
@@ -286,11 +291,7 @@ impl ModelTask for Generate {
             draft: args.draft.as_ref().map(ToString::to_string),
             draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
         };
-        let draft = args
-            .draft
-            .as_ref()
-            .map(|arg| DraftSource::load(arg, codec, model.vocab_size()))
-            .transpose()?;
+
         let mode = if args.json_lines || (args.json && args.stream) {
             Mode::Json { lines: true }
         } else if args.json {
