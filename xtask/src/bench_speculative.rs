@@ -19,7 +19,10 @@
 //! (`generate_speculative` with `PromptLookup`), back to back, so load from
 //! other processes hits both alike; the figures are medians over the
 //! rounds. Decode is timed from the first chosen token to the last (the
-//! prompt's prefill is the same for both and left out). A speculative run
+//! prompt's prefill is the same for both and left out), on the wall clock
+//! and in the process's CPU time: on a machine shared with other work the
+//! CPU-time ratio is the steadier one (at one thread; at two, rayon's
+//! waiting threads spin and add CPU time of their own). A speculative run
 //! whose ids differ from the plain run's is an error: the speed is only
 //! worth reporting for the same output.
 //!
@@ -151,27 +154,45 @@ struct Task {
     prompt: Vec<TokenId>,
 }
 
-/// One timed run: decode seconds, tokens chosen, and (speculative) its stats.
+/// One timed run: decode seconds (wall-clock and the process's CPU time),
+/// tokens chosen, and (speculative) its stats.
 struct Timed {
     seconds: f64,
+    cpu_seconds: Option<f64>,
     tokens: Vec<TokenId>,
     stats: Option<SpeculationStats>,
 }
 
 impl Timed {
-    /// Decoded tokens per second (the first token comes from the prefill).
-    fn tok_per_s(&self) -> f64 {
-        self.tokens.len().saturating_sub(1) as f64 / self.seconds
+    /// Decoded tokens (the first token comes from the prefill).
+    fn n_decoded(&self) -> f64 {
+        self.tokens.len().saturating_sub(1) as f64
     }
 }
 
-/// The medians and counts of one task at one thread count.
+/// The measurements and counts of one task at one thread count.
 #[derive(Default)]
 struct Cell {
+    /// Wall-clock tokens per second of each round.
     plain: Vec<f64>,
     speculative: Vec<f64>,
+    /// CPU tokens per second of each round (decoded tokens over the
+    /// process's CPU seconds), which load from other processes disturbs less.
+    plain_cpu: Vec<f64>,
+    speculative_cpu: Vec<f64>,
     n_tokens: usize,
     stats: SpeculationStats,
+}
+
+/// This process's CPU time (user and system, every thread) in seconds, from
+/// `/proc/self/stat` (Linux; its clock ticks are 1/100 s), or `None`
+/// elsewhere.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces), from field 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some((ticks(14)? + ticks(15)?) as f64 / 100.0)
 }
 
 /// The worker: every round, thread count and task, plain then speculative;
@@ -238,8 +259,16 @@ fn run_worker(options: &Options) -> Result<()> {
                     );
                 }
                 if round > 0 {
-                    cell.plain.push(plain.tok_per_s());
-                    cell.speculative.push(speculative.tok_per_s());
+                    cell.plain.push(plain.n_decoded() / plain.seconds);
+                    cell.speculative
+                        .push(speculative.n_decoded() / speculative.seconds);
+                    if let (Some(plain_cpu), Some(speculative_cpu)) =
+                        (plain.cpu_seconds, speculative.cpu_seconds)
+                    {
+                        cell.plain_cpu.push(plain.n_decoded() / plain_cpu);
+                        cell.speculative_cpu
+                            .push(speculative.n_decoded() / speculative_cpu);
+                    }
                     cell.n_tokens = plain.tokens.len();
                     cell.stats = speculative.stats.unwrap_or_default();
                 }
@@ -259,9 +288,13 @@ fn time_run(
 ) -> Result<Timed> {
     let mut first: Option<Instant> = None;
     let mut last: Option<Instant> = None;
+    let mut first_cpu = None;
     let mut on_step = |_: &Step| {
         let now = Instant::now();
-        first.get_or_insert(now);
+        if first.is_none() {
+            first = Some(now);
+            first_cpu = process_cpu_seconds();
+        }
         last = Some(now);
         Ok::<_, anyhow::Error>(ControlFlow::Continue(()))
     };
@@ -282,11 +315,15 @@ fn time_run(
             (generation, Some(stats))
         }
     };
+    let cpu_seconds = process_cpu_seconds()
+        .zip(first_cpu)
+        .map(|(end, start)| end - start);
     let (Some(first), Some(last)) = (first, last) else {
         bail!("the run chose no token");
     };
     Ok(Timed {
         seconds: (last - first).as_secs_f64(),
+        cpu_seconds,
         tokens: generation.tokens,
         stats,
     })
@@ -306,15 +343,16 @@ fn report(
         options.draft_tokens,
         options.runs,
     );
-    out.push_str("| task | threads | prompt tokens | tokens | plain tok/s | speculative tok/s | speed-up | drafted | accepted | acceptance | passes | tokens per pass |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| task | threads | prompt tokens | tokens | plain tok/s | speculative tok/s | speed-up | speed-up (CPU time) | drafted | accepted | acceptance | passes | tokens per pass |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (&n_threads, row) in options.threads.iter().zip(cells) {
         for (task, cell) in tasks.iter().zip(row) {
-            let plain = bench::median(&cell.plain).unwrap_or(f64::NAN);
-            let speculative = bench::median(&cell.speculative).unwrap_or(f64::NAN);
+            let median = |values: &[f64]| bench::median(values).unwrap_or(f64::NAN);
+            let (plain, speculative) = (median(&cell.plain), median(&cell.speculative));
+            let cpu_ratio = median(&cell.speculative_cpu) / median(&cell.plain_cpu);
             let stats = cell.stats;
             out.push_str(&format!(
-                "| {} | {n_threads} | {} | {} | {plain:.1} | {speculative:.1} | {:.2}x | {} | {} | {:.0}% | {} | {:.2} |\n",
+                "| {} | {n_threads} | {} | {} | {plain:.1} | {speculative:.1} | {:.2}x | {cpu_ratio:.2}x | {} | {} | {:.0}% | {} | {:.2} |\n",
                 task.name,
                 task.prompt.len(),
                 cell.n_tokens,

@@ -236,3 +236,31 @@ fn a_smaller_gguf_drafts_the_plain_greedy_ids() {
         }
     }
 }
+
+/// `--draft count:FILE` for SmolLM2: a count model trained on the text the
+/// answer copies drafts words, which reach SmolLM2's tokens through the
+/// text; the ids are the plain greedy run's and drafts are accepted.
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn a_count_model_drafts_through_the_text() {
+    let paragraph = "The river starts high in the mountains, where snow melts in spring. \
+                     It runs through narrow valleys, past old villages and green fields, \
+                     and at last it reaches the sea.";
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, format!("{paragraph}\n")).unwrap();
+    let greedy = || {
+        smollm2("generate")
+            .arg("--chat")
+            .opt("--prompt", format!("{paragraph}\n\nRepeat the text above."))
+            .n(40)
+            .args(["--greedy", "--no-end-token"])
+    };
+    let plain = greedy().json();
+    let spec = format!("count:{}", corpus.display());
+    let drafted = greedy().opt("--draft", &spec).json();
+    assert_eq!(ids(&drafted["ids"]), ids(&plain["ids"]));
+    assert_eq!(drafted["settings"]["draft"], spec.as_str());
+    let timing = &drafted["timing"];
+    assert!(timing["accepted_tokens"].as_u64().unwrap() > 0, "{timing}");
+}
