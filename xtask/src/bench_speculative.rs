@@ -111,7 +111,7 @@ impl Options {
             runs: 3,
             threads: vec![1, 2],
             model: None,
-            draft_tokens: 16,
+            draft_tokens: 8,
             max_new_tokens: 256,
             worker: false,
         };
