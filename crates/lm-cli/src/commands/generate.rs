@@ -291,7 +291,6 @@ impl ModelTask for Generate {
             draft: args.draft.as_ref().map(ToString::to_string),
             draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
         };
-
         let mode = if args.json_lines || (args.json && args.stream) {
             Mode::Json { lines: true }
         } else if args.json {
