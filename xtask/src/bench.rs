@@ -79,6 +79,9 @@ const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--mode
 
 /// Runs the task (or, with `--worker`, one measurement).
 pub(crate) fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|arg| arg == "--speculative") {
+        return crate::bench_speculative::run(args);
+    }
     let options = Options::parse(args)?;
     if options.worker {
         return run_worker(&options);
@@ -271,7 +274,7 @@ struct Row {
 }
 
 /// The median of `values` (mean of the middle two for an even count).
-fn median(values: &[f64]) -> Option<f64> {
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let mid = sorted.len() / 2;
@@ -422,7 +425,7 @@ fn peak_rss_bytes() -> Result<u64> {
 }
 
 /// Builds this package in release and returns the binary's path.
-fn build_release_worker() -> Result<PathBuf> {
+pub(crate) fn build_release_worker() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building xtask in release");
     let output = Command::new(cargo)

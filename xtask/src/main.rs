@@ -5,6 +5,7 @@
 //! `CARGO_MANIFEST_DIR`.
 
 mod bench;
+mod bench_speculative;
 mod check_lessons;
 mod examples;
 mod fetch_model;
@@ -20,7 +21,8 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  bench                 decode and prefill speed of SmolLM2, ours and llama.cpp's, side by side
+  bench                 decode and prefill speed of SmolLM2, ours and llama.cpp's, side by side;
+                        with --speculative, decode with and without prompt lookup
   check-lessons         check every worked example and numeric claim of ../shared/lessons
   examples              run every example of the workspace (as listed by cargo metadata)
   fetch-model <name>    download (or derive with llama.cpp) a known model into the

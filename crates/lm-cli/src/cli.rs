@@ -379,9 +379,12 @@ pub struct GenerateArgs {
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub num_return_sequences: u64,
     /// Speculative decoding: draft tokens with this drafter and verify them
-    /// in one pass of the model (`prompt-lookup`: copy what followed the
-    /// latest earlier match of the text's last words). The same tokens when
-    /// greedy, the same distribution when sampling.
+    /// in one pass of the model: `prompt-lookup` (copy what followed the
+    /// latest earlier match of the text's last tokens), a smaller model with
+    /// the same vocabulary (`FILE.gguf` or a known model's name), or a count
+    /// model (`count:FILE`, an ARPA file or a corpus; its words are mapped to
+    /// the model's tokens through the text). The same tokens when greedy,
+    /// the same distribution when sampling.
     #[arg(long, value_name = "DRAFTER", value_parser = parse_drafter)]
     pub draft: Option<DrafterArg>,
     /// The most tokens --draft proposes per pass (it proposes fewer while
@@ -905,20 +908,32 @@ fn parse_logits(text: &str) -> Result<Logits, String> {
 }
 
 /// A `--draft` drafter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrafterArg {
     /// `prompt-lookup`: lm-decode's `PromptLookup`.
     PromptLookup,
+    /// A draft model, by the same specs as `--model` (a GGUF file, a known
+    /// model, `count:FILE`).
+    Model(ModelSpec),
 }
 
-/// Parses a `--draft` drafter.
-fn parse_drafter(text: &str) -> Result<DrafterArg, String> {
-    match text {
-        "prompt-lookup" => Ok(DrafterArg::PromptLookup),
-        _ => Err(format!(
-            "'{text}' is not a drafter (expected prompt-lookup)"
-        )),
+impl std::fmt::Display for DrafterArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::PromptLookup => f.write_str("prompt-lookup"),
+            Self::Model(spec) => write!(f, "{spec}"),
+        }
     }
+}
+
+/// Parses a `--draft` drafter: `prompt-lookup` or a model spec.
+fn parse_drafter(text: &str) -> Result<DrafterArg, String> {
+    if text == "prompt-lookup" {
+        return Ok(DrafterArg::PromptLookup);
+    }
+    text.parse().map(DrafterArg::Model).map_err(|_| {
+        format!("'{text}' is not a drafter (expected prompt-lookup, FILE.gguf, a known model or count:FILE)")
+    })
 }
 
 /// Parses `error` or `keep-head:N`.

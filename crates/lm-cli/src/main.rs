@@ -16,6 +16,7 @@
 
 mod cli;
 mod commands;
+mod draft;
 mod interrupt;
 mod output;
 mod printer;

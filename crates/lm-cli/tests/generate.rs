@@ -846,8 +846,70 @@ fn draft_prompt_lookup_gives_the_plain_greedy_ids_and_counts_its_passes() {
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("'gguf' is not a drafter (expected prompt-lookup)"),
+            .contains("'gguf' is not a drafter (expected prompt-lookup, FILE.gguf, a known model or count:FILE)"),
         "{}",
         run.stderr
     );
+}
+
+/// `--draft toy` (a decoder over the same vocabulary) and `--draft
+/// count:FILE` (a count model, mapped through the text) on the toy decoder:
+/// the plain greedy ids, drafts accepted, the drafter in the `--json`
+/// settings; a decoder drafter over another vocabulary is refused before
+/// anything is generated.
+#[test]
+fn draft_models_give_the_plain_greedy_ids() {
+    let prompt = "<start> the cat sat <end> <start> the";
+    let greedy = || {
+        Cli::new("generate")
+            .model("toy")
+            .opt("--prompt", prompt)
+            .n(9)
+            .args(["--greedy", "--no-end-token"])
+    };
+    let plain = greedy().json();
+    assert!(plain["settings"].get("draft").is_none());
+    // The toy decoder's greedy continuation is "slept slept ...": a corpus
+    // where "slept" follows "slept" drafts it.
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(
+        &corpus,
+        "the cat slept slept slept slept slept\nthe dog slept slept slept slept\n",
+    )
+    .unwrap();
+    let count_spec = format!("count:{}", corpus.display());
+    for draft in ["toy", count_spec.as_str()] {
+        let drafted = greedy()
+            .opt("--draft", draft)
+            .opt("--draft-tokens", 4)
+            .json();
+        assert_eq!(ids(&drafted["ids"]), ids(&plain["ids"]), "--draft {draft}");
+        assert_eq!(drafted["settings"]["draft"], draft);
+        assert_eq!(drafted["settings"]["draft_tokens"], 4);
+        let timing = &drafted["timing"];
+        let accepted = timing["accepted_tokens"].as_u64().unwrap();
+        let passes = timing["target_passes"].as_u64().unwrap();
+        assert!(accepted > 0, "--draft {draft}: {timing}");
+        assert!(
+            passes < 8,
+            "--draft {draft}: 9 tokens in fewer than 8 passes: {timing}"
+        );
+    }
+
+    let run = Cli::new("generate")
+        .model(&count_spec)
+        .opt("--prompt", "the cat")
+        .n(2)
+        .args(["--draft", "toy"])
+        .run();
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "error: --draft toy: its vocabulary differs from the model's (a toy vocabulary against a count one)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
 }

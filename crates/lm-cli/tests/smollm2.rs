@@ -198,3 +198,69 @@ fn no_parse_special_keeps_control_token_text_literal() {
         .json();
     assert_eq!(ids(&generated["prompt_ids"]), literal_ids);
 }
+
+/// `--draft` with SmolLM2 drafting for itself and for its Q8_0
+/// requantization: the plain greedy ids of the target; drafting for itself,
+/// every draft is accepted (a batched pass gives each row the bits of a
+/// one-token pass).
+#[test]
+#[ignore = "needs SmolLM2 and smollm2-q8_0: cargo xtask fetch-model smollm2 && cargo xtask fetch-model smollm2-q8_0"]
+fn a_smaller_gguf_drafts_the_plain_greedy_ids() {
+    require_smollm2();
+    let q8_0 = lm_model::catalog::KnownModel::find("smollm2-q8_0").unwrap();
+    if let Err(err) = q8_0.path() {
+        panic!("{err}");
+    }
+    let greedy = |target: &str| {
+        Cli::new("generate")
+            .model(target)
+            .arg("--chat")
+            .opt(
+                "--prompt",
+                "List the planets of the solar system, then list them again.",
+            )
+            .n(40)
+            .args(["--greedy", "--no-end-token"])
+    };
+    for target in ["smollm2", "smollm2-q8_0"] {
+        let plain = greedy(target).json();
+        let drafted = greedy(target).opt("--draft", "smollm2").json();
+        assert_eq!(ids(&drafted["ids"]), ids(&plain["ids"]), "{target}");
+        assert_eq!(drafted["settings"]["draft"], "smollm2");
+        let timing = &drafted["timing"];
+        let drafted_tokens = timing["drafted_tokens"].as_u64().unwrap();
+        let accepted = timing["accepted_tokens"].as_u64().unwrap();
+        assert!(accepted > 0, "{target}: {timing}");
+        if target == "smollm2" {
+            assert_eq!(accepted, drafted_tokens, "{timing}");
+        }
+    }
+}
+
+/// `--draft count:FILE` for SmolLM2: a count model trained on the text the
+/// answer copies drafts words, which reach SmolLM2's tokens through the
+/// text; the ids are the plain greedy run's and drafts are accepted.
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn a_count_model_drafts_through_the_text() {
+    let paragraph = "The river starts high in the mountains, where snow melts in spring. \
+                     It runs through narrow valleys, past old villages and green fields, \
+                     and at last it reaches the sea.";
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, format!("{paragraph}\n")).unwrap();
+    let greedy = || {
+        smollm2("generate")
+            .arg("--chat")
+            .opt("--prompt", format!("{paragraph}\n\nRepeat the text above."))
+            .n(40)
+            .args(["--greedy", "--no-end-token"])
+    };
+    let plain = greedy().json();
+    let spec = format!("count:{}", corpus.display());
+    let drafted = greedy().opt("--draft", &spec).json();
+    assert_eq!(ids(&drafted["ids"]), ids(&plain["ids"]));
+    assert_eq!(drafted["settings"]["draft"], spec.as_str());
+    let timing = &drafted["timing"];
+    assert!(timing["accepted_tokens"].as_u64().unwrap() > 0, "{timing}");
+}

@@ -271,6 +271,11 @@ fn prompt_lookup_backs_off_when_rejected_and_probes_again() {
         lookup.observe(n, n);
         assert_eq!(lookup.n_draft(), expected);
     }
+    // A draft rejected after its third token halves k too.
+    lookup.observe(8, 3);
+    assert_eq!(lookup.n_draft(), 4);
+    lookup.observe(4, 4);
+    assert_eq!(lookup.n_draft(), 8);
     for expected in [4, 2, 1, 0] {
         lookup.observe(8, 0);
         assert_eq!(lookup.n_draft(), expected);
@@ -293,11 +298,9 @@ fn prompt_lookup_backs_off_when_rejected_and_probes_again() {
     lookup.observe(1, 1);
     assert_eq!(lookup.n_draft(), 2);
     lookup.observe(2, 1);
-    assert_eq!(lookup.n_draft(), 2, "a partial acceptance keeps k");
-    for expected in [1, 0] {
-        lookup.observe(2, 0);
-        assert_eq!(lookup.n_draft(), expected);
-    }
+    assert_eq!(lookup.n_draft(), 1, "a partial acceptance halves k");
+    lookup.observe(1, 0);
+    assert_eq!(lookup.n_draft(), 0);
     // An acceptance reset the rest: 8 steps, doubled once by the last
     // one-token rejection.
     probe_after(16, &mut lookup);

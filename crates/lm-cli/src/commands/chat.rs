@@ -157,6 +157,8 @@ impl ModelTask for Chat {
             stop: Vec::new(),
             num_beams: 1,
             context_length: model.context_length(),
+            draft: None,
+            draft_tokens: None,
         };
         let config = GenerationConfig {
             max_new_tokens: args.max_new_tokens,

@@ -25,15 +25,14 @@ use anyhow::{Context, Result};
 use lm::OutputFormat;
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, GenerationHook, LogitAdjustments, PromptLookup,
-    SamplingConfig, Step, StopReason, Truncation, beam_search_streaming, fit_prompt,
-    generate_speculative, generate_with_hook,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, LogitAdjustments, SamplingConfig,
+    Step, StopReason, Truncation, beam_search_streaming, fit_prompt, generate_speculative,
+    generate_with_hook,
 };
 use lm_tokenize::Message;
 
-use crate::cli::{
-    DrafterArg, FilterArgs, GenerateArgs, LogitBiasArg, PenaltyArgs, Seed, UsageError,
-};
+use crate::cli::{FilterArgs, GenerateArgs, LogitBiasArg, PenaltyArgs, Seed, UsageError};
+use crate::draft::DraftSource;
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
@@ -306,6 +305,11 @@ impl ModelTask for Generate {
             model.vocab_size(),
         )?;
         let seed = sampling.seed;
+        let draft = args
+            .draft
+            .as_ref()
+            .map(|arg| DraftSource::load(arg, codec, model.vocab_size()))
+            .transpose()?;
         let num_beams = args.num_beams.map_or(1, to_usize);
         // A run that draws reports its seed; a greedy run or a beam search
         // draws nothing, so it has none.
@@ -331,6 +335,8 @@ impl ModelTask for Generate {
             stop: args.stop.clone(),
             num_beams,
             context_length: model.context_length(),
+            draft: args.draft.as_ref().map(ToString::to_string),
+            draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
         };
         let mode = if args.json_lines || (args.json && args.stream) {
             Mode::Json { lines: true }
@@ -364,6 +370,7 @@ impl ModelTask for Generate {
             end_tokens,
             settings,
             mode,
+            draft,
         };
         if num_beams > 1 {
             let config = BeamConfig {
@@ -414,6 +421,8 @@ struct Run<'a> {
     mode: Mode,
     /// The structured-output engine's clock, when there is a format.
     clock: Option<ConstraintClock>,
+    /// The `--draft` drafter, loaded once for every sequence.
+    draft: Option<DraftSource>,
 }
 
 impl Run<'_> {
@@ -549,7 +558,7 @@ impl Run<'_> {
                 prefix: self.args.trace_prefixes.then(|| self.prompt_ids.clone()),
             }),
         };
-        let generated = match self.args.draft {
+        let generated = match &self.draft {
             None => generate_with_hook(
                 model,
                 &self.prompt_ids,
@@ -558,14 +567,14 @@ impl Run<'_> {
                 &mut watch,
             )
             .map(|generation| (generation, None)),
-            Some(DrafterArg::PromptLookup) => {
-                let drafter = PromptLookup::new(to_usize(self.args.draft_tokens));
+            Some(source) => {
+                let mut drafter = source.drafter(to_usize(self.args.draft_tokens), self.codec);
                 generate_speculative(
                     model,
                     &self.prompt_ids,
                     config,
                     Some(self.codec),
-                    drafter,
+                    &mut *drafter,
                     &mut watch,
                 )
                 .map(|(generation, stats)| (generation, Some(stats)))

@@ -208,6 +208,12 @@ pub struct Settings {
     pub num_beams: usize,
     /// The context bound the loop ran under.
     pub context_length: Option<usize>,
+    /// The `--draft` drafter (`prompt-lookup` or the draft model's spec), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft: Option<String>,
+    /// The most tokens `--draft` proposed per pass (`--draft-tokens`), if drafting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_tokens: Option<usize>,
 }
 
 /// How long the model took, prefill (reading the prompt) apart from decoding.

@@ -561,12 +561,16 @@ impl LanguageModel for Decoder {
     }
 
     /// Runs `Decoder::forward_here` on a thread of rayon's pool when the
-    /// pool has several threads and the caller is not one of them: the
-    /// products of one pass then split their rows with `join`s inside the
-    /// pool, instead of each of the ~200 products of a decode step handing
-    /// its work to the pool and sleeping until it is done (two context
-    /// switches per product, a profile showed 2 threads decoding slower
-    /// than 1).
+    /// caller is not one of them: the products of one pass then split their
+    /// rows with `join`s inside the pool, instead of each of the ~200
+    /// products of a decode step handing its work to the pool and sleeping
+    /// until it is done (two context switches per product, a profile showed
+    /// 2 threads decoding slower than 1). With a pool of one thread, only a
+    /// pass over several tokens goes in: it runs the rows of its attention,
+    /// its gating and its product transposes as parallel iterators, which
+    /// from outside the pool are ~270 hand-offs per pass (a profile of an
+    /// 8-token pass at 1 thread spent 7% of its time switching threads); a
+    /// one-token pass has none, so it stays on the caller's thread.
     fn forward(
         &self,
         state: &mut DecoderState,
@@ -574,7 +578,8 @@ impl LanguageModel for Decoder {
         rows: Rows,
         logits: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
-        if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
+        let parallel_work = rayon::current_num_threads() > 1 || tokens.len() > 1;
+        if parallel_work && rayon::current_thread_index().is_none() {
             rayon::scope(|_| self.forward_here(state, tokens, rows, logits))
         } else {
             self.forward_here(state, tokens, rows, logits)
