@@ -95,10 +95,16 @@ pub enum QuantError {
         value: NonFinite,
     },
     /// A kernel this CPU cannot run.
-    #[error("kernel {kernel:?} is not available on this cpu")]
+    #[error("kernel {kernel} is not available on this cpu")]
     KernelUnavailable {
         /// The requested kernel.
         kernel: Kernel,
+    },
+    /// A kernel name (`LM_KERNEL`'s value) that names no kernel.
+    #[error("unknown kernel {name:?}; kernels: portable, avx2, avxvnni, avx512")]
+    UnknownKernel {
+        /// The name given.
+        name: String,
     },
 }
 

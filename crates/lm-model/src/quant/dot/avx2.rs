@@ -17,10 +17,11 @@ use std::arch::x86_64::{
     _mm_movehl_ps, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
     _mm256_and_si256, _mm256_andnot_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128,
     _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
-    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
-    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8,
-    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
+    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps,
+    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+    _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
@@ -47,13 +48,81 @@ pub(crate) unsafe fn dot_rows(
     n: usize,
     out: &mut [f32],
 ) {
+    dot_rows_with(Maddubs, ty, rows, row_bytes, xq, n_blocks, n, out);
+}
+
+/// [`dot_rows`] with the byte products of AVX-VNNI (`vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma, f16c and avxvnni.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn dot_rows_vnni(
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8Block],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    dot_rows_with(Vnni, ty, rows, row_bytes, xq, n_blocks, n, out);
+}
+
+/// One quantized row · its activations.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    dot_row_with(Maddubs, ty, row, xq)
+}
+
+/// [`dot_row`] with the byte products of AVX-VNNI (`vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma, f16c and avxvnni.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn dot_row_vnni(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    dot_row_with(Vnni, ty, row, xq)
+}
+
+/// The body of [`dot_rows`] for the byte products `P`, inlined into each
+/// entry so that it is compiled with the entry's target features.
+#[allow(clippy::too_many_arguments)] // the shape of a block product
+#[inline(always)]
+fn dot_rows_with<P: BytePairs>(
+    products: P,
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8Block],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+) {
     match ty {
-        GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0),
-        GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1),
-        GgmlType::Q5_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_0),
-        GgmlType::Q5_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_1),
-        GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0),
-        GgmlType::IQ4_NL => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Iq4Nl),
+        GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0(products)),
+        GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1(products)),
+        GgmlType::Q5_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_0(products)),
+        GgmlType::Q5_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_1(products)),
+        GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0(products)),
+        GgmlType::IQ4_NL => {
+            each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Iq4Nl(products))
+        }
+        _ => unreachable!("{ty} does not multiply Q8 blocks"),
+    }
+}
+
+/// The body of [`dot_row`] for the byte products `P` (see [`dot_rows_with`]).
+#[inline(always)]
+fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    match ty {
+        GgmlType::Q4_0 => Q4_0(products).single(row, xq),
+        GgmlType::Q4_1 => Q4_1(products).single(row, xq),
+        GgmlType::Q5_0 => Q5_0(products).single(row, xq),
+        GgmlType::Q5_1 => Q5_1(products).single(row, xq),
+        GgmlType::Q8_0 => Q8_0(products).single(row, xq),
+        GgmlType::IQ4_NL => Iq4Nl(products).single(row, xq),
         _ => unreachable!("{ty} does not multiply Q8 blocks"),
     }
 }
@@ -96,22 +165,24 @@ pub(super) trait BlockKernel<A> {
 }
 
 /// Implements [`BlockKernel`] for a marker type by a `dot_*` function.
+/// The marker holds the byte products `P` its kernel uses.
 macro_rules! block_kernel {
     ($name:ident, $dot:ident) => {
-        struct $name;
+        struct $name<P>(P);
 
-        impl BlockKernel<Q8Block> for $name {
+        impl<P: BytePairs> BlockKernel<Q8Block> for $name<P> {
             #[inline(always)]
             fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
-                // SAFETY: only called from `dot_rows`, which requires the
-                // features `$dot` needs.
-                unsafe { $dot(row, xq) }
+                // SAFETY: only called from `dot_rows` and `dot_row` (or
+                // their VNNI forms), which require the features `$dot` and
+                // `P` need.
+                unsafe { $dot::<BATCH, P>(row, xq) }
             }
 
             #[inline(always)]
             fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
                 // SAFETY: as above.
-                let [result] = unsafe { $dot(row, [xq]) };
+                let [result] = unsafe { $dot::<1, P>(row, [xq]) };
                 result
             }
         }
@@ -128,10 +199,10 @@ block_kernel!(Iq4Nl, dot_iq4_nl);
 /// Q4_0 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c.
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+unsafe fn dot_q4_0<const N: usize, P: BytePairs>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<18, N, false>(
         row,
         xq,
@@ -141,17 +212,17 @@ pub(crate) unsafe fn dot_q4_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
             let weights = _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8));
             (f16_bits(w[0], w[1]), 0, weights)
         },
-        |weights, activations| mul_sum_i8(weights, activations),
+        |weights, activations| mul_sum_i8::<P>(weights, activations),
     )
 }
 
 /// Q4_1 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c.
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+unsafe fn dot_q4_1<const N: usize, P: BytePairs>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<20, N, true>(
         row,
         xq,
@@ -164,7 +235,7 @@ pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
                 unpack_nibbles(packed),
             )
         },
-        |weights, activations| mul_sum_u8_i8(weights, activations),
+        |weights, activations| mul_sum_u8_i8::<P>(weights, activations),
     )
 }
 
@@ -175,10 +246,10 @@ pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 /// which as a signed byte is the nibble with 0xF0 set.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c.
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q5_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+unsafe fn dot_q5_0<const N: usize, P: BytePairs>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<22, N, false>(
         row,
         xq,
@@ -190,7 +261,7 @@ pub(crate) unsafe fn dot_q5_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
             let weights = _mm256_or_si256(unpack_nibbles(packed), negative_high);
             (f16_bits(w[0], w[1]), 0, weights)
         },
-        |weights, activations| mul_sum_i8(weights, activations),
+        |weights, activations| mul_sum_i8::<P>(weights, activations),
     )
 }
 
@@ -198,10 +269,10 @@ pub(crate) unsafe fn dot_q5_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 /// the fifth bits set 0x10, giving unsigned bytes `q` in 0..32.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c.
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q5_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+unsafe fn dot_q5_1<const N: usize, P: BytePairs>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<24, N, true>(
         row,
         xq,
@@ -216,7 +287,7 @@ pub(crate) unsafe fn dot_q5_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
                 _mm256_or_si256(unpack_nibbles(packed), fifth),
             )
         },
-        |weights, activations| mul_sum_u8_i8(weights, activations),
+        |weights, activations| mul_sum_u8_i8::<P>(weights, activations),
     )
 }
 
@@ -225,10 +296,10 @@ pub(crate) unsafe fn dot_q5_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 /// shuffle, giving signed bytes in -127..=113.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c.
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_iq4_nl<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+unsafe fn dot_iq4_nl<const N: usize, P: BytePairs>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     // SAFETY: the table is exactly 16 bytes.
     let levels = unsafe { _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()) };
     let table = _mm256_set_m128i(levels, levels);
@@ -241,17 +312,17 @@ pub(crate) unsafe fn dot_iq4_nl<const N: usize>(row: &[u8], xq: [&[Q8Block]; N])
             let weights = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
             (f16_bits(w[0], w[1]), 0, weights)
         },
-        |weights, activations| mul_sum_i8(weights, activations),
+        |weights, activations| mul_sum_i8::<P>(weights, activations),
     )
 }
 
 /// Q8_0 row · `N` rows of quantized activations (each as long as the row).
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c.
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q8_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+unsafe fn dot_q8_0<const N: usize, P: BytePairs>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
     dot_blocks::<34, N, false>(
         row,
         xq,
@@ -260,7 +331,7 @@ pub(crate) unsafe fn dot_q8_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
             let weights = unsafe { _mm256_loadu_si256(w.as_ptr().add(2).cast()) };
             (f16_bits(w[0], w[1]), 0, weights)
         },
-        |weights, activations| mul_sum_i8(weights, activations),
+        |weights, activations| mul_sum_i8::<P>(weights, activations),
     )
 }
 
@@ -469,9 +540,42 @@ fn load_qs(a: &Q8Block) -> __m256i {
 /// f32 lanes (each an exact integer).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256 {
-    let pairs = _mm256_maddubs_epi16(x, y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+fn mul_sum_u8_i8<P: BytePairs>(x: __m256i, y: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(P::dot_u8_i8(x, y))
+}
+
+/// How eight i32 lanes each get the sum of four adjacent products of an
+/// unsigned byte and a signed byte (no product pair may exceed the i16
+/// range: every caller's unsigned bytes are at most 128 and its signed ones
+/// at most 127 in magnitude). Both implementations give the same integers,
+/// so the kernels built on either give the same bits.
+pub(super) trait BytePairs: Copy {
+    /// The lane sums of `u · s` (unsigned `u`, signed `s`).
+    fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` sums pairs to i16, `vpmaddwd` by ones pairs those to i32.
+#[derive(Clone, Copy)]
+pub(super) struct Maddubs;
+
+impl BytePairs for Maddubs {
+    #[inline(always)]
+    fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: only inlined into functions that require avx2.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+    }
+}
+
+/// AVX-VNNI: one `vpdpbusd` sums four products per lane.
+#[derive(Clone, Copy)]
+pub(super) struct Vnni;
+
+impl BytePairs for Vnni {
+    #[inline(always)]
+    fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: only inlined into the `*_vnni` entries, which require avxvnni.
+        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
+    }
 }
 
 /// The 32 bits of a little-endian u32 (`bytes`) as 32 bytes, 0xFF where the
@@ -498,12 +602,11 @@ fn expand_bits(bytes: [u8; 4]) -> __m256i {
 /// Σ of signed byte products, as eight f32 lanes (each an exact integer).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
-    // maddubs multiplies unsigned by signed: move x's sign onto y.
+fn mul_sum_i8<P: BytePairs>(x: __m256i, y: __m256i) -> __m256 {
+    // The unsigned-by-signed product takes |x|, with x's sign moved onto y.
     let abs_x = _mm256_sign_epi8(x, x);
     let signed_y = _mm256_sign_epi8(y, x);
-    let pairs = _mm256_maddubs_epi16(abs_x, signed_y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    _mm256_cvtepi32_ps(P::dot_u8_i8(abs_x, signed_y))
 }
 
 /// The sum of the eight lanes.
