@@ -34,7 +34,7 @@ use super::super::GgmlType;
 use super::super::activation::Q8Block;
 use super::super::block::IQ4_NL_VALUES;
 use super::BATCH;
-use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum};
+use super::avx2::{BlockKernel, block_type, each_row_and_input, horizontal_sum};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a 32-weight `ty`, input `i` being
@@ -115,21 +115,6 @@ impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
     }
 }
 
-/// The 32-weight type whose id is `id` (a constant in each kernel, so the
-/// per-type branches fold away).
-#[inline(always)]
-const fn block_type(id: u32) -> GgmlType {
-    match id {
-        2 => GgmlType::Q4_0,
-        3 => GgmlType::Q4_1,
-        6 => GgmlType::Q5_0,
-        7 => GgmlType::Q5_1,
-        8 => GgmlType::Q8_0,
-        20 => GgmlType::IQ4_NL,
-        _ => panic!("not a 32-weight block type id"),
-    }
-}
-
 /// Row (of the type with id `TY`) · `N` rows of quantized activations: each
 /// type's unpacking of two blocks into unsigned bytes, and its offset.
 #[inline]
@@ -161,9 +146,8 @@ fn dot<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; 
         }),
         // q = IQ4_NL_VALUES[code] = (IQ4_NL_VALUES[code] + 128) - 128.
         GgmlType::IQ4_NL => {
-            let shifted: [u8; 16] = IQ4_NL_VALUES.map(|v| (i16::from(v) + 128) as u8);
             // SAFETY: the table is exactly 16 bytes.
-            let table = unsafe { _mm_loadu_si128(shifted.as_ptr().cast()) };
+            let table = unsafe { _mm_loadu_si128(IQ4_NL_SHIFTED.as_ptr().cast()) };
             let table = _mm512_broadcast_i32x4(table);
             dot_block_pairs::<18, N, false, 128>(row, xq, |w| {
                 _mm512_shuffle_epi8(table, nibbles(w, 2, 18))
@@ -172,6 +156,17 @@ fn dot<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; 
         _ => unreachable!("a 32-weight block type"),
     }
 }
+
+/// IQ4_NL's levels plus 128, as unsigned bytes.
+const IQ4_NL_SHIFTED: [u8; 16] = {
+    let mut shifted = [0u8; 16];
+    let mut k = 0;
+    while k < 16 {
+        shifted[k] = (IQ4_NL_VALUES[k] as i16 + 128) as u8;
+        k += 1;
+    }
+    shifted
+};
 
 /// For each of the `N` activation rows `xq[i]`, sums
 /// `d_w d_x Σ (u - OFFSET) q_x + m_w sum_x` over the blocks of `row` (the
