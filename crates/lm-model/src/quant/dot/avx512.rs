@@ -19,9 +19,9 @@
 //! avx512vnni, which callers check through [`super::Dispatch`].
 
 use std::arch::x86_64::{
-    __m128, __m512, __m512i, _mm_add_ps, _mm_castpd_ps, _mm_cvtph_ps, _mm_cvtsi64_si128,
-    _mm_load_sd, _mm_loadh_pd, _mm_loadu_si128, _mm_mul_ps, _mm_setzero_ps, _mm256_add_ps,
-    _mm256_castpd_ps, _mm256_loadu_si256, _mm256_set_m128i, _mm512_and_si512,
+    __m128, __m512, __m512i, _mm_add_ps, _mm_blend_ps, _mm_castpd_ps, _mm_cvtph_ps,
+    _mm_cvtsi64_si128, _mm_load_sd, _mm_loadh_pd, _mm_loadu_si128, _mm_mul_ps, _mm_setzero_ps,
+    _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_si256, _mm256_set_m128i, _mm512_and_si512,
     _mm512_broadcast_i32x4, _mm512_castps_pd, _mm512_castps128_ps512, _mm512_castps512_ps256,
     _mm512_castsi256_si512, _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_extractf64x4_pd,
     _mm512_inserti64x4, _mm512_mask_add_epi8, _mm512_mask_srli_epi16, _mm512_mask3_fmadd_ps,
@@ -39,7 +39,9 @@ use super::avx2::{BlockKernel, block_type, each_row_and_input, horizontal_sum};
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a 32-weight `ty`, input `i` being
 /// `xq[i * n_blocks..][..n_blocks]`, each pair of weight blocks unpacked
-/// once for up to [`BATCH`] inputs.
+/// once for up to [`BATCH`] inputs. (Several rows per activation load, the
+/// transposed tiling, made one-thread decode much slower on SmolLM2: the
+/// rows' interleaved streams defeat the hardware prefetch.)
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -172,14 +174,15 @@ const IQ4_NL_SHIFTED: [u8; 16] = {
 /// `d_w d_x Σ (u - OFFSET) q_x + m_w sum_x` over the blocks of `row` (the
 /// second term only when `HAS_MIN`), where `unpack` turns two consecutive
 /// weight blocks (`2 * BYTES` bytes) into their 64 unsigned bytes `u`. Each
-/// pair of weight blocks is unpacked once for all `N` rows.
+/// pair of weight blocks is unpacked once for all `N` inputs.
 ///
-/// The f32 arithmetic is the AVX2 kernel's (`avx2::dot_blocks`): the scale
-/// of each block is the same product `d_w d_x`, the low half of the
-/// accumulator is its even accumulator and the high half its odd one, and
-/// the `m_w sum_x` terms go to lanes 1 (even blocks) and 3 (odd blocks) of
-/// one vector. A last odd block fills both halves but only the low one is
-/// accumulated, and its `m_w` is zero in lane 3.
+/// The f32 arithmetic of each input is the AVX2 kernel's
+/// (`avx2::dot_blocks`), whatever `N`: the scale of each block is the same
+/// product `d_w d_x`, the low half of the accumulator is its even
+/// accumulator and the high half its odd one, and the `m_w sum_x` terms go
+/// to lanes 1 (even blocks) and 3 (odd blocks) of one vector. A last odd
+/// block fills both halves but only the low one is accumulated, and its
+/// `m_w` is zero in lane 3.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn dot_block_pairs<const BYTES: usize, const N: usize, const HAS_MIN: bool, const OFFSET: u8>(
@@ -194,39 +197,22 @@ fn dot_block_pairs<const BYTES: usize, const N: usize, const HAS_MIN: bool, cons
     );
     let mut acc = [_mm512_setzero_ps(); N];
     let mut offset = [_mm_setzero_ps(); N];
-    let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
-    for (pair_idx, w) in pairs.enumerate() {
-        let scale_bits = scale_bits::<HAS_MIN>(w, BYTES);
+    for (pair_idx, w) in row.chunks_exact(2 * BYTES).enumerate() {
         let b = 2 * pair_idx;
-        let weights = unpack(w);
-        accumulate::<N, HAS_MIN, OFFSET>(
-            scale_bits,
-            weights,
-            [b, b + 1],
-            &xq,
-            &mut acc,
-            &mut offset,
-            0xFFFF,
-        );
+        let x = Activations2::<OFFSET>::load_each(&xq, [b, b + 1]);
+        let weights = Weights2::<HAS_MIN>::unpack(w, BYTES, &unpack);
+        weights.accumulate(&x, &mut acc, &mut offset, 0xFFFF);
     }
     if n_blocks % 2 == 1 {
         let b = n_blocks - 1;
+        let x = Activations2::<OFFSET>::load_each(&xq, [b, b]);
         let mut twice = [0u8; 2 * 34];
         twice[..BYTES].copy_from_slice(&row[b * BYTES..]);
         twice[BYTES..2 * BYTES].copy_from_slice(&row[b * BYTES..]);
-        let twice = &twice[..2 * BYTES];
-        // The second copy's scales are zero: only block b's count.
-        let scale_bits = scale_bits::<HAS_MIN>(twice, BYTES) & 0xFFFF_FFFF;
-        let weights = unpack(twice);
-        accumulate::<N, HAS_MIN, OFFSET>(
-            scale_bits,
-            weights,
-            [b, b],
-            &xq,
-            &mut acc,
-            &mut offset,
-            0x00FF,
-        );
+        let mut weights = Weights2::<HAS_MIN>::unpack(&twice[..2 * BYTES], BYTES, &unpack);
+        // The second copy's scales are zero: only block b counts.
+        weights.scales = _mm_blend_ps::<0b0011>(_mm_setzero_ps(), weights.scales);
+        weights.accumulate(&x, &mut acc, &mut offset, 0x00FF);
     }
     let mut out = [0.0; N];
     for ((o, &acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
@@ -238,68 +224,127 @@ fn dot_block_pairs<const BYTES: usize, const N: usize, const HAS_MIN: bool, cons
     out
 }
 
-/// The f16 bits `[d_0, m_0, d_1, m_1]` of two consecutive blocks (`w`, each
-/// `bytes` long), as four 16-bit fields of a u64; the minimums are zero for a
-/// type without them.
-#[inline(always)]
-fn scale_bits<const HAS_MIN: bool>(w: &[u8], bytes: usize) -> u64 {
-    let f16_at = |at: usize| u64::from(u16::from_le_bytes([w[at], w[at + 1]]));
-    let (m0, m1) = if HAS_MIN {
-        (f16_at(2), f16_at(bytes + 2))
-    } else {
-        (0, 0)
-    };
-    f16_at(0) | m0 << 16 | f16_at(bytes) << 32 | m1 << 48
+/// Two consecutive activation blocks as [`dot_block_pairs`] multiplies them.
+#[derive(Clone, Copy)]
+struct Activations2<const OFFSET: u8> {
+    /// `[d_0, sum_0, d_1, sum_1]`.
+    d_sum: __m128,
+    /// Block 0's 32 bytes, then block 1's.
+    qs: __m512i,
+    /// `OFFSET · Σ q_x` over each four bytes (zero when `OFFSET` is 0).
+    offset_sums: __m512i,
 }
 
-/// Adds the pair of blocks `blocks` (weights `weights`, scales as
-/// [`scale_bits`]) into every row's accumulator, in the lanes `mask` keeps.
-/// The scales `[d_w0, m_w0, d_w1, m_w1]` times `[d_x0, sum_x0, d_x1, sum_x1]`
-/// give both block scales (lanes 0 and 2, spread over the halves) and the
-/// offsets (lanes 1 and 3), as in the AVX2 kernel.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn accumulate<const N: usize, const HAS_MIN: bool, const OFFSET: u8>(
-    scale_bits: u64,
-    weights: __m512i,
-    [b0, b1]: [usize; 2],
-    xq: &[&[Q8Block]; N],
-    acc: &mut [__m512; N],
-    offset: &mut [__m128; N],
-    mask: u16,
-) {
-    let scales_w = _mm_cvtph_ps(_mm_cvtsi64_si128(scale_bits as i64));
-    // Lane 0 in the low half, lane 2 in the high half.
-    let spread = _mm512_set_epi64(
-        0x2_0000_0002,
-        0x2_0000_0002,
-        0x2_0000_0002,
-        0x2_0000_0002,
-        0,
-        0,
-        0,
-        0,
-    );
-    for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
-        let (a0, a1) = (&x[b0], &x[b1]);
-        let scales = _mm_mul_ps(scales_w, load_d_sum_pair(a0, a1));
-        let scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
+impl<const OFFSET: u8> Activations2<OFFSET> {
+    /// Blocks `b0` and `b1` of each input (a loop, not `array::from_fn`,
+    /// whose closure would not inline into this target-feature code).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn load_each<const N: usize>(xq: &[&[Q8Block]; N], [b0, b1]: [usize; 2]) -> [Self; N] {
+        let zero = Activations2 {
+            d_sum: _mm_setzero_ps(),
+            qs: _mm512_setzero_si512(),
+            offset_sums: _mm512_setzero_si512(),
+        };
+        let mut loaded = [zero; N];
+        for (x, xq) in loaded.iter_mut().zip(xq) {
+            *x = Activations2::load(&xq[b0], &xq[b1]);
+        }
+        loaded
+    }
+
+    /// Two blocks of one input.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn load(a0: &Q8Block, a1: &Q8Block) -> Self {
         // SAFETY: `qs` is exactly 32 bytes in each block.
-        let activations = unsafe {
+        let qs = unsafe {
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(a0.qs.as_ptr().cast())),
                 _mm256_loadu_si256(a1.qs.as_ptr().cast()),
             )
         };
-        let mut lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), weights, activations);
-        if OFFSET != 0 {
-            let offsets = _mm512_set1_epi8(OFFSET as i8);
-            let offset_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offsets, activations);
-            lanes = _mm512_sub_epi32(lanes, offset_sums);
+        let offset_sums = if OFFSET == 0 {
+            _mm512_setzero_si512()
+        } else {
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(OFFSET as i8), qs)
+        };
+        Activations2 {
+            d_sum: load_d_sum_pair(a0, a1),
+            qs,
+            offset_sums,
         }
-        *acc = _mm512_mask3_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), *acc, mask);
-        if HAS_MIN {
-            *offset = _mm_add_ps(*offset, scales);
+    }
+}
+
+/// Two consecutive weight blocks as [`dot_block_pairs`] multiplies them.
+struct Weights2<const HAS_MIN: bool> {
+    /// `[d_0, m_0, d_1, m_1]` (the minimums zero for a type without them).
+    scales: __m128,
+    /// The 64 unsigned bytes `u`.
+    values: __m512i,
+}
+
+impl<const HAS_MIN: bool> Weights2<HAS_MIN> {
+    /// The blocks `w` (two, the second at `bytes`) unpacked by `unpack`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn unpack(w: &[u8], bytes: usize, unpack: &impl Fn(&[u8]) -> __m512i) -> Self {
+        debug_assert!(w.len() >= 2 * bytes && bytes >= 4);
+        // SAFETY: the scales are the first two (or four) bytes of each block.
+        let f16_at = |at: usize| {
+            u64::from(u16::from_le(unsafe {
+                w.as_ptr().add(at).cast::<u16>().read_unaligned()
+            }))
+        };
+        let (m0, m1) = if HAS_MIN {
+            (f16_at(2), f16_at(bytes + 2))
+        } else {
+            (0, 0)
+        };
+        let bits = f16_at(0) | m0 << 16 | f16_at(bytes) << 32 | m1 << 48;
+        Weights2 {
+            scales: _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64)),
+            values: unpack(w),
+        }
+    }
+
+    /// Adds these blocks times each input `x[i]` into `acc[i]` and
+    /// `offset[i]`, in the lanes `mask` keeps. The scales times
+    /// `[d_x0, sum_x0, d_x1, sum_x1]` give both block scales (lanes 0 and 2,
+    /// spread over the halves) and the offsets (lanes 1 and 3), as in the
+    /// AVX2 kernel.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn accumulate<const N: usize, const OFFSET: u8>(
+        &self,
+        x: &[Activations2<OFFSET>; N],
+        acc: &mut [__m512; N],
+        offset: &mut [__m128; N],
+        mask: u16,
+    ) {
+        // Lane 0 in the low half, lane 2 in the high half.
+        let spread = _mm512_set_epi64(
+            0x2_0000_0002,
+            0x2_0000_0002,
+            0x2_0000_0002,
+            0x2_0000_0002,
+            0,
+            0,
+            0,
+            0,
+        );
+        for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(x) {
+            let scales = _mm_mul_ps(self.scales, x.d_sum);
+            let scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
+            let mut lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), self.values, x.qs);
+            if OFFSET != 0 {
+                lanes = _mm512_sub_epi32(lanes, x.offset_sums);
+            }
+            *acc = _mm512_mask3_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), *acc, mask);
+            if HAS_MIN {
+                *offset = _mm_add_ps(*offset, scales);
+            }
         }
     }
 }
@@ -346,7 +391,13 @@ fn nibbles(w: &[u8], at: usize, bytes: usize) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn add_fifth_bits(values: __m512i, w: &[u8], at: usize, bytes: usize) -> __m512i {
-    let bits = |at: usize| u64::from(u32::from_le_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]));
+    debug_assert!(bytes + at + 4 <= w.len());
+    // SAFETY: both 4-byte runs are inside `w` (two whole blocks).
+    let bits = |at: usize| {
+        u64::from(u32::from_le(unsafe {
+            w.as_ptr().add(at).cast::<u32>().read_unaligned()
+        }))
+    };
     let set = bits(at) | bits(bytes + at) << 32;
     _mm512_mask_add_epi8(values, set, values, _mm512_set1_epi8(16))
 }
