@@ -291,11 +291,15 @@ pub(super) fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
 
 /// The float factors, scale pairs and offsets of a super-block, in the
 /// vector form of [`Unpacked`].
-struct VectorFactors {
-    d: f32,
-    dmin: f32,
-    scales: [__m256i; 8],
-    mins: __m256i,
+pub(super) struct VectorFactors {
+    /// The factor of the scaled sums.
+    pub d: f32,
+    /// The factor of the offsets.
+    pub dmin: f32,
+    /// As [`Unpacked::scales`].
+    pub scales: [__m256i; 8],
+    /// As [`Unpacked::mins`].
+    pub mins: __m256i,
 }
 
 /// The factors of one super-block of `ty`: for Q4_K, Q5_K and Q6_K decoded
@@ -304,7 +308,7 @@ struct VectorFactors {
 /// by `block_k::factors`. Both give the same integers in the same lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
+pub(super) fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => factors_k4(block),
         GgmlType::Q6_K => factors_q6_k(block),
