@@ -8,8 +8,12 @@
 //! with the block scale by one FMA. The integer sums equal the portable path's; only the order of the
 //! f32 additions differs.
 //!
-//! Every function requires avx2, fma and f16c, which callers check through
-//! [`super::Dispatch`].
+//! The same kernels, with the two byte-product instructions replaced by one
+//! 256-bit `vpdpbusd` (AVX-VNNI, [`BytePairs`]), are the `Kernel::AvxVnni`
+//! path (`dot_rows_vnni`, `dot_row_vnni`): the same lane sums, the same bits.
+//!
+//! Every function requires avx2, fma and f16c (and the `_vnni` entries
+//! avxvnni), which callers check through [`super::Dispatch`].
 
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,

@@ -1,13 +1,17 @@
 //! Row-times-vector dot products on quantized weights, with a portable path
-//! and an x86_64 AVX2 + FMA path chosen at run time.
+//! and the x86_64 paths chosen at run time ([`Kernel`]): AVX2 + FMA (`avx2`,
+//! `avx2_k`), the same with AVX-VNNI's byte products (`avx2`'s `_vnni`
+//! entries), and AVX-512 with VNNI (`avx512`, `avx512_k`).
 //!
 //! Quantized rows are multiplied with activations quantized to 8-bit blocks
 //! of their family (`Q8Block`s of 32 for the 32-weight types, `Q8KBlock`s of
-//! 256 for the K-quants, whose kernels are in `portable_k` and `avx2_k`):
-//! the per-block products are exact integer sums, scaled by `d_w * d_x` (plus
-//! `m_w * sum_x` for Q4_1 and Q5_1, and the group offsets of the K-quants). The two paths compute the same integer sums and
-//! differ only in the order of the f32 accumulation. Float rows (F32, F16,
-//! BF16) are multiplied with the f32 activations directly.
+//! 256 for the K-quants, whose kernels are in the `*_k` modules): the
+//! per-block products are exact integer sums, scaled by `d_w * d_x` (plus
+//! `m_w * sum_x` for Q4_1 and Q5_1, and the group offsets of the K-quants).
+//! All paths compute the same integer sums and differ only in the order of
+//! the f32 accumulation, which the SIMD paths share: AVX-VNNI and AVX-512
+//! give the AVX2 kernel's bits. Float rows (F32, F16, BF16) are multiplied
+//! with the f32 activations directly (by the AVX2 kernel on every SIMD path).
 
 use super::GgmlType;
 use super::activation::Activations;
