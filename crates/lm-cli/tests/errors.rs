@@ -48,6 +48,11 @@ fn bad_arguments_name_themselves() {
         ),
         (toy().opt("--end-token", "cow"), 1, "end token 'cow'"),
         (
+            toy().env("LM_KERNEL", "avx1024"),
+            1,
+            "LM_KERNEL: unknown kernel \"avx1024\"; kernels: portable, avx2, avxvnni, avx512",
+        ),
+        (
             toy().arg("--trace-prefixes"),
             2,
             "--trace-prefixes needs --json or --json-lines",

@@ -19,6 +19,18 @@ pub struct CpuFeatures {
     pub fma: bool,
     /// F16C: f16 to f32 conversions (the f16 KV cache, f16 weights).
     pub f16c: bool,
+    /// AVX-512 Foundation: 512-bit vectors and mask registers.
+    pub avx512f: bool,
+    /// AVX-512 Byte and Word: byte and 16-bit operations on 512-bit vectors.
+    pub avx512bw: bool,
+    /// AVX-512 Vector Length: the AVX-512 instructions on 128- and 256-bit vectors.
+    pub avx512vl: bool,
+    /// AVX-512 VNNI: `vpdpbusd` (four byte products summed into each i32
+    /// lane) on 512-bit vectors.
+    pub avx512vnni: bool,
+    /// AVX-VNNI: the VEX-encoded `vpdpbusd` on 256-bit vectors, for CPUs
+    /// with VNNI but without AVX-512 (Alder Lake and later).
+    pub avxvnni: bool,
 }
 
 impl CpuFeatures {
@@ -28,6 +40,11 @@ impl CpuFeatures {
         avx2: false,
         fma: false,
         f16c: false,
+        avx512f: false,
+        avx512bw: false,
+        avx512vl: false,
+        avx512vnni: false,
+        avxvnni: false,
     };
 
     /// The features of this CPU, detected on the first call and cached.
@@ -44,6 +61,11 @@ fn detect_uncached() -> CpuFeatures {
         avx2: std::arch::is_x86_feature_detected!("avx2"),
         fma: std::arch::is_x86_feature_detected!("fma"),
         f16c: std::arch::is_x86_feature_detected!("f16c"),
+        avx512f: std::arch::is_x86_feature_detected!("avx512f"),
+        avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
+        avx512vl: std::arch::is_x86_feature_detected!("avx512vl"),
+        avx512vnni: std::arch::is_x86_feature_detected!("avx512vnni"),
+        avxvnni: std::arch::is_x86_feature_detected!("avxvnni"),
     }
 }
 
@@ -65,5 +87,12 @@ mod tests {
             !(features.avx2 || features.f16c) || features.avx,
             "{features:?}"
         );
+        // Every AVX-512 extension and AVX-VNNI come with AVX2.
+        let wider = features.avx512f
+            || features.avx512bw
+            || features.avx512vl
+            || features.avx512vnni
+            || features.avxvnni;
+        assert!(!wider || features.avx2, "{features:?}");
     }
 }

@@ -3,7 +3,8 @@
 //! matrix), Q8_0 (the tied output projection), Q4_0, Q5_0 (most of the
 //! requantized "Q4_K_M" file), Q5_1, IQ4_NL, and the K-quants of the
 //! Q4_K_M / Q5_K_M / Q6_K files (ffn_down, the one matrix whose width is a
-//! multiple of 256), with the portable and the SIMD kernel. Run with `cargo bench -p lm-model --bench quant`;
+//! multiple of 256), with every kernel this CPU runs (portable, AVX2,
+//! AVX-VNNI, AVX-512). Run with `cargo bench -p lm-model --bench quant`;
 //! rayon uses all cores unless `RAYON_NUM_THREADS` says otherwise.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -50,20 +51,19 @@ fn activations(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// The matrix once per kernel to measure: the portable one, and the fastest
-/// this CPU runs when that is another.
+/// The matrix once per kernel this CPU runs (`LM_BENCH_KERNELS=avx2,avx512`
+/// narrows the list).
 fn per_kernel(
     ty: GgmlType,
     n_rows: usize,
     n_cols: usize,
     data: &[u8],
 ) -> impl Iterator<Item = (Kernel, QMatrix<'_>)> {
-    let fastest = Kernel::detect();
-    let kernels = if fastest == Kernel::Portable {
-        vec![Kernel::Portable]
-    } else {
-        vec![Kernel::Portable, fastest]
-    };
+    let wanted = std::env::var("LM_BENCH_KERNELS").unwrap_or_default();
+    let kernels: Vec<Kernel> = Kernel::available()
+        .into_iter()
+        .filter(|k| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == k.name()))
+        .collect();
     kernels.into_iter().map(move |kernel| {
         let m = QMatrix::new(ty, n_rows, n_cols, data)
             .unwrap()

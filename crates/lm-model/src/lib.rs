@@ -27,7 +27,8 @@
 //!   [`TransformerConfig`] and [`DecoderWeights`] (layers of [`Linear`],
 //!   [`Norm`] and [`FeedForward`] weights), checked by [`Decoder::new`], as
 //!   [`Llama`] and [`Toy`] do.
-//! - [`QMatrix`] multiplies GGML blocks with a chosen [`Kernel`]; it is public
+//! - [`QMatrix`] multiplies GGML blocks with a chosen [`Kernel`] (the fastest
+//!   the CPU runs, or `LM_KERNEL`'s: [`Kernel::from_env`]); it is public
 //!   for benchmarks and the kernel tests that compare the kernels.
 //!
 //! The blocks of a forward pass (attention, RoPE, the KV cache's layout, the
@@ -79,7 +80,7 @@ mod transformer;
 pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
-pub use quant::{GgmlType, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
+pub use quant::{GgmlType, KERNEL_ENV, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
 pub use transformer::{
     ArchOptions, AttentionKind, CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights,
     FeedForward, FfnKind, KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama, Norm,

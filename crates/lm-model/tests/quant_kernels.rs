@@ -8,7 +8,9 @@ use lm_model::{GgmlType, Kernel, NonFinite, QMatrix, QuantError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::common::{FixtureJson, cpu_has_avx2, fixture_path, kernels_of_this_cpu, read_json};
+use crate::common::{
+    FixtureJson, fixture_path, kernels_of_this_cpu, read_json, simd_kernels_of_this_cpu,
+};
 
 /// Expected `q * d` rounded to f32, computed in f64 (exact for these magnitudes).
 fn scaled(q: i32, d: f32) -> f32 {
@@ -600,64 +602,128 @@ fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
     }
 }
 
-/// The SIMD path computes the same integer block sums as the portable path and
-/// differs only in the order of f32 additions: agreement within 1e-5 of Σ|W x|.
-/// On a CPU without AVX2, asking for the kernel must be a typed error instead.
+/// Each SIMD path computes the same integer block sums as the portable path
+/// and differs only in the order of f32 additions: agreement within 1e-5 of
+/// Σ|W x|. A kernel this CPU lacks is a typed error instead.
 #[test]
-fn avx2_and_portable_kernels_agree() {
-    if !cpu_has_avx2() {
-        let m = QMatrix::new(GgmlType::Q8_0, 1, 32, &[0; 34]).unwrap();
+fn simd_and_portable_kernels_agree() {
+    let m = QMatrix::new(GgmlType::Q8_0, 1, 32, &[0; 34]).unwrap();
+    for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert_eq!(
-            m.with_kernel(Kernel::Avx2).unwrap_err(),
-            QuantError::KernelUnavailable {
-                kernel: Kernel::Avx2
-            }
+            m.with_kernel(kernel).unwrap_err(),
+            QuantError::KernelUnavailable { kernel }
         );
-        eprintln!("this cpu lacks avx2/fma/f16c: checked that the avx2 kernel is refused");
-        return;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for ty in ALL_TYPES {
-        for n_cols in [32, 64, 576, 1536] {
+        // 1 and 3 blocks: an odd block count leaves the AVX-512 kernel a block alone.
+        for n_cols in [32, 64, 96, 576, 1536] {
             let n_rows = 50;
             let data = random_matrix(ty, n_rows, n_cols, &mut rng);
             let portable = QMatrix::new(ty, n_rows, n_cols, &data)
                 .unwrap()
                 .with_kernel(Kernel::Portable)
                 .unwrap();
-            let simd = portable.with_kernel(Kernel::Avx2).unwrap();
             let x = random_vector(n_cols, &mut rng);
             let reference = reference_matvec(&portable, &x);
-            let (mut y_portable, mut y_simd) = (vec![0.0; n_rows], vec![0.0; n_rows]);
+            let mut y_portable = vec![0.0; n_rows];
             portable.matvec(&x, &mut y_portable).unwrap();
-            simd.matvec(&x, &mut y_simd).unwrap();
-            for r in 0..n_rows {
-                let diff = f64::from(y_portable[r] - y_simd[r]).abs();
-                assert!(
-                    diff <= 1e-5 * reference.1[r],
-                    "{ty} n_cols {n_cols} row {r}: {} vs {}",
-                    y_portable[r],
-                    y_simd[r]
-                );
+            for kernel in simd_kernels_of_this_cpu() {
+                let simd = portable.with_kernel(kernel).unwrap();
+                let mut y_simd = vec![0.0; n_rows];
+                simd.matvec(&x, &mut y_simd).unwrap();
+                for r in 0..n_rows {
+                    let diff = f64::from(y_portable[r] - y_simd[r]).abs();
+                    assert!(
+                        diff <= 1e-5 * reference.1[r],
+                        "{ty} {kernel} n_cols {n_cols} row {r}: {} vs {}",
+                        y_portable[r],
+                        y_simd[r]
+                    );
+                }
             }
         }
     }
 }
 
+/// A batch of 9 inputs (two groups of four and one alone on the SIMD paths)
+/// gives each input the bits of its own product, on every kernel.
 #[test]
 fn matmul_equals_one_matvec_per_input_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     for ty in ALL_TYPES {
-        let (n_rows, n_cols, n) = (300, 256, 5);
-        let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-        let m = QMatrix::new(ty, n_rows, n_cols, &data).unwrap();
-        let xs = random_vector(n * n_cols, &mut rng);
-        let mut ys = vec![f32::NAN; n * n_rows];
+        for kernel in kernels_of_this_cpu() {
+            let (n_rows, n_cols, n) = (300, 288, 9);
+            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let m = QMatrix::new(ty, n_rows, n_cols, &data)
+                .unwrap()
+                .with_kernel(kernel)
+                .unwrap();
+            let xs = random_vector(n * n_cols, &mut rng);
+            let mut ys = vec![f32::NAN; n * n_rows];
+            m.matmul(&xs, n, &mut ys).unwrap();
+            let mut y = vec![0.0; n_rows];
+            for i in 0..n {
+                m.matvec(&xs[i * n_cols..(i + 1) * n_cols], &mut y).unwrap();
+                assert_bits_eq(&ys[i * n_rows..(i + 1) * n_rows], &y);
+            }
+        }
+    }
+}
+
+/// The AVX-VNNI and AVX-512 kernels compute the AVX2 kernel's integer lanes
+/// and add them in its f32 order: their products, single and batched, have
+/// its bits (so the conformance fixtures, checked on AVX2, hold on them too).
+#[test]
+fn wider_kernels_give_the_avx2_kernels_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let types = ALL_TYPES.iter().chain(&crate::kquant_kernels::K_TYPES);
+    for &ty in types {
+        let n_cols = if ty.block_size() == 256 { 1536 } else { 608 };
+        check_same_bits_as_avx2(ty, 40, n_cols, &mut rng);
+        check_same_bits_as_avx2(ty, 3, ty.block_size(), &mut rng);
+    }
+}
+
+/// Asserts that every kernel wider than AVX2 gives the AVX2 kernel's bits on
+/// a random `ty` matrix, for one input and for a batch of 9.
+fn check_same_bits_as_avx2(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut ChaCha8Rng) {
+    let wider: Vec<Kernel> = simd_kernels_of_this_cpu()
+        .into_iter()
+        .filter(|&k| k != Kernel::Avx2)
+        .collect();
+    if wider.is_empty() {
+        return;
+    }
+    let n = 9;
+    let data = random_matrix(ty, n_rows, n_cols, rng);
+    let xs = random_vector(n * n_cols, rng);
+    let products = |kernel: Kernel| {
+        let m = QMatrix::new(ty, n_rows, n_cols, &data)
+            .unwrap()
+            .with_kernel(kernel)
+            .unwrap();
+        let (mut y, mut ys) = (vec![f32::NAN; n_rows], vec![f32::NAN; n * n_rows]);
+        m.matvec(&xs[..n_cols], &mut y).unwrap();
         m.matmul(&xs, n, &mut ys).unwrap();
-        let mut y = vec![0.0; n_rows];
-        for i in 0..n {
-            m.matvec(&xs[i * n_cols..(i + 1) * n_cols], &mut y).unwrap();
-            assert_bits_eq(&ys[i * n_rows..(i + 1) * n_rows], &y);
+        (y, ys)
+    };
+    let (y_avx2, ys_avx2) = products(Kernel::Avx2);
+    for kernel in wider {
+        let (y, ys) = products(kernel);
+        for (r, (a, e)) in y.iter().zip(&y_avx2).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                e.to_bits(),
+                "{ty} {kernel} n_cols {n_cols} row {r}: {a} != {e}"
+            );
+        }
+        for (j, (a, e)) in ys.iter().zip(&ys_avx2).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                e.to_bits(),
+                "{ty} {kernel} n_cols {n_cols} batched {j}: {a} != {e}"
+            );
         }
     }
 }

@@ -64,8 +64,9 @@ impl<'a> QMatrix<'a> {
     /// Views `data` as `n_rows` rows of `n_cols` weights of type `ty`.
     ///
     /// Errors if `n_cols` is not a multiple of the block size or `data` is not
-    /// exactly `n_rows * ty.row_bytes(n_cols)` bytes. Products use the fastest
-    /// [`Kernel`] this CPU supports.
+    /// exactly `n_rows * ty.row_bytes(n_cols)` bytes. Products use the
+    /// fastest [`Kernel`] this CPU supports, or the one `LM_KERNEL` names
+    /// ([`Kernel::configured`]).
     ///
     /// ```
     /// use lm_model::{GgmlType, QMatrix};

@@ -4,7 +4,8 @@
 //!   Q3_K, Q4_K, Q5_K and Q6_K, and IQ4_XS, with their block sizes.
 //! - [`QMatrix`]: a borrowed matrix of blocks with `matvec`, batched `matmul`
 //!   and bit-exact `dequantize_row`.
-//! - [`Kernel`]: the portable path and the x86_64 AVX2 path, chosen at run time.
+//! - [`Kernel`]: the portable path and the x86_64 AVX2, AVX-VNNI and AVX-512
+//!   paths, chosen at run time (`LM_KERNEL` overrides the choice).
 //!
 //! Block layouts are drawn in the `block` and `block_k` modules' docs; products run on the
 //! blocks directly and never dequantize a whole matrix.
@@ -16,7 +17,7 @@ mod dot;
 mod ggml_type;
 mod matrix;
 
-pub use crate::dispatch::Kernel;
+pub use crate::dispatch::{KERNEL_ENV, Kernel};
 pub(crate) use ggml_type::UnsupportedType;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;
@@ -95,10 +96,16 @@ pub enum QuantError {
         value: NonFinite,
     },
     /// A kernel this CPU cannot run.
-    #[error("kernel {kernel:?} is not available on this cpu")]
+    #[error("kernel {kernel} is not available on this cpu")]
     KernelUnavailable {
         /// The requested kernel.
         kernel: Kernel,
+    },
+    /// A kernel name (`LM_KERNEL`'s value) that names no kernel.
+    #[error("unknown kernel {name:?}; kernels: portable, avx2, avxvnni, avx512")]
+    UnknownKernel {
+        /// The name given.
+        name: String,
     },
 }
 

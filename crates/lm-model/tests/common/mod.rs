@@ -91,23 +91,59 @@ pub fn cpu_has_avx2() -> bool {
     }
 }
 
-/// The kernels this CPU runs: the portable one always, AVX2 when the CPU has
-/// it. Asserts that lm-model agrees about AVX2, so a wrong availability check
-/// fails here instead of quietly leaving the SIMD path untested; says on
-/// stderr when the CPU lacks AVX2.
+/// Whether this CPU has what lm-model's AVX-512 kernel needs (the AVX2
+/// kernel's features and AVX-512 F, BW, VL and VNNI), and what its AVX-VNNI
+/// kernel needs (the AVX2 kernel's features and AVX-VNNI), detected here
+/// apart from lm-model's own check.
+fn cpu_has_avx512_and_avxvnni() -> (bool, bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let avx512 = has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni");
+        (cpu_has_avx2() && avx512, cpu_has_avx2() && has!("avxvnni"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        (false, false)
+    }
+}
+
+/// The kernels this CPU runs, slowest first: the portable one always, and
+/// each SIMD kernel whose features the CPU has. Asserts that lm-model agrees
+/// with the features detected here, so a wrong availability check fails
+/// instead of quietly leaving a SIMD path untested; says on stderr which
+/// paths the CPU lacks.
 pub fn kernels_of_this_cpu() -> Vec<Kernel> {
     let has_avx2 = cpu_has_avx2();
-    assert_eq!(
-        Kernel::Avx2.is_available(),
-        has_avx2,
-        "lm-model's AVX2 check disagrees with the CPU's features"
-    );
-    if has_avx2 {
-        vec![Kernel::Portable, Kernel::Avx2]
-    } else {
-        eprintln!("this cpu lacks avx2/fma/f16c: only the portable kernel is checked");
-        vec![Kernel::Portable]
+    let (has_avx512, has_avxvnni) = cpu_has_avx512_and_avxvnni();
+    let expected = [
+        (Kernel::Portable, true),
+        (Kernel::Avx2, has_avx2),
+        (Kernel::AvxVnni, has_avxvnni),
+        (Kernel::Avx512, has_avx512),
+    ];
+    let mut kernels = Vec::new();
+    for (kernel, available) in expected {
+        assert_eq!(
+            kernel.is_available(),
+            available,
+            "lm-model's check for the {kernel} kernel disagrees with the CPU's features"
+        );
+        if available {
+            kernels.push(kernel);
+        } else {
+            eprintln!("this cpu cannot run the {kernel} kernel: it is not checked");
+        }
     }
+    assert_eq!(kernels, Kernel::available());
+    kernels
+}
+
+/// The SIMD kernels this CPU runs (all but the portable one).
+pub fn simd_kernels_of_this_cpu() -> Vec<Kernel> {
+    let mut kernels = kernels_of_this_cpu();
+    kernels.retain(|&k| k != Kernel::Portable);
+    kernels
 }
 
 /// Reads one JSON fixture file (keys keep their file order).

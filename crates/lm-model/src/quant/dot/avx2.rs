@@ -8,8 +8,12 @@
 //! with the block scale by one FMA. The integer sums equal the portable path's; only the order of the
 //! f32 additions differs.
 //!
-//! Every function requires avx2, fma and f16c, which callers check through
-//! [`super::Dispatch`].
+//! The same kernels, with the two byte-product instructions replaced by one
+//! 256-bit `vpdpbusd` (AVX-VNNI, [`BytePairs`]), are the `Kernel::AvxVnni`
+//! path (`dot_rows_vnni`, `dot_row_vnni`): the same lane sums, the same bits.
+//!
+//! Every function requires avx2, fma and f16c (and the `_vnni` entries
+//! avxvnni), which callers check through [`super::Dispatch`].
 
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
@@ -17,10 +21,11 @@ use std::arch::x86_64::{
     _mm_movehl_ps, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
     _mm256_and_si256, _mm256_andnot_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128,
     _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
-    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
-    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8,
-    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
+    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps,
+    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+    _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
@@ -47,13 +52,97 @@ pub(crate) unsafe fn dot_rows(
     n: usize,
     out: &mut [f32],
 ) {
+    dot_rows_with(Maddubs, ty, rows, row_bytes, xq, n_blocks, n, out);
+}
+
+/// [`dot_rows`] with the byte products of AVX-VNNI (`vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma, f16c and avxvnni.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn dot_rows_vnni(
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8Block],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    dot_rows_with(Vnni, ty, rows, row_bytes, xq, n_blocks, n, out);
+}
+
+/// One quantized row · its activations.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    dot_row_with(Maddubs, ty, row, xq)
+}
+
+/// [`dot_row`] with the byte products of AVX-VNNI (`vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma, f16c and avxvnni.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn dot_row_vnni(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    dot_row_with(Vnni, ty, row, xq)
+}
+
+/// The body of [`dot_rows`] for the byte products `P`, inlined into each
+/// entry so that it is compiled with the entry's target features.
+#[allow(clippy::too_many_arguments)] // the shape of a block product
+#[inline(always)]
+fn dot_rows_with<P: BytePairs>(
+    products: P,
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    xq: &[Q8Block],
+    n_blocks: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    macro_rules! each_row_of {
+        ($ty:ident) => {
+            each_row_and_input(
+                rows,
+                row_bytes,
+                xq,
+                n_blocks,
+                n,
+                out,
+                Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products),
+            )
+        };
+    }
     match ty {
-        GgmlType::Q4_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_0),
-        GgmlType::Q4_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q4_1),
-        GgmlType::Q5_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_0),
-        GgmlType::Q5_1 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q5_1),
-        GgmlType::Q8_0 => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Q8_0),
-        GgmlType::IQ4_NL => each_row_and_input(rows, row_bytes, xq, n_blocks, n, out, Iq4Nl),
+        GgmlType::Q4_0 => each_row_of!(Q4_0),
+        GgmlType::Q4_1 => each_row_of!(Q4_1),
+        GgmlType::Q5_0 => each_row_of!(Q5_0),
+        GgmlType::Q5_1 => each_row_of!(Q5_1),
+        GgmlType::Q8_0 => each_row_of!(Q8_0),
+        GgmlType::IQ4_NL => each_row_of!(IQ4_NL),
+        _ => unreachable!("{ty} does not multiply Q8 blocks"),
+    }
+}
+
+/// The body of [`dot_row`] for the byte products `P` (see [`dot_rows_with`]).
+#[inline(always)]
+fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
+    macro_rules! single {
+        ($ty:ident) => {
+            Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products).single(row, xq)
+        };
+    }
+    match ty {
+        GgmlType::Q4_0 => single!(Q4_0),
+        GgmlType::Q4_1 => single!(Q4_1),
+        GgmlType::Q5_0 => single!(Q5_0),
+        GgmlType::Q5_1 => single!(Q5_1),
+        GgmlType::Q8_0 => single!(Q8_0),
+        GgmlType::IQ4_NL => single!(IQ4_NL),
         _ => unreachable!("{ty} does not multiply Q8 blocks"),
     }
 }
@@ -95,182 +184,118 @@ pub(super) trait BlockKernel<A> {
     fn single(&self, row: &[u8], xq: &[A]) -> f32;
 }
 
-/// Implements [`BlockKernel`] for a marker type by a `dot_*` function.
-macro_rules! block_kernel {
-    ($name:ident, $dot:ident) => {
-        struct $name;
+/// The kernel of the 32-weight type with id `TY` and the byte products `P`
+/// for [`each_row_and_input`].
+struct Block32Kernel<const TY: u32, P>(P);
 
-        impl BlockKernel<Q8Block> for $name {
-            #[inline(always)]
-            fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
-                // SAFETY: only called from `dot_rows`, which requires the
-                // features `$dot` needs.
-                unsafe { $dot(row, xq) }
-            }
+impl<const TY: u32, P: BytePairs> BlockKernel<Q8Block> for Block32Kernel<TY, P> {
+    #[inline(always)]
+    fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
+        // SAFETY: only called from `dot_rows` and `dot_row` (or their VNNI
+        // forms), which require the features `dot` and `P` need.
+        unsafe { dot::<BATCH, TY, P>(row, xq) }
+    }
 
-            #[inline(always)]
-            fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
-                // SAFETY: as above.
-                let [result] = unsafe { $dot(row, [xq]) };
-                result
+    #[inline(always)]
+    fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
+        // SAFETY: as above.
+        let [result] = unsafe { dot::<1, TY, P>(row, [xq]) };
+        result
+    }
+}
+
+/// The 32-weight type whose id is `id` (a constant in each kernel, so the
+/// per-type branches fold away).
+#[inline(always)]
+pub(super) const fn block_type(id: u32) -> GgmlType {
+    match id {
+        2 => GgmlType::Q4_0,
+        3 => GgmlType::Q4_1,
+        6 => GgmlType::Q5_0,
+        7 => GgmlType::Q5_1,
+        8 => GgmlType::Q8_0,
+        20 => GgmlType::IQ4_NL,
+        _ => panic!("not a 32-weight block type id"),
+    }
+}
+
+/// Row (of the type with id `TY`) · `N` rows of quantized activations (each
+/// as long as the row): each type's unpacking of a block into bytes.
+///
+/// This and the functions under it that `P` reaches are always inlined,
+/// without target features of their own: they are compiled inside the
+/// target-feature entry (`dot_rows`, `dot_row` or their VNNI forms), with
+/// its features, so `P`'s instruction is inlined too.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c, and what `P` needs.
+#[inline(always)]
+unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
+    row: &[u8],
+    xq: [&[Q8Block]; N],
+) -> [f32; N] {
+    // SAFETY (the intrinsics and the loads): the caller guarantees the
+    // features; each unpacking reads inside its block (`w` is one block).
+    unsafe {
+        match const { block_type(TY) } {
+            // q = nibble - 8.
+            GgmlType::Q4_0 => dot_blocks::<18, N, false, P>(row, xq, |w| {
+                let packed = _mm_loadu_si128(w.as_ptr().add(2).cast());
+                let weights = _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8));
+                (f16_bits(w[0], w[1]), 0, weights)
+            }),
+            // q = nibble, and the minimum m.
+            GgmlType::Q4_1 => dot_blocks::<20, N, true, P>(row, xq, |w| {
+                let packed = _mm_loadu_si128(w.as_ptr().add(4).cast());
+                let weights = unpack_nibbles(packed);
+                (f16_bits(w[0], w[1]), f16_bits(w[2], w[3]), weights)
+            }),
+            // q = nibble + 16 * fifth bit - 16: the nibble itself where the
+            // fifth bit is set, and `nibble - 16` where it is clear, which as
+            // a signed byte is the nibble with 0xF0 set.
+            GgmlType::Q5_0 => dot_blocks::<22, N, false, P>(row, xq, |w| {
+                let packed = _mm_loadu_si128(w.as_ptr().add(6).cast());
+                let high_bits = expand_bits([w[2], w[3], w[4], w[5]]);
+                let negative_high = _mm256_andnot_si256(high_bits, _mm256_set1_epi8(0xF0u8 as i8));
+                let weights = _mm256_or_si256(unpack_nibbles(packed), negative_high);
+                (f16_bits(w[0], w[1]), 0, weights)
+            }),
+            // q = nibble + 16 * fifth bit (unsigned, below 32), and the minimum m.
+            GgmlType::Q5_1 => dot_blocks::<24, N, true, P>(row, xq, |w| {
+                let packed = _mm_loadu_si128(w.as_ptr().add(8).cast());
+                let high_bits = expand_bits([w[4], w[5], w[6], w[7]]);
+                let fifth = _mm256_and_si256(high_bits, _mm256_set1_epi8(0x10));
+                let weights = _mm256_or_si256(unpack_nibbles(packed), fifth);
+                (f16_bits(w[0], w[1]), f16_bits(w[2], w[3]), weights)
+            }),
+            // q = the byte.
+            GgmlType::Q8_0 => dot_blocks::<34, N, false, P>(row, xq, |w| {
+                let weights = _mm256_loadu_si256(w.as_ptr().add(2).cast());
+                (f16_bits(w[0], w[1]), 0, weights)
+            }),
+            // q = the 4-bit code's level in the 16-level table (-127..=113),
+            // looked up by one byte shuffle.
+            GgmlType::IQ4_NL => {
+                let levels = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
+                let table = _mm256_set_m128i(levels, levels);
+                dot_blocks::<18, N, false, P>(row, xq, |w| {
+                    let packed = _mm_loadu_si128(w.as_ptr().add(2).cast());
+                    let weights = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
+                    (f16_bits(w[0], w[1]), 0, weights)
+                })
             }
+            _ => unreachable!("a 32-weight block type"),
         }
-    };
-}
-
-block_kernel!(Q4_0, dot_q4_0);
-block_kernel!(Q4_1, dot_q4_1);
-block_kernel!(Q5_0, dot_q5_0);
-block_kernel!(Q5_1, dot_q5_1);
-block_kernel!(Q8_0, dot_q8_0);
-block_kernel!(Iq4Nl, dot_iq4_nl);
-
-/// Q4_0 row · `N` rows of quantized activations (each as long as the row).
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
-    dot_blocks::<18, N, false>(
-        row,
-        xq,
-        |w| {
-            // SAFETY: `w` is 18 bytes, so bytes 2..18 are in bounds.
-            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(2).cast()) };
-            let weights = _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8));
-            (f16_bits(w[0], w[1]), 0, weights)
-        },
-        |weights, activations| mul_sum_i8(weights, activations),
-    )
-}
-
-/// Q4_1 row · `N` rows of quantized activations (each as long as the row).
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
-    dot_blocks::<20, N, true>(
-        row,
-        xq,
-        |w| {
-            // SAFETY: `w` is 20 bytes, so bytes 4..20 are in bounds.
-            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(4).cast()) };
-            (
-                f16_bits(w[0], w[1]),
-                f16_bits(w[2], w[3]),
-                unpack_nibbles(packed),
-            )
-        },
-        |weights, activations| mul_sum_u8_i8(weights, activations),
-    )
-}
-
-/// Q5_0 row · `N` rows of quantized activations (each as long as the row).
-///
-/// The weight is `q - 16` with `q = nibble + 16 * fifth bit`: the nibble
-/// itself where the fifth bit is set, and `nibble - 16` where it is clear,
-/// which as a signed byte is the nibble with 0xF0 set.
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q5_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
-    dot_blocks::<22, N, false>(
-        row,
-        xq,
-        |w| {
-            // SAFETY: `w` is 22 bytes, so bytes 6..22 are in bounds.
-            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(6).cast()) };
-            let high_bits = expand_bits([w[2], w[3], w[4], w[5]]);
-            let negative_high = _mm256_andnot_si256(high_bits, _mm256_set1_epi8(0xF0u8 as i8));
-            let weights = _mm256_or_si256(unpack_nibbles(packed), negative_high);
-            (f16_bits(w[0], w[1]), 0, weights)
-        },
-        |weights, activations| mul_sum_i8(weights, activations),
-    )
-}
-
-/// Q5_1 row · `N` rows of quantized activations (each as long as the row):
-/// the fifth bits set 0x10, giving unsigned bytes `q` in 0..32.
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q5_1<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
-    dot_blocks::<24, N, true>(
-        row,
-        xq,
-        |w| {
-            // SAFETY: `w` is 24 bytes, so bytes 8..24 are in bounds.
-            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(8).cast()) };
-            let high_bits = expand_bits([w[4], w[5], w[6], w[7]]);
-            let fifth = _mm256_and_si256(high_bits, _mm256_set1_epi8(0x10));
-            (
-                f16_bits(w[0], w[1]),
-                f16_bits(w[2], w[3]),
-                _mm256_or_si256(unpack_nibbles(packed), fifth),
-            )
-        },
-        |weights, activations| mul_sum_u8_i8(weights, activations),
-    )
-}
-
-/// IQ4_NL row · `N` rows of quantized activations (each as long as the
-/// row): each 4-bit code is looked up in the 16-level table by one byte
-/// shuffle, giving signed bytes in -127..=113.
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_iq4_nl<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
-    // SAFETY: the table is exactly 16 bytes.
-    let levels = unsafe { _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()) };
-    let table = _mm256_set_m128i(levels, levels);
-    dot_blocks::<18, N, false>(
-        row,
-        xq,
-        |w| {
-            // SAFETY: `w` is 18 bytes, so bytes 2..18 are in bounds.
-            let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(2).cast()) };
-            let weights = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
-            (f16_bits(w[0], w[1]), 0, weights)
-        },
-        |weights, activations| mul_sum_i8(weights, activations),
-    )
-}
-
-/// Q8_0 row · `N` rows of quantized activations (each as long as the row).
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q8_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
-    dot_blocks::<34, N, false>(
-        row,
-        xq,
-        |w| {
-            // SAFETY: `w` is 34 bytes, so bytes 2..34 are in bounds.
-            let weights = unsafe { _mm256_loadu_si256(w.as_ptr().add(2).cast()) };
-            (f16_bits(w[0], w[1]), 0, weights)
-        },
-        |weights, activations| mul_sum_i8(weights, activations),
-    )
+    }
 }
 
 /// For each of the `N` activation rows `xq[i]`, sums
-/// `d_w d_x Σ lanes(product(weights, q_x)) + m_w sum_x` over the blocks of
-/// `row` (the second term only when `HAS_MIN`), where `unpack` turns one
-/// weight block (`BYTES` long) into `(d_w, m_w, weights)` with the scales as
-/// f16 bits. Each weight block is unpacked once for all `N` rows (the
-/// batched product of prefill), and `d_w d_x` and `m_w sum_x` come from one
-/// multiply (see [`accumulate`]).
+/// `d_w d_x Σ q_w q_x + m_w sum_x` over the blocks of `row` (the second term
+/// only when `HAS_MIN`; the types with a minimum have unsigned weights `q_w`,
+/// the others signed ones), where `unpack` turns one weight block (`BYTES`
+/// long) into `(d_w, m_w, weights)` with the scales as f16 bits. Each weight
+/// block is unpacked once for all `N` rows (the batched product of prefill),
+/// and `d_w d_x` and `m_w sum_x` come from one multiply (see [`accumulate`]).
 ///
 /// Even and odd blocks go to two accumulators per row, and so do the
 /// `m_w sum_x` terms (lanes 1 and 3 of one vector), so consecutive FMAs do
@@ -278,39 +303,43 @@ pub(crate) unsafe fn dot_q8_0<const N: usize>(row: &[u8], xq: [&[Q8Block]; N]) -
 /// `N`, so a row's result is the same bits whether it is computed alone or in
 /// a batch, and it is the order the conformance fixtures were checked with
 /// (other orders move single logits of the real model by up to 0.5).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool>(
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
     row: &[u8],
     xq: [&[Q8Block]; N],
     unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
-    product: impl Fn(__m256i, __m256i) -> __m256,
 ) -> [f32; N] {
     let n_blocks = row.len() / BYTES;
     debug_assert!(
         xq.iter().all(|x| x.len() == n_blocks),
         "one input block per weight block"
     );
-    let mut acc = [[_mm256_setzero_ps(); 2]; N];
-    let mut offset = [_mm_setzero_ps(); N];
-    let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
-    for (pair_idx, w) in pairs.enumerate() {
-        let (w0, w1) = w.split_at(BYTES);
-        let b = 2 * pair_idx;
-        accumulate::<0, N, HAS_MIN>(unpack(w0), b, &xq, &mut acc, &mut offset, &product);
-        accumulate::<1, N, HAS_MIN>(unpack(w1), b + 1, &xq, &mut acc, &mut offset, &product);
+    // SAFETY: the caller guarantees the features.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let mut offset = [_mm_setzero_ps(); N];
+        let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
+        for (pair_idx, w) in pairs.enumerate() {
+            let (w0, w1) = w.split_at(BYTES);
+            let b = 2 * pair_idx;
+            accumulate::<0, N, HAS_MIN, P>(unpack(w0), b, &xq, &mut acc, &mut offset);
+            accumulate::<1, N, HAS_MIN, P>(unpack(w1), b + 1, &xq, &mut acc, &mut offset);
+        }
+        if n_blocks % 2 == 1 {
+            let b = n_blocks - 1;
+            let w = &row[b * BYTES..(b + 1) * BYTES];
+            accumulate::<0, N, HAS_MIN, P>(unpack(w), b, &xq, &mut acc, &mut offset);
+        }
+        let mut out = [0.0; N];
+        for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
+            let offset = lane::<1>(offset) + lane::<3>(offset);
+            *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + offset;
+        }
+        out
     }
-    if n_blocks % 2 == 1 {
-        let b = n_blocks - 1;
-        let w = &row[b * BYTES..(b + 1) * BYTES];
-        accumulate::<0, N, HAS_MIN>(unpack(w), b, &xq, &mut acc, &mut offset, &product);
-    }
-    let mut out = [0.0; N];
-    for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
-        let offset = lane::<1>(offset) + lane::<3>(offset);
-        *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + offset;
-    }
-    out
 }
 
 /// Adds block `block_idx` (unpacked as `(d_w, m_w, weights)`) into
@@ -318,26 +347,35 @@ fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool>(
 /// `[d_w, m_w, 0, 0]` for even blocks and `[d_w, 0, 0, m_w]` for odd ones and
 /// multiplied by `[d_x, sum_x, d_x, sum_x]`: lane 0 is the block's scale and
 /// lane 1 or 3 its `m_w sum_x`, which adds into the even or odd offset sum.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn accumulate<const PARITY: usize, const N: usize, const HAS_MIN: bool>(
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn accumulate<const PARITY: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
     (d_w, m_w, weights): (u16, u16, __m256i),
     block_idx: usize,
     xq: &[&[Q8Block]; N],
     acc: &mut [[__m256; 2]; N],
     offset: &mut [__m128; N],
-    product: &impl Fn(__m256i, __m256i) -> __m256,
 ) {
     let m_shift = if PARITY == 0 { 16 } else { 48 };
     let bits = i64::from(d_w) | (i64::from(m_w) << m_shift);
-    let scales_w = _mm_cvtph_ps(_mm_cvtsi64_si128(bits));
-    for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
-        let a = &x[block_idx];
-        let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
-        let scale = _mm256_broadcastss_ps(scales);
-        acc[PARITY] = _mm256_fmadd_ps(scale, product(weights, load_qs(a)), acc[PARITY]);
-        if HAS_MIN {
-            *offset = _mm_add_ps(*offset, scales);
+    // SAFETY: the caller guarantees the features.
+    unsafe {
+        let scales_w = _mm_cvtph_ps(_mm_cvtsi64_si128(bits));
+        for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
+            let a = &x[block_idx];
+            let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
+            let scale = _mm256_broadcastss_ps(scales);
+            let products = if HAS_MIN {
+                mul_sum_u8_i8::<P>(weights, load_qs(a))
+            } else {
+                mul_sum_i8::<P>(weights, load_qs(a))
+            };
+            acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
+            if HAS_MIN {
+                *offset = _mm_add_ps(*offset, scales);
+            }
         }
     }
 }
@@ -467,11 +505,51 @@ fn load_qs(a: &Q8Block) -> __m256i {
 
 /// Σ of unsigned byte (`x`, below 128) times signed byte products, as eight
 /// f32 lanes (each an exact integer).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256 {
-    let pairs = _mm256_maddubs_epi16(x, y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn mul_sum_u8_i8<P: BytePairs>(x: __m256i, y: __m256i) -> __m256 {
+    // SAFETY: the caller guarantees the features.
+    unsafe { _mm256_cvtepi32_ps(P::dot_u8_i8(x, y)) }
+}
+
+/// How eight i32 lanes each get the sum of four adjacent products of an
+/// unsigned byte and a signed byte (no product pair may exceed the i16
+/// range: every caller's unsigned bytes are at most 128 and its signed ones
+/// at most 127 in magnitude). Both implementations give the same integers,
+/// so the kernels built on either give the same bits.
+pub(super) trait BytePairs: Copy {
+    /// The lane sums of `u · s` (unsigned `u`, signed `s`).
+    ///
+    /// # Safety
+    /// The CPU must support the implementation's instructions, and the call
+    /// must be inlined into a function compiled with them.
+    unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` sums pairs to i16, `vpmaddwd` by ones pairs those to i32.
+#[derive(Clone, Copy)]
+pub(super) struct Maddubs;
+
+impl BytePairs for Maddubs {
+    #[inline(always)]
+    unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees avx2.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+    }
+}
+
+/// AVX-VNNI: one `vpdpbusd` sums four products per lane.
+#[derive(Clone, Copy)]
+pub(super) struct Vnni;
+
+impl BytePairs for Vnni {
+    #[inline(always)]
+    unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees avxvnni (the `*_vnni` entries).
+        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
+    }
 }
 
 /// The 32 bits of a little-endian u32 (`bytes`) as 32 bytes, 0xFF where the
@@ -496,14 +574,18 @@ fn expand_bits(bytes: [u8; 4]) -> __m256i {
 }
 
 /// Σ of signed byte products, as eight f32 lanes (each an exact integer).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
-    // maddubs multiplies unsigned by signed: move x's sign onto y.
-    let abs_x = _mm256_sign_epi8(x, x);
-    let signed_y = _mm256_sign_epi8(y, x);
-    let pairs = _mm256_maddubs_epi16(abs_x, signed_y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn mul_sum_i8<P: BytePairs>(x: __m256i, y: __m256i) -> __m256 {
+    // SAFETY: the caller guarantees the features.
+    unsafe {
+        // The unsigned-by-signed product takes |x|, with x's sign moved onto y.
+        let abs_x = _mm256_sign_epi8(x, x);
+        let signed_y = _mm256_sign_epi8(y, x);
+        _mm256_cvtepi32_ps(P::dot_u8_i8(abs_x, signed_y))
+    }
 }
 
 /// The sum of the eight lanes.

@@ -96,7 +96,7 @@ pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8KBlock]) -> f32 {
 /// The super-block type whose id is `id` (a constant in each kernel, so
 /// the per-type branches of the unpacking fold away).
 #[inline(always)]
-const fn super_block_type(id: u32) -> GgmlType {
+pub(super) const fn super_block_type(id: u32) -> GgmlType {
     match id {
         10 => GgmlType::Q2_K,
         11 => GgmlType::Q3_K,
@@ -128,19 +128,21 @@ impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
 }
 
 /// A super-block unpacked for the SIMD products: the common form of
-/// `block_k::SuperBlock` in vectors.
-struct Unpacked {
-    d: f32,
-    dmin: f32,
+/// `block_k::SuperBlock` in vectors (the AVX-512 kernels pair them up).
+pub(super) struct Unpacked {
+    /// The factor of the scaled sums.
+    pub d: f32,
+    /// The factor of the offsets.
+    pub dmin: f32,
     /// Values 32c..32c + 32.
-    values: [__m256i; 8],
+    pub values: [__m256i; 8],
     /// Whether values can be negative ([`SuperBlock::signed_values`]).
-    signed: bool,
+    pub signed: bool,
     /// Per 32 values, the scales of their two groups, each repeated over the
     /// eight i16 pair sums of its 16 values.
-    scales: [__m256i; 8],
+    pub scales: [__m256i; 8],
     /// The sixteen group offsets as i16.
-    mins: __m256i,
+    pub mins: __m256i,
 }
 
 /// For each of the `N` activation rows `xq[i]`, the K-quant row `row` (of
@@ -198,7 +200,7 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
 /// other types' by `block_k::factors`, as the portable path does.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
+pub(super) fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
     let VectorFactors {
         d,
         dmin,
@@ -289,11 +291,15 @@ fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
 
 /// The float factors, scale pairs and offsets of a super-block, in the
 /// vector form of [`Unpacked`].
-struct VectorFactors {
-    d: f32,
-    dmin: f32,
-    scales: [__m256i; 8],
-    mins: __m256i,
+pub(super) struct VectorFactors {
+    /// The factor of the scaled sums.
+    pub d: f32,
+    /// The factor of the offsets.
+    pub dmin: f32,
+    /// As [`Unpacked::scales`].
+    pub scales: [__m256i; 8],
+    /// As [`Unpacked::mins`].
+    pub mins: __m256i,
 }
 
 /// The factors of one super-block of `ty`: for Q4_K, Q5_K and Q6_K decoded
@@ -302,7 +308,7 @@ struct VectorFactors {
 /// by `block_k::factors`. Both give the same integers in the same lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
+pub(super) fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => factors_k4(block),
         GgmlType::Q6_K => factors_q6_k(block),

@@ -1,13 +1,17 @@
 //! Row-times-vector dot products on quantized weights, with a portable path
-//! and an x86_64 AVX2 + FMA path chosen at run time.
+//! and the x86_64 paths chosen at run time ([`Kernel`]): AVX2 + FMA (`avx2`,
+//! `avx2_k`), the same with AVX-VNNI's byte products (`avx2`'s `_vnni`
+//! entries), and AVX-512 with VNNI (`avx512`, `avx512_k`).
 //!
 //! Quantized rows are multiplied with activations quantized to 8-bit blocks
 //! of their family (`Q8Block`s of 32 for the 32-weight types, `Q8KBlock`s of
-//! 256 for the K-quants, whose kernels are in `portable_k` and `avx2_k`):
-//! the per-block products are exact integer sums, scaled by `d_w * d_x` (plus
-//! `m_w * sum_x` for Q4_1 and Q5_1, and the group offsets of the K-quants). The two paths compute the same integer sums and
-//! differ only in the order of the f32 accumulation. Float rows (F32, F16,
-//! BF16) are multiplied with the f32 activations directly.
+//! 256 for the K-quants, whose kernels are in the `*_k` modules): the
+//! per-block products are exact integer sums, scaled by `d_w * d_x` (plus
+//! `m_w * sum_x` for Q4_1 and Q5_1, and the group offsets of the K-quants).
+//! All paths compute the same integer sums and differ only in the order of
+//! the f32 accumulation, which the SIMD paths share: AVX-VNNI and AVX-512
+//! give the AVX2 kernel's bits. Float rows (F32, F16, BF16) are multiplied
+//! with the f32 activations directly (by the AVX2 kernel on every SIMD path).
 
 use super::GgmlType;
 use super::activation::Activations;
@@ -19,6 +23,10 @@ pub(crate) mod portable_k;
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_k;
 
 use crate::dispatch::{Dispatch, Kernel};
 
@@ -36,9 +44,11 @@ impl Dispatch {
         debug_assert_eq!(row.len(), row_len(ty, x), "{ty} row length");
         match (self.kernel(), x) {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY (each arm): a `Dispatch` holding `Kernel::Avx2` is only
-            // built after `lm_core::cpu` detected avx2, fma and f16c.
-            (Kernel::Avx2, Activations::F32(x)) => unsafe {
+            // SAFETY (each arm): a `Dispatch` holds a SIMD kernel only after
+            // `lm_core::cpu` detected the features it requires (avx2, fma
+            // and f16c for all of them; avxvnni, or avx512f/bw/vl/vnni, for
+            // the wider ones: `Kernel::runs_on`).
+            (Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512, Activations::F32(x)) => unsafe {
                 match ty {
                     GgmlType::F32 => avx2::dot_f32(row, x),
                     GgmlType::F16 => avx2::dot_f16(row, x),
@@ -47,19 +57,17 @@ impl Dispatch {
                 }
             },
             #[cfg(target_arch = "x86_64")]
-            (Kernel::Avx2, Activations::Q8(xq)) => unsafe {
-                match ty {
-                    GgmlType::Q4_0 => avx2::dot_q4_0(row, [xq])[0],
-                    GgmlType::Q4_1 => avx2::dot_q4_1(row, [xq])[0],
-                    GgmlType::Q5_0 => avx2::dot_q5_0(row, [xq])[0],
-                    GgmlType::Q5_1 => avx2::dot_q5_1(row, [xq])[0],
-                    GgmlType::Q8_0 => avx2::dot_q8_0(row, [xq])[0],
-                    GgmlType::IQ4_NL => avx2::dot_iq4_nl(row, [xq])[0],
-                    _ => unreachable!("{ty} does not multiply Q8 blocks"),
-                }
+            (Kernel::Avx2, Activations::Q8(xq)) => unsafe { avx2::dot_row(ty, row, xq) },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::AvxVnni, Activations::Q8(xq)) => unsafe { avx2::dot_row_vnni(ty, row, xq) },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx512, Activations::Q8(xq)) => unsafe { avx512::dot_row(ty, row, xq) },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx2 | Kernel::AvxVnni, Activations::Q8K(xq)) => unsafe {
+                avx2_k::dot_row(ty, row, xq)
             },
             #[cfg(target_arch = "x86_64")]
-            (Kernel::Avx2, Activations::Q8K(xq)) => unsafe { avx2_k::dot_row(ty, row, xq) },
+            (Kernel::Avx512, Activations::Q8K(xq)) => unsafe { avx512_k::dot_row(ty, row, xq) },
             _ => portable::dot_row(ty, row, x),
         }
     }
@@ -94,19 +102,33 @@ impl Dispatch {
         debug_assert_eq!(out.len(), n_rows * n, "one result per row and input");
         let n_blocks = n_cols / ty.block_size();
         match x {
+            Activations::Q8(xq) => debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs"),
+            Activations::Q8K(xq) => debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs"),
+            Activations::F32(_) => {}
+        }
+        match (self.kernel(), x) {
+            // SAFETY (each arm): as in `dot_row`, the kernel's features were
+            // detected before this `Dispatch` was built.
             #[cfg(target_arch = "x86_64")]
-            Activations::Q8(xq) if self.kernel() == Kernel::Avx2 => {
-                debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs");
-                // SAFETY: a `Dispatch` holding `Kernel::Avx2` is only built after
-                // `lm_core::cpu` detected avx2, fma and f16c.
-                unsafe { avx2::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
-            }
+            (Kernel::Avx2, Activations::Q8(xq)) => unsafe {
+                avx2::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out)
+            },
             #[cfg(target_arch = "x86_64")]
-            Activations::Q8K(xq) if self.kernel() == Kernel::Avx2 => {
-                debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs");
-                // SAFETY: as above.
-                unsafe { avx2_k::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out) };
-            }
+            (Kernel::AvxVnni, Activations::Q8(xq)) => unsafe {
+                avx2::dot_rows_vnni(ty, rows, row_bytes, xq, n_blocks, n, out)
+            },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx512, Activations::Q8(xq)) => unsafe {
+                avx512::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out)
+            },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx2 | Kernel::AvxVnni, Activations::Q8K(xq)) => unsafe {
+                avx2_k::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out)
+            },
+            #[cfg(target_arch = "x86_64")]
+            (Kernel::Avx512, Activations::Q8K(xq)) => unsafe {
+                avx512_k::dot_rows(ty, rows, row_bytes, xq, n_blocks, n, out)
+            },
             _ => {
                 for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
                     for (i, o) in results.iter_mut().enumerate() {
