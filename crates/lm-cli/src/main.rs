@@ -17,6 +17,7 @@ mod commands;
 mod interrupt;
 mod output;
 mod printer;
+mod progress;
 mod report;
 mod spec;
 mod text;
