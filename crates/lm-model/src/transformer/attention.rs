@@ -22,29 +22,30 @@
 //! The work is tiled so that a long prompt stays in cache:
 //!
 //! ```text
-//! 1. once per call, every key/value head's visible span is widened to f32
-//!    (f16 cache: F16C), keys transposed per chunk of CHUNK_LEN positions:
-//!      keys   [n_kv_head][chunk][head_dim][CHUNK_LEN]   (lanes = positions)
-//!      values [n_kv_head][position][head_dim]           (lanes = dimensions)
-//! 2. the queries are split into tiles of QUERY_TILE positions (in parallel
-//!    for a prompt); a tile walks the chunks its queries see, and each chunk
-//!    (8 KiB at head_dim 64) is read from L1 by every query row of the tile:
-//!      scores  s[r][k] = sum_d q[r][d] * keys[d][k]        (32 keys a pass)
-//!      weights softmax of each row over its visible positions
-//!      output  o[r][d] = sum_k w[r][k] * values[k][d]      (in position order)
-//!    chunks wholly after a query (or before its window) are never touched.
+//! the cache keeps, per chunk of CHUNK_LEN (32) positions and key/value head,
+//!   keys   [head_dim][CHUNK_LEN]   (a key per column: lanes = positions)
+//!   values [CHUNK_LEN][head_dim]   (a value per row:  lanes = dimensions)
+//! the queries are split into tiles of QUERY_TILE positions (in parallel for
+//! a prompt); for each key/value head a tile walks the chunks its queries
+//! see, widening each chunk once to f32 (F16C for an f16 cache), so the block
+//! (8 KiB at head_dim 64) is read from L1 by every query row of the tile:
+//!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a pass, 8 partial sums)
+//!   weights softmax of each row over its visible positions
+//!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (32 dimensions a pass)
+//! chunks wholly after a query (or before its window) are never read for it.
 //! ```
 //!
 //! Every output value is the same sequence of f32 operations whatever the
-//! tile, the number of queries in the call or the vector width: a score sums
-//! its products in dimension order, an output in position order, and the
-//! softmax sums its weights in eight lanes. So a prompt read at once gives the
-//! bits of the same prompt read token by token, and the SIMD build (the same
-//! code compiled for AVX2) gives the bits of the portable one.
+//! tile, the number of queries in the call or the vector width, and the
+//! sequence of the one-query-at-a-time attention this replaced: a score is a
+//! dot product of eight partial sums, the softmax uses `exp` and sums in
+//! order, an output sums in position order. So a prompt read at once gives
+//! the bits of the same prompt read token by token, the SIMD build (the same
+//! code compiled for AVX2) gives the bits of the portable one, and the
+//! conformance fixtures see the numbers they were measured with.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use lm_core::softmax_weight;
 use rayon::prelude::*;
 
 use super::config::KvPrecision;
@@ -322,20 +323,55 @@ fn intersect(a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> std::ops::
     a.start.max(b.start)..a.end.min(b.end).max(a.start.max(b.start))
 }
 
+/// Lanes of a key product's partial sums, and keys a pass of
+/// [`key_scores`] handles.
+const PARTIALS: usize = 8;
+
 /// The products of `query` with the [`CHUNK_LEN`] keys of a chunk's key
-/// block (`[head_dim][CHUNK_LEN]`, a key per column): each sums its
-/// `head_dim` products in dimension order, the keys in the vector lanes.
+/// block (`[head_dim][CHUNK_LEN]`, a key per column), eight keys at a time
+/// in the vector lanes. Each product is summed as a plain dot product of
+/// eight partial sums would be (dimension `d` into partial `d % 8`, the
+/// partials then added in order, then the products past the last whole
+/// eight): eight independent chains of additions per pass, and the bits of
+/// the one-query-at-a-time computation this replaced.
 #[inline(always)]
 fn key_scores(query: &[f32], keys: &[f32]) -> [f32; CHUNK_LEN] {
     let (columns, _) = keys.as_chunks::<CHUNK_LEN>();
     debug_assert_eq!(columns.len(), query.len(), "key block width");
-    let mut acc = [0.0f32; CHUNK_LEN];
-    for (&q, column) in query.iter().zip(columns) {
-        for (a, &k) in acc.iter_mut().zip(column) {
-            *a += q * k;
+    let whole = query.len() / PARTIALS * PARTIALS;
+    let mut out = [0.0f32; CHUNK_LEN];
+    for (pass, pass_out) in out.as_chunks_mut::<PARTIALS>().0.iter_mut().enumerate() {
+        let lanes = pass * PARTIALS..(pass + 1) * PARTIALS;
+        let mut partial = [[0.0f32; PARTIALS]; PARTIALS];
+        for (q8, columns8) in query[..whole]
+            .as_chunks::<PARTIALS>()
+            .0
+            .iter()
+            .zip(columns[..whole].as_chunks::<PARTIALS>().0)
+        {
+            for ((lane_partial, &q), column) in partial.iter_mut().zip(q8).zip(columns8) {
+                for (p, &k) in lane_partial.iter_mut().zip(&column[lanes.clone()]) {
+                    *p += q * k;
+                }
+            }
+        }
+        let mut sum = [-0.0f32; PARTIALS];
+        for lane_partial in &partial {
+            for (s, &p) in sum.iter_mut().zip(lane_partial) {
+                *s += p;
+            }
+        }
+        let mut tail = [-0.0f32; PARTIALS];
+        for (&q, column) in query[whole..].iter().zip(&columns[whole..]) {
+            for (t, &k) in tail.iter_mut().zip(&column[lanes.clone()]) {
+                *t += q * k;
+            }
+        }
+        for ((o, &s), &t) in pass_out.iter_mut().zip(&sum).zip(&tail) {
+            *o = s + t;
         }
     }
-    acc
+    out
 }
 
 /// Adds `sum_k weights[k] * rows[k]` to `out` (rows of `out.len()` values),
@@ -366,39 +402,19 @@ fn add_weighted_rows(out: &mut [f32], weights: &[f32], rows: &[f32]) {
 }
 
 /// Turns one row's scores into its attention weights in place: softmax
-/// after subtracting the maximum, with lm-core's vectorised `exp`
-/// ([`softmax_weight`]), the weights summed in eight lanes.
+/// after subtracting the maximum, `exp` from the standard library and the
+/// weights summed in order, as the conformance fixtures were measured with.
 #[inline(always)]
 fn softmax_to_weights(scores: &mut [f32]) {
-    const LANES: usize = 8;
-    let mut lane_max = [f32::NEG_INFINITY; LANES];
-    let (chunks, tail) = scores.as_chunks::<LANES>();
-    for chunk in chunks {
-        for (m, &s) in lane_max.iter_mut().zip(chunk) {
-            *m = m.max(s);
-        }
-    }
-    let max = lane_max
-        .iter()
-        .chain(tail)
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    let mut lane_sum = [0.0f32; LANES];
-    let (chunks, tail) = scores.as_chunks_mut::<LANES>();
-    for chunk in chunks {
-        for (sum, s) in lane_sum.iter_mut().zip(chunk) {
-            *s = softmax_weight(*s, max, 1.0);
-            *sum += *s;
-        }
-    }
-    let mut sum = lane_sum.iter().fold(0.0f32, |acc, &s| acc + s);
-    for s in tail {
-        *s = softmax_weight(*s, max, 1.0);
-        sum += *s;
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for score in scores.iter_mut() {
+        *score = (*score - max).exp();
+        sum += *score;
     }
     let inv_sum = 1.0 / sum;
-    for s in scores.iter_mut() {
-        *s *= inv_sum;
+    for score in scores.iter_mut() {
+        *score *= inv_sum;
     }
 }
 
@@ -596,13 +612,31 @@ mod tests {
             .collect()
     }
 
+    /// The dot product of two equal-length slices with eight partial sums
+    /// (the one-query-at-a-time attention's, before the tiles).
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut partial = [0.0f32; 8];
+        let a_chunks = a.chunks_exact(8);
+        let b_chunks = b.chunks_exact(8);
+        let tail: f32 = a_chunks
+            .remainder()
+            .iter()
+            .zip(b_chunks.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (x, y) in a_chunks.zip(b_chunks) {
+            for i in 0..8 {
+                partial[i] += x[i] * y[i];
+            }
+        }
+        partial.iter().sum::<f32>() + tail
+    }
+
     /// The attention of the query at `pos` written out plainly, head by
-    /// head and position by position, with the arithmetic the module docs
-    /// promise: scores summed in dimension order, the softmax's weights
-    /// summed in eight lanes (lane `i % 8` for the `i`-th visible position,
-    /// the positions past the last whole eight added after the lanes),
-    /// outputs summed in position order; keys and values as f32 rows as the
-    /// cache stores them.
+    /// head and position by position, as it was computed before the tiles:
+    /// scores by [`dot`], softmax with `exp` summed in order, outputs summed
+    /// in position order; keys and values as f32 rows as the cache stores
+    /// them.
     fn attend_plainly(
         shape: AttentionShape,
         keys: &[Vec<f32>],
@@ -623,28 +657,11 @@ mod tests {
             let kv = head_idx / group * head_dim..(head_idx / group + 1) * head_dim;
             let scores: Vec<f32> = keys[seen.clone()]
                 .iter()
-                .map(|k| {
-                    let mut sum = 0.0f32;
-                    for (a, b) in q.iter().zip(&k[kv.clone()]) {
-                        sum += a * b;
-                    }
-                    sum * shape.scale
-                })
+                .map(|k| dot(&q, &k[kv.clone()]) * shape.scale)
                 .collect();
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let exps: Vec<f32> = scores
-                .iter()
-                .map(|&s| softmax_weight(s, max, 1.0))
-                .collect();
-            let whole = exps.len() / 8 * 8;
-            let mut lanes = [0.0f32; 8];
-            for (i, e) in exps[..whole].iter().enumerate() {
-                lanes[i % 8] += e;
-            }
-            let mut sum = lanes.iter().fold(0.0f32, |acc, &l| acc + l);
-            for e in &exps[whole..] {
-                sum += e;
-            }
+            let exps: Vec<f32> = scores.iter().map(|&s| (s - max).exp()).collect();
+            let sum: f32 = exps.iter().fold(0.0, |acc, &e| acc + e);
             let inv_sum = 1.0 / sum;
             let mut o = vec![0.0; head_dim];
             for (e, v) in exps.iter().zip(&values[seen.clone()]) {
