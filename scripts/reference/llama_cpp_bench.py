@@ -2,12 +2,17 @@
 """Measure llama.cpp's decode and prefill speed on a GGUF model; print JSON.
 
     python3 scripts/reference/llama_cpp_bench.py --model <gguf> [--threads 1 2] [--runs 3]
+        [--contexts 512 4096]
 
 Decode: 128 new tokens (greedy, argmax of the last logits row) after an 11-token
 prompt, timed from the first new token's forward pass to the last. Prefill: one
 forward pass over a 128-token prompt into an empty KV cache. Each figure is the
-median of --runs timed runs after one untimed warm-up run. Settings match the
-conformance fixtures: flash attention off, F16 KV cache, n_ctx 512. Needs
+median of --runs timed runs after one untimed warm-up run. Each long context N
+(--contexts): an N-token prompt read into an empty cache, then 128 tokens decoded
+after it, both timed, without a warm-up of their own. Settings match the
+conformance fixtures: flash attention off, F16 KV cache, n_ctx 512 (or what the
+longest context needs), batches of at most 512 tokens. "seconds" holds each timed
+run by metric (`decode@11`, `prefill@128`, `prefill@N`, `decode@N`). Needs
 llama-cpp-python (see scripts/reference/llama_cpp_reference.py); opens no network
 connection.
 """
@@ -43,19 +48,28 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--contexts", type=int, nargs="*", default=[])
     args = parser.parse_args()
 
+    n_ctx = max([N_CTX] + [n + N_DECODE_NEW + 1 for n in args.contexts])
     results = []
     for n_threads in args.threads:
-        llm = load(args.model, flash_attn=False, n_threads=n_threads, logits_all=False)
+        llm = load(args.model, flash_attn=False, n_threads=n_threads, logits_all=False, n_ctx=n_ctx)
         source_ids = llm.tokenize(SOURCE_TEXT.encode("utf-8"), add_bos=False, special=False)
-        while len(source_ids) < N_PREFILL:
+        longest = max([N_PREFILL] + args.contexts)
+        while len(source_ids) < longest:
             source_ids = source_ids + source_ids
         decode_prompt = source_ids[:N_DECODE_PROMPT]
         prefill_prompt = source_ids[:N_PREFILL]
 
         decode_seconds = [time_decode(llm, decode_prompt) for _ in range(args.runs + 1)][1:]
         prefill_seconds = [time_prefill(llm, prefill_prompt) for _ in range(args.runs + 1)][1:]
+        seconds = {"decode@%d" % N_DECODE_PROMPT: statistics.median(decode_seconds),
+                   "prefill@%d" % N_PREFILL: statistics.median(prefill_seconds)}
+        for n in args.contexts:
+            runs = [time_context(llm, source_ids[:n]) for _ in range(args.runs)]
+            seconds["prefill@%d" % n] = statistics.median(r[0] for r in runs)
+            seconds["decode@%d" % n] = statistics.median(r[1] for r in runs)
         results.append(
             {
                 "n_threads": n_threads,
@@ -63,6 +77,7 @@ def main():
                 "prefill_tok_per_s": round(N_PREFILL / statistics.median(prefill_seconds), 1),
                 "decode_seconds": [round(s, 4) for s in decode_seconds],
                 "prefill_seconds": [round(s, 4) for s in prefill_seconds],
+                "seconds": {key: round(value, 4) for key, value in seconds.items()},
             }
         )
         llm.close()
@@ -79,6 +94,7 @@ def main():
                 "decode_prompt_tokens": N_DECODE_PROMPT,
                 "decode_new_tokens": N_DECODE_NEW,
                 "prefill_tokens": N_PREFILL,
+                "contexts": args.contexts,
                 "runs": args.runs,
                 "statistic": "median",
             },
@@ -105,6 +121,21 @@ def time_decode(llm, prompt):
         llm.eval([token])
         token = last_row_argmax(llm)
     return time.perf_counter() - start
+
+
+def time_context(llm, prompt):
+    """Seconds for reading the prompt into an empty cache (and choosing the first
+    token), then for N_DECODE_NEW single-token forward passes after it."""
+    llm.reset()
+    start = time.perf_counter()
+    llm.eval(prompt)
+    token = last_row_argmax(llm)
+    prefill = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(N_DECODE_NEW):
+        llm.eval([token])
+        token = last_row_argmax(llm)
+    return prefill, time.perf_counter() - start
 
 
 def time_prefill(llm, prompt):

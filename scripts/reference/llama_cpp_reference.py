@@ -210,14 +210,15 @@ def main():
     )
 
 
-def load(model_path, flash_attn, n_threads, kv_cache_type="f16", logits_all=True):
+def load(model_path, flash_attn, n_threads, kv_cache_type="f16", logits_all=True, n_ctx=N_CTX):
     """A llama.cpp context with the fixture settings (llama_cpp_bench.py measures
-    with them too, keeping only the last logits row)."""
+    with them too, keeping only the last logits row, with a longer context for
+    its long prompts, still read in batches of at most N_CTX tokens)."""
     return llama_cpp.Llama(
         model_path=model_path,
-        n_ctx=N_CTX,
-        n_batch=N_CTX,
-        n_ubatch=N_CTX,
+        n_ctx=n_ctx,
+        n_batch=min(n_ctx, N_CTX),
+        n_ubatch=min(n_ctx, N_CTX),
         n_threads=n_threads,
         n_threads_batch=n_threads,
         n_gpu_layers=0,

@@ -1,8 +1,9 @@
-//! `cargo xtask bench`: end-to-end speed of SmolLM2 decode and prefill, ours
-//! and llama.cpp's, measured interleaved in the same run.
+//! `cargo xtask bench`: end-to-end speed of decode and prefill, ours and
+//! llama.cpp's, measured interleaved in the same run, on a machine the report
+//! names.
 //!
 //! ```text
-//! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]
+//! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--contexts 512,4096]
 //!                   [--peer-python <python>] [--install-peer] [--no-peer]
 //! cargo xtask bench --serve [--clients 16] [--threads 2] [--model <gguf>]
 //! ```
@@ -21,24 +22,40 @@
 //!   `lm_decode::generate_streaming` (no end tokens, so all 128 are made),
 //!   timed from the first chosen token to the last: 128 single-token forward
 //!   passes plus 128 selections;
-//! - prefill: one forward pass over a 128-token prompt into an empty cache,
-//!   plus the argmax of the last row;
-//! - one untimed warm-up of each before the timed run; F16 KV cache.
+//! - prefill: a 128-token prompt into an empty cache, plus the argmax of the
+//!   last row;
+//! - each long context N (`--contexts`, 512 and 4,096 by default): an
+//!   N-token prompt prefilled into an empty cache, then 128 tokens decoded
+//!   after it, both timed, in one process;
+//! - prompts are read in pieces of [`PREFILL_PIECE`] tokens, as `lm-cli`
+//!   reads them and as llama.cpp's default micro-batch does;
+//! - one untimed warm-up (decode or the 128-token prefill) before the timed
+//!   runs; F16 KV cache.
 //!
-//! `xtask bench --worker --phase decode --threads 1 --model <gguf>` measures
-//! one phase alone, for `perf record` (docs/performance.md has the profile).
+//! `xtask bench --worker --phase decode --threads 1 --model <gguf>` (phases
+//! `decode`, `prefill`, `context` with `--contexts N`) measures one phase
+//! alone, for `perf record` (docs/performance.md has the profile).
 //!
 //! The prompt tokens are the `history_of_computing` case of
 //! `fixtures/smollm2/greedy.json` (llama.cpp's token ids of the text the peer
-//! script uses, followed by its greedy continuation), so no tokenizer is
-//! needed here; the speed does not depend on which tokens are read.
+//! script uses, followed by its greedy continuation), repeated to the length
+//! needed, so no tokenizer is needed here; the speed does not depend on
+//! which tokens are read.
 //!
 //! llama.cpp runs through llama-cpp-python (`--peer-python`, the interpreter
 //! of a previous `--install-peer`, or none), with `--runs 1` per process; its
 //! peak RSS comes from `resource.getrusage` in a small wrapper. Each round runs
 //! ours then the peer for each thread count, and every figure is the median
 //! over the rounds, so load from other processes hits both sides alike.
+//!
+//! The report names the machine (`machine.rs`): the CPU model, the
+//! instruction sets it lists, the kernel path our worker chose (and
+//! `LM_KERNEL` when set), the thread count of each row, and llama.cpp's own
+//! `llama_print_system_info()`.
 
+mod machine;
+
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -58,8 +75,16 @@ mod serve;
 const N_DECODE_PROMPT: usize = 11;
 /// Tokens generated and timed in a decode run.
 const N_DECODE_NEW: usize = 128;
-/// Tokens of the prefill prompt.
+/// Tokens of the short prefill prompt.
 const N_PREFILL: usize = 128;
+/// The long contexts measured unless `--contexts` says otherwise.
+const DEFAULT_CONTEXTS: [usize; 2] = [512, 4096];
+/// Tokens per forward pass when a prompt is read (lm-cli's prefill chunk,
+/// llama.cpp's default `n_ubatch`).
+const PREFILL_PIECE: usize = 512;
+/// The models measured when no `--model` is given: SmolLM2 in Q4_1 and
+/// llama.cpp's Q4_K_M mix of it (catalog names).
+const DEFAULT_MODELS: [&str; 2] = ["smollm2", "smollm2-q4_k_m"];
 /// The peer benchmark script, relative to the project root.
 const PEER_SCRIPT: &str = "scripts/reference/llama_cpp_bench.py";
 /// The fixture whose token ids make the prompts, relative to the project root.
@@ -75,7 +100,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 print('peak_rss_kib=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 ";
 /// The usage line printed with option errors.
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] | --speculative";
 
 /// Runs the task (or, with `--worker`, one measurement).
 pub(crate) fn run(args: &[String]) -> Result<()> {
@@ -86,11 +111,12 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if options.worker {
         return run_worker(&options);
     }
-    let model = match &options.model {
-        Some(model) => model.clone(),
-        None => fetch_model::ensure_model(fetch_model::find_known("smollm2")?, None)?,
-    };
     if options.serve {
+        // The serving benchmark's model: the first given, or SmolLM2 Q4_1.
+        let model = match options.models.first() {
+            Some(model) => model.clone(),
+            None => fetch_model::ensure_model(fetch_model::find_known(DEFAULT_MODELS[0])?, None)?,
+        };
         let worker = build_release_worker()?;
         for &n_threads in &options.threads {
             let status = Command::new(&worker)
@@ -107,31 +133,47 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         }
         return Ok(());
     }
+    let models = if options.models.is_empty() {
+        DEFAULT_MODELS
+            .iter()
+            .map(|name| fetch_model::ensure_model(fetch_model::find_known(name)?, None))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        options.models.clone()
+    };
     let peer = peer_python(&options)?;
     let worker = build_release_worker()?;
-    let mut rows = Vec::new();
-    for &n_threads in &options.threads {
-        rows.push(Row {
-            n_threads,
-            ours: Samples::default(),
-            peer: Samples::default(),
-        });
-    }
-    for round in 0..options.runs {
-        for row in &mut rows {
-            eprintln!(
-                "round {}/{}: {} thread(s)",
-                round + 1,
-                options.runs,
-                row.n_threads
-            );
-            row.ours.push(run_ours(&worker, &model, row.n_threads)?);
-            if let Some(python) = &peer {
-                row.peer.push(run_peer(python, &model, row.n_threads)?);
+    let mut report_text = String::new();
+    for model in &models {
+        let mut rows: Vec<Row> = options
+            .threads
+            .iter()
+            .map(|&n_threads| Row {
+                n_threads,
+                ours: Samples::default(),
+                peer: Samples::default(),
+            })
+            .collect();
+        for round in 0..options.runs {
+            for row in &mut rows {
+                eprintln!(
+                    "{}: round {}/{}: {} thread(s)",
+                    model.file_name().unwrap_or_default().to_string_lossy(),
+                    round + 1,
+                    options.runs,
+                    row.n_threads
+                );
+                row.ours
+                    .push(run_ours(&worker, model, row.n_threads, &options.contexts)?);
+                if let Some(python) = &peer {
+                    row.peer
+                        .push(run_peer(python, model, row.n_threads, &options.contexts)?);
+                }
             }
         }
+        report_text.push_str(&report(model, &options, peer.is_some(), &rows)?);
     }
-    print!("{}", report(&model, &options, peer.is_some(), &rows)?);
+    print!("{report_text}");
     Ok(())
 }
 
@@ -142,8 +184,10 @@ struct Options {
     runs: usize,
     /// Thread counts to measure.
     threads: Vec<usize>,
-    /// A GGUF file instead of the fetched SmolLM2.
-    model: Option<PathBuf>,
+    /// GGUF files instead of [`DEFAULT_MODELS`].
+    models: Vec<PathBuf>,
+    /// Long-context prompt lengths.
+    contexts: Vec<usize>,
     /// An interpreter that has llama-cpp-python.
     peer_python: Option<PathBuf>,
     /// Install llama-cpp-python into `<target>/reference-venv` if needed.
@@ -152,9 +196,8 @@ struct Options {
     no_peer: bool,
     /// Internal: run one measurement and print it as JSON.
     worker: bool,
-    /// Internal: which phases the worker measures (`decode`, `prefill` or
-    /// `both`); one phase alone is for profiling it with `perf record`;
-    /// `serve` runs the serving benchmark.
+    /// Internal: which phase the worker measures (`decode`, `prefill`,
+    /// `context` at each of `contexts`, or `serve`, the serving benchmark).
     phase: String,
     /// Measure lm-serve's continuous batching (`serve.rs`).
     serve: bool,
@@ -167,12 +210,13 @@ impl Options {
         let mut options = Self {
             runs: 5,
             threads: vec![1, 2],
-            model: None,
+            models: Vec::new(),
+            contexts: DEFAULT_CONTEXTS.to_vec(),
             peer_python: None,
             install_peer: false,
             no_peer: false,
             worker: false,
-            phase: "both".to_owned(),
+            phase: "decode".to_owned(),
             serve: false,
             clients: 16,
         };
@@ -194,16 +238,17 @@ impl Options {
                 }
                 "--threads" => {
                     threads_given = true;
-                    let text = value()?;
-                    options.threads = text
-                        .split(',')
-                        .map(|part| part.trim().parse().ok().filter(|&n: &usize| n > 0))
-                        .collect::<Option<Vec<_>>>()
-                        .with_context(|| {
-                            format!("--threads needs positive counts like `1,2`, got `{text}`")
-                        })?;
+                    options.threads = positive_list(value()?, "--threads")?;
                 }
-                "--model" => options.model = Some(PathBuf::from(value()?)),
+                "--contexts" => {
+                    let text = value()?;
+                    options.contexts = if text == "none" {
+                        Vec::new()
+                    } else {
+                        positive_list(text, "--contexts")?
+                    };
+                }
+                "--model" => options.models.push(PathBuf::from(value()?)),
                 "--peer-python" => options.peer_python = Some(PathBuf::from(value()?)),
                 "--install-peer" => options.install_peer = true,
                 "--no-peer" => options.no_peer = true,
@@ -227,37 +272,82 @@ impl Options {
     }
 }
 
-/// One process's measurement: seconds of the timed runs and peak RSS.
-#[derive(Debug, Clone, Copy)]
+/// A comma-separated list of positive counts (`1,2`).
+fn positive_list(text: &str, flag: &str) -> Result<Vec<usize>> {
+    text.split(',')
+        .map(|part| part.trim().parse().ok().filter(|&n: &usize| n > 0))
+        .collect::<Option<Vec<_>>>()
+        .with_context(|| format!("{flag} needs positive counts like `1,2`, got `{text}`"))
+}
+
+/// What one figure measures: a phase at a prompt length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Metric {
+    /// 128 new tokens after a prompt of this many tokens.
+    Decode(usize),
+    /// One prompt of this many tokens into an empty cache.
+    Prefill(usize),
+}
+
+impl Metric {
+    /// The key in the workers' and the peer's JSON (`decode@11`).
+    fn key(self) -> String {
+        match self {
+            Metric::Decode(n) => format!("decode@{n}"),
+            Metric::Prefill(n) => format!("prefill@{n}"),
+        }
+    }
+
+    /// Tokens the timed part makes or reads.
+    fn n_tokens(self) -> usize {
+        match self {
+            Metric::Decode(_) => N_DECODE_NEW,
+            Metric::Prefill(n) => n,
+        }
+    }
+
+    /// Every metric of a run, in report order: the short decode and
+    /// prefill, then prefill and decode at each long context.
+    fn all(contexts: &[usize]) -> Vec<Metric> {
+        let mut metrics = vec![Metric::Decode(N_DECODE_PROMPT), Metric::Prefill(N_PREFILL)];
+        for &n in contexts {
+            metrics.extend([Metric::Prefill(n), Metric::Decode(n)]);
+        }
+        metrics
+    }
+}
+
+/// One process's (or one set of processes') measurement.
+#[derive(Debug, Clone, Default)]
 struct Measurement {
-    decode_seconds: f64,
-    prefill_seconds: f64,
+    /// Seconds of each timed run, by [`Metric::key`].
+    seconds: BTreeMap<String, f64>,
     peak_rss_bytes: u64,
+    /// Our worker's kernel path, or llama.cpp's system info.
+    system: String,
 }
 
 /// The measurements of one side at one thread count.
 #[derive(Debug, Default)]
 struct Samples {
-    decode_seconds: Vec<f64>,
-    prefill_seconds: Vec<f64>,
+    seconds: BTreeMap<String, Vec<f64>>,
     peak_rss_bytes: Vec<u64>,
+    system: String,
 }
 
 impl Samples {
     fn push(&mut self, m: Measurement) {
-        self.decode_seconds.push(m.decode_seconds);
-        self.prefill_seconds.push(m.prefill_seconds);
+        for (key, seconds) in m.seconds {
+            self.seconds.entry(key).or_default().push(seconds);
+        }
         self.peak_rss_bytes.push(m.peak_rss_bytes);
+        self.system = m.system;
     }
 
-    /// Median decode speed in tokens per second.
-    fn decode_tok_per_s(&self) -> Option<f64> {
-        median(&self.decode_seconds).map(|s| N_DECODE_NEW as f64 / s)
-    }
-
-    /// Median prefill speed in tokens per second.
-    fn prefill_tok_per_s(&self) -> Option<f64> {
-        median(&self.prefill_seconds).map(|s| N_PREFILL as f64 / s)
+    /// Median speed of `metric` in tokens per second.
+    fn tok_per_s(&self, metric: Metric) -> Option<f64> {
+        let seconds = self.seconds.get(&metric.key())?;
+        median(seconds).map(|s| metric.n_tokens() as f64 / s)
     }
 
     fn max_rss_bytes(&self) -> Option<u64> {
@@ -285,8 +375,8 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-/// The worker: loads the model, measures decode and prefill once each after a
-/// warm-up, and prints one JSON object.
+/// The worker: loads the model, measures one phase after a warm-up, and
+/// prints one JSON object.
 fn run_worker(options: &Options) -> Result<()> {
     let [n_threads] = options.threads[..] else {
         bail!(
@@ -294,7 +384,9 @@ fn run_worker(options: &Options) -> Result<()> {
             options.threads
         );
     };
-    let model_path = options.model.as_ref().context("--worker needs --model")?;
+    let [model_path] = &options.models[..] else {
+        bail!("--worker needs one --model");
+    };
     rayon::ThreadPoolBuilder::new()
         .num_threads(n_threads)
         .build_global()
@@ -302,52 +394,82 @@ fn run_worker(options: &Options) -> Result<()> {
     if options.phase == "serve" {
         return serve::run_worker(model_path, n_threads, options.clients);
     }
-    let tokens = prompt_tokens()?;
     let model = Llama::from_gguf(model_path)
         .with_context(|| format!("cannot load {}", model_path.display()))?;
-    let decode_prompt = tokens.get(..N_DECODE_PROMPT).context("prompt too short")?;
-    let prefill_prompt = tokens.get(..N_PREFILL).context("prompt too short")?;
-    let (decode, prefill) = match options.phase.as_str() {
-        "both" => (true, true),
-        "decode" => (true, false),
-        "prefill" => (false, true),
-        other => bail!("--phase is decode, prefill or both, got `{other}`"),
-    };
-    let mut decode_seconds = f64::NAN;
-    let mut prefill_seconds = f64::NAN;
-    if decode {
-        time_decode(&model, decode_prompt)?;
-        decode_seconds = time_decode(&model, decode_prompt)?;
+    let mut seconds = BTreeMap::new();
+    match options.phase.as_str() {
+        "decode" => {
+            let prompt = prompt_tokens(N_DECODE_PROMPT)?;
+            time_generation(&model, &prompt, || ())?;
+            let (_, decode) = time_generation(&model, &prompt, || ())?;
+            seconds.insert(Metric::Decode(N_DECODE_PROMPT).key(), decode);
+        }
+        "prefill" => {
+            let prompt = prompt_tokens(N_PREFILL)?;
+            time_prefill(&model, &prompt)?;
+            seconds.insert(
+                Metric::Prefill(N_PREFILL).key(),
+                time_prefill(&model, &prompt)?,
+            );
+        }
+        "context" => {
+            // The warm-up pages the weights in; a long prompt is long
+            // enough to be measured once.
+            time_prefill(&model, &prompt_tokens(N_PREFILL)?)?;
+            for &n in &options.contexts {
+                let cpu_start = cpu_seconds();
+                let mut cpu_first = f64::NAN;
+                let (prefill, decode) = time_generation(&model, &prompt_tokens(n)?, || {
+                    cpu_first = cpu_seconds();
+                })?;
+                eprintln!(
+                    "context {n}: CPU seconds of this process: prefill {:.2}, decode {:.2}",
+                    cpu_first - cpu_start,
+                    cpu_seconds() - cpu_first
+                );
+                seconds.insert(Metric::Prefill(n).key(), prefill);
+                seconds.insert(Metric::Decode(n).key(), decode);
+            }
+        }
+        other => bail!("--phase is decode, prefill or context, got `{other}`"),
     }
-    if prefill {
-        time_prefill(&model, prefill_prompt)?;
-        prefill_seconds = time_prefill(&model, prefill_prompt)?;
-    }
-    let peak_rss_bytes = peak_rss_bytes()?;
     println!(
         "{}",
         serde_json::json!({
-            "decode_seconds": decode_seconds,
-            "prefill_seconds": prefill_seconds,
-            "peak_rss_bytes": peak_rss_bytes,
+            "seconds": seconds,
+            "peak_rss_bytes": peak_rss_bytes()?,
+            "system": machine::our_kernel(),
         })
     );
     Ok(())
 }
 
-/// Seconds from the first chosen token to the 129th: 128 forward passes of
-/// one token and 128 greedy selections, through the generation loop.
-fn time_decode(model: &Decoder, prompt: &[TokenId]) -> Result<f64> {
+/// One greedy run of 129 chosen tokens after `prompt` through the
+/// generation loop (no end tokens, the prompt read in pieces of
+/// [`PREFILL_PIECE`]): the seconds until the first token was chosen (the
+/// prompt read and one selection) and from the first chosen token to the
+/// last (128 single-token forward passes and 128 selections).
+/// `at_first` runs when the first token is chosen.
+fn time_generation(
+    model: &Decoder,
+    prompt: &[TokenId],
+    mut at_first: impl FnMut(),
+) -> Result<(f64, f64)> {
     let config = GenerationConfig {
         max_new_tokens: N_DECODE_NEW + 1,
         sampling: SamplingConfig::greedy(),
+        prefill_chunk_len: std::num::NonZeroUsize::new(PREFILL_PIECE),
         ..GenerationConfig::default()
     };
     let mut first: Option<Instant> = None;
     let mut last: Option<Instant> = None;
+    let start = Instant::now();
     let generation = generate_streaming(model, prompt, &config, None, |_| {
         let now = Instant::now();
-        first.get_or_insert(now);
+        if first.is_none() {
+            first = Some(now);
+            at_first();
+        }
         last = Some(now);
         Ok::<_, anyhow::Error>(std::ops::ControlFlow::Continue(()))
     })?;
@@ -359,24 +481,29 @@ fn time_decode(model: &Decoder, prompt: &[TokenId]) -> Result<f64> {
         );
     }
     match (first, last) {
-        (Some(first), Some(last)) => Ok((last - first).as_secs_f64()),
+        (Some(first), Some(last)) => {
+            Ok(((first - start).as_secs_f64(), (last - first).as_secs_f64()))
+        }
         _ => bail!("decode chose no token"),
     }
 }
 
-/// Seconds for one forward pass over `prompt` into an empty cache, plus the
-/// argmax of its last row.
+/// Seconds for reading `prompt` into an empty cache (in pieces of
+/// [`PREFILL_PIECE`]), plus the argmax of its last row.
 fn time_prefill(model: &Decoder, prompt: &[TokenId]) -> Result<f64> {
     let mut state = model.new_state();
     let mut logits = Vec::new();
     let start = Instant::now();
-    model.forward(&mut state, prompt, Rows::Last, &mut logits)?;
+    for piece in prompt.chunks(PREFILL_PIECE) {
+        model.forward(&mut state, piece, Rows::Last, &mut logits)?;
+    }
     argmax(&logits)?;
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Token ids of the long fixture prompt followed by its greedy continuation.
-fn prompt_tokens() -> Result<Vec<TokenId>> {
+/// The first `n` of the long fixture prompt's token ids followed by its
+/// greedy continuation, repeated as often as needed.
+fn prompt_tokens(n: usize) -> Result<Vec<TokenId>> {
     let path = project_root().join(PROMPT_FIXTURE);
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -403,7 +530,26 @@ fn prompt_tokens() -> Result<Vec<TokenId>> {
             tokens.len()
         );
     }
-    Ok(tokens)
+    Ok(tokens.iter().copied().cycle().take(n).collect())
+}
+
+/// CPU seconds this process has used (user and system, from
+/// `/proc/self/stat`, in clock ticks of 10 ms; NaN off Linux): printed next
+/// to a long context's wall-clock figures, since on a loaded machine the
+/// CPU time of a one-thread run is the steadier measure.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    // Fields after the command name (which is in parentheses): state is
+    // field 3, utime 14 and stime 15.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
 }
 
 /// This process's peak resident set size (`VmHWM`), Linux only.
@@ -455,28 +601,53 @@ pub(crate) fn build_release_worker() -> Result<PathBuf> {
         .context("cargo reported no xtask executable")
 }
 
-/// One measurement of ours: decode and prefill, each in a fresh release
-/// process (so each peak RSS is that phase's alone, as in a real run).
-fn run_ours(worker: &Path, model: &Path, n_threads: usize) -> Result<Measurement> {
-    let decode = run_worker_process(worker, model, n_threads, "decode")?;
-    let prefill = run_worker_process(worker, model, n_threads, "prefill")?;
-    Ok(Measurement {
-        decode_seconds: decode.decode_seconds,
-        prefill_seconds: prefill.prefill_seconds,
-        peak_rss_bytes: decode.peak_rss_bytes.max(prefill.peak_rss_bytes),
-    })
+/// One measurement of ours: the short decode, the short prefill and the long
+/// contexts, each in a fresh release process (so each peak RSS is that
+/// phase's alone, as in a real run).
+fn run_ours(
+    worker: &Path,
+    model: &Path,
+    n_threads: usize,
+    contexts: &[usize],
+) -> Result<Measurement> {
+    let mut phases = vec![("decode", Vec::new()), ("prefill", Vec::new())];
+    if !contexts.is_empty() {
+        phases.push(("context", contexts.to_vec()));
+    }
+    let mut all = Measurement::default();
+    for (phase, contexts) in phases {
+        let one = run_worker_process(worker, model, n_threads, phase, &contexts)?;
+        all.seconds.extend(one.seconds);
+        all.peak_rss_bytes = all.peak_rss_bytes.max(one.peak_rss_bytes);
+        all.system = one.system;
+    }
+    Ok(all)
 }
 
-/// Runs the worker for one phase and reads its JSON (NaN for the phase not run).
+/// Runs the worker for one phase and reads its JSON.
 fn run_worker_process(
     worker: &Path,
     model: &Path,
     n_threads: usize,
     phase: &str,
+    contexts: &[usize],
 ) -> Result<Measurement> {
+    let contexts = contexts
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let output = Command::new(worker)
         .args(["bench", "--worker", "--phase", phase])
         .args(["--threads", &n_threads.to_string()])
+        .args([
+            "--contexts",
+            if contexts.is_empty() {
+                "none"
+            } else {
+                &contexts
+            },
+        ])
         .arg("--model")
         .arg(model)
         .stderr(Stdio::inherit())
@@ -486,15 +657,28 @@ fn run_worker_process(
         bail!("the bench worker failed ({})", output.status);
     }
     let json: Value = serde_json::from_slice(&output.stdout).context("bad worker output")?;
-    let seconds = |key: &str| json[key].as_f64().unwrap_or(f64::NAN);
     let peak_rss_bytes = json["peak_rss_bytes"]
         .as_u64()
         .with_context(|| format!("worker output lacks `peak_rss_bytes`: {json}"))?;
     Ok(Measurement {
-        decode_seconds: seconds("decode_seconds"),
-        prefill_seconds: seconds("prefill_seconds"),
+        seconds: seconds_by_metric(&json["seconds"])?,
         peak_rss_bytes,
+        system: json["system"].as_str().unwrap_or_default().to_owned(),
     })
+}
+
+/// A JSON object of seconds by metric key.
+fn seconds_by_metric(json: &Value) -> Result<BTreeMap<String, f64>> {
+    json.as_object()
+        .with_context(|| format!("expected seconds by metric, got {json}"))?
+        .iter()
+        .map(|(key, seconds)| {
+            let seconds = seconds
+                .as_f64()
+                .with_context(|| format!("`{key}` is not a number of seconds: {seconds}"))?;
+            Ok((key.clone(), seconds))
+        })
+        .collect()
 }
 
 /// The interpreter to measure llama.cpp with, or `None` to measure only ours.
@@ -530,13 +714,20 @@ fn peer_python(options: &Options) -> Result<Option<PathBuf>> {
 }
 
 /// One measurement of llama.cpp: the peer script with one run, in a fresh process.
-fn run_peer(python: &Path, model: &Path, n_threads: usize) -> Result<Measurement> {
+fn run_peer(
+    python: &Path,
+    model: &Path,
+    n_threads: usize,
+    contexts: &[usize],
+) -> Result<Measurement> {
     let output = Command::new(python)
         .args(["-c", PEER_WRAPPER])
         .arg(project_root().join(PEER_SCRIPT))
         .arg("--model")
         .arg(model)
         .args(["--threads", &n_threads.to_string(), "--runs", "1"])
+        .arg("--contexts")
+        .args(contexts.iter().map(usize::to_string))
         .output()
         .with_context(|| format!("cannot run {}", python.display()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -544,25 +735,20 @@ fn run_peer(python: &Path, model: &Path, n_threads: usize) -> Result<Measurement
         bail!("{PEER_SCRIPT} failed ({}):\n{stderr}", output.status);
     }
     let json: Value = serde_json::from_slice(&output.stdout).context("bad peer output")?;
-    let result = &json["results"][0];
-    let seconds = |key: &str| {
-        result[key][0]
-            .as_f64()
-            .with_context(|| format!("peer output lacks `{key}`: {json}"))
-    };
     let peak_rss_kib = stderr
         .lines()
         .find_map(|line| line.strip_prefix("peak_rss_kib="))
         .and_then(|kib| kib.trim().parse::<u64>().ok())
         .context("the peer wrapper printed no peak RSS")?;
     Ok(Measurement {
-        decode_seconds: seconds("decode_seconds")?,
-        prefill_seconds: seconds("prefill_seconds")?,
+        seconds: seconds_by_metric(&json["results"][0]["seconds"])?,
         peak_rss_bytes: peak_rss_kib * 1024,
+        system: json["system_info"].as_str().unwrap_or_default().to_owned(),
     })
 }
 
-/// The table: machine and date, speeds with ratios, peak RSS against the budget.
+/// One model's table: the machine and the date, speeds with ratios, peak RSS
+/// against the budget.
 fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Result<String> {
     const MB: f64 = 1e6;
     let mut out = String::new();
@@ -571,7 +757,17 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
         .len();
     let llama =
         Llama::from_gguf(model).with_context(|| format!("cannot load {}", model.display()))?;
-    let kv_bytes = kv_cache_bytes(&llama, (N_DECODE_PROMPT + N_DECODE_NEW).max(N_PREFILL));
+    let longest = options
+        .contexts
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(N_PREFILL)
+        .max(N_DECODE_PROMPT)
+        + N_DECODE_NEW
+        + 1;
+    let kv_bytes = kv_cache_bytes(&llama, longest);
     let kv_type = match llama.config().kv_precision {
         KvPrecision::F16 => "f16",
         KvPrecision::F32 => "f32",
@@ -579,45 +775,50 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
     let budget = (model_bytes + kv_bytes) as f64 * 1.2;
     writeln!(
         out,
-        "\nmodel {} ({:.1} MB); {}; {}",
+        "\nmodel {} ({:.1} MB); {}",
         model.file_name().unwrap_or_default().to_string_lossy(),
         model_bytes as f64 / MB,
-        machine(),
         utc_date(),
     )?;
+    let ours_system = rows
+        .iter()
+        .map(|r| r.ours.system.as_str())
+        .find(|s| !s.is_empty());
+    let peer_system = rows
+        .iter()
+        .map(|r| r.peer.system.as_str())
+        .find(|s| !s.is_empty());
+    out.push_str(&machine::describe(
+        ours_system,
+        peer_system.filter(|_| with_peer),
+    ));
     writeln!(
         out,
-        "median of {} interleaved rounds; decode: {N_DECODE_NEW} tokens after {N_DECODE_PROMPT}; prefill: {N_PREFILL} tokens\n",
+        "median of {} interleaved rounds; decode: {N_DECODE_NEW} tokens after the prompt; prefill: the prompt into an empty cache, read in pieces of {PREFILL_PIECE}\n",
         options.runs
     )?;
     writeln!(
         out,
-        "| threads | phase   | lm tok/s | llama.cpp tok/s | ratio |"
+        "| threads | phase   | prompt | lm tok/s | llama.cpp tok/s | ratio |"
     )?;
     writeln!(
         out,
-        "|--------:|---------|---------:|----------------:|------:|"
+        "|--------:|---------|-------:|---------:|----------------:|------:|"
     )?;
     for row in rows {
-        for (phase, ours, peer) in [
-            (
-                "decode",
-                row.ours.decode_tok_per_s(),
-                row.peer.decode_tok_per_s(),
-            ),
-            (
-                "prefill",
-                row.ours.prefill_tok_per_s(),
-                row.peer.prefill_tok_per_s(),
-            ),
-        ] {
+        for metric in Metric::all(&options.contexts) {
+            let (ours, peer) = (row.ours.tok_per_s(metric), row.peer.tok_per_s(metric));
             let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
             let ratio = ours
                 .zip(peer)
                 .map_or("-".to_owned(), |(a, b)| format!("{:.2}x", a / b));
+            let (phase, prompt) = match metric {
+                Metric::Decode(n) => ("decode", n),
+                Metric::Prefill(n) => ("prefill", n),
+            };
             writeln!(
                 out,
-                "| {} | {phase:<7} | {} | {} | {ratio} |",
+                "| {} | {phase:<7} | {prompt} | {} | {} | {ratio} |",
                 row.n_threads,
                 cell(ours),
                 cell(peer)
@@ -634,7 +835,7 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
             budget / MB,
             model_bytes as f64 / MB,
             kv_bytes as f64 / MB,
-            kv_positions(N_DECODE_PROMPT + N_DECODE_NEW).max(kv_positions(N_PREFILL)),
+            kv_positions(longest),
             if (rss as f64) <= budget {
                 "within"
             } else {
@@ -666,20 +867,6 @@ fn kv_cache_bytes(model: &Decoder, n_positions: usize) -> u64 {
 fn kv_positions(n_positions: usize) -> usize {
     let chunk = lm_model::KV_CHUNK_LEN;
     n_positions.div_ceil(chunk) * chunk
-}
-
-/// The CPU model name and the number of hardware threads.
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("model name"))
-                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    let n_cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cpu}, {n_cpus} hardware threads")
 }
 
 /// Today's date in UTC as `YYYY-MM-DD`.
@@ -729,9 +916,12 @@ mod tests {
         assert_eq!(date_of_unix_seconds(1_735_689_600), "2025-01-01");
     }
 
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn thread_list_parses_and_rejects_zero() {
-        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let options = Options::parse(&args(&["--threads", "1,2", "--runs", "3"])).unwrap();
         assert_eq!((options.threads, options.runs), (vec![1, 2], 3));
         assert!(Options::parse(&args(&["--threads", "0"])).is_err());
@@ -740,7 +930,6 @@ mod tests {
 
     #[test]
     fn the_serve_benchmark_defaults_to_16_clients_at_2_threads() {
-        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let options = Options::parse(&args(&["--serve"])).unwrap();
         assert_eq!(
             (options.serve, options.clients, options.threads),
@@ -753,10 +942,58 @@ mod tests {
     }
 
     #[test]
-    fn the_prompt_fixture_has_enough_tokens() {
-        let tokens = prompt_tokens().unwrap();
-        assert!(tokens.len() >= N_PREFILL, "{}", tokens.len());
+    fn contexts_and_models_parse() {
+        let defaults = Options::parse(&[]).unwrap();
+        assert_eq!(defaults.contexts, [512, 4096]);
+        assert!(defaults.models.is_empty());
+        let options = Options::parse(&args(&[
+            "--contexts",
+            "1024",
+            "--model",
+            "a.gguf",
+            "--model",
+            "b.gguf",
+        ]))
+        .unwrap();
+        assert_eq!(options.contexts, [1024]);
+        assert_eq!(
+            options.models,
+            [PathBuf::from("a.gguf"), PathBuf::from("b.gguf")]
+        );
+        let none = Options::parse(&args(&["--contexts", "none"])).unwrap();
+        assert!(none.contexts.is_empty());
+        assert!(Options::parse(&args(&["--contexts", "0"])).is_err());
+    }
+
+    #[test]
+    fn metrics_in_report_order_with_their_token_counts() {
+        let metrics = Metric::all(&[512]);
+        assert_eq!(
+            metrics,
+            [
+                Metric::Decode(11),
+                Metric::Prefill(128),
+                Metric::Prefill(512),
+                Metric::Decode(512)
+            ]
+        );
+        let keys: Vec<String> = metrics.iter().map(|m| m.key()).collect();
+        assert_eq!(
+            keys,
+            ["decode@11", "prefill@128", "prefill@512", "decode@512"]
+        );
+        let tokens: Vec<usize> = metrics.iter().map(|m| m.n_tokens()).collect();
+        assert_eq!(tokens, [128, 128, 512, 128]);
+    }
+
+    #[test]
+    fn prompts_repeat_the_fixture_to_any_length() {
+        let tokens = prompt_tokens(N_PREFILL).unwrap();
+        assert_eq!(tokens.len(), N_PREFILL);
         // "The history of computing": llama.cpp's ids in the fixture.
         assert_eq!(tokens[..4], [504, 1463, 282, 7867]);
+        let long = prompt_tokens(4096).unwrap();
+        assert_eq!(long.len(), 4096);
+        assert_eq!(long[..N_PREFILL], tokens[..]);
     }
 }

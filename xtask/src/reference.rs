@@ -349,7 +349,7 @@ pub(crate) fn cmake_args(flags: &[String]) -> String {
 
 /// The CPU flags of the first processor in `/proc/cpuinfo` (empty elsewhere,
 /// which builds llama.cpp for the baseline x86-64).
-fn cpu_flags() -> Vec<String> {
+pub(crate) fn cpu_flags() -> Vec<String> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     cpuinfo
         .lines()

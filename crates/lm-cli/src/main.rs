@@ -20,6 +20,7 @@ mod draft;
 mod interrupt;
 mod output;
 mod printer;
+mod progress;
 mod report;
 mod spec;
 mod structured;

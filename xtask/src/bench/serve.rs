@@ -35,7 +35,7 @@ pub(super) fn run_worker(
     n_threads: usize,
     n_clients: usize,
 ) -> Result<()> {
-    let tokens = prompt_tokens()?;
+    let tokens = prompt_tokens(128)?;
     let model = Llama::from_gguf(model_path)
         .with_context(|| format!("cannot load {}", model_path.display()))?;
     let mut prefill_rates = Vec::new();

@@ -8,6 +8,10 @@
 //! loop once each on streams 0, 1, ... of the seed, which gives exactly what
 //! `generate_many` gives (each re-reads the prompt, so each has its timing).
 //!
+//! A prompt that takes longer than a second to read shows a progress bar
+//! on stderr when stderr is a terminal (`progress::PrefillProgress`, fed
+//! between prefill chunks), cleared when the first token is chosen.
+//!
 //! Ctrl-C: the step hook stops the loop ([`StopReason::Cancelled`]) and no
 //! further sequence starts. A cancelled generation is printed by the same
 //! code as a finished one, in every mode (the text so far, the trace of the
@@ -36,6 +40,7 @@ use crate::draft::DraftSource;
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
 use crate::printer::TextPrinter;
+use crate::progress::PrefillProgress;
 use crate::report::json::{
     BeamReport, GenerateReport, JsonLine, SequenceReport, Settings, StepReport, Timing,
 };
@@ -552,6 +557,7 @@ impl Run<'_> {
             printer: &mut printer,
             out,
             first_step: None,
+            prefill: PrefillProgress::start(),
             lines: (self.mode == Mode::Json { lines: true }).then_some(StepLines {
                 codec: self.codec,
                 sequence: usize::try_from(config.rng_stream).unwrap_or(usize::MAX),
@@ -726,14 +732,17 @@ fn write_report(report: &GenerateReport, lines: bool, out: &mut Output) -> Resul
     }
 }
 
-/// What `generate` does while the loop runs: prints each step (streamed
-/// text, or a `--json-lines` line) and stops on Ctrl-C, between steps or
-/// between prompt chunks, or when the reader closed the pipe.
+/// What `generate` does while the loop runs: shows the progress of a slow
+/// prompt (on a terminal), prints each step (streamed text, or a
+/// `--json-lines` line) and stops on Ctrl-C, between steps or between
+/// prompt chunks, or when the reader closed the pipe.
 struct Watch<'w, 'p> {
     printer: &'w mut TextPrinter<'p>,
     out: &'w mut Output,
     /// When the first token was chosen: the end of the prefill.
     first_step: Option<Instant>,
+    /// The bar of a prompt that is slow to read (a terminal's stderr only).
+    prefill: PrefillProgress,
     /// The `--json-lines` step writer.
     lines: Option<StepLines<'w>>,
 }
@@ -767,7 +776,10 @@ impl GenerationHook for &mut Watch<'_, '_> {
     type Error = anyhow::Error;
 
     fn on_step(&mut self, step: &Step) -> Result<ControlFlow<()>> {
-        self.first_step.get_or_insert_with(Instant::now);
+        if self.first_step.is_none() {
+            self.first_step = Some(Instant::now());
+            self.prefill.finish();
+        }
         self.printer.push(step.token, self.out);
         if let Some(lines) = &mut self.lines {
             lines.write(step, self.out)?;
@@ -779,7 +791,8 @@ impl GenerationHook for &mut Watch<'_, '_> {
         ))
     }
 
-    fn after_prefill_chunk(&mut self, _n_read: usize, _n_prompt: usize) -> Result<ControlFlow<()>> {
+    fn after_prefill_chunk(&mut self, n_read: usize, n_prompt: usize) -> Result<ControlFlow<()>> {
+        self.prefill.chunk_read(n_read, n_prompt);
         Ok(stop_if(interrupt::after_prefill_chunk()))
     }
 }

@@ -4,14 +4,14 @@
 //! half-written model behind. Progress goes to stderr, only on a terminal.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, IsTerminal, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use lm_model::ngram::{self, Discount, MAX_ORDER, NgramError, Smoothing, TrainOptions, Utf8Policy};
 
 use crate::cli::{SmoothingArg, TrainArgs, UsageError};
+use crate::progress::terminal_bar;
 
 /// Runs `lm-cli train`.
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -39,7 +39,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let file =
         File::open(corpus).with_context(|| format!("opening the corpus {}", corpus.display()))?;
     let n_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let progress = progress_bar(n_bytes);
+    let progress = terminal_bar(n_bytes, "counting {bar:40} {bytes}/{total_bytes} ({eta})");
     let model = ngram::train(BufReader::new(file), &options, |n_read| {
         if let Some(bar) = &progress {
             bar.set_position(n_read);
@@ -76,19 +76,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
         counts.join(", ")
     );
     Ok(())
-}
-
-fn progress_bar(n_bytes: u64) -> Option<ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = ProgressBar::new(n_bytes);
-    if let Ok(style) =
-        ProgressStyle::with_template("counting {bar:40} {bytes}/{total_bytes} ({eta})")
-    {
-        bar.set_style(style);
-    }
-    Some(bar)
 }
 
 /// Writes `path` through a temporary file in the same folder, renamed into

@@ -1,8 +1,10 @@
-//! Causal multi-head and grouped-query attention of one query row over the
-//! keys and values in the [`KvCache`].
+//! Causal multi-head and grouped-query attention of a block of query rows
+//! over the keys and values in the [`KvCache`]: one query for a decode step,
+//! a whole prompt for prefill.
 //!
-//! The causal mask is implicit: the query at position `p` reads cache rows
-//! `0..=p` only, which is the lower triangle of the full mask:
+//! The causal mask is skipped by construction: the query at position `p`
+//! reads cache rows `0..=p` only (the last `window` of them on a
+//! sliding-window layer), which is the lower triangle of the full mask:
 //!
 //! ```text
 //!            key position
@@ -17,19 +19,44 @@
 //! share one key/value head (SmolLM2: 9 query heads over 3, so heads 0-2 read
 //! key/value head 0). Softmax runs in f32 after subtracting the row maximum.
 //!
-//! The query heads of one group are handled together: each chunk of keys
-//! (and then of values) is read once for the whole group, and an f16 cache
-//! widens each chunk's rows to f32 once per group into a reused buffer
-//! (see `StoredRows::to_f32` in `kv_cache`), so the products below run on f32 slices
-//! whatever the cache stores.
+//! The work is tiled so that a long prompt stays in cache:
+//!
+//! ```text
+//! the cache keeps, per chunk of CHUNK_LEN (32) positions and key/value head,
+//!   keys   [head_dim][CHUNK_LEN]   (a key per column: lanes = positions)
+//!   values [CHUNK_LEN][head_dim]   (a value per row:  lanes = dimensions)
+//! the queries are split into tiles of QUERY_TILE positions (in parallel for
+//! a prompt); for each key/value head a tile walks the chunks its queries
+//! see, widening each chunk once to f32 (F16C for an f16 cache), so the block
+//! (8 KiB at head_dim 64) is read from L1 by every query row of the tile:
+//!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a pass, 8 partial sums)
+//!   weights softmax of each row over its visible positions
+//!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (32 dimensions a pass)
+//! chunks wholly after a query (or before its window) are never read for it.
+//! ```
+//!
+//! Every output value is the same sequence of f32 operations whatever the
+//! tile, the number of queries in the call or the vector width, and the
+//! sequence of the one-query-at-a-time attention this replaced: a score is a
+//! dot product of eight partial sums, the softmax uses `exp` and sums in
+//! order, an output sums in position order. So a prompt read at once gives
+//! the bits of the same prompt read token by token, the SIMD build (the same
+//! code compiled for AVX2) gives the bits of the portable one, and the
+//! conformance fixtures see the numbers they were measured with.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
 
 use super::config::KvPrecision;
-use half::slice::HalfFloatSliceExt;
+use super::kv_cache::{CHUNK_LEN, KvCache, widen_f16};
+use crate::dispatch::{Dispatch, Kernel};
 
-use super::kv_cache::{KvCache, widen_f16};
-use crate::dispatch::Dispatch;
+/// Query positions per tile. A tile's scores are `QUERY_TILE * group` rows
+/// over its visible span (SmolLM2 at 4,096 positions: 48 rows of 16 KiB),
+/// small enough for L2, while each chunk of keys or values it widens serves
+/// that many rows.
+const QUERY_TILE: usize = 16;
 
 /// Head counts and width for one attention layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,131 +77,334 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
-/// Buffers [`attend`] reuses from call to call, grown (amortised) to the
-/// largest need seen, so decode steps do not allocate per token.
+impl AttentionShape {
+    /// The first position the query at `pos` sees.
+    fn first_visible(&self, pos: usize) -> usize {
+        self.window
+            .map_or(0, |window| (pos + 1).saturating_sub(window))
+    }
+}
+
+/// Buffers of one query tile, reused from call to call and grown (amortised)
+/// to the largest need seen, so decode steps do not allocate per token.
 #[derive(Debug, Clone, Default)]
 pub struct AttentionScratch {
-    /// Scores, then weights, of one group's query heads:
-    /// `[group][n_positions]`.
+    /// Scores, then weights, of the tile's query rows of one key/value head
+    /// over the tile's visible span: `[rows][span]`, row `j * group + g`
+    /// for query `j`'s head `g` of the group.
     scores: Vec<f32>,
-    /// One group's queries rounded to f16 (f16 precision only):
-    /// `[group][head_dim]`.
+    /// Those query rows, rounded to f16 at f16 precision: `[rows][head_dim]`.
     queries: Vec<f32>,
-    /// One chunk's key or value rows widened to f32 (f16 cache only):
-    /// `[CHUNK_LEN][head_dim]`.
-    rows: Vec<f32>,
+    /// One chunk's keys widened to f32 (f16 cache): `[head_dim][CHUNK_LEN]`.
+    keys: Vec<f32>,
+    /// One chunk's values widened to f32 (f16 cache): `[CHUNK_LEN][head_dim]`.
+    values: Vec<f32>,
     /// Queries or weights narrowed to f16 on their way to being rounded
-    /// (f16 precision only): `[max(group * head_dim, n_positions)]`.
+    /// (f16 precision only).
     narrowed: Vec<f16>,
 }
 
-/// Writes into `out` (`n_head * head_dim`) the attention of `query` (same
-/// width, already rotated if the model uses RoPE) over positions
-/// `0..n_positions` of `layer` in `cache`, or over the last `window` of
-/// them with a sliding window.
+/// Writes into `out` the attention of `queries` over `layer` of `cache`:
+/// `queries` and `out` hold rows of `n_head * head_dim`, query `j` at
+/// position `first_pos + j` (already rotated if the model uses RoPE), which
+/// sees the cache's positions up to its own (the last `window` of them with
+/// a sliding window). The keys and values of every query's position are in
+/// the cache already. Several tiles of queries run in parallel on rayon's
+/// pool; one tile runs on the calling thread with `scratch`.
 pub fn attend(
     shape: AttentionShape,
     cache: &KvCache,
     layer: usize,
-    n_positions: usize,
-    query: &[f32],
+    first_pos: usize,
+    queries: &[f32],
+    scratch: &mut AttentionScratch,
+    out: &mut [f32],
+) {
+    let q_dim = shape.n_head * shape.head_dim;
+    // The configuration was validated when the model was built.
+    debug_assert!(
+        shape.head_dim > 0 && shape.n_kv_head > 0 && shape.n_head.is_multiple_of(shape.n_kv_head)
+    );
+    debug_assert_eq!(queries.len(), out.len(), "query and output widths");
+    debug_assert!(
+        !queries.is_empty() && queries.len().is_multiple_of(q_dim),
+        "whole query rows"
+    );
+    let n_queries = queries.len() / q_dim;
+    assert!(
+        first_pos + n_queries <= cache.shape().capacity,
+        "attention up to position {} of a cache of {}",
+        first_pos + n_queries,
+        cache.shape().capacity
+    );
+    if n_queries <= QUERY_TILE {
+        attend_tile(shape, cache, layer, first_pos, queries, scratch, out);
+        return;
+    }
+    let tile_len = QUERY_TILE * q_dim;
+    out.par_chunks_mut(tile_len)
+        .zip(queries.par_chunks(tile_len))
+        .enumerate()
+        .for_each_init(
+            AttentionScratch::default,
+            |scratch, (tile_idx, (out, queries))| {
+                let tile_pos = first_pos + tile_idx * QUERY_TILE;
+                attend_tile(shape, cache, layer, tile_pos, queries, scratch, out);
+            },
+        );
+}
+
+/// [`attend`] for one tile of queries, with the vector build the cache's
+/// dispatch allows.
+fn attend_tile(
+    shape: AttentionShape,
+    cache: &KvCache,
+    layer: usize,
+    first_pos: usize,
+    queries: &[f32],
+    scratch: &mut AttentionScratch,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if cache.dispatch().kernel() != Kernel::Portable && cache.dispatch().has_f16c() {
+        // SAFETY: every x86 SIMD kernel a `Dispatch` allows requires AVX2
+        // (a `Dispatch` holds only detected features), and F16C is checked.
+        unsafe { attend_tile_avx2(shape, cache, layer, first_pos, queries, scratch, out) };
+        return;
+    }
+    attend_tile_lanes(shape, cache, layer, first_pos, queries, scratch, out);
+}
+
+/// [`attend_tile_lanes`] compiled for AVX2: the same operations in 8-wide
+/// vectors, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn attend_tile_avx2(
+    shape: AttentionShape,
+    cache: &KvCache,
+    layer: usize,
+    first_pos: usize,
+    queries: &[f32],
+    scratch: &mut AttentionScratch,
+    out: &mut [f32],
+) {
+    attend_tile_lanes(shape, cache, layer, first_pos, queries, scratch, out);
+}
+
+/// One tile: for each key/value head, the scores of the tile's query rows
+/// chunk by chunk, each row's softmax, then the weighted values chunk by
+/// chunk (module docs). Only the chunks a query sees are read for it; in
+/// the chunk holding a query's own position, the products with later keys
+/// are computed in the vector but never stored.
+#[inline(always)]
+fn attend_tile_lanes(
+    shape: AttentionShape,
+    cache: &KvCache,
+    layer: usize,
+    first_pos: usize,
+    queries: &[f32],
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
     let head_dim = shape.head_dim;
-    // The configuration was validated when the model was built.
-    debug_assert!(
-        head_dim > 0 && shape.n_kv_head > 0 && shape.n_head.is_multiple_of(shape.n_kv_head)
-    );
-    debug_assert_eq!(query.len(), shape.n_head * head_dim, "query width");
-    debug_assert_eq!(out.len(), shape.n_head * head_dim, "output width");
-    assert!(
-        (1..=cache.shape().capacity).contains(&n_positions),
-        "attention over {n_positions} positions of a cache of {}",
-        cache.shape().capacity
-    );
-    let dispatch = cache.dispatch();
     let group = shape.n_head / shape.n_kv_head;
     let group_width = group * head_dim;
-    let scale = shape.scale;
-    let first_visible = shape
-        .window
-        .map_or(0, |window| n_positions.saturating_sub(window));
-    let n_visible = n_positions - first_visible;
+    let q_dim = shape.n_head * head_dim;
+    let n_queries = queries.len() / q_dim;
+    let n_rows = n_queries * group;
+    let dispatch = cache.dispatch();
     let round = shape.precision == KvPrecision::F16;
+    let span_start = shape.first_visible(first_pos);
+    let span_end = first_pos + n_queries;
+    let span = span_end - span_start;
     let AttentionScratch {
         scores,
-        queries,
-        rows,
+        queries: tile_queries,
+        keys,
+        values,
         narrowed,
     } = scratch;
-    if scores.len() < group * n_visible {
-        scores.resize(group * n_visible, 0.0);
-    }
-    if queries.len() < group_width {
-        queries.resize(group_width, 0.0);
-    }
-    let scores = &mut scores[..group * n_visible];
-    let visible = first_visible..n_positions;
-    let rounded_queries = &mut queries[..group_width];
-    // Consecutive query heads share a key/value head, so one group's
-    // queries and outputs are contiguous.
-    for (kv_head, (group_queries, group_out)) in query
-        .chunks_exact(group_width)
-        .zip(out.chunks_exact_mut(group_width))
-        .enumerate()
-    {
-        let group_queries = if round {
-            rounded_queries.copy_from_slice(group_queries);
-            round_all_to_f16(dispatch, rounded_queries, narrowed);
-            &*rounded_queries
-        } else {
-            group_queries
-        };
-        // scores[g * n_visible + p - first_visible] = q_g . k_p * scale
-        let mut first_pos = 0;
-        for (keys, _) in cache.rows_in(layer, kv_head, visible.clone()) {
-            let keys = keys.to_f32(dispatch, rows);
-            for (row_idx, key) in keys.chunks_exact(head_dim).enumerate() {
-                let pos = first_pos + row_idx;
-                for (head_scores, q) in scores
-                    .chunks_exact_mut(n_visible)
-                    .zip(group_queries.chunks_exact(head_dim))
-                {
-                    head_scores[pos] = dot(q, key) * scale;
+    grow(scores, n_rows * span);
+    grow(tile_queries, n_rows * head_dim);
+    let scores = &mut scores[..n_rows * span];
+    let tile_queries = &mut tile_queries[..n_rows * head_dim];
+    // The positions query `j` sees, as offsets into the span.
+    let visible =
+        |j: usize| shape.first_visible(first_pos + j) - span_start..first_pos + j + 1 - span_start;
+    for kv_head in 0..shape.n_kv_head {
+        let band = kv_head * group_width..(kv_head + 1) * group_width;
+        for (rows, query) in tile_queries
+            .chunks_exact_mut(group_width)
+            .zip(queries.chunks_exact(q_dim))
+        {
+            rows.copy_from_slice(&query[band.clone()]);
+        }
+        if round {
+            round_all_to_f16(dispatch, tile_queries, narrowed);
+        }
+
+        // Scores: scores[r][k] = (q_r . key_k) * scale.
+        for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
+            let chunk_keys = chunk.keys.to_f32(dispatch, keys);
+            let chunk_rows = chunk.start + chunk.rows.start - span_start
+                ..chunk.start + chunk.rows.end - span_start;
+            let chunk_offset = chunk.start as isize - span_start as isize;
+            for j in 0..n_queries {
+                let seen = intersect(visible(j), chunk_rows.clone());
+                if seen.is_empty() {
+                    continue;
                 }
-            }
-            first_pos += keys.len() / head_dim;
-        }
-        for head_scores in scores.chunks_exact_mut(n_visible) {
-            softmax_to_weights(head_scores);
-            if round {
-                round_all_to_f16(dispatch, head_scores, narrowed);
-            }
-        }
-        group_out.fill(0.0);
-        let mut first_pos = 0;
-        for (_, values) in cache.rows_in(layer, kv_head, visible.clone()) {
-            let n_rows = values.len() / head_dim;
-            let values = values.to_f32(dispatch, rows);
-            for (head_weights, o) in scores
-                .chunks_exact(n_visible)
-                .zip(group_out.chunks_exact_mut(head_dim))
-            {
-                let weights = &head_weights[first_pos..];
-                for (value, &weight) in values.chunks_exact(head_dim).zip(weights) {
-                    for (acc, &v) in o.iter_mut().zip(value) {
-                        *acc += weight * v;
+                let lanes = (seen.start as isize - chunk_offset) as usize
+                    ..(seen.end as isize - chunk_offset) as usize;
+                for r in j * group..(j + 1) * group {
+                    let products =
+                        key_scores(&tile_queries[r * head_dim..(r + 1) * head_dim], chunk_keys);
+                    let row = &mut scores[r * span..(r + 1) * span];
+                    for (score, &product) in
+                        row[seen.clone()].iter_mut().zip(&products[lanes.clone()])
+                    {
+                        *score = product * shape.scale;
                     }
                 }
             }
-            first_pos += n_rows;
+        }
+
+        // Weights: softmax over each row's visible positions.
+        for j in 0..n_queries {
+            let seen = visible(j);
+            for r in j * group..(j + 1) * group {
+                let weights = &mut scores[r * span..(r + 1) * span][seen.clone()];
+                softmax_to_weights(weights);
+                if round {
+                    round_all_to_f16(dispatch, weights, narrowed);
+                }
+            }
+        }
+
+        // Outputs: o[r] = sum_k w[r][k] * value_k, in position order.
+        for query_out in out.chunks_exact_mut(q_dim) {
+            query_out[band.clone()].fill(0.0);
+        }
+        for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
+            let chunk_values = chunk.values.to_f32(dispatch, values);
+            let chunk_rows = chunk.start + chunk.rows.start - span_start
+                ..chunk.start + chunk.rows.end - span_start;
+            let chunk_offset = chunk.start as isize - span_start as isize;
+            for (j, query_out) in out.chunks_exact_mut(q_dim).enumerate() {
+                let seen = intersect(visible(j), chunk_rows.clone());
+                if seen.is_empty() {
+                    continue;
+                }
+                let first_row = (seen.start as isize - chunk_offset) as usize;
+                let value_rows =
+                    &chunk_values[first_row * head_dim..(first_row + seen.len()) * head_dim];
+                for (g, head_out) in query_out[band.clone()]
+                    .chunks_exact_mut(head_dim)
+                    .enumerate()
+                {
+                    let r = j * group + g;
+                    let weights = &scores[r * span..(r + 1) * span][seen.clone()];
+                    add_weighted_rows(head_out, weights, value_rows);
+                }
+            }
         }
     }
 }
 
-/// Turns one head's scores into its attention weights in place: softmax
-/// after subtracting the maximum.
+/// Grows `buf` to at least `len` values (never shrinks it).
+fn grow(buf: &mut Vec<f32>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+}
+
+/// The overlap of two ranges (empty when they do not meet).
+fn intersect(a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> std::ops::Range<usize> {
+    a.start.max(b.start)..a.end.min(b.end).max(a.start.max(b.start))
+}
+
+/// Lanes of a key product's partial sums, and keys a pass of
+/// [`key_scores`] handles.
+const PARTIALS: usize = 8;
+
+/// The products of `query` with the [`CHUNK_LEN`] keys of a chunk's key
+/// block (`[head_dim][CHUNK_LEN]`, a key per column), eight keys at a time
+/// in the vector lanes. Each product is summed as a plain dot product of
+/// eight partial sums would be (dimension `d` into partial `d % 8`, the
+/// partials then added in order, then the products past the last whole
+/// eight): eight independent chains of additions per pass, and the bits of
+/// the one-query-at-a-time computation this replaced.
+#[inline(always)]
+fn key_scores(query: &[f32], keys: &[f32]) -> [f32; CHUNK_LEN] {
+    let (columns, _) = keys.as_chunks::<CHUNK_LEN>();
+    debug_assert_eq!(columns.len(), query.len(), "key block width");
+    let whole = query.len() / PARTIALS * PARTIALS;
+    let mut out = [0.0f32; CHUNK_LEN];
+    for (pass, pass_out) in out.as_chunks_mut::<PARTIALS>().0.iter_mut().enumerate() {
+        let lanes = pass * PARTIALS..(pass + 1) * PARTIALS;
+        let mut partial = [[0.0f32; PARTIALS]; PARTIALS];
+        for (q8, columns8) in query[..whole]
+            .as_chunks::<PARTIALS>()
+            .0
+            .iter()
+            .zip(columns[..whole].as_chunks::<PARTIALS>().0)
+        {
+            for ((lane_partial, &q), column) in partial.iter_mut().zip(q8).zip(columns8) {
+                for (p, &k) in lane_partial.iter_mut().zip(&column[lanes.clone()]) {
+                    *p += q * k;
+                }
+            }
+        }
+        let mut sum = [-0.0f32; PARTIALS];
+        for lane_partial in &partial {
+            for (s, &p) in sum.iter_mut().zip(lane_partial) {
+                *s += p;
+            }
+        }
+        let mut tail = [-0.0f32; PARTIALS];
+        for (&q, column) in query[whole..].iter().zip(&columns[whole..]) {
+            for (t, &k) in tail.iter_mut().zip(&column[lanes.clone()]) {
+                *t += q * k;
+            }
+        }
+        for ((o, &s), &t) in pass_out.iter_mut().zip(&sum).zip(&tail) {
+            *o = s + t;
+        }
+    }
+    out
+}
+
+/// Adds `sum_k weights[k] * rows[k]` to `out` (rows of `out.len()` values),
+/// each output value in row order; 32 outputs at a time stay in registers
+/// across the rows.
+#[inline(always)]
+fn add_weighted_rows(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    const BLOCK: usize = 32;
+    let width = out.len();
+    debug_assert_eq!(rows.len(), weights.len() * width, "one row per weight");
+    let (blocks, tail) = out.as_chunks_mut::<BLOCK>();
+    for (block_idx, block) in blocks.iter_mut().enumerate() {
+        let mut acc = *block;
+        for (&w, row) in weights.iter().zip(rows.chunks_exact(width)) {
+            let (part, _) = row[block_idx * BLOCK..].as_chunks::<BLOCK>();
+            for (a, &v) in acc.iter_mut().zip(&part[0]) {
+                *a += w * v;
+            }
+        }
+        *block = acc;
+    }
+    let tail_start = width - tail.len();
+    for (&w, row) in weights.iter().zip(rows.chunks_exact(width)) {
+        for (a, &v) in tail.iter_mut().zip(&row[tail_start..]) {
+            *a += w * v;
+        }
+    }
+}
+
+/// Turns one row's scores into its attention weights in place: softmax
+/// after subtracting the maximum, `exp` from the standard library and the
+/// weights summed in order, as the conformance fixtures were measured with.
+#[inline(always)]
 fn softmax_to_weights(scores: &mut [f32]) {
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
@@ -207,27 +437,6 @@ fn round_to_f16(value: f32) -> f32 {
     f16::from_f32(value).to_f32()
 }
 
-/// The dot product of two equal-length slices, with eight partial sums so
-/// the compiler can vectorise it.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    debug_assert_eq!(a.len(), b.len(), "dot of unequal lengths");
-    let mut partial = [0.0f32; 8];
-    let a_chunks = a.chunks_exact(8);
-    let b_chunks = b.chunks_exact(8);
-    let tail: f32 = a_chunks
-        .remainder()
-        .iter()
-        .zip(b_chunks.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a_chunks.zip(b_chunks) {
-        for i in 0..8 {
-            partial[i] += x[i] * y[i];
-        }
-    }
-    partial.iter().sum::<f32>() + tail
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::kv_cache::KvShape;
@@ -255,7 +464,7 @@ mod tests {
             shape,
             cache,
             0,
-            n_positions,
+            n_positions - 1,
             &[query],
             &mut scratch,
             &mut out,
@@ -344,14 +553,6 @@ mod tests {
     }
 
     #[test]
-    fn dot_matches_a_plain_sum() {
-        let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
-        let b: Vec<f32> = (0..19).map(|i| (i % 3) as f32).collect();
-        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert_eq!(dot(&a, &b), plain);
-    }
-
-    #[test]
     fn one_query_over_two_positions_by_hand() {
         // One head of width 1: keys 0 and ln(3) * 1, query 1, values 1 and 5.
         // Weights softmax([0, ln 3]) = [1/4, 3/4], output 1/4 + 15/4 = 4.
@@ -390,7 +591,7 @@ mod tests {
             shape,
             &cache,
             0,
-            2,
+            1,
             &[50.0, 0.0, 0.0, 50.0],
             &mut AttentionScratch::default(),
             &mut out,
@@ -400,35 +601,71 @@ mod tests {
         }
     }
 
-    /// The attention of one query head written out plainly, head by head
-    /// and position by position (the computation before query heads were
-    /// grouped), over keys and values given as f32 rows.
-    fn attend_head_by_head(
+    /// Pseudo-random values in [-2, 2) from a fixed seed (an LCG).
+    fn pseudo_random(seed: u32, n: usize) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 8) as f32 / (1 << 24) as f32 * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    /// The dot product of two equal-length slices with eight partial sums
+    /// (the one-query-at-a-time attention's, before the tiles).
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut partial = [0.0f32; 8];
+        let a_chunks = a.chunks_exact(8);
+        let b_chunks = b.chunks_exact(8);
+        let tail: f32 = a_chunks
+            .remainder()
+            .iter()
+            .zip(b_chunks.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (x, y) in a_chunks.zip(b_chunks) {
+            for i in 0..8 {
+                partial[i] += x[i] * y[i];
+            }
+        }
+        partial.iter().sum::<f32>() + tail
+    }
+
+    /// The attention of the query at `pos` written out plainly, head by
+    /// head and position by position, as it was computed before the tiles:
+    /// scores by [`dot`], softmax with `exp` summed in order, outputs summed
+    /// in position order; keys and values as f32 rows as the cache stores
+    /// them.
+    fn attend_plainly(
         shape: AttentionShape,
         keys: &[Vec<f32>],
         values: &[Vec<f32>],
+        pos: usize,
         query: &[f32],
     ) -> Vec<f32> {
         let head_dim = shape.head_dim;
         let group = shape.n_head / shape.n_kv_head;
         let round = |v: f32| match shape.precision {
-            KvPrecision::F16 => f16::from_f32(v).to_f32(),
+            KvPrecision::F16 => round_to_f16(v),
             KvPrecision::F32 => v,
         };
+        let seen = shape.first_visible(pos)..pos + 1;
         let mut out = Vec::new();
         for (head_idx, q) in query.chunks_exact(head_dim).enumerate() {
             let q: Vec<f32> = q.iter().map(|&v| round(v)).collect();
             let kv = head_idx / group * head_dim..(head_idx / group + 1) * head_dim;
-            let scores: Vec<f32> = keys
+            let scores: Vec<f32> = keys[seen.clone()]
                 .iter()
-                .map(|k| dot(&q, &k[kv.clone()]) * (1.0 / (head_dim as f32).sqrt()))
+                .map(|k| dot(&q, &k[kv.clone()]) * shape.scale)
                 .collect();
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-            let sum: f32 = exps.iter().sum();
+            let exps: Vec<f32> = scores.iter().map(|&s| (s - max).exp()).collect();
+            let sum: f32 = exps.iter().fold(0.0, |acc, &e| acc + e);
+            let inv_sum = 1.0 / sum;
             let mut o = vec![0.0; head_dim];
-            for (e, v) in exps.iter().zip(values) {
-                let weight = round(e * (1.0 / sum));
+            for (e, v) in exps.iter().zip(&values[seen.clone()]) {
+                let weight = round(e * inv_sum);
                 for (acc, &x) in o.iter_mut().zip(&v[kv.clone()]) {
                     *acc += weight * x;
                 }
@@ -438,75 +675,174 @@ mod tests {
         out
     }
 
-    #[test]
-    fn grouped_attention_equals_head_by_head_attention_bit_for_bit_at_both_precisions() {
-        // 4 query heads over 2 key/value heads of width 8, 70 positions (three
-        // chunks), pseudo-random values; every prefix length is checked.
-        let kv_shape = KvShape {
-            n_layer: 2,
-            n_kv_head: 2,
-            head_dim: 8,
-            capacity: 80,
-        };
-        let mut state = 7u32;
-        let mut next = move || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 8) as f32 / (1 << 24) as f32 * 4.0 - 2.0
-        };
-        let n = 70;
-        let row = |next: &mut dyn FnMut() -> f32| (0..16).map(|_| next()).collect::<Vec<f32>>();
-        let keys: Vec<Vec<f32>> = (0..n).map(|_| row(&mut next)).collect();
-        let values: Vec<Vec<f32>> = (0..n).map(|_| row(&mut next)).collect();
-        let query: Vec<f32> = (0..32).map(|_| next()).collect();
-        for precision in [KvPrecision::F32, KvPrecision::F16] {
-            let mut cache = KvCache::new(kv_shape, precision, Dispatch::detect());
-            for (pos, (k, v)) in keys.iter().zip(&values).enumerate() {
+    /// 4 query heads over 2 key/value heads, `n` positions of keys and
+    /// values and a query row per position, pseudo-random.
+    struct Case {
+        shape: AttentionShape,
+        keys: Vec<Vec<f32>>,
+        values: Vec<Vec<f32>>,
+        queries: Vec<f32>,
+    }
+
+    impl Case {
+        fn new(head_dim: usize, window: Option<usize>, precision: KvPrecision, n: usize) -> Case {
+            let kv_dim = 2 * head_dim;
+            let rows = |seed| {
+                pseudo_random(seed, n * kv_dim)
+                    .chunks_exact(kv_dim)
+                    .map(<[f32]>::to_vec)
+                    .collect::<Vec<_>>()
+            };
+            Case {
+                shape: AttentionShape {
+                    n_head: 4,
+                    n_kv_head: 2,
+                    head_dim,
+                    precision,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    window,
+                },
+                keys: rows(7),
+                values: rows(8),
+                queries: pseudo_random(9, n * 4 * head_dim),
+            }
+        }
+
+        /// The keys and values in layer 1 of a cache built with `dispatch`.
+        fn cache(&self, dispatch: Dispatch) -> KvCache {
+            let kv_shape = KvShape {
+                n_layer: 2,
+                n_kv_head: 2,
+                head_dim: self.shape.head_dim,
+                capacity: 100,
+            };
+            let mut cache = KvCache::new(kv_shape, self.shape.precision, dispatch);
+            for (pos, (k, v)) in self.keys.iter().zip(&self.values).enumerate() {
                 cache.write(1, pos, k, v);
             }
-            cache.commit(n);
-            // The cache holds what the plain version reads: f16-rounded rows
-            // for an f16 cache.
-            let stored = |rows: &[Vec<f32>]| -> Vec<Vec<f32>> {
-                rows.iter()
-                    .map(|r| match precision {
-                        KvPrecision::F16 => r.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
-                        KvPrecision::F32 => r.clone(),
-                    })
-                    .collect()
-            };
-            let (stored_keys, stored_values) = (stored(&keys), stored(&values));
-            let shape = AttentionShape {
-                n_head: 4,
-                n_kv_head: 2,
-                head_dim: 8,
-                precision,
-                scale: 1.0 / 8f32.sqrt(),
-                window: None,
-            };
+            cache.commit(self.keys.len());
+            cache
+        }
+
+        /// The rows the cache holds: f16-rounded in an f16 cache.
+        fn stored(&self, rows: &[Vec<f32>]) -> Vec<Vec<f32>> {
+            rows.iter()
+                .map(|r| match self.shape.precision {
+                    KvPrecision::F16 => r.iter().map(|&v| round_to_f16(v)).collect(),
+                    KvPrecision::F32 => r.clone(),
+                })
+                .collect()
+        }
+
+        /// `attend` over the queries of positions `positions` in one call.
+        fn attend_block(&self, cache: &KvCache, positions: std::ops::Range<usize>) -> Vec<f32> {
+            let q_dim = 4 * self.shape.head_dim;
+            let queries = &self.queries[positions.start * q_dim..positions.end * q_dim];
+            let mut out = vec![f32::NAN; queries.len()];
             let mut scratch = AttentionScratch::default();
-            let mut out = vec![0.0; 32];
-            for n_positions in 1..=n {
-                attend(
-                    shape,
-                    &cache,
-                    1,
-                    n_positions,
-                    &query,
-                    &mut scratch,
-                    &mut out,
-                );
-                let expected = attend_head_by_head(
-                    shape,
-                    &stored_keys[..n_positions],
-                    &stored_values[..n_positions],
-                    &query,
-                );
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&out),
-                    bits(&expected),
-                    "{precision:?}, {n_positions} positions"
-                );
+            attend(
+                self.shape,
+                cache,
+                1,
+                positions.start,
+                queries,
+                &mut scratch,
+                &mut out,
+            );
+            out
+        }
+    }
+
+    fn bits(values: &[f32]) -> Vec<u32> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn tiled_attention_equals_plain_attention_bit_for_bit_in_one_call_or_one_query_at_a_time() {
+        // 70 positions: three chunks and five tiles of queries (so the
+        // parallel path runs); head widths with and without a 32-value
+        // block; causal and sliding-window layers at both precisions.
+        let n = 70;
+        for precision in [KvPrecision::F32, KvPrecision::F16] {
+            for head_dim in [8, 40] {
+                for window in [None, Some(5), Some(40)] {
+                    let case = Case::new(head_dim, window, precision, n);
+                    let what = format!("{precision:?}, head_dim {head_dim}, window {window:?}");
+                    let (keys, values) = (case.stored(&case.keys), case.stored(&case.values));
+                    let q_dim = 4 * head_dim;
+                    let expected: Vec<f32> = (0..n)
+                        .flat_map(|pos| {
+                            let query = &case.queries[pos * q_dim..(pos + 1) * q_dim];
+                            attend_plainly(case.shape, &keys, &values, pos, query)
+                        })
+                        .collect();
+                    let cache = case.cache(Dispatch::detect());
+                    assert_eq!(
+                        bits(&case.attend_block(&cache, 0..n)),
+                        bits(&expected),
+                        "{what}: all at once"
+                    );
+                    let one_by_one: Vec<f32> = (0..n)
+                        .flat_map(|pos| case.attend_block(&cache, pos..pos + 1))
+                        .collect();
+                    assert_eq!(bits(&one_by_one), bits(&expected), "{what}: one at a time");
+                    // A block that starts inside a chunk, as a second prompt
+                    // piece does.
+                    assert_eq!(
+                        bits(&case.attend_block(&cache, 33..61)),
+                        bits(&expected[33 * q_dim..61 * q_dim]),
+                        "{what}: positions 33..61"
+                    );
+                    // The portable build computes the same bits.
+                    assert_eq!(
+                        bits(&case.attend_block(&case.cache(Dispatch::PORTABLE), 0..n)),
+                        bits(&expected),
+                        "{what}: portable"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiled_attention_is_within_float_rounding_of_exact_attention() {
+        // The independent check: softmax attention in f64 with libm's exp.
+        let n = 70;
+        for window in [None, Some(17)] {
+            let case = Case::new(40, window, KvPrecision::F32, n);
+            let out = case.attend_block(&case.cache(Dispatch::detect()), 0..n);
+            let head_dim = 40;
+            for pos in 0..n {
+                let seen = case.shape.first_visible(pos)..pos + 1;
+                for head_idx in 0..4 {
+                    let kv = head_idx / 2 * head_dim..(head_idx / 2 + 1) * head_dim;
+                    let q = &case.queries[(pos * 4 + head_idx) * head_dim..][..head_dim];
+                    let scores: Vec<f64> = case.keys[seen.clone()]
+                        .iter()
+                        .map(|k| {
+                            q.iter()
+                                .zip(&k[kv.clone()])
+                                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                                .sum::<f64>()
+                                / (head_dim as f64).sqrt()
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let sum: f64 = exps.iter().sum();
+                    for d in 0..head_dim {
+                        let exact: f64 = exps
+                            .iter()
+                            .zip(&case.values[seen.clone()])
+                            .map(|(e, v)| e / sum * f64::from(v[kv.start + d]))
+                            .sum();
+                        let ours = f64::from(out[(pos * 4 + head_idx) * head_dim + d]);
+                        assert!(
+                            (ours - exact).abs() < 2e-6,
+                            "window {window:?}, position {pos}, head {head_idx}, dim {d}: {ours} vs {exact}"
+                        );
+                    }
+                }
             }
         }
     }

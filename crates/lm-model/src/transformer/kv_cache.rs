@@ -8,24 +8,32 @@
 //!
 //! ```text
 //! chunk c covers positions c*CHUNK_LEN .. (c+1)*CHUNK_LEN
-//! chunk data: [n_layer][K | V][n_kv_head][CHUNK_LEN][head_dim]   (f16 or f32)
+//! chunk data: [n_layer][K | V][n_kv_head][32 x head_dim]   (f16 or f32)
+//!   K of one head: [head_dim][CHUNK_LEN]   (columns: a row per dimension)
+//!   V of one head: [CHUNK_LEN][head_dim]   (rows: a row per position)
 //!
-//!              layer 0                      layer 1
-//!           ┌───────────────────────────┬───────────────────────────┐
-//! chunk 0   │ K: head 0 rows 0..32 │ ...│ K ... │ V ...             │
-//!           │ V: head 0 rows 0..32 │ ...│                           │
-//!           └───────────────────────────┴───────────────────────────┘
+//!              layer 0                                layer 1
+//!           ┌──────────────────────────────────────┬──────────────────┐
+//! chunk 0   │ K: head 0 dims 0..64 x positions 0..32 │ ... │ K ... │ V ... │
+//!           │ V: head 0 positions 0..32 x dims 0..64 │ ... │               │
+//!           └──────────────────────────────────────┴──────────────────┘
 //! ```
+//!
+//! Keys are stored transposed within a chunk because attention's score pass
+//! multiplies one query by 32 keys at a time with the positions in the
+//! vector lanes, and its value pass adds value rows with the dimensions in
+//! the lanes: each reads its block as it lies, with no transposition per
+//! read.
 //!
 //! The element type follows the model's [`KvPrecision`]: with
 //! [`KvPrecision::F16`] (llama.cpp's default f16 cache) keys and values are
 //! rounded to f16 as they are written and stored as f16, half the bytes of
-//! [`KvPrecision::F32`]. Readers get a chunk's rows as `StoredRows` and
-//! widen f16 rows to f32 into a reused buffer with one vectorised
-//! conversion (`StoredRows::to_f32`); f32 rows are read in place.
+//! [`KvPrecision::F32`]. Readers get a chunk's blocks as `StoredRows` and
+//! widen f16 blocks to f32 into a reused buffer with one vectorised
+//! conversion (`StoredRows::to_f32`); f32 blocks are read in place.
 //!
-//! Within a chunk the rows of one key/value head are contiguous, so
-//! attention reads them as one slice. Chunks are `Arc`-shared: cloning a
+//! Within a chunk the keys (or values) of one key/value head are
+//! contiguous, so attention reads them as one slice ([`HeadChunk`]). Chunks are `Arc`-shared: cloning a
 //! cache (forking a sequence for beam search or batch rows) copies only the
 //! list of pointers, and a write into a chunk another fork still holds
 //! copies that one chunk first (copy on write). So forks share the prefix
@@ -87,7 +95,7 @@ impl KvShape {
     }
 }
 
-/// The rows of one key/value head in one chunk, as stored.
+/// One key/value head's keys or values in one chunk, as stored.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum StoredRows<'a> {
     /// Rows of an f32 cache.
@@ -97,15 +105,6 @@ pub(crate) enum StoredRows<'a> {
 }
 
 impl<'a> StoredRows<'a> {
-    /// Number of values (rows times `head_dim`).
-    #[allow(clippy::len_without_is_empty)] // never asked: rows come whole
-    pub fn len(&self) -> usize {
-        match self {
-            Self::F32(rows) => rows.len(),
-            Self::F16(rows) => rows.len(),
-        }
-    }
-
     /// The rows as f32: an f32 cache's rows in place, an f16 cache's widened
     /// into `buf` (grown if needed, then reused) by one vectorised slice
     /// conversion (F16C when `dispatch` allows it), exact since every f16
@@ -176,6 +175,9 @@ trait Element: Copy + Sized {
     /// narrower than f32.
     fn store(dest: &mut [Self], source: &[f32]);
 
+    /// One value, rounded as [`Element::store`] rounds it.
+    fn from_f32(value: f32) -> Self;
+
     /// `rows` as the matching [`StoredRows`] variant.
     fn stored(rows: &[Self]) -> StoredRows<'_>;
 }
@@ -185,6 +187,10 @@ impl Element for f32 {
 
     fn store(dest: &mut [Self], source: &[f32]) {
         dest.copy_from_slice(source);
+    }
+
+    fn from_f32(value: f32) -> Self {
+        value
     }
 
     fn stored(rows: &[Self]) -> StoredRows<'_> {
@@ -198,6 +204,10 @@ impl Element for f16 {
     /// Rounds to nearest, ties to even (as `f16::from_f32`), vectorised.
     fn store(dest: &mut [Self], source: &[f32]) {
         dest.convert_from_f32_slice(source);
+    }
+
+    fn from_f32(value: f32) -> Self {
+        f16::from_f32(value)
     }
 
     fn stored(rows: &[Self]) -> StoredRows<'_> {
@@ -238,22 +248,23 @@ impl Chunk {
         }
     }
 
-    /// Key rows and value rows `rows` of `kv_head` in `layer`.
-    fn rows(
+    /// The keys (`[head_dim][CHUNK_LEN]`) and values (`[CHUNK_LEN][head_dim]`)
+    /// of `kv_head` in `layer`.
+    fn head(
         &self,
         shape: &KvShape,
         layer: usize,
         kv_head: usize,
-        rows: Range<usize>,
     ) -> (StoredRows<'_>, StoredRows<'_>) {
         match self {
-            Self::F32(data) => head_rows(data, shape, layer, kv_head, rows),
-            Self::F16(data) => head_rows(data, shape, layer, kv_head, rows),
+            Self::F32(data) => head_blocks(data, shape, layer, kv_head),
+            Self::F16(data) => head_blocks(data, shape, layer, kv_head),
         }
     }
 }
 
-/// [`Chunk::write`] for one element type.
+/// [`Chunk::write`] for one element type: the value row as it comes, the
+/// key row into column `row` of the key block.
 fn write_rows<E: Element>(
     data: &mut [E],
     shape: &KvShape,
@@ -263,30 +274,50 @@ fn write_rows<E: Element>(
     value: &[f32],
 ) {
     let half = shape.half_layer_len();
-    for (half_idx, source) in [key, value].into_iter().enumerate() {
-        let base = (layer * 2 + half_idx) * half;
-        for (head_idx, head) in source.chunks_exact(shape.head_dim).enumerate() {
-            let start = base + (head_idx * CHUNK_LEN + row) * shape.head_dim;
-            E::store(&mut data[start..start + shape.head_dim], head);
+    let block = CHUNK_LEN * shape.head_dim;
+    let key_base = layer * 2 * half;
+    let value_base = key_base + half;
+    for (head_idx, (key, value)) in key
+        .chunks_exact(shape.head_dim)
+        .zip(value.chunks_exact(shape.head_dim))
+        .enumerate()
+    {
+        let keys = &mut data[key_base + head_idx * block..][..block];
+        for (column, &k) in keys.chunks_exact_mut(CHUNK_LEN).zip(key) {
+            column[row] = E::from_f32(k);
         }
+        let start = value_base + head_idx * block + row * shape.head_dim;
+        E::store(&mut data[start..start + shape.head_dim], value);
     }
 }
 
-/// [`Chunk::rows`] for one element type.
-fn head_rows<'a, E: Element>(
+/// [`Chunk::head`] for one element type.
+fn head_blocks<'a, E: Element>(
     data: &'a [E],
     shape: &KvShape,
     layer: usize,
     kv_head: usize,
-    rows: Range<usize>,
 ) -> (StoredRows<'a>, StoredRows<'a>) {
     let half = shape.half_layer_len();
-    let len = rows.len() * shape.head_dim;
-    let key_start = layer * 2 * half + (kv_head * CHUNK_LEN + rows.start) * shape.head_dim;
-    let value_start = key_start + half;
-    let keys = &data[key_start..key_start + len];
-    let values = &data[value_start..value_start + len];
+    let block = CHUNK_LEN * shape.head_dim;
+    let key_start = layer * 2 * half + kv_head * block;
+    let keys = &data[key_start..key_start + block];
+    let values = &data[key_start + half..key_start + half + block];
     (E::stored(keys), E::stored(values))
+}
+
+/// One chunk of one key/value head, as [`KvCache::chunks_in`] hands it to
+/// attention: the whole chunk's blocks, and which of its rows were asked for.
+#[derive(Debug, Clone)]
+pub(crate) struct HeadChunk<'a> {
+    /// The position of the chunk's row 0.
+    pub start: usize,
+    /// The rows asked for, within the chunk (`0..CHUNK_LEN` at most).
+    pub rows: Range<usize>,
+    /// Keys, `[head_dim][CHUNK_LEN]`: the key of row `r` is column `r`.
+    pub keys: StoredRows<'a>,
+    /// Values, `[CHUNK_LEN][head_dim]`.
+    pub values: StoredRows<'a>,
 }
 
 /// The keys and values of one sequence; see the module docs for the layout.
@@ -373,12 +404,12 @@ impl Store {
         }
     }
 
-    fn rows_in(
+    fn chunks_in(
         &self,
         layer: usize,
         kv_head: usize,
         positions: Range<usize>,
-    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
+    ) -> impl Iterator<Item = HeadChunk<'_>> {
         debug_assert!(
             positions.is_empty() || positions.start >= self.floor,
             "positions {positions:?} overwritten in the ring (floor {})",
@@ -387,10 +418,16 @@ impl Store {
         let first_chunk = positions.start / CHUNK_LEN;
         let end_chunk = positions.end.div_ceil(CHUNK_LEN);
         (first_chunk..end_chunk).map(move |logical| {
-            let chunk_start = logical * CHUNK_LEN;
-            let rows = positions.start.max(chunk_start) - chunk_start
-                ..(positions.end - chunk_start).min(CHUNK_LEN);
-            self.chunks[self.chunk_idx(chunk_start)].rows(&self.shape, layer, kv_head, rows)
+            let start = logical * CHUNK_LEN;
+            let rows = positions.start.max(start) - start..(positions.end - start).min(CHUNK_LEN);
+            let (keys, values) =
+                self.chunks[self.chunk_idx(start)].head(&self.shape, layer, kv_head);
+            HeadChunk {
+                start,
+                rows,
+                keys,
+                values,
+            }
         })
     }
 }
@@ -569,36 +606,23 @@ impl KvCache {
         self.pos += n;
     }
 
-    /// The keys and values of `kv_head` in `layer` for positions
-    /// `0..n_positions`, as `(keys, values)` runs of whole rows, one pair
-    /// per chunk in position order (the last pair may be shorter).
-    #[cfg(test)]
-    pub(crate) fn rows(
-        &self,
-        layer: usize,
-        kv_head: usize,
-        n_positions: usize,
-    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
-        self.rows_in(layer, kv_head, 0..n_positions)
-    }
-
-    /// The keys and values of `kv_head` in `layer` for the positions
-    /// `positions`, as `(keys, values)` runs of whole rows in position
-    /// order, one pair per chunk the range touches. On a sliding-window
-    /// layer the positions are within the ring's reach (the model reads
-    /// only its window, and recomputes after a deeper truncation).
-    pub(crate) fn rows_in(
+    /// The chunks of `kv_head` in `layer` that hold the positions
+    /// `positions`, in position order, each with the rows of it that are
+    /// asked for. On a sliding-window layer the positions are within the
+    /// ring's reach (the model reads only its window, and recomputes after a
+    /// deeper truncation).
+    pub(crate) fn chunks_in(
         &self,
         layer: usize,
         kv_head: usize,
         positions: Range<usize>,
-    ) -> impl Iterator<Item = (StoredRows<'_>, StoredRows<'_>)> {
+    ) -> impl Iterator<Item = HeadChunk<'_>> {
         let (store, layer_in_store) = self.layer_slots[layer];
         let store = match (store, &self.ring) {
             (1, Some(ring)) => ring,
             _ => &self.full,
         };
-        store.rows_in(layer_in_store, kv_head, positions)
+        store.chunks_in(layer_in_store, kv_head, positions)
     }
 }
 
@@ -633,14 +657,7 @@ mod tests {
     }
 
     fn read(cache: &KvCache, layer: usize, head: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
-        let mut keys = Vec::new();
-        let mut values = Vec::new();
-        let mut buf = Vec::new();
-        for (k, v) in cache.rows(layer, head, n) {
-            keys.extend_from_slice(k.to_f32(cache.dispatch(), &mut buf));
-            values.extend_from_slice(v.to_f32(cache.dispatch(), &mut buf));
-        }
-        (keys, values)
+        read_range(cache, layer, head, 0..n)
     }
 
     #[test]
@@ -863,12 +880,18 @@ mod tests {
         head: usize,
         range: Range<usize>,
     ) -> (Vec<f32>, Vec<f32>) {
+        // Row by row: a key is a column of its chunk's key block.
+        let head_dim = cache.shape().head_dim;
         let mut keys = Vec::new();
         let mut values = Vec::new();
         let mut buf = Vec::new();
-        for (k, v) in cache.rows_in(layer, head, range) {
-            keys.extend_from_slice(k.to_f32(cache.dispatch(), &mut buf));
-            values.extend_from_slice(v.to_f32(cache.dispatch(), &mut buf));
+        for chunk in cache.chunks_in(layer, head, range) {
+            let key_block = chunk.keys.to_f32(cache.dispatch(), &mut buf).to_vec();
+            let value_block = chunk.values.to_f32(cache.dispatch(), &mut buf);
+            for row in chunk.rows {
+                keys.extend((0..head_dim).map(|d| key_block[d * CHUNK_LEN + row]));
+                values.extend_from_slice(&value_block[row * head_dim..(row + 1) * head_dim]);
+            }
         }
         (keys, values)
     }

@@ -37,7 +37,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 use ndarray::{Array2, Axis, s};
-use rayon::prelude::*;
 
 use super::TransformerError;
 use super::attention::{AttentionScratch, AttentionShape, attend};
@@ -502,7 +501,8 @@ struct Scratch {
     hidden: Vec<f32>,
     /// Feed-forward gate rows, `[n][ffn_dim]`.
     gated: Vec<f32>,
-    /// Attention buffers of the single-row (decode) path.
+    /// Attention buffers of a pass of one tile of queries (decode; a long
+    /// pass's tiles have their own, per thread).
     attention: AttentionScratch,
 }
 
@@ -771,27 +771,15 @@ impl Decoder {
             }
             let cache = &*cache;
             let attended = &mut s.attended[..m * q_dim];
-            if m == 1 {
-                let n_positions = pos + first + 1;
-                attend(
-                    shape,
-                    cache,
-                    layer_idx,
-                    n_positions,
-                    q,
-                    &mut s.attention,
-                    attended,
-                );
-            } else {
-                attended
-                    .par_chunks_mut(q_dim)
-                    .zip(q.par_chunks(q_dim))
-                    .enumerate()
-                    .for_each_init(AttentionScratch::default, |scratch, (j, (out, q_row))| {
-                        let n_positions = pos + first + j + 1;
-                        attend(shape, cache, layer_idx, n_positions, q_row, scratch, out);
-                    });
-            }
+            attend(
+                shape,
+                cache,
+                layer_idx,
+                pos + first,
+                q,
+                &mut s.attention,
+                attended,
+            );
             let x = &mut s.x[first * d..];
             let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
             layer.wo.matmul(self.dispatch, attended, m, projected);
