@@ -313,6 +313,19 @@ impl lm_serve::ServedText for TextCodec {
     fn token_text(&self, id: TokenId) -> String {
         TextCodec::token_text(self, id)
     }
+
+    fn output_constraint(
+        &self,
+        format: &lm::OutputFormat,
+        vocab_size: usize,
+    ) -> std::result::Result<lm_decode::OutputConstraint, lm_serve::OutputFormatError> {
+        match self {
+            Self::Bpe(text) => {
+                lm_serve::ServedText::output_constraint(text.as_ref(), format, vocab_size)
+            }
+            Self::Toy | Self::Words(_) => Err(lm_serve::OutputFormatError::NoVocabulary),
+        }
+    }
 }
 
 /// Toy words joined by single spaces, as [`Toy`]'s `Detokenize`

@@ -1,5 +1,6 @@
 //! `lm-cli serve`: the binary serves the model it loads (the toy here, the
-//! embedded count model too), answers OpenAI's completions, and on SIGTERM
+//! embedded count model too, which has no vocabulary for `response_format`),
+//! answers OpenAI's completions, and on SIGTERM
 //! finishes the request in flight, then exits 0.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -118,6 +119,14 @@ fn serve_serves_the_embedded_count_model() {
     );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["usage"]["prompt_tokens"], 3);
+    // A count model has no tokenizer vocabulary to hold the output to.
+    let (status, body) = post(
+        &addr,
+        "/v1/completions",
+        r#"{"prompt": "And God said", "response_format": {"type": "json_object"}}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "response_format");
     terminate(&child);
     assert_eq!(child.0.wait().unwrap().code(), Some(0));
 }

@@ -27,6 +27,7 @@
 
 mod deltas;
 mod error;
+mod formats;
 mod metrics;
 mod prefix_cache;
 mod request;
@@ -45,7 +46,7 @@ use lm_core::LanguageModel;
 
 pub use error::ServeError;
 pub use prefix_cache::StateSize;
-pub use text::{ServedText, TextFailure};
+pub use text::{OutputFormatError, ServedText, TextFailure};
 
 use crate::metrics::Metrics;
 use crate::routes::App;
@@ -144,6 +145,7 @@ impl Server {
             context_length: model.context_length(),
             end_tokens: text.end_tokens(),
             banned_tokens: text.banned_tokens(),
+            formats: formats::FormatCache::default(),
             text: Arc::clone(&text),
             queue: Arc::clone(&queue),
             metrics: Arc::clone(&metrics),

@@ -3,6 +3,7 @@
 //! with `param` set; fields this server does not know are ignored, as
 //! OpenAI's servers do.
 
+use lm::OutputFormat;
 use lm_core::TokenId;
 use lm_tokenize::Message;
 use serde_json::{Map, Value};
@@ -33,6 +34,8 @@ pub(crate) struct Sampling {
     pub(crate) n: usize,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
+    /// What the output must be (`response_format`); `None` for free text.
+    pub(crate) response_format: Option<OutputFormat>,
 }
 
 /// `POST /v1/completions`.
@@ -240,7 +243,70 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
         n: f.integer_in("n", 1, 128)?.unwrap_or(1) as usize,
         stream: f.boolean("stream")?.unwrap_or(false),
         include_usage,
+        response_format: response_format(f.get("response_format"))?,
     })
+}
+
+/// OpenAI's `response_format`: `{"type": "text"}` (free text, as when
+/// absent), `{"type": "json_object"}` (any JSON object), or
+/// `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`
+/// (JSON valid under `schema`; enforced whatever `strict` says).
+fn response_format(value: Option<&Value>) -> Result<Option<OutputFormat>, ApiError> {
+    const PARAM: &str = "response_format";
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let Some(fields) = value.as_object() else {
+        return Err(ApiError::invalid(
+            PARAM,
+            format!("'{PARAM}' must be an object with a 'type', got {value}"),
+        ));
+    };
+    match fields.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(OutputFormat::JsonObject)),
+        Some("json_schema") => {
+            let Some(spec) = fields.get("json_schema").and_then(Value::as_object) else {
+                return Err(ApiError::invalid(
+                    PARAM,
+                    format!(
+                        "'{PARAM}.json_schema' is required for type 'json_schema' and must be an object"
+                    ),
+                ));
+            };
+            let spec = Fields(spec);
+            if spec.get("name").is_some_and(|name| !name.is_string()) {
+                return Err(ApiError::invalid(
+                    PARAM,
+                    format!("'{PARAM}.json_schema.name' must be a string"),
+                ));
+            }
+            spec.boolean("strict").map_err(|_| {
+                ApiError::invalid(
+                    PARAM,
+                    format!("'{PARAM}.json_schema.strict' must be a boolean"),
+                )
+            })?;
+            match spec.get("schema") {
+                Some(schema @ (Value::Object(_) | Value::Bool(_))) => {
+                    Ok(Some(OutputFormat::JsonSchema(schema.clone())))
+                }
+                _ => Err(ApiError::invalid(
+                    PARAM,
+                    format!(
+                        "'{PARAM}.json_schema.schema' is required and must be a JSON Schema object"
+                    ),
+                )),
+            }
+        }
+        _ => Err(ApiError::invalid(
+            PARAM,
+            format!(
+                "'{PARAM}.type' must be \"text\", \"json_object\" or \"json_schema\", got {}",
+                fields.get("type").unwrap_or(&Value::Null)
+            ),
+        )),
+    }
 }
 
 /// Reads a `/v1/completions` body.
@@ -443,6 +509,52 @@ mod tests {
             assert_eq!(param_of(completion(&body)), param, "{body}");
         }
         assert_eq!(param_of(completion(&json!([1]))), "body");
+    }
+
+    #[test]
+    fn response_format_is_read_and_checked() {
+        let format = |value: Value| completion(&json!({"prompt": "a", "response_format": value}));
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        for (value, expected) in [
+            (json!({"type": "text"}), None),
+            (
+                json!({"type": "json_object"}),
+                Some(OutputFormat::JsonObject),
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": true}}),
+                Some(OutputFormat::JsonSchema(schema.clone())),
+            ),
+        ] {
+            assert_eq!(
+                format(value.clone()).unwrap().sampling.response_format,
+                expected,
+                "{value}"
+            );
+        }
+        assert_eq!(
+            completion(&json!({"prompt": "a"}))
+                .unwrap()
+                .sampling
+                .response_format,
+            None
+        );
+        for value in [
+            json!("json"),
+            json!({"type": "xml"}),
+            json!({}),
+            json!({"type": "json_schema"}),
+            json!({"type": "json_schema", "json_schema": {"name": "a"}}),
+            json!({"type": "json_schema", "json_schema": {"schema": "object"}}),
+            json!({"type": "json_schema", "json_schema": {"name": 1, "schema": {}}}),
+            json!({"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}),
+        ] {
+            assert_eq!(
+                param_of(format(value.clone())),
+                "response_format",
+                "{value}"
+            );
+        }
     }
 
     #[test]

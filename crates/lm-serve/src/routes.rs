@@ -25,6 +25,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use crate::ServeConfig;
 use crate::error::ApiError;
+use crate::formats::FormatCache;
 use crate::metrics::Metrics;
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Event, Job, JobQueue};
@@ -45,6 +46,8 @@ pub(crate) struct App {
     pub(crate) context_length: Option<usize>,
     pub(crate) end_tokens: Vec<TokenId>,
     pub(crate) banned_tokens: Vec<TokenId>,
+    /// The compiled `response_format`s.
+    pub(crate) formats: FormatCache,
     /// Set once shutdown began: new work gets a 503.
     pub(crate) stopping: AtomicBool,
     pub(crate) created: u64,
@@ -396,10 +399,20 @@ async fn run(
         .retry_after(5)
         .into_response();
     }
-    let config = match generation_config(app, kind, prompt.len(), &sampling, logprobs) {
+    let mut config = match generation_config(app, kind, prompt.len(), &sampling, logprobs) {
         Ok(config) => config,
         Err(error) => return error.into_response(),
     };
+    if let Some(format) = &sampling.response_format {
+        match app
+            .formats
+            .constraint(&app.text, format, app.vocab_size)
+            .await
+        {
+            Ok(constraint) => config.constraint = Some(constraint),
+            Err(error) => return error.into_response(),
+        }
+    }
     let (events, receiver) = unbounded_channel();
     let enqueued = Instant::now();
     let jobs: Vec<Job> = (0..sampling.n)
@@ -457,10 +470,12 @@ struct Choice {
     offset: usize,
 }
 
-/// OpenAI's name for why a choice ended.
+/// OpenAI's name for why a choice ended: a `response_format` output
+/// that is complete stops as an end token does.
 fn finish_reason(reason: &StopReason) -> &'static str {
     match reason {
         StopReason::MaxNewTokens | StopReason::ContextBound => "length",
+        StopReason::ConstraintComplete => "stop",
         _ => "stop",
     }
 }

@@ -4,14 +4,31 @@
 //! of the embedding program's own (lm-cli serves its toy and count models
 //! through one).
 
-use lm::GgufText;
+use lm::{FormatError, GgufText, OutputFormat};
 use lm_core::{Detokenize, TokenId};
+use lm_decode::OutputConstraint;
 use lm_tokenize::Message;
 
 /// The error a [`ServedText`] reports (its own type, boxed): a prompt that
 /// does not encode, a model without a chat template. The server answers it
 /// with a 400 that quotes it.
 pub type TextFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a [`ServedText`] has no constraint for a `response_format`; the
+/// server answers either with a 400 naming `response_format`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputFormatError {
+    /// The model has no vocabulary the engine can read (a count model, the
+    /// toy): structured output needs a tokenizer's token bytes.
+    #[error(
+        "structured output needs a model with a tokenizer's vocabulary (a GGUF file); this model has none"
+    )]
+    NoVocabulary,
+    /// The engine refused the format; its message.
+    #[error(transparent)]
+    Refused(#[from] FormatError),
+}
 
 /// A model's text side as the server uses it.
 pub trait ServedText: Send + Sync {
@@ -40,6 +57,20 @@ pub trait ServedText: Send + Sync {
     fn token_text(&self, id: TokenId) -> String {
         self.detokenizer().decode(&[id])
     }
+
+    /// `format` compiled for this vocabulary, padded to the model's
+    /// `vocab_size` (OpenAI's `response_format`). This may take seconds
+    /// (the whole vocabulary goes into the engine's token trie), so the
+    /// server calls it off its async threads and caches the result. By
+    /// default there is no vocabulary to compile for.
+    fn output_constraint(
+        &self,
+        format: &OutputFormat,
+        vocab_size: usize,
+    ) -> Result<OutputConstraint, OutputFormatError> {
+        let _ = (format, vocab_size);
+        Err(OutputFormatError::NoVocabulary)
+    }
 }
 
 impl ServedText for GgufText {
@@ -57,5 +88,15 @@ impl ServedText for GgufText {
 
     fn end_tokens(&self) -> Vec<TokenId> {
         self.end_ids.clone()
+    }
+
+    fn output_constraint(
+        &self,
+        format: &OutputFormat,
+        vocab_size: usize,
+    ) -> Result<OutputConstraint, OutputFormatError> {
+        Ok(OutputConstraint::new(
+            self.structured_output(format, vocab_size)?,
+        ))
     }
 }

@@ -274,3 +274,28 @@ fn bad_fields_are_400s_naming_the_field() {
         "{error}"
     );
 }
+
+#[test]
+fn response_format_needs_a_vocabulary_and_text_is_free() {
+    let s = server();
+    let (status, body) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "the"}], "max_tokens": 3,
+                "response_format": {"type": "json_object"}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "response_format");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("needs a model with a tokenizer's vocabulary"),
+        "{body}"
+    );
+    let (status, body) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start> the", "max_tokens": 3, "temperature": 0,
+                "response_format": {"type": "text"}}),
+    );
+    assert_eq!(status, 200, "{body}");
+}

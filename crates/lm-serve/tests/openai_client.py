@@ -1,10 +1,11 @@
 """Drives a running lm-serve with the official `openai` Python client.
 
 Usage: python openai_client.py BASE_URL
-Checks completions, chat, streaming, logprobs, n, stop and seeded
-reproducibility; prints one line per check and exits 1 at the first failure.
+Checks completions, chat, streaming, logprobs, n, stop, seeded
+reproducibility and response_format; prints one line per check and exits 1 at the first failure.
 """
 
+import json
 import sys
 
 from openai import OpenAI
@@ -89,5 +90,49 @@ try:
     check("bad temperature is refused", False)
 except Exception as error:  # openai.BadRequestError
     check("bad temperature is a 400 naming the field", getattr(error, "status_code", None) == 400 and "temperature" in str(error), error)
+
+person = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+structured = client.chat.completions.create(
+    model=MODEL,
+    messages=[{"role": "user", "content": "Describe a person as JSON."}],
+    max_tokens=60,
+    temperature=0,
+    response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": person, "strict": True}},
+)
+content = structured.choices[0].message.content
+try:
+    answer = json.loads(content)
+except ValueError:
+    answer = None
+check(
+    "response_format json_schema",
+    isinstance(answer, dict)
+    and set(answer) == {"name", "age"}
+    and isinstance(answer["name"], str)
+    and len(answer["name"]) <= 20
+    and isinstance(answer["age"], int)
+    and answer["age"] >= 0
+    and structured.choices[0].finish_reason == "stop",
+    repr(content),
+)
+
+try:
+    client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "x"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "strin"}}},
+    )
+    check("a refused schema is refused", False)
+except Exception as error:  # openai.BadRequestError
+    check(
+        "a refused schema is a 400 naming response_format",
+        getattr(error, "status_code", None) == 400 and "response_format" in str(error),
+        error,
+    )
 
 print("all checks passed")

@@ -1,6 +1,6 @@
 //! The official `openai` Python client against the server on SmolLM2
 //! (`openai_client.py`: completions, chat, streaming, logprobs, `n`, stop,
-//! seeded reproducibility). The client comes from PyPI into
+//! seeded reproducibility, `response_format`). The client comes from PyPI into
 //! `<target>/openai-venv` (`.ci/run` installs it), or `LM_OPENAI_PYTHON`
 //! names an interpreter that has it.
 

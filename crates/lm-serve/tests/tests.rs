@@ -8,4 +8,5 @@ mod api;
 mod batching;
 mod hostile;
 mod openai_client;
+mod response_format;
 mod smollm2;
