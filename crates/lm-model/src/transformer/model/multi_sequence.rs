@@ -136,15 +136,7 @@ impl Decoder {
                     .enumerate()
                     .for_each_init(AttentionScratch::default, |scratch, (b, (out, q_row))| {
                         let cache = &states[b].cache;
-                        attend(
-                            shape,
-                            cache,
-                            layer_idx,
-                            positions[b],
-                            q_row,
-                            scratch,
-                            out,
-                        );
+                        attend(shape, cache, layer_idx, positions[b], q_row, scratch, out);
                     });
             }
             let (normed, projected) = (&mut s.normed[..n * d], &mut s.projected[..n * d]);
