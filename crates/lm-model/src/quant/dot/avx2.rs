@@ -132,15 +132,9 @@ fn dot_rows_with<P: BytePairs>(
 #[inline(always)]
 fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
     macro_rules! single {
-        ($ty:ident) => {{
-            let mut result = [0.0];
-            Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products).dot_group(
-                row,
-                &[xq],
-                &mut result,
-            );
-            result[0]
-        }};
+        ($ty:ident) => {
+            Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products).dot_one(row, xq)
+        };
     }
     match ty {
         GgmlType::Q4_0 => single!(Q4_0),
@@ -207,7 +201,10 @@ pub(super) trait BlockKernel<A> {
     /// `row · xq` for one input (a decode step's product). The AVX-512 and
     /// K-quant kernels call an out-of-line function here: inlined into the
     /// loop beside every batch width, the one-input product ran at half
-    /// speed (`benches/alpha`).
+    /// speed (`benches/alpha`). Always inlined, as every method here: a
+    /// method compiled on its own lacks the caller's target features, and
+    /// its intrinsics become calls (twenty times slower).
+    #[inline(always)]
     fn dot_one(&self, row: &[u8], xq: &[A]) -> f32 {
         let mut result = [0.0];
         self.dot_group(row, &[xq], &mut result);

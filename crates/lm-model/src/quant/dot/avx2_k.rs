@@ -2,8 +2,7 @@
 //! activations (x86_64, selected at run time).
 //!
 //! Each super-block is unpacked once (for a group of inputs:
-//! `avx2::each_row_and_input`) into the
-//! common form of `block_k`: eight vectors of 32 values (unsigned below 64,
+//! `avx2::each_row_and_input`) into the common form of `block_k`: eight vectors of 32 values (unsigned below 64,
 //! or IQ4_XS's signed table values), and per group of 16 an integer scale and
 //! offset. Per 32 values, `vpmaddubsw` multiplies the values with the
 //! activation bytes (pairs summed to i16: at most 2 · 63 · 127, or

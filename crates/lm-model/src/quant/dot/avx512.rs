@@ -40,9 +40,10 @@ use super::avx2::{
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a 32-weight `ty`, input `i` being
 /// `xq[i * n_blocks..][..n_blocks]`, each pair of weight blocks unpacked
-/// once for a group of up to eight inputs ([`each_row_and_input`]). (Several rows per activation load, the
-/// transposed tiling, made one-thread decode much slower on SmolLM2: the
-/// rows' interleaved streams defeat the hardware prefetch.)
+/// once for a group of up to four inputs ([`each_row_and_input`]).
+/// (Several rows per activation load, the transposed tiling, made
+/// one-thread decode much slower on SmolLM2: the rows' interleaved streams
+/// defeat the hardware prefetch.)
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -103,7 +104,8 @@ pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
 struct BlockPairKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
-    /// Eight: AVX-512's 32 registers hold eight inputs' accumulators.
+    /// Four, as on AVX2: groups of eight were slower at every n
+    /// (docs/performance.md, "Short batches").
     const WIDTH: usize = 4;
 
     #[inline(always)]

@@ -2,9 +2,10 @@
 //! activations (x86_64, selected at run time).
 //!
 //! Each super-block is unpacked once (for a group of inputs:
-//! `avx2::each_row_and_input`) by the AVX2 kernel's unpacking (`avx2_k::unpack`: eight vectors of 32 values and
-//! their group scales), whose vectors are paired into four 512-bit ones:
-//! values `64k..64k + 64` with the scales of their four groups. Per 64
+//! `avx2::each_row_and_input`) by the AVX2 kernel's unpacking
+//! (`avx2_k::unpack`: eight vectors of 32 values and their group scales),
+//! whose vectors are paired into four 512-bit ones: values `64k..64k + 64`
+//! with the scales of their four groups. Per 64
 //! values, `vpmaddubsw` and `vpmaddwd` (on 512-bit vectors) give sixteen i32
 //! lanes; the two halves are added once per super-block, which gives the
 //! AVX2 kernel's eight lane sums exactly (integer additions in another
@@ -33,7 +34,7 @@ use super::avx2_k::{factors, super_block_type, unpack};
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a K-quant `ty`, input `i` being
 /// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for a
-/// group of up to eight inputs ([`each_row_and_input`]).
+/// group of up to four inputs ([`each_row_and_input`]).
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -94,7 +95,8 @@ pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8KBlock]) -> f32 {
 struct SuperBlockKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
-    /// Eight: AVX-512's 32 registers hold eight inputs' accumulators.
+    /// Four, as on AVX2: groups of eight were slower at every n
+    /// (docs/performance.md, "Short batches").
     const WIDTH: usize = 4;
 
     #[inline(always)]

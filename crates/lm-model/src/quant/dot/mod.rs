@@ -169,6 +169,6 @@ pub(crate) fn input<T>(all: &[T], i: usize, len: usize) -> &[T] {
 }
 
 /// The most inputs that share one unpacking of a weight block in
-/// [`Dispatch::dot_rows`] on any kernel (each kernel's own width is at most
-/// this: four on AVX2 and AVX-VNNI, eight on AVX-512).
-pub(crate) const MAX_BATCH: usize = 8;
+/// [`Dispatch::dot_rows`] on any kernel (each kernel's `BlockKernel::WIDTH`
+/// is at most this; four on every path: eight on AVX-512 did not pay).
+pub(crate) const MAX_BATCH: usize = 4;
