@@ -125,5 +125,36 @@ fn matmul(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matvec, matmul);
+/// The cost of each extra input: `matmul` of n = 1, 2, 3, 4, 8 and 16 inputs
+/// (a speculative verification pass has 2-5, a server step up to 16) on
+/// SmolLM2-sized matrices. alpha(n) = (t(n) / t(1) - 1) / (n - 1), the
+/// fraction of a one-input product each further input costs; run with
+/// `RAYON_NUM_THREADS=1` for the one-thread figure.
+fn matmul_small_batches(c: &mut Criterion) {
+    let shapes = [
+        ("q4_1 1536x576", GgmlType::Q4_1, 1536, 576),
+        ("q8_0 1536x576", GgmlType::Q8_0, 1536, 576),
+        ("q5_0 1536x576", GgmlType::Q5_0, 1536, 576),
+        ("q4_K 576x1536", GgmlType::Q4_K, 576, 1536),
+    ];
+    let mut group = c.benchmark_group("matmul n");
+    group.sample_size(20);
+    group.warm_up_time(std::time::Duration::from_millis(300));
+    group.measurement_time(std::time::Duration::from_secs(1));
+    for (name, ty, n_rows, n_cols) in shapes {
+        let data = matrix_data(ty, n_rows, n_cols);
+        for n in [1, 2, 3, 4, 8, 16] {
+            let xs = activations(n * n_cols);
+            let mut ys = vec![0.0; n * n_rows];
+            for (kernel, m) in per_kernel(ty, n_rows, n_cols, &data) {
+                group.bench_function(format!("{name} {kernel:?} n={n}"), |b| {
+                    b.iter(|| m.matmul(black_box(&xs), n, &mut ys).unwrap())
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec, matmul, matmul_small_batches);
 criterion_main!(benches);

@@ -219,14 +219,18 @@ fn k_quant_simd_and_portable_kernels_agree() {
     }
 }
 
-/// A batch of 9 inputs (two groups of four and one alone on the SIMD path)
-/// gives each input the bits of its own product, on every kernel.
+/// Batches of 2, 3, 5 and 9 inputs (on the SIMD path: one group of 2 or 3,
+/// then groups of 3 and 2 and of 3, 3 and 3) give each input the bits of its
+/// own product, on every kernel.
 #[test]
 fn k_quant_matmul_equals_one_matvec_per_input_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(14);
     for ty in K_TYPES {
-        for kernel in kernels_of_this_cpu() {
-            let (n_rows, n_cols, n) = (40, 512, 9);
+        for (kernel, n) in kernels_of_this_cpu()
+            .into_iter()
+            .flat_map(|k| [2, 3, 5, 9].map(|n| (k, n)))
+        {
+            let (n_rows, n_cols) = (40, 512);
             let data = random_matrix(ty, n_rows, n_cols, &mut rng);
             let m = QMatrix::new(ty, n_rows, n_cols, &data)
                 .unwrap()

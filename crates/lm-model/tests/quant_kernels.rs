@@ -646,14 +646,18 @@ fn simd_and_portable_kernels_agree() {
     }
 }
 
-/// A batch of 9 inputs (two groups of four and one alone on the SIMD paths)
-/// gives each input the bits of its own product, on every kernel.
+/// Batches of 2, 3, 5 and 9 inputs (on the SIMD paths: one group of 2 or
+/// 3, then groups of 3 and 2 and of 3, 3 and 3) give each input the bits of
+/// its own product, on every kernel.
 #[test]
 fn matmul_equals_one_matvec_per_input_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     for ty in ALL_TYPES {
-        for kernel in kernels_of_this_cpu() {
-            let (n_rows, n_cols, n) = (300, 288, 9);
+        for (kernel, n) in kernels_of_this_cpu()
+            .into_iter()
+            .flat_map(|k| [2, 3, 5, 9].map(|n| (k, n)))
+        {
+            let (n_rows, n_cols) = (300, 288);
             let data = random_matrix(ty, n_rows, n_cols, &mut rng);
             let m = QMatrix::new(ty, n_rows, n_cols, &data)
                 .unwrap()

@@ -24,6 +24,10 @@ use crate::dispatch::{Dispatch, Kernel};
 /// below it, handing rows to rayon costs more than it saves.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
 
+/// Batched results below this many are moved back to input-major order on
+/// the calling thread.
+const PARALLEL_MIN_OUTPUTS: usize = 1 << 16;
+
 /// Rows of W handed to one rayon task.
 const ROWS_PER_TASK: usize = 16;
 
@@ -283,15 +287,21 @@ impl<'a> QMatrix<'a> {
                 self.dispatch
                     .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, n, out);
             });
-            // Back to input-major, in parallel over the inputs.
+            // Back to input-major, in parallel over the inputs when there
+            // is enough to copy: handing a short batch's copy to rayon costs
+            // more than the copy (a third of a one-input product for 2).
             let transposed = &*transposed;
-            ys.par_chunks_mut(self.n_rows.max(1))
-                .enumerate()
-                .for_each(|(input_idx, y)| {
-                    for (row_idx, dst) in y.iter_mut().enumerate() {
-                        *dst = transposed[row_idx * n + input_idx];
-                    }
-                });
+            let copy_input = |(input_idx, y): (usize, &mut [f32])| {
+                for (row_idx, dst) in y.iter_mut().enumerate() {
+                    *dst = transposed[row_idx * n + input_idx];
+                }
+            };
+            let chunk = self.n_rows.max(1);
+            if n_outputs >= PARALLEL_MIN_OUTPUTS && rayon::current_num_threads() > 1 {
+                ys.par_chunks_mut(chunk).enumerate().for_each(copy_input);
+            } else {
+                ys.chunks_mut(chunk).enumerate().for_each(copy_input);
+            }
         });
     }
 

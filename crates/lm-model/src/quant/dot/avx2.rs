@@ -31,14 +31,14 @@ use std::arch::x86_64::{
 use super::super::GgmlType;
 use super::super::activation::Q8Block;
 use super::super::block::IQ4_NL_VALUES;
-use super::{BATCH, input};
+use super::{MAX_BATCH, input};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a quantized `ty`, input `i` being
 /// `xq[i * n_blocks..][..n_blocks]`: the loop of
 /// [`super::Dispatch::dot_rows`] inside one target-feature function, so each
 /// row costs no call and no dispatch, and each weight block is unpacked once
-/// for up to [`BATCH`] inputs.
+/// for a group of up to four inputs ([`each_row_and_input`]).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
@@ -133,7 +133,7 @@ fn dot_rows_with<P: BytePairs>(
 fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
     macro_rules! single {
         ($ty:ident) => {
-            Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products).single(row, xq)
+            Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products).dot_one(row, xq)
         };
     }
     match ty {
@@ -147,10 +147,12 @@ fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Blo
     }
 }
 
-/// The loops of [`dot_rows`] for one kernel, generic over the number of
-/// inputs sharing a block: groups of [`BATCH`], then the rest one by one.
-/// `A` is the activation block of the kernel's family (shared with the
-/// K-quants' `dot_rows`).
+/// The loops of [`dot_rows`] for one kernel: each row's `n` inputs split
+/// into the fewest groups of at most `K::WIDTH`, of balanced sizes (9 inputs
+/// at width 4 are groups of 3, 3 and 3), so one unpacking of each weight
+/// block serves every input of a group and no input is multiplied alone
+/// when `n > 1`. `A` is the activation block of the kernel's family (shared
+/// with the K-quants' `dot_rows`).
 #[inline(always)]
 pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
     rows: &[u8],
@@ -161,46 +163,85 @@ pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
     out: &mut [f32],
     kernel: K,
 ) {
-    let x = |i: usize| input(xq, i, n_blocks);
-    for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
-        let mut groups = results.chunks_exact_mut(BATCH);
-        let mut i = 0;
-        for group in &mut groups {
-            group.copy_from_slice(&kernel.batch(row, [x(i), x(i + 1), x(i + 2), x(i + 3)]));
-            i += BATCH;
+    const { assert!(K::WIDTH >= 1 && K::WIDTH <= MAX_BATCH) };
+    let n_groups = n.div_ceil(K::WIDTH);
+    let mut group: [&[A]; MAX_BATCH] = [&[]; MAX_BATCH];
+    if n == 1 {
+        for (row, result) in rows.chunks_exact(row_bytes).zip(out.iter_mut()) {
+            *result = kernel.dot_one(row, xq);
         }
-        for o in groups.into_remainder() {
-            *o = kernel.single(row, x(i));
-            i += 1;
+        return;
+    }
+    for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+        let mut start = 0;
+        for group_idx in 0..n_groups {
+            // Sizes floor((n + g) / n_groups) sum to n and differ by at most one.
+            let size = (n + group_idx) / n_groups;
+            for (k, x) in group[..size].iter_mut().enumerate() {
+                *x = input(xq, start + k, n_blocks);
+            }
+            kernel.dot_group(row, &group[..size], &mut results[start..start + size]);
+            start += size;
         }
     }
 }
 
-/// A quantized dot kernel on activation blocks `A` at the two widths
-/// [`each_row_and_input`] uses. Implementations are inlined into a
-/// `dot_rows` whose target features make their calls sound.
+/// A quantized dot kernel on activation blocks `A` for
+/// [`each_row_and_input`]. Implementations are inlined into a `dot_rows`
+/// whose target features make their calls sound.
 pub(super) trait BlockKernel<A> {
-    fn batch(&self, row: &[u8], xq: [&[A]; BATCH]) -> [f32; BATCH];
-    fn single(&self, row: &[u8], xq: &[A]) -> f32;
+    /// The most inputs one unpacking of a weight block serves (at most
+    /// [`MAX_BATCH`]).
+    const WIDTH: usize;
+
+    /// `out[i] = row · xq[i]` for 1 to [`BlockKernel::WIDTH`] inputs, each
+    /// with the bits of its product alone.
+    fn dot_group(&self, row: &[u8], xq: &[&[A]], out: &mut [f32]);
+
+    /// `row · xq` for one input (a decode step's product). The AVX-512 and
+    /// K-quant kernels call an out-of-line function here: inlined into the
+    /// loop beside every batch width, the one-input product ran at half
+    /// speed (`benches/alpha`). Always inlined, as every method here: a
+    /// method compiled on its own lacks the caller's target features, and
+    /// its intrinsics become calls (twenty times slower).
+    #[inline(always)]
+    fn dot_one(&self, row: &[u8], xq: &[A]) -> f32 {
+        let mut result = [0.0];
+        self.dot_group(row, &[xq], &mut result);
+        result[0]
+    }
 }
+
+/// The body of a [`BlockKernel::dot_group`]: calls `$dot::<N>` with the
+/// group as an array of `N` inputs, for `N` the group's size among the
+/// widths listed (the kernel's `1..=WIDTH`).
+macro_rules! dot_group_of_widths {
+    ($xq:ident, $out:ident, |$x:ident: N| $dot:expr; $($n:literal)+) => {
+        match $xq.len() {
+            $($n => {
+                let $x: [_; $n] = std::array::from_fn(|k| $xq[k]);
+                $out.copy_from_slice(&$dot)
+            })+
+            size => unreachable!("a group of {size} inputs"),
+        }
+    };
+}
+pub(super) use dot_group_of_widths;
 
 /// The kernel of the 32-weight type with id `TY` and the byte products `P`
 /// for [`each_row_and_input`].
 struct Block32Kernel<const TY: u32, P>(P);
 
 impl<const TY: u32, P: BytePairs> BlockKernel<Q8Block> for Block32Kernel<TY, P> {
-    #[inline(always)]
-    fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
-        // SAFETY: only called from `dot_rows` and `dot_row` (or their VNNI
-        // forms), which require the features `dot` and `P` need.
-        unsafe { dot::<BATCH, TY, P>(row, xq) }
-    }
+    /// Four: AVX2's sixteen registers hold four inputs' accumulators and
+    /// activations beside the unpacked block.
+    const WIDTH: usize = 4;
 
     #[inline(always)]
-    fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
-        // SAFETY: as above.
-        let [result] = unsafe { dot::<1, TY, P>(row, [xq]) };
-        result
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], out: &mut [f32]) {
+        // SAFETY: only called from `dot_rows` and `dot_row` (or their VNNI
+        // forms), which require the features `dot` and `P` need.
+        dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY, P>(row, x) }; 1 2 3 4)
     }
 }
 

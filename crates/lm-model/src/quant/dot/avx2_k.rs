@@ -1,8 +1,8 @@
 //! AVX2 + FMA + F16C dot products of K-quant rows with [`Q8KBlock`]
 //! activations (x86_64, selected at run time).
 //!
-//! Each super-block is unpacked once (for up to [`BATCH`] inputs) into the
-//! common form of `block_k`: eight vectors of 32 values (unsigned below 64,
+//! Each super-block is unpacked once (for a group of inputs:
+//! `avx2::each_row_and_input`) into the common form of `block_k`: eight vectors of 32 values (unsigned below 64,
 //! or IQ4_XS's signed table values), and per group of 16 an integer scale and
 //! offset. Per 32 values, `vpmaddubsw` multiplies the values with the
 //! activation bytes (pairs summed to i16: at most 2 · 63 · 127, or
@@ -31,13 +31,14 @@ use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
 use super::super::block::IQ4_NL_VALUES;
 use super::super::block_k::{self, N_GROUPS, QK_K, SuperBlock};
-use super::BATCH;
-use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum, unpack_nibbles};
+use super::avx2::{
+    BlockKernel, dot_group_of_widths, each_row_and_input, horizontal_sum, unpack_nibbles,
+};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a K-quant `ty`, input `i` being
-/// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for up
-/// to [`BATCH`] inputs.
+/// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for a
+/// group of up to four inputs ([`each_row_and_input`]).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
@@ -112,19 +113,33 @@ pub(super) const fn super_block_type(id: u32) -> GgmlType {
 struct SuperBlockKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
+    /// Four, as the 32-weight kernel (AVX2's sixteen registers).
+    const WIDTH: usize = 4;
+
     #[inline(always)]
-    fn batch(&self, row: &[u8], xq: [&[Q8KBlock]; BATCH]) -> [f32; BATCH] {
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot_super_blocks` needs.
-        unsafe { dot_super_blocks::<BATCH, TY>(row, xq) }
+        dot_group_of_widths!(xq, out, |x: N| unsafe { dot_super_blocks::<_, TY>(row, x) }; 1 2 3 4)
     }
 
     #[inline(always)]
-    fn single(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
+    fn dot_one(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
         // SAFETY: as above.
-        let [result] = unsafe { dot_super_blocks::<1, TY>(row, [xq]) };
-        result
+        unsafe { dot_one::<TY>(row, xq) }
     }
+}
+
+/// One row of the type with id `TY` · one input, out of line: inlined into
+/// `dot_rows`'s loop, the one-input product ran at half speed.
+///
+/// # Safety
+/// As [`dot_rows`].
+#[inline(never)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_one<const TY: u32>(row: &[u8], xq: &[Q8KBlock]) -> f32 {
+    let [result] = dot_super_blocks::<1, TY>(row, [xq]);
+    result
 }
 
 /// A super-block unpacked for the SIMD products: the common form of
@@ -162,7 +177,7 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_offsets = [_mm256_setzero_ps(); N];
     for (block_idx, block) in row.chunks_exact(block_bytes).enumerate() {
-        let w = unpack(ty, block);
+        let w = unpack::<TY>(block);
         for ((acc, acc_offsets), x) in acc.iter_mut().zip(&mut acc_offsets).zip(&xq) {
             let a = &x[block_idx];
             let mut sums = _mm256_setzero_si256();
@@ -195,12 +210,16 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
     out
 }
 
-/// One super-block of `ty` in the vector form (see [`Unpacked`]). The
-/// factors of Q4_K, Q5_K and Q6_K are decoded in vectors ([`factors`]); the
-/// other types' by `block_k::factors`, as the portable path does.
+/// One super-block of the type with id `TY` in the vector form (see
+/// [`Unpacked`]). The factors of Q4_K, Q5_K and Q6_K are decoded in vectors
+/// ([`factors`]); the other types' by `block_k::factors`, as the portable
+/// path does. Generic over the type, so each copy holds one type's code and
+/// is small enough to inline into every batch width's kernel (with `ty` an
+/// argument, the one-input kernel called it out of line, at half speed).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn unpack(ty: GgmlType, block: &[u8]) -> Unpacked {
+pub(super) fn unpack<const TY: u32>(block: &[u8]) -> Unpacked {
+    let ty = const { super_block_type(TY) };
     let VectorFactors {
         d,
         dmin,

@@ -33,15 +33,17 @@ use std::arch::x86_64::{
 use super::super::GgmlType;
 use super::super::activation::Q8Block;
 use super::super::block::IQ4_NL_VALUES;
-use super::BATCH;
-use super::avx2::{BlockKernel, block_type, each_row_and_input, horizontal_sum};
+use super::avx2::{
+    BlockKernel, block_type, dot_group_of_widths, each_row_and_input, horizontal_sum,
+};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a 32-weight `ty`, input `i` being
 /// `xq[i * n_blocks..][..n_blocks]`, each pair of weight blocks unpacked
-/// once for up to [`BATCH`] inputs. (Several rows per activation load, the
-/// transposed tiling, made one-thread decode much slower on SmolLM2: the
-/// rows' interleaved streams defeat the hardware prefetch.)
+/// once for a group of up to four inputs ([`each_row_and_input`]).
+/// (Several rows per activation load, the transposed tiling, made
+/// one-thread decode much slower on SmolLM2: the rows' interleaved streams
+/// defeat the hardware prefetch.)
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -102,19 +104,34 @@ pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
 struct BlockPairKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
+    /// Four, as on AVX2: groups of eight were slower at every n
+    /// (docs/performance.md, "Short batches").
+    const WIDTH: usize = 4;
+
     #[inline(always)]
-    fn batch(&self, row: &[u8], xq: [&[Q8Block]; BATCH]) -> [f32; BATCH] {
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot` needs.
-        unsafe { dot::<BATCH, TY>(row, xq) }
+        dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY>(row, x) }; 1 2 3 4)
     }
 
     #[inline(always)]
-    fn single(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
+    fn dot_one(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
         // SAFETY: as above.
-        let [result] = unsafe { dot::<1, TY>(row, [xq]) };
-        result
+        unsafe { dot_one::<TY>(row, xq) }
     }
+}
+
+/// One row of the type with id `TY` · one input, out of line: inlined into
+/// `dot_rows`'s loop, the one-input product ran at half speed.
+///
+/// # Safety
+/// As [`dot_rows`].
+#[inline(never)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dot_one<const TY: u32>(row: &[u8], xq: &[Q8Block]) -> f32 {
+    let [result] = dot::<1, TY>(row, [xq]);
+    result
 }
 
 /// Row (of the type with id `TY`) · `N` rows of quantized activations: each

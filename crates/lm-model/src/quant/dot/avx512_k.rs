@@ -1,10 +1,11 @@
 //! AVX-512 (F/BW/VL) dot products of K-quant rows with [`Q8KBlock`]
 //! activations (x86_64, selected at run time).
 //!
-//! Each super-block is unpacked once (for up to [`BATCH`] inputs) by the
-//! AVX2 kernel's unpacking (`avx2_k::unpack`: eight vectors of 32 values and
-//! their group scales), whose vectors are paired into four 512-bit ones:
-//! values `64k..64k + 64` with the scales of their four groups. Per 64
+//! Each super-block is unpacked once (for a group of inputs:
+//! `avx2::each_row_and_input`) by the AVX2 kernel's unpacking
+//! (`avx2_k::unpack`: eight vectors of 32 values and their group scales),
+//! whose vectors are paired into four 512-bit ones: values `64k..64k + 64`
+//! with the scales of their four groups. Per 64
 //! values, `vpmaddubsw` and `vpmaddwd` (on 512-bit vectors) give sixteen i32
 //! lanes; the two halves are added once per super-block, which gives the
 //! AVX2 kernel's eight lane sums exactly (integer additions in another
@@ -27,14 +28,13 @@ use std::arch::x86_64::{
 
 use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
-use super::BATCH;
-use super::avx2::{BlockKernel, each_row_and_input, horizontal_sum};
+use super::avx2::{BlockKernel, dot_group_of_widths, each_row_and_input, horizontal_sum};
 use super::avx2_k::{factors, super_block_type, unpack};
 
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a K-quant `ty`, input `i` being
-/// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for up
-/// to [`BATCH`] inputs.
+/// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for a
+/// group of up to four inputs ([`each_row_and_input`]).
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -95,19 +95,34 @@ pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8KBlock]) -> f32 {
 struct SuperBlockKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
+    /// Four, as on AVX2: groups of eight were slower at every n
+    /// (docs/performance.md, "Short batches").
+    const WIDTH: usize = 4;
+
     #[inline(always)]
-    fn batch(&self, row: &[u8], xq: [&[Q8KBlock]; BATCH]) -> [f32; BATCH] {
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot_super_blocks` needs.
-        unsafe { dot_super_blocks::<BATCH, TY>(row, xq) }
+        dot_group_of_widths!(xq, out, |x: N| unsafe { dot_super_blocks::<_, TY>(row, x) }; 1 2 3 4)
     }
 
     #[inline(always)]
-    fn single(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
+    fn dot_one(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
         // SAFETY: as above.
-        let [result] = unsafe { dot_super_blocks::<1, TY>(row, [xq]) };
-        result
+        unsafe { dot_one::<TY>(row, xq) }
     }
+}
+
+/// One row of the type with id `TY` · one input, out of line: inlined into
+/// `dot_rows`'s loop, the one-input product ran at half speed.
+///
+/// # Safety
+/// As [`dot_rows`].
+#[inline(never)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dot_one<const TY: u32>(row: &[u8], xq: &[Q8KBlock]) -> f32 {
+    let [result] = dot_super_blocks::<1, TY>(row, [xq]);
+    result
 }
 
 /// For each of the `N` activation rows `xq[i]`, the K-quant row `row` (of
@@ -125,7 +140,7 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_offsets = [_mm256_setzero_ps(); N];
     for (block_idx, block) in row.chunks_exact(block_bytes).enumerate() {
-        let w = unpack_pairs(ty, block);
+        let w = unpack_pairs::<TY>(block);
         let (values, scales) = (w.values, w.scales);
         for ((acc, acc_offsets), x) in acc.iter_mut().zip(&mut acc_offsets).zip(&xq) {
             let a = &x[block_idx];
@@ -186,18 +201,19 @@ struct UnpackedPairs {
     mins: __m256i,
 }
 
-/// One super-block of `ty` unpacked in pairs: Q4_K, Q5_K and Q6_K's values
+/// One super-block of the type with id `TY` unpacked in pairs: Q4_K, Q5_K and Q6_K's values
 /// straight into 512-bit vectors (one 64-byte or broadcast 32-byte load and
 /// a few shifts and masks per 64 values), the other types by the AVX2
 /// unpacking, paired. The factors are the AVX2 kernel's.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unpack_pairs(ty: GgmlType, block: &[u8]) -> UnpackedPairs {
+fn unpack_pairs<const TY: u32>(block: &[u8]) -> UnpackedPairs {
+    let ty = const { super_block_type(TY) };
     let values = match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => values_k4(ty, block),
         GgmlType::Q6_K => values_q6_k(block),
         _ => {
-            let w = unpack(ty, block);
+            let w = unpack::<TY>(block);
             return UnpackedPairs {
                 d: w.d,
                 dmin: w.dmin,

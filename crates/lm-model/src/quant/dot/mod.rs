@@ -76,8 +76,10 @@ impl Dispatch {
     /// `row_bytes` long) and `n` inputs: input `i` is the `i`-th run of
     /// `n_cols` values (f32 values or their blocks) in `x`. The SIMD path runs
     /// the whole loop inside one target-feature function and unpacks each
-    /// weight block once for up to [`BATCH`] inputs. Every result has the same
-    /// bits as [`Dispatch::dot_row`] on its row and input alone.
+    /// weight block once for a group of up to [`MAX_BATCH`] inputs (the
+    /// inputs split into balanced groups, none alone when `n > 1`). Every
+    /// result has the same bits as [`Dispatch::dot_row`] on its row and
+    /// input alone.
     ///
     /// Lengths are the caller's contract, checked in debug builds: `rows`
     /// is whole rows, `out` holds `n` results per row, and `x` holds `n`
@@ -166,5 +168,7 @@ pub(crate) fn input<T>(all: &[T], i: usize, len: usize) -> &[T] {
     &all[i * len..][..len]
 }
 
-/// Inputs that share one unpacking of a weight block in [`Dispatch::dot_rows`].
-pub(crate) const BATCH: usize = 4;
+/// The most inputs that share one unpacking of a weight block in
+/// [`Dispatch::dot_rows`] on any kernel (each kernel's `BlockKernel::WIDTH`
+/// is at most this; four on every path: eight on AVX-512 did not pay).
+pub(crate) const MAX_BATCH: usize = 4;
