@@ -141,24 +141,10 @@ impl ModelTask for Chat {
         }
         let settings = Settings {
             max_new_tokens: args.max_new_tokens,
-            temperature: sampling.temperature,
-            top_k: sampling.top_k,
-            top_p: sampling.top_p,
-            min_p: sampling.min_p,
-            repetition_penalty: sampling.repetition_penalty,
-            presence_penalty: sampling.presence_penalty,
-            frequency_penalty: sampling.frequency_penalty,
-            penalty_last_n: sampling.penalty_last_n,
             min_new_tokens: args.min_new_tokens,
-            logit_bias: sampling.logit_bias.clone(),
-            banned_tokens: banned_by_bias,
-            seed: draws.then_some(sampling.seed),
             end_tokens: codec.end_tokens(),
-            stop: Vec::new(),
-            num_beams: 1,
             context_length: model.context_length(),
-            draft: None,
-            draft_tokens: None,
+            ..Settings::of_policy(&sampling, banned_by_bias, draws)
         };
         let config = GenerationConfig {
             max_new_tokens: args.max_new_tokens,

@@ -324,24 +324,14 @@ impl ModelTask for Generate {
         }
         let settings = Settings {
             max_new_tokens,
-            temperature: sampling.temperature,
-            top_k: sampling.top_k,
-            top_p: sampling.top_p,
-            min_p: sampling.min_p,
-            repetition_penalty: sampling.repetition_penalty,
-            presence_penalty: sampling.presence_penalty,
-            frequency_penalty: sampling.frequency_penalty,
-            penalty_last_n: sampling.penalty_last_n,
             min_new_tokens: args.min_new_tokens,
-            logit_bias: sampling.logit_bias.clone(),
-            banned_tokens: banned_by_bias,
-            seed: draws.then_some(seed),
             end_tokens: end_tokens.clone(),
             stop: args.stop.clone(),
             num_beams,
             context_length: model.context_length(),
             draft: args.draft.as_ref().map(ToString::to_string),
             draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
+            ..Settings::of_policy(&sampling, banned_by_bias, draws)
         };
         let mode = if args.json_lines || (args.json && args.stream) {
             Mode::Json { lines: true }

@@ -18,7 +18,9 @@
 //! exceeds `u`. A greedy step's `u` is null.
 
 use lm_core::TokenId;
-use lm_decode::{Candidate, DraftMark, Generation, Hypothesis, StageCounts, Step, StopReason};
+use lm_decode::{
+    Candidate, DraftMark, Generation, Hypothesis, SamplingConfig, StageCounts, Step, StopReason,
+};
 use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use crate::text::TextCodec;
@@ -165,7 +167,7 @@ pub struct BeamReport {
 }
 
 /// The decoding settings of a run.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Settings {
     /// The most tokens to generate.
     pub max_new_tokens: usize,
@@ -214,6 +216,29 @@ pub struct Settings {
     /// The most tokens `--draft` proposed per pass (`--draft-tokens`), if drafting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft_tokens: Option<usize>,
+}
+
+impl Settings {
+    /// The settings of the policy `sampling` (with the tokens `--logit-bias`
+    /// banned); the seed is named only when the run `draws`. The caller sets
+    /// the rest.
+    pub fn of_policy(sampling: &SamplingConfig, banned_by_bias: Vec<TokenId>, draws: bool) -> Self {
+        Settings {
+            temperature: sampling.temperature,
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
+            min_p: sampling.min_p,
+            repetition_penalty: sampling.repetition_penalty,
+            presence_penalty: sampling.presence_penalty,
+            frequency_penalty: sampling.frequency_penalty,
+            penalty_last_n: sampling.penalty_last_n,
+            logit_bias: sampling.logit_bias.clone(),
+            banned_tokens: banned_by_bias,
+            seed: draws.then_some(sampling.seed),
+            num_beams: 1,
+            ..Settings::default()
+        }
+    }
 }
 
 /// How long the model took, prefill (reading the prompt) apart from decoding.
