@@ -639,8 +639,11 @@ pub struct ServeArgs {
     /// The port to listen on (0: any free port, printed at start).
     #[arg(long, value_name = "PORT", default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
-    #[arg(long, value_name = "KEY")]
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health. The
+    /// environment variable LM_API_KEY gives it too, so the key need not
+    /// appear in `ps` or the shell history (the flag wins over it).
+    #[arg(long, value_name = "KEY", env = "LM_API_KEY", hide_env_values = true,
+          value_parser = parse_api_key)]
     pub api_key: Option<String>,
     /// Sequences generated at once, in one batch (a request's `n` counts each).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -662,6 +665,16 @@ pub struct ServeArgs {
     /// its new tokens. 0 turns the cache off.
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
     pub cache_mb: u64,
+}
+
+/// `--api-key` and `LM_API_KEY`: any text but the empty one (which would
+/// let a bare `Bearer` in; unset the variable to serve without a key).
+fn parse_api_key(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Err("the API key must not be empty (unset LM_API_KEY to serve without one)".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
 }
 
 /// `--shutdown-grace`: a finite number of seconds, 0 or more.

@@ -3,19 +3,19 @@
 //!
 //! The continuation is what decoding prompt + generated ids adds to the
 //! decoded prompt, so word models get their spacing and punctuation right
-//! at the seam. It is decoded incrementally and searched for stop strings
-//! only in its tail (lm-decode's [`StopSearch`]), so a token costs the same
-//! at the end of a long run as at its start. While streaming, text is held
-//! back when it could still change: a trailing incomplete UTF-8 character
-//! (U+FFFD), and the last `longest stop string - 1` bytes, which could be
-//! the start of a stop string. End tokens are never printed. The first
-//! failed write (a reader that closed the pipe) ends the printing, and the
-//! caller stops generating ([`TextPrinter::write_failed`]).
+//! at the seam. lm-decode's [`TextDeltas`] decodes it incrementally, finds
+//! stop strings in its tail (a token costs the same at the end of a long
+//! run as at its start) and applies the hold-back rule lm-serve streams by:
+//! text that could still change (a trailing incomplete UTF-8 character, or
+//! the start of a stop string) is held back until it cannot. End tokens are
+//! never printed. The first failed write (a reader that closed the pipe)
+//! ends the printing, and the caller stops generating
+//! ([`TextPrinter::write_failed`]).
 
 use std::io;
 
 use lm_core::TokenId;
-use lm_decode::StopSearch;
+use lm_decode::TextDeltas;
 
 use crate::output::Output;
 use crate::text::TextCodec;
@@ -23,13 +23,9 @@ use crate::text::TextCodec;
 /// Prints one continuation.
 #[derive(Debug)]
 pub struct TextPrinter<'a> {
-    end_tokens: &'a [TokenId],
-    /// The continuation (without end tokens) and its stop strings.
-    search: StopSearch<'a>,
-    /// Bytes of text that may still turn out to start a stop string.
-    n_hold: usize,
-    /// Bytes of the continuation already written.
-    n_emitted: usize,
+    /// The continuation (without end tokens, cut at a stop string), handed
+    /// out as it becomes final.
+    deltas: TextDeltas<'a>,
     /// Whether to write as tokens arrive.
     live: bool,
     /// The first write error; nothing more is written after it.
@@ -45,45 +41,20 @@ impl<'a> TextPrinter<'a> {
         stop_strings: &'a [String],
         live: bool,
     ) -> Self {
-        let longest_stop = stop_strings.iter().map(String::len).max().unwrap_or(0);
         Self {
-            end_tokens,
-            search: StopSearch::new(codec, stop_strings, prompt),
-            n_hold: longest_stop.saturating_sub(1),
-            n_emitted: 0,
+            deltas: TextDeltas::new(codec, prompt, end_tokens, stop_strings),
             live,
             error: None,
         }
     }
 
-    /// Adds a chosen token, writing what has become safe to show when live.
+    /// Adds a chosen token, writing what has become final when live.
     pub fn push(&mut self, token: TokenId, out: &mut Output) {
-        if self.end_tokens.contains(&token) {
-            return;
+        self.deltas.push(token);
+        if self.live && self.error.is_none() {
+            let new = self.deltas.take_final();
+            self.write(&new, out);
         }
-        let stop = self.search.push(token).map(|(byte, _)| byte);
-        if !self.live || self.error.is_some() {
-            return;
-        }
-        let text = self.search.text();
-        let safe = stop.unwrap_or_else(|| text.len().saturating_sub(self.n_hold));
-        if safe <= self.n_emitted {
-            return;
-        }
-        // What was written is a prefix of the text, so the tail from there
-        // is the unwritten text; show it up to `safe`, on a character
-        // boundary, without a trailing incomplete character.
-        let tail = text.tail(self.n_emitted);
-        let mut end = safe - (text.len() - tail.len());
-        while end > 0 && !tail.is_char_boundary(end) {
-            end -= 1;
-        }
-        let mut shown = &tail[..end];
-        while let Some(rest) = shown.strip_suffix(char::REPLACEMENT_CHARACTER) {
-            shown = rest;
-        }
-        let n_before = text.len() - tail.len();
-        self.write(n_before, shown, out);
     }
 
     /// Whether a write failed: nobody reads what follows, so stop.
@@ -93,35 +64,28 @@ impl<'a> TextPrinter<'a> {
 
     /// The whole continuation: without end tokens, cut at a stop string.
     pub fn text(&self) -> String {
-        self.search.text_before_stop()
+        self.deltas.text()
     }
 
-    /// Writes whatever has not been written (when live) and returns the
-    /// first write error, if any.
+    /// Writes whatever has not been written (all of it when not live) and
+    /// returns the continuation, or the first write error.
     pub fn finish(mut self, out: &mut Output) -> io::Result<String> {
         let text = self.text();
-        if let Some(new) = text.get(self.n_emitted..) {
-            let new = new.to_owned();
-            self.write(self.n_emitted, &new, out);
-        }
+        let rest = self.deltas.finish();
+        self.write(&rest, out);
         match self.error {
             Some(error) => Err(error),
             None => Ok(text),
         }
     }
 
-    /// Writes `new`, the text from byte `start`, when it extends what was
-    /// written.
-    fn write(&mut self, start: usize, new: &str, out: &mut Output) {
-        let Some(unwritten) = new.get(self.n_emitted.saturating_sub(start)..) else {
-            return;
-        };
-        if self.error.is_some() || unwritten.is_empty() || start > self.n_emitted {
+    /// Writes `new` unless an earlier write failed.
+    fn write(&mut self, new: &str, out: &mut Output) {
+        if self.error.is_some() || new.is_empty() {
             return;
         }
-        match out.write_now(unwritten) {
-            Ok(()) => self.n_emitted = start + new.len(),
-            Err(error) => self.error = Some(error),
+        if let Err(error) = out.write_now(new) {
+            self.error = Some(error);
         }
     }
 }

@@ -28,6 +28,11 @@ fn start(model: Option<&str>) -> (Served, String) {
     if let Some(model) = model {
         cli = cli.model(model);
     }
+    start_with(cli)
+}
+
+/// Starts `cli` (an `lm-cli serve` command line) on a free port.
+fn start_with(cli: Cli) -> (Served, String) {
     let mut child = cli.opt("--port", 0).opt("--parallel", 2).spawn();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
@@ -47,10 +52,18 @@ fn start(model: Option<&str>) -> (Served, String) {
 }
 
 fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
+    post_with_key(addr, path, body, None)
+}
+
+/// [`post`], with `Authorization: Bearer KEY` when a key is given.
+fn post_with_key(addr: &str, path: &str, body: &str, key: Option<&str>) -> (u16, Value) {
     let mut stream = TcpStream::connect(addr).unwrap();
+    let auth = key.map_or(String::new(), |key| {
+        format!("Authorization: Bearer {key}\r\n")
+    });
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -129,4 +142,51 @@ fn serve_serves_the_embedded_count_model() {
     assert_eq!(body["error"]["param"], "response_format");
     terminate(&child);
     assert_eq!(child.0.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn serve_takes_its_api_key_from_lm_api_key_and_the_flag_wins() {
+    let body = r#"{"prompt": "<start> the cat", "max_tokens": 1}"#;
+    let (mut child, addr) = start_with(Cli::new("serve").model("toy").env("LM_API_KEY", "sesame"));
+    let (status, answer) = post(&addr, "/v1/completions", body);
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_api_key");
+    let (status, answer) = post_with_key(&addr, "/v1/completions", body, Some("sesame"));
+    assert_eq!(status, 200, "{answer}");
+    terminate(&child);
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+    // The flag overrides the environment.
+    let (mut child, addr) = start_with(
+        Cli::new("serve")
+            .model("toy")
+            .opt("--api-key", "open")
+            .env("LM_API_KEY", "sesame"),
+    );
+    let (status, _) = post_with_key(&addr, "/v1/completions", body, Some("sesame"));
+    assert_eq!(status, 401);
+    let (status, answer) = post_with_key(&addr, "/v1/completions", body, Some("open"));
+    assert_eq!(status, 200, "{answer}");
+    terminate(&child);
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn serve_help_names_lm_api_key_without_showing_its_value() {
+    let help = Cli::new("serve")
+        .arg("--help")
+        .env("LM_API_KEY", "sesame")
+        .ok();
+    assert!(help.stdout.contains("[env: LM_API_KEY]"), "{}", help.stdout);
+    assert!(!help.stdout.contains("sesame"), "{}", help.stdout);
+}
+
+#[test]
+fn an_empty_api_key_is_a_usage_error() {
+    let run = Cli::new("serve").model("toy").env("LM_API_KEY", "").run();
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("the API key must not be empty"),
+        "{}",
+        run.stderr
+    );
 }

@@ -126,7 +126,9 @@
 //!   run that can go no further.
 //! - Stop strings and [`Generation::text`] read text through
 //!   [`lm_core::Detokenize`], decoded incrementally ([`IncrementalText`],
-//!   [`StopSearch`], which a front end can use to stream the same text).
+//!   [`StopSearch`]); a front end streams the same text with
+//!   [`TextDeltas`], which holds back what a stop string or an incomplete
+//!   character could still change.
 //! - A caller that must stop a long prompt between prefill chunks (Ctrl-C)
 //!   implements [`GenerationHook`] and calls [`generate_with_hook`] with
 //!   `GenerationConfig::prefill_chunk_len` set.
@@ -135,6 +137,7 @@
 mod batch;
 mod beam;
 mod constraint;
+mod deltas;
 mod error;
 mod exhaustive;
 mod generate;
@@ -155,6 +158,7 @@ pub use beam::{
     length_penalized_score,
 };
 pub use constraint::OutputConstraint;
+pub use deltas::TextDeltas;
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
 pub use generate::{
@@ -162,7 +166,7 @@ pub use generate::{
     generate_with_hook,
 };
 pub use hook::GenerationHook;
-pub use prefix_cache::{CachedGeneration, PrefixCache, generate_cached};
+pub use prefix_cache::{CacheLimit, CachedGeneration, PrefixCache, generate_cached};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation, score_continuation_in_chunks};

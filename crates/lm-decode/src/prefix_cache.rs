@@ -1,73 +1,241 @@
-//! A model state kept between generations, so a prompt that starts with what
-//! the state has already read reads only the rest. A chat renders the whole
-//! conversation every turn; the state that read the last turn has read most
-//! of it:
+//! The prefix cache: model states kept between generations, each with the
+//! tokens it has read, so a prompt that starts with a kept sequence reads
+//! only the rest. A chat renders the whole conversation every turn, and the
+//! state that read the last turn has read most of it:
 //!
 //! ```text
-//! cache:   [system, user 1, reply 1 (its last token never fed)]
+//! kept:    [system, user 1, reply 1 (its last token never fed)]
 //! prompt:  [system, user 1, reply 1, user 2, assistant opening]
 //!           └──── longest common prefix: kept ────┘└─ read now ─┘
 //! ```
 //!
 //! Where the prompt differs (an edited or dropped turn), the state is
 //! truncated to the common prefix ([`lm_core::SequenceState::truncate`]) and
-//! read from there. At least the prompt's last token is always read, since its
-//! logits choose the first new token.
+//! read from there. One mechanism serves two users under two limits
+//! ([`CacheLimit`]): lm-cli's chat keeps one state of any size, taken out for
+//! each turn ([`generate_cached`]); lm-serve keeps many under a byte budget,
+//! the least recently used dropped first, and starts each request from a
+//! copy ([`PrefixCache::longest_prefix`]; lm-model's KV cache shares its
+//! chunks between copies until one writes, so a copy costs little).
 
 use lm_core::{Detokenize, LanguageModel, SequenceState, TokenId};
 
-use crate::generate::{Row, continue_row, prepare};
-use crate::hook::{GenerationHook, finish, prefill, settle};
+use crate::generate::generate_from_state;
+use crate::hook::GenerationHook;
 use crate::{Generation, StopReason};
 
-/// A model state and the tokens it has read.
-#[derive(Debug, Clone)]
-pub struct PrefixCache<S> {
-    state: S,
-    tokens: Vec<TokenId>,
+/// How much a [`PrefixCache`] keeps. A state that would break a limit on its
+/// own is not kept; otherwise the least recently used states are dropped
+/// until both hold. A limit of 0 keeps nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLimit {
+    /// The most states kept.
+    pub max_entries: usize,
+    /// The most bytes kept, as the cache's size function counts them.
+    pub max_bytes: usize,
 }
 
-impl<S: SequenceState> PrefixCache<S> {
-    /// An empty cache: a fresh state of `model`.
-    pub fn new<M: LanguageModel<State = S> + ?Sized>(model: &M) -> Self {
+impl CacheLimit {
+    /// Any number of states within `max_bytes` (lm-serve's `--cache-mb`).
+    pub fn bytes(max_bytes: usize) -> Self {
         Self {
-            state: model.new_state(),
-            tokens: Vec::new(),
+            max_entries: usize::MAX,
+            max_bytes,
         }
     }
 
-    /// The tokens the state has read, in order.
-    pub fn tokens(&self) -> &[TokenId] {
-        &self.tokens
+    /// One state of any size (a chat's: each turn replaces the last).
+    pub fn one_state() -> Self {
+        Self {
+            max_entries: 1,
+            max_bytes: usize::MAX,
+        }
+    }
+}
+
+/// Model states, each with the tokens it has read, under a [`CacheLimit`];
+/// the least recently used are dropped first.
+///
+/// ```
+/// use lm_core::{Prefix, TokenId};
+/// use lm_decode::{CacheLimit, PrefixCache};
+///
+/// fn state(tokens: &[TokenId]) -> Prefix { Prefix { tokens: tokens.to_vec() } }
+/// // A `Prefix` state holds its tokens: 4 bytes each.
+/// let mut cache = PrefixCache::new(CacheLimit::bytes(1000), |s: &Prefix| 4 * s.tokens.len());
+/// cache.insert(vec![1, 2, 3], state(&[1, 2, 3]));
+/// cache.insert(vec![1, 5], state(&[1, 5]));
+/// // [1, 2, 3] shares two tokens with the prompt: a copy, cut to them.
+/// let (copy, n_shared) = cache.longest_prefix(&[1, 2, 9]).unwrap();
+/// assert_eq!((copy.tokens, n_shared), (vec![1, 2], 2));
+/// assert!(cache.longest_prefix(&[7]).is_none());
+/// assert_eq!((cache.len(), cache.used_bytes()), (2, 20));
+/// ```
+#[derive(Debug, Clone)]
+pub struct PrefixCache<S> {
+    entries: Vec<Entry<S>>,
+    limit: CacheLimit,
+    size_of: fn(&S) -> usize,
+    used_bytes: usize,
+    /// Counts lookups and inserts: an entry's `last_used` orders the LRU.
+    clock: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Entry<S> {
+    tokens: Vec<TokenId>,
+    state: S,
+    bytes: usize,
+    last_used: u64,
+}
+
+/// How many leading tokens `a` and `b` share.
+fn shared_len(a: &[TokenId], b: &[TokenId]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<S: SequenceState> PrefixCache<S> {
+    /// An empty cache under `limit`, counting a state's bytes with
+    /// `size_of` (lm-serve's `StateSize` for lm-model's states).
+    pub fn new(limit: CacheLimit, size_of: fn(&S) -> usize) -> Self {
+        Self {
+            entries: Vec::new(),
+            limit,
+            size_of,
+            used_bytes: 0,
+            clock: 0,
+        }
     }
 
-    /// Forgets everything read.
+    /// An empty cache of one state of any size: a chat's, whose every turn
+    /// extends the last ([`CacheLimit::one_state`]).
+    pub fn one_state() -> Self {
+        Self::new(CacheLimit::one_state(), |_| 0)
+    }
+
+    /// A copy of the kept state sharing the longest prefix with `prompt`,
+    /// truncated to that prefix, and its length; `None` when no state
+    /// shares a token. The state stays kept, and counts as just used.
+    /// Between equally long prefixes the most recently used wins.
+    pub fn longest_prefix(&mut self, prompt: &[TokenId]) -> Option<(S, usize)> {
+        let (entry_idx, n_shared) = self.find(prompt)?;
+        let mut state = self.entries[entry_idx].state.clone();
+        state.truncate(n_shared);
+        Some((state, n_shared))
+    }
+
+    /// As [`PrefixCache::longest_prefix`], but the state is taken out of
+    /// the cache instead of copied: a caller that runs one sequence at a
+    /// time puts the state back afterwards ([`PrefixCache::insert`]), and
+    /// nothing is copied.
+    pub fn take_longest_prefix(&mut self, prompt: &[TokenId]) -> Option<(S, usize)> {
+        let (entry_idx, n_shared) = self.find(prompt)?;
+        let entry = self.entries.swap_remove(entry_idx);
+        self.used_bytes -= entry.bytes;
+        let mut state = entry.state;
+        state.truncate(n_shared);
+        Some((state, n_shared))
+    }
+
+    /// Keeps `state`, which has read `tokens` (when it claims more, only the
+    /// first `tokens.len()`; when fewer, only the first `state.pos()` tokens
+    /// are recorded). Drops the kept states it extends (it serves every
+    /// prompt they serve), then the least recently used until the limit
+    /// holds. An empty sequence, or a state that breaks the limit alone, is
+    /// not kept.
+    pub fn insert(&mut self, mut tokens: Vec<TokenId>, mut state: S) {
+        let n_read = state.pos().min(tokens.len());
+        tokens.truncate(n_read);
+        state.truncate(n_read);
+        let bytes = (self.size_of)(&state);
+        let fits =
+            self.limit.max_entries > 0 && self.limit.max_bytes > 0 && bytes <= self.limit.max_bytes;
+        if tokens.is_empty() || !fits {
+            return;
+        }
+        self.clock += 1;
+        let mut entry_idx = 0;
+        while entry_idx < self.entries.len() {
+            if tokens.starts_with(&self.entries[entry_idx].tokens) {
+                let removed = self.entries.swap_remove(entry_idx);
+                self.used_bytes -= removed.bytes;
+            } else {
+                entry_idx += 1;
+            }
+        }
+        self.used_bytes += bytes;
+        self.entries.push(Entry {
+            tokens,
+            state,
+            bytes,
+            last_used: self.clock,
+        });
+        while self.used_bytes > self.limit.max_bytes || self.entries.len() > self.limit.max_entries
+        {
+            let (oldest_idx, _) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, entry)| entry.last_used)
+                .expect("over the limit means something is kept");
+            let removed = self.entries.swap_remove(oldest_idx);
+            self.used_bytes -= removed.bytes;
+        }
+    }
+
+    /// Keeps the state a run ended with ([`generate_from_state`]'s): it has
+    /// read the run's prompt and its generated tokens but the last.
+    pub fn insert_run(&mut self, generation: &Generation, state: S) {
+        let tokens = [generation.prompt.as_slice(), &generation.tokens].concat();
+        self.insert(tokens, state);
+    }
+
+    /// Forgets every state.
     pub fn clear(&mut self) {
-        self.state.truncate(0);
-        self.tokens.clear();
+        self.entries.clear();
+        self.used_bytes = 0;
     }
 
-    /// Truncates to the longest common prefix with `prompt`, leaving at
-    /// least its last token unread; returns how many tokens are kept.
-    fn rewind(&mut self, prompt: &[TokenId]) -> usize {
-        let common = self
-            .tokens
+    /// The token sequences kept, the most recently used first.
+    pub fn kept(&self) -> Vec<&[TokenId]> {
+        let mut entries: Vec<&Entry<S>> = self.entries.iter().collect();
+        entries.sort_by_key(|entry| std::cmp::Reverse(entry.last_used));
+        entries
             .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
-        let kept = common.min(prompt.len().saturating_sub(1));
-        self.state.truncate(kept);
-        self.tokens.truncate(kept);
-        kept
+            .map(|entry| entry.tokens.as_slice())
+            .collect()
     }
 
-    /// Records what the state has read: the first `state.pos()` tokens of
-    /// `history`.
-    fn sync(&mut self, history: &[TokenId]) {
-        let n_read = self.state.pos().min(history.len());
-        self.tokens.clear();
-        self.tokens.extend_from_slice(&history[..n_read]);
+    /// How many states are kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no state is kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The bytes the kept states hold, as the size function counts them.
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes
+    }
+
+    /// The entry sharing the longest prefix with `prompt` (the most
+    /// recently used of equals), marked as used, and the prefix's length.
+    fn find(&mut self, prompt: &[TokenId]) -> Option<(usize, usize)> {
+        self.clock += 1;
+        let (entry_idx, n_shared) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(idx, entry)| (idx, shared_len(&entry.tokens, prompt)))
+            .max_by_key(|&(idx, n_shared)| (n_shared, self.entries[idx].last_used))?;
+        if n_shared == 0 {
+            return None;
+        }
+        self.entries[entry_idx].last_used = self.clock;
+        Some((entry_idx, n_shared))
     }
 }
 
@@ -81,11 +249,14 @@ pub struct CachedGeneration {
     pub n_reused: usize,
 }
 
-/// [`crate::generate_with_hook`] from `cache`'s state: the prompt tokens the
-/// cache shares with its start are not read again. The run is the one a
-/// fresh state gives (same tokens, same trace); afterwards the cache holds
-/// the prompt and the generated tokens the model read (all but the last).
-/// After an error the cache is empty.
+/// [`generate_from_state`] from the kept state sharing the longest prefix
+/// with `prompt` (taken out of the cache for the run: one sequence at a
+/// time), which then goes back in having read the prompt and the generated
+/// tokens the model read (all but the last). The prompt tokens the state
+/// shares are not read again (the last one always is: its logits choose the
+/// first token; a prompt the truncation policy shortened is read whole). The
+/// run is the one a fresh state gives (same tokens, same trace). After an
+/// error the state taken is dropped.
 ///
 /// ```
 /// use lm_core::{Counting, LanguageModel, Prefix, Rows, TokenId};
@@ -107,10 +278,10 @@ pub struct CachedGeneration {
 /// let model = Counting::new(Next);
 /// let config = GenerationConfig { max_new_tokens: 2, sampling: SamplingConfig::greedy(), ..GenerationConfig::default() };
 /// let hook = |_: &Step| Ok::<_, lm_decode::Error>(ControlFlow::Continue(()));
-/// let mut cache = PrefixCache::new(&model);
+/// let mut cache = PrefixCache::one_state();
 /// let first = generate_cached(&model, &mut cache, &[0, 1], &config, None, hook).unwrap();
 /// assert_eq!(first.generation.tokens, vec![2, 3]);
-/// assert_eq!(cache.tokens(), &[0, 1, 2]);
+/// assert_eq!(cache.kept(), [&[0, 1, 2]]);
 /// // The next prompt extends the first run: only its new tokens are read.
 /// let second = generate_cached(&model, &mut cache, &[0, 1, 2, 3, 1], &config, None, hook).unwrap();
 /// assert_eq!(second.n_reused, 3);
@@ -122,51 +293,23 @@ pub fn generate_cached<M: LanguageModel, H: GenerationHook>(
     prompt: &[TokenId],
     config: &crate::GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    mut hook: H,
+    hook: H,
 ) -> Result<CachedGeneration, H::Error> {
-    let mut hook_error = None;
-    let result = (|| {
-        let fitted = prepare(model, prompt, config, detokenizer)?;
-        let mut row = Row::new(model, fitted, config, detokenizer, config.rng_stream)?;
-        if row.stop_reason.is_some() {
-            return Ok((row.into_generation(), 0));
-        }
-        let n_reused = cache.rewind(&row.history);
-        let mut logits = Vec::new();
-        let read = prefill(
-            model,
-            &mut cache.state,
-            &row.history[n_reused..],
-            config.prefill_chunk_len,
-            &mut logits,
-            |n, total| settle(hook.after_prefill_chunk(n, total), &mut hook_error),
-        );
-        let read = match read {
-            Ok(read) => read,
-            Err(error) => {
-                cache.clear();
-                return Err(error);
-            }
-        };
-        if read.is_break() {
-            row.stop_reason = Some(StopReason::Cancelled);
-        } else {
-            let ran = continue_row(
-                model,
-                &mut cache.state,
-                &mut logits,
-                &mut row,
-                &mut |step| settle(hook.on_step(step), &mut hook_error),
-            );
-            if let Err(error) = ran {
-                cache.clear();
-                return Err(error);
-            }
-        }
-        cache.sync(&row.history);
-        Ok((row.into_generation(), n_reused))
-    })();
-    let (generation, n_reused) = finish(result, hook_error)?;
+    let (state, n_shared) = cache
+        .take_longest_prefix(prompt)
+        .unwrap_or_else(|| (model.new_state(), 0));
+    let (generation, state) = generate_from_state(model, state, prompt, config, detokenizer, hook)?;
+    // What generate_from_state kept of the state: never the last prompt
+    // token; nothing when the prompt was shortened, or when the run ended
+    // before reading (no step, and not cancelled during the prefill).
+    let read_nothing =
+        generation.steps.is_empty() && generation.stop_reason != StopReason::Cancelled;
+    let n_reused = if generation.n_prompt_dropped > 0 || read_nothing {
+        0
+    } else {
+        n_shared.min(prompt.len().saturating_sub(1))
+    };
+    cache.insert_run(&generation, state);
     Ok(CachedGeneration {
         generation,
         n_reused,

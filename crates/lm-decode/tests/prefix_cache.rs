@@ -1,14 +1,15 @@
 //! Reusing a state between generations (`generate_cached`): each run equals
 //! a run from a fresh state, and reads only the prompt tokens the cache has
-//! not read; `min_new_tokens` and `penalty_last_n` against hand-made
-//! references.
+//! not read; the cache itself (`PrefixCache`): the longest prefix chosen,
+//! the limits respected, the least recently used dropped first;
+//! `min_new_tokens` and `penalty_last_n` against hand-made references.
 
 use crate::common::PrefixModel;
 use std::ops::ControlFlow;
 
-use lm_core::{Counting, TokenId};
+use lm_core::{Counting, Prefix, SequenceState, TokenId};
 use lm_decode::{
-    GenerationConfig, PrefixCache, Sampler, SamplingConfig, Step, StopReason, generate,
+    CacheLimit, GenerationConfig, PrefixCache, Sampler, SamplingConfig, Step, StopReason, generate,
     generate_cached,
 };
 
@@ -32,7 +33,7 @@ fn no_hook(_: &Step) -> Result<ControlFlow<()>, lm_decode::Error> {
 fn each_turn_equals_a_fresh_run_and_reads_only_its_new_tokens() {
     let model = Counting::new(PrefixModel::new(11));
     let fresh = PrefixModel::new(11);
-    let mut cache = PrefixCache::new(&model);
+    let mut cache = PrefixCache::one_state();
     let mut conversation: Vec<TokenId> = vec![3, 1, 4];
     let mut expected_reads = Vec::new();
     for turn in 0..4u64 {
@@ -55,7 +56,7 @@ fn each_turn_equals_a_fresh_run_and_reads_only_its_new_tokens() {
         assert_eq!(model.calls(), expected_reads, "turn {turn}");
         let n_fed = conversation.len() + run.generation.tokens.len() - 1;
         conversation.extend(&run.generation.tokens);
-        assert_eq!(cache.tokens(), &conversation[..n_fed]);
+        assert_eq!(cache.kept(), [&conversation[..n_fed]]);
         // The next user message.
         conversation.extend([turn as TokenId + 5, 2]);
     }
@@ -64,7 +65,7 @@ fn each_turn_equals_a_fresh_run_and_reads_only_its_new_tokens() {
 #[test]
 fn a_prompt_that_differs_is_read_from_the_first_difference() {
     let model = Counting::new(PrefixModel::new(11));
-    let mut cache = PrefixCache::new(&model);
+    let mut cache = PrefixCache::one_state();
     let config = sampling(4);
     generate_cached(&model, &mut cache, &[1, 2, 3, 4, 5], &config, None, no_hook).unwrap();
     let before = model.calls().len();
@@ -86,6 +87,167 @@ fn a_prompt_that_differs_is_read_from_the_first_difference() {
     let before = model.calls().len();
     let cleared = generate_cached(&model, &mut cache, &prompt, &config, None, no_hook).unwrap();
     assert_eq!((cleared.n_reused, model.calls()[before]), (0, prompt.len()));
+}
+
+/// A `Prefix` state that has read `tokens`.
+fn prefix(tokens: &[TokenId]) -> Prefix {
+    Prefix {
+        tokens: tokens.to_vec(),
+    }
+}
+
+/// A cache of `Prefix` states under `max_bytes`, 4 bytes a token.
+fn byte_cache(max_bytes: usize) -> PrefixCache<Prefix> {
+    PrefixCache::new(CacheLimit::bytes(max_bytes), |state: &Prefix| {
+        4 * state.tokens.len()
+    })
+}
+
+#[test]
+fn the_longest_shared_prefix_is_found_and_truncated_to() {
+    let mut cache = byte_cache(1000);
+    cache.insert(vec![1, 2, 3], prefix(&[1, 2, 3]));
+    cache.insert(vec![1, 5], prefix(&[1, 5]));
+    cache.insert(vec![1, 2, 3, 4, 6], prefix(&[1, 2, 3, 4, 6]));
+    // [1, 2, 3] was dropped: [1, 2, 3, 4, 6] extends it.
+    assert_eq!(cache.kept(), [&[1, 2, 3, 4, 6][..], &[1, 5]]);
+    let (state, n_shared) = cache.longest_prefix(&[1, 2, 3, 4, 5]).unwrap();
+    assert_eq!((state.tokens, n_shared), (vec![1, 2, 3, 4], 4));
+    let (state, n_shared) = cache.longest_prefix(&[1, 5, 5]).unwrap();
+    assert_eq!((state.tokens, n_shared), (vec![1, 5], 2));
+    // A copy: the kept states are whole.
+    assert_eq!(cache.kept(), [&[1, 5][..], &[1, 2, 3, 4, 6]]);
+    assert!(cache.longest_prefix(&[7]).is_none());
+    assert!(cache.longest_prefix(&[]).is_none());
+    assert_eq!((cache.len(), cache.used_bytes()), (2, 28));
+    // Taken, it leaves the cache.
+    let (state, n_shared) = cache.take_longest_prefix(&[1, 2, 9]).unwrap();
+    assert_eq!((state.pos(), n_shared), (2, 2));
+    assert_eq!((cache.kept(), cache.used_bytes()), (vec![&[1, 5][..]], 8));
+}
+
+#[test]
+fn of_two_equal_prefixes_the_most_recently_used_is_chosen() {
+    let mut cache = byte_cache(1000);
+    cache.insert(vec![1, 2, 3], prefix(&[1, 2, 3]));
+    cache.insert(vec![1, 2, 4], prefix(&[1, 2, 4]));
+    let (state, _) = cache.longest_prefix(&[1, 2, 5]).unwrap();
+    assert_eq!(state.tokens, [1, 2]);
+    assert_eq!(cache.kept()[0], [1, 2, 4]);
+    cache.longest_prefix(&[1, 2, 3]).unwrap();
+    assert_eq!(cache.kept()[0], [1, 2, 3]);
+}
+
+#[test]
+fn a_state_replaces_the_ones_it_extends_and_the_budget_drops_the_least_recently_used() {
+    let mut cache = byte_cache(38);
+    cache.insert(vec![1, 2], prefix(&[1, 2]));
+    cache.insert(vec![1, 2, 3], prefix(&[1, 2, 3]));
+    assert_eq!((cache.len(), cache.used_bytes()), (1, 12));
+    cache.insert(vec![4, 4, 4], prefix(&[4, 4, 4]));
+    cache.insert(vec![5, 5, 5], prefix(&[5, 5, 5]));
+    assert_eq!((cache.len(), cache.used_bytes()), (3, 36));
+    // Touch [1, 2, 3]; then a fourth entry evicts [4, 4, 4], the oldest.
+    cache.longest_prefix(&[1, 2, 3]).unwrap();
+    cache.insert(vec![6], prefix(&[6]));
+    assert_eq!((cache.len(), cache.used_bytes()), (3, 28));
+    assert!(cache.longest_prefix(&[4]).is_none());
+    assert!(cache.longest_prefix(&[1]).is_some());
+    // Bigger than the whole budget: not kept, nothing dropped for it.
+    cache.insert(vec![7; 11], prefix(&[7; 11]));
+    assert!(cache.longest_prefix(&[7]).is_none());
+    assert_eq!(cache.len(), 3);
+}
+
+#[test]
+fn eviction_follows_the_order_of_use_until_the_budget_holds() {
+    // Five 8-byte states in 40 bytes; the sixth needs 16 more: the two
+    // least recently used go, in that order.
+    let mut cache = byte_cache(40);
+    for t in 1..=5 {
+        cache.insert(vec![t, t], prefix(&[t, t]));
+    }
+    // Use order, oldest first: 2, 4, 5, 1, 3.
+    for t in [1, 3] {
+        cache.longest_prefix(&[t]).unwrap();
+    }
+    cache.insert(vec![6, 6, 6, 6], prefix(&[6, 6, 6, 6]));
+    assert_eq!(cache.kept(), [&[6, 6, 6, 6][..], &[3, 3], &[1, 1], &[5, 5]]);
+    assert_eq!(cache.used_bytes(), 40);
+    // The used bytes always equal the kept states' sizes, within the budget.
+    let total: usize = cache.kept().iter().map(|tokens| 4 * tokens.len()).sum();
+    assert_eq!(total, cache.used_bytes());
+}
+
+#[test]
+fn the_entry_limit_keeps_the_most_recent_states_and_zero_keeps_nothing() {
+    let limit = CacheLimit {
+        max_entries: 2,
+        max_bytes: usize::MAX,
+    };
+    let mut cache = PrefixCache::new(limit, |_: &Prefix| 0);
+    for t in 1..=3 {
+        cache.insert(vec![t], prefix(&[t]));
+    }
+    assert_eq!(cache.kept(), [[3], [2]]);
+    // One state: each insert replaces the last, whatever its size.
+    let mut one = PrefixCache::one_state();
+    one.insert(vec![1; 1000], prefix(&[1; 1000]));
+    one.insert(vec![2], prefix(&[2]));
+    assert_eq!(one.kept(), [[2]]);
+    // A limit of 0 in either dimension keeps nothing.
+    let mut none = byte_cache(0);
+    none.insert(vec![1], prefix(&[1]));
+    let mut no_entries = PrefixCache::new(
+        CacheLimit {
+            max_entries: 0,
+            max_bytes: 100,
+        },
+        |_: &Prefix| 0,
+    );
+    no_entries.insert(vec![1], prefix(&[1]));
+    assert!(none.is_empty() && no_entries.is_empty());
+    // A state records only the tokens it has read.
+    let mut cache = byte_cache(100);
+    cache.insert(vec![1, 2, 3], prefix(&[1, 2]));
+    cache.insert(vec![4], prefix(&[4, 5, 6]));
+    assert_eq!(cache.kept(), [&[4][..], &[1, 2]]);
+    assert_eq!(cache.longest_prefix(&[4, 5]).unwrap().0.tokens, [4]);
+}
+
+#[test]
+fn a_shared_cache_serves_several_conversations_each_equal_to_a_fresh_run() {
+    // Two conversations take turns on one cache of two states: each turn
+    // starts from its own conversation's state.
+    let model = Counting::new(PrefixModel::new(11));
+    let mut cache = PrefixCache::new(
+        CacheLimit {
+            max_entries: 2,
+            max_bytes: usize::MAX,
+        },
+        |_| 0,
+    );
+    let mut conversations: [Vec<TokenId>; 2] = [vec![3, 1, 4], vec![2, 7, 1]];
+    for turn in 0..3u64 {
+        for (c, conversation) in conversations.iter_mut().enumerate() {
+            let config = GenerationConfig {
+                rng_stream: turn,
+                ..sampling(c as u64)
+            };
+            let run =
+                generate_cached(&model, &mut cache, conversation, &config, None, no_hook).unwrap();
+            let reference = generate(&PrefixModel::new(11), conversation, &config, None).unwrap();
+            assert_eq!(run.generation, reference, "turn {turn}, conversation {c}");
+            let expected_reuse = if turn == 0 { 0 } else { conversation.len() - 3 };
+            assert_eq!(
+                run.n_reused, expected_reuse,
+                "turn {turn}, conversation {c}"
+            );
+            conversation.extend(&run.generation.tokens);
+            conversation.extend([turn as TokenId + 5, 2]);
+        }
+    }
+    assert_eq!(cache.len(), 2);
 }
 
 #[test]

@@ -2,10 +2,13 @@
 //! replaces: after every id, the same stop position, string and text as
 //! [`find_stop_string`] on the whole decoded text, for stop strings that
 //! span several tokens and tokens that hold half a UTF-8 character; and a
-//! `max_new_tokens` far beyond memory that only a stop rule ends.
+//! `max_new_tokens` far beyond memory that only a stop rule ends. The
+//! hold-back rule of streamed text ([`TextDeltas`]) on its edge cases and
+//! against the whole-text cut: the pieces handed out always start the
+//! final text and join to it.
 
 use lm_core::{Detokenize, TokenId};
-use lm_decode::{IncrementalText, StopSearch, find_stop_string};
+use lm_decode::{IncrementalText, StopSearch, TextDeltas, find_stop_string};
 use proptest::prelude::*;
 
 /// Byte-level tokens: the concatenated bytes, invalid UTF-8 replaced (as a
@@ -150,6 +153,121 @@ proptest! {
             .collect();
         stops.push(literal);
         check(detokenizer, context, &ids, &stops);
+    }
+}
+
+/// Streams `ids` through [`TextDeltas`] (`end` an end token) and checks
+/// every piece against the whole-text way: what has been handed out after
+/// each id starts the final text (the whole decode cut before the first
+/// stop string), and with `finish` the pieces join to it. Returns the
+/// pieces, `finish`'s last.
+fn check_deltas(
+    detokenizer: &dyn Detokenize,
+    context: &[TokenId],
+    ids: &[TokenId],
+    end: &[TokenId],
+    stops: &[String],
+) -> Vec<String> {
+    // The final text: decode up to the end token or the first stop.
+    let mut text_ids: Vec<TokenId> = Vec::new();
+    let mut expected = whole(detokenizer, context, &text_ids);
+    for &id in ids {
+        if end.contains(&id) {
+            continue;
+        }
+        text_ids.push(id);
+        let text = whole(detokenizer, context, &text_ids);
+        if let Some((byte, _)) = find_stop_string(&text, stops) {
+            expected = text[..byte].to_owned();
+            break;
+        }
+        expected = text;
+    }
+    let mut deltas = TextDeltas::new(detokenizer, context, end, stops);
+    let mut pieces = Vec::new();
+    let mut shown = String::new();
+    for (k, &id) in ids.iter().enumerate() {
+        deltas.push(id);
+        let piece = deltas.take_final();
+        shown.push_str(&piece);
+        pieces.push(piece);
+        assert!(
+            expected.starts_with(&shown),
+            "after {} ids {ids:?}: {shown:?} does not start {expected:?}",
+            k + 1
+        );
+    }
+    assert_eq!(deltas.text(), expected);
+    let rest = deltas.finish();
+    shown.push_str(&rest);
+    pieces.push(rest);
+    assert_eq!(shown, expected, "ids {ids:?}, stops {stops:?}");
+    assert_eq!(deltas.finish(), "", "finish hands the rest out once");
+    pieces
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_stop_string_split_across_tokens_is_held_back_then_cut() {
+    // "a" "b" "ab": "bab" spans all three; "a" is shown only once the stop
+    // string is found, and nothing of it.
+    let pieces = check_deltas(&Bytes, &[], &[0, 1, 2, 0], &[], &strings(&["bab"]));
+    assert_eq!(pieces, ["", "", "a", "", ""]);
+    // "ab" " " "xyz" against "b xz": "b x" almost matches; the last 3 bytes
+    // are held whatever they are, so "ab " goes out once "xyz" arrives and
+    // "xyz" at the end.
+    let pieces = check_deltas(&Bytes, &[], &[2, 3, 5], &[], &strings(&["b xz"]));
+    assert_eq!(pieces, ["", "", "ab ", "xyz"]);
+}
+
+#[test]
+fn a_character_split_across_tokens_is_shown_once_whole() {
+    // "a" | F0 9F | 99 82 | C3 | A9: "🙂" and "é" each arrive in halves.
+    let pieces = check_deltas(&Bytes, &[], &[0, 9, 10, 6, 7], &[], &[]);
+    assert_eq!(pieces, ["a", "", "🙂", "", "é", ""]);
+    // With one byte held back for a stop string as well: the cut never
+    // splits "é" (2 bytes), it moves back to the character's start.
+    let pieces = check_deltas(&Bytes, &[], &[8, 8, 0, 1], &[], &strings(&["qq"]));
+    assert_eq!(pieces, ["", "é", "é", "a", "b"]);
+}
+
+#[test]
+fn after_a_stop_string_nothing_more_is_shown_and_end_tokens_never() {
+    // Token 4 ("\n") is the end token here; it adds no text, and "b"
+    // after the stop "ab" adds nothing either.
+    let pieces = check_deltas(&Bytes, &[], &[0, 4, 1, 1, 0], &[4], &strings(&["ab"]));
+    assert_eq!(pieces, ["", "", "", "", "", ""]);
+    let pieces = check_deltas(&Bytes, &[], &[5, 4, 5], &[4], &[]);
+    assert_eq!(pieces, ["xyz", "", "xyz", ""]);
+}
+
+#[test]
+fn the_end_of_the_stream_flushes_the_held_text() {
+    // "xyz" could start "xyz!" to the end: all of it is held, and finish
+    // hands it out.
+    let pieces = check_deltas(&Bytes, &[], &[5], &[], &strings(&["xyz!"]));
+    assert_eq!(pieces, ["", "xyz"]);
+    // A trailing half character too (the whole decode ends in U+FFFD).
+    let pieces = check_deltas(&Bytes, &[], &[0, 9], &[], &[]);
+    assert_eq!(pieces, ["a", "", "\u{FFFD}"]);
+}
+
+proptest! {
+    #[test]
+    fn streamed_pieces_start_and_join_to_the_whole_text_cut_at_the_stop(
+        ids in proptest::collection::vec(0..PIECES.len() as TokenId, 0..40),
+        context in proptest::collection::vec(0..5 as TokenId, 0..3),
+        words in any::<bool>(),
+        end in proptest::option::of(0..PIECES.len() as TokenId),
+        stops in proptest::collection::vec("[ab é🙂x\n]{1,4}", 0..3),
+    ) {
+        let detokenizer: &dyn Detokenize = if words { &Words } else { &Bytes };
+        let context: &[TokenId] = if words { &context } else { &[] };
+        let end: Vec<TokenId> = end.into_iter().collect();
+        check_deltas(detokenizer, context, &ids, &end, &stops);
     }
 }
 

@@ -25,14 +25,13 @@
 
 #![deny(missing_docs)]
 
-mod deltas;
 mod error;
 mod formats;
 mod metrics;
-mod prefix_cache;
 mod request;
 mod routes;
 mod scheduler;
+mod state_size;
 mod text;
 
 use std::future::Future;
@@ -45,7 +44,7 @@ use std::time::Duration;
 use lm_core::LanguageModel;
 
 pub use error::ServeError;
-pub use prefix_cache::StateSize;
+pub use state_size::StateSize;
 pub use text::{OutputFormatError, ServedText, TextFailure};
 
 use crate::metrics::Metrics;

@@ -79,7 +79,7 @@ impl Metrics {
             .fetch_add(n_tokens as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn record_cache_usage(&self, (entries, bytes): (usize, usize)) {
+    pub(crate) fn record_cache_usage(&self, entries: usize, bytes: usize) {
         self.cache_entries.store(entries as u64, Ordering::Relaxed);
         self.cache_bytes.store(bytes as u64, Ordering::Relaxed);
     }

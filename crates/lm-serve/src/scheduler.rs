@@ -31,12 +31,14 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
-use lm_decode::{Candidate, GenerationConfig, GenerationHook, StopReason, generate_from_state};
+use lm_decode::{
+    CacheLimit, Candidate, GenerationConfig, GenerationHook, PrefixCache, StopReason, TextDeltas,
+    generate_from_state,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::deltas::TextDeltas;
 use crate::metrics::Metrics;
-use crate::prefix_cache::{PrefixCache, StateSize};
+use crate::state_size::StateSize;
 use crate::text::ServedText;
 
 /// One sequence to generate: a prompt and its policy, and where its events
@@ -173,7 +175,10 @@ where
     M: LanguageModel + Send + Sync + 'static,
     M::State: StateSize + Send + 'static,
 {
-    let cache = Arc::new(Mutex::new(PrefixCache::new(cache_bytes)));
+    let cache = Arc::new(Mutex::new(PrefixCache::new(
+        CacheLimit::bytes(cache_bytes),
+        <M::State as StateSize>::size_bytes,
+    )));
     let (to_scheduler, inbox) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(n_workers + 1);
     let scheduler_model = Arc::clone(&model);
@@ -422,7 +427,8 @@ impl GenerationHook for &mut StreamHook<'_> {
             self.first_token = false;
             self.metrics.record_first_token(self.started.elapsed());
         }
-        let text = self.deltas.push(step.token);
+        self.deltas.push(step.token);
+        let text = self.deltas.take_final();
         let _ = self.events.send((
             self.index,
             Event::Token {
@@ -492,11 +498,9 @@ fn run_job<M: LanguageModel>(
         Ok((generation, state)) => {
             metrics.record_generated(generation.prompt.len(), generation.tokens.len());
             if let Some(state) = state.0 {
-                let mut tokens = [generation.prompt.as_slice(), &generation.tokens].concat();
-                tokens.truncate(state.pos());
                 let mut cache = lock(cache);
-                cache.insert(tokens, state);
-                metrics.record_cache_usage(cache.usage());
+                cache.insert_run(&generation, state);
+                metrics.record_cache_usage(cache.len(), cache.used_bytes());
             }
             Event::Done {
                 text: hook.deltas.finish(),

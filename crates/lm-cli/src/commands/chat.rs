@@ -159,7 +159,7 @@ impl ModelTask for Chat {
             model,
             codec,
             config,
-            cache: PrefixCache::new(model),
+            cache: PrefixCache::one_state(),
             conversation: Conversation::new(args.system.clone()),
             parse_special: args.parse_special,
             live: !args.json,
