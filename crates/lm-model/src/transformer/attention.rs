@@ -29,17 +29,22 @@
 //! a prompt); for each key/value head a tile walks the chunks its queries
 //! see, widening each chunk once to f32 (F16C for an f16 cache), so the block
 //! (8 KiB at head_dim 64) is read from L1 by every query row of the tile:
-//!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a pass, 8 partial sums)
+//!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a vector, 8 partial sums)
 //!   weights softmax of each row over its visible positions
-//!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (32 dimensions a pass)
+//!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (8 dimensions a vector)
 //! chunks wholly after a query (or before its window) are never read for it.
+//! The AVX2 build works on four query rows at a time (any rows that see the
+//! chunk for scores, rows that see the same positions for outputs), so each
+//! key or value vector it loads serves four rows, with 8 independent sums
+//! in registers to hide the latency of the additions.
 //! ```
 //!
 //! Every output value is the same sequence of f32 operations whatever the
 //! tile, the number of queries in the call or the vector width, and the
 //! sequence of the one-query-at-a-time attention this replaced: a score is a
-//! dot product of eight partial sums, the softmax uses `exp` and sums in
-//! order, an output sums in position order. So a prompt read at once gives
+//! dot product of eight partial sums, the softmax uses libm's `exp` (the
+//! AVX2 build a vectorised `exp` with libm's bits, `super::exp`) and sums
+//! in order, an output sums in position order. So a prompt read at once gives
 //! the bits of the same prompt read token by token, the SIMD build (the same
 //! code compiled for AVX2) gives the bits of the portable one, and the
 //! conformance fixtures see the numbers they were measured with.
@@ -49,6 +54,9 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::config::KvPrecision;
+use super::exp::exp_in_place;
+#[cfg(target_arch = "x86_64")]
+use super::exp::exp_in_place_avx2;
 use super::kv_cache::{CHUNK_LEN, KvCache, widen_f16};
 use crate::dispatch::{Dispatch, Kernel};
 
@@ -95,6 +103,9 @@ pub struct AttentionScratch {
     scores: Vec<f32>,
     /// Those query rows, rounded to f16 at f16 precision: `[rows][head_dim]`.
     queries: Vec<f32>,
+    /// The scaled products of those rows with one chunk's keys:
+    /// `[rows][CHUNK_LEN]`.
+    products: Vec<f32>,
     /// One chunk's keys widened to f32 (f16 cache): `[head_dim][CHUNK_LEN]`.
     keys: Vec<f32>,
     /// One chunk's values widened to f32 (f16 cache): `[CHUNK_LEN][head_dim]`.
@@ -168,17 +179,18 @@ fn attend_tile(
     #[cfg(target_arch = "x86_64")]
     if cache.dispatch().kernel() != Kernel::Portable && cache.dispatch().has_f16c() {
         // SAFETY: every x86 SIMD kernel a `Dispatch` allows requires AVX2
-        // (a `Dispatch` holds only detected features), and F16C is checked.
+        // and FMA (a `Dispatch` holds only detected features), and F16C is
+        // checked.
         unsafe { attend_tile_avx2(shape, cache, layer, first_pos, queries, scratch, out) };
         return;
     }
-    attend_tile_lanes(shape, cache, layer, first_pos, queries, scratch, out);
+    attend_tile_lanes::<false>(shape, cache, layer, first_pos, queries, scratch, out);
 }
 
-/// [`attend_tile_lanes`] compiled for AVX2: the same operations in 8-wide
-/// vectors, so the same bits.
+/// [`attend_tile_lanes`] with its AVX2 kernels: the same operations on the
+/// same values in 8-wide vectors, so the same bits.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn attend_tile_avx2(
     shape: AttentionShape,
     cache: &KvCache,
@@ -188,16 +200,18 @@ fn attend_tile_avx2(
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
-    attend_tile_lanes(shape, cache, layer, first_pos, queries, scratch, out);
+    attend_tile_lanes::<true>(shape, cache, layer, first_pos, queries, scratch, out);
 }
 
 /// One tile: for each key/value head, the scores of the tile's query rows
 /// chunk by chunk, each row's softmax, then the weighted values chunk by
 /// chunk (module docs). Only the chunks a query sees are read for it; in
 /// the chunk holding a query's own position, the products with later keys
-/// are computed in the vector but never stored.
+/// are computed but never stored. With `AVX2` (x86_64 only, called from
+/// [`attend_tile_avx2`]) the products, exponentials, f16 roundings and
+/// weighted sums run in the AVX2 kernels, several query rows at a time.
 #[inline(always)]
-fn attend_tile_lanes(
+fn attend_tile_lanes<const AVX2: bool>(
     shape: AttentionShape,
     cache: &KvCache,
     layer: usize,
@@ -220,17 +234,30 @@ fn attend_tile_lanes(
     let AttentionScratch {
         scores,
         queries: tile_queries,
+        products,
         keys,
         values,
         narrowed,
     } = scratch;
     grow(scores, n_rows * span);
     grow(tile_queries, n_rows * head_dim);
+    grow(products, n_rows * CHUNK_LEN);
     let scores = &mut scores[..n_rows * span];
     let tile_queries = &mut tile_queries[..n_rows * head_dim];
     // The positions query `j` sees, as offsets into the span.
     let visible =
         |j: usize| shape.first_visible(first_pos + j) - span_start..first_pos + j + 1 - span_start;
+    // The queries that see some of the span offsets `rows`: a run, since
+    // both ends of `visible(j)` grow with `j`.
+    let seeing = |rows: std::ops::Range<usize>| {
+        let first = (0..n_queries).find(|&j| !intersect(visible(j), rows.clone()).is_empty());
+        first.map_or(0..0, |first| {
+            let end = (first..n_queries)
+                .find(|&j| intersect(visible(j), rows.clone()).is_empty())
+                .unwrap_or(n_queries);
+            first..end
+        })
+    };
     for kv_head in 0..shape.n_kv_head {
         let band = kv_head * group_width..(kv_head + 1) * group_width;
         for (rows, query) in tile_queries
@@ -240,43 +267,52 @@ fn attend_tile_lanes(
             rows.copy_from_slice(&query[band.clone()]);
         }
         if round {
-            round_all_to_f16(dispatch, tile_queries, narrowed);
+            round_all_to_f16::<AVX2>(dispatch, tile_queries, narrowed);
         }
 
-        // Scores: scores[r][k] = (q_r . key_k) * scale.
+        // Scores: scores[r][k] = (q_r . key_k) * scale, every row that sees
+        // some of a chunk multiplied by all its keys, the visible ones kept.
         for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
             let chunk_keys = chunk.keys.to_f32(dispatch, keys);
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
-            for j in 0..n_queries {
+            let seers = seeing(chunk_rows.clone());
+            let rows = seers.start * group..seers.end * group;
+            chunk_scores::<AVX2>(
+                &tile_queries[rows.start * head_dim..rows.end * head_dim],
+                chunk_keys,
+                shape.scale,
+                &mut products[rows.start * CHUNK_LEN..rows.end * CHUNK_LEN],
+            );
+            for j in seers {
                 let seen = intersect(visible(j), chunk_rows.clone());
-                if seen.is_empty() {
-                    continue;
-                }
                 let lanes = (seen.start as isize - chunk_offset) as usize
                     ..(seen.end as isize - chunk_offset) as usize;
                 for r in j * group..(j + 1) * group {
-                    let products =
-                        key_scores(&tile_queries[r * head_dim..(r + 1) * head_dim], chunk_keys);
-                    let row = &mut scores[r * span..(r + 1) * span];
-                    for (score, &product) in
-                        row[seen.clone()].iter_mut().zip(&products[lanes.clone()])
-                    {
-                        *score = product * shape.scale;
-                    }
+                    scores[r * span..(r + 1) * span][seen.clone()].copy_from_slice(
+                        &products[r * CHUNK_LEN..(r + 1) * CHUNK_LEN][lanes.clone()],
+                    );
                 }
             }
         }
 
         // Weights: softmax over each row's visible positions.
         for j in 0..n_queries {
-            let seen = visible(j);
-            for r in j * group..(j + 1) * group {
-                let weights = &mut scores[r * span..(r + 1) * span][seen.clone()];
-                softmax_to_weights(weights);
-                if round {
-                    round_all_to_f16(dispatch, weights, narrowed);
+            let rows = j * group..(j + 1) * group;
+            softmax_to_weights::<AVX2>(
+                dispatch,
+                &mut scores[rows.start * span..rows.end * span],
+                span,
+                visible(j),
+            );
+            if round {
+                for r in rows {
+                    round_all_to_f16::<AVX2>(
+                        dispatch,
+                        &mut scores[r * span..(r + 1) * span][visible(j)],
+                        narrowed,
+                    );
                 }
             }
         }
@@ -290,22 +326,30 @@ fn attend_tile_lanes(
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
-            for (j, query_out) in out.chunks_exact_mut(q_dim).enumerate() {
-                let seen = intersect(visible(j), chunk_rows.clone());
-                if seen.is_empty() {
-                    continue;
-                }
+            let seers = seeing(chunk_rows.clone());
+            // Runs of queries that see the same rows of the chunk share the
+            // value rows they read.
+            let mut run_start = seers.start;
+            while run_start < seers.end {
+                let seen = intersect(visible(run_start), chunk_rows.clone());
+                let run_end = (run_start + 1..seers.end)
+                    .find(|&j| intersect(visible(j), chunk_rows.clone()) != seen)
+                    .unwrap_or(seers.end);
                 let first_row = (seen.start as isize - chunk_offset) as usize;
                 let value_rows =
                     &chunk_values[first_row * head_dim..(first_row + seen.len()) * head_dim];
-                for (g, head_out) in query_out[band.clone()]
-                    .chunks_exact_mut(head_dim)
-                    .enumerate()
-                {
-                    let r = j * group + g;
-                    let weights = &scores[r * span..(r + 1) * span][seen.clone()];
-                    add_weighted_rows(head_out, weights, value_rows);
-                }
+                let out_row = |r: usize| r / group * q_dim + band.start + r % group * head_dim;
+                let weights_at = |r: usize| r * span + seen.start;
+                add_weighted_rows::<AVX2>(
+                    out,
+                    run_start * group..run_end * group,
+                    out_row,
+                    scores,
+                    weights_at,
+                    value_rows,
+                    head_dim,
+                );
+                run_start = run_end;
             }
         }
     }
@@ -374,11 +418,267 @@ fn key_scores(query: &[f32], keys: &[f32]) -> [f32; CHUNK_LEN] {
     out
 }
 
+/// The products of each query row of `queries` (`[rows][head_dim]`) with
+/// the [`CHUNK_LEN`] keys of `keys` (a chunk's key block), times `scale`,
+/// into `products` (`[rows][CHUNK_LEN]`): each one [`key_scores`]'s sum.
+/// The AVX2 build takes four rows at a time, so each key vector it loads
+/// serves four rows.
+#[inline(always)]
+fn chunk_scores<const AVX2: bool>(queries: &[f32], keys: &[f32], scale: f32, products: &mut [f32]) {
+    let head_dim = keys.len() / CHUNK_LEN;
+    debug_assert_eq!(queries.len() / head_dim, products.len() / CHUNK_LEN);
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        let (q_blocks, q_rest) = queries.split_at(queries.len() / (4 * head_dim) * 4 * head_dim);
+        let (p_blocks, p_rest) = products.split_at_mut(q_blocks.len() / head_dim * CHUNK_LEN);
+        for (q, p) in q_blocks
+            .chunks_exact(4 * head_dim)
+            .zip(p_blocks.chunks_exact_mut(4 * CHUNK_LEN))
+        {
+            // SAFETY: called only from `attend_tile_avx2`, whose features
+            // these are.
+            unsafe { key_scores_avx2::<4>(q, keys, scale, p) };
+        }
+        // SAFETY: as above.
+        unsafe {
+            match q_rest.len() / head_dim {
+                0 => {}
+                1 => key_scores_avx2::<1>(q_rest, keys, scale, p_rest),
+                2 => key_scores_avx2::<2>(q_rest, keys, scale, p_rest),
+                _ => key_scores_avx2::<3>(q_rest, keys, scale, p_rest),
+            }
+        }
+        return;
+    }
+    for (query, row) in queries
+        .chunks_exact(head_dim)
+        .zip(products.chunks_exact_mut(CHUNK_LEN))
+    {
+        for (p, product) in row.iter_mut().zip(key_scores(query, keys)) {
+            *p = product * scale;
+        }
+    }
+}
+
+/// [`key_scores`] times `scale` for `R` query rows at once (`queries`:
+/// `[R][head_dim]`, `products`: `[R][CHUNK_LEN]`), in AVX2 with the same
+/// operations in the same order: for 16 keys (two vectors) at a time, the
+/// partial sum of dimensions `p, p + 8, ...` for each `p` in turn, added to
+/// the running sum of the earlier partials, so only the sums in flight
+/// (`2 R` vectors) and the current partials (`2 R`) need registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn key_scores_avx2<const R: usize>(
+    queries: &[f32],
+    keys: &[f32],
+    scale: f32,
+    products: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let head_dim = keys.len() / CHUNK_LEN;
+    assert!(queries.len() == R * head_dim && products.len() == R * CHUNK_LEN);
+    let whole = head_dim / PARTIALS * PARTIALS;
+    let (q, k) = (queries.as_ptr(), keys.as_ptr());
+    for half in 0..CHUNK_LEN / 16 {
+        let mut sums = [[_mm256_set1_ps(-0.0); 2]; R];
+        for p in 0..PARTIALS {
+            let mut partials = [[_mm256_setzero_ps(); 2]; R];
+            for d in (p..whole).step_by(PARTIALS) {
+                // SAFETY: d < head_dim, so the key row d (CHUNK_LEN values)
+                // and each query's value d are in bounds (asserted above).
+                unsafe {
+                    let column = k.add(d * CHUNK_LEN + half * 16);
+                    let (c0, c1) = (_mm256_loadu_ps(column), _mm256_loadu_ps(column.add(8)));
+                    for (i, partial) in partials.iter_mut().enumerate() {
+                        let b = _mm256_set1_ps(*q.add(i * head_dim + d));
+                        partial[0] = _mm256_add_ps(partial[0], _mm256_mul_ps(b, c0));
+                        partial[1] = _mm256_add_ps(partial[1], _mm256_mul_ps(b, c1));
+                    }
+                }
+            }
+            for (sum, partial) in sums.iter_mut().zip(&partials) {
+                sum[0] = _mm256_add_ps(sum[0], partial[0]);
+                sum[1] = _mm256_add_ps(sum[1], partial[1]);
+            }
+        }
+        let mut tails = [[_mm256_set1_ps(-0.0); 2]; R];
+        for d in whole..head_dim {
+            // SAFETY: as above.
+            unsafe {
+                let column = k.add(d * CHUNK_LEN + half * 16);
+                let (c0, c1) = (_mm256_loadu_ps(column), _mm256_loadu_ps(column.add(8)));
+                for (i, tail) in tails.iter_mut().enumerate() {
+                    let b = _mm256_set1_ps(*q.add(i * head_dim + d));
+                    tail[0] = _mm256_add_ps(tail[0], _mm256_mul_ps(b, c0));
+                    tail[1] = _mm256_add_ps(tail[1], _mm256_mul_ps(b, c1));
+                }
+            }
+        }
+        let scale = _mm256_set1_ps(scale);
+        for (i, (sum, tail)) in sums.iter().zip(&tails).enumerate() {
+            // SAFETY: row i's products are in bounds (asserted above).
+            unsafe {
+                let row = products.as_mut_ptr().add(i * CHUNK_LEN + half * 16);
+                _mm256_storeu_ps(row, _mm256_mul_ps(_mm256_add_ps(sum[0], tail[0]), scale));
+                _mm256_storeu_ps(
+                    row.add(8),
+                    _mm256_mul_ps(_mm256_add_ps(sum[1], tail[1]), scale),
+                );
+            }
+        }
+    }
+}
+
+/// Adds `sum_k w[r][k] * value_rows[k]` to the output row of each query
+/// row `r` in `rows`, each output value in position order: row `r`'s output
+/// starts at `out[out_row(r)]` (`head_dim` values) and its weights at
+/// `weights[weights_at(r)]` (one per value row). The AVX2 build takes four
+/// rows at a time, so each value vector it loads serves four rows.
+#[inline(always)]
+fn add_weighted_rows<const AVX2: bool>(
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+    out_row: impl Fn(usize) -> usize,
+    weights: &[f32],
+    weights_at: impl Fn(usize) -> usize,
+    value_rows: &[f32],
+    head_dim: usize,
+) {
+    let n = value_rows.len() / head_dim;
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        let mut r = rows.start;
+        while r < rows.end {
+            let m = (rows.end - r).min(4);
+            let outs = |i: usize| out_row(r + i.min(m - 1));
+            let ws = |i: usize| &weights[weights_at(r + i.min(m - 1))..][..n];
+            // SAFETY: called only from `attend_tile_avx2`, whose features
+            // these are.
+            unsafe {
+                match m {
+                    4 => add_weighted_avx2(
+                        out,
+                        [outs(0), outs(1), outs(2), outs(3)],
+                        [ws(0), ws(1), ws(2), ws(3)],
+                        value_rows,
+                        head_dim,
+                    ),
+                    3 => add_weighted_avx2(
+                        out,
+                        [outs(0), outs(1), outs(2)],
+                        [ws(0), ws(1), ws(2)],
+                        value_rows,
+                        head_dim,
+                    ),
+                    2 => add_weighted_avx2(
+                        out,
+                        [outs(0), outs(1)],
+                        [ws(0), ws(1)],
+                        value_rows,
+                        head_dim,
+                    ),
+                    _ => add_weighted_avx2(out, [outs(0)], [ws(0)], value_rows, head_dim),
+                }
+            }
+            r += m;
+        }
+        return;
+    }
+    for r in rows {
+        add_weighted_row(
+            &mut out[out_row(r)..][..head_dim],
+            &weights[weights_at(r)..][..n],
+            value_rows,
+        );
+    }
+}
+
+/// [`add_weighted_row`] for `R` output rows at once (starting at
+/// `out_starts`, distinct rows of `head_dim` values), in AVX2: 16 output
+/// values of every row stay in registers across the value rows, and each
+/// value vector is loaded once for the `R` rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_weighted_avx2<const R: usize>(
+    out: &mut [f32],
+    out_starts: [usize; R],
+    weights: [&[f32]; R],
+    value_rows: &[f32],
+    head_dim: usize,
+) {
+    use std::arch::x86_64::*;
+    let n = value_rows.len() / head_dim;
+    assert!(value_rows.len() == n * head_dim);
+    for (&start, w) in out_starts.iter().zip(&weights) {
+        assert!(start + head_dim <= out.len() && w.len() == n);
+    }
+    let base = out.as_mut_ptr();
+    let v = value_rows.as_ptr();
+    let mut d = 0;
+    // SAFETY (every block below): output values `start + d..start + d + 16`
+    // (or 8) lie in row `start..start + head_dim`, value `k * head_dim + d`
+    // and the 15 (or 7) after it in value row k < n, weight k < n: all in
+    // bounds (asserted above).
+    while d + 16 <= head_dim {
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for (a, &start) in acc.iter_mut().zip(&out_starts) {
+                a[0] = _mm256_loadu_ps(base.add(start + d));
+                a[1] = _mm256_loadu_ps(base.add(start + d + 8));
+            }
+            for k in 0..n {
+                let row = v.add(k * head_dim + d);
+                let (v0, v1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                for (a, w) in acc.iter_mut().zip(&weights) {
+                    let b = _mm256_set1_ps(*w.get_unchecked(k));
+                    a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(b, v0));
+                    a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(b, v1));
+                }
+            }
+            for (a, &start) in acc.iter().zip(&out_starts) {
+                _mm256_storeu_ps(base.add(start + d), a[0]);
+                _mm256_storeu_ps(base.add(start + d + 8), a[1]);
+            }
+        }
+        d += 16;
+    }
+    if d + 8 <= head_dim {
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (a, &start) in acc.iter_mut().zip(&out_starts) {
+                *a = _mm256_loadu_ps(base.add(start + d));
+            }
+            for k in 0..n {
+                let v0 = _mm256_loadu_ps(v.add(k * head_dim + d));
+                for (a, w) in acc.iter_mut().zip(&weights) {
+                    let b = _mm256_set1_ps(*w.get_unchecked(k));
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(b, v0));
+                }
+            }
+            for (a, &start) in acc.iter().zip(&out_starts) {
+                _mm256_storeu_ps(base.add(start + d), *a);
+            }
+        }
+        d += 8;
+    }
+    for (&start, w) in out_starts.iter().zip(&weights) {
+        for dim in d..head_dim {
+            let mut a = out[start + dim];
+            for (k, &weight) in w.iter().enumerate() {
+                a += weight * value_rows[k * head_dim + dim];
+            }
+            out[start + dim] = a;
+        }
+    }
+}
+
 /// Adds `sum_k weights[k] * rows[k]` to `out` (rows of `out.len()` values),
 /// each output value in row order; 32 outputs at a time stay in registers
 /// across the rows.
 #[inline(always)]
-fn add_weighted_rows(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+fn add_weighted_row(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     const BLOCK: usize = 32;
     let width = out.len();
     debug_assert_eq!(rows.len(), weights.len() * width, "one row per weight");
@@ -401,33 +701,113 @@ fn add_weighted_rows(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     }
 }
 
-/// Turns one row's scores into its attention weights in place: softmax
-/// after subtracting the maximum, `exp` from the standard library and the
-/// weights summed in order, as the conformance fixtures were measured with.
+/// Turns the scores of `rows` (`[n][span]`, the positions `seen` of each
+/// row visible) into attention weights in place: softmax after subtracting
+/// the row's maximum, with libm's `exp` (or [`exp`](super::exp)'s
+/// vectorised `exp`, which gives libm's bits), the weights summed in
+/// position order, as the conformance fixtures were measured with. The rows'
+/// sums are independent chains of additions, run side by side.
 #[inline(always)]
-fn softmax_to_weights(scores: &mut [f32]) {
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for score in scores.iter_mut() {
-        *score = (*score - max).exp();
-        sum += *score;
+fn softmax_to_weights<const AVX2: bool>(
+    dispatch: Dispatch,
+    rows: &mut [f32],
+    span: usize,
+    seen: std::ops::Range<usize>,
+) {
+    for row in rows.chunks_exact_mut(span) {
+        let row = &mut row[seen.clone()];
+        let max = row_max(row);
+        for score in row.iter_mut() {
+            *score -= max;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 {
+            // SAFETY: called only from `attend_tile_avx2`, whose features
+            // include this function's.
+            unsafe { exp_in_place_avx2(row) };
+            continue;
+        }
+        exp_in_place(dispatch, row);
     }
-    let inv_sum = 1.0 / sum;
-    for score in scores.iter_mut() {
-        *score *= inv_sum;
+    for block in rows.chunks_mut(4 * span) {
+        let n_block = block.len() / span;
+        let mut sums = [0.0f32; 4];
+        for k in seen.clone() {
+            for (i, sum) in sums[..n_block].iter_mut().enumerate() {
+                *sum += block[i * span + k];
+            }
+        }
+        for (row, &sum) in block.chunks_exact_mut(span).zip(&sums) {
+            let inv_sum = 1.0 / sum;
+            for weight in &mut row[seen.clone()] {
+                *weight *= inv_sum;
+            }
+        }
     }
 }
 
+/// The largest value of `values` (`f32::max`, so NaN is passed over;
+/// negative infinity if there is none), eight lanes side by side.
+#[inline(always)]
+fn row_max(values: &[f32]) -> f32 {
+    let (vectors, rest) = values.as_chunks::<8>();
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    for vector in vectors {
+        for (lane, &v) in lanes.iter_mut().zip(vector) {
+            *lane = lane.max(v);
+        }
+    }
+    lanes
+        .iter()
+        .chain(rest)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
 /// Rounds every value to the nearest f16 (ties to even) in place, as
-/// [`round_to_f16`] does one value at a time, through `narrowed` (grown if
-/// needed) with vectorised conversions both ways.
-fn round_all_to_f16(dispatch: Dispatch, values: &mut [f32], narrowed: &mut Vec<f16>) {
+/// [`round_to_f16`] does one value at a time: with `AVX2`, F16C there and
+/// back eight values at a time; otherwise through `narrowed` (grown if
+/// needed) with `half`'s slice conversions.
+#[inline(always)]
+fn round_all_to_f16<const AVX2: bool>(
+    dispatch: Dispatch,
+    values: &mut [f32],
+    narrowed: &mut Vec<f16>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: called only from `attend_tile_avx2`, whose features
+        // include this function's.
+        unsafe { round_to_f16_f16c(values) };
+        return;
+    }
     if narrowed.len() < values.len() {
         narrowed.resize(values.len(), f16::ZERO);
     }
     let narrowed = &mut narrowed[..values.len()];
     narrowed.convert_from_f32_slice(values);
     widen_f16(dispatch, narrowed, values);
+}
+
+/// [`round_all_to_f16`] with F16C: `vcvtps2ph` rounding to nearest even
+/// (as `half` does, subnormals and overflow included), then back.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn round_to_f16_f16c(values: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (vectors, rest) = values.as_chunks_mut::<8>();
+    for vector in vectors {
+        // SAFETY: eight f32 in bounds; unaligned access is allowed.
+        unsafe {
+            let x = _mm256_loadu_ps(vector.as_ptr());
+            let halves = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            _mm256_storeu_ps(vector.as_mut_ptr(), _mm256_cvtph_ps(halves));
+        }
+    }
+    for value in rest {
+        *value = f16::from_f32(*value).to_f32();
+    }
 }
 
 /// `value` rounded to the nearest f16 (ties to even), back in f32: the
@@ -547,9 +927,16 @@ mod tests {
                 f32::INFINITY.to_bits()
             ]
         );
-        round_all_to_f16(Dispatch::detect(), &mut values, &mut Vec::new());
-        let rounded: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(rounded, expected);
+        let dispatch = Dispatch::detect();
+        let mut portable = values.clone();
+        round_all_to_f16::<false>(dispatch, &mut portable, &mut Vec::new());
+        assert_eq!(bits(&portable), expected);
+        #[cfg(target_arch = "x86_64")]
+        if dispatch.kernel() != Kernel::Portable && dispatch.has_f16c() {
+            // SAFETY: the CPU has AVX2 and F16C, the F16C path's features.
+            unsafe { round_to_f16_f16c(&mut values) };
+            assert_eq!(bits(&values), expected, "F16C");
+        }
     }
 
     #[test]

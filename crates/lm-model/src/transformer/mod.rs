@@ -3,6 +3,7 @@
 //!
 //! - `config`: the typed shape of a model ([`TransformerConfig`]).
 //! - `norm`, `rope`, `attention`, `ffn`, `linear`: the blocks.
+//! - `exp`: a vectorised `exp` with libm's bits, for attention's softmax.
 //! - `kv_cache`: the per-sequence key/value cache, forkable without copying
 //!   the shared prefix.
 //! - `model`: weights ([`Decoder`]) apart from per-sequence state
@@ -39,6 +40,7 @@ mod arch;
 mod attention;
 mod config;
 mod error;
+mod exp;
 mod ffn;
 mod kv_cache;
 mod linear;
