@@ -15,17 +15,21 @@
 //! Every function requires avx2, fma and f16c (and the `_vnni` entries
 //! avxvnni), which callers check through [`super::Dispatch`].
 
+use std::cell::Cell;
+
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
-    _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadu_si128,
-    _mm_movehl_ps, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps,
-    _mm256_and_si256, _mm256_andnot_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128,
+    _mm_cvtsi32_si128, _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd,
+    _mm_loadu_ps, _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps, _mm_setzero_ps,
+    _mm_shuffle_ps, _mm_srli_epi16, _mm_storeu_ps, _mm256_add_ps, _mm256_and_si256,
+    _mm256_andnot_si256, _mm256_broadcast_ss, _mm256_broadcastss_ps, _mm256_castps256_ps128,
     _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
     _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps,
     _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-    _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
-    _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
+    _mm256_mul_ps, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32,
+    _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
@@ -147,12 +151,14 @@ fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Blo
     }
 }
 
-/// The loops of [`dot_rows`] for one kernel: each row's `n` inputs split
-/// into the fewest groups of at most `K::WIDTH`, of balanced sizes (9 inputs
-/// at width 4 are groups of 3, 3 and 3), so one unpacking of each weight
-/// block serves every input of a group and no input is multiplied alone
-/// when `n > 1`. `A` is the activation block of the kernel's family (shared
-/// with the K-quants' `dot_rows`).
+/// The loops of [`dot_rows`] for one kernel: the `n` inputs split into the
+/// fewest groups of at most `K::WIDTH`, of balanced sizes (9 inputs at width
+/// 4 are groups of 3, 3 and 3), so one unpacking of each weight block serves
+/// every input of a group and no input is multiplied alone when `n > 1`.
+/// Groups are the outer loop and rows the inner one: a group's activations
+/// (and what [`BlockKernel::prepare_group`] derives from them) stay in L1
+/// across the rows, which are few (a rayon task's). `A` is the activation
+/// block of the kernel's family (shared with the K-quants' `dot_rows`).
 #[inline(always)]
 pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
     rows: &[u8],
@@ -164,26 +170,38 @@ pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
     kernel: K,
 ) {
     const { assert!(K::WIDTH >= 1 && K::WIDTH <= MAX_BATCH) };
-    let n_groups = n.div_ceil(K::WIDTH);
-    let mut group: [&[A]; MAX_BATCH] = [&[]; MAX_BATCH];
     if n == 1 {
         for (row, result) in rows.chunks_exact(row_bytes).zip(out.iter_mut()) {
             *result = kernel.dot_one(row, xq);
         }
         return;
     }
-    for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
-        let mut start = 0;
-        for group_idx in 0..n_groups {
-            // Sizes floor((n + g) / n_groups) sum to n and differ by at most one.
-            let size = (n + group_idx) / n_groups;
-            for (k, x) in group[..size].iter_mut().enumerate() {
-                *x = input(xq, start + k, n_blocks);
-            }
-            kernel.dot_group(row, &group[..size], &mut results[start..start + size]);
-            start += size;
+    let n_groups = n.div_ceil(K::WIDTH);
+    let mut group: [&[A]; MAX_BATCH] = [&[]; MAX_BATCH];
+    // Taken and put back rather than borrowed inside `with`: a closure is
+    // compiled without this function's target features.
+    let mut shared = GROUP_SCRATCH.take();
+    let mut start = 0;
+    for group_idx in 0..n_groups {
+        // Sizes floor((n + g) / n_groups) sum to n and differ by at most one.
+        let size = (n + group_idx) / n_groups;
+        for (k, x) in group[..size].iter_mut().enumerate() {
+            *x = input(xq, start + k, n_blocks);
         }
+        let group = &group[..size];
+        kernel.prepare_group(group, &mut shared);
+        for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+            kernel.dot_group(row, group, &shared, &mut results[start..start + size]);
+        }
+        start += size;
     }
+    GROUP_SCRATCH.set(shared);
+}
+
+thread_local! {
+    /// The buffer [`BlockKernel::prepare_group`] fills, reused across calls
+    /// so that steady-state products do not allocate.
+    static GROUP_SCRATCH: Cell<Vec<[f32; MAX_BATCH]>> = const { Cell::new(Vec::new()) };
 }
 
 /// A quantized dot kernel on activation blocks `A` for
@@ -194,9 +212,17 @@ pub(super) trait BlockKernel<A> {
     /// [`MAX_BATCH`]).
     const WIDTH: usize;
 
+    /// Fills `shared` with per-block values of a group's inputs that every
+    /// row's [`BlockKernel::dot_group`] reads (for the AVX2 32-weight types
+    /// with a minimum, each block's activation sums side by side, one load
+    /// for the whole group). Nothing by default.
+    #[inline(always)]
+    fn prepare_group(&self, _xq: &[&[A]], _shared: &mut Vec<[f32; MAX_BATCH]>) {}
+
     /// `out[i] = row · xq[i]` for 1 to [`BlockKernel::WIDTH`] inputs, each
-    /// with the bits of its product alone.
-    fn dot_group(&self, row: &[u8], xq: &[&[A]], out: &mut [f32]);
+    /// with the bits of its product alone; `shared` is what
+    /// [`BlockKernel::prepare_group`] left for this group.
+    fn dot_group(&self, row: &[u8], xq: &[&[A]], shared: &[[f32; MAX_BATCH]], out: &mut [f32]);
 
     /// `row · xq` for one input (a decode step's product). The AVX-512 and
     /// K-quant kernels call an out-of-line function here: inlined into the
@@ -204,12 +230,7 @@ pub(super) trait BlockKernel<A> {
     /// speed (`benches/alpha`). Always inlined, as every method here: a
     /// method compiled on its own lacks the caller's target features, and
     /// its intrinsics become calls (twenty times slower).
-    #[inline(always)]
-    fn dot_one(&self, row: &[u8], xq: &[A]) -> f32 {
-        let mut result = [0.0];
-        self.dot_group(row, &[xq], &mut result);
-        result[0]
-    }
+    fn dot_one(&self, row: &[u8], xq: &[A]) -> f32;
 }
 
 /// The body of a [`BlockKernel::dot_group`]: calls `$dot::<N>` with the
@@ -237,11 +258,44 @@ impl<const TY: u32, P: BytePairs> BlockKernel<Q8Block> for Block32Kernel<TY, P> 
     /// activations beside the unpacked block.
     const WIDTH: usize = 4;
 
+    /// For the types with a minimum, each block's `sum_x` of the group's
+    /// inputs side by side (zero past the group), so that one multiply and
+    /// one add give every input's `m_w sum_x` term ([`dot_blocks_batched`]).
     #[inline(always)]
-    fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], out: &mut [f32]) {
+    fn prepare_group(&self, xq: &[&[Q8Block]], shared: &mut Vec<[f32; MAX_BATCH]>) {
+        if !matches!(block_type(TY), GgmlType::Q4_1 | GgmlType::Q5_1) {
+            return;
+        }
+        let n_blocks = xq.first().map_or(0, |x| x.len());
+        shared.clear();
+        shared.extend((0..n_blocks).map(|b| {
+            let mut sums = [0.0; MAX_BATCH];
+            for (sum, x) in sums.iter_mut().zip(xq) {
+                *sum = x[b].sum;
+            }
+            sums
+        }));
+    }
+
+    #[inline(always)]
+    fn dot_group(
+        &self,
+        row: &[u8],
+        xq: &[&[Q8Block]],
+        shared: &[[f32; MAX_BATCH]],
+        out: &mut [f32],
+    ) {
+        // SAFETY: only called from `dot_rows` (or its VNNI form), which
+        // requires the features `dot_batched` and `P` need.
+        dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY, P>(row, Group { inputs: x, sums: shared }) }; 1 2 3 4)
+    }
+
+    #[inline(always)]
+    fn dot_one(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
         // SAFETY: only called from `dot_rows` and `dot_row` (or their VNNI
         // forms), which require the features `dot` and `P` need.
-        dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY, P>(row, x) }; 1 2 3 4)
+        let [result] = unsafe { dot::<1, TY, P>(row, Group::alone(xq)) };
+        result
     }
 }
 
@@ -273,7 +327,7 @@ pub(super) const fn block_type(id: u32) -> GgmlType {
 #[inline(always)]
 unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
     row: &[u8],
-    xq: [&[Q8Block]; N],
+    xq: Group<'_, N>,
 ) -> [f32; N] {
     // SAFETY (the intrinsics and the loads): the caller guarantees the
     // features; each unpacking reads inside its block (`w` is one block).
@@ -350,14 +404,19 @@ unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
 #[inline(always)]
 unsafe fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
     row: &[u8],
-    xq: [&[Q8Block]; N],
+    xq: Group<'_, N>,
     unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
 ) -> [f32; N] {
     let n_blocks = row.len() / BYTES;
     debug_assert!(
-        xq.iter().all(|x| x.len() == n_blocks),
+        xq.inputs.iter().all(|x| x.len() == n_blocks),
         "one input block per weight block"
     );
+    if N > 1 {
+        // SAFETY: as this function.
+        return unsafe { dot_blocks_batched::<BYTES, N, HAS_MIN, P>(row, xq, unpack) };
+    }
+    let xq = xq.inputs;
     // SAFETY: the caller guarantees the features.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
@@ -380,6 +439,126 @@ unsafe fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool, P:
             *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + offset;
         }
         out
+    }
+}
+
+/// The inputs of one [`dot`] and, for a batch, what
+/// [`BlockKernel::prepare_group`] derived from them.
+#[derive(Clone, Copy)]
+struct Group<'a, const N: usize> {
+    /// Each input's activation blocks, as many as the row's.
+    inputs: [&'a [Q8Block]; N],
+    /// Per block, the inputs' `sum_x` side by side (types with a minimum,
+    /// `N > 1` only; empty otherwise).
+    sums: &'a [[f32; MAX_BATCH]],
+}
+
+impl<'a> Group<'a, 1> {
+    /// One input, with nothing prepared (a decode step's product).
+    #[inline(always)]
+    fn alone(x: &'a [Q8Block]) -> Self {
+        Group {
+            inputs: [x],
+            sums: &[],
+        }
+    }
+}
+
+/// [`dot_blocks`] for `N >= 2` inputs, with the same f32 operations in the
+/// same order per input (so the same bits as each input alone), and fewer of
+/// them per input:
+///
+/// - the block scale `d_w d_x` is `d_w` broadcast once per block times
+///   `d_x` broadcast straight from memory (a load, no shuffle), instead of a
+///   multiply of `[d_w, m_w, ..]` by `[d_x, sum_x, ..]` per input and a
+///   broadcast of its lane 0;
+/// - the `m_w sum_x` terms of all `N` inputs are one multiply of `m_w`
+///   broadcast by the group's sums side by side (`xq.sums`, see
+///   [`BlockKernel::prepare_group`]), added into one even and one odd
+///   vector (lane `i` for input `i`), instead of an add per input.
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn dot_blocks_batched<
+    const BYTES: usize,
+    const N: usize,
+    const HAS_MIN: bool,
+    P: BytePairs,
+>(
+    row: &[u8],
+    xq: Group<'_, N>,
+    unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
+) -> [f32; N] {
+    let n_blocks = row.len() / BYTES;
+    debug_assert!(!HAS_MIN || xq.sums.len() == n_blocks, "one sum per block");
+    let inputs = xq.inputs.map(|x| &x[..n_blocks]);
+    let sums = if HAS_MIN { &xq.sums[..n_blocks] } else { &[] };
+    // SAFETY: the caller guarantees the features; every block index is
+    // below `n_blocks`, the length of `inputs`' slices and of `sums`.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let mut offsets = [_mm_setzero_ps(); 2];
+        let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
+        for (pair_idx, w) in pairs.enumerate() {
+            let (w0, w1) = w.split_at(BYTES);
+            let b = 2 * pair_idx;
+            add_block::<0, N, HAS_MIN, P>(unpack(w0), b, &inputs, sums, &mut acc, &mut offsets);
+            add_block::<1, N, HAS_MIN, P>(unpack(w1), b + 1, &inputs, sums, &mut acc, &mut offsets);
+        }
+        if n_blocks % 2 == 1 {
+            let b = n_blocks - 1;
+            let w = &row[b * BYTES..(b + 1) * BYTES];
+            add_block::<0, N, HAS_MIN, P>(unpack(w), b, &inputs, sums, &mut acc, &mut offsets);
+        }
+        // Even plus odd offsets, per input: the one-input kernel's
+        // `lane 1 + lane 3`.
+        let mut offset = [0.0; MAX_BATCH];
+        _mm_storeu_ps(offset.as_mut_ptr(), _mm_add_ps(offsets[0], offsets[1]));
+        let mut out = [0.0; N];
+        for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
+            *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + offset;
+        }
+        out
+    }
+}
+
+/// Adds block `block_idx` (unpacked as `(d_w, m_w, weights)`) into
+/// accumulator `PARITY` of every input of [`dot_blocks_batched`], and its
+/// `m_w sum_x` terms into `offsets[PARITY]` (lane `i` for input `i`).
+///
+/// # Safety
+/// As [`dot`], and `block_idx` below the length of every input and of
+/// `sums` (when `HAS_MIN`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // the state of a block product
+unsafe fn add_block<const PARITY: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
+    (d_w, m_w, weights): (u16, u16, __m256i),
+    block_idx: usize,
+    inputs: &[&[Q8Block]; N],
+    sums: &[[f32; MAX_BATCH]],
+    acc: &mut [[__m256; 2]; N],
+    offsets: &mut [__m128; 2],
+) {
+    // SAFETY: the caller guarantees the features and the index.
+    unsafe {
+        let scales_w = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d_w) | (i32::from(m_w) << 16)));
+        let d_w = _mm256_broadcastss_ps(scales_w);
+        for (acc, x) in acc.iter_mut().zip(inputs) {
+            let a = x.get_unchecked(block_idx);
+            let scale = _mm256_mul_ps(d_w, _mm256_broadcast_ss(&a.d));
+            let products = if HAS_MIN {
+                mul_sum_u8_i8::<P>(weights, load_qs(a))
+            } else {
+                mul_sum_i8::<P>(weights, load_qs(a))
+            };
+            acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
+        }
+        if HAS_MIN {
+            let m_w = _mm_permute_ps::<0b01_01_01_01>(scales_w);
+            let sums_x = _mm_loadu_ps(sums.get_unchecked(block_idx).as_ptr());
+            offsets[PARITY] = _mm_add_ps(offsets[PARITY], _mm_mul_ps(m_w, sums_x));
+        }
     }
 }
 

@@ -31,6 +31,7 @@ use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
 use super::super::block::IQ4_NL_VALUES;
 use super::super::block_k::{self, N_GROUPS, QK_K, SuperBlock};
+use super::MAX_BATCH;
 use super::avx2::{
     BlockKernel, dot_group_of_widths, each_row_and_input, horizontal_sum, unpack_nibbles,
 };
@@ -117,7 +118,7 @@ impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
     const WIDTH: usize = 4;
 
     #[inline(always)]
-    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], out: &mut [f32]) {
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot_super_blocks` needs.
         dot_group_of_widths!(xq, out, |x: N| unsafe { dot_super_blocks::<_, TY>(row, x) }; 1 2 3 4)

@@ -33,6 +33,7 @@ use std::arch::x86_64::{
 use super::super::GgmlType;
 use super::super::activation::Q8Block;
 use super::super::block::IQ4_NL_VALUES;
+use super::MAX_BATCH;
 use super::avx2::{
     BlockKernel, block_type, dot_group_of_widths, each_row_and_input, horizontal_sum,
 };
@@ -109,7 +110,7 @@ impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
     const WIDTH: usize = 4;
 
     #[inline(always)]
-    fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], out: &mut [f32]) {
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot` needs.
         dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY>(row, x) }; 1 2 3 4)

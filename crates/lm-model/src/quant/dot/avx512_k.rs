@@ -28,6 +28,7 @@ use std::arch::x86_64::{
 
 use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
+use super::MAX_BATCH;
 use super::avx2::{BlockKernel, dot_group_of_widths, each_row_and_input, horizontal_sum};
 use super::avx2_k::{factors, super_block_type, unpack};
 
@@ -100,7 +101,7 @@ impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
     const WIDTH: usize = 4;
 
     #[inline(always)]
-    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], out: &mut [f32]) {
+    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot_super_blocks` needs.
         dot_group_of_widths!(xq, out, |x: N| unsafe { dot_super_blocks::<_, TY>(row, x) }; 1 2 3 4)
