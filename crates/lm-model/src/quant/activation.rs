@@ -67,6 +67,12 @@ pub(crate) struct Q8Block {
     pub sum: f32,
     /// The quantized values.
     pub qs: [i8; QK],
+    /// `-16 Σ qs[4k..4k + 4]` for each `k`: the AVX2 Q5_0 kernel multiplies
+    /// unsigned weights `q_w + 16` and adds lane `k` of this to its i32 lane
+    /// `k` (the sum of those four products), which leaves exactly that
+    /// lane's `Σ q_w q_x`. Computed once per activation block here rather
+    /// than once per weight block in the kernel.
+    pub minus_16_sums: [i32; QK / 4],
 }
 
 impl Q8Block {
@@ -77,16 +83,20 @@ impl Q8Block {
         let d = amax / 127.0;
         let inv_d = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let mut qs = [0i8; QK];
-        let mut isum = 0i32;
         for (q, &v) in qs.iter_mut().zip(x) {
             // `as` saturates and maps NaN to 0; |v * inv_d| <= 127 otherwise.
             *q = round_ties_even_small(v * inv_d) as i8;
-            isum += i32::from(*q);
         }
+        let mut minus_16_sums = [0i32; QK / 4];
+        for (sum, four) in minus_16_sums.iter_mut().zip(qs.chunks_exact(4)) {
+            *sum = -16 * four.iter().map(|&q| i32::from(q)).sum::<i32>();
+        }
+        let isum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
         Q8Block {
             d: half::f16::from_f32(d).to_f32(),
             sum: half::f16::from_f32(d * isum as f32).to_f32(),
             qs,
+            minus_16_sums,
         }
     }
 }
@@ -230,6 +240,20 @@ mod tests {
             n_blocks >= 36,
             "six types, two vectors, three or four blocks each"
         );
+    }
+
+    #[test]
+    fn q8_blocks_keep_minus_16_times_each_four_values_sum() {
+        let x: Vec<f32> = (0..QK).map(|j| (j as f32 * 0.37).sin() * 3.0).collect();
+        let block = Q8Block::quantize(&x);
+        for k in 0..QK / 4 {
+            let four: i32 = (4 * k..4 * k + 4).map(|j| i32::from(block.qs[j])).sum();
+            assert_eq!(block.minus_16_sums[k], -16 * four, "lane {k}");
+        }
+        let isum: i32 = block.qs.iter().map(|&q| i32::from(q)).sum();
+        assert!(isum != 0, "a block whose sums are not all zero");
+        assert_eq!(block.minus_16_sums.iter().sum::<i32>(), -16 * isum);
+        assert_eq!(Q8Block::quantize(&[0.0; QK]).minus_16_sums, [0; QK / 4]);
     }
 
     #[test]

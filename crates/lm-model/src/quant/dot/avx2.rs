@@ -5,8 +5,11 @@
 //! byte shuffle), multiplied with the activation bytes by `vpmaddubsw` (pairs
 //! summed to i16, which cannot saturate: |q_w| <= 128 and |q_x| <= 127),
 //! summed to eight i32 lanes by `vpmaddwd`, converted to f32 and accumulated
-//! with the block scale by one FMA. The integer sums equal the portable path's; only the order of the
-//! f32 additions differs.
+//! with the block scale by one FMA. Signed weights reach the unsigned-by-signed
+//! `vpmaddubsw` through two sign operations, except Q5_0's, which are taken
+//! as `q + 16` with each lane's `16 Σ q_x` precomputed in the activation
+//! block ([`PLUS_16`]). The integer sums equal the portable path's; only the
+//! order of the f32 additions differs.
 //!
 //! The same kernels, with the two byte-product instructions replaced by one
 //! 256-bit `vpdpbusd` (AVX-VNNI, [`BytePairs`]), are the `Kernel::AvxVnni`
@@ -20,16 +23,15 @@ use std::cell::Cell;
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
     _mm_cvtsi32_si128, _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd,
-    _mm_loadu_ps, _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps, _mm_setzero_ps,
-    _mm_shuffle_ps, _mm_srli_epi16, _mm_storeu_ps, _mm256_add_ps, _mm256_and_si256,
-    _mm256_andnot_si256, _mm256_broadcast_ss, _mm256_broadcastss_ps, _mm256_castps256_ps128,
-    _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
-    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps,
-    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-    _mm256_mul_ps, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
-    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps,
-    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32,
-    _mm256_sub_epi8,
+    _mm_loadl_epi64, _mm_loadu_ps, _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps,
+    _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm_storeu_ps, _mm256_add_epi32, _mm256_add_ps,
+    _mm256_and_si256, _mm256_broadcast_ss, _mm256_broadcastss_ps, _mm256_castps256_ps128,
+    _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
+    _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps, _mm256_fmadd_ps,
+    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
+    _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
@@ -334,49 +336,36 @@ unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
     unsafe {
         match const { block_type(TY) } {
             // q = nibble - 8.
-            GgmlType::Q4_0 => dot_blocks::<18, N, false, P>(row, xq, |w| {
+            GgmlType::Q4_0 => dot_blocks::<18, N, SIGNED, P>(row, xq, |w| {
                 let packed = _mm_loadu_si128(w.as_ptr().add(2).cast());
-                let weights = _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8));
-                (f16_bits(w[0], w[1]), 0, weights)
+                _mm256_sub_epi8(unpack_nibbles(packed), _mm256_set1_epi8(8))
             }),
             // q = nibble, and the minimum m.
-            GgmlType::Q4_1 => dot_blocks::<20, N, true, P>(row, xq, |w| {
+            GgmlType::Q4_1 => dot_blocks::<20, N, WITH_MIN, P>(row, xq, |w| {
                 let packed = _mm_loadu_si128(w.as_ptr().add(4).cast());
-                let weights = unpack_nibbles(packed);
-                (f16_bits(w[0], w[1]), f16_bits(w[2], w[3]), weights)
+                unpack_nibbles(packed)
             }),
-            // q = nibble + 16 * fifth bit - 16: the nibble itself where the
-            // fifth bit is set, and `nibble - 16` where it is clear, which as
-            // a signed byte is the nibble with 0xF0 set.
-            GgmlType::Q5_0 => dot_blocks::<22, N, false, P>(row, xq, |w| {
-                let packed = _mm_loadu_si128(w.as_ptr().add(6).cast());
-                let high_bits = expand_bits([w[2], w[3], w[4], w[5]]);
-                let negative_high = _mm256_andnot_si256(high_bits, _mm256_set1_epi8(0xF0u8 as i8));
-                let weights = _mm256_or_si256(unpack_nibbles(packed), negative_high);
-                (f16_bits(w[0], w[1]), 0, weights)
-            }),
+            // q + 16 = nibble + 16 * fifth bit, unsigned; the activation
+            // block's `minus_16_sums` take the 16 away again.
+            GgmlType::Q5_0 => dot_blocks::<22, N, PLUS_16, P>(row, xq, |w| unpack_q5_0(w)),
             // q = nibble + 16 * fifth bit (unsigned, below 32), and the minimum m.
-            GgmlType::Q5_1 => dot_blocks::<24, N, true, P>(row, xq, |w| {
+            GgmlType::Q5_1 => dot_blocks::<24, N, WITH_MIN, P>(row, xq, |w| {
                 let packed = _mm_loadu_si128(w.as_ptr().add(8).cast());
-                let high_bits = expand_bits([w[4], w[5], w[6], w[7]]);
-                let fifth = _mm256_and_si256(high_bits, _mm256_set1_epi8(0x10));
-                let weights = _mm256_or_si256(unpack_nibbles(packed), fifth);
-                (f16_bits(w[0], w[1]), f16_bits(w[2], w[3]), weights)
+                let fifth = sixteen_where_bit_set([w[4], w[5], w[6], w[7]]);
+                _mm256_or_si256(unpack_nibbles(packed), fifth)
             }),
             // q = the byte.
-            GgmlType::Q8_0 => dot_blocks::<34, N, false, P>(row, xq, |w| {
-                let weights = _mm256_loadu_si256(w.as_ptr().add(2).cast());
-                (f16_bits(w[0], w[1]), 0, weights)
+            GgmlType::Q8_0 => dot_blocks::<34, N, SIGNED, P>(row, xq, |w| {
+                _mm256_loadu_si256(w.as_ptr().add(2).cast())
             }),
             // q = the 4-bit code's level in the 16-level table (-127..=113),
             // looked up by one byte shuffle.
             GgmlType::IQ4_NL => {
                 let levels = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
                 let table = _mm256_set_m128i(levels, levels);
-                dot_blocks::<18, N, false, P>(row, xq, |w| {
+                dot_blocks::<18, N, SIGNED, P>(row, xq, |w| {
                     let packed = _mm_loadu_si128(w.as_ptr().add(2).cast());
-                    let weights = _mm256_shuffle_epi8(table, unpack_nibbles(packed));
-                    (f16_bits(w[0], w[1]), 0, weights)
+                    _mm256_shuffle_epi8(table, unpack_nibbles(packed))
                 })
             }
             _ => unreachable!("a 32-weight block type"),
@@ -384,13 +373,39 @@ unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
     }
 }
 
+/// A Q5_0 block (`w`, 22 bytes) as its 32 weights plus 16 (nibble + 16 *
+/// fifth bit, 0..32), in the form [`PLUS_16`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_q5_0(w: &[u8]) -> __m256i {
+    debug_assert_eq!(w.len(), 22, "one Q5_0 block");
+    // SAFETY: bytes 6..22 are inside the block.
+    let packed = unsafe { _mm_loadu_si128(w.as_ptr().add(6).cast()) };
+    let fifth = sixteen_where_bit_set([w[2], w[3], w[4], w[5]]);
+    _mm256_or_si256(unpack_nibbles(packed), fifth)
+}
+
+/// Signed weight bytes `q` (|q| <= 128), multiplied as `|q|` times the
+/// activation with `q`'s sign (`vpsignb` twice).
+const SIGNED: u8 = 0;
+/// Unsigned weight bytes `q` (below 128) and a minimum `m` (f16 at byte 2 of
+/// the block): `m sum_x` is added per block.
+const WITH_MIN: u8 = 1;
+/// Unsigned weight bytes `q + 16` (below 128) for weights `q` in -16..16:
+/// each i32 lane of four products starts from the activation block's
+/// `-16 Σ q_x` over those four bytes, so it ends at exactly `Σ q q_x`, the
+/// [`SIGNED`] form's lane, without the sign operations.
+const PLUS_16: u8 = 2;
+
 /// For each of the `N` activation rows `xq[i]`, sums
 /// `d_w d_x Σ q_w q_x + m_w sum_x` over the blocks of `row` (the second term
-/// only when `HAS_MIN`; the types with a minimum have unsigned weights `q_w`,
-/// the others signed ones), where `unpack` turns one weight block (`BYTES`
-/// long) into `(d_w, m_w, weights)` with the scales as f16 bits. Each weight
-/// block is unpacked once for all `N` rows (the batched product of prefill),
-/// and `d_w d_x` and `m_w sum_x` come from one multiply (see [`accumulate`]).
+/// only for the form [`WITH_MIN`]), where `unpack` turns one weight block
+/// (`BYTES` long) into its weight bytes in the form `FORM` ([`SIGNED`],
+/// [`WITH_MIN`] or [`PLUS_16`]). Every 32-weight block starts with its f16
+/// scale `d_w`, followed by the f16 minimum `m_w` in the types with one.
+/// Each weight block is unpacked once for all `N` rows (the batched product
+/// of prefill), and `d_w d_x` and `m_w sum_x` come from one multiply (see
+/// [`accumulate`]).
 ///
 /// Even and odd blocks go to two accumulators per row, and so do the
 /// `m_w sum_x` terms (lanes 1 and 3 of one vector), so consecutive FMAs do
@@ -402,10 +417,10 @@ unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
 /// # Safety
 /// As [`dot`].
 #[inline(always)]
-unsafe fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
+unsafe fn dot_blocks<const BYTES: usize, const N: usize, const FORM: u8, P: BytePairs>(
     row: &[u8],
     xq: Group<'_, N>,
-    unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
+    unpack: impl Fn(&[u8]) -> __m256i,
 ) -> [f32; N] {
     let n_blocks = row.len() / BYTES;
     debug_assert!(
@@ -414,7 +429,7 @@ unsafe fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool, P:
     );
     if N > 1 {
         // SAFETY: as this function.
-        return unsafe { dot_blocks_batched::<BYTES, N, HAS_MIN, P>(row, xq, unpack) };
+        return unsafe { dot_blocks_batched::<BYTES, N, FORM, P>(row, xq, unpack) };
     }
     let xq = xq.inputs;
     // SAFETY: the caller guarantees the features.
@@ -425,13 +440,13 @@ unsafe fn dot_blocks<const BYTES: usize, const N: usize, const HAS_MIN: bool, P:
         for (pair_idx, w) in pairs.enumerate() {
             let (w0, w1) = w.split_at(BYTES);
             let b = 2 * pair_idx;
-            accumulate::<0, N, HAS_MIN, P>(unpack(w0), b, &xq, &mut acc, &mut offset);
-            accumulate::<1, N, HAS_MIN, P>(unpack(w1), b + 1, &xq, &mut acc, &mut offset);
+            accumulate::<0, N, FORM, P>(w0, unpack(w0), b, &xq, &mut acc, &mut offset);
+            accumulate::<1, N, FORM, P>(w1, unpack(w1), b + 1, &xq, &mut acc, &mut offset);
         }
         if n_blocks % 2 == 1 {
             let b = n_blocks - 1;
             let w = &row[b * BYTES..(b + 1) * BYTES];
-            accumulate::<0, N, HAS_MIN, P>(unpack(w), b, &xq, &mut acc, &mut offset);
+            accumulate::<0, N, FORM, P>(w, unpack(w), b, &xq, &mut acc, &mut offset);
         }
         let mut out = [0.0; N];
         for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
@@ -480,20 +495,16 @@ impl<'a> Group<'a, 1> {
 /// # Safety
 /// As [`dot`].
 #[inline(always)]
-unsafe fn dot_blocks_batched<
-    const BYTES: usize,
-    const N: usize,
-    const HAS_MIN: bool,
-    P: BytePairs,
->(
+unsafe fn dot_blocks_batched<const BYTES: usize, const N: usize, const FORM: u8, P: BytePairs>(
     row: &[u8],
     xq: Group<'_, N>,
-    unpack: impl Fn(&[u8]) -> (u16, u16, __m256i),
+    unpack: impl Fn(&[u8]) -> __m256i,
 ) -> [f32; N] {
     let n_blocks = row.len() / BYTES;
-    debug_assert!(!HAS_MIN || xq.sums.len() == n_blocks, "one sum per block");
+    let with_min = FORM == WITH_MIN;
+    debug_assert!(!with_min || xq.sums.len() == n_blocks, "one sum per block");
     let inputs = xq.inputs.map(|x| &x[..n_blocks]);
-    let sums = if HAS_MIN { &xq.sums[..n_blocks] } else { &[] };
+    let sums = if with_min { &xq.sums[..n_blocks] } else { &[] };
     // SAFETY: the caller guarantees the features; every block index is
     // below `n_blocks`, the length of `inputs`' slices and of `sums`.
     unsafe {
@@ -503,13 +514,21 @@ unsafe fn dot_blocks_batched<
         for (pair_idx, w) in pairs.enumerate() {
             let (w0, w1) = w.split_at(BYTES);
             let b = 2 * pair_idx;
-            add_block::<0, N, HAS_MIN, P>(unpack(w0), b, &inputs, sums, &mut acc, &mut offsets);
-            add_block::<1, N, HAS_MIN, P>(unpack(w1), b + 1, &inputs, sums, &mut acc, &mut offsets);
+            add_block::<0, N, FORM, P>(w0, unpack(w0), b, &inputs, sums, &mut acc, &mut offsets);
+            add_block::<1, N, FORM, P>(
+                w1,
+                unpack(w1),
+                b + 1,
+                &inputs,
+                sums,
+                &mut acc,
+                &mut offsets,
+            );
         }
         if n_blocks % 2 == 1 {
             let b = n_blocks - 1;
             let w = &row[b * BYTES..(b + 1) * BYTES];
-            add_block::<0, N, HAS_MIN, P>(unpack(w), b, &inputs, sums, &mut acc, &mut offsets);
+            add_block::<0, N, FORM, P>(w, unpack(w), b, &inputs, sums, &mut acc, &mut offsets);
         }
         // Even plus odd offsets, per input: the one-input kernel's
         // `lane 1 + lane 3`.
@@ -523,38 +542,43 @@ unsafe fn dot_blocks_batched<
     }
 }
 
-/// Adds block `block_idx` (unpacked as `(d_w, m_w, weights)`) into
+/// Adds block `block_idx` (the bytes `w`, unpacked as `weights`) into
 /// accumulator `PARITY` of every input of [`dot_blocks_batched`], and its
 /// `m_w sum_x` terms into `offsets[PARITY]` (lane `i` for input `i`).
 ///
 /// # Safety
 /// As [`dot`], and `block_idx` below the length of every input and of
-/// `sums` (when `HAS_MIN`).
+/// `sums` (for the form [`WITH_MIN`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // the state of a block product
-unsafe fn add_block<const PARITY: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
-    (d_w, m_w, weights): (u16, u16, __m256i),
+unsafe fn add_block<const PARITY: usize, const N: usize, const FORM: u8, P: BytePairs>(
+    w: &[u8],
+    weights: __m256i,
     block_idx: usize,
     inputs: &[&[Q8Block]; N],
     sums: &[[f32; MAX_BATCH]],
     acc: &mut [[__m256; 2]; N],
     offsets: &mut [__m128; 2],
 ) {
-    // SAFETY: the caller guarantees the features and the index.
+    debug_assert!(w.len() >= 4, "a block starts with two f16 values");
+    // SAFETY: the caller guarantees the features and the index; `w` is a
+    // whole block. Its first four bytes are `[d_w, m_w]` (f16) in the types
+    // with a minimum; in the others lane 1 is weight bytes and unused.
     unsafe {
-        let scales_w = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d_w) | (i32::from(m_w) << 16)));
+        let first = i32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        let scales_w = _mm_cvtph_ps(_mm_cvtsi32_si128(first));
         let d_w = _mm256_broadcastss_ps(scales_w);
         for (acc, x) in acc.iter_mut().zip(inputs) {
             let a = x.get_unchecked(block_idx);
             let scale = _mm256_mul_ps(d_w, _mm256_broadcast_ss(&a.d));
-            let products = if HAS_MIN {
-                mul_sum_u8_i8::<P>(weights, load_qs(a))
-            } else {
-                mul_sum_i8::<P>(weights, load_qs(a))
+            let products = match FORM {
+                SIGNED => mul_sum_i8::<P>(weights, load_qs(a)),
+                WITH_MIN => mul_sum_u8_i8::<P>(weights, load_qs(a)),
+                _ => mul_sum_plus_16::<P>(weights, a),
             };
             acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
         }
-        if HAS_MIN {
+        if FORM == WITH_MIN {
             let m_w = _mm_permute_ps::<0b01_01_01_01>(scales_w);
             let sums_x = _mm_loadu_ps(sums.get_unchecked(block_idx).as_ptr());
             offsets[PARITY] = _mm_add_ps(offsets[PARITY], _mm_mul_ps(m_w, sums_x));
@@ -562,38 +586,47 @@ unsafe fn add_block<const PARITY: usize, const N: usize, const HAS_MIN: bool, P:
     }
 }
 
-/// Adds block `block_idx` (unpacked as `(d_w, m_w, weights)`) into
+/// Adds block `block_idx` (the bytes `w`, unpacked as `weights`) into
 /// accumulator `PARITY` of every row. The weight scales are converted as
-/// `[d_w, m_w, 0, 0]` for even blocks and `[d_w, 0, 0, m_w]` for odd ones and
+/// `[d_w, m_w, 0, 0]` for even blocks and `[d_w, 0, 0, m_w]` for odd ones
+/// (for a type without a minimum: `d_w` and the block's next three f16
+/// values, of which only `d_w` is used, by one conversion from memory) and
 /// multiplied by `[d_x, sum_x, d_x, sum_x]`: lane 0 is the block's scale and
 /// lane 1 or 3 its `m_w sum_x`, which adds into the even or odd offset sum.
 ///
 /// # Safety
 /// As [`dot`].
 #[inline(always)]
-unsafe fn accumulate<const PARITY: usize, const N: usize, const HAS_MIN: bool, P: BytePairs>(
-    (d_w, m_w, weights): (u16, u16, __m256i),
+unsafe fn accumulate<const PARITY: usize, const N: usize, const FORM: u8, P: BytePairs>(
+    w: &[u8],
+    weights: __m256i,
     block_idx: usize,
     xq: &[&[Q8Block]; N],
     acc: &mut [[__m256; 2]; N],
     offset: &mut [__m128; N],
 ) {
-    let m_shift = if PARITY == 0 { 16 } else { 48 };
-    let bits = i64::from(d_w) | (i64::from(m_w) << m_shift);
-    // SAFETY: the caller guarantees the features.
+    debug_assert!(w.len() >= 8, "a block holds at least four f16 values");
+    // SAFETY: the caller guarantees the features; `w` is a whole block.
     unsafe {
-        let scales_w = _mm_cvtph_ps(_mm_cvtsi64_si128(bits));
+        let scales_w = if FORM == WITH_MIN {
+            let m_shift = if PARITY == 0 { 16 } else { 48 };
+            let bits =
+                i64::from(f16_bits(w[0], w[1])) | (i64::from(f16_bits(w[2], w[3])) << m_shift);
+            _mm_cvtph_ps(_mm_cvtsi64_si128(bits))
+        } else {
+            _mm_cvtph_ps(_mm_loadl_epi64(w.as_ptr().cast()))
+        };
         for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
             let a = &x[block_idx];
             let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
             let scale = _mm256_broadcastss_ps(scales);
-            let products = if HAS_MIN {
-                mul_sum_u8_i8::<P>(weights, load_qs(a))
-            } else {
-                mul_sum_i8::<P>(weights, load_qs(a))
+            let products = match FORM {
+                SIGNED => mul_sum_i8::<P>(weights, load_qs(a)),
+                WITH_MIN => mul_sum_u8_i8::<P>(weights, load_qs(a)),
+                _ => mul_sum_plus_16::<P>(weights, a),
             };
             acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
-            if HAS_MIN {
+            if FORM == WITH_MIN {
                 *offset = _mm_add_ps(*offset, scales);
             }
         }
@@ -734,6 +767,22 @@ unsafe fn mul_sum_u8_i8<P: BytePairs>(x: __m256i, y: __m256i) -> __m256 {
     unsafe { _mm256_cvtepi32_ps(P::dot_u8_i8(x, y)) }
 }
 
+/// Σ of the [`PLUS_16`] weight bytes `u = q + 16` times the activation
+/// block's bytes, less 16 times their sum, per lane of four: the lanes of
+/// `Σ q q_x`, as eight f32 (each an exact integer).
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn mul_sum_plus_16<P: BytePairs>(u: __m256i, a: &Q8Block) -> __m256 {
+    // SAFETY: the caller guarantees the features; `minus_16_sums` is
+    // exactly 32 bytes (eight i32).
+    unsafe {
+        let start = _mm256_loadu_si256(a.minus_16_sums.as_ptr().cast());
+        _mm256_cvtepi32_ps(P::add_dot_u8_i8(start, u, load_qs(a)))
+    }
+}
+
 /// How eight i32 lanes each get the sum of four adjacent products of an
 /// unsigned byte and a signed byte (no product pair may exceed the i16
 /// range: every caller's unsigned bytes are at most 128 and its signed ones
@@ -746,6 +795,12 @@ pub(super) trait BytePairs: Copy {
     /// The CPU must support the implementation's instructions, and the call
     /// must be inlined into a function compiled with them.
     unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i;
+
+    /// `start` plus the lane sums of `u · s`.
+    ///
+    /// # Safety
+    /// As [`BytePairs::dot_u8_i8`].
+    unsafe fn add_dot_u8_i8(start: __m256i, u: __m256i, s: __m256i) -> __m256i;
 }
 
 /// AVX2: `vpmaddubsw` sums pairs to i16, `vpmaddwd` by ones pairs those to i32.
@@ -757,6 +812,12 @@ impl BytePairs for Maddubs {
     unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: the caller guarantees avx2.
         unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+    }
+
+    #[inline(always)]
+    unsafe fn add_dot_u8_i8(start: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees avx2.
+        unsafe { _mm256_add_epi32(start, Self::dot_u8_i8(u, s)) }
     }
 }
 
@@ -770,15 +831,21 @@ impl BytePairs for Vnni {
         // SAFETY: the caller guarantees avxvnni (the `*_vnni` entries).
         unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
     }
+
+    #[inline(always)]
+    unsafe fn add_dot_u8_i8(start: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees avxvnni (the `*_vnni` entries).
+        unsafe { _mm256_dpbusd_avx_epi32(start, u, s) }
+    }
 }
 
-/// The 32 bits of a little-endian u32 (`bytes`) as 32 bytes, 0xFF where the
-/// bit is set and 0 where it is clear: byte `j` is bit `j`, so elements
-/// 0..16 are in the low lane and 16..32 in the high one, as
-/// [`unpack_nibbles`] places them.
+/// The 32 bits of a little-endian u32 (`bytes`) as 32 bytes, 16 where the
+/// bit is set and 0 where it is clear (Q5's fifth bits, ready to be OR-ed
+/// onto the nibbles): byte `j` is bit `j`, so elements 0..16 are in the low
+/// lane and 16..32 in the high one, as [`unpack_nibbles`] places them.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn expand_bits(bytes: [u8; 4]) -> __m256i {
+fn sixteen_where_bit_set(bytes: [u8; 4]) -> __m256i {
     let all = _mm256_set1_epi32(i32::from_le_bytes(bytes));
     // Byte j takes source byte j / 8 (each lane holds all four).
     let spread = _mm256_shuffle_epi8(
@@ -788,9 +855,14 @@ fn expand_bits(bytes: [u8; 4]) -> __m256i {
             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
         ),
     );
-    // Then keeps only bit j % 8 and compares: set bits become 0xFF.
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+    // Then keeps only bit j % 8: as a signed byte, positive where set (bits
+    // 0..7), -128 where bit 7 is set, and 0 where clear.
+    let bit = _mm256_and_si256(spread, _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64));
+    // `vpsignb` takes 16 where that is positive and negates -16 (byte 7 of
+    // each eight) where it is negative: 16 where set, 0 where clear. One
+    // operation where a compare and a mask took two.
+    let sixteen_or_minus = _mm256_set1_epi64x(0xF010_1010_1010_1010u64 as i64);
+    _mm256_sign_epi8(sixteen_or_minus, bit)
 }
 
 /// Σ of signed byte products, as eight f32 lanes (each an exact integer).
@@ -815,4 +887,73 @@ pub(super) fn horizontal_sum(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let dual = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     _mm_cvtss_f32(_mm_add_ss(dual, _mm_shuffle_ps(dual, dual, 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::dispatch::Kernel;
+    use crate::quant::block::QK;
+
+    /// The i32 lanes of the [`PLUS_16`] product of Q5_0 blocks are exactly
+    /// the sums of four `q_w q_x` of the signed weights `q_w` (decoded here
+    /// from the block's bits by hand), the lanes of the signed form the
+    /// kernel used before; so its f32 results keep their bits. Includes the
+    /// extremes: every fifth bit set or clear, activations all ±127.
+    #[test]
+    fn q5_0_lanes_equal_the_signed_weights_lane_sums() {
+        assert!(
+            Kernel::Avx2.is_available(),
+            "this test runs where the AVX2 kernel does (x86_64 with avx2, fma, f16c)"
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for case in 0..500 {
+            let mut w: [u8; 22] = rng.random();
+            match case {
+                0 => w[2..6].fill(0xFF),
+                1 => w[2..6].fill(0),
+                _ => {}
+            }
+            let x: Vec<f32> = (0..QK)
+                .map(|_| match case {
+                    2 => 1.0,
+                    3 => -1.0,
+                    _ => rng.random_range(-1.0..1.0),
+                })
+                .collect();
+            let a = Q8Block::quantize(&x);
+            let high = u32::from_le_bytes([w[2], w[3], w[4], w[5]]);
+            let signed = |j: usize| {
+                let nibble = if j < 16 {
+                    w[6 + j] & 0x0F
+                } else {
+                    w[6 + j - 16] >> 4
+                };
+                i32::from(nibble) + 16 * ((high >> j) & 1) as i32 - 16
+            };
+            let expected: Vec<i32> = (0..8)
+                .map(|k| {
+                    (4 * k..4 * k + 4)
+                        .map(|j| signed(j) * i32::from(a.qs[j]))
+                        .sum()
+                })
+                .collect();
+            // SAFETY: the CPU has avx2, fma and f16c (asserted above).
+            let lanes: [i32; 8] = unsafe { std::mem::transmute(q5_0_lanes(&w, &a)) };
+            assert_eq!(lanes.as_slice(), expected.as_slice(), "case {case}");
+        }
+    }
+
+    /// The kernel's i32 lanes for one Q5_0 block and one activation block.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q5_0_lanes(w: &[u8], a: &Q8Block) -> __m256i {
+        // SAFETY: compiled with the features `Maddubs` needs.
+        unsafe {
+            let start = _mm256_loadu_si256(a.minus_16_sums.as_ptr().cast());
+            Maddubs::add_dot_u8_i8(start, unpack_q5_0(w), load_qs(a))
+        }
+    }
 }

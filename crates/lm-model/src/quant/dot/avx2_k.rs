@@ -17,20 +17,21 @@
 //! [`super::Dispatch`].
 
 use std::arch::x86_64::{
-    __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps,
-    _mm_set1_epi16, _mm_setr_epi8, _mm_setr_epi32, _mm_shuffle_epi8, _mm256_add_epi32,
-    _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16,
-    _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_fmadd_ps, _mm256_loadu_si256,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8,
-    _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srai_epi16, _mm256_srl_epi16,
-    _mm256_srli_epi16, _mm256_sub_ps,
+    __m128i, __m256i, _mm_and_si128, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
+    _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_or_si128, _mm_set_epi64x, _mm_set1_epi8,
+    _mm_set1_epi16, _mm_setr_epi8, _mm_setr_epi32, _mm_shuffle_epi8, _mm_slli_epi16,
+    _mm_srli_epi16, _mm_sub_epi8, _mm_unpacklo_epi8, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps,
+    _mm256_cvtepu8_epi16, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16,
+    _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8,
+    _mm256_slli_epi16, _mm256_srai_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_sub_ps,
 };
 
 use super::super::GgmlType;
 use super::super::activation::Q8KBlock;
 use super::super::block::IQ4_NL_VALUES;
-use super::super::block_k::{self, N_GROUPS, QK_K, SuperBlock};
+use super::super::block_k::{QK_K, SuperBlock};
 use super::MAX_BATCH;
 use super::avx2::{
     BlockKernel, dot_group_of_widths, each_row_and_input, horizontal_sum, unpack_nibbles,
@@ -212,9 +213,7 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
 }
 
 /// One super-block of the type with id `TY` in the vector form (see
-/// [`Unpacked`]). The factors of Q4_K, Q5_K and Q6_K are decoded in vectors
-/// ([`factors`]); the other types' by `block_k::factors`, as the portable
-/// path does. Generic over the type, so each copy holds one type's code and
+/// [`Unpacked`]), its factors decoded in vectors ([`factors`]). Generic over the type, so each copy holds one type's code and
 /// is small enough to inline into every batch width's kernel (with `ty` an
 /// argument, the one-input kernel called it out of line, at half speed).
 #[inline]
@@ -322,25 +321,21 @@ pub(super) struct VectorFactors {
     pub mins: __m256i,
 }
 
-/// The factors of one super-block of `ty`: for Q4_K, Q5_K and Q6_K decoded
-/// in vectors (a few word operations and one byte shuffle per 32 values,
-/// where the scalar decoding spends a loop per group), for the other types
-/// by `block_k::factors`. Both give the same integers in the same lanes.
+/// The factors of one super-block of `ty`, decoded in vectors (a few word
+/// operations and one byte shuffle per 32 values, where the scalar
+/// `block_k::factors` spends a loop per group): the same integers in the
+/// same lanes as the scalar decoding (test
+/// `vector_factors_equal_scalar_factors`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => factors_k4(block),
         GgmlType::Q6_K => factors_q6_k(block),
-        _ => {
-            let (d, dmin, scales, mins) = block_k::factors(ty, block);
-            VectorFactors {
-                d,
-                dmin,
-                scales: scale_pairs(&scales),
-                mins: i16s(&mins),
-            }
-        }
+        GgmlType::Q3_K => factors_q3_k(block),
+        GgmlType::Q2_K => factors_q2_k(block),
+        GgmlType::IQ4_XS => factors_iq4_xs(block),
+        _ => unreachable!("{ty} is not a K-quant"),
     }
 }
 
@@ -391,10 +386,8 @@ fn factors_k4(block: &[u8]) -> VectorFactors {
     }
 }
 
-/// Q6_K: the sixteen signed 8-bit group scales; the pair of groups `c`
-/// takes scale `2c` (low lane) and `2c + 1` (high lane) by a byte shuffle
-/// that doubles the byte, then an arithmetic shift that sign-extends it; the
-/// offsets are `32 * scale`.
+/// Q6_K: the sixteen signed 8-bit group scales
+/// ([`pairs_of_signed_bytes`]); the offsets are `32 * scale`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn factors_q6_k(block: &[u8]) -> VectorFactors {
@@ -402,7 +395,114 @@ fn factors_q6_k(block: &[u8]) -> VectorFactors {
     // SAFETY: bytes 192..208 are inside the 210-byte block.
     let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(192).cast()) };
     let d = read_f16_f16c(u16::from_le_bytes([block[208], block[209]]));
-    let both_lanes = _mm256_broadcastsi128_si256(packed);
+    VectorFactors {
+        d,
+        dmin: d,
+        scales: pairs_of_signed_bytes(packed),
+        mins: _mm256_slli_epi16(_mm256_cvtepi8_epi16(packed), 5),
+    }
+}
+
+/// Q3_K: the sixteen 6-bit scales (offset by 32) of its twelve scale bytes,
+/// low four bits from the nibbles of bytes 0..8 (low nibbles for groups
+/// 0..8, high ones for 8..16), high two bits from bytes 8..12 (group `j`
+/// from byte `j % 4`, bits `2 (j / 4)`), put together by word operations;
+/// the offsets are `4 * scale`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn factors_q3_k(block: &[u8]) -> VectorFactors {
+    debug_assert!(block.len() >= 110);
+    let low = u64::from_le_bytes(block[96..104].try_into().expect("8 bytes"));
+    let high = u32::from_le_bytes(block[104..108].try_into().expect("4 bytes"));
+    const LOW4: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const TWO: u32 = 0x0303_0303;
+    let nibbles = _mm_set_epi64x(((low >> 4) & LOW4) as i64, (low & LOW4) as i64);
+    // Bytes 4k..4k + 4 take bits 2k..2k + 2 of each byte of `high`.
+    let top_bits = _mm_setr_epi32(
+        (high & TWO) as i32,
+        ((high >> 2) & TWO) as i32,
+        ((high >> 4) & TWO) as i32,
+        ((high >> 6) & TWO) as i32,
+    );
+    let scales = _mm_sub_epi8(
+        _mm_or_si128(nibbles, _mm_slli_epi16(top_bits, 4)),
+        _mm_set1_epi8(32),
+    );
+    let d = read_f16_f16c(u16::from_le_bytes([block[108], block[109]]));
+    VectorFactors {
+        d,
+        dmin: d,
+        scales: pairs_of_signed_bytes(scales),
+        mins: _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 2),
+    }
+}
+
+/// Q2_K: sixteen bytes, each a group's scale (low nibble) and minimum
+/// (high nibble); `d` and `dmin` from one F16C conversion.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn factors_q2_k(block: &[u8]) -> VectorFactors {
+    debug_assert!(block.len() >= 84);
+    // SAFETY: bytes 0..16 are inside the 84-byte block.
+    let packed = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+    let low4 = _mm_set1_epi8(0x0F);
+    let scales = _mm_and_si128(packed, low4);
+    let mins = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+    let (d, dmin) = f16_pair(u32::from_le_bytes([
+        block[80], block[81], block[82], block[83],
+    ]));
+    VectorFactors {
+        d,
+        dmin,
+        scales: pairs_of_signed_bytes(scales),
+        mins: _mm256_cvtepu8_epi16(mins),
+    }
+}
+
+/// IQ4_XS: the eight 6-bit scales (offset by 32) of groups of 32, low four
+/// bits from the nibbles of bytes 4..8 (scale `c` from nibble `c`), high two
+/// bits from the u16 at byte 2 (bits `2c`, spread to one per byte by three
+/// mask-and-shift steps); each scale serves both groups of 16 of its 32
+/// values. No offsets.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn factors_iq4_xs(block: &[u8]) -> VectorFactors {
+    debug_assert!(block.len() >= 8);
+    let d = read_f16_f16c(u16::from_le_bytes([block[0], block[1]]));
+    let packed = _mm_cvtsi32_si128(i32::from_le_bytes([block[4], block[5], block[6], block[7]]));
+    let low4 = _mm_set1_epi8(0x0F);
+    // Byte c: nibble c (the low nibble of byte c / 2 for even c, else its high one).
+    let nibbles = _mm_unpacklo_epi8(
+        _mm_and_si128(packed, low4),
+        _mm_and_si128(_mm_srli_epi16(packed, 4), low4),
+    );
+    // Two-bit field c of `high` to byte c: bytes to 32-bit halves, nibbles
+    // to 16-bit quarters, fields to bytes.
+    let mut top = u64::from(u16::from_le_bytes([block[2], block[3]]));
+    top = (top | top << 24) & 0x0000_00FF_0000_00FF;
+    top = (top | top << 12) & 0x000F_000F_000F_000F;
+    top = (top | top << 6) & 0x0303_0303_0303_0303;
+    let scales = _mm_sub_epi8(
+        _mm_or_si128(nibbles, _mm_cvtsi64_si128((top << 4) as i64)),
+        _mm_set1_epi8(32),
+    );
+    VectorFactors {
+        d,
+        dmin: 0.0,
+        // Bytes 2c and 2c + 1 (groups 2c and 2c + 1 of 16) both scale c.
+        scales: pairs_of_signed_bytes(_mm_unpacklo_epi8(scales, scales)),
+        mins: _mm256_setzero_si256(),
+    }
+}
+
+/// Sixteen signed bytes, one per group of 16, as the eight scale pairs of
+/// [`VectorFactors::scales`]: pair `c` takes byte `2c` (low lane) and
+/// `2c + 1` (high lane) by a byte shuffle that doubles the byte, then an
+/// arithmetic shift that sign-extends it.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pairs_of_signed_bytes(bytes: __m128i) -> [__m256i; 8] {
+    let both_lanes = _mm256_broadcastsi128_si256(bytes);
     let mut scales = [_mm256_setzero_si256(); 8];
     for (c, pair) in scales.iter_mut().enumerate() {
         let (even, odd) = ((2 * c) as u16, (2 * c + 1) as u16);
@@ -412,12 +512,7 @@ fn factors_q6_k(block: &[u8]) -> VectorFactors {
         );
         *pair = _mm256_srai_epi16(_mm256_shuffle_epi8(both_lanes, pick), 8);
     }
-    VectorFactors {
-        d,
-        dmin: d,
-        scales,
-        mins: _mm256_slli_epi16(_mm256_cvtepi8_epi16(packed), 5),
-    }
+    scales
 }
 
 /// Two little-endian f16 (the low and high half of `bits`) as f32.
@@ -444,25 +539,6 @@ fn bit_as(bytes: __m256i, bit: usize, value: u8) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(value as i8))
 }
 
-/// For each 32 values, the scales of its two groups, each over eight i16 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn scale_pairs(scales: &[i16; N_GROUPS]) -> [__m256i; 8] {
-    let mut pairs = [_mm256_setzero_si256(); 8];
-    for (pair, s) in pairs.iter_mut().zip(scales.chunks_exact(2)) {
-        *pair = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
-    }
-    pairs
-}
-
-/// Sixteen i16 as one vector.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn i16s(v: &[i16; N_GROUPS]) -> __m256i {
-    // SAFETY: 16 i16 are exactly 32 bytes.
-    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
-}
-
 const _: () = assert!(QK_K == 8 * 32, "eight vectors of 32 values per super-block");
 
 #[cfg(test)]
@@ -472,6 +548,7 @@ mod tests {
 
     use super::*;
     use crate::dispatch::Kernel;
+    use crate::quant::block_k::{self, N_GROUPS};
 
     /// The vector decoding of the factors gives, lane for lane, what the
     /// scalar `block_k::factors` gives, for random blocks (every bit pattern
@@ -483,11 +560,20 @@ mod tests {
             "this test runs where the AVX2 kernel does (x86_64 with avx2, fma, f16c)"
         );
         let mut rng = ChaCha8Rng::seed_from_u64(8);
-        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-            let f16_at: &[usize] = if ty == GgmlType::Q6_K {
-                &[208]
-            } else {
-                &[0, 2]
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q3_K,
+            GgmlType::Q2_K,
+            GgmlType::IQ4_XS,
+        ] {
+            let f16_at: &[usize] = match ty {
+                GgmlType::Q6_K => &[208],
+                GgmlType::Q3_K => &[108],
+                GgmlType::Q2_K => &[80, 82],
+                GgmlType::IQ4_XS => &[0],
+                _ => &[0, 2],
             };
             for _ in 0..500 {
                 let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
@@ -512,6 +598,25 @@ mod tests {
                 assert_eq!(lanes(actual.mins), lanes(expected.1), "{ty} offsets");
             }
         }
+    }
+
+    /// For each 32 values, the scales of its two groups, each over eight i16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn scale_pairs(scales: &[i16; N_GROUPS]) -> [__m256i; 8] {
+        let mut pairs = [_mm256_setzero_si256(); 8];
+        for (pair, s) in pairs.iter_mut().zip(scales.chunks_exact(2)) {
+            *pair = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+        }
+        pairs
+    }
+
+    /// Sixteen i16 as one vector.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn i16s(v: &[i16; N_GROUPS]) -> __m256i {
+        // SAFETY: 16 i16 are exactly 32 bytes.
+        unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
     }
 
     fn lanes(v: __m256i) -> [i16; 16] {
