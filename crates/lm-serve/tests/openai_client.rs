@@ -23,8 +23,9 @@ fn python() -> PathBuf {
     let python = target.join("openai-venv/bin/python");
     assert!(
         python.exists(),
-        "no {}: run `python3 -m venv {0}/openai-venv && {0}/openai-venv/bin/pip install openai` \
+        "no {}: run `python3 -m venv {1}/openai-venv && {1}/openai-venv/bin/pip install openai` \
          (as .ci/run does), or set LM_OPENAI_PYTHON",
+        python.display(),
         target.display()
     );
     python
