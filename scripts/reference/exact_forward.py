@@ -101,8 +101,9 @@ class Model:
             out[..., half : self.rope_dim] = first * sin + second * cos
         return out
 
-    def forward(self, ids, first_row=0):
-        """Logits rows [T - first_row, vocab] for the token ids (positions 0..T)."""
+    def forward(self, ids, first_row=0, rows=None):
+        """Logits rows [T - first_row, vocab] for the token ids (positions 0..T),
+        or the rows `rows` (any numpy index of positions) when given."""
         gemma = self.arch == "gemma3"
         n_tokens = len(ids)
         positions = np.arange(n_tokens, dtype=np.float64)
@@ -146,7 +147,8 @@ class Model:
             if gemma:
                 out = self.rms_norm(out, w("post_ffw_norm"))
             x = x + out
-        return self.rms_norm(x[first_row:], self.weights["output_norm.weight"]) @ self.output.T
+        kept = x[first_row:] if rows is None else x[rows]
+        return self.rms_norm(kept, self.weights["output_norm.weight"]) @ self.output.T
 
 
 def log_softmax(row):
