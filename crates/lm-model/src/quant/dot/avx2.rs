@@ -22,16 +22,17 @@ use std::cell::Cell;
 
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
-    _mm_cvtsi32_si128, _mm_cvtsi64_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd,
-    _mm_loadl_epi64, _mm_loadu_ps, _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps,
-    _mm_setzero_ps, _mm_shuffle_ps, _mm_srli_epi16, _mm_storeu_ps, _mm256_add_epi32, _mm256_add_ps,
-    _mm256_and_si256, _mm256_broadcast_ss, _mm256_broadcastss_ps, _mm256_castps256_ps128,
-    _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
-    _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
-    _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
-    _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sub_epi8,
+    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadl_epi64,
+    _mm_loadu_ps, _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps, _mm_setzero_ps,
+    _mm_shuffle_ps, _mm_shufflelo_epi16, _mm_srli_epi16, _mm_storeu_ps, _mm256_add_epi32,
+    _mm256_add_ps, _mm256_and_si256, _mm256_broadcast_ss, _mm256_broadcastss_ps,
+    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
+    _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps,
+    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+    _mm256_mul_ps, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32,
+    _mm256_sub_epi8,
 };
 
 use super::super::GgmlType;
@@ -431,28 +432,27 @@ unsafe fn dot_blocks<const BYTES: usize, const N: usize, const FORM: u8, P: Byte
         // SAFETY: as this function.
         return unsafe { dot_blocks_batched::<BYTES, N, FORM, P>(row, xq, unpack) };
     }
-    let xq = xq.inputs;
+    // One input from here on. The row as whole blocks and the input as the
+    // same number of blocks, both in pairs (even and odd), so the loop
+    // walks them without an index or a bounds check per block.
+    let (blocks, _) = row.as_chunks::<BYTES>();
+    let x = &xq.inputs[0][..blocks.len()];
+    let (pairs, last) = blocks.as_chunks::<2>();
+    let (x_pairs, x_last) = x.as_chunks::<2>();
     // SAFETY: the caller guarantees the features.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; N];
-        let mut offset = [_mm_setzero_ps(); N];
-        let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
-        for (pair_idx, w) in pairs.enumerate() {
-            let (w0, w1) = w.split_at(BYTES);
-            let b = 2 * pair_idx;
-            accumulate::<0, N, FORM, P>(w0, unpack(w0), b, &xq, &mut acc, &mut offset);
-            accumulate::<1, N, FORM, P>(w1, unpack(w1), b + 1, &xq, &mut acc, &mut offset);
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut offset = _mm_setzero_ps();
+        for ([w0, w1], [a0, a1]) in pairs.iter().zip(x_pairs) {
+            accumulate::<0, BYTES, FORM, P>(w0, unpack(w0), a0, &mut acc, &mut offset);
+            accumulate::<1, BYTES, FORM, P>(w1, unpack(w1), a1, &mut acc, &mut offset);
         }
-        if n_blocks % 2 == 1 {
-            let b = n_blocks - 1;
-            let w = &row[b * BYTES..(b + 1) * BYTES];
-            accumulate::<0, N, FORM, P>(w, unpack(w), b, &xq, &mut acc, &mut offset);
+        if let ([w], [a]) = (last, x_last) {
+            accumulate::<0, BYTES, FORM, P>(w, unpack(w), a, &mut acc, &mut offset);
         }
         let mut out = [0.0; N];
-        for ((o, acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
-            let offset = lane::<1>(offset) + lane::<3>(offset);
-            *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + offset;
-        }
+        out[0] =
+            horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + (lane::<1>(offset) + lane::<3>(offset));
         out
     }
 }
@@ -510,25 +510,18 @@ unsafe fn dot_blocks_batched<const BYTES: usize, const N: usize, const FORM: u8,
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         let mut offsets = [_mm_setzero_ps(); 2];
-        let pairs = row.chunks_exact(2 * BYTES).take(n_blocks / 2);
-        for (pair_idx, w) in pairs.enumerate() {
-            let (w0, w1) = w.split_at(BYTES);
+        let (blocks, _) = row.as_chunks::<BYTES>();
+        let (pairs, last) = blocks.as_chunks::<2>();
+        for (pair_idx, [w0, w1]) in pairs.iter().enumerate() {
             let b = 2 * pair_idx;
-            add_block::<0, N, FORM, P>(w0, unpack(w0), b, &inputs, sums, &mut acc, &mut offsets);
-            add_block::<1, N, FORM, P>(
-                w1,
-                unpack(w1),
-                b + 1,
-                &inputs,
-                sums,
-                &mut acc,
-                &mut offsets,
-            );
+            let (acc, offsets) = (&mut acc, &mut offsets);
+            add_block::<0, BYTES, N, FORM, P>(w0, unpack(w0), b, &inputs, sums, acc, offsets);
+            add_block::<1, BYTES, N, FORM, P>(w1, unpack(w1), b + 1, &inputs, sums, acc, offsets);
         }
-        if n_blocks % 2 == 1 {
+        if let [w] = last {
             let b = n_blocks - 1;
-            let w = &row[b * BYTES..(b + 1) * BYTES];
-            add_block::<0, N, FORM, P>(w, unpack(w), b, &inputs, sums, &mut acc, &mut offsets);
+            let (acc, offsets) = (&mut acc, &mut offsets);
+            add_block::<0, BYTES, N, FORM, P>(w, unpack(w), b, &inputs, sums, acc, offsets);
         }
         // Even plus odd offsets, per input: the one-input kernel's
         // `lane 1 + lane 3`.
@@ -551,8 +544,14 @@ unsafe fn dot_blocks_batched<const BYTES: usize, const N: usize, const FORM: u8,
 /// `sums` (for the form [`WITH_MIN`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // the state of a block product
-unsafe fn add_block<const PARITY: usize, const N: usize, const FORM: u8, P: BytePairs>(
-    w: &[u8],
+unsafe fn add_block<
+    const PARITY: usize,
+    const BYTES: usize,
+    const N: usize,
+    const FORM: u8,
+    P: BytePairs,
+>(
+    w: &[u8; BYTES],
     weights: __m256i,
     block_idx: usize,
     inputs: &[&[Q8Block]; N],
@@ -560,7 +559,7 @@ unsafe fn add_block<const PARITY: usize, const N: usize, const FORM: u8, P: Byte
     acc: &mut [[__m256; 2]; N],
     offsets: &mut [__m128; 2],
 ) {
-    debug_assert!(w.len() >= 4, "a block starts with two f16 values");
+    const { assert!(BYTES >= 4, "a block starts with two f16 values") };
     // SAFETY: the caller guarantees the features and the index; `w` is a
     // whole block. Its first four bytes are `[d_w, m_w]` (f16) in the types
     // with a minimum; in the others lane 1 is weight bytes and unused.
@@ -571,11 +570,7 @@ unsafe fn add_block<const PARITY: usize, const N: usize, const FORM: u8, P: Byte
         for (acc, x) in acc.iter_mut().zip(inputs) {
             let a = x.get_unchecked(block_idx);
             let scale = _mm256_mul_ps(d_w, _mm256_broadcast_ss(&a.d));
-            let products = match FORM {
-                SIGNED => mul_sum_i8::<P>(weights, load_qs(a)),
-                WITH_MIN => mul_sum_u8_i8::<P>(weights, load_qs(a)),
-                _ => mul_sum_plus_16::<P>(weights, a),
-            };
+            let products = block_products::<FORM, P>(weights, a);
             acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
         }
         if FORM == WITH_MIN {
@@ -586,57 +581,65 @@ unsafe fn add_block<const PARITY: usize, const N: usize, const FORM: u8, P: Byte
     }
 }
 
-/// Adds block `block_idx` (the bytes `w`, unpacked as `weights`) into
-/// accumulator `PARITY` of every row. The weight scales are converted as
+/// Adds one block (the bytes `w`, unpacked as `weights`, times the input
+/// block `a`) into accumulator `PARITY`. The weight scales are converted as
 /// `[d_w, m_w, 0, 0]` for even blocks and `[d_w, 0, 0, m_w]` for odd ones
 /// (for a type without a minimum: `d_w` and the block's next three f16
 /// values, of which only `d_w` is used, by one conversion from memory) and
 /// multiplied by `[d_x, sum_x, d_x, sum_x]`: lane 0 is the block's scale and
-/// lane 1 or 3 its `m_w sum_x`, which adds into the even or odd offset sum.
+/// lane 1 or 3 its `m_w sum_x`, which adds into the offset sum.
 ///
 /// # Safety
 /// As [`dot`].
 #[inline(always)]
-unsafe fn accumulate<const PARITY: usize, const N: usize, const FORM: u8, P: BytePairs>(
-    w: &[u8],
+unsafe fn accumulate<const PARITY: usize, const BYTES: usize, const FORM: u8, P: BytePairs>(
+    w: &[u8; BYTES],
     weights: __m256i,
-    block_idx: usize,
-    xq: &[&[Q8Block]; N],
-    acc: &mut [[__m256; 2]; N],
-    offset: &mut [__m128; N],
+    a: &Q8Block,
+    acc: &mut [__m256; 2],
+    offset: &mut __m128,
 ) {
-    debug_assert!(w.len() >= 8, "a block holds at least four f16 values");
+    const { assert!(BYTES >= 8, "a block holds at least four f16 values") };
     // SAFETY: the caller guarantees the features; `w` is a whole block.
     unsafe {
         let scales_w = if FORM == WITH_MIN {
-            let m_shift = if PARITY == 0 { 16 } else { 48 };
-            let bits =
-                i64::from(f16_bits(w[0], w[1])) | (i64::from(f16_bits(w[2], w[3])) << m_shift);
-            _mm_cvtph_ps(_mm_cvtsi64_si128(bits))
+            // `[d_w, m_w]` by one 4-byte load; for an odd block, f16 lanes
+            // `[0, 2, 2, 1]` of it (lane 2 is zero) put `m_w` in lane 3.
+            let d_m = _mm_cvtsi32_si128(i32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+            let halves = if PARITY == 0 {
+                d_m
+            } else {
+                _mm_shufflelo_epi16::<0b01_10_10_00>(d_m)
+            };
+            _mm_cvtph_ps(halves)
         } else {
             _mm_cvtph_ps(_mm_loadl_epi64(w.as_ptr().cast()))
         };
-        for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(xq) {
-            let a = &x[block_idx];
-            let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
-            let scale = _mm256_broadcastss_ps(scales);
-            let products = match FORM {
-                SIGNED => mul_sum_i8::<P>(weights, load_qs(a)),
-                WITH_MIN => mul_sum_u8_i8::<P>(weights, load_qs(a)),
-                _ => mul_sum_plus_16::<P>(weights, a),
-            };
-            acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
-            if FORM == WITH_MIN {
-                *offset = _mm_add_ps(*offset, scales);
-            }
+        let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
+        let scale = _mm256_broadcastss_ps(scales);
+        let products = block_products::<FORM, P>(weights, a);
+        acc[PARITY] = _mm256_fmadd_ps(scale, products, acc[PARITY]);
+        if FORM == WITH_MIN {
+            *offset = _mm_add_ps(*offset, scales);
         }
     }
 }
 
-/// A little-endian f16 as its bits.
-#[inline]
-fn f16_bits(lo: u8, hi: u8) -> u16 {
-    u16::from_le_bytes([lo, hi])
+/// The eight i32 lane sums (as f32) of a block's weight bytes in the form
+/// `FORM` times the activation block `a`'s bytes: four products a lane.
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+unsafe fn block_products<const FORM: u8, P: BytePairs>(weights: __m256i, a: &Q8Block) -> __m256 {
+    // SAFETY: the caller guarantees the features.
+    unsafe {
+        match FORM {
+            SIGNED => mul_sum_i8::<P>(weights, load_qs(a)),
+            WITH_MIN => mul_sum_u8_i8::<P>(weights, load_qs(a)),
+            _ => mul_sum_plus_16::<P>(weights, a),
+        }
+    }
 }
 
 /// `[d, sum, d, sum]` of an activation block, by one 8-byte load.
