@@ -25,10 +25,14 @@
 //! the cache keeps, per chunk of CHUNK_LEN (32) positions and key/value head,
 //!   keys   [head_dim][CHUNK_LEN]   (a key per column: lanes = positions)
 //!   values [CHUNK_LEN][head_dim]   (a value per row:  lanes = dimensions)
-//! the queries are split into tiles of QUERY_TILE positions (in parallel for
-//! a prompt); for each key/value head a tile walks the chunks its queries
-//! see, widening each chunk once to f32 (F16C for an f16 cache), so the block
-//! (8 KiB at head_dim 64) is read from L1 by every query row of the tile:
+//! the queries are split into tiles of QUERY_TILE positions, in parallel for
+//! a prompt; a tile of a few queries over a long span (a decode step at a
+//! long context) is split by runs of heads on the pool instead. For each
+//! key/value head a tile walks the chunks its queries see, widening each
+//! chunk once to f32 (F16C for an f16 cache), so the block (8 KiB at
+//! head_dim 64) is read from L1 by every query row of the tile; when at most
+//! four rows read a chunk (a decode step), the AVX2 build reads the f16
+//! chunk in place and widens it in registers instead:
 //!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a vector, 8 partial sums)
 //!   weights softmax of each row over its visible positions
 //!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (8 dimensions a vector)
@@ -49,6 +53,9 @@
 //! code compiled for AVX2) gives the bits of the portable one, and the
 //! conformance fixtures see the numbers they were measured with.
 
+use std::cell::RefCell;
+use std::ops::Range;
+
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
@@ -57,7 +64,7 @@ use super::config::KvPrecision;
 use super::exp::exp_in_place;
 #[cfg(target_arch = "x86_64")]
 use super::exp::exp_in_place_avx2;
-use super::kv_cache::{CHUNK_LEN, KvCache, widen_f16};
+use super::kv_cache::{CHUNK_LEN, KvCache, StoredRows, widen_f16};
 use crate::dispatch::{Dispatch, Kernel};
 
 /// Query positions per tile. A tile's scores are `QUERY_TILE * group` rows
@@ -65,6 +72,11 @@ use crate::dispatch::{Dispatch, Kernel};
 /// small enough for L2, while each chunk of keys or values it widens serves
 /// that many rows.
 const QUERY_TILE: usize = 16;
+
+/// Below this many query-key products per call (`queries x span x q_dim`),
+/// one tile's heads stay on the calling thread: a decode step over a few
+/// hundred positions is shorter than handing its heads to rayon.
+const PARALLEL_MIN_PRODUCTS: usize = 1 << 16;
 
 /// Head counts and width for one attention layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +125,23 @@ pub struct AttentionScratch {
     /// Queries or weights narrowed to f16 on their way to being rounded
     /// (f16 precision only).
     narrowed: Vec<f16>,
+    /// The outputs of a tile split by heads, one run of heads after the
+    /// other: `[run][query][run heads * head_dim]`.
+    head_runs: Vec<f32>,
+}
+
+thread_local! {
+    /// Each pool thread's buffers for the tiles and head runs it is handed.
+    static TASK_SCRATCH: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
+}
+
+/// Runs `f` with this thread's task buffers (fresh ones if they are in use,
+/// by a task nested inside another on the same thread).
+fn with_task_scratch<R>(f: impl FnOnce(&mut AttentionScratch) -> R) -> R {
+    TASK_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f(&mut scratch),
+        Err(_) => f(&mut AttentionScratch::default()),
+    })
 }
 
 /// Writes into `out` the attention of `queries` over `layer` of `cache`:
@@ -121,7 +150,10 @@ pub struct AttentionScratch {
 /// sees the cache's positions up to its own (the last `window` of them with
 /// a sliding window). The keys and values of every query's position are in
 /// the cache already. Several tiles of queries run in parallel on rayon's
-/// pool; one tile runs on the calling thread with `scratch`.
+/// pool; one tile runs on the calling thread with `scratch`, or, when it is
+/// long enough to pay and the pool has several threads, in runs of heads
+/// on the pool ([`attend_by_heads`]). Every output has the same bits however
+/// the work is split.
 pub fn attend(
     shape: AttentionShape,
     cache: &KvCache,
@@ -149,30 +181,101 @@ pub fn attend(
         cache.shape().capacity
     );
     if n_queries <= QUERY_TILE {
-        attend_tile(shape, cache, layer, first_pos, queries, scratch, out);
+        let span = first_pos + n_queries - shape.first_visible(first_pos);
+        let n_threads = rayon::current_num_threads();
+        let run_len = head_run_len(shape, n_threads);
+        if n_threads > 1
+            && run_len < shape.n_head
+            && n_queries * span * q_dim >= PARALLEL_MIN_PRODUCTS
+        {
+            attend_by_heads(
+                shape, cache, layer, first_pos, queries, run_len, scratch, out,
+            );
+        } else {
+            let heads = 0..shape.n_head;
+            attend_tile(shape, cache, layer, first_pos, queries, heads, scratch, out);
+        }
         return;
     }
     let tile_len = QUERY_TILE * q_dim;
     out.par_chunks_mut(tile_len)
         .zip(queries.par_chunks(tile_len))
         .enumerate()
-        .for_each_init(
-            AttentionScratch::default,
-            |scratch, (tile_idx, (out, queries))| {
-                let tile_pos = first_pos + tile_idx * QUERY_TILE;
-                attend_tile(shape, cache, layer, tile_pos, queries, scratch, out);
-            },
-        );
+        .for_each(|(tile_idx, (out, queries))| {
+            let tile_pos = first_pos + tile_idx * QUERY_TILE;
+            let heads = 0..shape.n_head;
+            with_task_scratch(|scratch| {
+                attend_tile(shape, cache, layer, tile_pos, queries, heads, scratch, out);
+            });
+        });
 }
 
-/// [`attend`] for one tile of queries, with the vector build the cache's
-/// dispatch allows.
+/// How many query heads one task of [`attend_by_heads`] takes on a pool of
+/// `n_threads`: whole key/value groups while there are at least as many
+/// groups as threads (a group's keys and values are then read by one task
+/// only), otherwise the largest part of a group that still gives every
+/// thread a task. Equal runs, so the outputs split into equal chunks.
+fn head_run_len(shape: AttentionShape, n_threads: usize) -> usize {
+    let group = shape.n_head / shape.n_kv_head;
+    let parts_per_group = n_threads.div_ceil(shape.n_kv_head).clamp(1, group);
+    (1..=group / parts_per_group)
+        .rev()
+        .find(|len| group.is_multiple_of(*len))
+        .unwrap_or(1)
+}
+
+/// [`attend`] for one tile of queries, its heads in runs of `run_len`
+/// (dividing the key/value group) in parallel on rayon's pool: each run
+/// writes `[query][run]` into its part of `scratch`'s head-run buffer,
+/// which is then copied into `out`'s rows.
+#[allow(clippy::too_many_arguments)]
+fn attend_by_heads(
+    shape: AttentionShape,
+    cache: &KvCache,
+    layer: usize,
+    first_pos: usize,
+    queries: &[f32],
+    run_len: usize,
+    scratch: &mut AttentionScratch,
+    out: &mut [f32],
+) {
+    let q_dim = shape.n_head * shape.head_dim;
+    let n_queries = queries.len() / q_dim;
+    let run_width = run_len * shape.head_dim;
+    let runs = &mut scratch.head_runs;
+    grow(runs, n_queries * q_dim);
+    let runs = &mut runs[..n_queries * q_dim];
+    runs.par_chunks_mut(n_queries * run_width)
+        .enumerate()
+        .for_each(|(run_idx, run_out)| {
+            let heads = run_idx * run_len..(run_idx + 1) * run_len;
+            with_task_scratch(|scratch| {
+                attend_tile(
+                    shape, cache, layer, first_pos, queries, heads, scratch, run_out,
+                );
+            });
+        });
+    for (run_idx, run_out) in runs.chunks_exact(n_queries * run_width).enumerate() {
+        for (query_out, run_row) in out
+            .chunks_exact_mut(q_dim)
+            .zip(run_out.chunks_exact(run_width))
+        {
+            query_out[run_idx * run_width..][..run_width].copy_from_slice(run_row);
+        }
+    }
+}
+
+/// [`attend`] for one tile of queries and the query heads `heads`, with the
+/// vector build the cache's dispatch allows. `queries` holds whole query
+/// rows (every head); `out` holds rows of the heads in `heads` only.
+#[allow(clippy::too_many_arguments)]
 fn attend_tile(
     shape: AttentionShape,
     cache: &KvCache,
     layer: usize,
     first_pos: usize,
     queries: &[f32],
+    heads: Range<usize>,
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
@@ -181,51 +284,58 @@ fn attend_tile(
         // SAFETY: every x86 SIMD kernel a `Dispatch` allows requires AVX2
         // and FMA (a `Dispatch` holds only detected features), and F16C is
         // checked.
-        unsafe { attend_tile_avx2(shape, cache, layer, first_pos, queries, scratch, out) };
+        unsafe { attend_tile_avx2(shape, cache, layer, first_pos, queries, heads, scratch, out) };
         return;
     }
-    attend_tile_lanes::<false>(shape, cache, layer, first_pos, queries, scratch, out);
+    attend_tile_lanes::<false>(shape, cache, layer, first_pos, queries, heads, scratch, out);
 }
 
 /// [`attend_tile_lanes`] with its AVX2 kernels: the same operations on the
 /// same values in 8-wide vectors, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
 fn attend_tile_avx2(
     shape: AttentionShape,
     cache: &KvCache,
     layer: usize,
     first_pos: usize,
     queries: &[f32],
+    heads: Range<usize>,
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
-    attend_tile_lanes::<true>(shape, cache, layer, first_pos, queries, scratch, out);
+    attend_tile_lanes::<true>(shape, cache, layer, first_pos, queries, heads, scratch, out);
 }
 
-/// One tile: for each key/value head, the scores of the tile's query rows
-/// chunk by chunk, each row's softmax, then the weighted values chunk by
-/// chunk (module docs). Only the chunks a query sees are read for it; in
+/// One tile: for each key/value head (the part of its group in `heads`),
+/// the scores of the tile's query rows chunk by chunk, each row's softmax,
+/// then the weighted values chunk by chunk (module docs). `out` has a row
+/// of `heads.len() * head_dim` values per query. Only the chunks a query
+/// sees are read for it; in
 /// the chunk holding a query's own position, the products with later keys
 /// are computed but never stored. With `AVX2` (x86_64 only, called from
 /// [`attend_tile_avx2`]) the products, exponentials, f16 roundings and
 /// weighted sums run in the AVX2 kernels, several query rows at a time.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn attend_tile_lanes<const AVX2: bool>(
     shape: AttentionShape,
     cache: &KvCache,
     layer: usize,
     first_pos: usize,
     queries: &[f32],
+    heads: Range<usize>,
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
     let head_dim = shape.head_dim;
     let group = shape.n_head / shape.n_kv_head;
-    let group_width = group * head_dim;
     let q_dim = shape.n_head * head_dim;
+    let out_width = heads.len() * head_dim;
     let n_queries = queries.len() / q_dim;
-    let n_rows = n_queries * group;
+    debug_assert_eq!(out.len(), n_queries * out_width, "output rows of the heads");
+    let max_rows = n_queries * group.min(heads.len());
     let dispatch = cache.dispatch();
     let round = shape.precision == KvPrecision::F16;
     let span_start = shape.first_visible(first_pos);
@@ -238,12 +348,11 @@ fn attend_tile_lanes<const AVX2: bool>(
         keys,
         values,
         narrowed,
+        head_runs: _,
     } = scratch;
-    grow(scores, n_rows * span);
-    grow(tile_queries, n_rows * head_dim);
-    grow(products, n_rows * CHUNK_LEN);
-    let scores = &mut scores[..n_rows * span];
-    let tile_queries = &mut tile_queries[..n_rows * head_dim];
+    grow(scores, max_rows * span);
+    grow(tile_queries, max_rows * head_dim);
+    grow(products, max_rows * CHUNK_LEN);
     // The positions query `j` sees, as offsets into the span.
     let visible =
         |j: usize| shape.first_visible(first_pos + j) - span_start..first_pos + j + 1 - span_start;
@@ -258,10 +367,19 @@ fn attend_tile_lanes<const AVX2: bool>(
             first..end
         })
     };
-    for kv_head in 0..shape.n_kv_head {
-        let band = kv_head * group_width..(kv_head + 1) * group_width;
+    for kv_head in heads.start / group..heads.end.div_ceil(group) {
+        // The heads of this group that the tile computes: `group` rows per
+        // query from here on (query `j`'s head `g` is row `j * group + g`).
+        let group_heads = heads.start.max(kv_head * group)..heads.end.min((kv_head + 1) * group);
+        let group = group_heads.len();
+        let n_rows = n_queries * group;
+        let scores = &mut scores[..n_rows * span];
+        let tile_queries = &mut tile_queries[..n_rows * head_dim];
+        // Their columns in a query row and in an output row.
+        let band = group_heads.start * head_dim..group_heads.end * head_dim;
+        let out_band = band.start - heads.start * head_dim..band.end - heads.start * head_dim;
         for (rows, query) in tile_queries
-            .chunks_exact_mut(group_width)
+            .chunks_exact_mut(group * head_dim)
             .zip(queries.chunks_exact(q_dim))
         {
             rows.copy_from_slice(&query[band.clone()]);
@@ -273,12 +391,12 @@ fn attend_tile_lanes<const AVX2: bool>(
         // Scores: scores[r][k] = (q_r . key_k) * scale, every row that sees
         // some of a chunk multiplied by all its keys, the visible ones kept.
         for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
-            let chunk_keys = chunk.keys.to_f32(dispatch, keys);
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
             let seers = seeing(chunk_rows.clone());
             let rows = seers.start * group..seers.end * group;
+            let chunk_keys = ChunkRows::new::<AVX2>(chunk.keys, rows.len(), dispatch, keys);
             chunk_scores::<AVX2>(
                 &tile_queries[rows.start * head_dim..rows.end * head_dim],
                 chunk_keys,
@@ -318,15 +436,16 @@ fn attend_tile_lanes<const AVX2: bool>(
         }
 
         // Outputs: o[r] = sum_k w[r][k] * value_k, in position order.
-        for query_out in out.chunks_exact_mut(q_dim) {
-            query_out[band.clone()].fill(0.0);
+        for query_out in out.chunks_exact_mut(out_width) {
+            query_out[out_band.clone()].fill(0.0);
         }
         for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
-            let chunk_values = chunk.values.to_f32(dispatch, values);
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
             let seers = seeing(chunk_rows.clone());
+            let n_readers = seers.len() * group;
+            let chunk_values = ChunkRows::new::<AVX2>(chunk.values, n_readers, dispatch, values);
             // Runs of queries that see the same rows of the chunk share the
             // value rows they read.
             let mut run_start = seers.start;
@@ -337,8 +456,9 @@ fn attend_tile_lanes<const AVX2: bool>(
                     .unwrap_or(seers.end);
                 let first_row = (seen.start as isize - chunk_offset) as usize;
                 let value_rows =
-                    &chunk_values[first_row * head_dim..(first_row + seen.len()) * head_dim];
-                let out_row = |r: usize| r / group * q_dim + band.start + r % group * head_dim;
+                    chunk_values.slice(first_row * head_dim..(first_row + seen.len()) * head_dim);
+                let out_row =
+                    |r: usize| r / group * out_width + out_band.start + r % group * head_dim;
                 let weights_at = |r: usize| r * span + seen.start;
                 add_weighted_rows::<AVX2>(
                     out,
@@ -365,6 +485,100 @@ fn grow(buf: &mut Vec<f32>, len: usize) {
 /// The overlap of two ranges (empty when they do not meet).
 fn intersect(a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> std::ops::Range<usize> {
     a.start.max(b.start)..a.end.min(b.end).max(a.start.max(b.start))
+}
+
+/// A chunk's keys or values as the kernels read them: f32 rows (an f32
+/// cache's in place, or an f16 cache's widened once into a buffer, for many
+/// query rows or the portable build), or, for at most [`DIRECT_ROWS`] rows
+/// in the AVX2 build, an f16 cache's rows as stored, widened in registers
+/// as they are loaded (exact either way: every f16 is an f32). One pass of
+/// the AVX2 kernels serves four rows, so below that widening into memory
+/// first would only add a store and a load per value (a decode step).
+#[derive(Clone, Copy)]
+enum ChunkRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+/// The most query rows reading a chunk for which the AVX2 build reads an
+/// f16 chunk in place: one pass of its four-row kernels.
+const DIRECT_ROWS: usize = 4;
+
+impl<'a> ChunkRows<'a> {
+    /// `stored` for `n_readers` query rows, widened into `buf` if need be.
+    #[inline(always)]
+    fn new<const AVX2: bool>(
+        stored: StoredRows<'a>,
+        n_readers: usize,
+        dispatch: Dispatch,
+        buf: &'a mut Vec<f32>,
+    ) -> Self {
+        match stored {
+            StoredRows::F16(rows) if AVX2 && n_readers <= DIRECT_ROWS => Self::F16(rows),
+            stored => Self::F32(stored.to_f32(dispatch, buf)),
+        }
+    }
+
+    /// The values at `range`.
+    #[inline(always)]
+    fn slice(self, range: Range<usize>) -> Self {
+        match self {
+            Self::F32(rows) => Self::F32(&rows[range]),
+            Self::F16(rows) => Self::F16(&rows[range]),
+        }
+    }
+
+    /// The f32 rows (the portable build is only ever handed those).
+    #[inline(always)]
+    fn f32(self) -> &'a [f32] {
+        match self {
+            Self::F32(rows) => rows,
+            Self::F16(_) => unreachable!("f16 rows are read in place by the AVX2 build only"),
+        }
+    }
+}
+
+/// A stored value type the AVX2 kernels load eight at a time as f32.
+#[cfg(target_arch = "x86_64")]
+trait Lanes: Copy {
+    /// Values `at..at + 8` of `values` as f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; `at + 8 <= values.len()`.
+    unsafe fn load8(values: &[Self], at: usize) -> std::arch::x86_64::__m256;
+
+    /// One value as f32.
+    fn widen(self) -> f32;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for f32 {
+    #[inline(always)]
+    unsafe fn load8(values: &[Self], at: usize) -> std::arch::x86_64::__m256 {
+        // SAFETY: in bounds (the caller's contract); unaligned load.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(values.as_ptr().add(at)) }
+    }
+
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for f16 {
+    #[inline(always)]
+    unsafe fn load8(values: &[Self], at: usize) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{_mm_loadu_si128, _mm256_cvtph_ps};
+        // SAFETY: in bounds (the caller's contract): 8 f16 are 16 bytes,
+        // loaded unaligned; F16C is the caller's.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(values.as_ptr().add(at).cast())) }
+    }
+
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
 }
 
 /// Lanes of a key product's partial sums, and keys a pass of
@@ -424,32 +638,26 @@ fn key_scores(query: &[f32], keys: &[f32]) -> [f32; CHUNK_LEN] {
 /// The AVX2 build takes four rows at a time, so each key vector it loads
 /// serves four rows.
 #[inline(always)]
-fn chunk_scores<const AVX2: bool>(queries: &[f32], keys: &[f32], scale: f32, products: &mut [f32]) {
-    let head_dim = keys.len() / CHUNK_LEN;
-    debug_assert_eq!(queries.len() / head_dim, products.len() / CHUNK_LEN);
+fn chunk_scores<const AVX2: bool>(
+    queries: &[f32],
+    keys: ChunkRows<'_>,
+    scale: f32,
+    products: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
-        let (q_blocks, q_rest) = queries.split_at(queries.len() / (4 * head_dim) * 4 * head_dim);
-        let (p_blocks, p_rest) = products.split_at_mut(q_blocks.len() / head_dim * CHUNK_LEN);
-        for (q, p) in q_blocks
-            .chunks_exact(4 * head_dim)
-            .zip(p_blocks.chunks_exact_mut(4 * CHUNK_LEN))
-        {
-            // SAFETY: called only from `attend_tile_avx2`, whose features
-            // these are.
-            unsafe { key_scores_avx2::<4>(q, keys, scale, p) };
-        }
-        // SAFETY: as above.
+        // SAFETY: called only from `attend_tile_avx2`, whose features these are.
         unsafe {
-            match q_rest.len() / head_dim {
-                0 => {}
-                1 => key_scores_avx2::<1>(q_rest, keys, scale, p_rest),
-                2 => key_scores_avx2::<2>(q_rest, keys, scale, p_rest),
-                _ => key_scores_avx2::<3>(q_rest, keys, scale, p_rest),
+            match keys {
+                ChunkRows::F32(keys) => chunk_scores_avx2(queries, keys, scale, products),
+                ChunkRows::F16(keys) => chunk_scores_avx2(queries, keys, scale, products),
             }
         }
         return;
     }
+    let keys = keys.f32();
+    let head_dim = keys.len() / CHUNK_LEN;
+    debug_assert_eq!(queries.len() / head_dim, products.len() / CHUNK_LEN);
     for (query, row) in queries
         .chunks_exact(head_dim)
         .zip(products.chunks_exact_mut(CHUNK_LEN))
@@ -457,6 +665,29 @@ fn chunk_scores<const AVX2: bool>(queries: &[f32], keys: &[f32], scale: f32, pro
         for (p, product) in row.iter_mut().zip(key_scores(query, keys)) {
             *p = product * scale;
         }
+    }
+}
+
+/// [`chunk_scores`] in AVX2, four rows a pass.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn chunk_scores_avx2<T: Lanes>(queries: &[f32], keys: &[T], scale: f32, products: &mut [f32]) {
+    let head_dim = keys.len() / CHUNK_LEN;
+    debug_assert_eq!(queries.len() / head_dim, products.len() / CHUNK_LEN);
+    let (q_blocks, q_rest) = queries.split_at(queries.len() / (4 * head_dim) * 4 * head_dim);
+    let (p_blocks, p_rest) = products.split_at_mut(q_blocks.len() / head_dim * CHUNK_LEN);
+    for (q, p) in q_blocks
+        .chunks_exact(4 * head_dim)
+        .zip(p_blocks.chunks_exact_mut(4 * CHUNK_LEN))
+    {
+        key_scores_avx2::<4, T>(q, keys, scale, p);
+    }
+    match q_rest.len() / head_dim {
+        0 => {}
+        1 => key_scores_avx2::<1, T>(q_rest, keys, scale, p_rest),
+        2 => key_scores_avx2::<2, T>(q_rest, keys, scale, p_rest),
+        _ => key_scores_avx2::<3, T>(q_rest, keys, scale, p_rest),
     }
 }
 
@@ -469,9 +700,9 @@ fn chunk_scores<const AVX2: bool>(queries: &[f32], keys: &[f32], scale: f32, pro
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn key_scores_avx2<const R: usize>(
+fn key_scores_avx2<const R: usize, T: Lanes>(
     queries: &[f32],
-    keys: &[f32],
+    keys: &[T],
     scale: f32,
     products: &mut [f32],
 ) {
@@ -479,7 +710,7 @@ fn key_scores_avx2<const R: usize>(
     let head_dim = keys.len() / CHUNK_LEN;
     assert!(queries.len() == R * head_dim && products.len() == R * CHUNK_LEN);
     let whole = head_dim / PARTIALS * PARTIALS;
-    let (q, k) = (queries.as_ptr(), keys.as_ptr());
+    let q = queries.as_ptr();
     for half in 0..CHUNK_LEN / 16 {
         let mut sums = [[_mm256_set1_ps(-0.0); 2]; R];
         for p in 0..PARTIALS {
@@ -488,8 +719,8 @@ fn key_scores_avx2<const R: usize>(
                 // SAFETY: d < head_dim, so the key row d (CHUNK_LEN values)
                 // and each query's value d are in bounds (asserted above).
                 unsafe {
-                    let column = k.add(d * CHUNK_LEN + half * 16);
-                    let (c0, c1) = (_mm256_loadu_ps(column), _mm256_loadu_ps(column.add(8)));
+                    let column = d * CHUNK_LEN + half * 16;
+                    let (c0, c1) = (T::load8(keys, column), T::load8(keys, column + 8));
                     for (i, partial) in partials.iter_mut().enumerate() {
                         let b = _mm256_set1_ps(*q.add(i * head_dim + d));
                         partial[0] = _mm256_add_ps(partial[0], _mm256_mul_ps(b, c0));
@@ -506,8 +737,8 @@ fn key_scores_avx2<const R: usize>(
         for d in whole..head_dim {
             // SAFETY: as above.
             unsafe {
-                let column = k.add(d * CHUNK_LEN + half * 16);
-                let (c0, c1) = (_mm256_loadu_ps(column), _mm256_loadu_ps(column.add(8)));
+                let column = d * CHUNK_LEN + half * 16;
+                let (c0, c1) = (T::load8(keys, column), T::load8(keys, column + 8));
                 for (i, tail) in tails.iter_mut().enumerate() {
                     let b = _mm256_set1_ps(*q.add(i * head_dim + d));
                     tail[0] = _mm256_add_ps(tail[0], _mm256_mul_ps(b, c0));
@@ -542,55 +773,83 @@ fn add_weighted_rows<const AVX2: bool>(
     out_row: impl Fn(usize) -> usize,
     weights: &[f32],
     weights_at: impl Fn(usize) -> usize,
-    value_rows: &[f32],
+    value_rows: ChunkRows<'_>,
     head_dim: usize,
 ) {
-    let n = value_rows.len() / head_dim;
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
-        let mut r = rows.start;
-        while r < rows.end {
-            let m = (rows.end - r).min(4);
-            let outs = |i: usize| out_row(r + i.min(m - 1));
-            let ws = |i: usize| &weights[weights_at(r + i.min(m - 1))..][..n];
-            // SAFETY: called only from `attend_tile_avx2`, whose features
-            // these are.
-            unsafe {
-                match m {
-                    4 => add_weighted_avx2(
-                        out,
-                        [outs(0), outs(1), outs(2), outs(3)],
-                        [ws(0), ws(1), ws(2), ws(3)],
-                        value_rows,
-                        head_dim,
-                    ),
-                    3 => add_weighted_avx2(
-                        out,
-                        [outs(0), outs(1), outs(2)],
-                        [ws(0), ws(1), ws(2)],
-                        value_rows,
-                        head_dim,
-                    ),
-                    2 => add_weighted_avx2(
-                        out,
-                        [outs(0), outs(1)],
-                        [ws(0), ws(1)],
-                        value_rows,
-                        head_dim,
-                    ),
-                    _ => add_weighted_avx2(out, [outs(0)], [ws(0)], value_rows, head_dim),
+        // SAFETY: called only from `attend_tile_avx2`, whose features these are.
+        unsafe {
+            match value_rows {
+                ChunkRows::F32(values) => {
+                    add_weighted_rows_avx2(
+                        out, rows, out_row, weights, weights_at, values, head_dim,
+                    );
+                }
+                ChunkRows::F16(values) => {
+                    add_weighted_rows_avx2(
+                        out, rows, out_row, weights, weights_at, values, head_dim,
+                    );
                 }
             }
-            r += m;
         }
         return;
     }
+    let value_rows = value_rows.f32();
+    let n = value_rows.len() / head_dim;
     for r in rows {
         add_weighted_row(
             &mut out[out_row(r)..][..head_dim],
             &weights[weights_at(r)..][..n],
             value_rows,
         );
+    }
+}
+
+/// [`add_weighted_rows`] in AVX2, four rows a pass.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_weighted_rows_avx2<T: Lanes>(
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+    out_row: impl Fn(usize) -> usize,
+    weights: &[f32],
+    weights_at: impl Fn(usize) -> usize,
+    value_rows: &[T],
+    head_dim: usize,
+) {
+    let n = value_rows.len() / head_dim;
+    let mut r = rows.start;
+    while r < rows.end {
+        let m = (rows.end - r).min(4);
+        let outs = |i: usize| out_row(r + i.min(m - 1));
+        let ws = |i: usize| &weights[weights_at(r + i.min(m - 1))..][..n];
+        match m {
+            4 => add_weighted_avx2(
+                out,
+                [outs(0), outs(1), outs(2), outs(3)],
+                [ws(0), ws(1), ws(2), ws(3)],
+                value_rows,
+                head_dim,
+            ),
+            3 => add_weighted_avx2(
+                out,
+                [outs(0), outs(1), outs(2)],
+                [ws(0), ws(1), ws(2)],
+                value_rows,
+                head_dim,
+            ),
+            2 => add_weighted_avx2(
+                out,
+                [outs(0), outs(1)],
+                [ws(0), ws(1)],
+                value_rows,
+                head_dim,
+            ),
+            _ => add_weighted_avx2(out, [outs(0)], [ws(0)], value_rows, head_dim),
+        }
+        r += m;
     }
 }
 
@@ -601,11 +860,11 @@ fn add_weighted_rows<const AVX2: bool>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn add_weighted_avx2<const R: usize>(
+fn add_weighted_avx2<const R: usize, T: Lanes>(
     out: &mut [f32],
     out_starts: [usize; R],
     weights: [&[f32]; R],
-    value_rows: &[f32],
+    value_rows: &[T],
     head_dim: usize,
 ) {
     use std::arch::x86_64::*;
@@ -615,7 +874,6 @@ fn add_weighted_avx2<const R: usize>(
         assert!(start + head_dim <= out.len() && w.len() == n);
     }
     let base = out.as_mut_ptr();
-    let v = value_rows.as_ptr();
     let mut d = 0;
     // SAFETY (every block below): output values `start + d..start + d + 16`
     // (or 8) lie in row `start..start + head_dim`, value `k * head_dim + d`
@@ -629,8 +887,8 @@ fn add_weighted_avx2<const R: usize>(
                 a[1] = _mm256_loadu_ps(base.add(start + d + 8));
             }
             for k in 0..n {
-                let row = v.add(k * head_dim + d);
-                let (v0, v1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                let row = k * head_dim + d;
+                let (v0, v1) = (T::load8(value_rows, row), T::load8(value_rows, row + 8));
                 for (a, w) in acc.iter_mut().zip(&weights) {
                     let b = _mm256_set1_ps(*w.get_unchecked(k));
                     a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(b, v0));
@@ -651,7 +909,7 @@ fn add_weighted_avx2<const R: usize>(
                 *a = _mm256_loadu_ps(base.add(start + d));
             }
             for k in 0..n {
-                let v0 = _mm256_loadu_ps(v.add(k * head_dim + d));
+                let v0 = T::load8(value_rows, k * head_dim + d);
                 for (a, w) in acc.iter_mut().zip(&weights) {
                     let b = _mm256_set1_ps(*w.get_unchecked(k));
                     *a = _mm256_add_ps(*a, _mm256_mul_ps(b, v0));
@@ -667,7 +925,7 @@ fn add_weighted_avx2<const R: usize>(
         for dim in d..head_dim {
             let mut a = out[start + dim];
             for (k, &weight) in w.iter().enumerate() {
-                a += weight * value_rows[k * head_dim + dim];
+                a += weight * value_rows[k * head_dim + dim].widen();
             }
             out[start + dim] = a;
         }
@@ -1101,7 +1359,7 @@ mod tests {
                 n_layer: 2,
                 n_kv_head: 2,
                 head_dim: self.shape.head_dim,
-                capacity: 100,
+                capacity: self.keys.len().max(100),
             };
             let mut cache = KvCache::new(kv_shape, self.shape.precision, dispatch);
             for (pos, (k, v)) in self.keys.iter().zip(&self.values).enumerate() {
@@ -1189,6 +1447,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_long_span_split_by_heads_across_threads_keeps_every_bit() {
+        // 500 positions: one query (a decode step) or three (a short
+        // verification pass) over them is long enough to be split by heads.
+        // Two threads take one key/value group each; three and four split
+        // each group into single heads.
+        let n = 500;
+        let head_dim = 40;
+        let q_dim = 4 * head_dim;
+        for precision in [KvPrecision::F32, KvPrecision::F16] {
+            for window in [None, Some(450)] {
+                let case = Case::new(head_dim, window, precision, n);
+                let (keys, values) = (case.stored(&case.keys), case.stored(&case.values));
+                let cache = case.cache(Dispatch::detect());
+                for positions in [n - 1..n, n - 3..n] {
+                    let span = positions.end - case.shape.first_visible(positions.start);
+                    assert!(positions.len() * span * q_dim >= PARALLEL_MIN_PRODUCTS);
+                    let expected: Vec<f32> = positions
+                        .clone()
+                        .flat_map(|pos| {
+                            let query = &case.queries[pos * q_dim..(pos + 1) * q_dim];
+                            attend_plainly(case.shape, &keys, &values, pos, query)
+                        })
+                        .collect();
+                    for n_threads in [1, 2, 3, 4] {
+                        let pool = rayon::ThreadPoolBuilder::new()
+                            .num_threads(n_threads)
+                            .build()
+                            .unwrap();
+                        let out = pool.install(|| case.attend_block(&cache, positions.clone()));
+                        assert_eq!(
+                            bits(&out),
+                            bits(&expected),
+                            "{precision:?}, window {window:?}, positions {positions:?}, \
+                             {n_threads} threads"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn head_runs_are_whole_groups_while_there_are_enough_and_divide_them() {
+        let shape = |n_head, n_kv_head| AttentionShape {
+            n_head,
+            n_kv_head,
+            head_dim: 64,
+            precision: KvPrecision::F16,
+            scale: 0.125,
+            window: None,
+        };
+        // SmolLM2: 9 heads over 3.
+        assert_eq!(head_run_len(shape(9, 3), 2), 3);
+        assert_eq!(head_run_len(shape(9, 3), 3), 3);
+        assert_eq!(head_run_len(shape(9, 3), 4), 1);
+        // Gemma 3 270M: 4 heads over 1.
+        assert_eq!(head_run_len(shape(4, 1), 2), 2);
+        assert_eq!(head_run_len(shape(4, 1), 3), 1);
+        assert_eq!(head_run_len(shape(4, 1), 8), 1);
+        // Multi-head attention: one head per group.
+        assert_eq!(head_run_len(shape(12, 12), 2), 1);
     }
 
     #[test]
