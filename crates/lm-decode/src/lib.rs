@@ -166,7 +166,7 @@ pub use generate::{
     generate_with_hook,
 };
 pub use hook::GenerationHook;
-pub use prefix_cache::{CacheLimit, CachedGeneration, PrefixCache, generate_cached};
+pub use prefix_cache::{CacheLimit, CachedGeneration, PrefixCache, generate_cached, tokens_reused};
 pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation, score_continuation_in_chunks};

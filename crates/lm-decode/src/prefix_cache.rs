@@ -249,14 +249,30 @@ pub struct CachedGeneration {
     pub n_reused: usize,
 }
 
-/// [`generate_from_state`] from the kept state sharing the longest prefix
-/// with `prompt` (taken out of the cache for the run: one sequence at a
-/// time), which then goes back in having read the prompt and the generated
-/// tokens the model read (all but the last). The prompt tokens the state
-/// shares are not read again (the last one always is: its logits choose the
-/// first token; a prompt the truncation policy shortened is read whole). The
-/// run is the one a fresh state gives (same tokens, same trace). After an
-/// error the state taken is dropped.
+/// How many prompt tokens a run ([`generate_from_state`]'s) from a state
+/// that shared `n_shared` tokens with its prompt took from that state
+/// instead of reading them: never the last prompt token (its logits choose
+/// the first token), and none when the prompt was shortened (it is read
+/// whole) or the run ended before reading (no step, and not cancelled
+/// during the prefill).
+pub fn tokens_reused(generation: &Generation, n_shared: usize) -> usize {
+    let read_nothing =
+        generation.steps.is_empty() && generation.stop_reason != StopReason::Cancelled;
+    if generation.n_prompt_dropped > 0 || read_nothing {
+        0
+    } else {
+        n_shared.min(generation.prompt.len().saturating_sub(1))
+    }
+}
+
+/// [`generate_from_state`] from a copy of the kept state sharing the
+/// longest prefix with `prompt`; the run's state then goes in having read
+/// the prompt and the generated tokens the model read (all but the last),
+/// replacing the kept one it extends. The prompt tokens the state shares
+/// are not read again (the last one always is: its logits choose the first
+/// token; a prompt the truncation policy shortened is read whole). The run
+/// is the one a fresh state gives (same tokens, same trace). After an error
+/// (a bad prompt, or the hook's) the cache is as it was.
 ///
 /// ```
 /// use lm_core::{Counting, LanguageModel, Prefix, Rows, TokenId};
@@ -295,20 +311,14 @@ pub fn generate_cached<M: LanguageModel, H: GenerationHook>(
     detokenizer: Option<&dyn Detokenize>,
     hook: H,
 ) -> Result<CachedGeneration, H::Error> {
+    // A copy (a state shares what it has read with its copies), so a run
+    // that fails, on a bad prompt or by its hook, leaves the cache as it
+    // was; the run's own state replaces the kept one when it extends it.
     let (state, n_shared) = cache
-        .take_longest_prefix(prompt)
+        .longest_prefix(prompt)
         .unwrap_or_else(|| (model.new_state(), 0));
     let (generation, state) = generate_from_state(model, state, prompt, config, detokenizer, hook)?;
-    // What generate_from_state kept of the state: never the last prompt
-    // token; nothing when the prompt was shortened, or when the run ended
-    // before reading (no step, and not cancelled during the prefill).
-    let read_nothing =
-        generation.steps.is_empty() && generation.stop_reason != StopReason::Cancelled;
-    let n_reused = if generation.n_prompt_dropped > 0 || read_nothing {
-        0
-    } else {
-        n_shared.min(prompt.len().saturating_sub(1))
-    };
+    let n_reused = tokens_reused(&generation, n_shared);
     cache.insert_run(&generation, state);
     Ok(CachedGeneration {
         generation,

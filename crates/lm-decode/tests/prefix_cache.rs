@@ -89,6 +89,28 @@ fn a_prompt_that_differs_is_read_from_the_first_difference() {
     assert_eq!((cleared.n_reused, model.calls()[before]), (0, prompt.len()));
 }
 
+#[test]
+fn a_run_that_fails_leaves_the_cache_as_it_was() {
+    let model = Counting::new(PrefixModel::new(11));
+    let mut cache = PrefixCache::one_state();
+    let config = sampling(5);
+    let first = generate_cached(&model, &mut cache, &[1, 2, 3], &config, None, no_hook).unwrap();
+    let kept: Vec<Vec<TokenId>> = cache.kept().iter().map(|t| t.to_vec()).collect();
+    let mut extended: Vec<TokenId> = [&[1, 2, 3][..], &first.generation.tokens].concat();
+    // A token outside the vocabulary of 11, after the kept prefix.
+    let bad = [extended.as_slice(), &[99]].concat();
+    assert!(generate_cached(&model, &mut cache, &bad, &config, None, no_hook).is_err());
+    // A hook that fails on the first step.
+    let failing = |_: &Step| Err::<ControlFlow<()>, _>(lm_decode::Error::EmptyPrompt);
+    assert!(generate_cached(&model, &mut cache, &extended, &config, None, failing).is_err());
+    assert_eq!(cache.kept(), kept, "the kept state survives both errors");
+    extended.push(7);
+    let run = generate_cached(&model, &mut cache, &extended, &config, None, no_hook).unwrap();
+    assert_eq!(run.n_reused, kept[0].len());
+    let reference = generate(&PrefixModel::new(11), &extended, &config, None).unwrap();
+    assert_eq!(run.generation, reference);
+}
+
 /// A `Prefix` state that has read `tokens`.
 fn prefix(tokens: &[TokenId]) -> Prefix {
     Prefix {

@@ -33,7 +33,7 @@ use std::time::Instant;
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
     CacheLimit, Candidate, GenerationConfig, GenerationHook, PrefixCache, StopReason, TextDeltas,
-    generate_from_state,
+    generate_from_state, tokens_reused,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -478,13 +478,9 @@ fn run_job<M: LanguageModel>(
         started: job.enqueued,
         first_token: true,
     };
-    let kept = lock(cache).longest_prefix(&job.prompt);
-    let state = match kept {
-        Some((state, shared)) => {
-            metrics.record_cache_hit(shared);
-            RemoteState(Some(state))
-        }
-        None => remote.new_state(),
+    let (state, n_shared) = match lock(cache).longest_prefix(&job.prompt) {
+        Some((state, n_shared)) => (RemoteState(Some(state)), n_shared),
+        None => (remote.new_state(), 0),
     };
     let result = generate_from_state(
         remote,
@@ -496,6 +492,7 @@ fn run_job<M: LanguageModel>(
     );
     let event = match result {
         Ok((generation, state)) => {
+            metrics.record_cache_hit(tokens_reused(&generation, n_shared));
             metrics.record_generated(generation.prompt.len(), generation.tokens.len());
             if let Some(state) = state.0 {
                 let mut cache = lock(cache);

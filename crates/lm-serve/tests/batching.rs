@@ -172,6 +172,16 @@ fn a_prompt_extending_a_finished_one_reads_only_its_new_tokens_and_answers_the_s
         cached.metric("lm_prefix_cache_hit_tokens_total"),
         n_prompt - 2.0
     );
+    // The same prompt again: every token but the last (read by a decode
+    // step, not a prefill) comes from the cache.
+    let hits_before = cached.metric("lm_prefix_cache_hit_tokens_total");
+    let read_before = cached.metric("lm_prefill_tokens_total");
+    cached.post("/v1/completions", &second);
+    assert_eq!(cached.metric("lm_prefill_tokens_total"), read_before);
+    assert_eq!(
+        cached.metric("lm_prefix_cache_hit_tokens_total") - hits_before,
+        n_prompt - 1.0
+    );
     let uncached = TestServer::start(
         toy_model(),
         ToyText,
