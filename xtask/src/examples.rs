@@ -5,7 +5,8 @@
 //! `example`), so a new one runs without being named here. Each runs as
 //! `cargo run -q -p PACKAGE --example NAME` and must exit 0; an example that
 //! needs a model file it cannot find says "skipped: ..." on stderr and exits
-//! 0, so it shows as skipped rather than failing or passing silently.
+//! 0, so it shows as skipped (with that reason, in the summary line
+//! `examples: skipped N: ...`) rather than failing or passing silently.
 
 use std::process::{Command, Stdio};
 
@@ -29,29 +30,51 @@ pub fn run(_args: &[String]) -> anyhow::Result<()> {
         bail!("cargo metadata lists no example targets");
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut failed = Vec::new();
+    let (mut ran, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for Example { package, name } in &examples {
         println!("examples: running {package} --example {name}");
-        let status = Command::new(&cargo)
+        // stderr is read (and passed on) to tell a skip from a run.
+        let output = Command::new(&cargo)
             .current_dir(&root)
             .args(["run", "-q", "-p", package, "--example", name])
             .stdin(Stdio::null())
-            .status()
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .output()
             .with_context(|| format!("running cargo for the example {package}/{name}"))?;
-        if !status.success() {
-            eprintln!("examples: {package}/{name} failed ({status})");
-            failed.push(format!("{package}/{name}"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        eprint!("{stderr}");
+        let example = format!("{package}/{name}");
+        if !output.status.success() {
+            eprintln!("examples: {example} failed ({})", output.status);
+            failed.push(example);
+        } else if let Some(reason) = skip_reason(&stderr) {
+            skipped.push(format!("{example} ({reason})"));
+        } else {
+            ran.push(example);
         }
     }
-    let ran: Vec<String> = examples
-        .iter()
-        .map(|e| format!("{}/{}", e.package, e.name))
-        .collect();
     println!("examples: ran {}: {}", ran.len(), ran.join(", "));
+    if !skipped.is_empty() {
+        println!(
+            "examples: skipped {}: {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
     if !failed.is_empty() {
         bail!("{} example(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// What an example that exited 0 without running said on stderr: the rest
+/// of its first line that starts with `skipped:`.
+fn skip_reason(stderr: &str) -> Option<&str> {
+    stderr
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("skipped:"))
+        .map(str::trim)
 }
 
 /// Every example target of the workspace's packages, sorted.
@@ -111,6 +134,16 @@ mod tests {
             example_targets(&metadata),
             [example("a", "x"), example("b", "one"), example("b", "two")]
         );
+    }
+
+    #[test]
+    fn a_skip_is_told_by_its_stderr_line() {
+        assert_eq!(
+            skip_reason("loading\nskipped: no model; run `cargo xtask fetch-model smollm2`\n"),
+            Some("no model; run `cargo xtask fetch-model smollm2`")
+        );
+        assert_eq!(skip_reason("ran fine\n"), None);
+        assert_eq!(skip_reason(""), None);
     }
 
     #[test]
