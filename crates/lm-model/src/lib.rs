@@ -75,6 +75,7 @@ mod error;
 mod gguf;
 pub mod ngram;
 mod quant;
+mod thread_scratch;
 mod transformer;
 
 pub use error::{Error, Result};

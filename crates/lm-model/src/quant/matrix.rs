@@ -19,6 +19,7 @@ use super::block;
 use super::dot::portable;
 use super::{GgmlType, QuantError};
 use crate::dispatch::{Dispatch, Kernel};
+use crate::thread_scratch::with_thread_scratch;
 
 /// Matrices with fewer weights than this are multiplied on the calling thread:
 /// below it, handing rows to rayon costs more than it saves.
@@ -55,13 +56,9 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Runs `f` with this thread's scratch buffers, or fresh ones if they are in
-/// use (a product nested inside another on the same thread, e.g. via rayon).
+/// Runs `f` with this thread's scratch buffers (see [`with_thread_scratch`]).
 fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut scratch) => f(&mut scratch),
-        Err(_) => f(&mut Scratch::default()),
-    })
+    with_thread_scratch(&SCRATCH, f)
 }
 
 impl<'a> QMatrix<'a> {

@@ -66,6 +66,7 @@ use super::exp::exp_in_place;
 use super::exp::exp_in_place_avx2;
 use super::kv_cache::{CHUNK_LEN, KvCache, StoredRows, widen_f16};
 use crate::dispatch::{Dispatch, Kernel};
+use crate::thread_scratch::with_thread_scratch;
 
 /// Query positions per tile. A tile's scores are `QUERY_TILE * group` rows
 /// over its visible span (SmolLM2 at 4,096 positions: 48 rows of 16 KiB),
@@ -135,13 +136,9 @@ thread_local! {
     static TASK_SCRATCH: RefCell<AttentionScratch> = RefCell::new(AttentionScratch::default());
 }
 
-/// Runs `f` with this thread's task buffers (fresh ones if they are in use,
-/// by a task nested inside another on the same thread).
+/// Runs `f` with this thread's task buffers (see [`with_thread_scratch`]).
 fn with_task_scratch<R>(f: impl FnOnce(&mut AttentionScratch) -> R) -> R {
-    TASK_SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut scratch) => f(&mut scratch),
-        Err(_) => f(&mut AttentionScratch::default()),
-    })
+    with_thread_scratch(&TASK_SCRATCH, f)
 }
 
 /// Writes into `out` the attention of `queries` over `layer` of `cache`:
