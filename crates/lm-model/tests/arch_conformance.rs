@@ -205,6 +205,33 @@ fn cached_pass_matches_the_reference_and_token_by_token() {
     }
 }
 
+/// A 250-token input (the files hold 256) read in one pass (the feed-forward block takes it in
+/// groups of 128 rows, attention in tiles of 16 queries) gives, at every
+/// position, the bits of reading it one token at a time, for every
+/// architecture.
+#[test]
+fn a_long_pass_has_the_bits_of_reading_token_by_token() {
+    let ids = long_input(250);
+    let bits = |row: &[f32]| row.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        let model = load(arch);
+        let vocab = model.vocab_size();
+        let batch = all_positions(&model, &ids);
+        let mut state = model.new_state();
+        let mut logits = Vec::new();
+        for (pos, &id) in ids.iter().enumerate() {
+            model
+                .forward(&mut state, &[id], Rows::Last, &mut logits)
+                .unwrap();
+            assert_eq!(
+                bits(&logits),
+                bits(&batch[pos * vocab..(pos + 1) * vocab]),
+                "{arch}: position {pos}"
+            );
+        }
+    }
+}
+
 /// `n` ids below the fixtures' vocabulary of 512, spread by a fixed stride.
 fn long_input(n: usize) -> Vec<TokenId> {
     (0..n as TokenId).map(|i| (i * 97 + 13) % 512).collect()

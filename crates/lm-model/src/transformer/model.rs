@@ -41,7 +41,7 @@ use ndarray::{Array2, Axis, s};
 use super::TransformerError;
 use super::attention::{AttentionScratch, AttentionShape, attend};
 use super::config::{AttentionKind, KvPrecision, PositionKind, RopeOptions, TransformerConfig};
-use super::ffn::{FeedForward, gelu, silu};
+use super::ffn::{FFN_ROWS, FeedForward, gelu, silu};
 use super::kv_cache::{KvCache, KvShape};
 use super::linear::Linear;
 use super::norm::Norm;
@@ -497,9 +497,9 @@ struct Scratch {
     attended: Vec<f32>,
     /// Projection outputs, `[n][n_embd]`.
     projected: Vec<f32>,
-    /// Feed-forward hidden rows, `[n][ffn_dim]`.
+    /// Feed-forward hidden rows, `[min(n, FFN_ROWS)][ffn_dim]`.
     hidden: Vec<f32>,
-    /// Feed-forward gate rows, `[n][ffn_dim]`.
+    /// Feed-forward gate rows, `[min(n, FFN_ROWS)][ffn_dim]`.
     gated: Vec<f32>,
     /// Attention buffers of a pass of one tile of queries (decode; a long
     /// pass's tiles have their own, per thread).
@@ -516,10 +516,11 @@ impl Scratch {
             (&mut self.v, c.kv_dim()),
             (&mut self.attended, c.q_dim()),
             (&mut self.projected, c.n_embd),
-            (&mut self.hidden, c.ffn_dim),
-            (&mut self.gated, c.ffn_dim),
         ] {
             buf.resize(n * width, 0.0);
+        }
+        for buf in [&mut self.hidden, &mut self.gated] {
+            buf.resize(n.min(FFN_ROWS) * c.ffn_dim, 0.0);
         }
     }
 }
@@ -788,7 +789,8 @@ impl Decoder {
             }
             add_assign(x, projected);
             layer.ffn_norm.apply_rows(x, normed);
-            let (hidden, gated) = (&mut s.hidden[..m * ffn_dim], &mut s.gated[..m * ffn_dim]);
+            let ffn_rows = ..m.min(FFN_ROWS) * ffn_dim;
+            let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
             layer
                 .ffn
                 .forward(self.dispatch, normed, m, hidden, gated, projected);

@@ -24,6 +24,7 @@ use rayon::prelude::*;
 use super::{AttentionKind, DecoderState, Positions, Scratch, add_assign, add_bias_rows};
 use crate::transformer::Decoder;
 use crate::transformer::attention::{AttentionScratch, attend};
+use crate::transformer::ffn::FFN_ROWS;
 
 impl Decoder {
     /// Whether every state can take its one token in the multi-sequence
@@ -146,7 +147,8 @@ impl Decoder {
             }
             add_assign(&mut s.x, projected);
             layer.ffn_norm.apply_rows(&s.x, normed);
-            let (hidden, gated) = (&mut s.hidden[..n * ffn_dim], &mut s.gated[..n * ffn_dim]);
+            let ffn_rows = ..n.min(FFN_ROWS) * ffn_dim;
+            let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
             layer
                 .ffn
                 .forward(self.dispatch, normed, n, hidden, gated, projected);
