@@ -191,24 +191,22 @@ fn cached_pass_matches_the_reference_and_token_by_token() {
         let reference = reference.as_slice().unwrap();
         let diff = max_abs_diff(&batch, reference);
         assert!(diff < 1e-3, "{arch}: batch vs reference {diff}");
-        let mut state = model.new_state();
-        let mut logits = Vec::new();
-        for (pos, &id) in ids.iter().enumerate() {
-            model
-                .forward(&mut state, &[id], Rows::Last, &mut logits)
-                .unwrap();
-            let row = &batch[pos * vocab..(pos + 1) * vocab];
-            let diff = max_abs_diff(&logits, row);
+        let single = one_at_a_time(&model, &ids);
+        for (pos, (row, batch_row)) in single
+            .chunks_exact(vocab)
+            .zip(batch.chunks_exact(vocab))
+            .enumerate()
+        {
+            let diff = max_abs_diff(row, batch_row);
             assert!(diff < 1e-3, "{arch}: position {pos} one at a time {diff}");
         }
-        assert_eq!(state.pos(), ids.len());
     }
 }
 
-/// A 250-token input (the files hold 256) read in one pass (the feed-forward block takes it in
-/// groups of 128 rows, attention in tiles of 16 queries) gives, at every
-/// position, the bits of reading it one token at a time, for every
-/// architecture.
+/// A 250-token input (the files hold 256) read in one pass (the
+/// feed-forward block takes it in groups of 128 rows, attention in tiles of
+/// 16 queries) gives, at every position, the bits of reading it one token
+/// at a time, for every architecture.
 #[test]
 fn a_long_pass_has_the_bits_of_reading_token_by_token() {
     let ids = long_input(250);
@@ -217,19 +215,31 @@ fn a_long_pass_has_the_bits_of_reading_token_by_token() {
         let model = load(arch);
         let vocab = model.vocab_size();
         let batch = all_positions(&model, &ids);
-        let mut state = model.new_state();
-        let mut logits = Vec::new();
-        for (pos, &id) in ids.iter().enumerate() {
-            model
-                .forward(&mut state, &[id], Rows::Last, &mut logits)
-                .unwrap();
-            assert_eq!(
-                bits(&logits),
-                bits(&batch[pos * vocab..(pos + 1) * vocab]),
-                "{arch}: position {pos}"
-            );
+        let single = one_at_a_time(&model, &ids);
+        for (pos, (row, batch_row)) in single
+            .chunks_exact(vocab)
+            .zip(batch.chunks_exact(vocab))
+            .enumerate()
+        {
+            assert_eq!(bits(row), bits(batch_row), "{arch}: position {pos}");
         }
     }
+}
+
+/// Our logits of every position of `ids`, read one token per pass from a
+/// fresh state (which ends having read them all).
+fn one_at_a_time(model: &Decoder, ids: &[TokenId]) -> Vec<f32> {
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    let mut all = Vec::with_capacity(ids.len() * model.vocab_size());
+    for &id in ids {
+        model
+            .forward(&mut state, &[id], Rows::Last, &mut logits)
+            .unwrap();
+        all.extend_from_slice(&logits);
+    }
+    assert_eq!(state.pos(), ids.len());
+    all
 }
 
 /// `n` ids below the fixtures' vocabulary of 512, spread by a fixed stride.
