@@ -10,7 +10,7 @@ use lm_model::Toy;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, ToyText, toy_model};
+use crate::common::{Gated, TestServer, ToyText, toy_model};
 
 /// What the server should answer for `body`'s prompt, from lm-decode alone.
 fn expected_text(
@@ -85,13 +85,15 @@ fn text_of(response: &crate::common::Response) -> String {
 
 #[test]
 fn concurrent_requests_equal_their_solo_runs_and_generate() {
+    let parallel = 6;
     let config = ServeConfig {
-        parallel: 6,
+        parallel,
         // Small chunks: prompts are read over several steps, between others' decode steps.
         prefill_chunk_len: NonZeroUsize::new(4).unwrap(),
         ..ServeConfig::default()
     };
-    let s = TestServer::start(toy_model(), ToyText, config);
+    let (gated, gate) = Gated::new(toy_model());
+    let s = TestServer::start(gated, ToyText, config);
     let model = toy_model();
     let n_requests = 12u64;
     let solo: Vec<String> = (0..n_requests)
@@ -123,6 +125,10 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
     }
     let steps_before = s.metric("lm_decode_steps_total");
     let rows_before = s.metric("lm_decode_step_sequences_total");
+    // The model waits until every worker holds a request and the rest are
+    // queued, so they are served together however the threads are scheduled
+    // (the toy is so fast that requests arriving apart could finish apart).
+    gate.close();
     let together: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n_requests)
             .map(|i| {
@@ -139,6 +145,13 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
                 })
             })
             .collect();
+        let queued = (n_requests - parallel as u64) as f64;
+        while s.metric("lm_active_sequences") < parallel as f64
+            || s.metric("lm_queue_depth") < queued
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        gate.open();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(together, solo);

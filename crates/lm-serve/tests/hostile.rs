@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lm_serve::ServeConfig;
 use serde_json::json;
 
-use crate::common::{TestServer, ToyText, read_response, request, toy_model};
+use crate::common::{Gated, TestServer, ToyText, read_response, request, toy_model};
 
 fn still_serves(s: &TestServer) {
     let (status, body) = s.post(
@@ -116,8 +116,12 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_full_queue_is_429_with_retry_after_and_a_dropped_client_frees_its_slot() {
+    // The model waits until the queue has been seen full: a fast toy could
+    // otherwise finish the first request before the others arrive.
+    let (gated, gate) = Gated::new(toy_model());
+    gate.close();
     let s = TestServer::start(
-        toy_model(),
+        gated,
         ToyText,
         ServeConfig {
             parallel: 1,
@@ -145,6 +149,7 @@ fn a_full_queue_is_429_with_retry_after_and_a_dropped_client_frees_its_slot() {
     assert_eq!(r.json()["error"]["type"], "rate_limit_error");
     // Hanging up cancels the running sequence; the queued one then runs.
     drop(running);
+    gate.open();
     assert_eq!(queued.join().unwrap(), 200);
     wait_for("the slot to free", || {
         s.metric("lm_active_sequences") == 0.0
@@ -205,8 +210,11 @@ fn half_sent_requests_and_many_connections_do_not_stop_the_server() {
 
 #[test]
 fn shutdown_lets_running_requests_finish_then_returns() {
-    let s = TestServer::start(
-        toy_model(),
+    // The request waits at the gate until the server has been told to stop.
+    let (gated, gate) = Gated::new(toy_model());
+    gate.close();
+    let mut s = TestServer::start(
+        gated,
         ToyText,
         ServeConfig {
             shutdown_grace: Duration::from_secs(30),
@@ -223,6 +231,8 @@ fn shutdown_lets_running_requests_finish_then_returns() {
     wait_for("the request to run", || {
         s.metric("lm_active_sequences") == 1.0
     });
+    s.signal_stop();
+    gate.open();
     s.stop().unwrap();
     let response = running.join().unwrap();
     assert_eq!(response.status, 200);
@@ -231,8 +241,10 @@ fn shutdown_lets_running_requests_finish_then_returns() {
 
 #[test]
 fn shutdown_after_the_grace_cancels_what_still_runs() {
-    let s = TestServer::start(
-        toy_model(),
+    let (gated, gate) = Gated::new(toy_model());
+    gate.close();
+    let mut s = TestServer::start(
+        gated,
         ToyText,
         ServeConfig {
             shutdown_grace: Duration::from_millis(200),
@@ -244,6 +256,8 @@ fn shutdown_after_the_grace_cancels_what_still_runs() {
         s.metric("lm_active_sequences") == 1.0
     });
     let started = Instant::now();
+    s.signal_stop();
+    gate.open();
     s.stop().unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
     drop(stream);

@@ -2,15 +2,16 @@
 //! loopback port in a thread of its own (stopped when dropped), a plain
 //! HTTP/1.1 client on `std::net` (it also sends what no proper client
 //! would: bad bodies, half requests, dropped connections), the toy decoder's
-//! text side, and where SmolLM2 is.
+//! text side, a model whose forward passes wait at a gate, and where
+//! SmolLM2 is.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lm_core::{Detokenize, LanguageModel, TokenId};
+use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
 use lm_model::{Toy, ToyArchitecture};
 use lm_serve::{ServeConfig, ServeError, ServedText, Server, TextFailure};
 use lm_tokenize::Message;
@@ -59,10 +60,15 @@ impl TestServer {
         self.stop_now()
     }
 
-    fn stop_now(&mut self) -> Result<(), ServeError> {
+    /// Asks the server to stop as a signal would, without waiting for it.
+    pub fn signal_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+
+    fn stop_now(&mut self) -> Result<(), ServeError> {
+        self.signal_stop();
         match self.thread.take() {
             Some(thread) => thread.join().expect("the server thread does not panic"),
             None => Ok(()),
@@ -215,6 +221,87 @@ pub fn read_response(reader: &mut impl BufRead) -> Response {
 /// The toy decoder with room for long runs.
 pub fn toy_model() -> lm_model::Decoder {
     Toy::with_options(ToyArchitecture::Llama, 1024, Toy::SEED).unwrap()
+}
+
+/// A model whose forward passes wait while its [`Gate`] is closed: a test
+/// closes it, lets requests pile up, and opens it to see them served
+/// together, however the threads happen to be scheduled.
+pub struct Gated<M> {
+    model: M,
+    gate: Gate,
+}
+
+/// Opens and closes a [`Gated`] model; clones share one gate.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    pub fn close(&self) {
+        *self.0.0.lock().unwrap() = true;
+    }
+
+    pub fn open(&self) {
+        *self.0.0.lock().unwrap() = false;
+        self.0.1.notify_all();
+    }
+
+    fn pass(&self) {
+        let (closed, opened) = &*self.0;
+        let _open = opened
+            .wait_while(closed.lock().unwrap(), |closed| *closed)
+            .unwrap();
+    }
+}
+
+impl<M> Gated<M> {
+    /// `model` behind an open gate, and the gate.
+    pub fn new(model: M) -> (Self, Gate) {
+        let gate = Gate::default();
+        (
+            Self {
+                model,
+                gate: gate.clone(),
+            },
+            gate,
+        )
+    }
+}
+
+impl<M: LanguageModel> LanguageModel for Gated<M> {
+    type State = M::State;
+
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn context_length(&self) -> Option<usize> {
+        self.model.context_length()
+    }
+
+    fn new_state(&self) -> Self::State {
+        self.model.new_state()
+    }
+
+    fn forward(
+        &self,
+        state: &mut Self::State,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        self.gate.pass();
+        self.model.forward(state, tokens, rows, logits)
+    }
+
+    fn forward_batch(
+        &self,
+        states: &mut [Self::State],
+        tokens: &[&[TokenId]],
+        logits: &mut [Vec<f32>],
+    ) -> lm_core::Result<()> {
+        self.gate.pass();
+        self.model.forward_batch(states, tokens, logits)
+    }
 }
 
 /// The toy's seven words; its "chat template" is the last message's text
