@@ -100,7 +100,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 print('peak_rss_kib=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 ";
 /// The usage line printed with option errors.
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] | --speculative";
+pub(crate) const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] | --speculative";
 
 /// Runs the task (or, with `--worker`, one measurement).
 pub(crate) fn run(args: &[String]) -> Result<()> {

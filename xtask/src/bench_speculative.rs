@@ -46,7 +46,7 @@ use lm_model::Decoder;
 use crate::{bench, fetch_model};
 
 /// The usage line printed with option errors.
-const USAGE: &str = "usage: cargo xtask bench --speculative [--runs N] [--threads 1,2] [--model <gguf>] [--draft-tokens K] [--max-new-tokens N]";
+pub(crate) const USAGE: &str = "usage: cargo xtask bench --speculative [--runs N] [--threads 1,2] [--model <gguf>] [--draft-tokens K] [--max-new-tokens N]";
 
 /// The input-grounded task's paragraph (three words misspelled on purpose:
 /// calculater, preciseley, powerfull).

@@ -144,14 +144,19 @@ params.nthread = int(n_threads)
 sys.exit(llama_cpp.llama_model_quantize(source.encode(), dest.encode(), params))
 ";
 
+/// The usage line, with the names of the known models.
+pub(crate) fn usage() -> String {
+    let known: Vec<_> = KNOWN_MODELS.iter().map(|model| model.name).collect();
+    format!(
+        "usage: cargo xtask fetch-model <name>; known models: {}",
+        known.join(", ")
+    )
+}
+
 /// Runs the task: `args` holds exactly one model name.
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let [name] = args else {
-        let known: Vec<_> = KNOWN_MODELS.iter().map(|model| model.name).collect();
-        bail!(
-            "usage: cargo xtask fetch-model <name>; known models: {}",
-            known.join(", ")
-        );
+        bail!("{}", usage());
     };
     let model = find_known(name)?;
     ensure_model(model, None)?;

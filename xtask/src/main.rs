@@ -37,6 +37,14 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let task = args.next();
     let task_args: Vec<String> = args.collect();
+    if task_args.iter().any(|arg| arg == "--help" || arg == "-h") {
+        let task = task.unwrap_or_default();
+        match task_usage(&task) {
+            Some(usage) => println!("{usage}"),
+            None => bail!("unknown task `{task}`\n\n{USAGE}"),
+        }
+        return Ok(());
+    }
     match task.as_deref() {
         Some("bench") => bench::run(&task_args),
         Some("check-lessons") => check_lessons::run(&task_args),
@@ -52,8 +60,45 @@ fn main() -> Result<()> {
     }
 }
 
+/// What `cargo xtask <task> --help` prints: the task's usage.
+fn task_usage(task: &str) -> Option<String> {
+    Some(match task {
+        "bench" => format!("{}\n{}", bench::USAGE, bench_speculative::USAGE),
+        "check-lessons" => check_lessons::USAGE.to_owned(),
+        "examples" | "tidy" => format!("usage: cargo xtask {task}"),
+        "fetch-model" => fetch_model::usage(),
+        "reference-fixtures" => format!("{}\n{}", reference::USAGE, reference::ARCH_USAGE),
+        _ => return None,
+    })
+}
+
 /// The workspace root: the parent of the `xtask` package directory.
 pub(crate) fn project_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_task_has_a_usage_for_help() {
+        let listed: Vec<&str> = USAGE
+            .lines()
+            .skip_while(|line| *line != "tasks:")
+            .skip(1)
+            .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        assert_eq!(listed.len(), 6, "{listed:?}");
+        for task in listed {
+            let usage = task_usage(task).unwrap_or_else(|| panic!("no usage for `{task}`"));
+            assert!(
+                usage.starts_with(&format!("usage: cargo xtask {task}")),
+                "{task}: {usage}"
+            );
+        }
+        assert_eq!(task_usage("nope"), None);
+    }
 }

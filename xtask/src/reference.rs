@@ -186,8 +186,12 @@ fn run_script(python: &Path, script: &str, model: &Path, out: &Path, extra: &[&s
     Ok(())
 }
 
+/// The usage line of `--arch`.
+pub(crate) const ARCH_USAGE: &str =
+    "usage: cargo xtask reference-fixtures --arch [--python <interpreter>]";
+
 /// The usage line printed with option errors.
-const USAGE: &str = "usage: cargo xtask reference-fixtures [--python <interpreter>] [--model <gguf>] [--only smollm2|smollm2-requant|gemma3]";
+pub(crate) const USAGE: &str = "usage: cargo xtask reference-fixtures [--python <interpreter>] [--model <gguf>] [--only smollm2|smollm2-requant|gemma3]";
 
 /// Command-line options of the task.
 #[derive(Debug, Default)]
@@ -417,7 +421,7 @@ fn run_arch(args: &[String]) -> Result<()> {
     let python = match args {
         [] => reference_python(None)?,
         [flag, python] if flag == "--python" => reference_python(Some(Path::new(python)))?,
-        _ => bail!("usage: cargo xtask reference-fixtures --arch [--python <interpreter>]"),
+        _ => bail!("{ARCH_USAGE}"),
     };
     let root = project_root();
     run_checked(

@@ -240,12 +240,15 @@ pub(crate) fn checked_claims(dir: &Path) -> anyhow::Result<(Vec<Claim>, bool)> {
     Ok((claims, texts.is_some()))
 }
 
+/// The usage line printed with argument errors and `--help`.
+pub(crate) const USAGE: &str = "usage: cargo xtask check-lessons [--lessons <dir>]";
+
 /// `cargo xtask check-lessons [--lessons <dir>]`.
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let dir = match args {
         [] => default_lessons_dir(),
         [flag, dir] if flag == "--lessons" => PathBuf::from(dir),
-        other => bail!("usage: cargo xtask check-lessons [--lessons <dir>], got {other:?}"),
+        other => bail!("{USAGE}, got {other:?}"),
     };
     let (claims, found_texts) = checked_claims(&dir)?;
     print!("{}", table::render(&claims));
