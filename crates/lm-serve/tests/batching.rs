@@ -10,7 +10,7 @@ use lm_model::Toy;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{Gated, TestServer, ToyText, toy_model};
+use crate::common::{TestServer, ToyText, gated, toy_model};
 
 /// What the server should answer for `body`'s prompt, from lm-decode alone.
 fn expected_text(
@@ -92,7 +92,7 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
         prefill_chunk_len: NonZeroUsize::new(4).unwrap(),
         ..ServeConfig::default()
     };
-    let (gated, gate) = Gated::new(toy_model());
+    let (gated, gate) = gated(toy_model());
     let s = TestServer::start(gated, ToyText, config);
     let model = toy_model();
     let n_requests = 12u64;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lm_serve::ServeConfig;
 use serde_json::json;
 
-use crate::common::{Gated, TestServer, ToyText, read_response, request, toy_model};
+use crate::common::{TestServer, ToyText, gated, read_response, request, toy_model};
 
 fn still_serves(s: &TestServer) {
     let (status, body) = s.post(
@@ -118,7 +118,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 fn a_full_queue_is_429_with_retry_after_and_a_dropped_client_frees_its_slot() {
     // The model waits until the queue has been seen full: a fast toy could
     // otherwise finish the first request before the others arrive.
-    let (gated, gate) = Gated::new(toy_model());
+    let (gated, gate) = gated(toy_model());
     gate.close();
     let s = TestServer::start(
         gated,
@@ -211,7 +211,7 @@ fn half_sent_requests_and_many_connections_do_not_stop_the_server() {
 #[test]
 fn shutdown_lets_running_requests_finish_then_returns() {
     // The request waits at the gate until the server has been told to stop.
-    let (gated, gate) = Gated::new(toy_model());
+    let (gated, gate) = gated(toy_model());
     gate.close();
     let mut s = TestServer::start(
         gated,
@@ -241,7 +241,7 @@ fn shutdown_lets_running_requests_finish_then_returns() {
 
 #[test]
 fn shutdown_after_the_grace_cancels_what_still_runs() {
-    let (gated, gate) = Gated::new(toy_model());
+    let (gated, gate) = gated(toy_model());
     gate.close();
     let mut s = TestServer::start(
         gated,

@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
+use lm_core::{Adapted, Detokenize, ForwardHook, LanguageModel, TokenId};
 use lm_model::{Toy, ToyArchitecture};
 use lm_serve::{ServeConfig, ServeError, ServedText, Server, TextFailure};
 use lm_tokenize::Message;
@@ -223,15 +223,8 @@ pub fn toy_model() -> lm_model::Decoder {
     Toy::with_options(ToyArchitecture::Llama, 1024, Toy::SEED).unwrap()
 }
 
-/// A model whose forward passes wait while its [`Gate`] is closed: a test
-/// closes it, lets requests pile up, and opens it to see them served
-/// together, however the threads happen to be scheduled.
-pub struct Gated<M> {
-    model: M,
-    gate: Gate,
-}
-
-/// Opens and closes a [`Gated`] model; clones share one gate.
+/// Opens and closes a gated model's forward passes (see [`gated`]); clones
+/// share one gate.
 #[derive(Clone, Default)]
 pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
 
@@ -244,64 +237,31 @@ impl Gate {
         *self.0.0.lock().unwrap() = false;
         self.0.1.notify_all();
     }
+}
 
-    fn pass(&self) {
+impl ForwardHook for Gate {
+    /// Waits while the gate is closed.
+    fn before_forward<M: LanguageModel + ?Sized>(
+        &self,
+        _model: &M,
+        _pos: usize,
+        _tokens: &[TokenId],
+    ) -> lm_core::Result<()> {
         let (closed, opened) = &*self.0;
         let _open = opened
             .wait_while(closed.lock().unwrap(), |closed| *closed)
             .unwrap();
+        Ok(())
     }
 }
 
-impl<M> Gated<M> {
-    /// `model` behind an open gate, and the gate.
-    pub fn new(model: M) -> (Self, Gate) {
-        let gate = Gate::default();
-        (
-            Self {
-                model,
-                gate: gate.clone(),
-            },
-            gate,
-        )
-    }
-}
-
-impl<M: LanguageModel> LanguageModel for Gated<M> {
-    type State = M::State;
-
-    fn vocab_size(&self) -> usize {
-        self.model.vocab_size()
-    }
-
-    fn context_length(&self) -> Option<usize> {
-        self.model.context_length()
-    }
-
-    fn new_state(&self) -> Self::State {
-        self.model.new_state()
-    }
-
-    fn forward(
-        &self,
-        state: &mut Self::State,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
-        self.gate.pass();
-        self.model.forward(state, tokens, rows, logits)
-    }
-
-    fn forward_batch(
-        &self,
-        states: &mut [Self::State],
-        tokens: &[&[TokenId]],
-        logits: &mut [Vec<f32>],
-    ) -> lm_core::Result<()> {
-        self.gate.pass();
-        self.model.forward_batch(states, tokens, logits)
-    }
+/// `model` behind an open [`Gate`], and the gate: a test closes it, lets
+/// requests pile up, and opens it to see them served together, however the
+/// threads happen to be scheduled.
+pub fn gated<M>(model: M) -> (Adapted<M, Gate>, Gate) {
+    let gate = Gate::default();
+    let hook = gate.clone();
+    (Adapted { inner: model, hook }, gate)
 }
 
 /// The toy's seven words; its "chat template" is the last message's text
