@@ -10,7 +10,7 @@ use lm_model::Toy;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, ToyText, gated, toy_model};
+use crate::common::{TestServer, ToyText, gated, toy_model, wait_for};
 
 /// What the server should answer for `body`'s prompt, from lm-decode alone.
 fn expected_text(
@@ -146,11 +146,13 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
             })
             .collect();
         let queued = (n_requests - parallel as u64) as f64;
-        while s.metric("lm_active_sequences") < parallel as f64
-            || s.metric("lm_queue_depth") < queued
-        {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_for(
+            "every worker to hold a request and the rest to queue",
+            || {
+                s.metric("lm_active_sequences") == parallel as f64
+                    && s.metric("lm_queue_depth") == queued
+            },
+        );
         gate.open();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });

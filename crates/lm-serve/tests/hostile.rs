@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lm_serve::ServeConfig;
 use serde_json::json;
 
-use crate::common::{TestServer, ToyText, gated, read_response, request, toy_model};
+use crate::common::{TestServer, ToyText, gated, read_response, request, toy_model, wait_for};
 
 fn still_serves(s: &TestServer) {
     let (status, body) = s.post(
@@ -101,17 +101,6 @@ fn open_stream(addr: std::net::SocketAddr, max_tokens: u64) -> TcpStream {
     let n = stream.read(&mut first).unwrap();
     assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
     stream
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lm_core::{Adapted, Detokenize, ForwardHook, LanguageModel, TokenId};
 use lm_model::{Toy, ToyArchitecture};
@@ -240,7 +240,8 @@ impl Gate {
 }
 
 impl ForwardHook for Gate {
-    /// Waits while the gate is closed.
+    /// Waits while the gate is closed. After [`GATE_TIMEOUT`] the gate opens
+    /// for good, so a test that fails with it closed ends instead of hanging.
     fn before_forward<M: LanguageModel + ?Sized>(
         &self,
         _model: &M,
@@ -248,10 +249,29 @@ impl ForwardHook for Gate {
         _tokens: &[TokenId],
     ) -> lm_core::Result<()> {
         let (closed, opened) = &*self.0;
-        let _open = opened
-            .wait_while(closed.lock().unwrap(), |closed| *closed)
+        let (mut closed, waited) = opened
+            .wait_timeout_while(closed.lock().unwrap(), GATE_TIMEOUT, |closed| *closed)
             .unwrap();
+        if waited.timed_out() {
+            *closed = false;
+            opened.notify_all();
+        }
         Ok(())
+    }
+}
+
+/// The longest a forward pass waits at a closed [`Gate`].
+const GATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Polls `done` until it holds; panics after 30 s, naming `what`.
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
