@@ -413,22 +413,11 @@ fn attend_tile_lanes<const AVX2: bool>(
         }
 
         // Weights: softmax over each row's visible positions.
-        for j in 0..n_queries {
-            let rows = j * group..(j + 1) * group;
-            softmax_to_weights::<AVX2>(
-                dispatch,
-                &mut scores[rows.start * span..rows.end * span],
-                span,
-                visible(j),
-            );
-            if round {
-                for r in rows {
-                    round_all_to_f16::<AVX2>(
-                        dispatch,
-                        &mut scores[r * span..(r + 1) * span][visible(j)],
-                        narrowed,
-                    );
-                }
+        let seen_by = |r: usize| visible(r / group);
+        softmax_to_weights::<AVX2>(dispatch, scores, span, seen_by);
+        if round {
+            for (r, row) in scores.chunks_exact_mut(span).enumerate() {
+                round_all_to_f16::<AVX2>(dispatch, &mut row[seen_by(r)], narrowed);
             }
         }
 
@@ -956,21 +945,23 @@ fn add_weighted_row(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     }
 }
 
-/// Turns the scores of `rows` (`[n][span]`, the positions `seen` of each
-/// row visible) into attention weights in place: softmax after subtracting
+/// Turns the scores of `rows` (`[n][span]`, the positions `seen(r)` of row
+/// `r` visible) into attention weights in place: softmax after subtracting
 /// the row's maximum, with libm's `exp` (or [`exp`](super::exp)'s
 /// vectorised `exp`, which gives libm's bits), the weights summed in
-/// position order, as the conformance fixtures were measured with. The rows'
-/// sums are independent chains of additions, run side by side.
+/// position order, as the conformance fixtures were measured with (another
+/// order moves single logits of the quantized models past the fixtures'
+/// tolerances). Up to [`SUM_ROWS`] rows' sums are independent chains of
+/// additions, run side by side.
 #[inline(always)]
 fn softmax_to_weights<const AVX2: bool>(
     dispatch: Dispatch,
     rows: &mut [f32],
     span: usize,
-    seen: std::ops::Range<usize>,
+    seen: impl Fn(usize) -> Range<usize>,
 ) {
-    for row in rows.chunks_exact_mut(span) {
-        let row = &mut row[seen.clone()];
+    for (r, row) in rows.chunks_exact_mut(span).enumerate() {
+        let row = &mut row[seen(r)];
         let max = row_max(row);
         for score in row.iter_mut() {
             *score -= max;
@@ -984,21 +975,77 @@ fn softmax_to_weights<const AVX2: bool>(
         }
         exp_in_place(dispatch, row);
     }
-    for block in rows.chunks_mut(4 * span) {
-        let n_block = block.len() / span;
-        let mut sums = [0.0f32; 4];
-        for k in seen.clone() {
-            for (i, sum) in sums[..n_block].iter_mut().enumerate() {
-                *sum += block[i * span + k];
-            }
-        }
-        for (row, &sum) in block.chunks_exact_mut(span).zip(&sums) {
+    let n_rows = rows.len() / span;
+    for first in (0..n_rows).step_by(SUM_ROWS) {
+        let block = first..(first + SUM_ROWS).min(n_rows);
+        let sums = match block.len() {
+            8 => sums_in_position_order::<8>(rows, span, first, &seen),
+            7 => sums_in_position_order::<7>(rows, span, first, &seen),
+            6 => sums_in_position_order::<6>(rows, span, first, &seen),
+            5 => sums_in_position_order::<5>(rows, span, first, &seen),
+            4 => sums_in_position_order::<4>(rows, span, first, &seen),
+            3 => sums_in_position_order::<3>(rows, span, first, &seen),
+            2 => sums_in_position_order::<2>(rows, span, first, &seen),
+            _ => sums_in_position_order::<1>(rows, span, first, &seen),
+        };
+        for (r, sum) in block.zip(sums) {
             let inv_sum = 1.0 / sum;
-            for weight in &mut row[seen.clone()] {
+            for weight in &mut rows[r * span..(r + 1) * span][seen(r)] {
                 *weight *= inv_sum;
             }
         }
     }
+}
+
+/// Rows whose softmax sums [`softmax_to_weights`] runs side by side: eight
+/// chains of additions keep both of a core's adders busy where one chain
+/// waits on each addition's latency.
+const SUM_ROWS: usize = 8;
+
+/// The sums of the `R` rows of `rows` (`[n][span]`) from row `first` on,
+/// each over its positions `seen(r)` in position order (one chain of
+/// additions per row, from 0.0). Over the positions every row sees the `R`
+/// chains advance together; the positions before and after those, which
+/// only some rows see, are added row by row, so each row's additions keep
+/// their order. The result has [`SUM_ROWS`] sums, of which the first `R` are
+/// the rows'.
+#[inline(always)]
+fn sums_in_position_order<const R: usize>(
+    rows: &[f32],
+    span: usize,
+    first: usize,
+    seen: &impl Fn(usize) -> Range<usize>,
+) -> [f32; SUM_ROWS] {
+    const { assert!(R >= 1 && R <= SUM_ROWS) };
+    let rows: [&[f32]; R] = std::array::from_fn(|i| &rows[(first + i) * span..][..span]);
+    let ranges: [Range<usize>; R] = std::array::from_fn(|i| seen(first + i));
+    let mut sums = [0.0f32; SUM_ROWS];
+    let shared_start = ranges.iter().map(|r| r.start).max().unwrap_or(0);
+    let shared_end = ranges.iter().map(|r| r.end).min().unwrap_or(0);
+    if shared_start >= shared_end {
+        // No position seen by all: each row alone.
+        for ((sum, row), range) in sums.iter_mut().zip(rows).zip(ranges) {
+            *sum = row[range].iter().fold(0.0, |sum, &v| sum + v);
+        }
+        return sums;
+    }
+    for ((sum, row), range) in sums.iter_mut().zip(rows).zip(&ranges) {
+        *sum = row[range.start..shared_start]
+            .iter()
+            .fold(0.0, |sum, &v| sum + v);
+    }
+    let shared: [&[f32]; R] = rows.map(|row| &row[shared_start..shared_end]);
+    for k in 0..shared_end - shared_start {
+        for (sum, row) in sums.iter_mut().zip(shared) {
+            *sum += row[k];
+        }
+    }
+    for ((sum, row), range) in sums.iter_mut().zip(rows).zip(&ranges) {
+        *sum = row[shared_end..range.end]
+            .iter()
+            .fold(*sum, |sum, &v| sum + v);
+    }
+    sums
 }
 
 /// The largest value of `values` (`f32::max`, so NaN is passed over;
@@ -1403,11 +1450,13 @@ mod tests {
     fn tiled_attention_equals_plain_attention_bit_for_bit_in_one_call_or_one_query_at_a_time() {
         // 70 positions: three chunks and five tiles of queries (so the
         // parallel path runs); head widths with and without a 32-value
-        // block; causal and sliding-window layers at both precisions.
+        // block; causal and sliding-window layers at both precisions (a
+        // window of 2 leaves the four queries of a softmax block no
+        // position they all see, one of 5 a few).
         let n = 70;
         for precision in [KvPrecision::F32, KvPrecision::F16] {
             for head_dim in [8, 40] {
-                for window in [None, Some(5), Some(40)] {
+                for window in [None, Some(2), Some(5), Some(40)] {
                     let case = Case::new(head_dim, window, precision, n);
                     let what = format!("{precision:?}, head_dim {head_dim}, window {window:?}");
                     let (keys, values) = (case.stored(&case.keys), case.stored(&case.values));
