@@ -90,7 +90,10 @@ impl<'a> TextDeltas<'a> {
         let text = self.search.text();
         let safe = match self.search.found() {
             Some((stop_byte, _)) => stop_byte,
-            None => text.len().saturating_sub(self.n_hold),
+            // A trailing incomplete character may yet become a longer one
+            // ("\u{FFFD}", 3 bytes, becomes "é", 2): hold back from the
+            // end of the settled text.
+            None => text.settled_len().saturating_sub(self.n_hold),
         };
         if safe <= self.n_emitted {
             return String::new();

@@ -189,6 +189,12 @@ impl<'a> IncrementalText<'a> {
         self.len() == 0
     }
 
+    /// The length in bytes of the settled text, the start that later ids
+    /// cannot change (the rest ends in an incomplete character).
+    pub fn settled_len(&self) -> usize {
+        self.settled.len()
+    }
+
     /// The text from byte `start` on (moved back to a character boundary).
     pub fn tail(&self, start: usize) -> String {
         let mut start = start.min(self.settled.len());

@@ -138,22 +138,26 @@ proptest! {
         let detokenizer: &dyn Detokenize = if words { &Words } else { &Bytes };
         let context: &[TokenId] = if words { &context } else { &[] };
         // Stop strings cut from the final text (so most runs stop), plus one literal.
-        let text = whole(detokenizer, context, &ids);
-        let mut stops: Vec<String> = cuts
-            .iter()
-            .filter_map(|&(start, len)| {
-                let chars: Vec<char> = text.chars().collect();
-                if chars.is_empty() {
-                    return None;
-                }
-                let start = start % chars.len();
-                let end = (start + len).min(chars.len());
-                Some(chars[start..end].iter().collect())
-            })
-            .collect();
+        let mut stops = cut_from(&whole(detokenizer, context, &ids), &cuts);
         stops.push(literal);
         check(detokenizer, context, &ids, &stops);
     }
+}
+
+/// Stop strings cut from `text`, each `(start, len)` in characters
+/// (`start` taken modulo the length).
+fn cut_from(text: &str, cuts: &[(usize, usize)]) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    cuts.iter()
+        .map(|&(start, len)| {
+            let start = start % chars.len();
+            let end = (start + len).min(chars.len());
+            chars[start..end].iter().collect()
+        })
+        .collect()
 }
 
 /// Streams `ids` through [`TextDeltas`] (`end` an end token) and checks
@@ -232,6 +236,12 @@ fn a_character_split_across_tokens_is_shown_once_whole() {
     // splits "é" (2 bytes), it moves back to the character's start.
     let pieces = check_deltas(&Bytes, &[], &[8, 8, 0, 1], &[], &strings(&["qq"]));
     assert_eq!(pieces, ["", "é", "é", "a", "b"]);
+    // The held-back bytes count from the end of the settled text: "éé"
+    // then C3 decodes as "éé\u{FFFD}" (7 bytes), but the FFFD becomes "é"
+    // (2 bytes) and completes the stop string "ééé", so nothing is final
+    // before it.
+    let pieces = check_deltas(&Bytes, &[], &[8, 8, 6, 7], &[], &strings(&["ééé"]));
+    assert_eq!(pieces, ["", "", "", "", ""]);
 }
 
 #[test]
@@ -256,17 +266,25 @@ fn the_end_of_the_stream_flushes_the_held_text() {
 }
 
 proptest! {
+    // A released byte too many needs a stop string of the longest length
+    // that ends in a character split over two tokens: rare, so many cases.
+    #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
     #[test]
     fn streamed_pieces_start_and_join_to_the_whole_text_cut_at_the_stop(
         ids in proptest::collection::vec(0..PIECES.len() as TokenId, 0..40),
         context in proptest::collection::vec(0..5 as TokenId, 0..3),
         words in any::<bool>(),
         end in proptest::option::of(0..PIECES.len() as TokenId),
-        stops in proptest::collection::vec("[ab é🙂x\n]{1,4}", 0..3),
+        cuts in proptest::collection::vec((0usize..200, 1usize..6), 0..3),
+        literals in proptest::collection::vec("[ab é🙂x\n]{1,4}", 0..2),
     ) {
         let detokenizer: &dyn Detokenize = if words { &Words } else { &Bytes };
         let context: &[TokenId] = if words { &context } else { &[] };
         let end: Vec<TokenId> = end.into_iter().collect();
+        // Stop strings cut from the whole text (so many runs stop, some
+        // just after a split character), plus literals.
+        let mut stops = cut_from(&whole(detokenizer, context, &ids), &cuts);
+        stops.extend(literals);
         check_deltas(detokenizer, context, &ids, &end, &stops);
     }
 }
