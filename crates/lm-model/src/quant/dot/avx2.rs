@@ -8,8 +8,8 @@
 //! with the block scale by one FMA. Signed weights reach the unsigned-by-signed
 //! `vpmaddubsw` through two sign operations, except Q5_0's, which are taken
 //! as `q + 16` with each lane's `16 Σ q_x` precomputed in the activation
-//! block ([`PLUS_16`]). The integer sums equal the portable path's; only the
-//! order of the f32 additions differs.
+//! block ([`PLUS_16`]). The integer sums and the f32 operations on them, in
+//! their order, are the portable path's: the same bits.
 //!
 //! The same kernels, with the two byte-product instructions replaced by one
 //! 256-bit `vpdpbusd` (AVX-VNNI, [`BytePairs`]), are the `Kernel::AvxVnni`

@@ -10,8 +10,8 @@
 //! first; no saturation) and `vpmaddwd` multiplies
 //! the pair sums by the group scales into eight i32 lanes (at most
 //! 8 · 2 · 16002 · 128 in magnitude); one more `vpmaddwd` gives the offsets
-//! times the activation group sums. The integer sums equal the portable
-//! path's; only the order of the f32 additions differs.
+//! times the activation group sums. The integer sums and the f32 operations
+//! on them, in their order, are the portable path's: the same bits.
 //!
 //! Every function requires avx2, fma and f16c, which callers check through
 //! [`super::Dispatch`].

@@ -8,10 +8,12 @@
 //! 256 for the K-quants, whose kernels are in the `*_k` modules): the
 //! per-block products are exact integer sums, scaled by `d_w * d_x` (plus
 //! `m_w * sum_x` for Q4_1 and Q5_1, and the group offsets of the K-quants).
-//! All paths compute the same integer sums and differ only in the order of
-//! the f32 accumulation, which the SIMD paths share: AVX-VNNI and AVX-512
-//! give the AVX2 kernel's bits. Float rows (F32, F16, BF16) are multiplied
-//! with the f32 activations directly (by the AVX2 kernel on every SIMD path).
+//! All paths compute the same integer sums and the same f32 operations on
+//! them in the same order (eight lanes of fused multiply-adds, summed as the
+//! AVX2 kernel's `horizontal_sum` sums them), so every path, the portable
+//! one included, gives the same bits, and a model's numbers do not depend
+//! on the machine. Float rows (F32, F16, BF16) are multiplied with the f32
+//! activations directly (by the AVX2 kernel on every SIMD path).
 
 use super::GgmlType;
 use super::activation::Activations;

@@ -38,19 +38,21 @@ pub(crate) fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
     dot_float::<4>(row, x, |w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
 }
 
-/// Σ w·x over float weights of `BYTES` bytes each, decoded by `decode`, with
-/// 8 independent accumulators so it vectorizes.
+/// Σ w·x over float weights of `BYTES` bytes each, decoded by `decode`:
+/// weight `j` into accumulator `j % 8` by a fused multiply-add, the
+/// accumulators summed by [`sum_lanes`], then the tail past the last eight
+/// (the AVX2 kernel's operations, so its bits).
 fn dot_float<const BYTES: usize>(row: &[u8], x: &[f32], decode: impl Fn(&[u8]) -> f32) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let row_chunks = row.chunks_exact(8 * BYTES);
-    let x_chunks = x.chunks_exact(8);
+    let mut lanes = [0.0f32; LANES];
+    let row_chunks = row.chunks_exact(LANES * BYTES);
+    let x_chunks = x.chunks_exact(LANES);
     let (row_tail, x_tail) = (row_chunks.remainder(), x_chunks.remainder());
     for (w8, x8) in row_chunks.zip(x_chunks) {
         for ((lane, w), &xv) in lanes.iter_mut().zip(w8.chunks_exact(BYTES)).zip(x8) {
-            *lane += decode(w) * xv;
+            *lane = decode(w).mul_add(xv, *lane);
         }
     }
-    let mut sum = lanes.iter().sum::<f32>();
+    let mut sum = sum_lanes(lanes);
     for (w, &xv) in row_tail.chunks_exact(BYTES).zip(x_tail) {
         sum += decode(w) * xv;
     }
@@ -61,23 +63,51 @@ fn dot_float<const BYTES: usize>(row: &[u8], x: &[f32], decode: impl Fn(&[u8]) -
 /// `Σ d_w d_x Σ q_w q_x` over the blocks, plus `m_w sum_x` for the types
 /// with a minimum (Q4_1, Q5_1), where `q_w` are the block's integers
 /// ([`block::block_values`]: offset, 5-bit or table levels included).
+///
+/// The f32 operations are the AVX2 kernel's, in its order, so both give the
+/// same bits (and the conformance fixtures see the same numbers on every
+/// machine): each block's products are summed exactly in eight lanes of
+/// four values, each lane scaled by `d_w d_x` into its accumulator by a
+/// fused multiply-add, even and odd blocks into two sets of accumulators
+/// (and two sums of `m_w sum_x`), which meet at the end ([`sum_lanes`]).
 pub(crate) fn dot_blocks(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
     let min_offset = block::min_offset(ty);
-    let mut sum = 0.0f32;
-    for (w, a) in row.chunks_exact(ty.block_bytes()).zip(xq) {
+    let mut acc = [[0.0f32; LANES]; 2];
+    let mut offsets = [0.0f32; 2];
+    for (idx, (w, a)) in row.chunks_exact(ty.block_bytes()).zip(xq).enumerate() {
+        let parity = idx % 2;
         let values = block::block_values(ty, w);
-        let isum: i32 = values
-            .iter()
-            .zip(&a.qs)
-            .map(|(&q, &x)| i32::from(q) * i32::from(x))
-            .sum();
-        let mut block = read_f16(w) * a.d * isum as f32;
-        if let Some(m_offset) = min_offset {
-            block += read_f16(&w[m_offset..]) * a.sum;
+        let scale = read_f16(w) * a.d;
+        let fours = values.chunks_exact(4).zip(a.qs.chunks_exact(4));
+        for (lane, (q, x)) in acc[parity].iter_mut().zip(fours) {
+            *lane = scale.mul_add(integer_dot(q, x) as f32, *lane);
         }
-        sum += block;
+        if let Some(m_offset) = min_offset {
+            offsets[parity] += read_f16(&w[m_offset..]) * a.sum;
+        }
     }
-    sum
+    let [even, odd] = acc;
+    sum_lanes(std::array::from_fn(|i| even[i] + odd[i])) + (offsets[0] + offsets[1])
+}
+
+/// The f32 accumulators of the block kernels: lane `i` takes values
+/// `4i..4i + 4` of each run of 32 (an AVX2 register of i32 sums).
+pub(super) const LANES: usize = 8;
+
+/// Σ q x of weight and activation integers, exact.
+pub(super) fn integer_dot(q: &[i8], x: &[i8]) -> i32 {
+    q.iter()
+        .zip(x)
+        .map(|(&q, &x)| i32::from(q) * i32::from(x))
+        .sum()
+}
+
+/// The sum of the lanes in the AVX2 kernels' order (`horizontal_sum`): the
+/// upper four onto the lower four, the upper two of those onto the lower
+/// two, then the second onto the first.
+pub(super) fn sum_lanes(v: [f32; LANES]) -> f32 {
+    let quad: [f32; 4] = std::array::from_fn(|i| v[i] + v[i + 4]);
+    (quad[0] + quad[2]) + (quad[1] + quad[3])
 }
 
 /// Dot product of a row with f32 activations, dequantizing one block at a
