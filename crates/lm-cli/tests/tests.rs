@@ -11,6 +11,7 @@ mod gemma3;
 mod generate;
 mod hostile_inputs;
 mod interrupt;
+mod kernel_paths;
 mod probs;
 mod readme;
 mod score;
