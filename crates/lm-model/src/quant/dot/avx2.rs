@@ -22,10 +22,10 @@ use std::cell::Cell;
 
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
-    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadl_epi64,
-    _mm_loadu_ps, _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps, _mm_setzero_ps,
-    _mm_shuffle_ps, _mm_shufflelo_epi16, _mm_storeu_ps, _mm256_add_epi32, _mm256_add_ps,
-    _mm256_and_si256, _mm256_broadcast_ss, _mm256_broadcastsi128_si256, _mm256_broadcastss_ps,
+    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_extract_ps, _mm_loaddup_pd, _mm_loadu_ps,
+    _mm_loadu_si128, _mm_movehl_ps, _mm_mul_ps, _mm_permute_ps, _mm_setzero_ps, _mm_shuffle_ps,
+    _mm_shufflelo_epi16, _mm_storeu_ps, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
+    _mm256_broadcast_ss, _mm256_broadcastsi128_si256, _mm256_broadcastss_ps,
     _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32,
     _mm256_cvtph_ps, _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps,
     _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
@@ -599,9 +599,13 @@ unsafe fn accumulate<const PARITY: usize, const BYTES: usize, const FORM: u8, P:
     acc: &mut [__m256; 2],
     offset: &mut __m128,
 ) {
-    const { assert!(BYTES >= 8, "a block holds at least four f16 values") };
+    const { assert!(BYTES >= 4, "a block starts with two f16 values") };
     // SAFETY: the caller guarantees the features; `w` is a whole block.
     unsafe {
+        // The f16 scales come in by a scalar load and a move, never by
+        // `vcvtph2ps` from memory: on Zen 3 that form (an 8-byte load at the
+        // block's start) ran Q4_0, Q5_0 and IQ4_NL decode products at half
+        // speed (docs/performance.md, "Scales by a scalar load").
         let scales_w = if FORM == WITH_MIN {
             // `[d_w, m_w]` by one 4-byte load; for an odd block, f16 lanes
             // `[0, 2, 2, 1]` of it (lane 2 is zero) put `m_w` in lane 3.
@@ -613,7 +617,10 @@ unsafe fn accumulate<const PARITY: usize, const BYTES: usize, const FORM: u8, P:
             };
             _mm_cvtph_ps(halves)
         } else {
-            _mm_cvtph_ps(_mm_loadl_epi64(w.as_ptr().cast()))
+            // `[d_w, 0, 0, 0]`.
+            _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([
+                w[0], w[1],
+            ]))))
         };
         let scales = _mm_mul_ps(scales_w, load_d_sum_twice(a));
         let scale = _mm256_broadcastss_ps(scales);
