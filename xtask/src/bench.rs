@@ -45,8 +45,10 @@
 //! llama.cpp runs through llama-cpp-python (`--peer-python`, the interpreter
 //! of a previous `--install-peer`, or none), with `--runs 1` per process; its
 //! peak RSS comes from `resource.getrusage` in a small wrapper. Each round runs
-//! ours then the peer for each thread count, and every figure is the median
-//! over the rounds, so load from other processes hits both sides alike.
+//! ours then the peer for each model and thread count, and every figure is
+//! the median over the rounds, so load from other processes hits both sides
+//! and every model alike. With several models, a last table gives each
+//! one's speed over the first's (Q4_K_M over Q4_1 by default).
 //!
 //! The report names the machine (`machine.rs`): the CPU model, the
 //! instruction sets it lists, the kernel path our worker chose (and
@@ -143,24 +145,30 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     let peer = peer_python(&options)?;
     let worker = build_release_worker()?;
-    let mut report_text = String::new();
-    for model in &models {
-        let mut rows: Vec<Row> = options
-            .threads
-            .iter()
-            .map(|&n_threads| Row {
-                n_threads,
-                ours: Samples::default(),
-                peer: Samples::default(),
-            })
-            .collect();
-        for round in 0..options.runs {
-            for row in &mut rows {
+    // Rounds are the outer loop, so every model sees the same drift of a
+    // shared host and the models' figures compare as well as the sides do.
+    let mut rows_by_model: Vec<Vec<Row>> = models
+        .iter()
+        .map(|_| {
+            options
+                .threads
+                .iter()
+                .map(|&n_threads| Row {
+                    n_threads,
+                    ours: Samples::default(),
+                    peer: Samples::default(),
+                })
+                .collect()
+        })
+        .collect();
+    for round in 0..options.runs {
+        for (model, rows) in models.iter().zip(&mut rows_by_model) {
+            for row in rows {
                 eprintln!(
-                    "{}: round {}/{}: {} thread(s)",
-                    model.file_name().unwrap_or_default().to_string_lossy(),
+                    "round {}/{}: {}: {} thread(s)",
                     round + 1,
                     options.runs,
+                    model.file_name().unwrap_or_default().to_string_lossy(),
                     row.n_threads
                 );
                 row.ours
@@ -171,7 +179,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 }
             }
         }
-        report_text.push_str(&report(model, &options, peer.is_some(), &rows)?);
+    }
+    let mut report_text = String::new();
+    for (model, rows) in models.iter().zip(&rows_by_model) {
+        report_text.push_str(&report(model, &options, peer.is_some(), rows)?);
+    }
+    if models.len() > 1 {
+        report_text.push_str(&between_models(&models, &rows_by_model, &options.contexts)?);
     }
     print!("{report_text}");
     Ok(())
@@ -853,6 +867,64 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
     Ok(out)
 }
 
+/// Each model's speed over the first model's, ours and llama.cpp's, at each
+/// thread count and metric: the median over rounds of the ratio within a
+/// round (the models of a round run back to back, so a host's slow drift
+/// cancels; issue 12 asks Q4_K_M decode within 10% of Q4_1's).
+fn between_models(models: &[PathBuf], rows: &[Vec<Row>], contexts: &[usize]) -> Result<String> {
+    let name = |model: &PathBuf| {
+        model
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut out = String::new();
+    writeln!(
+        out,
+        "\nspeed over {} (median of each round's ratio)\n",
+        name(&models[0])
+    )?;
+    writeln!(out, "| model | threads | phase | prompt | lm | llama.cpp |")?;
+    writeln!(out, "|---|--:|---|--:|--:|--:|")?;
+    for (model, model_rows) in models.iter().zip(rows).skip(1) {
+        for (base, row) in rows[0].iter().zip(model_rows) {
+            for metric in Metric::all(contexts) {
+                let cell = |base: &Samples, other: &Samples| {
+                    speed_ratio(base, other, metric).map_or("-".to_owned(), |r| format!("{r:.2}x"))
+                };
+                let (phase, prompt) = match metric {
+                    Metric::Decode(n) => ("decode", n),
+                    Metric::Prefill(n) => ("prefill", n),
+                };
+                writeln!(
+                    out,
+                    "| {} | {} | {phase} | {prompt} | {} | {} |",
+                    name(model),
+                    row.n_threads,
+                    cell(&base.ours, &row.ours),
+                    cell(&base.peer, &row.peer),
+                )?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The median over rounds of `other`'s speed over `base`'s at `metric`
+/// (round `r` of one against round `r` of the other).
+fn speed_ratio(base: &Samples, other: &Samples, metric: Metric) -> Option<f64> {
+    let key = metric.key();
+    let ratios: Vec<f64> = base
+        .seconds
+        .get(&key)?
+        .iter()
+        .zip(other.seconds.get(&key)?)
+        .map(|(base, other)| base / other)
+        .collect();
+    median(&ratios)
+}
+
 /// Bytes of our KV cache holding `n_positions` (allocated in chunks of
 /// `lm_model::KV_CHUNK_LEN` positions, f16 or f32 values
 /// as the model's KV precision says), as a fresh state reports them after
@@ -905,6 +977,27 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn model_speed_ratios_pair_rounds_and_take_the_median() {
+        let samples = |seconds: &[f64]| {
+            let mut samples = Samples::default();
+            for &s in seconds {
+                samples.push(Measurement {
+                    seconds: BTreeMap::from([(Metric::Decode(11).key(), s)]),
+                    ..Measurement::default()
+                });
+            }
+            samples
+        };
+        // Rounds drift 4x; within each round the other model takes 1.25x
+        // the time of the base, except an outlier round.
+        let base = samples(&[1.0, 2.0, 4.0, 4.0, 1.0]);
+        let other = samples(&[1.25, 2.5, 5.0, 1.0, 1.25]);
+        let ratio = speed_ratio(&base, &other, Metric::Decode(11)).unwrap();
+        assert!((ratio - 0.8).abs() < 1e-12, "{ratio}");
+        assert_eq!(speed_ratio(&base, &other, Metric::Prefill(128)), None);
     }
 
     #[test]
