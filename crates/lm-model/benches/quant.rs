@@ -4,8 +4,10 @@
 //! requantized "Q4_K_M" file), Q5_1, IQ4_NL, and the K-quants of the
 //! Q4_K_M / Q5_K_M / Q6_K files (ffn_down, the one matrix whose width is a
 //! multiple of 256), with every kernel this CPU runs (portable, AVX2,
-//! AVX-VNNI, AVX-512). Run with `cargo bench -p lm-model --bench quant`;
-//! rayon uses all cores unless `RAYON_NUM_THREADS` says otherwise.
+//! AVX-VNNI, AVX-512); and one-input products over 96 MB of such matrices,
+//! streamed from memory as decode reads them. Run with
+//! `cargo bench -p lm-model --bench quant`; rayon uses all cores unless
+//! `RAYON_NUM_THREADS` says otherwise.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lm_model::{GgmlType, Kernel, QMatrix};
@@ -51,6 +53,13 @@ fn activations(n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Whether `LM_BENCH_KERNELS` (a comma-separated list of kernel names;
+/// unset or empty for all) asks for `kernel`.
+fn wanted_kernel(kernel: Kernel) -> bool {
+    let wanted = std::env::var("LM_BENCH_KERNELS").unwrap_or_default();
+    wanted.is_empty() || wanted.split(',').any(|w| w.trim() == kernel.name())
+}
+
 /// The matrix once per kernel this CPU runs (`LM_BENCH_KERNELS=avx2,avx512`
 /// narrows the list).
 fn per_kernel(
@@ -59,10 +68,9 @@ fn per_kernel(
     n_cols: usize,
     data: &[u8],
 ) -> impl Iterator<Item = (Kernel, QMatrix<'_>)> {
-    let wanted = std::env::var("LM_BENCH_KERNELS").unwrap_or_default();
     let kernels: Vec<Kernel> = Kernel::available()
         .into_iter()
-        .filter(|k| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == k.name()))
+        .filter(|&k| wanted_kernel(k))
         .collect();
     kernels.into_iter().map(move |kernel| {
         let m = QMatrix::new(ty, n_rows, n_cols, data)
@@ -156,5 +164,63 @@ fn matmul_small_batches(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matvec, matmul, matmul_small_batches);
+/// One decode step's worth of weights streamed from memory: `matvec` over
+/// enough copies of a layer matrix to fill about 96 MB (SmolLM2's weights,
+/// three times this CPU's L3 at most), one after the other, as a forward
+/// pass reads its layers. `matvec` above keeps one matrix in cache and
+/// times the arithmetic; this times what decode meets, the arithmetic
+/// overlapped with reads from memory (docs/performance.md, "Scales by a
+/// scalar load"). Run with `RAYON_NUM_THREADS=1` for the one-thread figure.
+fn matvec_streamed(c: &mut Criterion) {
+    const TOTAL_BYTES: usize = 96 << 20;
+    let shapes = [
+        ("q4_1 1536x576", GgmlType::Q4_1, 1536, 576),
+        ("q5_0 1536x576", GgmlType::Q5_0, 1536, 576),
+        ("q8_0 1536x576", GgmlType::Q8_0, 1536, 576),
+        ("q4_K 576x1536", GgmlType::Q4_K, 576, 1536),
+        ("q6_K 576x1536", GgmlType::Q6_K, 576, 1536),
+    ];
+    let mut group = c.benchmark_group("matvec streamed 96 MB");
+    group.sample_size(20);
+    for (name, ty, n_rows, n_cols) in shapes {
+        let one = matrix_data(ty, n_rows, n_cols);
+        let copies = TOTAL_BYTES.div_ceil(one.len());
+        // Distinct copies, so no matrix is still in cache when it comes
+        // round again.
+        let data = one.repeat(copies);
+        let x = activations(n_cols);
+        let mut y = vec![0.0; n_rows];
+        group.throughput(Throughput::Bytes(data.len() as u64));
+        for kernel in Kernel::available() {
+            if !wanted_kernel(kernel) {
+                continue;
+            }
+            let matrices: Vec<QMatrix<'_>> = data
+                .chunks_exact(one.len())
+                .map(|bytes| {
+                    QMatrix::new(ty, n_rows, n_cols, bytes)
+                        .unwrap()
+                        .with_kernel(kernel)
+                        .unwrap()
+                })
+                .collect();
+            group.bench_function(format!("{name} {kernel:?}"), |b| {
+                b.iter(|| {
+                    for m in &matrices {
+                        m.matvec(black_box(&x), &mut y).unwrap();
+                    }
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    matvec,
+    matvec_streamed,
+    matmul,
+    matmul_small_batches
+);
 criterion_main!(benches);
