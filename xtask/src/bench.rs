@@ -312,6 +312,14 @@ impl Metric {
         }
     }
 
+    /// The phase's name and the prompt length, as the report's columns.
+    fn phase_and_prompt(self) -> (&'static str, usize) {
+        match self {
+            Metric::Decode(n) => ("decode", n),
+            Metric::Prefill(n) => ("prefill", n),
+        }
+    }
+
     /// Tokens the timed part makes or reads.
     fn n_tokens(self) -> usize {
         match self {
@@ -826,10 +834,7 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
             let ratio = ours
                 .zip(peer)
                 .map_or("-".to_owned(), |(a, b)| format!("{:.2}x", a / b));
-            let (phase, prompt) = match metric {
-                Metric::Decode(n) => ("decode", n),
-                Metric::Prefill(n) => ("prefill", n),
-            };
+            let (phase, prompt) = metric.phase_and_prompt();
             writeln!(
                 out,
                 "| {} | {phase:<7} | {prompt} | {} | {} | {ratio} |",
@@ -893,10 +898,7 @@ fn between_models(models: &[PathBuf], rows: &[Vec<Row>], contexts: &[usize]) -> 
                 let cell = |base: &Samples, other: &Samples| {
                     speed_ratio(base, other, metric).map_or("-".to_owned(), |r| format!("{r:.2}x"))
                 };
-                let (phase, prompt) = match metric {
-                    Metric::Decode(n) => ("decode", n),
-                    Metric::Prefill(n) => ("prefill", n),
-                };
+                let (phase, prompt) = metric.phase_and_prompt();
                 writeln!(
                     out,
                     "| {} | {} | {phase} | {prompt} | {} | {} |",
