@@ -674,6 +674,96 @@ fn matmul_equals_one_matvec_per_input_bit_for_bit() {
     }
 }
 
+/// Several matrices through one input (`QMatrix::matmul_each`, the
+/// decoder's query/key/value and gate/up products): each output has the
+/// bits of its matrix's own `matmul`, whatever mix of activation kinds
+/// (f32, Q8, Q8K) the matrices need, for one input and for a batch, on every
+/// kernel and with one, two or three threads splitting the rows.
+#[test]
+fn products_sharing_an_input_keep_each_matrix_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let n_cols = 512;
+    let shapes = [
+        (GgmlType::Q4_1, 300),
+        (GgmlType::Q4_K, 64),
+        (GgmlType::F16, 20),
+        (GgmlType::Q8_0, 130),
+    ];
+    let data: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, n_rows)| random_matrix(ty, n_rows, n_cols, &mut rng))
+        .collect();
+    for threads in [1, 2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for kernel in kernels_of_this_cpu() {
+            let matrices: Vec<QMatrix<'_>> = shapes
+                .iter()
+                .zip(&data)
+                .map(|(&(ty, n_rows), data)| {
+                    QMatrix::new(ty, n_rows, n_cols, data)
+                        .unwrap()
+                        .with_kernel(kernel)
+                        .unwrap()
+                })
+                .collect();
+            for n in [1, 3] {
+                let xs = random_vector(n * n_cols, &mut rng);
+                let mut outputs: Vec<Vec<f32>> = matrices
+                    .iter()
+                    .map(|m| vec![f32::NAN; n * m.n_rows()])
+                    .collect();
+                let mut products: Vec<(QMatrix<'_>, &mut [f32])> = matrices
+                    .iter()
+                    .zip(&mut outputs)
+                    .map(|(&m, ys)| (m, &mut ys[..]))
+                    .collect();
+                pool.install(|| QMatrix::matmul_each(&mut products, &xs, n))
+                    .unwrap();
+                for (m, ys) in matrices.iter().zip(&outputs) {
+                    let mut alone = vec![0.0; n * m.n_rows()];
+                    m.matmul(&xs, n, &mut alone).unwrap();
+                    assert_bits_eq(ys, &alone);
+                }
+            }
+        }
+    }
+}
+
+/// A product of several matrices names the one whose shape does not fit.
+#[test]
+fn products_sharing_an_input_check_every_shape() {
+    let (data, taller_data) = (vec![0u8; 2 * 20], vec![0u8; 4 * 20]);
+    let m = QMatrix::new(GgmlType::Q4_1, 2, 32, &data).unwrap();
+    let taller = QMatrix::new(GgmlType::Q4_1, 4, 32, &taller_data).unwrap();
+    let (mut y, mut short) = ([0.0; 2], [0.0; 3]);
+    assert_eq!(
+        QMatrix::matmul_each(
+            &mut [(m, &mut y[..]), (taller, &mut short[..])],
+            &[0.0; 32],
+            1
+        ),
+        Err(QuantError::ShapeMismatch {
+            what: "output matrix",
+            expected: 4,
+            actual: 3
+        })
+    );
+    let (mut y, mut y2) = ([0.0; 2], [0.0; 2]);
+    assert_eq!(
+        QMatrix::matmul_each(&mut [(m, &mut y[..]), (m, &mut y2[..])], &[0.0; 31], 1),
+        Err(QuantError::ShapeMismatch {
+            what: "input matrix",
+            expected: 32,
+            actual: 31
+        })
+    );
+    // No matrices: nothing to do.
+    QMatrix::matmul_each(&mut [], &[0.0; 32], 1).unwrap();
+}
+
 /// The AVX-VNNI and AVX-512 kernels compute the AVX2 kernel's integer lanes
 /// and add them in its f32 order: their products, single and batched, have
 /// its bits (so the conformance fixtures, checked on AVX2, hold on them too).

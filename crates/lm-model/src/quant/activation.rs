@@ -37,19 +37,53 @@ pub(crate) struct ActivationBuffers {
 }
 
 impl ActivationBuffers {
-    /// `x` (whole blocks of `kind`) in the form `kind` names, quantized into
-    /// these buffers (the f32 values themselves for [`ActivationKind::F32`]).
-    pub fn quantize<'s>(&'s mut self, kind: ActivationKind, x: &'s [f32]) -> Activations<'s> {
+    /// `x` in every form `kinds` names, each quantized once into these
+    /// buffers (whole blocks of each kind; the f32 values themselves serve
+    /// [`ActivationKind::F32`]): the input of several products whose weight
+    /// types share an activation kind is quantized once for all of them.
+    pub fn quantize_each<'s>(
+        &'s mut self,
+        kinds: impl IntoIterator<Item = ActivationKind>,
+        x: &'s [f32],
+    ) -> QuantizedInput<'s> {
+        let (mut q8, mut q8k) = (false, false);
+        for kind in kinds {
+            match kind {
+                ActivationKind::F32 => {}
+                ActivationKind::Q8 => q8 = true,
+                ActivationKind::Q8K => q8k = true,
+            }
+        }
+        if q8 {
+            quantize_blocks(x, &mut self.q8, Q8Block::quantize);
+        }
+        if q8k {
+            quantize_blocks(x, &mut self.q8k, Q8KBlock::quantize);
+        }
+        QuantizedInput {
+            f32: x,
+            q8: q8.then_some(&self.q8[..]),
+            q8k: q8k.then_some(&self.q8k[..]),
+        }
+    }
+}
+
+/// One input in each form [`ActivationBuffers::quantize_each`] was asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QuantizedInput<'a> {
+    f32: &'a [f32],
+    q8: Option<&'a [Q8Block]>,
+    q8k: Option<&'a [Q8KBlock]>,
+}
+
+impl<'a> QuantizedInput<'a> {
+    /// The input in the form `kind`, which must have been asked for: a
+    /// product whose kind was not is a bug and panics.
+    pub fn get(&self, kind: ActivationKind) -> Activations<'a> {
         match kind {
-            ActivationKind::F32 => Activations::F32(x),
-            ActivationKind::Q8 => {
-                quantize_blocks(x, &mut self.q8, Q8Block::quantize);
-                Activations::Q8(&self.q8)
-            }
-            ActivationKind::Q8K => {
-                quantize_blocks(x, &mut self.q8k, Q8KBlock::quantize);
-                Activations::Q8K(&self.q8k)
-            }
+            ActivationKind::F32 => Activations::F32(self.f32),
+            ActivationKind::Q8 => Activations::Q8(self.q8.expect("the input as Q8 blocks")),
+            ActivationKind::Q8K => Activations::Q8K(self.q8k.expect("the input as Q8K blocks")),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::activation::{ActivationBuffers, Activations};
+use super::activation::{ActivationBuffers, QuantizedInput};
 use super::block;
 use super::dot::portable;
 use super::{GgmlType, QuantError};
@@ -212,19 +212,7 @@ impl<'a> QMatrix<'a> {
 
     /// [`QMatrix::matvec`] with the lengths checked by the caller.
     fn matvec_checked(&self, x: &[f32], y: &mut [f32]) {
-        let mut product = |x: Activations<'_>| {
-            self.fill_rows(y, 1, |rows, out| {
-                self.dispatch
-                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, 1, out);
-            });
-        };
-        if !self.ty.is_quantized() {
-            product(Activations::F32(x));
-            return;
-        }
-        with_scratch(|scratch| {
-            product(scratch.activations.quantize(self.ty.activation_kind(), x));
-        });
+        Self::matmul_each_checked(&mut [(*self, y)], x, 1);
     }
 
     /// `y = W x` with `x` kept in f32, dequantizing one block at a time:
@@ -249,55 +237,85 @@ impl<'a> QMatrix<'a> {
     /// each block once for four inputs at a time. Each result has the same
     /// bits as [`QMatrix::matvec`] on its input alone.
     pub fn matmul(&self, xs: &[f32], n: usize, ys: &mut [f32]) -> Result<(), QuantError> {
-        let n_inputs = n.checked_mul(self.n_cols).ok_or(QuantError::SizeOverflow {
-            n_rows: n,
-            n_cols: self.n_cols,
-        })?;
-        let n_outputs = n.checked_mul(self.n_rows).ok_or(QuantError::SizeOverflow {
-            n_rows: n,
-            n_cols: self.n_rows,
-        })?;
-        check_len("input matrix", n_inputs, xs.len())?;
-        check_len("output matrix", n_outputs, ys.len())?;
-        self.matmul_checked(xs, n, ys);
+        Self::matmul_each(&mut [(*self, ys)], xs, n)
+    }
+
+    /// `ys_j = W_j xs` for every `(W_j, ys_j)` of `products`: several
+    /// matrices reading the same `n` inputs (`xs`, `n x n_cols`; each `ys_j`
+    /// is `n x n_rows` of its matrix, input-major), as a layer's query, key
+    /// and value projections do, or its gate and up projections.
+    ///
+    /// The inputs are quantized once per activation kind the matrices need,
+    /// not once per matrix, and the matrices' rows are split across rayon's
+    /// threads as one piece of work, so a small matrix (SmolLM2's 192-row
+    /// key and value projections, which alone do not run faster on two
+    /// threads than on one) does not pay a hand-off of its own. Each `ys_j`
+    /// has the bits of `W_j.matmul(xs, n, ys_j)`.
+    ///
+    /// Errors if a matrix's width is not the inputs' or an output's length
+    /// is not `n` times its matrix's rows.
+    pub fn matmul_each(
+        products: &mut [(QMatrix<'_>, &mut [f32])],
+        xs: &[f32],
+        n: usize,
+    ) -> Result<(), QuantError> {
+        for (w, ys) in products.iter() {
+            let n_inputs = n.checked_mul(w.n_cols).ok_or(QuantError::SizeOverflow {
+                n_rows: n,
+                n_cols: w.n_cols,
+            })?;
+            let n_outputs = n.checked_mul(w.n_rows).ok_or(QuantError::SizeOverflow {
+                n_rows: n,
+                n_cols: w.n_rows,
+            })?;
+            check_len("input matrix", n_inputs, xs.len())?;
+            check_len("output matrix", n_outputs, ys.len())?;
+        }
+        Self::matmul_each_checked(products, xs, n);
         Ok(())
     }
 
     /// [`QMatrix::matmul`] with the lengths checked by the caller: `xs` is
     /// `n x n_cols`, `ys` is `n x n_rows`.
     pub(crate) fn matmul_checked(&self, xs: &[f32], n: usize, ys: &mut [f32]) {
-        debug_assert_eq!((xs.len(), ys.len()), (n * self.n_cols, n * self.n_rows));
-        if n == 1 {
-            self.matvec_checked(xs, ys);
+        Self::matmul_each_checked(&mut [(*self, ys)], xs, n);
+    }
+
+    /// [`QMatrix::matmul_each`] with the lengths checked by the caller.
+    pub(crate) fn matmul_each_checked(
+        products: &mut [(QMatrix<'_>, &mut [f32])],
+        xs: &[f32],
+        n: usize,
+    ) {
+        debug_assert!(
+            products
+                .iter()
+                .all(|(w, ys)| (xs.len(), ys.len()) == (n * w.n_cols, n * w.n_rows)),
+            "{n} inputs through every matrix"
+        );
+        if n == 0 {
             return;
         }
-        let n_outputs = ys.len();
         with_scratch(|scratch| {
             let Scratch {
                 activations,
                 transposed,
             } = scratch;
-            let x = activations.quantize(self.ty.activation_kind(), xs);
+            let kinds = products.iter().map(|(w, _)| w.ty.activation_kind());
+            let input = activations.quantize_each(kinds, xs);
+            if n == 1 {
+                // One input: each matrix's results are its output as they are.
+                fill_products(products, input, 1, &mut []);
+                return;
+            }
             transposed.clear();
-            transposed.resize(n_outputs, 0.0);
-            self.fill_rows(transposed, n, |rows, out| {
-                self.dispatch
-                    .dot_rows(self.ty, rows, self.row_bytes, self.n_cols, x, n, out);
-            });
-            // Back to input-major, in parallel over the inputs when there
-            // is enough to copy: handing a short batch's copy to rayon costs
-            // more than the copy (a third of a one-input product for 2).
-            let transposed = &*transposed;
-            let copy_input = |(input_idx, y): (usize, &mut [f32])| {
-                for (row_idx, dst) in y.iter_mut().enumerate() {
-                    *dst = transposed[row_idx * n + input_idx];
-                }
-            };
-            let chunk = self.n_rows.max(1);
-            if n_outputs >= PARALLEL_MIN_OUTPUTS && rayon::current_num_threads() > 1 {
-                ys.par_chunks_mut(chunk).enumerate().for_each(copy_input);
-            } else {
-                ys.chunks_mut(chunk).enumerate().for_each(copy_input);
+            transposed.resize(products.iter().map(|(_, ys)| ys.len()).sum(), 0.0);
+            fill_products(products, input, n, transposed);
+            let mut parts = &transposed[..];
+            for (w, ys) in products.iter_mut() {
+                let (part, rest) = parts.split_at(ys.len());
+                to_input_major(part, n, w.n_rows, ys);
+                parts = rest;
             }
         });
     }
@@ -324,6 +342,67 @@ impl<'a> QMatrix<'a> {
                 .zip(self.data.chunks(row_block))
                 .for_each(fill_block);
         }
+    }
+}
+
+/// The results of every product of [`QMatrix::matmul_each_checked`]
+/// (`n_rows x n` each, row-major): in each product's own output when `n ==
+/// 1`, else in its part of `transposed` (the products' parts one after the
+/// other). Several products run as halves of a `rayon::join` when the
+/// work is worth the threads, so the pool takes their rows as one job.
+fn fill_products(
+    products: &mut [(QMatrix<'_>, &mut [f32])],
+    input: QuantizedInput<'_>,
+    n: usize,
+    transposed: &mut [f32],
+) {
+    match products {
+        [] => {}
+        [(w, ys)] => {
+            let out = if n == 1 { &mut **ys } else { transposed };
+            let x = input.get(w.ty.activation_kind());
+            w.fill_rows(out, n, |rows, out| {
+                w.dispatch
+                    .dot_rows(w.ty, rows, w.row_bytes, w.n_cols, x, n, out);
+            });
+        }
+        _ => {
+            let n_weights: usize = products.iter().map(|(w, _)| w.n_rows * w.n_cols * n).sum();
+            let (first, rest) = products.split_at_mut(products.len() / 2);
+            let first_results = if n == 1 {
+                0
+            } else {
+                first.iter().map(|(_, ys)| ys.len()).sum()
+            };
+            let (first_out, rest_out) = transposed.split_at_mut(first_results);
+            if n_weights >= PARALLEL_MIN_WEIGHTS && rayon::current_num_threads() > 1 {
+                rayon::join(
+                    || fill_products(first, input, n, first_out),
+                    || fill_products(rest, input, n, rest_out),
+                );
+            } else {
+                fill_products(first, input, n, first_out);
+                fill_products(rest, input, n, rest_out);
+            }
+        }
+    }
+}
+
+/// `ys[i * n_rows + r] = transposed[r * n + i]`: batched results back to
+/// input-major order, in parallel over the inputs when there is enough to
+/// copy (handing a short batch's copy to rayon costs more than the copy: a
+/// third of a one-input product for 2).
+fn to_input_major(transposed: &[f32], n: usize, n_rows: usize, ys: &mut [f32]) {
+    let copy_input = |(input_idx, y): (usize, &mut [f32])| {
+        for (row_idx, dst) in y.iter_mut().enumerate() {
+            *dst = transposed[row_idx * n + input_idx];
+        }
+    };
+    let chunk = n_rows.max(1);
+    if ys.len() >= PARALLEL_MIN_OUTPUTS && rayon::current_num_threads() > 1 {
+        ys.par_chunks_mut(chunk).enumerate().for_each(copy_input);
+    } else {
+        ys.chunks_mut(chunk).enumerate().for_each(copy_input);
     }
 }
 

@@ -100,8 +100,7 @@ impl FeedForward {
                     Self::GeGlu { .. } => gelu,
                     _ => silu,
                 };
-                gate.matmul(dispatch, xs, n, gated);
-                up.matmul(dispatch, xs, n, hidden);
+                Linear::matmul_each(dispatch, xs, n, [(gate, gated), (up, &mut *hidden)]);
                 let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| {
                     for (h, &g) in hidden.iter_mut().zip(gated) {
                         *h *= activation(g);

@@ -114,19 +114,50 @@ impl Linear {
     /// the configuration it checked every weight against, so another length
     /// is a bug and panics.
     pub(crate) fn matmul(&self, dispatch: Dispatch, xs: &[f32], n: usize, ys: &mut [f32]) {
-        assert_eq!(
-            (xs.len(), ys.len()),
-            (n * self.n_cols(), n * self.n_rows()),
-            "matmul of {n} rows through a {} x {} weight",
-            self.n_rows(),
-            self.n_cols()
-        );
-        match &self.storage {
-            Storage::File(m) => m.view(dispatch).matmul_checked(xs, n, ys),
-            Storage::Dense(w) => {
-                let x = ArrayView2::from_shape((n, w.ncols()), xs).expect("length asserted");
-                let mut y = ArrayViewMut2::from_shape((n, w.nrows()), ys).expect("length asserted");
-                general_mat_mul(1.0, &x, &w.t(), 0.0, &mut y);
+        Self::matmul_each(dispatch, xs, n, [(self, ys)]);
+    }
+
+    /// [`Linear::matmul`] of the same `n` rows `xs` through each weight of
+    /// `products` into its output: a layer's query, key and value
+    /// projections, or its gate and up projections. File-backed weights go
+    /// through [`QMatrix::matmul_each`], which quantizes the input once for
+    /// all of them and splits all their rows across the threads as one
+    /// piece of work; each output has the bits of its own `matmul`.
+    pub(crate) fn matmul_each<const N: usize>(
+        dispatch: Dispatch,
+        xs: &[f32],
+        n: usize,
+        products: [(&Linear, &mut [f32]); N],
+    ) {
+        for (w, ys) in &products {
+            assert_eq!(
+                (xs.len(), ys.len()),
+                (n * w.n_cols(), n * w.n_rows()),
+                "matmul of {n} rows through a {} x {} weight",
+                w.n_rows(),
+                w.n_cols()
+            );
+        }
+        if products
+            .iter()
+            .all(|(w, _)| matches!(w.storage, Storage::File(_)))
+        {
+            let mut views = products.map(|(w, ys)| match &w.storage {
+                Storage::File(m) => (m.view(dispatch), ys),
+                Storage::Dense(_) => unreachable!("every weight is file-backed"),
+            });
+            QMatrix::matmul_each_checked(&mut views, xs, n);
+            return;
+        }
+        for (w, ys) in products {
+            match &w.storage {
+                Storage::File(m) => m.view(dispatch).matmul_checked(xs, n, ys),
+                Storage::Dense(w) => {
+                    let x = ArrayView2::from_shape((n, w.ncols()), xs).expect("length asserted");
+                    let mut y =
+                        ArrayViewMut2::from_shape((n, w.nrows()), ys).expect("length asserted");
+                    general_mat_mul(1.0, &x, &w.t(), 0.0, &mut y);
+                }
             }
         }
     }

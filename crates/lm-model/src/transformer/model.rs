@@ -733,8 +733,18 @@ impl Decoder {
             let shape = self.attention_shape(layer_idx);
             let rope = self.rope(layer_idx);
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
-            layer.wk.matmul(self.dispatch, &s.normed, n, &mut s.k);
-            layer.wv.matmul(self.dispatch, &s.normed, n, &mut s.v);
+            let q = &mut s.q[..m * q_dim];
+            let (k, v) = (&mut s.k[..], &mut s.v[..]);
+            if first == 0 {
+                // Every row goes on through the block: one product for the
+                // three projections.
+                let products = [(&layer.wq, q), (&layer.wk, k), (&layer.wv, v)];
+                Linear::matmul_each(self.dispatch, &s.normed, n, products);
+            } else {
+                let products = [(&layer.wk, k), (&layer.wv, v)];
+                Linear::matmul_each(self.dispatch, &s.normed, n, products);
+                layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
+            }
             if let Some(bias) = &layer.qkv_bias {
                 add_bias_rows(&mut s.k, &bias.k);
                 add_bias_rows(&mut s.v, &bias.v);
@@ -758,7 +768,6 @@ impl Decoder {
                 continue;
             }
             let q = &mut s.q[..m * q_dim];
-            layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
             if let Some(bias) = &layer.qkv_bias {
                 add_bias_rows(q, &bias.q);
             }

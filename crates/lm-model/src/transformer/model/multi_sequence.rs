@@ -25,6 +25,7 @@ use super::{AttentionKind, DecoderState, Positions, Scratch, add_assign, add_bia
 use crate::transformer::Decoder;
 use crate::transformer::attention::{AttentionScratch, attend};
 use crate::transformer::ffn::FFN_ROWS;
+use crate::transformer::linear::Linear;
 
 impl Decoder {
     /// Whether every state can take its one token in the multi-sequence
@@ -91,9 +92,12 @@ impl Decoder {
             let shape = self.attention_shape(layer_idx);
             let rope = self.rope(layer_idx);
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
-            layer.wk.matmul(self.dispatch, &s.normed, n, &mut s.k);
-            layer.wv.matmul(self.dispatch, &s.normed, n, &mut s.v);
-            layer.wq.matmul(self.dispatch, &s.normed, n, &mut s.q);
+            let products = [
+                (&layer.wq, &mut s.q[..]),
+                (&layer.wk, &mut s.k[..]),
+                (&layer.wv, &mut s.v[..]),
+            ];
+            Linear::matmul_each(self.dispatch, &s.normed, n, products);
             if let Some(bias) = &layer.qkv_bias {
                 add_bias_rows(&mut s.k, &bias.k);
                 add_bias_rows(&mut s.v, &bias.v);
