@@ -204,7 +204,8 @@ EXAMPLES:
 /// Which model to use and how to run it: shared by every model subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// The model: toy, count:FILE, FILE.gguf or smollm2 (default: the embedded KJV trigram model).
+    /// The model: toy, count:FILE, FILE.gguf or a known model's NAME (smollm2, gemma3-270m, ...;
+    /// see MODELS in `lm-cli --help`); default: the embedded KJV trigram model.
     #[arg(long, short = 'm', value_name = "SPEC")]
     pub model: Option<ModelSpec>,
     /// Override the model's context length (the longest prefix it reads;
