@@ -248,7 +248,7 @@ impl<'a> QMatrix<'a> {
     /// The inputs are quantized once per activation kind the matrices need,
     /// not once per matrix, and the matrices' rows are split across rayon's
     /// threads as one piece of work, so a small matrix (SmolLM2's 192-row
-    /// key and value projections, which alone do not run faster on two
+    /// key and value projections, which alone run little faster on two
     /// threads than on one) does not pay a hand-off of its own. Each `ys_j`
     /// has the bits of `W_j.matmul(xs, n, ys_j)`.
     ///
