@@ -60,6 +60,27 @@ fn wanted_kernel(kernel: Kernel) -> bool {
     wanted.is_empty() || wanted.split(',').any(|w| w.trim() == kernel.name())
 }
 
+/// The kernels this CPU runs that `LM_BENCH_KERNELS` asks for.
+fn kernels() -> impl Iterator<Item = Kernel> {
+    Kernel::available()
+        .into_iter()
+        .filter(|&k| wanted_kernel(k))
+}
+
+/// `data` as an `n_rows x n_cols` matrix of `ty` multiplied by `kernel`.
+fn matrix_on(
+    kernel: Kernel,
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    data: &[u8],
+) -> QMatrix<'_> {
+    QMatrix::new(ty, n_rows, n_cols, data)
+        .unwrap()
+        .with_kernel(kernel)
+        .unwrap()
+}
+
 /// The matrix once per kernel this CPU runs (`LM_BENCH_KERNELS=avx2,avx512`
 /// narrows the list).
 fn per_kernel(
@@ -68,17 +89,7 @@ fn per_kernel(
     n_cols: usize,
     data: &[u8],
 ) -> impl Iterator<Item = (Kernel, QMatrix<'_>)> {
-    let kernels: Vec<Kernel> = Kernel::available()
-        .into_iter()
-        .filter(|&k| wanted_kernel(k))
-        .collect();
-    kernels.into_iter().map(move |kernel| {
-        let m = QMatrix::new(ty, n_rows, n_cols, data)
-            .unwrap()
-            .with_kernel(kernel)
-            .unwrap();
-        (kernel, m)
-    })
+    kernels().map(move |kernel| (kernel, matrix_on(kernel, ty, n_rows, n_cols, data)))
 }
 
 fn matvec(c: &mut Criterion) {
@@ -191,18 +202,10 @@ fn matvec_streamed(c: &mut Criterion) {
         let x = activations(n_cols);
         let mut y = vec![0.0; n_rows];
         group.throughput(Throughput::Bytes(data.len() as u64));
-        for kernel in Kernel::available() {
-            if !wanted_kernel(kernel) {
-                continue;
-            }
+        for kernel in kernels() {
             let matrices: Vec<QMatrix<'_>> = data
                 .chunks_exact(one.len())
-                .map(|bytes| {
-                    QMatrix::new(ty, n_rows, n_cols, bytes)
-                        .unwrap()
-                        .with_kernel(kernel)
-                        .unwrap()
-                })
+                .map(|bytes| matrix_on(kernel, ty, n_rows, n_cols, bytes))
                 .collect();
             group.bench_function(format!("{name} {kernel:?}"), |b| {
                 b.iter(|| {

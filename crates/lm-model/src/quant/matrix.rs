@@ -367,7 +367,10 @@ fn fill_products(
             });
         }
         _ => {
-            let n_weights: usize = products.iter().map(|(w, _)| w.n_rows * w.n_cols * n).sum();
+            let n_weights = products.iter().fold(0usize, |sum, (w, _)| {
+                let weights = w.n_rows.saturating_mul(w.n_cols).saturating_mul(n);
+                sum.saturating_add(weights)
+            });
             let (first, rest) = products.split_at_mut(products.len() / 2);
             let first_results = if n == 1 {
                 0
