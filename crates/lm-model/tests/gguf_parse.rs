@@ -253,21 +253,35 @@ fn header_only_file_has_no_data_section() {
 }
 
 #[test]
-fn open_maps_a_file_from_disk() {
+fn open_reads_and_map_maps_the_same_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
-    std::fs::write(
-        &path,
-        gguf_file(3, 32, &every_value_type(), &[small_tensor()]),
-    )
-    .unwrap();
-    let file = GgufFile::open(&path).unwrap();
-    assert_eq!(file.get_u32("t.u8").unwrap(), 200);
-    assert_eq!(file.tensor("t").unwrap().to_f32_vec().unwrap(), [1.5, -2.0]);
+    let bytes = gguf_file(3, 32, &every_value_type(), &[small_tensor()]);
+    std::fs::write(&path, &bytes).unwrap();
+    for file in [
+        GgufFile::open(&path).unwrap(),
+        GgufFile::map(&path).unwrap(),
+    ] {
+        // `open` rounds its buffer up to a huge page; the file is what it read.
+        assert_eq!(file.bytes(), &bytes[..]);
+        assert_eq!(file.get_u32("t.u8").unwrap(), 200);
+        assert_eq!(file.tensor("t").unwrap().to_f32_vec().unwrap(), [1.5, -2.0]);
+    }
 
     let missing = dir.path().join("absent.gguf");
-    let err = GgufFile::open(&missing).unwrap_err();
-    assert!(matches!(&err, GgufError::Io { path, .. } if *path == missing));
+    for err in [
+        GgufFile::open(&missing).unwrap_err(),
+        GgufFile::map(&missing).unwrap_err(),
+    ] {
+        assert!(matches!(&err, GgufError::Io { path, .. } if *path == missing));
+    }
+
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(
+        GgufFile::open(&empty).unwrap_err(),
+        GgufError::BadMagic { found } if found.is_empty()
+    ));
 }
 
 #[test]
@@ -771,4 +785,49 @@ proptest! {
             let _ = file.summary().to_string();
         }
     }
+}
+
+/// `open` asks for huge pages (the `hg` flag of the bytes' mapping in
+/// `/proc/self/smaps`) wherever the kernel has transparent huge pages;
+/// whether the kernel then grants them depends on its free memory.
+#[cfg(target_os = "linux")]
+#[test]
+fn open_advises_huge_pages_for_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    std::fs::write(
+        &path,
+        gguf_file(3, 32, &every_value_type(), &[small_tensor()]),
+    )
+    .unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    let address = file.bytes().as_ptr() as usize;
+
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut in_mapping = false;
+    let mut flags = None;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ')
+            && let Some((start, end)) = range.split_once('-')
+            && let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            )
+        {
+            in_mapping = (start..end).contains(&address);
+        } else if in_mapping && let Some(rest) = line.strip_prefix("VmFlags:") {
+            flags = Some(
+                rest.split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    let flags = flags.expect("the bytes lie in a mapping of /proc/self/smaps");
+    let kernel_has_thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+    assert_eq!(
+        flags.iter().any(|flag| flag == "hg"),
+        kernel_has_thp,
+        "VmFlags {flags:?}"
+    );
 }

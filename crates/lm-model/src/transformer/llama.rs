@@ -5,12 +5,12 @@
 //! gemma3); each architecture's additions are options of the one
 //! configuration.
 //!
-//! Weights stay in the file's memory map in their GGML types (F32, F16,
-//! BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS),
-//! checked for NaN and infinite scales when the model is built; products run
-//! on the blocks and no dequantised copy of the model is kept. Only the norm
-//! gains, biases and RoPE frequency factors (a few KB) are read into f32
-//! vectors.
+//! Weights stay in the `GgufFile`'s bytes (read into huge pages, or mapped)
+//! in their GGML types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+//! IQ4_NL, the K-quants, IQ4_XS), checked for NaN and infinite scales when
+//! the model is built; products run on the blocks and no dequantised copy
+//! of the model is kept. Only the norm gains, biases and RoPE frequency
+//! factors (a few KB) are read into f32 vectors.
 //!
 //! Tensors (ggml dims are `[row length, rows]`; `q_dim = n_head * head_dim`,
 //! `kv_dim = n_kv_head * head_dim`):
