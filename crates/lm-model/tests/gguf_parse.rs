@@ -794,13 +794,13 @@ proptest! {
 #[test]
 fn open_advises_huge_pages_for_the_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    std::fs::write(
-        &path,
-        gguf_file(3, 32, &every_value_type(), &[small_tensor()]),
-    )
-    .unwrap();
+    let path = dir.path().join("padded.gguf");
+    // Longer than a huge page (only whole huge pages are advised).
+    let mut bytes = gguf_file(3, 32, &every_value_type(), &[small_tensor()]);
+    bytes.resize(3 << 20, 0);
+    std::fs::write(&path, &bytes).unwrap();
     let file = GgufFile::open(&path).unwrap();
+    assert_eq!(file.bytes(), &bytes[..]);
     let address = file.bytes().as_ptr() as usize;
 
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();

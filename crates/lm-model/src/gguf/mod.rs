@@ -95,8 +95,8 @@ enum Storage {
     /// page cache (and with other processes mapping the file).
     Mapped(Mmap),
     /// The file read into anonymous memory advised for huge pages: the
-    /// first `len` bytes of `map` (its length rounded up to a huge page, so
-    /// the kernel aligns it to one).
+    /// first `len` bytes of `map` (its length rounded up to a whole number
+    /// of huge pages, so the kernel aligns it to one).
     Read { map: Mmap, len: usize },
     /// A buffer handed over by the caller.
     Owned(Vec<u8>),
@@ -140,9 +140,11 @@ impl Storage {
         let mut map = MmapOptions::new()
             .len(len.next_multiple_of(HUGE_PAGE).max(HUGE_PAGE))
             .map_anon()?;
+        // A hint, refused (harmlessly) where transparent huge pages are off;
+        // the file's last, partial huge page is left to 4 KB pages so that
+        // no more than the file becomes resident.
         #[cfg(target_os = "linux")]
-        // A hint: refused (harmlessly) where transparent huge pages are off.
-        let _ = map.advise(memmap2::Advice::HugePage);
+        let _ = map.advise_range(memmap2::Advice::HugePage, 0, len / HUGE_PAGE * HUGE_PAGE);
         file.read_exact(&mut map[..len])?;
         Ok(Storage::Read {
             map: map.make_read_only()?,
