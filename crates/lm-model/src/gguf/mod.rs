@@ -135,11 +135,12 @@ impl Storage {
     /// `READ_ONLY_THP_FOR_FS`, hence the copy. Where huge pages are refused
     /// the bytes are the same and only the speed differs.
     fn read(mut file: &File) -> io::Result<Storage> {
-        let len = usize::try_from(file.metadata()?.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::OutOfMemory, "file larger than memory"))?;
-        let mut map = MmapOptions::new()
-            .len(len.next_multiple_of(HUGE_PAGE).max(HUGE_PAGE))
-            .map_anon()?;
+        let too_large = || io::Error::new(io::ErrorKind::OutOfMemory, "file larger than memory");
+        let len = usize::try_from(file.metadata()?.len()).map_err(|_| too_large())?;
+        let map_len = len
+            .checked_next_multiple_of(HUGE_PAGE)
+            .ok_or_else(too_large)?;
+        let mut map = MmapOptions::new().len(map_len.max(HUGE_PAGE)).map_anon()?;
         // A hint, refused (harmlessly) where transparent huge pages are off;
         // the file's last, partial huge page is left to 4 KB pages so that
         // no more than the file becomes resident.
