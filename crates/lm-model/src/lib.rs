@@ -12,8 +12,9 @@
 //!   [`ngram::train`] or [`NgramCounts`], read from ARPA, scored as KenLM does
 //!   (the [`ngram`] module holds the backend's functions and constants).
 //!   `examples/count_model.rs` trains one from a string, scores and samples.
-//! - Files: [`GgufFile`], a bounds-checked, memory-mapped GGUF reader; the
-//!   models known by name and their folder are in [`catalog`].
+//! - Files: [`GgufFile`], a bounds-checked GGUF reader (the file read into
+//!   huge pages, or mapped); the models known by name and their folder are
+//!   in [`catalog`].
 //! - Errors: each part returns its own enum ([`GgufError`],
 //!   [`TransformerError`], [`NgramError`], [`QuantError`],
 //!   [`catalog::CatalogError`]); [`Error`] wraps them with one variant per

@@ -11,7 +11,7 @@ use crate::quant::{GgmlType, QuantError, UnsupportedType};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GgufError {
-    /// The file could not be opened or mapped.
+    /// The file could not be opened, read or mapped.
     #[error("cannot read gguf file {path:?}")]
     Io {
         /// The path given.

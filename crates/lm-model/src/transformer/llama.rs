@@ -51,8 +51,8 @@ use crate::gguf::GgufFile;
 pub struct Llama;
 
 impl Llama {
-    /// Opens and maps the GGUF file at `path` and builds its decoder (see
-    /// the module docs for what is read).
+    /// Reads the GGUF file at `path` ([`GgufFile::open`]: into huge pages)
+    /// and builds its decoder (see the module docs for what is read).
     ///
     /// ```no_run
     /// use lm_core::{LanguageModel, Rows, argmax};
