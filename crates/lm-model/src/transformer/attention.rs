@@ -32,7 +32,8 @@
 //! chunk once to f32 (F16C for an f16 cache), so the block (8 KiB at
 //! head_dim 64) is read from L1 by every query row of the tile; when at most
 //! four rows read a chunk (a decode step), the AVX2 build reads the f16
-//! chunk in place and widens it in registers instead:
+//! chunk in place and widens it in registers instead, and asks for the
+//! block two chunks ahead (software prefetch) while it works on this one:
 //!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a vector, 8 partial sums)
 //!   weights softmax of each row over its visible positions
 //!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (8 dimensions a vector)
@@ -338,6 +339,9 @@ fn attend_tile_lanes<const AVX2: bool>(
     let span_start = shape.first_visible(first_pos);
     let span_end = first_pos + n_queries;
     let span = span_end - span_start;
+    // A tile of a few rows (a decode step) reads each block once, straight
+    // from the cache; a prompt's tile widens a block once for many rows.
+    let prefetching = AVX2 && max_rows <= DIRECT_ROWS;
     let AttentionScratch {
         scores,
         queries: tile_queries,
@@ -387,7 +391,13 @@ fn attend_tile_lanes<const AVX2: bool>(
 
         // Scores: scores[r][k] = (q_r . key_k) * scale, every row that sees
         // some of a chunk multiplied by all its keys, the visible ones kept.
+        let mut ahead = cache
+            .chunks_in(layer, kv_head, span_start..span_end)
+            .skip(PREFETCH_AHEAD);
         for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
+            if prefetching && let Some(later) = ahead.next() {
+                prefetch::<AVX2>(later.keys);
+            }
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
@@ -425,7 +435,13 @@ fn attend_tile_lanes<const AVX2: bool>(
         for query_out in out.chunks_exact_mut(out_width) {
             query_out[out_band.clone()].fill(0.0);
         }
+        let mut ahead = cache
+            .chunks_in(layer, kv_head, span_start..span_end)
+            .skip(PREFETCH_AHEAD);
         for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
+            if prefetching && let Some(later) = ahead.next() {
+                prefetch::<AVX2>(later.values);
+            }
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
@@ -460,6 +476,38 @@ fn attend_tile_lanes<const AVX2: bool>(
         }
     }
 }
+
+/// How many chunks ahead of the one being read a decode step asks for a
+/// chunk's block. One layer's blocks lie a whole chunk apart (every layer's
+/// keys and values for [`CHUNK_LEN`] positions: 737 KB for SmolLM2), so the
+/// hardware prefetchers, which follow a stream within a page, never reach
+/// the next block: without this, a step over a long context waits for
+/// memory at the start of every block.
+const PREFETCH_AHEAD: usize = 2;
+
+/// Asks for every cache line of `rows` (a chunk's key or value block) to be
+/// brought into the caches, in the AVX2 build; the portable build leaves
+/// it to the hardware.
+#[inline(always)]
+fn prefetch<const AVX2: bool>(rows: StoredRows<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let (start, len) = match rows {
+            StoredRows::F32(rows) => (rows.as_ptr().cast::<i8>(), size_of_val(rows)),
+            StoredRows::F16(rows) => (rows.as_ptr().cast::<i8>(), size_of_val(rows)),
+        };
+        for offset in (0..len).step_by(CACHE_LINE) {
+            // SAFETY: the address is inside `rows`; a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = rows;
+}
+
+/// Bytes of a cache line on x86.
+const CACHE_LINE: usize = 64;
 
 /// Grows `buf` to at least `len` values (never shrinks it).
 fn grow(buf: &mut Vec<f32>, len: usize) {
