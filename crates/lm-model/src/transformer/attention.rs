@@ -65,7 +65,7 @@ use super::config::KvPrecision;
 use super::exp::exp_in_place;
 #[cfg(target_arch = "x86_64")]
 use super::exp::exp_in_place_avx2;
-use super::kv_cache::{CHUNK_LEN, KvCache, StoredRows, widen_f16};
+use super::kv_cache::{CHUNK_LEN, HeadChunk, KvCache, StoredRows, widen_f16};
 use crate::dispatch::{Dispatch, Kernel};
 use crate::thread_scratch::with_thread_scratch;
 
@@ -391,13 +391,10 @@ fn attend_tile_lanes<const AVX2: bool>(
 
         // Scores: scores[r][k] = (q_r . key_k) * scale, every row that sees
         // some of a chunk multiplied by all its keys, the visible ones kept.
-        let mut ahead = cache
-            .chunks_in(layer, kv_head, span_start..span_end)
-            .skip(PREFETCH_AHEAD);
-        for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
-            if prefetching && let Some(later) = ahead.next() {
-                prefetch::<AVX2>(later.keys);
-            }
+        let positions = span_start..span_end;
+        let chunks =
+            chunks_prefetching::<AVX2>(cache, layer, kv_head, positions, prefetching, |c| c.keys);
+        for chunk in chunks {
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
@@ -435,13 +432,10 @@ fn attend_tile_lanes<const AVX2: bool>(
         for query_out in out.chunks_exact_mut(out_width) {
             query_out[out_band.clone()].fill(0.0);
         }
-        let mut ahead = cache
-            .chunks_in(layer, kv_head, span_start..span_end)
-            .skip(PREFETCH_AHEAD);
-        for chunk in cache.chunks_in(layer, kv_head, span_start..span_end) {
-            if prefetching && let Some(later) = ahead.next() {
-                prefetch::<AVX2>(later.values);
-            }
+        let positions = span_start..span_end;
+        let chunks =
+            chunks_prefetching::<AVX2>(cache, layer, kv_head, positions, prefetching, |c| c.values);
+        for chunk in chunks {
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
@@ -484,6 +478,31 @@ fn attend_tile_lanes<const AVX2: bool>(
 /// the next block: without this, a step over a long context waits for
 /// memory at the start of every block.
 const PREFETCH_AHEAD: usize = 2;
+
+/// The chunks of `kv_head` in `layer` holding `positions`, as
+/// [`KvCache::chunks_in`] gives them; when `prefetching`, each step first
+/// asks for the `block` (keys or values) of the chunk [`PREFETCH_AHEAD`]
+/// further on.
+#[inline(always)]
+fn chunks_prefetching<'a, const AVX2: bool>(
+    cache: &'a KvCache,
+    layer: usize,
+    kv_head: usize,
+    positions: Range<usize>,
+    prefetching: bool,
+    block: impl Fn(HeadChunk<'a>) -> StoredRows<'a>,
+) -> impl Iterator<Item = HeadChunk<'a>> {
+    let mut ahead = cache
+        .chunks_in(layer, kv_head, positions.clone())
+        .skip(PREFETCH_AHEAD);
+    cache
+        .chunks_in(layer, kv_head, positions)
+        .inspect(move |_| {
+            if prefetching && let Some(later) = ahead.next() {
+                prefetch::<AVX2>(block(later));
+            }
+        })
+}
 
 /// Asks for every cache line of `rows` (a chunk's key or value block) to be
 /// brought into the caches, in the AVX2 build; the portable build leaves
