@@ -21,11 +21,11 @@
 use std::arch::x86_64::{
     __m128, __m512, __m512i, _mm_add_ps, _mm_blend_ps, _mm_castpd_ps, _mm_cvtph_ps,
     _mm_cvtsi64_si128, _mm_load_sd, _mm_loadh_pd, _mm_loadu_si128, _mm_mul_ps, _mm_setzero_ps,
-    _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_si256, _mm256_set_m128i, _mm512_and_si512,
-    _mm512_broadcast_i32x4, _mm512_castps_pd, _mm512_castps128_ps512, _mm512_castps512_ps256,
-    _mm512_castsi256_si512, _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_extractf64x4_pd,
-    _mm512_inserti64x4, _mm512_mask_add_epi8, _mm512_mask_srli_epi16, _mm512_mask3_fmadd_ps,
-    _mm512_permutexvar_epi64, _mm512_permutexvar_ps, _mm512_set_epi64, _mm512_set1_epi8,
+    _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_si256, _mm512_and_si512, _mm512_broadcast_i32x4,
+    _mm512_castps_pd, _mm512_castps128_ps512, _mm512_castps512_ps256, _mm512_castsi256_si512,
+    _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_extractf64x4_pd, _mm512_inserti64x4,
+    _mm512_mask_add_epi8, _mm512_mask_broadcast_i32x4, _mm512_mask_srli_epi16,
+    _mm512_mask3_fmadd_ps, _mm512_permutexvar_ps, _mm512_set_epi64, _mm512_set1_epi8,
     _mm512_setzero_ps, _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_sub_epi32,
     _mm512_xor_si512,
 };
@@ -388,17 +388,15 @@ fn nibbles(w: &[u8], at: usize, bytes: usize) -> __m512i {
     debug_assert!(bytes + at + 16 <= w.len());
     // SAFETY: both 16-byte runs are inside `w` (checked above in debug builds;
     // every caller passes two whole blocks).
-    let packed = unsafe {
-        _mm256_set_m128i(
+    // 128-bit lanes [p0, p0, p1, p1] straight from the loads (broadcasts
+    // from memory, no shuffle), then the high nibbles down in lanes 1 and 3.
+    let doubled = unsafe {
+        _mm512_mask_broadcast_i32x4(
+            _mm512_broadcast_i32x4(_mm_loadu_si128(w.as_ptr().add(at).cast())),
+            0xFF00,
             _mm_loadu_si128(w.as_ptr().add(bytes + at).cast()),
-            _mm_loadu_si128(w.as_ptr().add(at).cast()),
         )
     };
-    // 128-bit lanes [p0, p0, p1, p1], then the high nibbles down in lanes 1 and 3.
-    let doubled = _mm512_permutexvar_epi64(
-        _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
-        _mm512_castsi256_si512(packed),
-    );
     let shifted = _mm512_mask_srli_epi16::<4>(doubled, 0xFF00_FF00, doubled);
     _mm512_and_si512(shifted, _mm512_set1_epi8(0x0F))
 }
