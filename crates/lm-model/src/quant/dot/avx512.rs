@@ -386,10 +386,10 @@ fn load_d_sum_pair(a0: &Q8Block, a1: &Q8Block) -> __m128 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn nibbles(w: &[u8], at: usize, bytes: usize) -> __m512i {
     debug_assert!(bytes + at + 16 <= w.len());
+    // 128-bit lanes [p0, p0, p1, p1] straight from the loads (broadcasts
+    // from memory, no permute), then the high nibbles down in lanes 1 and 3.
     // SAFETY: both 16-byte runs are inside `w` (checked above in debug builds;
     // every caller passes two whole blocks).
-    // 128-bit lanes [p0, p0, p1, p1] straight from the loads (broadcasts
-    // from memory, no shuffle), then the high nibbles down in lanes 1 and 3.
     let doubled = unsafe {
         _mm512_mask_broadcast_i32x4(
             _mm512_broadcast_i32x4(_mm_loadu_si128(w.as_ptr().add(at).cast())),
