@@ -158,10 +158,11 @@ fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Blo
 /// fewest groups of at most `K::WIDTH`, of balanced sizes (9 inputs at width
 /// 4 are groups of 3, 3 and 3), so one unpacking of each weight block serves
 /// every input of a group and no input is multiplied alone when `n > 1`.
-/// Groups are the outer loop and rows the inner one: a group's activations
-/// (and what [`BlockKernel::prepare_group`] derives from them) stay in L1
-/// across the rows, which are few (a rayon task's). `A` is the activation
-/// block of the kernel's family (shared with the K-quants' `dot_rows`).
+/// Groups are the outer loop and rows the inner one, two at a time: a
+/// group's activations (and what [`BlockKernel::prepare_group`] derives from
+/// them) stay in L1 across the rows, which are few (a rayon task's). `A` is
+/// the activation block of the kernel's family (shared with the K-quants'
+/// `dot_rows`).
 #[inline(always)]
 pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
     rows: &[u8],
@@ -193,8 +194,21 @@ pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
         }
         let group = &group[..size];
         kernel.prepare_group(group, &mut shared);
-        for (row, results) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
-            kernel.dot_group(row, group, &shared, &mut results[start..start + size]);
+        let mut row_pairs = rows.chunks_exact(2 * row_bytes);
+        let mut out_pairs = out.chunks_exact_mut(2 * n);
+        for (rows, results) in (&mut row_pairs).zip(&mut out_pairs) {
+            let (row0, row1) = rows.split_at(row_bytes);
+            let (out0, out1) = results.split_at_mut(n);
+            let out = [
+                &mut out0[start..start + size],
+                &mut out1[start..start + size],
+            ];
+            kernel.dot_group_two_rows([row0, row1], group, &shared, out);
+        }
+        let last_row = row_pairs.remainder();
+        if !last_row.is_empty() {
+            let results = out_pairs.into_remainder();
+            kernel.dot_group(last_row, group, &shared, &mut results[start..start + size]);
         }
         start += size;
     }
@@ -227,6 +241,22 @@ pub(super) trait BlockKernel<A> {
     /// [`BlockKernel::prepare_group`] left for this group.
     fn dot_group(&self, row: &[u8], xq: &[&[A]], shared: &[[f32; MAX_BATCH]], out: &mut [f32]);
 
+    /// [`BlockKernel::dot_group`] of two rows, `out[r]` for `rows[r]`, with
+    /// the same bits. By default one row after the other; a kernel with the
+    /// registers for both rows' accumulators loads each input's blocks once
+    /// for the two.
+    #[inline(always)]
+    fn dot_group_two_rows(
+        &self,
+        [row0, row1]: [&[u8]; 2],
+        xq: &[&[A]],
+        shared: &[[f32; MAX_BATCH]],
+        [out0, out1]: [&mut [f32]; 2],
+    ) {
+        self.dot_group(row0, xq, shared, out0);
+        self.dot_group(row1, xq, shared, out1);
+    }
+
     /// `row · xq` for one input (a decode step's product). The AVX-512 and
     /// K-quant kernels call an out-of-line function here: inlined into the
     /// loop beside every batch width, the one-input product ran at half
@@ -236,15 +266,16 @@ pub(super) trait BlockKernel<A> {
     fn dot_one(&self, row: &[u8], xq: &[A]) -> f32;
 }
 
-/// The body of a [`BlockKernel::dot_group`]: calls `$dot::<N>` with the
+/// The body of a [`BlockKernel::dot_group`]: runs `$body` with `$x` the
 /// group as an array of `N` inputs, for `N` the group's size among the
-/// widths listed (the kernel's `1..=WIDTH`).
+/// widths listed (the kernel's `1..=WIDTH`), so that `$body` can call a
+/// kernel generic over `N`.
 macro_rules! dot_group_of_widths {
-    ($xq:ident, $out:ident, |$x:ident: N| $dot:expr; $($n:literal)+) => {
+    ($xq:ident, |$x:ident: N| $body:expr; $($n:literal)+) => {
         match $xq.len() {
             $($n => {
                 let $x: [_; $n] = std::array::from_fn(|k| $xq[k]);
-                $out.copy_from_slice(&$dot)
+                $body
             })+
             size => unreachable!("a group of {size} inputs"),
         }
@@ -290,7 +321,7 @@ impl<const TY: u32, P: BytePairs> BlockKernel<Q8Block> for Block32Kernel<TY, P> 
     ) {
         // SAFETY: only called from `dot_rows` (or its VNNI form), which
         // requires the features `dot_batched` and `P` need.
-        dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY, P>(row, Group { inputs: x, sums: shared }) }; 1 2 3 4)
+        dot_group_of_widths!(xq, |x: N| out.copy_from_slice(&unsafe { dot::<_, TY, P>(row, Group { inputs: x, sums: shared }) }); 1 2 3 4)
     }
 
     #[inline(always)]

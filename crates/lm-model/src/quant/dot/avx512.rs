@@ -7,13 +7,19 @@
 //! Q4_1, with the fifth bit added by a byte mask for Q5_0 and Q5_1, IQ4_NL's
 //! table shifted by 128, Q8_0's bytes with the sign bit flipped), and
 //! `vpdpbusd` sums four `u · q_x` products into each i32 lane; for a type with
-//! an offset a second `vpdpbusd` of `OFFSET` with the same activations gives
-//! the four lanes' `OFFSET · Σ q_x`, subtracted. Each lane then holds the
-//! same integer as in the AVX2 kernel (four adjacent products), the low half
-//! accumulates the even blocks and the high half the odd ones as the AVX2
-//! kernel's two accumulators do, and the scales and the `m_w sum_x` terms are
-//! the same f32 products added in the same order: every result has the bits
-//! of the AVX2 kernel's.
+//! an offset it starts from `-OFFSET · Σ q_x` over the four lanes' bytes
+//! (a `vpdpbusd` of `OFFSET` with the same activations, negated, once per
+//! input for every row). Each lane then holds the same integer as in the
+//! AVX2 kernel (four adjacent products), the low half accumulates the even
+//! blocks and the high half the odd ones as the AVX2 kernel's two
+//! accumulators do, and the scales and the `m_w sum_x` terms are the same
+//! f32 products added in the same order: every result has the bits of the
+//! AVX2 kernel's.
+//!
+//! A batch's rows are taken two at a time ([`BlockKernel::dot_group_two_rows`]):
+//! each input's blocks and offset sums are loaded once for both rows, in
+//! the registers AVX-512 has beyond AVX2's sixteen (Q5_0 products of 128
+//! inputs 18% faster, see docs/performance.md).
 //!
 //! Every function requires avx2, fma, f16c, avx512f, avx512bw, avx512vl and
 //! avx512vnni, which callers check through [`super::Dispatch`].
@@ -41,10 +47,11 @@ use super::avx2::{
 /// `out[r * n + i] = row r · input i` over the rows of `rows` (each
 /// `row_bytes` long) for a 32-weight `ty`, input `i` being
 /// `xq[i * n_blocks..][..n_blocks]`, each pair of weight blocks unpacked
-/// once for a group of up to four inputs ([`each_row_and_input`]).
-/// (Several rows per activation load, the transposed tiling, made
-/// one-thread decode much slower on SmolLM2: the rows' interleaved streams
-/// defeat the hardware prefetch.)
+/// once for a group of up to four inputs and rows taken two at a time
+/// ([`each_row_and_input`]). One input (a decode step) takes the rows one
+/// at a time: several rows per activation load, the transposed tiling,
+/// made one-thread decode much slower on SmolLM2 (the rows' interleaved
+/// streams defeat the hardware prefetch).
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -89,13 +96,13 @@ pub(crate) unsafe fn dot_rows(
 /// As [`dot_rows`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
-    let [result] = match ty {
-        GgmlType::Q4_0 => dot::<1, { GgmlType::Q4_0 as u32 }>(row, [xq]),
-        GgmlType::Q4_1 => dot::<1, { GgmlType::Q4_1 as u32 }>(row, [xq]),
-        GgmlType::Q5_0 => dot::<1, { GgmlType::Q5_0 as u32 }>(row, [xq]),
-        GgmlType::Q5_1 => dot::<1, { GgmlType::Q5_1 as u32 }>(row, [xq]),
-        GgmlType::Q8_0 => dot::<1, { GgmlType::Q8_0 as u32 }>(row, [xq]),
-        GgmlType::IQ4_NL => dot::<1, { GgmlType::IQ4_NL as u32 }>(row, [xq]),
+    let [[result]] = match ty {
+        GgmlType::Q4_0 => dot::<1, 1, { GgmlType::Q4_0 as u32 }>([row], [xq]),
+        GgmlType::Q4_1 => dot::<1, 1, { GgmlType::Q4_1 as u32 }>([row], [xq]),
+        GgmlType::Q5_0 => dot::<1, 1, { GgmlType::Q5_0 as u32 }>([row], [xq]),
+        GgmlType::Q5_1 => dot::<1, 1, { GgmlType::Q5_1 as u32 }>([row], [xq]),
+        GgmlType::Q8_0 => dot::<1, 1, { GgmlType::Q8_0 as u32 }>([row], [xq]),
+        GgmlType::IQ4_NL => dot::<1, 1, { GgmlType::IQ4_NL as u32 }>([row], [xq]),
         _ => unreachable!("{ty} does not multiply Q8 blocks"),
     };
     result
@@ -113,7 +120,28 @@ impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
     fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot` needs.
-        dot_group_of_widths!(xq, out, |x: N| unsafe { dot::<_, TY>(row, x) }; 1 2 3 4)
+        dot_group_of_widths!(xq, |x: N| {
+            let [results] = unsafe { dot::<1, _, TY>([row], x) };
+            out.copy_from_slice(&results);
+        }; 1 2 3 4)
+    }
+
+    /// Both rows in one pass: each input's blocks (and their offset sums)
+    /// are loaded once for the two, in the registers AVX-512 has to spare.
+    #[inline(always)]
+    fn dot_group_two_rows(
+        &self,
+        rows: [&[u8]; 2],
+        xq: &[&[Q8Block]],
+        _: &[[f32; MAX_BATCH]],
+        [out0, out1]: [&mut [f32]; 2],
+    ) {
+        // SAFETY: as above.
+        dot_group_of_widths!(xq, |x: N| {
+            let [results0, results1] = unsafe { dot::<2, _, TY>(rows, x) };
+            out0.copy_from_slice(&results0);
+            out1.copy_from_slice(&results1);
+        }; 1 2 3 4)
     }
 
     #[inline(always)]
@@ -131,30 +159,33 @@ impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
 #[inline(never)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn dot_one<const TY: u32>(row: &[u8], xq: &[Q8Block]) -> f32 {
-    let [result] = dot::<1, TY>(row, [xq]);
+    let [[result]] = dot::<1, 1, TY>([row], [xq]);
     result
 }
 
-/// Row (of the type with id `TY`) · `N` rows of quantized activations: each
-/// type's unpacking of two blocks into unsigned bytes, and its offset.
+/// `R` rows (of the type with id `TY`) · `N` rows of quantized activations:
+/// each type's unpacking of two blocks into unsigned bytes, and its offset.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dot<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; N] {
+fn dot<const R: usize, const N: usize, const TY: u32>(
+    rows: [&[u8]; R],
+    xq: [&[Q8Block]; N],
+) -> [[f32; N]; R] {
     match const { block_type(TY) } {
         // q = nibble - 8.
-        GgmlType::Q4_0 => dot_block_pairs::<18, N, false, 8>(row, xq, |w| nibbles(w, 2, 18)),
+        GgmlType::Q4_0 => dot_block_pairs::<18, R, N, false, 8>(rows, xq, |w| nibbles(w, 2, 18)),
         // q = nibble (the minimum is a separate term).
-        GgmlType::Q4_1 => dot_block_pairs::<20, N, true, 0>(row, xq, |w| nibbles(w, 4, 20)),
+        GgmlType::Q4_1 => dot_block_pairs::<20, R, N, true, 0>(rows, xq, |w| nibbles(w, 4, 20)),
         // q = nibble + 16 * fifth bit - 16.
-        GgmlType::Q5_0 => dot_block_pairs::<22, N, false, 16>(row, xq, |w| {
+        GgmlType::Q5_0 => dot_block_pairs::<22, R, N, false, 16>(rows, xq, |w| {
             add_fifth_bits(nibbles(w, 6, 22), w, 2, 22)
         }),
         // q = nibble + 16 * fifth bit.
-        GgmlType::Q5_1 => dot_block_pairs::<24, N, true, 0>(row, xq, |w| {
+        GgmlType::Q5_1 => dot_block_pairs::<24, R, N, true, 0>(rows, xq, |w| {
             add_fifth_bits(nibbles(w, 8, 24), w, 4, 24)
         }),
         // q = byte as i8 = (byte ^ 0x80) - 128.
-        GgmlType::Q8_0 => dot_block_pairs::<34, N, false, 128>(row, xq, |w| {
+        GgmlType::Q8_0 => dot_block_pairs::<34, R, N, false, 128>(rows, xq, |w| {
             // SAFETY: `w` is two 34-byte blocks: bytes 2..34 and 36..68.
             let both = unsafe {
                 _mm512_inserti64x4::<1>(
@@ -169,7 +200,7 @@ fn dot<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8Block]; N]) -> [f32; 
             // SAFETY: the table is exactly 16 bytes.
             let table = unsafe { _mm_loadu_si128(IQ4_NL_SHIFTED.as_ptr().cast()) };
             let table = _mm512_broadcast_i32x4(table);
-            dot_block_pairs::<18, N, false, 128>(row, xq, |w| {
+            dot_block_pairs::<18, R, N, false, 128>(rows, xq, |w| {
                 _mm512_shuffle_epi8(table, nibbles(w, 2, 18))
             })
         }
@@ -188,14 +219,15 @@ const IQ4_NL_SHIFTED: [u8; 16] = {
     shifted
 };
 
-/// For each of the `N` activation rows `xq[i]`, sums
-/// `d_w d_x Σ (u - OFFSET) q_x + m_w sum_x` over the blocks of `row` (the
-/// second term only when `HAS_MIN`), where `unpack` turns two consecutive
-/// weight blocks (`2 * BYTES` bytes) into their 64 unsigned bytes `u`. Each
-/// pair of weight blocks is unpacked once for all `N` inputs.
+/// For each of the `R` weight rows `rows[r]` and `N` activation rows
+/// `xq[i]`, sums `d_w d_x Σ (u - OFFSET) q_x + m_w sum_x` over the blocks of
+/// the row (the second term only when `HAS_MIN`), where `unpack` turns two
+/// consecutive weight blocks (`2 * BYTES` bytes) into their 64 unsigned
+/// bytes `u`. Each pair of weight blocks is unpacked once for all `N`
+/// inputs, and each pair of input blocks loaded once for all `R` rows.
 ///
-/// The f32 arithmetic of each input is the AVX2 kernel's
-/// (`avx2::dot_blocks`), whatever `N`: the scale of each block is the same
+/// The f32 arithmetic of each row and input is the AVX2 kernel's
+/// (`avx2::dot_blocks`), whatever `R` and `N`: the scale of each block is the same
 /// product `d_w d_x`, the low half of the accumulator is its even
 /// accumulator and the high half its odd one, and the `m_w sum_x` terms go
 /// to lanes 1 (even blocks) and 3 (odd blocks) of one vector. A last odd
@@ -203,41 +235,61 @@ const IQ4_NL_SHIFTED: [u8; 16] = {
 /// `m_w` is zero in lane 3.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dot_block_pairs<const BYTES: usize, const N: usize, const HAS_MIN: bool, const OFFSET: u8>(
-    row: &[u8],
+fn dot_block_pairs<
+    const BYTES: usize,
+    const R: usize,
+    const N: usize,
+    const HAS_MIN: bool,
+    const OFFSET: u8,
+>(
+    rows: [&[u8]; R],
     xq: [&[Q8Block]; N],
     unpack: impl Fn(&[u8]) -> __m512i,
-) -> [f32; N] {
-    let n_blocks = row.len() / BYTES;
+) -> [[f32; N]; R] {
+    let n_blocks = rows[0].len() / BYTES;
     debug_assert!(
-        xq.iter().all(|x| x.len() == n_blocks),
+        rows.iter().all(|row| row.len() == n_blocks * BYTES)
+            && xq.iter().all(|x| x.len() == n_blocks),
         "one input block per weight block"
     );
-    let mut acc = [_mm512_setzero_ps(); N];
-    let mut offset = [_mm_setzero_ps(); N];
-    for (pair_idx, w) in row.chunks_exact(2 * BYTES).enumerate() {
+    let mut acc = [[_mm512_setzero_ps(); N]; R];
+    let mut offset = [[_mm_setzero_ps(); N]; R];
+    // The first row's pairs drive the loop (a decode step's one row walks
+    // its blocks as a plain iterator); the others are sliced alongside.
+    for (pair_idx, first) in rows[0].chunks_exact(2 * BYTES).enumerate() {
         let b = 2 * pair_idx;
         let x = Activations2::<OFFSET>::load_each(&xq, [b, b + 1]);
-        let weights = Weights2::<HAS_MIN>::unpack(w, BYTES, &unpack);
-        weights.accumulate(&x, &mut acc, &mut offset, 0xFFFF);
+        for (r, (acc, offset)) in acc.iter_mut().zip(&mut offset).enumerate() {
+            let w = if r == 0 {
+                first
+            } else {
+                &rows[r][b * BYTES..][..2 * BYTES]
+            };
+            let weights = Weights2::<HAS_MIN>::unpack(w, BYTES, &unpack);
+            weights.accumulate(&x, acc, offset, 0xFFFF);
+        }
     }
     if n_blocks % 2 == 1 {
         let b = n_blocks - 1;
         let x = Activations2::<OFFSET>::load_each(&xq, [b, b]);
-        let mut twice = [0u8; 2 * 34];
-        twice[..BYTES].copy_from_slice(&row[b * BYTES..]);
-        twice[BYTES..2 * BYTES].copy_from_slice(&row[b * BYTES..]);
-        let mut weights = Weights2::<HAS_MIN>::unpack(&twice[..2 * BYTES], BYTES, &unpack);
-        // The second copy's scales are zero: only block b counts.
-        weights.scales = _mm_blend_ps::<0b0011>(_mm_setzero_ps(), weights.scales);
-        weights.accumulate(&x, &mut acc, &mut offset, 0x00FF);
+        for ((row, acc), offset) in rows.iter().zip(&mut acc).zip(&mut offset) {
+            let mut twice = [0u8; 2 * 34];
+            twice[..BYTES].copy_from_slice(&row[b * BYTES..]);
+            twice[BYTES..2 * BYTES].copy_from_slice(&row[b * BYTES..]);
+            let mut weights = Weights2::<HAS_MIN>::unpack(&twice[..2 * BYTES], BYTES, &unpack);
+            // The second copy's scales are zero: only block b counts.
+            weights.scales = _mm_blend_ps::<0b0011>(_mm_setzero_ps(), weights.scales);
+            weights.accumulate(&x, acc, offset, 0x00FF);
+        }
     }
-    let mut out = [0.0; N];
-    for ((o, &acc), &offset) in out.iter_mut().zip(&acc).zip(&offset) {
-        let offset = lane::<1>(offset) + lane::<3>(offset);
-        let low = _mm512_castps512_ps256(acc);
-        let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
-        *o = horizontal_sum(_mm256_add_ps(low, high)) + offset;
+    let mut out = [[0.0; N]; R];
+    for ((out, acc), offset) in out.iter_mut().zip(&acc).zip(&offset) {
+        for ((o, &acc), &offset) in out.iter_mut().zip(acc).zip(offset) {
+            let offset = lane::<1>(offset) + lane::<3>(offset);
+            let low = _mm512_castps512_ps256(acc);
+            let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
+            *o = horizontal_sum(_mm256_add_ps(low, high)) + offset;
+        }
     }
     out
 }
@@ -249,8 +301,9 @@ struct Activations2<const OFFSET: u8> {
     d_sum: __m128,
     /// Block 0's 32 bytes, then block 1's.
     qs: __m512i,
-    /// `OFFSET · Σ q_x` over each four bytes (zero when `OFFSET` is 0).
-    offset_sums: __m512i,
+    /// `-OFFSET · Σ q_x` over each four bytes (zero when `OFFSET` is 0): the
+    /// start of every row's `vpdpbusd`, which then sums `(u - OFFSET) q_x`.
+    minus_offset_sums: __m512i,
 }
 
 impl<const OFFSET: u8> Activations2<OFFSET> {
@@ -262,7 +315,7 @@ impl<const OFFSET: u8> Activations2<OFFSET> {
         let zero = Activations2 {
             d_sum: _mm_setzero_ps(),
             qs: _mm512_setzero_si512(),
-            offset_sums: _mm512_setzero_si512(),
+            minus_offset_sums: _mm512_setzero_si512(),
         };
         let mut loaded = [zero; N];
         for (x, xq) in loaded.iter_mut().zip(xq) {
@@ -282,15 +335,17 @@ impl<const OFFSET: u8> Activations2<OFFSET> {
                 _mm256_loadu_si256(a1.qs.as_ptr().cast()),
             )
         };
-        let offset_sums = if OFFSET == 0 {
+        let minus_offset_sums = if OFFSET == 0 {
             _mm512_setzero_si512()
         } else {
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(OFFSET as i8), qs)
+            let offset_sums =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(OFFSET as i8), qs);
+            _mm512_sub_epi32(_mm512_setzero_si512(), offset_sums)
         };
         Activations2 {
             d_sum: load_d_sum_pair(a0, a1),
             qs,
-            offset_sums,
+            minus_offset_sums,
         }
     }
 }
@@ -355,10 +410,7 @@ impl<const HAS_MIN: bool> Weights2<HAS_MIN> {
         for ((acc, offset), x) in acc.iter_mut().zip(offset.iter_mut()).zip(x) {
             let scales = _mm_mul_ps(self.scales, x.d_sum);
             let scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
-            let mut lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), self.values, x.qs);
-            if OFFSET != 0 {
-                lanes = _mm512_sub_epi32(lanes, x.offset_sums);
-            }
+            let lanes = _mm512_dpbusd_epi32(x.minus_offset_sums, self.values, x.qs);
             *acc = _mm512_mask3_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), *acc, mask);
             if HAS_MIN {
                 *offset = _mm_add_ps(*offset, scales);

@@ -104,7 +104,7 @@ impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
     fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
         // SAFETY: only called from `dot_rows`, which requires the features
         // `dot_super_blocks` needs.
-        dot_group_of_widths!(xq, out, |x: N| unsafe { dot_super_blocks::<_, TY>(row, x) }; 1 2 3 4)
+        dot_group_of_widths!(xq, |x: N| out.copy_from_slice(&unsafe { dot_super_blocks::<_, TY>(row, x) }); 1 2 3 4)
     }
 
     #[inline(always)]
