@@ -645,17 +645,18 @@ fn simd_and_portable_kernels_agree() {
     }
 }
 
-/// Batches of 2, 3, 4, 5 and 9 inputs (on the SIMD paths: one group of 2,
-/// 3 or 4, then groups of 3 and 2 and of 3, 3 and 3) give each input the
-/// bits of its own product, on every kernel. The rows are taken two at a
-/// time, and the last of an odd count alone (301 rows: the last task's 13).
+/// Batches of 2, 3, 4, 5, 9 and 37 inputs (on the SIMD paths: one group of
+/// 2, 3 or 4, then groups of 3 and 2, of 3, 3 and 3, and ten groups) give
+/// each input the bits of its own product, on every kernel. The rows are
+/// taken two at a time, and the last of an odd count alone (301 rows: the
+/// last task's 13).
 #[test]
 fn matmul_equals_one_matvec_per_input_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     for ty in ALL_TYPES {
         for (kernel, n) in kernels_of_this_cpu()
             .into_iter()
-            .flat_map(|k| [2, 3, 4, 5, 9].map(|n| (k, n)))
+            .flat_map(|k| [2, 3, 4, 5, 9, 37].map(|n| (k, n)))
         {
             let (n_rows, n_cols) = (301, 288);
             let data = random_matrix(ty, n_rows, n_cols, &mut rng);
