@@ -227,8 +227,8 @@ const IQ4_NL_SHIFTED: [u8; 16] = {
 /// inputs, and each pair of input blocks loaded once for all `R` rows.
 ///
 /// The f32 arithmetic of each row and input is the AVX2 kernel's
-/// (`avx2::dot_blocks`), whatever `R` and `N`: the scale of each block is the same
-/// product `d_w d_x`, the low half of the accumulator is its even
+/// (`avx2::dot_blocks`), whatever `R` and `N`: the scale of each block is
+/// the same product `d_w d_x`, the low half of the accumulator is its even
 /// accumulator and the high half its odd one, and the `m_w sum_x` terms go
 /// to lanes 1 (even blocks) and 3 (odd blocks) of one vector. A last odd
 /// block fills both halves but only the low one is accumulated, and its
