@@ -97,12 +97,10 @@ impl FeedForward {
                 down.matmul(dispatch, hidden, n, ys);
             }
             Self::SwiGlu { gate, up, down } | Self::GeGlu { gate, up, down } => {
-                let swish = matches!(self, Self::SwiGlu { .. });
                 Linear::matmul_each(dispatch, xs, n, [(gate, gated), (up, &mut *hidden)]);
-                let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| {
-                    if swish {
-                        silu_gate(dispatch, hidden, gated);
-                    } else {
+                let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| match self {
+                    Self::SwiGlu { .. } => silu_gate(dispatch, hidden, gated),
+                    _ => {
                         for (h, &g) in hidden.iter_mut().zip(gated) {
                             *h *= gelu(g);
                         }
@@ -132,7 +130,14 @@ pub fn gelu(x: f32) -> f32 {
 
 /// SiLU (swish): `x / (1 + exp(-x))`.
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    silu_from_exp(x, (-x).exp())
+}
+
+/// SiLU of `x` given `exp(-x)`: the one formula [`silu`] and
+/// [`silu_gate`] share.
+#[inline(always)]
+fn silu_from_exp(x: f32, exp_minus_x: f32) -> f32 {
+    x / (1.0 + exp_minus_x)
 }
 
 /// `hidden[k] *= silu(gated[k])` with the bits of [`silu`], the
@@ -147,7 +152,7 @@ fn silu_gate(dispatch: Dispatch, hidden: &mut [f32], gated: &[f32]) {
         }
         exp_in_place(dispatch, exps);
         for ((h, &g), &e) in hidden.iter_mut().zip(gated).zip(&*exps) {
-            *h *= g / (1.0 + e);
+            *h *= silu_from_exp(g, e);
         }
     }
 }
