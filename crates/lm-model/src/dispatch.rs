@@ -187,6 +187,16 @@ impl Dispatch {
             .then_some(Dispatch { kernel, features })
     }
 
+    /// A dispatch for every kernel this CPU runs, slowest first: the tests
+    /// run each path.
+    #[cfg(test)]
+    pub fn every_available() -> Vec<Dispatch> {
+        Kernel::available()
+            .into_iter()
+            .filter_map(Dispatch::new)
+            .collect()
+    }
+
     /// The dot-product kernel.
     pub fn kernel(self) -> Kernel {
         self.kernel

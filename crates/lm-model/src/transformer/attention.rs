@@ -31,28 +31,39 @@
 //! key/value head a tile walks the chunks its queries see, widening each
 //! chunk once to f32 (F16C for an f16 cache), so the block (8 KiB at
 //! head_dim 64) is read from L1 by every query row of the tile; when at most
-//! four rows read a chunk (a decode step), the AVX2 build reads the f16
-//! chunk in place and widens it in registers instead, and asks for the
-//! block two chunks ahead (software prefetch) while it works on this one:
-//!   scores  s[r][k] = q[r] . key[k] * scale     (8 keys a vector, 8 partial sums)
+//! four rows read a chunk (a decode step), the SIMD builds read the f16
+//! chunk in place and widen it in registers instead, and ask for the
+//! block two chunks ahead (software prefetch) while they work on this one:
+//!   scores  s[r][k] = q[r] . key[k] * scale     (8 partial sums per key)
 //!   weights softmax of each row over its visible positions
-//!   output  o[r][d] = sum_k w[r][k] * values[k][d]   (8 dimensions a vector)
+//!   output  o[r][d] = sum_k w[r][k] * values[k][d]
 //! chunks wholly after a query (or before its window) are never read for it.
-//! The AVX2 build works on four query rows at a time (any rows that see the
+//! The SIMD builds work on four query rows at a time (any rows that see the
 //! chunk for scores, rows that see the same positions for outputs), so each
-//! key or value vector it loads serves four rows, with 8 independent sums
-//! in registers to hide the latency of the additions.
+//! key or value vector they load serves four rows, with 8 independent sums
+//! in registers to hide the latency of the additions. The AVX2 build holds
+//! 8 keys or dimensions in a vector; the AVX-512 build 16, a whole chunk's
+//! keys in two vectors and 64 output dimensions in four.
 //! ```
 //!
 //! Every output value is the same sequence of f32 operations whatever the
 //! tile, the number of queries in the call or the vector width, and the
 //! sequence of the one-query-at-a-time attention this replaced: a score is a
 //! dot product of eight partial sums, the softmax uses libm's `exp` (the
-//! AVX2 build a vectorised `exp` with libm's bits, `super::exp`) and sums
+//! SIMD builds a vectorised `exp` with libm's bits, `super::exp`) and sums
 //! in order, an output sums in position order. So a prompt read at once gives
-//! the bits of the same prompt read token by token, the SIMD build (the same
-//! code compiled for AVX2) gives the bits of the portable one, and the
-//! conformance fixtures see the numbers they were measured with.
+//! the bits of the same prompt read token by token, the SIMD builds (the same
+//! code compiled for AVX2 or AVX-512) give the bits of the portable one, and
+//! the conformance fixtures see the numbers they were measured with.
+//!
+//! At f16 precision the SIMD builds add each product with a fused
+//! multiply-add, and the bits are still those of a multiply then an add:
+//! the query (rounded to f16) and the key (stored as f16), or the weight
+//! (rounded to f16) and the value, have 11 significant bits each, so their
+//! product has at most 22 and is exact in f32 (nor can it overflow or
+//! leave the normal range), and rounding an exact product changes nothing.
+//! Fusing halves the floating-point instructions of both products, which
+//! bound a long prompt's attention.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -63,8 +74,6 @@ use rayon::prelude::*;
 
 use super::config::KvPrecision;
 use super::exp::exp_in_place;
-#[cfg(target_arch = "x86_64")]
-use super::exp::exp_in_place_avx2;
 use super::kv_cache::{CHUNK_LEN, HeadChunk, KvCache, StoredRows, widen_f16};
 use crate::dispatch::{Dispatch, Kernel};
 use crate::thread_scratch::with_thread_scratch;
@@ -278,18 +287,30 @@ fn attend_tile(
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if cache.dispatch().kernel() != Kernel::Portable && cache.dispatch().has_f16c() {
-        // SAFETY: every x86 SIMD kernel a `Dispatch` allows requires AVX2
-        // and FMA (a `Dispatch` holds only detected features), and F16C is
-        // checked.
-        unsafe { attend_tile_avx2(shape, cache, layer, first_pos, queries, heads, scratch, out) };
-        return;
+    if cache.dispatch().has_f16c() {
+        // SAFETY: a `Dispatch` holds only detected features: the AVX-512
+        // kernel's include AVX-512 F and VL, every x86 SIMD kernel's include
+        // AVX2 and FMA, and F16C is checked.
+        match cache.dispatch().kernel() {
+            Kernel::Avx512 => {
+                return unsafe {
+                    attend_tile_avx512(shape, cache, layer, first_pos, queries, heads, scratch, out)
+                };
+            }
+            Kernel::Avx2 | Kernel::AvxVnni => {
+                return unsafe {
+                    attend_tile_avx2(shape, cache, layer, first_pos, queries, heads, scratch, out)
+                };
+            }
+            Kernel::Portable => {}
+        }
     }
-    attend_tile_lanes::<false>(shape, cache, layer, first_pos, queries, heads, scratch, out);
+    attend_tile_lanes::<1, false>(shape, cache, layer, first_pos, queries, heads, scratch, out);
 }
 
 /// [`attend_tile_lanes`] with its AVX2 kernels: the same operations on the
-/// same values in 8-wide vectors, so the same bits.
+/// same values in 8-wide vectors, so the same bits; the products fused at
+/// f16 precision, where they are exact (module docs).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
@@ -303,7 +324,37 @@ fn attend_tile_avx2(
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
-    attend_tile_lanes::<true>(shape, cache, layer, first_pos, queries, heads, scratch, out);
+    if shape.precision == KvPrecision::F16 {
+        attend_tile_lanes::<8, true>(shape, cache, layer, first_pos, queries, heads, scratch, out);
+    } else {
+        attend_tile_lanes::<8, false>(shape, cache, layer, first_pos, queries, heads, scratch, out);
+    }
+}
+
+/// [`attend_tile_lanes`] with its AVX-512 kernels for the products and
+/// weighted sums (16-wide vectors) and the AVX2 ones elsewhere: the same
+/// operations on the same values, so the same bits; the products fused at
+/// f16 precision, as in [`attend_tile_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn attend_tile_avx512(
+    shape: AttentionShape,
+    cache: &KvCache,
+    layer: usize,
+    first_pos: usize,
+    queries: &[f32],
+    heads: Range<usize>,
+    scratch: &mut AttentionScratch,
+    out: &mut [f32],
+) {
+    if shape.precision == KvPrecision::F16 {
+        attend_tile_lanes::<16, true>(shape, cache, layer, first_pos, queries, heads, scratch, out);
+    } else {
+        attend_tile_lanes::<16, false>(
+            shape, cache, layer, first_pos, queries, heads, scratch, out,
+        );
+    }
 }
 
 /// One tile: for each key/value head (the part of its group in `heads`),
@@ -312,12 +363,14 @@ fn attend_tile_avx2(
 /// of `heads.len() * head_dim` values per query. Only the chunks a query
 /// sees are read for it; in
 /// the chunk holding a query's own position, the products with later keys
-/// are computed but never stored. With `AVX2` (x86_64 only, called from
-/// [`attend_tile_avx2`]) the products, exponentials, f16 roundings and
-/// weighted sums run in the AVX2 kernels, several query rows at a time.
+/// are computed but never stored. `LANES` is the build: 1 portable, 8 or
+/// 16 the SIMD kernels (x86_64 only, called from [`attend_tile_avx2`] or
+/// [`attend_tile_avx512`]) for the products, exponentials, f16 roundings
+/// and weighted sums, several query rows at a time; `FUSED` (SIMD builds
+/// at f16 precision only) adds the products with fused multiply-adds.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn attend_tile_lanes<const AVX2: bool>(
+fn attend_tile_lanes<const LANES: usize, const FUSED: bool>(
     shape: AttentionShape,
     cache: &KvCache,
     layer: usize,
@@ -341,7 +394,7 @@ fn attend_tile_lanes<const AVX2: bool>(
     let span = span_end - span_start;
     // A tile of a few rows (a decode step) reads each block once, straight
     // from the cache; a prompt's tile widens a block once for many rows.
-    let prefetching = AVX2 && max_rows <= DIRECT_ROWS;
+    let prefetching = LANES > 1 && max_rows <= DIRECT_ROWS;
     let AttentionScratch {
         scores,
         queries: tile_queries,
@@ -386,22 +439,22 @@ fn attend_tile_lanes<const AVX2: bool>(
             rows.copy_from_slice(&query[band.clone()]);
         }
         if round {
-            round_all_to_f16::<AVX2>(dispatch, tile_queries, narrowed);
+            round_all_to_f16::<LANES>(dispatch, tile_queries, narrowed);
         }
 
         // Scores: scores[r][k] = (q_r . key_k) * scale, every row that sees
         // some of a chunk multiplied by all its keys, the visible ones kept.
         let positions = span_start..span_end;
         let chunks =
-            chunks_prefetching::<AVX2>(cache, layer, kv_head, positions, prefetching, |c| c.keys);
+            chunks_prefetching::<LANES>(cache, layer, kv_head, positions, prefetching, |c| c.keys);
         for chunk in chunks {
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
             let seers = seeing(chunk_rows.clone());
             let rows = seers.start * group..seers.end * group;
-            let chunk_keys = ChunkRows::new::<AVX2>(chunk.keys, rows.len(), dispatch, keys);
-            chunk_scores::<AVX2>(
+            let chunk_keys = ChunkRows::new::<LANES>(chunk.keys, rows.len(), dispatch, keys);
+            chunk_scores::<LANES, FUSED>(
                 &tile_queries[rows.start * head_dim..rows.end * head_dim],
                 chunk_keys,
                 shape.scale,
@@ -421,10 +474,10 @@ fn attend_tile_lanes<const AVX2: bool>(
 
         // Weights: softmax over each row's visible positions.
         let seen_by = |r: usize| visible(r / group);
-        softmax_to_weights::<AVX2>(dispatch, scores, span, seen_by);
+        softmax_to_weights(dispatch, scores, span, seen_by);
         if round {
             for (r, row) in scores.chunks_exact_mut(span).enumerate() {
-                round_all_to_f16::<AVX2>(dispatch, &mut row[seen_by(r)], narrowed);
+                round_all_to_f16::<LANES>(dispatch, &mut row[seen_by(r)], narrowed);
             }
         }
 
@@ -434,14 +487,16 @@ fn attend_tile_lanes<const AVX2: bool>(
         }
         let positions = span_start..span_end;
         let chunks =
-            chunks_prefetching::<AVX2>(cache, layer, kv_head, positions, prefetching, |c| c.values);
+            chunks_prefetching::<LANES>(cache, layer, kv_head, positions, prefetching, |c| {
+                c.values
+            });
         for chunk in chunks {
             let chunk_rows = chunk.start + chunk.rows.start - span_start
                 ..chunk.start + chunk.rows.end - span_start;
             let chunk_offset = chunk.start as isize - span_start as isize;
             let seers = seeing(chunk_rows.clone());
             let n_readers = seers.len() * group;
-            let chunk_values = ChunkRows::new::<AVX2>(chunk.values, n_readers, dispatch, values);
+            let chunk_values = ChunkRows::new::<LANES>(chunk.values, n_readers, dispatch, values);
             // Runs of queries that see the same rows of the chunk share the
             // value rows they read.
             let mut run_start = seers.start;
@@ -456,7 +511,7 @@ fn attend_tile_lanes<const AVX2: bool>(
                 let out_row =
                     |r: usize| r / group * out_width + out_band.start + r % group * head_dim;
                 let weights_at = |r: usize| r * span + seen.start;
-                add_weighted_rows::<AVX2>(
+                add_weighted_rows::<LANES, FUSED>(
                     out,
                     run_start * group..run_end * group,
                     out_row,
@@ -484,7 +539,7 @@ const PREFETCH_AHEAD: usize = 2;
 /// asks for the `block` (keys or values) of the chunk [`PREFETCH_AHEAD`]
 /// further on.
 #[inline(always)]
-fn chunks_prefetching<'a, const AVX2: bool>(
+fn chunks_prefetching<'a, const LANES: usize>(
     cache: &'a KvCache,
     layer: usize,
     kv_head: usize,
@@ -499,18 +554,18 @@ fn chunks_prefetching<'a, const AVX2: bool>(
         .chunks_in(layer, kv_head, positions)
         .inspect(move |_| {
             if prefetching && let Some(later) = ahead.next() {
-                prefetch::<AVX2>(block(later));
+                prefetch::<LANES>(block(later));
             }
         })
 }
 
 /// Asks for every cache line of `rows` (a chunk's key or value block) to be
-/// brought into the caches, in the AVX2 build; the portable build leaves
+/// brought into the caches, in the SIMD builds; the portable build leaves
 /// it to the hardware.
 #[inline(always)]
-fn prefetch<const AVX2: bool>(rows: StoredRows<'_>) {
+fn prefetch<const LANES: usize>(rows: StoredRows<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if AVX2 {
+    if LANES > 1 {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         let (start, len) = match rows {
             StoredRows::F32(rows) => (rows.as_ptr().cast::<i8>(), size_of_val(rows)),
@@ -543,9 +598,9 @@ fn intersect(a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> std::ops::
 /// A chunk's keys or values as the kernels read them: f32 rows (an f32
 /// cache's in place, or an f16 cache's widened once into a buffer, for many
 /// query rows or the portable build), or, for at most [`DIRECT_ROWS`] rows
-/// in the AVX2 build, an f16 cache's rows as stored, widened in registers
+/// in the SIMD builds, an f16 cache's rows as stored, widened in registers
 /// as they are loaded (exact either way: every f16 is an f32). One pass of
-/// the AVX2 kernels serves four rows, so below that widening into memory
+/// the SIMD kernels serves four rows, so below that widening into memory
 /// first would only add a store and a load per value (a decode step).
 #[derive(Clone, Copy)]
 enum ChunkRows<'a> {
@@ -553,21 +608,21 @@ enum ChunkRows<'a> {
     F16(&'a [f16]),
 }
 
-/// The most query rows reading a chunk for which the AVX2 build reads an
-/// f16 chunk in place: one pass of its four-row kernels.
+/// The most query rows reading a chunk for which the SIMD builds read an
+/// f16 chunk in place: one pass of their four-row kernels.
 const DIRECT_ROWS: usize = 4;
 
 impl<'a> ChunkRows<'a> {
     /// `stored` for `n_readers` query rows, widened into `buf` if need be.
     #[inline(always)]
-    fn new<const AVX2: bool>(
+    fn new<const LANES: usize>(
         stored: StoredRows<'a>,
         n_readers: usize,
         dispatch: Dispatch,
         buf: &'a mut Vec<f32>,
     ) -> Self {
         match stored {
-            StoredRows::F16(rows) if AVX2 && n_readers <= DIRECT_ROWS => Self::F16(rows),
+            StoredRows::F16(rows) if LANES > 1 && n_readers <= DIRECT_ROWS => Self::F16(rows),
             stored => Self::F32(stored.to_f32(dispatch, buf)),
         }
     }
@@ -586,12 +641,12 @@ impl<'a> ChunkRows<'a> {
     fn f32(self) -> &'a [f32] {
         match self {
             Self::F32(rows) => rows,
-            Self::F16(_) => unreachable!("f16 rows are read in place by the AVX2 build only"),
+            Self::F16(_) => unreachable!("f16 rows are read in place by the SIMD builds only"),
         }
     }
 }
 
-/// A stored value type the AVX2 kernels load eight at a time as f32.
+/// A stored value type the SIMD kernels load 8 or 16 at a time as f32.
 #[cfg(target_arch = "x86_64")]
 trait Lanes: Copy {
     /// Values `at..at + 8` of `values` as f32.
@@ -599,6 +654,12 @@ trait Lanes: Copy {
     /// # Safety
     /// AVX2 and F16C; `at + 8 <= values.len()`.
     unsafe fn load8(values: &[Self], at: usize) -> std::arch::x86_64::__m256;
+
+    /// Values `at..at + 16` of `values` as f32.
+    ///
+    /// # Safety
+    /// AVX-512 F; `at + 16 <= values.len()`.
+    unsafe fn load16(values: &[Self], at: usize) -> std::arch::x86_64::__m512;
 
     /// One value as f32.
     fn widen(self) -> f32;
@@ -610,6 +671,12 @@ impl Lanes for f32 {
     unsafe fn load8(values: &[Self], at: usize) -> std::arch::x86_64::__m256 {
         // SAFETY: in bounds (the caller's contract); unaligned load.
         unsafe { std::arch::x86_64::_mm256_loadu_ps(values.as_ptr().add(at)) }
+    }
+
+    #[inline(always)]
+    unsafe fn load16(values: &[Self], at: usize) -> std::arch::x86_64::__m512 {
+        // SAFETY: in bounds (the caller's contract); unaligned load.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(values.as_ptr().add(at)) }
     }
 
     #[inline(always)]
@@ -629,8 +696,52 @@ impl Lanes for f16 {
     }
 
     #[inline(always)]
+    unsafe fn load16(values: &[Self], at: usize) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::{_mm256_loadu_si256, _mm512_cvtph_ps};
+        // SAFETY: in bounds (the caller's contract): 16 f16 are 32 bytes,
+        // loaded unaligned; AVX-512 F is the caller's.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(values.as_ptr().add(at).cast())) }
+    }
+
+    #[inline(always)]
     fn widen(self) -> f32 {
         self.to_f32()
+    }
+}
+
+/// `acc + b * x` in eight lanes: fused (one rounding) when `FUSED`, which
+/// the kernels are only when every product `b * x` is exact in f32 (module
+/// docs), so both give the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn add_product8<const FUSED: bool>(
+    acc: std::arch::x86_64::__m256,
+    b: std::arch::x86_64::__m256,
+    x: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_fmadd_ps, _mm256_mul_ps};
+    if FUSED {
+        _mm256_fmadd_ps(b, x, acc)
+    } else {
+        _mm256_add_ps(acc, _mm256_mul_ps(b, x))
+    }
+}
+
+/// [`add_product8`] in sixteen lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn add_product16<const FUSED: bool>(
+    acc: std::arch::x86_64::__m512,
+    b: std::arch::x86_64::__m512,
+    x: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::{_mm512_add_ps, _mm512_fmadd_ps, _mm512_mul_ps};
+    if FUSED {
+        _mm512_fmadd_ps(b, x, acc)
+    } else {
+        _mm512_add_ps(acc, _mm512_mul_ps(b, x))
     }
 }
 
@@ -688,22 +799,23 @@ fn key_scores(query: &[f32], keys: &[f32]) -> [f32; CHUNK_LEN] {
 /// The products of each query row of `queries` (`[rows][head_dim]`) with
 /// the [`CHUNK_LEN`] keys of `keys` (a chunk's key block), times `scale`,
 /// into `products` (`[rows][CHUNK_LEN]`): each one [`key_scores`]'s sum.
-/// The AVX2 build takes four rows at a time, so each key vector it loads
+/// The SIMD builds take four rows at a time, so each key vector they load
 /// serves four rows.
 #[inline(always)]
-fn chunk_scores<const AVX2: bool>(
+fn chunk_scores<const LANES: usize, const FUSED: bool>(
     queries: &[f32],
     keys: ChunkRows<'_>,
     scale: f32,
     products: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: called only from `attend_tile_avx2`, whose features these are.
-        unsafe {
-            match keys {
-                ChunkRows::F32(keys) => chunk_scores_avx2(queries, keys, scale, products),
-                ChunkRows::F16(keys) => chunk_scores_avx2(queries, keys, scale, products),
+    if LANES > 1 {
+        match keys {
+            ChunkRows::F32(keys) => {
+                chunk_scores_simd::<LANES, FUSED, _>(queries, keys, scale, products);
+            }
+            ChunkRows::F16(keys) => {
+                chunk_scores_simd::<LANES, FUSED, _>(queries, keys, scale, products);
             }
         }
         return;
@@ -721,11 +833,16 @@ fn chunk_scores<const AVX2: bool>(
     }
 }
 
-/// [`chunk_scores`] in AVX2, four rows a pass.
+/// [`chunk_scores`] in the SIMD build of `LANES` (8: AVX2, 16: AVX-512),
+/// four rows a pass.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn chunk_scores_avx2<T: Lanes>(queries: &[f32], keys: &[T], scale: f32, products: &mut [f32]) {
+#[inline(always)]
+fn chunk_scores_simd<const LANES: usize, const FUSED: bool, T: Lanes>(
+    queries: &[f32],
+    keys: &[T],
+    scale: f32,
+    products: &mut [f32],
+) {
     let head_dim = keys.len() / CHUNK_LEN;
     debug_assert_eq!(queries.len() / head_dim, products.len() / CHUNK_LEN);
     let (q_blocks, q_rest) = queries.split_at(queries.len() / (4 * head_dim) * 4 * head_dim);
@@ -734,13 +851,33 @@ fn chunk_scores_avx2<T: Lanes>(queries: &[f32], keys: &[T], scale: f32, products
         .chunks_exact(4 * head_dim)
         .zip(p_blocks.chunks_exact_mut(4 * CHUNK_LEN))
     {
-        key_scores_avx2::<4, T>(q, keys, scale, p);
+        key_scores_simd::<LANES, FUSED, 4, T>(q, keys, scale, p);
     }
     match q_rest.len() / head_dim {
         0 => {}
-        1 => key_scores_avx2::<1, T>(q_rest, keys, scale, p_rest),
-        2 => key_scores_avx2::<2, T>(q_rest, keys, scale, p_rest),
-        _ => key_scores_avx2::<3, T>(q_rest, keys, scale, p_rest),
+        1 => key_scores_simd::<LANES, FUSED, 1, T>(q_rest, keys, scale, p_rest),
+        2 => key_scores_simd::<LANES, FUSED, 2, T>(q_rest, keys, scale, p_rest),
+        _ => key_scores_simd::<LANES, FUSED, 3, T>(q_rest, keys, scale, p_rest),
+    }
+}
+
+/// [`key_scores_avx512`] or [`key_scores_avx2`], as `LANES` says.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn key_scores_simd<const LANES: usize, const FUSED: bool, const R: usize, T: Lanes>(
+    queries: &[f32],
+    keys: &[T],
+    scale: f32,
+    products: &mut [f32],
+) {
+    // SAFETY: called only from `attend_tile_avx512` (16 lanes) or
+    // `attend_tile_avx2` (8), whose features these are.
+    unsafe {
+        if LANES == 16 {
+            key_scores_avx512::<R, FUSED, T>(queries, keys, scale, products);
+        } else {
+            key_scores_avx2::<R, FUSED, T>(queries, keys, scale, products);
+        }
     }
 }
 
@@ -749,11 +886,13 @@ fn chunk_scores_avx2<T: Lanes>(queries: &[f32], keys: &[T], scale: f32, products
 /// operations in the same order: for 16 keys (two vectors) at a time, the
 /// partial sum of dimensions `p, p + 8, ...` for each `p` in turn, added to
 /// the running sum of the earlier partials, so only the sums in flight
-/// (`2 R` vectors) and the current partials (`2 R`) need registers.
+/// (`2 R` vectors) and the current partials (`2 R`) need registers. Each
+/// product is added to its partial by [`add_product8`]: fused when
+/// `FUSED`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn key_scores_avx2<const R: usize, T: Lanes>(
+fn key_scores_avx2<const R: usize, const FUSED: bool, T: Lanes>(
     queries: &[f32],
     keys: &[T],
     scale: f32,
@@ -776,8 +915,8 @@ fn key_scores_avx2<const R: usize, T: Lanes>(
                     let (c0, c1) = (T::load8(keys, column), T::load8(keys, column + 8));
                     for (i, partial) in partials.iter_mut().enumerate() {
                         let b = _mm256_set1_ps(*q.add(i * head_dim + d));
-                        partial[0] = _mm256_add_ps(partial[0], _mm256_mul_ps(b, c0));
-                        partial[1] = _mm256_add_ps(partial[1], _mm256_mul_ps(b, c1));
+                        partial[0] = add_product8::<FUSED>(partial[0], b, c0);
+                        partial[1] = add_product8::<FUSED>(partial[1], b, c1);
                     }
                 }
             }
@@ -794,8 +933,8 @@ fn key_scores_avx2<const R: usize, T: Lanes>(
                 let (c0, c1) = (T::load8(keys, column), T::load8(keys, column + 8));
                 for (i, tail) in tails.iter_mut().enumerate() {
                     let b = _mm256_set1_ps(*q.add(i * head_dim + d));
-                    tail[0] = _mm256_add_ps(tail[0], _mm256_mul_ps(b, c0));
-                    tail[1] = _mm256_add_ps(tail[1], _mm256_mul_ps(b, c1));
+                    tail[0] = add_product8::<FUSED>(tail[0], b, c0);
+                    tail[1] = add_product8::<FUSED>(tail[1], b, c1);
                 }
             }
         }
@@ -814,13 +953,77 @@ fn key_scores_avx2<const R: usize, T: Lanes>(
     }
 }
 
+/// [`key_scores_avx2`] in AVX-512: the whole chunk's keys (two vectors of
+/// 16) at once, so each query value broadcast serves 32 keys; the same
+/// operations on every key, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn key_scores_avx512<const R: usize, const FUSED: bool, T: Lanes>(
+    queries: &[f32],
+    keys: &[T],
+    scale: f32,
+    products: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    const VECTORS: usize = CHUNK_LEN / 16;
+    const { assert!(CHUNK_LEN.is_multiple_of(16)) };
+    let head_dim = keys.len() / CHUNK_LEN;
+    assert!(queries.len() == R * head_dim && products.len() == R * CHUNK_LEN);
+    let whole = head_dim / PARTIALS * PARTIALS;
+    let q = queries.as_ptr();
+    // SAFETY (both blocks below): d < head_dim, so the key row d (CHUNK_LEN
+    // values) and each query's value d are in bounds (asserted above).
+    let key_row = |d: usize| -> [__m512; VECTORS] {
+        std::array::from_fn(|v| unsafe { T::load16(keys, d * CHUNK_LEN + v * 16) })
+    };
+    let mut sums = [[_mm512_set1_ps(-0.0); VECTORS]; R];
+    for p in 0..PARTIALS {
+        let mut partials = [[_mm512_setzero_ps(); VECTORS]; R];
+        for d in (p..whole).step_by(PARTIALS) {
+            let k = key_row(d);
+            for (i, partial) in partials.iter_mut().enumerate() {
+                let b = _mm512_set1_ps(unsafe { *q.add(i * head_dim + d) });
+                for (partial, &k) in partial.iter_mut().zip(&k) {
+                    *partial = add_product16::<FUSED>(*partial, b, k);
+                }
+            }
+        }
+        for (sum, partial) in sums.iter_mut().zip(&partials) {
+            for (sum, &partial) in sum.iter_mut().zip(partial) {
+                *sum = _mm512_add_ps(*sum, partial);
+            }
+        }
+    }
+    let mut tails = [[_mm512_set1_ps(-0.0); VECTORS]; R];
+    for d in whole..head_dim {
+        let k = key_row(d);
+        for (i, tail) in tails.iter_mut().enumerate() {
+            let b = _mm512_set1_ps(unsafe { *q.add(i * head_dim + d) });
+            for (tail, &k) in tail.iter_mut().zip(&k) {
+                *tail = add_product16::<FUSED>(*tail, b, k);
+            }
+        }
+    }
+    let scale = _mm512_set1_ps(scale);
+    for (i, (sum, tail)) in sums.iter().zip(&tails).enumerate() {
+        for (v, (&sum, &tail)) in sum.iter().zip(tail).enumerate() {
+            // SAFETY: row i's products are in bounds (asserted above).
+            unsafe {
+                let at = products.as_mut_ptr().add(i * CHUNK_LEN + v * 16);
+                _mm512_storeu_ps(at, _mm512_mul_ps(_mm512_add_ps(sum, tail), scale));
+            }
+        }
+    }
+}
+
 /// Adds `sum_k w[r][k] * value_rows[k]` to the output row of each query
 /// row `r` in `rows`, each output value in position order: row `r`'s output
 /// starts at `out[out_row(r)]` (`head_dim` values) and its weights at
-/// `weights[weights_at(r)]` (one per value row). The AVX2 build takes four
-/// rows at a time, so each value vector it loads serves four rows.
+/// `weights[weights_at(r)]` (one per value row). The SIMD builds take four
+/// rows at a time, so each value vector they load serves four rows.
 #[inline(always)]
-fn add_weighted_rows<const AVX2: bool>(
+fn add_weighted_rows<const LANES: usize, const FUSED: bool>(
     out: &mut [f32],
     rows: std::ops::Range<usize>,
     out_row: impl Fn(usize) -> usize,
@@ -830,21 +1033,14 @@ fn add_weighted_rows<const AVX2: bool>(
     head_dim: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: called only from `attend_tile_avx2`, whose features these are.
-        unsafe {
-            match value_rows {
-                ChunkRows::F32(values) => {
-                    add_weighted_rows_avx2(
-                        out, rows, out_row, weights, weights_at, values, head_dim,
-                    );
-                }
-                ChunkRows::F16(values) => {
-                    add_weighted_rows_avx2(
-                        out, rows, out_row, weights, weights_at, values, head_dim,
-                    );
-                }
-            }
+    if LANES > 1 {
+        match value_rows {
+            ChunkRows::F32(values) => add_weighted_rows_simd::<LANES, FUSED, _>(
+                out, rows, out_row, weights, weights_at, values, head_dim,
+            ),
+            ChunkRows::F16(values) => add_weighted_rows_simd::<LANES, FUSED, _>(
+                out, rows, out_row, weights, weights_at, values, head_dim,
+            ),
         }
         return;
     }
@@ -859,11 +1055,11 @@ fn add_weighted_rows<const AVX2: bool>(
     }
 }
 
-/// [`add_weighted_rows`] in AVX2, four rows a pass.
+/// [`add_weighted_rows`] in the SIMD build of `LANES` (8: AVX2, 16:
+/// AVX-512), four rows a pass.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn add_weighted_rows_avx2<T: Lanes>(
+#[inline(always)]
+fn add_weighted_rows_simd<const LANES: usize, const FUSED: bool, T: Lanes>(
     out: &mut [f32],
     rows: std::ops::Range<usize>,
     out_row: impl Fn(usize) -> usize,
@@ -879,41 +1075,69 @@ fn add_weighted_rows_avx2<T: Lanes>(
         let outs = |i: usize| out_row(r + i.min(m - 1));
         let ws = |i: usize| &weights[weights_at(r + i.min(m - 1))..][..n];
         match m {
-            4 => add_weighted_avx2(
+            4 => add_weighted_simd::<LANES, FUSED, 4, T>(
                 out,
                 [outs(0), outs(1), outs(2), outs(3)],
                 [ws(0), ws(1), ws(2), ws(3)],
                 value_rows,
                 head_dim,
             ),
-            3 => add_weighted_avx2(
+            3 => add_weighted_simd::<LANES, FUSED, 3, T>(
                 out,
                 [outs(0), outs(1), outs(2)],
                 [ws(0), ws(1), ws(2)],
                 value_rows,
                 head_dim,
             ),
-            2 => add_weighted_avx2(
+            2 => add_weighted_simd::<LANES, FUSED, 2, T>(
                 out,
                 [outs(0), outs(1)],
                 [ws(0), ws(1)],
                 value_rows,
                 head_dim,
             ),
-            _ => add_weighted_avx2(out, [outs(0)], [ws(0)], value_rows, head_dim),
+            _ => add_weighted_simd::<LANES, FUSED, 1, T>(
+                out,
+                [outs(0)],
+                [ws(0)],
+                value_rows,
+                head_dim,
+            ),
         }
         r += m;
+    }
+}
+
+/// [`add_weighted_avx512`] or [`add_weighted_avx2`], as `LANES` says.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn add_weighted_simd<const LANES: usize, const FUSED: bool, const R: usize, T: Lanes>(
+    out: &mut [f32],
+    out_starts: [usize; R],
+    weights: [&[f32]; R],
+    value_rows: &[T],
+    head_dim: usize,
+) {
+    // SAFETY: called only from `attend_tile_avx512` (16 lanes) or
+    // `attend_tile_avx2` (8), whose features these are.
+    unsafe {
+        if LANES == 16 {
+            add_weighted_avx512::<R, FUSED, T>(out, out_starts, weights, value_rows, head_dim);
+        } else {
+            add_weighted_avx2::<R, FUSED, T>(out, out_starts, weights, value_rows, head_dim);
+        }
     }
 }
 
 /// [`add_weighted_row`] for `R` output rows at once (starting at
 /// `out_starts`, distinct rows of `head_dim` values), in AVX2: 16 output
 /// values of every row stay in registers across the value rows, and each
-/// value vector is loaded once for the `R` rows.
+/// value vector is loaded once for the `R` rows; fused products when
+/// `FUSED`, as in [`key_scores_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn add_weighted_avx2<const R: usize, T: Lanes>(
+fn add_weighted_avx2<const R: usize, const FUSED: bool, T: Lanes>(
     out: &mut [f32],
     out_starts: [usize; R],
     weights: [&[f32]; R],
@@ -944,8 +1168,8 @@ fn add_weighted_avx2<const R: usize, T: Lanes>(
                 let (v0, v1) = (T::load8(value_rows, row), T::load8(value_rows, row + 8));
                 for (a, w) in acc.iter_mut().zip(&weights) {
                     let b = _mm256_set1_ps(*w.get_unchecked(k));
-                    a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(b, v0));
-                    a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(b, v1));
+                    a[0] = add_product8::<FUSED>(a[0], b, v0);
+                    a[1] = add_product8::<FUSED>(a[1], b, v1);
                 }
             }
             for (a, &start) in acc.iter().zip(&out_starts) {
@@ -965,7 +1189,7 @@ fn add_weighted_avx2<const R: usize, T: Lanes>(
                 let v0 = T::load8(value_rows, k * head_dim + d);
                 for (a, w) in acc.iter_mut().zip(&weights) {
                     let b = _mm256_set1_ps(*w.get_unchecked(k));
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(b, v0));
+                    *a = add_product8::<FUSED>(*a, b, v0);
                 }
             }
             for (a, &start) in acc.iter().zip(&out_starts) {
@@ -981,6 +1205,107 @@ fn add_weighted_avx2<const R: usize, T: Lanes>(
                 a += weight * value_rows[k * head_dim + dim].widen();
             }
             out[start + dim] = a;
+        }
+    }
+}
+
+/// [`add_weighted_avx2`] in AVX-512: 64 output values of every row (four
+/// vectors) stay in registers across the value rows, then 16 at a time;
+/// the same operations on every value, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn add_weighted_avx512<const R: usize, const FUSED: bool, T: Lanes>(
+    out: &mut [f32],
+    out_starts: [usize; R],
+    weights: [&[f32]; R],
+    value_rows: &[T],
+    head_dim: usize,
+) {
+    let n = value_rows.len() / head_dim;
+    assert!(value_rows.len() == n * head_dim);
+    for (&start, w) in out_starts.iter().zip(&weights) {
+        assert!(start + head_dim <= out.len() && w.len() == n);
+    }
+    let mut d = 0;
+    // SAFETY (both loops): each block's dimensions lie in `d..head_dim`,
+    // and the output rows, weights and value rows are as asserted above.
+    while d + 64 <= head_dim {
+        unsafe {
+            add_weighted_block_avx512::<R, 4, FUSED, T>(
+                out,
+                &out_starts,
+                &weights,
+                value_rows,
+                head_dim,
+                d,
+            )
+        };
+        d += 64;
+    }
+    while d + 16 <= head_dim {
+        unsafe {
+            add_weighted_block_avx512::<R, 1, FUSED, T>(
+                out,
+                &out_starts,
+                &weights,
+                value_rows,
+                head_dim,
+                d,
+            )
+        };
+        d += 16;
+    }
+    for (&start, w) in out_starts.iter().zip(&weights) {
+        for dim in d..head_dim {
+            let mut a = out[start + dim];
+            for (k, &weight) in w.iter().enumerate() {
+                a += weight * value_rows[k * head_dim + dim].widen();
+            }
+            out[start + dim] = a;
+        }
+    }
+}
+
+/// Output values `d..d + 16 V` of the `R` rows of [`add_weighted_avx512`],
+/// in `V` vectors per row held in registers across the value rows.
+///
+/// # Safety
+/// AVX-512 F; `d + 16 V <= head_dim`, every output row `start..start +
+/// head_dim` in `out`, every weight slice one weight per value row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn add_weighted_block_avx512<const R: usize, const V: usize, const FUSED: bool, T: Lanes>(
+    out: &mut [f32],
+    out_starts: &[usize; R],
+    weights: &[&[f32]; R],
+    value_rows: &[T],
+    head_dim: usize,
+    d: usize,
+) {
+    use std::arch::x86_64::*;
+    let n = value_rows.len() / head_dim;
+    let base = out.as_mut_ptr();
+    // SAFETY: in bounds by the function's contract.
+    unsafe {
+        let mut acc: [[__m512; V]; R] = std::array::from_fn(|i| {
+            std::array::from_fn(|v| _mm512_loadu_ps(base.add(out_starts[i] + d + 16 * v)))
+        });
+        for k in 0..n {
+            let row = k * head_dim + d;
+            let values: [__m512; V] = std::array::from_fn(|v| T::load16(value_rows, row + 16 * v));
+            for (acc, w) in acc.iter_mut().zip(weights) {
+                let b = _mm512_set1_ps(*w.get_unchecked(k));
+                for (a, &value) in acc.iter_mut().zip(&values) {
+                    *a = add_product16::<FUSED>(*a, b, value);
+                }
+            }
+        }
+        for (acc, &start) in acc.iter().zip(out_starts) {
+            for (v, &a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(base.add(start + d + 16 * v), a);
+            }
         }
     }
 }
@@ -1021,7 +1346,7 @@ fn add_weighted_row(out: &mut [f32], weights: &[f32], rows: &[f32]) {
 /// tolerances). Up to [`SUM_ROWS`] rows' sums are independent chains of
 /// additions, run side by side.
 #[inline(always)]
-fn softmax_to_weights<const AVX2: bool>(
+fn softmax_to_weights(
     dispatch: Dispatch,
     rows: &mut [f32],
     span: usize,
@@ -1032,13 +1357,6 @@ fn softmax_to_weights<const AVX2: bool>(
         let max = row_max(row);
         for score in row.iter_mut() {
             *score -= max;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if AVX2 {
-            // SAFETY: called only from `attend_tile_avx2`, whose features
-            // include this function's.
-            unsafe { exp_in_place_avx2(row) };
-            continue;
         }
         exp_in_place(dispatch, row);
     }
@@ -1134,19 +1452,19 @@ fn row_max(values: &[f32]) -> f32 {
 }
 
 /// Rounds every value to the nearest f16 (ties to even) in place, as
-/// [`round_to_f16`] does one value at a time: with `AVX2`, F16C there and
-/// back eight values at a time; otherwise through `narrowed` (grown if
-/// needed) with `half`'s slice conversions.
+/// [`round_to_f16`] does one value at a time: in a SIMD build (`LANES` 8
+/// or 16), F16C there and back eight values at a time; otherwise through
+/// `narrowed` (grown if needed) with `half`'s slice conversions.
 #[inline(always)]
-fn round_all_to_f16<const AVX2: bool>(
+fn round_all_to_f16<const LANES: usize>(
     dispatch: Dispatch,
     values: &mut [f32],
     narrowed: &mut Vec<f16>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: called only from `attend_tile_avx2`, whose features
-        // include this function's.
+    if LANES > 1 {
+        // SAFETY: called only from `attend_tile_avx2` or
+        // `attend_tile_avx512`, whose features include this function's.
         unsafe { round_to_f16_f16c(values) };
         return;
     }
@@ -1298,7 +1616,7 @@ mod tests {
         );
         let dispatch = Dispatch::detect();
         let mut portable = values.clone();
-        round_all_to_f16::<false>(dispatch, &mut portable, &mut Vec::new());
+        round_all_to_f16::<1>(dispatch, &mut portable, &mut Vec::new());
         assert_eq!(bits(&portable), expected);
         #[cfg(target_arch = "x86_64")]
         if dispatch.kernel() != Kernel::Portable && dispatch.has_f16c() {
@@ -1517,12 +1835,14 @@ mod tests {
     fn tiled_attention_equals_plain_attention_bit_for_bit_in_one_call_or_one_query_at_a_time() {
         // 70 positions: three chunks and five tiles of queries (so the
         // parallel path runs); head widths with and without a 32-value
-        // block; causal and sliding-window layers at both precisions (a
-        // window of 2 leaves the four queries of a softmax block no
-        // position they all see, one of 5 a few).
+        // block, and 84 (64 + 16 + 4: every block width of the SIMD
+        // kernels, and dimensions past the last eight); causal and
+        // sliding-window layers at both precisions (a window of 2 leaves
+        // the four queries of a softmax block no position they all see, one
+        // of 5 a few).
         let n = 70;
         for precision in [KvPrecision::F32, KvPrecision::F16] {
-            for head_dim in [8, 40] {
+            for head_dim in [8, 40, 84] {
                 for window in [None, Some(2), Some(5), Some(40)] {
                     let case = Case::new(head_dim, window, precision, n);
                     let what = format!("{precision:?}, head_dim {head_dim}, window {window:?}");
@@ -1534,29 +1854,28 @@ mod tests {
                             attend_plainly(case.shape, &keys, &values, pos, query)
                         })
                         .collect();
-                    let cache = case.cache(Dispatch::detect());
-                    assert_eq!(
-                        bits(&case.attend_block(&cache, 0..n)),
-                        bits(&expected),
-                        "{what}: all at once"
-                    );
-                    let one_by_one: Vec<f32> = (0..n)
-                        .flat_map(|pos| case.attend_block(&cache, pos..pos + 1))
-                        .collect();
-                    assert_eq!(bits(&one_by_one), bits(&expected), "{what}: one at a time");
-                    // A block that starts inside a chunk, as a second prompt
-                    // piece does.
-                    assert_eq!(
-                        bits(&case.attend_block(&cache, 33..61)),
-                        bits(&expected[33 * q_dim..61 * q_dim]),
-                        "{what}: positions 33..61"
-                    );
-                    // The portable build computes the same bits.
-                    assert_eq!(
-                        bits(&case.attend_block(&case.cache(Dispatch::PORTABLE), 0..n)),
-                        bits(&expected),
-                        "{what}: portable"
-                    );
+                    // Every build (portable, AVX2, AVX-512) computes the
+                    // same bits.
+                    for dispatch in Dispatch::every_available() {
+                        let what = format!("{what}, {:?}", dispatch.kernel());
+                        let cache = case.cache(dispatch);
+                        assert_eq!(
+                            bits(&case.attend_block(&cache, 0..n)),
+                            bits(&expected),
+                            "{what}: all at once"
+                        );
+                        let one_by_one: Vec<f32> = (0..n)
+                            .flat_map(|pos| case.attend_block(&cache, pos..pos + 1))
+                            .collect();
+                        assert_eq!(bits(&one_by_one), bits(&expected), "{what}: one at a time");
+                        // A block that starts inside a chunk, as a second
+                        // prompt piece does.
+                        assert_eq!(
+                            bits(&case.attend_block(&cache, 33..61)),
+                            bits(&expected[33 * q_dim..61 * q_dim]),
+                            "{what}: positions 33..61"
+                        );
+                    }
                 }
             }
         }
@@ -1575,8 +1894,11 @@ mod tests {
             for window in [None, Some(450)] {
                 let case = Case::new(head_dim, window, precision, n);
                 let (keys, values) = (case.stored(&case.keys), case.stored(&case.values));
-                let cache = case.cache(Dispatch::detect());
-                for positions in [n - 1..n, n - 3..n] {
+                for (dispatch, positions) in Dispatch::every_available()
+                    .into_iter()
+                    .flat_map(|dispatch| [(dispatch, n - 1..n), (dispatch, n - 3..n)])
+                {
+                    let cache = case.cache(dispatch);
                     let span = positions.end - case.shape.first_visible(positions.start);
                     assert!(positions.len() * span * q_dim >= PARALLEL_MIN_PRODUCTS);
                     let expected: Vec<f32> = positions
@@ -1595,8 +1917,9 @@ mod tests {
                         assert_eq!(
                             bits(&out),
                             bits(&expected),
-                            "{precision:?}, window {window:?}, positions {positions:?}, \
-                             {n_threads} threads"
+                            "{:?}: {precision:?}, window {window:?}, positions {positions:?}, \
+                             {n_threads} threads",
+                            dispatch.kernel()
                         );
                     }
                 }

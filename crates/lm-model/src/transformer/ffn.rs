@@ -163,7 +163,6 @@ const GATE_RUN: usize = 256;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::Kernel;
 
     #[test]
     fn activations_at_known_points() {
@@ -185,7 +184,7 @@ mod tests {
             .chain([0.0, -0.0, 1e-40, -1e-40, 88.9, -104.5, f32::MIN_POSITIVE])
             .collect();
         let hidden: Vec<f32> = (0..gated.len()).map(|k| 1.0 + k as f32 * 1e-3).collect();
-        for dispatch in Kernel::available().into_iter().filter_map(Dispatch::new) {
+        for dispatch in Dispatch::every_available() {
             let mut gated_hidden = hidden.clone();
             silu_gate(dispatch, &mut gated_hidden, &gated);
             for ((&out, &h), &g) in gated_hidden.iter().zip(&hidden).zip(&gated) {
