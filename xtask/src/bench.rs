@@ -409,6 +409,8 @@ fn run_worker(options: &Options) -> Result<()> {
     let [model_path] = &options.models[..] else {
         bail!("--worker needs one --model");
     };
+    // As lm-cli does, so the peak RSS is what the model uses.
+    lm_model::map_large_allocations();
     rayon::ThreadPoolBuilder::new()
         .num_threads(n_threads)
         .build_global()

@@ -35,6 +35,9 @@ use crate::cli::{Cli, Command, UsageError};
 
 fn main() -> ExitCode {
     install_panic_hook();
+    // Freed KV caches and prefill buffers go back to the system instead of
+    // staying in whichever thread's arena held them.
+    lm_model::map_large_allocations();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return report_clap_error(&error),

@@ -69,6 +69,7 @@
 //! workspace's own tests keep lm-model's assertions on.
 #![deny(missing_docs)]
 
+mod allocator;
 mod build_profile;
 pub mod catalog;
 mod dispatch;
@@ -79,6 +80,7 @@ mod quant;
 mod thread_scratch;
 mod transformer;
 
+pub use allocator::map_large_allocations;
 pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
