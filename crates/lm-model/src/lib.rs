@@ -85,6 +85,8 @@ pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::{GgmlType, KERNEL_ENV, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
+#[doc(hidden)]
+pub use transformer::AttentionWorkload;
 pub use transformer::{
     ArchOptions, AttentionKind, CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights,
     FeedForward, FfnKind, KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama, Norm,

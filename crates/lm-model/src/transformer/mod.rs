@@ -38,6 +38,7 @@
 
 mod arch;
 mod attention;
+mod attention_workload;
 mod config;
 mod error;
 mod exp;
@@ -51,6 +52,8 @@ mod rope;
 mod toy;
 
 pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
+#[doc(hidden)]
+pub use attention_workload::AttentionWorkload;
 pub use config::{
     ArchOptions, AttentionKind, FfnKind, KvPrecision, NormKind, PositionKind, RopeMode,
     RopeOptions, SlidingWindow, TransformerConfig,
