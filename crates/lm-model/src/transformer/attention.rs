@@ -1145,11 +1145,7 @@ fn add_weighted_avx2<const R: usize, const FUSED: bool, T: Lanes>(
     head_dim: usize,
 ) {
     use std::arch::x86_64::*;
-    let n = value_rows.len() / head_dim;
-    assert!(value_rows.len() == n * head_dim);
-    for (&start, w) in out_starts.iter().zip(&weights) {
-        assert!(start + head_dim <= out.len() && w.len() == n);
-    }
+    let n = weighted_rows_checked(out.len(), &out_starts, &weights, value_rows.len(), head_dim);
     let base = out.as_mut_ptr();
     let mut d = 0;
     // SAFETY (every block below): output values `start + d..start + d + 16`
@@ -1198,8 +1194,50 @@ fn add_weighted_avx2<const R: usize, const FUSED: bool, T: Lanes>(
         }
         d += 8;
     }
-    for (&start, w) in out_starts.iter().zip(&weights) {
-        for dim in d..head_dim {
+    add_weighted_dims(
+        out,
+        &out_starts,
+        &weights,
+        value_rows,
+        head_dim,
+        d..head_dim,
+    );
+}
+
+/// Asserts what the SIMD weighted-sum kernels rely on: whole value rows of
+/// `head_dim`, every output row within `out_len`, one weight per value
+/// row. Returns the number of value rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn weighted_rows_checked<const R: usize>(
+    out_len: usize,
+    out_starts: &[usize; R],
+    weights: &[&[f32]; R],
+    n_values: usize,
+    head_dim: usize,
+) -> usize {
+    let n = n_values / head_dim;
+    assert!(n_values == n * head_dim);
+    for (&start, w) in out_starts.iter().zip(weights) {
+        assert!(start + head_dim <= out_len && w.len() == n);
+    }
+    n
+}
+
+/// The output dimensions `dims` of the SIMD weighted-sum kernels' rows one
+/// value at a time (those past the last whole vector), in the same order.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn add_weighted_dims<const R: usize, T: Lanes>(
+    out: &mut [f32],
+    out_starts: &[usize; R],
+    weights: &[&[f32]; R],
+    value_rows: &[T],
+    head_dim: usize,
+    dims: Range<usize>,
+) {
+    for (&start, w) in out_starts.iter().zip(weights) {
+        for dim in dims.clone() {
             let mut a = out[start + dim];
             for (k, &weight) in w.iter().enumerate() {
                 a += weight * value_rows[k * head_dim + dim].widen();
@@ -1222,11 +1260,7 @@ fn add_weighted_avx512<const R: usize, const FUSED: bool, T: Lanes>(
     value_rows: &[T],
     head_dim: usize,
 ) {
-    let n = value_rows.len() / head_dim;
-    assert!(value_rows.len() == n * head_dim);
-    for (&start, w) in out_starts.iter().zip(&weights) {
-        assert!(start + head_dim <= out.len() && w.len() == n);
-    }
+    weighted_rows_checked(out.len(), &out_starts, &weights, value_rows.len(), head_dim);
     let mut d = 0;
     // SAFETY (both loops): each block's dimensions lie in `d..head_dim`,
     // and the output rows, weights and value rows are as asserted above.
@@ -1256,15 +1290,14 @@ fn add_weighted_avx512<const R: usize, const FUSED: bool, T: Lanes>(
         };
         d += 16;
     }
-    for (&start, w) in out_starts.iter().zip(&weights) {
-        for dim in d..head_dim {
-            let mut a = out[start + dim];
-            for (k, &weight) in w.iter().enumerate() {
-                a += weight * value_rows[k * head_dim + dim].widen();
-            }
-            out[start + dim] = a;
-        }
-    }
+    add_weighted_dims(
+        out,
+        &out_starts,
+        &weights,
+        value_rows,
+        head_dim,
+        d..head_dim,
+    );
 }
 
 /// Output values `d..d + 16 V` of the `R` rows of [`add_weighted_avx512`],
