@@ -337,6 +337,49 @@ fn wrong_magic_is_rejected_with_the_bytes_found() {
 }
 
 #[test]
+fn a_bad_magic_is_named_in_hex_and_as_text() {
+    let message = |bytes: &[u8]| parse_err(bytes.to_vec()).to_string();
+    assert_eq!(
+        message(b"GGML\x03\0\0\0"),
+        "not a gguf file: magic is 0x47474d4c (\"GGML\"), expected 0x47475546 (\"GGUF\")"
+    );
+    assert_eq!(
+        message(b"\x7fELF\x02\x01"),
+        "not a gguf file: magic is 0x7f454c46 (\".ELF\"), expected 0x47475546 (\"GGUF\")"
+    );
+    assert_eq!(
+        message(b"GG"),
+        "not a gguf file: magic is 0x4747 (\"GG\"), expected 0x47475546 (\"GGUF\")"
+    );
+    assert_eq!(
+        message(b""),
+        "not a gguf file: the file is empty (expected the magic \"GGUF\")"
+    );
+}
+
+#[test]
+fn a_directory_or_a_fifo_is_refused_without_being_read_or_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.gguf");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Opening the FIFO would wait for a writer forever: refused first.
+    for path in [dir.path().to_path_buf(), fifo] {
+        for result in [GgufFile::open(&path), GgufFile::map(&path)] {
+            let err = result.unwrap_err();
+            assert!(
+                matches!(&err, GgufError::NotRegularFile { path: p } if *p == path),
+                "{err:?}"
+            );
+            assert!(err.to_string().ends_with("not a regular file"), "{err}");
+        }
+    }
+}
+
+#[test]
 fn versions_other_than_2_and_3_are_unsupported() {
     for version in [0, 1, 4, u32::MAX] {
         let err = parse_err(GgufWriter::header(version, 0, 0).finish());

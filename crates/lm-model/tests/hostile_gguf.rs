@@ -289,13 +289,13 @@ fn cases() -> Vec<Case> {
                 bytes[..4].copy_from_slice(b"GGML");
                 bytes
             },
-            "not a gguf file",
+            "not a gguf file: magic is 0x47474d4c (\"GGML\"), expected 0x47475546 (\"GGUF\")",
             Parse(|e| matches!(e, GgufError::BadMagic { found } if found == b"GGML")),
         ),
         case(
             "empty.gguf",
             Vec::new(),
-            "not a gguf file",
+            "not a gguf file: the file is empty",
             Parse(|e| matches!(e, GgufError::BadMagic { found } if found.is_empty())),
         ),
         case(
@@ -750,6 +750,28 @@ fn cases() -> Vec<Case> {
             Llama(|e| {
                 matches!(e, TransformerError::MissingMetadata { keys }
                     if keys == &["llama.embedding_length", "llama.attention.head_count"])
+            }),
+        ),
+        case(
+            "llama-rope-freq-base-nan.gguf",
+            tiny_llama()
+                .set("llama.rope.freq_base", V::F32(f32::NAN))
+                .bytes(),
+            "rope frequency base (rope.freq_base) must be finite and positive, got NaN",
+            Llama(|e| {
+                matches!(e, TransformerError::InvalidScale { name, value }
+                    if name.contains("rope.freq_base") && value.is_nan())
+            }),
+        ),
+        case(
+            "llama-rope-freq-base-inf.gguf",
+            tiny_llama()
+                .set("llama.rope.freq_base", V::F32(f32::INFINITY))
+                .bytes(),
+            "rope frequency base (rope.freq_base) must be finite and positive, got inf",
+            Llama(|e| {
+                matches!(e, TransformerError::InvalidScale { name, value }
+                    if name.contains("rope.freq_base") && *value == f32::INFINITY)
             }),
         ),
         case(

@@ -20,8 +20,15 @@ pub enum GgufError {
         #[source]
         source: std::io::Error,
     },
+    /// A directory, device, FIFO or socket: only a regular file is read
+    /// (a FIFO would be waited on, `/dev/zero` read forever).
+    #[error("cannot read gguf file {path:?}: not a regular file")]
+    NotRegularFile {
+        /// The path given.
+        path: PathBuf,
+    },
     /// The first four bytes are not `GGUF`.
-    #[error("not a gguf file: magic is {found:02x?}, expected \"GGUF\"")]
+    #[error("not a gguf file: {}", describe_magic(found))]
     BadMagic {
         /// The first four bytes (fewer if the file is shorter).
         found: Vec<u8>,
@@ -236,4 +243,24 @@ pub enum GgufError {
         #[source]
         source: QuantError,
     },
+}
+
+/// The magic bytes found, as hex and as text (`0x47474d4c ("GGML")`), a
+/// byte that is not printable ASCII shown as `.`.
+fn describe_magic(found: &[u8]) -> String {
+    if found.is_empty() {
+        return "the file is empty (expected the magic \"GGUF\")".to_owned();
+    }
+    let hex: String = found.iter().map(|b| format!("{b:02x}")).collect();
+    let text: String = found
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                char::from(b)
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    format!("magic is 0x{hex} ({text:?}), expected 0x47475546 (\"GGUF\")")
 }

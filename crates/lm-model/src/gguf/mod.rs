@@ -206,12 +206,23 @@ impl GgufFile {
         hold: fn(&File) -> io::Result<Storage>,
         contents: Contents,
     ) -> Result<GgufFile, GgufError> {
-        let storage = File::open(path)
-            .and_then(|file| hold(&file))
-            .map_err(|source| GgufError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let io_error = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        // Checked before opening, as opening a FIFO waits for a writer, and
+        // again on the open file.
+        let not_regular = || GgufError::NotRegularFile {
+            path: path.to_path_buf(),
+        };
+        if !std::fs::metadata(path).map_err(io_error)?.is_file() {
+            return Err(not_regular());
+        }
+        let file = File::open(path).map_err(io_error)?;
+        if !file.metadata().map_err(io_error)?.is_file() {
+            return Err(not_regular());
+        }
+        let storage = hold(&file).map_err(io_error)?;
         GgufFile::parse(storage, contents)
     }
 

@@ -241,12 +241,18 @@ impl TransformerConfig {
                 n_kv_head: self.n_kv_head,
             });
         }
+        // A NaN or infinite base would give every position the same angles
+        // (or NaN ones): named as the base, not as a shape that does not fit.
+        if let PositionKind::Rope { base, .. } = self.position
+            && !(base.is_finite() && base > 0.0)
+        {
+            return Err(TransformerError::InvalidScale {
+                name: "rope frequency base (rope.freq_base)",
+                value: base,
+            });
+        }
         if let PositionKind::Rope { base, dim } = self.position
-            && (dim == 0
-                || !dim.is_multiple_of(2)
-                || dim > self.head_dim
-                || base.is_nan()
-                || base <= 0.0)
+            && (dim == 0 || !dim.is_multiple_of(2) || dim > self.head_dim)
         {
             return Err(TransformerError::InvalidRope {
                 base,

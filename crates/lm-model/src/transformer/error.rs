@@ -29,8 +29,7 @@ pub enum TransformerError {
         /// The key/value head count.
         n_kv_head: usize,
     },
-    /// The rotary dimension is odd, zero or wider than a head, or its base
-    /// is not positive.
+    /// The rotary dimension is odd, zero or wider than a head.
     #[error("rotary embedding of dimension {dim} and base {base} does not fit heads of {head_dim}")]
     InvalidRope {
         /// The frequency base.
