@@ -400,8 +400,8 @@ pub struct GenerateArgs {
     /// (keep the first N tokens and the most recent ones).
     #[arg(long, value_name = "POLICY", default_value = "error", value_parser = parse_truncation)]
     pub truncate: Truncation,
-    /// Print text as it is generated (the default on a terminal); with
-    /// --json, print --json-lines.
+    /// Print text as it is generated (the default, to a pipe too, so a
+    /// reader that closes it stops the run); with --json, print --json-lines.
     #[arg(long, overrides_with = "no_stream")]
     pub stream: bool,
     /// Print the text only at the end.

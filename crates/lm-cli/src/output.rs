@@ -2,7 +2,7 @@
 //! returned, never panicked on (`println!` panics when a reader such as
 //! `head -c 1` closes the pipe; `main` turns a broken pipe into a quiet exit).
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 
 /// Buffered standard output.
 #[derive(Debug)]
@@ -16,11 +16,6 @@ impl Output {
         Self {
             out: io::BufWriter::new(io::stdout().lock()),
         }
-    }
-
-    /// Whether stdout is a terminal (streaming is the default there).
-    pub fn is_terminal() -> bool {
-        io::stdout().is_terminal()
     }
 
     /// Writes `text` and flushes, so streamed text appears at once.

@@ -14,6 +14,7 @@ mod interrupt;
 mod kernel_paths;
 mod probs;
 mod readme;
+mod run_behaviour;
 mod score;
 mod serve;
 mod smollm2;

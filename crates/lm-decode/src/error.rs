@@ -175,6 +175,13 @@ pub enum Error {
         /// The caller's limit.
         limit: usize,
     },
+    /// Keeping this many continuations does not fit in memory (ask for the
+    /// best few instead).
+    #[error("cannot hold {n_continuations} continuations in memory")]
+    ContinuationsOutOfMemory {
+        /// The continuations that were to be kept.
+        n_continuations: usize,
+    },
     /// A failure lm-core names, whoever meets it first: a negative or NaN
     /// temperature, a token id beyond the vocabulary (in the input, the end
     /// tokens, a bias, a ban or a history), bad logits, a context exceeded.

@@ -378,7 +378,7 @@ pub(crate) fn fit_within_limits<M: LanguageModel>(
             max_new_tokens,
         });
     }
-    fit_prompt(prompt, model.context_length(), truncation)
+    fit_prompt(prompt, model.context_length(), truncation, max_new_tokens)
 }
 
 /// Runs the loop from logits already computed for `row.history`: each turn

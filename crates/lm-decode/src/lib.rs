@@ -160,7 +160,7 @@ pub use beam::{
 pub use constraint::OutputConstraint;
 pub use deltas::TextDeltas;
 pub use error::{Error, Result};
-pub use exhaustive::{Continuation, Enumeration, enumerate_continuations};
+pub use exhaustive::{Continuation, Enumeration, enumerate_best, enumerate_continuations};
 pub use generate::{
     GenerationConfig, generate, generate_from_state, generate_many, generate_streaming,
     generate_with_hook,

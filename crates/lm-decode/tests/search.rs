@@ -5,7 +5,7 @@ use crate::common::{PrefixModel, rejects};
 use lm_core::{Counting, TokenId};
 use lm_decode::{
     BeamConfig, Error, GenerationConfig, LogitAdjustments, SamplingConfig, StopReason, beam_search,
-    enumerate_continuations, generate, length_penalized_score,
+    enumerate_best, enumerate_continuations, generate, length_penalized_score,
 };
 
 /// ln p(token | prefix) in f64, straight from the definition.
@@ -267,6 +267,37 @@ fn lesson_001_seven_to_the_fourth_continuations() {
             .windows(2)
             .all(|w| w[0].logprob >= w[1].logprob)
     );
+}
+
+#[test]
+fn enumerate_best_keeps_the_best_few_and_ranks_greedy_among_all() {
+    // Regression (issue 33): `--top 5 --limit 10000000000` reserved room for
+    // every continuation (77 GB for SmolLM2's 49,152^2) and aborted. The best
+    // few are kept in a heap; the greedy rank and the count cover them all.
+    for salt in 0..40u64 {
+        let model = PrefixModel {
+            salt,
+            ..PrefixModel::new(7)
+        };
+        let all = enumerate_continuations(&model, &[0, 1, 2], 4, 2_401).unwrap();
+        for n_best in [1, 3, 10, 2_401, 5_000] {
+            let best = enumerate_best(&model, &[0, 1, 2], 4, 2_401, Some(n_best)).unwrap();
+            assert_eq!(best.n_total, 2_401);
+            assert_eq!(best.continuations[..], all.continuations[..n_best.min(2_401)]);
+            assert_eq!(
+                (&best.greedy, best.greedy_rank, best.greedy_logprob),
+                (&all.greedy, all.greedy_rank, all.greedy_logprob)
+            );
+        }
+        assert_eq!(
+            all.continuations[all.greedy_rank - 1].logprob,
+            all.greedy_logprob
+        );
+    }
+    let model = PrefixModel::new(7);
+    let none = enumerate_best(&model, &[0], 3, 343, Some(0)).unwrap();
+    assert!(none.continuations.is_empty());
+    assert_eq!(none.n_total, 343);
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! `lm-cli enumerate`: every continuation of n tokens scored and ranked, and
 //! the greedy continuation's rank (lesson 001: 7^4 = 2,401 continuations).
+//! Only the `--top` best are held (lm-decode's `enumerate_best`).
 
 use anyhow::{Context, Result};
 use lm_core::LanguageModel;
-use lm_decode::enumerate_continuations;
+use lm_decode::enumerate_best;
 
 use crate::cli::EnumerateArgs;
 use crate::output::Output;
@@ -25,7 +26,10 @@ impl ModelTask for EnumerateArgs {
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let args = &self;
         let prompt_ids = codec.encode_prompt(&args.prompt)?;
-        let all = enumerate_continuations(model, &prompt_ids, args.steps, args.limit)
+        // Only the continuations shown are kept (a heap of --top), so a
+        // huge --limit costs time, not memory.
+        let n_best = (args.top != 0).then_some(args.top);
+        let all = enumerate_best(model, &prompt_ids, args.steps, args.limit, n_best)
             .with_context(|| {
                 format!(
                     "cannot enumerate {} steps over a vocabulary of {} (use fewer --steps, or raise --limit)",
@@ -33,17 +37,11 @@ impl ModelTask for EnumerateArgs {
                     model.vocab_size()
                 )
             })?;
-        let total = all.continuations.len();
-        let n_shown = if args.top == 0 {
-            total
-        } else {
-            args.top.min(total)
-        };
-        let greedy_prob = all
+        let total = all.n_total;
+        let n_shown = all.continuations.len();
+        let greedy_prob = all.greedy_logprob.exp();
+        let continuations = all
             .continuations
-            .get(all.greedy_rank.wrapping_sub(1))
-            .map_or(0.0, |c| c.logprob.exp());
-        let continuations = all.continuations[..n_shown]
             .iter()
             .enumerate()
             .map(|(index, c)| ContinuationReport {

@@ -280,7 +280,12 @@ impl ModelTask for Generate {
                 .collect::<Result<Vec<_>>>()?
         };
         let max_new_tokens = args.max_new_tokens.unwrap_or(DEFAULT_MAX_NEW_TOKENS);
-        let fitted = fit_prompt(&prompt_ids, model.context_length(), args.truncate)?;
+        let fitted = fit_prompt(
+            &prompt_ids,
+            model.context_length(),
+            args.truncate,
+            max_new_tokens,
+        )?;
         if fitted.n_dropped > 0 {
             eprintln!(
                 "note: the prompt has {} tokens; --truncate dropped {} to fit the context of {}",
@@ -340,12 +345,13 @@ impl ModelTask for Generate {
         } else if args.trace {
             Mode::Trace
         } else {
-            let live = if args.no_stream {
-                false
-            } else {
-                args.stream || Output::is_terminal()
-            };
-            Mode::Text { live }
+            // Text is written as it becomes final, to a pipe too: a reader
+            // that closes the pipe (`| head -c 5`) is seen at the next
+            // token's write, and the run stops there. Only `--no-stream`
+            // holds it to the end.
+            Mode::Text {
+                live: !args.no_stream,
+            }
         };
         let (constraint, clock) = match &self.format {
             Some(format) => {
@@ -634,7 +640,15 @@ impl Run<'_> {
         let total_ms = start.elapsed().as_secs_f64() * 1e3;
         let prompt_ids = match config.truncation {
             Truncation::Refuse => self.prompt_ids.clone(),
-            truncation => fit_prompt(&self.prompt_ids, model.context_length(), truncation)?.tokens,
+            truncation => {
+                fit_prompt(
+                    &self.prompt_ids,
+                    model.context_length(),
+                    truncation,
+                    config.max_new_tokens,
+                )?
+                .tokens
+            }
         };
         let best = beams
             .first()

@@ -1,0 +1,143 @@
+//! How a run behaves when its reader, its signals or its flags are hostile
+//! (issue 33): a pipe closed early, two Ctrl-C close together, truncation
+//! that must leave room for the reply, huge enumeration limits, a context
+//! beyond the model's trained length, and the small flags users expect.
+
+use std::process::{Command, Stdio};
+
+use crate::common::{Cli, close_stdout_after};
+
+/// `sh -c script` with `$LM_CLI` set to the built binary, stdin closed.
+fn shell(script: &str) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(script)
+        .env("LM_CLI", env!("CARGO_BIN_EXE_lm-cli"))
+        .stdin(Stdio::null());
+    command
+}
+
+#[test]
+fn a_closed_pipe_stops_an_unstreamed_text_run_at_its_first_failed_write() {
+    // `generate ... | head -c 10` without `--stream`: the text is written a
+    // token at a time to a pipe too, so the closed pipe is seen at the next
+    // write. Before, the text was held to the end, and a run asked for 100
+    // million tokens kept going until the CPU limit (`ulimit -t 10`) killed
+    // it (no exit code).
+    let child = shell(
+        "ulimit -t 10; exec \"$LM_CLI\" generate --prompt 'And God said' \
+         -n 100000000 --no-end-token --seed 0",
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    assert_eq!(close_stdout_after(child, 20), b"And God said unto th");
+}
+
+#[test]
+fn an_unstreamed_text_run_prints_the_bytes_of_a_streamed_one() {
+    let run = |mode: &str| {
+        Cli::generate("And God said")
+            .n(40)
+            .seed(3)
+            .arg(mode)
+            .ok()
+            .stdout
+    };
+    let default = Cli::generate("And God said").n(40).seed(3).ok().stdout;
+    assert!(
+        default.starts_with("And God said") && default.len() > 40,
+        "{default}"
+    );
+    assert_eq!(run("--stream"), default);
+    assert_eq!(run("--no-stream"), default);
+}
+
+#[test]
+fn keep_head_truncation_leaves_room_for_max_new_tokens() {
+    // 13 toy tokens in a context of 10, 4 new tokens asked for: before, the
+    // prompt was cut to 9 tokens and `--max-new-tokens 4 clipped to 1`.
+    let prompt = "<start> the cat sat the dog slept the cat sat the dog slept";
+    let run = Cli::new("generate")
+        .model("toy")
+        .opt("--prompt", prompt)
+        .opt("--context-length", 10)
+        .opt("--truncate", "keep-head:1")
+        .n(4)
+        .args(["--no-end-token", "--greedy", "--json"])
+        .ok();
+    assert!(!run.stderr.contains("clipped"), "{}", run.stderr);
+    assert!(run.stderr.contains("dropped 7"), "{}", run.stderr);
+    let report = run.json();
+    // <start>, then the 5 most recent tokens (the dog slept... : ids 3 1 3 1 5
+    // is "sat the dog slept"), then 4 new ones.
+    assert_eq!(crate::common::ids(&report["prompt_ids"]).len(), 6);
+    assert_eq!(crate::common::ids(&report["prompt_ids"])[0], 0);
+    assert_eq!(report["n_prompt_dropped"], 7);
+    assert_eq!(crate::common::ids(&report["ids"]).len(), 4);
+    assert_eq!(report["stop_reason"], "max_new_tokens");
+}
+
+/// `lm-cli enumerate` on the 29-word count model of `fixtures/ngram/tiny.txt`
+/// (29^5 = 20,511,149 continuations of 5 words) with `extra` arguments,
+/// under a 600 MB address-space limit (`ulimit -v`): holding every
+/// continuation would take more than 1 GB.
+fn enumerate_tiny_bounded(extra: &str) -> std::process::Output {
+    let model = crate::common::count_fixture("ngram/tiny.txt");
+    shell(&format!(
+        "ulimit -v 600000; ulimit -t 60; exec \"$LM_CLI\" enumerate --model '{model}' \
+         --prompt the --steps 5 --limit 10000000000 {extra}"
+    ))
+    .output()
+    .unwrap()
+}
+
+#[test]
+fn enumerate_holds_only_the_continuations_it_shows() {
+    // Regression (issue 33): `--top 5 --limit 10000000000` on SmolLM2
+    // aborted with a 77 GB `Vec::with_capacity` and a backtrace; a heap of
+    // `--top` is all that is kept.
+    let output = enumerate_tiny_bounded("--top 3 --json");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["total"], 20_511_149);
+    let ranks: Vec<_> = report["continuations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["rank"].as_u64().unwrap(),
+                c["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ranks,
+        [
+            (1, "cat sat on the mat".to_owned()),
+            (2, "dog sat on the mat".to_owned()),
+            (3, "cat sat on the log".to_owned())
+        ]
+    );
+    assert_eq!(report["greedy_rank"], 1);
+    assert_eq!(report["greedy_prob"], report["continuations"][0]["prob"]);
+    // Asking for all of them is refused with a clear error, not an abort.
+    let output = enumerate_tiny_bounded("--top 0");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].ends_with("cannot hold 20511149 continuations in memory"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
