@@ -646,6 +646,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "KEY", env = "LM_API_KEY", hide_env_values = true,
           value_parser = parse_api_key)]
     pub api_key: Option<String>,
+    /// Let browser pages from ORIGIN (`https://app.example`; repeat for more, or `*` for any)
+    /// call the API: preflight OPTIONS is answered without the key, and answers carry
+    /// Access-Control-Allow-Origin. Off by default.
+    #[arg(long, value_name = "ORIGIN")]
+    pub cors: Vec<String>,
     /// Sequences generated at once, in one batch (a request's `n` counts each).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub parallel: u64,

@@ -51,6 +51,10 @@ use crate::metrics::Metrics;
 use crate::routes::App;
 use crate::scheduler::JobQueue;
 
+/// How long shutdown waits, after the grace, for cancelled requests to
+/// answer and for connections to close.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
 /// The server's settings (`lm-cli serve`'s flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeConfig {
@@ -58,6 +62,10 @@ pub struct ServeConfig {
     pub addr: SocketAddr,
     /// When set, every endpoint but `/health` needs `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
+    /// Origins a browser page may call from (`https://app.example`, or `*`
+    /// for any): preflight `OPTIONS` is answered without the key and every
+    /// answer to them carries `Access-Control-Allow-Origin`. Empty: no CORS.
+    pub cors_origins: Vec<String>,
     /// Sequences generated at once (the batch size); a request's `n` may
     /// not exceed it.
     pub parallel: usize,
@@ -83,6 +91,7 @@ impl Default for ServeConfig {
         Self {
             addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             api_key: None,
+            cors_origins: Vec::new(),
             parallel: 4,
             queue_len: 64,
             max_body_bytes: 1 << 20,
@@ -130,6 +139,14 @@ impl Server {
                 reason: "at least one sequence must be able to run".into(),
             });
         }
+        if let Some(origin) = config.cors_origins.iter().find(|o| !routes::is_origin(o)) {
+            return Err(ServeError::InvalidSetting {
+                name: "cors",
+                reason: format!(
+                    "'{origin}' is not an origin (scheme://host[:port], no path) or '*'"
+                ),
+            });
+        }
         let listener =
             std::net::TcpListener::bind(config.addr).map_err(|source| ServeError::Bind {
                 addr: config.addr,
@@ -150,6 +167,7 @@ impl Server {
             metrics: Arc::clone(&metrics),
             config,
             stopping: AtomicBool::new(false),
+            in_flight: tokio::sync::watch::Sender::new(0),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -178,9 +196,11 @@ impl Server {
         self.listener.local_addr().unwrap_or(self.app.config.addr)
     }
 
-    /// Serves until `shutdown` completes, then stops taking requests (503),
-    /// lets in-flight ones finish for up to `shutdown_grace`, cancels what
-    /// is left, and returns once the workers have stopped.
+    /// Serves until `shutdown` completes, then drains: new work and
+    /// `/health` get a 503 while in-flight requests finish for up to
+    /// `shutdown_grace`; what is left is cancelled and answers a 503 (a
+    /// stream, an error event), never a truncated success. Returns once the
+    /// workers have stopped.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -192,31 +212,38 @@ impl Server {
             threads,
         } = self;
         let listener = tokio::net::TcpListener::from_std(listener).map_err(ServeError::Io)?;
-        let (stopped_tx, mut stopped_rx) = tokio::sync::watch::channel(false);
-        let signal_app = Arc::clone(&app);
-        let signal = async move {
-            shutdown.await;
-            signal_app.stopping.store(true, Ordering::Relaxed);
-            let _ = stopped_tx.send(true);
+        let (drained_tx, mut drained_rx) = tokio::sync::watch::channel(false);
+        // While draining, the listener stays open: new work and `/health`
+        // get a 503 instead of a refused connection.
+        let drain = {
+            let (app, cancel) = (Arc::clone(&app), Arc::clone(&cancel));
+            async move {
+                shutdown.await;
+                app.stopping.store(true, Ordering::Relaxed);
+                let grace = app.config.shutdown_grace;
+                if tokio::time::timeout(grace, app.idle()).await.is_err() {
+                    log::warn!(
+                        "shutdown grace of {grace:?} over: cancelling the requests still running"
+                    );
+                    cancel.store(true, Ordering::Relaxed);
+                    // Each cancelled request answers its 503 (or error event).
+                    let _ = tokio::time::timeout(CANCEL_WAIT, app.idle()).await;
+                }
+                let _ = drained_tx.send(true);
+            }
         };
-        let grace = app.config.shutdown_grace;
         let server = axum::serve(listener, routes::router(Arc::clone(&app)))
-            .with_graceful_shutdown(signal)
+            .with_graceful_shutdown(drain)
             .into_future();
         tokio::pin!(server);
+        // A connection that never finishes its request holds graceful
+        // shutdown open: it gets CANCEL_WAIT after the drain, then is dropped.
         let result = tokio::select! {
             result = &mut server => result.map_err(ServeError::Io),
             () = async {
-                let _ = stopped_rx.wait_for(|stopped| *stopped).await;
-                tokio::time::sleep(grace).await;
-            } => {
-                log::warn!("shutdown grace of {grace:?} over: cancelling the requests still running");
-                cancel.store(true, Ordering::Relaxed);
-                match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
-                    Ok(result) => result.map_err(ServeError::Io),
-                    Err(_) => Ok(()),
-                }
-            }
+                let _ = drained_rx.wait_for(|drained| *drained).await;
+                tokio::time::sleep(CANCEL_WAIT).await;
+            } => Ok(()),
         };
         cancel.store(true, Ordering::Relaxed);
         app.queue.close();

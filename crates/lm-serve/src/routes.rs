@@ -13,7 +13,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -50,6 +50,9 @@ pub(crate) struct App {
     pub(crate) formats: FormatCache,
     /// Set once shutdown began: new work gets a 503.
     pub(crate) stopping: AtomicBool,
+    /// Requests queued or generating, until their answer is sent (or the
+    /// client is gone): shutdown drains them.
+    pub(crate) in_flight: tokio::sync::watch::Sender<usize>,
     pub(crate) created: u64,
     pub(crate) next_id: AtomicU64,
 }
@@ -72,7 +75,83 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
         .layer(DefaultBodyLimit::max(limit))
+        // Outermost, so errors (401, 404, 413) carry the CORS headers too.
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), cors))
         .with_state(app)
+}
+
+/// Whether `text` can be a `--cors` origin: `*`, or `scheme://host[:port]`
+/// (what browsers send in `Origin`: no path, no trailing slash).
+pub(crate) fn is_origin(text: &str) -> bool {
+    if text == "*" {
+        return true;
+    }
+    let Some((scheme, host)) = text.split_once("://") else {
+        return false;
+    };
+    !scheme.is_empty()
+        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        && !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_graphic() && !b"/?#".contains(&b))
+}
+
+/// CORS for `--cors` origins: a preflight (`OPTIONS` with
+/// `Access-Control-Request-Method`) is answered here, before the API key
+/// is asked for (browsers send none with it); any other answer to an
+/// allowed origin gets `Access-Control-Allow-Origin`. Requests from other
+/// origins, or with no `--cors`, get no CORS headers, so browsers refuse
+/// them.
+async fn cors(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let origins = &app.config.cors_origins;
+    let allowed = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|origin| {
+            if origins.iter().any(|o| o == "*") {
+                Some(HeaderValue::from_static("*"))
+            } else {
+                origins
+                    .iter()
+                    .any(|o| o.as_bytes() == origin.as_bytes())
+                    .then(|| origin.clone())
+            }
+        });
+    let Some(allow_origin) = allowed else {
+        return next.run(request).await;
+    };
+    let preflight = request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut response = if preflight {
+        let allow_headers = request
+            .headers()
+            .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+            .cloned()
+            .unwrap_or_else(|| HeaderValue::from_static("authorization, content-type"));
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, allow_headers);
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("86400"),
+        );
+        response
+    } else {
+        next.run(request).await
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin);
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("retry-after"),
+    );
+    headers.append(header::VARY, HeaderValue::from_static("origin"));
+    response
 }
 
 fn unix_now() -> u64 {
@@ -88,6 +167,27 @@ impl App {
 
     fn id(&self, prefix: &str) -> String {
         format!("{prefix}-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Completes once no request is in flight.
+    pub(crate) async fn idle(&self) {
+        let _ = self.in_flight.subscribe().wait_for(|&n| n == 0).await;
+    }
+}
+
+/// One request in flight, from its queueing to the end of its answer.
+struct InFlight(Arc<App>);
+
+impl InFlight {
+    fn new(app: &Arc<App>) -> Self {
+        app.in_flight.send_modify(|n| *n += 1);
+        Self(Arc::clone(app))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.send_modify(|n| *n -= 1);
     }
 }
 
@@ -105,7 +205,7 @@ async fn require_key(State(app): State<Arc<App>>, request: Request, next: Next) 
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_token);
         if !given.is_some_and(|given| same_bytes(given.as_bytes(), key.as_bytes())) {
             return ApiError::status(
                 StatusCode::UNAUTHORIZED,
@@ -116,6 +216,15 @@ async fn require_key(State(app): State<Arc<App>>, request: Request, next: Next) 
         }
     }
     next.run(request).await
+}
+
+/// The credentials of a `Bearer` authorization: the scheme in any case,
+/// then one or more spaces (RFC 7235: `bearer  KEY`, `BEARER KEY`).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches([' ', '\t']))
 }
 
 /// Compares without stopping at the first difference (no timing hint).
@@ -391,7 +500,10 @@ async fn run(
     sampling: Sampling,
     logprobs: Option<usize>,
 ) -> Response {
-    if app.stopping.load(Ordering::Relaxed) {
+    // Counted before the check, so shutdown either waits for this request
+    // or this request sees it began.
+    let in_flight = InFlight::new(app);
+    if app.stopping.load(Ordering::SeqCst) {
         return ApiError::status(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server is shutting down",
@@ -447,6 +559,7 @@ async fn run(
         created: unix_now(),
         n: sampling.n,
         logprobs,
+        _in_flight: in_flight,
     };
     if sampling.stream {
         answer
@@ -465,7 +578,8 @@ struct Choice {
     finish_reason: Option<&'static str>,
     n_prompt: usize,
     n_generated: usize,
-    error: Option<String>,
+    /// Why the choice has no answer: the request fails with it.
+    error: Option<ApiError>,
     /// Characters of text before each token, for completions' `text_offset`.
     offset: usize,
 }
@@ -488,6 +602,8 @@ struct Answer {
     created: u64,
     n: usize,
     logprobs: Option<usize>,
+    /// Held until the answer is sent or dropped.
+    _in_flight: InFlight,
 }
 
 impl Answer {
@@ -558,6 +674,29 @@ impl Answer {
                 (text, entry)
             }
             Event::Done {
+                stop_reason: StopReason::Cancelled,
+                n_prompt,
+                n_generated,
+                ..
+            } => {
+                // Only shutdown (or the client hanging up) cancels: the text
+                // is truncated, and neither "stop" nor "length" says so.
+                choice.error = Some(
+                    ApiError::status(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "the server shut down before this answer was finished \
+                             ({n_generated} tokens generated); retry on another server"
+                        ),
+                    )
+                    .with_code("server_shutting_down")
+                    .retry_after(5),
+                );
+                choice.n_prompt = n_prompt;
+                choice.n_generated = n_generated;
+                (String::new(), None)
+            }
+            Event::Done {
                 text,
                 stop_reason,
                 n_prompt,
@@ -570,7 +709,7 @@ impl Answer {
                 (text, None)
             }
             Event::Failed(message) => {
-                choice.error = Some(message);
+                choice.error = Some(ApiError::status(StatusCode::BAD_REQUEST, message));
                 choice.finish_reason = Some("stop");
                 (String::new(), None)
             }
@@ -600,7 +739,7 @@ impl Answer {
             n_open -= usize::from(ends);
         }
         if let Some(error) = choices.iter().find_map(|c| c.error.clone()) {
-            return ApiError::status(StatusCode::BAD_REQUEST, error).into_response();
+            return error.into_response();
         }
         if choices.iter().any(|c| c.finish_reason.is_none()) {
             return ApiError::status(
@@ -729,8 +868,8 @@ impl Answer {
                 let (text, entry) = p.answer.apply(&mut p.choices[index], event);
                 if ends {
                     p.n_open -= 1;
-                    if let Some(error) = p.choices[index].error.clone() {
-                        let body = ApiError::status(StatusCode::BAD_REQUEST, error).body();
+                    if let Some(error) = &p.choices[index].error {
+                        let body = error.body();
                         return Some((Ok(SseEvent::default().data(body.to_string())), p));
                     }
                 }
@@ -753,5 +892,40 @@ impl Answer {
             }
         });
         Sse::new(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bearer_token, is_origin};
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_takes_any_run_of_spaces() {
+        for (value, token) in [
+            ("Bearer k1", Some("k1")),
+            ("bearer k1", Some("k1")),
+            ("BEARER   k1", Some("k1")),
+            ("Bearer\tk1 ", Some("k1")),
+            ("Basic k1", None),
+            ("Bearerk1", None),
+            ("Bearer", None),
+        ] {
+            assert_eq!(bearer_token(value), token, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn an_origin_is_a_scheme_and_host_without_a_path() {
+        for (text, ok) in [
+            ("*", true),
+            ("https://app.example", true),
+            ("http://localhost:5173", true),
+            ("https://app.example/", false),
+            ("app.example", false),
+            ("https://", false),
+            ("https://a b", false),
+        ] {
+            assert_eq!(is_origin(text), ok, "{text:?}");
+        }
     }
 }

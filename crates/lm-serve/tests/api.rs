@@ -1,10 +1,12 @@
 //! The endpoints in OpenAI's wire format, on the toy decoder: shapes,
 //! fields, streaming, errors naming the field.
 
-use lm_serve::ServeConfig;
-use serde_json::json;
+use std::time::{Duration, Instant};
 
-use crate::common::{TestServer, ToyText, request, toy_model};
+use lm_serve::ServeConfig;
+use serde_json::{Value, json};
+
+use crate::common::{TestServer, ToyText, gated, request, toy_model, wait_for};
 
 fn server() -> TestServer {
     TestServer::start(toy_model(), ToyText, ServeConfig::default())
@@ -15,7 +17,7 @@ fn completions_answer_in_openai_shape_with_usage() {
     let s = server();
     let (status, body) = s.post(
         "/v1/completions",
-        &json!({"prompt": "<start> the", "max_tokens": 5, "temperature": 0, "model": "anything"}),
+        &json!({"prompt": "<start> the", "max_tokens": 5, "temperature": 0, "model": "lm"}),
     );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["object"], "text_completion");
@@ -298,4 +300,219 @@ fn response_format_needs_a_vocabulary_and_text_is_free() {
                 "response_format": {"type": "text"}}),
     );
     assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn shutdown_answers_unfinished_requests_503_and_health_503_while_draining() {
+    // Both requests wait at the gate until the grace is over: the server
+    // must cancel them, and say so instead of a truncated "stop".
+    let (gated, gate) = gated(toy_model());
+    gate.close();
+    let grace = Duration::from_secs(2);
+    let mut s = TestServer::start(
+        gated,
+        ToyText,
+        ServeConfig {
+            shutdown_grace: grace,
+            parallel: 2,
+            ..ServeConfig::default()
+        },
+    );
+    let addr = s.addr;
+    let send = move |stream: bool| {
+        std::thread::spawn(move || {
+            let body = json!({"prompt": "<start>", "max_tokens": 500, "stream": stream,
+                              "logit_bias": {"6": -100}, "seed": 2})
+            .to_string();
+            request(addr, "POST", "/v1/completions", &[], body.as_bytes())
+        })
+    };
+    let (whole, streamed) = (send(false), send(true));
+    wait_for("both requests to run", || {
+        s.metric("lm_active_sequences") == 2.0
+    });
+    let stopped = Instant::now();
+    s.signal_stop();
+    // Draining: the socket still answers, /health and new work with 503.
+    wait_for("/health to answer 503", || {
+        request(addr, "GET", "/health", &[], b"").status == 503
+    });
+    let body = json!({"prompt": "<start>", "max_tokens": 1}).to_string();
+    let refused = request(addr, "POST", "/v1/completions", &[], body.as_bytes());
+    assert_eq!(refused.status, 503);
+    std::thread::sleep((grace + Duration::from_millis(300)).saturating_sub(stopped.elapsed()));
+    gate.open();
+
+    let whole = whole.join().unwrap();
+    assert_eq!(
+        whole.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&whole.body)
+    );
+    assert_eq!(whole.header("retry-after"), Some("5"));
+    assert_eq!(whole.json()["error"]["code"], "server_shutting_down");
+
+    let streamed = streamed.join().unwrap();
+    assert_eq!(streamed.status, 200);
+    let events = streamed.events();
+    let parsed: Vec<Value> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(
+        parsed
+            .iter()
+            .all(|e| e["choices"][0]["finish_reason"].is_null()),
+        "a cut-off stream reports no finish_reason: {events:?}"
+    );
+    let last = parsed.last().unwrap();
+    assert_eq!(last["error"]["code"], "server_shutting_down", "{events:?}");
+    assert_eq!(last["error"]["type"], "server_error");
+    s.stop().unwrap();
+}
+
+/// A request from a browser page at `origin`, with extra `headers`.
+fn from_origin(
+    s: &TestServer,
+    method: &str,
+    path: &str,
+    origin: &str,
+    headers: &[(&str, &str)],
+) -> crate::common::Response {
+    let mut all = vec![("Origin", origin)];
+    all.extend_from_slice(headers);
+    let body = if method == "POST" {
+        json!({"prompt": "<start>", "max_tokens": 1}).to_string()
+    } else {
+        String::new()
+    };
+    request(s.addr, method, path, &all, body.as_bytes())
+}
+
+#[test]
+fn cors_answers_preflight_without_the_key_and_marks_every_answer() {
+    let s = TestServer::start(
+        toy_model(),
+        ToyText,
+        ServeConfig {
+            api_key: Some("k1".into()),
+            cors_origins: vec!["https://app.example".into()],
+            ..ServeConfig::default()
+        },
+    );
+    let site = "https://app.example";
+    let preflight = from_origin(
+        &s,
+        "OPTIONS",
+        "/v1/chat/completions",
+        site,
+        &[
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            ),
+        ],
+    );
+    assert_eq!(preflight.status, 204);
+    assert_eq!(preflight.header("access-control-allow-origin"), Some(site));
+    assert!(
+        preflight
+            .header("access-control-allow-methods")
+            .is_some_and(|m| m.contains("POST"))
+    );
+    assert_eq!(
+        preflight.header("access-control-allow-headers"),
+        Some("authorization, content-type")
+    );
+    // Answers, errors included, carry the origin.
+    let ok = from_origin(
+        &s,
+        "POST",
+        "/v1/completions",
+        site,
+        &[("Authorization", "Bearer k1")],
+    );
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.header("access-control-allow-origin"), Some(site));
+    let unauthorized = from_origin(&s, "POST", "/v1/completions", site, &[]);
+    assert_eq!(unauthorized.status, 401);
+    assert_eq!(
+        unauthorized.header("access-control-allow-origin"),
+        Some(site)
+    );
+    let missing = from_origin(&s, "GET", "/nowhere", site, &[]);
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.header("access-control-allow-origin"), Some(site));
+    // Another origin gets nothing, and its preflight needs the key.
+    let other = from_origin(
+        &s,
+        "OPTIONS",
+        "/v1/completions",
+        "https://evil.example",
+        &[("Access-Control-Request-Method", "POST")],
+    );
+    assert_eq!(other.status, 401);
+    assert_eq!(other.header("access-control-allow-origin"), None);
+}
+
+#[test]
+fn cors_is_off_by_default_and_star_allows_any_origin() {
+    let s = server();
+    let r = from_origin(&s, "POST", "/v1/completions", "https://app.example", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    let star = TestServer::start(
+        toy_model(),
+        ToyText,
+        ServeConfig {
+            cors_origins: vec!["*".into()],
+            ..ServeConfig::default()
+        },
+    );
+    let r = from_origin(&star, "GET", "/v1/models", "http://localhost:5173", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    // A malformed origin is refused at start.
+    let bad = lm_serve::Server::bind(
+        std::sync::Arc::new(toy_model()),
+        std::sync::Arc::new(ToyText),
+        ServeConfig {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            cors_origins: vec!["https://app.example/".into()],
+            ..ServeConfig::default()
+        },
+    );
+    assert!(
+        matches!(
+            &bad,
+            Err(lm_serve::ServeError::InvalidSetting { name: "cors", .. })
+        ),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive_and_tolerates_extra_spaces() {
+    let s = TestServer::start(
+        toy_model(),
+        ToyText,
+        ServeConfig {
+            api_key: Some("k1".into()),
+            ..ServeConfig::default()
+        },
+    );
+    for (auth, status) in [
+        ("Bearer k1", 200),
+        ("bearer  k1", 200),
+        ("BEARER k1", 200),
+        ("Bearer   k1", 200),
+        ("Basic k1", 401),
+        ("Bearer k2", 401),
+    ] {
+        let r = request(s.addr, "GET", "/v1/models", &[("Authorization", auth)], b"");
+        assert_eq!(r.status, status, "{auth:?}");
+    }
 }

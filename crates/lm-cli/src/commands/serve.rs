@@ -23,6 +23,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let config = ServeConfig {
         addr: std::net::SocketAddr::new(args.host, args.port),
         api_key: args.api_key.clone(),
+        cors_origins: args.cors.clone(),
         parallel: to_usize(args.parallel),
         queue_len: to_usize(args.queue),
         max_body_bytes: to_usize(args.max_body_bytes),
