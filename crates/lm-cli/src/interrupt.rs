@@ -5,9 +5,9 @@
 //!
 //! ```text
 //! Ctrl-C ──> handler: press() sets REQUESTED ──> the step hook of generate
-//!            (a second Ctrl-C exits             or beam search (after_step)
-//!             at once with 130)                 returns ControlFlow::Break:
-//!                                               lm-decode stops, StopReason::Cancelled
+//!            (a second Ctrl-C gives the run      or beam search (after_step)
+//!             GRACE to print, then exits 130;    returns ControlFlow::Break:
+//!             a third exits at once)             lm-decode stops, StopReason::Cancelled
 //!                                                     │
 //!   generate: the Cancelled generation goes through the same output code
 //!   as a finished one, then `Interrupted` ──> main: `note: interrupted ...`, exit 130
@@ -23,15 +23,23 @@
 //! same [`press`] as the real handler; `prefill:N` presses it after the N-th
 //! chunk of the prompt is read. Nothing but tests should set it.
 //!
+//! Two presses close together are common (`timeout -s INT` signals the
+//! child and then its process group; an impatient double Ctrl-C), so the
+//! second press does not exit at once: the run still stops at its next step
+//! and prints what it has, and only if it has not ended within [`GRACE`]
+//! (a step stuck in a slow forward pass) does the process exit 130 without
+//! it. A third press exits at once.
+//!
 //! `chat` installs it too: Ctrl-C stops the current reply, [`reset`]
 //! re-arms it, and the chat goes back to the prompt (a second Ctrl-C during
-//! the same reply still exits at once). Only `generate` and `chat` install
+//! the same reply exits with 130 after [`GRACE`]). Only `generate` and `chat` install
 //! the handler; every other
 //! command keeps the default (Ctrl-C ends it at once; `train --out` never
 //! leaves a half-written file, it writes a temporary file and renames it).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -42,8 +50,14 @@ pub const EXIT_CODE: u8 = 130;
 /// generated token, `prefill:N` right after the N-th prompt chunk is read.
 pub const TEST_HOOK_VAR: &str = "LM_CLI_TEST_INTERRUPT_AFTER";
 
+/// How long a second Ctrl-C lets the run print what it has before the
+/// process exits without it.
+pub const GRACE: Duration = Duration::from_secs(2);
+
 /// Ctrl-C was pressed.
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Ctrl-C presses since the last [`reset`].
+static N_PRESSES: AtomicUsize = AtomicUsize::new(0);
 /// Steps taken so far in this run, all sequences together.
 static N_GENERATED: AtomicUsize = AtomicUsize::new(0);
 /// Prompt chunks read so far in this run, all sequences together.
@@ -77,7 +91,8 @@ pub struct TestHookError {
 }
 
 /// Installs the Ctrl-C handler: the first Ctrl-C asks the run to stop after
-/// its current step, a second one exits at once. Reads the test hook.
+/// its current step, a second one exits after [`GRACE`] unless the run has
+/// ended, a third exits at once. Reads the test hook.
 pub fn install() -> Result<()> {
     let press_after = match std::env::var_os(TEST_HOOK_VAR) {
         None => None,
@@ -128,13 +143,34 @@ pub fn after_prefill_chunk() -> bool {
 /// next one stops the next reply instead of exiting.
 pub fn reset() {
     REQUESTED.store(false, Ordering::SeqCst);
+    N_PRESSES.store(0, Ordering::SeqCst);
 }
 
-/// What Ctrl-C does (the handler, and the test hook).
+/// What Ctrl-C does (the handler, and the test hook): the first press asks
+/// the run to stop, the second starts the [`GRACE`] clock, the third exits.
 fn press() {
-    if REQUESTED.swap(true, Ordering::SeqCst) {
-        std::process::exit(i32::from(EXIT_CODE));
+    REQUESTED.store(true, Ordering::SeqCst);
+    match N_PRESSES.fetch_add(1, Ordering::SeqCst) {
+        0 => {}
+        1 => {
+            // On its own thread, so a third press is handled meanwhile.
+            let clock = std::thread::Builder::new()
+                .name("ctrl-c-grace".to_owned())
+                .spawn(|| {
+                    std::thread::sleep(GRACE);
+                    exit_interrupted();
+                });
+            if clock.is_err() {
+                exit_interrupted();
+            }
+        }
+        _ => exit_interrupted(),
     }
+}
+
+/// Ends the process as interrupted, without waiting for the run.
+fn exit_interrupted() -> ! {
+    std::process::exit(i32::from(EXIT_CODE))
 }
 
 fn test_hook() -> Option<TestPress> {

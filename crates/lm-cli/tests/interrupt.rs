@@ -254,3 +254,42 @@ fn ctrl_c_during_a_long_prefill_stops_between_prompt_chunks() {
     assert_eq!(run["stop_reason"], "max_new_tokens");
     assert_eq!(ids(&run["ids"]).len(), 5);
 }
+
+#[test]
+fn two_ctrl_c_close_together_still_print_what_was_generated() {
+    // Regression (issue 33): `timeout -s INT` (which signals the child and
+    // then its process group) and an impatient double Ctrl-C send two
+    // SIGINTs close together; the second one exited at once, in the middle
+    // of writing the report (before the fix, 4 runs of 4 printed a JSON cut
+    // short). Now it leaves the run `GRACE` (2 s) to print what it has, then
+    // exits 130.
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    let child = embedded(100_000_000, &["--json", "--top-logprobs", "5"]).spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let kill = || {
+        let status = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    kill();
+    std::thread::sleep(Duration::from_millis(10));
+    kill();
+    let started = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("not one whole JSON report ({e}): {stderr}"));
+    assert_eq!(report["stop_reason"], "cancelled");
+    let n_tokens = ids(&report["ids"]).len();
+    assert_eq!(report["steps"].as_array().unwrap().len(), n_tokens);
+    assert_eq!(
+        stderr.trim_end(),
+        format!("note: interrupted after {n_tokens} generated tokens")
+    );
+}
