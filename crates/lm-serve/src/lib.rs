@@ -32,6 +32,7 @@ mod request;
 mod routes;
 mod scheduler;
 mod state_size;
+mod surrogates;
 mod text;
 
 use std::future::Future;
@@ -78,7 +79,8 @@ pub struct ServeConfig {
     /// Prompts are read in chunks of this many tokens, one chunk per step,
     /// so a long prompt never stalls the running sequences for longer.
     pub prefill_chunk_len: NonZeroUsize,
-    /// The model's name in `/v1/models` and every response.
+    /// The model as the user named it (a name, or a file's path); the
+    /// server shows it by its short id ([`ServeConfig::model_id`]).
     pub model_name: String,
     /// The prefix cache's budget: finished sequences' states are kept up to
     /// this many bytes (least recently used dropped first), and a request
@@ -99,6 +101,30 @@ impl Default for ServeConfig {
             prefill_chunk_len: NonZeroUsize::new(512).expect("not zero"),
             model_name: "lm".to_owned(),
             cache_bytes: 256 << 20,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// The served model's id, in `/v1/models` and every response, and the
+    /// name a request's `model` must give: `model_name`, or the file stem
+    /// when it is a path (`/models/SmolLM2-135M-Instruct-Q4_1.gguf` ->
+    /// `SmolLM2-135M-Instruct-Q4_1`), so no answer shows where the file is.
+    ///
+    /// ```
+    /// let config = lm_serve::ServeConfig {
+    ///     model_name: "/models/SmolLM2-135M-Instruct-Q4_1.gguf".into(),
+    ///     ..Default::default()
+    /// };
+    /// assert_eq!(config.model_id(), "SmolLM2-135M-Instruct-Q4_1");
+    /// ```
+    pub fn model_id(&self) -> String {
+        let name = &self.model_name;
+        let path = std::path::Path::new(name);
+        let is_path = name.contains(std::path::is_separator) || name.ends_with(".gguf");
+        match path.file_stem() {
+            Some(stem) if is_path => stem.to_string_lossy().into_owned(),
+            _ => name.clone(),
         }
     }
 }
@@ -157,6 +183,7 @@ impl Server {
         let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
         let cancel = Arc::new(AtomicBool::new(false));
         let app = Arc::new(App {
+            model_id: config.model_id(),
             vocab_size: model.vocab_size(),
             context_length: model.context_length(),
             end_tokens: text.end_tokens(),

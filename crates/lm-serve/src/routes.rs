@@ -29,6 +29,7 @@ use crate::formats::FormatCache;
 use crate::metrics::Metrics;
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Event, Job, JobQueue};
+use crate::surrogates::replace_lone_surrogates;
 use crate::text::ServedText;
 
 /// Most new tokens a request may ask of a model without a context bound.
@@ -38,6 +39,9 @@ const DEFAULT_COMPLETION_TOKENS: u64 = 16;
 
 /// What every handler shares.
 pub(crate) struct App {
+    /// The id the model is served as: `/v1/models`, each answer's `model`,
+    /// and what a request's `model` is compared with.
+    pub(crate) model_id: String,
     pub(crate) text: Arc<dyn ServedText>,
     pub(crate) queue: Arc<JobQueue>,
     pub(crate) metrics: Arc<Metrics>,
@@ -90,9 +94,13 @@ pub(crate) fn is_origin(text: &str) -> bool {
         return false;
     };
     !scheme.is_empty()
-        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
         && !host.is_empty()
-        && host.bytes().all(|b| b.is_ascii_graphic() && !b"/?#".contains(&b))
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"/?#".contains(&b))
 }
 
 /// CORS for `--cors` origins: a preflight (`OPTIONS` with
@@ -103,19 +111,16 @@ pub(crate) fn is_origin(text: &str) -> bool {
 /// them.
 async fn cors(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let origins = &app.config.cors_origins;
-    let allowed = request
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|origin| {
-            if origins.iter().any(|o| o == "*") {
-                Some(HeaderValue::from_static("*"))
-            } else {
-                origins
-                    .iter()
-                    .any(|o| o.as_bytes() == origin.as_bytes())
-                    .then(|| origin.clone())
-            }
-        });
+    let allowed = request.headers().get(header::ORIGIN).and_then(|origin| {
+        if origins.iter().any(|o| o == "*") {
+            Some(HeaderValue::from_static("*"))
+        } else {
+            origins
+                .iter()
+                .any(|o| o.as_bytes() == origin.as_bytes())
+                .then(|| origin.clone())
+        }
+    });
     let Some(allow_origin) = allowed else {
         return next.run(request).await;
     };
@@ -161,8 +166,9 @@ fn unix_now() -> u64 {
 }
 
 impl App {
-    fn model_name(&self) -> &str {
-        &self.config.model_name
+    /// The served model's id ([`crate::ServeConfig::model_id`]).
+    pub(crate) fn model_id(&self) -> &str {
+        &self.model_id
     }
 
     fn id(&self, prefix: &str) -> String {
@@ -252,7 +258,7 @@ async fn models(State(app): State<Arc<App>>) -> Response {
     axum::Json(json!({
         "object": "list",
         "data": [{
-            "id": app.model_name(),
+            "id": app.model_id(),
             "object": "model",
             "created": app.created,
             "owned_by": "lm",
@@ -281,7 +287,7 @@ fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
         };
         ApiError::status(status, message)
     })?;
-    serde_json::from_slice(&bytes)
+    serde_json::from_slice(&replace_lone_surrogates(&bytes))
         .map_err(|e| ApiError::invalid("body", format!("the request body is not valid JSON: {e}")))
 }
 
@@ -770,7 +776,7 @@ impl Answer {
             "id": self.id,
             "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion" },
             "created": self.created,
-            "model": self.app.model_name(),
+            "model": self.app.model_id(),
             "choices": body_choices,
             "usage": Self::usage(&choices),
         }))
@@ -807,7 +813,7 @@ impl Answer {
             "id": self.id,
             "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion.chunk" },
             "created": self.created,
-            "model": self.app.model_name(),
+            "model": self.app.model_id(),
             "choices": [choice],
         })
     }

@@ -516,3 +516,40 @@ fn the_bearer_scheme_is_case_insensitive_and_tolerates_extra_spaces() {
         assert_eq!(r.status, status, "{auth:?}");
     }
 }
+
+#[test]
+fn a_lone_surrogate_escape_is_read_as_the_replacement_character() {
+    let s = server();
+    // The text reaches the tokenizer as U+FFFD (which the toy does not know).
+    let body = br#"{"content": "<start> \ud800"}"#;
+    let r = request(s.addr, "POST", "/tokenize", &[], body);
+    assert_eq!(r.status, 400);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("'\u{FFFD}'"), "{message}");
+    // Anywhere in a request: a stop string, an ignored field, a pair cut
+    // in two halves.
+    let body = br#"{"prompt": "<start> the", "max_tokens": 2, "stop": ["\udc00", "\ud83d"],
+                    "user": "x\ud83d\ude00\ud83d"}"#;
+    let r = request(s.addr, "POST", "/v1/completions", &[], body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+#[test]
+fn models_shows_a_path_by_its_file_stem() {
+    let s = TestServer::start(
+        toy_model(),
+        ToyText,
+        ServeConfig {
+            model_name: "/srv/models/SmolLM2-135M-Instruct-Q4_1.gguf".into(),
+            ..ServeConfig::default()
+        },
+    );
+    let id = "SmolLM2-135M-Instruct-Q4_1";
+    assert_eq!(s.get("/v1/models").json()["data"][0]["id"], id);
+    let (status, body) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "<start>", "max_tokens": 1, "model": id}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], id);
+}
