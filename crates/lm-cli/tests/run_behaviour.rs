@@ -141,3 +141,53 @@ fn enumerate_holds_only_the_continuations_it_shows() {
     );
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn a_context_length_beyond_the_models_is_a_warning_and_in_the_json() {
+    // Regression (issue 33): `-c 100000` on a model trained for 16 tokens
+    // was silently clamped to 16.
+    let model = crate::common::fixture("hostile/gguf/valid-tiny-llama.gguf");
+    let warning = "warning: --context-length 100000 is beyond the model's trained length of 16; the context stays 16";
+    let run = Cli::new("generate")
+        .model(model.display())
+        .opt("--prompt", "hello")
+        .opt("-c", 100_000)
+        .n(2)
+        .seed(1)
+        .arg("--json")
+        .ok();
+    assert!(run.stderr.lines().any(|l| l == warning), "{}", run.stderr);
+    let report = run.json();
+    assert_eq!(report["settings"]["context_length"], 16);
+    assert_eq!(report["settings"]["context_length_requested"], 100_000);
+    // Within the model's length: no warning, no field.
+    let run = Cli::new("generate")
+        .model(model.display())
+        .opt("--prompt", "hello")
+        .opt("-c", 8)
+        .n(2)
+        .seed(1)
+        .arg("--json")
+        .ok();
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    assert_eq!(run.json()["settings"]["context_length"], 8);
+    assert!(
+        run.json()["settings"]
+            .get("context_length_requested")
+            .is_none()
+    );
+    // score and enumerate warn the same way.
+    for cli in [
+        Cli::new("score")
+            .model(model.display())
+            .opt("--prompt", "hello")
+            .opt("--continuation", " world"),
+        Cli::new("enumerate")
+            .model(model.display())
+            .opt("--prompt", "hello")
+            .opt("--steps", 1),
+    ] {
+        let run = cli.opt("-c", 100_000).ok();
+        assert!(run.stderr.lines().any(|l| l == warning), "{}", run.stderr);
+    }
+}

@@ -227,6 +227,24 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     .find_map(|(flag, given)| given.then_some(flag))
 }
 
+/// `--context-length` (`requested`) beyond the model's trained length: the
+/// bound stays the model's (`lm_core::Bounded` only tightens one), and a
+/// `warning:` line says so. Returns the length asked for when it was
+/// beyond, for `--json`.
+pub(crate) fn context_beyond_model(
+    requested: Option<u64>,
+    context_length: Option<usize>,
+) -> Option<usize> {
+    let requested = to_usize(requested?);
+    let max = context_length?;
+    (requested > max).then(|| {
+        eprintln!(
+            "warning: --context-length {requested} is beyond the model's trained length of {max}; the context stays {max}"
+        );
+        requested
+    })
+}
+
 pub(crate) fn to_usize(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
@@ -279,6 +297,8 @@ impl ModelTask for Generate {
                 .map(|text| codec.end_token_id(text))
                 .collect::<Result<Vec<_>>>()?
         };
+        let context_length_requested =
+            context_beyond_model(args.model.context_length, model.context_length());
         let max_new_tokens = args.max_new_tokens.unwrap_or(DEFAULT_MAX_NEW_TOKENS);
         let fitted = fit_prompt(
             &prompt_ids,
@@ -334,6 +354,7 @@ impl ModelTask for Generate {
             stop: args.stop.clone(),
             num_beams,
             context_length: model.context_length(),
+            context_length_requested,
             draft: args.draft.as_ref().map(ToString::to_string),
             draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
             ..Settings::of_policy(&sampling, banned_by_bias, draws)

@@ -210,6 +210,10 @@ pub struct Settings {
     pub num_beams: usize,
     /// The context bound the loop ran under.
     pub context_length: Option<usize>,
+    /// `--context-length` when it asked for more than the model's trained
+    /// length: the loop ran under `context_length`, the model's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_length_requested: Option<usize>,
     /// The `--draft` drafter (`prompt-lookup` or the draft model's spec), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft: Option<String>,
