@@ -17,6 +17,7 @@
 mod cli;
 mod commands;
 mod draft;
+mod files;
 mod interrupt;
 mod output;
 mod printer;

@@ -27,6 +27,7 @@ use lm_model::catalog::{KNOWN_MODELS, KnownModel};
 use lm_model::ngram::{self, COMPACT_MAGIC, NgramModel, TrainOptions, Utf8Policy};
 use lm_model::{Decoder, Toy};
 
+use crate::files::{self, Input};
 use crate::text::TextCodec;
 
 /// Which model the user asked for.
@@ -61,6 +62,14 @@ pub enum SpecError {
     /// `count:` without a file.
     #[error("model spec 'count:' needs a file, e.g. count:model.arpa")]
     EmptyCountPath,
+    /// A directory, device or FIFO given as a model file.
+    #[error("model spec '{spec}' is a {kind}, not a model file")]
+    NotAFile {
+        /// What was typed.
+        spec: String,
+        /// What it is: `directory`, `fifo`, ...
+        kind: &'static str,
+    },
     /// An ARPA file given without `count:`.
     #[error("model spec '{spec}' is an ARPA file: a count model is given as count:{spec}")]
     ArpaWithoutCount {
@@ -89,6 +98,14 @@ impl FromStr for ModelSpec {
         if lowercase.ends_with(".gguf") || starts_with_gguf_magic(Path::new(spec)) {
             return Ok(Self::Gguf(PathBuf::from(spec)));
         }
+        if let Ok(metadata) = std::fs::metadata(spec)
+            && !metadata.is_file()
+        {
+            return Err(SpecError::NotAFile {
+                spec: spec.to_owned(),
+                kind: files::kind_name(metadata.file_type()),
+            });
+        }
         if lowercase.ends_with(".arpa") || lowercase.ends_with(".arpa.gz") {
             return Err(SpecError::ArpaWithoutCount {
                 spec: spec.to_owned(),
@@ -107,12 +124,12 @@ fn known_names() -> String {
 }
 
 /// Whether `path` is a file that starts with GGUF's magic bytes, so a GGUF
-/// file is recognised whatever its name (an unreadable path is not).
+/// file is recognised whatever its name (an unreadable path is not, and a
+/// FIFO is never opened: that would wait for a writer).
 fn starts_with_gguf_magic(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    File::open(path)
-        .and_then(|mut file| file.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"GGUF")
+    files::open_input(path, Input::File)
+        .is_ok_and(|mut file| file.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
 }
 
 impl fmt::Display for ModelSpec {
@@ -226,11 +243,13 @@ impl ModelSpec {
 
 /// The text side of a GGUF file, without building its weights.
 fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
+    open(path)?;
     Ok(TextCodec::Bpe(Box::new(lm::GgufText::open(path)?)))
 }
 
 /// A GGUF model through the one loader.
 fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
+    open(path)?;
     let lm::GgufModel { decoder, text } = lm::load_gguf(path)?;
     Ok((
         Backend::Llama(Box::new(decoder)),
@@ -273,7 +292,7 @@ pub enum CountFileError {
 }
 
 /// How much of a file the text-or-binary check reads.
-const SNIFF_BYTES: u64 = 4096;
+const SNIFF_BYTES: u64 = files::SNIFF_BYTES as u64;
 
 /// The gzip magic number (RFC 1952).
 const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
@@ -302,8 +321,10 @@ fn is_arpa_marker(line: &[u8]) -> bool {
             .is_some_and(|order| !order.is_empty() && order.iter().all(u8::is_ascii_digit))
 }
 
-/// Reads the whole file once: binary input is refused, a file with an ARPA
-/// marker on any line is ARPA, anything else is a corpus.
+/// Reads the whole file once: binary input is refused (a NUL in the first
+/// [`SNIFF_BYTES`] before anything reads on, so a file of zeros is not held
+/// whole as one line), a file with an ARPA marker on any line is ARPA,
+/// anything else is a corpus.
 fn count_file_kind(path: &Path) -> Result<CountFileKind> {
     let context = || format!("reading {}", path.display());
     let mut reader = open_count_file(path)?;
@@ -314,6 +335,7 @@ fn count_file_kind(path: &Path) -> Result<CountFileKind> {
     {
         return Ok(CountFileKind::Compact);
     }
+    files::refuse_binary(&mut reader, path)?;
     let mut line = Vec::new();
     let mut offset: u64 = 0;
     let mut head = Vec::new();
@@ -357,6 +379,8 @@ fn count_file_kind(path: &Path) -> Result<CountFileKind> {
     })
 }
 
+/// Opens a model file: a missing one is [`LoadError::FileMissing`]; a
+/// directory, a device or a FIFO is refused by name before it is read.
 fn open(path: &Path) -> Result<File> {
     if !path.exists() {
         return Err(LoadError::FileMissing {
@@ -364,7 +388,7 @@ fn open(path: &Path) -> Result<File> {
         }
         .into());
     }
-    File::open(path).with_context(|| format!("opening {}", path.display()))
+    Ok(files::open_input(path, Input::File)?)
 }
 
 /// Reads an ARPA or compact model, or trains a trigram Kneser-Ney model on a

@@ -12,6 +12,7 @@ mod generate;
 mod hostile_inputs;
 mod interrupt;
 mod kernel_paths;
+mod output_files;
 mod probs;
 mod readme;
 mod run_behaviour;

@@ -1,16 +1,18 @@
 //! `lm-cli train`: count n-grams in a corpus, estimate a model, write it as
-//! an ARPA file. The file is written under a temporary name in the target
-//! folder and renamed when complete, so an interrupted run never leaves a
-//! half-written model behind. Progress goes to stderr, only on a terminal.
+//! an ARPA file (`--out -`: to stdout). The output is checked before the
+//! corpus is read and written through [`OutputFile`]: a regular file under a
+//! temporary name beside it, renamed when complete (so an interrupted run
+//! never leaves a half-written model behind), a device or FIFO written
+//! through, the corpus itself refused. Progress goes to stderr, only on a
+//! terminal.
 
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
-use std::path::Path;
+use std::io::{self, BufReader};
 
 use anyhow::{Context, Result};
 use lm_model::ngram::{self, Discount, MAX_ORDER, NgramError, Smoothing, TrainOptions, Utf8Policy};
 
 use crate::cli::{SmoothingArg, TrainArgs, UsageError};
+use crate::files::{self, Input, OutputFile};
 use crate::progress::terminal_bar;
 
 /// Runs `lm-cli train`.
@@ -36,11 +38,22 @@ pub fn run(args: TrainArgs) -> Result<()> {
         prune: Vec::new(),
     };
     let corpus = &args.corpus;
-    let file =
-        File::open(corpus).with_context(|| format!("opening the corpus {}", corpus.display()))?;
-    let n_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let progress = terminal_bar(n_bytes, "counting {bar:40} {bytes}/{total_bytes} ({eta})");
-    let model = ngram::train(BufReader::new(file), &options, |n_read| {
+    // The output is checked (and a FIFO's reader waited for) before the
+    // corpus is read, so a path that cannot be written fails at once.
+    let out = OutputFile::create(&args.out, true)?;
+    let file = files::open_input(corpus, Input::FileOrPipe)
+        .with_context(|| format!("opening the corpus {}", corpus.display()))?;
+    let metadata = file
+        .metadata()
+        .with_context(|| format!("opening the corpus {}", corpus.display()))?;
+    out.refuse_input(corpus, &metadata)?;
+    let mut reader = BufReader::new(file);
+    files::refuse_binary(&mut reader, corpus)?;
+    let progress = terminal_bar(
+        metadata.len(),
+        "counting {bar:40} {bytes}/{total_bytes} ({eta})",
+    );
+    let model = ngram::train(reader, &options, |n_read| {
         if let Some(bar) = &progress {
             bar.set_position(n_read);
         }
@@ -61,48 +74,24 @@ pub fn run(args: TrainArgs) -> Result<()> {
         };
         format!("training on {}{hint}", corpus.display())
     })?;
-    write_atomically(&args.out, |out| Ok(model.write_arpa(out)?))?;
+    let to_stdout = out.is_stdout();
+    out.write(|out| model.write_arpa(out).map_err(io::Error::other))?;
     for fallback in model.discount_fallbacks() {
         eprintln!("note: {fallback}");
     }
     let counts: Vec<String> = (1..=model.order())
         .map(|m| format!("{} {m}-grams", model.n_ngrams(m)))
         .collect();
+    let written = if to_stdout {
+        "the model to stdout".to_owned()
+    } else {
+        args.out.display().to_string()
+    };
     eprintln!(
-        "wrote {}: order {}, {} words, {}",
-        args.out.display(),
+        "wrote {written}: order {}, {} words, {}",
         model.order(),
         model.vocab().len(),
         counts.join(", ")
     );
-    Ok(())
-}
-
-/// Writes `path` through a temporary file in the same folder, renamed into
-/// place only after `write` succeeded and the data reached the disk.
-fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
-    let folder = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    // Temporary files are private (0600); the model file is an ordinary
-    // readable file like any other output (0644 on Unix).
-    let mut builder = tempfile::Builder::new();
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let temp = builder
-        .tempfile_in(folder)
-        .with_context(|| format!("creating a temporary file in {}", folder.display()))?;
-    let mut out = BufWriter::new(temp);
-    write(&mut out).with_context(|| format!("writing {}", path.display()))?;
-    let temp = out
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .with_context(|| format!("writing {}", path.display()))?;
-    temp.as_file()
-        .sync_all()
-        .with_context(|| format!("writing {}", path.display()))?;
-    temp.persist(path)
-        .with_context(|| format!("renaming the temporary file to {}", path.display()))?;
     Ok(())
 }

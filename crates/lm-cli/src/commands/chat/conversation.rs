@@ -1,6 +1,11 @@
 //! The messages of a chat: the system message, then user and assistant
-//! turns; fitting them to the context by dropping the oldest turns; and the
-//! `/save` file.
+//! turns; fitting them to the context by leaving the oldest turns out of the
+//! prompt (they stay in the conversation); and the `/save` file.
+//!
+//! ```text
+//! messages: [system] [turn 1] [turn 2] [turn 3] [turn 4] [last message]
+//!                    └── n_dropped ──┘ └──── the prompt's window ─────┘
+//! ```
 
 use std::path::Path;
 
@@ -9,11 +14,21 @@ use lm_core::TokenId;
 use lm_tokenize::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::files::{self, OutputFile};
+
+/// The largest conversation file `/load` reads: far more text than any
+/// model's context holds, and a bound on what a wrong path can make it read.
+pub const MAX_CONVERSATION_BYTES: u64 = 16 << 20;
+
 /// A conversation: an optional system message, then the turns.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conversation {
-    /// Every message, a system message first if there is one.
+    /// Every message, a system message first if there is one, including the
+    /// turns left out of the prompt (so `/save` and `--json` keep them).
     pub messages: Vec<Message>,
+    /// How many messages after the system message the prompt leaves out.
+    #[serde(skip)]
+    n_dropped: usize,
 }
 
 /// The conversation does not fit even with every earlier turn dropped.
@@ -59,6 +74,19 @@ impl Conversation {
     pub fn clear(&mut self) {
         let n_system = usize::from(self.has_system());
         self.messages.truncate(n_system);
+        self.n_dropped = 0;
+    }
+
+    /// The messages the prompt holds: the system message and the turns
+    /// after the dropped ones.
+    pub fn in_context(&self) -> Vec<Message> {
+        let first_turn = usize::from(self.has_system());
+        let start = (first_turn + self.n_dropped).min(self.messages.len());
+        self.messages[..first_turn]
+            .iter()
+            .chain(&self.messages[start..])
+            .cloned()
+            .collect()
     }
 
     /// Appends a message.
@@ -78,9 +106,10 @@ impl Conversation {
     }
 
     /// The prompt ids of the conversation (`render` turns messages into
-    /// ids), after dropping the oldest turns after the system message until
-    /// the prompt has at most `budget` tokens. Returns the ids and how many
-    /// messages were dropped; the last message is never dropped.
+    /// ids), after leaving out the oldest turns after the system message
+    /// until the prompt has at most `budget` tokens. Returns the ids and how
+    /// many more messages were left out; the last message never is. When
+    /// even that does not fit, nothing more is left out.
     pub fn fit(
         &mut self,
         budget: usize,
@@ -88,13 +117,15 @@ impl Conversation {
         render: impl Fn(&[Message]) -> Result<Vec<TokenId>>,
     ) -> Result<(Vec<TokenId>, usize)> {
         let first_turn = usize::from(self.has_system());
-        let mut n_dropped = 0;
+        let n_dropped_before = self.n_dropped;
         loop {
-            let ids = render(&self.messages)?;
+            let ids = render(&self.in_context())?;
             if ids.len() <= budget {
-                return Ok((ids, n_dropped));
+                return Ok((ids, self.n_dropped - n_dropped_before));
             }
-            if self.messages.len() <= first_turn + 1 {
+            let start = first_turn + self.n_dropped;
+            if self.messages.len() <= start + 1 {
+                self.n_dropped = n_dropped_before;
                 return Err(MessageTooLong {
                     n_tokens: ids.len(),
                     budget,
@@ -104,27 +135,29 @@ impl Conversation {
             }
             // The oldest turn: a message and the replies after it, up to the
             // next user message (or the last message, which stays).
-            let mut end = first_turn + 1;
+            let mut end = start + 1;
             while end < self.messages.len() - 1 && self.messages[end].role != "user" {
                 end += 1;
             }
-            n_dropped += end - first_turn;
-            self.messages.drain(first_turn..end);
+            self.n_dropped = end - first_turn;
         }
     }
 
-    /// Writes the conversation as JSON (`{"messages": [...]}`).
+    /// Writes the whole conversation as JSON (`{"messages": [...]}`), the
+    /// turns left out of the prompt too, as [`OutputFile`] writes any file.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self)?;
-        std::fs::write(path, json + "\n")
+        let json = serde_json::to_string_pretty(self)? + "\n";
+        OutputFile::create(path, false)
+            .and_then(|out| out.write(|out| out.write_all(json.as_bytes())))
             .with_context(|| format!("writing the conversation to {}", path.display()))
     }
 
-    /// Reads a conversation written by [`Conversation::save`].
+    /// Reads a conversation written by [`Conversation::save`]: a regular
+    /// file of at most [`MAX_CONVERSATION_BYTES`].
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
+        let bytes = files::read_capped(path, MAX_CONVERSATION_BYTES)
             .with_context(|| format!("reading a conversation from {}", path.display()))?;
-        let conversation: Self = serde_json::from_str(&text).with_context(|| {
+        let conversation: Self = serde_json::from_slice(&bytes).with_context(|| {
             format!(
                 "{} is not a saved conversation ({{\"messages\": [{{\"role\": ..., \"content\": ...}}]}})",
                 path.display()
@@ -164,15 +197,23 @@ mod tests {
         // Two turns (4 messages) go: 24 -> 18 -> 12 ids.
         let (ids, n_dropped) = conversation.fit(15, 64, render).unwrap();
         assert_eq!((ids.len(), n_dropped), (12, 4));
-        let contents: Vec<&str> = conversation
-            .messages
-            .iter()
-            .map(|m| m.content.as_str())
+        let contents: Vec<String> = conversation
+            .in_context()
+            .into_iter()
+            .map(|m| m.content)
             .collect();
         assert_eq!(
             contents,
             ["be kind", "question 2", "answer 2", "last question"]
         );
+        // The turns left out stay in the conversation (for /save, --json).
+        assert_eq!(conversation.messages, chat(3).messages);
+        // The next turn leaves out only what it must, from where it was.
+        conversation.push("assistant", "last answer");
+        conversation.push("user", "one more");
+        let (ids, n_dropped) = conversation.fit(15, 64, render).unwrap();
+        assert_eq!((ids.len(), n_dropped), (12, 2));
+        assert_eq!(conversation.in_context()[1].content, "last question");
         // What fits is left alone.
         let mut fits = chat(1);
         assert_eq!(fits.fit(100, 128, render).unwrap().1, 0);
@@ -188,7 +229,7 @@ mod tests {
             (too_long.n_tokens, too_long.budget, too_long.context_length),
             (6, 5, 16)
         );
-        assert_eq!(conversation.messages.len(), 2, "system and last message");
+        assert_eq!(conversation, chat(2), "nothing is left out for it");
     }
 
     #[test]
@@ -218,5 +259,42 @@ mod tests {
         std::fs::write(&path, "[1, 2]").unwrap();
         let error = format!("{:#}", Conversation::load(&path).unwrap_err());
         assert!(error.contains("is not a saved conversation"), "{error}");
+    }
+
+    #[test]
+    fn save_keeps_the_turns_left_out_of_the_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chat.json");
+        let mut conversation = chat(3);
+        let (_, n_dropped) = conversation.fit(15, 64, render).unwrap();
+        assert_eq!(n_dropped, 4);
+        conversation.save(&path).unwrap();
+        assert_eq!(Conversation::load(&path).unwrap(), chat(3));
+    }
+
+    #[test]
+    fn load_reads_only_a_regular_file_up_to_the_cap() {
+        let error = format!(
+            "{:#}",
+            Conversation::load(Path::new("/dev/zero")).unwrap_err()
+        );
+        assert!(
+            error.ends_with("/dev/zero is not a regular file (it is a character device)"),
+            "{error}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let error = format!("{:#}", Conversation::load(dir.path()).unwrap_err());
+        assert!(error.ends_with("is a directory"), "{error}");
+        let big = dir.path().join("big.json");
+        let file = std::fs::File::create(&big).unwrap();
+        file.set_len(MAX_CONVERSATION_BYTES + 1).unwrap();
+        let error = format!("{:#}", Conversation::load(&big).unwrap_err());
+        assert!(
+            error.ends_with(&format!(
+                "is {} bytes, more than the 16777216 bytes read at most",
+                MAX_CONVERSATION_BYTES + 1
+            )),
+            "{error}"
+        );
     }
 }
