@@ -558,7 +558,8 @@ pub struct TrainArgs {
     /// Use KenLM's fallback discounts when the corpus is too small to estimate them.
     #[arg(long)]
     pub discount_fallback: bool,
-    /// Where to write the ARPA file.
+    /// Where to write the ARPA file (`-`: stdout). A symlink is followed, a
+    /// device or FIFO written through, the corpus itself refused.
     #[arg(long, short = 'o', value_name = "FILE.arpa")]
     pub out: PathBuf,
 }

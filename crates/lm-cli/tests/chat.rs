@@ -2,7 +2,9 @@
 //! terminal's line editor is rustyline's): messages and commands, the KV
 //! cache kept between turns, literal user turns, Ctrl-C back to the prompt,
 //! old turns dropped to fit the context, the sampling flags and the `--json`
-//! transcript. Ignored until the model is fetched.
+//! transcript. Ignored until the model is fetched. `/save` after the
+//! context overflowed and `/load` of a device, a directory or a huge file run
+//! on the tiny chat model of `fixtures/hostile/gguf/` instead.
 
 use std::io::{Read, Write};
 use std::process::Stdio;
@@ -10,7 +12,7 @@ use std::process::Stdio;
 use lm_model::catalog::SMOLLM2;
 use serde_json::Value;
 
-use crate::common::{Cli, Run};
+use crate::common::{Cli, Run, fixture};
 
 /// `lm-cli chat --model smollm2` (fails naming the fetch command without it).
 fn chat() -> Cli {
@@ -268,4 +270,87 @@ fn chat_ends_quietly_when_stdout_is_closed() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("error"), "{stderr}");
+}
+
+/// `lm-cli chat` on the tiny chat model of `fixtures/hostile/gguf/` (its
+/// words are "hi" and "ab"; the template joins the messages with spaces),
+/// greedy, three tokens a reply: no download needed.
+fn tiny_chat() -> Cli {
+    Cli::new("chat")
+        .model(fixture("hostile/gguf/valid-chat-tiny-llama.gguf").display())
+        .arg("--greedy")
+        .n(3)
+}
+
+#[test]
+fn save_after_the_context_overflowed_keeps_every_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("chat.json");
+    let input = format!("hi ab\nab hi hi\nhi\n/save {}\n", saved.display());
+    let (report, run) = transcript(tiny_chat().opt("--context-length", 12), &input);
+    assert!(
+        run.stderr.contains("outgrew the context of 12 tokens"),
+        "{}",
+        run.stderr
+    );
+    let dropped: u64 = replies(&report)
+        .iter()
+        .map(|r| r["dropped_messages"].as_u64().unwrap())
+        .sum();
+    assert!(dropped >= 2, "{report}");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let saved_messages = messages(&file);
+    let users: Vec<&str> = saved_messages
+        .iter()
+        .filter(|(role, _)| role == "user")
+        .map(|(_, content)| content.as_str())
+        .collect();
+    assert_eq!(users, ["hi ab", "ab hi hi", "hi"], "every turn is saved");
+    assert_eq!(saved_messages.len(), 6, "{saved_messages:?}");
+    assert_eq!(saved_messages, messages(&report), "--json keeps them too");
+    assert!(run.stderr.contains("(saved 6 messages"), "{}", run.stderr);
+}
+
+#[test]
+fn load_refuses_a_device_a_directory_or_a_huge_file_and_the_chat_goes_on() {
+    // /dev/zero reached 23 GB before the fix: bounded here by a timeout and
+    // a 1 GB address space, so a regression fails instead of eating memory.
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.json");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len((16 << 20) + 1).unwrap();
+    let input = format!(
+        "/load /dev/zero\n/load {}\n/load {}\nhi\n",
+        dir.path().display(),
+        huge.display()
+    );
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("ulimit -v 1000000; exec timeout 20 \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_lm-cli"))
+        .args(tiny_chat().arg("--json").command().get_args())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    for note in [
+        "note: reading a conversation from /dev/zero: /dev/zero is not a regular file (it is a character device)",
+        "is a directory",
+        "huge.json is 16777217 bytes, more than the 16777216 bytes read at most",
+    ] {
+        assert!(stderr.contains(note), "{note:?} not in {stderr}");
+    }
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(replies(&report).len(), 1, "the chat went on: {report}");
 }

@@ -281,6 +281,20 @@ fn cases() -> Vec<Case> {
             "",
             Valid,
         ),
+        // A chat model small enough for lm-cli's chat tests (the words
+        // are "hi" and "ab"; the template joins the messages with spaces).
+        case(
+            "valid-chat-tiny-llama.gguf",
+            tiny_llama()
+                .set("llama.context_length", V::U32(4096))
+                .set(
+                    "tokenizer.chat_template",
+                    V::String("{% for m in messages %}{{ m.content }} {% endfor %}".into()),
+                )
+                .bytes(),
+            "",
+            Valid,
+        ),
         // --- header ---
         case(
             "wrong-magic.gguf",

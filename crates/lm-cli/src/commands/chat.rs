@@ -288,7 +288,8 @@ impl<M: LanguageModel> Session<'_, M> {
         if n_dropped > 0 {
             eprintln!(
                 "note: the conversation outgrew the context of {context_length} tokens: \
-                 dropped the {n_dropped} oldest messages after the system message"
+                 left the {n_dropped} oldest messages after the system message out of the \
+                 prompt (/save keeps them)"
             );
         }
         let config = GenerationConfig {
