@@ -68,7 +68,8 @@ pub enum Command {
     /// Score every continuation of a few tokens and rank them; see where greedy lands.
     #[command(after_help = ENUMERATE_HELP)]
     Enumerate(EnumerateArgs),
-    /// Split text into the model's tokens and show their ids.
+    /// Split text into the model's tokens and show their ids (a space shows
+    /// as ␣, a line break as \n, a tab as \t).
     #[command(after_help = TOKENIZE_HELP)]
     Tokenize(TokenizeArgs),
     /// Train a count (n-gram) model on a text corpus and write it as an ARPA file.
@@ -233,7 +234,8 @@ pub struct FilterArgs {
     #[arg(long, short = 't', visible_alias = "temp", value_name = "T", default_value_t = DEFAULT_TEMPERATURE,
           value_parser = parse_temperature, allow_negative_numbers = true)]
     pub temperature: f32,
-    /// Keep only the K most probable tokens.
+    /// Keep only the K most probable tokens (0: all of them, off, as in
+    /// llama.cpp and Hugging Face).
     #[arg(long, value_name = "K", value_parser = parse_top_k)]
     pub top_k: Option<usize>,
     /// Keep the fewest most probable tokens whose probabilities add up to P (nucleus sampling).
@@ -245,12 +247,17 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
+    /// `--top-k`, with 0 (off) as no filter.
+    pub fn top_k(&self) -> Option<usize> {
+        self.top_k.filter(|&k| k > 0)
+    }
+
     /// The sampling configuration of these flags; every other setting is
     /// lm-decode's default.
     pub fn sampling(&self) -> SamplingConfig {
         SamplingConfig {
             temperature: self.temperature,
-            top_k: self.top_k,
+            top_k: self.top_k(),
             top_p: self.top_p,
             min_p: self.min_p,
             ..SamplingConfig::default()
@@ -331,6 +338,10 @@ pub struct GenerateArgs {
     /// Wrap the prompt as one user message in the model's chat template.
     #[arg(long)]
     pub chat: bool,
+    /// Read escapes in the prompt: \n \t \r \\ \" \' and \xNN (ASCII);
+    /// another escape is an error (llama.cpp's -e).
+    #[arg(long, short = 'e', visible_alias = "escape")]
+    pub prompt_escape: bool,
     /// Keep special-token text (`<|im_start|>`) in the prompt literal, split
     /// as ordinary text, instead of reading it as the control token.
     #[arg(long, conflicts_with = "chat")]
@@ -404,10 +415,11 @@ pub struct GenerateArgs {
     /// reader that closes it stops the run); with --json, print --json-lines.
     #[arg(long, overrides_with = "no_stream")]
     pub stream: bool,
-    /// Print the text only at the end.
+    /// Print the text only at the end (a closed pipe is then seen only at the end).
     #[arg(long)]
     pub no_stream: bool,
-    /// Print a table of every step: prefix, chosen token, probabilities.
+    /// Print a table of every step: prefix, chosen token, probabilities (in
+    /// token cells a space shows as ␣, a line break as \n, a tab as \t).
     #[arg(long, conflicts_with = "json")]
     pub trace: bool,
     /// Print one JSON object with the ids, steps, stop reason and timing
@@ -463,7 +475,8 @@ pub struct ScoreArgs {
     /// The model and how to run it.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The context the continuation follows.
+    /// The context the continuation follows [default: none, the
+    /// continuation is scored from BOS].
     #[arg(
         long,
         short = 'p',
@@ -473,16 +486,11 @@ pub struct ScoreArgs {
     )]
     pub prompt: Option<String>,
     /// The tokens to score.
-    #[arg(
-        long,
-        value_name = "TEXT",
-        requires = "prompt",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub continuation: Option<String>,
     /// A whole sentence to score as KenLM's query does (count models only).
     #[arg(long, value_name = "TEXT", conflicts_with_all = ["prompt", "continuation"],
-          required_unless_present_any = ["prompt", "file"], allow_hyphen_values = true)]
+          required_unless_present_any = ["continuation", "file"], allow_hyphen_values = true)]
     pub text: Option<String>,
     /// The perplexity of a whole file: each line a sentence for a count
     /// model (KenLM's query), the whole text from its first token for any
@@ -524,9 +532,10 @@ pub struct TokenizeArgs {
     /// The model and how to run it.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The text to split.
+    /// The text to split; `-` reads it from stdin, as does no --text when
+    /// stdin is not a terminal (one final newline dropped, as `generate`).
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-    pub text: String,
+    pub text: Option<String>,
     /// Split the text as one user message in the model's chat template (the
     /// prompt `generate --chat` reads).
     #[arg(long)]
@@ -786,6 +795,9 @@ pub enum UsageError {
         /// The kind of model given.
         model: &'static str,
     },
+    /// `--prompt-escape` met an escape it does not know.
+    #[error("--prompt-escape: {0}")]
+    PromptEscape(crate::text::EscapeError),
     /// `generate` without --prompt, --file or text on stdin.
     #[error("no prompt: give --prompt TEXT, --file FILE, or pipe text on stdin")]
     NoPrompt,
@@ -834,8 +846,12 @@ fn parse_temperature(text: &str) -> Result<f32, String> {
     parse_checked(text, Temperature::new)
 }
 
+/// A `--top-k`: 0 is off (kept as 0 here, no filter in [`FilterArgs::top_k`]).
 fn parse_top_k(text: &str) -> Result<usize, String> {
-    parse_checked(text, TopK::new)
+    match parse_number::<usize>(text)? {
+        0 => Ok(0),
+        _ => parse_checked(text, TopK::new),
+    }
 }
 
 fn parse_top_p(text: &str) -> Result<f32, String> {

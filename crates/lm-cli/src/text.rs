@@ -337,6 +337,60 @@ fn toy_text(ids: &[TokenId]) -> String {
         .join(" ")
 }
 
+/// An escape `--prompt-escape` does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EscapeError {
+    /// A backslash followed by a character that is not a known escape.
+    #[error("unknown escape '\\{escape}' (known: \\n \\t \\r \\\\ \\\" \\' \\xNN)")]
+    Unknown {
+        /// What followed the backslash.
+        escape: char,
+    },
+    /// `\x` not followed by two hex digits of an ASCII character (00 to 7f).
+    #[error("'\\x{digits}' is not \\x and two hex digits of an ASCII character (00 to 7f)")]
+    BadHex {
+        /// What followed `\x` (up to two characters).
+        digits: String,
+    },
+    /// A backslash at the very end.
+    #[error("a lone backslash ends the prompt (write \\\\ for a backslash)")]
+    Trailing,
+}
+
+/// `text` with its escapes read, as llama.cpp's `-e` reads them: `\n`,
+/// `\t`, `\r`, `\\`, `\"`, `\'` and `\xNN` (an ASCII character, so the
+/// result stays UTF-8). Any other escape is an error naming it, never kept
+/// as typed or dropped.
+pub fn unescape(text: &str) -> Result<String, EscapeError> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let escaped = match chars.next().ok_or(EscapeError::Trailing)? {
+            'n' => '\n',
+            't' => '\t',
+            'r' => '\r',
+            '\\' => '\\',
+            '"' => '"',
+            '\'' => '\'',
+            'x' => {
+                let digits: String = chars.by_ref().take(2).collect();
+                u8::from_str_radix(&digits, 16)
+                    .ok()
+                    .filter(|&byte| digits.len() == 2 && byte.is_ascii())
+                    .map(char::from)
+                    .ok_or(EscapeError::BadHex { digits })?
+            }
+            escape => return Err(EscapeError::Unknown { escape }),
+        };
+        out.push(escaped);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,5 +414,31 @@ mod tests {
         assert_eq!(codec.encode("zebra, ok").unwrap(), vec![vocab.unk(); 3]);
         assert_eq!(codec.encode_prompt("").unwrap(), vec![vocab.bos()]);
         assert_eq!(codec.end_tokens(), vec![vocab.eos()]);
+    }
+
+    #[test]
+    fn prompt_escapes_are_read_and_unknown_ones_named() {
+        let ok = |text: &str, expected: &str| assert_eq!(unescape(text).as_deref(), Ok(expected));
+        ok(r"a\nb\tc\rd", "a\nb\tc\rd");
+        ok(r#"\\ \" \' \x41\x7f"#, "\\ \" ' A\u{7f}");
+        ok("no escapes, ünïcode", "no escapes, ünïcode");
+        assert_eq!(unescape(r"a\qb"), Err(EscapeError::Unknown { escape: 'q' }));
+        assert_eq!(
+            unescape(r"\x4"),
+            Err(EscapeError::BadHex {
+                digits: "4".to_owned()
+            })
+        );
+        assert_eq!(
+            unescape(r"\xff"),
+            Err(EscapeError::BadHex {
+                digits: "ff".to_owned()
+            })
+        );
+        assert_eq!(unescape("end\\"), Err(EscapeError::Trailing));
+        assert_eq!(
+            EscapeError::Unknown { escape: 'q' }.to_string(),
+            r#"unknown escape '\q' (known: \n \t \r \\ \" \' \xNN)"#
+        );
     }
 }

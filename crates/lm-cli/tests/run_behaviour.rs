@@ -191,3 +191,149 @@ fn a_context_length_beyond_the_models_is_a_warning_and_in_the_json() {
         assert!(run.stderr.lines().any(|l| l == warning), "{}", run.stderr);
     }
 }
+
+#[test]
+fn top_k_0_is_off_as_in_llama_cpp_and_hf() {
+    // Regression (issue 33): `--top-k 0` was exit 2 "top_k must be at least 1".
+    let run = |extra: &[&str]| {
+        Cli::toy("generate")
+            .n(5)
+            .seed(9)
+            .args(extra)
+            .arg("--json")
+            .ok()
+            .json()
+    };
+    let off = run(&["--top-k", "0"]);
+    let plain = run(&[]);
+    assert_eq!(off["ids"], plain["ids"]);
+    assert_eq!(off["settings"]["top_k"], serde_json::Value::Null);
+    let probs = |extra: &[&str]| {
+        Cli::new("probs")
+            .opt("--logits", "2,1,0")
+            .args(extra)
+            .arg("--json")
+            .ok()
+            .json()
+    };
+    assert_eq!(probs(&["--top-k", "0"]), probs(&[]));
+    assert_eq!(probs(&["--top-k", "0"])["policy"], "temperature 1 > sample");
+    // Beam search refuses a filter it cannot apply, but 0 is no filter.
+    Cli::toy("generate")
+        .opt("--num-beams", 2)
+        .opt("--top-k", 0)
+        .n(2)
+        .ok();
+}
+
+#[test]
+fn tokenize_reads_its_text_from_stdin_as_generate_does() {
+    // Regression (issue 33): `tokenize` required --text.
+    let given = Cli::new("tokenize")
+        .opt("--text", "And God said")
+        .ok()
+        .stdout;
+    assert!(given.starts_with("3 tokens\n"), "{given}");
+    let piped = Cli::new("tokenize").run_with_stdin("And God said\n");
+    assert_eq!(
+        (piped.code, piped.stdout.as_str()),
+        (Some(0), given.as_str())
+    );
+    let dash = Cli::new("tokenize")
+        .opt("--text", "-")
+        .run_with_stdin("And God said");
+    assert_eq!((dash.code, dash.stdout.as_str()), (Some(0), given.as_str()));
+    let empty = Cli::new("tokenize").run_with_stdin("");
+    assert_eq!(empty.code, Some(2), "{}", empty.stderr);
+    assert!(empty.stdout.is_empty());
+}
+
+#[test]
+fn prompt_escape_reads_escapes_and_names_an_unknown_one() {
+    // Regression (issue 33): there was no `--prompt-escape` (llama.cpp's -e).
+    let toy = |prompt: &str, extra: &[&str]| {
+        Cli::new("generate")
+            .model("toy")
+            .opt("--prompt", prompt)
+            .n(3)
+            .seed(2)
+            .args(extra)
+            .arg("--json")
+            .run()
+    };
+    let escaped = toy(r"<start>\tthe\ncat", &["-e"]);
+    assert_eq!(escaped.code, Some(0), "{}", escaped.stderr);
+    let report = escaped.json();
+    assert_eq!(report["prompt"], "<start>\tthe\ncat");
+    let plain = toy("<start> the cat", &[]).json();
+    assert_eq!(report["prompt_ids"], plain["prompt_ids"]);
+    assert_eq!(report["ids"], plain["ids"]);
+    // Without the flag, a backslash is text (and the toy knows no such word).
+    assert_eq!(toy(r"<start>\tthe", &[]).code, Some(1));
+    let unknown = toy(r"<start> \q", &["--prompt-escape"]);
+    assert_eq!(unknown.code, Some(2));
+    assert!(unknown.stdout.is_empty());
+    assert_eq!(
+        unknown.stderr.lines().next(),
+        Some(r#"error: --prompt-escape: unknown escape '\q' (known: \n \t \r \\ \" \' \xNN)"#)
+    );
+}
+
+#[test]
+fn whitespace_tokens_are_visible_in_tokenize_and_trace() {
+    // Regression (issue 33): a token of spaces printed as blanks.
+    let model = crate::common::fixture("hostile/gguf/valid-tiny-llama.gguf");
+    let run = Cli::new("tokenize")
+        .model(model.display())
+        .opt("--text", "h  a")
+        .ok();
+    let rows: Vec<&str> = run.stdout.lines().skip(2).collect();
+    assert_eq!(
+        rows,
+        ["       1  h", "       4  ␣", "       4  ␣", "       5  a"]
+    );
+    let trace = Cli::new("generate")
+        .model(model.display())
+        .opt("--prompt", "h")
+        .opt("--logit-bias", "4=100")
+        .n(1)
+        .seed(1)
+        .arg("--trace")
+        .ok()
+        .stdout;
+    let row = trace.lines().find(|l| l.starts_with("   1  ")).unwrap();
+    assert!(row.contains("  ␣  "), "{trace}");
+}
+
+#[test]
+fn score_scores_a_text_from_bos_without_a_prompt() {
+    // Regression (issue 33): `score --continuation` required `--prompt`, and
+    // `--prompt ""` on a GGUF model was "the prompt is empty".
+    let model = crate::common::fixture("hostile/gguf/valid-tiny-llama.gguf");
+    let score = |prompt: Option<&str>| {
+        let cli = Cli::new("score")
+            .model(model.display())
+            .opt("--continuation", "hab");
+        match prompt {
+            Some(prompt) => cli.opt("--prompt", prompt),
+            None => cli,
+        }
+        .json()
+    };
+    let report = score(None);
+    // BOS (id 0 in this file), then every token of the text is scored.
+    assert_eq!(report["prompt_ids"], serde_json::json!([0]));
+    assert_eq!(crate::common::ids(&report["ids"]), [1, 7]);
+    assert_eq!(crate::common::floats(&report["logprobs"]).len(), 2);
+    assert_eq!(score(Some("")), report);
+    // A model without BOS (the toy): the first token is the context, said
+    // in a note.
+    let toy = Cli::new("score")
+        .model("toy")
+        .opt("--continuation", "<start> the cat")
+        .arg("--json")
+        .ok();
+    assert!(toy.stderr.contains("has no BOS token"), "{}", toy.stderr);
+    assert_eq!(toy.json()["prompt_ids"], serde_json::json!([0]));
+    assert_eq!(crate::common::ids(&toy.json()["ids"]), [1, 2]);
+}

@@ -23,6 +23,7 @@
 use std::io::{IsTerminal, Read};
 use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -77,7 +78,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             return Err(UsageError::FlagIgnoredByBeams { flag }.into());
         }
     }
-    let prompt = read_prompt(&args)?;
+    let prompt = read_prompt(args.prompt.as_deref(), args.file.as_deref())?;
+    let prompt = if args.prompt_escape {
+        crate::text::unescape(&prompt).map_err(UsageError::PromptEscape)?
+    } else {
+        prompt
+    };
     crate::interrupt::install()?;
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
@@ -97,9 +103,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 /// file or stdin loses one final newline (as llama.cpp's `-f` does), so
 /// `echo TEXT |` and `--prompt TEXT` give the same prompt. No prompt at all
 /// (an empty stdin, or a terminal) is a usage error.
-fn read_prompt(args: &GenerateArgs) -> Result<String> {
-    let text = match (&args.prompt, &args.file) {
-        (Some(text), _) if text != "-" => return Ok(text.clone()),
+pub(crate) fn read_prompt(prompt: Option<&str>, file: Option<&Path>) -> Result<String> {
+    let text = match (prompt, file) {
+        (Some(text), _) if text != "-" => return Ok(text.to_owned()),
         (Some(_), _) => read_stdin()?,
         (None, Some(path)) => std::fs::read_to_string(path)
             .with_context(|| format!("reading the prompt from {}", path.display()))?,
@@ -217,7 +223,7 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     [
         ("--temperature", filters.temperature != default_temperature),
         ("--greedy", args.greedy),
-        ("--top-k", filters.top_k.is_some()),
+        ("--top-k", filters.top_k().is_some()),
         ("--top-p", filters.top_p.is_some()),
         ("--min-p", filters.min_p.is_some()),
         ("--seed", args.seed.is_some()),

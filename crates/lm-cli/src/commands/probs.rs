@@ -2,7 +2,7 @@
 //! computed by the same lm-decode `Sampler` the generator uses.
 
 use anyhow::Result;
-use lm_decode::Sampler;
+use lm_decode::{Sampler, SamplingConfig};
 
 use crate::cli::ProbsArgs;
 use crate::output::Output;
@@ -10,10 +10,11 @@ use crate::report::json::ProbsReport;
 
 /// Runs `lm-cli probs`.
 pub fn run(args: ProbsArgs) -> Result<()> {
-    let mut sampler = Sampler::new(&args.filters.sampling())?;
+    let config = args.filters.sampling();
+    let mut sampler = Sampler::new(&config)?;
     let logits = args.logits.0;
     let probs = sampler.policy(&logits, &[])?.to_vec();
-    let policy = format!("{sampler:?}");
+    let policy = describe_policy(&config);
     let mut out = Output::stdout();
     if args.json {
         return out.write_json(&ProbsReport {
@@ -31,4 +32,29 @@ pub fn run(args: ProbsArgs) -> Result<()> {
     }
     out.write_now(&text)?;
     Ok(())
+}
+
+/// The policy chain in the order the sampler runs it, in the flags' words
+/// (`temperature 0.5 > top-k 2 > sample`), not Rust's `Debug` of the
+/// sampler.
+fn describe_policy(config: &SamplingConfig) -> String {
+    let mut stages = vec![format!("temperature {}", config.temperature)];
+    if let Some(k) = config.top_k {
+        stages.push(format!("top-k {k}"));
+    }
+    if let Some(p) = config.top_p {
+        stages.push(format!("top-p {p}"));
+    }
+    if let Some(p) = config.min_p {
+        stages.push(format!("min-p {p}"));
+    }
+    stages.push(
+        if config.temperature == 0.0 {
+            "greedy"
+        } else {
+            "sample"
+        }
+        .to_owned(),
+    );
+    stages.join(" > ")
 }

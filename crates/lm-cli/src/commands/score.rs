@@ -19,7 +19,7 @@ use crate::cli::{ScoreArgs, UsageError};
 use crate::commands::generate::context_beyond_model;
 use crate::output::Output;
 use crate::report::json::{ScoreReport, SentenceScoreReport};
-use crate::report::{number, printable};
+use crate::report::{number, printable, token_label};
 use crate::spec::{Backend, ModelTask};
 use crate::text::TextCodec;
 
@@ -70,10 +70,10 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         };
         return print_sentence(&report, args.json);
     }
-    let (Some(prompt), Some(continuation)) = (args.prompt.clone(), args.continuation.clone())
-    else {
-        bail!("give --prompt and --continuation, or --text for a count model");
+    let Some(continuation) = args.continuation.clone() else {
+        bail!("give --continuation (and --prompt), or --text for a count model");
     };
+    let prompt = args.prompt.clone();
     loaded.run(
         options,
         Score {
@@ -86,7 +86,8 @@ pub fn run(args: ScoreArgs) -> Result<()> {
 }
 
 struct Score {
-    prompt: String,
+    /// The context; none (or empty) scores the continuation from BOS.
+    prompt: Option<String>,
     continuation: String,
     json: bool,
     /// `--context-length`, to warn when it is beyond the model's.
@@ -98,11 +99,33 @@ impl ModelTask for Score {
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         context_beyond_model(self.requested_context, model.context_length());
+        let prompt = self.prompt.as_deref().unwrap_or_default();
         if let TextCodec::Words(vocab) = codec {
-            note_unknown_words(vocab, &[&self.prompt, &self.continuation]);
+            note_unknown_words(vocab, &[prompt, &self.continuation]);
         }
-        let prompt_ids = codec.encode_prompt(&self.prompt)?;
-        let ids = codec.encode(&self.continuation)?;
+        let mut prompt_ids = codec.encode_prompt(prompt)?;
+        let mut ids = codec.encode(&self.continuation)?;
+        if prompt_ids.is_empty() {
+            // No context: from BOS, as `score --file` and llama-perplexity
+            // score; without BOS the first token is the context of the rest.
+            prompt_ids = match codec.bos_id() {
+                Some(bos) => {
+                    if ids.first() == Some(&bos) {
+                        ids.remove(0);
+                    }
+                    vec![bos]
+                }
+                None if ids.len() > 1 => {
+                    eprintln!(
+                        "note: no prompt and the model has no BOS token: the first token is the context of the rest and is not scored"
+                    );
+                    vec![ids.remove(0)]
+                }
+                None => bail!(
+                    "no prompt, no BOS token, and one token: there is nothing to score it after"
+                ),
+            };
+        }
         let score = lm_decode::score_continuation(model, &prompt_ids, &ids)?;
         let perplexity = score.perplexity();
         let (sequence_logprob, logprobs) = (score.logprob, score.logprobs);
@@ -123,7 +146,7 @@ impl ModelTask for Score {
         for ((id, token), lp) in report.ids.iter().zip(&report.tokens).zip(&report.logprobs) {
             text.push_str(&format!(
                 "{id:>8}  {:<20}  {lp:>10.4}  {:>8}\n",
-                printable(token),
+                token_label(token),
                 number(lp.exp(), 4)
             ));
         }

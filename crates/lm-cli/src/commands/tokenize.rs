@@ -5,19 +5,22 @@ use anyhow::Result;
 use lm_tokenize::Message;
 
 use crate::cli::TokenizeArgs;
+use crate::commands::generate::read_prompt;
 use crate::output::Output;
 use crate::report::json::TokenizeReport;
-use crate::report::printable;
+use crate::report::token_label;
 use crate::spec::ModelSpec;
 
 /// Runs `lm-cli tokenize`.
 pub fn run(args: TokenizeArgs) -> Result<()> {
+    // The text as `generate` reads its prompt: --text, `-` or piped stdin.
+    let text = read_prompt(args.text.as_deref(), None)?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
     let codec = spec.load_codec()?;
     let text = if args.chat {
-        codec.chat_prompt(&[Message::new("user", args.text.clone())])?
+        codec.chat_prompt(&[Message::new("user", text)])?
     } else {
-        args.text.clone()
+        text
     };
     let ids = if args.no_parse_special {
         codec.encode_literal(&text)?
@@ -31,7 +34,7 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
     }
     let mut text = format!("{} tokens\n{:>8}  token\n", ids.len(), "id");
     for (id, token) in ids.iter().zip(&tokens) {
-        text.push_str(&format!("{id:>8}  {}\n", printable(token)));
+        text.push_str(&format!("{id:>8}  {}\n", token_label(token)));
     }
     out.write_now(&text)?;
     Ok(())

@@ -20,6 +20,13 @@ pub fn printable(text: &str) -> String {
     out
 }
 
+/// A token's text as a table cell: [`printable`], with each space shown as
+/// `␣` (U+2423), so a token of spaces, or a leading space (` world`), is
+/// visible; line breaks and tabs are the escapes `\n`, `\t`.
+pub fn token_label(text: &str) -> String {
+    printable(text).replace(' ', "␣")
+}
+
 /// `x` with `decimals` decimals when that shows it (finite, below 1e6, and
 /// zero or at least half a unit of the last decimal); otherwise in
 /// scientific notation (`8.0000e99`, `1.2340e-101`), or `inf` / `-inf`. A

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use lm_core::TokenId;
 use lm_decode::{Candidate, DraftMark, Generation, Hypothesis, StageCounts, StopReason};
 
-use super::{printable, tail};
+use super::{printable, tail, token_label};
 use crate::text::TextCodec;
 
 /// The widest the prefix column gets; longer prefixes show their end.
@@ -169,7 +169,7 @@ struct Row {
 }
 
 fn token_cell(codec: &TextCodec, token: TokenId) -> String {
-    tail(&printable(&codec.token_text(token)), MAX_TOKEN_CHARS)
+    tail(&token_label(&codec.token_text(token)), MAX_TOKEN_CHARS)
 }
 
 fn counts_cell(counts: &StageCounts) -> String {
@@ -185,7 +185,7 @@ fn candidates_line(codec: &TextCodec, model: &[Candidate], policy: &[Candidate])
         candidates
             .iter()
             .map(|c| {
-                let text = printable(&codec.token_text(c.token));
+                let text = token_label(&codec.token_text(c.token));
                 format!("{text} #{} {:.4}", c.token, c.prob)
             })
             .collect::<Vec<_>>()
