@@ -408,7 +408,8 @@ pub struct GenerateArgs {
     #[arg(long, visible_alias = "n-probs", value_name = "N", default_value_t = 0)]
     pub top_logprobs: usize,
     /// What to do with a prompt longer than the context: error, or keep-head:N
-    /// (keep the first N tokens and the most recent ones).
+    /// (keep the first N tokens and the most recent ones, leaving room for
+    /// --max-new-tokens, at most half of what the head leaves).
     #[arg(long, value_name = "POLICY", default_value = "error", value_parser = parse_truncation)]
     pub truncate: Truncation,
     /// Print text as it is generated (the default, to a pipe too, so a
