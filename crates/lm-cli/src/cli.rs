@@ -799,6 +799,9 @@ pub enum UsageError {
     /// `--prompt-escape` met an escape it does not know.
     #[error("--prompt-escape: {0}")]
     PromptEscape(crate::text::EscapeError),
+    /// `tokenize` without --text or text on stdin.
+    #[error("no text: give --text TEXT, or pipe text on stdin")]
+    NoText,
     /// `generate` without --prompt, --file or text on stdin.
     #[error("no prompt: give --prompt TEXT, --file FILE, or pipe text on stdin")]
     NoPrompt,

@@ -245,6 +245,10 @@ fn tokenize_reads_its_text_from_stdin_as_generate_does() {
     assert_eq!((dash.code, dash.stdout.as_str()), (Some(0), given.as_str()));
     let empty = Cli::new("tokenize").run_with_stdin("");
     assert_eq!(empty.code, Some(2), "{}", empty.stderr);
+    assert_eq!(
+        empty.stderr.lines().next(),
+        Some("error: no text: give --text TEXT, or pipe text on stdin")
+    );
     assert!(empty.stdout.is_empty());
 }
 

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use lm_tokenize::Message;
 
-use crate::cli::TokenizeArgs;
+use crate::cli::{TokenizeArgs, UsageError};
 use crate::commands::generate::read_prompt;
 use crate::output::Output;
 use crate::report::json::TokenizeReport;
@@ -14,7 +14,12 @@ use crate::spec::ModelSpec;
 /// Runs `lm-cli tokenize`.
 pub fn run(args: TokenizeArgs) -> Result<()> {
     // The text as `generate` reads its prompt: --text, `-` or piped stdin.
-    let text = read_prompt(args.text.as_deref(), None)?;
+    let text = read_prompt(args.text.as_deref(), None).map_err(|error| {
+        match error.downcast_ref::<UsageError>() {
+            Some(UsageError::NoPrompt) => UsageError::NoText.into(),
+            _ => error,
+        }
+    })?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
     let codec = spec.load_codec()?;
     let text = if args.chat {
