@@ -777,18 +777,18 @@ fn cache_mask_truncation() -> Result<Vec<Claim>> {
             .quote("A context limit can require truncating a long prefix.")
             .quote("Decide which information is retained, including task instructions and recent conversation.")
             .check(
-                "refused; kept `<start> sat the dog` (2 dropped) + 1 new token",
+                "refused; kept `<start> the dog` (3 dropped) + 2 new tokens",
                 format!(
-                    "{}; kept `{}` ({} dropped) + {} new token",
+                    "{}; kept `{}` ({} dropped) + {} new tokens",
                     if refused { "refused" } else { "NOT refused" },
                     words(&kept.prompt),
                     kept.n_prompt_dropped,
                     kept.tokens.len()
                 ),
                 refused
-                    && words(&kept.prompt) == "<start> sat the dog"
-                    && kept.n_prompt_dropped == 2
-                    && kept.tokens.len() == 1,
+                    && words(&kept.prompt) == "<start> the dog"
+                    && kept.n_prompt_dropped == 3
+                    && kept.tokens.len() == 2,
             ),
     );
     Ok(claims)
