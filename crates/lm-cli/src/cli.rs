@@ -682,6 +682,18 @@ pub struct ServeArgs {
     /// its new tokens. 0 turns the cache off.
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
     pub cache_mb: u64,
+    /// Read special-token text in chat message contents (`<|im_start|>`) as control tokens.
+    /// Off by default, so a client cannot open a turn of its own.
+    #[arg(long)]
+    pub parse_special: bool,
+    /// Answer requests whatever `model` they name (by default another name is a 404
+    /// `model_not_found`).
+    #[arg(long)]
+    pub any_model: bool,
+    /// The most compiled `response_format`s alive at once, kept or used by running requests
+    /// (about 100 MB each on Gemma 3, a few MB on SmolLM2); a request needing one more gets 429.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_formats: u64,
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

@@ -22,7 +22,7 @@ use lm::GgufText;
 use lm_core::{Detokenize, TokenId};
 use lm_model::ngram::{Vocab, split_words};
 use lm_model::{TOY_VOCAB, Toy};
-use lm_tokenize::{Message, TextPart};
+use lm_tokenize::Message;
 
 /// Text that cannot be turned into ids, or a token that names nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,12 +45,6 @@ pub enum TextError {
         /// The model kind.
         model: &'static str,
     },
-    /// A chat message holds the private-use characters the literal
-    /// encoding marks messages with.
-    #[error(
-        "a chat message may not contain the characters U+E000 and U+E001 (used to mark messages)"
-    )]
-    MarkerInMessage,
     /// A chat was asked of a GGUF file without `tokenizer.chat_template`
     /// (a base model such as Gemma 3 270M).
     #[error(
@@ -222,59 +216,20 @@ impl TextCodec {
     /// The ids of the chat prompt of `messages` (as [`TextCodec::chat_prompt`]
     /// renders it). With `parse_special` the whole text is read with its
     /// special-token text; without, only the template's markup is, and each
-    /// user message stays literal (`--no-parse-special`), so a user cannot
-    /// open a turn of their own by typing `<|im_start|>system`.
-    ///
-    /// The template renders each user message as a marker, the text is split
-    /// at the markers, and the messages go in as literal parts
-    /// ([`lm_tokenize::Tokenizer::encode_parts`]).
+    /// message's content stays literal (`--no-parse-special`), so a user
+    /// cannot open a turn of their own by typing `<|im_start|>system`. The
+    /// mechanism is the `lm` crate's ([`GgufText::encode_chat`]), which the
+    /// server uses too.
     pub fn encode_chat(&self, messages: &[Message], parse_special: bool) -> Result<Vec<TokenId>> {
         let Self::Bpe(bpe) = self else {
             return Err(TextError::NoChatTemplate { model: self.kind() }.into());
         };
-        if parse_special {
-            return self.encode(&self.chat_prompt(messages)?);
-        }
-        const OPEN: char = '\u{E000}';
-        const CLOSE: char = '\u{E001}';
-        if messages.iter().any(|m| m.content.contains([OPEN, CLOSE])) {
-            return Err(TextError::MarkerInMessage.into());
-        }
-        let mut user = Vec::new();
-        let marked: Vec<Message> = messages
-            .iter()
-            .map(|message| {
-                if message.role != "user" {
-                    return message.clone();
-                }
-                user.push(message.content.as_str());
-                Message::new("user", format!("{OPEN}{}{CLOSE}", user.len() - 1))
-            })
-            .collect();
-        let rendered = self.chat_prompt(&marked)?;
-        let mut parts = Vec::new();
-        let mut rest = rendered.as_str();
-        while let Some(open) = rest.find(OPEN) {
-            let after = &rest[open + OPEN.len_utf8()..];
-            let close = after.find(CLOSE).unwrap_or(after.len());
-            let index: usize = after[..close].parse().unwrap_or(usize::MAX);
-            parts.push(TextPart {
-                text: &rest[..open],
-                parse_special: true,
-            });
-            if let Some(content) = user.get(index) {
-                parts.push(TextPart {
-                    text: content,
-                    parse_special: false,
-                });
+        match bpe.encode_chat(messages, parse_special) {
+            Err(lm::TextError::NoChatTemplate) => {
+                Err(TextError::NoChatTemplate { model: self.kind() }.into())
             }
-            rest = after.get(close + CLOSE.len_utf8()..).unwrap_or("");
+            ids => Ok(ids?),
         }
-        parts.push(TextPart {
-            text: rest,
-            parse_special: true,
-        });
-        Ok(bpe.tokenizer.encode_parts(&parts)?)
     }
 }
 
@@ -300,6 +255,14 @@ impl lm_serve::ServedText for TextCodec {
         messages: &[Message],
     ) -> std::result::Result<String, lm_serve::TextFailure> {
         TextCodec::chat_prompt(self, messages).map_err(Into::into)
+    }
+
+    fn encode_chat(
+        &self,
+        messages: &[Message],
+        parse_special: bool,
+    ) -> std::result::Result<Vec<TokenId>, lm_serve::TextFailure> {
+        TextCodec::encode_chat(self, messages, parse_special).map_err(Into::into)
     }
 
     fn end_tokens(&self) -> Vec<TokenId> {

@@ -86,6 +86,19 @@ pub struct ServeConfig {
     /// this many bytes (least recently used dropped first), and a request
     /// starts from the longest kept prefix of its prompt. 0 keeps nothing.
     pub cache_bytes: usize,
+    /// Read special-token text inside chat message contents as those
+    /// tokens (`--parse-special`). Off by default: contents are literal, so
+    /// a client cannot open a turn by writing `<|im_start|>system`.
+    pub parse_special: bool,
+    /// Answer requests whatever `model` they name (`--any-model`). Off by
+    /// default: a `model` other than the served id
+    /// ([`ServeConfig::model_id`]) is a 404 `model_not_found`, as OpenAI
+    /// answers.
+    pub any_model: bool,
+    /// The most compiled `response_format`s alive at once (kept or used by
+    /// running requests; about 100 MB each on Gemma 3's vocabulary, a few
+    /// MB on SmolLM2's): a request needing one more gets a 429.
+    pub max_formats: usize,
 }
 
 impl Default for ServeConfig {
@@ -101,6 +114,9 @@ impl Default for ServeConfig {
             prefill_chunk_len: NonZeroUsize::new(512).expect("not zero"),
             model_name: "lm".to_owned(),
             cache_bytes: 256 << 20,
+            parse_special: false,
+            any_model: false,
+            max_formats: 8,
         }
     }
 }
@@ -165,6 +181,12 @@ impl Server {
                 reason: "at least one sequence must be able to run".into(),
             });
         }
+        if config.max_formats == 0 {
+            return Err(ServeError::InvalidSetting {
+                name: "max-formats",
+                reason: "at least one response format must fit".into(),
+            });
+        }
         if let Some(origin) = config.cors_origins.iter().find(|o| !routes::is_origin(o)) {
             return Err(ServeError::InvalidSetting {
                 name: "cors",
@@ -188,7 +210,7 @@ impl Server {
             context_length: model.context_length(),
             end_tokens: text.end_tokens(),
             banned_tokens: text.banned_tokens(),
-            formats: formats::FormatCache::default(),
+            formats: formats::FormatCache::new(config.max_formats),
             text: Arc::clone(&text),
             queue: Arc::clone(&queue),
             metrics: Arc::clone(&metrics),

@@ -36,6 +36,8 @@ pub(crate) struct Sampling {
     pub(crate) include_usage: bool,
     /// What the output must be (`response_format`); `None` for free text.
     pub(crate) response_format: Option<OutputFormat>,
+    /// The model the request names (`model`), if it names one.
+    pub(crate) model: Option<String>,
 }
 
 /// `POST /v1/completions`.
@@ -55,6 +57,10 @@ pub(crate) struct ChatRequest {
     /// `logprobs: true`, with `top_logprobs` alternatives per position.
     pub(crate) logprobs: Option<usize>,
 }
+
+/// The roles a chat message may have; `developer` (OpenAI's newer name
+/// for the system role) is read as `system`, which templates know.
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// The most stop strings a request may give.
 const MAX_STOP_STRINGS: usize = 16;
@@ -244,6 +250,16 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
         stream: f.boolean("stream")?.unwrap_or(false),
         include_usage,
         response_format: response_format(f.get("response_format"))?,
+        model: match f.get("model") {
+            None => None,
+            Some(Value::String(name)) => Some(name.clone()),
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    "model",
+                    format!("'model' must be a string, got {v}"),
+                ));
+            }
+        },
     })
 }
 
@@ -306,6 +322,31 @@ fn response_format(value: Option<&Value>) -> Result<Option<OutputFormat>, ApiErr
                 fields.get("type").unwrap_or(&Value::Null)
             ),
         )),
+    }
+}
+
+/// Checks the request's `model` against the one served (`served`): another
+/// name is a 404 `model_not_found`, as OpenAI answers, unless `any_model`.
+/// A request without `model` is served.
+pub(crate) fn check_model(
+    requested: Option<&str>,
+    served: &str,
+    any_model: bool,
+) -> Result<(), ApiError> {
+    match requested {
+        Some(name) if name != served && !any_model => {
+            let mut error = ApiError::status(
+                axum::http::StatusCode::NOT_FOUND,
+                format!(
+                    "the model '{name}' does not exist: this server serves '{served}' \
+                     (lm-cli serve --any-model answers whatever 'model' says)"
+                ),
+            )
+            .with_code("model_not_found");
+            error.param = Some("model".to_owned());
+            Err(error)
+        }
+        _ => Ok(()),
     }
 }
 
@@ -373,6 +414,19 @@ pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
                 &format!("{param}.role"),
                 format!("'{param}.role' must be a string"),
             ));
+        };
+        let role = match role {
+            "developer" => "system",
+            known if ROLES.contains(&known) => known,
+            unknown => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.role"),
+                    format!(
+                        "'{param}.role' must be one of {}, got \"{unknown}\"",
+                        ROLES.join(", ")
+                    ),
+                ));
+            }
         };
         let content = match m.get("content") {
             Some(Value::String(s)) => s.clone(),
@@ -578,8 +632,62 @@ mod tests {
                 json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
                 "top_logprobs",
             ),
+            (
+                json!({"messages": [{"role": "hacker", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"messages": [{"role": "User", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "model": 3}),
+                "model",
+            ),
         ] {
             assert_eq!(chat(&body).unwrap_err().param.unwrap(), param, "{body}");
         }
+    }
+
+    /// Regression (issue 33): a role the templates do not know was passed
+    /// on to them (rendered as a turn of that name, or failing inside the
+    /// template); it is a 400 naming the field and the known roles.
+    #[test]
+    fn unknown_roles_are_refused_and_developer_is_system() {
+        let error = chat(&json!({"messages": [{"role": "root", "content": "x"}]})).unwrap_err();
+        assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(
+            error.message,
+            "'messages[0].role' must be one of system, developer, user, assistant, tool, got \"root\""
+        );
+        let r = chat(&json!({"messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "tool", "content": "42"},
+            {"role": "user", "content": "Hi"},
+        ]}))
+        .unwrap();
+        let roles: Vec<&str> = r.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "tool", "user"]);
+    }
+
+    /// Regression (issue 33): any `model` was answered by the one model
+    /// served; another name is now a 404 `model_not_found`, as OpenAI
+    /// answers, unless the server was started with `--any-model`.
+    #[test]
+    fn another_model_name_is_a_404_model_not_found() {
+        let r = completion(&json!({"prompt": "a", "model": "gpt-4o"})).unwrap();
+        assert_eq!(r.sampling.model.as_deref(), Some("gpt-4o"));
+        let error = check_model(Some("gpt-4o"), "smollm2", false).unwrap_err();
+        assert_eq!(error.status, axum::http::StatusCode::NOT_FOUND);
+        assert_eq!(error.code, Some("model_not_found"));
+        assert_eq!(error.param.as_deref(), Some("model"));
+        assert!(
+            error
+                .message
+                .starts_with("the model 'gpt-4o' does not exist")
+        );
+        assert_eq!(check_model(Some("smollm2"), "smollm2", false), Ok(()));
+        assert_eq!(check_model(None, "smollm2", false), Ok(()));
+        assert_eq!(check_model(Some("gpt-4o"), "smollm2", true), Ok(()));
     }
 }

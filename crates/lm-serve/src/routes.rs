@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Event, Job, JobQueue};
 use crate::surrogates::replace_lone_surrogates;
-use crate::text::ServedText;
+use crate::text::{ServedText, error_chain};
 
 /// Most new tokens a request may ask of a model without a context bound.
 const MAX_TOKENS_UNBOUNDED: u64 = 1 << 16;
@@ -352,6 +352,11 @@ enum Kind {
 async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
     let prepared = (|| {
         let request = request::completion(&json_body(body)?)?;
+        request::check_model(
+            request.sampling.model.as_deref(),
+            app.model_id(),
+            app.config.any_model,
+        )?;
         let prompt = match request.prompt {
             Prompt::Text(text) => app
                 .text
@@ -375,14 +380,16 @@ async fn chat_completions(
 ) -> Response {
     let prepared = (|| {
         let request = request::chat(&json_body(body)?)?;
-        let text = app
-            .text
-            .chat_prompt(&request.messages)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        request::check_model(
+            request.sampling.model.as_deref(),
+            app.model_id(),
+            app.config.any_model,
+        )?;
+        // Message contents literal unless --parse-special (see ServedText).
         let prompt = app
             .text
-            .encode(&text)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            .encode_chat(&request.messages, app.config.parse_special)
+            .map_err(|e| ApiError::invalid("messages", error_chain(e.as_ref())))?;
         Ok::<_, ApiError>((prompt, request.sampling, request.logprobs))
     })();
     match prepared {

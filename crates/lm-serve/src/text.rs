@@ -14,6 +14,19 @@ use lm_tokenize::Message;
 /// with a 400 that quotes it.
 pub type TextFailure = Box<dyn std::error::Error + Send + Sync>;
 
+/// `failure` and its causes, `what: why: ...`, for the message of a 400
+/// (a template's `raise_exception` text is a cause, not the top error).
+pub(crate) fn error_chain(failure: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = failure.to_string();
+    let mut cause = failure.source();
+    while let Some(error) = cause {
+        message.push_str(": ");
+        message.push_str(&error.to_string());
+        cause = error.source();
+    }
+    message
+}
+
 /// Why a [`ServedText`] has no constraint for a `response_format`; the
 /// server answers either with a 400 naming `response_format`.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +54,25 @@ pub trait ServedText: Send + Sync {
     fn encode(&self, text: &str) -> Result<Vec<TokenId>, TextFailure>;
 
     /// The prompt text of `messages` in the model's chat template, ending
-    /// with the opening of the assistant's turn.
+    /// with the opening of the assistant's turn (or, when the last message
+    /// is the assistant's, inside it: the reply continues it).
     fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure>;
+
+    /// The ids of the chat prompt of `messages`. Unless `parse_special`,
+    /// special-token text is read only in the template's markup and every
+    /// message's content stays literal, so a client cannot open a turn by
+    /// writing `<|im_end|><|im_start|>system` in a message. The default
+    /// encodes [`ServedText::chat_prompt`] whole, which is right only for a
+    /// text side without special tokens (the toy); one with them overrides
+    /// it (a GGUF file's does, through `lm`'s `GgufText::encode_chat`).
+    fn encode_chat(
+        &self,
+        messages: &[Message],
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        let _ = parse_special;
+        self.encode(&self.chat_prompt(messages)?)
+    }
 
     /// The ids that end a response when generated.
     fn end_tokens(&self) -> Vec<TokenId>;
@@ -84,6 +114,14 @@ impl ServedText for GgufText {
 
     fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure> {
         Ok(GgufText::chat_prompt(self, messages)?)
+    }
+
+    fn encode_chat(
+        &self,
+        messages: &[Message],
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        Ok(GgufText::encode_chat(self, messages, parse_special)?)
     }
 
     fn end_tokens(&self) -> Vec<TokenId> {

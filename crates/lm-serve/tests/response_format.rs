@@ -2,13 +2,14 @@
 //! `json_schema` answer parses and validates (checked with the `jsonschema`
 //! crate, not the engine that enforced it), whole, streamed and sampled;
 //! `json_object` gives an object; a schema the engine refuses is a 400
-//! quoting it.
+//! quoting it. On the toy decoder (no download): the bound on compiled
+//! formats alive at once.
 
 use lm::OutputFormat;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, request, smollm2_path};
+use crate::common::{TestServer, ToyText, gated, request, smollm2_path, toy_model, wait_for};
 
 fn server() -> TestServer {
     let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
@@ -155,4 +156,117 @@ fn a_schema_the_engine_refuses_is_a_400_quoting_it() {
         &json!({"prompt": "Hi", "max_tokens": 2, "temperature": 0}),
     );
     assert_eq!(status, 200);
+}
+
+/// The toy's text side, with a "compiler" for any format: the toy sentence
+/// `the cat` (a `SequenceChoice`), so compiled formats can be counted
+/// without a tokenizer's vocabulary.
+struct ToyFormats;
+
+impl lm_serve::ServedText for ToyFormats {
+    fn detokenizer(&self) -> &dyn lm_core::Detokenize {
+        ToyText.detokenizer()
+    }
+    fn encode(&self, text: &str) -> Result<Vec<lm_core::TokenId>, lm_serve::TextFailure> {
+        ToyText.encode(text)
+    }
+    fn chat_prompt(
+        &self,
+        messages: &[lm_tokenize::Message],
+    ) -> Result<String, lm_serve::TextFailure> {
+        ToyText.chat_prompt(messages)
+    }
+    fn end_tokens(&self) -> Vec<lm_core::TokenId> {
+        ToyText.end_tokens()
+    }
+    fn output_constraint(
+        &self,
+        _format: &OutputFormat,
+        vocab_size: usize,
+    ) -> Result<lm_decode::OutputConstraint, lm_serve::OutputFormatError> {
+        let the_cat = lm_core::SequenceChoice::new(vocab_size, vec![vec![1, 2]]).unwrap();
+        Ok(lm_decode::OutputConstraint::new(the_cat))
+    }
+}
+
+/// A completion asking for a schema of its own (`maximum: n`).
+fn schema_body(n: usize) -> String {
+    json!({
+        "prompt": "<start>", "max_tokens": 4, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"maximum": n}}}
+    })
+    .to_string()
+}
+
+/// Sends `schemas` at once to a server whose forward passes wait at a
+/// closed gate; returns their threads once all `running` are generating.
+fn hold(
+    s: &TestServer,
+    schemas: std::ops::Range<usize>,
+    running: f64,
+) -> Vec<std::thread::JoinHandle<u16>> {
+    let handles = schemas
+        .map(|n| {
+            let addr = s.addr;
+            std::thread::spawn(move || {
+                request(
+                    addr,
+                    "POST",
+                    "/v1/completions",
+                    &[],
+                    schema_body(n).as_bytes(),
+                )
+                .status
+            })
+        })
+        .collect();
+    wait_for("the requests to run", || {
+        s.metric("lm_active_sequences") == running
+    });
+    handles
+}
+
+/// Regression (issue 33): 32 distinct schemas at once were all compiled
+/// (3.5 GB on Gemma 3, 1.28 GB still held afterwards); only the queue
+/// bounded them. Now at most `--max-formats` compiled formats are alive:
+/// with 3 held by running requests, a 4th distinct schema is a 429 with
+/// `Retry-After`; once they finish, what they held is freed (3 new
+/// distinct schemas run at once again, each one letting go of a kept one).
+#[test]
+fn distinct_formats_beyond_the_limit_are_429_and_finished_ones_are_freed() {
+    let (model, gate) = gated(toy_model());
+    gate.close();
+    let s = TestServer::start(
+        model,
+        ToyFormats,
+        ServeConfig {
+            parallel: 4,
+            max_formats: 3,
+            ..ServeConfig::default()
+        },
+    );
+    for round in 0..2 {
+        gate.close();
+        let base = round * 10;
+        let held = hold(&s, base..base + 3, 3.0);
+        let r = request(
+            s.addr,
+            "POST",
+            "/v1/completions",
+            &[],
+            schema_body(base + 3).as_bytes(),
+        );
+        assert_eq!(r.status, 429, "round {round}");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(r.json()["error"]["param"], "response_format");
+        // A schema already compiled is no new format: it runs.
+        let again = hold(&s, base..base + 1, 4.0);
+        gate.open();
+        for handle in held.into_iter().chain(again) {
+            assert_eq!(handle.join().unwrap(), 200, "round {round}");
+        }
+        wait_for("the requests to end", || {
+            s.metric("lm_active_sequences") == 0.0
+        });
+    }
 }

@@ -7,6 +7,23 @@
 //! offers `raise_exception(msg)`, the `tojson` filter and a few Python string
 //! methods (`strip`, `lstrip`, `rstrip`, `startswith`, `endswith`, `upper`,
 //! `lower`, `split`, `replace`) that templates call on message content.
+//!
+//! A template is code from a model file, so a render is bounded: at most
+//! [`TEMPLATE_FUEL`] instructions (minijinja's fuel) and
+//! [`MAX_RENDERED_BYTES`] of output; a template that needs more is a typed
+//! error naming it, never a hang.
+//!
+//! [`ChatTemplate::render_parts`] tells the template's markup from the
+//! messages' contents, so a tokenizer can read special-token text in the
+//! markup and keep it literal in what the speakers wrote:
+//!
+//! ```text
+//! messages     [user: "Hi <|im_end|>"]
+//! rendered     <|im_start|>user\n\u{E000}0\u{E001}<|im_end|>\n<|im_start|>assistant\n
+//! parts        markup "<|im_start|>user\n" | content "Hi <|im_end|>" | markup "<|im_end|>\n<|im_start|>assistant\n"
+//! ```
+
+use std::io::Write;
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, State};
@@ -16,6 +33,23 @@ use crate::TokenizeError;
 
 /// The name the template is stored under inside its environment.
 const TEMPLATE_NAME: &str = "chat";
+
+/// The most instructions one render may run (minijinja's fuel). Real
+/// templates use a few dozen per message (SmolLM2's: about 30), so this is
+/// ample for conversations far beyond any context, and stops a template
+/// that loops without a practical end (two nested `range(100000)`) in well
+/// under a second.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
+/// The longest rendered prompt, in bytes: 16 MiB, some 4 million tokens,
+/// beyond any model's context.
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
+
+/// The characters that mark a message's content (its index between them)
+/// while rendering for [`ChatTemplate::render_parts`]; private-use code
+/// points, so a message holding them is refused rather than misread.
+const OPEN: char = '\u{E000}';
+const CLOSE: char = '\u{E001}';
 
 /// One chat message: who speaks (`"system"`, `"user"`, `"assistant"`) and what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,8 +83,20 @@ impl Message {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// What errors call the template (`tokenizer.chat_template`).
+    name: String,
     bos_token: String,
     eos_token: String,
+}
+
+/// One piece of a rendered chat prompt ([`ChatTemplate::render_parts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatPart {
+    /// The text.
+    pub text: String,
+    /// Whether it is a message's content (what a speaker wrote, to be kept
+    /// literal) rather than the template's own markup.
+    pub is_content: bool,
 }
 
 impl ChatTemplate {
@@ -67,17 +113,28 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", to_json);
         env.set_unknown_method_callback(python_method);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|source| TokenizeError::TemplateSyntax { source })?;
         Ok(Self {
             env,
+            name: TEMPLATE_NAME.to_owned(),
             bos_token: bos_token.unwrap_or_default().to_owned(),
             eos_token: eos_token.unwrap_or_default().to_owned(),
         })
     }
 
+    /// The template under `name` in errors (`tokenizer.chat_template`).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// The prompt text for `messages`; with `add_generation_prompt` it ends
     /// with the opening of an assistant turn, ready for generation.
+    ///
+    /// A template that runs out of [`TEMPLATE_FUEL`] or writes more than
+    /// [`MAX_RENDERED_BYTES`] is [`TokenizeError::TemplateTooCostly`].
     pub fn render(
         &self,
         messages: &[Message],
@@ -87,15 +144,141 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|source| TokenizeError::TemplateRender { source })?;
-        template
-            .render(minijinja::context! {
+        let mut out = CappedOutput::default();
+        let rendered = template.render_captured_to(
+            minijinja::context! {
                 messages => messages,
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
-            })
-            .map_err(|source| TokenizeError::TemplateRender { source })
+            },
+            &mut out,
+        );
+        match rendered {
+            Ok(_) => Ok(String::from_utf8_lossy(&out.bytes).into_owned()),
+            Err(_) if out.overflowed => Err(TokenizeError::TemplateTooCostly {
+                template: self.name.clone(),
+                limit: format!("{MAX_RENDERED_BYTES} bytes of output"),
+            }),
+            Err(source) if is_out_of_fuel(&source) => Err(TokenizeError::TemplateTooCostly {
+                template: self.name.clone(),
+                limit: format!("{TEMPLATE_FUEL} instructions"),
+            }),
+            Err(source) => Err(TokenizeError::TemplateRender { source }),
+        }
     }
+
+    /// The prompt for `messages` in pieces, the template's markup apart
+    /// from the messages' contents (see the module's drawing). It ends with
+    /// the opening of an assistant turn, or, when the last message is the
+    /// assistant's, inside that message, right after its content, so the
+    /// reply continues it (prefill, as llama-server and vLLM's
+    /// `continue_final_message` do).
+    ///
+    /// Each content is rendered as a marker (U+E000, its index, U+E001),
+    /// so a template that transforms the content (`| trim`) transforms the
+    /// marker instead and the content goes in as given. A content holding
+    /// a marker character is [`TokenizeError::MarkerInMessage`]; a template
+    /// that does not write the final assistant message cannot be continued
+    /// ([`TokenizeError::CannotContinueMessage`]).
+    pub fn render_parts(&self, messages: &[Message]) -> Result<Vec<ChatPart>, TokenizeError> {
+        if let Some(message_idx) = messages
+            .iter()
+            .position(|m| m.content.contains([OPEN, CLOSE]))
+        {
+            return Err(TokenizeError::MarkerInMessage { message_idx });
+        }
+        let continues = messages.last().is_some_and(|m| m.role == "assistant");
+        let marked: Vec<Message> = messages
+            .iter()
+            .enumerate()
+            .map(|(idx, m)| Message::new(m.role.clone(), format!("{OPEN}{idx}{CLOSE}")))
+            .collect();
+        let rendered = self.render(&marked, !continues)?;
+        let mut parts = Vec::new();
+        // Where the final message's content last ends, in parts.
+        let mut final_end = None;
+        let mut rest = rendered.as_str();
+        while let Some(open) = rest.find(OPEN) {
+            push_part(&mut parts, &rest[..open], false);
+            let after = &rest[open + OPEN.len_utf8()..];
+            let close = after.find(CLOSE).unwrap_or(after.len());
+            let message_idx = after[..close].parse::<usize>().ok();
+            if let Some(message) = message_idx.and_then(|idx| messages.get(idx)) {
+                push_part(&mut parts, &message.content, true);
+                if message_idx == Some(messages.len() - 1) {
+                    final_end = Some(parts.len());
+                }
+            }
+            rest = after.get(close + CLOSE.len_utf8()..).unwrap_or("");
+        }
+        push_part(&mut parts, rest, false);
+        if continues {
+            let end = final_end.ok_or(TokenizeError::CannotContinueMessage)?;
+            parts.truncate(end);
+        }
+        Ok(parts)
+    }
+
+    /// The prompt text for `messages`, ready for generation: the opening of
+    /// an assistant turn, or the final assistant message continued (see
+    /// [`ChatTemplate::render_parts`]).
+    pub fn render_prompt(&self, messages: &[Message]) -> Result<String, TokenizeError> {
+        if messages.last().is_some_and(|m| m.role == "assistant") {
+            let parts = self.render_parts(messages)?;
+            Ok(parts.into_iter().map(|part| part.text).collect())
+        } else {
+            self.render(messages, true)
+        }
+    }
+}
+
+/// Appends `text` to `parts` unless it is empty.
+fn push_part(parts: &mut Vec<ChatPart>, text: &str, is_content: bool) {
+    if !text.is_empty() {
+        parts.push(ChatPart {
+            text: text.to_owned(),
+            is_content,
+        });
+    }
+}
+
+/// A render's output, refusing to grow beyond [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct CappedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether `error`, or an error it wraps (a macro's, a filter's), is
+/// minijinja running out of fuel.
+fn is_out_of_fuel(error: &JinjaError) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = current {
+        if error
+            .downcast_ref::<JinjaError>()
+            .is_some_and(|e| e.kind() == ErrorKind::OutOfFuel)
+        {
+            return true;
+        }
+        current = error.source();
+    }
+    false
 }
 
 /// Hugging Face's `raise_exception(message)`: fails the render with `message`.

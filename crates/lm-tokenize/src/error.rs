@@ -157,4 +157,30 @@ pub enum TokenizeError {
         #[source]
         source: minijinja::Error,
     },
+    /// A chat template that needed more than a render may take (a loop
+    /// without a practical end, an output beyond any context).
+    #[error(
+        "chat template `{template}` needed more than {limit} to render (a loop without a practical end?)"
+    )]
+    TemplateTooCostly {
+        /// The template's name (`tokenizer.chat_template`).
+        template: String,
+        /// The budget it exceeded: instructions or bytes of output.
+        limit: String,
+    },
+    /// A chat message holds a private-use character that marks message
+    /// contents while rendering ([`crate::ChatTemplate::render_parts`]).
+    #[error(
+        "chat message {message_idx} contains U+E000 or U+E001 (characters used to mark messages)"
+    )]
+    MarkerInMessage {
+        /// The message's index.
+        message_idx: usize,
+    },
+    /// The last message is the assistant's, but the chat template does not
+    /// write it, so the reply cannot continue it.
+    #[error(
+        "the chat template does not write the final assistant message, so the reply cannot continue it"
+    )]
+    CannotContinueMessage,
 }

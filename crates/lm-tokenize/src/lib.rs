@@ -34,7 +34,7 @@ mod token_bytes;
 mod tokenizer;
 mod vocab;
 
-pub use chat::{ChatTemplate, Message};
+pub use chat::{ChatPart, ChatTemplate, MAX_RENDERED_BYTES, Message, TEMPLATE_FUEL};
 pub use error::{BackendError, TokenizeError};
 pub use stream::TextStream;
 pub use token_bytes::TokenBytes;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use lm_core::TokenId;
 use lm_model::{Decoder, GgufError, GgufFile, Llama};
-use lm_tokenize::{BpeVocab, ChatTemplate, Message, SpmVocab, TokenizeError, Tokenizer};
+use lm_tokenize::{BpeVocab, ChatTemplate, Message, SpmVocab, TextPart, TokenizeError, Tokenizer};
 
 use crate::error::{Error, TextError};
 use crate::structured::{FormatError, OutputFormat, StructuredOutput};
@@ -121,13 +121,42 @@ impl GgufText {
             source,
             tokenizer.special_text(tokenizer.bos_id()),
             tokenizer.special_text(tokenizer.eos_id()),
-        )?)
+        )?
+        .with_name("tokenizer.chat_template"))
     }
 
     /// The prompt text of `messages` in the chat template, ending with the
-    /// opening of the assistant's turn.
+    /// opening of the assistant's turn, or inside the final message when it
+    /// is the assistant's (prefill: the reply continues it).
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextError> {
-        Ok(self.chat_template()?.render(messages, true)?)
+        Ok(self.chat_template()?.render_prompt(messages)?)
+    }
+
+    /// The ids of the chat prompt of `messages` (as [`GgufText::chat_prompt`]
+    /// renders it). Without `parse_special`, special-token text is read
+    /// only in the template's markup: every message's content stays
+    /// literal, so no speaker can open a turn of their own by writing
+    /// `<|im_end|><|im_start|>system`. With it, the whole text is read with
+    /// its special-token text (`lm-cli chat --parse-special`, `serve
+    /// --parse-special`).
+    pub fn encode_chat(
+        &self,
+        messages: &[Message],
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextError> {
+        let template = self.chat_template()?;
+        if parse_special {
+            return Ok(self.tokenizer.encode(&template.render_prompt(messages)?)?);
+        }
+        let parts = template.render_parts(messages)?;
+        let parts: Vec<TextPart<'_>> = parts
+            .iter()
+            .map(|part| TextPart {
+                text: &part.text,
+                parse_special: !part.is_content,
+            })
+            .collect();
+        Ok(self.tokenizer.encode_parts(&parts)?)
     }
 
     /// `format` compiled for this tokenizer and a model of `vocab_size`

@@ -32,6 +32,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .context("--prefill-chunk must be at least 1")?,
         model_name: ModelSpec::or_default(args.model.model.as_ref()).to_string(),
         cache_bytes: to_usize(args.cache_mb).saturating_mul(1 << 20),
+        parse_special: args.parse_special,
+        any_model: args.any_model,
+        max_formats: to_usize(args.max_formats),
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
     // The toy decoder was built with the bound; the others are wrapped.
