@@ -55,6 +55,22 @@ pub enum FileError {
         /// The cap.
         max: u64,
     },
+    /// A stream (a pipe, stdin) that goes on past what is read of its kind.
+    #[error("{} goes on past the {max} bytes read at most", path.display())]
+    TooLong {
+        /// The path given (`stdin` for standard input).
+        path: PathBuf,
+        /// The cap.
+        max: u64,
+    },
+    /// Text that is not UTF-8.
+    #[error("{} is not UTF-8 text (an invalid byte at offset {offset})", path.display())]
+    NotUtf8 {
+        /// The path given.
+        path: PathBuf,
+        /// Where the first invalid byte is.
+        offset: u64,
+    },
     /// A NUL byte near the start: no text file holds one.
     #[error("{} is binary (a NUL byte at offset {offset}), not text", path.display())]
     Binary {
@@ -163,21 +179,37 @@ pub fn open_input(path: &Path, allowed: Input) -> Result<File, FileError> {
     Ok(file)
 }
 
-/// Reads a regular file of at most `max` bytes whole (a file that grows
-/// while it is read is cut off at `max + 1` bytes and refused).
-pub fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
-    let file = open_input(path, Input::File)?;
-    let too_large = |len| FileError::TooLarge {
+/// What is read at most of a text input (a prompt, a text to score, a
+/// schema or a grammar): far beyond any context, and a bound on what an
+/// endless producer (`cat /dev/zero |`) can make the program hold.
+pub const MAX_TEXT_BYTES: u64 = 256 << 20;
+
+/// Reads an input of at most `max` bytes whole: a regular file larger than
+/// that is refused by its size before it is read, and a pipe (or a file
+/// that grows while it is read) is cut off at `max + 1` bytes and refused.
+pub fn read_capped(path: &Path, allowed: Input, max: u64) -> Result<Vec<u8>, FileError> {
+    let file = open_input(path, allowed)?;
+    let metadata = file.metadata().map_err(|source| FileError::Io {
+        what: "reading the metadata of",
         path: path.to_path_buf(),
-        len,
-        max,
-    };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if len > max {
-        return Err(too_large(len));
+        source,
+    })?;
+    if metadata.is_file() && metadata.len() > max {
+        return Err(FileError::TooLarge {
+            path: path.to_path_buf(),
+            len: metadata.len(),
+            max,
+        });
     }
+    read_stream_capped(file, path, max)
+}
+
+/// Reads at most `max` bytes of `reader` (named `path` in messages) whole;
+/// one byte more is [`FileError::TooLong`].
+pub fn read_stream_capped(reader: impl Read, path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
     let mut bytes = Vec::new();
-    file.take(max + 1)
+    reader
+        .take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(|source| FileError::Io {
             what: "reading",
@@ -185,9 +217,36 @@ pub fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
             source,
         })?;
     if bytes.len() as u64 > max {
-        return Err(too_large(bytes.len() as u64));
+        return Err(FileError::TooLong {
+            path: path.to_path_buf(),
+            max,
+        });
     }
     Ok(bytes)
+}
+
+/// Reads a text input whole (a regular file or a pipe, at most
+/// [`MAX_TEXT_BYTES`], UTF-8), so `-f /dev/zero` is refused by name and
+/// `-f <(yes)` by length instead of filling the memory.
+pub fn read_text(path: &Path) -> Result<String, FileError> {
+    utf8(read_capped(path, Input::FileOrPipe, MAX_TEXT_BYTES)?, path)
+}
+
+/// Reads standard input whole as text, with [`read_text`]'s bounds.
+pub fn read_stdin_text() -> Result<String, FileError> {
+    let path = Path::new("stdin");
+    utf8(
+        read_stream_capped(io::stdin().lock(), path, MAX_TEXT_BYTES)?,
+        path,
+    )
+}
+
+/// `bytes` as a string, or the offset of the first byte that is not UTF-8.
+fn utf8(bytes: Vec<u8>, path: &Path) -> Result<String, FileError> {
+    String::from_utf8(bytes).map_err(|error| FileError::NotUtf8 {
+        path: path.to_path_buf(),
+        offset: error.utf8_error().valid_up_to() as u64,
+    })
 }
 
 /// How much of a text input [`refuse_binary`] looks at.

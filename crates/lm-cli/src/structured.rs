@@ -5,7 +5,7 @@
 //! into lm-decode's constraint, with a clock on the engine's time per step
 //! (`--json` timing `constraint_ms`: masks and advancing, not compiling).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -57,8 +57,7 @@ impl StructuredArgs {
             let text = if schema.trim_start().starts_with('{') {
                 schema.clone()
             } else {
-                std::fs::read_to_string(schema)
-                    .with_context(|| format!("reading the JSON Schema {schema}"))?
+                crate::files::read_text(Path::new(schema)).context("reading the JSON Schema")?
             };
             let value = serde_json::from_str(&text).map_err(|error| UsageError::OutputFormat {
                 flag: "--json-schema",
@@ -70,8 +69,7 @@ impl StructuredArgs {
         } else if let Some(pattern) = &self.regex {
             ("--regex", OutputFormat::Regex(pattern.clone()))
         } else if let Some(path) = &self.grammar {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the grammar {}", path.display()))?;
+            let text = crate::files::read_text(path).context("reading the grammar")?;
             ("--grammar", OutputFormat::Lark(text))
         } else if let Some(options) = &self.choice {
             ("--choice", OutputFormat::Choice(options.clone()))

@@ -166,7 +166,7 @@ fn bad_arguments_name_themselves() {
                 .model("toy")
                 .opt("--file", "/no/such/prompt.txt"),
             1,
-            "reading the prompt from /no/such/prompt.txt",
+            "reading the prompt: /no/such/prompt.txt not found",
         ),
         (
             Cli::new("generate")

@@ -317,3 +317,41 @@ fn a_directory_or_a_fifo_as_a_model_is_named_as_such() {
         }
     }
 }
+
+#[test]
+fn text_inputs_are_refused_by_kind_or_cut_off_by_length() {
+    // `generate -f /dev/zero` read until memory ran out; each text input
+    // (a prompt file, a text to score, a schema, a grammar) is a regular
+    // file or a pipe of at most 256 MiB. Bounded as above.
+    let zero = "/dev/zero is not a regular file (it is a character device)";
+    let cases = [
+        Cli::new("generate").opt("--file", "/dev/zero").n(1),
+        Cli::new("score").model("toy").opt("--file", "/dev/zero"),
+        Cli::generate("the").opt("--json-schema", "/dev/zero").n(1),
+        Cli::generate("the").opt("--grammar", "/dev/zero").n(1),
+    ];
+    for cli in &cases {
+        let run = run_bounded(cli);
+        check_error(&run, 1, zero);
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+    }
+    // An endless stream on stdin is cut off at the cap.
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1000000; exec timeout 20 \"$@\" < /dev/zero")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_lm-cli"))
+        .args(["generate", "-n", "1"])
+        .output()
+        .unwrap();
+    let run = Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    check_error(
+        &run,
+        1,
+        "stdin goes on past the 268435456 bytes read at most",
+    );
+}

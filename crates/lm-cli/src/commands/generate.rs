@@ -20,7 +20,7 @@
 //! search stops the same way, through its own step hook: its hypotheses so
 //! far, the live ones cancelled.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::num::NonZeroUsize;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -107,8 +107,7 @@ pub(crate) fn read_prompt(prompt: Option<&str>, file: Option<&Path>) -> Result<S
     let text = match (prompt, file) {
         (Some(text), _) if text != "-" => return Ok(text.to_owned()),
         (Some(_), _) => read_stdin()?,
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the prompt from {}", path.display()))?,
+        (None, Some(path)) => crate::files::read_text(path).context("reading the prompt")?,
         (None, None) if std::io::stdin().is_terminal() => {
             return Err(UsageError::NoPrompt.into());
         }
@@ -125,11 +124,7 @@ pub(crate) fn read_prompt(prompt: Option<&str>, file: Option<&Path>) -> Result<S
 }
 
 fn read_stdin() -> Result<String> {
-    let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .context("reading the prompt from stdin")?;
-    Ok(text)
+    crate::files::read_stdin_text().context("reading the prompt")
 }
 
 /// The `--logit-bias` flags as ids.

@@ -26,10 +26,7 @@ use crate::text::TextCodec;
 /// Runs `lm-cli score`.
 pub fn run(args: ScoreArgs) -> Result<()> {
     let file = match &args.file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading the text to score from {}", path.display()))?,
-        ),
+        Some(path) => Some(crate::files::read_text(path).context("reading the text to score")?),
         None => None,
     };
     let (loaded, options) = crate::commands::load_model(&args.model)?;

@@ -155,7 +155,7 @@ impl Conversation {
     /// Reads a conversation written by [`Conversation::save`]: a regular
     /// file of at most [`MAX_CONVERSATION_BYTES`].
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = files::read_capped(path, MAX_CONVERSATION_BYTES)
+        let bytes = files::read_capped(path, files::Input::File, MAX_CONVERSATION_BYTES)
             .with_context(|| format!("reading a conversation from {}", path.display()))?;
         let conversation: Self = serde_json::from_slice(&bytes).with_context(|| {
             format!(
