@@ -34,11 +34,10 @@ use crate::TokenizeError;
 /// The name the template is stored under inside its environment.
 const TEMPLATE_NAME: &str = "chat";
 
-/// The most instructions one render may run (minijinja's fuel). Real
-/// templates use a few dozen per message (SmolLM2's: about 30), so this is
-/// ample for conversations far beyond any context, and stops a template
-/// that loops without a practical end (two nested `range(100000)`) in well
-/// under a second.
+/// The most instructions one render may run (minijinja's fuel). A chat
+/// template spends a few instructions per message, so this is ample for
+/// conversations far beyond any context, and stops a template that loops
+/// without a practical end (two nested `range(100000)`) in about a second.
 pub const TEMPLATE_FUEL: u64 = 20_000_000;
 
 /// The longest rendered prompt, in bytes: 16 MiB, some 4 million tokens,
