@@ -423,15 +423,33 @@ fn load_count_model(path: &Path) -> Result<NgramModel> {
     }
 }
 
+impl Backend {
+    /// The context bound to wrap the model in for `--context-length`
+    /// (`requested`), with a `warning:` when it is beyond the model's trained
+    /// length: [`Bounded`] only tightens a bound, so the context stays the
+    /// model's. The toy decoder was built with the bound: none to add.
+    pub fn bound(&self, requested: Option<usize>) -> Option<usize> {
+        let trained = match self {
+            Self::Toy(_) => return None,
+            Self::Count(model) => model.context_length(),
+            Self::Llama(model) => model.context_length(),
+        };
+        if let (Some(requested), Some(trained)) = (requested, trained)
+            && requested > trained
+        {
+            eprintln!(
+                "warning: --context-length {requested} is beyond the model's trained length of {trained}; the context stays {trained}"
+            );
+        }
+        requested
+    }
+}
+
 impl LoadedModel {
     /// Runs `task` on the model, behind the adapters `options` asks for.
     pub fn run<T: ModelTask>(self, options: RunOptions, task: T) -> Result<T::Output> {
         let Self { backend, codec } = self;
-        // The toy decoder was built with the bound; the others are wrapped.
-        let bound = match backend {
-            Backend::Toy(_) => None,
-            _ => options.context_length,
-        };
+        let bound = backend.bound(options.context_length);
         macro_rules! dispatch {
             ($model:expr) => {
                 if options.no_cache {

@@ -190,6 +190,16 @@ fn a_context_length_beyond_the_models_is_a_warning_and_in_the_json() {
         let run = cli.opt("-c", 100_000).ok();
         assert!(run.stderr.lines().any(|l| l == warning), "{}", run.stderr);
     }
+    // chat too: the warning comes from where the bound is applied.
+    let chat = crate::common::fixture("hostile/gguf/valid-chat-tiny-llama.gguf");
+    let run = Cli::new("chat")
+        .model(chat.display())
+        .opt("-c", 100_000)
+        .n(1)
+        .run_with_stdin("hi\n");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let warning = warning.replace("16", "4096");
+    assert!(run.stderr.lines().any(|l| l == warning), "{}", run.stderr);
 }
 
 #[test]

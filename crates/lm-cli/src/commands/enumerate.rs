@@ -26,10 +26,6 @@ impl ModelTask for EnumerateArgs {
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let args = &self;
         let prompt_ids = codec.encode_prompt(&args.prompt)?;
-        crate::commands::generate::context_beyond_model(
-            args.model.context_length,
-            model.context_length(),
-        );
         // Only the continuations shown are kept (a heap of --top), so a
         // huge --limit costs time, not memory.
         let n_best = (args.top != 0).then_some(args.top);

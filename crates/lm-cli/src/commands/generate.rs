@@ -228,22 +228,12 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     .find_map(|(flag, given)| given.then_some(flag))
 }
 
-/// `--context-length` (`requested`) beyond the model's trained length: the
-/// bound stays the model's (`lm_core::Bounded` only tightens one), and a
-/// `warning:` line says so. Returns the length asked for when it was
-/// beyond, for `--json`.
-pub(crate) fn context_beyond_model(
-    requested: Option<u64>,
-    context_length: Option<usize>,
-) -> Option<usize> {
+/// `--context-length` (`requested`) when it is beyond the context the model
+/// runs under (its trained length; [`crate::spec::Backend::bound`] warns),
+/// for `--json`.
+fn context_beyond_model(requested: Option<u64>, context_length: Option<usize>) -> Option<usize> {
     let requested = to_usize(requested?);
-    let max = context_length?;
-    (requested > max).then(|| {
-        eprintln!(
-            "warning: --context-length {requested} is beyond the model's trained length of {max}; the context stays {max}"
-        );
-        requested
-    })
+    (requested > context_length?).then_some(requested)
 }
 
 pub(crate) fn to_usize(n: u64) -> usize {

@@ -16,7 +16,6 @@ use lm_model::ngram::{CorpusScore, NgramModel, UNK, Vocab, split_words};
 use serde::Serialize;
 
 use crate::cli::{ScoreArgs, UsageError};
-use crate::commands::generate::context_beyond_model;
 use crate::output::Output;
 use crate::report::json::{ScoreReport, SentenceScoreReport};
 use crate::report::{number, printable, token_label};
@@ -41,7 +40,6 @@ pub fn run(args: ScoreArgs) -> Result<()> {
                 text,
                 path,
                 json: args.json,
-                requested_context: args.model.context_length,
             },
         );
     }
@@ -77,7 +75,6 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             prompt,
             continuation,
             json: args.json,
-            requested_context: args.model.context_length,
         },
     )
 }
@@ -87,15 +84,12 @@ struct Score {
     prompt: Option<String>,
     continuation: String,
     json: bool,
-    /// `--context-length`, to warn when it is beyond the model's.
-    requested_context: Option<u64>,
 }
 
 impl ModelTask for Score {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        context_beyond_model(self.requested_context, model.context_length());
         let prompt = self.prompt.as_deref().unwrap_or_default();
         if let TextCodec::Words(vocab) = codec {
             note_unknown_words(vocab, &[prompt, &self.continuation]);
@@ -312,8 +306,6 @@ struct ScoreFile {
     text: String,
     path: String,
     json: bool,
-    /// `--context-length`, to warn when it is beyond the model's.
-    requested_context: Option<u64>,
 }
 
 /// Tokens scored per forward pass: bounds the rows held at once.
@@ -323,7 +315,6 @@ impl ModelTask for ScoreFile {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
-        context_beyond_model(self.requested_context, model.context_length());
         let mut ids = codec.encode(&self.text)?;
         // The first token is scored after BOS (llama-perplexity's first
         // position); without BOS it is the context of the rest.
