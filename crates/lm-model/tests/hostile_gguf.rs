@@ -295,6 +295,24 @@ fn cases() -> Vec<Case> {
             "",
             Valid,
         ),
+        // A chat template that never ends in practice (two nested loops of
+        // 100,000): every front end must stop it by its fuel, not hang.
+        case(
+            "valid-endless-chat-template.gguf",
+            tiny_llama()
+                .set("llama.context_length", V::U32(4096))
+                .set(
+                    "tokenizer.chat_template",
+                    V::String(
+                        "{% for i in range(100000) %}{% for j in range(100000) %}\
+                         {{ i }}{% endfor %}{% endfor %}"
+                            .into(),
+                    ),
+                )
+                .bytes(),
+            "",
+            Valid,
+        ),
         // --- header ---
         case(
             "wrong-magic.gguf",

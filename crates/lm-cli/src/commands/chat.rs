@@ -10,8 +10,9 @@
 //!               tokens are read) ──> reply streamed ──> conversation
 //! ```
 //!
-//! User messages are encoded literally by default (`TextCodec::encode_chat`),
-//! so typed `<|im_start|>` text cannot open a turn; `--parse-special` reads it.
+//! Message contents are encoded literally by default (`TextCodec::encode_chat`;
+//! only the template's own markup is read as special tokens), so typed
+//! `<|im_start|>` text cannot open a turn; `--parse-special` reads it.
 //! Ctrl-C stops the reply being written and returns to the prompt (the
 //! partial reply stays in the conversation); a second Ctrl-C while the reply
 //! runs exits. Each reply draws from its own stream of the seed (reply k:
