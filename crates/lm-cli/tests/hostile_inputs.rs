@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Cli, Run, check, close_stdout_after, fixture};
+use crate::common::{Cli, Run, check, close_stdout_after, fixture, shell};
 
 /// Rows of a tab-separated manifest, comments skipped.
 fn manifest(path: &Path) -> Vec<Vec<String>> {
@@ -284,17 +284,6 @@ fn ctrl_c_while_streaming_prints_the_text_so_far_and_exits_130() {
         .parse()
         .unwrap();
     assert!((1..100_000_000).contains(&n_tokens), "{n_tokens}");
-}
-
-/// `sh -c script` with stdin closed; the script names the binary `$LM_CLI`.
-fn shell(script: &str) -> Command {
-    let mut command = Command::new("sh");
-    command
-        .arg("-c")
-        .arg(script)
-        .env("LM_CLI", env!("CARGO_BIN_EXE_lm-cli"))
-        .stdin(Stdio::null());
-    command
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Cli, Run, fixture};
+use crate::common::{BOUNDED, Cli, Run, fixture};
 
 /// `lm-cli train` on the tiny corpus, writing `out`.
 fn train(corpus: &Path, out: &Path) -> Cli {
@@ -36,28 +36,7 @@ fn reference_model() -> Vec<u8> {
 /// Runs `cli` under a 20-second timeout and a 1 GB address-space limit, so
 /// a run that reads an endless input fails instead of eating the machine.
 fn run_bounded(cli: &Cli) -> Run {
-    let mut args = vec![
-        "-c".to_owned(),
-        "ulimit -v 1000000; exec timeout 20 \"$@\"".to_owned(),
-        "sh".to_owned(),
-        env!("CARGO_BIN_EXE_lm-cli").to_owned(),
-    ];
-    let command = cli.command();
-    args.extend(
-        command
-            .get_args()
-            .map(|arg| arg.to_string_lossy().into_owned()),
-    );
-    let output = Command::new("sh")
-        .args(&args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    cli.run_wrapped(&BOUNDED, "")
 }
 
 /// Checks a run ended with exit code `code` and one `error:` line holding
@@ -336,19 +315,13 @@ fn text_inputs_are_refused_by_kind_or_cut_off_by_length() {
         assert!(run.stdout.is_empty(), "{}", run.stdout);
     }
     // An endless stream on stdin is cut off at the cap.
-    let output = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 1000000; exec timeout 20 \"$@\" < /dev/zero")
-        .arg("sh")
-        .arg(env!("CARGO_BIN_EXE_lm-cli"))
-        .args(["generate", "-n", "1"])
-        .output()
-        .unwrap();
-    let run = Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    };
+    let endless_stdin = [
+        "sh",
+        "-c",
+        "ulimit -v 1000000; exec timeout 20 \"$@\" < /dev/zero",
+        "sh",
+    ];
+    let run = Cli::new("generate").n(1).run_wrapped(&endless_stdin, "");
     check_error(
         &run,
         1,

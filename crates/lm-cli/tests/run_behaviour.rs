@@ -3,20 +3,9 @@
 //! that must leave room for the reply, huge enumeration limits, a context
 //! beyond the model's trained length, and the small flags users expect.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use crate::common::{Cli, close_stdout_after};
-
-/// `sh -c script` with `$LM_CLI` set to the built binary, stdin closed.
-fn shell(script: &str) -> Command {
-    let mut command = Command::new("sh");
-    command
-        .arg("-c")
-        .arg(script)
-        .env("LM_CLI", env!("CARGO_BIN_EXE_lm-cli"))
-        .stdin(Stdio::null());
-    command
-}
+use crate::common::{Cli, close_stdout_after, shell};
 
 #[test]
 fn a_closed_pipe_stops_an_unstreamed_text_run_at_its_first_failed_write() {

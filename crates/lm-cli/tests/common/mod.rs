@@ -156,24 +156,22 @@ impl Cli {
 
     /// Runs the command with `input` on its stdin (a pipe, not a terminal).
     pub fn run_with_stdin(&self, input: &str) -> Run {
-        let mut child = self
-            .command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the lm-cli binary starts");
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        stdin
-            .write_all(input.as_bytes())
-            .expect("lm-cli reads stdin");
-        drop(stdin);
-        let output = child.wait_with_output().expect("lm-cli ends");
-        Run {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        run_piped(self.command(), input)
+    }
+
+    /// Runs the command behind `wrapper`, a program and its first arguments
+    /// that run what follows them ([`BOUNDED`], `["timeout", "60"]`), with
+    /// `input` on its stdin.
+    pub fn run_wrapped(&self, wrapper: &[&str], input: &str) -> Run {
+        let mut command = Command::new(wrapper[0]);
+        command
+            .args(&wrapper[1..])
+            .arg(env!("CARGO_BIN_EXE_lm-cli"))
+            .args(&self.args);
+        for (name, value) in &self.env {
+            command.env(name, value);
         }
+        run_piped(command, input)
     }
 
     /// Runs the command and expects it to succeed.
@@ -188,6 +186,47 @@ impl Cli {
     pub fn json(&self) -> Value {
         self.clone().arg("--json").ok().json()
     }
+}
+
+/// A wrapper for [`Cli::run_wrapped`] that bounds a run meant to refuse an
+/// endless input: 1 GB of address space and 20 s, so a regression fails
+/// the test instead of eating the machine.
+pub const BOUNDED: [&str; 4] = [
+    "sh",
+    "-c",
+    "ulimit -v 1000000; exec timeout 20 \"$@\"",
+    "sh",
+];
+
+/// Runs `command` with `input` on its stdin and everything it prints read.
+pub fn run_piped(mut command: Command, input: &str) -> Run {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    // A command that ends before reading all of it closes the pipe early.
+    let _ = stdin.write_all(input.as_bytes());
+    drop(stdin);
+    let output = child.wait_with_output().expect("the command ends");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// `sh -c script` with stdin closed; the script names the binary `$LM_CLI`.
+pub fn shell(script: &str) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(script)
+        .env("LM_CLI", env!("CARGO_BIN_EXE_lm-cli"))
+        .stdin(Stdio::null());
+    command
 }
 
 /// Reads the first `n_bytes` a running `lm-cli` writes, then closes the pipe
