@@ -9,6 +9,7 @@ mod bench_speculative;
 mod check_lessons;
 mod examples;
 mod fetch_model;
+mod fuzz_serve;
 mod reference;
 mod tidy;
 
@@ -27,6 +28,8 @@ tasks:
   examples              run every example of the workspace (as listed by cargo metadata)
   fetch-model <name>    download (or derive with llama.cpp) a known model into the
                         models folder ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
+  fuzz-serve            send 100,000 fuzzed requests (OpenAI's schema, mutated) to a toy-model
+                        server; fail on a 5xx, a panic or RSS above twice idle
   reference-fixtures    regenerate the llama.cpp fixtures (smollm2, smollm2-requant,
                         gemma3; needs python3; builds llama-cpp-python once, which
                         takes several minutes, unless LM_REFERENCE_PYTHON is set);
@@ -50,6 +53,7 @@ fn main() -> Result<()> {
         Some("check-lessons") => check_lessons::run(&task_args),
         Some("examples") => examples::run(&task_args),
         Some("fetch-model") => fetch_model::run(&task_args),
+        Some("fuzz-serve") => fuzz_serve::run(&task_args),
         Some("reference-fixtures") => reference::run(&task_args),
         Some("tidy") => tidy::run(&task_args),
         Some("help" | "-h" | "--help") | None => {
@@ -67,6 +71,7 @@ fn task_usage(task: &str) -> Option<String> {
         "check-lessons" => check_lessons::USAGE.to_owned(),
         "examples" | "tidy" => format!("usage: cargo xtask {task}"),
         "fetch-model" => fetch_model::usage(),
+        "fuzz-serve" => fuzz_serve::USAGE.to_owned(),
         "reference-fixtures" => format!("{}\n{}", reference::USAGE, reference::ARCH_USAGE),
         _ => return None,
     })
@@ -91,7 +96,7 @@ mod tests {
             .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
             .filter_map(|line| line.split_whitespace().next())
             .collect();
-        assert_eq!(listed.len(), 6, "{listed:?}");
+        assert_eq!(listed.len(), 7, "{listed:?}");
         for task in listed {
             let usage = task_usage(task).unwrap_or_else(|| panic!("no usage for `{task}`"));
             assert!(

@@ -27,6 +27,8 @@
 
 mod error;
 mod formats;
+#[doc(hidden)]
+pub mod fuzz;
 mod metrics;
 mod request;
 mod routes;

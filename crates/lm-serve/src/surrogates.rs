@@ -28,7 +28,7 @@ pub(crate) fn replace_lone_surrogates(json: &[u8]) -> Cow<'_, [u8]> {
         };
         let lone = match unit {
             0xD800..=0xDBFF => {
-                let paired = escaped_unit(json, idx + 6).is_some_and(|low| is_low(low));
+                let paired = escaped_unit(json, idx + 6).is_some_and(is_low);
                 if paired {
                     idx += 12;
                     continue;

@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod batching;
+mod fuzz;
 mod hostile;
 mod openai_client;
 mod response_format;

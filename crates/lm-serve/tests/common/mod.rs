@@ -11,10 +11,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lm_core::{Adapted, Detokenize, ForwardHook, LanguageModel, TokenId};
-use lm_model::{Toy, ToyArchitecture};
-use lm_serve::{ServeConfig, ServeError, ServedText, Server, TextFailure};
-use lm_tokenize::Message;
+use lm_core::{Adapted, ForwardHook, LanguageModel, TokenId};
+use lm_serve::{ServeConfig, ServeError, ServedText, Server};
 use serde_json::Value;
 
 /// A running server; dropping it stops it (as Ctrl-C would) and waits.
@@ -218,10 +216,9 @@ pub fn read_response(reader: &mut impl BufRead) -> Response {
     }
 }
 
-/// The toy decoder with room for long runs.
-pub fn toy_model() -> lm_model::Decoder {
-    Toy::with_options(ToyArchitecture::Llama, 1024, Toy::SEED).unwrap()
-}
+/// The toy decoder with room for long runs, and its text side (shared
+/// with the fuzzer).
+pub use lm_serve::fuzz::{ToyText, toy_model};
 
 /// Opens and closes a gated model's forward passes (see [`gated`]); clones
 /// share one gate.
@@ -282,30 +279,6 @@ pub fn gated<M>(model: M) -> (Adapted<M, Gate>, Gate) {
     let gate = Gate::default();
     let hook = gate.clone();
     (Adapted { inner: model, hook }, gate)
-}
-
-/// The toy's seven words; its "chat template" is the last message's text
-/// after `<start>`.
-#[derive(Debug)]
-pub struct ToyText;
-
-impl ServedText for ToyText {
-    fn detokenizer(&self) -> &dyn Detokenize {
-        &Toy
-    }
-
-    fn encode(&self, text: &str) -> Result<Vec<TokenId>, TextFailure> {
-        Toy::encode(text).map_err(|word| format!("unknown toy word '{word}'").into())
-    }
-
-    fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure> {
-        let last = messages.last().map_or("", |m| m.content.as_str());
-        Ok(format!("<start> {last}"))
-    }
-
-    fn end_tokens(&self) -> Vec<TokenId> {
-        vec![Toy::END]
-    }
 }
 
 /// The SmolLM2 file; panics naming the fetch command when it is missing.
