@@ -156,11 +156,13 @@ impl ServerProcess {
         let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
             .join()
             .unwrap_or_default();
+        // The first lines say where; the backtraces after them can run long.
+        let head: String = stderr.lines().take(12).collect::<Vec<_>>().join("\n");
         if stderr.contains("panicked") {
-            return Err(format!("the server panicked:\n{stderr}"));
+            return Err(format!("the server panicked:\n{head}"));
         }
         if !status.success() {
-            return Err(format!("the server exited with {status}:\n{stderr}"));
+            return Err(format!("the server exited with {status}:\n{head}"));
         }
         Ok(())
     }
