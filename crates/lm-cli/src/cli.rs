@@ -660,7 +660,7 @@ pub struct ServeArgs {
     /// Let browser pages from ORIGIN (`https://app.example`; repeat for more, or `*` for any)
     /// call the API: preflight OPTIONS is answered without the key, and answers carry
     /// Access-Control-Allow-Origin. Off by default.
-    #[arg(long, value_name = "ORIGIN")]
+    #[arg(long, value_name = "ORIGIN", value_parser = parse_cors_origin)]
     pub cors: Vec<String>,
     /// Sequences generated at once, in one batch (a request's `n` counts each).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -703,6 +703,15 @@ fn parse_api_key(text: &str) -> Result<String, String> {
         Err("the API key must not be empty (unset LM_API_KEY to serve without one)".to_owned())
     } else {
         Ok(text.to_owned())
+    }
+}
+
+/// `--cors`: `*` or an origin as browsers send it (`https://app.example`).
+fn parse_cors_origin(text: &str) -> Result<String, String> {
+    if lm_serve::is_cors_origin(text) {
+        Ok(text.to_owned())
+    } else {
+        Err("expected '*' or an origin: scheme://host[:port], without a path".to_owned())
     }
 }
 

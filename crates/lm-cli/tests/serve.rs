@@ -181,6 +181,21 @@ fn serve_help_names_lm_api_key_without_showing_its_value() {
 }
 
 #[test]
+fn a_cors_origin_with_a_path_is_a_usage_error() {
+    let run = Cli::new("serve")
+        .model("toy")
+        .opt("--cors", "https://app.example/")
+        .run();
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("expected '*' or an origin: scheme://host[:port], without a path"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn an_empty_api_key_is_a_usage_error() {
     let run = Cli::new("serve").model("toy").env("LM_API_KEY", "").run();
     assert_eq!(run.code, Some(2), "{}", run.stderr);

@@ -47,6 +47,7 @@ use std::time::Duration;
 use lm_core::LanguageModel;
 
 pub use error::ServeError;
+pub use routes::is_cors_origin;
 pub use state_size::StateSize;
 pub use text::{OutputFormatError, ServedText, TextFailure};
 
@@ -189,7 +190,7 @@ impl Server {
                 reason: "at least one response format must fit".into(),
             });
         }
-        if let Some(origin) = config.cors_origins.iter().find(|o| !routes::is_origin(o)) {
+        if let Some(origin) = config.cors_origins.iter().find(|o| !is_cors_origin(o)) {
             return Err(ServeError::InvalidSetting {
                 name: "cors",
                 reason: format!(

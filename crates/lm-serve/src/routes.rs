@@ -84,9 +84,10 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Whether `text` can be a `--cors` origin: `*`, or `scheme://host[:port]`
-/// (what browsers send in `Origin`: no path, no trailing slash).
-pub(crate) fn is_origin(text: &str) -> bool {
+/// Whether `text` can be a `--cors` origin ([`crate::ServeConfig::cors_origins`]):
+/// `*`, or `scheme://host[:port]` (what browsers send in `Origin`: no path,
+/// no trailing slash).
+pub fn is_cors_origin(text: &str) -> bool {
     if text == "*" {
         return true;
     }
@@ -910,7 +911,7 @@ impl Answer {
 
 #[cfg(test)]
 mod tests {
-    use super::{bearer_token, is_origin};
+    use super::{bearer_token, is_cors_origin};
 
     #[test]
     fn bearer_scheme_is_case_insensitive_and_takes_any_run_of_spaces() {
@@ -938,7 +939,7 @@ mod tests {
             ("https://", false),
             ("https://a b", false),
         ] {
-            assert_eq!(is_origin(text), ok, "{text:?}");
+            assert_eq!(is_cors_origin(text), ok, "{text:?}");
         }
     }
 }
