@@ -37,10 +37,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_formats: to_usize(args.max_formats),
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
-    // The toy decoder was built with the bound; the others are wrapped.
-    let bound = options.context_length;
+    let bound = loaded.backend.bound(options.context_length);
     match loaded.backend {
-        Backend::Toy(model) => serve(Arc::new(Bounded::new(*model, None)), text, config),
+        Backend::Toy(model) => serve(Arc::new(Bounded::new(*model, bound)), text, config),
         Backend::Count(model) => serve(Arc::new(Bounded::new(model, bound)), text, config),
         Backend::Llama(model) => serve(Arc::new(Bounded::new(*model, bound)), text, config),
     }
