@@ -12,7 +12,7 @@ use std::process::Stdio;
 use lm_model::catalog::SMOLLM2;
 use serde_json::Value;
 
-use crate::common::{Cli, Run, fixture};
+use crate::common::{BOUNDED, Cli, Run, fixture, run_piped};
 
 /// `lm-cli chat --model smollm2` (fails naming the fetch command without it).
 fn chat() -> Cli {
@@ -324,26 +324,9 @@ fn load_refuses_a_device_a_directory_or_a_huge_file_and_the_chat_goes_on() {
         dir.path().display(),
         huge.display()
     );
-    let mut command = std::process::Command::new("sh");
-    command
-        .arg("-c")
-        .arg("ulimit -v 1000000; exec timeout 20 \"$@\"")
-        .arg("sh")
-        .arg(env!("CARGO_BIN_EXE_lm-cli"))
-        .args(tiny_chat().arg("--json").command().get_args())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let run = tiny_chat().arg("--json").run_wrapped(&BOUNDED, &input);
+    let stderr = &run.stderr;
+    assert_eq!(run.code, Some(0), "{stderr}");
     for note in [
         "note: reading a conversation from /dev/zero: /dev/zero is not a regular file (it is a character device)",
         "is a directory",
@@ -351,6 +334,56 @@ fn load_refuses_a_device_a_directory_or_a_huge_file_and_the_chat_goes_on() {
     ] {
         assert!(stderr.contains(note), "{note:?} not in {stderr}");
     }
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = run.json();
     assert_eq!(replies(&report).len(), 1, "the chat went on: {report}");
+}
+
+#[test]
+fn lines_typed_ahead_on_a_terminal_are_each_read() {
+    // On a terminal (a pty from util-linux's `script`), four lines arrive at
+    // once, as type-ahead during a reply, a paste without bracketed paste or
+    // `tmux send-keys` deliver them. rustyline 17 read them all into its
+    // buffer, answered the first and then waited on the terminal for more.
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let line: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_lm-cli").to_owned())
+        .chain(
+            tiny_chat()
+                .command()
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned()),
+        )
+        .map(|arg| quote(&arg))
+        .collect();
+    // util-linux's `script` (Debian's bsdutils, an essential package).
+    let mut script = std::process::Command::new("timeout");
+    script.args(["20", "script", "-qfec", &line.join(" "), "/dev/null"]);
+    let run = run_piped(script, "hi\nab\nhi ab\n/exit\n");
+    let screen = &run.stdout;
+    assert_eq!(run.code, Some(0), "{screen}");
+    let replies = screen
+        .matches("note: max_new_tokens after 3 new tokens")
+        .count();
+    assert_eq!(replies, 3, "one reply per typed line: {screen}");
+}
+
+#[test]
+fn a_chat_template_that_never_ends_is_an_error_not_a_hang() {
+    // Two nested loops of 100,000 in `tokenizer.chat_template` hung
+    // `generate --chat` and `chat` (830 MB and growing after 30 s); the
+    // template now runs out of fuel and is named. A hang times out here.
+    let model = fixture("hostile/gguf/valid-endless-chat-template.gguf");
+    let expected = "chat template `tokenizer.chat_template` needed more than";
+    let generate = Cli::new("generate")
+        .model(model.display())
+        .opt("--prompt", "hi")
+        .arg("--chat")
+        .n(1);
+    let chat = Cli::new("chat").model(model.display()).n(1);
+    for (cli, input) in [(generate, ""), (chat, "hi\n")] {
+        let run = cli.run_wrapped(&["timeout", "60"], input);
+        let stderr = &run.stderr;
+        assert_eq!(run.code, Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }
