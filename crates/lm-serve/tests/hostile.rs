@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use lm_serve::ServeConfig;
+use lm_tokenize::byte_level_char;
 use serde_json::json;
 
 use crate::common::{TestServer, ToyText, gated, read_response, request, toy_model, wait_for};
@@ -260,21 +261,13 @@ fn shutdown_after_the_grace_cancels_what_still_runs() {
 const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
                       {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
-/// GPT-2's printable character for each byte (the byte-level alphabet).
-fn byte_char(byte: u8) -> char {
-    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
-    if printable(byte) {
-        return char::from(byte);
-    }
-    let shift = (0..byte).filter(|&b| !printable(b)).count() as u32;
-    char::from_u32(256 + shift).expect("valid char")
-}
-
 /// A text side of 512 tokens: the 256 bytes, `<|im_start|>` (256) and
 /// `<|im_end|>` (257) as control tokens, fillers; `template` as its chat
 /// template. Without merges, ordinary text is one token per byte.
 fn chatml_text(template: &str) -> lm::GgufText {
-    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    let mut tokens: Vec<String> = (0..=255u8)
+        .map(|b| byte_level_char(b).to_string())
+        .collect();
     let mut token_types = vec![1; 256];
     tokens.extend(["<|im_start|>".to_owned(), "<|im_end|>".to_owned()]);
     token_types.extend([3, 3]);

@@ -37,6 +37,6 @@ mod vocab;
 pub use chat::{ChatPart, ChatTemplate, MAX_RENDERED_BYTES, Message, TEMPLATE_FUEL};
 pub use error::{BackendError, TokenizeError};
 pub use stream::TextStream;
-pub use token_bytes::TokenBytes;
+pub use token_bytes::{TokenBytes, byte_level_char};
 pub use tokenizer::{TextPart, Tokenizer};
 pub use vocab::{BpeVocab, SpmVocab, TokenType};

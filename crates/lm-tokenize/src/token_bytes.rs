@@ -110,21 +110,22 @@ fn is_byte_level(decoder: &DecoderWrapper) -> bool {
     }
 }
 
-/// GPT-2's byte-level alphabet, inverted: the printable bytes stand for
-/// themselves, the other 68 are the chars from U+0100 on, in byte order.
-fn byte_level_map() -> HashMap<char, u8> {
+/// The character GPT-2's byte-level alphabet writes for `byte` in a
+/// byte-level BPE vocabulary: the printable bytes stand for themselves, the
+/// other 68 are the characters from U+0100 on, in byte order.
+pub fn byte_level_char(byte: u8) -> char {
     let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    let mut next_char = 0x100u32;
+    if printable(byte) {
+        return char::from(byte);
+    }
+    let rank = (0..byte).filter(|&b| !printable(b)).count() as u32;
+    char::from_u32(0x100 + rank).expect("U+0100..U+0144 are chars")
+}
+
+/// GPT-2's byte-level alphabet, inverted.
+fn byte_level_map() -> HashMap<char, u8> {
     (0..=255u8)
-        .map(|byte| {
-            let c = if printable(byte) {
-                char::from(byte)
-            } else {
-                next_char += 1;
-                char::from_u32(next_char - 1).expect("U+0100..U+0144 are chars")
-            };
-            (c, byte)
-        })
+        .map(|byte| (byte_level_char(byte), byte))
         .collect()
 }
 
@@ -138,6 +139,19 @@ fn byte_token(text: &str) -> Option<u8> {
 mod tests {
     use super::*;
     use crate::{BpeVocab, SpmVocab};
+
+    #[test]
+    fn the_byte_level_chars_are_the_tokenizers_crates_alphabet() {
+        let ours: std::collections::HashSet<char> = (0..=255u8).map(byte_level_char).collect();
+        let theirs: std::collections::HashSet<char> =
+            tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+                .into_iter()
+                .collect();
+        assert_eq!(ours.len(), 256);
+        assert_eq!(ours, theirs);
+        assert_eq!(byte_level_char(b' '), '\u{120}');
+        assert_eq!(byte_level_char(b'\n'), '\u{10a}');
+    }
 
     #[test]
     fn the_byte_level_map_inverts_the_pipelines_own_decoding_for_every_byte() {

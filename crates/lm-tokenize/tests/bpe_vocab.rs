@@ -1,24 +1,16 @@
 //! Tokenizers built from small hand-made vocabularies: merge order, special
 //! tokens, streaming, and every kind of bad input as a typed error.
 
-use lm_tokenize::{BpeVocab, TextPart, TokenizeError, Tokenizer};
+use lm_tokenize::{BpeVocab, TextPart, TokenizeError, Tokenizer, byte_level_char};
 use proptest::prelude::*;
 use std::sync::LazyLock;
-
-/// GPT-2's printable character for each byte (the byte-level alphabet).
-fn byte_char(byte: u8) -> char {
-    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
-    if printable(byte) {
-        return char::from(byte);
-    }
-    let shift = (0..byte).filter(|&b| !printable(b)).count() as u32;
-    char::from_u32(256 + shift).expect("valid char")
-}
 
 /// A vocabulary of the 256 byte tokens (id = byte value) plus `extra` tokens
 /// and `merges`, with the smollm pre-tokenizer.
 fn byte_vocab(extra: &[(&str, i32)], merges: &[&str]) -> BpeVocab {
-    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    let mut tokens: Vec<String> = (0..=255u8)
+        .map(|b| byte_level_char(b).to_string())
+        .collect();
     let mut token_types = vec![1; 256];
     for (text, token_type) in extra {
         tokens.push((*text).to_owned());
@@ -41,9 +33,9 @@ fn check(tokenizer: &Tokenizer, text: &str, expected: &[u32]) {
 
 #[test]
 fn gpt2_byte_alphabet_has_the_known_space_and_newline() {
-    assert_eq!(byte_char(b' '), 'Ġ');
-    assert_eq!(byte_char(b'\n'), 'Ċ');
-    assert_eq!(byte_char(b'\t'), 'ĉ');
+    assert_eq!(byte_level_char(b' '), 'Ġ');
+    assert_eq!(byte_level_char(b'\n'), 'Ċ');
+    assert_eq!(byte_level_char(b'\t'), 'ĉ');
 }
 
 #[test]
@@ -115,7 +107,10 @@ fn add_bos_prepends_the_bos_token() {
 #[test]
 fn stream_withholds_a_split_emoji_until_its_last_byte() {
     // 🙂 is F0 9F 99 82: token 256 holds its first three bytes, byte 0x82 the last.
-    let first_three: String = [0xF0u8, 0x9F, 0x99].iter().map(|&b| byte_char(b)).collect();
+    let first_three: String = [0xF0u8, 0x9F, 0x99]
+        .iter()
+        .map(|&b| byte_level_char(b))
+        .collect();
     let mut vocab = byte_vocab(&[], &[]);
     vocab.tokens.push(first_three);
     vocab.token_types.push(1);
