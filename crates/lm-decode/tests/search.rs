@@ -283,7 +283,10 @@ fn enumerate_best_keeps_the_best_few_and_ranks_greedy_among_all() {
         for n_best in [1, 3, 10, 2_401, 5_000] {
             let best = enumerate_best(&model, &[0, 1, 2], 4, 2_401, Some(n_best)).unwrap();
             assert_eq!(best.n_total, 2_401);
-            assert_eq!(best.continuations[..], all.continuations[..n_best.min(2_401)]);
+            assert_eq!(
+                best.continuations[..],
+                all.continuations[..n_best.min(2_401)]
+            );
             assert_eq!(
                 (&best.greedy, best.greedy_rank, best.greedy_logprob),
                 (&all.greedy, all.greedy_rank, all.greedy_logprob)
