@@ -71,11 +71,7 @@ impl GgufText {
     /// types lm-model cannot read).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
-        if !path.is_file() {
-            return Err(Error::FileMissing {
-                path: path.to_path_buf(),
-            });
-        }
+        exists(path)?;
         let file = GgufFile::open_metadata(path).map_err(|source| Error::Open {
             path: path.to_path_buf(),
             source,
@@ -243,10 +239,19 @@ fn optional<'f, T>(
 /// Opens `path` as GGUF; a missing file is [`Error::FileMissing`], a
 /// malformed one the error `malformed` builds.
 fn open(path: &Path, malformed: impl FnOnce(GgufError) -> Error) -> Result<GgufFile, Error> {
-    if !path.is_file() {
-        return Err(Error::FileMissing {
-            path: path.to_path_buf(),
-        });
-    }
+    exists(path)?;
     GgufFile::open(path).map_err(malformed)
+}
+
+/// [`Error::FileMissing`] when nothing is at `path`; a directory or a FIFO
+/// goes on to the GGUF reader, which names it (`GgufError::NotRegularFile`)
+/// without reading or waiting on it.
+fn exists(path: &Path) -> Result<(), Error> {
+    if path.exists() {
+        Ok(())
+    } else {
+        Err(Error::FileMissing {
+            path: path.to_path_buf(),
+        })
+    }
 }

@@ -74,6 +74,28 @@ fn a_missing_file_is_named() {
 }
 
 #[test]
+fn a_directory_or_a_fifo_is_named_not_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.gguf");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // No writer ever opens the FIFO: a loader that waited on it would hang.
+    for path in [dir.path(), fifo.as_path()] {
+        for error in [
+            load_gguf(path).unwrap_err(),
+            GgufText::open(path).unwrap_err(),
+        ] {
+            let text = chain(&error);
+            assert!(text.contains("not a regular file"), "{text}");
+            assert!(!text.contains("not found"), "{text}");
+        }
+    }
+}
+
+#[test]
 fn every_hostile_gguf_file_is_refused_at_its_stage_naming_the_problem() {
     let dir = fixture_path("hostile/gguf");
     let manifest = std::fs::read_to_string(dir.join("expected.tsv")).unwrap();
