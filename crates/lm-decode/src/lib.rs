@@ -175,4 +175,4 @@ pub use speculative::{
 };
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
 pub use trace::{Candidate, DraftMark, Generation, Stage, StageCounts, Step};
-pub use truncate::{FittedPrompt, Truncation, fit_prompt};
+pub use truncate::{FittedPrompt, Truncation, fit_prompt, room_for_new_tokens};

@@ -80,7 +80,7 @@ pub fn fit_prompt(
             let after_head = max
                 .checked_sub(n_head)
                 .ok_or(Error::PinnedHeadTooLong { n_head, max })?;
-            let room = max_new_tokens.min(after_head / 2).max(1);
+            let room = room_for_new_tokens(max_new_tokens, after_head);
             if len + room <= max {
                 return Ok(whole());
             }
@@ -97,6 +97,21 @@ pub fn fit_prompt(
             })
         }
     }
+}
+
+/// How many of `available` context positions a prompt that must be
+/// shortened leaves for the new tokens: `max_new_tokens`, but at most half
+/// (so a huge `max_new_tokens` still keeps a real prompt) and at least one.
+/// [`fit_prompt`] and lm-cli's chat, which drops whole turns, both use it.
+///
+/// ```
+/// use lm_decode::room_for_new_tokens;
+/// assert_eq!(room_for_new_tokens(20, 2048), 20);
+/// assert_eq!(room_for_new_tokens(5000, 2048), 1024);
+/// assert_eq!(room_for_new_tokens(0, 2048), 1);
+/// ```
+pub fn room_for_new_tokens(max_new_tokens: usize, available: usize) -> usize {
+    max_new_tokens.min(available / 2).max(1)
 }
 
 #[cfg(test)]

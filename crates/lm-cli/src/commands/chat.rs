@@ -270,8 +270,8 @@ impl<M: LanguageModel> Session<'_, M> {
         let codec = self.codec;
         let parse_special = self.parse_special;
         let context_length = self.model.context_length().unwrap_or(usize::MAX);
-        // Room for the reply: up to --max-new-tokens, at most half the context.
-        let room = self.config.max_new_tokens.min(context_length / 2);
+        // Room for the reply, by the rule keep-head truncation follows.
+        let room = lm_decode::room_for_new_tokens(self.config.max_new_tokens, context_length);
         let fitted = self
             .conversation
             .fit(context_length - room, context_length, |messages| {
