@@ -34,7 +34,7 @@
 //!
 //! `xtask bench --worker --phase decode --threads 1 --model <gguf>` (phases
 //! `decode`, `prefill`, `context` with `--contexts N`) measures one phase
-//! alone, for `perf record` (docs/performance.md has the profile).
+//! alone, for `perf record` (docs/performance-log.md has the profile).
 //!
 //! The prompt tokens are the `history_of_computing` case of
 //! `fixtures/smollm2/greedy.json` (llama.cpp's token ids of the text the peer

@@ -180,7 +180,7 @@ fn matmul_small_batches(c: &mut Criterion) {
 /// three times this CPU's L3 at most), one after the other, as a forward
 /// pass reads its layers. `matvec` above keeps one matrix in cache and
 /// times the arithmetic; this times what decode meets, the arithmetic
-/// overlapped with reads from memory (docs/performance.md, "Scales by a
+/// overlapped with reads from memory (docs/performance-log.md, "Scales by a
 /// scalar load"). Run with `RAYON_NUM_THREADS=1` for the one-thread figure.
 fn matvec_streamed(c: &mut Criterion) {
     const TOTAL_BYTES: usize = 96 << 20;

@@ -10,7 +10,7 @@
 //! by that arena. So the memory a process holds depends on which thread
 //! happened to allocate what: SmolLM2's long-context bench worker held
 //! 190 MB at its end (125 MB with a fixed threshold), and one worker in
-//! about ten peaked 12 to 14 MB above the others (docs/performance.md,
+//! about ten peaked 12 to 14 MB above the others (docs/performance-log.md,
 //! "Left to do").
 
 /// The size from which glibc maps a block on its own: its default, kept

@@ -129,7 +129,7 @@ impl Storage {
     ///
     /// Decode streams every weight once per token, and from 4 KB pages it
     /// runs about 20% slower (SmolLM2 Q4_1, one and two threads, on an
-    /// AMD EPYC; see docs/performance.md): each page costs a TLB miss, and
+    /// AMD EPYC; see docs/performance-log.md): each page costs a TLB miss, and
     /// the hardware prefetchers stop at every page boundary. The kernel
     /// cannot give a mapped file huge pages unless it was built with
     /// `READ_ONLY_THP_FOR_FS`, hence the copy. Where huge pages are refused

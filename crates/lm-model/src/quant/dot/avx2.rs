@@ -636,7 +636,7 @@ unsafe fn accumulate<const PARITY: usize, const BYTES: usize, const FORM: u8, P:
         // The f16 scales come in by a scalar load and a move, never by
         // `vcvtph2ps` from memory: on Zen 3 that form (an 8-byte load at the
         // block's start) ran Q4_0, Q5_0 and IQ4_NL decode products at half
-        // speed (docs/performance.md, "Scales by a scalar load").
+        // speed (docs/performance-log.md, "Scales by a scalar load").
         let scales_w = if FORM == WITH_MIN {
             // `[d_w, m_w]` by one 4-byte load; for an odd block, f16 lanes
             // `[0, 2, 2, 1]` of it (lane 2 is zero) put `m_w` in lane 3.

@@ -19,7 +19,7 @@
 //! A batch's rows are taken two at a time ([`BlockKernel::dot_group_two_rows`]):
 //! each input's blocks and offset sums are loaded once for both rows, in
 //! the registers AVX-512 has beyond AVX2's sixteen (Q5_0 products of 128
-//! inputs 18% faster, see docs/performance.md).
+//! inputs 18% faster, see docs/performance-log.md).
 //!
 //! Every function requires avx2, fma, f16c, avx512f, avx512bw, avx512vl and
 //! avx512vnni, which callers check through [`super::Dispatch`].
@@ -113,7 +113,7 @@ struct BlockPairKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
     /// Four, as on AVX2: groups of eight were slower at every n
-    /// (docs/performance.md, "Short batches").
+    /// (docs/performance-log.md, "Short batches").
     const WIDTH: usize = 4;
 
     #[inline(always)]

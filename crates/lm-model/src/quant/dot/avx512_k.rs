@@ -97,7 +97,7 @@ struct SuperBlockKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
     /// Four, as on AVX2: groups of eight were slower at every n
-    /// (docs/performance.md, "Short batches").
+    /// (docs/performance-log.md, "Short batches").
     const WIDTH: usize = 4;
 
     #[inline(always)]
