@@ -231,214 +231,30 @@ pub fn beam_search_streaming<M: LanguageModel, E: From<Error>>(
 }
 
 /// The search behind [`beam_search_streaming`], with a hook that can only
-/// continue or cancel.
+/// continue or cancel: start from the prompt, then at each step score every
+/// extension of every live beam, keep the best, grow them (setting finished
+/// ones aside), and at the end rank what finished with what is still live.
 fn search<M: LanguageModel>(
     model: &M,
     prompt: &[TokenId],
     config: &BeamConfig,
     on_step: &mut dyn FnMut(&BeamStep) -> ControlFlow<()>,
 ) -> Result<Vec<Hypothesis>> {
-    let num_beams = config.num_beams;
-    Error::check(num_beams, num_beams >= 1, |value| Error::InvalidNumBeams {
-        value,
-    })?;
-    let alpha = config.length_penalty;
-    Error::check(alpha, alpha.is_finite(), |value| {
-        Error::InvalidLengthPenalty { value }
-    })?;
-    let fitted = fit_within_limits(
-        model,
-        prompt,
-        &config.end_tokens,
-        config.max_new_tokens,
-        config.truncation,
-    )?;
-    let vocab_size = model.vocab_size();
-    let (n_steps, limit_reason) = match model.context_length() {
-        Some(max) if max - fitted.tokens.len() < config.max_new_tokens => {
-            (max - fitted.tokens.len(), StopReason::ContextBound)
-        }
-        _ => (config.max_new_tokens, StopReason::MaxNewTokens),
+    let plan = Plan::new(model, prompt, config)?;
+    let mut scratch = Scratch::new(plan.vocab_size, config)?;
+    let root = match plan.root(model, config)? {
+        Ok(root) => root,
+        Err(done) => return Ok(vec![done]),
     };
-    let mut adjust = config.adjustments.sampler()?;
-    let mut root = Beam {
-        state: model.new_state(),
-        logits: Vec::new(),
-        tokens: Vec::new(),
-        step_logprobs: Vec::new(),
-        adjusted_step_logprobs: Vec::new(),
-        top_candidates: Vec::new(),
-        logprob: 0.0,
-        adjusted_logprob: 0.0,
-        constraint: None,
-    };
-    if let Some(constraint) = &config.constraint {
-        let mut row = ConstraintRow::begin(constraint, vocab_size)?;
-        let mut mask = TokenMask::new(vocab_size);
-        if row.prepare(&mut mask, &config.end_tokens)? {
-            return Ok(vec![root.into_hypothesis(
-                config.length_penalty,
-                StopReason::ConstraintComplete,
-            )]);
-        }
-        root.constraint = Some((row, mask));
-    }
-    if n_steps == 0 {
-        return Ok(vec![
-            root.into_hypothesis(config.length_penalty, limit_reason),
-        ]);
-    }
-    model.forward(
-        &mut root.state,
-        &fitted.tokens,
-        Rows::Last,
-        &mut root.logits,
-    )?;
     let mut beams = vec![root];
-    // Why the live beams stop: the limit, unless the hook cancels first.
-    let mut stop_reason = limit_reason;
     let mut finished: Vec<Hypothesis> = Vec::new();
-    let mut row_logprobs = vec![0.0f32; vocab_size];
-    let mut adjusted_logprobs = vec![0.0f32; vocab_size];
-    let mut history = Vec::new();
-    let mut order = Vec::new();
-    // Each live beam's top tokens at this step.
-    let mut beam_tops: Vec<Vec<Candidate>> = Vec::new();
-    let mut candidates: Vec<Extension> = Vec::new();
-    for step in 0..n_steps {
-        candidates.clear();
-        beam_tops.clear();
-        for (beam_idx, beam) in beams.iter().enumerate() {
-            if beam.logits.len() != vocab_size {
-                return Err(Error::LogitsLength {
-                    len: beam.logits.len(),
-                    vocab_size,
-                });
-            }
-            lm_core::log_softmax_into(&beam.logits, 1.0, &mut row_logprobs)?;
-            top_n(
-                &row_logprobs,
-                config.n_top_candidates,
-                f32::NEG_INFINITY,
-                &mut order,
-            );
-            beam_tops.push(
-                order
-                    .iter()
-                    .map(|&token| {
-                        let logprob = row_logprobs[token as usize];
-                        Candidate {
-                            token,
-                            prob: logprob.exp(),
-                            logprob,
-                        }
-                    })
-                    .collect(),
-            );
-            let ranked = match &mut adjust {
-                Some(sampler) => {
-                    history.clear();
-                    history.extend_from_slice(&fitted.tokens);
-                    history.extend_from_slice(&beam.tokens);
-                    sampler.policy(&beam.logits, &history)?;
-                    lm_core::log_softmax_into(
-                        sampler.adjusted_logits(),
-                        1.0,
-                        &mut adjusted_logprobs,
-                    )?;
-                    &adjusted_logprobs
-                }
-                None => &row_logprobs,
-            };
-            let allowed = beam.constraint.as_ref().map(|(_, mask)| mask);
-            for (token, (&adjusted, &lp)) in ranked.iter().zip(&row_logprobs).enumerate() {
-                if adjusted > f32::NEG_INFINITY
-                    && allowed.is_none_or(|mask| mask.is_allowed(token as TokenId))
-                {
-                    candidates.push(Extension {
-                        total: beam.adjusted_logprob + f64::from(adjusted),
-                        beam_idx,
-                        token: token as TokenId,
-                        step_logprob: f64::from(lp),
-                        adjusted_step_logprob: f64::from(adjusted),
-                    });
-                }
-            }
-        }
-        let n_wanted = config
-            .num_beams
-            .saturating_mul(1 + config.end_tokens.len())
-            .min(candidates.len());
-        if n_wanted < candidates.len() {
-            candidates.select_nth_unstable_by(n_wanted - 1, Extension::best_first);
-            candidates.truncate(n_wanted);
-        }
-        candidates.sort_unstable_by(Extension::best_first);
-        let is_last_step = step + 1 == n_steps;
-        let mut next_beams = Vec::with_capacity(config.num_beams);
-        for (rank, extension) in candidates.iter().enumerate() {
-            if next_beams.len() == config.num_beams {
-                break;
-            }
-            let Some(parent) = beams.get(extension.beam_idx) else {
-                continue;
-            };
-            let mut child = Beam {
-                state: parent.state.clone(),
-                logits: Vec::new(),
-                tokens: parent.tokens.clone(),
-                step_logprobs: parent.step_logprobs.clone(),
-                adjusted_step_logprobs: parent.adjusted_step_logprobs.clone(),
-                top_candidates: parent.top_candidates.clone(),
-                logprob: parent.logprob + extension.step_logprob,
-                adjusted_logprob: extension.total,
-                constraint: None,
-            };
-            child.tokens.push(extension.token);
-            child.step_logprobs.push(extension.step_logprob);
-            child
-                .adjusted_step_logprobs
-                .push(extension.adjusted_step_logprob);
-            if config.n_top_candidates > 0 {
-                child
-                    .top_candidates
-                    .push(beam_tops[extension.beam_idx].clone());
-            }
-            if config.end_tokens.contains(&extension.token) {
-                if rank < config.num_beams {
-                    finished.push(child.into_hypothesis(
-                        config.length_penalty,
-                        StopReason::EndToken(extension.token),
-                    ));
-                }
-                continue;
-            }
-            if let Some((row, mask)) = &parent.constraint {
-                let mut row = row.fork();
-                row.advance(extension.token)?;
-                let mut mask = mask.clone();
-                if row.prepare(&mut mask, &config.end_tokens)? {
-                    if rank < config.num_beams {
-                        finished.push(child.into_hypothesis(
-                            config.length_penalty,
-                            StopReason::ConstraintComplete,
-                        ));
-                    }
-                    continue;
-                }
-                child.constraint = Some((row, mask));
-            }
-            if !is_last_step {
-                model.forward(
-                    &mut child.state,
-                    &[extension.token],
-                    Rows::Last,
-                    &mut child.logits,
-                )?;
-            }
-            next_beams.push(child);
-        }
-        beams = next_beams;
+    // Why the live beams stop: the limit, unless the hook cancels first.
+    let mut stop_reason = plan.limit_reason.clone();
+    for step in 0..plan.n_steps {
+        scratch.score_extensions(&beams, &plan, config)?;
+        scratch.keep_best(config);
+        let is_last_step = step + 1 == plan.n_steps;
+        beams = grow(model, &beams, &scratch, config, is_last_step, &mut finished)?;
         if beams.is_empty() {
             break;
         }
@@ -452,6 +268,274 @@ fn search<M: LanguageModel>(
             break;
         }
     }
+    Ok(rank(finished, beams, config, stop_reason))
+}
+
+/// What a search is asked to do, checked and fitted before it starts.
+struct Plan {
+    /// The prompt, fitted to the context.
+    prompt: Vec<TokenId>,
+    vocab_size: usize,
+    /// Steps to run: `max_new_tokens`, or fewer where the context ends first.
+    n_steps: usize,
+    /// Why beams that reach `n_steps` stop.
+    limit_reason: StopReason,
+}
+
+impl Plan {
+    fn new<M: LanguageModel>(model: &M, prompt: &[TokenId], config: &BeamConfig) -> Result<Self> {
+        let num_beams = config.num_beams;
+        Error::check(num_beams, num_beams >= 1, |value| Error::InvalidNumBeams {
+            value,
+        })?;
+        let alpha = config.length_penalty;
+        Error::check(alpha, alpha.is_finite(), |value| {
+            Error::InvalidLengthPenalty { value }
+        })?;
+        let fitted = fit_within_limits(
+            model,
+            prompt,
+            &config.end_tokens,
+            config.max_new_tokens,
+            config.truncation,
+        )?;
+        let (n_steps, limit_reason) = match model.context_length() {
+            Some(max) if max - fitted.tokens.len() < config.max_new_tokens => {
+                (max - fitted.tokens.len(), StopReason::ContextBound)
+            }
+            _ => (config.max_new_tokens, StopReason::MaxNewTokens),
+        };
+        Ok(Self {
+            prompt: fitted.tokens,
+            vocab_size: model.vocab_size(),
+            n_steps,
+            limit_reason,
+        })
+    }
+
+    /// The one beam the search starts from, having read the prompt; or the
+    /// whole answer when no token can be added (the constraint is complete
+    /// before any, or there is no step to take).
+    fn root<M: LanguageModel>(
+        &self,
+        model: &M,
+        config: &BeamConfig,
+    ) -> Result<std::result::Result<Beam<M::State>, Hypothesis>> {
+        let mut root = Beam {
+            state: model.new_state(),
+            logits: Vec::new(),
+            tokens: Vec::new(),
+            step_logprobs: Vec::new(),
+            adjusted_step_logprobs: Vec::new(),
+            top_candidates: Vec::new(),
+            logprob: 0.0,
+            adjusted_logprob: 0.0,
+            constraint: None,
+        };
+        if let Some(constraint) = &config.constraint {
+            let mut row = ConstraintRow::begin(constraint, self.vocab_size)?;
+            let mut mask = TokenMask::new(self.vocab_size);
+            if row.prepare(&mut mask, &config.end_tokens)? {
+                let done = StopReason::ConstraintComplete;
+                return Ok(Err(root.into_hypothesis(config.length_penalty, done)));
+            }
+            root.constraint = Some((row, mask));
+        }
+        if self.n_steps == 0 {
+            let done = self.limit_reason.clone();
+            return Ok(Err(root.into_hypothesis(config.length_penalty, done)));
+        }
+        model.forward(&mut root.state, &self.prompt, Rows::Last, &mut root.logits)?;
+        Ok(Ok(root))
+    }
+}
+
+/// A step's working buffers, reused from step to step.
+struct Scratch {
+    /// The penalties, bias and bans (`None` when there are none).
+    adjust: Option<Sampler>,
+    /// One beam's log-probabilities under the model, then adjusted.
+    row_logprobs: Vec<f32>,
+    adjusted_logprobs: Vec<f32>,
+    /// The prompt and one beam's tokens, for the penalties.
+    history: Vec<TokenId>,
+    order: Vec<TokenId>,
+    /// Each live beam's top tokens at this step.
+    beam_tops: Vec<Vec<Candidate>>,
+    /// Every allowed extension of every live beam, then the best of them.
+    candidates: Vec<Extension>,
+}
+
+impl Scratch {
+    fn new(vocab_size: usize, config: &BeamConfig) -> Result<Self> {
+        Ok(Self {
+            adjust: config.adjustments.sampler()?,
+            row_logprobs: vec![0.0; vocab_size],
+            adjusted_logprobs: vec![0.0; vocab_size],
+            history: Vec::new(),
+            order: Vec::new(),
+            beam_tops: Vec::new(),
+            candidates: Vec::new(),
+        })
+    }
+
+    /// Every extension of every beam by a token its adjustments and its
+    /// constraint allow, with the model's and the adjusted log-probability;
+    /// and each beam's top tokens under the model.
+    fn score_extensions<S>(
+        &mut self,
+        beams: &[Beam<S>],
+        plan: &Plan,
+        config: &BeamConfig,
+    ) -> Result<()> {
+        let vocab_size = plan.vocab_size;
+        self.candidates.clear();
+        self.beam_tops.clear();
+        for (beam_idx, beam) in beams.iter().enumerate() {
+            if beam.logits.len() != vocab_size {
+                return Err(Error::LogitsLength {
+                    len: beam.logits.len(),
+                    vocab_size,
+                });
+            }
+            lm_core::log_softmax_into(&beam.logits, 1.0, &mut self.row_logprobs)?;
+            top_n(
+                &self.row_logprobs,
+                config.n_top_candidates,
+                f32::NEG_INFINITY,
+                &mut self.order,
+            );
+            let row_logprobs = &self.row_logprobs;
+            self.beam_tops.push(
+                self.order
+                    .iter()
+                    .map(|&token| {
+                        let logprob = row_logprobs[token as usize];
+                        Candidate {
+                            token,
+                            prob: logprob.exp(),
+                            logprob,
+                        }
+                    })
+                    .collect(),
+            );
+            let ranked = match &mut self.adjust {
+                Some(sampler) => {
+                    self.history.clear();
+                    self.history.extend_from_slice(&plan.prompt);
+                    self.history.extend_from_slice(&beam.tokens);
+                    sampler.policy(&beam.logits, &self.history)?;
+                    lm_core::log_softmax_into(
+                        sampler.adjusted_logits(),
+                        1.0,
+                        &mut self.adjusted_logprobs,
+                    )?;
+                    &self.adjusted_logprobs
+                }
+                None => &self.row_logprobs,
+            };
+            let allowed = beam.constraint.as_ref().map(|(_, mask)| mask);
+            for (token, (&adjusted, &lp)) in ranked.iter().zip(&self.row_logprobs).enumerate() {
+                if adjusted > f32::NEG_INFINITY
+                    && allowed.is_none_or(|mask| mask.is_allowed(token as TokenId))
+                {
+                    self.candidates.push(Extension {
+                        total: beam.adjusted_logprob + f64::from(adjusted),
+                        beam_idx,
+                        token: token as TokenId,
+                        step_logprob: f64::from(lp),
+                        adjusted_step_logprob: f64::from(adjusted),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the best extensions, best first: enough for `num_beams` live
+    /// beams even when each end token takes a place.
+    fn keep_best(&mut self, config: &BeamConfig) {
+        let candidates = &mut self.candidates;
+        let n_wanted = config
+            .num_beams
+            .saturating_mul(1 + config.end_tokens.len())
+            .min(candidates.len());
+        if n_wanted < candidates.len() {
+            candidates.select_nth_unstable_by(n_wanted - 1, Extension::best_first);
+            candidates.truncate(n_wanted);
+        }
+        candidates.sort_unstable_by(Extension::best_first);
+    }
+}
+
+/// The next step's live beams: each kept extension in rank order forks its
+/// parent, until `num_beams` live. One that ends (an end token, or its
+/// constraint complete) is set aside in `finished` if it ranks among the
+/// best `num_beams`; a live one reads its token, except at the last step.
+fn grow<M: LanguageModel>(
+    model: &M,
+    beams: &[Beam<M::State>],
+    scratch: &Scratch,
+    config: &BeamConfig,
+    is_last_step: bool,
+    finished: &mut Vec<Hypothesis>,
+) -> Result<Vec<Beam<M::State>>> {
+    let mut next_beams = Vec::with_capacity(config.num_beams);
+    for (rank, extension) in scratch.candidates.iter().enumerate() {
+        if next_beams.len() == config.num_beams {
+            break;
+        }
+        let Some(parent) = beams.get(extension.beam_idx) else {
+            continue;
+        };
+        let mut child = parent.extended(extension);
+        if config.n_top_candidates > 0 {
+            child
+                .top_candidates
+                .push(scratch.beam_tops[extension.beam_idx].clone());
+        }
+        let ranks = rank < config.num_beams;
+        if config.end_tokens.contains(&extension.token) {
+            if ranks {
+                let done = StopReason::EndToken(extension.token);
+                finished.push(child.into_hypothesis(config.length_penalty, done));
+            }
+            continue;
+        }
+        if let Some((row, mask)) = &parent.constraint {
+            let mut row = row.fork();
+            row.advance(extension.token)?;
+            let mut mask = mask.clone();
+            if row.prepare(&mut mask, &config.end_tokens)? {
+                if ranks {
+                    let done = StopReason::ConstraintComplete;
+                    finished.push(child.into_hypothesis(config.length_penalty, done));
+                }
+                continue;
+            }
+            child.constraint = Some((row, mask));
+        }
+        if !is_last_step {
+            model.forward(
+                &mut child.state,
+                &[extension.token],
+                Rows::Last,
+                &mut child.logits,
+            )?;
+        }
+        next_beams.push(child);
+    }
+    Ok(next_beams)
+}
+
+/// The answer: the finished hypotheses and the live beams (stopped by
+/// `stop_reason`), the `num_beams` best by score, ties by tokens.
+fn rank<S>(
+    mut finished: Vec<Hypothesis>,
+    beams: Vec<Beam<S>>,
+    config: &BeamConfig,
+    stop_reason: StopReason,
+) -> Vec<Hypothesis> {
     finished.extend(
         beams
             .into_iter()
@@ -463,7 +547,7 @@ fn search<M: LanguageModel>(
             .then_with(|| a.tokens.cmp(&b.tokens))
     });
     finished.truncate(config.num_beams);
-    Ok(finished)
+    finished
 }
 
 /// A live partial hypothesis with its own model state (and its own place
@@ -478,6 +562,30 @@ struct Beam<S> {
     logprob: f64,
     adjusted_logprob: f64,
     constraint: Option<(ConstraintRow, TokenMask)>,
+}
+
+impl<S: Clone> Beam<S> {
+    /// A fork of this beam with `extension`'s token appended (its state not
+    /// yet advanced, its constraint not yet forked).
+    fn extended(&self, extension: &Extension) -> Self {
+        let mut child = Self {
+            state: self.state.clone(),
+            logits: Vec::new(),
+            tokens: self.tokens.clone(),
+            step_logprobs: self.step_logprobs.clone(),
+            adjusted_step_logprobs: self.adjusted_step_logprobs.clone(),
+            top_candidates: self.top_candidates.clone(),
+            logprob: self.logprob + extension.step_logprob,
+            adjusted_logprob: extension.total,
+            constraint: None,
+        };
+        child.tokens.push(extension.token);
+        child.step_logprobs.push(extension.step_logprob);
+        child
+            .adjusted_step_logprobs
+            .push(extension.adjusted_step_logprob);
+        child
+    }
 }
 
 impl<S> Beam<S> {
