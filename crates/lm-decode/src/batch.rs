@@ -12,7 +12,7 @@
 //! Row i draws from random stream `config.rng_stream + i`, so it gives exactly
 //! the tokens [`crate::generate`] gives for its prompt with that stream.
 
-use crate::generate::{Row, prepare};
+use crate::row::{Row, prepare};
 use crate::{Generation, GenerationConfig, Result};
 use lm_core::{Detokenize, LanguageModel, TokenId};
 

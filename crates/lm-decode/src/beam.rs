@@ -15,8 +15,8 @@
 //! never fed.
 
 use crate::constraint::ConstraintRow;
-use crate::generate::fit_within_limits;
 use crate::hook::with_fallible_hook;
+use crate::row::fit_within_limits;
 use crate::trace::top_n;
 use crate::{
     Candidate, Error, OutputConstraint, Result, Sampler, SamplingConfig, StopReason, Truncation,

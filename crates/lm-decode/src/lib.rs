@@ -144,6 +144,7 @@ mod generate;
 mod hook;
 mod prefix_cache;
 mod rng;
+mod row;
 pub mod sampler;
 mod score;
 mod select;

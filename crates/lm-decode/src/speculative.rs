@@ -29,8 +29,8 @@
 use crate::{
     DraftMark, Error, Generation, GenerationConfig, Result, Sampler, Selection, Step, StopReason,
     TokenRng,
-    generate::{Row, prepare},
     hook::{GenerationHook, finish, settle},
+    row::{Row, prepare},
 };
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
 use std::ops::ControlFlow;
