@@ -12,8 +12,10 @@
 //! Row i draws from random stream `config.rng_stream + i`, so it gives exactly
 //! the tokens [`crate::generate`] gives for its prompt with that stream.
 
+use crate::error::Result;
+use crate::generate::GenerationConfig;
 use crate::row::{Row, prepare};
-use crate::{Generation, GenerationConfig, Result};
+use crate::trace::Generation;
 use lm_core::{Detokenize, LanguageModel, TokenId};
 
 /// Which rows of a batch are finished and how many tokens each generated.

@@ -15,12 +15,15 @@
 //! never fed.
 
 use crate::constraint::ConstraintRow;
+use crate::constraint::OutputConstraint;
+use crate::error::{Error, Result};
 use crate::hook::with_fallible_hook;
 use crate::row::fit_within_limits;
+use crate::sampler::{Sampler, SamplingConfig};
+use crate::stop::StopReason;
+use crate::trace::Candidate;
 use crate::trace::top_n;
-use crate::{
-    Candidate, Error, OutputConstraint, Result, Sampler, SamplingConfig, StopReason, Truncation,
-};
+use crate::truncate::Truncation;
 use lm_core::{LanguageModel, Rows, TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::ops::ControlFlow;

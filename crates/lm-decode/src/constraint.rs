@@ -14,7 +14,8 @@
 //! token checked by speculative decoding: a forbidden draft has policy
 //! probability 0 and is rejected).
 
-use crate::{Error, Result, Sampler};
+use crate::error::{Error, Result};
+use crate::sampler::Sampler;
 use lm_core::{Constraint, ConstraintState, TokenId, TokenMask};
 use std::fmt;
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //! `try_reserve`, so a count too large for memory is
 //! [`Error::ContinuationsOutOfMemory`] rather than an abort.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use lm_core::{LanguageModel, Rows, TokenId};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;

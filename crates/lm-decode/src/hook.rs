@@ -21,7 +21,8 @@ use std::ops::ControlFlow;
 
 use lm_core::{LanguageModel, Rows, TokenId};
 
-use crate::{Error, Result, Step};
+use crate::error::{Error, Result};
+use crate::trace::Step;
 
 /// The caller's view of a running generation. A closure
 /// `FnMut(&Step) -> Result<ControlFlow<()>, E>` is a hook that sees only the

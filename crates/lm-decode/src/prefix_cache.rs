@@ -22,7 +22,8 @@ use lm_core::{Detokenize, LanguageModel, SequenceState, TokenId};
 
 use crate::generate::generate_from_state;
 use crate::hook::GenerationHook;
-use crate::{Generation, StopReason};
+use crate::stop::StopReason;
+use crate::trace::Generation;
 
 /// How much a [`PrefixCache`] keeps. A state that would break a limit on its
 /// own is not kept; otherwise the least recently used states are dropped

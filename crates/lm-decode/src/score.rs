@@ -14,7 +14,7 @@
 
 use std::num::NonZeroUsize;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use lm_core::{LanguageModel, Rows, TokenId};
 
 /// The score of a continuation: one natural-log probability per token.

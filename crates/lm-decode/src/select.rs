@@ -3,7 +3,7 @@
 //! Selection takes the uniform draw `u` as an argument (llama2.c's `coin`), so
 //! a test can feed lesson 000's numbers by hand and a caller owns randomness.
 
-use crate::Result;
+use crate::error::Result;
 use lm_core::TokenId;
 
 /// How a token is chosen from the policy distribution.

@@ -26,12 +26,14 @@
 //! and the trace behave as in [`crate::generate_with_hook`]; each [`Step`]
 //! carries the target's probabilities and a [`DraftMark`].
 
-use crate::{
-    DraftMark, Error, Generation, GenerationConfig, Result, Sampler, Selection, Step, StopReason,
-    TokenRng,
-    hook::{GenerationHook, finish, settle},
-    row::{Row, prepare},
-};
+use crate::error::{Error, Result};
+use crate::generate::GenerationConfig;
+use crate::hook::{GenerationHook, finish, settle};
+use crate::rng::TokenRng;
+use crate::row::{Row, prepare};
+use crate::sampler::{Sampler, Selection};
+use crate::stop::StopReason;
+use crate::trace::{DraftMark, Generation, Step};
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
 use std::ops::ControlFlow;
 

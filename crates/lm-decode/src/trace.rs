@@ -16,7 +16,8 @@
 //! The loop records a step with a `Recorder` right after choosing its token,
 //! before appending it and checking the stop rules.
 
-use crate::{Sampler, Selection, StopReason};
+use crate::sampler::{Sampler, Selection};
+use crate::stop::StopReason;
 use lm_core::{LogProb, TokenId};
 use std::cmp::Ordering;
 

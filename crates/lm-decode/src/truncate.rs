@@ -15,7 +15,7 @@
 //! kept:    h h h |                   | r r r r  + new new new
 //! ```
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use lm_core::TokenId;
 
 /// What to do with a prompt that leaves no room for the new tokens.

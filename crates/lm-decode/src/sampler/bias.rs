@@ -3,7 +3,7 @@
 //! token has probability 0 under every later transform).
 
 use super::{LogitTransform, TokenCounts};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use lm_core::TokenId;
 
 /// Adds a finite bias to the logits of chosen tokens.

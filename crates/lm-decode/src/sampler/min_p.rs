@@ -6,7 +6,8 @@
 //! at f32 precision like top-p.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result, Stage};
+use crate::error::{Error, Result};
+use crate::trace::Stage;
 
 /// Keeps candidates with `p_i >= min_p * p_max`; 0 keeps all, 1 keeps the
 /// tokens tied with the best.

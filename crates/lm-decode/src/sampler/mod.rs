@@ -40,7 +40,9 @@ pub use temperature::Temperature;
 pub use top_k::TopK;
 pub use top_p::TopP;
 
-use crate::{Error, Result, Stage, StageCounts, select::Selector};
+use crate::error::{Error, Result};
+use crate::select::Selector;
+use crate::trace::{Stage, StageCounts};
 use lm_core::{TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::fmt;

@@ -12,7 +12,7 @@
 //! or above 0 (presence, frequency) discourages repeats; below encourages.
 
 use super::LogitTransform;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use lm_core::TokenId;
 
 /// How often each token occurs in a history, reusable without allocation.

@@ -9,7 +9,7 @@
 //! taken exactly, with no threshold below which a small T counts as zero.
 //! T = +inf is the other limit: uniform over the tokens not masked.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A validated temperature: a number >= 0 (+inf allowed), never NaN.
 ///

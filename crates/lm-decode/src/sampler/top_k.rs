@@ -5,7 +5,8 @@
 //! whole.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result, Stage};
+use crate::error::{Error, Result};
+use crate::trace::Stage;
 
 /// Keeps the `k` highest-logit candidates (ties: the lower id first).
 ///

@@ -11,7 +11,8 @@
 //! p = 0.8 keep two tokens, with p = 0.81 three.
 
 use super::{CandidateFilter, Candidates};
-use crate::{Error, Result, Stage};
+use crate::error::{Error, Result};
+use crate::trace::Stage;
 
 /// The first partial selection; later rounds take four times as many.
 const FIRST_ROUND: usize = 64;
