@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::common::{TestServer, ToyText, gated, request, toy_model, wait_for};
 
 fn server() -> TestServer {
-    TestServer::start(toy_model(), ToyText, ServeConfig::default())
+    TestServer::toy(ServeConfig::default())
 }
 
 #[test]
@@ -393,15 +393,11 @@ fn from_origin(
 
 #[test]
 fn cors_answers_preflight_without_the_key_and_marks_every_answer() {
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            api_key: Some("k1".into()),
-            cors_origins: vec!["https://app.example".into()],
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        api_key: Some("k1".into()),
+        cors_origins: vec!["https://app.example".into()],
+        ..ServeConfig::default()
+    });
     let site = "https://app.example";
     let preflight = from_origin(
         &s,
@@ -464,14 +460,10 @@ fn cors_is_off_by_default_and_star_allows_any_origin() {
     let r = from_origin(&s, "POST", "/v1/completions", "https://app.example", &[]);
     assert_eq!(r.status, 200);
     assert_eq!(r.header("access-control-allow-origin"), None);
-    let star = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            cors_origins: vec!["*".into()],
-            ..ServeConfig::default()
-        },
-    );
+    let star = TestServer::toy(ServeConfig {
+        cors_origins: vec!["*".into()],
+        ..ServeConfig::default()
+    });
     let r = from_origin(&star, "GET", "/v1/models", "http://localhost:5173", &[]);
     assert_eq!(r.status, 200);
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
@@ -496,14 +488,10 @@ fn cors_is_off_by_default_and_star_allows_any_origin() {
 
 #[test]
 fn the_bearer_scheme_is_case_insensitive_and_tolerates_extra_spaces() {
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            api_key: Some("k1".into()),
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        api_key: Some("k1".into()),
+        ..ServeConfig::default()
+    });
     for (auth, status) in [
         ("Bearer k1", 200),
         ("bearer  k1", 200),
@@ -536,14 +524,10 @@ fn a_lone_surrogate_escape_is_read_as_the_replacement_character() {
 
 #[test]
 fn models_shows_a_path_by_its_file_stem() {
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            model_name: "/srv/models/SmolLM2-135M-Instruct-Q4_1.gguf".into(),
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        model_name: "/srv/models/SmolLM2-135M-Instruct-Q4_1.gguf".into(),
+        ..ServeConfig::default()
+    });
     let id = "SmolLM2-135M-Instruct-Q4_1";
     assert_eq!(s.get("/v1/models").json()["data"][0]["id"], id);
     let (status, body) = s.post(

@@ -170,7 +170,7 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
 fn a_prompt_extending_a_finished_one_reads_only_its_new_tokens_and_answers_the_same() {
     let prompt = "<start> the cat sat the dog slept the cat";
     let first = json!({"prompt": prompt, "max_tokens": 6, "temperature": 0.9, "seed": 3, "logit_bias": {"6": -100}});
-    let cached = TestServer::start(toy_model(), ToyText, ServeConfig::default());
+    let cached = TestServer::toy(ServeConfig::default());
     let (_, answer) = cached.post("/v1/completions", &first);
     let continued = format!(
         "{prompt}{} the",
@@ -197,14 +197,10 @@ fn a_prompt_extending_a_finished_one_reads_only_its_new_tokens_and_answers_the_s
         cached.metric("lm_prefix_cache_hit_tokens_total") - hits_before,
         n_prompt - 1.0
     );
-    let uncached = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            cache_bytes: 0,
-            ..ServeConfig::default()
-        },
-    );
+    let uncached = TestServer::toy(ServeConfig {
+        cache_bytes: 0,
+        ..ServeConfig::default()
+    });
     let (_, without_cache) = uncached.post("/v1/completions", &second);
     assert_eq!(with_cache["choices"], without_cache["choices"]);
     assert_eq!(uncached.metric("lm_prefill_tokens_total"), n_prompt);

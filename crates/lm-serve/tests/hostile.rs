@@ -22,14 +22,10 @@ fn still_serves(s: &TestServer) {
 
 #[test]
 fn malformed_bodies_get_400_and_huge_ones_413() {
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            max_body_bytes: 64 * 1024,
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        max_body_bytes: 64 * 1024,
+        ..ServeConfig::default()
+    });
     for body in [
         &b"{not json"[..],
         b"",
@@ -54,14 +50,10 @@ fn malformed_bodies_get_400_and_huge_ones_413() {
 
 #[test]
 fn an_api_key_guards_everything_but_health() {
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            api_key: Some("sesame".into()),
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        api_key: Some("sesame".into()),
+        ..ServeConfig::default()
+    });
     let body = json!({"prompt": "<start>", "max_tokens": 1}).to_string();
     let r = request(s.addr, "POST", "/v1/completions", &[], body.as_bytes());
     assert_eq!(r.status, 401);
@@ -150,7 +142,7 @@ fn a_full_queue_is_429_with_retry_after_and_a_dropped_client_frees_its_slot() {
 
 #[test]
 fn half_sent_requests_and_many_connections_do_not_stop_the_server() {
-    let s = TestServer::start(toy_model(), ToyText, ServeConfig::default());
+    let s = TestServer::toy(ServeConfig::default());
     // A client that sends half a request and goes silent, one that sends
     // less body than it announced, one that sends garbage.
     let mut silent = TcpStream::connect(s.addr).unwrap();
@@ -432,14 +424,10 @@ fn a_chat_template_that_loops_without_end_is_a_400_not_a_hang() {
 /// (OpenAI's answer), unless `--any-model`.
 #[test]
 fn unknown_roles_are_400_and_other_model_names_404() {
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            model_name: "toy".into(),
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        model_name: "toy".into(),
+        ..ServeConfig::default()
+    });
     let (status, body) = s.post(
         "/v1/chat/completions",
         &json!({"messages": [{"role": "admin", "content": "the"}], "max_tokens": 1}),
@@ -458,15 +446,11 @@ fn unknown_roles_are_400_and_other_model_names_404() {
         assert_eq!(s.post(path, &served).0, 200, "{path}");
     }
     drop(s);
-    let s = TestServer::start(
-        toy_model(),
-        ToyText,
-        ServeConfig {
-            model_name: "toy".into(),
-            any_model: true,
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::toy(ServeConfig {
+        model_name: "toy".into(),
+        any_model: true,
+        ..ServeConfig::default()
+    });
     let (status, body) = s.post(
         "/v1/completions",
         &json!({"model": "gpt-4o", "prompt": "<start> the", "max_tokens": 1}),

@@ -23,6 +23,11 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// The toy model and its text side, served with `config`'s settings.
+    pub fn toy(config: ServeConfig) -> Self {
+        Self::start(toy_model(), ToyText, config)
+    }
+
     /// Serves `model` on a free loopback port with `config`'s other settings.
     pub fn start<M>(model: M, text: impl ServedText + 'static, config: ServeConfig) -> Self
     where
