@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Cli, Run, check, close_stdout_after, fixture, shell};
+use crate::common::{Cli, Run, check, close_stdout_after, fixture, shell, spawn_shell};
 
 /// Rows of a tab-separated manifest, comments skipped.
 fn manifest(path: &Path) -> Vec<Vec<String>> {
@@ -304,14 +304,10 @@ fn a_closed_pipe_stops_the_generation_at_its_first_failed_write() {
     // (`ulimit -t 20`) kills a run that keeps generating (no exit code); a
     // run that stops at its first failed write exits 0, quietly, within a
     // few steps of the close.
-    let child = shell(
+    let child = spawn_shell(
         "ulimit -t 20; exec \"$LM_CLI\" generate --prompt 'And God said' \
          -n 100000000 --no-end-token --stream --seed 0",
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    );
     assert_eq!(close_stdout_after(child, 10), b"And God sa");
 }
 

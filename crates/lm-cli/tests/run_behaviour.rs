@@ -3,9 +3,7 @@
 //! that must leave room for the reply, huge enumeration limits, a context
 //! beyond the model's trained length, and the small flags users expect.
 
-use std::process::Stdio;
-
-use crate::common::{Cli, close_stdout_after, shell};
+use crate::common::{Cli, close_stdout_after, shell, spawn_shell};
 
 #[test]
 fn a_closed_pipe_stops_an_unstreamed_text_run_at_its_first_failed_write() {
@@ -14,14 +12,10 @@ fn a_closed_pipe_stops_an_unstreamed_text_run_at_its_first_failed_write() {
     // write. Before, the text was held to the end, and a run asked for 100
     // million tokens kept going until the CPU limit (`ulimit -t 10`) killed
     // it (no exit code).
-    let child = shell(
+    let child = spawn_shell(
         "ulimit -t 10; exec \"$LM_CLI\" generate --prompt 'And God said' \
          -n 100000000 --no-end-token --seed 0",
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    );
     assert_eq!(close_stdout_after(child, 20), b"And God said unto th");
 }
 

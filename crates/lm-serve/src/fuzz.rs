@@ -515,34 +515,37 @@ fn mutate_value(r: &mut Rng, value: &mut Value) {
     }
 }
 
+/// Byte strings [`mutate_bytes`] inserts: bad UTF-8 (a stray continuation
+/// byte, a cut sequence, an overlong `/`, an encoded surrogate, a code point
+/// past U+10FFFF), then JSON escapes (lone surrogates, NUL, a pair, a short
+/// and a foreign escape).
+const INSERTIONS: [[&[u8]; 6]; 2] = [
+    [
+        b"\xff",
+        b"\xc3",
+        b"\xc0\xaf",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xe2\x82",
+    ],
+    [
+        b"\\ud800",
+        b"\\udfff",
+        b"\\u0000",
+        b"\\uD83D\\uDE00",
+        b"\\u12",
+        b"\\x41",
+    ],
+];
+
 /// One change to the bytes: bad UTF-8, a lone surrogate, a NUL, a cut, a
 /// flipped byte, UTF-16, a BOM, or noise.
 fn mutate_bytes(r: &mut Rng, body: &mut Vec<u8>) {
     let at = r.below(body.len() as u64 + 1) as usize;
     match r.below(10) {
-        0 => {
-            let bad: [&[u8]; 6] = [
-                b"\xff",
-                b"\xc3",
-                b"\xc0\xaf",
-                b"\xed\xa0\x80",
-                b"\xf4\x90\x80\x80",
-                b"\xe2\x82",
-            ];
-            let bad = *r.pick(&bad);
-            body.splice(at..at, bad.iter().copied());
-        }
-        1 => {
-            let escapes: [&[u8]; 6] = [
-                b"\\ud800",
-                b"\\udfff",
-                b"\\u0000",
-                b"\\uD83D\\uDE00",
-                b"\\u12",
-                b"\\x41",
-            ];
-            let escape = *r.pick(&escapes);
-            body.splice(at..at, escape.iter().copied());
+        kind @ (0 | 1) => {
+            let inserted = *r.pick(&INSERTIONS[kind as usize]);
+            body.splice(at..at, inserted.iter().copied());
         }
         2 => body.insert(at, 0),
         3 => body.truncate(at),

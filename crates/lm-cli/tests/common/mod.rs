@@ -229,6 +229,15 @@ pub fn shell(script: &str) -> Command {
     command
 }
 
+/// [`shell`] started with stdout and stderr piped.
+pub fn spawn_shell(script: &str) -> Child {
+    shell(script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts")
+}
+
 /// Reads the first `n_bytes` a running `lm-cli` writes, then closes the pipe
 /// as `| head -c N` does, and expects the process to end quietly: exit 0,
 /// nothing on stderr. Returns the bytes read.
