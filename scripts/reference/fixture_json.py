@@ -29,15 +29,17 @@ def to_json(value, depth):
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
-def write_logits(out_dir, file_name, row):
-    """Writes one logits row as little-endian f32 to `out_dir/file_name` and
-    returns its descriptor for the JSON fixture."""
-    data = row.astype("<f4").tobytes()
+def write_logits(out_dir, file_name, row, dtype="f32"):
+    """Writes one logits row as little-endian `dtype` (f32, or IEEE f16: half
+    the size; the rounding, at most 2^-6 for logits below 32, is far inside
+    the tests' tolerance of 1.0) to `out_dir/file_name` and returns its
+    descriptor for the JSON fixture."""
+    data = row.astype({"f32": "<f4", "f16": "<f2"}[dtype]).tobytes()
     with open(os.path.join(out_dir, file_name), "wb") as out:
         out.write(data)
     return {
         "file": file_name,
-        "dtype": "f32",
+        "dtype": dtype,
         "byte_order": "little",
         "len": int(row.shape[0]),
         "sha256": hashlib.sha256(data).hexdigest(),
@@ -45,16 +47,5 @@ def write_logits(out_dir, file_name, row):
 
 
 def write_logits_f16(out_dir, file_name, row):
-    """Writes one logits row as little-endian IEEE f16 (half the size of f32; the
-    rounding, at most 2^-6 for logits below 32, is far inside the tests'
-    tolerance of 1.0) and returns its descriptor."""
-    data = row.astype("<f2").tobytes()
-    with open(os.path.join(out_dir, file_name), "wb") as out:
-        out.write(data)
-    return {
-        "file": file_name,
-        "dtype": "f16",
-        "byte_order": "little",
-        "len": int(row.shape[0]),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
+    """`write_logits` in IEEE f16."""
+    return write_logits(out_dir, file_name, row, "f16")

@@ -260,42 +260,40 @@ def end_of_generation_ids(llm):
     return [token for token in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token)]
 
 
-def greedy_case(llm, name, prompt):
-    """Greedy decoding with llama.cpp; the logits at each step come from `llm.scores`."""
+def greedy_from(llm, logits, max_new_tokens, next_logits, on_step):
+    """Greedy decoding from `logits` until an end-of-generation token or
+    `max_new_tokens`: `on_step(step, order, logits)` sees each step's logits
+    and their order before its token is appended; each token but the last is
+    fed back, and `next_logits()` reads the row that follows. Returns the
+    continuation, the top-1 minus top-2 gaps and the stop reason."""
     eog = set(end_of_generation_ids(llm))
-    prompt_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-    llm.reset()
-    llm.eval(prompt_ids)
-    prompt_rows = np.array(llm.scores[: len(prompt_ids)], dtype=np.float32)
-    last_logits = prompt_rows[-1].copy()
-
-    continuation, gaps, top_logits = [], [], []
-    logits = last_logits
+    continuation, gaps = [], []
     stop_reason = "max_new_tokens"
-    for step in range(GREEDY_MAX_NEW_TOKENS):
+    for step in range(max_new_tokens):
         order = np.argsort(-logits, kind="stable")
         chosen = int(order[0])
         gaps.append(short_float(logits[order[0]] - logits[order[1]]))
-        if step < N_STEPS_WITH_TOP_LOGITS:
-            top_logits.append([[int(i), short_float(logits[i])] for i in order[:N_TOP_LOGITS]])
+        on_step(step, order, logits)
         continuation.append(chosen)
         if chosen in eog:
             stop_reason = "end_of_generation"
             break
-        if step + 1 < GREEDY_MAX_NEW_TOKENS:
+        if step + 1 < max_new_tokens:
             llm.eval([chosen])
-            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            logits = next_logits()
+    return continuation, gaps, stop_reason
 
-    # Teacher-forced rows over the prompt: the argmax at every position and the
-    # log-probability (computed in f64 from the f32 logits) of the next prompt token.
-    argmax_ids = [int(i) for i in prompt_rows.argmax(axis=1)]
-    next_token_logprobs = []
-    for position in range(len(prompt_ids) - 1):
-        row = prompt_rows[position].astype(np.float64)
-        log_normalizer = row.max() + np.log(np.exp(row - row.max()).sum())
-        next_token_logprobs.append(round(float(row[prompt_ids[position + 1]] - log_normalizer), 6))
 
-    case = {
+def logprob(row, token):
+    """The log-probability of `token` under the f64 logits `row`, to 6 decimals."""
+    log_normalizer = row.max() + np.log(np.exp(row - row.max()).sum())
+    return round(float(row[token] - log_normalizer), 6)
+
+
+def run_fields(llm, name, prompt, prompt_ids, run):
+    """The fields every greedy case starts with; `run` is what `greedy_from` returned."""
+    continuation, gaps, stop_reason = run
+    return {
         "name": name,
         "prompt": prompt,
         "prompt_ids": prompt_ids,
@@ -303,6 +301,37 @@ def greedy_case(llm, name, prompt):
         "continuation_text": llm.detokenize(continuation, special=True).decode("utf-8", errors="replace"),
         "stop_reason": stop_reason,
         "top1_minus_top2": gaps,
+    }
+
+
+def greedy_case(llm, name, prompt):
+    """Greedy decoding with llama.cpp; the logits at each step come from `llm.scores`."""
+    prompt_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+    llm.reset()
+    llm.eval(prompt_ids)
+    prompt_rows = np.array(llm.scores[: len(prompt_ids)], dtype=np.float32)
+    last_logits = prompt_rows[-1].copy()
+
+    top_logits = []
+
+    def on_step(step, order, logits):
+        if step < N_STEPS_WITH_TOP_LOGITS:
+            top_logits.append([[int(i), short_float(logits[i])] for i in order[:N_TOP_LOGITS]])
+
+    def next_logits():
+        return np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+
+    run = greedy_from(llm, last_logits, GREEDY_MAX_NEW_TOKENS, next_logits, on_step)
+
+    # Teacher-forced rows over the prompt: the argmax at every position and the
+    # log-probability (computed in f64 from the f32 logits) of the next prompt token.
+    argmax_ids = [int(i) for i in prompt_rows.argmax(axis=1)]
+    next_token_logprobs = [
+        logprob(prompt_rows[position].astype(np.float64), prompt_ids[position + 1])
+        for position in range(len(prompt_ids) - 1)
+    ]
+    case = {
+        **run_fields(llm, name, prompt, prompt_ids, run),
         "top_logits": top_logits,
         "prompt_rows": {
             "argmax_ids": argmax_ids,
@@ -517,7 +546,6 @@ def write_conformance(model_path, out_dir, family, name):
 
 def conformance_case(llm, name, prompt):
     """Greedy decoding from llama.cpp's last logits row, read after each eval."""
-    eog = set(end_of_generation_ids(llm))
     n_vocab = llm.n_vocab()
     # add_bos=True is llama.cpp's add_special: BOS only when the vocabulary asks for it.
     prompt_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
@@ -529,34 +557,18 @@ def conformance_case(llm, name, prompt):
     llm.reset()
     llm.eval(prompt_ids)
     last_logits = last_row()
-    logits = last_logits
-    continuation, gaps, chosen_logprobs = [], [], []
+    chosen_logprobs = []
     top_logits = None
-    stop_reason = "max_new_tokens"
-    for step in range(CONFORMANCE_MAX_NEW_TOKENS):
-        order = np.argsort(-logits, kind="stable")
-        chosen = int(order[0])
-        gaps.append(short_float(logits[order[0]] - logits[order[1]]))
-        row = logits.astype(np.float64)
-        log_normalizer = row.max() + np.log(np.exp(row - row.max()).sum())
-        chosen_logprobs.append(round(float(row[chosen] - log_normalizer), 6))
+
+    def on_step(step, order, logits):
+        nonlocal top_logits
+        chosen_logprobs.append(logprob(logits.astype(np.float64), int(order[0])))
         if step == 0:
             top_logits = [[int(i), short_float(logits[i])] for i in order[:CONFORMANCE_N_TOP_LOGITS]]
-        continuation.append(chosen)
-        if chosen in eog:
-            stop_reason = "end_of_generation"
-            break
-        if step + 1 < CONFORMANCE_MAX_NEW_TOKENS:
-            llm.eval([chosen])
-            logits = last_row()
+
+    run = greedy_from(llm, last_logits, CONFORMANCE_MAX_NEW_TOKENS, last_row, on_step)
     case = {
-        "name": name,
-        "prompt": prompt,
-        "prompt_ids": prompt_ids,
-        "continuation_ids": continuation,
-        "continuation_text": llm.detokenize(continuation, special=True).decode("utf-8", errors="replace"),
-        "stop_reason": stop_reason,
-        "top1_minus_top2": gaps,
+        **run_fields(llm, name, prompt, prompt_ids, run),
         "chosen_logprobs": chosen_logprobs,
         "top_logits": top_logits,
     }

@@ -71,7 +71,10 @@ use serde_json::Value;
 
 use crate::{fetch_model, project_root, reference};
 
+pub(crate) mod flags;
 mod serve;
+
+use flags::{Flags, Rounds, positive_list};
 
 /// Tokens of the decode prompt (as the peer script).
 const N_DECODE_PROMPT: usize = 11;
@@ -110,7 +113,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         return crate::bench_speculative::run(args);
     }
     let options = Options::parse(args)?;
-    if options.worker {
+    if options.rounds.worker {
         return run_worker(&options);
     }
     if options.serve {
@@ -120,7 +123,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             None => fetch_model::ensure_model(fetch_model::find_known(DEFAULT_MODELS[0])?, None)?,
         };
         let worker = build_release_worker()?;
-        for &n_threads in &options.threads {
+        for &n_threads in &options.rounds.threads {
             let status = Command::new(&worker)
                 .args(["bench", "--worker", "--phase", "serve"])
                 .args(["--threads", &n_threads.to_string()])
@@ -151,6 +154,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .iter()
         .map(|_| {
             options
+                .rounds
                 .threads
                 .iter()
                 .map(|&n_threads| Row {
@@ -161,13 +165,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 .collect()
         })
         .collect();
-    for round in 0..options.runs {
+    for round in 0..options.rounds.runs {
         for (model, rows) in models.iter().zip(&mut rows_by_model) {
             for row in rows {
                 eprintln!(
                     "round {}/{}: {}: {} thread(s)",
                     round + 1,
-                    options.runs,
+                    options.rounds.runs,
                     model.file_name().unwrap_or_default().to_string_lossy(),
                     row.n_threads
                 );
@@ -194,10 +198,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 /// Command-line options.
 #[derive(Debug)]
 struct Options {
-    /// Rounds (processes per side and thread count); figures are medians.
-    runs: usize,
-    /// Thread counts to measure.
-    threads: Vec<usize>,
+    /// Rounds (processes per side and thread count), thread counts, and
+    /// whether this process is the worker that runs one measurement and
+    /// prints it as JSON.
+    rounds: Rounds,
     /// GGUF files instead of [`DEFAULT_MODELS`].
     models: Vec<PathBuf>,
     /// Long-context prompt lengths.
@@ -208,8 +212,6 @@ struct Options {
     install_peer: bool,
     /// Measure only ours.
     no_peer: bool,
-    /// Internal: run one measurement and print it as JSON.
-    worker: bool,
     /// Internal: which phase the worker measures (`decode`, `prefill`,
     /// `context` at each of `contexts`, or `serve`, the serving benchmark).
     phase: String,
@@ -222,76 +224,48 @@ struct Options {
 impl Options {
     fn parse(args: &[String]) -> Result<Self> {
         let mut options = Self {
-            runs: 5,
-            threads: vec![1, 2],
+            rounds: Rounds::new(5),
             models: Vec::new(),
             contexts: DEFAULT_CONTEXTS.to_vec(),
             peer_python: None,
             install_peer: false,
             no_peer: false,
-            worker: false,
             phase: "decode".to_owned(),
             serve: false,
             clients: 16,
         };
         let mut threads_given = false;
-        let mut args = args.iter();
-        while let Some(flag) = args.next() {
-            let mut value = || {
-                args.next()
-                    .with_context(|| format!("option `{flag}` needs a value; {USAGE}"))
-            };
-            match flag.as_str() {
-                "--runs" => {
-                    let text = value()?;
-                    options.runs = text
-                        .parse()
-                        .ok()
-                        .filter(|&runs| runs > 0)
-                        .with_context(|| format!("--runs needs a positive count, got `{text}`"))?;
-                }
-                "--threads" => {
-                    threads_given = true;
-                    options.threads = positive_list(value()?, "--threads")?;
-                }
+        let mut flags = Flags::new(args, USAGE);
+        while let Some(flag) = flags.next_flag() {
+            threads_given |= flag == "--threads";
+            if options.rounds.read(flag, &mut flags)? {
+                continue;
+            }
+            match flag {
                 "--contexts" => {
-                    let text = value()?;
+                    let text = flags.value(flag)?;
                     options.contexts = if text == "none" {
                         Vec::new()
                     } else {
-                        positive_list(text, "--contexts")?
+                        positive_list(text, flag)?
                     };
                 }
-                "--model" => options.models.push(PathBuf::from(value()?)),
-                "--peer-python" => options.peer_python = Some(PathBuf::from(value()?)),
+                "--model" => options.models.push(PathBuf::from(flags.value(flag)?)),
+                "--peer-python" => options.peer_python = Some(PathBuf::from(flags.value(flag)?)),
                 "--install-peer" => options.install_peer = true,
                 "--no-peer" => options.no_peer = true,
-                "--worker" => options.worker = true,
                 "--serve" => options.serve = true,
-                "--clients" => {
-                    let text = value()?;
-                    options.clients = text.parse().ok().filter(|&n| n > 0).with_context(|| {
-                        format!("--clients needs a positive count, got `{text}`")
-                    })?;
-                }
-                "--phase" => options.phase = value()?.clone(),
-                other => bail!("unknown option `{other}`; {USAGE}"),
+                "--clients" => options.clients = flags.count(flag)?,
+                "--phase" => options.phase = flags.value(flag)?.to_owned(),
+                other => return Err(flags.unknown(other)),
             }
         }
         // The serving benchmark's bar is set at two threads.
         if options.serve && !threads_given {
-            options.threads = vec![2];
+            options.rounds.threads = vec![2];
         }
         Ok(options)
     }
-}
-
-/// A comma-separated list of positive counts (`1,2`).
-fn positive_list(text: &str, flag: &str) -> Result<Vec<usize>> {
-    text.split(',')
-        .map(|part| part.trim().parse().ok().filter(|&n: &usize| n > 0))
-        .collect::<Option<Vec<_>>>()
-        .with_context(|| format!("{flag} needs positive counts like `1,2`, got `{text}`"))
 }
 
 /// What one figure measures: a phase at a prompt length.
@@ -400,10 +374,10 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
 /// The worker: loads the model, measures one phase after a warm-up, and
 /// prints one JSON object.
 fn run_worker(options: &Options) -> Result<()> {
-    let [n_threads] = options.threads[..] else {
+    let [n_threads] = options.rounds.threads[..] else {
         bail!(
             "--worker measures one thread count, got {:?}",
-            options.threads
+            options.rounds.threads
         );
     };
     let [model_path] = &options.models[..] else {
@@ -819,7 +793,7 @@ fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Res
     writeln!(
         out,
         "median of {} interleaved rounds; decode: {N_DECODE_NEW} tokens after the prompt; prefill: the prompt into an empty cache, read in pieces of {PREFILL_PIECE}\n",
-        options.runs
+        options.rounds.runs
     )?;
     writeln!(
         out,
@@ -1020,7 +994,10 @@ mod tests {
     #[test]
     fn thread_list_parses_and_rejects_zero() {
         let options = Options::parse(&args(&["--threads", "1,2", "--runs", "3"])).unwrap();
-        assert_eq!((options.threads, options.runs), (vec![1, 2], 3));
+        assert_eq!(
+            (options.rounds.threads, options.rounds.runs),
+            (vec![1, 2], 3)
+        );
         assert!(Options::parse(&args(&["--threads", "0"])).is_err());
         assert!(Options::parse(&args(&["--runs"])).is_err());
     }
@@ -1029,12 +1006,12 @@ mod tests {
     fn the_serve_benchmark_defaults_to_16_clients_at_2_threads() {
         let options = Options::parse(&args(&["--serve"])).unwrap();
         assert_eq!(
-            (options.serve, options.clients, options.threads),
+            (options.serve, options.clients, options.rounds.threads),
             (true, 16, vec![2])
         );
         let options =
             Options::parse(&args(&["--serve", "--clients", "4", "--threads", "1"])).unwrap();
-        assert_eq!((options.clients, options.threads), (4, vec![1]));
+        assert_eq!((options.clients, options.rounds.threads), (4, vec![1]));
         assert!(Options::parse(&args(&["--serve", "--clients", "0"])).is_err());
     }
 

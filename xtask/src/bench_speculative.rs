@@ -43,6 +43,7 @@ use lm_decode::{
 };
 use lm_model::Decoder;
 
+use crate::bench::flags::{Flags, Rounds};
 use crate::{bench, fetch_model};
 
 /// The usage line printed with option errors.
@@ -62,7 +63,7 @@ const FREE_REQUEST: &str =
 /// Runs the task (or, with `--worker`, the measurements).
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = Options::parse(args)?;
-    if options.worker {
+    if options.rounds.worker {
         return run_worker(&options);
     }
     let model = match &options.model {
@@ -91,57 +92,35 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 /// Command-line options.
 #[derive(Debug)]
 struct Options {
-    /// Rounds; figures are medians.
-    runs: usize,
-    /// Thread counts to measure.
-    threads: Vec<usize>,
+    /// Rounds, thread counts, and the worker switch.
+    rounds: Rounds,
     /// A GGUF file instead of the fetched SmolLM2.
     model: Option<PathBuf>,
     /// The most tokens prompt lookup proposes per pass.
     draft_tokens: usize,
     /// The most tokens each run generates.
     max_new_tokens: usize,
-    /// Internal: run the measurements in this (release) process.
-    worker: bool,
 }
 
 impl Options {
     fn parse(args: &[String]) -> Result<Self> {
         let mut options = Self {
-            runs: 3,
-            threads: vec![1, 2],
+            rounds: Rounds::new(3),
             model: None,
             draft_tokens: 8,
             max_new_tokens: 256,
-            worker: false,
         };
-        let positive = |flag: &str, text: &str| -> Result<usize> {
-            text.parse()
-                .ok()
-                .filter(|&n: &usize| n > 0)
-                .with_context(|| format!("{flag} needs a positive count, got `{text}`"))
-        };
-        let mut args = args.iter();
-        while let Some(flag) = args.next() {
-            let mut value = || {
-                args.next()
-                    .with_context(|| format!("option `{flag}` needs a value; {USAGE}"))
-            };
-            match flag.as_str() {
+        let mut flags = Flags::new(args, USAGE);
+        while let Some(flag) = flags.next_flag() {
+            if options.rounds.read(flag, &mut flags)? {
+                continue;
+            }
+            match flag {
                 "--speculative" => {}
-                "--runs" => options.runs = positive(flag, value()?)?,
-                "--draft-tokens" => options.draft_tokens = positive(flag, value()?)?,
-                "--max-new-tokens" => options.max_new_tokens = positive(flag, value()?)?,
-                "--threads" => {
-                    let text = value()?;
-                    options.threads = text
-                        .split(',')
-                        .map(|part| positive("--threads", part.trim()))
-                        .collect::<Result<Vec<_>>>()?;
-                }
-                "--model" => options.model = Some(PathBuf::from(value()?)),
-                "--worker" => options.worker = true,
-                other => bail!("unknown option `{other}`; {USAGE}"),
+                "--draft-tokens" => options.draft_tokens = flags.count(flag)?,
+                "--max-new-tokens" => options.max_new_tokens = flags.count(flag)?,
+                "--model" => options.model = Some(PathBuf::from(flags.value(flag)?)),
+                other => return Err(flags.unknown(other)),
             }
         }
         Ok(options)
@@ -222,6 +201,7 @@ fn run_worker(options: &Options) -> Result<()> {
         ..GenerationConfig::default()
     };
     let pools = options
+        .rounds
         .threads
         .iter()
         .map(|&n| {
@@ -232,17 +212,18 @@ fn run_worker(options: &Options) -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut cells: Vec<Vec<Cell>> = options
+        .rounds
         .threads
         .iter()
         .map(|_| tasks.iter().map(|_| Cell::default()).collect())
         .collect();
-    for round in 0..=options.runs {
+    for round in 0..=options.rounds.runs {
         // Round 0 warms up (page cache, pools) and is not counted.
-        for ((pool, &n_threads), row) in pools.iter().zip(&options.threads).zip(&mut cells) {
+        for ((pool, &n_threads), row) in pools.iter().zip(&options.rounds.threads).zip(&mut cells) {
             for (task, cell) in tasks.iter().zip(row.iter_mut()) {
                 eprintln!(
                     "round {round}/{}: {}, {n_threads} thread(s)",
-                    options.runs, task.name
+                    options.rounds.runs, task.name
                 );
                 let (plain, speculative) = pool.install(|| {
                     let plain = time_run(&decoder, &task.prompt, &config, None)?;
@@ -341,11 +322,11 @@ fn report(
         model.display(),
         lm_model::Kernel::detect(),
         options.draft_tokens,
-        options.runs,
+        options.rounds.runs,
     );
     out.push_str("| task | threads | prompt tokens | tokens | plain tok/s | speculative tok/s | speed-up | speed-up (CPU time) | drafted | accepted | acceptance | passes | tokens per pass |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (&n_threads, row) in options.threads.iter().zip(cells) {
+    for (&n_threads, row) in options.rounds.threads.iter().zip(cells) {
         for (task, cell) in tasks.iter().zip(row) {
             let median = |values: &[f64]| bench::median(values).unwrap_or(f64::NAN);
             let (plain, speculative) = (median(&cell.plain), median(&cell.speculative));

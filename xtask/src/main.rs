@@ -3,6 +3,7 @@
 //! A small dispatcher in rust-analyzer's shape: one module per task, each with a
 //! `run(args)` function; `project_root()` locates the workspace from
 //! `CARGO_MANIFEST_DIR`.
+#![forbid(unsafe_code)]
 
 mod bench;
 mod bench_speculative;

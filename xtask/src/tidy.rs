@@ -213,57 +213,58 @@ mod tests {
         json!({"name": name, "dependencies": deps})
     }
 
+    /// Asserts that `packages` break the arrows as `expected` says: one
+    /// problem per entry, in order, each starting with it.
+    fn check_arrows(packages: Value, expected: &[&str]) {
+        let problems = dependency_arrows(&json!({ "packages": packages }));
+        assert_eq!(problems.len(), expected.len(), "{problems:?}");
+        for (problem, start) in problems.iter().zip(expected) {
+            assert!(problem.starts_with(start), "{problems:?}");
+        }
+    }
+
     #[test]
     fn an_arrow_the_wrong_way_is_caught() {
-        let metadata = json!({"packages": [
+        let packages = json!([
             package("lm-core", &[]),
             package("lm-decode", &[("lm-core", None), ("lm-model", None)]),
             package("lm-model", &[("lm-core", None), ("lm-decode", Some("dev"))]),
             package("lm-cli", &[("lm-core", None), ("lm-model", None)]),
-        ]});
-        let problems = dependency_arrows(&metadata);
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].starts_with("lm-decode depends on lm-model"));
+        ]);
+        check_arrows(packages, &["lm-decode depends on lm-model"]);
     }
 
     #[test]
     fn the_facade_uses_the_libraries_and_none_uses_it() {
-        let metadata = json!({"packages": [
-            package("lm", &[("lm-core", None), ("lm-decode", None), ("lm-model", None)]),
+        let packages = json!([
+            package(
+                "lm",
+                &[("lm-core", None), ("lm-decode", None), ("lm-model", None)]
+            ),
             package("lm-tokenize", &[("lm-core", None), ("lm", Some("dev"))]),
             package("lm-model", &[("lm-core", None), ("lm", None)]),
             package("lm-cli", &[("lm", None), ("lm-core", None)]),
-        ]});
-        let problems = dependency_arrows(&metadata);
-        assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(
-            problems[0].starts_with("lm-tokenize depends on lm (as a dev-dependency)"),
-            "{problems:?}"
-        );
-        assert!(
-            problems[1].starts_with("lm-model depends on lm:"),
-            "{problems:?}"
-        );
+        ]);
+        let expected = [
+            "lm-tokenize depends on lm (as a dev-dependency)",
+            "lm-model depends on lm:",
+        ];
+        check_arrows(packages, &expected);
     }
 
     #[test]
     fn only_the_binaries_use_the_server() {
-        let metadata = json!({"packages": [
-            package("lm-serve", &[("lm", None), ("lm-core", None), ("lm-model", Some("dev"))]),
+        let packages = json!([
+            package(
+                "lm-serve",
+                &[("lm", None), ("lm-core", None), ("lm-model", Some("dev"))]
+            ),
             package("lm-cli", &[("lm-serve", None)]),
             package("lm", &[("lm-core", None), ("lm-serve", Some("dev"))]),
             package("lm-decode", &[("lm-core", None), ("lm-serve", None)]),
-        ]});
-        let problems = dependency_arrows(&metadata);
-        assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(
-            problems[0].starts_with("lm depends on lm-serve"),
-            "{problems:?}"
-        );
-        assert!(
-            problems[1].starts_with("lm-decode depends on lm-serve"),
-            "{problems:?}"
-        );
+        ]);
+        let expected = ["lm depends on lm-serve", "lm-decode depends on lm-serve"];
+        check_arrows(packages, &expected);
     }
 
     #[test]

@@ -9,9 +9,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lm_decode::sampler::{
-    FrequencyPenalty, MinP, PresencePenalty, RepetitionPenalty, Temperature, TopK, TopP,
-};
 use lm_decode::{SamplingConfig, Truncation};
 
 use crate::spec::ModelSpec;
@@ -302,6 +299,38 @@ impl PenaltyArgs {
         }
     }
 }
+
+/// The policy flags `generate` and `chat` share.
+#[derive(Debug, Clone, Copy)]
+pub struct SamplingFlags<'a> {
+    /// Temperature and the filters.
+    pub filters: &'a FilterArgs,
+    /// Penalties and the logit bias.
+    pub penalties: &'a PenaltyArgs,
+    /// `--greedy`.
+    pub greedy: bool,
+    /// `--seed`.
+    pub seed: Option<Seed>,
+}
+
+/// `sampling_flags()` for each command that has the policy flags.
+macro_rules! sampling_flags {
+    ($($command:ty),*) => {$(
+        impl $command {
+            /// The policy flags.
+            pub fn sampling_flags(&self) -> SamplingFlags<'_> {
+                SamplingFlags {
+                    filters: &self.filters,
+                    penalties: &self.penalties,
+                    greedy: self.greedy,
+                    seed: self.seed,
+                }
+            }
+        }
+    )*};
+}
+
+sampling_flags!(GenerateArgs, ChatArgs);
 
 /// `--repeat-last-n`: a window, or the whole text (`-1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -699,8 +728,16 @@ pub struct ServeArgs {
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would
 /// let a bare `Bearer` in; unset the variable to serve without a key).
 fn parse_api_key(text: &str) -> Result<String, String> {
+    non_empty(
+        text,
+        "the API key must not be empty (unset LM_API_KEY to serve without one)",
+    )
+}
+
+/// `text`, or `refusal` when it is empty.
+fn non_empty(text: &str, refusal: &str) -> Result<String, String> {
     if text.is_empty() {
-        Err("the API key must not be empty (unset LM_API_KEY to serve without one)".to_owned())
+        Err(refusal.to_owned())
     } else {
         Ok(text.to_owned())
     }
@@ -744,20 +781,12 @@ pub enum Seed {
 }
 
 impl Seed {
-    /// The seed to run with: the fixed one, or a fresh one from the
-    /// process's random hash keys (seeded by the OS) and the clock.
+    /// The seed to run with: the fixed one, or a fresh one
+    /// ([`SamplingConfig::fresh_seed`]).
     pub fn resolve(self) -> u64 {
-        use std::hash::{BuildHasher, Hasher};
         match self {
             Self::Fixed(seed) => seed,
-            Self::Random => {
-                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                hasher.write_u128(now.as_nanos());
-                hasher.finish()
-            }
+            Self::Random => SamplingConfig::fresh_seed(),
         }
     }
 }
@@ -854,49 +883,50 @@ fn parse_number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
         .map_err(|_| format!("'{text}' is not a number"))
 }
 
-/// Parses a number and checks it with the lm-decode constructor that will
-/// use it, so the CLI rejects exactly what the library rejects, with the
-/// library's message.
-fn parse_checked<T, V, E>(text: &str, check: impl Fn(T) -> Result<V, E>) -> Result<T, String>
+/// Parses a number and checks it with [`SamplingConfig::validate`] as the
+/// setting `set` writes it, so the CLI rejects exactly what the library
+/// rejects, with the library's message.
+fn parse_setting<T>(text: &str, set: impl Fn(&mut SamplingConfig, T)) -> Result<T, String>
 where
     T: std::str::FromStr + Copy,
-    E: std::fmt::Display,
 {
     let value = parse_number(text)?;
-    check(value).map_err(|e| e.to_string())?;
+    let mut config = SamplingConfig::default();
+    set(&mut config, value);
+    config.validate().map_err(|refused| refused.to_string())?;
     Ok(value)
 }
 
 fn parse_temperature(text: &str) -> Result<f32, String> {
-    parse_checked(text, Temperature::new)
+    parse_setting(text, |config, t| config.temperature = t)
 }
 
 /// A `--top-k`: 0 is off (kept as 0 here, no filter in [`FilterArgs::top_k`]).
 fn parse_top_k(text: &str) -> Result<usize, String> {
     match parse_number::<usize>(text)? {
         0 => Ok(0),
-        _ => parse_checked(text, TopK::new),
+        _ => parse_setting(text, |config, k| config.top_k = Some(k)),
     }
 }
 
 fn parse_top_p(text: &str) -> Result<f32, String> {
-    parse_checked(text, TopP::new)
+    parse_setting(text, |config, p| config.top_p = Some(p))
 }
 
 fn parse_min_p(text: &str) -> Result<f32, String> {
-    parse_checked(text, MinP::new)
+    parse_setting(text, |config, p| config.min_p = Some(p))
 }
 
 fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
-    parse_checked(text, RepetitionPenalty::new)
+    parse_setting(text, |config, r| config.repetition_penalty = Some(r))
 }
 
 fn parse_presence_penalty(text: &str) -> Result<f32, String> {
-    parse_checked(text, PresencePenalty::new)
+    parse_setting(text, |config, p| config.presence_penalty = Some(p))
 }
 
 fn parse_frequency_penalty(text: &str) -> Result<f32, String> {
-    parse_checked(text, FrequencyPenalty::new)
+    parse_setting(text, |config, p| config.frequency_penalty = Some(p))
 }
 
 /// Parses `ID=BIAS` or `TOKEN_TEXT=BIAS` (split at the last `=`, so a
@@ -921,11 +951,10 @@ fn parse_logit_bias(text: &str) -> Result<LogitBiasArg, String> {
 /// A stop string: an empty one would match before any text, so it is a
 /// usage error here, before anything is printed.
 fn parse_stop_string(text: &str) -> Result<String, String> {
-    if text.is_empty() {
-        Err("a stop string must not be empty (it would match before any text)".to_owned())
-    } else {
-        Ok(text.to_owned())
-    }
+    non_empty(
+        text,
+        "a stop string must not be empty (it would match before any text)",
+    )
 }
 
 fn parse_finite(text: &str) -> Result<f32, String> {
@@ -1057,6 +1086,50 @@ mod tests {
                 .contains("finite or -inf")
         );
         assert!(parse_logit_bias("1=nan").is_err());
+    }
+
+    /// Each setting of the policy with a value the CLI takes and one it
+    /// refuses; a new setting must be added here.
+    fn cli_examples(field: &str) -> Option<(&'static str, &'static str)> {
+        Some(match field {
+            "repetition_penalty" => ("1.1", "0"),
+            "presence_penalty" => ("0.5", "inf"),
+            "frequency_penalty" => ("0.5", "nan"),
+            "penalty_last_n" => ("16", "-2"),
+            "logit_bias" => ("1=0.5", "1=inf"),
+            "banned_tokens" => ("1=-inf", "1=nan"),
+            "temperature" => ("0.7", "-1"),
+            "top_k" => ("40", "-1"),
+            "top_p" => ("0.9", "1.5"),
+            "min_p" => ("0.05", "1.5"),
+            "seed" => ("7", "x"),
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn every_sampling_setting_has_a_flag_in_generate_and_chat() {
+        let mut cli = Cli::command();
+        for command in ["generate", "chat"] {
+            let help = cli
+                .find_subcommand_mut(command)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            for field in SamplingConfig::FIELDS {
+                assert!(
+                    help.contains(field.flag),
+                    "{command} --help has no {} (for {})",
+                    field.flag,
+                    field.name
+                );
+                let (good, bad) = cli_examples(field.name)
+                    .unwrap_or_else(|| panic!("no CLI example for {}: add one", field.name));
+                let parse = |value| Cli::try_parse_from(["lm-cli", command, field.flag, value]);
+                assert!(parse(good).is_ok(), "{command} {} {good}", field.flag);
+                assert!(parse(bad).is_err(), "{command} {} {bad}", field.flag);
+            }
+        }
     }
 
     #[test]

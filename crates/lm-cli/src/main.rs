@@ -13,6 +13,7 @@
 //!    Ctrl-C during the same reply exits with 130
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod cli;
 mod commands;

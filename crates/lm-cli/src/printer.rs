@@ -1,14 +1,16 @@
 //! [`TextPrinter`]: the generated text, printed as it grows (streaming) or
 //! at the end, the same bytes either way.
 //!
-//! The continuation is what decoding prompt + generated ids adds to the
-//! decoded prompt, so word models get their spacing and punctuation right
-//! at the seam. lm-decode's [`TextDeltas`] decodes it incrementally, finds
-//! stop strings in its tail (a token costs the same at the end of a long
-//! run as at its start) and applies the hold-back rule lm-serve streams by:
-//! text that could still change (a trailing incomplete UTF-8 character, or
-//! the start of a stop string) is held back until it cannot. End tokens are
-//! never printed. The first failed write (a reader that closed the pipe)
+//! The text comes decoded from lm-decode's loop, one final piece per step
+//! ([`lm_decode::Step::text`]) and what was held back at the end
+//! ([`lm_decode::Generation::held_back_text`]), so nothing is decoded twice.
+//! It is what decoding prompt + generated ids adds to the decoded prompt
+//! (word models get their spacing and punctuation right at the seam),
+//! without end tokens, cut before a stop string; a piece appears once it
+//! cannot change (a trailing incomplete UTF-8 character, or the start of a
+//! stop string, waits), the rule lm-serve streams by. Beam search's tokens
+//! come at the end, not from steps: [`continuation_text`] decodes them by
+//! the same rule. The first failed write (a reader that closed the pipe)
 //! ends the printing, and the caller stops generating
 //! ([`TextPrinter::write_failed`]).
 
@@ -21,39 +23,30 @@ use crate::output::Output;
 use crate::text::TextCodec;
 
 /// Prints one continuation.
-#[derive(Debug)]
-pub struct TextPrinter<'a> {
-    /// The continuation (without end tokens, cut at a stop string), handed
-    /// out as it becomes final.
-    deltas: TextDeltas<'a>,
-    /// Whether to write as tokens arrive.
+#[derive(Debug, Default)]
+pub struct TextPrinter {
+    /// The continuation so far.
+    text: String,
+    /// Whether to write as the pieces arrive.
     live: bool,
     /// The first write error; nothing more is written after it.
     error: Option<io::Error>,
 }
 
-impl<'a> TextPrinter<'a> {
-    /// A printer for the continuation of `prompt`; `live` streams.
-    pub fn new(
-        codec: &'a TextCodec,
-        prompt: &[TokenId],
-        end_tokens: &'a [TokenId],
-        stop_strings: &'a [String],
-        live: bool,
-    ) -> Self {
+impl TextPrinter {
+    /// A printer of one continuation; `live` streams.
+    pub fn new(live: bool) -> Self {
         Self {
-            deltas: TextDeltas::new(codec, prompt, end_tokens, stop_strings),
             live,
-            error: None,
+            ..Self::default()
         }
     }
 
-    /// Adds a chosen token, writing what has become final when live.
-    pub fn push(&mut self, token: TokenId, out: &mut Output) {
-        self.deltas.push(token);
-        if self.live && self.error.is_none() {
-            let new = self.deltas.take_final();
-            self.write(&new, out);
+    /// Adds a final piece of the text (a step's text), writing it when live.
+    pub fn push(&mut self, piece: &str, out: &mut Output) {
+        self.text.push_str(piece);
+        if self.live {
+            self.write(piece, out);
         }
     }
 
@@ -62,17 +55,14 @@ impl<'a> TextPrinter<'a> {
         self.error.is_some()
     }
 
-    /// The whole continuation: without end tokens, cut at a stop string.
-    pub fn text(&self) -> String {
-        self.deltas.text()
-    }
-
-    /// Writes whatever has not been written (all of it when not live) and
-    /// returns the continuation, or the first write error.
-    pub fn finish(mut self, out: &mut Output) -> io::Result<String> {
-        let text = self.text();
-        let rest = self.deltas.finish();
-        self.write(&rest, out);
+    /// Adds `held_back`, the text the run held back to its end, writes
+    /// whatever has not been written (all of it when not live) and returns
+    /// the continuation, or the first write error.
+    pub fn finish(mut self, held_back: &str, out: &mut Output) -> io::Result<String> {
+        let unwritten_from = if self.live { self.text.len() } else { 0 };
+        self.text.push_str(held_back);
+        let text = std::mem::take(&mut self.text);
+        self.write(&text[unwritten_from..], out);
         match self.error {
             Some(error) => Err(error),
             None => Ok(text),
@@ -88,4 +78,20 @@ impl<'a> TextPrinter<'a> {
             self.error = Some(error);
         }
     }
+}
+
+/// The continuation `tokens` make after `prompt` (beam search's, which
+/// come at the end rather than step by step), by the rule the loop's steps
+/// follow: decoded in the prompt's context, without `end_tokens`.
+pub fn continuation_text(
+    codec: &TextCodec,
+    prompt: &[TokenId],
+    end_tokens: &[TokenId],
+    tokens: &[TokenId],
+) -> String {
+    let mut deltas = TextDeltas::new(codec, prompt, end_tokens, &[]);
+    for &token in tokens {
+        deltas.push(token);
+    }
+    deltas.finish()
 }

@@ -7,7 +7,6 @@
 //! on the tiny chat model of `fixtures/hostile/gguf/` instead.
 
 use std::io::{Read, Write};
-use std::process::Stdio;
 
 use lm_model::catalog::SMOLLM2;
 use serde_json::Value;
@@ -249,15 +248,7 @@ fn the_sampling_flags_of_generate_apply_and_a_seed_replays_the_chat() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn chat_ends_quietly_when_stdout_is_closed() {
-    let mut child = chat()
-        .arg("--greedy")
-        .n(64)
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = chat().arg("--greedy").n(64).spawn_with_stdin();
     let input = "Tell me a long story.\n".repeat(50);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(input.as_bytes()).unwrap();

@@ -87,8 +87,7 @@ fn score_takes_c_as_the_context_size_not_the_continuation() {
         .opt("--prompt", PROMPT)
         .opt("-c", "dog")
         .run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("--context-length"), "{}", run.stderr);
+    run.assert_usage_error("--context-length");
 }
 
 /// The greedy toy run of `PROMPT` with `extra` flags, as JSON.
@@ -170,8 +169,7 @@ fn repeat_last_n_limits_the_penalties_to_the_last_tokens() {
         ids(&toy_greedy_with(&[])["ids"])
     );
     let run = Cli::toy("generate").opt("--repeat-last-n", "-2").run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("--repeat-last-n"), "{}", run.stderr);
+    run.assert_usage_error("--repeat-last-n");
 }
 
 #[test]

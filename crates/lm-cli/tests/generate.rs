@@ -778,13 +778,19 @@ fn an_unseeded_run_draws_a_fresh_seed_and_names_it_for_replay() {
     assert!(greedy.stderr.is_empty(), "{}", greedy.stderr);
     assert_eq!(greedy.json()["settings"]["seed"], serde_json::Value::Null);
     let bad = sample().opt("--seed", "-2").run();
-    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
-    assert!(
-        bad.stderr
-            .contains("'-2' is not a seed (a number from 0 to 2^64 - 1, -1 or random)"),
-        "{}",
-        bad.stderr
-    );
+    bad.assert_usage_error("'-2' is not a seed (a number from 0 to 2^64 - 1, -1 or random)");
+}
+
+/// A prompt that repeats itself, so prompt lookup has something to draft.
+const DRAFT_PROMPT: &str = "<start> the cat sat <end> <start> the";
+
+/// The plain greedy toy run of [`DRAFT_PROMPT`] that the drafted runs add to.
+fn greedy_to_draft() -> Cli {
+    Cli::new("generate")
+        .model("toy")
+        .opt("--prompt", DRAFT_PROMPT)
+        .n(9)
+        .args(["--greedy", "--no-end-token"])
 }
 
 /// `--draft prompt-lookup`: the same ids as the plain greedy run, the
@@ -792,16 +798,9 @@ fn an_unseeded_run_draws_a_fresh_seed_and_names_it_for_replay() {
 /// with beam search; a sampled run replays with its seed.
 #[test]
 fn draft_prompt_lookup_gives_the_plain_greedy_ids_and_counts_its_passes() {
-    let prompt = "<start> the cat sat <end> <start> the";
-    let greedy = || {
-        Cli::new("generate")
-            .model("toy")
-            .opt("--prompt", prompt)
-            .n(9)
-            .args(["--greedy", "--no-end-token"])
-    };
-    let plain = greedy().json();
-    let drafted = greedy()
+    let prompt = DRAFT_PROMPT;
+    let plain = greedy_to_draft().json();
+    let drafted = greedy_to_draft()
         .args(["--draft", "prompt-lookup"])
         .opt("--draft-tokens", 4)
         .json();
@@ -843,12 +842,8 @@ fn draft_prompt_lookup_gives_the_plain_greedy_ids_and_counts_its_passes() {
         run.stderr
     );
     let run = Cli::toy("generate").n(2).args(["--draft", "gguf"]).run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("'gguf' is not a drafter (expected prompt-lookup, FILE.gguf, a known model or count:FILE)"),
-        "{}",
-        run.stderr
+    run.assert_usage_error(
+        "'gguf' is not a drafter (expected prompt-lookup, FILE.gguf, a known model or count:FILE)",
     );
 }
 
@@ -859,15 +854,7 @@ fn draft_prompt_lookup_gives_the_plain_greedy_ids_and_counts_its_passes() {
 /// anything is generated.
 #[test]
 fn draft_models_give_the_plain_greedy_ids() {
-    let prompt = "<start> the cat sat <end> <start> the";
-    let greedy = || {
-        Cli::new("generate")
-            .model("toy")
-            .opt("--prompt", prompt)
-            .n(9)
-            .args(["--greedy", "--no-end-token"])
-    };
-    let plain = greedy().json();
+    let plain = greedy_to_draft().json();
     assert!(plain["settings"].get("draft").is_none());
     // The toy decoder's greedy continuation is "slept slept ...": a corpus
     // where "slept" follows "slept" drafts it.
@@ -880,7 +867,7 @@ fn draft_models_give_the_plain_greedy_ids() {
     .unwrap();
     let count_spec = format!("count:{}", corpus.display());
     for draft in ["toy", count_spec.as_str()] {
-        let drafted = greedy()
+        let drafted = greedy_to_draft()
             .opt("--draft", draft)
             .opt("--draft-tokens", 4)
             .json();

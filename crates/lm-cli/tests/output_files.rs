@@ -118,24 +118,19 @@ fn train_out_through_a_symlink_replaces_the_target_and_keeps_the_link() {
     let models = dir.path().join("models");
     fs::create_dir(&models).unwrap();
     fs::write(models.join("model.arpa"), "old").unwrap();
-    // A relative link, as `ln -s models/model.arpa latest.arpa` makes.
-    let link = dir.path().join("latest.arpa");
-    std::os::unix::fs::symlink("models/model.arpa", &link).unwrap();
-    train(&fixture("ngram/tiny.txt"), &link).ok();
-    assert!(fs::symlink_metadata(&link).unwrap().is_symlink());
-    assert_eq!(
-        fs::read(models.join("model.arpa")).unwrap(),
-        reference_model()
-    );
-    // A link to a file not written yet: the file is made, the link stays.
-    let dangling = dir.path().join("next.arpa");
-    std::os::unix::fs::symlink("models/next.arpa", &dangling).unwrap();
-    train(&fixture("ngram/tiny.txt"), &dangling).ok();
-    assert!(fs::symlink_metadata(&dangling).unwrap().is_symlink());
-    assert_eq!(
-        fs::read(models.join("next.arpa")).unwrap(),
-        reference_model()
-    );
+    // A relative link, as `ln -s models/model.arpa latest.arpa` makes; then
+    // a link to a file not written yet: the file is made, the link stays.
+    for (link_name, target) in [("latest.arpa", "model.arpa"), ("next.arpa", "next.arpa")] {
+        let link = dir.path().join(link_name);
+        std::os::unix::fs::symlink(format!("models/{target}"), &link).unwrap();
+        train(&fixture("ngram/tiny.txt"), &link).ok();
+        assert!(
+            fs::symlink_metadata(&link).unwrap().is_symlink(),
+            "{link_name}"
+        );
+        let written = fs::read(models.join(target)).unwrap();
+        assert_eq!(written, reference_model(), "{link_name}");
+    }
 }
 
 #[test]

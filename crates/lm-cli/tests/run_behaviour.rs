@@ -131,27 +131,23 @@ fn a_context_length_beyond_the_models_is_a_warning_and_in_the_json() {
     // was silently clamped to 16.
     let model = crate::common::fixture("hostile/gguf/valid-tiny-llama.gguf");
     let warning = "warning: --context-length 100000 is beyond the model's trained length of 16; the context stays 16";
-    let run = Cli::new("generate")
-        .model(model.display())
-        .opt("--prompt", "hello")
-        .opt("-c", 100_000)
-        .n(2)
-        .seed(1)
-        .arg("--json")
-        .ok();
+    let with_context = |context_length: usize| {
+        Cli::new("generate")
+            .model(model.display())
+            .opt("--prompt", "hello")
+            .opt("-c", context_length)
+            .n(2)
+            .seed(1)
+            .arg("--json")
+            .ok()
+    };
+    let run = with_context(100_000);
     assert!(run.stderr.lines().any(|l| l == warning), "{}", run.stderr);
     let report = run.json();
     assert_eq!(report["settings"]["context_length"], 16);
     assert_eq!(report["settings"]["context_length_requested"], 100_000);
     // Within the model's length: no warning, no field.
-    let run = Cli::new("generate")
-        .model(model.display())
-        .opt("--prompt", "hello")
-        .opt("-c", 8)
-        .n(2)
-        .seed(1)
-        .arg("--json")
-        .ok();
+    let run = with_context(8);
     assert!(!run.stderr.contains("warning"), "{}", run.stderr);
     assert_eq!(run.json()["settings"]["context_length"], 8);
     assert!(

@@ -186,22 +186,11 @@ fn a_cors_origin_with_a_path_is_a_usage_error() {
         .model("toy")
         .opt("--cors", "https://app.example/")
         .run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("expected '*' or an origin: scheme://host[:port], without a path"),
-        "{}",
-        run.stderr
-    );
+    run.assert_usage_error("expected '*' or an origin: scheme://host[:port], without a path");
 }
 
 #[test]
 fn an_empty_api_key_is_a_usage_error() {
     let run = Cli::new("serve").model("toy").env("LM_API_KEY", "").run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("the API key must not be empty"),
-        "{}",
-        run.stderr
-    );
+    run.assert_usage_error("the API key must not be empty");
 }

@@ -4,7 +4,6 @@
 //! naming `cargo xtask fetch-model smollm2`.
 
 use std::io::Write;
-use std::process::Stdio;
 
 use lm_model::catalog::SMOLLM2;
 
@@ -110,12 +109,7 @@ fn chat_answers_each_line_of_stdin() {
     let mut child = smollm2("chat")
         .n(8)
         .opt("--temperature", 0)
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_with_stdin();
     child
         .stdin
         .take()

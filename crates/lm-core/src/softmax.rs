@@ -114,7 +114,9 @@ pub fn log_sum_exp(logits: &[f32]) -> Result<f64> {
 /// `sum_i exp((z_i - max) / t)`, each term also written to `out` when
 /// `STORE`. On x86_64 with AVX2 the same code is compiled for 8-wide
 /// vectors; the lanes and the order of additions are the code's, not the
-/// vector width's, so both builds give the same bits.
+/// vector width's, so both builds give the same bits. The crate's one
+/// `unsafe` block: the call into the AVX2 build.
+#[allow(unsafe_code)]
 fn weights<const STORE: bool>(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::CpuFeatures::detect().avx2 {

@@ -56,44 +56,12 @@ pub struct BeamConfig {
     pub constraint: Option<OutputConstraint>,
 }
 
-/// The raw-logit stage of the sampling chain (see [`crate::SamplingConfig`]
-/// for each field), for beam search, which draws nothing and so has no
-/// temperature or filter.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogitAdjustments {
-    /// HF repetition penalty (> 0; 1 is none).
-    pub repetition_penalty: Option<f32>,
-    /// Subtracted once from the logit of every token in the history.
-    pub presence_penalty: Option<f32>,
-    /// Subtracted `count` times from the logit of every token in the history.
-    pub frequency_penalty: Option<f32>,
-    /// The penalties count only the last this many tokens of the history.
-    pub penalty_last_n: Option<usize>,
-    /// Added to the logits of the given tokens.
-    pub logit_bias: Vec<(TokenId, f32)>,
-    /// Tokens that are never chosen.
-    pub banned_tokens: Vec<TokenId>,
-}
-
-impl LogitAdjustments {
-    /// The sampler that applies these adjustments at T = 1 (its policy is
-    /// the softmax of the adjusted logits), or `None` when there are none.
-    fn sampler(&self) -> Result<Option<Sampler>> {
-        if *self == Self::default() {
-            return Ok(None);
-        }
-        let config = SamplingConfig {
-            repetition_penalty: self.repetition_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            penalty_last_n: self.penalty_last_n,
-            logit_bias: self.logit_bias.clone(),
-            banned_tokens: self.banned_tokens.clone(),
-            ..SamplingConfig::default()
-        };
-        Sampler::new(&config).map(Some)
-    }
-}
+/// Beam search's raw-logit stage: a [`SamplingConfig`] of which beam
+/// search applies the penalties, the logit bias and the bans (as HF's
+/// logits processors in beam search). It ranks at T = 1 and draws nothing,
+/// so it reads no temperature, filter or seed (lm-cli refuses those flags
+/// with `--num-beams`); they are still validated.
+pub type LogitAdjustments = SamplingConfig;
 
 impl Default for BeamConfig {
     /// Lesson 002's setting: B = 4, alpha = 0.6, 20 new tokens.
@@ -372,7 +340,7 @@ struct Scratch {
 impl Scratch {
     fn new(vocab_size: usize, config: &BeamConfig) -> Result<Self> {
         Ok(Self {
-            adjust: config.adjustments.sampler()?,
+            adjust: Sampler::raw_logit_stage(&config.adjustments)?,
             row_logprobs: vec![0.0; vocab_size],
             adjusted_logprobs: vec![0.0; vocab_size],
             history: Vec::new(),

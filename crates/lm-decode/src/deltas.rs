@@ -1,7 +1,10 @@
 //! [`TextDeltas`]: a run's text handed out in pieces as its tokens arrive,
 //! each piece final, so a front end that streams them (lm-cli's printer,
 //! lm-serve's server-sent events) shows the same bytes as one that waits for
-//! the end.
+//! the end. The loop's row owns one and puts each piece in its step
+//! ([`crate::Step::text`]), so the front ends print the pieces without
+//! decoding again; it is public for text that comes from elsewhere (a beam
+//! search's tokens).
 //!
 //! The text is the one [`StopSearch`] decodes: what decoding context +
 //! generated ids adds to the decoded context, searched for stop strings.

@@ -13,6 +13,7 @@
 //! [`Error::ContinuationsOutOfMemory`] rather than an abort.
 
 use crate::error::{Error, Result};
+use crate::rank::{BestFirst, WorstOnTop};
 use lm_core::{LanguageModel, Rows, TokenId};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -177,33 +178,14 @@ pub fn enumerate_best<M: LanguageModel>(
 }
 
 /// Higher log-probability first, then the lower token sequence.
-fn best_first(a: &Continuation, b: &Continuation) -> Ordering {
-    best_first_parts((a.logprob, &a.tokens), (b.logprob, &b.tokens))
-}
-
-/// A continuation ordered by [`best_first`]: the greatest is the worst, so
-/// the top of a [`BinaryHeap`] is the one to drop.
-struct Ranked(Continuation);
-
-impl PartialEq for Ranked {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
+impl BestFirst for Continuation {
+    fn best_first(&self, other: &Self) -> Ordering {
+        best_first_parts((self.logprob, &self.tokens), (other.logprob, &other.tokens))
     }
 }
 
-impl Eq for Ranked {}
-
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> Ordering {
-        best_first(&self.0, &other.0)
-    }
-}
+/// A continuation in the heap of the best kept so far.
+type Ranked = WorstOnTop<Continuation>;
 
 struct Search<'m, M: LanguageModel> {
     model: &'m M,
@@ -286,7 +268,7 @@ impl<M: LanguageModel> Search<'_, M> {
         }
         if better_than_worst(&self.kept, self.n_kept) {
             // Within the reserved capacity: never reallocates.
-            self.kept.push(Ranked(Continuation {
+            self.kept.push(WorstOnTop(Continuation {
                 tokens: self.prefix.clone(),
                 logprob,
             }));
@@ -339,7 +321,7 @@ struct Node<M: LanguageModel> {
     logits: Vec<f32>,
 }
 
-/// [`best_first`] on a log-probability and tokens, without building a
+/// [`BestFirst`] on a log-probability and tokens, without building a
 /// [`Continuation`] (a leaf is compared before it is kept).
 fn best_first_parts(a: (f64, &[TokenId]), b: (f64, &[TokenId])) -> Ordering {
     b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1))

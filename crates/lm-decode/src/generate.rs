@@ -61,6 +61,19 @@ pub struct GenerationConfig {
     pub rng_stream: u64,
 }
 
+/// How many new tokens fit in a context of `context_length` positions
+/// after a prompt of `n_prompt` tokens (`None`: no bound), the sum behind
+/// lm-cli's `--max-new-tokens` note and lm-serve's `max_tokens` check.
+///
+/// ```
+/// assert_eq!(lm_decode::context_room(Some(8), 5), Some(3));
+/// assert_eq!(lm_decode::context_room(Some(8), 9), Some(0));
+/// assert_eq!(lm_decode::context_room(None, 9), None);
+/// ```
+pub fn context_room(context_length: Option<usize>, n_prompt: usize) -> Option<usize> {
+    context_length.map(|max| max.saturating_sub(n_prompt))
+}
+
 impl Default for GenerationConfig {
     fn default() -> Self {
         Self {

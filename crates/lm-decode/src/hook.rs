@@ -32,8 +32,8 @@ pub trait GenerationHook {
     /// The error the hook can end the run with.
     type Error: From<Error>;
 
-    /// Sees each step as soon as its token is chosen; `Break` stops the run
-    /// after it.
+    /// Sees each step as soon as its token is chosen (with a detokenizer,
+    /// [`Step::text`] is the text to print); `Break` stops the run after it.
     fn on_step(&mut self, step: &Step) -> std::result::Result<ControlFlow<()>, Self::Error>;
 
     /// Runs after each chunk of the prompt is read (`n_read` of `n_prompt`

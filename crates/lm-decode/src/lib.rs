@@ -116,8 +116,11 @@
 //!   [`Sampler::push_transform`].
 //! - The built-in links ([`sampler::TopK`], [`sampler::TopP`],
 //!   [`sampler::MinP`], [`sampler::Temperature`], the penalties, bias and
-//!   bans) validate their parameter on construction, so a front end can
-//!   check a flag with the same rule the sampler applies.
+//!   bans) validate their parameter on construction;
+//!   [`SamplingConfig::validate`] runs those checks and names the field, so
+//!   a front end checks a flag or a request field with the rule the sampler
+//!   applies, and [`SamplingConfig::FIELDS`] names each setting's flag and
+//!   request field.
 //! - Structured output: any [`lm_core::Constraint`] (the facade's
 //!   llguidance engine, or your own) in [`GenerationConfig::constraint`] or
 //!   [`BeamConfig::constraint`] as an [`OutputConstraint`]; its mask runs
@@ -125,14 +128,16 @@
 //!   only once it accepts, and [`StopReason::ConstraintComplete`] ends a
 //!   run that can go no further.
 //! - Stop strings and [`Generation::text`] read text through
-//!   [`lm_core::Detokenize`], decoded incrementally ([`IncrementalText`],
-//!   [`StopSearch`]); a front end streams the same text with
-//!   [`TextDeltas`], which holds back what a stop string or an incomplete
-//!   character could still change.
+//!   [`lm_core::Detokenize`], decoded incrementally and once per token
+//!   ([`IncrementalText`], [`StopSearch`], [`TextDeltas`]); each [`Step`]
+//!   carries the text its token made final ([`Step::text`], holding back
+//!   what a stop string or an incomplete character could still change), so
+//!   a front end streams it without decoding again.
 //! - A caller that must stop a long prompt between prefill chunks (Ctrl-C)
 //!   implements [`GenerationHook`] and calls [`generate_with_hook`] with
 //!   `GenerationConfig::prefill_chunk_len` set.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod batch;
 mod beam;
@@ -143,6 +148,7 @@ mod exhaustive;
 mod generate;
 mod hook;
 mod prefix_cache;
+mod rank;
 mod rng;
 mod row;
 pub mod sampler;
@@ -163,8 +169,8 @@ pub use deltas::TextDeltas;
 pub use error::{Error, Result};
 pub use exhaustive::{Continuation, Enumeration, enumerate_best, enumerate_continuations};
 pub use generate::{
-    GenerationConfig, generate, generate_from_state, generate_many, generate_streaming,
-    generate_with_hook,
+    GenerationConfig, context_room, generate, generate_from_state, generate_many,
+    generate_streaming, generate_with_hook,
 };
 pub use hook::GenerationHook;
 pub use prefix_cache::{CacheLimit, CachedGeneration, PrefixCache, generate_cached, tokens_reused};

@@ -1,18 +1,22 @@
 //! One sequence of the generation loop ([`Row`]): its state, its sampler,
 //! its constraint, its stop rules and what it records, advanced one token at
 //! a time. The single, many, batch and speculative loops all run rows, so a
-//! sequence gives the same tokens whichever loop runs it. Also the checks
-//! and prompt fitting every loop starts with ([`prepare`]).
+//! sequence gives the same tokens whichever loop runs it. The row decodes
+//! each token once ([`TextDeltas`]): the text finds the stop strings and
+//! goes out in the step ([`Step::text`]), so front ends print it without
+//! decoding again. Also the checks and prompt fitting every loop starts
+//! with ([`prepare`]).
 
 use std::ops::ControlFlow;
 
 use crate::constraint::ConstraintRow;
+use crate::deltas::TextDeltas;
 use crate::error::{Error, Result};
-use crate::generate::GenerationConfig;
+use crate::generate::{GenerationConfig, context_room};
 use crate::hook::prefill;
 use crate::rng::TokenRng;
 use crate::sampler::{Sampler, Selection};
-use crate::stop::{StopReason, StopSearch};
+use crate::stop::{StopReason, find_stop_string};
 use crate::trace::{DraftMark, Generation, Recorder, Step};
 use crate::truncate::{FittedPrompt, Truncation, fit_prompt};
 use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
@@ -117,10 +121,10 @@ pub(crate) struct Row<'a> {
     n_prompt: usize,
     pub(crate) n_prompt_dropped: usize,
     trace: Recorder,
-    /// The stop-string search over the generated text, when there are stop
-    /// strings (and so a detokenizer).
-    stop_search: Option<StopSearch<'a>>,
-    text: Option<String>,
+    /// The generated text, decoded once per token after the prompt, searched
+    /// for the stop strings and handed out in final pieces (with a
+    /// detokenizer).
+    deltas: Option<TextDeltas<'a>>,
     rng_stream: u64,
     /// The row's place in the output constraint, if any.
     constraint: Option<ConstraintRow>,
@@ -154,12 +158,20 @@ impl<'a> Row<'a> {
         }
         let n_prompt = fitted.tokens.len();
         let context_length = model.context_length();
-        let room = context_length.map_or(config.max_new_tokens, |max| {
-            config.max_new_tokens.min(max.saturating_sub(n_prompt))
+        let room = context_room(context_length, n_prompt).map_or(config.max_new_tokens, |room| {
+            config.max_new_tokens.min(room)
         });
         // Room for what a run plausibly generates; a huge `max_new_tokens`
         // runs until another stop rule, growing the buffers as it goes.
         let reserved = room.min(PLAUSIBLE_NEW_TOKENS);
+        let deltas = detokenizer.map(|detokenizer| {
+            TextDeltas::new(
+                detokenizer,
+                &fitted.tokens,
+                &config.end_tokens,
+                &config.stop_strings,
+            )
+        });
         let mut history = fitted.tokens;
         history.reserve(reserved);
         Ok(Self {
@@ -173,10 +185,7 @@ impl<'a> Row<'a> {
             n_prompt,
             n_prompt_dropped: fitted.n_dropped,
             trace: Recorder::new(config.n_top_candidates, reserved),
-            stop_search: detokenizer
-                .filter(|_| !config.stop_strings.is_empty())
-                .map(|detokenizer| StopSearch::new(detokenizer, &config.stop_strings, &[])),
-            text: None,
+            deltas,
             rng_stream,
             masked: Vec::new(),
             constraint,
@@ -213,7 +222,8 @@ impl<'a> Row<'a> {
 
     /// One turn after the model's prediction (`logits`, the row after
     /// `history`): choose a token, record its step, append it, decide
-    /// whether the row stops. Every loop (single, many, batch) runs this.
+    /// whether the row stops, and add the text the token made final to its
+    /// step. Every loop (single, many, batch) runs this.
     pub(crate) fn advance(&mut self, logits: &[f32]) -> Result<&Step> {
         self.advance_with(logits, |sampler, rng, history, logits| {
             let u = if sampler.is_greedy() {
@@ -270,8 +280,17 @@ impl<'a> Row<'a> {
         self.trace
             .record(logits, &self.sampler, selection, self.history.len(), mark)?;
         self.history.push(selection.token);
-        self.stop_reason = self.check_stop(selection.token)?;
-        Ok(self.trace.last())
+        let (text, stop_found) = match &mut self.deltas {
+            Some(deltas) => {
+                let found = deltas.push(selection.token);
+                (deltas.take_final(), found.map(|(_, index)| index))
+            }
+            None => (String::new(), None),
+        };
+        self.stop_reason = self.check_stop(selection.token, stop_found)?;
+        let step = self.trace.last_mut();
+        step.text = text;
+        Ok(step)
     }
 
     /// The row's vocabulary size (the length of every logits row).
@@ -289,17 +308,19 @@ impl<'a> Row<'a> {
         self.context_length
     }
 
-    /// The stop rules after `token` was appended, in [`StopReason`]'s order;
-    /// on the way, the constraint moves past the token and prepares the
-    /// next turn's mask.
-    fn check_stop(&mut self, token: TokenId) -> Result<Option<StopReason>> {
+    /// The stop rules after `token` was appended, in [`StopReason`]'s order
+    /// (`stop_found`: the index of the stop string the text now holds); on
+    /// the way, the constraint moves past the token and prepares the next
+    /// turn's mask.
+    fn check_stop(
+        &mut self,
+        token: TokenId,
+        stop_found: Option<usize>,
+    ) -> Result<Option<StopReason>> {
         if self.config.end_tokens.contains(&token) {
             return Ok(Some(StopReason::EndToken(token)));
         }
-        if let Some(search) = &mut self.stop_search
-            && let Some((_, index)) = search.push(token)
-        {
-            self.text = Some(search.text_before_stop());
+        if let Some(index) = stop_found {
             return Ok(Some(StopReason::StopString(
                 self.config.stop_strings[index].clone(),
             )));
@@ -324,20 +345,16 @@ impl<'a> Row<'a> {
 
     /// The trace; a row that never stopped (an error cut it short) reports
     /// the new-token limit.
-    pub(crate) fn into_generation(self) -> Generation {
+    pub(crate) fn into_generation(mut self) -> Generation {
         let stop_reason = self.stop_reason.clone().unwrap_or(StopReason::MaxNewTokens);
-        let text = match (&self.text, self.detokenizer) {
-            (Some(text), _) => Some(text.clone()),
-            (None, Some(detokenizer)) => {
-                let generated = self.generated();
-                let shown = match stop_reason {
-                    StopReason::EndToken(_) => &generated[..generated.len().saturating_sub(1)],
-                    _ => generated,
-                };
-                Some(detokenizer.decode(shown))
-            }
-            (None, None) => None,
-        };
+        let held_back_text = self
+            .deltas
+            .as_mut()
+            .map(TextDeltas::finish)
+            .unwrap_or_default();
+        let text = self
+            .detokenizer
+            .map(|detokenizer| self.standalone_text(detokenizer, &stop_reason));
         let mut history = self.history;
         let tokens = history.split_off(self.n_prompt);
         Generation {
@@ -348,6 +365,25 @@ impl<'a> Row<'a> {
             stop_reason,
             text,
             rng_stream: self.rng_stream,
+            held_back_text,
         }
+    }
+
+    /// [`Generation::text`]: the generated tokens decoded on their own
+    /// (without the prompt's context, unlike the steps' texts), without a
+    /// final end token, cut before the first stop string.
+    fn standalone_text(&self, detokenizer: &dyn Detokenize, stop_reason: &StopReason) -> String {
+        let generated = self.generated();
+        let shown = match stop_reason {
+            StopReason::EndToken(_) => &generated[..generated.len().saturating_sub(1)],
+            _ => generated,
+        };
+        let mut text = detokenizer.decode(shown);
+        if let StopReason::StopString(_) = stop_reason
+            && let Some((byte, _)) = find_stop_string(&text, &self.config.stop_strings)
+        {
+            text.truncate(byte);
+        }
+        text
     }
 }

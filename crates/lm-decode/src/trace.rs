@@ -14,7 +14,8 @@
 //! ([`lm_core::sample_inverse_cdf`]) gives the chosen token.
 //!
 //! The loop records a step with a `Recorder` right after choosing its token,
-//! before appending it and checking the stop rules.
+//! before appending it and checking the stop rules; then it adds the text
+//! the token made final ([`Step::text`]).
 
 use crate::sampler::{Sampler, Selection};
 use crate::stop::StopReason;
@@ -71,6 +72,14 @@ pub struct Step {
     /// distribution (replaced), so only undrafted steps replay by the
     /// inverse CDF over `policy_top`'s distribution.
     pub draft: DraftMark,
+    /// The text this token made final, for a front end to print or stream
+    /// as it comes (often empty; always empty without a detokenizer). The
+    /// loop decodes each token once, in the prompt's context, and holds
+    /// back what could still change: a trailing incomplete character and
+    /// the bytes that could start a stop string (see [`crate::TextDeltas`]).
+    /// The steps' texts followed by [`Generation::held_back_text`] are the
+    /// generated text without end tokens, cut before a stop string.
+    pub text: String,
 }
 
 /// What speculative decoding did at one step of the trace.
@@ -213,6 +222,11 @@ pub struct Generation {
     pub text: Option<String>,
     /// The random stream the tokens were drawn from (see [`crate::TokenRng`]).
     pub rng_stream: u64,
+    /// The text no step handed out ([`Step::text`]): what was held back when
+    /// the run ended (an incomplete character, or bytes that could have
+    /// started a stop string). A front end that streamed the steps' texts
+    /// prints it last.
+    pub held_back_text: String,
 }
 
 impl Generation {
@@ -331,14 +345,16 @@ impl Recorder {
             u: selection.u,
             n_candidates: *sampler.stage_counts(),
             draft,
+            text: String::new(),
         });
         Ok(())
     }
 
-    /// The step recorded last.
-    pub(crate) fn last(&self) -> &Step {
+    /// The step recorded last, for the row to add what it learns after
+    /// recording it (the text).
+    pub(crate) fn last_mut(&mut self) -> &mut Step {
         self.steps
-            .last()
+            .last_mut()
             .expect("the trace is read only after a step was recorded")
     }
 

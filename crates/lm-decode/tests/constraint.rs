@@ -4,13 +4,12 @@
 //! allowed tokens, sampling renormalises over them, end tokens come only
 //! when the output is complete, and speculative decoding agrees.
 
-use crate::common::{PrefixModel, TableModel};
-use std::ops::ControlFlow;
+use crate::common::{DraftFn, PrefixModel, TableModel, go_on};
 
 use lm_core::{SequenceChoice, TokenId};
 use lm_decode::{
-    BeamConfig, Draft, Drafter, Error, GenerationConfig, OutputConstraint, SamplingConfig, Stage,
-    Step, StopReason, beam_search, generate, generate_many, generate_speculative,
+    BeamConfig, Drafter, Error, GenerationConfig, OutputConstraint, SamplingConfig, Stage,
+    StopReason, beam_search, generate, generate_many, generate_speculative,
 };
 
 /// Sixteen sequences of 1 to 6 tokens over a 12-token vocabulary, sharing
@@ -61,10 +60,7 @@ fn allowed_after(read: &[TokenId], end: Option<TokenId>) -> Vec<TokenId> {
 #[test]
 fn constrained_greedy_is_the_argmax_over_the_allowed_tokens() {
     for salt in 0..20 {
-        let model = PrefixModel {
-            salt,
-            ..PrefixModel::new(12)
-        };
+        let model = PrefixModel::new(12).with_salt(salt);
         let prompt = [5, 6];
         let run = generate(
             &model,
@@ -109,10 +105,7 @@ fn constrained_greedy_is_the_argmax_over_the_allowed_tokens() {
 
 #[test]
 fn sampling_renormalises_the_policy_over_the_allowed_tokens() {
-    let model = PrefixModel {
-        salt: 3,
-        ..PrefixModel::new(12)
-    };
+    let model = PrefixModel::new(12).with_salt(3);
     let sampling = SamplingConfig {
         temperature: 0.8,
         top_k: Some(3),
@@ -187,10 +180,8 @@ fn an_end_token_comes_only_once_the_output_is_complete() {
     assert_eq!(run.tokens, vec![3, 3, 3, 3]);
     assert_eq!(run.stop_reason, StopReason::ConstraintComplete);
     assert!(run.is_finished());
-    assert_eq!(
-        StopReason::ConstraintComplete.to_string(),
-        "the constrained output is complete"
-    );
+    let message = StopReason::ConstraintComplete.to_string();
+    assert_eq!(message, "the constrained output is complete");
 }
 
 #[test]
@@ -247,38 +238,24 @@ fn an_unconstrained_run_is_unchanged_by_the_stage() {
 }
 
 /// Proposes the tokens of a hash of the context, mostly forbidden ones.
-struct Scattered;
-
-impl Drafter for Scattered {
-    fn propose(
-        &mut self,
-        context: &[TokenId],
-        max_tokens: usize,
-        draft: &mut Draft,
-    ) -> lm_decode::Result<()> {
+fn scattered() -> impl Drafter {
+    DraftFn::new(|context, max_tokens, draft| {
         let mut h = context.iter().fold(7u64, |h, &t| h * 31 + u64::from(t));
         for _ in 0..3.min(max_tokens) {
             h = h.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             draft.push(((h >> 33) % 12) as TokenId);
         }
-        Ok(())
-    }
-
-    fn observe(&mut self, _: usize, _: usize) {}
+    })
 }
 
 #[test]
 fn speculative_decoding_rejects_forbidden_drafts_and_agrees_with_the_plain_loop() {
-    let go_on = |_: &Step| Ok::<_, Error>(ControlFlow::Continue(()));
     for salt in 0..10 {
-        let model = PrefixModel {
-            salt,
-            ..PrefixModel::new(12)
-        };
+        let model = PrefixModel::new(12).with_salt(salt);
         let config = constrained(SamplingConfig::greedy(), vec![0]);
         let plain = generate(&model, &[4], &config, None).unwrap();
         let (fast, _) =
-            generate_speculative(&model, &[4], &config, None, Scattered, go_on).unwrap();
+            generate_speculative(&model, &[4], &config, None, scattered(), go_on).unwrap();
         assert_eq!(fast.tokens, plain.tokens, "salt {salt}");
         assert_eq!(fast.stop_reason, plain.stop_reason);
         // Sampled: every token is allowed where it was chosen.
@@ -289,7 +266,8 @@ fn speculative_decoding_rejects_forbidden_drafts_and_agrees_with_the_plain_loop(
             },
             vec![0],
         );
-        let (run, _) = generate_speculative(&model, &[4], &config, None, Scattered, go_on).unwrap();
+        let (run, _) =
+            generate_speculative(&model, &[4], &config, None, scattered(), go_on).unwrap();
         for (index, &token) in run.tokens.iter().enumerate() {
             assert!(allowed_after(&run.tokens[..index], Some(0)).contains(&token));
         }
@@ -316,10 +294,7 @@ fn a_constraint_for_another_vocabulary_is_refused() {
 #[test]
 fn a_wide_beam_search_finds_the_most_probable_allowed_output() {
     for salt in 0..10 {
-        let model = PrefixModel {
-            salt,
-            ..PrefixModel::new(12)
-        };
+        let model = PrefixModel::new(12).with_salt(salt);
         let prompt = [9];
         let config = BeamConfig {
             num_beams: 40,

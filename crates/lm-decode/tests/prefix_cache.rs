@@ -4,7 +4,7 @@
 //! the limits respected, the least recently used dropped first;
 //! `min_new_tokens` and `penalty_last_n` against hand-made references.
 
-use crate::common::PrefixModel;
+use crate::common::{PrefixModel, go_on};
 use std::ops::ControlFlow;
 
 use lm_core::{Counting, Prefix, SequenceState, TokenId};
@@ -14,19 +14,16 @@ use lm_decode::{
 };
 
 fn sampling(seed: u64) -> GenerationConfig {
+    let sampling = SamplingConfig {
+        seed,
+        temperature: 0.8,
+        ..SamplingConfig::default()
+    };
     GenerationConfig {
         max_new_tokens: 4,
-        sampling: SamplingConfig {
-            seed,
-            temperature: 0.8,
-            ..SamplingConfig::default()
-        },
+        sampling,
         ..GenerationConfig::default()
     }
-}
-
-fn no_hook(_: &Step) -> Result<ControlFlow<()>, lm_decode::Error> {
-    Ok(ControlFlow::Continue(()))
 }
 
 #[test]
@@ -41,8 +38,7 @@ fn each_turn_equals_a_fresh_run_and_reads_only_its_new_tokens() {
             rng_stream: turn,
             ..sampling(9)
         };
-        let run =
-            generate_cached(&model, &mut cache, &conversation, &config, None, no_hook).unwrap();
+        let run = generate_cached(&model, &mut cache, &conversation, &config, None, go_on).unwrap();
         let reference = generate(&fresh, &conversation, &config, None).unwrap();
         assert_eq!(run.generation, reference, "turn {turn}");
         // The cache had read all but the last reply token and the new user tokens.
@@ -67,25 +63,25 @@ fn a_prompt_that_differs_is_read_from_the_first_difference() {
     let model = Counting::new(PrefixModel::new(11));
     let mut cache = PrefixCache::one_state();
     let config = sampling(4);
-    generate_cached(&model, &mut cache, &[1, 2, 3, 4, 5], &config, None, no_hook).unwrap();
+    generate_cached(&model, &mut cache, &[1, 2, 3, 4, 5], &config, None, go_on).unwrap();
     let before = model.calls().len();
     // An edit at position 2: positions 0 and 1 are kept.
     let prompt = [1, 2, 9, 4, 5, 6];
-    let run = generate_cached(&model, &mut cache, &prompt, &config, None, no_hook).unwrap();
+    let run = generate_cached(&model, &mut cache, &prompt, &config, None, go_on).unwrap();
     assert_eq!(run.n_reused, 2);
     assert_eq!(model.calls()[before], 4);
     let reference = generate(&PrefixModel::new(11), &prompt, &config, None).unwrap();
     assert_eq!(run.generation, reference);
     // The same prompt again reads its last token only.
     let before = model.calls().len();
-    let again = generate_cached(&model, &mut cache, &prompt, &config, None, no_hook).unwrap();
+    let again = generate_cached(&model, &mut cache, &prompt, &config, None, go_on).unwrap();
     assert_eq!(again.n_reused, prompt.len() - 1);
     assert_eq!(model.calls()[before], 1);
     assert_eq!(again.generation, reference);
     // Cleared, it reads the whole prompt.
     cache.clear();
     let before = model.calls().len();
-    let cleared = generate_cached(&model, &mut cache, &prompt, &config, None, no_hook).unwrap();
+    let cleared = generate_cached(&model, &mut cache, &prompt, &config, None, go_on).unwrap();
     assert_eq!((cleared.n_reused, model.calls()[before]), (0, prompt.len()));
 }
 
@@ -94,18 +90,18 @@ fn a_run_that_fails_leaves_the_cache_as_it_was() {
     let model = Counting::new(PrefixModel::new(11));
     let mut cache = PrefixCache::one_state();
     let config = sampling(5);
-    let first = generate_cached(&model, &mut cache, &[1, 2, 3], &config, None, no_hook).unwrap();
+    let first = generate_cached(&model, &mut cache, &[1, 2, 3], &config, None, go_on).unwrap();
     let kept: Vec<Vec<TokenId>> = cache.kept().iter().map(|t| t.to_vec()).collect();
     let mut extended: Vec<TokenId> = [&[1, 2, 3][..], &first.generation.tokens].concat();
     // A token outside the vocabulary of 11, after the kept prefix.
     let bad = [extended.as_slice(), &[99]].concat();
-    assert!(generate_cached(&model, &mut cache, &bad, &config, None, no_hook).is_err());
+    assert!(generate_cached(&model, &mut cache, &bad, &config, None, go_on).is_err());
     // A hook that fails on the first step.
     let failing = |_: &Step| Err::<ControlFlow<()>, _>(lm_decode::Error::EmptyPrompt);
     assert!(generate_cached(&model, &mut cache, &extended, &config, None, failing).is_err());
     assert_eq!(cache.kept(), kept, "the kept state survives both errors");
     extended.push(7);
-    let run = generate_cached(&model, &mut cache, &extended, &config, None, no_hook).unwrap();
+    let run = generate_cached(&model, &mut cache, &extended, &config, None, go_on).unwrap();
     assert_eq!(run.n_reused, kept[0].len());
     let reference = generate(&PrefixModel::new(11), &extended, &config, None).unwrap();
     assert_eq!(run.generation, reference);
@@ -257,7 +253,7 @@ fn a_shared_cache_serves_several_conversations_each_equal_to_a_fresh_run() {
                 ..sampling(c as u64)
             };
             let run =
-                generate_cached(&model, &mut cache, conversation, &config, None, no_hook).unwrap();
+                generate_cached(&model, &mut cache, conversation, &config, None, go_on).unwrap();
             let reference = generate(&PrefixModel::new(11), conversation, &config, None).unwrap();
             assert_eq!(run.generation, reference, "turn {turn}, conversation {c}");
             let expected_reuse = if turn == 0 { 0 } else { conversation.len() - 3 };

@@ -2,7 +2,7 @@
 //! token by token through the uncached reference path, with the reads
 //! counted and every bad input a typed error.
 
-use crate::common::{PrefixModel, TableModel};
+use crate::common::{PrefixModel, TableModel, smollm2};
 use lm_core::{Counting, LanguageModel, Rows, TokenId, Uncached};
 use lm_decode::{ContinuationScore, Error, score_continuation, score_continuation_in_chunks};
 use lm_model::{Toy, ToyArchitecture};
@@ -171,10 +171,7 @@ fn a_model_that_returns_too_few_logits_is_an_error() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn smollm2_scores_as_its_uncached_chain_rule() {
-    let path = lm_model::catalog::SMOLLM2
-        .path()
-        .unwrap_or_else(|err| panic!("{err}"));
-    let model = lm_model::Llama::from_gguf(path).expect("the model file loads");
+    let model = smollm2();
     // "The capital of France is", then " Paris of France is" (ids from
     // SmolLM2's `tokenizer.ggml.tokens`).
     let (prompt, continuation) = ([504, 3575, 282, 4649, 314], [7042, 282, 4649, 314]);

@@ -55,10 +55,7 @@ fn gnmt_length_penalty_by_hand() {
 #[test]
 fn wide_beam_without_penalty_returns_exactly_the_enumerated_ranking() {
     for (v, n) in [(3usize, 3usize), (4, 2), (2, 4)] {
-        let model = PrefixModel {
-            salt: v as u64,
-            ..PrefixModel::new(v)
-        };
+        let model = PrefixModel::new(v).with_salt(v as u64);
         let total = v.pow(n as u32);
         let all = enumerate_continuations(&model, &[1], n, total).unwrap();
         for width in [total, total + 5] {
@@ -82,10 +79,7 @@ fn wide_beam_without_penalty_returns_exactly_the_enumerated_ranking() {
 #[test]
 fn wide_beam_with_end_tokens_and_penalty_matches_brute_force_scores() {
     // V = 3, n = 3, end token 0: 1 + 2 + 4 + 8 = 15 hypotheses in all.
-    let model = PrefixModel {
-        salt: 9,
-        ..PrefixModel::new(3)
-    };
+    let model = PrefixModel::new(3).with_salt(9);
     let mut expected: Vec<(Vec<TokenId>, f64)> = brute_force(&model, &[2], 3, &[0])
         .into_iter()
         .map(|(tokens, lp)| {
@@ -275,10 +269,7 @@ fn enumerate_best_keeps_the_best_few_and_ranks_greedy_among_all() {
     // every continuation (77 GB for SmolLM2's 49,152^2) and aborted. The best
     // few are kept in a heap; the greedy rank and the count cover them all.
     for salt in 0..40u64 {
-        let model = PrefixModel {
-            salt,
-            ..PrefixModel::new(7)
-        };
+        let model = PrefixModel::new(7).with_salt(salt);
         let all = enumerate_continuations(&model, &[0, 1, 2], 4, 2_401).unwrap();
         for n_best in [1, 3, 10, 2_401, 5_000] {
             let best = enumerate_best(&model, &[0, 1, 2], 4, 2_401, Some(n_best)).unwrap();
@@ -309,10 +300,7 @@ fn greedy_can_be_overtaken_at_a_later_length() {
     // probable continuation at two and three tokens but not at four. Some
     // small per-prefix model shows the same; find one, then check it.
     let found = (0..200u64).find_map(|salt| {
-        let model = PrefixModel {
-            salt,
-            ..PrefixModel::new(7)
-        };
+        let model = PrefixModel::new(7).with_salt(salt);
         let ranks: Vec<usize> = (2..=4)
             .map(|n| {
                 enumerate_continuations(&model, &[0, 1, 2], n, 2_401)
@@ -353,10 +341,7 @@ fn a_cancelled_beam_search_returns_what_a_shorter_search_returns() {
     // Stopping after step k (0-based) leaves the hypotheses of a search
     // limited to k + 1 tokens: the same tokens, log-probabilities, scores and
     // order; the live ones say Cancelled instead of MaxNewTokens.
-    let model = PrefixModel {
-        salt: 5,
-        ..PrefixModel::new(6)
-    };
+    let model = PrefixModel::new(6).with_salt(5);
     for stop_after in 0..4 {
         let config = BeamConfig {
             num_beams: 3,
@@ -481,10 +466,7 @@ fn adjusted_logprob(
 
 #[test]
 fn beam_search_ranks_by_adjusted_logprobs_and_reports_the_models() {
-    let model = PrefixModel {
-        salt: 4,
-        ..PrefixModel::new(3)
-    };
+    let model = PrefixModel::new(3).with_salt(4);
     let (prompt, presence, bias) = ([2, 1], 3.0, vec![(1, 0.5)]);
     let config = BeamConfig {
         num_beams: 27,

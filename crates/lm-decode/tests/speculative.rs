@@ -3,21 +3,16 @@
 //! runs follow the policy's distribution (chi-square against enumeration),
 //! and the transformer's state rolls back exactly.
 
-use crate::common::{Pieces, PrefixModel};
+use crate::common::{DraftFn, Pieces, PrefixModel, go_on, smollm2, splitmix};
 use std::ops::ControlFlow;
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
-    Draft, DraftMark, Drafter, Generation, GenerationConfig, ModelDrafter, PromptLookup, Sampler,
-    SamplingConfig, SpeculationStats, Step, StopReason, generate, generate_speculative,
+    Draft, DraftMark, Drafter, Generation, GenerationConfig, ModelDrafter, PromptLookup, Result,
+    Sampler, SamplingConfig, SpeculationStats, Step, StopReason, generate, generate_speculative,
     generate_streaming,
 };
 use proptest::prelude::*;
-
-/// A hook that never stops the run.
-fn go_on(_: &Step) -> Result<ControlFlow<()>, lm_decode::Error> {
-    Ok(ControlFlow::Continue(()))
-}
 
 fn speculative<M: LanguageModel>(
     model: &M,
@@ -49,15 +44,29 @@ struct Oracle {
     observed: Vec<(usize, usize)>,
 }
 
+impl Oracle {
+    fn new(
+        n_prompt: usize,
+        output: &[TokenId],
+        k: usize,
+        vocab_size: u32,
+        wrong_every: usize,
+    ) -> Self {
+        Self {
+            n_prompt,
+            output: output.to_vec(),
+            k,
+            vocab_size,
+            wrong_every,
+            observed: Vec::new(),
+        }
+    }
+}
+
 impl Drafter for Oracle {
-    fn propose(
-        &mut self,
-        context: &[TokenId],
-        max_tokens: usize,
-        draft: &mut Draft,
-    ) -> lm_decode::Result<()> {
+    fn propose(&mut self, context: &[TokenId], max: usize, draft: &mut Draft) -> Result<()> {
         let at = context.len() - self.n_prompt;
-        for position in at..(at + self.k.min(max_tokens)).min(self.output.len()) {
+        for position in at..(at + self.k.min(max)).min(self.output.len()) {
             let right = self.output[position];
             let wrong = self.wrong_every > 0 && position % self.wrong_every == self.wrong_every - 1;
             draft.push(if wrong {
@@ -77,68 +86,33 @@ impl Drafter for Oracle {
 
 /// Proposes `k` tokens from a hash of the context: a drafter that is
 /// mostly wrong, deterministic per context.
-struct Scattered {
-    vocab_size: u32,
-    k: usize,
-    salt: u64,
-}
-
-impl Drafter for Scattered {
-    fn propose(
-        &mut self,
-        context: &[TokenId],
-        max_tokens: usize,
-        draft: &mut Draft,
-    ) -> lm_decode::Result<()> {
-        let mut h = self.salt;
+fn scattered_drafter(vocab_size: u32, k: usize, salt: u64) -> impl Drafter {
+    DraftFn::new(move |context, max_tokens, draft| {
+        let mut h = salt;
         for &t in context {
-            h = mix(h ^ u64::from(t));
+            h = splitmix(h ^ u64::from(t));
         }
-        for _ in 0..self.k.min(max_tokens) {
-            h = mix(h);
-            draft.push((h % u64::from(self.vocab_size)) as TokenId);
+        for _ in 0..k.min(max_tokens) {
+            h = splitmix(h);
+            draft.push((h % u64::from(vocab_size)) as TokenId);
         }
-        Ok(())
-    }
-
-    fn observe(&mut self, _: usize, _: usize) {}
+    })
 }
 
-/// Draws its drafts from another model's softmax (a draft model), with
-/// its own random stream, and hands the loop that distribution.
-struct Sampled {
-    model: PrefixModel,
-    k: usize,
-    state: u64,
-}
-
-impl Drafter for Sampled {
-    fn propose(
-        &mut self,
-        context: &[TokenId],
-        max_tokens: usize,
-        draft: &mut Draft,
-    ) -> lm_decode::Result<()> {
+/// Draws `k` drafts from `model`'s softmax (a draft model), with its own
+/// random stream seeded by `state`, and hands the loop that distribution.
+fn sampled(model: PrefixModel, k: usize, mut state: u64) -> impl Drafter {
+    DraftFn::new(move |context, max_tokens, draft| {
         let mut prefix = context.to_vec();
-        for _ in 0..self.k.min(max_tokens) {
-            let q = lm_core::softmax(&self.model.logits_for(&prefix), 1.0).unwrap();
-            self.state = mix(self.state);
-            let u = (self.state >> 11) as f64 / (1u64 << 53) as f64;
+        for _ in 0..k.min(max_tokens) {
+            let q = lm_core::softmax(&model.logits_for(&prefix), 1.0).unwrap();
+            state = splitmix(state);
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
             let token = lm_core::sample_inverse_cdf(&q, u).unwrap();
             draft.push_sampled(token, &q);
             prefix.push(token);
         }
-        Ok(())
-    }
-
-    fn observe(&mut self, _: usize, _: usize) {}
-}
-
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+    })
 }
 
 const LETTERS: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
@@ -152,20 +126,23 @@ fn greedy(max_new_tokens: usize) -> GenerationConfig {
     }
 }
 
+/// The greedy config of `max_new_tokens` and the plain loop's run under it.
+fn plain_greedy<M: LanguageModel>(
+    model: &M,
+    prompt: &[TokenId],
+    max_new_tokens: usize,
+) -> (GenerationConfig, Generation) {
+    let config = greedy(max_new_tokens);
+    let plain = generate(model, prompt, &config, None).unwrap();
+    (config, plain)
+}
+
 #[test]
 fn an_oracle_draft_is_accepted_whole_and_the_trace_is_the_plain_one() {
     let model = PrefixModel::new(8);
     let prompt = [1, 2, 3];
-    let config = greedy(20);
-    let plain = generate(&model, &prompt, &config, None).unwrap();
-    let oracle = Oracle {
-        n_prompt: prompt.len(),
-        output: plain.tokens.clone(),
-        k: 4,
-        vocab_size: 8,
-        wrong_every: 0,
-        observed: Vec::new(),
-    };
+    let (config, plain) = plain_greedy(&model, &prompt, 20);
+    let oracle = Oracle::new(prompt.len(), &plain.tokens, 4, 8, 0);
     let (run, stats) = speculative(&model, &prompt, &config, None, oracle);
     assert_eq!(unmarked(&run), plain);
     // 1 token from the prompt's logits, then 19 in rounds of 4 drafts + 1:
@@ -188,17 +165,8 @@ fn an_oracle_draft_is_accepted_whole_and_the_trace_is_the_plain_one() {
 fn a_wrong_draft_is_replaced_by_the_targets_token() {
     let model = PrefixModel::new(8);
     let prompt = [4, 4];
-    let config = greedy(12);
-    let plain = generate(&model, &prompt, &config, None).unwrap();
-    let oracle = Oracle {
-        n_prompt: prompt.len(),
-        output: plain.tokens.clone(),
-        k: 3,
-        vocab_size: 8,
-        wrong_every: 3,
-        observed: Vec::new(),
-    };
-    let mut oracle = oracle;
+    let (config, plain) = plain_greedy(&model, &prompt, 12);
+    let mut oracle = Oracle::new(prompt.len(), &plain.tokens, 3, 8, 3);
     let (run, stats) = speculative(&model, &prompt, &config, None, &mut oracle);
     assert_eq!(unmarked(&run), plain);
     // Position 2 is drafted wrong: drafts 1 and 2 (positions 1, 2) give one
@@ -218,8 +186,7 @@ fn a_wrong_draft_is_replaced_by_the_targets_token() {
 fn a_hook_that_stops_inside_an_accepted_draft_cancels_there() {
     let model = PrefixModel::new(8);
     let prompt = [1, 2];
-    let config = greedy(30);
-    let plain = generate(&model, &prompt, &config, None).unwrap();
+    let (config, plain) = plain_greedy(&model, &prompt, 30);
     let stop_at_3 = |step: &Step| {
         Ok::<_, lm_decode::Error>(if step.index == 3 {
             ControlFlow::Break(())
@@ -228,14 +195,7 @@ fn a_hook_that_stops_inside_an_accepted_draft_cancels_there() {
         })
     };
     let expected = generate_streaming(&model, &prompt, &config, None, stop_at_3).unwrap();
-    let oracle = Oracle {
-        n_prompt: prompt.len(),
-        output: plain.tokens.clone(),
-        k: 6,
-        vocab_size: 8,
-        wrong_every: 0,
-        observed: Vec::new(),
-    };
+    let oracle = Oracle::new(prompt.len(), &plain.tokens, 6, 8, 0);
     let (run, _) = generate_speculative(&model, &prompt, &config, None, oracle, stop_at_3).unwrap();
     assert_eq!(run.stop_reason, StopReason::Cancelled);
     assert_eq!(run.tokens.len(), 4);
@@ -310,7 +270,7 @@ fn prompt_lookup_backs_off_when_rejected_and_probes_again() {
 fn bad_drafts_are_refused_by_name() {
     struct Bad(Draft);
     impl Drafter for Bad {
-        fn propose(&mut self, _: &[TokenId], _: usize, draft: &mut Draft) -> lm_decode::Result<()> {
+        fn propose(&mut self, _: &[TokenId], _: usize, draft: &mut Draft) -> Result<()> {
             *draft = self.0.clone();
             Ok(())
         }
@@ -370,7 +330,7 @@ proptest! {
         wrong_every in 0usize..5,
         scattered in any::<bool>(),
     ) {
-        let mut model = PrefixModel { salt, ..PrefixModel::new(vocab_size) };
+        let mut model = PrefixModel::new(vocab_size).with_salt(salt);
         model.context_length = context;
         let detokenizer = Pieces(LETTERS[..vocab_size].to_vec());
         let config = GenerationConfig {
@@ -381,17 +341,10 @@ proptest! {
         };
         let plain = generate(&model, &prompt, &config, Some(&detokenizer)).unwrap();
         let (run, stats) = if scattered {
-            let drafter = Scattered { vocab_size: vocab_size as u32, k, salt: salt ^ 1 };
+            let drafter = scattered_drafter(vocab_size as u32, k, salt ^ 1);
             speculative(&model, &prompt, &config, Some(&detokenizer), drafter)
         } else {
-            let drafter = Oracle {
-                n_prompt: plain.prompt.len(),
-                output: plain.tokens.clone(),
-                k,
-                vocab_size: vocab_size as u32,
-                wrong_every,
-                observed: Vec::new(),
-            };
+            let drafter = Oracle::new(plain.prompt.len(), &plain.tokens, k, vocab_size as u32, wrong_every);
             speculative(&model, &prompt, &config, Some(&detokenizer), drafter)
         };
         prop_assert_eq!(unmarked(&run), plain.clone());
@@ -441,10 +394,7 @@ fn chi_square(
 fn sampled_speculative_follows_the_policy_distribution() {
     const N_RUNS: usize = 6000;
     const CRITICAL: f64 = 54.05;
-    let model = PrefixModel {
-        salt: 3,
-        ..PrefixModel::new(3)
-    };
+    let model = PrefixModel::new(3).with_salt(3);
     let prompt = [0, 1];
     let samplings = [
         SamplingConfig::default(),
@@ -470,11 +420,7 @@ fn sampled_speculative_follows_the_policy_distribution() {
                 };
                 let (run, stats) = match drafter_kind {
                     "scattered" => {
-                        let drafter = Scattered {
-                            vocab_size: 3,
-                            k: 2,
-                            salt: seed,
-                        };
+                        let drafter = scattered_drafter(3, 2, seed);
                         speculative(&model, &prompt, &config, None, drafter)
                     }
                     "model" => {
@@ -483,14 +429,7 @@ fn sampled_speculative_follows_the_policy_distribution() {
                         speculative(&model, &prompt, &config, None, drafter)
                     }
                     _ => {
-                        let drafter = Sampled {
-                            model: PrefixModel {
-                                salt: 11,
-                                ..PrefixModel::new(3)
-                            },
-                            k: 2,
-                            state: seed,
-                        };
+                        let drafter = sampled(PrefixModel::new(3).with_salt(11), 2, seed);
                         speculative(&model, &prompt, &config, None, drafter)
                     }
                 };
@@ -516,21 +455,14 @@ fn sampled_speculative_follows_the_policy_distribution() {
 #[test]
 fn the_chi_square_check_rejects_an_always_accepted_draft() {
     const N_RUNS: usize = 6000;
-    let model = PrefixModel {
-        salt: 3,
-        ..PrefixModel::new(3)
-    };
+    let model = PrefixModel::new(3).with_salt(3);
     let prompt = [0, 1];
     let sampling = SamplingConfig::default();
     let mut counts = vec![0usize; 27];
     for seed in 0..N_RUNS as u64 {
         // What a loop that trusted the drafter would emit: its tokens.
         let mut draft = Draft::default();
-        let mut drafter = Scattered {
-            vocab_size: 3,
-            k: 3,
-            salt: seed,
-        };
+        let mut drafter = scattered_drafter(3, 3, seed);
         drafter.propose(&prompt, 3, &mut draft).unwrap();
         let t: Vec<TokenId> = draft.tokens().collect();
         counts[t[0] as usize * 9 + t[1] as usize * 3 + t[2] as usize] += 1;
@@ -541,18 +473,27 @@ fn the_chi_square_check_rejects_an_always_accepted_draft() {
 #[test]
 fn a_seed_gives_the_same_sampled_speculative_run() {
     let model = PrefixModel::new(6);
-    let config = GenerationConfig {
+    let mut config = GenerationConfig {
         max_new_tokens: 25,
-        sampling: SamplingConfig {
-            seed: 42,
-            ..SamplingConfig::default()
-        },
         ..GenerationConfig::default()
     };
+    config.sampling.seed = 42;
     let first = speculative(&model, &[1, 2], &config, None, PromptLookup::new(4));
     let second = speculative(&model, &[1, 2], &config, None, PromptLookup::new(4));
     assert_eq!(first, second);
     assert_eq!(first.0.tokens.len(), 25);
+}
+
+/// The logits `model` gives for `tokens` read after `state`.
+fn logits_of<M: LanguageModel>(
+    model: &M,
+    state: &mut M::State,
+    tokens: &[TokenId],
+    rows: Rows,
+) -> Vec<f32> {
+    let mut logits = Vec::new();
+    model.forward(state, tokens, rows, &mut logits).unwrap();
+    logits
 }
 
 /// Feeds `first`, then `drafts`, truncates back and feeds `then`: the
@@ -563,28 +504,15 @@ fn check_rollback<M: LanguageModel>(
     drafts: &[TokenId],
     then: &[TokenId],
 ) {
-    let mut logits = Vec::new();
     let mut rolled_back = model.new_state();
-    model
-        .forward(&mut rolled_back, first, Rows::Last, &mut logits)
-        .unwrap();
-    model
-        .forward(&mut rolled_back, drafts, Rows::All, &mut logits)
-        .unwrap();
+    logits_of(model, &mut rolled_back, first, Rows::Last);
+    logits_of(model, &mut rolled_back, drafts, Rows::All);
     rolled_back.truncate(first.len());
     assert_eq!(rolled_back.pos(), first.len());
-    let mut got = Vec::new();
-    model
-        .forward(&mut rolled_back, then, Rows::All, &mut got)
-        .unwrap();
+    let got = logits_of(model, &mut rolled_back, then, Rows::All);
     let mut clean = model.new_state();
-    model
-        .forward(&mut clean, first, Rows::Last, &mut logits)
-        .unwrap();
-    let mut expected = Vec::new();
-    model
-        .forward(&mut clean, then, Rows::All, &mut expected)
-        .unwrap();
+    logits_of(model, &mut clean, first, Rows::Last);
+    let expected = logits_of(model, &mut clean, then, Rows::All);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got), bits(&expected));
 }
@@ -625,13 +553,6 @@ fn greedy_speculative_on_the_toy_decoder_is_greedy_plain() {
     }
 }
 
-fn smollm2() -> lm_model::Decoder {
-    let path = lm_model::catalog::SMOLLM2
-        .path()
-        .unwrap_or_else(|err| panic!("{err}"));
-    lm_model::Llama::from_gguf(path).expect("the model file loads")
-}
-
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn a_truncated_smollm2_state_equals_one_that_never_saw_the_drafts() {
@@ -657,8 +578,7 @@ fn greedy_prompt_lookup_on_smollm2_is_greedy_plain() {
         .chain(&sentence[..3])
         .copied()
         .collect();
-    let config = greedy(40);
-    let plain = generate(&model, &prompt, &config, None).unwrap();
+    let (config, plain) = plain_greedy(&model, &prompt, 40);
     let (run, stats) = speculative(&model, &prompt, &config, None, PromptLookup::default());
     assert_eq!(run.tokens, plain.tokens);
     assert_eq!(unmarked(&run).steps.len(), plain.steps.len());
@@ -673,25 +593,14 @@ fn batched_rows_equal_single_rows<M: LanguageModel>(
     prompt: &[TokenId],
     then: &[TokenId],
 ) -> bool {
-    let mut logits = Vec::new();
     let mut batched = model.new_state();
-    model
-        .forward(&mut batched, prompt, Rows::Last, &mut logits)
-        .unwrap();
-    let mut rows = Vec::new();
-    model
-        .forward(&mut batched, then, Rows::All, &mut rows)
-        .unwrap();
+    logits_of(model, &mut batched, prompt, Rows::Last);
+    let rows = logits_of(model, &mut batched, then, Rows::All);
     let mut single = model.new_state();
-    model
-        .forward(&mut single, prompt, Rows::Last, &mut logits)
-        .unwrap();
+    logits_of(model, &mut single, prompt, Rows::Last);
     let mut singles = Vec::new();
     for &t in then {
-        model
-            .forward(&mut single, &[t], Rows::Last, &mut logits)
-            .unwrap();
-        singles.extend_from_slice(&logits);
+        singles.extend(logits_of(model, &mut single, &[t], Rows::Last));
     }
     rows.iter()
         .zip(&singles)
@@ -714,13 +623,9 @@ fn smollm2_verification_rows_have_the_bits_of_one_token_passes() {
 /// either way the ids are the plain run's.
 #[test]
 fn a_draft_model_gives_the_plain_greedy_ids() {
-    let target = PrefixModel {
-        salt: 7,
-        ..PrefixModel::new(5)
-    };
+    let target = PrefixModel::new(5).with_salt(7);
     let prompt = [1, 2, 3];
-    let config = greedy(30);
-    let plain = generate(&target, &prompt, &config, None).unwrap();
+    let (config, plain) = plain_greedy(&target, &prompt, 30);
     let (run, stats) = speculative(
         &target,
         &prompt,
@@ -732,10 +637,7 @@ fn a_draft_model_gives_the_plain_greedy_ids() {
     assert_eq!(stats.accepted_tokens, stats.drafted_tokens, "{stats:?}");
     assert!(stats.target_passes < 15, "{stats:?}");
     for salt in 0..20 {
-        let draft_model = PrefixModel {
-            salt,
-            ..PrefixModel::new(5)
-        };
+        let draft_model = PrefixModel::new(5).with_salt(salt);
         let (run, _) = speculative(
             &target,
             &prompt,

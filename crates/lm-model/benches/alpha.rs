@@ -9,50 +9,20 @@
 //! busy machine (other processes taking the cores) inflates few of them.
 //! Run with `RAYON_NUM_THREADS=1 cargo bench -p lm-model --bench alpha`.
 
+mod common;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use lm_model::{GgmlType, Kernel, QMatrix};
 
-/// Deterministic bytes from an xorshift generator.
-fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
-}
-
-/// A random matrix whose f16 scales are small normal numbers.
-fn matrix_data(ty: GgmlType, n_rows: usize, n_cols: usize) -> Vec<u8> {
-    let mut data = bytes(
-        n_rows * ty.row_bytes(n_cols).unwrap(),
-        0x9e37_79b9_7f4a_7c15,
-    );
-    let scale_bytes: &[usize] = match ty {
-        GgmlType::Q4_1 | GgmlType::Q4_K => &[1, 3],
-        _ => &[1],
-    };
-    for block in data.chunks_exact_mut(ty.block_bytes()) {
-        for &i in scale_bytes {
-            block[i] = 0x10 | (block[i] & 0x1f);
-        }
-    }
-    data
-}
+use common::{activations, kernels, matrix_data};
 
 const WIDTHS: [usize; 7] = [1, 2, 3, 4, 5, 8, 16];
 
 /// Minimum time of one `matmul` of n inputs, for each n of [`WIDTHS`].
 fn min_times(m: &QMatrix<'_>, rounds: usize) -> [Duration; WIDTHS.len()] {
-    let xs: Vec<f32> = bytes(16 * m.n_cols(), 7)
-        .into_iter()
-        .map(|b| f32::from(b) / 64.0 - 2.0)
-        .collect();
+    let xs = activations(16 * m.n_cols());
     let mut ys = vec![0.0; 16 * m.n_rows()];
     let mut best = [Duration::MAX; WIDTHS.len()];
     for _ in 0..rounds {
@@ -88,12 +58,7 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(200);
-    let wanted = std::env::var("LM_BENCH_KERNELS").unwrap_or_default();
-    let kernels: Vec<Kernel> = Kernel::available()
-        .into_iter()
-        .filter(|&k| k != Kernel::Portable)
-        .filter(|k| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == k.name()))
-        .collect();
+    let kernels: Vec<Kernel> = kernels().filter(|&k| k != Kernel::Portable).collect();
     let header: Vec<String> = WIDTHS[1..].iter().map(|n| format!("n={n:<3}")).collect();
     println!(
         "{:15} {:8} {:>9}  alpha {}",

@@ -9,63 +9,13 @@
 //! `cargo bench -p lm-model --bench quant`; rayon uses all cores unless
 //! `RAYON_NUM_THREADS` says otherwise.
 
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lm_model::{GgmlType, Kernel, QMatrix};
 use std::hint::black_box;
 
-/// Deterministic bytes from an xorshift generator.
-fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
-}
-
-/// A random matrix whose f16 scales are small normal numbers (byte 1 of each
-/// scale is forced into 0x10..0x2F, so no scale is NaN or infinite).
-fn matrix_data(ty: GgmlType, n_rows: usize, n_cols: usize) -> Vec<u8> {
-    let n_bytes = n_rows * ty.row_bytes(n_cols).unwrap();
-    let mut data = bytes(n_bytes, 0x9e37_79b9_7f4a_7c15);
-    let scale_bytes: &[usize] = match ty {
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[1, 3],
-        GgmlType::Q6_K => &[209],
-        GgmlType::Q3_K => &[109],
-        GgmlType::Q2_K => &[81, 83],
-        _ => &[1],
-    };
-    for block in data.chunks_exact_mut(ty.block_bytes()) {
-        for &i in scale_bytes {
-            block[i] = 0x10 | (block[i] & 0x1f);
-        }
-    }
-    data
-}
-
-fn activations(n: usize) -> Vec<f32> {
-    bytes(n, 7)
-        .into_iter()
-        .map(|b| f32::from(b) / 64.0 - 2.0)
-        .collect()
-}
-
-/// Whether `LM_BENCH_KERNELS` (a comma-separated list of kernel names;
-/// unset or empty for all) asks for `kernel`.
-fn wanted_kernel(kernel: Kernel) -> bool {
-    let wanted = std::env::var("LM_BENCH_KERNELS").unwrap_or_default();
-    wanted.is_empty() || wanted.split(',').any(|w| w.trim() == kernel.name())
-}
-
-/// The kernels this CPU runs that `LM_BENCH_KERNELS` asks for.
-fn kernels() -> impl Iterator<Item = Kernel> {
-    Kernel::available()
-        .into_iter()
-        .filter(|&k| wanted_kernel(k))
-}
+use common::{activations, kernels, matrix_data};
 
 /// `data` as an `n_rows x n_cols` matrix of `ty` multiplied by `kernel`.
 fn matrix_on(

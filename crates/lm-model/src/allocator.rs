@@ -27,12 +27,21 @@ const MAP_FROM_BYTES: libc::c_int = 128 * 1024;
 pub fn map_large_allocations() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        // SAFETY: `mallopt` only sets a parameter of glibc's allocator;
-        // M_MMAP_THRESHOLD takes a byte count up to 32 MiB.
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MAP_FROM_BYTES) == 1 }
+        set_mmap_threshold(MAP_FROM_BYTES)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
     }
+}
+
+/// glibc's `mallopt(M_MMAP_THRESHOLD, bytes)`: whether it took the value.
+/// One of the crate's two operating-system calls outside the kernels that
+/// cannot be safe (the other maps the model file).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn set_mmap_threshold(bytes: libc::c_int) -> bool {
+    // SAFETY: `mallopt` only sets a parameter of glibc's allocator;
+    // M_MMAP_THRESHOLD takes a byte count up to 32 MiB.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
 }

@@ -68,13 +68,17 @@
 //! with opt-level 0. `debug-assertions = false` above silences it; the
 //! workspace's own tests keep lm-model's assertions on.
 #![deny(missing_docs)]
+// `unsafe` lives in `kernels` (which allows it) and in the two
+// operating-system calls that cannot be safe, each alone in one function:
+// `allocator::set_mmap_threshold` and the mapping of a model file in `gguf`.
+#![deny(unsafe_code)]
 
 mod allocator;
 mod build_profile;
 pub mod catalog;
-mod dispatch;
 mod error;
 mod gguf;
+mod kernels;
 pub mod ngram;
 mod quant;
 mod thread_scratch;

@@ -125,36 +125,48 @@ fn a_head_count_that_does_not_divide_the_width_is_refused_where_it_gives_the_hea
 
 #[test]
 fn missing_architecture_tensors_are_all_listed() {
-    check(
-        Model::read("qwen2").remove_tensors(&["blk.1.attn_k.bias", "blk.0.attn_v.bias"]),
-        "missing tensors: blk.0.attn_v.bias, blk.1.attn_k.bias",
-        |e| matches!(e, TransformerError::MissingTensors { .. }),
-    );
-    check(
-        Model::read("gemma3")
-            .remove_tensors(&["blk.5.post_ffw_norm.weight", "blk.2.attn_q_norm.weight"]),
-        "missing tensors: blk.2.attn_q_norm.weight, blk.5.post_ffw_norm.weight",
-        |e| matches!(e, TransformerError::MissingTensors { .. }),
-    );
+    let cases = [
+        (
+            Model::read("qwen2").remove_tensors(&["blk.1.attn_k.bias", "blk.0.attn_v.bias"]),
+            "missing tensors: blk.0.attn_v.bias, blk.1.attn_k.bias",
+        ),
+        (
+            Model::read("gemma3")
+                .remove_tensors(&["blk.5.post_ffw_norm.weight", "blk.2.attn_q_norm.weight"]),
+            "missing tensors: blk.2.attn_q_norm.weight, blk.5.post_ffw_norm.weight",
+        ),
+    ];
+    for (model, message) in cases {
+        check(model, message, |e| {
+            matches!(e, TransformerError::MissingTensors { .. })
+        });
+    }
 }
 
 #[test]
 fn norm_and_bias_sizes_that_do_not_match_are_named() {
-    check(
-        Model::read("qwen3").resize_vector("blk.1.attn_k_norm.weight", 16),
-        "tensor blk.1.attn_k_norm.weight has shape [16], expected [32]",
-        |e| matches!(e, TransformerError::TensorShape { .. }),
-    );
-    check(
-        Model::read("gemma3").resize_vector("blk.0.post_attention_norm.weight", 63),
-        "tensor blk.0.post_attention_norm.weight has shape [63], expected [64]",
-        |e| matches!(e, TransformerError::TensorShape { .. }),
-    );
-    check(
-        Model::read("qwen2").resize_vector("blk.0.attn_q.bias", 32),
-        "tensor blk.0.attn_q.bias has shape [32], expected [64]",
-        |e| matches!(e, TransformerError::TensorShape { .. }),
-    );
+    let cases = [
+        (
+            "qwen3",
+            "blk.1.attn_k_norm.weight",
+            16,
+            "[16], expected [32]",
+        ),
+        (
+            "gemma3",
+            "blk.0.post_attention_norm.weight",
+            63,
+            "[63], expected [64]",
+        ),
+        ("qwen2", "blk.0.attn_q.bias", 32, "[32], expected [64]"),
+    ];
+    for (arch, tensor, len, shapes) in cases {
+        check(
+            Model::read(arch).resize_vector(tensor, len),
+            &format!("tensor {tensor} has shape {shapes}"),
+            |e| matches!(e, TransformerError::TensorShape { .. }),
+        );
+    }
 }
 
 #[test]

@@ -15,6 +15,16 @@ fn parse_err(bytes: Vec<u8>) -> GgufError {
     }
 }
 
+/// Parses `bytes`, asserts that the error matches the pattern (by
+/// reference, as `matches!(&err, ...)`), and returns the error.
+macro_rules! parse_err_matching {
+    ($bytes:expr, $($pattern:tt)+) => {{
+        let err = parse_err($bytes);
+        assert!(matches!(&err, $($pattern)+), "{err:?}");
+        err
+    }};
+}
+
 /// One f32 tensor `t` of 2 elements, for tests that only vary the header.
 fn small_tensor() -> GgufTensor {
     GgufTensor::f32("t", vec![2], &[1.5, -2.0])
@@ -327,11 +337,7 @@ fn summary_shortens_long_arrays_and_strings() {
 fn wrong_magic_is_rejected_with_the_bytes_found() {
     let mut bytes = GgufWriter::header(3, 0, 0).finish();
     bytes[..4].copy_from_slice(b"GGML");
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::BadMagic { found } if found == b"GGML"),
-        "{err:?}"
-    );
+    parse_err_matching!(bytes, GgufError::BadMagic { found } if found == b"GGML");
     assert!(matches!(parse_err(b"GG".to_vec()), GgufError::BadMagic { found } if found == b"GG"));
     assert!(matches!(parse_err(Vec::new()), GgufError::BadMagic { .. }));
 }
@@ -414,58 +420,44 @@ fn truncation_names_the_field_and_offset() {
         .u8(4)
         .u8(0)
         .finish();
-    let err = parse_err(bytes);
-    assert!(
-        matches!(
-            err,
-            GgufError::Truncated {
-                what: "metadata value type",
-                offset: 37,
-                needed: 4,
-                available: 2
-            }
-        ),
-        "{err:?}"
+    let err = parse_err_matching!(
+        bytes,
+        GgufError::Truncated {
+            what: "metadata value type",
+            offset: 37,
+            needed: 4,
+            available: 2
+        }
     );
     assert_eq!(
         err.to_string(),
         "file truncated reading metadata value type at offset 37: need 4 bytes, 2 left"
     );
-    let err = parse_err(
+    parse_err_matching!(
         GgufWriter::header(3, 0, 1)
             .str(b"k")
             .u32(10)
             .u32(1)
             .finish(),
-    );
-    assert!(
-        matches!(
-            err,
-            GgufError::Truncated {
-                what: "u64 value",
-                offset: 37,
-                ..
-            }
-        ),
-        "{err:?}"
+        GgufError::Truncated {
+            what: "u64 value",
+            offset: 37,
+            ..
+        }
     );
 }
 
 #[test]
 fn metadata_count_beyond_file_is_rejected_before_allocating() {
-    let err = parse_err(GgufWriter::header(3, 0, u64::MAX).finish());
-    assert!(
-        matches!(
-            err,
-            GgufError::CountBeyondFile {
-                what: "metadata pair",
-                count: u64::MAX,
-                offset: 16,
-                remaining: 0,
-                ..
-            }
-        ),
-        "{err:?}"
+    parse_err_matching!(
+        GgufWriter::header(3, 0, u64::MAX).finish(),
+        GgufError::CountBeyondFile {
+            what: "metadata pair",
+            count: u64::MAX,
+            offset: 16,
+            remaining: 0,
+            ..
+        }
     );
     let err = parse_err(GgufWriter::header(3, 1 << 60, 0).finish());
     assert!(
@@ -507,16 +499,12 @@ fn invalid_utf8_in_key_and_value_is_rejected() {
         .u32(0)
         .u8(1)
         .finish();
-    let err = parse_err(bytes);
-    assert!(
-        matches!(
-            err,
-            GgufError::InvalidUtf8 {
-                what: "metadata key",
-                offset: 32
-            }
-        ),
-        "{err:?}"
+    parse_err_matching!(
+        bytes,
+        GgufError::InvalidUtf8 {
+            what: "metadata key",
+            offset: 32
+        }
     );
     let bytes = GgufWriter::header(3, 0, 1)
         .str(b"k")
@@ -578,45 +566,31 @@ fn array_of_2_pow_40_elements_is_rejected_without_allocating() {
 
 #[test]
 fn unknown_value_type_invalid_bool_and_deep_nesting_are_rejected() {
-    let err = parse_err(GgufWriter::header(3, 0, 1).str(b"k").u32(13).u8(0).finish());
-    assert!(
-        matches!(
-            err,
-            GgufError::UnknownValueType {
-                type_id: 13,
-                offset: 33
-            }
-        ),
-        "{err:?}"
+    parse_err_matching!(
+        GgufWriter::header(3, 0, 1).str(b"k").u32(13).u8(0).finish(),
+        GgufError::UnknownValueType {
+            type_id: 13,
+            offset: 33
+        }
     );
-    let err = parse_err(
+    parse_err_matching!(
         GgufWriter::header(3, 0, 1)
             .str(b"k")
             .u32(9)
             .u32(99)
             .u64(0)
             .finish(),
+        GgufError::UnknownValueType {
+            type_id: 99,
+            offset: 37
+        }
     );
-    assert!(
-        matches!(
-            err,
-            GgufError::UnknownValueType {
-                type_id: 99,
-                offset: 37
-            }
-        ),
-        "{err:?}"
-    );
-    let err = parse_err(GgufWriter::header(3, 0, 1).str(b"k").u32(7).u8(2).finish());
-    assert!(
-        matches!(
-            err,
-            GgufError::InvalidBool {
-                value: 2,
-                offset: 37
-            }
-        ),
-        "{err:?}"
+    parse_err_matching!(
+        GgufWriter::header(3, 0, 1).str(b"k").u32(7).u8(2).finish(),
+        GgufError::InvalidBool {
+            value: 2,
+            offset: 37
+        }
     );
     // 100 nested single-element arrays: rejected at depth 8, no stack overflow.
     let mut b = GgufWriter::header(3, 0, 1).str(b"k").u32(9);
@@ -636,25 +610,13 @@ fn duplicate_key_is_rejected() {
         .kv("a", &MetadataValue::U32(1))
         .kv("a", &MetadataValue::U32(2))
         .finish();
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::DuplicateKey { key } if key == "a"),
-        "{err:?}"
-    );
+    parse_err_matching!(bytes, GgufError::DuplicateKey { key } if key == "a");
 }
 
 #[test]
 fn duplicate_tensor_name_is_rejected() {
-    let err = parse_err(gguf_file(
-        3,
-        32,
-        NO_METADATA,
-        &[small_tensor(), small_tensor()],
-    ));
-    assert!(
-        matches!(&err, GgufError::DuplicateTensor { name } if name == "t"),
-        "{err:?}"
-    );
+    let bytes = gguf_file(3, 32, NO_METADATA, &[small_tensor(), small_tensor()]);
+    parse_err_matching!(bytes, GgufError::DuplicateTensor { name } if name == "t");
 }
 
 #[test]
@@ -688,11 +650,8 @@ fn dims_product_overflow_is_rejected() {
     let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("huge", &[1 << 32, 1 << 32, 1 << 8], 0, 0)
         .finish();
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::DimsOverflow { name, dims } if name == "huge" && dims == &[1 << 32, 1 << 32, 1 << 8]),
-        "{err:?}"
-    );
+    parse_err_matching!(bytes, GgufError::DimsOverflow { name, dims }
+        if name == "huge" && dims == &[1 << 32, 1 << 32, 1 << 8]);
 }
 
 #[test]
@@ -703,11 +662,8 @@ fn a_row_whose_byte_size_overflows_is_rejected() {
     let bytes = GgufWriter::header(3, 1, 0)
         .tensor_info("wide", &[row_len], 8, 0)
         .finish();
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::DimsOverflow { name, dims } if name == "wide" && dims == &[row_len]),
-        "{err:?}"
-    );
+    parse_err_matching!(bytes, GgufError::DimsOverflow { name, dims }
+        if name == "wide" && dims == &[row_len]);
 }
 
 #[test]
@@ -730,11 +686,8 @@ fn dimension_count_outside_1_to_4_is_rejected() {
 fn unknown_tensor_type_is_rejected_with_its_name() {
     // 31 is Q4_0_4_4: a GGML type that GGUF files no longer hold.
     let bytes = one_tensor_file("w", &[256], 31, 0, 144);
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::UnknownTensorType { name, type_id: 31 } if name == "w"),
-        "{err:?}"
-    );
+    let err = parse_err_matching!(bytes, GgufError::UnknownTensorType { name, type_id: 31 }
+        if name == "w");
     assert!(
         err.to_string()
             .starts_with("tensor \"w\": Q4_0_4_4 (type 31) is not supported; supported: f32, f16"),
@@ -744,20 +697,7 @@ fn unknown_tensor_type_is_rejected_with_its_name() {
 
 #[test]
 fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
-    let bytes = one_tensor_file("w", &[40, 2], 2, 0, 64);
-    let err = parse_err(bytes);
-    assert!(
-        matches!(
-            err,
-            GgufError::RowNotBlockMultiple {
-                ty: GgmlType::Q4_0,
-                row_len: 40,
-                block_size: 32,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    check_row_not_block_multiple(2, GgmlType::Q4_0, 40, 32, 64);
 }
 
 /// SmolLM2's width 576 is a whole number of 32-blocks but not of the
@@ -765,18 +705,25 @@ fn quantized_row_not_a_whole_number_of_blocks_is_rejected() {
 /// other types for those rows).
 #[test]
 fn k_quant_row_not_a_whole_number_of_super_blocks_is_rejected() {
-    let bytes = one_tensor_file("w", &[576, 2], 12, 0, 2 * 144 * 2);
+    check_row_not_block_multiple(12, GgmlType::Q4_K, 576, 256, 2 * 144 * 2);
+}
+
+/// A file of one tensor of `type_id` with two rows of `row_len` weights
+/// (`data_len` bytes) is refused: the rows are not whole blocks of `ty`'s
+/// `block_size` weights.
+fn check_row_not_block_multiple(
+    type_id: u32,
+    ty: GgmlType,
+    row_len: u64,
+    block_size: usize,
+    data_len: usize,
+) {
+    let bytes = one_tensor_file("w", &[row_len, 2], type_id, 0, data_len);
     let err = parse_err(bytes);
+    let expected = (ty, row_len, block_size);
     assert!(
-        matches!(
-            err,
-            GgufError::RowNotBlockMultiple {
-                ty: GgmlType::Q4_K,
-                row_len: 576,
-                block_size: 256,
-                ..
-            }
-        ),
+        matches!(&err, GgufError::RowNotBlockMultiple { ty, row_len, block_size, .. }
+            if (*ty, *row_len, *block_size) == expected),
         "{err:?}"
     );
 }
@@ -785,11 +732,8 @@ fn k_quant_row_not_a_whole_number_of_super_blocks_is_rejected() {
 fn tensor_data_outside_the_data_section_is_rejected() {
     // 4 f32 = 16 bytes declared, 8 present.
     let bytes = one_tensor_file("w", &[4], 0, 0, 8);
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::TensorOutOfBounds { name, offset: 0, n_bytes: 16, data_len: 8 } if name == "w"),
-        "{err:?}"
-    );
+    parse_err_matching!(bytes, GgufError::TensorOutOfBounds { name, offset: 0, n_bytes: 16, data_len: 8 }
+        if name == "w");
     // An offset near u64::MAX must not wrap around.
     let bytes = one_tensor_file("w", &[4], 0, u64::MAX - 31, 64);
     assert!(matches!(
@@ -801,11 +745,8 @@ fn tensor_data_outside_the_data_section_is_rejected() {
 #[test]
 fn misaligned_tensor_offset_is_rejected() {
     let bytes = one_tensor_file("w", &[1], 0, 4, 8);
-    let err = parse_err(bytes);
-    assert!(
-        matches!(&err, GgufError::TensorMisaligned { name, offset: 4, alignment: 32 } if name == "w"),
-        "{err:?}"
-    );
+    parse_err_matching!(bytes, GgufError::TensorMisaligned { name, offset: 4, alignment: 32 }
+        if name == "w");
 }
 
 proptest! {

@@ -146,6 +146,25 @@ fn tiny_llama() -> Model {
     }
 }
 
+/// The tiny model with the metadata `key` set to `value`, as a file.
+fn llama_with(key: &str, value: MetadataValue) -> Vec<u8> {
+    tiny_llama().set(key, value).bytes()
+}
+
+/// The tiny model without the tensors `names`, as a file.
+fn llama_without_tensors(names: &[&str]) -> Vec<u8> {
+    tiny_llama().remove_tensors(names).bytes()
+}
+
+/// The tiny model with the tensor `name` replaced by f32 `values` of shape
+/// `dims`, as a file.
+fn llama_with_f32_tensor(name: &str, dims: Vec<u64>, values: &[f32]) -> Vec<u8> {
+    let mut model = tiny_llama();
+    let tensor = model.tensors.iter_mut().find(|t| t.name == name).unwrap();
+    *tensor = GgufTensor::f32(name, dims, values);
+    model.bytes()
+}
+
 // ---------------------------------------------------------------------------
 // The cases.
 // ---------------------------------------------------------------------------
@@ -228,6 +247,20 @@ struct Case {
     expected: Expected,
 }
 
+/// `Expected::Parse` of the errors that match a pattern.
+macro_rules! parse {
+    ($($pattern:tt)+) => {
+        Expected::Parse(|e| matches!(e, $($pattern)+))
+    };
+}
+
+/// `Expected::Llama` of the errors that match a pattern.
+macro_rules! llama {
+    ($($pattern:tt)+) => {
+        Expected::Llama(|e| matches!(e, $($pattern)+))
+    };
+}
+
 fn case(file: &'static str, bytes: Vec<u8>, message: &'static str, expected: Expected) -> Case {
     Case {
         file,
@@ -249,7 +282,7 @@ fn only_metadata(pairs: &[(&str, MetadataValue)]) -> Vec<u8> {
 }
 
 fn cases() -> Vec<Case> {
-    use Expected::{Llama, Parse, Tokenizer, Valid};
+    use Expected::{Tokenizer, Valid};
     use MetadataValue as V;
     let mut nested_too_deep = V::U8(1);
     for _ in 0..9 {
@@ -262,9 +295,7 @@ fn cases() -> Vec<Case> {
         // the KV cache grows with use).
         case(
             "valid-context-length-u32-max.gguf",
-            tiny_llama()
-                .set("llama.context_length", V::U32(u32::MAX))
-                .bytes(),
+            llama_with("llama.context_length", V::U32(u32::MAX)),
             "",
             Valid,
         ),
@@ -272,12 +303,10 @@ fn cases() -> Vec<Case> {
         // file's: the model loads and generates; only a chat is refused.
         case(
             "valid-broken-chat-template.gguf",
-            tiny_llama()
-                .set(
-                    "tokenizer.chat_template",
-                    V::String("{% for m in messages %}{{ m.content }".into()),
-                )
-                .bytes(),
+            llama_with(
+                "tokenizer.chat_template",
+                V::String("{% for m in messages %}{{ m.content }".into()),
+            ),
             "",
             Valid,
         ),
@@ -322,19 +351,19 @@ fn cases() -> Vec<Case> {
                 bytes
             },
             "not a gguf file: magic is 0x47474d4c (\"GGML\"), expected 0x47475546 (\"GGUF\")",
-            Parse(|e| matches!(e, GgufError::BadMagic { found } if found == b"GGML")),
+            parse!(GgufError::BadMagic { found } if found == b"GGML"),
         ),
         case(
             "empty.gguf",
             Vec::new(),
             "not a gguf file: the file is empty",
-            Parse(|e| matches!(e, GgufError::BadMagic { found } if found.is_empty())),
+            parse!(GgufError::BadMagic { found } if found.is_empty()),
         ),
         case(
             "unsupported-version-4.gguf",
             GgufWriter::header(4, 0, 0).finish(),
             "unsupported gguf version 4",
-            Parse(|e| matches!(e, GgufError::UnsupportedVersion { version: 4 })),
+            parse!(GgufError::UnsupportedVersion { version: 4 }),
         ),
         case(
             "unsupported-version-big-endian.gguf",
@@ -345,29 +374,19 @@ fn cases() -> Vec<Case> {
                 .u64(0)
                 .finish(),
             "unsupported gguf version 50331648",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::UnsupportedVersion {
-                        version: 0x0300_0000
-                    }
-                )
+            parse!(GgufError::UnsupportedVersion {
+                version: 0x0300_0000
             }),
         ),
         case(
             "truncated-header.gguf",
             GgufWriter::header(3, 0, 0).finish()[..14].to_vec(),
             "file truncated reading tensor count at offset 8",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::Truncated {
-                        what: "tensor count",
-                        offset: 8,
-                        needed: 8,
-                        available: 6
-                    }
-                )
+            parse!(GgufError::Truncated {
+                what: "tensor count",
+                offset: 8,
+                needed: 8,
+                available: 6
             }),
         ),
         case(
@@ -377,25 +396,17 @@ fn cases() -> Vec<Case> {
                 bytes[..bytes.len() - 40].to_vec()
             },
             "lies outside the data section",
-            Parse(|e| {
-                matches!(e, GgufError::TensorOutOfBounds { name, .. }
-                    if name == "blk.0.ffn_down.weight")
-            }),
+            parse!(GgufError::TensorOutOfBounds { name, .. } if name == "blk.0.ffn_down.weight"),
         ),
         case(
             "tensor-count-beyond-file.gguf",
             GgufWriter::header(3, u64::MAX / 2, 0).finish(),
             "tensor info count 9223372036854775807 at offset 8 cannot fit",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::CountBeyondFile {
-                        what: "tensor info",
-                        count: 0x7fff_ffff_ffff_ffff,
-                        remaining: 0,
-                        ..
-                    }
-                )
+            parse!(GgufError::CountBeyondFile {
+                what: "tensor info",
+                count: 0x7fff_ffff_ffff_ffff,
+                remaining: 0,
+                ..
             }),
         ),
         case(
@@ -404,16 +415,11 @@ fn cases() -> Vec<Case> {
                 .kv("a", &V::U8(1))
                 .finish(),
             "metadata pair count 1099511627776 at offset 16 cannot fit",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::CountBeyondFile {
-                        what: "metadata pair",
-                        count: 0x100_0000_0000,
-                        offset: 16,
-                        ..
-                    }
-                )
+            parse!(GgufError::CountBeyondFile {
+                what: "metadata pair",
+                count: 0x100_0000_0000,
+                offset: 16,
+                ..
             }),
         ),
         case(
@@ -423,16 +429,11 @@ fn cases() -> Vec<Case> {
                 .raw(b"general.name")
                 .finish(),
             "metadata key at offset 32 has length 4611686018427387904",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::StringBeyondFile {
-                        what: "metadata key",
-                        len: 0x4000_0000_0000_0000,
-                        offset: 32,
-                        remaining: 12
-                    }
-                )
+            parse!(GgufError::StringBeyondFile {
+                what: "metadata key",
+                len: 0x4000_0000_0000_0000,
+                offset: 32,
+                remaining: 12
             }),
         ),
         case(
@@ -444,15 +445,10 @@ fn cases() -> Vec<Case> {
                 .raw(b"x")
                 .finish(),
             "string value at offset 56 has length 18446744073709551615",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::StringBeyondFile {
-                        what: "string value",
-                        len: u64::MAX,
-                        ..
-                    }
-                )
+            parse!(GgufError::StringBeyondFile {
+                what: "string value",
+                len: u64::MAX,
+                ..
             }),
         ),
         case(
@@ -466,16 +462,11 @@ fn cases() -> Vec<Case> {
                 .str("b")
                 .finish(),
             "array element count 1099511627776",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::CountBeyondFile {
-                        what: "array element",
-                        count: 0x100_0000_0000,
-                        min_item_bytes: 8,
-                        ..
-                    }
-                )
+            parse!(GgufError::CountBeyondFile {
+                what: "array element",
+                count: 0x100_0000_0000,
+                min_item_bytes: 8,
+                ..
             }),
         ),
         case(
@@ -493,23 +484,18 @@ fn cases() -> Vec<Case> {
                     .finish()
             },
             "array element count 1099511627776",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::CountBeyondFile {
-                        what: "array element",
-                        count: 0x100_0000_0000,
-                        min_item_bytes: 1,
-                        ..
-                    }
-                )
+            parse!(GgufError::CountBeyondFile {
+                what: "array element",
+                count: 0x100_0000_0000,
+                min_item_bytes: 1,
+                ..
             }),
         ),
         case(
             "nested-arrays-too-deep.gguf",
             only_metadata(&[("t.deep", nested_too_deep)]),
             "arrays nested deeper than 8 levels",
-            Parse(|e| matches!(e, GgufError::NestingTooDeep { max_depth: 8, .. })),
+            parse!(GgufError::NestingTooDeep { max_depth: 8, .. }),
         ),
         case(
             "unknown-value-type.gguf",
@@ -519,7 +505,7 @@ fn cases() -> Vec<Case> {
                 .u32(0)
                 .finish(),
             "unknown metadata value type 13",
-            Parse(|e| matches!(e, GgufError::UnknownValueType { type_id: 13, .. })),
+            parse!(GgufError::UnknownValueType { type_id: 13, .. }),
         ),
         case(
             "unknown-array-element-type.gguf",
@@ -530,14 +516,9 @@ fn cases() -> Vec<Case> {
                 .u64(1 << 40)
                 .finish(),
             "unknown metadata value type 4294967295",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::UnknownValueType {
-                        type_id: u32::MAX,
-                        ..
-                    }
-                )
+            parse!(GgufError::UnknownValueType {
+                type_id: u32::MAX,
+                ..
             }),
         ),
         case(
@@ -548,7 +529,7 @@ fn cases() -> Vec<Case> {
                 .raw(&[2])
                 .finish(),
             "invalid bool byte 2",
-            Parse(|e| matches!(e, GgufError::InvalidBool { value: 2, .. })),
+            parse!(GgufError::InvalidBool { value: 2, .. }),
         ),
         case(
             "key-not-utf8.gguf",
@@ -559,14 +540,9 @@ fn cases() -> Vec<Case> {
                 .raw(&[1])
                 .finish(),
             "metadata key at offset 32 is not valid utf-8",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::InvalidUtf8 {
-                        what: "metadata key",
-                        offset: 32
-                    }
-                )
+            parse!(GgufError::InvalidUtf8 {
+                what: "metadata key",
+                offset: 32
             }),
         ),
         case(
@@ -577,31 +553,25 @@ fn cases() -> Vec<Case> {
                 ("general.architecture", V::String("gpt2".into())),
             ]),
             "duplicate metadata key \"general.architecture\"",
-            Parse(|e| {
-                matches!(e, GgufError::DuplicateKey { key }
-                    if key == "general.architecture")
-            }),
+            parse!(GgufError::DuplicateKey { key } if key == "general.architecture"),
         ),
         case(
             "alignment-zero.gguf",
             only_metadata(&[("general.alignment", V::U32(0))]),
             "alignment 0 is not a power of two",
-            Parse(|e| matches!(e, GgufError::BadAlignment { alignment: 0 })),
+            parse!(GgufError::BadAlignment { alignment: 0 }),
         ),
         case(
             "alignment-not-power-of-two.gguf",
             only_metadata(&[("general.alignment", V::U32(48))]),
             "alignment 48 is not a power of two",
-            Parse(|e| matches!(e, GgufError::BadAlignment { alignment: 48 })),
+            parse!(GgufError::BadAlignment { alignment: 48 }),
         ),
         case(
             "alignment-wrong-type.gguf",
             only_metadata(&[("general.alignment", V::String("32".into()))]),
             "metadata key \"general.alignment\" holds string, expected an integer",
-            Parse(|e| {
-                matches!(e, GgufError::WrongType { key, found: "string", .. }
-                    if key == "general.alignment")
-            }),
+            parse!(GgufError::WrongType { key, found: "string", .. } if key == "general.alignment"),
         ),
         case(
             "alignment-2-pow-63-data-past-end.gguf",
@@ -612,15 +582,10 @@ fn cases() -> Vec<Case> {
                 .raw(&[0; 32])
                 .finish(),
             "lies outside the data section of 0 bytes",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::TensorOutOfBounds {
-                        n_bytes: 32,
-                        data_len: 0,
-                        ..
-                    }
-                )
+            parse!(GgufError::TensorOutOfBounds {
+                n_bytes: 32,
+                data_len: 0,
+                ..
             }),
         ),
         // --- tensor table ---
@@ -628,57 +593,49 @@ fn cases() -> Vec<Case> {
             "dims-product-overflows-u64.gguf",
             one_tensor_file("t", &[1 << 32, 1 << 32, 2], F32, 0, 32),
             "has dimensions [4294967296, 4294967296, 2] whose size overflows",
-            Parse(|e| {
-                matches!(e, GgufError::DimsOverflow { dims, .. }
-                    if dims == &[1 << 32, 1 << 32, 2])
-            }),
+            parse!(GgufError::DimsOverflow { dims, .. } if dims == &[1 << 32, 1 << 32, 2]),
         ),
         case(
             "dims-bytes-overflow-u64.gguf",
             // 2^62 elements fit in u64, their 2^64 bytes of f32 do not.
             one_tensor_file("t", &[1 << 31, 1 << 31], F32, 0, 32),
             "whose size overflows",
-            Parse(|e| matches!(e, GgufError::DimsOverflow { .. })),
+            parse!(GgufError::DimsOverflow { .. }),
         ),
         case(
             "too-many-dimensions.gguf",
             one_tensor_file("t", &[1, 1, 1, 1, 1], F32, 0, 32),
             "has 5 dimensions, expected 1 to 4",
-            Parse(|e| matches!(e, GgufError::BadDimCount { n_dims: 5, .. })),
+            parse!(GgufError::BadDimCount { n_dims: 5, .. }),
         ),
         case(
             "zero-dimensions.gguf",
             one_tensor_file("t", &[], F32, 0, 32),
             "has 0 dimensions, expected 1 to 4",
-            Parse(|e| matches!(e, GgufError::BadDimCount { n_dims: 0, .. })),
+            parse!(GgufError::BadDimCount { n_dims: 0, .. }),
         ),
         case(
             "unknown-tensor-type.gguf",
             one_tensor_file("t", &[8], 99, 0, 32),
             "tensor \"t\": unknown type id 99; supported: f32, f16, q4_0",
-            Parse(|e| matches!(e, GgufError::UnknownTensorType { type_id: 99, .. })),
+            parse!(GgufError::UnknownTensorType { type_id: 99, .. }),
         ),
         case(
             "quantized-row-not-whole-blocks.gguf",
             // Q8_0 (type 8) packs 32 values per block; a row of 40 is not whole blocks.
             one_tensor_file("t", &[40, 1], 8, 0, 64),
             "has rows of 40 elements, not a multiple of 32",
-            Parse(|e| matches!(e, GgufError::RowNotBlockMultiple { row_len: 40, .. })),
+            parse!(GgufError::RowNotBlockMultiple { row_len: 40, .. }),
         ),
         case(
             "tensor-offset-outside-data.gguf",
             one_tensor_file("t", &[8], F32, 1 << 20, 32),
             "data [1048576, 1048576 + 32) lies outside the data section of 32 bytes",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::TensorOutOfBounds {
-                        offset: 0x10_0000,
-                        n_bytes: 32,
-                        data_len: 32,
-                        ..
-                    }
-                )
+            parse!(GgufError::TensorOutOfBounds {
+                offset: 0x10_0000,
+                n_bytes: 32,
+                data_len: 32,
+                ..
             }),
         ),
         case(
@@ -687,21 +644,16 @@ fn cases() -> Vec<Case> {
             // aligned so that the end (offset + size) overflows instead.
             one_tensor_file("t", &[8], F32, u64::MAX - 31, 32),
             "lies outside the data section",
-            Parse(|e| matches!(e, GgufError::TensorOutOfBounds { .. })),
+            parse!(GgufError::TensorOutOfBounds { .. }),
         ),
         case(
             "tensor-offset-misaligned.gguf",
             one_tensor_file("t", &[4], F32, 4, 64),
             "data offset 4 is not a multiple of the alignment 32",
-            Parse(|e| {
-                matches!(
-                    e,
-                    GgufError::TensorMisaligned {
-                        offset: 4,
-                        alignment: 32,
-                        ..
-                    }
-                )
+            parse!(GgufError::TensorMisaligned {
+                offset: 4,
+                alignment: 32,
+                ..
             }),
         ),
         case(
@@ -713,63 +665,38 @@ fn cases() -> Vec<Case> {
                 .raw(&[0; 64])
                 .finish(),
             "duplicate tensor name \"t\"",
-            Parse(|e| matches!(e, GgufError::DuplicateTensor { name } if name == "t")),
+            parse!(GgufError::DuplicateTensor { name } if name == "t"),
         ),
         // --- architecture (the llama loader) ---
         case(
             "llama-head-count-does-not-divide-embedding.gguf",
-            tiny_llama()
-                .set("llama.attention.head_count", V::U32(3))
-                .bytes(),
+            llama_with("llama.attention.head_count", V::U32(3)),
             "head count 3 does not divide the embedding size 4",
-            Llama(|e| {
-                matches!(
-                    e,
-                    TransformerError::HeadCountDoesNotDivide {
-                        n_embd: 4,
-                        n_head: 3
-                    }
-                )
+            llama!(TransformerError::HeadCountDoesNotDivide {
+                n_embd: 4,
+                n_head: 3
             }),
         ),
         case(
             "llama-head-count-zero.gguf",
-            tiny_llama()
-                .set("llama.attention.head_count", V::U32(0))
-                .bytes(),
+            llama_with("llama.attention.head_count", V::U32(0)),
             "head count 0 does not divide the embedding size 4",
-            Llama(|e| {
-                matches!(
-                    e,
-                    TransformerError::HeadCountDoesNotDivide { n_head: 0, .. }
-                )
-            }),
+            llama!(TransformerError::HeadCountDoesNotDivide { n_head: 0, .. }),
         ),
         case(
             "llama-missing-tensors.gguf",
-            tiny_llama()
-                .remove_tensors(&["output_norm.weight", "blk.0.ffn_up.weight"])
-                .bytes(),
+            llama_without_tensors(&["output_norm.weight", "blk.0.ffn_up.weight"]),
             "missing tensors: output_norm.weight, blk.0.ffn_up.weight",
-            Llama(|e| {
-                matches!(e, TransformerError::MissingTensors { names }
-                    if names == &["output_norm.weight", "blk.0.ffn_up.weight"])
-            }),
+            llama!(TransformerError::MissingTensors { names }
+                if names == &["output_norm.weight", "blk.0.ffn_up.weight"]),
         ),
         case(
             "llama-block-count-u32-max.gguf",
-            tiny_llama()
-                .set("llama.block_count", V::U32(u32::MAX))
-                .bytes(),
+            llama_with("llama.block_count", V::U32(u32::MAX)),
             "block count 4294967295 is more layers than the file has tensors",
-            Llama(|e| {
-                matches!(
-                    e,
-                    TransformerError::TooFewTensorsForLayers {
-                        n_layer: 4294967295,
-                        ..
-                    }
-                )
+            llama!(TransformerError::TooFewTensorsForLayers {
+                n_layer: 4294967295,
+                ..
             }),
         ),
         case(
@@ -779,89 +706,57 @@ fn cases() -> Vec<Case> {
                 .remove_key("llama.attention.head_count")
                 .bytes(),
             "missing metadata keys: llama.embedding_length, llama.attention.head_count",
-            Llama(|e| {
-                matches!(e, TransformerError::MissingMetadata { keys }
-                    if keys == &["llama.embedding_length", "llama.attention.head_count"])
-            }),
+            llama!(TransformerError::MissingMetadata { keys }
+                if keys == &["llama.embedding_length", "llama.attention.head_count"]),
         ),
         case(
             "llama-rope-freq-base-nan.gguf",
-            tiny_llama()
-                .set("llama.rope.freq_base", V::F32(f32::NAN))
-                .bytes(),
+            llama_with("llama.rope.freq_base", V::F32(f32::NAN)),
             "rope frequency base (rope.freq_base) must be finite and positive, got NaN",
-            Llama(|e| {
-                matches!(e, TransformerError::InvalidScale { name, value }
-                    if name.contains("rope.freq_base") && value.is_nan())
-            }),
+            llama!(TransformerError::InvalidScale { name, value }
+                if name.contains("rope.freq_base") && value.is_nan()),
         ),
         case(
             "llama-rope-freq-base-inf.gguf",
-            tiny_llama()
-                .set("llama.rope.freq_base", V::F32(f32::INFINITY))
-                .bytes(),
+            llama_with("llama.rope.freq_base", V::F32(f32::INFINITY)),
             "rope frequency base (rope.freq_base) must be finite and positive, got inf",
-            Llama(|e| {
-                matches!(e, TransformerError::InvalidScale { name, value }
-                    if name.contains("rope.freq_base") && *value == f32::INFINITY)
-            }),
+            llama!(TransformerError::InvalidScale { name, value }
+                if name.contains("rope.freq_base") && *value == f32::INFINITY),
         ),
         case(
             "llama-block-count-wrong-type.gguf",
-            tiny_llama()
-                .set("llama.block_count", V::String("1".into()))
-                .bytes(),
+            llama_with("llama.block_count", V::String("1".into())),
             "metadata key \"llama.block_count\" holds string, expected an integer",
-            Llama(|e| {
-                matches!(e, TransformerError::Gguf(GgufError::WrongType { key, .. })
-                    if key == "llama.block_count")
-            }),
+            llama!(TransformerError::Gguf(GgufError::WrongType { key, .. })
+                if key == "llama.block_count"),
         ),
         case(
             "llama-embedding-length-negative.gguf",
-            tiny_llama()
-                .set("llama.embedding_length", V::I32(-4))
-                .bytes(),
+            llama_with("llama.embedding_length", V::I32(-4)),
             "metadata key \"llama.embedding_length\" holds -4, which does not fit in u32",
-            Llama(|e| {
-                matches!(
-                    e,
-                    TransformerError::Gguf(GgufError::ValueOutOfRange { value: -4, .. })
-                )
-            }),
+            llama!(TransformerError::Gguf(GgufError::ValueOutOfRange {
+                value: -4,
+                ..
+            })),
         ),
         case(
             "llama-tensor-shape-disagrees.gguf",
             {
-                let mut model = tiny_llama();
-                for tensor in &mut model.tensors {
-                    if tensor.name == "blk.0.attn_k.weight" {
-                        // Two key/value heads' worth of rows where the metadata says one.
-                        *tensor = GgufTensor::f32(
-                            &tensor.name,
-                            vec![N_EMBD, N_EMBD],
-                            &[0.25; (N_EMBD * N_EMBD) as usize],
-                        );
-                    }
-                }
-                model.bytes()
+                // Two key/value heads' worth of rows where the metadata says one.
+                llama_with_f32_tensor(
+                    "blk.0.attn_k.weight",
+                    vec![N_EMBD, N_EMBD],
+                    &[0.25; (N_EMBD * N_EMBD) as usize],
+                )
             },
             "tensor blk.0.attn_k.weight has shape [4, 4], expected [4, 2]",
-            Llama(|e| {
-                matches!(e, TransformerError::TensorShape { name, .. }
-                    if name == "blk.0.attn_k.weight")
-            }),
+            llama!(TransformerError::TensorShape { name, .. } if name == "blk.0.attn_k.weight"),
         ),
         case(
             "llama-other-architecture.gguf",
-            tiny_llama()
-                .set("general.architecture", V::String("mamba".into()))
-                .bytes(),
+            llama_with("general.architecture", V::String("mamba".into())),
             "architecture `mamba` is not supported; supported: llama, qwen2, qwen3, gemma3",
-            Llama(|e| {
-                matches!(e, TransformerError::UnsupportedArchitecture { found }
-                    if found == "mamba")
-            }),
+            llama!(TransformerError::UnsupportedArchitecture { found } if found == "mamba"),
         ),
         case(
             "llama-q5_0-scale-nan.gguf",
@@ -881,42 +776,27 @@ fn cases() -> Vec<Case> {
                 model.bytes()
             },
             "tensor \"extra.weight\": block 1 of q5_0 data has scale d = NaN",
-            Llama(|e| {
-                matches!(e, TransformerError::Gguf(GgufError::InvalidTensorData {
-                    name,
-                    defect: QuantError::NonFiniteValue { block_idx: 1, value: NonFinite::NaN, .. },
-                }) if name == "extra.weight")
-            }),
+            llama!(TransformerError::Gguf(GgufError::InvalidTensorData {
+                name,
+                defect: QuantError::NonFiniteValue { block_idx: 1, value: NonFinite::NaN, .. },
+            }) if name == "extra.weight"),
         ),
         case(
             "llama-norm-weight-infinite.gguf",
-            {
-                let mut model = tiny_llama();
-                for tensor in &mut model.tensors {
-                    if tensor.name == "output_norm.weight" {
-                        *tensor = GgufTensor::f32(
-                            &tensor.name,
-                            vec![N_EMBD],
-                            &[1.0, 1.0, f32::INFINITY, 1.0],
-                        );
-                    }
-                }
-                model.bytes()
-            },
+            llama_with_f32_tensor(
+                "output_norm.weight",
+                vec![N_EMBD],
+                &[1.0, 1.0, f32::INFINITY, 1.0],
+            ),
             "tensor \"output_norm.weight\": block 2 of f32 data has value = inf",
-            Llama(|e| {
-                matches!(
-                    e,
-                    TransformerError::Gguf(GgufError::InvalidTensorData {
-                        defect: QuantError::NonFiniteValue {
-                            block_idx: 2,
-                            value: NonFinite::Infinity,
-                            ..
-                        },
-                        ..
-                    })
-                )
-            }),
+            llama!(TransformerError::Gguf(GgufError::InvalidTensorData {
+                defect: QuantError::NonFiniteValue {
+                    block_idx: 2,
+                    value: NonFinite::Infinity,
+                    ..
+                },
+                ..
+            })),
         ),
         // --- tokenizer metadata (refused by lm-cli's GGUF -> BpeVocab mapping) ---
         case(
@@ -933,61 +813,49 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "tokenizer-tokens-wrong-type.gguf",
-            tiny_llama().set("tokenizer.ggml.tokens", V::U32(8)).bytes(),
+            llama_with("tokenizer.ggml.tokens", V::U32(8)),
             "metadata key \"tokenizer.ggml.tokens\" holds u32, expected an array of strings",
             Tokenizer,
         ),
         case(
             "tokenizer-tokens-array-of-integers.gguf",
-            tiny_llama()
-                .set(
-                    "tokenizer.ggml.tokens",
-                    V::Array((0..8).map(V::U32).collect()),
-                )
-                .bytes(),
+            llama_with(
+                "tokenizer.ggml.tokens",
+                V::Array((0..8).map(V::U32).collect()),
+            ),
             "metadata key \"tokenizer.ggml.tokens\" holds an array of u32, expected an array of strings",
             Tokenizer,
         ),
         case(
             "tokenizer-eos-id-out-of-range.gguf",
-            tiny_llama()
-                .set("tokenizer.ggml.eos_token_id", V::U32(1000))
-                .bytes(),
+            llama_with("tokenizer.ggml.eos_token_id", V::U32(1000)),
             "eos token id 1000 is out of range for a vocabulary of 8",
             Tokenizer,
         ),
         case(
             "tokenizer-merge-unknown-token.gguf",
-            tiny_llama()
-                .set("tokenizer.ggml.merges", strings(&["h i", "x y"]))
-                .bytes(),
+            llama_with("tokenizer.ggml.merges", strings(&["h i", "x y"])),
             "merge 1 (\"x y\") needs the unknown token",
             Tokenizer,
         ),
         case(
             "tokenizer-duplicate-token.gguf",
-            tiny_llama()
-                .set(
-                    "tokenizer.ggml.tokens",
-                    strings(&["<|endoftext|>", "h", "i", "hi", "Ġ", "a", "b", "h"]),
-                )
-                .bytes(),
+            llama_with(
+                "tokenizer.ggml.tokens",
+                strings(&["<|endoftext|>", "h", "i", "hi", "Ġ", "a", "b", "h"]),
+            ),
             "token 7 repeats the text \"h\" of token 1",
             Tokenizer,
         ),
         case(
             "tokenizer-token-type-count-mismatch.gguf",
-            tiny_llama()
-                .set("tokenizer.ggml.token_type", V::Array(vec![V::I32(1); 3]))
-                .bytes(),
+            llama_with("tokenizer.ggml.token_type", V::Array(vec![V::I32(1); 3])),
             "3 token types for 8 tokens",
             Tokenizer,
         ),
         case(
             "tokenizer-unsupported-model.gguf",
-            tiny_llama()
-                .set("tokenizer.ggml.model", V::String("bert".into()))
-                .bytes(),
+            llama_with("tokenizer.ggml.model", V::String("bert".into())),
             "unsupported tokenizer model \"bert\"",
             Tokenizer,
         ),

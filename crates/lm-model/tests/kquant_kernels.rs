@@ -6,15 +6,14 @@
 //! SIMD path against the portable one, and batched products against single
 //! ones, on seeded random matrices.
 
-use lm_model::{GgmlType, Kernel, QMatrix, QuantError};
+use lm_model::{GgmlType, QMatrix, QuantError};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::common::{
-    FixtureJson, fixture_path, kernels_of_this_cpu, read_json, simd_kernels_of_this_cpu,
-};
+use crate::common::{FixtureJson, fixture_path, kernels_of_this_cpu, read_json};
 use crate::quant_kernels::{
-    Product, random_matrix, random_matvec_error, random_vector, reference_matvec,
+    Product, check_matmul_gives_each_input_its_matvec_bits, check_matvec_errors,
+    check_simd_kernels_give_portable_bits, kernel_products, random_matrix, reference_matvec,
 };
 
 /// The super-block types: the K-quants and IQ4_XS, all multiplied with Q8_K.
@@ -152,10 +151,7 @@ fn k_quant_products_match_llama_cpp() {
 #[test]
 fn k_quant_exact_matvec_matches_f64_reference_within_f32_rounding() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
-    for ty in K_TYPES {
-        let err = random_matvec_error(ty, (37, 1536), Product::Exact, &mut rng);
-        assert!(err < 1e-5, "{ty}: relative error {err:e}");
-    }
+    check_matvec_errors(&K_TYPES, (37, 1536), |_| 1e-5, &[Product::Exact], &mut rng);
 }
 
 /// Q8_K activations round each value to 1/254 of its super-block's largest
@@ -167,13 +163,7 @@ fn k_quant_exact_matvec_matches_f64_reference_within_f32_rounding() {
 #[test]
 fn k_quant_matvec_is_within_stated_tolerance_of_f64_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
-    for ty in K_TYPES {
-        for kernel in kernels_of_this_cpu() {
-            let err = random_matvec_error(ty, (64, 1536), Product::Kernel(kernel), &mut rng);
-            eprintln!("{ty} {kernel:?}: max relative error {err:.2e}");
-            assert!(err < 1e-2, "{ty} {kernel:?}: relative error {err:e}");
-        }
-    }
+    check_matvec_errors(&K_TYPES, (64, 1536), |_| 1e-2, &kernel_products(), &mut rng);
 }
 
 /// Each SIMD path computes the same integer block sums as the portable path
@@ -181,41 +171,8 @@ fn k_quant_matvec_is_within_stated_tolerance_of_f64_reference() {
 /// path's bits. A kernel this CPU lacks is a typed error instead.
 #[test]
 fn k_quant_simd_and_portable_kernels_agree() {
-    let m = QMatrix::new(GgmlType::Q8_0, 1, 32, &[0; 34]).unwrap();
-    for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
-        assert_eq!(
-            m.with_kernel(kernel).unwrap_err(),
-            QuantError::KernelUnavailable { kernel }
-        );
-    }
     let mut rng = ChaCha8Rng::seed_from_u64(13);
-    for ty in K_TYPES {
-        for n_cols in [256, 512, 1536] {
-            let n_rows = 50;
-            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-            let portable = QMatrix::new(ty, n_rows, n_cols, &data)
-                .unwrap()
-                .with_kernel(Kernel::Portable)
-                .unwrap();
-            let x = random_vector(n_cols, &mut rng);
-            let mut y_portable = vec![0.0; n_rows];
-            portable.matvec(&x, &mut y_portable).unwrap();
-            for kernel in simd_kernels_of_this_cpu() {
-                let simd = portable.with_kernel(kernel).unwrap();
-                let mut y_simd = vec![0.0; n_rows];
-                simd.matvec(&x, &mut y_simd).unwrap();
-                for r in 0..n_rows {
-                    assert_eq!(
-                        y_portable[r].to_bits(),
-                        y_simd[r].to_bits(),
-                        "{ty} {kernel} n_cols {n_cols} row {r}: {} vs {}",
-                        y_portable[r],
-                        y_simd[r]
-                    );
-                }
-            }
-        }
-    }
+    check_simd_kernels_give_portable_bits(&K_TYPES, &[256, 512, 1536], &mut rng);
 }
 
 /// Batches of 2, 3, 5 and 9 inputs (on the SIMD path: one group of 2 or 3,
@@ -224,33 +181,7 @@ fn k_quant_simd_and_portable_kernels_agree() {
 #[test]
 fn k_quant_matmul_equals_one_matvec_per_input_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(14);
-    for ty in K_TYPES {
-        for (kernel, n) in kernels_of_this_cpu()
-            .into_iter()
-            .flat_map(|k| [2, 3, 5, 9].map(|n| (k, n)))
-        {
-            let (n_rows, n_cols) = (40, 512);
-            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
-            let m = QMatrix::new(ty, n_rows, n_cols, &data)
-                .unwrap()
-                .with_kernel(kernel)
-                .unwrap();
-            let xs = random_vector(n * n_cols, &mut rng);
-            let mut ys = vec![f32::NAN; n * n_rows];
-            m.matmul(&xs, n, &mut ys).unwrap();
-            let mut y = vec![0.0; n_rows];
-            for i in 0..n {
-                m.matvec(&xs[i * n_cols..(i + 1) * n_cols], &mut y).unwrap();
-                for r in 0..n_rows {
-                    assert_eq!(
-                        ys[i * n_rows + r].to_bits(),
-                        y[r].to_bits(),
-                        "{ty} {kernel:?} input {i} row {r}"
-                    );
-                }
-            }
-        }
-    }
+    check_matmul_gives_each_input_its_matvec_bits(&K_TYPES, &[2, 3, 5, 9], (40, 512), &mut rng);
 }
 
 #[test]

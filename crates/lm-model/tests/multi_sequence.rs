@@ -4,6 +4,7 @@
 //! (sliding-window layers), for sequences at different positions.
 
 use lm_core::{Error, LanguageModel, Rows, TokenId};
+use lm_model::catalog::GEMMA3_270M;
 use lm_model::{Decoder, Llama, Toy, ToyArchitecture};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -94,9 +95,7 @@ fn smollm2_sequences_stepped_together_equal_each_stepped_alone() {
 #[test]
 #[ignore = "needs Gemma 3 270M: cargo xtask fetch-model gemma3-270m"]
 fn gemma3_sequences_stepped_together_equal_each_stepped_alone() {
-    let path = lm_model::catalog::GEMMA3_270M
-        .path()
-        .unwrap_or_else(|err| panic!("{err}"));
+    let path = GEMMA3_270M.path().unwrap_or_else(|err| panic!("{err}"));
     let model = Llama::from_gguf(path).unwrap();
     check_steps_equal_solo_steps(&model, 3, 3, 12);
 }

@@ -141,6 +141,15 @@ fn check_error(text: &str, matches: impl Fn(&NgramError) -> bool, message: &str)
     }
 }
 
+/// [`check_error`] on `GOOD` with `from` replaced by `to`, for each
+/// `(from, to, line, message)`; `at_line(error, line)` says whether the error
+/// is the expected one at that line.
+fn check_edits(cases: &[(&str, &str, usize, &str)], at_line: fn(&NgramError, usize) -> bool) {
+    for &(from, to, line, message) in cases {
+        check_error(&GOOD.replace(from, to), |e| at_line(e, line), message);
+    }
+}
+
 #[test]
 fn good_file_reads() {
     let model = read(GOOD).unwrap();
@@ -150,34 +159,28 @@ fn good_file_reads() {
 
 #[test]
 fn counts_that_disagree_with_the_body() {
-    check_error(
-        &GOOD.replace("ngram 2=2", "ngram 2=3"),
-        |e| {
-            matches!(
-                e,
-                NgramError::ArpaCountMismatch {
-                    order: 2,
-                    declared: 3,
-                    found: 2
-                }
-            )
-        },
-        "arpa: header declares 3 2-grams but the body has 2",
-    );
-    check_error(
-        &GOOD.replace("ngram 1=4", "ngram 1=3"),
-        |e| {
-            matches!(
-                e,
-                NgramError::ArpaCountMismatch {
-                    order: 1,
-                    declared: 3,
-                    found: 4
-                }
-            )
-        },
-        "arpa: header declares 3 1-grams but the body has 4",
-    );
+    let cases = [
+        (
+            ["ngram 2=2", "ngram 2=3"],
+            (2, 3, 2),
+            "arpa: header declares 3 2-grams but the body has 2",
+        ),
+        (
+            ["ngram 1=4", "ngram 1=3"],
+            (1, 3, 4),
+            "arpa: header declares 3 1-grams but the body has 4",
+        ),
+    ];
+    for ([from, to], counts, message) in cases {
+        check_error(
+            &GOOD.replace(from, to),
+            |e| {
+                matches!(e, NgramError::ArpaCountMismatch { order, declared, found }
+                    if (*order, *declared, *found) == counts)
+            },
+            message,
+        );
+    }
 }
 
 #[test]
@@ -206,20 +209,29 @@ fn missing_end_and_header() {
 
 #[test]
 fn bad_numbers() {
-    check_error(
-        &GOOD.replace("-0.2\t<s> a", "-0.2x\t<s> a"),
-        |e| matches!(e, NgramError::ArpaBadNumber { line: 12, .. }),
-        "arpa line 12: bad number \"-0.2x\"",
-    );
-    check_error(
-        &GOOD.replace("0\t<s>\t-0.5", "0\t<s>\tnan"),
-        |e| matches!(e, NgramError::ArpaBadNumber { line: 7, .. }),
-        "arpa line 7: bad number \"nan\"",
-    );
-    check_error(
-        &GOOD.replace("ngram 2=2", "ngram 2=two"),
-        |e| matches!(e, NgramError::ArpaBadNumber { line: 3, .. }),
-        "arpa line 3: bad number \"two\"",
+    let cases = [
+        (
+            "-0.2\t<s> a",
+            "-0.2x\t<s> a",
+            12,
+            "arpa line 12: bad number \"-0.2x\"",
+        ),
+        (
+            "0\t<s>\t-0.5",
+            "0\t<s>\tnan",
+            7,
+            "arpa line 7: bad number \"nan\"",
+        ),
+        (
+            "ngram 2=2",
+            "ngram 2=two",
+            3,
+            "arpa line 3: bad number \"two\"",
+        ),
+    ];
+    check_edits(
+        &cases,
+        |e, at| matches!(e, NgramError::ArpaBadNumber { line, .. } if *line == at),
     );
 }
 
@@ -244,15 +256,23 @@ fn bad_entries() {
         |e| matches!(e, NgramError::ArpaUnknownWord { line: 13, .. }),
         "arpa line 13: word \"b\" is not among the unigrams",
     );
-    check_error(
-        &GOOD.replace("-0.1\ta </s>", "-0.2\t<s> a"),
-        |e| matches!(e, NgramError::ArpaDuplicate { line: 13, .. }),
-        "arpa line 13: duplicate n-gram \"<s> a\"",
-    );
-    check_error(
-        &GOOD.replace("-0.5\ta\t-0.25", "-0.5\t</s>\t-0.25"),
-        |e| matches!(e, NgramError::ArpaDuplicate { line: 9, .. }),
-        "arpa line 9: duplicate n-gram \"</s>\"",
+    let duplicates = [
+        (
+            "-0.1\ta </s>",
+            "-0.2\t<s> a",
+            13,
+            "arpa line 13: duplicate n-gram \"<s> a\"",
+        ),
+        (
+            "-0.5\ta\t-0.25",
+            "-0.5\t</s>\t-0.25",
+            9,
+            "arpa line 9: duplicate n-gram \"</s>\"",
+        ),
+    ];
+    check_edits(
+        &duplicates,
+        |e, at| matches!(e, NgramError::ArpaDuplicate { line, .. } if *line == at),
     );
     check_error(
         &GOOD

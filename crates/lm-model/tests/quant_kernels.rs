@@ -120,16 +120,29 @@ fn q4_0_block_dequantizes_bit_exactly() {
     assert_bits_eq(&dequantize_one_row(GgmlType::Q4_0, 32, &block), &expected);
 }
 
+/// The scale and minimum of the Q4_1 and Q5_1 blocks below: d =
+/// 0.0999755859375 (f16 0x2E66), m = -0.7001953125 (f16 0xB99A), as the
+/// block's first four bytes and as f32.
+fn scale_and_minimum() -> (Vec<u8>, f32, f32) {
+    let (d_bits, m_bits) = (0x2E66u16, 0xB99Au16);
+    let bytes = [d_bits.to_le_bytes(), m_bits.to_le_bytes()].concat();
+    let (d, m) = (f16::from_bits(d_bits), f16::from_bits(m_bits));
+    (bytes, d.to_f32(), m.to_f32())
+}
+
+/// Two copies of `block` in a row dequantize to two copies of `expected`:
+/// the second block's values follow the first's.
+fn assert_two_blocks_dequantize(ty: GgmlType, block: &[u8], expected: &[f32]) {
+    let two = [block, block].concat();
+    assert_bits_eq(
+        &dequantize_one_row(ty, 64, &two),
+        &[expected, expected].concat(),
+    );
+}
+
 #[test]
 fn q4_1_block_dequantizes_bit_exactly() {
-    // d = 0.0999755859375 (f16 0x2E66), m = -0.7001953125 (f16 0xB99A).
-    let (d_bits, m_bits) = (0x2E66u16, 0xB99Au16);
-    let (d, m) = (
-        f16::from_bits(d_bits).to_f32(),
-        f16::from_bits(m_bits).to_f32(),
-    );
-    let mut block = d_bits.to_le_bytes().to_vec();
-    block.extend(m_bits.to_le_bytes());
+    let (mut block, d, m) = scale_and_minimum();
     block.extend((0..16u8).map(|j| ((j * 7 % 16) << 4) | (j * 3 % 16)));
     let mut expected = vec![0.0; 32];
     for j in 0..16 {
@@ -137,12 +150,7 @@ fn q4_1_block_dequantizes_bit_exactly() {
         expected[j + 16] = scaled_plus((j * 7 % 16) as i32, d, m);
     }
     assert_bits_eq(&dequantize_one_row(GgmlType::Q4_1, 32, &block), &expected);
-    // Two blocks in a row: the second block's values follow the first's.
-    let two = [block.clone(), block].concat();
-    assert_bits_eq(
-        &dequantize_one_row(GgmlType::Q4_1, 64, &two),
-        &[expected.clone(), expected].concat(),
-    );
+    assert_two_blocks_dequantize(GgmlType::Q4_1, &block, &expected);
 }
 
 #[test]
@@ -180,20 +188,10 @@ fn q5_0_block_dequantizes_bit_exactly() {
 #[test]
 fn q5_1_block_dequantizes_bit_exactly() {
     let q: [u8; 32] = std::array::from_fn(|j| (31 - j * 7 % 32) as u8);
-    let (d_bits, m_bits) = (0x2E66u16, 0xB99Au16);
-    let (d, m) = (
-        f16::from_bits(d_bits).to_f32(),
-        f16::from_bits(m_bits).to_f32(),
-    );
-    let mut block = d_bits.to_le_bytes().to_vec();
-    block.extend(m_bits.to_le_bytes());
+    let (mut block, d, m) = scale_and_minimum();
     block.extend(q5_payload(&q));
     let expected: Vec<f32> = q.iter().map(|&v| scaled_plus(v.into(), d, m)).collect();
-    let two = [block.clone(), block].concat();
-    assert_bits_eq(
-        &dequantize_one_row(GgmlType::Q5_1, 64, &two),
-        &[expected.clone(), expected].concat(),
-    );
+    assert_two_blocks_dequantize(GgmlType::Q5_1, &block, &expected);
 }
 
 #[test]
@@ -463,12 +461,7 @@ pub(crate) fn random_matrix(
             }
             // The super-blocks: random bytes with realistic f16 scales (a
             // Q6_K or Q3_K scale a few thousandths, and so on).
-            GgmlType::Q2_K
-            | GgmlType::Q3_K
-            | GgmlType::Q4_K
-            | GgmlType::Q5_K
-            | GgmlType::Q6_K
-            | GgmlType::IQ4_XS => {
+            _ if ty.block_size() == 256 => {
                 let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
                 for &at in super_block_f16_fields(ty) {
                     let scale = f16::from_f32(rng.random_range(0.0005..0.01));
@@ -575,14 +568,40 @@ pub(crate) fn random_matvec_error(
     max_relative_error(&y, &reference)
 }
 
+/// f32 accumulation of 576 terms: well under 1e-5 of Σ|terms|.
 #[test]
 fn exact_matvec_matches_f64_reference_within_f32_rounding() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    for ty in ALL_TYPES {
-        let err = random_matvec_error(ty, (37, 576), Product::Exact, &mut rng);
-        // f32 accumulation of 576 terms: well under 1e-5 of Σ|terms|.
-        assert!(err < 1e-5, "{ty}: relative error {err:e}");
+    check_matvec_errors(&ALL_TYPES, (37, 576), |_| 1e-5, &[Product::Exact], &mut rng);
+}
+
+/// Asserts that the error of each of `products`, relative to Σ|W x| against
+/// the f64 reference, stays below `tolerance(ty)` on a seeded random matrix
+/// of each of `types` and of `shape` (rows, columns) (also used by
+/// `kquant_kernels`).
+pub(crate) fn check_matvec_errors(
+    types: &[GgmlType],
+    shape: (usize, usize),
+    tolerance: impl Fn(GgmlType) -> f64,
+    products: &[Product],
+    rng: &mut ChaCha8Rng,
+) {
+    for &ty in types {
+        let tolerance = tolerance(ty);
+        for &product in products {
+            let err = random_matvec_error(ty, shape, product, rng);
+            eprintln!("{ty} {product:?}: max relative error {err:.2e} (tolerance {tolerance:e})");
+            assert!(err < tolerance, "{ty} {product:?}: relative error {err:e}");
+        }
     }
+}
+
+/// Each kernel this CPU runs, as a product to measure.
+pub(crate) fn kernel_products() -> Vec<Product> {
+    kernels_of_this_cpu()
+        .into_iter()
+        .map(Product::Kernel)
+        .collect()
 }
 
 /// Stated accuracy of the 8-bit activation path: each activation is rounded to
@@ -592,14 +611,14 @@ fn exact_matvec_matches_f64_reference_within_f32_rounding() {
 #[test]
 fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
-    for ty in ALL_TYPES {
-        for kernel in kernels_of_this_cpu() {
-            let err = random_matvec_error(ty, (64, 1536), Product::Kernel(kernel), &mut rng);
-            let tolerance = if ty.is_quantized() { 5e-3 } else { 1e-5 };
-            eprintln!("{ty} {kernel:?}: max relative error {err:.2e} (tolerance {tolerance:e})");
-            assert!(err < tolerance, "{ty} {kernel:?}: relative error {err:e}");
-        }
-    }
+    let tolerance = |ty: GgmlType| if ty.is_quantized() { 5e-3 } else { 1e-5 };
+    check_matvec_errors(
+        &ALL_TYPES,
+        (64, 1536),
+        tolerance,
+        &kernel_products(),
+        &mut rng,
+    );
 }
 
 /// Each SIMD path computes the same integer block sums as the portable path
@@ -607,6 +626,20 @@ fn quantized_activation_matvec_is_within_stated_tolerance_of_f64_reference() {
 /// path's bits. A kernel this CPU lacks is a typed error instead.
 #[test]
 fn simd_and_portable_kernels_agree() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    // 1 and 3 blocks: an odd block count leaves the AVX-512 kernel a block alone.
+    check_simd_kernels_give_portable_bits(&ALL_TYPES, &[32, 64, 96, 576, 1536], &mut rng);
+}
+
+/// Asserts that a kernel this CPU lacks is a typed error, and that every
+/// SIMD kernel it runs gives the portable kernel's bits for `matvec` of 50
+/// random rows of each of `types` and each width of `widths` (also used by
+/// `kquant_kernels`).
+pub(crate) fn check_simd_kernels_give_portable_bits(
+    types: &[GgmlType],
+    widths: &[usize],
+    rng: &mut ChaCha8Rng,
+) {
     let m = QMatrix::new(GgmlType::Q8_0, 1, 32, &[0; 34]).unwrap();
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert_eq!(
@@ -614,17 +647,15 @@ fn simd_and_portable_kernels_agree() {
             QuantError::KernelUnavailable { kernel }
         );
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(3);
-    for ty in ALL_TYPES {
-        // 1 and 3 blocks: an odd block count leaves the AVX-512 kernel a block alone.
-        for n_cols in [32, 64, 96, 576, 1536] {
+    for &ty in types {
+        for &n_cols in widths {
             let n_rows = 50;
-            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let data = random_matrix(ty, n_rows, n_cols, rng);
             let portable = QMatrix::new(ty, n_rows, n_cols, &data)
                 .unwrap()
                 .with_kernel(Kernel::Portable)
                 .unwrap();
-            let x = random_vector(n_cols, &mut rng);
+            let x = random_vector(n_cols, rng);
             let mut y_portable = vec![0.0; n_rows];
             portable.matvec(&x, &mut y_portable).unwrap();
             for kernel in simd_kernels_of_this_cpu() {
@@ -653,24 +684,47 @@ fn simd_and_portable_kernels_agree() {
 #[test]
 fn matmul_equals_one_matvec_per_input_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    for ty in ALL_TYPES {
+    check_matmul_gives_each_input_its_matvec_bits(
+        &ALL_TYPES,
+        &[2, 3, 4, 5, 9, 37],
+        (301, 288),
+        &mut rng,
+    );
+}
+
+/// Asserts that `matmul` of each batch size in `batch_sizes` gives every
+/// input the bits of its own `matvec`, on random matrices of each of
+/// `types` and of `shape` (rows, columns), on every kernel (also used by
+/// `kquant_kernels`).
+pub(crate) fn check_matmul_gives_each_input_its_matvec_bits(
+    types: &[GgmlType],
+    batch_sizes: &[usize],
+    (n_rows, n_cols): (usize, usize),
+    rng: &mut ChaCha8Rng,
+) {
+    for &ty in types {
         for (kernel, n) in kernels_of_this_cpu()
             .into_iter()
-            .flat_map(|k| [2, 3, 4, 5, 9, 37].map(|n| (k, n)))
+            .flat_map(|k| batch_sizes.iter().map(move |&n| (k, n)))
         {
-            let (n_rows, n_cols) = (301, 288);
-            let data = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let data = random_matrix(ty, n_rows, n_cols, rng);
             let m = QMatrix::new(ty, n_rows, n_cols, &data)
                 .unwrap()
                 .with_kernel(kernel)
                 .unwrap();
-            let xs = random_vector(n * n_cols, &mut rng);
+            let xs = random_vector(n * n_cols, rng);
             let mut ys = vec![f32::NAN; n * n_rows];
             m.matmul(&xs, n, &mut ys).unwrap();
             let mut y = vec![0.0; n_rows];
             for i in 0..n {
                 m.matvec(&xs[i * n_cols..(i + 1) * n_cols], &mut y).unwrap();
-                assert_bits_eq(&ys[i * n_rows..(i + 1) * n_rows], &y);
+                for r in 0..n_rows {
+                    assert_eq!(
+                        ys[i * n_rows + r].to_bits(),
+                        y[r].to_bits(),
+                        "{ty} {kernel:?} input {i} row {r}"
+                    );
+                }
             }
         }
     }

@@ -5,9 +5,8 @@
 
 use lm_core::{Error, LanguageModel, Rows, SequenceState, TokenId, Uncached, argmax};
 use lm_model::{
-    ArchOptions, Decoder, DecoderWeights, FfnKind, KV_CHUNK_LEN as CHUNK_LEN, KvPrecision, Linear,
-    NormKind, PositionKind, SlidingWindow, Toy, ToyArchitecture, TransformerConfig,
-    TransformerError,
+    Decoder, DecoderWeights, KV_CHUNK_LEN as CHUNK_LEN, Linear, PositionKind, SlidingWindow, Toy,
+    ToyArchitecture, TransformerConfig, TransformerError,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -180,21 +179,26 @@ fn bad_input_is_a_typed_error_and_leaves_the_state_alone() {
         let mut logits = Vec::new();
         toy.forward(&mut state, &[0, 1], Rows::Last, &mut logits)
             .unwrap();
-        assert_eq!(
-            toy.forward(&mut state, &[], Rows::Last, &mut logits),
-            Err(Error::EmptyInput)
-        );
-        assert_eq!(
-            toy.forward(&mut state, &[1, 7], Rows::Last, &mut logits),
-            Err(Error::TokenOutOfRange {
-                id: 7,
-                vocab_size: 7
-            })
-        );
-        assert_eq!(
-            toy.forward(&mut state, &[1; 7], Rows::All, &mut logits),
-            Err(Error::ContextExceeded { len: 9, max: 8 })
-        );
+        let refused: [(&[TokenId], Rows, Error); 3] = [
+            (&[], Rows::Last, Error::EmptyInput),
+            (
+                &[1, 7],
+                Rows::Last,
+                Error::TokenOutOfRange {
+                    id: 7,
+                    vocab_size: 7,
+                },
+            ),
+            (
+                &[1; 7],
+                Rows::All,
+                Error::ContextExceeded { len: 9, max: 8 },
+            ),
+        ];
+        for (tokens, rows, expected) in refused {
+            let got = toy.forward(&mut state, tokens, rows, &mut logits);
+            assert_eq!(got, Err(expected), "{tokens:?}");
+        }
         assert_eq!(state.pos(), 2);
         assert!(matches!(
             toy.reference_logits(&[0; 9]),
@@ -203,7 +207,11 @@ fn bad_input_is_a_typed_error_and_leaves_the_state_alone() {
     }
 }
 
+/// A one-layer config of the toy llama's kinds (RMSNorm with eps 1e-5, RoPE
+/// of base 10000 over 4 dimensions, SwiGLU, an f32 cache) at smaller sizes,
+/// with a tied unembedding.
 fn tiny_config() -> TransformerConfig {
+    let toy_llama = Toy::with_options(ToyArchitecture::Llama, 4, Toy::SEED).unwrap();
     TransformerConfig {
         vocab_size: 5,
         n_embd: 8,
@@ -213,16 +221,8 @@ fn tiny_config() -> TransformerConfig {
         head_dim: 4,
         ffn_dim: 6,
         context_length: 4,
-        norm: NormKind::RmsNorm,
-        norm_eps: 1e-5,
-        position: PositionKind::Rope {
-            base: 10000.0,
-            dim: 4,
-        },
-        ffn: FfnKind::SwiGlu,
         tied_output: true,
-        kv_precision: KvPrecision::F32,
-        options: ArchOptions::default(),
+        ..toy_llama.config().clone()
     }
 }
 

@@ -46,6 +46,17 @@ pub(crate) struct ApiError {
     pub(crate) retry_after: Option<u64>,
 }
 
+/// A policy setting lm-decode refused: a 400 naming its request field.
+impl From<lm_decode::sampler::InvalidSetting> for ApiError {
+    fn from(refused: lm_decode::sampler::InvalidSetting) -> Self {
+        let field = lm_decode::SamplingConfig::FIELDS
+            .iter()
+            .find(|field| field.name == refused.field)
+            .map_or(refused.field, |field| field.api);
+        Self::invalid(field, refused.to_string())
+    }
+}
+
 impl ApiError {
     /// A 400 about `param`.
     pub(crate) fn invalid(param: &str, message: impl Into<String>) -> Self {

@@ -24,6 +24,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod formats;
@@ -220,9 +221,7 @@ impl Server {
             config,
             stopping: AtomicBool::new(false),
             in_flight: tokio::sync::watch::Sender::new(0),
-            created: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            created: routes::unix_now(),
             next_id: AtomicU64::new(0),
         });
         let threads = scheduler::start(
@@ -313,12 +312,7 @@ impl Server {
     /// a benchmark without a tokio runtime.
     pub fn spawn(self) -> Result<RunningServer, ServeError> {
         let addr = self.local_addr();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("lm-serve-http")
-            .enable_all()
-            .build()
-            .map_err(ServeError::Io)?;
+        let runtime = http_runtime()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("lm-serve".into())
@@ -338,14 +332,20 @@ impl Server {
     /// [`Server::run`] on a runtime of its own until Ctrl-C or SIGTERM:
     /// what `lm-cli serve` calls, for a program without a tokio runtime.
     pub fn run_until_signal(self) -> Result<(), ServeError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("lm-serve-http")
-            .enable_all()
-            .build()
-            .map_err(ServeError::Io)?;
+        let runtime = http_runtime()?;
         runtime.block_on(self.run(shutdown_signal()))
     }
+}
+
+/// The runtime of the HTTP side: two workers (generation runs on the
+/// scheduler's threads, not here).
+fn http_runtime() -> Result<tokio::runtime::Runtime, ServeError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("lm-serve-http")
+        .enable_all()
+        .build()
+        .map_err(ServeError::Io)
 }
 
 /// A server running on its own thread ([`Server::spawn`]); dropping the

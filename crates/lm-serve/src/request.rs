@@ -9,6 +9,7 @@ use lm_tokenize::Message;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use lm_decode::SamplingConfig;
 
 /// What to continue: text, or token ids.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,14 +22,11 @@ pub(crate) enum Prompt {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sampling {
     pub(crate) max_tokens: Option<u64>,
-    pub(crate) temperature: f32,
-    pub(crate) top_p: Option<f32>,
-    pub(crate) top_k: Option<usize>,
-    pub(crate) min_p: Option<f32>,
-    pub(crate) presence_penalty: Option<f32>,
-    pub(crate) frequency_penalty: Option<f32>,
-    pub(crate) repetition_penalty: Option<f32>,
-    pub(crate) logit_bias: Vec<(TokenId, f32)>,
+    /// The policy's fields (lm-decode's [`SamplingConfig::FIELDS`]), read
+    /// and validated here; its seed is `seed`'s or a fresh one, its bans the
+    /// served text's.
+    pub(crate) policy: SamplingConfig,
+    /// `seed`, if given (without one each request draws a fresh seed).
     pub(crate) seed: Option<u64>,
     pub(crate) stop: Vec<String>,
     pub(crate) n: usize,
@@ -132,13 +130,85 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// `Sampling` reads as its policy, so a policy field is `sampling.top_p`.
+impl std::ops::Deref for Sampling {
+    type Target = SamplingConfig;
+
+    fn deref(&self) -> &SamplingConfig {
+        &self.policy
+    }
+}
+
 fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
     // OpenAI names the limit `max_completion_tokens` in chat; either works.
     let max_tokens = match f.integer_in("max_completion_tokens", 0, i64::MAX)? {
         Some(n) => Some(n),
         None => f.integer_in("max_tokens", 0, i64::MAX)?,
     };
-    let max_tokens = max_tokens.map(|n| n as u64);
+    let stop = stop_strings(f)?;
+    let include_usage = include_usage(f)?;
+    Ok(Sampling {
+        max_tokens: max_tokens.map(|n| n as u64),
+        policy: policy(f)?,
+        seed: f.integer_in("seed", i64::MIN, i64::MAX)?.map(|s| s as u64),
+        stop,
+        n: f.integer_in("n", 1, 128)?.unwrap_or(1) as usize,
+        stream: f.boolean("stream")?.unwrap_or(false),
+        include_usage,
+        response_format: response_format(f.get("response_format"))?,
+        model: match f.get("model") {
+            None => None,
+            Some(Value::String(name)) => Some(name.clone()),
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    "model",
+                    format!("'model' must be a string, got {v}"),
+                ));
+            }
+        },
+    })
+}
+
+/// The policy's fields, in OpenAI's ranges (wider ones where OpenAI has
+/// none), then checked as lm-decode checks them.
+fn policy(f: &Fields<'_>) -> Result<SamplingConfig, ApiError> {
+    let logit_bias = logit_bias(f)?;
+    let top_p = f.f32_in("top_p", 0.0, 1.0)?;
+    if top_p == Some(0.0) {
+        return Err(ApiError::invalid("top_p", "'top_p' must be greater than 0"));
+    }
+    let repetition_penalty = f.f32_in("repetition_penalty", 0.0, 10.0)?;
+    if repetition_penalty == Some(0.0) {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "'repetition_penalty' must be greater than 0",
+        ));
+    }
+    let policy = SamplingConfig {
+        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0),
+        top_p,
+        // 0 turns top-k off, as in llama.cpp's server.
+        top_k: f
+            .integer_in("top_k", 0, i64::from(u32::MAX))?
+            .filter(|&k| k > 0)
+            .map(|k| k as usize),
+        min_p: f.f32_in("min_p", 0.0, 1.0)?,
+        presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?,
+        frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?,
+        repetition_penalty,
+        // llama.cpp's server's name; -1 is the whole text, as on the command line.
+        penalty_last_n: f
+            .integer_in("repeat_last_n", -1, i64::MAX)?
+            .and_then(|n| usize::try_from(n).ok()),
+        logit_bias,
+        ..SamplingConfig::default()
+    };
+    policy.validate()?;
+    Ok(policy)
+}
+
+/// `stop`: a string or up to [`MAX_STOP_STRINGS`] of them, none empty.
+fn stop_strings(f: &Fields<'_>) -> Result<Vec<String>, ApiError> {
     let stop = match f.get("stop") {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
@@ -173,8 +243,13 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
             "'stop' strings must not be empty",
         ));
     }
-    let logit_bias = match f.get("logit_bias") {
-        None => Vec::new(),
+    Ok(stop)
+}
+
+/// `logit_bias`: token id to a bias in [-100, 100], as OpenAI's.
+fn logit_bias(f: &Fields<'_>) -> Result<Vec<(TokenId, f32)>, ApiError> {
+    match f.get("logit_bias") {
+        None => Ok(Vec::new()),
         Some(Value::Object(map)) => {
             let mut bias = Vec::with_capacity(map.len());
             for (key, value) in map {
@@ -192,18 +267,20 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
                 })?;
                 bias.push((token, b as f32));
             }
-            bias
+            Ok(bias)
         }
-        Some(v) => {
-            return Err(ApiError::invalid(
-                "logit_bias",
-                format!("'logit_bias' must be an object of token id to bias, got {v}"),
-            ));
-        }
-    };
-    let include_usage = match f.get("stream_options") {
-        None => false,
-        Some(Value::Object(options)) => Fields(options)
+        Some(v) => Err(ApiError::invalid(
+            "logit_bias",
+            format!("'logit_bias' must be an object of token id to bias, got {v}"),
+        )),
+    }
+}
+
+/// `stream_options.include_usage`.
+fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
+    match f.get("stream_options") {
+        None => Ok(false),
+        Some(Value::Object(options)) => Ok(Fields(options)
             .boolean("include_usage")
             .map_err(|_| {
                 ApiError::invalid(
@@ -211,56 +288,12 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
                     "'stream_options.include_usage' must be a boolean",
                 )
             })?
-            .unwrap_or(false),
-        Some(v) => {
-            return Err(ApiError::invalid(
-                "stream_options",
-                format!("'stream_options' must be an object, got {v}"),
-            ));
-        }
-    };
-    let top_p = f.f32_in("top_p", 0.0, 1.0)?;
-    if top_p == Some(0.0) {
-        return Err(ApiError::invalid("top_p", "'top_p' must be greater than 0"));
+            .unwrap_or(false)),
+        Some(v) => Err(ApiError::invalid(
+            "stream_options",
+            format!("'stream_options' must be an object, got {v}"),
+        )),
     }
-    let repetition_penalty = f.f32_in("repetition_penalty", 0.0, 10.0)?;
-    if repetition_penalty == Some(0.0) {
-        return Err(ApiError::invalid(
-            "repetition_penalty",
-            "'repetition_penalty' must be greater than 0",
-        ));
-    }
-    Ok(Sampling {
-        max_tokens,
-        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0),
-        top_p,
-        // 0 turns top-k off, as in llama.cpp's server.
-        top_k: f
-            .integer_in("top_k", 0, i64::from(u32::MAX))?
-            .filter(|&k| k > 0)
-            .map(|k| k as usize),
-        min_p: f.f32_in("min_p", 0.0, 1.0)?,
-        presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?,
-        frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?,
-        repetition_penalty,
-        logit_bias,
-        seed: f.integer_in("seed", i64::MIN, i64::MAX)?.map(|s| s as u64),
-        stop,
-        n: f.integer_in("n", 1, 128)?.unwrap_or(1) as usize,
-        stream: f.boolean("stream")?.unwrap_or(false),
-        include_usage,
-        response_format: response_format(f.get("response_format"))?,
-        model: match f.get("model") {
-            None => None,
-            Some(Value::String(name)) => Some(name.clone()),
-            Some(v) => {
-                return Err(ApiError::invalid(
-                    "model",
-                    format!("'model' must be a string, got {v}"),
-                ));
-            }
-        },
-    })
 }
 
 /// OpenAI's `response_format`: `{"type": "text"}` (free text, as when
@@ -563,6 +596,48 @@ mod tests {
             assert_eq!(param_of(completion(&body)), param, "{body}");
         }
         assert_eq!(param_of(completion(&json!([1]))), "body");
+    }
+
+    /// Each setting of the policy with a value a request may give and one
+    /// it may not; a new setting must be added here.
+    fn api_examples(field: &str) -> Option<(Value, Value)> {
+        Some(match field {
+            "repetition_penalty" => (json!(1.1), json!(0)),
+            "presence_penalty" => (json!(0.5), json!(3)),
+            "frequency_penalty" => (json!(0.5), json!(-3)),
+            "penalty_last_n" => (json!(16), json!(-2)),
+            "logit_bias" => (json!({"1": 0.5}), json!({"1": 101})),
+            "banned_tokens" => (json!({"1": -100}), json!({"x": -100})),
+            "temperature" => (json!(0.7), json!(-1)),
+            "top_k" => (json!(40), json!(-1)),
+            "top_p" => (json!(0.9), json!(1.5)),
+            "min_p" => (json!(0.05), json!(1.5)),
+            "seed" => (json!(7), json!(1.5)),
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn every_sampling_setting_is_a_request_field() {
+        let read = |field: &str, value: &Value| {
+            completion(&json!({"prompt": "a", field: value}))
+                .map(|r| (r.sampling.policy, r.sampling.seed))
+        };
+        let plain = completion(&json!({"prompt": "a"})).unwrap().sampling;
+        for field in SamplingConfig::FIELDS {
+            let (good, bad) = api_examples(field.name)
+                .unwrap_or_else(|| panic!("no request example for {}: add one", field.name));
+            let read_good = read(field.api, &good).unwrap();
+            assert_ne!(
+                read_good,
+                (plain.policy.clone(), plain.seed),
+                "'{}' is not read",
+                field.api
+            );
+            let refused = read(field.api, &bad).unwrap_err();
+            assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST);
+            assert_eq!(refused.param.as_deref(), Some(field.api), "{bad}");
+        }
     }
 
     #[test]

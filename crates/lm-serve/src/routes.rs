@@ -19,7 +19,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use lm_core::TokenId;
-use lm_decode::{Candidate, GenerationConfig, SamplingConfig, StopReason};
+use lm_decode::{Candidate, GenerationConfig, SamplingConfig, StopReason, context_room};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -160,13 +160,24 @@ async fn cors(State(app): State<Arc<App>>, request: Request, next: Next) -> Resp
     response
 }
 
-fn unix_now() -> u64 {
+/// Seconds since the Unix epoch: the `created` of responses and models.
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 impl App {
+    /// A 404 when the request names a model this server does not serve
+    /// ([`request::check_model`]).
+    fn check_requested_model(&self, sampling: &Sampling) -> Result<(), ApiError> {
+        request::check_model(
+            sampling.model.as_deref(),
+            self.model_id(),
+            self.config.any_model,
+        )
+    }
+
     /// The served model's id ([`crate::ServeConfig::model_id`]).
     pub(crate) fn model_id(&self) -> &str {
         &self.model_id
@@ -353,11 +364,7 @@ enum Kind {
 async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
     let prepared = (|| {
         let request = request::completion(&json_body(body)?)?;
-        request::check_model(
-            request.sampling.model.as_deref(),
-            app.model_id(),
-            app.config.any_model,
-        )?;
+        app.check_requested_model(&request.sampling)?;
         let prompt = match request.prompt {
             Prompt::Text(text) => app
                 .text
@@ -381,11 +388,7 @@ async fn chat_completions(
 ) -> Response {
     let prepared = (|| {
         let request = request::chat(&json_body(body)?)?;
-        request::check_model(
-            request.sampling.model.as_deref(),
-            app.model_id(),
-            app.config.any_model,
-        )?;
+        app.check_requested_model(&request.sampling)?;
         // Message contents literal unless --parse-special (see ServedText).
         let prompt = app
             .text
@@ -419,49 +422,7 @@ fn generation_config(
             ),
         ));
     }
-    let max_new_tokens = match app.context_length {
-        Some(ctx) => {
-            let room = ctx.saturating_sub(n_prompt) as u64;
-            if room == 0 {
-                let param = match kind {
-                    Kind::Completion => "prompt",
-                    Kind::Chat => "messages",
-                };
-                return Err(ApiError::invalid(
-                    param,
-                    format!("this model's maximum context length is {ctx} tokens, and the prompt has {n_prompt}"),
-                )
-                .with_code("context_length_exceeded"));
-            }
-            match (s.max_tokens, kind) {
-                (Some(n), _) if n > room => {
-                    return Err(ApiError::invalid(
-                        "max_tokens",
-                        format!(
-                            "this model's maximum context length is {ctx} tokens; you requested {} \
-                             ({n_prompt} in the prompt, {n} for the completion)",
-                            n_prompt as u64 + n
-                        ),
-                    )
-                    .with_code("context_length_exceeded"));
-                }
-                (Some(n), _) => n,
-                (None, Kind::Completion) => DEFAULT_COMPLETION_TOKENS.min(room),
-                (None, Kind::Chat) => room,
-            }
-        }
-        None => match s.max_tokens {
-            Some(n) if n > MAX_TOKENS_UNBOUNDED => {
-                return Err(ApiError::invalid(
-                    "max_tokens",
-                    format!("'max_tokens' may be at most {MAX_TOKENS_UNBOUNDED} for this model"),
-                ));
-            }
-            Some(n) => n,
-            None if kind == Kind::Completion => DEFAULT_COMPLETION_TOKENS,
-            None => MAX_TOKENS_UNBOUNDED,
-        },
-    };
+    let max_new_tokens = max_new_tokens(app.context_length, kind, n_prompt, s.max_tokens)?;
     if let Some(&(id, _)) = s
         .logit_bias
         .iter()
@@ -475,26 +436,13 @@ fn generation_config(
             ),
         ));
     }
-    // No seed: one from the clock, so unseeded requests differ.
-    let seed = s.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
     Ok(GenerationConfig {
         max_new_tokens: usize::try_from(max_new_tokens).unwrap_or(usize::MAX),
         sampling: SamplingConfig {
-            temperature: s.temperature,
-            top_k: s.top_k,
-            top_p: s.top_p,
-            min_p: s.min_p,
-            repetition_penalty: s.repetition_penalty,
-            presence_penalty: s.presence_penalty,
-            frequency_penalty: s.frequency_penalty,
-            logit_bias: s.logit_bias.clone(),
             banned_tokens: app.banned_tokens.clone(),
-            seed,
-            ..SamplingConfig::default()
+            // No seed: a fresh one, so unseeded requests differ.
+            seed: s.seed.unwrap_or_else(SamplingConfig::fresh_seed),
+            ..s.policy.clone()
         },
         end_tokens: app.end_tokens.clone(),
         stop_strings: s.stop.clone(),
@@ -504,6 +452,56 @@ fn generation_config(
         rng_stream: 0,
         ..GenerationConfig::default()
     })
+}
+
+/// The most tokens a choice may generate: `max_tokens` if the context has
+/// room for it, else a 400; without it, what the context leaves (a
+/// completion at most [`DEFAULT_COMPLETION_TOKENS`]).
+fn max_new_tokens(
+    context_length: Option<usize>,
+    kind: Kind,
+    n_prompt: usize,
+    max_tokens: Option<u64>,
+) -> Result<u64, ApiError> {
+    let (Some(ctx), Some(room)) = (context_length, context_room(context_length, n_prompt)) else {
+        return match max_tokens {
+            Some(n) if n > MAX_TOKENS_UNBOUNDED => Err(ApiError::invalid(
+                "max_tokens",
+                format!("'max_tokens' may be at most {MAX_TOKENS_UNBOUNDED} for this model"),
+            )),
+            Some(n) => Ok(n),
+            None if kind == Kind::Completion => Ok(DEFAULT_COMPLETION_TOKENS),
+            None => Ok(MAX_TOKENS_UNBOUNDED),
+        };
+    };
+    let room = room as u64;
+    if room == 0 {
+        let param = match kind {
+            Kind::Completion => "prompt",
+            Kind::Chat => "messages",
+        };
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "this model's maximum context length is {ctx} tokens, and the prompt has {n_prompt}"
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    match (max_tokens, kind) {
+        (Some(n), _) if n > room => Err(ApiError::invalid(
+            "max_tokens",
+            format!(
+                "this model's maximum context length is {ctx} tokens; you requested {} \
+                 ({n_prompt} in the prompt, {n} for the completion)",
+                n_prompt as u64 + n
+            ),
+        )
+        .with_code("context_length_exceeded")),
+        (Some(n), _) => Ok(n),
+        (None, Kind::Completion) => Ok(DEFAULT_COMPLETION_TOKENS.min(room)),
+        (None, Kind::Chat) => Ok(room),
+    }
 }
 
 /// Queues the request's `n` choices and answers with their events.

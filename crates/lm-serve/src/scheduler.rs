@@ -22,7 +22,15 @@
 //! stay in lm-decode's loop, and the multi-sequence step gives each
 //! sequence the bits it gets alone, so a request's tokens are those it
 //! gets served alone: the batch changes speed, never output.
+//!
+//! A token crosses three threads (worker, scheduler, the HTTP task), so the
+//! hot path reuses what it can: each worker's token buffer and logits row
+//! travel to the scheduler and back, replies go through one channel per
+//! worker made at start (no `Sender` cloned per step), the scheduler keeps
+//! its step's vectors between steps, and the text of each token comes
+//! decoded from the loop ([`lm_decode::Step::text`]), never decoded again.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +40,7 @@ use std::time::Instant;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
-    CacheLimit, Candidate, GenerationConfig, GenerationHook, PrefixCache, StopReason, TextDeltas,
+    CacheLimit, Candidate, GenerationConfig, GenerationHook, PrefixCache, StopReason,
     generate_from_state, tokens_reused,
 };
 use tokio::sync::mpsc::UnboundedSender;
@@ -136,20 +144,29 @@ impl JobQueue {
     }
 }
 
-/// A request for one forward pass, from a worker to the scheduler.
+/// A request for one forward pass, from a worker to the scheduler. The
+/// worker's buffers (`tokens`, `logits`) come back in the [`Reply`].
 struct Forward<S> {
+    /// The worker to answer (its index in the scheduler's reply channels).
+    worker_idx: usize,
     state: S,
     tokens: Vec<TokenId>,
     rows: Rows,
     logits: Vec<f32>,
-    reply: Sender<Reply<S>>,
 }
 
-/// The scheduler's answer: the state and logits back, and the result.
+/// The scheduler's answer: the state and buffers back, and the result.
 struct Reply<S> {
     state: S,
+    tokens: Vec<TokenId>,
     logits: Vec<f32>,
     result: lm_core::Result<()>,
+}
+
+/// Sends `reply` to worker `worker_idx`; a worker that is gone (it
+/// panicked) needs no answer.
+fn answer<S>(replies: &[Sender<Reply<S>>], worker_idx: usize, reply: Reply<S>) {
+    let _ = replies[worker_idx].send(reply);
 }
 
 enum Message<S> {
@@ -180,22 +197,26 @@ where
         <M::State as StateSize>::size_bytes,
     )));
     let (to_scheduler, inbox) = std::sync::mpsc::channel();
+    let (reply_to, replies): (Vec<_>, Vec<_>) =
+        (0..n_workers).map(|_| std::sync::mpsc::channel()).unzip();
     let mut threads = Vec::with_capacity(n_workers + 1);
     let scheduler_model = Arc::clone(&model);
     let scheduler_metrics = Arc::clone(&metrics);
     threads.push(
         std::thread::Builder::new()
             .name("lm-serve-scheduler".into())
-            .spawn(move || run_scheduler(&*scheduler_model, &inbox, &scheduler_metrics))
+            .spawn(move || {
+                run_scheduler(&*scheduler_model, &inbox, &reply_to, &scheduler_metrics);
+            })
             .expect("spawning the scheduler thread"),
     );
-    for worker_idx in 0..n_workers {
-        let (reply_to, replies) = std::sync::mpsc::channel();
+    for (worker_idx, replies) in replies.into_iter().enumerate() {
         let remote = Remote {
             model: Arc::clone(&model),
             to_scheduler: to_scheduler.clone(),
-            reply_to,
+            worker_idx,
             replies,
+            tokens: Cell::new(Vec::new()),
         };
         let (cache, text, queue, cancel, metrics) = (
             Arc::clone(&cache),
@@ -221,14 +242,17 @@ where
 }
 
 /// The scheduler's loop: gather requests until every active sequence has
-/// one, run a step, repeat; ends when every worker is gone.
+/// one, run a step, repeat; ends when every worker is gone. Worker `i` gets
+/// its answers through `replies[i]`.
 fn run_scheduler<M: LanguageModel>(
     model: &M,
     inbox: &Receiver<Message<M::State>>,
+    replies: &[Sender<Reply<M::State>>],
     metrics: &Metrics,
 ) {
     let mut n_active = 0usize;
     let mut waiting: Vec<Forward<M::State>> = Vec::new();
+    let mut scratch = StepScratch::default();
     loop {
         let ready = n_active > 0 && waiting.len() == n_active;
         let message = if ready {
@@ -244,65 +268,125 @@ fn run_scheduler<M: LanguageModel>(
             Some(Message::Join) => n_active += 1,
             Some(Message::Leave) => n_active -= 1,
             Some(Message::Forward(forward)) => waiting.push(forward),
-            None => step(model, &mut waiting, metrics),
+            None => step(model, &mut waiting, &mut scratch, replies, metrics),
+        }
+    }
+}
+
+/// The vectors a step fills and empties, kept between steps so a step
+/// allocates only its list of token slices.
+struct StepScratch<S> {
+    /// The one-token requests run together, by field.
+    workers: Vec<usize>,
+    states: Vec<S>,
+    tokens: Vec<Vec<TokenId>>,
+    logits: Vec<Vec<f32>>,
+    /// The requests left for a later step.
+    deferred: Vec<Forward<S>>,
+}
+
+impl<S> Default for StepScratch<S> {
+    fn default() -> Self {
+        Self {
+            workers: Vec::new(),
+            states: Vec::new(),
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 }
 
 /// One step: every waiting one-token request in one `forward_batch`, then
 /// the oldest waiting prefill chunk; the others wait for the next step.
-fn step<M: LanguageModel>(model: &M, waiting: &mut Vec<Forward<M::State>>, metrics: &Metrics) {
-    let (mut decodes, mut rest): (Vec<_>, Vec<_>) = waiting
-        .drain(..)
-        .partition(|f| f.tokens.len() == 1 && f.rows == Rows::Last);
-    let prefill = (!rest.is_empty()).then(|| rest.remove(0));
-    *waiting = rest;
-    if !decodes.is_empty() {
-        let started = Instant::now();
-        let mut states: Vec<M::State> = Vec::with_capacity(decodes.len());
-        let mut logits: Vec<Vec<f32>> = Vec::with_capacity(decodes.len());
-        let mut replies = Vec::with_capacity(decodes.len());
-        let mut tokens = Vec::with_capacity(decodes.len());
-        for f in decodes.drain(..) {
-            states.push(f.state);
-            logits.push(f.logits);
-            tokens.push(f.tokens);
-            replies.push(f.reply);
+fn step<M: LanguageModel>(
+    model: &M,
+    waiting: &mut Vec<Forward<M::State>>,
+    scratch: &mut StepScratch<M::State>,
+    replies: &[Sender<Reply<M::State>>],
+    metrics: &Metrics,
+) {
+    let mut prefill = None;
+    for f in waiting.drain(..) {
+        if f.tokens.len() == 1 && f.rows == Rows::Last {
+            scratch.workers.push(f.worker_idx);
+            scratch.states.push(f.state);
+            scratch.tokens.push(f.tokens);
+            scratch.logits.push(f.logits);
+        } else if prefill.is_none() {
+            prefill = Some(f);
+        } else {
+            scratch.deferred.push(f);
         }
-        let slices: Vec<&[TokenId]> = tokens.iter().map(Vec::as_slice).collect();
-        let results: Vec<lm_core::Result<()>> =
-            match model.forward_batch(&mut states, &slices, &mut logits) {
-                Ok(()) => vec![Ok(()); states.len()],
-                // A failed batch changed no state: each sequence alone, so
-                // only the bad one fails.
-                Err(_) => states
-                    .iter_mut()
-                    .zip(&slices)
-                    .zip(&mut logits)
-                    .map(|((state, tokens), logits)| {
-                        model.forward(state, tokens, Rows::Last, logits)
-                    })
-                    .collect(),
-            };
-        metrics.record_step(replies.len(), started.elapsed());
-        for (((state, logits), result), reply) in
-            states.into_iter().zip(logits).zip(results).zip(replies)
-        {
-            let _ = reply.send(Reply {
-                state,
-                logits,
-                result,
-            });
-        }
+    }
+    std::mem::swap(waiting, &mut scratch.deferred);
+    if !scratch.workers.is_empty() {
+        decode_together(model, scratch, replies, metrics);
     }
     if let Some(mut f) = prefill {
         let result = model.forward(&mut f.state, &f.tokens, f.rows, &mut f.logits);
         metrics.record_prefill(f.tokens.len());
-        let _ = f.reply.send(Reply {
+        let reply = Reply {
             state: f.state,
+            tokens: f.tokens,
             logits: f.logits,
             result,
-        });
+        };
+        answer(replies, f.worker_idx, reply);
+    }
+}
+
+/// Runs the one-token requests gathered in `scratch` in one
+/// `forward_batch` and answers each worker, leaving `scratch` empty.
+fn decode_together<M: LanguageModel>(
+    model: &M,
+    scratch: &mut StepScratch<M::State>,
+    replies: &[Sender<Reply<M::State>>],
+    metrics: &Metrics,
+) {
+    let started = Instant::now();
+    let StepScratch {
+        workers,
+        states,
+        tokens,
+        logits,
+        ..
+    } = scratch;
+    let slices: Vec<&[TokenId]> = tokens.iter().map(Vec::as_slice).collect();
+    // A failed batch changed no state: each sequence alone, so only the bad
+    // one fails.
+    let failures: Option<Vec<lm_core::Result<()>>> = match model
+        .forward_batch(states, &slices, logits)
+    {
+        Ok(()) => None,
+        Err(_) => Some(
+            states
+                .iter_mut()
+                .zip(&slices)
+                .zip(logits.iter_mut())
+                .map(|((state, tokens), logits)| model.forward(state, tokens, Rows::Last, logits))
+                .collect(),
+        ),
+    };
+    metrics.record_step(workers.len(), started.elapsed());
+    let mut failures = failures.map(Vec::into_iter);
+    let answers = workers
+        .drain(..)
+        .zip(states.drain(..))
+        .zip(tokens.drain(..))
+        .zip(logits.drain(..));
+    for (((worker_idx, state), tokens), logits) in answers {
+        let result = match &mut failures {
+            Some(results) => results.next().unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        let reply = Reply {
+            state,
+            tokens,
+            logits,
+            result,
+        };
+        answer(replies, worker_idx, reply);
     }
 }
 
@@ -311,8 +395,12 @@ fn step<M: LanguageModel>(model: &M, waiting: &mut Vec<Forward<M::State>>, metri
 struct Remote<M: LanguageModel> {
     model: Arc<M>,
     to_scheduler: Sender<Message<M::State>>,
-    reply_to: Sender<Reply<M::State>>,
+    /// This worker's index in the scheduler's reply channels.
+    worker_idx: usize,
     replies: Receiver<Reply<M::State>>,
+    /// The token buffer between forward calls (it travels with each
+    /// request and comes back with the reply).
+    tokens: Cell<Vec<TokenId>>,
 }
 
 /// A sequence's state while its worker holds it (`None` only while the
@@ -359,12 +447,15 @@ impl<M: LanguageModel> LanguageModel for Remote<M> {
             .0
             .take()
             .expect("a state is home between forward calls");
+        let mut buffer = self.tokens.take();
+        buffer.clear();
+        buffer.extend_from_slice(tokens);
         let forward = Forward {
+            worker_idx: self.worker_idx,
             state: inner,
-            tokens: tokens.to_vec(),
+            tokens: buffer,
             rows,
             logits: std::mem::take(logits),
-            reply: self.reply_to.clone(),
         };
         self.to_scheduler
             .send(Message::Forward(forward))
@@ -375,6 +466,7 @@ impl<M: LanguageModel> LanguageModel for Remote<M> {
             .expect("the scheduler answers every request");
         state.0 = Some(reply.state);
         *logits = reply.logits;
+        self.tokens.set(reply.tokens);
         reply.result
     }
 }
@@ -401,7 +493,6 @@ impl<S> Drop for Seat<'_, S> {
 struct StreamHook<'a> {
     index: usize,
     events: &'a UnboundedSender<(usize, Event)>,
-    deltas: TextDeltas<'a>,
     cancel: &'a AtomicBool,
     metrics: &'a Metrics,
     started: Instant,
@@ -418,7 +509,7 @@ impl StreamHook<'_> {
     }
 }
 
-/// On `&mut`, so the caller keeps the hook (and its text) after the run.
+/// On `&mut`, so the caller keeps the hook after the run.
 impl GenerationHook for &mut StreamHook<'_> {
     type Error = lm_decode::Error;
 
@@ -427,15 +518,13 @@ impl GenerationHook for &mut StreamHook<'_> {
             self.first_token = false;
             self.metrics.record_first_token(self.started.elapsed());
         }
-        self.deltas.push(step.token);
-        let text = self.deltas.take_final();
         let _ = self.events.send((
             self.index,
             Event::Token {
                 token: step.token,
                 logprob: step.logprob,
                 top: step.model_top.clone(),
-                text,
+                text: step.text.clone(),
             },
         ));
         Ok(self.flow())
@@ -467,12 +556,6 @@ fn run_job<M: LanguageModel>(
     let mut hook = StreamHook {
         index: job.index,
         events: &job.events,
-        deltas: TextDeltas::new(
-            detokenizer,
-            &job.prompt,
-            &job.config.end_tokens,
-            &job.config.stop_strings,
-        ),
         cancel,
         metrics,
         started: job.enqueued,
@@ -500,7 +583,7 @@ fn run_job<M: LanguageModel>(
                 metrics.record_cache_usage(cache.len(), cache.used_bytes());
             }
             Event::Done {
-                text: hook.deltas.finish(),
+                text: generation.held_back_text,
                 stop_reason: generation.stop_reason,
                 n_prompt: generation.prompt.len(),
                 n_generated: generation.tokens.len(),

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, ToyText, gated, request, toy_model, wait_for};
+use crate::common::{
+    TestServer, ToyText, assert_error_message, post_body, request, toy_model, wait_for,
+};
 
 fn server() -> TestServer {
     TestServer::toy(ServeConfig::default())
@@ -151,13 +153,7 @@ fn streaming_sends_the_same_text_in_chunks_then_done() {
     let mut streamed = body.clone();
     streamed["stream"] = json!(true);
     streamed["stream_options"] = json!({"include_usage": true});
-    let response = request(
-        s.addr,
-        "POST",
-        "/v1/completions",
-        &[],
-        streamed.to_string().as_bytes(),
-    );
+    let response = post_body(s.addr, "/v1/completions", &streamed.to_string());
     assert_eq!(response.status, 200);
     assert!(
         response
@@ -165,12 +161,8 @@ fn streaming_sends_the_same_text_in_chunks_then_done() {
             .unwrap()
             .starts_with("text/event-stream")
     );
-    let events = response.events();
-    assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<serde_json::Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    assert_eq!(response.events().last().unwrap(), "[DONE]");
+    let chunks = response.chunks();
     let text: String = chunks
         .iter()
         .filter_map(|c| {
@@ -192,13 +184,7 @@ fn streaming_sends_the_same_text_in_chunks_then_done() {
     assert_eq!(chunks.last().unwrap()["usage"], whole["usage"]);
 
     let chat = json!({"messages": [{"role": "user", "content": "the"}], "max_tokens": 5, "temperature": 0, "stream": true});
-    let response = request(
-        s.addr,
-        "POST",
-        "/v1/chat/completions",
-        &[],
-        chat.to_string().as_bytes(),
-    );
+    let response = post_body(s.addr, "/v1/chat/completions", &chat.to_string());
     let events = response.events();
     let first: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
     assert_eq!(first["object"], "chat.completion.chunk");
@@ -263,18 +249,9 @@ fn bad_fields_are_400s_naming_the_field() {
         &json!({"prompt": "<start>", "max_tokens": 5000}),
     );
     assert_eq!(error["error"]["code"], "context_length_exceeded");
-    assert!(
-        error["error"]["message"].as_str().unwrap().contains("1024"),
-        "{error}"
-    );
+    assert_error_message(&error, "1024");
     let (_, error) = s.post("/v1/completions", &json!({"prompt": "<start>", "n": 5}));
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("--parallel 4"),
-        "{error}"
-    );
+    assert_error_message(&error, "--parallel 4");
 }
 
 #[test]
@@ -287,13 +264,7 @@ fn response_format_needs_a_vocabulary_and_text_is_free() {
     );
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["param"], "response_format");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("needs a model with a tokenizer's vocabulary"),
-        "{body}"
-    );
+    assert_error_message(&body, "needs a model with a tokenizer's vocabulary");
     let (status, body) = s.post(
         "/v1/completions",
         &json!({"prompt": "<start> the", "max_tokens": 3, "temperature": 0,
@@ -306,18 +277,13 @@ fn response_format_needs_a_vocabulary_and_text_is_free() {
 fn shutdown_answers_unfinished_requests_503_and_health_503_while_draining() {
     // Both requests wait at the gate until the grace is over: the server
     // must cancel them, and say so instead of a truncated "stop".
-    let (gated, gate) = gated(toy_model());
-    gate.close();
     let grace = Duration::from_secs(2);
-    let mut s = TestServer::start(
-        gated,
-        ToyText,
-        ServeConfig {
-            shutdown_grace: grace,
-            parallel: 2,
-            ..ServeConfig::default()
-        },
-    );
+    let config = ServeConfig {
+        shutdown_grace: grace,
+        parallel: 2,
+        ..ServeConfig::default()
+    };
+    let (mut s, gate) = TestServer::gated_toy(ToyText, config);
     let addr = s.addr;
     let send = move |stream: bool| {
         std::thread::spawn(move || {

@@ -10,7 +10,7 @@ use lm_model::Toy;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, ToyText, gated, toy_model, wait_for};
+use crate::common::{TestServer, ToyText, gated, post_body, toy_model, wait_for};
 
 /// What the server should answer for `body`'s prompt, from lm-decode alone.
 fn expected_text(
@@ -65,10 +65,9 @@ fn text_of(response: &crate::common::Response) -> String {
         .unwrap()
         .starts_with("text/event-stream")
     {
-        let events = response.events();
-        events[..events.len() - 1]
+        response
+            .chunks()
             .iter()
-            .map(|e| serde_json::from_str::<Value>(e).unwrap())
             .filter_map(|c| {
                 c["choices"]
                     .get(0)
@@ -99,13 +98,7 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
     let solo: Vec<String> = (0..n_requests)
         .map(|i| {
             let b = body(i);
-            let r = crate::common::request(
-                s.addr,
-                "POST",
-                "/v1/completions",
-                &[],
-                b.to_string().as_bytes(),
-            );
+            let r = post_body(s.addr, "/v1/completions", &b.to_string());
             text_of(&r)
         })
         .collect();
@@ -135,13 +128,7 @@ fn concurrent_requests_equal_their_solo_runs_and_generate() {
                 let addr = s.addr;
                 scope.spawn(move || {
                     let b = body(i);
-                    text_of(&crate::common::request(
-                        addr,
-                        "POST",
-                        "/v1/completions",
-                        &[],
-                        b.to_string().as_bytes(),
-                    ))
+                    text_of(&post_body(addr, "/v1/completions", &b.to_string()))
                 })
             })
             .collect();

@@ -10,7 +10,9 @@ use lm_serve::ServeConfig;
 use lm_tokenize::byte_level_char;
 use serde_json::json;
 
-use crate::common::{TestServer, ToyText, gated, read_response, request, toy_model, wait_for};
+use crate::common::{
+    Gate, TestServer, ToyText, assert_error_message, read_response, request, wait_for,
+};
 
 fn still_serves(s: &TestServer) {
     let (status, body) = s.post(
@@ -58,22 +60,11 @@ fn an_api_key_guards_everything_but_health() {
     let r = request(s.addr, "POST", "/v1/completions", &[], body.as_bytes());
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["code"], "invalid_api_key");
-    let r = request(
-        s.addr,
-        "POST",
-        "/v1/completions",
-        &[("Authorization", "Bearer wrong")],
-        body.as_bytes(),
-    );
-    assert_eq!(r.status, 401);
-    let r = request(
-        s.addr,
-        "POST",
-        "/v1/completions",
-        &[("Authorization", "Bearer sesame")],
-        body.as_bytes(),
-    );
-    assert_eq!(r.status, 200);
+    for (authorization, status) in [("Bearer wrong", 401), ("Bearer sesame", 200)] {
+        let headers = [("Authorization", authorization)];
+        let r = request(s.addr, "POST", "/v1/completions", &headers, body.as_bytes());
+        assert_eq!(r.status, status, "{authorization}");
+    }
     assert_eq!(s.get("/metrics").status, 401);
     assert_eq!(s.get("/health").status, 200);
 }
@@ -100,17 +91,12 @@ fn open_stream(addr: std::net::SocketAddr, max_tokens: u64) -> TcpStream {
 fn a_full_queue_is_429_with_retry_after_and_a_dropped_client_frees_its_slot() {
     // The model waits until the queue has been seen full: a fast toy could
     // otherwise finish the first request before the others arrive.
-    let (gated, gate) = gated(toy_model());
-    gate.close();
-    let s = TestServer::start(
-        gated,
-        ToyText,
-        ServeConfig {
-            parallel: 1,
-            queue_len: 1,
-            ..ServeConfig::default()
-        },
-    );
+    let config = ServeConfig {
+        parallel: 1,
+        queue_len: 1,
+        ..ServeConfig::default()
+    };
+    let (s, gate) = TestServer::gated_toy(ToyText, config);
     let running = open_stream(s.addr, 1000);
     wait_for("the first request to run", || {
         s.metric("lm_active_sequences") == 1.0
@@ -190,19 +176,19 @@ fn half_sent_requests_and_many_connections_do_not_stop_the_server() {
     still_serves(&s);
 }
 
+/// The toy server behind a closed gate, with `shutdown_grace`.
+fn gated_with_grace(shutdown_grace: Duration) -> (TestServer, Gate) {
+    let config = ServeConfig {
+        shutdown_grace,
+        ..ServeConfig::default()
+    };
+    TestServer::gated_toy(ToyText, config)
+}
+
 #[test]
 fn shutdown_lets_running_requests_finish_then_returns() {
     // The request waits at the gate until the server has been told to stop.
-    let (gated, gate) = gated(toy_model());
-    gate.close();
-    let mut s = TestServer::start(
-        gated,
-        ToyText,
-        ServeConfig {
-            shutdown_grace: Duration::from_secs(30),
-            ..ServeConfig::default()
-        },
-    );
+    let (mut s, gate) = gated_with_grace(Duration::from_secs(30));
     let addr = s.addr;
     let running = std::thread::spawn(move || {
         let body =
@@ -223,16 +209,7 @@ fn shutdown_lets_running_requests_finish_then_returns() {
 
 #[test]
 fn shutdown_after_the_grace_cancels_what_still_runs() {
-    let (gated, gate) = gated(toy_model());
-    gate.close();
-    let mut s = TestServer::start(
-        gated,
-        ToyText,
-        ServeConfig {
-            shutdown_grace: Duration::from_millis(200),
-            ..ServeConfig::default()
-        },
-    );
+    let (mut s, gate) = gated_with_grace(Duration::from_millis(200));
     let stream = open_stream(s.addr, 1000);
     wait_for("the request to run", || {
         s.metric("lm_active_sequences") == 1.0
@@ -379,13 +356,7 @@ fn a_final_assistant_message_is_continued() {
     );
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["param"], "messages");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cannot continue"),
-        "{body}"
-    );
+    assert_error_message(&body, "cannot continue");
 }
 
 /// Regression (issue 33): a `tokenizer.chat_template` nesting two

@@ -9,7 +9,7 @@ use lm::OutputFormat;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, ToyText, gated, request, smollm2_path, toy_model, wait_for};
+use crate::common::{TestServer, ToyText, post_body, smollm2_path, wait_for};
 
 fn server() -> TestServer {
     let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
@@ -73,19 +73,9 @@ fn a_json_schema_answer_parses_and_validates() {
 
     // Streamed: the same text in pieces.
     greedy["stream"] = json!(true);
-    let response = request(
-        s.addr,
-        "POST",
-        "/v1/chat/completions",
-        &[],
-        greedy.to_string().as_bytes(),
-    );
+    let response = post_body(s.addr, "/v1/chat/completions", &greedy.to_string());
     assert_eq!(response.status, 200);
-    let events = response.events();
-    let chunks: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let chunks = response.chunks();
     let streamed: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -208,16 +198,7 @@ fn hold(
     let handles = schemas
         .map(|n| {
             let addr = s.addr;
-            std::thread::spawn(move || {
-                request(
-                    addr,
-                    "POST",
-                    "/v1/completions",
-                    &[],
-                    schema_body(n).as_bytes(),
-                )
-                .status
-            })
+            std::thread::spawn(move || post_body(addr, "/v1/completions", &schema_body(n)).status)
         })
         .collect();
     wait_for("the requests to run", || {
@@ -234,28 +215,17 @@ fn hold(
 /// distinct schemas run at once again, each one letting go of a kept one).
 #[test]
 fn distinct_formats_beyond_the_limit_are_429_and_finished_ones_are_freed() {
-    let (model, gate) = gated(toy_model());
-    gate.close();
-    let s = TestServer::start(
-        model,
-        ToyFormats,
-        ServeConfig {
-            parallel: 4,
-            max_formats: 3,
-            ..ServeConfig::default()
-        },
-    );
+    let config = ServeConfig {
+        parallel: 4,
+        max_formats: 3,
+        ..ServeConfig::default()
+    };
+    let (s, gate) = TestServer::gated_toy(ToyFormats, config);
     for round in 0..2 {
         gate.close();
         let base = round * 10;
         let held = hold(&s, base..base + 3, 3.0);
-        let r = request(
-            s.addr,
-            "POST",
-            "/v1/completions",
-            &[],
-            schema_body(base + 3).as_bytes(),
-        );
+        let r = post_body(s.addr, "/v1/completions", &schema_body(base + 3));
         assert_eq!(r.status, 429, "round {round}");
         assert_eq!(r.header("retry-after"), Some("1"));
         assert_eq!(r.json()["error"]["param"], "response_format");

@@ -10,7 +10,7 @@ use lm_decode::{GenerationConfig, SamplingConfig, generate};
 use lm_serve::{ServeConfig, ServedText};
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, request, smollm2_path};
+use crate::common::{TestServer, post_body, smollm2_path};
 
 fn smollm2() -> &'static GgufModel {
     static MODEL: OnceLock<GgufModel> = OnceLock::new();
@@ -65,19 +65,12 @@ fn temperature_zero_equals_greedy_generate() {
 }
 
 fn stream_text(addr: std::net::SocketAddr, body: &Value) -> String {
-    let response = request(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        &[],
-        body.to_string().as_bytes(),
-    );
+    let response = post_body(addr, "/v1/chat/completions", &body.to_string());
     assert_eq!(response.status, 200);
-    let events = response.events();
-    assert_eq!(events.last().unwrap(), "[DONE]");
-    events[..events.len() - 1]
+    assert_eq!(response.events().last().unwrap(), "[DONE]");
+    response
+        .chunks()
         .iter()
-        .map(|e| serde_json::from_str::<Value>(e).unwrap())
         .filter_map(|c| {
             c["choices"][0]["delta"]["content"]
                 .as_str()

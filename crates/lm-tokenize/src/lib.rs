@@ -24,6 +24,7 @@
 //! assert_eq!(tokenizer.encode("ab ab").unwrap(), vec![2, 4]);
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod chat;
 mod error;

@@ -141,13 +141,7 @@ impl Tokenizer {
         if vocab.model != "gpt2" {
             return Err(TokenizeError::UnsupportedModel { model: vocab.model });
         }
-        if vocab.tokens.is_empty() {
-            return Err(TokenizeError::EmptyVocabulary);
-        }
-        let n_tokens = vocab.tokens.len();
-        if u32::try_from(n_tokens).is_err() {
-            return Err(TokenizeError::VocabularyTooLarge { n_tokens });
-        }
+        let n_tokens = vocabulary_size(&vocab.tokens)?;
         let token_types = parse_token_types(&vocab.tokens, &vocab.token_types)?;
         let spec = PreTokenizerSpec::from_gguf_name(vocab.pre.as_deref())?;
         check_special_ids(n_tokens, vocab.bos_id, vocab.eos_id, vocab.unk_id)?;
@@ -192,18 +186,14 @@ impl Tokenizer {
         }
         inner.add_tokens(&added);
 
-        let end_ids = end_of_generation_ids(&vocab.tokens, vocab.eos_id);
-        Ok(Self {
-            backend: Backend::pipeline(inner),
-            id_to_text: vocab.tokens,
+        Ok(Self::assemble(
+            Backend::pipeline(inner),
+            vocab.tokens,
             is_special,
-            bos_id: vocab.bos_id,
-            eos_id: vocab.eos_id,
-            end_ids,
-            add_bos: vocab.add_bos,
-            add_eos: false,
-            chat_template: vocab.chat_template,
-        })
+            [vocab.bos_id, vocab.eos_id],
+            [vocab.add_bos, false],
+            vocab.chat_template,
+        ))
     }
 
     /// Builds a SentencePiece tokenizer from a GGUF vocabulary, giving
@@ -233,13 +223,7 @@ impl Tokenizer {
     /// assert_eq!(tokenizer.decode(&[0, 4]).unwrap(), "<bos> hi");
     /// ```
     pub fn from_spm_vocab(vocab: SpmVocab) -> Result<Self, TokenizeError> {
-        if vocab.tokens.is_empty() {
-            return Err(TokenizeError::EmptyVocabulary);
-        }
-        let n_tokens = vocab.tokens.len();
-        if u32::try_from(n_tokens).is_err() {
-            return Err(TokenizeError::VocabularyTooLarge { n_tokens });
-        }
+        let n_tokens = vocabulary_size(&vocab.tokens)?;
         check_special_ids(n_tokens, vocab.bos_id, vocab.eos_id, vocab.unk_id)?;
         let model = SpmModel::new(&vocab, END_OF_GENERATION_TEXTS)?;
         let is_special = model
@@ -247,18 +231,14 @@ impl Tokenizer {
             .iter()
             .map(|&token_type| matches!(token_type, TokenType::Control | TokenType::Unknown))
             .collect();
-        let end_ids = end_of_generation_ids(&vocab.tokens, vocab.eos_id);
-        Ok(Self {
-            backend: Backend::Spm(Box::new(model)),
-            id_to_text: vocab.tokens,
+        Ok(Self::assemble(
+            Backend::Spm(Box::new(model)),
+            vocab.tokens,
             is_special,
-            bos_id: vocab.bos_id,
-            eos_id: vocab.eos_id,
-            end_ids,
-            add_bos: vocab.add_bos,
-            add_eos: vocab.add_eos,
-            chat_template: vocab.chat_template,
-        })
+            [vocab.bos_id, vocab.eos_id],
+            [vocab.add_bos, vocab.add_eos],
+            vocab.chat_template,
+        ))
     }
 
     /// Loads a Hugging Face `tokenizer.json` file.
@@ -301,18 +281,35 @@ impl Tokenizer {
                 *slot = token.special;
             }
         }
-        let end_ids = end_of_generation_ids(&id_to_text, None);
-        Ok(Self {
-            backend: Backend::pipeline(inner),
+        let backend = Backend::pipeline(inner);
+        Ok(Self::assemble(
+            backend, id_to_text, is_special, [None; 2], [false; 2], None,
+        ))
+    }
+
+    /// A tokenizer of `backend` over the vocabulary `id_to_text`, with its
+    /// `[bos, eos]` ids and `[add_bos, add_eos]` flags: the one place every
+    /// kind of vocabulary finds the ids that end generation.
+    fn assemble(
+        backend: Backend,
+        id_to_text: Vec<String>,
+        is_special: Vec<bool>,
+        [bos_id, eos_id]: [Option<TokenId>; 2],
+        [add_bos, add_eos]: [bool; 2],
+        chat_template: Option<String>,
+    ) -> Self {
+        let end_ids = end_of_generation_ids(&id_to_text, eos_id);
+        Self {
+            backend,
             id_to_text,
             is_special,
-            bos_id: None,
-            eos_id: None,
+            bos_id,
+            eos_id,
             end_ids,
-            add_bos: false,
-            add_eos: false,
-            chat_template: None,
-        })
+            add_bos,
+            add_eos,
+            chat_template,
+        }
     }
 
     /// Token ids of `text`. Special tokens written in the text (such as
@@ -534,6 +531,19 @@ fn spm_text(model: &SpmModel, ids: &[TokenId], skip_special: bool) -> String {
         Ok(text) => text,
         Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
     }
+}
+
+/// The number of tokens of a GGUF vocabulary: at least one, and few enough
+/// for a `u32` id.
+fn vocabulary_size(tokens: &[String]) -> Result<usize, TokenizeError> {
+    let n_tokens = tokens.len();
+    if n_tokens == 0 {
+        return Err(TokenizeError::EmptyVocabulary);
+    }
+    if u32::try_from(n_tokens).is_err() {
+        return Err(TokenizeError::VocabularyTooLarge { n_tokens });
+    }
+    Ok(n_tokens)
 }
 
 /// Checks that the bos, eos and unk ids are inside a vocabulary of

@@ -38,6 +38,12 @@ fn max_abs(a: &[f32], b: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The whole numbers of the array `meta[key]`.
+fn numbers<'a>(meta: &'a serde_json::Value, key: &str) -> impl Iterator<Item = u64> + 'a {
+    let array = meta[key].as_array().unwrap();
+    array.iter().map(|v| v.as_u64().unwrap())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo xtask examples` runs every example without arguments.
@@ -51,18 +57,8 @@ fn main() {
     let llama_suffix = args.get(3).map_or("llama", |s| s.as_str());
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{prefix}.json")).unwrap()).unwrap();
-    let ids: Vec<u32> = meta["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    let rows: Vec<usize> = meta["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as usize)
-        .collect();
+    let ids: Vec<u32> = numbers(&meta, "ids").map(|n| n as u32).collect();
+    let rows: Vec<usize> = numbers(&meta, "rows").map(|n| n as usize).collect();
     let vocab = meta["vocab"].as_u64().unwrap() as usize;
     let llama = read_f32(&format!("{prefix}.{llama_suffix}.f32"));
     let exact = read_f32(&format!("{prefix}.exact.f32"));

@@ -60,6 +60,7 @@
 //! opt-level = 3
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod gguf;

@@ -55,7 +55,7 @@ use lm::lm_model::catalog::{
 };
 use serde::Deserialize;
 
-use crate::common::fixture_path;
+use crate::common::{error_chain, fixture_path};
 
 /// Below this top-1/top-2 logit gap, a greedy step is a near-tie.
 const TIE_GAP: f32 = 0.3;
@@ -291,35 +291,13 @@ fn every_fixture_was_made_from_its_catalog_file() {
         assert_eq!(exact.cases.len(), fixture.cases.len(), "{}", model.name);
         for (case, exact) in fixture.cases.iter().zip(&exact.cases) {
             assert_eq!(case.name, exact.name, "{}", model.name);
-            assert_eq!(
-                exact.chosen_logprobs.len(),
-                case.continuation_ids.len(),
-                "{}: {}",
-                model.name,
-                case.name
-            );
-            assert_eq!(
-                exact.last_logits.is_some(),
-                case.last_logits.is_some(),
-                "{}: {}",
-                model.name,
-                case.name
-            );
+            let what = format!("{}: {}", model.name, case.name);
+            let n_chosen = case.continuation_ids.len();
+            assert_eq!(exact.chosen_logprobs.len(), n_chosen, "{what}");
+            let has_logits = case.last_logits.is_some();
+            assert_eq!(exact.last_logits.is_some(), has_logits, "{what}");
         }
     }
-}
-
-/// An error and its sources, joined by ": " (the loader's errors name the
-/// stage; the cause, such as an unsupported weight type, is in a source).
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 fn read_fixture(relative: &str) -> Fixture {
@@ -354,7 +332,7 @@ fn check_model(model: &KnownModel, fixture_file: &str) {
         "the exact twin of {fixture_file} is for another file"
     );
     let loaded = lm::load_gguf(&path)
-        .unwrap_or_else(|err| panic!("{}: lm::load_gguf fails: {}", model.name, chain(&err)));
+        .unwrap_or_else(|err| panic!("{}: lm::load_gguf fails: {}", model.name, error_chain(&err)));
     let logits_dir = fixture_path(fixture_file)
         .parent()
         .map(PathBuf::from)
@@ -453,15 +431,15 @@ fn check_case(
         .unwrap_or(expected.len());
     let mut state = prefilled.clone();
     let mut logits = last.clone();
-    let mut greedy = Vec::new();
-    for step in 0..first_tie {
-        let token = argmax(&logits).unwrap();
-        greedy.push(token);
-        if step + 1 < first_tie {
+    let mut greedy: Vec<TokenId> = Vec::new();
+    while greedy.len() < first_tie {
+        // Each token but the last is fed back before the next argmax.
+        if let Some(&token) = greedy.last() {
             decoder
                 .forward(&mut state, &[token], Rows::Last, &mut logits)
                 .unwrap();
         }
+        greedy.push(argmax(&logits).unwrap());
     }
     if greedy != expected[..first_tie] {
         let step = greedy

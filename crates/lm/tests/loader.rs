@@ -2,27 +2,15 @@
 //! hostile GGUF refused at the stage `expected.tsv` names, as a typed error
 //! whose message names the problem.
 
-use std::error::Error as _;
 use std::path::Path;
+use std::process::Command;
 
 use lm::lm_core::LanguageModel;
 use lm::lm_decode::{GenerationConfig, SamplingConfig, generate};
 use lm::lm_tokenize::Message;
 use lm::{Error, GgufText, TextError, load_gguf};
 
-use crate::common::fixture_path;
-
-/// An error and its sources, joined as lm-cli prints them.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+use crate::common::{error_chain, fixture_path};
 
 #[test]
 fn the_tiny_gguf_loads_whole_and_generates() {
@@ -77,18 +65,20 @@ fn a_missing_file_is_named() {
 fn a_directory_or_a_fifo_is_named_not_missing() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("model.gguf");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     // No writer ever opens the FIFO: a loader that waited on it would hang.
     for path in [dir.path(), fifo.as_path()] {
         for error in [
             load_gguf(path).unwrap_err(),
             GgufText::open(path).unwrap_err(),
         ] {
-            let text = chain(&error);
+            let text = error_chain(&error);
             assert!(text.contains("not a regular file"), "{text}");
             assert!(!text.contains("not found"), "{text}");
         }
@@ -99,63 +89,69 @@ fn a_directory_or_a_fifo_is_named_not_missing() {
 fn every_hostile_gguf_file_is_refused_at_its_stage_naming_the_problem() {
     let dir = fixture_path("hostile/gguf");
     let manifest = std::fs::read_to_string(dir.join("expected.tsv")).unwrap();
-    let mut n_checked = 0;
-    for line in manifest.lines().filter(|l| !l.starts_with('#')) {
+    let rows: Vec<&str> = manifest.lines().filter(|l| !l.starts_with('#')).collect();
+    for line in &rows {
         let [file, stage, fragment] = line.split('\t').collect::<Vec<_>>()[..] else {
             panic!("malformed manifest line {line:?}");
         };
-        let path = dir.join(file);
-        let loaded = load_gguf(&path);
-        let text = GgufText::open(&path);
-        let refused = |error: &Error| {
-            let message = chain(error);
-            assert!(message.contains(fragment), "{file}: {message}");
-            assert!(message.contains(file), "{file}: {message}");
-        };
-        match stage {
-            "valid" => {
-                loaded.unwrap_or_else(|e| panic!("{file}: {}", chain(&e)));
-                text.unwrap_or_else(|e| panic!("{file}: {}", chain(&e)));
-            }
-            "parse" => {
-                let model_error = loaded.unwrap_err();
+        check_hostile_file(&dir, file, stage, fragment);
+    }
+    assert!(rows.len() >= 45, "only {} files checked", rows.len());
+}
+
+/// Loads the hostile file `file` of `dir` whole and as text alone, and
+/// checks that both are refused at `stage` (or load, when it is "valid")
+/// with `fragment` and the file's name in the message.
+fn check_hostile_file(dir: &Path, file: &str, stage: &str, fragment: &str) {
+    let path = dir.join(file);
+    let loaded = load_gguf(&path);
+    let text = GgufText::open(&path);
+    let refused = |error: &Error| {
+        let message = error_chain(error);
+        assert!(message.contains(fragment), "{file}: {message}");
+        assert!(message.contains(file), "{file}: {message}");
+    };
+    match stage {
+        "valid" => {
+            loaded.unwrap_or_else(|e| panic!("{file}: {}", error_chain(&e)));
+            text.unwrap_or_else(|e| panic!("{file}: {}", error_chain(&e)));
+        }
+        "parse" => {
+            let model_error = loaded.unwrap_err();
+            assert!(
+                matches!(model_error, Error::Model { .. }),
+                "{file}: {model_error:?}"
+            );
+            refused(&model_error);
+            let text_error = text.unwrap_err();
+            if fragment.contains("; supported: f32") {
+                // The text side skips weights of types lm-model cannot
+                // read; this file has no tokenizer, so it fails there.
                 assert!(
-                    matches!(model_error, Error::Model { .. }),
-                    "{file}: {model_error:?}"
+                    matches!(text_error, Error::Text { .. }),
+                    "{file}: {text_error:?}"
                 );
-                refused(&model_error);
-                let text_error = text.unwrap_err();
-                if fragment.contains("; supported: f32") {
-                    // The text side skips weights of types lm-model cannot
-                    // read; this file has no tokenizer, so it fails there.
-                    assert!(
-                        matches!(text_error, Error::Text { .. }),
-                        "{file}: {text_error:?}"
-                    );
-                } else {
-                    assert!(
-                        matches!(text_error, Error::Open { .. }),
-                        "{file}: {text_error:?}"
-                    );
-                    refused(&text_error);
-                }
+            } else {
+                assert!(
+                    matches!(text_error, Error::Open { .. }),
+                    "{file}: {text_error:?}"
+                );
+                refused(&text_error);
             }
-            "llama" => {
-                let error = loaded.unwrap_err();
-                assert!(matches!(error, Error::Model { .. }), "{file}: {error:?}");
+        }
+        "llama" => {
+            let error = loaded.unwrap_err();
+            assert!(matches!(error, Error::Model { .. }), "{file}: {error:?}");
+            refused(&error);
+        }
+        "tokenizer" => {
+            for error in [loaded.unwrap_err(), text.unwrap_err()] {
+                assert!(matches!(error, Error::Text { .. }), "{file}: {error:?}");
                 refused(&error);
             }
-            "tokenizer" => {
-                for error in [loaded.unwrap_err(), text.unwrap_err()] {
-                    assert!(matches!(error, Error::Text { .. }), "{file}: {error:?}");
-                    refused(&error);
-                }
-            }
-            other => panic!("unknown stage {other:?} for {file}"),
         }
-        n_checked += 1;
+        other => panic!("unknown stage {other:?} for {file}"),
     }
-    assert!(n_checked >= 45, "only {n_checked} files checked");
 }
 
 #[test]

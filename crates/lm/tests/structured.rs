@@ -143,6 +143,12 @@ fn config(model: &GgufModel, format: &OutputFormat, sampling: SamplingConfig) ->
 }
 
 /// The run's text (the end token left out).
+/// The constrained greedy run of `prompt`.
+fn greedy(model: &GgufModel, prompt: &[u32], format: &OutputFormat) -> Generation {
+    let config = config(model, format, SamplingConfig::greedy());
+    generate(&model.decoder, prompt, &config, None).unwrap()
+}
+
 fn text(model: &GgufModel, run: &Generation) -> String {
     let tokens = match run.stop_reason {
         StopReason::EndToken(_) => &run.tokens[..run.tokens.len() - 1],
@@ -168,13 +174,7 @@ fn twelve_schemas_greedy_and_sampled_all_parse_and_validate() {
         let validator = jsonschema::validator_for(&schema).unwrap();
         let format = OutputFormat::JsonSchema(schema.clone());
         let prompt = chat_prompt(model, what);
-        let greedy = generate(
-            &model.decoder,
-            &prompt,
-            &config(model, &format, SamplingConfig::greedy()),
-            None,
-        )
-        .unwrap();
+        let greedy = greedy(model, &prompt, &format);
         let many = GenerationConfig {
             num_return_sequences: 10,
             ..config(model, &format, sampled(7))
@@ -245,15 +245,7 @@ fn regular_expressions_choices_and_grammars_are_matched_whole() {
             .chat_prompt(&[Message::new("user", question)])
             .unwrap();
         let prompt = model.text.tokenizer.encode(&text_prompt).unwrap();
-        let mut runs = vec![
-            generate(
-                &model.decoder,
-                &prompt,
-                &config(model, &format, SamplingConfig::greedy()),
-                None,
-            )
-            .unwrap(),
-        ];
+        let mut runs = vec![greedy(model, &prompt, &format)];
         let many = GenerationConfig {
             num_return_sequences: 10,
             ..config(model, &format, sampled(3))
@@ -275,13 +267,7 @@ fn constrained_greedy_takes_the_unconstrained_token_wherever_it_is_allowed() {
     let (what, schema) = schemas().swap_remove(0);
     let format = OutputFormat::JsonSchema(schema);
     let prompt = chat_prompt(model, what);
-    let constrained = generate(
-        &model.decoder,
-        &prompt,
-        &config(model, &format, SamplingConfig::greedy()),
-        None,
-    )
-    .unwrap();
+    let constrained = greedy(model, &prompt, &format);
     // Replay: at each step, the unconstrained argmax of the same prefix,
     // and the constraint's own mask (plus the end tokens once accepting).
     let constraint = model.text.structured_output(&format, vocab_size).unwrap();

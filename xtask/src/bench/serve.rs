@@ -6,8 +6,17 @@
 //! ```text
 //! solo:      N requests one after another     -> single-client tok/s, N outputs
 //! together:  the N requests at once           -> aggregate tok/s, outputs == solo?
+//! loop:      after each solo request, its prompt through lm-decode's loop in
+//!            this process (what `lm-cli generate` runs) -> the server's overhead
 //! prefill:   one 16-token and one 128-token forward pass -> the batching bound
 //! ```
+//!
+//! The server's overhead per token is (solo time - loop time) / tokens: the
+//! HTTP request, the worker, scheduler and HTTP threads each token crosses,
+//! and the JSON of each event. Both sides read the same prompt, sample at
+//! the same temperature with the same seed and decode the text with the
+//! same detokenizer; the loop has no end tokens where the server biases
+//! them away, so both make all their tokens.
 //!
 //! Issue 15's bar: aggregate >= 2x single-client and >= 70% of the prefill
 //! rate (a step of 16 sequences costs about what a 16-token prefill does).
@@ -18,8 +27,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use lm_model::Llama;
-use lm_serve::{ServeConfig, Server};
+use lm_core::TokenId;
+use lm_decode::{GenerationConfig, SamplingConfig, generate};
+use lm_model::{Decoder, Llama};
+use lm_serve::{ServeConfig, ServedText, Server};
 use serde_json::{Value, json};
 
 use super::{prompt_tokens, time_prefill};
@@ -28,6 +39,8 @@ use super::{prompt_tokens, time_prefill};
 const N_NEW: usize = 128;
 /// Tokens of each request's prompt (different windows of the fixture).
 const N_PROMPT: usize = 11;
+/// The temperature every request samples at.
+const TEMPERATURE: f32 = 0.8;
 
 /// Runs the measurement and prints a markdown report.
 pub(super) fn run_worker(
@@ -44,7 +57,8 @@ pub(super) fn run_worker(
         time_prefill(&model, prompt)?;
         prefill_rates.push((n, n as f64 / time_prefill(&model, prompt)?));
     }
-    let text = lm::GgufText::open(model_path)?;
+    let model = Arc::new(model);
+    let text = Arc::new(lm::GgufText::open(model_path)?);
     let end_ids = text.end_ids.clone();
     let config = ServeConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -55,28 +69,38 @@ pub(super) fn run_worker(
         model_name: "smollm2".into(),
         ..ServeConfig::default()
     };
-    let server = Server::bind(Arc::new(model), Arc::new(text), config)?.spawn()?;
+    let server = Server::bind(Arc::clone(&model), text.clone(), config)?.spawn()?;
     let addr = server.local_addr();
-    let bodies: Vec<String> = (0..n_clients)
+    let prompts: Vec<&[TokenId]> = (0..n_clients)
         .map(|i| {
             let start = (i * 3) % (tokens.len() - N_PROMPT);
+            &tokens[start..start + N_PROMPT]
+        })
+        .collect();
+    let bodies: Vec<String> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, prompt)| {
             let bias: serde_json::Map<String, Value> = end_ids
                 .iter()
                 .map(|id| (id.to_string(), json!(-100)))
                 .collect();
-            json!({"prompt": &tokens[start..start + N_PROMPT], "max_tokens": N_NEW,
-                   "temperature": 0.8, "seed": i, "stream": true, "logit_bias": bias})
+            json!({"prompt": prompt, "max_tokens": N_NEW, "temperature": TEMPERATURE,
+                   "seed": i, "stream": true, "logit_bias": bias})
             .to_string()
         })
         .collect();
-    // Warm-up, then each request alone.
+    // Warm-up, then each request alone, each followed by the same run
+    // through the loop in this process (back to back, so load from other
+    // processes hits both alike).
     stream(addr, &bodies[0])?;
     let mut solo = Vec::new();
-    let mut solo_seconds = 0.0;
-    for body in &bodies {
+    let (mut solo_seconds, mut loop_seconds) = (0.0, 0.0);
+    for (i, (body, prompt)) in bodies.iter().zip(&prompts).enumerate() {
         let started = Instant::now();
         solo.push(stream(addr, body)?);
         solo_seconds += started.elapsed().as_secs_f64();
+        loop_seconds += time_loop(&model, text.detokenizer(), prompt, i as u64)?;
     }
     let started = Instant::now();
     let together: Vec<Result<String>> = std::thread::scope(|scope| {
@@ -93,14 +117,17 @@ pub(super) fn run_worker(
     let together: Vec<String> = together.into_iter().collect::<Result<_>>()?;
     server.stop()?;
     let n_equal = together.iter().zip(&solo).filter(|(a, b)| a == b).count();
-    let single = (n_clients * N_NEW) as f64 / solo_seconds;
-    let aggregate = (n_clients * N_NEW) as f64 / wall;
+    let n_tokens = (n_clients * N_NEW) as f64;
+    let single = n_tokens / solo_seconds;
+    let aggregate = n_tokens / wall;
+    let in_loop = n_tokens / loop_seconds;
     println!(
         "SmolLM2 {}, {n_threads} thread(s), {n_clients} streaming clients x {N_NEW} tokens\n",
         model_path.display()
     );
     println!("| measure | tok/s |\n|---|---:|");
     println!("| one client at a time | {single:.1} |");
+    println!("| the loop in this process, one at a time (lm-cli generate's) | {in_loop:.1} |");
     println!("| {n_clients} clients at once (aggregate) | {aggregate:.1} |");
     for (n, rate) in &prefill_rates {
         println!("| prefill, {n}-token prompt | {rate:.1} |");
@@ -115,6 +142,11 @@ pub(super) fn run_worker(
         "aggregate / 16-token prefill rate: {:.0}% (issue 15: >= 70%)",
         100.0 * aggregate / prefill16
     );
+    println!(
+        "server overhead per token, one client: {:.2} ms ({:.1}% of the loop's time per token)",
+        1e3 * (solo_seconds - loop_seconds) / n_tokens,
+        100.0 * (solo_seconds - loop_seconds) / loop_seconds
+    );
     println!("outputs equal to their solo runs: {n_equal} of {n_clients}");
     if n_equal != n_clients {
         bail!(
@@ -123,6 +155,36 @@ pub(super) fn run_worker(
         );
     }
     Ok(())
+}
+
+/// Seconds to generate `N_NEW` tokens after `prompt` through lm-decode's
+/// loop, as `lm-cli generate` does (the request's sampling, `seed` and
+/// detokenizer; no end tokens, so every token is made).
+fn time_loop(
+    model: &Decoder,
+    detokenizer: &dyn lm_core::Detokenize,
+    prompt: &[TokenId],
+    seed: u64,
+) -> Result<f64> {
+    let config = GenerationConfig {
+        max_new_tokens: N_NEW,
+        sampling: SamplingConfig {
+            temperature: TEMPERATURE,
+            seed,
+            ..SamplingConfig::default()
+        },
+        ..GenerationConfig::default()
+    };
+    let started = Instant::now();
+    let generation = generate(model, prompt, &config, Some(detokenizer))?;
+    let seconds = started.elapsed().as_secs_f64();
+    if generation.tokens.len() != N_NEW {
+        bail!(
+            "the loop made {} tokens, not {N_NEW}",
+            generation.tokens.len()
+        );
+    }
+    Ok(seconds)
 }
 
 /// Sends one streaming completion and returns its text, joined from the

@@ -339,18 +339,22 @@ mod tests {
     #[test]
     fn a_quote_missing_from_the_text_fails_the_claim() {
         let texts = LessonTexts::from_texts(vec![("000", "sum 62.99,\n so p = (0.867,\t0.117)")]);
+        let quoting = |lesson: &'static str, claim: &str, quote: &'static str| {
+            Claim::new(lesson, "s", claim).quote(quote)
+        };
         let mut claims = vec![
-            Claim::new("000", "s", "present across a line break")
-                .quote("62.99, so p = (0.867, 0.117)")
-                .exact("1", "1"),
-            Claim::new("000", "s", "drifted")
-                .quote("sum 63.00")
-                .exact("1", "1"),
-            Claim::new("001", "s", "no text")
-                .quote("anything")
-                .exact("1", "1"),
-            Claim::new("000", "s", "no quote").exact("1", "1"),
-        ];
+            quoting(
+                "000",
+                "present across a line break",
+                "62.99, so p = (0.867, 0.117)",
+            ),
+            quoting("000", "drifted", "sum 63.00"),
+            quoting("001", "no text", "anything"),
+            Claim::new("000", "s", "no quote"),
+        ]
+        .into_iter()
+        .map(|claim| claim.exact("1", "1"))
+        .collect::<Vec<_>>();
         texts.verify_quotes(&mut claims);
         assert_eq!(claims[0].verdict, Verdict::Ok);
         assert_eq!(

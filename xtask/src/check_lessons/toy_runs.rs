@@ -307,34 +307,35 @@ mod tests {
     //! The toy's tables, pinned. Review a change with `cargo insta review`.
     use super::*;
 
+    /// Each table under the name of its snapshot file.
     #[test]
-    fn default_run_seed_0_five_steps() {
+    fn the_toy_tables_are_their_snapshots() {
         let toy = Toy::decoder();
-        insta::assert_snapshot!(trace_table(&run(&toy, &sampling(0, 5)).unwrap()));
-    }
-
-    #[test]
-    fn greedy_run_five_steps() {
-        let toy = Toy::decoder();
-        insta::assert_snapshot!(trace_table(&run(&toy, &greedy(0, 5)).unwrap()));
-    }
-
-    #[test]
-    fn stop_table_seeds_0_1_4_and_greedy_12() {
-        let toy = Toy::decoder();
-        insta::assert_snapshot!(stop_table(&four_runs(&toy).unwrap()));
-    }
-
-    #[test]
-    fn seeds_0_to_100_stopping_on_end() {
-        let toy = Toy::decoder();
-        insta::assert_snapshot!(early_stop_summary(&seed_runs(&toy).unwrap()));
-    }
-
-    #[test]
-    fn greedy_rank_among_all_continuations() {
-        let toy = Toy::decoder();
-        insta::assert_snapshot!(rank_table(&enumerations(&toy).unwrap()));
+        let tables = [
+            (
+                "default_run_seed_0_five_steps",
+                trace_table(&run(&toy, &sampling(0, 5)).unwrap()),
+            ),
+            (
+                "greedy_run_five_steps",
+                trace_table(&run(&toy, &greedy(0, 5)).unwrap()),
+            ),
+            (
+                "stop_table_seeds_0_1_4_and_greedy_12",
+                stop_table(&four_runs(&toy).unwrap()),
+            ),
+            (
+                "seeds_0_to_100_stopping_on_end",
+                early_stop_summary(&seed_runs(&toy).unwrap()),
+            ),
+            (
+                "greedy_rank_among_all_continuations",
+                rank_table(&enumerations(&toy).unwrap()),
+            ),
+        ];
+        for (name, table) in tables {
+            insta::assert_snapshot!(name, table);
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ use self::conversation::Conversation;
 use self::input::{
     COMMANDS_HELP, ChatCommand, Entry, LineSource, MessageReader, PipedLines, TerminalLines,
 };
-use crate::cli::{ChatArgs, Seed};
+use crate::cli::ChatArgs;
 use crate::commands::generate::{PREFILL_CHUNK_LEN, Policy, stop_if};
 use crate::interrupt;
 use crate::output::Output;
@@ -122,35 +122,19 @@ impl ModelTask for Chat {
             .map(|format| structured::compile(format, codec, model.vocab_size()))
             .transpose()?
             .map(|(constraint, _clock)| constraint);
-        let Policy {
-            sampling,
-            banned_by_bias,
-        } = Policy::new(
-            &args.filters,
-            &args.penalties,
-            args.greedy,
-            args.seed,
-            codec,
-            model.vocab_size(),
-        )?;
-        let draws = sampling.temperature > 0.0;
-        if draws && args.seed.is_none_or(|given| given == Seed::Random) {
-            eprintln!(
-                "note: seed {seed} (replay with --seed {seed})",
-                seed = sampling.seed
-            );
-        }
+        let policy = Policy::new(args.sampling_flags(), codec, model.vocab_size(), false)?;
+        policy.note_fresh_seed();
         let settings = Settings {
             max_new_tokens: args.max_new_tokens,
             min_new_tokens: args.min_new_tokens,
             end_tokens: codec.end_tokens(),
             context_length: model.context_length(),
-            ..Settings::of_policy(&sampling, banned_by_bias, draws)
+            ..policy.settings()
         };
         let config = GenerationConfig {
             max_new_tokens: args.max_new_tokens,
             min_new_tokens: args.min_new_tokens,
-            sampling,
+            sampling: policy.sampling,
             end_tokens: codec.end_tokens(),
             prefill_chunk_len: Some(PREFILL_CHUNK_LEN),
             constraint,
@@ -297,8 +281,7 @@ impl<M: LanguageModel> Session<'_, M> {
             rng_stream: self.replies.len() as u64,
             ..self.config.clone()
         };
-        let end_tokens = config.end_tokens.clone();
-        let mut printer = TextPrinter::new(codec, &prompt_ids, &end_tokens, &[], self.live);
+        let mut printer = TextPrinter::new(self.live);
         let hook = Watch {
             printer: &mut printer,
             out: &mut self.out,
@@ -315,7 +298,7 @@ impl<M: LanguageModel> Session<'_, M> {
             hook,
         )?;
         let text = if self.live {
-            let text = printer.finish(&mut self.out)?;
+            let text = printer.finish(&generation.held_back_text, &mut self.out)?;
             self.out.write_now("\n")?;
             text
         } else {
@@ -346,16 +329,16 @@ impl<M: LanguageModel> Session<'_, M> {
 
 /// What the chat does while a reply runs: streams it, and stops on Ctrl-C
 /// (between steps or prompt chunks) or when stdout is closed.
-struct Watch<'w, 'p> {
-    printer: &'w mut TextPrinter<'p>,
+struct Watch<'w> {
+    printer: &'w mut TextPrinter,
     out: &'w mut Output,
 }
 
-impl GenerationHook for Watch<'_, '_> {
+impl GenerationHook for Watch<'_> {
     type Error = anyhow::Error;
 
     fn on_step(&mut self, step: &Step) -> Result<ControlFlow<()>> {
-        self.printer.push(step.token, self.out);
+        self.printer.push(&step.text, self.out);
         Ok(stop_if(
             interrupt::after_step() || self.printer.write_failed(),
         ))

@@ -30,17 +30,17 @@ use anyhow::{Context, Result};
 use lm::OutputFormat;
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, GenerationHook, LogitAdjustments, SamplingConfig,
-    Step, StopReason, Truncation, beam_search_streaming, fit_prompt, generate_speculative,
+    BeamConfig, Generation, GenerationConfig, GenerationHook, SamplingConfig, Step, StopReason,
+    Truncation, beam_search_streaming, context_room, fit_prompt, generate_speculative,
     generate_with_hook,
 };
 use lm_tokenize::Message;
 
-use crate::cli::{FilterArgs, GenerateArgs, LogitBiasArg, PenaltyArgs, Seed, UsageError};
+use crate::cli::{GenerateArgs, LogitBiasArg, SamplingFlags, Seed, UsageError};
 use crate::draft::DraftSource;
 use crate::interrupt::{self, Interrupted};
 use crate::output::Output;
-use crate::printer::TextPrinter;
+use crate::printer::{TextPrinter, continuation_text};
 use crate::progress::PrefillProgress;
 use crate::report::json::{
     BeamReport, GenerateReport, JsonLine, SequenceReport, Settings, StepReport, Timing,
@@ -172,39 +172,63 @@ pub(crate) struct Policy {
     pub sampling: SamplingConfig,
     /// The tokens `--logit-bias` bans (`-inf`), for the JSON settings.
     pub banned_by_bias: Vec<TokenId>,
+    /// True when the run draws: it samples (T > 0) and is no beam search.
+    pub draws: bool,
+    /// True when the seed is a fresh one, not `--seed N`.
+    fresh_seed: bool,
 }
 
 impl Policy {
+    /// The policy of `flags`; `beams` when beam search will run it (which
+    /// draws nothing).
     pub(crate) fn new(
-        filters: &FilterArgs,
-        penalties: &PenaltyArgs,
-        greedy: bool,
-        seed: Option<Seed>,
+        flags: SamplingFlags<'_>,
         codec: &TextCodec,
         vocab_size: usize,
+        beams: bool,
     ) -> Result<Self> {
+        let penalties = flags.penalties;
         let ResolvedBiases {
             finite: logit_bias,
             banned: banned_by_bias,
         } = resolve_logit_biases(&penalties.logit_bias, codec, vocab_size)?;
         let mut banned_tokens = banned_by_bias.clone();
         banned_tokens.extend(codec.unwritable_ids());
-        let filters = filters.sampling();
+        let filters = flags.filters.sampling();
         let sampling = SamplingConfig {
-            temperature: if greedy { 0.0 } else { filters.temperature },
+            temperature: if flags.greedy {
+                0.0
+            } else {
+                filters.temperature
+            },
             repetition_penalty: penalties.repetition_penalty,
             presence_penalty: penalties.presence_penalty,
             frequency_penalty: penalties.frequency_penalty,
             penalty_last_n: penalties.penalty_last_n(),
             logit_bias,
-            seed: seed.unwrap_or(Seed::Random).resolve(),
+            seed: flags.seed.unwrap_or(Seed::Random).resolve(),
             banned_tokens,
             ..filters
         };
         Ok(Self {
+            draws: !beams && sampling.temperature > 0.0,
+            fresh_seed: flags.seed.is_none_or(|given| given == Seed::Random),
             sampling,
             banned_by_bias,
         })
+    }
+
+    /// Tells stderr a fresh seed of a run that draws, so it can be replayed.
+    pub(crate) fn note_fresh_seed(&self) {
+        if self.draws && self.fresh_seed {
+            let seed = self.sampling.seed;
+            eprintln!("note: seed {seed} (replay with --seed {seed})");
+        }
+    }
+
+    /// The `--json` settings of this policy; the caller sets the rest.
+    pub(crate) fn settings(&self) -> Settings {
+        Settings::of_policy(&self.sampling, self.banned_by_bias.clone(), self.draws)
     }
 }
 
@@ -266,78 +290,23 @@ impl ModelTask for Generate {
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let args = &self.args;
-        let prompt = if args.chat {
-            codec.chat_prompt(&[Message::new("user", self.prompt.clone())])?
-        } else {
-            self.prompt.clone()
-        };
-        // An empty prompt has no special text; encode_prompt gives a count
-        // model its sentence start.
-        let prompt_ids = if args.no_parse_special && !prompt.is_empty() {
-            codec.encode_literal(&prompt)?
-        } else {
-            codec.encode_prompt(&prompt)?
-        };
-        let end_tokens = if args.no_end_token {
-            Vec::new()
-        } else if args.end_token.is_empty() {
-            codec.end_tokens()
-        } else {
-            args.end_token
-                .iter()
-                .map(|text| codec.end_token_id(text))
-                .collect::<Result<Vec<_>>>()?
-        };
-        let context_length_requested =
-            context_beyond_model(args.model.context_length, model.context_length());
+        let (prompt, prompt_ids) = encode_prompt(args, codec, self.prompt.clone())?;
+        let end_tokens = end_tokens(args, codec)?;
         let max_new_tokens = args.max_new_tokens.unwrap_or(DEFAULT_MAX_NEW_TOKENS);
-        let fitted = fit_prompt(
-            &prompt_ids,
-            model.context_length(),
-            args.truncate,
-            max_new_tokens,
-        )?;
-        if fitted.n_dropped > 0 {
-            eprintln!(
-                "note: the prompt has {} tokens; --truncate dropped {} to fit the context of {}",
-                prompt_ids.len(),
-                fitted.n_dropped,
-                model.context_length().unwrap_or_default()
-            );
-        }
-        if let (Some(requested), Some(max)) = (args.max_new_tokens, model.context_length()) {
-            let room = max.saturating_sub(fitted.tokens.len());
-            if requested > room {
-                eprintln!(
-                    "note: --max-new-tokens {requested} clipped to {room}: the context holds {max} tokens and the prompt uses {}",
-                    fitted.tokens.len()
-                );
-            }
-        }
-        let Policy {
-            sampling,
-            banned_by_bias,
-        } = Policy::new(
-            &args.filters,
-            &args.penalties,
-            args.greedy,
-            args.seed,
+        note_context_fit(args, model.context_length(), &prompt_ids, max_new_tokens)?;
+        let num_beams = args.num_beams.map_or(1, to_usize);
+        let policy = Policy::new(
+            args.sampling_flags(),
             codec,
             model.vocab_size(),
+            num_beams > 1,
         )?;
-        let seed = sampling.seed;
         let draft = args
             .draft
             .as_ref()
             .map(|arg| DraftSource::load(arg, codec, model.vocab_size()))
             .transpose()?;
-        let num_beams = args.num_beams.map_or(1, to_usize);
-        // A run that draws reports its seed; a greedy run or a beam search
-        // draws nothing, so it has none.
-        let draws = num_beams == 1 && sampling.temperature > 0.0;
-        if draws && args.seed.is_none_or(|given| given == Seed::Random) {
-            eprintln!("note: seed {seed} (replay with --seed {seed})");
-        }
+        policy.note_fresh_seed();
         let settings = Settings {
             max_new_tokens,
             min_new_tokens: args.min_new_tokens,
@@ -345,25 +314,13 @@ impl ModelTask for Generate {
             stop: args.stop.clone(),
             num_beams,
             context_length: model.context_length(),
-            context_length_requested,
+            context_length_requested: context_beyond_model(
+                args.model.context_length,
+                model.context_length(),
+            ),
             draft: args.draft.as_ref().map(ToString::to_string),
             draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
-            ..Settings::of_policy(&sampling, banned_by_bias, draws)
-        };
-        let mode = if args.json_lines || (args.json && args.stream) {
-            Mode::Json { lines: true }
-        } else if args.json {
-            Mode::Json { lines: false }
-        } else if args.trace {
-            Mode::Trace
-        } else {
-            // Text is written as it becomes final, to a pipe too: a reader
-            // that closes the pipe (`| head -c 5`) is seen at the next
-            // token's write, and the run stops there. Only `--no-stream`
-            // holds it to the end.
-            Mode::Text {
-                live: !args.no_stream,
-            }
+            ..policy.settings()
         };
         let (constraint, clock) = match &self.format {
             Some(format) => {
@@ -382,7 +339,7 @@ impl ModelTask for Generate {
             prompt_ids,
             end_tokens,
             settings,
-            mode,
+            mode: Mode::of(args),
             draft,
         };
         if num_beams > 1 {
@@ -392,23 +349,16 @@ impl ModelTask for Generate {
                 max_new_tokens,
                 end_tokens: run.end_tokens.clone(),
                 truncation: args.truncate,
-                adjustments: LogitAdjustments {
-                    repetition_penalty: sampling.repetition_penalty,
-                    presence_penalty: sampling.presence_penalty,
-                    frequency_penalty: sampling.frequency_penalty,
-                    penalty_last_n: sampling.penalty_last_n,
-                    logit_bias: sampling.logit_bias,
-                    banned_tokens: sampling.banned_tokens,
-                },
+                adjustments: policy.sampling,
                 n_top_candidates: args.top_logprobs,
                 constraint,
             };
-            return run.beams(model, &config, &mut out);
+            return run.beams(model, config, &mut out);
         }
         let config = GenerationConfig {
             max_new_tokens,
             min_new_tokens: args.min_new_tokens,
-            sampling,
+            sampling: policy.sampling,
             end_tokens: run.end_tokens.clone(),
             stop_strings: args.stop.clone(),
             n_top_candidates: args.top_logprobs,
@@ -420,6 +370,93 @@ impl ModelTask for Generate {
         };
         run.sample(model, &config, &mut out)
     }
+}
+
+impl Mode {
+    /// The output mode the flags ask for.
+    fn of(args: &GenerateArgs) -> Self {
+        if args.json_lines || (args.json && args.stream) {
+            Mode::Json { lines: true }
+        } else if args.json {
+            Mode::Json { lines: false }
+        } else if args.trace {
+            Mode::Trace
+        } else {
+            // Text is written as it becomes final, to a pipe too: a reader
+            // that closes the pipe (`| head -c 5`) is seen at the next
+            // token's write, and the run stops there. Only `--no-stream`
+            // holds it to the end.
+            Mode::Text {
+                live: !args.no_stream,
+            }
+        }
+    }
+}
+
+/// The prompt as the model reads it (wrapped in the chat template with
+/// `--chat`) and its ids.
+fn encode_prompt(
+    args: &GenerateArgs,
+    codec: &TextCodec,
+    prompt: String,
+) -> Result<(String, Vec<TokenId>)> {
+    let prompt = if args.chat {
+        codec.chat_prompt(&[Message::new("user", prompt)])?
+    } else {
+        prompt
+    };
+    // An empty prompt has no special text; encode_prompt gives a count
+    // model its sentence start.
+    let prompt_ids = if args.no_parse_special && !prompt.is_empty() {
+        codec.encode_literal(&prompt)?
+    } else {
+        codec.encode_prompt(&prompt)?
+    };
+    Ok((prompt, prompt_ids))
+}
+
+/// The end tokens: the model's, `--end-token`'s, or none (`--no-end-token`).
+fn end_tokens(args: &GenerateArgs, codec: &TextCodec) -> Result<Vec<TokenId>> {
+    if args.no_end_token {
+        Ok(Vec::new())
+    } else if args.end_token.is_empty() {
+        Ok(codec.end_tokens())
+    } else {
+        args.end_token
+            .iter()
+            .map(|text| codec.end_token_id(text))
+            .collect()
+    }
+}
+
+/// Checks that the prompt fits the context (by `--truncate`) and tells
+/// stderr what `--truncate` dropped and when `--max-new-tokens` is more
+/// than the context leaves.
+fn note_context_fit(
+    args: &GenerateArgs,
+    context_length: Option<usize>,
+    prompt_ids: &[TokenId],
+    max_new_tokens: usize,
+) -> Result<()> {
+    let fitted = fit_prompt(prompt_ids, context_length, args.truncate, max_new_tokens)?;
+    if fitted.n_dropped > 0 {
+        eprintln!(
+            "note: the prompt has {} tokens; --truncate dropped {} to fit the context of {}",
+            prompt_ids.len(),
+            fitted.n_dropped,
+            context_length.unwrap_or_default()
+        );
+    }
+    let room = context_room(context_length, fitted.tokens.len());
+    if let (Some(requested), Some(room), Some(max)) = (args.max_new_tokens, room, context_length)
+        && requested > room
+    {
+        eprintln!(
+            "note: --max-new-tokens {requested} clipped to {room}: the context holds {max} tokens and the prompt uses {}",
+            fitted.tokens.len()
+        );
+    }
+    Ok(())
 }
 
 /// Everything one invocation shares between its sequences.
@@ -552,13 +589,7 @@ impl Run<'_> {
         if echo_prompt {
             out.write_now(&self.prompt)?;
         }
-        let mut printer = TextPrinter::new(
-            self.codec,
-            &self.prompt_ids,
-            &self.end_tokens,
-            &self.args.stop,
-            live,
-        );
+        let mut printer = TextPrinter::new(live);
         let start = Instant::now();
         let constraint_start_ms = self.clock.as_ref().map(ConstraintClock::ms);
         let mut watch = Watch {
@@ -599,7 +630,7 @@ impl Run<'_> {
         let end = Instant::now();
         let text = generation.text.clone().unwrap_or_default();
         if matches!(self.mode, Mode::Text { .. }) {
-            printer.finish(out)?;
+            printer.finish(&generation.held_back_text, out)?;
             out.write_now("\n")?;
             // Ctrl-C gets its own note (main's `note: interrupted ...`).
             if !generation.stop_reason.is_finished()
@@ -636,11 +667,11 @@ impl Run<'_> {
     fn beams<M: LanguageModel>(
         self,
         model: &M,
-        config: &BeamConfig,
+        config: BeamConfig,
         out: &mut Output,
     ) -> Result<()> {
         let start = Instant::now();
-        let beams = beam_search_streaming(model, &self.prompt_ids, config, |_| {
+        let beams = beam_search_streaming(model, &self.prompt_ids, &config, |_| {
             Ok::<_, anyhow::Error>(stop_if(interrupt::after_step()))
         })?;
         let interrupted = beams
@@ -714,15 +745,12 @@ impl Run<'_> {
                 Ok(())
             }
             Mode::Text { .. } => {
-                let mut printer =
-                    TextPrinter::new(self.codec, &prompt_ids, &self.end_tokens, &[], false);
-                for &token in &best.tokens {
-                    printer.push(token, out);
-                }
+                let text =
+                    continuation_text(self.codec, &prompt_ids, &self.end_tokens, &best.tokens);
                 if !self.args.chat {
                     out.write_now(&self.prompt)?;
                 }
-                printer.finish(out)?;
+                out.write_now(&text)?;
                 out.write_now("\n")?;
                 Ok(())
             }
@@ -752,8 +780,8 @@ fn write_report(report: &GenerateReport, lines: bool, out: &mut Output) -> Resul
 /// prompt (on a terminal), prints each step (streamed text, or a
 /// `--json-lines` line) and stops on Ctrl-C, between steps or between
 /// prompt chunks, or when the reader closed the pipe.
-struct Watch<'w, 'p> {
-    printer: &'w mut TextPrinter<'p>,
+struct Watch<'w> {
+    printer: &'w mut TextPrinter,
     out: &'w mut Output,
     /// When the first token was chosen: the end of the prefill.
     first_step: Option<Instant>,
@@ -788,7 +816,7 @@ impl StepLines<'_> {
     }
 }
 
-impl GenerationHook for &mut Watch<'_, '_> {
+impl GenerationHook for &mut Watch<'_> {
     type Error = anyhow::Error;
 
     fn on_step(&mut self, step: &Step) -> Result<ControlFlow<()>> {
@@ -796,7 +824,7 @@ impl GenerationHook for &mut Watch<'_, '_> {
             self.first_step = Some(Instant::now());
             self.prefill.finish();
         }
-        self.printer.push(step.token, self.out);
+        self.printer.push(&step.text, self.out);
         if let Some(lines) = &mut self.lines {
             lines.write(step, self.out)?;
         }

@@ -171,37 +171,16 @@ pub struct BeamReport {
 pub struct Settings {
     /// The most tokens to generate.
     pub max_new_tokens: usize,
-    /// The temperature (0: greedy).
-    pub temperature: f32,
-    /// top-k, if set.
-    pub top_k: Option<usize>,
-    /// top-p, if set.
-    pub top_p: Option<f32>,
-    /// min-p, if set.
-    pub min_p: Option<f32>,
-    /// The repetition penalty, if set.
-    pub repetition_penalty: Option<f32>,
-    /// The presence penalty, if set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub presence_penalty: Option<f32>,
-    /// The frequency penalty, if set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub frequency_penalty: Option<f32>,
-    /// The penalties' window (`--repeat-last-n`), if set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub penalty_last_n: Option<usize>,
-    /// `--min-new-tokens`, if set.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub min_new_tokens: usize,
-    /// The finite `--logit-bias` pairs `[id, bias]`, if any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub logit_bias: Vec<(TokenId, f32)>,
-    /// The tokens a `--logit-bias` of -inf banned, if any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub banned_tokens: Vec<TokenId>,
+    /// The policy, its fields at this level as lm-decode writes them, with
+    /// only the tokens a `--logit-bias` of -inf banned as `banned_tokens`.
+    #[serde(flatten)]
+    pub policy: SamplingConfig,
     /// The seed of the random draws (given or fresh), so `--seed N` replays
     /// the run; null for greedy runs and beam search, which draw nothing.
     pub seed: Option<u64>,
+    /// `--min-new-tokens`, if set.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub min_new_tokens: usize,
     /// The end tokens.
     pub end_tokens: Vec<TokenId>,
     /// The stop strings.
@@ -228,16 +207,10 @@ impl Settings {
     /// the rest.
     pub fn of_policy(sampling: &SamplingConfig, banned_by_bias: Vec<TokenId>, draws: bool) -> Self {
         Settings {
-            temperature: sampling.temperature,
-            top_k: sampling.top_k,
-            top_p: sampling.top_p,
-            min_p: sampling.min_p,
-            repetition_penalty: sampling.repetition_penalty,
-            presence_penalty: sampling.presence_penalty,
-            frequency_penalty: sampling.frequency_penalty,
-            penalty_last_n: sampling.penalty_last_n,
-            logit_bias: sampling.logit_bias.clone(),
-            banned_tokens: banned_by_bias,
+            policy: SamplingConfig {
+                banned_tokens: banned_by_bias,
+                ..sampling.clone()
+            },
             seed: draws.then_some(sampling.seed),
             num_beams: 1,
             ..Settings::default()

@@ -23,6 +23,13 @@ pub struct Run {
 }
 
 impl Run {
+    /// Asserts a usage error: exit code 2 and `message` in stderr.
+    #[track_caller]
+    pub fn assert_usage_error(&self, message: &str) {
+        assert_eq!(self.code, Some(2), "{}", self.stderr);
+        assert!(self.stderr.contains(message), "{}", self.stderr);
+    }
+
     /// Parses stdout as one JSON value.
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
@@ -137,7 +144,18 @@ impl Cli {
 
     /// Starts the command with stdout and stderr piped, stdin closed.
     pub fn spawn(&self) -> Child {
+        self.spawn_with(Stdio::null())
+    }
+
+    /// Starts the command with stdin, stdout and stderr piped, for a test
+    /// that writes the input and reads the output itself.
+    pub fn spawn_with_stdin(&self) -> Child {
+        self.spawn_with(Stdio::piped())
+    }
+
+    fn spawn_with(&self, stdin: Stdio) -> Child {
         self.command()
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -27,6 +27,7 @@
 //! ```
 
 mod bias;
+mod config;
 mod min_p;
 mod penalties;
 mod temperature;
@@ -34,6 +35,7 @@ mod top_k;
 mod top_p;
 
 pub use bias::{BannedTokens, LogitBias};
+pub use config::{Field, InvalidSetting, SamplingConfig};
 pub use min_p::MinP;
 pub use penalties::{FrequencyPenalty, PresencePenalty, RepetitionPenalty, TokenCounts};
 pub use temperature::Temperature;
@@ -41,69 +43,12 @@ pub use top_k::TopK;
 pub use top_p::TopP;
 
 use crate::error::{Error, Result};
+use crate::rank::{BestFirst, WorstOnTop};
 use crate::select::Selector;
 use crate::trace::{Stage, StageCounts};
 use lm_core::{TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::fmt;
-
-/// The sampling parameters, named as in the common APIs (HF transformers,
-/// OpenAI, llama.cpp). `Default` is plain sampling at T = 1 with seed 0.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SamplingConfig {
-    /// Softmax temperature; 0 means greedy (argmax, lowest id on ties).
-    pub temperature: f32,
-    /// Keep only the k most probable tokens.
-    pub top_k: Option<usize>,
-    /// Keep the smallest set of most probable tokens whose mass reaches p.
-    pub top_p: Option<f32>,
-    /// Keep tokens with at least `min_p` times the best token's probability.
-    pub min_p: Option<f32>,
-    /// HF repetition penalty (> 0; 1 is none).
-    pub repetition_penalty: Option<f32>,
-    /// Subtracted once from the logit of every token in the history.
-    pub presence_penalty: Option<f32>,
-    /// Subtracted `count` times from the logit of every token in the history.
-    pub frequency_penalty: Option<f32>,
-    /// The penalties count only the last this many tokens of the history
-    /// (llama.cpp's `--repeat-last-n`; 0 turns them off); `None`: the whole
-    /// history.
-    pub penalty_last_n: Option<usize>,
-    /// Added to the logits of the given tokens.
-    pub logit_bias: Vec<(TokenId, f32)>,
-    /// Tokens that are never chosen.
-    pub banned_tokens: Vec<TokenId>,
-    /// Seed of the ChaCha20 generator (see [`crate::TokenRng`]); unused by greedy.
-    pub seed: u64,
-}
-
-impl Default for SamplingConfig {
-    fn default() -> Self {
-        Self {
-            temperature: 1.0,
-            top_k: None,
-            top_p: None,
-            min_p: None,
-            repetition_penalty: None,
-            presence_penalty: None,
-            frequency_penalty: None,
-            penalty_last_n: None,
-            logit_bias: Vec::new(),
-            banned_tokens: Vec::new(),
-            seed: 0,
-        }
-    }
-}
-
-impl SamplingConfig {
-    /// Greedy decoding: temperature 0, nothing else.
-    pub fn greedy() -> Self {
-        Self {
-            temperature: 0.0,
-            ..Self::default()
-        }
-    }
-}
 
 /// A transform of the raw logits that may depend on the history: penalties,
 /// bias, bans. Runs before temperature. An extension point: a new transform
@@ -355,28 +300,12 @@ fn count_unmasked(logits: &[f32]) -> usize {
     logits.iter().filter(|&&z| z != f32::NEG_INFINITY).count()
 }
 
-/// An entry ordered so that the worse one is the greater: the top of a
-/// max-heap of `Best` is the worst of the best kept so far.
-#[derive(Debug, Clone, Copy)]
-struct Best((TokenId, f32));
+/// A candidate in the heap of the best kept so far.
+type Best = WorstOnTop<(TokenId, f32)>;
 
-impl PartialEq for Best {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Best {}
-
-impl PartialOrd for Best {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Best {
-    fn cmp(&self, other: &Self) -> Ordering {
-        best_first(&self.0, &other.0)
+impl BestFirst for (TokenId, f32) {
+    fn best_first(&self, other: &Self) -> Ordering {
+        best_first(self, other)
     }
 }
 
@@ -396,7 +325,7 @@ fn max_logit(entries: &[(TokenId, f32)]) -> f32 {
 fn nth_best(entries: &[(TokenId, f32)], n: usize, scratch: &mut Vec<Best>) -> (TokenId, f32) {
     scratch.clear();
     let mut heap = std::collections::BinaryHeap::from(std::mem::take(scratch));
-    heap.extend(entries[..n].iter().copied().map(Best));
+    heap.extend(entries[..n].iter().copied().map(WorstOnTop));
     let mut worst = *heap.peek().expect("n >= 1");
     for chunk in entries[n..].chunks(SCAN_CHUNK) {
         // Most chunks stop at this vectorised test.
@@ -404,9 +333,9 @@ fn nth_best(entries: &[(TokenId, f32)], n: usize, scratch: &mut Vec<Best>) -> (T
             continue;
         }
         for &entry in chunk {
-            if Best(entry) < worst {
+            if WorstOnTop(entry) < worst {
                 heap.pop();
-                heap.push(Best(entry));
+                heap.push(WorstOnTop(entry));
                 worst = *heap.peek().expect("n >= 1");
             }
         }
@@ -468,7 +397,8 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Validates `config` and builds the chain in the documented order.
+    /// Validates `config` ([`SamplingConfig::validate`]) and builds the
+    /// chain in the documented order.
     ///
     /// ```
     /// use lm_decode::{Error, Sampler, SamplingConfig};
@@ -476,33 +406,11 @@ impl Sampler {
     /// assert_eq!(Sampler::new(&bad).err(), Some(Error::InvalidTopP { value: 1.5 }));
     /// ```
     pub fn new(config: &SamplingConfig) -> Result<Self> {
-        let temperature = Temperature::new(config.temperature)?;
-        let mut transforms: Vec<Box<dyn LogitTransform>> = Vec::new();
-        if let Some(penalty) = config.repetition_penalty {
-            transforms.push(Box::new(RepetitionPenalty::new(penalty)?));
-        }
-        if let Some(penalty) = config.presence_penalty {
-            transforms.push(Box::new(PresencePenalty::new(penalty)?));
-        }
-        if let Some(penalty) = config.frequency_penalty {
-            transforms.push(Box::new(FrequencyPenalty::new(penalty)?));
-        }
-        if !config.logit_bias.is_empty() {
-            transforms.push(Box::new(LogitBias::new(config.logit_bias.clone())?));
-        }
-        if !config.banned_tokens.is_empty() {
-            transforms.push(Box::new(BannedTokens::new(config.banned_tokens.clone())));
-        }
-        let mut filters: Vec<Box<dyn CandidateFilter>> = Vec::new();
-        if let Some(k) = config.top_k {
-            filters.push(Box::new(TopK::new(k)?));
-        }
-        if let Some(p) = config.top_p {
-            filters.push(Box::new(TopP::new(p)?));
-        }
-        if let Some(ratio) = config.min_p {
-            filters.push(Box::new(MinP::new(ratio)?));
-        }
+        let config::Chain {
+            transforms,
+            temperature,
+            filters,
+        } = config.chain().map_err(|refused| refused.error)?;
         let selector = if temperature.is_greedy() {
             Selector::Greedy
         } else {
@@ -524,6 +432,21 @@ impl Sampler {
             model_log_normaliser: None,
             allowed: None,
         })
+    }
+
+    /// The sampler of `config`'s raw-logit stage alone (penalties, bias,
+    /// bans) at T = 1 with no filter, whose policy is the softmax of the
+    /// adjusted logits: what beam search ranks by. `None` when `config` sets
+    /// none of that stage. Every setting is still validated.
+    pub(crate) fn raw_logit_stage(config: &SamplingConfig) -> Result<Option<Self>> {
+        let chain = config.chain().map_err(|refused| refused.error)?;
+        if chain.transforms.is_empty() && config.penalty_last_n.is_none() {
+            return Ok(None);
+        }
+        let mut sampler = Self::new(&SamplingConfig::default())?;
+        sampler.transforms = chain.transforms;
+        sampler.penalty_last_n = config.penalty_last_n;
+        Ok(Some(sampler))
     }
 
     /// Appends a custom transform to the raw-logit stage (after the bans).

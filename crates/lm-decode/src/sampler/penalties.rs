@@ -129,10 +129,7 @@ pub struct PresencePenalty(f32);
 impl PresencePenalty {
     /// Checks the penalty: NaN or infinite gives [`Error::InvalidPresencePenalty`].
     pub fn new(penalty: f32) -> Result<Self> {
-        Error::check(penalty, penalty.is_finite(), |value| {
-            Error::InvalidPresencePenalty { value }
-        })
-        .map(Self)
+        finite(penalty, |value| Error::InvalidPresencePenalty { value }).map(Self)
     }
 }
 
@@ -158,10 +155,7 @@ pub struct FrequencyPenalty(f32);
 impl FrequencyPenalty {
     /// Checks the penalty: NaN or infinite gives [`Error::InvalidFrequencyPenalty`].
     pub fn new(penalty: f32) -> Result<Self> {
-        Error::check(penalty, penalty.is_finite(), |value| {
-            Error::InvalidFrequencyPenalty { value }
-        })
-        .map(Self)
+        finite(penalty, |value| Error::InvalidFrequencyPenalty { value }).map(Self)
     }
 }
 
@@ -169,4 +163,9 @@ impl LogitTransform for FrequencyPenalty {
     fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
         counts.edit_present(logits, |count, z| *z -= count as f32 * self.0);
     }
+}
+
+/// `penalty` if it is finite, else the error `invalid` makes of it.
+fn finite(penalty: f32, invalid: impl FnOnce(f32) -> Error) -> Result<f32> {
+    Error::check(penalty, penalty.is_finite(), invalid)
 }

@@ -3,8 +3,10 @@
 //! the positions each forward pass reads is `lm_core::Counting`.)
 
 use lm_core::{Detokenize, LanguageModel, Prefix, Rows, SequenceState, TokenId};
-use lm_decode::Error;
+use lm_decode::{Draft, Drafter, Error, Result, Step};
+use lm_model::catalog::SMOLLM2;
 use std::fmt::Debug;
+use std::ops::ControlFlow;
 
 /// A model whose logits are a fixed pseudo-random function of the whole
 /// prefix (values in [-2, 2)): every prefix has its own distribution, so
@@ -30,6 +32,11 @@ impl PrefixModel {
         self
     }
 
+    pub fn with_salt(mut self, salt: u64) -> Self {
+        self.salt = salt;
+        self
+    }
+
     /// The logits after `prefix`, computed from scratch.
     pub fn logits_for(&self, prefix: &[TokenId]) -> Vec<f32> {
         let mut h = splitmix(self.salt ^ 0x5eed);
@@ -49,7 +56,8 @@ impl PrefixModel {
     }
 }
 
-fn splitmix(mut x: u64) -> u64 {
+/// SplitMix64's step: a cheap, well-mixed hash for the test models and drafters.
+pub fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -147,6 +155,37 @@ pub fn rejects<C: Clone + Debug>(
             "{config:?}"
         );
     }
+}
+
+/// A drafter made of a function of the context, the most drafts the loop
+/// takes and the draft to fill; it ignores how many the loop accepted.
+pub struct DraftFn<F>(F);
+
+impl<F: FnMut(&[TokenId], usize, &mut Draft)> DraftFn<F> {
+    pub fn new(propose: F) -> Self {
+        Self(propose)
+    }
+}
+
+impl<F: FnMut(&[TokenId], usize, &mut Draft)> Drafter for DraftFn<F> {
+    fn propose(&mut self, context: &[TokenId], max: usize, draft: &mut Draft) -> Result<()> {
+        (self.0)(context, max, draft);
+        Ok(())
+    }
+
+    fn observe(&mut self, _: usize, _: usize) {}
+}
+
+/// A hook that never stops the run.
+pub fn go_on(_: &Step) -> Result<ControlFlow<()>> {
+    Ok(ControlFlow::Continue(()))
+}
+
+/// SmolLM2 from the model catalog; panics with the command that fetches it
+/// when it is missing.
+pub fn smollm2() -> lm_model::Decoder {
+    let path = SMOLLM2.path().unwrap_or_else(|err| panic!("{err}"));
+    lm_model::Llama::from_gguf(path).expect("the model file loads")
 }
 
 /// Lesson 001's vocabulary.

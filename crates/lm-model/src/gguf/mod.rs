@@ -114,7 +114,10 @@ impl Storage {
         }
     }
 
-    /// Maps `file` read-only.
+    /// Maps `file` read-only: one of the crate's two operating-system calls
+    /// outside the kernels that cannot be safe (the other sets the
+    /// allocator's threshold).
+    #[allow(unsafe_code)]
     fn map(file: &File) -> io::Result<Storage> {
         // SAFETY: the map is read-only and private to its `GgufFile`; like
         // every reader of mapped files we rely on the file not being
@@ -234,92 +237,10 @@ impl GgufFile {
     fn parse(storage: Storage, contents: Contents) -> Result<GgufFile, GgufError> {
         let bytes = storage.bytes();
         let mut cursor = Cursor::new(bytes);
-        let magic = bytes.get(..4).unwrap_or(bytes);
-        if magic != MAGIC {
-            return Err(GgufError::BadMagic {
-                found: magic.to_vec(),
-            });
-        }
-        cursor.take(4, "magic")?;
-        let version = cursor.u32("version")?;
-        if version != 2 && version != 3 {
-            return Err(GgufError::UnsupportedVersion { version });
-        }
-        let n_tensors_offset = cursor.pos();
-        let n_tensors = cursor.u64("tensor count")?;
-        let n_kv = cursor.count("metadata pair", MIN_KV_BYTES)?;
-        // The tensor count is checked against what is left after the metadata count.
-        let remaining = cursor.remaining() as u64;
-        let n_tensors = usize::try_from(n_tensors)
-            .ok()
-            .filter(|_| {
-                n_tensors
-                    .checked_mul(MIN_TENSOR_INFO_BYTES)
-                    .is_some_and(|total| total <= remaining)
-            })
-            .ok_or(GgufError::CountBeyondFile {
-                what: "tensor info",
-                count: n_tensors,
-                min_item_bytes: MIN_TENSOR_INFO_BYTES,
-                offset: n_tensors_offset as u64,
-                remaining,
-            })?;
-
-        let mut metadata = Vec::with_capacity(n_kv);
-        let mut key_index = HashMap::with_capacity(n_kv);
-        for _ in 0..n_kv {
-            let key = cursor.string("metadata key")?.to_owned();
-            let type_offset = cursor.pos();
-            let type_id = cursor.u32("metadata value type")?;
-            metadata::check_value_type(type_id, type_offset)?;
-            let value = metadata::read_value(&mut cursor, type_id, type_offset, 0)?;
-            if key_index.insert(key.clone(), metadata.len()).is_some() {
-                return Err(GgufError::DuplicateKey { key });
-            }
-            metadata.push((key, value));
-        }
-
-        let alignment = match key_index.get(ALIGNMENT_KEY).and_then(|&i| metadata.get(i)) {
-            None => DEFAULT_ALIGNMENT as u64,
-            Some((key, value)) => match value.as_integer() {
-                Some(v) if v > 0 && (v as u128).is_power_of_two() => {
-                    u64::try_from(v).unwrap_or(u64::MAX)
-                }
-                Some(v) => {
-                    return Err(GgufError::BadAlignment {
-                        alignment: u64::try_from(v).unwrap_or(0),
-                    });
-                }
-                None => {
-                    return Err(GgufError::WrongType {
-                        key: key.clone(),
-                        expected: "an integer",
-                        found: value.type_name(),
-                    });
-                }
-            },
-        };
-        let mut tensors = Vec::with_capacity(n_tensors);
-        let mut tensor_index = HashMap::with_capacity(n_tensors);
-        for _ in 0..n_tensors {
-            let info = match tensor::read_tensor_info(&mut cursor) {
-                // The whole info was read before its type was refused, so
-                // the cursor is at the next one: leave this tensor out.
-                Err(GgufError::UnknownTensorType { .. })
-                    if contents == Contents::SkipUnknownTypes =>
-                {
-                    continue;
-                }
-                info => info?,
-            };
-            if tensor_index
-                .insert(info.name.clone(), tensors.len())
-                .is_some()
-            {
-                return Err(GgufError::DuplicateTensor { name: info.name });
-            }
-            tensors.push(info);
-        }
+        let (version, n_tensors, n_kv) = read_header(&mut cursor, bytes)?;
+        let (metadata, key_index) = read_metadata(&mut cursor, n_kv)?;
+        let alignment = alignment_of(&metadata, &key_index)?;
+        let (tensors, tensor_index) = read_tensor_infos(&mut cursor, n_tensors, contents)?;
 
         // The data section starts at the next multiple of the alignment; a file
         // with no tensor data may end before it.
@@ -330,27 +251,7 @@ impl GgufFile {
             .and_then(|v| usize::try_from(v).ok())
             .unwrap_or(usize::MAX);
         let data_len = bytes.len().saturating_sub(data_offset);
-        for info in &tensors {
-            if !(info.offset as u64).is_multiple_of(alignment) {
-                return Err(GgufError::TensorMisaligned {
-                    name: info.name.clone(),
-                    offset: info.offset as u64,
-                    alignment,
-                });
-            }
-            let inside = info
-                .offset
-                .checked_add(info.n_bytes)
-                .is_some_and(|end| end <= data_len);
-            if !inside {
-                return Err(GgufError::TensorOutOfBounds {
-                    name: info.name.clone(),
-                    offset: info.offset as u64,
-                    n_bytes: info.n_bytes as u64,
-                    data_len: data_len as u64,
-                });
-            }
-        }
+        check_tensor_placement(&tensors, alignment, data_len)?;
         let alignment =
             usize::try_from(alignment).map_err(|_| GgufError::BadAlignment { alignment })?;
         Ok(GgufFile {
@@ -582,6 +483,148 @@ impl GgufFile {
     pub fn summary(&self) -> Summary<'_> {
         Summary::new(self)
     }
+}
+
+/// The file's header: its version, and its tensor and metadata counts, each
+/// bounded by what is left of the file.
+fn read_header(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<(u32, usize, usize), GgufError> {
+    let magic = bytes.get(..4).unwrap_or(bytes);
+    if magic != MAGIC {
+        return Err(GgufError::BadMagic {
+            found: magic.to_vec(),
+        });
+    }
+    cursor.take(4, "magic")?;
+    let version = cursor.u32("version")?;
+    if version != 2 && version != 3 {
+        return Err(GgufError::UnsupportedVersion { version });
+    }
+    let n_tensors_offset = cursor.pos();
+    let n_tensors = cursor.u64("tensor count")?;
+    let n_kv = cursor.count("metadata pair", MIN_KV_BYTES)?;
+    // The tensor count is checked against what is left after the metadata count.
+    let remaining = cursor.remaining() as u64;
+    let n_tensors = usize::try_from(n_tensors)
+        .ok()
+        .filter(|_| {
+            n_tensors
+                .checked_mul(MIN_TENSOR_INFO_BYTES)
+                .is_some_and(|total| total <= remaining)
+        })
+        .ok_or(GgufError::CountBeyondFile {
+            what: "tensor info",
+            count: n_tensors,
+            min_item_bytes: MIN_TENSOR_INFO_BYTES,
+            offset: n_tensors_offset as u64,
+            remaining,
+        })?;
+    Ok((version, n_tensors, n_kv))
+}
+
+/// The `n_kv` metadata pairs, in file order, and the index of their keys.
+type Metadata = (Vec<(String, MetadataValue)>, HashMap<String, usize>);
+
+/// Reads the `n_kv` metadata pairs; a key given twice is an error.
+fn read_metadata(cursor: &mut Cursor<'_>, n_kv: usize) -> Result<Metadata, GgufError> {
+    let mut metadata = Vec::with_capacity(n_kv);
+    let mut key_index = HashMap::with_capacity(n_kv);
+    for _ in 0..n_kv {
+        let key = cursor.string("metadata key")?.to_owned();
+        let type_offset = cursor.pos();
+        let type_id = cursor.u32("metadata value type")?;
+        metadata::check_value_type(type_id, type_offset)?;
+        let value = metadata::read_value(cursor, type_id, type_offset, 0)?;
+        if key_index.insert(key.clone(), metadata.len()).is_some() {
+            return Err(GgufError::DuplicateKey { key });
+        }
+        metadata.push((key, value));
+    }
+    Ok((metadata, key_index))
+}
+
+/// `general.alignment` (default [`DEFAULT_ALIGNMENT`]): a positive power of
+/// two.
+fn alignment_of(
+    metadata: &[(String, MetadataValue)],
+    key_index: &HashMap<String, usize>,
+) -> Result<u64, GgufError> {
+    match key_index.get(ALIGNMENT_KEY).and_then(|&i| metadata.get(i)) {
+        None => Ok(DEFAULT_ALIGNMENT as u64),
+        Some((key, value)) => match value.as_integer() {
+            Some(v) if v > 0 && (v as u128).is_power_of_two() => {
+                Ok(u64::try_from(v).unwrap_or(u64::MAX))
+            }
+            Some(v) => Err(GgufError::BadAlignment {
+                alignment: u64::try_from(v).unwrap_or(0),
+            }),
+            None => Err(GgufError::WrongType {
+                key: key.clone(),
+                expected: "an integer",
+                found: value.type_name(),
+            }),
+        },
+    }
+}
+
+/// Reads the `n_tensors` tensor infos and indexes them by name; a name
+/// given twice is an error, a type this crate cannot read is one unless
+/// `contents` leaves such tensors out.
+fn read_tensor_infos(
+    cursor: &mut Cursor<'_>,
+    n_tensors: usize,
+    contents: Contents,
+) -> Result<(Vec<TensorInfo>, HashMap<String, usize>), GgufError> {
+    let mut tensors = Vec::with_capacity(n_tensors);
+    let mut tensor_index = HashMap::with_capacity(n_tensors);
+    for _ in 0..n_tensors {
+        let info = match tensor::read_tensor_info(cursor) {
+            // The whole info was read before its type was refused, so
+            // the cursor is at the next one: leave this tensor out.
+            Err(GgufError::UnknownTensorType { .. }) if contents == Contents::SkipUnknownTypes => {
+                continue;
+            }
+            info => info?,
+        };
+        if tensor_index
+            .insert(info.name.clone(), tensors.len())
+            .is_some()
+        {
+            return Err(GgufError::DuplicateTensor { name: info.name });
+        }
+        tensors.push(info);
+    }
+    Ok((tensors, tensor_index))
+}
+
+/// Checks that every tensor starts at a multiple of `alignment` and ends
+/// inside the data section (`data_len` bytes).
+fn check_tensor_placement(
+    tensors: &[TensorInfo],
+    alignment: u64,
+    data_len: usize,
+) -> Result<(), GgufError> {
+    for info in tensors {
+        if !(info.offset as u64).is_multiple_of(alignment) {
+            return Err(GgufError::TensorMisaligned {
+                name: info.name.clone(),
+                offset: info.offset as u64,
+                alignment,
+            });
+        }
+        let inside = info
+            .offset
+            .checked_add(info.n_bytes)
+            .is_some_and(|end| end <= data_len);
+        if !inside {
+            return Err(GgufError::TensorOutOfBounds {
+                name: info.name.clone(),
+                offset: info.offset as u64,
+                n_bytes: info.n_bytes as u64,
+                data_len: data_len as u64,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The type name of an array element that did not match, for `WrongType`.

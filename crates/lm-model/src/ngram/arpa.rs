@@ -81,6 +81,17 @@ impl<R: BufRead> Lines<R> {
             }
         }
     }
+
+    /// Skips the text before the `\data\` line, as KenLM does.
+    fn skip_to_data(&mut self) -> Result<(), NgramError> {
+        loop {
+            match self.next_line()? {
+                None => return Err(NgramError::ArpaMissingHeader),
+                Some(text) if text.trim() == "\\data\\" => return Ok(()),
+                Some(_) => {}
+            }
+        }
+    }
 }
 
 fn parse_number(text: &str, line: usize) -> Result<f32, NgramError> {
@@ -103,6 +114,217 @@ fn parse_count<T: std::str::FromStr>(text: &str, line: usize) -> Result<T, Ngram
     })
 }
 
+/// The header after `\data\`: the declared count of every order, from its
+/// `ngram m=count` lines, and the first section's header line after them.
+fn read_declared_counts<R: BufRead>(
+    lines: &mut Lines<R>,
+) -> Result<(Vec<u64>, String), NgramError> {
+    let mut declared: Vec<u64> = Vec::new();
+    let first_section = loop {
+        let Some((line, text)) = lines.next_non_blank()? else {
+            return Err(NgramError::ArpaMissingEnd);
+        };
+        if text.starts_with('\\') {
+            break text;
+        }
+        let text = text.as_str();
+        let unexpected = || NgramError::ArpaUnexpectedLine {
+            line,
+            expected: "an `ngram N=count` line",
+            found: text.to_owned(),
+        };
+        let (order_text, count_text) = text
+            .strip_prefix("ngram")
+            .and_then(|rest| rest.split_once('='))
+            .ok_or_else(unexpected)?;
+        let order: usize = parse_count(order_text, line)?;
+        if order != declared.len() + 1 {
+            return Err(unexpected());
+        }
+        let count: u64 = parse_count(count_text, line)?;
+        declared.push(count);
+    };
+    if declared.is_empty() {
+        return Err(NgramError::ArpaUnexpectedLine {
+            line: lines.line,
+            expected: "an `ngram N=count` line",
+            found: first_section,
+        });
+    }
+    Ok((declared, first_section))
+}
+
+/// One `\m-grams:` section as the header declared it.
+#[derive(Clone, Copy)]
+struct Section {
+    /// The order.
+    m: usize,
+    /// The highest order: its entries have no backoff column.
+    is_top: bool,
+    /// Entries declared by the `ngram m=count` line.
+    n_declared: u64,
+}
+
+/// What the sections of an ARPA file have given so far.
+#[derive(Default)]
+struct ArpaBody {
+    /// The unigrams' words, in the order read (their ids).
+    words: Vec<String>,
+    word_ids: HashMap<String, TokenId>,
+    /// (log10 prob, log10 backoff) per unigram.
+    unigrams: Vec<(f32, f32)>,
+    /// The entries of every order above 1, as read.
+    higher: Vec<Vec<RawEntry>>,
+    /// (context position, word) -> position, per level above 1, as read.
+    read_index: Vec<KeyMap<u32>>,
+    /// The ids of one n-gram's words (reused from line to line).
+    ids: Vec<TokenId>,
+}
+
+impl ArpaBody {
+    /// Reads the section `section`, whose header line is `header` when the
+    /// previous section already read it, and returns the header line that
+    /// ended it, if any.
+    fn read_section<R: BufRead>(
+        &mut self,
+        lines: &mut Lines<R>,
+        section: Section,
+        header: Option<String>,
+    ) -> Result<Option<String>, NgramError> {
+        let Section { m, n_declared, .. } = section;
+        let header_line = match header {
+            Some(text) => text,
+            None => match lines.next_non_blank()? {
+                Some((_, text)) => text,
+                None => return Err(NgramError::ArpaMissingEnd),
+            },
+        };
+        if header_line != format!("\\{m}-grams:") {
+            return Err(NgramError::ArpaUnexpectedLine {
+                line: lines.line,
+                expected: "an n-gram section header",
+                found: header_line,
+            });
+        }
+        let mut found: u64 = 0;
+        let mut entries = Vec::new();
+        let mut index = KeyMap::default();
+        let mut next_header = None;
+        loop {
+            let line = lines.line + 1;
+            let Some(text) = lines.next_line()? else {
+                return Err(NgramError::ArpaMissingEnd);
+            };
+            let text = text.trim();
+            if text.is_empty() {
+                if found == n_declared {
+                    break;
+                }
+                continue;
+            }
+            if text.starts_with('\\') {
+                next_header = Some(text.to_owned());
+                break;
+            }
+            found += 1;
+            if found > n_declared {
+                break;
+            }
+            self.read_entry(section, line, text, &mut entries, &mut index)?;
+        }
+        if found != n_declared {
+            return Err(NgramError::ArpaCountMismatch {
+                order: m,
+                declared: n_declared,
+                found,
+            });
+        }
+        if m > 1 {
+            self.higher.push(entries);
+            self.read_index.push(index);
+        }
+        Ok(next_header)
+    }
+
+    /// Reads the entry `text` at line `line` of `section`: a unigram into
+    /// the words, a higher n-gram, its context found among the n-grams
+    /// read, into the section's `entries` and `index`.
+    fn read_entry(
+        &mut self,
+        section: Section,
+        line: usize,
+        text: &str,
+        entries: &mut Vec<RawEntry>,
+        index: &mut KeyMap<u32>,
+    ) -> Result<(), NgramError> {
+        let m = section.m;
+        let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+        let n_fields = fields.len();
+        if n_fields != m + 1 && (section.is_top || n_fields != m + 2) {
+            return Err(NgramError::ArpaBadEntry {
+                line,
+                order: m,
+                found: text.to_owned(),
+            });
+        }
+        let prob = parse_number(fields[0], line)?;
+        let backoff = match fields.get(m + 1) {
+            Some(text) => parse_number(text, line)?,
+            None => 0.0,
+        };
+        let ngram_words = &fields[1..=m];
+        if m == 1 {
+            let word = ngram_words[0];
+            let id = self.words.len() as TokenId;
+            if self.word_ids.insert(word.to_owned(), id).is_some() {
+                return Err(NgramError::ArpaDuplicate {
+                    line,
+                    ngram: word.to_owned(),
+                });
+            }
+            self.words.push(word.to_owned());
+            self.unigrams.push((prob, backoff));
+            return Ok(());
+        }
+        self.ids.clear();
+        for word in ngram_words {
+            let id = self
+                .word_ids
+                .get(*word)
+                .ok_or_else(|| NgramError::ArpaUnknownWord {
+                    line,
+                    word: (*word).to_owned(),
+                })?;
+            self.ids.push(*id);
+        }
+        let missing_context = || NgramError::ArpaMissingContext {
+            line,
+            ngram: ngram_words.join(" "),
+        };
+        let mut context = self.ids[0];
+        for (level, &word) in self.read_index.iter().zip(&self.ids[1..m - 1]) {
+            context = *level
+                .get(&pack(context, word))
+                .ok_or_else(missing_context)?;
+        }
+        let word = self.ids[m - 1];
+        let position = entries.len() as u32;
+        if index.insert(pack(context, word), position).is_some() {
+            return Err(NgramError::ArpaDuplicate {
+                line,
+                ngram: ngram_words.join(" "),
+            });
+        }
+        entries.push(RawEntry {
+            context,
+            word,
+            prob,
+            backoff,
+        });
+        Ok(())
+    }
+}
+
 impl NgramModel {
     /// Reads an ARPA file.
     pub fn read_arpa<R: BufRead>(reader: R) -> Result<Self, NgramError> {
@@ -111,169 +333,17 @@ impl NgramModel {
             buffer: String::new(),
             line: 0,
         };
-        loop {
-            match lines.next_line()? {
-                None => return Err(NgramError::ArpaMissingHeader),
-                Some(text) if text.trim() == "\\data\\" => break,
-                Some(_) => {}
-            }
-        }
-        // Header: "ngram m=count" lines up to the first section.
-        let mut declared: Vec<u64> = Vec::new();
-        let first_section = loop {
-            let Some((line, text)) = lines.next_non_blank()? else {
-                return Err(NgramError::ArpaMissingEnd);
-            };
-            if text.starts_with('\\') {
-                break text;
-            }
-            let text = text.as_str();
-            let unexpected = || NgramError::ArpaUnexpectedLine {
-                line,
-                expected: "an `ngram N=count` line",
-                found: text.to_owned(),
-            };
-            let (order_text, count_text) = text
-                .strip_prefix("ngram")
-                .and_then(|rest| rest.split_once('='))
-                .ok_or_else(unexpected)?;
-            let order: usize = parse_count(order_text, line)?;
-            if order != declared.len() + 1 {
-                return Err(unexpected());
-            }
-            let count: u64 = parse_count(count_text, line)?;
-            declared.push(count);
-        };
-        if declared.is_empty() {
-            return Err(NgramError::ArpaUnexpectedLine {
-                line: lines.line,
-                expected: "an `ngram N=count` line",
-                found: first_section,
-            });
-        }
-        let order = declared.len();
-
-        let mut words: Vec<String> = Vec::new();
-        let mut word_ids: HashMap<String, TokenId> = HashMap::new();
-        let mut unigrams: Vec<(f32, f32)> = Vec::new();
-        let mut higher: Vec<Vec<RawEntry>> = Vec::new();
-        // (context position, word) -> position, per level above 1, as read.
-        let mut read_index: Vec<KeyMap<u32>> = Vec::new();
+        lines.skip_to_data()?;
+        let (declared, first_section) = read_declared_counts(&mut lines)?;
+        let mut body = ArpaBody::default();
         let mut header = Some(first_section);
-        for m in 1..=order {
-            let header_line = match header.take() {
-                Some(text) => text,
-                None => match lines.next_non_blank()? {
-                    Some((_, text)) => text,
-                    None => return Err(NgramError::ArpaMissingEnd),
-                },
+        for (l, &n_declared) in declared.iter().enumerate() {
+            let section = Section {
+                m: l + 1,
+                is_top: l + 1 == declared.len(),
+                n_declared,
             };
-            if header_line != format!("\\{m}-grams:") {
-                return Err(NgramError::ArpaUnexpectedLine {
-                    line: lines.line,
-                    expected: "an n-gram section header",
-                    found: header_line,
-                });
-            }
-            let is_top = m == order;
-            let mut found: u64 = 0;
-            let mut entries = Vec::new();
-            let mut index = KeyMap::default();
-            let mut context_ids: Vec<TokenId> = Vec::with_capacity(m);
-            loop {
-                let line = lines.line + 1;
-                let Some(text) = lines.next_line()? else {
-                    return Err(NgramError::ArpaMissingEnd);
-                };
-                let text = text.trim();
-                if text.is_empty() {
-                    if found == declared[m - 1] {
-                        break;
-                    }
-                    continue;
-                }
-                if text.starts_with('\\') {
-                    header = Some(text.to_owned());
-                    break;
-                }
-                found += 1;
-                if found > declared[m - 1] {
-                    break;
-                }
-                let fields: Vec<&str> = text.split_ascii_whitespace().collect();
-                let n_fields = fields.len();
-                if n_fields != m + 1 && (is_top || n_fields != m + 2) {
-                    return Err(NgramError::ArpaBadEntry {
-                        line,
-                        order: m,
-                        found: text.to_owned(),
-                    });
-                }
-                let prob = parse_number(fields[0], line)?;
-                let backoff = match fields.get(m + 1) {
-                    Some(text) => parse_number(text, line)?,
-                    None => 0.0,
-                };
-                let ngram_words = &fields[1..=m];
-                if m == 1 {
-                    let word = ngram_words[0];
-                    let id = words.len() as TokenId;
-                    if word_ids.insert(word.to_owned(), id).is_some() {
-                        return Err(NgramError::ArpaDuplicate {
-                            line,
-                            ngram: word.to_owned(),
-                        });
-                    }
-                    words.push(word.to_owned());
-                    unigrams.push((prob, backoff));
-                    continue;
-                }
-                context_ids.clear();
-                for word in ngram_words {
-                    let id = word_ids
-                        .get(*word)
-                        .ok_or_else(|| NgramError::ArpaUnknownWord {
-                            line,
-                            word: (*word).to_owned(),
-                        })?;
-                    context_ids.push(*id);
-                }
-                let missing_context = || NgramError::ArpaMissingContext {
-                    line,
-                    ngram: ngram_words.join(" "),
-                };
-                let mut context = context_ids[0];
-                for (level, &word) in read_index.iter().zip(&context_ids[1..m - 1]) {
-                    context = *level
-                        .get(&pack(context, word))
-                        .ok_or_else(missing_context)?;
-                }
-                let word = context_ids[m - 1];
-                let position = entries.len() as u32;
-                if index.insert(pack(context, word), position).is_some() {
-                    return Err(NgramError::ArpaDuplicate {
-                        line,
-                        ngram: ngram_words.join(" "),
-                    });
-                }
-                entries.push(RawEntry {
-                    context,
-                    word,
-                    prob,
-                    backoff,
-                });
-            }
-            if found != declared[m - 1] {
-                return Err(NgramError::ArpaCountMismatch {
-                    order: m,
-                    declared: declared[m - 1],
-                    found,
-                });
-            }
-            if m > 1 {
-                higher.push(entries);
-                read_index.push(index);
-            }
+            header = body.read_section(&mut lines, section, header)?;
         }
         let end = match header.take() {
             Some(text) => Some(text),
@@ -290,7 +360,8 @@ impl NgramModel {
             }
             None => return Err(NgramError::ArpaMissingEnd),
         }
-        let (vocab, unk_added) = Vocab::from_words(words)?;
+        let (vocab, unk_added) = Vocab::from_words(body.words)?;
+        let mut unigrams = body.unigrams;
         if unk_added {
             unigrams.push((MISSING_UNK_LOG10_PROB, 0.0));
         }
@@ -299,7 +370,7 @@ impl NgramModel {
             vocab,
             unk_added,
             unigrams,
-            higher,
+            body.higher,
             true,
             |_, _| 0,
             |_, _| String::new(),

@@ -283,180 +283,24 @@ impl NgramModel {
             return Err(NgramError::InvalidAddK { k });
         }
         let levels = counts.levels();
-        let order = levels.len();
-        let threshold = |m: usize| {
-            if m < 2 {
-                0
-            } else {
-                prune.get(m - 1).copied().unwrap_or(0)
-            }
-        };
-        let mut lower = 0;
-        for m in 2..=order {
-            if threshold(m) < lower {
-                return Err(NgramError::PruneNotMonotone {
-                    order: m,
-                    threshold: threshold(m),
-                    lower,
-                });
-            }
-            lower = threshold(m);
-        }
-        let vocab = counts.vocab();
-        let bos = vocab.bos() as usize;
-        let n_vocab_without_bos = (vocab.len() - 1) as f64;
+        let prune = Pruning(prune);
+        prune.check(levels.len())?;
 
         // Linear probabilities per level, and γ per context (KN only).
-        let mut probs: Vec<Vec<f64>> = Vec::with_capacity(order);
-        let mut gammas: Vec<Vec<f64>> = Vec::with_capacity(order);
         let mut fallbacks = Vec::new();
-        match *smoothing {
-            Smoothing::MaximumLikelihood | Smoothing::AddK { .. } => {
-                let k = match *smoothing {
-                    Smoothing::AddK { k } => k,
-                    _ => 0.0,
-                };
-                let unigrams = &levels[0];
-                let total: f64 = unigrams
-                    .count
-                    .iter()
-                    .enumerate()
-                    .filter(|&(w, _)| w != bos)
-                    .map(|(_, &c)| c as f64)
-                    .sum();
-                let denominator = total + k * n_vocab_without_bos;
-                let mut unigram_probs: Vec<f64> = unigrams
-                    .count
-                    .iter()
-                    .map(|&c| (c as f64 + k) / denominator)
-                    .collect();
-                unigram_probs[bos] = 1.0;
-                probs.push(unigram_probs);
-                for l in 1..order {
-                    let level = &levels[l];
-                    let mut totals = vec![0.0f64; levels[l - 1].len()];
-                    for (&context, &count) in level.context.iter().zip(&level.count) {
-                        totals[context as usize] += count as f64;
-                    }
-                    let level_probs = level
-                        .context
-                        .iter()
-                        .zip(&level.count)
-                        .map(|(&c, &count)| {
-                            (count as f64 + k) / (totals[c as usize] + k * n_vocab_without_bos)
-                        })
-                        .collect();
-                    probs.push(level_probs);
-                }
-            }
+        let (probs, gammas) = match *smoothing {
+            Smoothing::MaximumLikelihood => (additive_probs(counts, 0.0), None),
+            Smoothing::AddK { k } => (additive_probs(counts, k), None),
             Smoothing::ModifiedKneserNey { fallback } => {
                 let adjusted = adjusted_counts(counts);
                 let (discounts, taken) = discounts_of(&adjusted, fallback)?;
                 fallbacks = taken;
-                for l in 0..order {
-                    let level = &levels[l];
-                    let discount = discounts[l];
-                    let n_contexts = if l == 0 { 1 } else { levels[l - 1].len() };
-                    let context_of = |i: usize| if l == 0 { 0 } else { level.context[i] as usize };
-                    let mut totals = vec![0.0f64; n_contexts];
-                    let mut discounted = vec![0.0f64; n_contexts];
-                    for (i, &a) in adjusted[l].iter().enumerate() {
-                        totals[context_of(i)] += a as f64;
-                        discounted[context_of(i)] += discount.for_count(a);
-                    }
-                    let gamma: Vec<f64> = discounted
-                        .iter()
-                        .zip(&totals)
-                        .map(|(&d, &t)| if t > 0.0 { d / t } else { 0.0 })
-                        .collect();
-                    let level_probs: Vec<f64> = adjusted[l]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &a)| {
-                            let c = context_of(i);
-                            let total = totals[c];
-                            let own = if total > 0.0 {
-                                (a as f64 - discount.for_count(a)) / total
-                            } else {
-                                0.0
-                            };
-                            let lower = if l == 0 {
-                                1.0 / n_vocab_without_bos
-                            } else {
-                                probs[l - 1][level.suffix[i] as usize]
-                            };
-                            own + gamma[c] * lower
-                        })
-                        .collect();
-                    probs.push(level_probs);
-                    if l > 0 {
-                        gammas.push(gamma);
-                    }
-                }
-                probs[0][bos] = 1.0;
+                let (probs, gammas) = kneser_ney_probs(counts, &adjusted, &discounts);
+                (probs, Some(gammas))
             }
-        }
-
-        // Which n-grams stay: counts above the threshold, and every context
-        // of a kept n-gram.
-        let mut keep: Vec<Vec<bool>> = levels
-            .iter()
-            .enumerate()
-            .map(|(l, level)| {
-                level
-                    .count
-                    .iter()
-                    .map(|&c| l == 0 || c > threshold(l + 1))
-                    .collect()
-            })
-            .collect();
-        for l in (1..order).rev() {
-            let (below, here) = keep.split_at_mut(l);
-            for (i, &kept) in here[0].iter().enumerate() {
-                if kept {
-                    below[l - 1][levels[l].context[i] as usize] = true;
-                }
-            }
-        }
-
-        // Backoffs of every n-gram below the top order.
-        let is_kn = matches!(smoothing, Smoothing::ModifiedKneserNey { .. });
-        let mut backoffs: Vec<Vec<f64>> = Vec::with_capacity(order);
-        for l in 0..order.saturating_sub(1) {
-            let above = &levels[l + 1];
-            let n_here = levels[l].len();
-            let mut has_children = vec![false; n_here];
-            let mut sum_here = vec![0.0f64; n_here];
-            let mut sum_lower = vec![0.0f64; n_here];
-            for i in 0..above.len() {
-                if !keep[l + 1][i] {
-                    continue;
-                }
-                let c = above.context[i] as usize;
-                has_children[c] = true;
-                sum_here[c] += probs[l + 1][i];
-                sum_lower[c] += probs[l][above.suffix[i] as usize];
-            }
-            let unpruned = threshold(l + 2) == 0;
-            let values = (0..n_here)
-                .map(|c| {
-                    if !has_children[c] {
-                        1.0
-                    } else if is_kn && unpruned {
-                        gammas[l][c]
-                    } else {
-                        let numerator = 1.0 - sum_here[c];
-                        let denominator = 1.0 - sum_lower[c];
-                        if numerator <= 1e-12 || denominator <= 1e-12 {
-                            0.0
-                        } else {
-                            numerator / denominator
-                        }
-                    }
-                })
-                .collect();
-            backoffs.push(values);
-        }
+        };
+        let keep = prune.kept(levels);
+        let backoffs = backoffs(levels, &probs, &keep, prune, gammas.as_deref());
 
         // Into the model, renumbering kept entries.
         let log10 = |p: f64| {
@@ -473,10 +317,9 @@ impl NgramModel {
                 (log10(probs[0][w]), backoff)
             })
             .collect();
-        let mut higher = Vec::with_capacity(order - 1);
+        let mut higher = Vec::with_capacity(levels.len() - 1);
         let mut new_index: Vec<u32> = (0..levels[0].len() as u32).collect();
-        for l in 1..order {
-            let level = &levels[l];
+        for (l, level) in levels.iter().enumerate().skip(1) {
             let mut entries = Vec::new();
             let mut renumbered = vec![u32::MAX; level.len()];
             for i in 0..level.len() {
@@ -494,8 +337,207 @@ impl NgramModel {
             higher.push(entries);
             new_index = renumbered;
         }
-        let mut model = NgramModel::from_built_levels(vocab.clone(), unigrams, higher)?;
+        let mut model = NgramModel::from_built_levels(counts.vocab().clone(), unigrams, higher)?;
         model.discount_fallbacks = fallbacks;
         Ok(model)
     }
+}
+
+/// The pruning thresholds: n-grams of order m ≥ 2 with a count at most
+/// `self.0[m - 1]` are dropped (a missing entry is 0: keep all).
+#[derive(Clone, Copy)]
+struct Pruning<'a>(&'a [u64]);
+
+impl Pruning<'_> {
+    /// The threshold of order `m` (0 for unigrams, which are never pruned).
+    fn threshold(self, m: usize) -> u64 {
+        if m < 2 {
+            0
+        } else {
+            self.0.get(m - 1).copied().unwrap_or(0)
+        }
+    }
+
+    /// Checks that the thresholds never fall from one order to the next.
+    fn check(self, order: usize) -> Result<(), NgramError> {
+        let mut lower = 0;
+        for m in 2..=order {
+            if self.threshold(m) < lower {
+                return Err(NgramError::PruneNotMonotone {
+                    order: m,
+                    threshold: self.threshold(m),
+                    lower,
+                });
+            }
+            lower = self.threshold(m);
+        }
+        Ok(())
+    }
+
+    /// Which n-grams stay: counts above the threshold, and every context of
+    /// a kept n-gram.
+    fn kept(self, levels: &[CountLevel]) -> Vec<Vec<bool>> {
+        let mut keep: Vec<Vec<bool>> = levels
+            .iter()
+            .enumerate()
+            .map(|(l, level)| {
+                level
+                    .count
+                    .iter()
+                    .map(|&c| l == 0 || c > self.threshold(l + 1))
+                    .collect()
+            })
+            .collect();
+        for l in (1..levels.len()).rev() {
+            let (below, here) = keep.split_at_mut(l);
+            for (i, &kept) in here[0].iter().enumerate() {
+                if kept {
+                    below[l - 1][levels[l].context[i] as usize] = true;
+                }
+            }
+        }
+        keep
+    }
+}
+
+/// Add-k probabilities per level (k = 0: maximum likelihood), `<s>`
+/// certain.
+fn additive_probs(counts: &NgramCounts, k: f64) -> Vec<Vec<f64>> {
+    let levels = counts.levels();
+    let bos = counts.vocab().bos() as usize;
+    let n_vocab_without_bos = (counts.vocab().len() - 1) as f64;
+    let mut probs: Vec<Vec<f64>> = Vec::with_capacity(levels.len());
+    let unigrams = &levels[0];
+    let total: f64 = unigrams
+        .count
+        .iter()
+        .enumerate()
+        .filter(|&(w, _)| w != bos)
+        .map(|(_, &c)| c as f64)
+        .sum();
+    let denominator = total + k * n_vocab_without_bos;
+    let mut unigram_probs: Vec<f64> = unigrams
+        .count
+        .iter()
+        .map(|&c| (c as f64 + k) / denominator)
+        .collect();
+    unigram_probs[bos] = 1.0;
+    probs.push(unigram_probs);
+    for l in 1..levels.len() {
+        let level = &levels[l];
+        let mut totals = vec![0.0f64; levels[l - 1].len()];
+        for (&context, &count) in level.context.iter().zip(&level.count) {
+            totals[context as usize] += count as f64;
+        }
+        let level_probs = level
+            .context
+            .iter()
+            .zip(&level.count)
+            .map(|(&c, &count)| (count as f64 + k) / (totals[c as usize] + k * n_vocab_without_bos))
+            .collect();
+        probs.push(level_probs);
+    }
+    probs
+}
+
+/// Interpolated modified Kneser-Ney probabilities per level from the
+/// `adjusted` counts and `discounts`, and γ of every context of order ≥ 1
+/// (`gammas[l]` for the contexts of level `l + 1`), `<s>` certain.
+fn kneser_ney_probs(
+    counts: &NgramCounts,
+    adjusted: &[Vec<u64>],
+    discounts: &[Discount],
+) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let levels = counts.levels();
+    let n_vocab_without_bos = (counts.vocab().len() - 1) as f64;
+    let mut probs: Vec<Vec<f64>> = Vec::with_capacity(levels.len());
+    let mut gammas: Vec<Vec<f64>> = Vec::with_capacity(levels.len());
+    for (l, level) in levels.iter().enumerate() {
+        let discount = discounts[l];
+        let n_contexts = if l == 0 { 1 } else { levels[l - 1].len() };
+        let context_of = |i: usize| if l == 0 { 0 } else { level.context[i] as usize };
+        let mut totals = vec![0.0f64; n_contexts];
+        let mut discounted = vec![0.0f64; n_contexts];
+        for (i, &a) in adjusted[l].iter().enumerate() {
+            totals[context_of(i)] += a as f64;
+            discounted[context_of(i)] += discount.for_count(a);
+        }
+        let gamma: Vec<f64> = discounted
+            .iter()
+            .zip(&totals)
+            .map(|(&d, &t)| if t > 0.0 { d / t } else { 0.0 })
+            .collect();
+        let level_probs: Vec<f64> = adjusted[l]
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let c = context_of(i);
+                let total = totals[c];
+                let own = if total > 0.0 {
+                    (a as f64 - discount.for_count(a)) / total
+                } else {
+                    0.0
+                };
+                let lower = if l == 0 {
+                    1.0 / n_vocab_without_bos
+                } else {
+                    probs[l - 1][level.suffix[i] as usize]
+                };
+                own + gamma[c] * lower
+            })
+            .collect();
+        probs.push(level_probs);
+        if l > 0 {
+            gammas.push(gamma);
+        }
+    }
+    probs[0][counts.vocab().bos() as usize] = 1.0;
+    (probs, gammas)
+}
+
+/// Backoffs of every n-gram below the top order: 1 without kept
+/// continuations, Kneser-Ney's γ where nothing above was pruned (`gammas`
+/// given), else what renormalises the kept probabilities.
+fn backoffs(
+    levels: &[CountLevel],
+    probs: &[Vec<f64>],
+    keep: &[Vec<bool>],
+    prune: Pruning<'_>,
+    gammas: Option<&[Vec<f64>]>,
+) -> Vec<Vec<f64>> {
+    let mut backoffs: Vec<Vec<f64>> = Vec::with_capacity(levels.len());
+    for l in 0..levels.len().saturating_sub(1) {
+        let above = &levels[l + 1];
+        let n_here = levels[l].len();
+        let mut has_children = vec![false; n_here];
+        let mut sum_here = vec![0.0f64; n_here];
+        let mut sum_lower = vec![0.0f64; n_here];
+        for i in 0..above.len() {
+            if !keep[l + 1][i] {
+                continue;
+            }
+            let c = above.context[i] as usize;
+            has_children[c] = true;
+            sum_here[c] += probs[l + 1][i];
+            sum_lower[c] += probs[l][above.suffix[i] as usize];
+        }
+        let unpruned = prune.threshold(l + 2) == 0;
+        let values = (0..n_here)
+            .map(|c| match gammas {
+                _ if !has_children[c] => 1.0,
+                Some(gammas) if unpruned => gammas[l][c],
+                _ => {
+                    let numerator = 1.0 - sum_here[c];
+                    let denominator = 1.0 - sum_lower[c];
+                    if numerator <= 1e-12 || denominator <= 1e-12 {
+                        0.0
+                    } else {
+                        numerator / denominator
+                    }
+                }
+            })
+            .collect();
+        backoffs.push(values);
+    }
+    backoffs
 }

@@ -16,9 +16,9 @@ use rayon::prelude::*;
 
 use super::activation::{ActivationBuffers, QuantizedInput};
 use super::block;
-use super::dot::portable;
 use super::{GgmlType, QuantError};
-use crate::dispatch::{Dispatch, Kernel};
+use crate::kernels::dispatch::{Dispatch, Kernel};
+use crate::kernels::dot::portable;
 use crate::thread_scratch::with_thread_scratch;
 
 /// Matrices with fewer weights than this are multiplied on the calling thread:

@@ -10,14 +10,14 @@
 //! Block layouts are drawn in the `block` and `block_k` modules' docs; products run on the
 //! blocks directly and never dequantize a whole matrix.
 
-mod activation;
-mod block;
-mod block_k;
-mod dot;
+pub(crate) mod activation;
+pub(crate) mod block;
+pub(crate) mod block_k;
+
 mod ggml_type;
 mod matrix;
 
-pub use crate::dispatch::{KERNEL_ENV, Kernel};
+pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel};
 pub(crate) use ggml_type::UnsupportedType;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;

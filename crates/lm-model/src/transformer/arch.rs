@@ -66,51 +66,49 @@ pub(crate) struct Architecture {
     pub rope_freqs: bool,
 }
 
-/// The supported architectures, in the order of [`SUPPORTED`].
+/// The plain block (llama without its frequency factors) that each row of
+/// [`ARCHITECTURES`] adds to.
+const PLAIN: Architecture = Architecture {
+    name: "",
+    rope_mode: RopeMode::Adjacent,
+    qkv_bias: false,
+    qk_norm: false,
+    post_norms: false,
+    ffn: FfnKind::SwiGlu,
+    scaled_embedding: false,
+    sliding_window: None,
+    rope_freqs: false,
+};
+
+/// The supported architectures, in the order of [`SUPPORTED`]: each row
+/// names what it adds to [`PLAIN`].
 pub(crate) const ARCHITECTURES: [Architecture; 4] = [
     Architecture {
         name: "llama",
-        rope_mode: RopeMode::Adjacent,
-        qkv_bias: false,
-        qk_norm: false,
-        post_norms: false,
-        ffn: FfnKind::SwiGlu,
-        scaled_embedding: false,
-        sliding_window: None,
         rope_freqs: true,
+        ..PLAIN
     },
     Architecture {
         name: "qwen2",
         rope_mode: RopeMode::Neox,
         qkv_bias: true,
-        qk_norm: false,
-        post_norms: false,
-        ffn: FfnKind::SwiGlu,
-        scaled_embedding: false,
-        sliding_window: None,
-        rope_freqs: false,
+        ..PLAIN
     },
     Architecture {
         name: "qwen3",
         rope_mode: RopeMode::Neox,
-        qkv_bias: false,
         qk_norm: true,
-        post_norms: false,
-        ffn: FfnKind::SwiGlu,
-        scaled_embedding: false,
-        sliding_window: None,
-        rope_freqs: false,
+        ..PLAIN
     },
     Architecture {
         name: "gemma3",
         rope_mode: RopeMode::Neox,
-        qkv_bias: false,
         qk_norm: true,
         post_norms: true,
         ffn: FfnKind::GeGlu,
         scaled_embedding: true,
         sliding_window: Some((6, 10000.0)),
-        rope_freqs: false,
+        ..PLAIN
     },
 ];
 
@@ -138,58 +136,27 @@ impl Architecture {
 /// listing every missing required key at once.
 pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, TransformerError> {
     let arch = Architecture::of_file(file)?;
-    let key = |suffix: &str| format!("{}.{suffix}", arch.name);
-    let mut missing = Vec::new();
-    // A required integer: a missing key is collected, a malformed one is an error.
-    let mut required = |suffix: &str| -> Result<usize, TransformerError> {
-        let name = key(suffix);
-        match file.get_u32(&name) {
-            Ok(v) => Ok(v as usize),
-            Err(GgufError::MissingKey { .. }) => {
-                missing.push(name);
-                Ok(0)
-            }
-            Err(e) => Err(e.into()),
-        }
+    let mut meta = ArchMetadata {
+        file,
+        arch: arch.name,
+        missing: Vec::new(),
     };
-    let n_layer = required("block_count")?;
-    let context_length = required("context_length")?;
-    let n_embd = required("embedding_length")?;
-    let ffn_dim = required("feed_forward_length")?;
-    let n_head = required("attention.head_count")?;
+    let n_layer = meta.required_usize("block_count")?;
+    let context_length = meta.required_usize("context_length")?;
+    let n_embd = meta.required_usize("embedding_length")?;
+    let ffn_dim = meta.required_usize("feed_forward_length")?;
+    let n_head = meta.required_usize("attention.head_count")?;
     let window = match arch.sliding_window {
-        Some(_) => Some(required("attention.sliding_window")?),
+        Some(_) => Some(meta.required_usize("attention.sliding_window")?),
         None => None,
     };
-    let eps_key = key("attention.layer_norm_rms_epsilon");
-    let norm_eps = match file.get_f32(&eps_key) {
-        Ok(v) => v,
-        Err(GgufError::MissingKey { .. }) => {
-            missing.push(eps_key);
-            0.0
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if !missing.is_empty() {
-        return Err(TransformerError::MissingMetadata { keys: missing });
+    let norm_eps = meta.required("attention.layer_norm_rms_epsilon", GgufFile::get_f32)?;
+    if !meta.missing.is_empty() {
+        return Err(TransformerError::MissingMetadata { keys: meta.missing });
     }
-    let optional_u32 = |suffix: &str| -> Result<Option<usize>, TransformerError> {
-        match file.get_u32(&key(suffix)) {
-            Ok(v) => Ok(Some(v as usize)),
-            Err(GgufError::MissingKey { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    };
-    let optional_f32 = |suffix: &str| -> Result<Option<f32>, TransformerError> {
-        match file.get_f32(&key(suffix)) {
-            Ok(v) => Ok(Some(v)),
-            Err(GgufError::MissingKey { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    };
     // The head width: given (qwen3, gemma3), or the width over the heads,
     // which must then divide it.
-    let head_dim = match optional_u32("attention.key_length")? {
+    let head_dim = match meta.optional_usize("attention.key_length")? {
         Some(head_dim) => head_dim,
         None => {
             if n_head == 0 || !n_embd.is_multiple_of(n_head) {
@@ -198,10 +165,16 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
             n_embd / n_head
         }
     };
-    let n_kv_head = optional_u32("attention.head_count_kv")?.unwrap_or(n_head);
-    let rope_dim = optional_u32("rope.dimension_count")?.unwrap_or(head_dim);
-    let rope_base = optional_f32("rope.freq_base")?.unwrap_or(10000.0);
-    let freq_scale = rope_freq_scale(file, &key)?;
+    let n_kv_head = meta
+        .optional_usize("attention.head_count_kv")?
+        .unwrap_or(n_head);
+    let rope_dim = meta
+        .optional_usize("rope.dimension_count")?
+        .unwrap_or(head_dim);
+    let rope_base = meta
+        .optional("rope.freq_base", GgufFile::get_f32)?
+        .unwrap_or(10000.0);
+    let freq_scale = meta.rope_freq_scale()?;
     let freq_factors = match file.tensor("rope_freqs.weight") {
         Ok(tensor) if arch.rope_freqs => Some(tensor.to_f32_vec()?),
         _ => None,
@@ -210,7 +183,9 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
         .tensor("token_embd.weight")
         .ok()
         .map(|t| t.info.n_rows());
-    let vocab_size = optional_u32("vocab_size")?.unwrap_or(embedding_rows.unwrap_or(0));
+    let vocab_size = meta
+        .optional_usize("vocab_size")?
+        .unwrap_or(embedding_rows.unwrap_or(0));
     let sliding_window = match (arch.sliding_window, window) {
         (Some((period, rope_base)), Some(window)) => Some(SlidingWindow {
             window,
@@ -259,25 +234,76 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
     Ok(config)
 }
 
-/// The linear RoPE scale `1 / rope.scaling.factor` (1 without scaling);
-/// other scaling kinds (YaRN, LongRoPE) are refused by name.
-fn rope_freq_scale(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<f32, TransformerError> {
-    match file.get_str(&key("rope.scaling.type")) {
-        Ok("none") => return Ok(1.0),
-        Ok("linear") | Err(GgufError::MissingKey { .. }) => {}
-        Ok(other) => {
-            return Err(TransformerError::UnsupportedRopeScaling {
-                found: other.to_owned(),
-            });
-        }
-        Err(e) => return Err(e.into()),
+/// The `{arch}.*` keys of one file's metadata as the mapping reads them: a
+/// missing required key is collected, so that all are named at once; a
+/// malformed key is an error at once.
+struct ArchMetadata<'a> {
+    file: &'a GgufFile,
+    arch: &'static str,
+    /// The required keys found missing so far.
+    missing: Vec<String>,
+}
+
+impl<'a> ArchMetadata<'a> {
+    fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
     }
-    match file.get_f32(&key("rope.scaling.factor")) {
-        // llama.cpp reads a factor of 0 as no scaling.
-        Ok(0.0) => Ok(1.0),
-        Ok(factor) => Ok(1.0 / factor),
-        Err(GgufError::MissingKey { .. }) => Ok(1.0),
-        Err(e) => Err(e.into()),
+
+    /// `{arch}.{suffix}` read by `get`, `None` when the key is missing.
+    fn optional<T>(
+        &self,
+        suffix: &str,
+        get: fn(&'a GgufFile, &str) -> Result<T, GgufError>,
+    ) -> Result<Option<T>, TransformerError> {
+        match get(self.file, &self.key(suffix)) {
+            Ok(value) => Ok(Some(value)),
+            Err(GgufError::MissingKey { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `{arch}.{suffix}` read by `get`; a missing key is collected and read
+    /// as the default (zero), which no caller uses once one is missing.
+    fn required<T: Default>(
+        &mut self,
+        suffix: &str,
+        get: fn(&'a GgufFile, &str) -> Result<T, GgufError>,
+    ) -> Result<T, TransformerError> {
+        let value = self.optional(suffix, get)?;
+        if value.is_none() {
+            self.missing.push(self.key(suffix));
+        }
+        Ok(value.unwrap_or_default())
+    }
+
+    fn optional_usize(&self, suffix: &str) -> Result<Option<usize>, TransformerError> {
+        Ok(self
+            .optional(suffix, GgufFile::get_u32)?
+            .map(|v| v as usize))
+    }
+
+    fn required_usize(&mut self, suffix: &str) -> Result<usize, TransformerError> {
+        Ok(self.required(suffix, GgufFile::get_u32)? as usize)
+    }
+
+    /// The linear RoPE scale `1 / rope.scaling.factor` (1 without scaling);
+    /// other scaling kinds (YaRN, LongRoPE) are refused by name.
+    fn rope_freq_scale(&self) -> Result<f32, TransformerError> {
+        match self.optional("rope.scaling.type", GgufFile::get_str)? {
+            Some("none") => return Ok(1.0),
+            Some("linear") | None => {}
+            Some(other) => {
+                return Err(TransformerError::UnsupportedRopeScaling {
+                    found: other.to_owned(),
+                });
+            }
+        }
+        let factor = self.optional("rope.scaling.factor", GgufFile::get_f32)?;
+        Ok(match factor {
+            // llama.cpp reads a factor of 0 as no scaling.
+            Some(0.0) | None => 1.0,
+            Some(factor) => 1.0 / factor,
+        })
     }
 }
 

@@ -6,7 +6,7 @@
 use super::attention::{AttentionScratch, AttentionShape, attend};
 use super::config::KvPrecision;
 use super::kv_cache::{KvCache, KvShape};
-use crate::dispatch::{Dispatch, Kernel};
+use crate::kernels::dispatch::{Dispatch, Kernel};
 
 /// One layer's queries, cache and buffers (module docs).
 #[doc(hidden)]

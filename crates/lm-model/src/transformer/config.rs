@@ -207,6 +207,21 @@ impl TransformerConfig {
         }
     }
 
+    /// The window of layer `layer_idx`'s attention (`None`: global).
+    pub(crate) fn window(&self, layer_idx: usize) -> Option<usize> {
+        match self.attention_kind(layer_idx) {
+            AttentionKind::Sliding { window } => Some(window),
+            AttentionKind::Global => None,
+        }
+    }
+
+    /// The widest window of any sliding layer (`None`: no layer slides).
+    pub(crate) fn largest_window(&self) -> Option<usize> {
+        (0..self.n_layer)
+            .filter_map(|layer_idx| self.window(layer_idx))
+            .max()
+    }
+
     /// The factor of the query-key products.
     pub fn attention_scale(&self) -> f32 {
         self.options

@@ -9,9 +9,9 @@
 
 use rayon::prelude::*;
 
-use super::exp::exp_in_place;
 use super::linear::Linear;
-use crate::dispatch::Dispatch;
+use crate::kernels::dispatch::Dispatch;
+use crate::kernels::exp::exp_in_place;
 
 /// A feed-forward block with its weights.
 #[derive(Debug, Clone)]
@@ -74,49 +74,35 @@ impl FeedForward {
             .zip(ys.chunks_mut(FFN_ROWS * width_out))
         {
             let m = xs.len() / width_in;
-            let rows = ..m * ffn_dim;
-            self.forward_rows(dispatch, xs, m, &mut hidden[rows], &mut gated[rows], ys);
-        }
-    }
-
-    /// [`FeedForward::forward`] for `n` rows at once (`hidden` and `gated`:
-    /// `[n][ffn_dim]`).
-    fn forward_rows(
-        &self,
-        dispatch: Dispatch,
-        xs: &[f32],
-        n: usize,
-        hidden: &mut [f32],
-        gated: &mut [f32],
-        ys: &mut [f32],
-    ) {
-        match self {
-            Self::GeluMlp { up, down } => {
-                up.matmul(dispatch, xs, n, hidden);
-                hidden.iter_mut().for_each(|h| *h = gelu(*h));
-                down.matmul(dispatch, hidden, n, ys);
-            }
-            Self::SwiGlu { gate, up, down } | Self::GeGlu { gate, up, down } => {
-                Linear::matmul_each(dispatch, xs, n, [(gate, gated), (up, &mut *hidden)]);
-                let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| match self {
-                    Self::SwiGlu { .. } => silu_gate(dispatch, hidden, gated),
-                    _ => {
-                        for (h, &g) in hidden.iter_mut().zip(gated) {
-                            *h *= gelu(g);
-                        }
-                    }
-                };
-                if n > 1 {
-                    // A batch (prefill): the rows in parallel.
-                    let width = (hidden.len() / n).max(1);
-                    hidden
-                        .par_chunks_mut(width)
-                        .zip(gated.par_chunks(width))
-                        .for_each(gate_rows);
-                } else {
-                    gate_rows((hidden, gated));
+            let (hidden, gated) = (&mut hidden[..m * ffn_dim], &mut gated[..m * ffn_dim]);
+            match self {
+                Self::GeluMlp { up, down } => {
+                    up.matmul(dispatch, xs, m, hidden);
+                    hidden.iter_mut().for_each(|h| *h = gelu(*h));
+                    down.matmul(dispatch, hidden, m, ys);
                 }
-                down.matmul(dispatch, hidden, n, ys);
+                Self::SwiGlu { gate, up, down } | Self::GeGlu { gate, up, down } => {
+                    Linear::matmul_each(dispatch, xs, m, [(gate, &mut *gated), (up, &mut *hidden)]);
+                    let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| match self {
+                        Self::SwiGlu { .. } => silu_gate(dispatch, hidden, gated),
+                        _ => {
+                            for (h, &g) in hidden.iter_mut().zip(gated) {
+                                *h *= gelu(g);
+                            }
+                        }
+                    };
+                    if m > 1 {
+                        // A batch (prefill): the rows in parallel.
+                        let width = (hidden.len() / m).max(1);
+                        hidden
+                            .par_chunks_mut(width)
+                            .zip(gated.par_chunks(width))
+                            .for_each(gate_rows);
+                    } else {
+                        gate_rows((hidden, gated));
+                    }
+                    down.matmul(dispatch, hidden, m, ys);
+                }
             }
         }
     }

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, linalg::general_mat_mul};
 
 use super::TransformerError;
-use crate::dispatch::Dispatch;
 use crate::gguf::GgufFile;
+use crate::kernels::dispatch::Dispatch;
 use crate::quant::{GgmlType, QMatrix};
 
 /// A weight matrix, `[n_rows][n_cols]`, applied as `y = W x`.

@@ -3,11 +3,12 @@
 //!
 //! - `config`: the typed shape of a model ([`TransformerConfig`]).
 //! - `norm`, `rope`, `attention`, `ffn`, `linear`: the blocks.
-//! - `exp`: a vectorised `exp` with libm's bits, for attention's softmax.
 //! - `kv_cache`: the per-sequence key/value cache, forkable without copying
 //!   the shared prefix.
 //! - `model`: weights ([`Decoder`]) apart from per-sequence state
-//!   ([`DecoderState`]), the cached forward pass, and the uncached reference.
+//!   ([`DecoderState`]) and the cached forward pass.
+//! - `reference`: the uncached reference pass on plain ndarray operations
+//!   ([`Decoder::reference_logits`]).
 //! - `toy`: the lessons' toy decoder ([`Toy`]).
 //! - `arch`: the supported architectures (llama, qwen2, qwen3, gemma3) and
 //!   the mapping of their GGUF metadata to a configuration.
@@ -41,13 +42,13 @@ mod attention;
 mod attention_workload;
 mod config;
 mod error;
-mod exp;
 mod ffn;
 mod kv_cache;
 mod linear;
 mod llama;
 mod model;
 mod norm;
+mod reference;
 mod rope;
 mod toy;
 

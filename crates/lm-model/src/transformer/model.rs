@@ -29,24 +29,25 @@
 //! but finishes only the last row, and only that row is unembedded (for
 //! SmolLM2 the unembedding is 49152 x 576, the largest product of a step).
 //!
-//! [`Decoder::reference_logits`] recomputes the same function over a whole
-//! prefix with plain ndarray operations and an explicit mask matrix, with no
-//! cache code: the path the cached one is tested against.
+//! [`Decoder::reference_logits`] (`reference.rs`) recomputes the same
+//! function over a whole prefix with plain ndarray operations and an
+//! explicit mask matrix, with no cache code: the path the cached one is
+//! tested against.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
-use ndarray::{Array2, Axis, s};
+use ndarray::Array2;
 
 use super::TransformerError;
 use super::attention::{AttentionScratch, AttentionShape, attend};
 use super::config::{AttentionKind, KvPrecision, PositionKind, RopeOptions, TransformerConfig};
-use super::ffn::{FFN_ROWS, FeedForward, gelu, silu};
+use super::ffn::{FFN_ROWS, FeedForward};
 use super::kv_cache::{KvCache, KvShape};
 use super::linear::Linear;
 use super::norm::Norm;
 use super::rope::RopeTable;
-use crate::dispatch::Dispatch;
+use crate::kernels::dispatch::Dispatch;
 
 mod multi_sequence;
 
@@ -137,7 +138,7 @@ pub struct DecoderWeights {
 
 /// How positions enter the computation, ready to use.
 #[derive(Debug, Clone)]
-enum Positions {
+pub(super) enum Positions {
     /// `[context_length][n_embd]`, added to the token embedding.
     Learned(Array2<f32>),
     /// Rotary embedding of queries and keys: one table for the global
@@ -154,10 +155,10 @@ enum Positions {
 #[derive(Debug)]
 pub struct Decoder {
     config: TransformerConfig,
-    token_embedding: Linear,
-    positions: Positions,
-    layers: Vec<LayerWeights>,
-    final_norm: Norm,
+    pub(super) token_embedding: Linear,
+    pub(super) positions: Positions,
+    pub(super) layers: Vec<LayerWeights>,
+    pub(super) final_norm: Norm,
     output: Option<Linear>,
     /// Positions computed by forward passes (lesson 001's "positions read").
     positions_computed: AtomicUsize,
@@ -285,7 +286,7 @@ impl Decoder {
     }
 
     /// The unembedding matrix (the token embedding when tied).
-    fn output(&self) -> &Linear {
+    pub(super) fn output(&self) -> &Linear {
         self.output.as_ref().unwrap_or(&self.token_embedding)
     }
 
@@ -296,10 +297,7 @@ impl Decoder {
             head_dim: self.config.head_dim,
             precision: self.config.kv_precision,
             scale: self.config.attention_scale(),
-            window: match self.config.attention_kind(layer_idx) {
-                AttentionKind::Global => None,
-                AttentionKind::Sliding { window } => Some(window),
-            },
+            window: self.config.window(layer_idx),
         }
     }
 
@@ -312,113 +310,6 @@ impl Decoder {
                 AttentionKind::Global => Some(global),
             },
         }
-    }
-
-    /// The logits of every position of `tokens` read from the start, one row
-    /// per token (`[tokens.len()][vocab_size]`), computed with plain ndarray
-    /// products, an explicit causal mask matrix and no cache: the reference
-    /// the cached forward pass is tested against. Quantized weights are
-    /// dequantised one matrix at a time, so this is slow on a real model.
-    pub fn reference_logits(&self, tokens: &[TokenId]) -> lm_core::Result<Array2<f32>> {
-        self.check_input(0, tokens)?;
-        let c = &self.config;
-        let n = tokens.len();
-        let embedding = self.token_embedding.to_dense();
-        let mut x = Array2::<f32>::zeros((n, c.n_embd));
-        for (mut row, &token) in x.rows_mut().into_iter().zip(tokens) {
-            row.assign(&embedding.row(token as usize));
-        }
-        if let Positions::Learned(table) = &self.positions {
-            x += &table.slice(s![..n, ..]);
-        }
-        if let Some(scale) = c.options.embedding_scale {
-            x *= scale;
-        }
-        let group = c.n_head / c.n_kv_head;
-        let scale = c.attention_scale();
-        for (layer_idx, layer) in self.layers.iter().enumerate() {
-            // mask[i][j] = 0 where key j is visible to query i (j <= i, and
-            // within the window on a sliding layer), else -inf.
-            let window = match c.attention_kind(layer_idx) {
-                AttentionKind::Global => n,
-                AttentionKind::Sliding { window } => window,
-            };
-            let mask = Array2::from_shape_fn((n, n), |(i, j)| {
-                if j <= i && i - j < window {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            });
-            let h = reference_norm(&layer.attn_norm, &x);
-            let mut q = h.dot(&layer.wq.to_dense().t());
-            let mut k = h.dot(&layer.wk.to_dense().t());
-            let mut v = h.dot(&layer.wv.to_dense().t());
-            if let Some(bias) = &layer.qkv_bias {
-                q += &ndarray::ArrayView1::from(&bias.q);
-                k += &ndarray::ArrayView1::from(&bias.k);
-                v += &ndarray::ArrayView1::from(&bias.v);
-            }
-            if let Some(norm) = &layer.q_norm {
-                q = reference_head_norm(norm, &q, c.head_dim);
-            }
-            if let Some(norm) = &layer.k_norm {
-                k = reference_head_norm(norm, &k, c.head_dim);
-            }
-            if let PositionKind::Rope { base, dim } = c.position {
-                let (base, freq_scale) =
-                    match (c.attention_kind(layer_idx), c.options.sliding_window) {
-                        (AttentionKind::Sliding { .. }, Some(sw)) => (sw.rope_base, 1.0),
-                        _ => (base, c.options.rope.freq_scale),
-                    };
-                let rope = ReferenceRope {
-                    head_dim: c.head_dim,
-                    dim,
-                    base,
-                    freq_scale,
-                    options: &c.options.rope,
-                };
-                rope.apply(&mut q);
-                rope.apply(&mut k);
-            }
-            let mut attended = Array2::<f32>::zeros((n, c.q_dim()));
-            for head in 0..c.n_head {
-                let kv_head = head / group;
-                let q_cols = s![.., head * c.head_dim..(head + 1) * c.head_dim];
-                let kv_cols = s![.., kv_head * c.head_dim..(kv_head + 1) * c.head_dim];
-                let scores = q.slice(q_cols).dot(&k.slice(kv_cols).t()) * scale + &mask;
-                let weights = reference_softmax_rows(scores);
-                attended
-                    .slice_mut(q_cols)
-                    .assign(&weights.dot(&v.slice(kv_cols)));
-            }
-            let mut attn_out = attended.dot(&layer.wo.to_dense().t());
-            if let Some(norm) = &layer.post_attn_norm {
-                attn_out = reference_norm(norm, &attn_out);
-            }
-            x += &attn_out;
-            let h = reference_norm(&layer.ffn_norm, &x);
-            let mut ffn_out = match &layer.ffn {
-                FeedForward::GeluMlp { up, down } => h
-                    .dot(&up.to_dense().t())
-                    .mapv(gelu)
-                    .dot(&down.to_dense().t()),
-                FeedForward::SwiGlu { gate, up, down } => {
-                    let gated = h.dot(&gate.to_dense().t()).mapv(silu) * h.dot(&up.to_dense().t());
-                    gated.dot(&down.to_dense().t())
-                }
-                FeedForward::GeGlu { gate, up, down } => {
-                    let gated = h.dot(&gate.to_dense().t()).mapv(gelu) * h.dot(&up.to_dense().t());
-                    gated.dot(&down.to_dense().t())
-                }
-            };
-            if let Some(norm) = &layer.post_ffn_norm {
-                ffn_out = reference_norm(norm, &ffn_out);
-            }
-            x += &ffn_out;
-        }
-        let h = reference_norm(&self.final_norm, &x);
-        Ok(h.dot(&self.output().to_dense().t()))
     }
 }
 
@@ -538,12 +429,7 @@ impl LanguageModel for Decoder {
 
     fn new_state(&self) -> DecoderState {
         let c = &self.config;
-        let windows: Vec<Option<usize>> = (0..c.n_layer)
-            .map(|layer_idx| match c.attention_kind(layer_idx) {
-                AttentionKind::Sliding { window } => Some(window),
-                AttentionKind::Global => None,
-            })
-            .collect();
+        let windows: Vec<Option<usize>> = (0..c.n_layer).map(|i| c.window(i)).collect();
         DecoderState {
             history: windows.iter().any(Option::is_some).then(Vec::new),
             cache: KvCache::with_windows(
@@ -561,15 +447,11 @@ impl LanguageModel for Decoder {
         }
     }
 
-    /// Runs `Decoder::forward_here` on a thread of rayon's pool when the
-    /// caller is not one of them: the products of one pass then split their
-    /// rows with `join`s inside the pool, instead of each of the ~200
-    /// products of a decode step handing its work to the pool and sleeping
-    /// until it is done (two context switches per product, a profile showed
-    /// 2 threads decoding slower than 1). With a pool of one thread, only a
-    /// pass over several tokens goes in: it runs the rows of its attention,
-    /// its gating and its product transposes as parallel iterators, which
-    /// from outside the pool are ~270 hand-offs per pass (a profile of an
+    /// Reads `tokens` on a thread of rayon's pool when the caller is not one
+    /// of them (see `in_pool`). With a pool of one thread, only a pass
+    /// over several tokens goes in: it runs the rows of its attention, its
+    /// gating and its product transposes as parallel iterators, which from
+    /// outside the pool are ~270 hand-offs per pass (a profile of an
     /// 8-token pass at 1 thread spent 7% of its time switching threads); a
     /// one-token pass has none, so it stays on the caller's thread.
     fn forward(
@@ -579,12 +461,13 @@ impl LanguageModel for Decoder {
         rows: Rows,
         logits: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
+        self.check_input(state.pos(), tokens)?;
         let parallel_work = rayon::current_num_threads() > 1 || tokens.len() > 1;
-        if parallel_work && rayon::current_thread_index().is_none() {
-            rayon::scope(|_| self.forward_here(state, tokens, rows, logits))
-        } else {
-            self.forward_here(state, tokens, rows, logits)
-        }
+        in_pool(parallel_work, || {
+            let max_piece = self.catch_up(state, tokens);
+            self.read_in_pieces(state, tokens, max_piece, rows, logits);
+        });
+        Ok(())
     }
 
     /// One pass over the weights for every sequence when each reads one
@@ -616,39 +499,37 @@ impl LanguageModel for Decoder {
             self.check_input(state.pos(), tokens)?;
         }
         let tokens: Vec<TokenId> = tokens.iter().map(|t| t[0]).collect();
-        if rayon::current_num_threads() > 1 && rayon::current_thread_index().is_none() {
-            rayon::scope(|_| self.step_together(states, &tokens, logits));
-        } else {
+        in_pool(rayon::current_num_threads() > 1, || {
             self.step_together(states, &tokens, logits);
-        }
+        });
         Ok(())
     }
 }
 
+/// Runs `work` on a thread of rayon's pool when `parallel_work` and the
+/// caller is not one of them: the products of a pass then split their rows
+/// with `join`s inside the pool, instead of each of the ~200 products of a
+/// decode step handing its work to the pool and sleeping until it is done
+/// (two context switches per product, a profile showed 2 threads decoding
+/// slower than 1).
+fn in_pool<R: Send>(parallel_work: bool, work: impl FnOnce() -> R + Send) -> R {
+    if parallel_work && rayon::current_thread_index().is_none() {
+        rayon::scope(|_| work())
+    } else {
+        work()
+    }
+}
+
 impl Decoder {
-    /// The forward pass on the calling thread (see [`LanguageModel::forward`]).
-    ///
-    /// With sliding-window layers, whose cache is a ring (see
-    /// [`KvCache::ring_len`]), the tokens are read in pieces short enough
-    /// that a piece's keys never overwrite a row one of its queries still
-    /// reads; and after a truncation further back than the ring reaches,
-    /// the prefix is first recomputed from the tokens the state kept.
-    fn forward_here(
-        &self,
-        state: &mut DecoderState,
-        tokens: &[TokenId],
-        rows: Rows,
-        logits: &mut Vec<f32>,
-    ) -> lm_core::Result<()> {
+    /// Readies `state` to read `tokens` and returns the longest piece they
+    /// may be read in. With sliding-window layers, whose cache is a ring
+    /// (see [`KvCache::ring_len`]), a piece is short enough that its keys
+    /// never overwrite a row one of its queries still reads; and after a
+    /// truncation further back than the ring reaches, the prefix is first
+    /// recomputed from the tokens the state kept.
+    fn catch_up(&self, state: &mut DecoderState, tokens: &[TokenId]) -> usize {
         let pos = state.pos();
-        self.check_input(pos, tokens)?;
-        let c = &self.config;
-        let largest_window = (0..c.n_layer)
-            .filter_map(|layer_idx| match c.attention_kind(layer_idx) {
-                AttentionKind::Sliding { window } => Some(window),
-                AttentionKind::Global => None,
-            })
-            .max();
+        let largest_window = self.config.largest_window();
         let max_piece = match (largest_window, state.cache.ring_len()) {
             (Some(window), Some(ring_len)) => ring_len + 1 - window.min(ring_len),
             _ => tokens.len(),
@@ -670,11 +551,25 @@ impl Decoder {
             }
             history.extend_from_slice(tokens);
         }
+        max_piece
+    }
+
+    /// Reads `tokens` into `state` in pieces of at most `max_piece` and
+    /// writes the logits of `rows` into `logits`.
+    fn read_in_pieces(
+        &self,
+        state: &mut DecoderState,
+        tokens: &[TokenId],
+        max_piece: usize,
+        rows: Rows,
+        logits: &mut Vec<f32>,
+    ) {
+        let vocab_size = self.config.vocab_size;
         let n_out = match rows {
             Rows::All => tokens.len(),
             Rows::Last => 1,
         };
-        logits.resize(n_out * c.vocab_size, 0.0);
+        logits.resize(n_out * vocab_size, 0.0);
         let mut written = 0;
         let n_pieces = tokens.len().div_ceil(max_piece);
         for (piece_idx, piece) in tokens.chunks(max_piece).enumerate() {
@@ -683,16 +578,16 @@ impl Decoder {
                 Rows::Last if piece_idx + 1 == n_pieces => piece.len() - 1,
                 Rows::Last => piece.len(),
             };
-            let n_rows = (piece.len() - out_first) * c.vocab_size;
+            let n_rows = (piece.len() - out_first) * vocab_size;
             let out = &mut logits[written..written + n_rows];
-            self.forward_piece(cache, scratch, piece, out_first, out);
+            self.forward_piece(&mut state.cache, &mut state.scratch, piece, out_first, out);
             written += n_rows;
         }
-        Ok(())
     }
 
     /// Reads `tokens` at the cache's position and writes the logits of rows
-    /// `out_first..` into `logits` (`out_first == tokens.len()`: none).
+    /// `out_first..` into `logits` (`out_first == tokens.len()`: none). The
+    /// steps follow llama2.c's `forward`, for a piece of `n` rows at once.
     fn forward_piece(
         &self,
         cache: &mut KvCache,
@@ -705,22 +600,15 @@ impl Decoder {
         let n = tokens.len();
         self.positions_computed.fetch_add(n, Ordering::Relaxed);
         let c = &self.config;
-        let (d, q_dim, kv_dim) = (c.n_embd, c.q_dim(), c.kv_dim());
+        let (d, q_dim) = (c.n_embd, c.q_dim());
         s.size_for(c, n);
 
+        // copy the token embeddings into x
         for (i, (&token, x_row)) in tokens.iter().zip(s.x.chunks_exact_mut(d)).enumerate() {
-            self.token_embedding.row(token as usize, x_row);
-            if let Positions::Learned(table) = &self.positions {
-                for (x, &p) in x_row.iter_mut().zip(table.row(pos + i)) {
-                    *x += p;
-                }
-            }
-            if let Some(scale) = c.options.embedding_scale {
-                x_row.iter_mut().for_each(|x| *x *= scale);
-            }
+            self.embed(token, pos + i, x_row);
         }
 
-        let ffn_dim = c.ffn_dim;
+        // forward all the layers
         for (layer_idx, layer) in self.layers.iter().enumerate() {
             // Every row's keys and values are needed, but in the last layer
             // only the returned rows need the rest of the block.
@@ -730,47 +618,17 @@ impl Decoder {
                 0
             };
             let m = n - first;
-            let shape = self.attention_shape(layer_idx);
-            let rope = self.rope(layer_idx);
-            layer.attn_norm.apply_rows(&s.x, &mut s.normed);
-            let q = &mut s.q[..m * q_dim];
-            let (k, v) = (&mut s.k[..], &mut s.v[..]);
-            if first == 0 {
-                // Every row goes on through the block: one product for the
-                // three projections.
-                let products = [(&layer.wq, q), (&layer.wk, k), (&layer.wv, v)];
-                Linear::matmul_each(self.dispatch, &s.normed, n, products);
-            } else {
-                let products = [(&layer.wk, k), (&layer.wv, v)];
-                Linear::matmul_each(self.dispatch, &s.normed, n, products);
-                layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
-            }
-            if let Some(bias) = &layer.qkv_bias {
-                add_bias_rows(&mut s.k, &bias.k);
-                add_bias_rows(&mut s.v, &bias.v);
-            }
-            // An f16 cache (KvPrecision::F16) rounds keys and values to f16
-            // as it stores them.
-            for (i, (k_row, v_row)) in
-                s.k.chunks_exact_mut(kv_dim)
-                    .zip(s.v.chunks_exact(kv_dim))
-                    .enumerate()
-            {
-                if let Some(norm) = &layer.k_norm {
-                    norm.apply_rows_in_place(k_row);
-                }
-                if let Some(table) = rope {
-                    table.rotate_heads(k_row, c.head_dim, pos + i);
-                }
-                cache.write(layer_idx, pos + i, k_row, v_row);
-            }
+            // attention norm, qkv matmuls, keys and values into the kv cache
+            self.project_piece(layer_idx, layer, cache, s, n, first);
             if m == 0 {
                 continue;
             }
+            // query bias and norm, RoPE relative positional encoding
             let q = &mut s.q[..m * q_dim];
             if let Some(bias) = &layer.qkv_bias {
                 add_bias_rows(q, &bias.q);
             }
+            let rope = self.rope(layer_idx);
             for (j, q_row) in q.chunks_exact_mut(q_dim).enumerate() {
                 if let Some(norm) = &layer.q_norm {
                     norm.apply_rows_in_place(q_row);
@@ -779,7 +637,8 @@ impl Decoder {
                     table.rotate_heads(q_row, c.head_dim, pos + first + j);
                 }
             }
-            let cache = &*cache;
+            // multihead attention over the cache rows each query sees
+            let shape = self.attention_shape(layer_idx);
             let attended = &mut s.attended[..m * q_dim];
             attend(
                 shape,
@@ -790,34 +649,124 @@ impl Decoder {
                 &mut s.attention,
                 attended,
             );
-            let x = &mut s.x[first * d..];
-            let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
-            layer.wo.matmul(self.dispatch, attended, m, projected);
-            if let Some(norm) = &layer.post_attn_norm {
-                norm.apply_rows_in_place(projected);
-            }
-            add_assign(x, projected);
-            layer.ffn_norm.apply_rows(x, normed);
-            let ffn_rows = ..m.min(FFN_ROWS) * ffn_dim;
-            let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
-            layer
-                .ffn
-                .forward(self.dispatch, normed, m, hidden, gated, projected);
-            if let Some(norm) = &layer.post_ffn_norm {
-                norm.apply_rows_in_place(projected);
-            }
-            add_assign(x, projected);
+            // output projection and residual, then the ffn and its residual
+            self.finish_block(layer, s, first, m);
         }
         cache.commit(n);
 
-        let n_out = n - out_first;
-        if n_out == 0 {
-            return;
+        // final norm and the classifier into the logits
+        if n > out_first {
+            self.unembed(s, out_first, logits);
         }
-        self.final_norm
-            .apply_rows(&s.x[out_first * d..], &mut s.normed[..n_out * d]);
-        self.output()
-            .matmul(self.dispatch, &s.normed[..n_out * d], n_out, logits);
+    }
+
+    /// Writes the embedding of `token` at position `pos` into `x_row`: the
+    /// token's row, plus the learned position's, times the embedding scale.
+    fn embed(&self, token: TokenId, pos: usize, x_row: &mut [f32]) {
+        self.token_embedding.row(token as usize, x_row);
+        if let Positions::Learned(table) = &self.positions {
+            for (x, &p) in x_row.iter_mut().zip(table.row(pos)) {
+                *x += p;
+            }
+        }
+        if let Some(scale) = self.config.options.embedding_scale {
+            x_row.iter_mut().for_each(|x| *x *= scale);
+        }
+    }
+
+    /// The start of layer `layer_idx` for a piece of `n` rows at the cache's
+    /// position: the attention norm of every row, the queries of rows
+    /// `first..` into `s.q` (no bias, norm or rotation yet), and every row's
+    /// keys and values, biased, normalised and rotated, into the cache.
+    fn project_piece(
+        &self,
+        layer_idx: usize,
+        layer: &LayerWeights,
+        cache: &mut KvCache,
+        s: &mut Scratch,
+        n: usize,
+        first: usize,
+    ) {
+        let c = &self.config;
+        let (d, kv_dim) = (c.n_embd, c.kv_dim());
+        let pos = cache.pos();
+        let m = n - first;
+        // attention norm
+        layer.attn_norm.apply_rows(&s.x, &mut s.normed);
+        // qkv matmuls for these positions
+        let q = &mut s.q[..m * c.q_dim()];
+        let (k, v) = (&mut s.k[..], &mut s.v[..]);
+        if first == 0 {
+            // Every row goes on through the block: one product for the
+            // three projections.
+            let products = [(&layer.wq, q), (&layer.wk, k), (&layer.wv, v)];
+            Linear::matmul_each(self.dispatch, &s.normed, n, products);
+        } else {
+            let products = [(&layer.wk, k), (&layer.wv, v)];
+            Linear::matmul_each(self.dispatch, &s.normed, n, products);
+            layer.wq.matmul(self.dispatch, &s.normed[first * d..], m, q);
+        }
+        if let Some(bias) = &layer.qkv_bias {
+            add_bias_rows(&mut s.k, &bias.k);
+            add_bias_rows(&mut s.v, &bias.v);
+        }
+        // key norm and RoPE, then keys and values into the kv cache (an f16
+        // cache, KvPrecision::F16, rounds them to f16 as it stores them)
+        let rope = self.rope(layer_idx);
+        for (i, (k_row, v_row)) in
+            s.k.chunks_exact_mut(kv_dim)
+                .zip(s.v.chunks_exact(kv_dim))
+                .enumerate()
+        {
+            if let Some(norm) = &layer.k_norm {
+                norm.apply_rows_in_place(k_row);
+            }
+            if let Some(table) = rope {
+                table.rotate_heads(k_row, c.head_dim, pos + i);
+            }
+            cache.write(layer_idx, pos + i, k_row, v_row);
+        }
+    }
+
+    /// The rest of a layer for the `m` rows of the residual stream from row
+    /// `first`, whose attention outputs are in `s.attended`:
+    /// `x += post_norm(attended Wo^T)`, then `x += post_norm(ffn(norm(x)))`.
+    fn finish_block(&self, layer: &LayerWeights, s: &mut Scratch, first: usize, m: usize) {
+        let c = &self.config;
+        let d = c.n_embd;
+        let x = &mut s.x[first * d..];
+        let attended = &s.attended[..m * c.q_dim()];
+        let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
+        // final matmul to get the output of the attention
+        layer.wo.matmul(self.dispatch, attended, m, projected);
+        if let Some(norm) = &layer.post_attn_norm {
+            norm.apply_rows_in_place(projected);
+        }
+        // residual connection back into x
+        add_assign(x, projected);
+        // ffn norm, then the feed-forward block
+        layer.ffn_norm.apply_rows(x, normed);
+        let ffn_rows = ..m.min(FFN_ROWS) * c.ffn_dim;
+        let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
+        layer
+            .ffn
+            .forward(self.dispatch, normed, m, hidden, gated, projected);
+        if let Some(norm) = &layer.post_ffn_norm {
+            norm.apply_rows_in_place(projected);
+        }
+        // residual connection
+        add_assign(x, projected);
+    }
+
+    /// The final norm of the residual stream's rows from row `first` and
+    /// their logits, `[rows][vocab_size]`, into `logits`.
+    fn unembed(&self, s: &mut Scratch, first: usize, logits: &mut [f32]) {
+        let d = self.config.n_embd;
+        let x = &s.x[first * d..];
+        let n_out = x.len() / d;
+        let normed = &mut s.normed[..n_out * d];
+        self.final_norm.apply_rows(x, normed);
+        self.output().matmul(self.dispatch, normed, n_out, logits);
     }
 }
 
@@ -934,83 +883,4 @@ fn check_layer_options(
         }
     }
     Ok(())
-}
-
-/// Normalises every row of `x` with plain ndarray operations.
-fn reference_norm(norm: &Norm, x: &Array2<f32>) -> Array2<f32> {
-    let x = x.mapv(f64::from);
-    let width = x.ncols() as f64;
-    let eps = f64::from(norm.eps());
-    let weight = ndarray::Array1::from(norm.weight().to_vec()).mapv(f64::from);
-    let normed = match norm.kind() {
-        super::NormKind::LayerNorm => {
-            let mean = x.sum_axis(Axis(1)) / width;
-            let centered = &x - &mean.insert_axis(Axis(1));
-            let var = centered.mapv(|v| v * v).sum_axis(Axis(1)) / width;
-            let bias = ndarray::Array1::from(norm.bias().to_vec()).mapv(f64::from);
-            centered / var.mapv(|v| (v + eps).sqrt()).insert_axis(Axis(1)) * &weight + &bias
-        }
-        super::NormKind::RmsNorm => {
-            let mean_square = x.mapv(|v| v * v).sum_axis(Axis(1)) / width;
-            &x / mean_square.mapv(|v| (v + eps).sqrt()).insert_axis(Axis(1)) * &weight
-        }
-    };
-    normed.mapv(|v| v as f32)
-}
-
-/// Normalises every head (`head_dim` columns) of every row of `x`.
-fn reference_head_norm(norm: &Norm, x: &Array2<f32>, head_dim: usize) -> Array2<f32> {
-    let (n, width) = x.dim();
-    let heads = x
-        .to_shape((n * width / head_dim, head_dim))
-        .expect("rows of whole heads")
-        .to_owned();
-    reference_norm(norm, &heads)
-        .into_shape_with_order((n, width))
-        .expect("the same number of values")
-}
-
-/// RoPE written out from its definition: every head of every row (row
-/// index = position) turned pair by pair, angles computed afresh in f64.
-struct ReferenceRope<'a> {
-    head_dim: usize,
-    dim: usize,
-    base: f32,
-    freq_scale: f32,
-    options: &'a RopeOptions,
-}
-
-impl ReferenceRope<'_> {
-    fn apply(&self, x: &mut Array2<f32>) {
-        let half = self.dim / 2;
-        for (pos, mut row) in x.rows_mut().into_iter().enumerate() {
-            for head_start in (0..row.len()).step_by(self.head_dim) {
-                for i in 0..half {
-                    let factor = self.options.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-                    let theta = pos as f64 * f64::from(self.freq_scale)
-                        / f64::from(self.base).powf(2.0 * i as f64 / self.dim as f64)
-                        / f64::from(factor);
-                    let (sin, cos) = theta.sin_cos();
-                    let (a, b) = match self.options.mode {
-                        super::RopeMode::Adjacent => (head_start + 2 * i, head_start + 2 * i + 1),
-                        super::RopeMode::Neox => (head_start + i, head_start + i + half),
-                    };
-                    let (x0, x1) = (f64::from(row[a]), f64::from(row[b]));
-                    row[a] = (x0 * cos - x1 * sin) as f32;
-                    row[b] = (x0 * sin + x1 * cos) as f32;
-                }
-            }
-        }
-    }
-}
-
-/// Softmax of every row, subtracting the row maximum first.
-fn reference_softmax_rows(mut scores: Array2<f32>) -> Array2<f32> {
-    for mut row in scores.rows_mut() {
-        let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        row.mapv_inplace(|v| (v - max).exp());
-        let sum = row.sum();
-        row /= sum;
-    }
-    scores
 }

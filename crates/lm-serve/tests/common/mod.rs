@@ -28,6 +28,14 @@ impl TestServer {
         Self::start(toy_model(), ToyText, config)
     }
 
+    /// The toy model behind a closed [`Gate`] with `text`, served with
+    /// `config`'s settings, and the gate that lets its forward passes run.
+    pub fn gated_toy(text: impl ServedText + 'static, config: ServeConfig) -> (Self, Gate) {
+        let (model, gate) = gated(toy_model());
+        gate.close();
+        (Self::start(model, text, config), gate)
+    }
+
     /// Serves `model` on a free loopback port with `config`'s other settings.
     pub fn start<M>(model: M, text: impl ServedText + 'static, config: ServeConfig) -> Self
     where
@@ -80,7 +88,7 @@ impl TestServer {
 
     /// `POST path` with a JSON body: the status and the JSON answer.
     pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let response = request(self.addr, "POST", path, &[], body.to_string().as_bytes());
+        let response = post_body(self.addr, path, &body.to_string());
         (response.status, response.json())
     }
 
@@ -132,6 +140,15 @@ impl Response {
         })
     }
 
+    /// The JSON chunks of a stream: its events before the closing `[DONE]`.
+    pub fn chunks(&self) -> Vec<Value> {
+        let events = self.events();
+        events[..events.len() - 1]
+            .iter()
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
+    }
+
     /// The `data:` payloads of a server-sent-events body.
     pub fn events(&self) -> Vec<String> {
         String::from_utf8(self.body.clone())
@@ -140,6 +157,11 @@ impl Response {
             .filter_map(|line| line.strip_prefix("data: ").map(str::to_owned))
             .collect()
     }
+}
+
+/// `POST path` with `body` to the server at `addr`, without extra headers.
+pub fn post_body(addr: SocketAddr, path: &str, body: &str) -> Response {
+    request(addr, "POST", path, &[], body.as_bytes())
 }
 
 /// Sends one request (`Connection: close`) and reads the whole answer.
@@ -264,6 +286,13 @@ impl ForwardHook for Gate {
 
 /// The longest a forward pass waits at a closed [`Gate`].
 const GATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Asserts that an error answer's message contains `part`.
+#[track_caller]
+pub fn assert_error_message(answer: &Value, part: &str) {
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains(part), "{answer}");
+}
 
 /// Polls `done` until it holds; panics after 30 s, naming `what`.
 pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

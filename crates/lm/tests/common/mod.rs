@@ -4,8 +4,18 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use lm::lm_core::TokenId;
 use lm::lm_model::catalog::{GEMMA3_270M, SMOLLM2};
+use lm::lm_tokenize::Tokenizer;
 use lm::{GgufModel, GgufText};
+
+/// An error and its sources, joined by ": " as lm-cli prints them (the
+/// loader's errors name the stage; the cause, such as an unsupported weight
+/// type, is in a source).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let causes = std::iter::successors(Some(error), |e| e.source());
+    causes.map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
+}
 
 /// A path under the workspace's `fixtures/` directory.
 pub fn fixture_path(relative: &str) -> PathBuf {
@@ -42,4 +52,35 @@ pub fn gemma3_text() -> &'static GgufText {
         let path = GEMMA3_270M.path().unwrap_or_else(|err| panic!("{err}"));
         GgufText::open(path).expect("Gemma 3's tokenizer builds")
     })
+}
+
+/// Streams `text`'s ids through `tokenizer`'s [`lm::lm_tokenize::TextStream`]
+/// and checks that no chunk holds a replacement character and that the
+/// chunks add up to `text`. Returns the ids and how many of them the stream
+/// withheld (a character not yet whole).
+#[track_caller]
+pub fn check_stream(
+    tokenizer: &Tokenizer,
+    text: &str,
+    skip_special: bool,
+) -> (Vec<TokenId>, usize) {
+    let ids = tokenizer.encode(text).unwrap();
+    let mut stream = tokenizer.text_stream(skip_special);
+    let mut chunks = Vec::new();
+    let mut n_withheld = 0;
+    for &id in &ids {
+        match stream.push(id).unwrap() {
+            Some(chunk) => chunks.push(chunk),
+            None => n_withheld += 1,
+        }
+    }
+    chunks.push(stream.finish().unwrap());
+    assert!(
+        chunks
+            .iter()
+            .all(|c| !c.contains(char::REPLACEMENT_CHARACTER)),
+        "{chunks:?}"
+    );
+    assert_eq!(chunks.concat(), text);
+    (ids, n_withheld)
 }

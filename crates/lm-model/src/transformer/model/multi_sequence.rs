@@ -21,10 +21,9 @@ use std::sync::atomic::Ordering;
 use lm_core::TokenId;
 use rayon::prelude::*;
 
-use super::{AttentionKind, DecoderState, Positions, Scratch, add_assign, add_bias_rows};
+use super::{DecoderState, Scratch, add_bias_rows};
 use crate::transformer::Decoder;
 use crate::transformer::attention::{AttentionScratch, attend};
-use crate::transformer::ffn::FFN_ROWS;
 use crate::transformer::linear::Linear;
 
 impl Decoder {
@@ -32,13 +31,7 @@ impl Decoder {
     /// pass: a sliding-window cache that no longer holds its window needs
     /// the single-sequence path, which recomputes the prefix first.
     pub(super) fn can_step_together(&self, states: &[DecoderState]) -> bool {
-        let c = &self.config;
-        let largest_window = (0..c.n_layer)
-            .filter_map(|layer_idx| match c.attention_kind(layer_idx) {
-                AttentionKind::Sliding { window } => Some(window),
-                AttentionKind::Global => None,
-            })
-            .max();
+        let largest_window = self.config.largest_window();
         states.iter().all(|state| match largest_window {
             Some(window) => state.cache.holds_window(window),
             None => true,
@@ -65,7 +58,7 @@ impl Decoder {
         );
         self.positions_computed.fetch_add(n, Ordering::Relaxed);
         let c = &self.config;
-        let (d, q_dim, kv_dim, ffn_dim) = (c.n_embd, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let (d, q_dim, kv_dim) = (c.n_embd, c.q_dim(), c.kv_dim());
         let mut scratch: Scratch = std::mem::take(&mut states[0].scratch);
         let s = &mut scratch;
         s.size_for(c, n);
@@ -76,21 +69,16 @@ impl Decoder {
                 history.truncate(pos);
             }
         }
+        // copy each sequence's token embedding into its row of x
         for (b, (&token, x_row)) in tokens.iter().zip(s.x.chunks_exact_mut(d)).enumerate() {
-            self.token_embedding.row(token as usize, x_row);
-            if let Positions::Learned(table) = &self.positions {
-                for (x, &p) in x_row.iter_mut().zip(table.row(positions[b])) {
-                    *x += p;
-                }
-            }
-            if let Some(scale) = c.options.embedding_scale {
-                x_row.iter_mut().for_each(|x| *x *= scale);
-            }
+            self.embed(token, positions[b], x_row);
         }
 
+        // forward all the layers
         for (layer_idx, layer) in self.layers.iter().enumerate() {
             let shape = self.attention_shape(layer_idx);
             let rope = self.rope(layer_idx);
+            // attention norm and qkv matmuls for the B rows
             layer.attn_norm.apply_rows(&s.x, &mut s.normed);
             let products = [
                 (&layer.wq, &mut s.q[..]),
@@ -103,6 +91,8 @@ impl Decoder {
                 add_bias_rows(&mut s.v, &bias.v);
                 add_bias_rows(&mut s.q, &bias.q);
             }
+            // head norms and RoPE, each row at its own position; keys and
+            // values into each sequence's kv cache
             for (b, ((k_row, v_row), q_row)) in
                 s.k.chunks_exact_mut(kv_dim)
                     .zip(s.v.chunks_exact(kv_dim))
@@ -122,6 +112,7 @@ impl Decoder {
                 }
                 states[b].cache.write(layer_idx, pos, k_row, v_row);
             }
+            // multihead attention, each query over its own sequence's cache
             let attended = &mut s.attended[..n * q_dim];
             if n == 1 {
                 attend(
@@ -144,22 +135,8 @@ impl Decoder {
                         attend(shape, cache, layer_idx, positions[b], q_row, scratch, out);
                     });
             }
-            let (normed, projected) = (&mut s.normed[..n * d], &mut s.projected[..n * d]);
-            layer.wo.matmul(self.dispatch, attended, n, projected);
-            if let Some(norm) = &layer.post_attn_norm {
-                norm.apply_rows_in_place(projected);
-            }
-            add_assign(&mut s.x, projected);
-            layer.ffn_norm.apply_rows(&s.x, normed);
-            let ffn_rows = ..n.min(FFN_ROWS) * ffn_dim;
-            let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
-            layer
-                .ffn
-                .forward(self.dispatch, normed, n, hidden, gated, projected);
-            if let Some(norm) = &layer.post_ffn_norm {
-                norm.apply_rows_in_place(projected);
-            }
-            add_assign(&mut s.x, projected);
+            // output projection and residual, then the ffn and its residual
+            self.finish_block(layer, s, 0, n);
         }
         for (state, &token) in states.iter_mut().zip(tokens) {
             state.cache.commit(1);
@@ -167,11 +144,12 @@ impl Decoder {
                 history.push(token);
             }
         }
-        self.final_norm.apply_rows(&s.x, &mut s.normed);
+        // final norm and the classifier: all B rows into the first buffer,
+        // then each row after the first copied to its own
         let vocab_size = c.vocab_size;
         let (first, rest) = logits.split_first_mut().expect("n > 0");
         first.resize(n * vocab_size, 0.0);
-        self.output().matmul(self.dispatch, &s.normed, n, first);
+        self.unembed(s, 0, first);
         for (out, row) in rest.iter_mut().zip(first.chunks_exact(vocab_size).skip(1)) {
             out.clear();
             out.extend_from_slice(row);

@@ -40,9 +40,9 @@
 //! two vectors side by side, so the core overlaps their chains (an `exp`
 //! 1.7 times as fast as the AVX2 path's on the AVX-512 EPYC).
 
-use crate::dispatch::Dispatch;
+use crate::kernels::dispatch::Dispatch;
 #[cfg(target_arch = "x86_64")]
-use crate::dispatch::Kernel;
+use crate::kernels::dispatch::Kernel;
 
 /// Inputs at or below this have `+0` as their exponential in f32 (and in
 /// libm): `exp(-104)` is below `2^-150`, half the smallest subnormal.

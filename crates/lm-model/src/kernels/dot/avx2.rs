@@ -13,12 +13,10 @@
 //!
 //! The same kernels, with the two byte-product instructions replaced by one
 //! 256-bit `vpdpbusd` (AVX-VNNI, [`BytePairs`]), are the `Kernel::AvxVnni`
-//! path (`dot_rows_vnni`, `dot_row_vnni`): the same lane sums, the same bits.
+//! path (`dot_rows_vnni`): the same lane sums, the same bits.
 //!
-//! Every function requires avx2, fma and f16c (and the `_vnni` entries
-//! avxvnni), which callers check through [`super::Dispatch`].
-
-use std::cell::Cell;
+//! Every function requires avx2, fma and f16c (and `dot_rows_vnni`
+//! avxvnni), which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
     __m128, __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_castpd_ps, _mm_cvtph_ps,
@@ -35,31 +33,27 @@ use std::arch::x86_64::{
     _mm256_srlv_epi32, _mm256_sub_epi8,
 };
 
-use super::super::GgmlType;
-use super::super::activation::Q8Block;
-use super::super::block::IQ4_NL_VALUES;
-use super::{MAX_BATCH, input};
+use super::frame::{
+    Batch, BlockKernel, Group, MAX_BATCH, Shared, each_row_and_input, type_of_id, with_block_type,
+};
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8Block;
+use crate::quant::block::IQ4_NL_VALUES;
 
-/// `out[r * n + i] = row r · input i` over the rows of `rows` (each
-/// `row_bytes` long) for a quantized `ty`, input `i` being
-/// `xq[i * n_blocks..][..n_blocks]`: the loop of
-/// [`super::Dispatch::dot_rows`] inside one target-feature function, so each
-/// row costs no call and no dispatch, and each weight block is unpacked once
-/// for a group of up to four inputs ([`each_row_and_input`]).
+/// `out[r * n + i] = row r · input i` over the rows of `batch` for a
+/// quantized `ty`, input `i` being `xq[i * n_blocks..][..n_blocks]`: the
+/// loop of [`Dispatch::dot_rows`] inside one target-feature function, so
+/// each row costs no call and no dispatch, and each weight block is
+/// unpacked once for a group of up to four inputs ([`each_row_and_input`]).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
+///
+/// [`Dispatch::dot_rows`]: crate::kernels::dispatch::Dispatch::dot_rows
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows(
-    ty: GgmlType,
-    rows: &[u8],
-    row_bytes: usize,
-    xq: &[Q8Block],
-    n_blocks: usize,
-    n: usize,
-    out: &mut [f32],
-) {
-    dot_rows_with(Maddubs, ty, rows, row_bytes, xq, n_blocks, n, out);
+pub(super) unsafe fn dot_rows(ty: GgmlType, batch: Batch<'_>, xq: &[Q8Block], out: &mut [f32]) {
+    // SAFETY: the features `Maddubs` needs are this function's.
+    unsafe { dot_rows_with(Maddubs, ty, batch, xq, out) }
 }
 
 /// [`dot_rows`] with the byte products of AVX-VNNI (`vpdpbusd`).
@@ -67,237 +61,53 @@ pub(crate) unsafe fn dot_rows(
 /// # Safety
 /// The CPU must support avx2, fma, f16c and avxvnni.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn dot_rows_vnni(
+pub(super) unsafe fn dot_rows_vnni(
     ty: GgmlType,
-    rows: &[u8],
-    row_bytes: usize,
+    batch: Batch<'_>,
     xq: &[Q8Block],
-    n_blocks: usize,
-    n: usize,
     out: &mut [f32],
 ) {
-    dot_rows_with(Vnni, ty, rows, row_bytes, xq, n_blocks, n, out);
-}
-
-/// One quantized row · its activations.
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_row_with(Maddubs, ty, row, xq)
-}
-
-/// [`dot_row`] with the byte products of AVX-VNNI (`vpdpbusd`).
-///
-/// # Safety
-/// The CPU must support avx2, fma, f16c and avxvnni.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn dot_row_vnni(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
-    dot_row_with(Vnni, ty, row, xq)
+    // SAFETY: the features `Vnni` needs are this function's.
+    unsafe { dot_rows_with(Vnni, ty, batch, xq, out) }
 }
 
 /// The body of [`dot_rows`] for the byte products `P`, inlined into each
 /// entry so that it is compiled with the entry's target features.
-#[allow(clippy::too_many_arguments)] // the shape of a block product
+///
+/// # Safety
+/// The CPU must support avx2, fma, f16c and what `P` needs.
 #[inline(always)]
-fn dot_rows_with<P: BytePairs>(
+unsafe fn dot_rows_with<P: BytePairs>(
     products: P,
     ty: GgmlType,
-    rows: &[u8],
-    row_bytes: usize,
+    batch: Batch<'_>,
     xq: &[Q8Block],
-    n_blocks: usize,
-    n: usize,
     out: &mut [f32],
 ) {
-    macro_rules! each_row_of {
-        ($ty:ident) => {
-            each_row_and_input(
-                rows,
-                row_bytes,
-                xq,
-                n_blocks,
-                n,
-                out,
-                Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products),
-            )
-        };
-    }
-    match ty {
-        GgmlType::Q4_0 => each_row_of!(Q4_0),
-        GgmlType::Q4_1 => each_row_of!(Q4_1),
-        GgmlType::Q5_0 => each_row_of!(Q5_0),
-        GgmlType::Q5_1 => each_row_of!(Q5_1),
-        GgmlType::Q8_0 => each_row_of!(Q8_0),
-        GgmlType::IQ4_NL => each_row_of!(IQ4_NL),
-        _ => unreachable!("{ty} does not multiply Q8 blocks"),
-    }
+    with_block_type!(ty, |TY| {
+        let kernel = Block32Kernel::<TY, P>(products);
+        // SAFETY: the caller's contract.
+        unsafe { each_row_and_input(batch, xq, out, kernel) }
+    })
 }
-
-/// The body of [`dot_row`] for the byte products `P` (see [`dot_rows_with`]).
-#[inline(always)]
-fn dot_row_with<P: BytePairs>(products: P, ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
-    macro_rules! single {
-        ($ty:ident) => {
-            Block32Kernel::<{ GgmlType::$ty as u32 }, P>(products).dot_one(row, xq)
-        };
-    }
-    match ty {
-        GgmlType::Q4_0 => single!(Q4_0),
-        GgmlType::Q4_1 => single!(Q4_1),
-        GgmlType::Q5_0 => single!(Q5_0),
-        GgmlType::Q5_1 => single!(Q5_1),
-        GgmlType::Q8_0 => single!(Q8_0),
-        GgmlType::IQ4_NL => single!(IQ4_NL),
-        _ => unreachable!("{ty} does not multiply Q8 blocks"),
-    }
-}
-
-/// The loops of [`dot_rows`] for one kernel: the `n` inputs split into the
-/// fewest groups of at most `K::WIDTH`, of balanced sizes (9 inputs at width
-/// 4 are groups of 3, 3 and 3), so one unpacking of each weight block serves
-/// every input of a group and no input is multiplied alone when `n > 1`.
-/// Groups are the outer loop and rows the inner one, two at a time: a
-/// group's activations (and what [`BlockKernel::prepare_group`] derives from
-/// them) stay in L1 across the rows, which are few (a rayon task's). `A` is
-/// the activation block of the kernel's family (shared with the K-quants'
-/// `dot_rows`).
-#[inline(always)]
-pub(super) fn each_row_and_input<A, K: BlockKernel<A>>(
-    rows: &[u8],
-    row_bytes: usize,
-    xq: &[A],
-    n_blocks: usize,
-    n: usize,
-    out: &mut [f32],
-    kernel: K,
-) {
-    const { assert!(K::WIDTH >= 1 && K::WIDTH <= MAX_BATCH) };
-    if n == 1 {
-        for (row, result) in rows.chunks_exact(row_bytes).zip(out.iter_mut()) {
-            *result = kernel.dot_one(row, xq);
-        }
-        return;
-    }
-    let n_groups = n.div_ceil(K::WIDTH);
-    let mut group: [&[A]; MAX_BATCH] = [&[]; MAX_BATCH];
-    // Taken and put back rather than borrowed inside `with`: a closure is
-    // compiled without this function's target features.
-    let mut shared = GROUP_SCRATCH.take();
-    let mut start = 0;
-    for group_idx in 0..n_groups {
-        // Sizes floor((n + g) / n_groups) sum to n and differ by at most one.
-        let size = (n + group_idx) / n_groups;
-        for (k, x) in group[..size].iter_mut().enumerate() {
-            *x = input(xq, start + k, n_blocks);
-        }
-        let group = &group[..size];
-        kernel.prepare_group(group, &mut shared);
-        let mut row_pairs = rows.chunks_exact(2 * row_bytes);
-        let mut out_pairs = out.chunks_exact_mut(2 * n);
-        for (rows, results) in (&mut row_pairs).zip(&mut out_pairs) {
-            let (row0, row1) = rows.split_at(row_bytes);
-            let (out0, out1) = results.split_at_mut(n);
-            let out = [
-                &mut out0[start..start + size],
-                &mut out1[start..start + size],
-            ];
-            kernel.dot_group_two_rows([row0, row1], group, &shared, out);
-        }
-        let last_row = row_pairs.remainder();
-        if !last_row.is_empty() {
-            let results = out_pairs.into_remainder();
-            kernel.dot_group(last_row, group, &shared, &mut results[start..start + size]);
-        }
-        start += size;
-    }
-    GROUP_SCRATCH.set(shared);
-}
-
-thread_local! {
-    /// The buffer [`BlockKernel::prepare_group`] fills, reused across calls
-    /// so that steady-state products do not allocate.
-    static GROUP_SCRATCH: Cell<Vec<[f32; MAX_BATCH]>> = const { Cell::new(Vec::new()) };
-}
-
-/// A quantized dot kernel on activation blocks `A` for
-/// [`each_row_and_input`]. Implementations are inlined into a `dot_rows`
-/// whose target features make their calls sound.
-pub(super) trait BlockKernel<A> {
-    /// The most inputs one unpacking of a weight block serves (at most
-    /// [`MAX_BATCH`]).
-    const WIDTH: usize;
-
-    /// Fills `shared` with per-block values of a group's inputs that every
-    /// row's [`BlockKernel::dot_group`] reads (for the AVX2 32-weight types
-    /// with a minimum, each block's activation sums side by side, one load
-    /// for the whole group). Nothing by default.
-    #[inline(always)]
-    fn prepare_group(&self, _xq: &[&[A]], _shared: &mut Vec<[f32; MAX_BATCH]>) {}
-
-    /// `out[i] = row · xq[i]` for 1 to [`BlockKernel::WIDTH`] inputs, each
-    /// with the bits of its product alone; `shared` is what
-    /// [`BlockKernel::prepare_group`] left for this group.
-    fn dot_group(&self, row: &[u8], xq: &[&[A]], shared: &[[f32; MAX_BATCH]], out: &mut [f32]);
-
-    /// [`BlockKernel::dot_group`] of two rows, `out[r]` for `rows[r]`, with
-    /// the same bits. By default one row after the other; a kernel with the
-    /// registers for both rows' accumulators loads each input's blocks once
-    /// for the two.
-    #[inline(always)]
-    fn dot_group_two_rows(
-        &self,
-        [row0, row1]: [&[u8]; 2],
-        xq: &[&[A]],
-        shared: &[[f32; MAX_BATCH]],
-        [out0, out1]: [&mut [f32]; 2],
-    ) {
-        self.dot_group(row0, xq, shared, out0);
-        self.dot_group(row1, xq, shared, out1);
-    }
-
-    /// `row · xq` for one input (a decode step's product). The AVX-512 and
-    /// K-quant kernels call an out-of-line function here: inlined into the
-    /// loop beside every batch width, the one-input product ran at half
-    /// speed (`benches/alpha`). Always inlined, as every method here: a
-    /// method compiled on its own lacks the caller's target features, and
-    /// its intrinsics become calls (twenty times slower).
-    fn dot_one(&self, row: &[u8], xq: &[A]) -> f32;
-}
-
-/// The body of a [`BlockKernel::dot_group`]: runs `$body` with `$x` the
-/// group as an array of `N` inputs, for `N` the group's size among the
-/// widths listed (the kernel's `1..=WIDTH`), so that `$body` can call a
-/// kernel generic over `N`.
-macro_rules! dot_group_of_widths {
-    ($xq:ident, |$x:ident: N| $body:expr; $($n:literal)+) => {
-        match $xq.len() {
-            $($n => {
-                let $x: [_; $n] = std::array::from_fn(|k| $xq[k]);
-                $body
-            })+
-            size => unreachable!("a group of {size} inputs"),
-        }
-    };
-}
-pub(super) use dot_group_of_widths;
 
 /// The kernel of the 32-weight type with id `TY` and the byte products `P`
 /// for [`each_row_and_input`].
 struct Block32Kernel<const TY: u32, P>(P);
 
 impl<const TY: u32, P: BytePairs> BlockKernel<Q8Block> for Block32Kernel<TY, P> {
-    /// Four: AVX2's sixteen registers hold four inputs' accumulators and
-    /// activations beside the unpacked block.
-    const WIDTH: usize = 4;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(&self, row: &[u8], group: Group<'_, Q8Block, N>) -> [f32; N] {
+        // SAFETY: the caller guarantees the features `dot` and `P` need.
+        unsafe { dot::<N, TY, P>(row, group) }
+    }
 
     /// For the types with a minimum, each block's `sum_x` of the group's
     /// inputs side by side (zero past the group), so that one multiply and
     /// one add give every input's `m_w sum_x` term ([`dot_blocks_batched`]).
     #[inline(always)]
-    fn prepare_group(&self, xq: &[&[Q8Block]], shared: &mut Vec<[f32; MAX_BATCH]>) {
-        if !matches!(block_type(TY), GgmlType::Q4_1 | GgmlType::Q5_1) {
+    unsafe fn prepare_group(&self, xq: &[&[Q8Block]], shared: &mut Vec<Shared>) {
+        if !matches!(const { type_of_id(TY) }, GgmlType::Q4_1 | GgmlType::Q5_1) {
             return;
         }
         let n_blocks = xq.first().map_or(0, |x| x.len());
@@ -310,42 +120,6 @@ impl<const TY: u32, P: BytePairs> BlockKernel<Q8Block> for Block32Kernel<TY, P> 
             sums
         }));
     }
-
-    #[inline(always)]
-    fn dot_group(
-        &self,
-        row: &[u8],
-        xq: &[&[Q8Block]],
-        shared: &[[f32; MAX_BATCH]],
-        out: &mut [f32],
-    ) {
-        // SAFETY: only called from `dot_rows` (or its VNNI form), which
-        // requires the features `dot_batched` and `P` need.
-        dot_group_of_widths!(xq, |x: N| out.copy_from_slice(&unsafe { dot::<_, TY, P>(row, Group { inputs: x, sums: shared }) }); 1 2 3 4)
-    }
-
-    #[inline(always)]
-    fn dot_one(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
-        // SAFETY: only called from `dot_rows` and `dot_row` (or their VNNI
-        // forms), which require the features `dot` and `P` need.
-        let [result] = unsafe { dot::<1, TY, P>(row, Group::alone(xq)) };
-        result
-    }
-}
-
-/// The 32-weight type whose id is `id` (a constant in each kernel, so the
-/// per-type branches fold away).
-#[inline(always)]
-pub(super) const fn block_type(id: u32) -> GgmlType {
-    match id {
-        2 => GgmlType::Q4_0,
-        3 => GgmlType::Q4_1,
-        6 => GgmlType::Q5_0,
-        7 => GgmlType::Q5_1,
-        8 => GgmlType::Q8_0,
-        20 => GgmlType::IQ4_NL,
-        _ => panic!("not a 32-weight block type id"),
-    }
 }
 
 /// Row (of the type with id `TY`) · `N` rows of quantized activations (each
@@ -353,7 +127,7 @@ pub(super) const fn block_type(id: u32) -> GgmlType {
 ///
 /// This and the functions under it that `P` reaches are always inlined,
 /// without target features of their own: they are compiled inside the
-/// target-feature entry (`dot_rows`, `dot_row` or their VNNI forms), with
+/// target-feature entry (`dot_rows` or `dot_rows_vnni`), with
 /// its features, so `P`'s instruction is inlined too.
 ///
 /// # Safety
@@ -361,12 +135,12 @@ pub(super) const fn block_type(id: u32) -> GgmlType {
 #[inline(always)]
 unsafe fn dot<const N: usize, const TY: u32, P: BytePairs>(
     row: &[u8],
-    xq: Group<'_, N>,
+    xq: Group<'_, Q8Block, N>,
 ) -> [f32; N] {
     // SAFETY (the intrinsics and the loads): the caller guarantees the
     // features; each unpacking reads inside its block (`w` is one block).
     unsafe {
-        match const { block_type(TY) } {
+        match const { type_of_id(TY) } {
             // q = nibble - 8.
             GgmlType::Q4_0 => dot_blocks::<18, N, SIGNED, P>(row, xq, |w| {
                 let packed = _mm_loadu_si128(w.as_ptr().add(2).cast());
@@ -451,7 +225,7 @@ const PLUS_16: u8 = 2;
 #[inline(always)]
 unsafe fn dot_blocks<const BYTES: usize, const N: usize, const FORM: u8, P: BytePairs>(
     row: &[u8],
-    xq: Group<'_, N>,
+    xq: Group<'_, Q8Block, N>,
     unpack: impl Fn(&[u8]) -> __m256i,
 ) -> [f32; N] {
     let n_blocks = row.len() / BYTES;
@@ -488,28 +262,6 @@ unsafe fn dot_blocks<const BYTES: usize, const N: usize, const FORM: u8, P: Byte
     }
 }
 
-/// The inputs of one [`dot`] and, for a batch, what
-/// [`BlockKernel::prepare_group`] derived from them.
-#[derive(Clone, Copy)]
-struct Group<'a, const N: usize> {
-    /// Each input's activation blocks, as many as the row's.
-    inputs: [&'a [Q8Block]; N],
-    /// Per block, the inputs' `sum_x` side by side (types with a minimum,
-    /// `N > 1` only; empty otherwise).
-    sums: &'a [[f32; MAX_BATCH]],
-}
-
-impl<'a> Group<'a, 1> {
-    /// One input, with nothing prepared (a decode step's product).
-    #[inline(always)]
-    fn alone(x: &'a [Q8Block]) -> Self {
-        Group {
-            inputs: [x],
-            sums: &[],
-        }
-    }
-}
-
 /// [`dot_blocks`] for `N >= 2` inputs, with the same f32 operations in the
 /// same order per input (so the same bits as each input alone), and fewer of
 /// them per input:
@@ -519,7 +271,7 @@ impl<'a> Group<'a, 1> {
 ///   multiply of `[d_w, m_w, ..]` by `[d_x, sum_x, ..]` per input and a
 ///   broadcast of its lane 0;
 /// - the `m_w sum_x` terms of all `N` inputs are one multiply of `m_w`
-///   broadcast by the group's sums side by side (`xq.sums`, see
+///   broadcast by the group's sums side by side (`xq.shared`, see
 ///   [`BlockKernel::prepare_group`]), added into one even and one odd
 ///   vector (lane `i` for input `i`), instead of an add per input.
 ///
@@ -528,14 +280,21 @@ impl<'a> Group<'a, 1> {
 #[inline(always)]
 unsafe fn dot_blocks_batched<const BYTES: usize, const N: usize, const FORM: u8, P: BytePairs>(
     row: &[u8],
-    xq: Group<'_, N>,
+    xq: Group<'_, Q8Block, N>,
     unpack: impl Fn(&[u8]) -> __m256i,
 ) -> [f32; N] {
     let n_blocks = row.len() / BYTES;
     let with_min = FORM == WITH_MIN;
-    debug_assert!(!with_min || xq.sums.len() == n_blocks, "one sum per block");
+    debug_assert!(
+        !with_min || xq.shared.len() == n_blocks,
+        "one sum per block"
+    );
     let inputs = xq.inputs.map(|x| &x[..n_blocks]);
-    let sums = if with_min { &xq.sums[..n_blocks] } else { &[] };
+    let sums = if with_min {
+        &xq.shared[..n_blocks]
+    } else {
+        &[]
+    };
     // SAFETY: the caller guarantees the features; every block index is
     // below `n_blocks`, the length of `inputs`' slices and of `sums`.
     unsafe {
@@ -586,7 +345,7 @@ unsafe fn add_block<
     weights: __m256i,
     block_idx: usize,
     inputs: &[&[Q8Block]; N],
-    sums: &[[f32; MAX_BATCH]],
+    sums: &[Shared],
     acc: &mut [[__m256; 2]; N],
     offsets: &mut [__m128; 2],
 ) {
@@ -935,13 +694,22 @@ pub(super) fn horizontal_sum(v: __m256) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
     use super::*;
-    use crate::dispatch::Kernel;
+    use crate::kernels::dispatch::Kernel;
     use crate::quant::block::QK;
+
+    /// Asserts that this CPU runs the AVX2 kernel (x86_64 with avx2, fma and
+    /// f16c): the tests of its helpers call them directly.
+    pub(in crate::kernels::dot) fn assert_avx2_runs() {
+        assert!(
+            Kernel::Avx2.is_available(),
+            "this test runs where the AVX2 kernel does (x86_64 with avx2, fma, f16c)"
+        );
+    }
 
     /// The i32 lanes of the [`PLUS_16`] product of Q5_0 blocks are exactly
     /// the sums of four `q_w q_x` of the signed weights `q_w` (decoded here
@@ -950,10 +718,7 @@ mod tests {
     /// extremes: every fifth bit set or clear, activations all ±127.
     #[test]
     fn q5_0_lanes_equal_the_signed_weights_lane_sums() {
-        assert!(
-            Kernel::Avx2.is_available(),
-            "this test runs where the AVX2 kernel does (x86_64 with avx2, fma, f16c)"
-        );
+        assert_avx2_runs();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         for case in 0..500 {
             let mut w: [u8; 22] = rng.random();

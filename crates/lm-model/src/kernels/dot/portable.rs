@@ -2,11 +2,11 @@
 
 use half::{bf16, f16};
 
-use super::super::GgmlType;
-use super::super::activation::{Activations, Q8Block};
-use super::super::block::{self, read_f16};
-use super::super::block_k::QK_K;
 use super::portable_k;
+use crate::quant::GgmlType;
+use crate::quant::activation::{Activations, Q8Block};
+use crate::quant::block::{self, read_f16};
+use crate::quant::block_k::QK_K;
 
 /// Dot product of a row stored as `ty` with activations `x` of the kind `ty`
 /// multiplies with.

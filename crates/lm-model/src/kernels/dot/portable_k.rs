@@ -2,10 +2,10 @@
 //! each super-block unpacked to the common [`SuperBlock`] form, exact integer
 //! sums in eight lanes, scaled in f32 as the AVX2 kernel scales them.
 
-use super::super::GgmlType;
-use super::super::activation::Q8KBlock;
-use super::super::block_k::{self, SuperBlock};
 use super::portable::{LANES, integer_dot, sum_lanes};
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8KBlock;
+use crate::quant::block_k::{self, SuperBlock};
 
 /// Dot product of a K-quant row stored as `ty` with its quantized
 /// activations: per super-block (`w`, activations `a`), eight i32 lanes of

@@ -22,7 +22,7 @@
 //! inputs 18% faster, see docs/performance-log.md).
 //!
 //! Every function requires avx2, fma, f16c, avx512f, avx512bw, avx512vl and
-//! avx512vnni, which callers check through [`super::Dispatch`].
+//! avx512vnni, which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
     __m128, __m512, __m512i, _mm_add_ps, _mm_blend_ps, _mm_castpd_ps, _mm_cvtph_ps,
@@ -36,104 +36,53 @@ use std::arch::x86_64::{
     _mm512_xor_si512,
 };
 
-use super::super::GgmlType;
-use super::super::activation::Q8Block;
-use super::super::block::IQ4_NL_VALUES;
-use super::MAX_BATCH;
-use super::avx2::{
-    BlockKernel, block_type, dot_group_of_widths, each_row_and_input, horizontal_sum,
+use super::avx2::horizontal_sum;
+use super::frame::{
+    Batch, BlockKernel, Group, Shared, dot_group_of_widths, each_row_and_input, type_of_id,
+    with_block_type,
 };
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8Block;
+use crate::quant::block::IQ4_NL_VALUES;
 
-/// `out[r * n + i] = row r · input i` over the rows of `rows` (each
-/// `row_bytes` long) for a 32-weight `ty`, input `i` being
-/// `xq[i * n_blocks..][..n_blocks]`, each pair of weight blocks unpacked
-/// once for a group of up to four inputs and rows taken two at a time
-/// ([`each_row_and_input`]). One input (a decode step) takes the rows one
-/// at a time: several rows per activation load, the transposed tiling,
-/// made one-thread decode much slower on SmolLM2 (the rows' interleaved
-/// streams defeat the hardware prefetch).
+/// `out[r * n + i] = row r · input i` over the rows of `batch` for a
+/// 32-weight `ty`, input `i` being `xq[i * n_blocks..][..n_blocks]`, each
+/// pair of weight blocks unpacked once for a group of up to four inputs and
+/// rows taken two at a time ([`each_row_and_input`]). One input (a decode
+/// step) takes the rows one at a time: several rows per activation load,
+/// the transposed tiling, made one-thread decode much slower on SmolLM2
+/// (the rows' interleaved streams defeat the hardware prefetch).
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
 /// avx512vnni.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dot_rows(
-    ty: GgmlType,
-    rows: &[u8],
-    row_bytes: usize,
-    xq: &[Q8Block],
-    n_blocks: usize,
-    n: usize,
-    out: &mut [f32],
-) {
-    macro_rules! each_row_of {
-        ($ty:ident) => {
-            each_row_and_input(
-                rows,
-                row_bytes,
-                xq,
-                n_blocks,
-                n,
-                out,
-                BlockPairKernel::<{ GgmlType::$ty as u32 }>,
-            )
-        };
-    }
-    match ty {
-        GgmlType::Q4_0 => each_row_of!(Q4_0),
-        GgmlType::Q4_1 => each_row_of!(Q4_1),
-        GgmlType::Q5_0 => each_row_of!(Q5_0),
-        GgmlType::Q5_1 => each_row_of!(Q5_1),
-        GgmlType::Q8_0 => each_row_of!(Q8_0),
-        GgmlType::IQ4_NL => each_row_of!(IQ4_NL),
-        _ => unreachable!("{ty} does not multiply Q8 blocks"),
-    }
-}
-
-/// One row of a 32-weight `ty` · its quantized activations.
-///
-/// # Safety
-/// As [`dot_rows`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8Block]) -> f32 {
-    let [[result]] = match ty {
-        GgmlType::Q4_0 => dot::<1, 1, { GgmlType::Q4_0 as u32 }>([row], [xq]),
-        GgmlType::Q4_1 => dot::<1, 1, { GgmlType::Q4_1 as u32 }>([row], [xq]),
-        GgmlType::Q5_0 => dot::<1, 1, { GgmlType::Q5_0 as u32 }>([row], [xq]),
-        GgmlType::Q5_1 => dot::<1, 1, { GgmlType::Q5_1 as u32 }>([row], [xq]),
-        GgmlType::Q8_0 => dot::<1, 1, { GgmlType::Q8_0 as u32 }>([row], [xq]),
-        GgmlType::IQ4_NL => dot::<1, 1, { GgmlType::IQ4_NL as u32 }>([row], [xq]),
-        _ => unreachable!("{ty} does not multiply Q8 blocks"),
-    };
-    result
+pub(super) unsafe fn dot_rows(ty: GgmlType, batch: Batch<'_>, xq: &[Q8Block], out: &mut [f32]) {
+    // SAFETY: the kernel needs this function's features.
+    with_block_type!(ty, |TY| unsafe {
+        each_row_and_input(batch, xq, out, BlockPairKernel::<TY>)
+    })
 }
 
 /// The kernel of the 32-weight type with id `TY` for [`each_row_and_input`].
 struct BlockPairKernel<const TY: u32>;
 
 impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
-    /// Four, as on AVX2: groups of eight were slower at every n
-    /// (docs/performance-log.md, "Short batches").
-    const WIDTH: usize = 4;
-
     #[inline(always)]
-    fn dot_group(&self, row: &[u8], xq: &[&[Q8Block]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
-        // SAFETY: only called from `dot_rows`, which requires the features
-        // `dot` needs.
-        dot_group_of_widths!(xq, |x: N| {
-            let [results] = unsafe { dot::<1, _, TY>([row], x) };
-            out.copy_from_slice(&results);
-        }; 1 2 3 4)
+    unsafe fn dot<const N: usize>(&self, row: &[u8], group: Group<'_, Q8Block, N>) -> [f32; N] {
+        // SAFETY: the caller guarantees the features `dot` needs.
+        let [results] = unsafe { dot::<1, N, TY>([row], group.inputs) };
+        results
     }
 
     /// Both rows in one pass: each input's blocks (and their offset sums)
     /// are loaded once for the two, in the registers AVX-512 has to spare.
     #[inline(always)]
-    fn dot_group_two_rows(
+    unsafe fn dot_group_two_rows(
         &self,
         rows: [&[u8]; 2],
         xq: &[&[Q8Block]],
-        _: &[[f32; MAX_BATCH]],
+        _: &[Shared],
         [out0, out1]: [&mut [f32]; 2],
     ) {
         // SAFETY: as above.
@@ -145,7 +94,7 @@ impl<const TY: u32> BlockKernel<Q8Block> for BlockPairKernel<TY> {
     }
 
     #[inline(always)]
-    fn dot_one(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
+    unsafe fn dot_one(&self, row: &[u8], xq: &[Q8Block]) -> f32 {
         // SAFETY: as above.
         unsafe { dot_one::<TY>(row, xq) }
     }
@@ -171,7 +120,7 @@ fn dot<const R: usize, const N: usize, const TY: u32>(
     rows: [&[u8]; R],
     xq: [&[Q8Block]; N],
 ) -> [[f32; N]; R] {
-    match const { block_type(TY) } {
+    match const { type_of_id(TY) } {
         // q = nibble - 8.
         GgmlType::Q4_0 => dot_block_pairs::<18, R, N, false, 8>(rows, xq, |w| nibbles(w, 2, 18)),
         // q = nibble (the minimum is a separate term).

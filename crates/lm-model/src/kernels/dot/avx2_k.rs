@@ -2,7 +2,8 @@
 //! activations (x86_64, selected at run time).
 //!
 //! Each super-block is unpacked once (for a group of inputs:
-//! `avx2::each_row_and_input`) into the common form of `block_k`: eight vectors of 32 values (unsigned below 64,
+//! `frame::each_row_and_input`) into the common form of `block_k`: eight
+//! vectors of 32 values (unsigned below 64,
 //! or IQ4_XS's signed table values), and per group of 16 an integer scale and
 //! offset. Per 32 values, `vpmaddubsw` multiplies the values with the
 //! activation bytes (pairs summed to i16: at most 2 · 63 · 127, or
@@ -13,8 +14,12 @@
 //! times the activation group sums. The integer sums and the f32 operations
 //! on them, in their order, are the portable path's: the same bits.
 //!
+//! The f32 arithmetic around the lane sums ([`dot_super_blocks`]) is
+//! generic over the vectors ([`SuperBlockVectors`]), so the AVX-512 kernel
+//! (`avx512_k`) runs the same operations in the same order.
+//!
 //! Every function requires avx2, fma and f16c, which callers check through
-//! [`super::Dispatch`].
+//! a `Dispatch`.
 
 use std::arch::x86_64::{
     __m128i, __m256i, _mm_and_si128, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
@@ -28,164 +33,138 @@ use std::arch::x86_64::{
     _mm256_slli_epi16, _mm256_srai_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_sub_ps,
 };
 
-use super::super::GgmlType;
-use super::super::activation::Q8KBlock;
-use super::super::block::IQ4_NL_VALUES;
-use super::super::block_k::{QK_K, SuperBlock};
-use super::MAX_BATCH;
-use super::avx2::{
-    BlockKernel, dot_group_of_widths, each_row_and_input, horizontal_sum, unpack_nibbles,
+use super::avx2::{horizontal_sum, unpack_nibbles};
+use super::frame::{
+    Batch, BlockKernel, Group, each_row_and_input, type_of_id, with_super_block_type,
 };
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8KBlock;
+use crate::quant::block::IQ4_NL_VALUES;
+use crate::quant::block_k::{QK_K, SuperBlock};
 
-/// `out[r * n + i] = row r · input i` over the rows of `rows` (each
-/// `row_bytes` long) for a K-quant `ty`, input `i` being
-/// `xq[i * n_blocks..][..n_blocks]`, each super-block unpacked once for a
-/// group of up to four inputs ([`each_row_and_input`]).
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows(
-    ty: GgmlType,
-    rows: &[u8],
-    row_bytes: usize,
-    xq: &[Q8KBlock],
-    n_blocks: usize,
-    n: usize,
-    out: &mut [f32],
-) {
-    macro_rules! each_row_of {
-        ($ty:ident) => {
-            each_row_and_input(
-                rows,
-                row_bytes,
-                xq,
-                n_blocks,
-                n,
-                out,
-                SuperBlockKernel::<{ GgmlType::$ty as u32 }>,
-            )
-        };
-    }
-    match ty {
-        GgmlType::Q2_K => each_row_of!(Q2_K),
-        GgmlType::Q3_K => each_row_of!(Q3_K),
-        GgmlType::Q4_K => each_row_of!(Q4_K),
-        GgmlType::Q5_K => each_row_of!(Q5_K),
-        GgmlType::Q6_K => each_row_of!(Q6_K),
-        GgmlType::IQ4_XS => each_row_of!(IQ4_XS),
-        _ => unreachable!("{ty} does not multiply Q8_K blocks"),
-    }
-}
+/// Defines, in the file that invokes it, the K-quant kernel on the vectors
+/// `$vectors` ([`SuperBlockVectors`]) compiled with the target features
+/// `$features`: its entry `dot_rows` (`out[r * n + i] = row r · input i`
+/// over the rows of `batch`, input `i` being `xq[i * n_blocks..][..n_blocks]`,
+/// each super-block unpacked once for a group of up to four inputs:
+/// [`each_row_and_input`]), the kernel that loop runs, and the two
+/// target-feature functions it calls, [`dot_super_blocks`] for a group of
+/// `N` inputs and, out of line, for one (inlined into `dot_rows`'s loop, the
+/// one-input product ran at half speed). The AVX2 and AVX-512 kernels differ
+/// only in their vectors and their features.
+macro_rules! super_block_kernel {
+    ($vectors:ty, $features:literal) => {
+        /// The K-quant products on this file's vectors (see
+        /// `avx2_k::super_block_kernel!`).
+        ///
+        /// # Safety
+        /// The CPU must support the features this function enables.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn dot_rows(
+            ty: GgmlType,
+            batch: Batch<'_>,
+            xq: &[Q8KBlock],
+            out: &mut [f32],
+        ) {
+            // SAFETY: the kernel needs this function's features.
+            with_super_block_type!(ty, |TY| unsafe {
+                each_row_and_input(batch, xq, out, SuperBlockKernel::<TY>)
+            })
+        }
 
-/// One K-quant row · its quantized activations.
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_row(ty: GgmlType, row: &[u8], xq: &[Q8KBlock]) -> f32 {
-    let [result] = match ty {
-        GgmlType::Q2_K => dot_super_blocks::<1, { GgmlType::Q2_K as u32 }>(row, [xq]),
-        GgmlType::Q3_K => dot_super_blocks::<1, { GgmlType::Q3_K as u32 }>(row, [xq]),
-        GgmlType::Q4_K => dot_super_blocks::<1, { GgmlType::Q4_K as u32 }>(row, [xq]),
-        GgmlType::Q5_K => dot_super_blocks::<1, { GgmlType::Q5_K as u32 }>(row, [xq]),
-        GgmlType::Q6_K => dot_super_blocks::<1, { GgmlType::Q6_K as u32 }>(row, [xq]),
-        GgmlType::IQ4_XS => dot_super_blocks::<1, { GgmlType::IQ4_XS as u32 }>(row, [xq]),
-        _ => unreachable!("{ty} does not multiply Q8_K blocks"),
+        /// The kernel of the super-block type with id `TY` for
+        /// [`each_row_and_input`].
+        struct SuperBlockKernel<const TY: u32>;
+
+        impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
+            #[inline(always)]
+            unsafe fn dot<const N: usize>(
+                &self,
+                row: &[u8],
+                group: Group<'_, Q8KBlock, N>,
+            ) -> [f32; N] {
+                // SAFETY: the caller guarantees the features.
+                unsafe { dot::<N, TY>(row, group.inputs) }
+            }
+
+            #[inline(always)]
+            unsafe fn dot_one(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
+                // SAFETY: as above.
+                unsafe { dot_one::<TY>(row, xq) }
+            }
+        }
+
+        /// The super-block products of `N` inputs on this file's vectors.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn dot<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock]; N]) -> [f32; N] {
+            // SAFETY: compiled with the features the vectors' methods need.
+            unsafe { dot_super_blocks::<N, TY, $vectors>(row, xq) }
+        }
+
+        /// [`dot`] of one input, out of line.
+        ///
+        /// # Safety
+        /// As [`dot_rows`].
+        #[inline(never)]
+        #[target_feature(enable = $features)]
+        unsafe fn dot_one<const TY: u32>(row: &[u8], xq: &[Q8KBlock]) -> f32 {
+            let [result] = dot::<1, TY>(row, [xq]);
+            result
+        }
     };
-    result
 }
+pub(super) use super_block_kernel;
 
-/// The super-block type whose id is `id` (a constant in each kernel, so
-/// the per-type branches of the unpacking fold away).
-#[inline(always)]
-pub(super) const fn super_block_type(id: u32) -> GgmlType {
-    match id {
-        10 => GgmlType::Q2_K,
-        11 => GgmlType::Q3_K,
-        12 => GgmlType::Q4_K,
-        13 => GgmlType::Q5_K,
-        14 => GgmlType::Q6_K,
-        23 => GgmlType::IQ4_XS,
-        _ => panic!("not a super-block type id"),
-    }
-}
+super_block_kernel!(Avx2, "avx2,fma,f16c");
 
-/// The kernel of the super-block type with id `TY` for [`each_row_and_input`].
-struct SuperBlockKernel<const TY: u32>;
-
-impl<const TY: u32> BlockKernel<Q8KBlock> for SuperBlockKernel<TY> {
-    /// Four, as the 32-weight kernel (AVX2's sixteen registers).
-    const WIDTH: usize = 4;
-
-    #[inline(always)]
-    fn dot_group(&self, row: &[u8], xq: &[&[Q8KBlock]], _: &[[f32; MAX_BATCH]], out: &mut [f32]) {
-        // SAFETY: only called from `dot_rows`, which requires the features
-        // `dot_super_blocks` needs.
-        dot_group_of_widths!(xq, |x: N| out.copy_from_slice(&unsafe { dot_super_blocks::<_, TY>(row, x) }); 1 2 3 4)
-    }
-
-    #[inline(always)]
-    fn dot_one(&self, row: &[u8], xq: &[Q8KBlock]) -> f32 {
-        // SAFETY: as above.
-        unsafe { dot_one::<TY>(row, xq) }
-    }
-}
-
-/// One row of the type with id `TY` · one input, out of line: inlined into
-/// `dot_rows`'s loop, the one-input product ran at half speed.
+/// How an instruction set holds a super-block and multiplies it with an
+/// activation block, the part of the product that differs between AVX2 and
+/// AVX-512; the rest, [`dot_super_blocks`], is shared, so both give the
+/// same bits.
 ///
 /// # Safety
-/// As [`dot_rows`].
-#[inline(never)]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_one<const TY: u32>(row: &[u8], xq: &[Q8KBlock]) -> f32 {
-    let [result] = dot_super_blocks::<1, TY>(row, [xq]);
-    result
+/// Both methods require a CPU with the instruction set, and are inlined into
+/// a function compiled with it.
+pub(super) trait SuperBlockVectors {
+    /// 256 values (or the scales over them) in this instruction set's vectors.
+    type Values;
+
+    /// One super-block of the type with id `TY`.
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<Self::Values>;
+
+    /// The eight i32 lanes of `Σ scale · value · q_x` of `w` and the
+    /// activation block `a`: lane `i` sums values `4i..4i + 4` of each run of
+    /// 32 (the portable path's lanes).
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    unsafe fn scaled_sums(w: &Unpacked<Self::Values>, a: &Q8KBlock) -> __m256i;
 }
 
-/// A super-block unpacked for the SIMD products: the common form of
-/// `block_k::SuperBlock` in vectors (the AVX-512 kernels pair them up).
-pub(super) struct Unpacked {
-    /// The factor of the scaled sums.
-    pub d: f32,
-    /// The factor of the offsets.
-    pub dmin: f32,
-    /// Values 32c..32c + 32.
-    pub values: [__m256i; 8],
-    /// Whether values can be negative ([`SuperBlock::signed_values`]).
-    pub signed: bool,
-    /// Per 32 values, the scales of their two groups, each repeated over the
-    /// eight i16 pair sums of its 16 values.
-    pub scales: [__m256i; 8],
-    /// The sixteen group offsets as i16.
-    pub mins: __m256i,
-}
+/// AVX2's vectors: a super-block as eight vectors of 32 values.
+struct Avx2;
 
-/// For each of the `N` activation rows `xq[i]`, the K-quant row `row` (of
-/// the type with id `TY`) · `xq[i]`, each super-block unpacked once for all `N`. Scaled
-/// sums and offsets go to separate accumulators, subtracted at the end; the
-/// order of the f32 additions does not depend on `N`, so a row's result is
-/// the same bits alone or in a batch.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock]; N]) -> [f32; N] {
-    let ty = const { super_block_type(TY) };
-    let block_bytes = ty.block_bytes();
-    debug_assert!(
-        xq.iter().all(|x| x.len() * block_bytes == row.len()),
-        "one input block per weight block"
-    );
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut acc_offsets = [_mm256_setzero_ps(); N];
-    for (block_idx, block) in row.chunks_exact(block_bytes).enumerate() {
-        let w = unpack::<TY>(block);
-        for ((acc, acc_offsets), x) in acc.iter_mut().zip(&mut acc_offsets).zip(&xq) {
-            let a = &x[block_idx];
+impl SuperBlockVectors for Avx2 {
+    type Values = [__m256i; 8];
+
+    #[inline(always)]
+    unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<[__m256i; 8]> {
+        // SAFETY: the caller guarantees the features.
+        unsafe { unpack::<TY>(block) }
+    }
+
+    #[inline(always)]
+    unsafe fn scaled_sums(w: &Unpacked<[__m256i; 8]>, a: &Q8KBlock) -> __m256i {
+        // SAFETY: the caller guarantees the features; `qs` holds 256 bytes,
+        // so bytes 32c..32c + 32 are in bounds.
+        unsafe {
             let mut sums = _mm256_setzero_si256();
             for (c, (&values, &scales)) in w.values.iter().zip(&w.scales).enumerate() {
-                // SAFETY: `qs` holds 256 bytes, so bytes 32c..32c + 32 are in bounds.
-                let activations = unsafe { _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast()) };
+                let activations = _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast());
                 let pairs = if w.signed {
                     let signed_activations = _mm256_sign_epi8(activations, values);
                     _mm256_maddubs_epi16(_mm256_sign_epi8(values, values), signed_activations)
@@ -194,22 +173,75 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
                 };
                 sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scales));
             }
-            // SAFETY: `bsums` is 16 i16, exactly 32 bytes.
-            let bsums = unsafe { _mm256_loadu_si256(a.bsums.as_ptr().cast()) };
-            let offsets = _mm256_madd_epi16(w.mins, bsums);
-            *acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w.d), _mm256_cvtepi32_ps(sums), *acc);
-            *acc_offsets = _mm256_fmadd_ps(
-                _mm256_set1_ps(a.d * w.dmin),
-                _mm256_cvtepi32_ps(offsets),
-                *acc_offsets,
-            );
+            sums
         }
     }
-    let mut out = [0.0; N];
-    for ((o, &acc), &acc_offsets) in out.iter_mut().zip(&acc).zip(&acc_offsets) {
-        *o = horizontal_sum(_mm256_sub_ps(acc, acc_offsets));
+}
+
+/// A super-block unpacked for the SIMD products: the common form of
+/// `block_k::SuperBlock` in the vectors `V` of an instruction set.
+pub(super) struct Unpacked<V> {
+    /// The factor of the scaled sums.
+    pub d: f32,
+    /// The factor of the offsets.
+    pub dmin: f32,
+    /// The 256 values: values 32c..32c + 32 in vector `c` on AVX2.
+    pub values: V,
+    /// Whether values can be negative ([`SuperBlock::signed_values`]).
+    pub signed: bool,
+    /// The scales of the values' groups of 16, each repeated over the eight
+    /// i16 pair sums of its 16 values, in the vectors of `values`.
+    pub scales: V,
+    /// The sixteen group offsets as i16.
+    pub mins: __m256i,
+}
+
+/// For each of the `N` activation rows `xq[i]`, the K-quant row `row` (of
+/// the type with id `TY`) · `xq[i]`, each super-block unpacked once for all
+/// `N` (by `V`). Scaled sums and offsets go to separate accumulators,
+/// subtracted at the end; the order of the f32 additions does not depend on
+/// `N` or `V`, so a row's result is the same bits alone or in a batch, on
+/// AVX2 or AVX-512.
+///
+/// # Safety
+/// As [`SuperBlockVectors`]' methods.
+#[inline(always)]
+pub(super) unsafe fn dot_super_blocks<const N: usize, const TY: u32, V: SuperBlockVectors>(
+    row: &[u8],
+    xq: [&[Q8KBlock]; N],
+) -> [f32; N] {
+    let ty = const { type_of_id(TY) };
+    let block_bytes = ty.block_bytes();
+    debug_assert!(
+        xq.iter().all(|x| x.len() * block_bytes == row.len()),
+        "one input block per weight block"
+    );
+    // SAFETY: the caller guarantees the features; `bsums` is 16 i16,
+    // exactly 32 bytes.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc_offsets = [_mm256_setzero_ps(); N];
+        for (block_idx, block) in row.chunks_exact(block_bytes).enumerate() {
+            let w = V::unpack::<TY>(block);
+            for ((acc, acc_offsets), x) in acc.iter_mut().zip(&mut acc_offsets).zip(&xq) {
+                let a = &x[block_idx];
+                let sums = V::scaled_sums(&w, a);
+                let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+                let offsets = _mm256_madd_epi16(w.mins, bsums);
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * w.d), _mm256_cvtepi32_ps(sums), *acc);
+                *acc_offsets = _mm256_fmadd_ps(
+                    _mm256_set1_ps(a.d * w.dmin),
+                    _mm256_cvtepi32_ps(offsets),
+                    *acc_offsets,
+                );
+            }
+        }
+        let mut out = [0.0; N];
+        for ((o, &acc), &acc_offsets) in out.iter_mut().zip(&acc).zip(&acc_offsets) {
+            *o = horizontal_sum(_mm256_sub_ps(acc, acc_offsets));
+        }
+        out
     }
-    out
 }
 
 /// One super-block of the type with id `TY` in the vector form (see
@@ -218,8 +250,8 @@ fn dot_super_blocks<const N: usize, const TY: u32>(row: &[u8], xq: [&[Q8KBlock];
 /// argument, the one-input kernel called it out of line, at half speed).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn unpack<const TY: u32>(block: &[u8]) -> Unpacked {
-    let ty = const { super_block_type(TY) };
+pub(super) fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<[__m256i; 8]> {
+    let ty = const { type_of_id(TY) };
     let VectorFactors {
         d,
         dmin,
@@ -386,21 +418,15 @@ fn factors_k4(block: &[u8]) -> VectorFactors {
     }
 }
 
-/// Q6_K: the sixteen signed 8-bit group scales
-/// ([`pairs_of_signed_bytes`]); the offsets are `32 * scale`.
+/// Q6_K: the sixteen signed 8-bit group scales; the offsets are
+/// `32 * scale`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn factors_q6_k(block: &[u8]) -> VectorFactors {
     debug_assert!(block.len() >= 210);
     // SAFETY: bytes 192..208 are inside the 210-byte block.
     let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(192).cast()) };
-    let d = read_f16_f16c(u16::from_le_bytes([block[208], block[209]]));
-    VectorFactors {
-        d,
-        dmin: d,
-        scales: pairs_of_signed_bytes(packed),
-        mins: _mm256_slli_epi16(_mm256_cvtepi8_epi16(packed), 5),
-    }
+    scales_and_offsets::<5>([block[208], block[209]], packed)
 }
 
 /// Q3_K: the sixteen 6-bit scales (offset by 32) of its twelve scale bytes,
@@ -428,12 +454,21 @@ fn factors_q3_k(block: &[u8]) -> VectorFactors {
         _mm_or_si128(nibbles, _mm_slli_epi16(top_bits, 4)),
         _mm_set1_epi8(32),
     );
-    let d = read_f16_f16c(u16::from_le_bytes([block[108], block[109]]));
+    scales_and_offsets::<2>([block[108], block[109]], scales)
+}
+
+/// The factors of Q6_K and Q3_K: one f16 factor `d` (its bytes `d_bytes`)
+/// for the scaled sums and the offsets, the sixteen signed group scales
+/// `scales` ([`pairs_of_signed_bytes`]), and offsets `2^SHIFT` times them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_and_offsets<const SHIFT: i32>(d_bytes: [u8; 2], scales: __m128i) -> VectorFactors {
+    let d = read_f16_f16c(u16::from_le_bytes(d_bytes));
     VectorFactors {
         d,
         dmin: d,
         scales: pairs_of_signed_bytes(scales),
-        mins: _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales), 2),
+        mins: _mm256_slli_epi16::<SHIFT>(_mm256_cvtepi8_epi16(scales)),
     }
 }
 
@@ -547,7 +582,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     use super::*;
-    use crate::dispatch::Kernel;
+    use crate::kernels::dot::avx2::tests::assert_avx2_runs;
     use crate::quant::block_k::{self, N_GROUPS};
 
     /// The vector decoding of the factors gives, lane for lane, what the
@@ -555,10 +590,7 @@ mod tests {
     /// of the scale bytes occurs; the f16 fields are kept finite).
     #[test]
     fn vector_factors_equal_scalar_factors() {
-        assert!(
-            Kernel::Avx2.is_available(),
-            "this test runs where the AVX2 kernel does (x86_64 with avx2, fma, f16c)"
-        );
+        assert_avx2_runs();
         let mut rng = ChaCha8Rng::seed_from_u64(8);
         for ty in [
             GgmlType::Q4_K,

@@ -1,0 +1,198 @@
+//! AVX-512 (F/BW/VL) dot products of K-quant rows with [`Q8KBlock`]
+//! activations (x86_64, selected at run time).
+//!
+//! Each super-block is unpacked once (for a group of inputs:
+//! `frame::each_row_and_input`) by the AVX2 kernel's unpacking
+//! (`avx2_k::unpack`: eight vectors of 32 values and their group scales),
+//! whose vectors are paired into four 512-bit ones: values `64k..64k + 64`
+//! with the scales of their four groups. Per 64
+//! values, `vpmaddubsw` and `vpmaddwd` (on 512-bit vectors) give sixteen i32
+//! lanes; the two halves are added once per super-block, which gives the
+//! AVX2 kernel's eight lane sums exactly (integer additions in another
+//! order), and from there the f32 arithmetic is the AVX2 kernel's, the same
+//! function (`avx2_k::dot_super_blocks`): every result has its bits.
+//!
+//! Every function requires avx2, fma, f16c, avx512f, avx512bw, avx512vl and
+//! avx512vnni, which callers check through a `Dispatch`.
+
+use std::arch::x86_64::{
+    __m256i, __m512i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_set1_epi8, _mm512_abs_epi8,
+    _mm512_add_epi32, _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi256_si512,
+    _mm512_castsi512_si256, _mm512_extracti64x4_epi64, _mm512_inserti64x4, _mm512_loadu_si512,
+    _mm512_madd_epi16, _mm512_maddubs_epi16, _mm512_mask_add_epi8, _mm512_mask_slli_epi16,
+    _mm512_mask_srli_epi16, _mm512_mask_sub_epi8, _mm512_movepi8_mask, _mm512_or_si512,
+    _mm512_set1_epi8, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_srli_epi16,
+    _mm512_test_epi8_mask,
+};
+
+use super::avx2_k::{
+    SuperBlockVectors, Unpacked, dot_super_blocks, factors, super_block_kernel, unpack,
+};
+use super::frame::{
+    Batch, BlockKernel, Group, each_row_and_input, type_of_id, with_super_block_type,
+};
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8KBlock;
+
+super_block_kernel!(Avx512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+
+/// AVX-512's vectors: a super-block as four vectors of 64 values (see the
+/// module docs).
+struct Avx512;
+
+impl SuperBlockVectors for Avx512 {
+    type Values = [__m512i; 4];
+
+    #[inline(always)]
+    unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<[__m512i; 4]> {
+        // SAFETY: the caller guarantees the features.
+        unsafe { unpack_pairs::<TY>(block) }
+    }
+
+    /// Per 64 values, sixteen i32 lanes; the two halves added at the end
+    /// give AVX2's eight lane sums exactly.
+    #[inline(always)]
+    unsafe fn scaled_sums(w: &Unpacked<[__m512i; 4]>, a: &Q8KBlock) -> __m256i {
+        // SAFETY: the caller guarantees the features; `qs` holds 256 bytes,
+        // so bytes 64k..64k + 64 are in bounds.
+        unsafe {
+            let mut sums = _mm512_setzero_si512();
+            for (k, (&values, &scales)) in w.values.iter().zip(&w.scales).enumerate() {
+                let activations = _mm512_loadu_si512(a.qs.as_ptr().add(64 * k).cast());
+                let pairs = if w.signed {
+                    // |values| times the activations with the values' signs.
+                    let negative = _mm512_movepi8_mask(values);
+                    let signed_activations = _mm512_mask_sub_epi8(
+                        activations,
+                        negative,
+                        _mm512_setzero_si512(),
+                        activations,
+                    );
+                    _mm512_maddubs_epi16(_mm512_abs_epi8(values), signed_activations)
+                } else {
+                    _mm512_maddubs_epi16(values, activations)
+                };
+                sums = _mm512_add_epi32(sums, _mm512_madd_epi16(pairs, scales));
+            }
+            _mm256_add_epi32(
+                _mm512_castsi512_si256(sums),
+                _mm512_extracti64x4_epi64::<1>(sums),
+            )
+        }
+    }
+}
+
+/// One super-block of the type with id `TY` unpacked in pairs: Q4_K, Q5_K and Q6_K's values
+/// straight into 512-bit vectors (one 64-byte or broadcast 32-byte load and
+/// a few shifts and masks per 64 values), the other types by the AVX2
+/// unpacking, paired. The factors are the AVX2 kernel's.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_pairs<const TY: u32>(block: &[u8]) -> Unpacked<[__m512i; 4]> {
+    let ty = const { type_of_id(TY) };
+    let values = match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => values_k4(ty, block),
+        GgmlType::Q6_K => values_q6_k(block),
+        _ => {
+            let w = unpack::<TY>(block);
+            return Unpacked {
+                d: w.d,
+                dmin: w.dmin,
+                values: pairs(&w.values),
+                signed: w.signed,
+                scales: pairs(&w.scales),
+                mins: w.mins,
+            };
+        }
+    };
+    let f = factors(ty, block);
+    Unpacked {
+        d: f.d,
+        dmin: f.dmin,
+        values,
+        signed: false,
+        scales: pairs(&f.scales),
+        mins: f.mins,
+    }
+}
+
+/// Q4_K and Q5_K values (see `block_k`'s diagram): the 32 packed bytes `k`
+/// hold values `64k..64k + 32` in their low nibbles and `64k + 32..64k + 64`
+/// in their high ones, so pair `k` is those bytes in both halves, the high
+/// half shifted down by 4; Q5_K adds 16 where bit `2k` (low half) or
+/// `2k + 1` (high half) of the `qh` byte of the same position is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn values_k4(ty: GgmlType, block: &[u8]) -> [__m512i; 4] {
+    let qs_at = if ty == GgmlType::Q5_K { 48 } else { 16 };
+    debug_assert!(qs_at + 128 <= block.len());
+    let low4 = _mm512_set1_epi8(0x0F);
+    // SAFETY: bytes 16..48 (qh) and qs_at..qs_at + 128 are inside the block.
+    let load_twice = |at: usize| unsafe {
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(block.as_ptr().add(at).cast()))
+    };
+    let qh = (ty == GgmlType::Q5_K).then(|| load_twice(16));
+    std::array::from_fn(|k| {
+        let packed = load_twice(qs_at + 32 * k);
+        let shifted = _mm512_mask_srli_epi16::<4>(packed, 0xFFFF_0000, packed);
+        let values = _mm512_and_si512(shifted, low4);
+        match qh {
+            Some(qh) => {
+                // Bit 2k in the low half, bit 2k + 1 in the high half.
+                let bits = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_set1_epi8((1u8 << (2 * k)) as i8)),
+                    _mm256_set1_epi8((1u8 << (2 * k + 1)) as i8),
+                );
+                let set = _mm512_test_epi8_mask(qh, bits);
+                _mm512_mask_add_epi8(values, set, values, _mm512_set1_epi8(16))
+            }
+            None => values,
+        }
+    })
+}
+
+/// Q6_K values (see `block_k`'s diagram): in half `h`, the 64 bytes of
+/// `ql[64h..]` give values `128h..128h + 64` by their low nibbles (pair
+/// `2h`) and `128h + 64..128h + 128` by their high ones (pair `2h + 1`), and
+/// the 32 bytes `H = qh[32h..]` their two high bits: `H`, `H >> 2`, `H >> 4`
+/// and `H >> 6` for the four runs of 32, placed at bits 4 and 5.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn values_q6_k(block: &[u8]) -> [__m512i; 4] {
+    debug_assert!(block.len() >= 192);
+    let low4 = _mm512_set1_epi8(0x0F);
+    let high2 = _mm512_set1_epi8(0x30);
+    let mut values = [_mm512_setzero_si512(); 4];
+    for half in 0..2 {
+        // SAFETY: bytes 64h..64h + 64 (ql) and 128 + 32h..160 + 32h (qh) are
+        // inside the 210-byte block.
+        let (ql, qh) = unsafe {
+            (
+                _mm512_loadu_si512(block.as_ptr().add(64 * half).cast()),
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    block.as_ptr().add(128 + 32 * half).cast(),
+                )),
+            )
+        };
+        // Runs 0 and 1 take H << 4 and H << 2; runs 2 and 3 take H and H >> 2.
+        let low_runs = _mm512_mask_slli_epi16::<2>(_mm512_slli_epi16::<4>(qh), 0xFFFF_0000, qh);
+        let high_runs = _mm512_mask_srli_epi16::<2>(qh, 0xFFFF_0000, qh);
+        values[2 * half] = _mm512_or_si512(
+            _mm512_and_si512(ql, low4),
+            _mm512_and_si512(low_runs, high2),
+        );
+        values[2 * half + 1] = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low4),
+            _mm512_and_si512(high_runs, high2),
+        );
+    }
+    values
+}
+
+/// Eight 256-bit vectors as four 512-bit ones: vector `2k` in the low half
+/// of `k`, vector `2k + 1` in its high half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pairs(v: &[__m256i; 8]) -> [__m512i; 4] {
+    std::array::from_fn(|k| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v[2 * k]), v[2 * k + 1]))
+}

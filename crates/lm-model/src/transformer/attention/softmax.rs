@@ -1,0 +1,121 @@
+//! Attention's weights: the softmax of each score row over the positions
+//! its query sees, with libm's `exp` bits and the sums in position order.
+
+use std::ops::Range;
+
+use crate::kernels::dispatch::Dispatch;
+use crate::kernels::exp::exp_in_place;
+
+/// Turns the scores of `rows` (`[n][span]`, the positions `seen(r)` of row
+/// `r` visible) into attention weights in place: softmax after subtracting
+/// the row's maximum, with libm's `exp` (or the kernels' vectorised
+/// [`exp_in_place`], which gives libm's bits), the weights summed in
+/// position order, as the conformance fixtures were measured with (another
+/// order moves single logits of the quantized models past the fixtures'
+/// tolerances). Up to [`SUM_ROWS`] rows' sums are independent chains of
+/// additions, run side by side.
+#[inline(always)]
+pub(super) fn softmax_to_weights(
+    dispatch: Dispatch,
+    rows: &mut [f32],
+    span: usize,
+    seen: impl Fn(usize) -> Range<usize>,
+) {
+    for (r, row) in rows.chunks_exact_mut(span).enumerate() {
+        let row = &mut row[seen(r)];
+        let max = row_max(row);
+        for score in row.iter_mut() {
+            *score -= max;
+        }
+        exp_in_place(dispatch, row);
+    }
+    let n_rows = rows.len() / span;
+    for first in (0..n_rows).step_by(SUM_ROWS) {
+        let block = first..(first + SUM_ROWS).min(n_rows);
+        let sums = match block.len() {
+            8 => sums_in_position_order::<8>(rows, span, first, &seen),
+            7 => sums_in_position_order::<7>(rows, span, first, &seen),
+            6 => sums_in_position_order::<6>(rows, span, first, &seen),
+            5 => sums_in_position_order::<5>(rows, span, first, &seen),
+            4 => sums_in_position_order::<4>(rows, span, first, &seen),
+            3 => sums_in_position_order::<3>(rows, span, first, &seen),
+            2 => sums_in_position_order::<2>(rows, span, first, &seen),
+            _ => sums_in_position_order::<1>(rows, span, first, &seen),
+        };
+        for (r, sum) in block.zip(sums) {
+            let inv_sum = 1.0 / sum;
+            for weight in &mut rows[r * span..(r + 1) * span][seen(r)] {
+                *weight *= inv_sum;
+            }
+        }
+    }
+}
+
+/// Rows whose softmax sums [`softmax_to_weights`] runs side by side: eight
+/// chains of additions keep both of a core's adders busy where one chain
+/// waits on each addition's latency.
+const SUM_ROWS: usize = 8;
+
+/// The sums of the `R` rows of `rows` (`[n][span]`) from row `first` on,
+/// each over its positions `seen(r)` in position order (one chain of
+/// additions per row, from 0.0). Over the positions every row sees the `R`
+/// chains advance together; the positions before and after those, which
+/// only some rows see, are added row by row, so each row's additions keep
+/// their order. The result has [`SUM_ROWS`] sums, of which the first `R` are
+/// the rows'.
+#[inline(always)]
+fn sums_in_position_order<const R: usize>(
+    rows: &[f32],
+    span: usize,
+    first: usize,
+    seen: &impl Fn(usize) -> Range<usize>,
+) -> [f32; SUM_ROWS] {
+    const { assert!(R >= 1 && R <= SUM_ROWS) };
+    let rows: [&[f32]; R] = std::array::from_fn(|i| &rows[(first + i) * span..][..span]);
+    let ranges: [Range<usize>; R] = std::array::from_fn(|i| seen(first + i));
+    let mut sums = [0.0f32; SUM_ROWS];
+    let shared_start = ranges.iter().map(|r| r.start).max().unwrap_or(0);
+    let shared_end = ranges.iter().map(|r| r.end).min().unwrap_or(0);
+    if shared_start >= shared_end {
+        // No position seen by all: each row alone.
+        for ((sum, row), range) in sums.iter_mut().zip(rows).zip(ranges) {
+            *sum = row[range].iter().fold(0.0, |sum, &v| sum + v);
+        }
+        return sums;
+    }
+    for ((sum, row), range) in sums.iter_mut().zip(rows).zip(&ranges) {
+        *sum = row[range.start..shared_start]
+            .iter()
+            .fold(0.0, |sum, &v| sum + v);
+    }
+    let shared: [&[f32]; R] = std::array::from_fn(|i| &rows[i][shared_start..shared_end]);
+    for k in 0..shared_end - shared_start {
+        for (sum, row) in sums.iter_mut().zip(shared) {
+            *sum += row[k];
+        }
+    }
+    for ((sum, row), range) in sums.iter_mut().zip(rows).zip(&ranges) {
+        *sum = row[shared_end..range.end]
+            .iter()
+            .fold(*sum, |sum, &v| sum + v);
+    }
+    sums
+}
+
+/// The largest value of `values` (`f32::max`, so NaN is passed over;
+/// negative infinity if there is none), eight lanes side by side.
+#[inline(always)]
+fn row_max(values: &[f32]) -> f32 {
+    let (vectors, rest) = values.as_chunks::<8>();
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    for vector in vectors {
+        for (lane, &v) in lanes.iter_mut().zip(vector) {
+            *lane = lane.max(v);
+        }
+    }
+    lanes
+        .iter()
+        .chain(rest)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max)
+}

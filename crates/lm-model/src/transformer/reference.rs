@@ -1,0 +1,233 @@
+//! The reference forward pass: [`Decoder::reference_logits`] recomputes the
+//! cached pass's function over a whole prefix with plain ndarray operations,
+//! an explicit causal mask matrix and no cache code, so the cached path
+//! (`model.rs`) has something written apart from it to be tested against.
+//!
+//! ```text
+//! x = embed(tokens) (+ learned positions) (* embedding_scale)   [n][n_embd]
+//! for each layer:
+//!     q, k, v = norm(x) Wq^T, Wk^T, Wv^T (+ biases) (head norms) (RoPE)
+//!     a = softmax(q k^T * scale + mask) v         per head, mask [n][n]
+//!     x += post_norm(a Wo^T);  x += post_norm(ffn(norm(x)))
+//! logits = norm(x) Wout^T                                      [n][vocab]
+//! ```
+//!
+//! Norms and RoPE are computed in f64 from their definitions; quantized
+//! weights are dequantised one matrix at a time, so this is slow on a real
+//! model.
+
+use lm_core::{LanguageModel, TokenId};
+use ndarray::{Array1, Array2, ArrayView1, Axis, s};
+
+use super::NormKind;
+use super::config::{AttentionKind, PositionKind, RopeMode, RopeOptions};
+use super::ffn::{FeedForward, gelu, silu};
+use super::model::{Decoder, LayerWeights, Positions};
+use super::norm::Norm;
+
+impl Decoder {
+    /// The logits of every position of `tokens` read from the start, one row
+    /// per token (`[tokens.len()][vocab_size]`), computed with plain ndarray
+    /// products, an explicit causal mask matrix and no cache: the reference
+    /// the cached forward pass is tested against. Quantized weights are
+    /// dequantised one matrix at a time, so this is slow on a real model.
+    pub fn reference_logits(&self, tokens: &[TokenId]) -> lm_core::Result<Array2<f32>> {
+        self.check_input(0, tokens)?;
+        let c = self.config();
+        let n = tokens.len();
+        // the token embeddings, plus learned positions, times the scale
+        let embedding = self.token_embedding.to_dense();
+        let mut x = Array2::<f32>::zeros((n, c.n_embd));
+        for (mut row, &token) in x.rows_mut().into_iter().zip(tokens) {
+            row.assign(&embedding.row(token as usize));
+        }
+        if let Positions::Learned(table) = &self.positions {
+            x += &table.slice(s![..n, ..]);
+        }
+        if let Some(scale) = c.options.embedding_scale {
+            x *= scale;
+        }
+        for (layer_idx, layer) in self.layers.iter().enumerate() {
+            // attention, then its residual connection
+            let mut attn_out = self.reference_attention(layer_idx, layer, &x);
+            if let Some(norm) = &layer.post_attn_norm {
+                attn_out = reference_norm(norm, &attn_out);
+            }
+            x += &attn_out;
+            // the feed-forward block, then its residual connection
+            let mut ffn_out = reference_ffn(&layer.ffn, &reference_norm(&layer.ffn_norm, &x));
+            if let Some(norm) = &layer.post_ffn_norm {
+                ffn_out = reference_norm(norm, &ffn_out);
+            }
+            x += &ffn_out;
+        }
+        let h = reference_norm(&self.final_norm, &x);
+        Ok(h.dot(&self.output().to_dense().t()))
+    }
+
+    /// Layer `layer_idx`'s attention over the rows of `x` (`[n][n_embd]`),
+    /// projected by `Wo`: `[n][n_embd]`.
+    fn reference_attention(
+        &self,
+        layer_idx: usize,
+        layer: &LayerWeights,
+        x: &Array2<f32>,
+    ) -> Array2<f32> {
+        let c = self.config();
+        let n = x.nrows();
+        let h = reference_norm(&layer.attn_norm, x);
+        let mut q = h.dot(&layer.wq.to_dense().t());
+        let mut k = h.dot(&layer.wk.to_dense().t());
+        let mut v = h.dot(&layer.wv.to_dense().t());
+        if let Some(bias) = &layer.qkv_bias {
+            q += &ArrayView1::from(&bias.q);
+            k += &ArrayView1::from(&bias.k);
+            v += &ArrayView1::from(&bias.v);
+        }
+        if let Some(norm) = &layer.q_norm {
+            q = reference_head_norm(norm, &q, c.head_dim);
+        }
+        if let Some(norm) = &layer.k_norm {
+            k = reference_head_norm(norm, &k, c.head_dim);
+        }
+        if let PositionKind::Rope { base, dim } = c.position {
+            let (base, freq_scale) = match (c.attention_kind(layer_idx), c.options.sliding_window) {
+                (AttentionKind::Sliding { .. }, Some(sw)) => (sw.rope_base, 1.0),
+                _ => (base, c.options.rope.freq_scale),
+            };
+            let rope = ReferenceRope {
+                head_dim: c.head_dim,
+                dim,
+                base,
+                freq_scale,
+                options: &c.options.rope,
+            };
+            rope.apply(&mut q);
+            rope.apply(&mut k);
+        }
+        // mask[i][j] = 0 where key j is visible to query i (j <= i, and
+        // within the window on a sliding layer), else -inf.
+        let window = match c.attention_kind(layer_idx) {
+            AttentionKind::Global => n,
+            AttentionKind::Sliding { window } => window,
+        };
+        let mask = Array2::from_shape_fn((n, n), |(i, j)| {
+            if j <= i && i - j < window {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        });
+        let group = c.n_head / c.n_kv_head;
+        let scale = c.attention_scale();
+        let mut attended = Array2::<f32>::zeros((n, c.q_dim()));
+        for head in 0..c.n_head {
+            let kv_head = head / group;
+            let q_cols = s![.., head * c.head_dim..(head + 1) * c.head_dim];
+            let kv_cols = s![.., kv_head * c.head_dim..(kv_head + 1) * c.head_dim];
+            let scores = q.slice(q_cols).dot(&k.slice(kv_cols).t()) * scale + &mask;
+            let weights = reference_softmax_rows(scores);
+            attended
+                .slice_mut(q_cols)
+                .assign(&weights.dot(&v.slice(kv_cols)));
+        }
+        attended.dot(&layer.wo.to_dense().t())
+    }
+}
+
+/// The feed-forward block over the normalised rows `h`.
+fn reference_ffn(ffn: &FeedForward, h: &Array2<f32>) -> Array2<f32> {
+    match ffn {
+        FeedForward::GeluMlp { up, down } => h
+            .dot(&up.to_dense().t())
+            .mapv(gelu)
+            .dot(&down.to_dense().t()),
+        FeedForward::SwiGlu { gate, up, down } => {
+            let gated = h.dot(&gate.to_dense().t()).mapv(silu) * h.dot(&up.to_dense().t());
+            gated.dot(&down.to_dense().t())
+        }
+        FeedForward::GeGlu { gate, up, down } => {
+            let gated = h.dot(&gate.to_dense().t()).mapv(gelu) * h.dot(&up.to_dense().t());
+            gated.dot(&down.to_dense().t())
+        }
+    }
+}
+
+/// Normalises every row of `x` with plain ndarray operations.
+fn reference_norm(norm: &Norm, x: &Array2<f32>) -> Array2<f32> {
+    let x = x.mapv(f64::from);
+    let width = x.ncols() as f64;
+    let eps = f64::from(norm.eps());
+    let weight = Array1::from(norm.weight().to_vec()).mapv(f64::from);
+    let normed = match norm.kind() {
+        NormKind::LayerNorm => {
+            let mean = x.sum_axis(Axis(1)) / width;
+            let centered = &x - &mean.insert_axis(Axis(1));
+            let var = centered.mapv(|v| v * v).sum_axis(Axis(1)) / width;
+            let bias = Array1::from(norm.bias().to_vec()).mapv(f64::from);
+            centered / var.mapv(|v| (v + eps).sqrt()).insert_axis(Axis(1)) * &weight + &bias
+        }
+        NormKind::RmsNorm => {
+            let mean_square = x.mapv(|v| v * v).sum_axis(Axis(1)) / width;
+            &x / mean_square.mapv(|v| (v + eps).sqrt()).insert_axis(Axis(1)) * &weight
+        }
+    };
+    normed.mapv(|v| v as f32)
+}
+
+/// Normalises every head (`head_dim` columns) of every row of `x`.
+fn reference_head_norm(norm: &Norm, x: &Array2<f32>, head_dim: usize) -> Array2<f32> {
+    let (n, width) = x.dim();
+    let heads = x
+        .to_shape((n * width / head_dim, head_dim))
+        .expect("rows of whole heads")
+        .to_owned();
+    reference_norm(norm, &heads)
+        .into_shape_with_order((n, width))
+        .expect("the same number of values")
+}
+
+/// RoPE written out from its definition: every head of every row (row
+/// index = position) turned pair by pair, angles computed afresh in f64.
+struct ReferenceRope<'a> {
+    head_dim: usize,
+    dim: usize,
+    base: f32,
+    freq_scale: f32,
+    options: &'a RopeOptions,
+}
+
+impl ReferenceRope<'_> {
+    fn apply(&self, x: &mut Array2<f32>) {
+        let half = self.dim / 2;
+        for (pos, mut row) in x.rows_mut().into_iter().enumerate() {
+            for head_start in (0..row.len()).step_by(self.head_dim) {
+                for i in 0..half {
+                    let factor = self.options.freq_factors.as_ref().map_or(1.0, |f| f[i]);
+                    let theta = pos as f64 * f64::from(self.freq_scale)
+                        / f64::from(self.base).powf(2.0 * i as f64 / self.dim as f64)
+                        / f64::from(factor);
+                    let (sin, cos) = theta.sin_cos();
+                    let (a, b) = match self.options.mode {
+                        RopeMode::Adjacent => (head_start + 2 * i, head_start + 2 * i + 1),
+                        RopeMode::Neox => (head_start + i, head_start + i + half),
+                    };
+                    let (x0, x1) = (f64::from(row[a]), f64::from(row[b]));
+                    row[a] = (x0 * cos - x1 * sin) as f32;
+                    row[b] = (x0 * sin + x1 * cos) as f32;
+                }
+            }
+        }
+    }
+}
+
+/// Softmax of every row, subtracting the row maximum first.
+fn reference_softmax_rows(mut scores: Array2<f32>) -> Array2<f32> {
+    for mut row in scores.rows_mut() {
+        let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        row.mapv_inplace(|v| (v - max).exp());
+        let sum = row.sum();
+        row /= sum;
+    }
+    scores
+}
