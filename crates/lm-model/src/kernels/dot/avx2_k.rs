@@ -14,9 +14,11 @@
 //! times the activation group sums. The integer sums and the f32 operations
 //! on them, in their order, are the portable path's: the same bits.
 //!
-//! The f32 arithmetic around the lane sums ([`dot_super_blocks`]) is
-//! generic over the vectors ([`SuperBlockVectors`]), so the AVX-512 kernel
-//! (`avx512_k`) runs the same operations in the same order.
+//! The integer loop ([`SuperBlockVectors::scaled_sums`]) and the f32
+//! arithmetic around the lane sums ([`dot_super_blocks`]) are written once,
+//! generic over the vectors ([`SuperBlockVectors`]: the load, the byte
+//! products and the multiply-add of each instruction set), so the AVX-512
+//! kernel (`avx512_k`) runs the same operations in the same order.
 //!
 //! Every function requires avx2, fma and f16c, which callers check through
 //! a `Dispatch`.
@@ -116,19 +118,23 @@ macro_rules! super_block_kernel {
 }
 pub(super) use super_block_kernel;
 
-super_block_kernel!(Avx2, "avx2,fma,f16c");
+super_block_kernel!(__m256i, "avx2,fma,f16c");
 
-/// How an instruction set holds a super-block and multiplies it with an
-/// activation block, the part of the product that differs between AVX2 and
-/// AVX-512; the rest, [`dot_super_blocks`], is shared, so both give the
-/// same bits.
+/// An instruction set's integer vector, in which a super-block is held and
+/// multiplied with an activation block: the few operations that differ
+/// between AVX2 (`__m256i`) and AVX-512 (`__m512i`). The rest is written
+/// once on top of them (the integer loop [`SuperBlockVectors::scaled_sums`],
+/// the f32 arithmetic [`dot_super_blocks`]), so both give the same bits.
+/// The methods that are one call on either are spelled by
+/// `one_intrinsic_operations!`.
 ///
 /// # Safety
-/// Both methods require a CPU with the instruction set, and are inlined into
-/// a function compiled with it.
-pub(super) trait SuperBlockVectors {
-    /// 256 values (or the scales over them) in this instruction set's vectors.
-    type Values;
+/// Every method requires a CPU with the instruction set, and is inlined
+/// into a function compiled with it.
+pub(super) trait SuperBlockVectors: Copy {
+    /// 256 values (or the scales over them) in consecutive vectors: values
+    /// `w k..w k + w` in vector `k`, for `w` the bytes of a vector.
+    type Values: AsRef<[Self]>;
 
     /// One super-block of the type with id `TY`.
     ///
@@ -136,45 +142,150 @@ pub(super) trait SuperBlockVectors {
     /// See [`SuperBlockVectors`].
     unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<Self::Values>;
 
-    /// The eight i32 lanes of `Σ scale · value · q_x` of `w` and the
-    /// activation block `a`: lane `i` sums values `4i..4i + 4` of each run of
-    /// 32 (the portable path's lanes).
+    /// A vector of zeros.
     ///
     /// # Safety
     /// See [`SuperBlockVectors`].
-    unsafe fn scaled_sums(w: &Unpacked<Self::Values>, a: &Q8KBlock) -> __m256i;
+    unsafe fn zero() -> Self;
+
+    /// The activation bytes `bytes`, a vector's worth.
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`]; `bytes` holds the bytes of a vector.
+    unsafe fn load(bytes: &[i8]) -> Self;
+
+    /// The products of these unsigned values with the signed `activations`,
+    /// adjacent pairs summed to i16 (`vpmaddubsw`; no saturation: see the
+    /// module docs).
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    unsafe fn products(self, activations: Self) -> Self;
+
+    /// [`SuperBlockVectors::products`] of signed values: their magnitudes
+    /// times the activations with the values' signs.
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    unsafe fn signed_products(self, activations: Self) -> Self;
+
+    /// These i32 sums plus the i16 `pairs` times the i16 `scales`, adjacent
+    /// products summed into each i32 lane (`vpmaddwd`).
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    unsafe fn add_scaled(self, pairs: Self, scales: Self) -> Self;
+
+    /// These i32 lanes as the eight lanes of the portable path: lane `i` the
+    /// sum of every lane `j` with `j mod 8 = i`.
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    unsafe fn eight_lanes(self) -> __m256i;
+
+    /// The eight i32 lanes of `Σ scale · value · q_x` of `w` and the
+    /// activation block `a`: lane `i` sums values `4i..4i + 4` of each run of
+    /// 32 (the portable path's lanes). Per vector, the values' products with
+    /// the activation bytes at the same place, times their groups' scales,
+    /// added to the sums: exact integer additions, so the vectors' width
+    /// does not change the result.
+    ///
+    /// # Safety
+    /// See [`SuperBlockVectors`].
+    #[inline(always)]
+    unsafe fn scaled_sums(w: &Unpacked<Self::Values>, a: &Q8KBlock) -> __m256i {
+        let width = size_of::<Self>();
+        let values = w.values.as_ref();
+        debug_assert_eq!(size_of_val(values), QK_K, "one super-block of values");
+        let runs = values
+            .iter()
+            .zip(w.scales.as_ref())
+            .zip(a.qs.chunks_exact(width));
+        // SAFETY: the caller guarantees the features; each chunk of `qs` is
+        // a vector's bytes.
+        unsafe {
+            let mut sums = Self::zero();
+            for ((&values, &scales), activations) in runs {
+                let activations = Self::load(activations);
+                let pairs = if w.signed {
+                    values.signed_products(activations)
+                } else {
+                    values.products(activations)
+                };
+                sums = sums.add_scaled(pairs, scales);
+            }
+            sums.eight_lanes()
+        }
+    }
 }
 
-/// AVX2's vectors: a super-block as eight vectors of 32 values.
-struct Avx2;
+/// Inside an `impl SuperBlockVectors`, the methods that are one call on
+/// every instruction set, given this instruction set's functions for them:
+/// `unpack` (of a super-block), `zero`, `load` (unaligned), `products`
+/// (`vpmaddubsw`), `pair_sums` (`vpmaddwd`) and `add` (of i32 lanes).
+macro_rules! one_intrinsic_operations {
+    (
+        unpack: $unpack:ident, zero: $zero:ident, load: $load:ident,
+        products: $products:ident, pair_sums: $pair_sums:ident, add: $add:ident
+    ) => {
+        #[inline(always)]
+        unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<Self::Values> {
+            // SAFETY: the caller guarantees the features.
+            unsafe { $unpack::<TY>(block) }
+        }
 
-impl SuperBlockVectors for Avx2 {
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: the caller guarantees the features.
+            unsafe { $zero() }
+        }
+
+        #[inline(always)]
+        unsafe fn load(bytes: &[i8]) -> Self {
+            debug_assert_eq!(bytes.len(), size_of::<Self>());
+            // SAFETY: the caller guarantees the features and a vector's bytes.
+            unsafe { $load(bytes.as_ptr().cast()) }
+        }
+
+        #[inline(always)]
+        unsafe fn products(self, activations: Self) -> Self {
+            // SAFETY: the caller guarantees the features.
+            unsafe { $products(self, activations) }
+        }
+
+        #[inline(always)]
+        unsafe fn add_scaled(self, pairs: Self, scales: Self) -> Self {
+            // SAFETY: the caller guarantees the features.
+            unsafe { $add(self, $pair_sums(pairs, scales)) }
+        }
+    };
+}
+pub(super) use one_intrinsic_operations;
+
+/// AVX2's vectors: a super-block as eight vectors of 32 values.
+impl SuperBlockVectors for __m256i {
     type Values = [__m256i; 8];
 
+    /// `vpsignb` moves the values' signs onto the activations (and zeroes
+    /// those of zero values) and gives the values' magnitudes.
     #[inline(always)]
-    unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<[__m256i; 8]> {
+    unsafe fn signed_products(self, activations: __m256i) -> __m256i {
         // SAFETY: the caller guarantees the features.
-        unsafe { unpack::<TY>(block) }
+        unsafe {
+            let signed_activations = _mm256_sign_epi8(activations, self);
+            _mm256_maddubs_epi16(_mm256_sign_epi8(self, self), signed_activations)
+        }
     }
 
+    /// AVX2's eight lanes are the eight.
     #[inline(always)]
-    unsafe fn scaled_sums(w: &Unpacked<[__m256i; 8]>, a: &Q8KBlock) -> __m256i {
-        // SAFETY: the caller guarantees the features; `qs` holds 256 bytes,
-        // so bytes 32c..32c + 32 are in bounds.
-        unsafe {
-            let mut sums = _mm256_setzero_si256();
-            for (c, (&values, &scales)) in w.values.iter().zip(&w.scales).enumerate() {
-                let activations = _mm256_loadu_si256(a.qs.as_ptr().add(32 * c).cast());
-                let pairs = if w.signed {
-                    let signed_activations = _mm256_sign_epi8(activations, values);
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(values, values), signed_activations)
-                } else {
-                    _mm256_maddubs_epi16(values, activations)
-                };
-                sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scales));
-            }
-            sums
-        }
+    unsafe fn eight_lanes(self) -> __m256i {
+        self
+    }
+
+    one_intrinsic_operations! {
+        unpack: unpack, zero: _mm256_setzero_si256, load: _mm256_loadu_si256,
+        products: _mm256_maddubs_epi16, pair_sums: _mm256_madd_epi16, add: _mm256_add_epi32
     }
 }
 
@@ -185,7 +296,8 @@ pub(super) struct Unpacked<V> {
     pub d: f32,
     /// The factor of the offsets.
     pub dmin: f32,
-    /// The 256 values: values 32c..32c + 32 in vector `c` on AVX2.
+    /// The 256 values, in consecutive vectors ([`SuperBlockVectors::Values`]):
+    /// values 32c..32c + 32 in vector `c` on AVX2.
     pub values: V,
     /// Whether values can be negative ([`SuperBlock::signed_values`]).
     pub signed: bool,

@@ -5,9 +5,12 @@
 //! `frame::each_row_and_input`) by the AVX2 kernel's unpacking
 //! (`avx2_k::unpack`: eight vectors of 32 values and their group scales),
 //! whose vectors are paired into four 512-bit ones: values `64k..64k + 64`
-//! with the scales of their four groups. Per 64
-//! values, `vpmaddubsw` and `vpmaddwd` (on 512-bit vectors) give sixteen i32
-//! lanes; the two halves are added once per super-block, which gives the
+//! with the scales of their four groups (Q4_K, Q5_K and Q6_K's values
+//! straight into them). Per 64 values, `vpmaddubsw` and `vpmaddwd` (on
+//! 512-bit vectors) give sixteen i32 lanes, in the loop the AVX2 kernel
+//! runs on its vectors (`avx2_k::SuperBlockVectors::scaled_sums`; this
+//! file supplies the operations); the two halves are added once per
+//! super-block, which gives the
 //! AVX2 kernel's eight lane sums exactly (integer additions in another
 //! order), and from there the f32 arithmetic is the AVX2 kernel's, the same
 //! function (`avx2_k::dot_super_blocks`): every result has its bits.
@@ -26,7 +29,8 @@ use std::arch::x86_64::{
 };
 
 use super::avx2_k::{
-    SuperBlockVectors, Unpacked, dot_super_blocks, factors, super_block_kernel, unpack,
+    SuperBlockVectors, Unpacked, dot_super_blocks, factors, one_intrinsic_operations,
+    super_block_kernel, unpack,
 };
 use super::frame::{
     Batch, BlockKernel, Group, each_row_and_input, type_of_id, with_super_block_type,
@@ -34,51 +38,45 @@ use super::frame::{
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 
-super_block_kernel!(Avx512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+super_block_kernel!(
+    __m512i,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
 
 /// AVX-512's vectors: a super-block as four vectors of 64 values (see the
 /// module docs).
-struct Avx512;
-
-impl SuperBlockVectors for Avx512 {
+impl SuperBlockVectors for __m512i {
     type Values = [__m512i; 4];
 
+    /// AVX-512 has no `vpsignb`: the activations of negative values are
+    /// negated under a mask (those of zero values need not be zeroed: their
+    /// magnitude 0 does it), and `vpabsb` gives the magnitudes.
     #[inline(always)]
-    unsafe fn unpack<const TY: u32>(block: &[u8]) -> Unpacked<[__m512i; 4]> {
+    unsafe fn signed_products(self, activations: __m512i) -> __m512i {
         // SAFETY: the caller guarantees the features.
-        unsafe { unpack_pairs::<TY>(block) }
+        unsafe {
+            let negative = _mm512_movepi8_mask(self);
+            let zero = _mm512_setzero_si512();
+            let signed_activations = _mm512_mask_sub_epi8(activations, negative, zero, activations);
+            _mm512_maddubs_epi16(_mm512_abs_epi8(self), signed_activations)
+        }
     }
 
-    /// Per 64 values, sixteen i32 lanes; the two halves added at the end
-    /// give AVX2's eight lane sums exactly.
+    /// Lanes `i` and `i + 8` added: AVX2's lane `i` exactly.
     #[inline(always)]
-    unsafe fn scaled_sums(w: &Unpacked<[__m512i; 4]>, a: &Q8KBlock) -> __m256i {
-        // SAFETY: the caller guarantees the features; `qs` holds 256 bytes,
-        // so bytes 64k..64k + 64 are in bounds.
+    unsafe fn eight_lanes(self) -> __m256i {
+        // SAFETY: the caller guarantees the features.
         unsafe {
-            let mut sums = _mm512_setzero_si512();
-            for (k, (&values, &scales)) in w.values.iter().zip(&w.scales).enumerate() {
-                let activations = _mm512_loadu_si512(a.qs.as_ptr().add(64 * k).cast());
-                let pairs = if w.signed {
-                    // |values| times the activations with the values' signs.
-                    let negative = _mm512_movepi8_mask(values);
-                    let signed_activations = _mm512_mask_sub_epi8(
-                        activations,
-                        negative,
-                        _mm512_setzero_si512(),
-                        activations,
-                    );
-                    _mm512_maddubs_epi16(_mm512_abs_epi8(values), signed_activations)
-                } else {
-                    _mm512_maddubs_epi16(values, activations)
-                };
-                sums = _mm512_add_epi32(sums, _mm512_madd_epi16(pairs, scales));
-            }
             _mm256_add_epi32(
-                _mm512_castsi512_si256(sums),
-                _mm512_extracti64x4_epi64::<1>(sums),
+                _mm512_castsi512_si256(self),
+                _mm512_extracti64x4_epi64::<1>(self),
             )
         }
+    }
+
+    one_intrinsic_operations! {
+        unpack: unpack_pairs, zero: _mm512_setzero_si512, load: _mm512_loadu_si512,
+        products: _mm512_maddubs_epi16, pair_sums: _mm512_madd_epi16, add: _mm512_add_epi32
     }
 }
 
