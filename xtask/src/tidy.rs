@@ -4,7 +4,10 @@
 //!   back at it, not even for tests, and the server `lm-serve` above the
 //!   facade, used only by the binaries (lm-cli, xtask),
 //! - every workspace member is named in docs/ARCHITECTURE.md,
-//! - every Rust source file opens with a `//!` doc comment.
+//! - every Rust source file opens with a `//!` doc comment,
+//! - `unsafe` stays behind its fence: every crate root forbids it but
+//!   lm-model's, which denies it, and in lm-model only `kernels/` and the two
+//!   operating-system calls allow it.
 //!
 //! It also runs as an ordinary test, so `cargo test --workspace` covers it.
 
@@ -49,7 +52,93 @@ fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     let mut problems = dependency_arrows(&metadata);
     problems.extend(architecture_names_members(root, &metadata)?);
     problems.extend(files_open_with_module_docs(root)?);
+    problems.extend(unsafe_fence(root, &metadata)?);
     Ok(problems)
+}
+
+/// The crate whose root denies `unsafe` rather than forbidding it: its
+/// kernels and two operating-system calls allow it.
+const UNSAFE_HOME: &str = "lm-model";
+
+/// The places in lm-model's `src/` that may hold `unsafe`: the kernels'
+/// home, and the files of the two operating-system calls (the model file's
+/// mapping, the allocator's threshold).
+const UNSAFE_ALLOWED: [&str; 3] = ["kernels/", "gguf/mod.rs", "allocator.rs"];
+
+/// Every library and binary root carries `#![forbid(unsafe_code)]` (lm-model:
+/// `#![deny(unsafe_code)]`), and lm-model's `unsafe` stays in
+/// [`UNSAFE_ALLOWED`].
+fn unsafe_fence(root: &Path, metadata: &Value) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let packages = metadata["packages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    for package in packages {
+        let name = package["name"].as_str().unwrap_or_default();
+        let wanted = if name == UNSAFE_HOME {
+            "#![deny(unsafe_code)]"
+        } else {
+            "#![forbid(unsafe_code)]"
+        };
+        let targets = package["targets"].as_array().map_or(&[][..], Vec::as_slice);
+        for target in targets {
+            let kinds = target["kind"].as_array().map_or(&[][..], Vec::as_slice);
+            if !kinds.iter().any(|k| k == "lib" || k == "bin") {
+                continue;
+            }
+            let src = Path::new(target["src_path"].as_str().unwrap_or_default());
+            let text = std::fs::read_to_string(src)
+                .with_context(|| format!("reading {}", src.display()))?;
+            if !text.lines().any(|line| line.trim() == wanted) {
+                let shown = src.strip_prefix(root).unwrap_or(src);
+                problems.push(format!("{} lacks `{wanted}`", shown.display()));
+            }
+        }
+    }
+    let home = root.join("crates").join(UNSAFE_HOME).join("src");
+    for path in rust_files(&home)? {
+        let relative = path.strip_prefix(&home).unwrap_or(&path).to_string_lossy();
+        if UNSAFE_ALLOWED
+            .iter()
+            .any(|allowed| relative.starts_with(allowed))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        if text.lines().any(uses_unsafe) {
+            problems.push(format!(
+                "crates/{UNSAFE_HOME}/src/{relative} uses `unsafe` outside {}",
+                UNSAFE_ALLOWED.join(", ")
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// Whether a line's code (not its comment) has the keyword `unsafe`.
+fn uses_unsafe(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or_default();
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|word| word == "unsafe")
+}
+
+/// The `.rs` files below `dir`.
+fn rust_files(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    Ok(files)
 }
 
 /// The workspace's packages and their targets (`cargo metadata --no-deps`).
@@ -166,23 +255,15 @@ fn architecture_names_members(root: &Path, metadata: &Value) -> anyhow::Result<V
 
 fn files_open_with_module_docs(root: &Path) -> anyhow::Result<Vec<String>> {
     let mut problems = Vec::new();
-    let mut dirs = vec![root.join("crates"), root.join("xtask")];
-    while let Some(dir) = dirs.pop() {
-        for entry in
-            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
-        {
-            let path = entry?.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path)?;
-                if !text.trim_start().starts_with("//!") {
-                    let shown = path.strip_prefix(root).unwrap_or(&path);
-                    problems.push(format!(
-                        "{} does not open with a `//!` doc comment",
-                        shown.display()
-                    ));
-                }
+    for dir in [root.join("crates"), root.join("xtask")] {
+        for path in rust_files(&dir)? {
+            let text = std::fs::read_to_string(&path)?;
+            if !text.trim_start().starts_with("//!") {
+                let shown = path.strip_prefix(root).unwrap_or(&path);
+                problems.push(format!(
+                    "{} does not open with a `//!` doc comment",
+                    shown.display()
+                ));
             }
         }
     }
@@ -265,6 +346,15 @@ mod tests {
         ]);
         let expected = ["lm depends on lm-serve", "lm-decode depends on lm-serve"];
         check_arrows(packages, &expected);
+    }
+
+    #[test]
+    fn the_unsafe_keyword_is_found_in_code_not_in_comments_or_names() {
+        assert!(uses_unsafe("    unsafe { f() }"));
+        assert!(uses_unsafe("pub unsafe fn g() {} // the call"));
+        assert!(!uses_unsafe("// SAFETY: unsafe in a comment"));
+        assert!(!uses_unsafe("#![deny(unsafe_code)]"));
+        assert!(!uses_unsafe("let not_unsafe = 1;"));
     }
 
     #[test]

@@ -71,7 +71,8 @@ fn greedy_json_has_growing_prefixes_and_the_chain_rule_total() {
     }
     assert!((report["sequence_logprob"].as_f64().unwrap() - sum).abs() < 1e-9);
     let words: Vec<&str> = generated.iter().map(|&id| Toy::word(id).unwrap()).collect();
-    assert_eq!(report["text"], words.join(" "));
+    // What the prompt's text grew by: each word after a joining space.
+    assert_eq!(report["text"], format!(" {}", words.join(" ")));
     let timing = &report["timing"];
     assert_eq!(timing["prefill_tokens"], 3);
     assert_eq!(timing["decode_tokens"], 4, "the final token is never fed");
@@ -358,7 +359,8 @@ fn end_tokens_and_stop_strings_end_the_run() {
     assert_eq!(stopped["stop_reason"], "stop_string");
     assert_eq!(stopped["stop_string"], first.as_str());
     assert_eq!(ids(&stopped["ids"]).len(), 1);
-    assert_eq!(stopped["text"], "");
+    // The joining space came before the stop string.
+    assert_eq!(stopped["text"], " ");
     let custom_end = toy_greedy(8).opt("--end-token", &first).json();
     assert_eq!(custom_end["stop_reason"], "end_token");
 }

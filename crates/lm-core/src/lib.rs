@@ -23,7 +23,7 @@
 //! assert_eq!(format!("{:.3} {:.3} {:.3}", p[0], p[1], p[2]), "0.867 0.117 0.016");
 //! ```
 #![deny(missing_docs)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod adapter;
 mod constraint;

@@ -112,29 +112,10 @@ pub fn log_sum_exp(logits: &[f32]) -> Result<f64> {
 }
 
 /// `sum_i exp((z_i - max) / t)`, each term also written to `out` when
-/// `STORE`. On x86_64 with AVX2 the same code is compiled for 8-wide
-/// vectors; the lanes and the order of additions are the code's, not the
-/// vector width's, so both builds give the same bits. The crate's one
-/// `unsafe` block: the call into the AVX2 build.
-#[allow(unsafe_code)]
+/// `STORE`: branch-free lanes, which the compiler vectorises. The lanes and
+/// the order of additions are the code's, not the vector width's, so every
+/// build gives the same bits.
 fn weights<const STORE: bool>(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if crate::cpu::CpuFeatures::detect().avx2 {
-        // SAFETY: the CPU has AVX2 (detected by `lm_core::cpu`).
-        return unsafe { weights_avx2::<STORE>(logits, max, t, out) };
-    }
-    weights_lanes::<STORE>(logits, max, t, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn weights_avx2<const STORE: bool>(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
-    weights_lanes::<STORE>(logits, max, t, out)
-}
-
-/// The loop of [`weights`]: branch-free lanes, which the compiler vectorises.
-#[inline(always)]
-fn weights_lanes<const STORE: bool>(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
     const BLOCK: usize = 256;
     const LANES: usize = 8;
     let weight = |z: f32| softmax_weight(z, max, t);
@@ -400,21 +381,6 @@ mod tests {
                 (sum - want_sum).abs() < 1e-6 * want_sum,
                 "T = {t}: {sum} vs {want_sum}"
             );
-        }
-    }
-
-    #[test]
-    fn the_vector_build_gives_the_same_bits_as_the_portable_one() {
-        let logits: Vec<f32> = (0..5000)
-            .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
-            .collect();
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        for t in [0.7f32, 1.0, 1e-39] {
-            let (mut a, mut b) = (vec![0.0; logits.len()], vec![0.0; logits.len()]);
-            let sum_a = weights::<true>(&logits, max, t, &mut a);
-            let sum_b = weights_lanes::<true>(&logits, max, t, &mut b);
-            assert_eq!(sum_a.to_bits(), sum_b.to_bits());
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
         }
     }
 

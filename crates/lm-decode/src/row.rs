@@ -16,7 +16,7 @@ use crate::generate::{GenerationConfig, context_room};
 use crate::hook::prefill;
 use crate::rng::TokenRng;
 use crate::sampler::{Sampler, Selection};
-use crate::stop::{StopReason, find_stop_string};
+use crate::stop::StopReason;
 use crate::trace::{DraftMark, Generation, Recorder, Step};
 use crate::truncate::{FittedPrompt, Truncation, fit_prompt};
 use lm_core::{Detokenize, LanguageModel, Rows, TokenId};
@@ -111,7 +111,6 @@ const PLAUSIBLE_NEW_TOKENS: usize = 4096;
 /// behaves the same whichever loop drives it.
 pub(crate) struct Row<'a> {
     config: &'a GenerationConfig,
-    detokenizer: Option<&'a dyn Detokenize>,
     sampler: Sampler,
     rng: TokenRng,
     vocab_size: usize,
@@ -176,7 +175,6 @@ impl<'a> Row<'a> {
         history.reserve(reserved);
         Ok(Self {
             config,
-            detokenizer,
             rng: TokenRng::with_stream(sampler.seed(), rng_stream),
             sampler,
             vocab_size: model.vocab_size(),
@@ -352,9 +350,9 @@ impl<'a> Row<'a> {
             .as_mut()
             .map(TextDeltas::finish)
             .unwrap_or_default();
-        let text = self
-            .detokenizer
-            .map(|detokenizer| self.standalone_text(detokenizer, &stop_reason));
+        // The text the steps handed out and the held-back rest: decoded once,
+        // as the stop strings were searched in it.
+        let text = self.deltas.as_ref().map(TextDeltas::text);
         let mut history = self.history;
         let tokens = history.split_off(self.n_prompt);
         Generation {
@@ -367,23 +365,5 @@ impl<'a> Row<'a> {
             rng_stream: self.rng_stream,
             held_back_text,
         }
-    }
-
-    /// [`Generation::text`]: the generated tokens decoded on their own
-    /// (without the prompt's context, unlike the steps' texts), without a
-    /// final end token, cut before the first stop string.
-    fn standalone_text(&self, detokenizer: &dyn Detokenize, stop_reason: &StopReason) -> String {
-        let generated = self.generated();
-        let shown = match stop_reason {
-            StopReason::EndToken(_) => &generated[..generated.len().saturating_sub(1)],
-            _ => generated,
-        };
-        let mut text = detokenizer.decode(shown);
-        if let StopReason::StopString(_) = stop_reason
-            && let Some((byte, _)) = find_stop_string(&text, &self.config.stop_strings)
-        {
-            text.truncate(byte);
-        }
-        text
     }
 }

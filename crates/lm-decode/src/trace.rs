@@ -217,8 +217,10 @@ pub struct Generation {
     pub steps: Vec<Step>,
     /// Why the loop stopped.
     pub stop_reason: StopReason,
-    /// The generated text, when a detokenizer was given: without a final end
-    /// token, and cut at the first byte of a stop string that stopped it.
+    /// The generated text, when a detokenizer was given: what the prompt's
+    /// decoded text grew by (the steps' texts followed by
+    /// [`Generation::held_back_text`], decoded once), without end tokens, cut
+    /// at the first byte of a stop string that stopped it.
     pub text: Option<String>,
     /// The random stream the tokens were drawn from (see [`crate::TokenRng`]).
     pub rng_stream: u64,

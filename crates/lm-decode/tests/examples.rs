@@ -35,7 +35,8 @@ fn custom_model_samples_only_what_its_table_allows() {
     };
     config.sampling.top_p = Some(0.9);
     let run = lm_decode::generate(&Bigram, &[0], &config, Some(&Bigram)).unwrap();
-    assert_eq!(run.text.as_deref(), Some("the cat sat"));
+    // What the prompt's text "<s>" grew by, its joining space included.
+    assert_eq!(run.text.as_deref(), Some(" the cat sat"));
     assert_eq!(run.stop_reason, StopReason::EndToken(6));
     let mut prefix = vec![0];
     for step in &run.steps {

@@ -5,7 +5,7 @@
 use crate::common::{LESSON_VOCAB, Pieces, PrefixModel, TableModel, rejects};
 use std::ops::ControlFlow;
 
-use lm_core::{Counting, TokenId, Uncached, sample_inverse_cdf, softmax};
+use lm_core::{Counting, Detokenize, TokenId, Uncached, sample_inverse_cdf, softmax};
 use lm_decode::{
     Error, Generation, GenerationConfig, SamplingConfig, Stage, StopReason, Truncation, generate,
     generate_many, generate_streaming,
@@ -149,6 +149,38 @@ fn stop_strings_match_across_tokens_and_cut_the_text() {
         StopReason::MaxNewTokens,
     );
     assert!(StopReason::StopString("x".into()).is_finished());
+}
+
+/// Words joined by spaces, as a SentencePiece decoder joins pieces: a
+/// word's leading space shows only after another word.
+struct Words(&'static [&'static str]);
+
+impl Detokenize for Words {
+    fn decode(&self, ids: &[TokenId]) -> String {
+        let words: Vec<&str> = ids.iter().map(|&id| self.0[id as usize]).collect();
+        words.join(" ")
+    }
+}
+
+#[test]
+fn text_is_what_the_steps_hand_out_and_is_cut_at_a_stop_string_that_spans_the_prompt_boundary() {
+    // 1 -> 2 -> 3 -> 4; decoded after the prompt "go", the text grows by
+    // " the cat sat": the first word's space exists only in context.
+    let model = chain(&[0, 2, 3, 4, 4]);
+    let words = Words(&["", "go", "the", "cat", "sat"]);
+    let run = generate(&model, &[1], &greedy(3), Some(&words)).unwrap();
+    let streamed: String = run.steps.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(run.text.as_deref(), Some(" the cat sat"));
+    assert_eq!(streamed + &run.held_back_text, " the cat sat");
+    // A stop string that starts with that space stops the run and is cut
+    // from the text, as from the stream.
+    let config = GenerationConfig {
+        stop_strings: vec![" the".into()],
+        ..greedy(3)
+    };
+    let run = generate(&model, &[1], &config, Some(&words)).unwrap();
+    assert_eq!(run.stop_reason, StopReason::StopString(" the".into()));
+    assert_eq!((run.tokens, run.text.as_deref()), (vec![2], Some("")));
 }
 
 #[test]
