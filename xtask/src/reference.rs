@@ -34,6 +34,12 @@
 //! regenerates `fixtures/arch/`: `scripts/reference/random_gguf.py` writes small
 //! seeded random-weight GGUF files (llama with Llama 3 `rope_freqs`, qwen2, qwen3,
 //! gemma3) and llama.cpp's logits on each; no model is fetched.
+//!
+//! `cargo xtask reference-fixtures --samplers [--python <interpreter>]`
+//! regenerates `fixtures/samplers/samplers.json`:
+//! `scripts/reference/sampler_reference.py` applies llama.cpp's samplers
+//! (typical, top-n-sigma, XTC, top-p and min-p with `min_keep`) to fixed logit
+//! vectors and SmolLM2's committed logits row; no model is loaded.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,6 +111,9 @@ const REQUANTIZED_SMOLLM2: [&str; 8] = [
 pub(crate) fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|arg| arg == ARCH_FLAG) {
         return run_arch(&args[1..]);
+    }
+    if args.first().is_some_and(|arg| arg == SAMPLERS_FLAG) {
+        return run_samplers(&args[1..]);
     }
     let options = Options::parse(args)?;
     let python = reference_python(options.python.as_deref())?;
@@ -186,9 +195,9 @@ fn run_script(python: &Path, script: &str, model: &Path, out: &Path, extra: &[&s
     Ok(())
 }
 
-/// The usage line of `--arch`.
-pub(crate) const ARCH_USAGE: &str =
-    "usage: cargo xtask reference-fixtures --arch [--python <interpreter>]";
+/// The usage lines of `--arch` and `--samplers`.
+pub(crate) const ARCH_USAGE: &str = "usage: cargo xtask reference-fixtures --arch [--python <interpreter>]\n\
+     usage: cargo xtask reference-fixtures --samplers [--python <interpreter>]";
 
 /// The usage line printed with option errors.
 pub(crate) const USAGE: &str = "usage: cargo xtask reference-fixtures [--python <interpreter>] [--model <gguf>] [--only smollm2|smollm2-requant|gemma3]";
@@ -432,6 +441,39 @@ fn run_arch(args: &[String]) -> Result<()> {
     )?;
     println!(
         "fixtures written to {ARCH_FIXTURES_DIR}; review with `git diff --stat {ARCH_FIXTURES_DIR}`"
+    );
+    Ok(())
+}
+
+/// The flag that selects the sampler fixtures.
+const SAMPLERS_FLAG: &str = "--samplers";
+
+/// Where the sampler fixtures go, relative to the project root.
+const SAMPLERS_FIXTURES_DIR: &str = "fixtures/samplers";
+
+/// The logits row the sampler fixtures also run on (SmolLM2's, committed).
+const SAMPLERS_ROW: &str = "fixtures/smollm2/chat_capital_of_france.last_logits.f32le.bin";
+
+/// `reference-fixtures --samplers [--python <interpreter>]`: runs
+/// `scripts/reference/sampler_reference.py` into [`SAMPLERS_FIXTURES_DIR`].
+/// Its vectors are seeded, so a rerun writes the same bytes.
+fn run_samplers(args: &[String]) -> Result<()> {
+    let python = match args {
+        [] => reference_python(None)?,
+        [flag, python] if flag == "--python" => reference_python(Some(Path::new(python)))?,
+        _ => bail!("usage: cargo xtask reference-fixtures --samplers [--python <interpreter>]"),
+    };
+    let root = project_root();
+    run_checked(
+        Command::new(&python)
+            .arg(root.join("scripts/reference/sampler_reference.py"))
+            .arg("--out")
+            .arg(root.join(SAMPLERS_FIXTURES_DIR))
+            .arg("--row")
+            .arg(root.join(SAMPLERS_ROW)),
+    )?;
+    println!(
+        "fixtures written to {SAMPLERS_FIXTURES_DIR}; review with `git diff --stat {SAMPLERS_FIXTURES_DIR}`"
     );
     Ok(())
 }

@@ -3,9 +3,12 @@
 //! SmolLM2-135M-Instruct's logits (llama.cpp's, after the chat prompt "What is
 //! the capital of France?", the flattest of the fixtures: 49 tokens make 90%
 //! of the mass at T = 1), then top-p on a flat synthetic row, where the
-//! nucleus is most of the vocabulary. The trace's log-sum-exp is the other
-//! per-step cost of the loop. A decode step of that model takes about 10 ms,
-//! so 2% is 200 us.
+//! nucleus is most of the vocabulary. Then the stages of issue 38: typical
+//! 0.95, top-nσ 1.5 and XTC (at probability 1, so it always removes, and at
+//! 0.5, its coin drawn), typical on the flat row (its worst case: the typical
+//! set is most of the vocabulary), and the whole chain with every filter on.
+//! The trace's log-sum-exp is the other per-step cost of the loop. A decode
+//! step of that model takes about 10 ms, so 2% is 200 us.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lm_decode::{Sampler, SamplingConfig};
@@ -41,6 +44,16 @@ fn flat_logits() -> Vec<f32> {
         .collect()
 }
 
+/// T = 0.8 with one setting of the new stages.
+fn new_stage(set: impl FnOnce(&mut SamplingConfig)) -> SamplingConfig {
+    let mut config = SamplingConfig {
+        temperature: 0.8,
+        ..SamplingConfig::default()
+    };
+    set(&mut config);
+    config
+}
+
 fn sampling_step(c: &mut Criterion) {
     let sampled = |temperature, top_k, top_p, min_p| SamplingConfig {
         temperature,
@@ -61,6 +74,47 @@ fn sampling_step(c: &mut Criterion) {
             "top-p 0.9, flat logits",
             sampled(0.8, None, Some(0.9), None),
             &flat,
+        ),
+        (
+            "typical 0.95",
+            new_stage(|c| c.typical_p = Some(0.95)),
+            &model,
+        ),
+        (
+            "typical 0.95, flat logits",
+            new_stage(|c| c.typical_p = Some(0.95)),
+            &flat,
+        ),
+        (
+            "top-n-sigma 1.5",
+            new_stage(|c| c.top_n_sigma = Some(1.5)),
+            &model,
+        ),
+        (
+            "xtc p 1, threshold 0.1",
+            new_stage(|c| c.xtc_probability = Some(1.0)),
+            &model,
+        ),
+        (
+            "xtc p 0.5, threshold 0.1",
+            new_stage(|c| c.xtc_probability = Some(0.5)),
+            &model,
+        ),
+        (
+            "every filter, min_keep 2",
+            new_stage(|c| {
+                *c = SamplingConfig {
+                    top_n_sigma: Some(1.5),
+                    top_k: Some(40),
+                    typical_p: Some(0.95),
+                    top_p: Some(0.9),
+                    min_p: Some(0.05),
+                    xtc_probability: Some(0.5),
+                    min_keep: Some(2),
+                    ..c.clone()
+                }
+            }),
+            &model,
         ),
     ];
     let mut group = c.benchmark_group("sampling step, 49152 logits");

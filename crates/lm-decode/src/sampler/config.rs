@@ -7,20 +7,21 @@
 
 use super::{
     BannedTokens, CandidateFilter, FrequencyPenalty, LogitBias, LogitTransform, MinP,
-    PresencePenalty, RepetitionPenalty, Temperature, TopK, TopP,
+    PresencePenalty, RepetitionPenalty, Temperature, TopK, TopNSigma, TopP, Typical, Xtc,
 };
 use crate::error::{Error, Result};
 use lm_core::TokenId;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// The sampling parameters, named as in the common APIs (HF transformers,
 /// OpenAI, llama.cpp). `Default` is plain sampling at T = 1 with seed 0.
 ///
 /// It reads from JSON by those names (a missing field is its default, an
-/// unknown one an error) and writes as lm-cli's `--json` settings do: the
-/// filters and the repetition penalty always (`null` when unset), the other
-/// optional settings only when set, and never the seed, which a report
-/// names only when the run draws.
+/// unknown one an error) and writes as lm-cli's `--json` settings do: top-k,
+/// top-p, min-p and the repetition penalty always (`null` when unset), the
+/// other optional settings only when set, and never the seed, which a
+/// report names only when the run draws.
 ///
 /// ```
 /// use lm_decode::SamplingConfig;
@@ -42,6 +43,26 @@ pub struct SamplingConfig {
     pub top_p: Option<f32>,
     /// Keep tokens with at least `min_p` times the best token's probability.
     pub min_p: Option<f32>,
+    /// Locally typical sampling: keep the tokens whose surprise is closest
+    /// to the entropy, up to this mass (see [`Typical`]; 1 keeps all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub typical_p: Option<f32>,
+    /// Top-nσ: keep logits within this many standard deviations of the
+    /// best (see [`TopNSigma`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_n_sigma: Option<f32>,
+    /// XTC: the chance per step of removing the top choices (see [`Xtc`];
+    /// 0 or unset: no XTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xtc_probability: Option<f32>,
+    /// XTC: the probability a token needs to count as a top choice
+    /// (default [`SamplingConfig::XTC_THRESHOLD`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xtc_threshold: Option<f32>,
+    /// The fewest tokens every filter leaves (llama.cpp's `min_keep`, HF's
+    /// `min_tokens_to_keep`; unset or 0: one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_keep: Option<usize>,
     /// HF repetition penalty (> 0; 1 is none).
     pub repetition_penalty: Option<f32>,
     /// Subtracted once from the logit of every token in the history.
@@ -73,6 +94,11 @@ impl Default for SamplingConfig {
             top_k: None,
             top_p: None,
             min_p: None,
+            typical_p: None,
+            top_n_sigma: None,
+            xtc_probability: None,
+            xtc_threshold: None,
+            min_keep: None,
             repetition_penalty: None,
             presence_penalty: None,
             frequency_penalty: None,
@@ -96,14 +122,49 @@ pub struct Field {
 }
 
 /// A setting [`SamplingConfig::validate`] refused: the field, and lm-decode's
-/// error, whose message names the field and the allowed range.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{error}")]
+/// error. Its message names the field and the allowed range.
+#[derive(Debug, Clone, PartialEq)]
 pub struct InvalidSetting {
     /// The field of [`SamplingConfig`] (see [`SamplingConfig::FIELDS`]).
     pub field: &'static str,
     /// What is wrong with it.
     pub error: Error,
+}
+
+/// The allowed range of each setting whose stage refuses with
+/// [`out_of_range`] (lm-decode's `Error` has no variant of its own for
+/// them yet), for [`InvalidSetting`]'s message.
+const RANGES: [(&str, &str); 4] = [
+    ("typical_p", "in (0, 1]"),
+    ("top_n_sigma", "finite and greater than 0"),
+    ("xtc_probability", "in [0, 1]"),
+    ("xtc_threshold", "in [0, 1]"),
+];
+
+impl fmt::Display for InvalidSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let range = RANGES.iter().find(|(field, _)| *field == self.field);
+        match (range, &self.error) {
+            (
+                Some((field, range)),
+                Error::Core(lm_core::Error::InvalidProbability { value, .. }),
+            ) => write!(f, "{field} must be {range}, got {}", *value as f32),
+            _ => self.error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for InvalidSetting {}
+
+/// The refusal of a value outside a new stage's range (typical, top-nσ,
+/// XTC): lm-core's invalid-probability error carrying the value, which
+/// [`InvalidSetting`]'s message names with the field and its range.
+pub(crate) fn out_of_range(value: f32) -> Error {
+    lm_core::Error::InvalidProbability {
+        index: 0,
+        value: f64::from(value),
+    }
+    .into()
 }
 
 /// The built stages of a policy, in the chain's order.
@@ -135,11 +196,20 @@ impl SamplingConfig {
         Field::new("logit_bias", "--logit-bias", "logit_bias"),
         Field::new("banned_tokens", "--logit-bias", "logit_bias"),
         Field::new("temperature", "--temperature", "temperature"),
+        Field::new("top_n_sigma", "--top-nsigma", "top_n_sigma"),
         Field::new("top_k", "--top-k", "top_k"),
+        Field::new("typical_p", "--typical", "typical_p"),
         Field::new("top_p", "--top-p", "top_p"),
         Field::new("min_p", "--min-p", "min_p"),
+        Field::new("xtc_probability", "--xtc-probability", "xtc_probability"),
+        Field::new("xtc_threshold", "--xtc-threshold", "xtc_threshold"),
+        Field::new("min_keep", "--min-keep", "min_keep"),
         Field::new("seed", "--seed", "seed"),
     ];
+
+    /// XTC's threshold when only its probability is given (llama.cpp's
+    /// default).
+    pub const XTC_THRESHOLD: f32 = 0.1;
 
     /// Greedy decoding: temperature 0, nothing else.
     pub fn greedy() -> Self {
@@ -193,10 +263,17 @@ impl SamplingConfig {
                 |tokens| Ok(BannedTokens::new(tokens)),
             )?),
         ];
+        let xtc_threshold = stage("xtc_threshold", self.xtc_threshold, Xtc::check)?;
+        let xtc = stage("xtc_probability", self.xtc_probability, |p| {
+            Xtc::new(p, xtc_threshold.unwrap_or(Self::XTC_THRESHOLD))
+        })?;
         let filters = [
+            filter(stage("top_n_sigma", self.top_n_sigma, TopNSigma::new)?),
             filter(stage("top_k", self.top_k, TopK::new)?),
+            filter(stage("typical_p", self.typical_p, Typical::new)?),
             filter(stage("top_p", self.top_p, TopP::new)?),
             filter(stage("min_p", self.min_p, MinP::new)?),
+            filter(xtc.filter(|xtc| xtc.probability() > 0.0)),
         ];
         Ok(Chain {
             transforms: transforms.into_iter().flatten().collect(),
@@ -266,6 +343,11 @@ mod tests {
             penalty_last_n: Some(0),
             logit_bias: vec![(0, 0.0)],
             banned_tokens: vec![0],
+            typical_p: Some(1.0),
+            top_n_sigma: Some(1.0),
+            xtc_probability: Some(0.0),
+            xtc_threshold: Some(0.1),
+            min_keep: Some(1),
             ..SamplingConfig::default()
         })
         .unwrap();
@@ -284,7 +366,9 @@ mod tests {
         let config: SamplingConfig = serde_json::from_str(
             r#"{"temperature": 0.5, "top_k": 3, "top_p": 0.9, "min_p": 0.1,
                 "repetition_penalty": 1.1, "presence_penalty": 0.5, "frequency_penalty": 0.25,
-                "penalty_last_n": 8, "logit_bias": [[2, -1.0]], "banned_tokens": [4], "seed": 9}"#,
+                "penalty_last_n": 8, "logit_bias": [[2, -1.0]], "banned_tokens": [4], "seed": 9,
+                "typical_p": 0.95, "top_n_sigma": 1.5, "xtc_probability": 0.5, "xtc_threshold": 0.2,
+                "min_keep": 3}"#,
         )
         .unwrap();
         assert_eq!(
@@ -300,6 +384,11 @@ mod tests {
                 penalty_last_n: Some(8),
                 logit_bias: vec![(2, -1.0)],
                 banned_tokens: vec![4],
+                typical_p: Some(0.95),
+                top_n_sigma: Some(1.5),
+                xtc_probability: Some(0.5),
+                xtc_threshold: Some(0.2),
+                min_keep: Some(3),
                 seed: 9,
             }
         );
@@ -372,6 +461,73 @@ mod tests {
             },
             "logit_bias",
         );
+        for (config, field, message) in [
+            (
+                SamplingConfig {
+                    typical_p: Some(0.0),
+                    ..base()
+                },
+                "typical_p",
+                "typical_p must be in (0, 1], got 0",
+            ),
+            (
+                SamplingConfig {
+                    top_n_sigma: Some(-1.0),
+                    ..base()
+                },
+                "top_n_sigma",
+                "top_n_sigma must be finite and greater than 0, got -1",
+            ),
+            (
+                SamplingConfig {
+                    xtc_probability: Some(1.5),
+                    ..base()
+                },
+                "xtc_probability",
+                "xtc_probability must be in [0, 1], got 1.5",
+            ),
+            // The threshold is checked even when XTC is off.
+            (
+                SamplingConfig {
+                    xtc_threshold: Some(f32::NAN),
+                    ..base()
+                },
+                "xtc_threshold",
+                "xtc_threshold must be in [0, 1], got NaN",
+            ),
+        ] {
+            let refused = config.validate().unwrap_err();
+            assert_eq!(
+                (refused.field, refused.to_string().as_str()),
+                (field, message)
+            );
+        }
         assert_eq!(base().validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_chain_runs_the_filters_in_llama_cpps_order() {
+        let config = SamplingConfig {
+            top_k: Some(40),
+            top_p: Some(0.9),
+            min_p: Some(0.05),
+            typical_p: Some(0.95),
+            top_n_sigma: Some(1.5),
+            xtc_probability: Some(0.5),
+            ..SamplingConfig::default()
+        };
+        let sampler = crate::Sampler::new(&config).unwrap();
+        assert_eq!(
+            format!("{sampler:?}"),
+            "Sampler { chain: [Temperature(1.0), TopNSigma(1.5), TopK(40), Typical(0.95), TopP(0.9), \
+             MinP(0.05), Xtc { probability: 0.5, threshold: 0.1 }], selector: Sample }"
+        );
+        // XTC at probability 0 is no stage.
+        let off = SamplingConfig {
+            xtc_probability: Some(0.0),
+            xtc_threshold: Some(0.3),
+            ..SamplingConfig::default()
+        };
+        assert!(off.chain().unwrap().filters.is_empty());
     }
 }

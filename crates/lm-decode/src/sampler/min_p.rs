@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 use crate::trace::Stage;
 
 /// Keeps candidates with `p_i >= min_p * p_max`; 0 keeps all, 1 keeps the
-/// tokens tied with the best.
+/// tokens tied with the best. When fewer than [`Candidates::min_keep`] pass,
+/// the best `min_keep` stay (llama.cpp's rule).
 ///
 /// ```
 /// use lm_decode::sampler::{CandidateFilter, Candidates, MinP};
@@ -43,7 +44,21 @@ impl CandidateFilter for MinP {
         let log_ratio = f64::from(self.0).ln() as f32;
         let max = f64::from(candidates.max_logit());
         let t = f64::from(candidates.temperature());
-        candidates.retain(|(_, z)| ((f64::from(z) - max) / t) as f32 >= log_ratio);
+        let passes = |z: f32| ((f64::from(z) - max) / t) as f32 >= log_ratio;
+        let min_keep = candidates.min_keep();
+        if min_keep > 1 {
+            let n_passing = candidates
+                .entries()
+                .iter()
+                .filter(|&&(_, z)| passes(z))
+                .count();
+            if n_passing < min_keep {
+                candidates.sort_prefix(min_keep);
+                candidates.truncate(min_keep);
+                return;
+            }
+        }
+        candidates.retain(|(_, z)| passes(z));
     }
 
     fn stage(&self) -> Stage {

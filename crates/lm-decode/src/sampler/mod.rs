@@ -4,8 +4,12 @@
 //! ```text
 //! raw logits ─ RepetitionPenalty ─ PresencePenalty ─ FrequencyPenalty ─ LogitBias ─ BannedTokens
 //!            ─ constraint mask (structured output, when set)
-//!            ─ Temperature ─ TopK ─ TopP ─ MinP ─ Selector (Greedy | Sample by inverse CDF)
+//!            ─ Temperature ─ TopNSigma ─ TopK ─ Typical ─ TopP ─ MinP ─ Xtc
+//!            ─ Selector (Greedy | Sample by inverse CDF)
 //! ```
+//!
+//! The filters run in llama.cpp's default order (`top_n_sigma;top_k;typ_p;
+//! top_p;min_p;xtc`); each keeps at least [`Candidates::min_keep`] tokens.
 //!
 //! The first stage ([`LogitTransform`]) edits the raw logits, token by token,
 //! knowing the history. Temperature then sets the scale of the probabilities
@@ -32,7 +36,10 @@ mod min_p;
 mod penalties;
 mod temperature;
 mod top_k;
+mod top_n_sigma;
 mod top_p;
+mod typical;
+mod xtc;
 
 pub use bias::{BannedTokens, LogitBias};
 pub use config::{Field, InvalidSetting, SamplingConfig};
@@ -40,10 +47,14 @@ pub use min_p::MinP;
 pub use penalties::{FrequencyPenalty, PresencePenalty, RepetitionPenalty, TokenCounts};
 pub use temperature::Temperature;
 pub use top_k::TopK;
+pub use top_n_sigma::TopNSigma;
 pub use top_p::TopP;
+pub use typical::Typical;
+pub use xtc::Xtc;
 
 use crate::error::{Error, Result};
 use crate::rank::{BestFirst, WorstOnTop};
+use crate::rng::TokenRng;
 use crate::select::Selector;
 use crate::trace::{Stage, StageCounts};
 use lm_core::{TokenId, TokenMask};
@@ -63,8 +74,10 @@ pub trait LogitTransform: fmt::Debug + Send + Sync {
     }
 }
 
-/// A filter that removes candidates after temperature: top-k, top-p, min-p.
-/// A filter keeps at least the most probable candidate. An extension point:
+/// A filter that removes candidates after temperature: top-n-sigma, top-k,
+/// typical, top-p, min-p, XTC. A filter keeps at least one candidate and at
+/// least [`Candidates::min_keep`]; the built-in ones other than typical and
+/// XTC keep the most probable one. An extension point:
 /// a new filter works on [`Candidates`] and joins the chain with
 /// [`Sampler::push_filter`].
 pub trait CandidateFilter: fmt::Debug + Send + Sync {
@@ -101,6 +114,14 @@ pub struct Candidates {
     weights: Vec<f32>,
     /// Scratch for [`Candidates::sort_prefix`].
     heap: Vec<Best>,
+    /// See [`Candidates::min_keep`]; kept across [`Candidates::reset`].
+    min_keep: usize,
+    /// The random filters' draws for this row (see [`Candidates::next_draw`]).
+    draws: Option<TokenRng>,
+    /// Scratch for filters that rank by a key of their own (typical).
+    pub(crate) ranked: Vec<(f64, u32)>,
+    /// Scratch: which entries a filter keeps.
+    pub(crate) kept: Vec<bool>,
 }
 
 /// From this many candidates up, [`Candidates::total_weight`] gathers the
@@ -135,7 +156,40 @@ impl Candidates {
         self.total = None;
         self.temperature = temperature;
         self.n_sorted = 0;
+        self.draws = None;
         Ok(())
+    }
+
+    /// The same candidates asked to keep at least `n` tokens in every
+    /// filter (see [`Candidates::min_keep`]).
+    #[must_use]
+    pub fn with_min_keep(mut self, n: usize) -> Self {
+        self.min_keep = n;
+        self
+    }
+
+    /// Sets [`Candidates::min_keep`]; a [`Candidates::reset`] keeps it.
+    pub fn set_min_keep(&mut self, n: usize) {
+        self.min_keep = n;
+    }
+
+    /// The fewest tokens a filter leaves (llama.cpp's and HF's `min_keep`;
+    /// at least 1; fewer only when fewer are in play).
+    pub fn min_keep(&self) -> usize {
+        self.min_keep.max(1)
+    }
+
+    /// Gives the random filters (XTC) their source of draws for this row;
+    /// `None` (what [`Candidates::reset`] leaves) asks them for the
+    /// distribution they draw from instead of one draw of it.
+    pub fn set_draws(&mut self, draws: Option<TokenRng>) {
+        self.draws = draws;
+    }
+
+    /// The next uniform draw in [0, 1) for a random filter, if this row has
+    /// draws (see [`Candidates::set_draws`]).
+    pub fn next_draw(&mut self) -> Option<f64> {
+        self.draws.as_mut().map(TokenRng::next_uniform)
     }
 
     /// Number of candidates.
@@ -169,7 +223,8 @@ impl Candidates {
         self.temperature
     }
 
-    /// The largest logit of the row.
+    /// The largest logit of the row, or of the candidates after a filter
+    /// that removed the best ones ([`Candidates::rebase`]).
     pub fn max_logit(&self) -> f32 {
         self.max_logit
     }
@@ -261,6 +316,82 @@ impl Candidates {
         }
         tail[..n_tail].sort_unstable_by(best_first);
         self.n_sorted = n;
+    }
+
+    /// The weights of the entries, in their order, and their sum: one
+    /// vectorised pass when the row's maximum is a candidate (the bits of
+    /// [`Candidates::weight`] either way).
+    pub fn weights(&mut self) -> (&[(TokenId, f32)], &[f32], f64) {
+        self.logits.clear();
+        self.logits.extend(self.entries.iter().map(|&(_, z)| z));
+        self.weights.clear();
+        self.weights.resize(self.logits.len(), 0.0);
+        let max = self.max_logit;
+        let has_max = self
+            .logits
+            .iter()
+            .fold(false, |found, &z| found | (z == max));
+        let bulk = if has_max && self.temperature > 0.0 {
+            lm_core::softmax_weights_into(&self.logits, self.temperature, &mut self.weights).ok()
+        } else {
+            None
+        };
+        let total = bulk.unwrap_or_else(|| {
+            let (temperature, logits) = (self.temperature, &self.logits);
+            let mut total = 0.0;
+            for (w, &z) in self.weights.iter_mut().zip(logits) {
+                *w = if temperature == 0.0 {
+                    f32::from(u8::from(z == max))
+                } else {
+                    lm_core::softmax_weight(z, max, temperature)
+                };
+                total += f64::from(*w);
+            }
+            total
+        });
+        self.total = Some(total);
+        (&self.entries, &self.weights, total)
+    }
+
+    /// Makes the largest logit of the candidates the one weights are
+    /// measured from, after a filter removed the best tokens, so the
+    /// survivors' weights cannot underflow to 0.
+    pub fn rebase(&mut self) {
+        if !self.entries.is_empty() {
+            self.max_logit = max_logit(&self.entries);
+            self.total = None;
+        }
+    }
+
+    /// Removes the first `n` entries (the best ones once sorted) and
+    /// rebases the weights on the best survivor.
+    pub fn drop_front(&mut self, n: usize) {
+        let n = n.min(self.entries.len());
+        if n > 0 {
+            self.entries.drain(..n);
+            self.n_sorted = self.n_sorted.saturating_sub(n);
+            self.rebase();
+        }
+    }
+
+    /// Adds `delta` to the logits of the first `n` entries (a mixture's
+    /// reweighting) and rebases; the order is no longer known to be sorted.
+    pub(crate) fn shift_front(&mut self, n: usize, delta: f32) {
+        for entry in self.entries.iter_mut().take(n) {
+            entry.1 += delta;
+        }
+        self.entries.retain(|&(_, z)| z > f32::NEG_INFINITY);
+        self.n_sorted = 0;
+        self.rebase();
+    }
+
+    /// Keeps the entries whose flag in `self.kept` (one per entry) is set.
+    pub(crate) fn retain_kept(&mut self) {
+        let mut kept = std::mem::take(&mut self.kept);
+        let mut flags = kept.iter();
+        self.retain(|_| flags.next().copied().unwrap_or(false));
+        kept.clear();
+        self.kept = kept;
     }
 
     /// Keeps the first `n` entries.
@@ -380,6 +511,8 @@ pub struct Sampler {
     filters: Vec<Box<dyn CandidateFilter>>,
     selector: Selector,
     seed: u64,
+    /// See [`SamplingConfig::min_keep`].
+    min_keep: usize,
     /// See [`SamplingConfig::penalty_last_n`].
     penalty_last_n: Option<usize>,
     checked_vocab_size: Option<usize>,
@@ -422,6 +555,7 @@ impl Sampler {
             filters,
             selector,
             seed: config.seed,
+            min_keep: config.min_keep.unwrap_or(0),
             penalty_last_n: config.penalty_last_n,
             checked_vocab_size: None,
             counts: TokenCounts::default(),
@@ -508,14 +642,24 @@ impl Sampler {
     ///
     /// NaN or +inf logits, an empty row, or a row that the bans and biases
     /// mask entirely are errors.
+    ///
+    /// With no draw to take, a random filter gives the distribution it
+    /// draws from: XTC with probability p is the mixture of the row with
+    /// and without its top choices (see [`Xtc`]).
     pub fn policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<&[f32]> {
-        self.compute_policy(logits, history)?;
+        self.compute_policy(logits, history, None)?;
         Ok(&self.probs)
     }
 
     /// Fills `probs` with the policy and returns the most probable token
-    /// after the raw-logit stage (the greedy choice).
-    fn compute_policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
+    /// after the raw-logit stage (the greedy choice). `u`, the step's draw,
+    /// keys the random filters' draws (see [`Sampler::select`]).
+    fn compute_policy(
+        &mut self,
+        logits: &[f32],
+        history: &[TokenId],
+        u: Option<f64>,
+    ) -> Result<TokenId> {
         self.model_log_normaliser = None;
         self.stage_counts.clear();
         let vocab_size = logits.len();
@@ -592,6 +736,9 @@ impl Sampler {
         }
         self.candidates
             .reset(&self.adjusted, self.temperature.value())?;
+        self.candidates.set_min_keep(self.min_keep);
+        self.candidates
+            .set_draws(u.map(|u| TokenRng::new(u.to_bits())));
         // The candidates are the unmasked tokens, counted on the way in.
         self.stage_counts.push(in_play, self.candidates.len());
         self.stage_counts
@@ -614,8 +761,14 @@ impl Sampler {
 
     /// Computes the policy and chooses a token with the uniform draw `u` in
     /// [0, 1) (ignored when greedy): inverse CDF over token ids in order.
+    ///
+    /// A random filter (XTC) draws from ChaCha20 keyed by the bits of `u`
+    /// ([`TokenRng::new`]`(u.to_bits())`): `u` comes from the sequence's
+    /// stream, so a seed replays the filter's coin, and the trace's `u`
+    /// alone replays the step, while the choice by inverse CDF still uses
+    /// `u` itself.
     pub fn select(&mut self, logits: &[f32], history: &[TokenId], u: f64) -> Result<Selection> {
-        let best = self.compute_policy(logits, history)?;
+        let best = self.compute_policy(logits, history, Some(u))?;
         let (token, u) = match self.selector {
             Selector::Greedy => (best, None),
             Selector::Sample => (self.selector.choose(&self.probs, u)?, Some(u)),

@@ -8,7 +8,8 @@ use super::{CandidateFilter, Candidates};
 use crate::error::{Error, Result};
 use crate::trace::Stage;
 
-/// Keeps the `k` highest-logit candidates (ties: the lower id first).
+/// Keeps the `k` highest-logit candidates (ties: the lower id first), or
+/// [`Candidates::min_keep`] when that is more (HF's rule).
 ///
 /// ```
 /// use lm_decode::sampler::{CandidateFilter, Candidates, TopK};
@@ -33,9 +34,10 @@ impl TopK {
 
 impl CandidateFilter for TopK {
     fn apply(&self, candidates: &mut Candidates) {
-        if self.0 < candidates.len() {
-            candidates.sort_prefix(self.0);
-            candidates.truncate(self.0);
+        let k = self.0.max(candidates.min_keep());
+        if k < candidates.len() {
+            candidates.sort_prefix(k);
+            candidates.truncate(k);
         }
     }
 

@@ -17,7 +17,8 @@ use crate::trace::Stage;
 /// The first partial selection; later rounds take four times as many.
 const FIRST_ROUND: usize = 64;
 
-/// Keeps the smallest prefix (by probability) whose mass reaches `p`; never
+/// Keeps the smallest prefix (by probability) whose mass reaches `p` and
+/// holds at least [`Candidates::min_keep`] tokens (llama.cpp's rule); never
 /// empty, since the most probable token is always kept.
 ///
 /// ```
@@ -45,8 +46,9 @@ impl TopP {
 impl CandidateFilter for TopP {
     fn apply(&self, candidates: &mut Candidates) {
         let n = candidates.len();
+        let min_keep = candidates.min_keep();
         let total = candidates.total_weight();
-        if n == 0 || self.0 >= 1.0 || total <= 0.0 {
+        if n <= min_keep || self.0 >= 1.0 || total <= 0.0 {
             return;
         }
         let mut cumulative = 0.0f64;
@@ -58,7 +60,7 @@ impl CandidateFilter for TopP {
                 let (_, logit) = candidates.entries()[n_walked];
                 cumulative += candidates.weight(logit);
                 n_walked += 1;
-                if (cumulative / total) as f32 >= self.0 {
+                if (cumulative / total) as f32 >= self.0 && n_walked >= min_keep {
                     candidates.truncate(n_walked);
                     return;
                 }

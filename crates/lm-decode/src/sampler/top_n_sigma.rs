@@ -1,0 +1,79 @@
+//! Top-nσ (Tang, Li, Zhang and Zhang 2024, "Top-nσ: Not All Logits Are You
+//! Need"; llama.cpp's `--top-nsigma`): keep the tokens whose logit is within
+//! n standard deviations of the largest.
+//!
+//! ```text
+//! mu    = mean_i z_i,   sigma = sqrt(mean_i (z_i - mu)^2)   (over the candidates)
+//! keep z_i >= z_max - n sigma
+//! ```
+//!
+//! The rule reads the logits, not the probabilities, so it is the same at
+//! every temperature (dividing by T scales both sides); the paper's point is
+//! that the kept set does not grow as T does. The mean and the population
+//! standard deviation are taken in f64 over the candidates in play (masked
+//! tokens are not candidates, as llama.cpp skips -inf). At least `min_keep`
+//! tokens are kept, the best ones (llama.cpp's stage has no `min_keep`).
+//! llama.cpp sums in f32, so a logit within about 1e-4 of the threshold may
+//! fall on the other side there.
+
+use super::{CandidateFilter, Candidates};
+use crate::error::{Error, Result};
+
+/// Keeps candidates with `z >= z_max - n * sigma`.
+///
+/// ```
+/// use lm_decode::sampler::{CandidateFilter, Candidates, TopNSigma};
+/// // Mean 1, sigma = sqrt(2) = 1.41: one sigma below the best is 1.59.
+/// let logits = [3.0, 2.0, 1.0, 0.0, -1.0];
+/// let mut c = Candidates::from_logits(&logits, 1.0).unwrap();
+/// TopNSigma::new(1.0).unwrap().apply(&mut c);
+/// assert_eq!(c.ids().collect::<Vec<_>>(), vec![0, 1]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopNSigma(f32);
+
+impl TopNSigma {
+    /// Checks `n`: 0 or less, NaN or infinite is refused (llama.cpp reads
+    /// n <= 0 as off, and so do lm-cli and lm-serve).
+    pub fn new(n: f32) -> Result<Self> {
+        let is_valid = n > 0.0 && n.is_finite();
+        Error::check(n, is_valid, super::config::out_of_range).map(Self)
+    }
+
+    /// The number of standard deviations kept below the best logit.
+    pub fn n(self) -> f32 {
+        self.0
+    }
+}
+
+impl CandidateFilter for TopNSigma {
+    fn apply(&self, candidates: &mut Candidates) {
+        let len = candidates.len();
+        if len <= 1 {
+            return;
+        }
+        let entries = candidates.entries();
+        let count = len as f64;
+        let mean = entries.iter().map(|&(_, z)| f64::from(z)).sum::<f64>() / count;
+        let variance = entries
+            .iter()
+            .map(|&(_, z)| (f64::from(z) - mean).powi(2))
+            .sum::<f64>()
+            / count;
+        let max = entries
+            .iter()
+            .fold(f64::NEG_INFINITY, |max, &(_, z)| max.max(f64::from(z)));
+        let threshold = max - f64::from(self.0) * variance.sqrt();
+        let n_above = entries
+            .iter()
+            .filter(|&&(_, z)| f64::from(z) >= threshold)
+            .count();
+        let min_keep = candidates.min_keep();
+        if n_above >= min_keep {
+            candidates.retain(|(_, z)| f64::from(z) >= threshold);
+        } else {
+            candidates.sort_prefix(min_keep);
+            candidates.truncate(min_keep);
+        }
+    }
+}
