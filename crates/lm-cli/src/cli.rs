@@ -95,7 +95,7 @@ EXAMPLES:
 
 HOW A STEP IS CHOSEN:
   raw logits -> repetition, presence, frequency penalties -> logit bias ->
-  temperature -> top-k -> top-p -> min-p -> choose
+  temperature -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> xtc -> choose
   llama.cpp names work too: --temp, --n-predict, --repeat-penalty, --ignore-eos,
   --n-probs, -c/--ctx-size.
   Temperature 0 (or --greedy) takes the most probable token. Otherwise a seeded
@@ -114,8 +114,10 @@ EXAMPLES:
   lm-cli probs --logits 2,1,0 --temperature 0        # greedy: all mass on the argmax
   lm-cli probs --logits 3,1,1,0,-1 --top-k 2 --json
 
-The policy is the one `generate` uses: temperature first, then top-k, top-p and
-min-p, each renormalising what it keeps.";
+The policy is the one `generate` uses: temperature first, then top-n-sigma,
+top-k, typical, top-p, min-p and XTC, each renormalising what it keeps. Here XTC
+shows the distribution it draws from (the mix of removing and keeping the top
+choices), since there is no draw.";
 
 const SCORE_HELP: &str = "\
 EXAMPLES:
@@ -241,6 +243,27 @@ pub struct FilterArgs {
     /// Keep tokens at least P times as probable as the best one.
     #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
     pub min_p: Option<f32>,
+    /// Locally typical sampling: keep the tokens whose surprise is closest to the
+    /// entropy, up to probability mass P (1: off; HF's typical_p).
+    #[arg(long, visible_alias = "typical-p", value_name = "P", value_parser = parse_typical,
+          allow_negative_numbers = true)]
+    pub typical: Option<f32>,
+    /// Top-n-sigma: keep tokens whose logit is within N standard deviations of the
+    /// best (0 or less, such as llama.cpp's default -1, is off).
+    #[arg(long, visible_alias = "top-n-sigma", value_name = "N", value_parser = parse_top_n_sigma,
+          allow_negative_numbers = true)]
+    pub top_nsigma: Option<f32>,
+    /// XTC (exclude top choices): at each step, with probability P, remove every
+    /// token at least as probable as --xtc-threshold but the least probable of them.
+    #[arg(long, value_name = "P", value_parser = parse_xtc_probability, allow_negative_numbers = true)]
+    pub xtc_probability: Option<f32>,
+    /// XTC's threshold: the probability a token needs to count as a top choice
+    /// [default: 0.1].
+    #[arg(long, value_name = "T", value_parser = parse_xtc_threshold, allow_negative_numbers = true)]
+    pub xtc_threshold: Option<f32>,
+    /// Every filter leaves at least N tokens (HF's min_tokens_to_keep).
+    #[arg(long, visible_alias = "min-tokens-to-keep", value_name = "N")]
+    pub min_keep: Option<usize>,
 }
 
 impl FilterArgs {
@@ -257,6 +280,11 @@ impl FilterArgs {
             top_k: self.top_k(),
             top_p: self.top_p,
             min_p: self.min_p,
+            typical_p: self.typical,
+            top_n_sigma: self.top_nsigma.filter(|&n| n > 0.0),
+            xtc_probability: self.xtc_probability,
+            xtc_threshold: self.xtc_threshold,
+            min_keep: self.min_keep,
             ..SamplingConfig::default()
         }
     }
@@ -917,6 +945,27 @@ fn parse_min_p(text: &str) -> Result<f32, String> {
     parse_setting(text, |config, p| config.min_p = Some(p))
 }
 
+fn parse_typical(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, p| config.typical_p = Some(p))
+}
+
+/// A `--top-nsigma`: 0 or less is off (kept here, no filter in
+/// [`FilterArgs::sampling`]), as in llama.cpp (whose default is -1).
+fn parse_top_n_sigma(text: &str) -> Result<f32, String> {
+    match parse_number::<f32>(text)? {
+        n if n <= 0.0 && n.is_finite() => Ok(n),
+        _ => parse_setting(text, |config, n| config.top_n_sigma = Some(n)),
+    }
+}
+
+fn parse_xtc_probability(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, p| config.xtc_probability = Some(p))
+}
+
+fn parse_xtc_threshold(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, t| config.xtc_threshold = Some(t))
+}
+
 fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
     parse_setting(text, |config, r| config.repetition_penalty = Some(r))
 }
@@ -1102,6 +1151,11 @@ mod tests {
             "top_k" => ("40", "-1"),
             "top_p" => ("0.9", "1.5"),
             "min_p" => ("0.05", "1.5"),
+            "typical_p" => ("0.9", "1.5"),
+            "top_n_sigma" => ("1.5", "nan"),
+            "xtc_probability" => ("0.5", "1.5"),
+            "xtc_threshold" => ("0.1", "-0.5"),
+            "min_keep" => ("2", "-1"),
             "seed" => ("7", "x"),
             _ => return None,
         })

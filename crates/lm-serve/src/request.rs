@@ -193,6 +193,19 @@ fn policy(f: &Fields<'_>) -> Result<SamplingConfig, ApiError> {
             .filter(|&k| k > 0)
             .map(|k| k as usize),
         min_p: f.f32_in("min_p", 0.0, 1.0)?,
+        // llama-server's names; its defaults (typical_p 1, top_n_sigma -1,
+        // xtc_probability 0, min_keep 0) are read as off, as is any
+        // top_n_sigma <= 0 there.
+        typical_p: f.f32_in("typical_p", 0.0, 1.0)?,
+        top_n_sigma: f
+            .number("top_n_sigma")?
+            .filter(|&n| n > 0.0)
+            .map(|n| n as f32),
+        xtc_probability: f.f32_in("xtc_probability", 0.0, 1.0)?,
+        xtc_threshold: f.f32_in("xtc_threshold", 0.0, 1.0)?,
+        min_keep: f
+            .integer_in("min_keep", 0, i64::MAX)?
+            .and_then(|n| usize::try_from(n).ok()),
         presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?,
         frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?,
         repetition_penalty,
@@ -591,6 +604,8 @@ mod tests {
                 "repetition_penalty",
             ),
             (json!({"prompt": [-1]}), "prompt"),
+            (json!({"prompt": "a", "typical_p": 0}), "typical_p"),
+            (json!({"prompt": "a", "top_n_sigma": 1e39}), "top_n_sigma"),
         ];
         for (body, param) in cases {
             assert_eq!(param_of(completion(&body)), param, "{body}");
@@ -612,6 +627,11 @@ mod tests {
             "top_k" => (json!(40), json!(-1)),
             "top_p" => (json!(0.9), json!(1.5)),
             "min_p" => (json!(0.05), json!(1.5)),
+            "typical_p" => (json!(0.9), json!(1.5)),
+            "top_n_sigma" => (json!(1.5), json!("wide")),
+            "xtc_probability" => (json!(0.5), json!(1.5)),
+            "xtc_threshold" => (json!(0.2), json!(-0.5)),
+            "min_keep" => (json!(2), json!(-1)),
             "seed" => (json!(7), json!(1.5)),
             _ => return None,
         })
@@ -638,6 +658,28 @@ mod tests {
             assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST);
             assert_eq!(refused.param.as_deref(), Some(field.api), "{bad}");
         }
+    }
+
+    /// The llama.cpp web UI sends every sampler field at its default;
+    /// those defaults are read as off, not refused.
+    #[test]
+    fn llama_server_defaults_are_read_as_off() {
+        let r = completion(&json!({
+            "prompt": "a", "typical_p": 1.0, "top_n_sigma": -1.0,
+            "xtc_probability": 0.0, "xtc_threshold": 0.1, "min_keep": 0
+        }))
+        .unwrap();
+        let policy = r.sampling.policy;
+        assert_eq!(policy.top_n_sigma, None);
+        assert_eq!(
+            (policy.typical_p, policy.xtc_probability, policy.min_keep),
+            (Some(1.0), Some(0.0), Some(0))
+        );
+        let sampler = lm_decode::Sampler::new(&policy).unwrap();
+        assert_eq!(
+            format!("{sampler:?}"),
+            "Sampler { chain: [Temperature(1.0), Typical(1.0)], selector: Sample }"
+        );
     }
 
     #[test]
