@@ -318,9 +318,10 @@ impl Candidates {
         self.n_sorted = n;
     }
 
-    /// The weights of the entries, in their order, and their sum: one
-    /// vectorised pass when the row's maximum is a candidate (the bits of
-    /// [`Candidates::weight`] either way).
+    /// The weights of the entries, in their order, and their sum (the
+    /// value [`Candidates::total_weight`] gives): one vectorised pass for a
+    /// large set whose best logit is the row's, the bits of
+    /// [`Candidates::weight`] either way.
     pub fn weights(&mut self) -> (&[(TokenId, f32)], &[f32], f64) {
         self.logits.clear();
         self.logits.extend(self.entries.iter().map(|&(_, z)| z));
@@ -331,7 +332,7 @@ impl Candidates {
             .logits
             .iter()
             .fold(false, |found, &z| found | (z == max));
-        let bulk = if has_max && self.temperature > 0.0 {
+        let bulk = if has_max && self.temperature > 0.0 && self.entries.len() >= BULK_TOTAL {
             lm_core::softmax_weights_into(&self.logits, self.temperature, &mut self.weights).ok()
         } else {
             None
@@ -751,10 +752,11 @@ impl Sampler {
         if self.candidates.is_empty() {
             return Err(Error::AllTokensFiltered);
         }
-        let total = self.candidates.total_weight();
-        let candidates = &self.candidates;
-        for &(id, z) in candidates.entries() {
-            self.probs[id as usize] = (candidates.weight(z) / total) as f32;
+        // The survivors' weights in one vectorised pass when they are many
+        // (the same bits as `Candidates::weight`, one at a time).
+        let (entries, weights, total) = self.candidates.weights();
+        for (&(id, _), &weight) in entries.iter().zip(weights) {
+            self.probs[id as usize] = (f64::from(weight) / total) as f32;
         }
         Ok(best)
     }
