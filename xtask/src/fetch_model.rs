@@ -134,7 +134,7 @@ with open(sys.argv[1], 'wb') as dst:
 ";
 
 /// Requantizes with llama.cpp: `argv = [source, dest, ftype suffix, n_threads]`.
-const REQUANTIZE_SCRIPT: &str = "\
+pub(crate) const REQUANTIZE_SCRIPT: &str = "\
 import sys, llama_cpp
 source, dest, ftype, n_threads = sys.argv[1:]
 params = llama_cpp.llama_model_quantize_default_params()
@@ -357,7 +357,7 @@ fn requantize(
 
 /// Gives the model file the usual `rw-r--r--` mode (temporary files start private).
 #[cfg(unix)]
-fn make_world_readable(file: &File) -> Result<()> {
+pub(crate) fn make_world_readable(file: &File) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     file.set_permissions(fs::Permissions::from_mode(0o644))
         .context("cannot set the model file's permissions")
@@ -365,7 +365,7 @@ fn make_world_readable(file: &File) -> Result<()> {
 
 /// Temporary files need no mode change outside unix.
 #[cfg(not(unix))]
-fn make_world_readable(_file: &File) -> Result<()> {
+pub(crate) fn make_world_readable(_file: &File) -> Result<()> {
     Ok(())
 }
 

@@ -11,6 +11,7 @@ mod check_lessons;
 mod examples;
 mod fetch_model;
 mod fuzz_serve;
+mod make_model;
 mod reference;
 mod tidy;
 
@@ -31,6 +32,9 @@ tasks:
                         models folder ($LM_MODELS_DIR, default $HOME/.cache/lm/models)
   fuzz-serve            send 100,000 fuzzed requests (OpenAI's schema, mutated) to a toy-model
                         server; fail on a 5xx, a panic or RSS above twice idle
+  make-model <shape>    write a random-weight GGUF file in a real model's shape (Llama 3.2
+                        1B, Qwen 2.5 1.5B, Llama 3.2 3B, ...) with SmolLM2's vocabulary,
+                        quantized by llama.cpp (--type Q4_K_M), for speed at real scale
   reference-fixtures    regenerate the llama.cpp fixtures (smollm2, smollm2-requant,
                         gemma3; needs python3; builds llama-cpp-python once, which
                         takes several minutes, unless LM_REFERENCE_PYTHON is set);
@@ -55,6 +59,7 @@ fn main() -> Result<()> {
         Some("examples") => examples::run(&task_args),
         Some("fetch-model") => fetch_model::run(&task_args),
         Some("fuzz-serve") => fuzz_serve::run(&task_args),
+        Some("make-model") => make_model::run(&task_args),
         Some("reference-fixtures") => reference::run(&task_args),
         Some("tidy") => tidy::run(&task_args),
         Some("help" | "-h" | "--help") | None => {
@@ -73,6 +78,7 @@ fn task_usage(task: &str) -> Option<String> {
         "examples" | "tidy" => format!("usage: cargo xtask {task}"),
         "fetch-model" => fetch_model::usage(),
         "fuzz-serve" => fuzz_serve::USAGE.to_owned(),
+        "make-model" => make_model::usage(),
         "reference-fixtures" => format!("{}\n{}", reference::USAGE, reference::ARCH_USAGE),
         _ => return None,
     })
@@ -97,7 +103,7 @@ mod tests {
             .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
             .filter_map(|line| line.split_whitespace().next())
             .collect();
-        assert_eq!(listed.len(), 7, "{listed:?}");
+        assert_eq!(listed.len(), 8, "{listed:?}");
         for task in listed {
             let usage = task_usage(task).unwrap_or_else(|| panic!("no usage for `{task}`"));
             assert!(
