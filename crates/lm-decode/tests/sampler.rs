@@ -482,6 +482,7 @@ fn debug_output_shows_the_chain_in_order() {
         logit_bias: vec![(3, -1.0)],
         banned_tokens: vec![0],
         seed: 1,
+        ..SamplingConfig::default()
     };
     insta::assert_snapshot!(
         format!("{:?}", Sampler::new(&full).unwrap()),

@@ -10,6 +10,7 @@ mod prefill;
 mod prefix_cache;
 mod properties;
 mod sampler;
+mod sampler_reference;
 mod score;
 mod search;
 mod speculative;
