@@ -134,7 +134,7 @@ with open(sys.argv[1], 'wb') as dst:
 ";
 
 /// Requantizes with llama.cpp: `argv = [source, dest, ftype suffix, n_threads]`.
-pub(crate) const REQUANTIZE_SCRIPT: &str = "\
+const REQUANTIZE_SCRIPT: &str = "\
 import sys, llama_cpp
 source, dest, ftype, n_threads = sys.argv[1:]
 params = llama_cpp.llama_model_quantize_default_params()
@@ -331,21 +331,12 @@ fn requantize(
 ) -> Result<String> {
     let source = ensure_model(from, python)?;
     let python = reference::reference_python(python)?;
-    let n_threads = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
         "requantizing {} to {ftype} with llama.cpp ({})",
         source.display(),
         python.display()
     );
-    let status = Command::new(&python)
-        .arg("-c")
-        .arg(REQUANTIZE_SCRIPT)
-        .arg(&source)
-        .arg(partial)
-        .arg(ftype)
-        .arg(n_threads.to_string())
-        .status()
-        .with_context(|| format!("cannot run {}", python.display()))?;
+    let status = llama_quantize(&python, &source, partial, ftype)?;
     if !status.success() {
         bail!(
             "llama.cpp could not requantize {} to {ftype} ({status})",
@@ -353,6 +344,26 @@ fn requantize(
         );
     }
     Ok(format!("{} requantized to {ftype}", from.model.name))
+}
+
+/// Runs llama.cpp's `llama_model_quantize` (in `python`, which has
+/// llama-cpp-python) from `source` to `destination` as `ftype`, on every core.
+pub(crate) fn llama_quantize(
+    python: &Path,
+    source: &Path,
+    destination: &Path,
+    ftype: &str,
+) -> Result<std::process::ExitStatus> {
+    let n_threads = std::thread::available_parallelism().map_or(1, usize::from);
+    Command::new(python)
+        .arg("-c")
+        .arg(REQUANTIZE_SCRIPT)
+        .arg(source)
+        .arg(destination)
+        .arg(ftype)
+        .arg(n_threads.to_string())
+        .status()
+        .with_context(|| format!("cannot run {}", python.display()))
 }
 
 /// Gives the model file the usual `rw-r--r--` mode (temporary files start private).

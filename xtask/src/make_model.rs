@@ -417,17 +417,8 @@ fn quantize(python: &Path, source: &Path, ftype: &str, destination: &Path) -> Re
         .parent()
         .context("the destination has no folder")?;
     let partial = partial_file(dir)?;
-    let n_threads = std::thread::available_parallelism().map_or(1, usize::from);
-    println!("quantizing to {ftype} with llama.cpp ({n_threads} threads)");
-    let status = Command::new(python)
-        .arg("-c")
-        .arg(fetch_model::REQUANTIZE_SCRIPT)
-        .arg(source)
-        .arg(partial.path())
-        .arg(ftype)
-        .arg(n_threads.to_string())
-        .status()
-        .with_context(|| format!("cannot run {}", python.display()))?;
+    println!("quantizing to {ftype} with llama.cpp");
+    let status = fetch_model::llama_quantize(python, source, partial.path(), ftype)?;
     if !status.success() {
         bail!(
             "llama.cpp could not quantize {} to {ftype} ({status}); is there room in {}?",
