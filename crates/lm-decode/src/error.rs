@@ -25,6 +25,31 @@ pub enum Error {
         /// The rejected ratio.
         value: f32,
     },
+    /// `typical_p` outside (0, 1].
+    #[error("typical_p must be in (0, 1], got {value}")]
+    InvalidTypicalP {
+        /// The rejected mass.
+        value: f32,
+    },
+    /// `top_n_sigma` that is not a positive finite number (a front end
+    /// reads 0 or less as off before it gets here).
+    #[error("top_n_sigma must be finite and greater than 0, got {value}")]
+    InvalidTopNSigma {
+        /// The rejected number of standard deviations.
+        value: f32,
+    },
+    /// `xtc_probability` outside [0, 1].
+    #[error("xtc_probability must be in [0, 1], got {value}")]
+    InvalidXtcProbability {
+        /// The rejected chance.
+        value: f32,
+    },
+    /// `xtc_threshold` outside [0, 1].
+    #[error("xtc_threshold must be in [0, 1], got {value}")]
+    InvalidXtcThreshold {
+        /// The rejected threshold.
+        value: f32,
+    },
     /// A repetition penalty that is not a positive finite number.
     #[error("repetition_penalty must be positive and finite, got {value}")]
     InvalidRepetitionPenalty {

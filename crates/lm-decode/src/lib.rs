@@ -14,7 +14,9 @@
 //!   -> logit bias, banned tokens                   (sampler::bias)
 //!   -> output constraint: a mask of allowed tokens (structured output, GenerationConfig::constraint)
 //!   -> temperature                                 (T = 0: greedy, lowest id on ties)
-//!   -> top-k -> top-p -> min-p                     (each renormalises what it keeps)
+//!   -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> XTC
+//!                                                  (llama.cpp's order; each renormalises what
+//!                                                   it keeps and keeps at least min_keep)
 //!   -> selector: Greedy, or Sample by inverse CDF with a uniform draw u
 //! ```
 //!
@@ -114,9 +116,11 @@
 //! - A custom edit of the raw logits implements [`sampler::LogitTransform`]
 //!   (it sees the history as [`sampler::TokenCounts`]) and joins with
 //!   [`Sampler::push_transform`].
-//! - The built-in links ([`sampler::TopK`], [`sampler::TopP`],
-//!   [`sampler::MinP`], [`sampler::Temperature`], the penalties, bias and
-//!   bans) validate their parameter on construction;
+//! - The built-in links ([`sampler::TopNSigma`], [`sampler::TopK`],
+//!   [`sampler::Typical`], [`sampler::TopP`], [`sampler::MinP`],
+//!   [`sampler::Xtc`], [`sampler::Temperature`], the penalties, bias and
+//!   bans) validate their parameter on construction, each refusal a typed
+//!   [`Error`] whose message names the setting;
 //!   [`SamplingConfig::validate`] runs those checks and names the field, so
 //!   a front end checks a flag or a request field with the rule the sampler
 //!   applies, and [`SamplingConfig::FIELDS`] names each setting's flag and

@@ -115,28 +115,40 @@ pub enum Stage {
     /// Temperature: removes nothing when sampling; greedy (T = 0) keeps the
     /// one token it chooses.
     Temperature,
+    /// [`crate::sampler::TopNSigma`].
+    TopNSigma,
     /// [`crate::sampler::TopK`].
     TopK,
+    /// [`crate::sampler::Typical`].
+    Typical,
     /// [`crate::sampler::TopP`].
     TopP,
     /// [`crate::sampler::MinP`].
     MinP,
+    /// [`crate::sampler::Xtc`].
+    Xtc,
     /// A filter added with [`Sampler::push_filter`].
     Custom,
 }
 
 impl Stage {
-    /// The stage's name in the trace and the JSON (`vocabulary`,
-    /// `penalties`, `constraint`, `temperature`, `top_k`, `top_p`, `min_p`, `custom`).
+    /// The stage's name in the trace and the JSON: `vocabulary`,
+    /// `penalties`, `constraint`, `temperature`, then each filter by its
+    /// setting's name in [`crate::SamplingConfig`] (`top_n_sigma`, `top_k`,
+    /// `typical_p`, `top_p`, `min_p`; XTC, which has two, is `xtc`), and
+    /// `custom`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Vocabulary => "vocabulary",
             Self::Penalties => "penalties",
             Self::Constraint => "constraint",
             Self::Temperature => "temperature",
+            Self::TopNSigma => "top_n_sigma",
             Self::TopK => "top_k",
+            Self::Typical => "typical_p",
             Self::TopP => "top_p",
             Self::MinP => "min_p",
+            Self::Xtc => "xtc",
             Self::Custom => "custom",
         }
     }
@@ -169,8 +181,9 @@ impl Default for StageCounts {
 
 impl StageCounts {
     /// The most stages recorded: the vocabulary, the penalties, the
-    /// constraint, temperature and four filters.
-    pub const CAPACITY: usize = 8;
+    /// constraint, temperature, the six built-in filters and two filters
+    /// of one's own ([`Sampler::push_filter`]).
+    pub const CAPACITY: usize = 12;
 
     /// The stages and their counts, in the chain's order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (Stage, usize)> + '_ {
@@ -428,7 +441,7 @@ mod tests {
         let mut counts = StageCounts::default();
         assert_eq!(counts.last(), None);
         counts.push(Stage::Vocabulary, 100);
-        for n in (90..99).rev() {
+        for n in (80..99).rev() {
             counts.push(Stage::Custom, n);
         }
         counts.push(Stage::MinP, 3);

@@ -647,3 +647,188 @@ fn a_custom_filter_that_drops_the_best_token_still_gets_a_normalised_policy() {
         ]
     );
 }
+
+/// What each stage of a chain with every stage on leaves, by brute force
+/// over `(id, logit)` pairs at temperature `t`: full sorts, f64 sums, each
+/// filter's rule as its doc comment states it.
+struct BruteForce {
+    kept: Vec<(usize, f64)>,
+    t: f64,
+}
+
+impl BruteForce {
+    /// The kept tokens' probabilities, renormalised.
+    fn probs(&self) -> Vec<f64> {
+        let max = self.kept.iter().map(|&(_, z)| z).fold(f64::MIN, f64::max);
+        let weights: Vec<f64> = self
+            .kept
+            .iter()
+            .map(|&(_, z)| ((z - max) / self.t).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        weights.iter().map(|w| w / total).collect()
+    }
+
+    /// Best first: higher logit, then lower id.
+    fn sort(&mut self) {
+        self.kept
+            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    }
+
+    fn top_n_sigma(&mut self, n: f64) {
+        let count = self.kept.len() as f64;
+        let mean = self.kept.iter().map(|&(_, z)| z).sum::<f64>() / count;
+        let variance = self
+            .kept
+            .iter()
+            .map(|&(_, z)| (z - mean).powi(2))
+            .sum::<f64>()
+            / count;
+        let max = self.kept.iter().map(|&(_, z)| z).fold(f64::MIN, f64::max);
+        self.kept.retain(|&(_, z)| z >= max - n * variance.sqrt());
+    }
+
+    fn top_k(&mut self, k: usize) {
+        self.sort();
+        self.kept.truncate(k);
+    }
+
+    fn typical(&mut self, p: f64) {
+        let probs = self.probs();
+        let entropy: f64 = -probs.iter().map(|q| q * q.ln()).sum::<f64>();
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        let surprise = |i: usize| (-probs[i].ln() - entropy).abs();
+        order.sort_by(|&a, &b| surprise(a).total_cmp(&surprise(b)));
+        let mut mass = 0.0;
+        let n = 1 + order
+            .iter()
+            .position(|&i| {
+                mass += probs[i];
+                mass > p
+            })
+            .unwrap_or(order.len() - 1);
+        let keep: Vec<(usize, f64)> = order[..n].iter().map(|&i| self.kept[i]).collect();
+        self.kept = keep;
+    }
+
+    fn top_p(&mut self, p: f64) {
+        self.sort();
+        let probs = self.probs();
+        let mut mass = 0.0;
+        let n = 1 + probs
+            .iter()
+            .position(|q| {
+                mass += q;
+                mass >= p
+            })
+            .unwrap_or(probs.len() - 1);
+        self.kept.truncate(n);
+    }
+
+    fn min_p(&mut self, ratio: f64) {
+        let max = self.kept.iter().map(|&(_, z)| z).fold(f64::MIN, f64::max);
+        let t = self.t;
+        self.kept.retain(|&(_, z)| ((z - max) / t).exp() >= ratio);
+    }
+
+    /// XTC when its coin comes up (probability 1): every token at least as
+    /// probable as the threshold but the least probable of them goes.
+    fn xtc(&mut self, threshold: f64) {
+        self.sort();
+        let n_above = self.probs().iter().filter(|&&q| q >= threshold).count();
+        self.kept.drain(..n_above.saturating_sub(1));
+    }
+
+    fn drop_best(&mut self) {
+        self.sort();
+        self.kept.remove(0);
+    }
+}
+
+/// A filter's stage and its rule applied by hand.
+type FilterByHand = (Stage, fn(&mut BruteForce));
+
+#[test]
+fn a_chain_with_every_stage_on_reports_each_stage_under_its_own_name() {
+    let logits = spread(400);
+    let banned = [1, 2, 3];
+    let config = SamplingConfig {
+        temperature: 0.5,
+        banned_tokens: banned.to_vec(),
+        top_n_sigma: Some(1.0),
+        top_k: Some(20),
+        typical_p: Some(0.9),
+        top_p: Some(0.9),
+        min_p: Some(0.3),
+        xtc_probability: Some(1.0),
+        xtc_threshold: Some(0.1),
+        ..SamplingConfig::default()
+    };
+    let mut sampler = Sampler::new(&config).unwrap();
+    // The constraint allows the even ids; a filter of one's own runs last.
+    let mut allowed = lm_core::TokenMask::new(logits.len());
+    (0..logits.len() as u32)
+        .step_by(2)
+        .for_each(|id| allowed.allow(id));
+    sampler.set_allowed(Some(allowed));
+    sampler.push_filter(Box::new(DropBest(1)));
+    sampler.policy(&logits, &[]).unwrap();
+
+    let mut brute = BruteForce {
+        kept: logits
+            .iter()
+            .enumerate()
+            .filter(|&(id, _)| !banned.contains(&(id as u32)) && id % 2 == 0)
+            .map(|(id, &z)| (id, f64::from(z)))
+            .collect(),
+        t: 0.5,
+    };
+    let mut expected = vec![
+        (Stage::Vocabulary, 400),
+        (Stage::Penalties, 397),
+        (Stage::Constraint, brute.kept.len()),
+        (Stage::Temperature, brute.kept.len()),
+    ];
+    let filters: [FilterByHand; 7] = [
+        (Stage::TopNSigma, |b| b.top_n_sigma(1.0)),
+        (Stage::TopK, |b| b.top_k(20)),
+        (Stage::Typical, |b| b.typical(0.9)),
+        (Stage::TopP, |b| b.top_p(0.9)),
+        (Stage::MinP, |b| b.min_p(0.3)),
+        (Stage::Xtc, |b| b.xtc(0.1)),
+        (Stage::Custom, |b| b.drop_best()),
+    ];
+    for (stage, apply) in filters {
+        let before = brute.kept.len();
+        apply(&mut brute);
+        // Each stage removes something here, so a count under the wrong
+        // name could not pass by chance.
+        assert!(brute.kept.len() < before, "{stage:?} removes nothing");
+        expected.push((stage, brute.kept.len()));
+    }
+    // The same counts as a Python run of these rules, written out.
+    let n_left: Vec<usize> = expected.iter().map(|&(_, n)| n).collect();
+    assert_eq!(n_left, [400, 397, 199, 199, 57, 20, 15, 12, 11, 8, 7]);
+    let counts = sampler.stage_counts();
+    assert_eq!(counts.iter().collect::<Vec<_>>(), expected);
+    let names: Vec<&str> = counts.iter().map(|(stage, _)| stage.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "vocabulary",
+            "penalties",
+            "constraint",
+            "temperature",
+            "top_n_sigma",
+            "top_k",
+            "typical_p",
+            "top_p",
+            "min_p",
+            "xtc",
+            "custom"
+        ]
+    );
+    // The policy is spread over the last stage's survivors.
+    let n_positive = sampler.policy_probs().iter().filter(|&&p| p > 0.0).count();
+    assert_eq!(Some(n_positive), counts.last());
+}

@@ -131,41 +131,13 @@ pub struct InvalidSetting {
     pub error: Error,
 }
 
-/// The allowed range of each setting whose stage refuses with
-/// [`out_of_range`] (lm-decode's `Error` has no variant of its own for
-/// them yet), for [`InvalidSetting`]'s message.
-const RANGES: [(&str, &str); 4] = [
-    ("typical_p", "in (0, 1]"),
-    ("top_n_sigma", "finite and greater than 0"),
-    ("xtc_probability", "in [0, 1]"),
-    ("xtc_threshold", "in [0, 1]"),
-];
-
 impl fmt::Display for InvalidSetting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let range = RANGES.iter().find(|(field, _)| *field == self.field);
-        match (range, &self.error) {
-            (
-                Some((field, range)),
-                Error::Core(lm_core::Error::InvalidProbability { value, .. }),
-            ) => write!(f, "{field} must be {range}, got {}", *value as f32),
-            _ => self.error.fmt(f),
-        }
+        self.error.fmt(f)
     }
 }
 
 impl std::error::Error for InvalidSetting {}
-
-/// The refusal of a value outside a new stage's range (typical, top-nσ,
-/// XTC): lm-core's invalid-probability error carrying the value, which
-/// [`InvalidSetting`]'s message names with the field and its range.
-pub(crate) fn out_of_range(value: f32) -> Error {
-    lm_core::Error::InvalidProbability {
-        index: 0,
-        value: f64::from(value),
-    }
-    .into()
-}
 
 /// The built stages of a policy, in the chain's order.
 pub(crate) struct Chain {
@@ -263,7 +235,7 @@ impl SamplingConfig {
                 |tokens| Ok(BannedTokens::new(tokens)),
             )?),
         ];
-        let xtc_threshold = stage("xtc_threshold", self.xtc_threshold, Xtc::check)?;
+        let xtc_threshold = stage("xtc_threshold", self.xtc_threshold, Xtc::check_threshold)?;
         let xtc = stage("xtc_probability", self.xtc_probability, |p| {
             Xtc::new(p, xtc_threshold.unwrap_or(Self::XTC_THRESHOLD))
         })?;
@@ -461,13 +433,14 @@ mod tests {
             },
             "logit_bias",
         );
-        for (config, field, message) in [
+        for (config, field, error, message) in [
             (
                 SamplingConfig {
                     typical_p: Some(0.0),
                     ..base()
                 },
                 "typical_p",
+                Error::InvalidTypicalP { value: 0.0 },
                 "typical_p must be in (0, 1], got 0",
             ),
             (
@@ -476,7 +449,19 @@ mod tests {
                     ..base()
                 },
                 "top_n_sigma",
+                Error::InvalidTopNSigma { value: -1.0 },
                 "top_n_sigma must be finite and greater than 0, got -1",
+            ),
+            (
+                SamplingConfig {
+                    top_n_sigma: Some(f32::INFINITY),
+                    ..base()
+                },
+                "top_n_sigma",
+                Error::InvalidTopNSigma {
+                    value: f32::INFINITY,
+                },
+                "top_n_sigma must be finite and greater than 0, got inf",
             ),
             (
                 SamplingConfig {
@@ -484,24 +469,42 @@ mod tests {
                     ..base()
                 },
                 "xtc_probability",
+                Error::InvalidXtcProbability { value: 1.5 },
                 "xtc_probability must be in [0, 1], got 1.5",
             ),
             // The threshold is checked even when XTC is off.
             (
                 SamplingConfig {
-                    xtc_threshold: Some(f32::NAN),
+                    xtc_threshold: Some(-0.5),
                     ..base()
                 },
                 "xtc_threshold",
-                "xtc_threshold must be in [0, 1], got NaN",
+                Error::InvalidXtcThreshold { value: -0.5 },
+                "xtc_threshold must be in [0, 1], got -0.5",
             ),
         ] {
             let refused = config.validate().unwrap_err();
             assert_eq!(
-                (refused.field, refused.to_string().as_str()),
-                (field, message)
+                (refused.field, &refused.error, refused.to_string().as_str()),
+                (field, &error, message)
             );
+            // The sampler refuses with the same typed error.
+            assert_eq!(crate::Sampler::new(&config).err(), Some(error));
         }
+        // NaN is refused too (and is no value to compare with `==`).
+        let nan = SamplingConfig {
+            xtc_threshold: Some(f32::NAN),
+            ..base()
+        };
+        let refused = nan.validate().unwrap_err();
+        assert!(
+            matches!(refused.error, Error::InvalidXtcThreshold { value } if value.is_nan()),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "xtc_threshold must be in [0, 1], got NaN"
+        );
         assert_eq!(base().validate(), Ok(()));
     }
 

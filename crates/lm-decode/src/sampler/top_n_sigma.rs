@@ -18,6 +18,7 @@
 
 use super::{CandidateFilter, Candidates};
 use crate::error::{Error, Result};
+use crate::trace::Stage;
 
 /// Keeps candidates with `z >= z_max - n * sigma`.
 ///
@@ -33,11 +34,12 @@ use crate::error::{Error, Result};
 pub struct TopNSigma(f32);
 
 impl TopNSigma {
-    /// Checks `n`: 0 or less, NaN or infinite is refused (llama.cpp reads
-    /// n <= 0 as off, and so do lm-cli and lm-serve).
+    /// Checks `n`: 0 or less, NaN or infinite gives
+    /// [`Error::InvalidTopNSigma`] (llama.cpp reads n <= 0 as off, and so
+    /// do lm-cli and lm-serve before building the stage).
     pub fn new(n: f32) -> Result<Self> {
         let is_valid = n > 0.0 && n.is_finite();
-        Error::check(n, is_valid, super::config::out_of_range).map(Self)
+        Error::check(n, is_valid, |value| Error::InvalidTopNSigma { value }).map(Self)
     }
 
     /// The number of standard deviations kept below the best logit.
@@ -75,5 +77,9 @@ impl CandidateFilter for TopNSigma {
             candidates.sort_prefix(min_keep);
             candidates.truncate(min_keep);
         }
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::TopNSigma
     }
 }

@@ -23,6 +23,7 @@
 
 use super::{CandidateFilter, Candidates};
 use crate::error::{Error, Result};
+use crate::trace::Stage;
 use std::cmp::Ordering;
 
 /// The first partial selection; later rounds take four times as many.
@@ -45,9 +46,10 @@ const FIRST_ROUND: usize = 64;
 pub struct Typical(f32);
 
 impl Typical {
-    /// Checks `p`: outside (0, 1] (or NaN) is refused.
+    /// Checks `p`: outside (0, 1] (or NaN) gives [`Error::InvalidTypicalP`].
     pub fn new(p: f32) -> Result<Self> {
-        Error::check(p, p > 0.0 && p <= 1.0, super::config::out_of_range).map(Self)
+        let is_valid = p > 0.0 && p <= 1.0;
+        Error::check(p, is_valid, |value| Error::InvalidTypicalP { value }).map(Self)
     }
 
     /// The probability mass kept.
@@ -103,6 +105,10 @@ impl CandidateFilter for Typical {
         candidates.kept = kept;
         candidates.retain_kept();
         candidates.rebase();
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::Typical
     }
 }
 

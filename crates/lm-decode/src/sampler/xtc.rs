@@ -33,6 +33,7 @@
 
 use super::{CandidateFilter, Candidates};
 use crate::error::{Error, Result};
+use crate::trace::Stage;
 
 /// The first partial selection; later rounds take four times as many.
 const FIRST_ROUND: usize = 16;
@@ -55,20 +56,28 @@ pub struct Xtc {
 }
 
 impl Xtc {
-    /// Checks both settings: each outside [0, 1] (or NaN) is refused.
+    /// Checks both settings: a probability outside [0, 1] (or NaN) gives
+    /// [`Error::InvalidXtcProbability`], a threshold outside it
+    /// [`Error::InvalidXtcThreshold`].
     pub fn new(probability: f32, threshold: f32) -> Result<Self> {
-        let probability = Self::check(probability)?;
-        let threshold = Self::check(threshold)?;
+        let is_valid = (0.0..=1.0).contains(&probability);
+        let probability = Error::check(probability, is_valid, |value| {
+            Error::InvalidXtcProbability { value }
+        })?;
+        let threshold = Self::check_threshold(threshold)?;
         Ok(Self {
             probability,
             threshold,
         })
     }
 
-    /// A probability or threshold in [0, 1].
-    pub(crate) fn check(value: f32) -> Result<f32> {
-        let is_valid = (0.0..=1.0).contains(&value);
-        Error::check(value, is_valid, super::config::out_of_range)
+    /// A threshold in [0, 1], checked on its own (a threshold given
+    /// without a probability is still a setting to refuse).
+    pub(crate) fn check_threshold(threshold: f32) -> Result<f32> {
+        let is_valid = (0.0..=1.0).contains(&threshold);
+        Error::check(threshold, is_valid, |value| Error::InvalidXtcThreshold {
+            value,
+        })
     }
 
     /// The chance that the top choices are removed at a step.
@@ -136,5 +145,9 @@ impl CandidateFilter for Xtc {
         // The mixture: the removed tokens' weights times (1 - p) / ((1 - p) + p / kept_mass).
         let factor = (1.0 - p) / ((1.0 - p) + p / kept_mass);
         candidates.shift_front(n_removed, (t * factor.ln()) as f32);
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::Xtc
     }
 }
