@@ -191,6 +191,60 @@ fn a_sampled_json_step_replays_from_its_u_and_policy_candidates() {
     }
 }
 
+/// Every filter on at once: each reports its count under its own name, in
+/// the chain's order, in `--json` and in the trace's legend.
+#[test]
+fn every_filter_reports_its_count_under_its_own_name() {
+    let all = || {
+        Cli::toy("generate")
+            .n(4)
+            .opt("--top-nsigma", 3)
+            .opt("--top-k", 6)
+            .opt("--typical", 0.99)
+            .opt("--top-p", 0.99)
+            .opt("--min-p", 0.01)
+            .opt("--xtc-probability", 0.5)
+            .opt("--xtc-threshold", 0.2)
+            .opt("--top-logprobs", 7)
+            .seed(4)
+    };
+    let names = [
+        "vocabulary",
+        "penalties",
+        "temperature",
+        "top_n_sigma",
+        "top_k",
+        "typical_p",
+        "top_p",
+        "min_p",
+        "xtc",
+    ];
+    let report = all().arg("--no-timing").json();
+    for step in report["steps"].as_array().unwrap() {
+        let counts = step["n_candidates"].as_object().unwrap();
+        let mut keys: Vec<&str> = counts.keys().map(String::as_str).collect();
+        let mut expected = names.to_vec();
+        keys.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(keys, expected, "{step}");
+        let n: Vec<u64> = names.map(|name| counts[name].as_u64().unwrap()).to_vec();
+        assert_eq!(n[..3], [7, 7, 7], "{step}");
+        assert_eq!(n[4], n[3].min(6), "top-k 6: {step}");
+        assert!(n.windows(2).all(|w| w[1] <= w[0]), "{step}");
+        assert_eq!(
+            n[8] as usize,
+            step["policy_top"].as_array().unwrap().len(),
+            "{step}"
+        );
+    }
+    let trace = all().arg("--trace").ok();
+    let legend = format!(
+        "candidates: {} (tokens left after each stage)",
+        names.join(">")
+    );
+    assert!(trace.stdout.contains(&legend), "{}", trace.stdout);
+}
+
 #[test]
 fn a_sampled_trace_row_replays_from_its_printed_u_and_candidates() {
     // The same replay from the table's four-decimal numbers.
@@ -625,6 +679,13 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         beams().opt("--seed", 1),
         beams().opt("--seed", "random"),
         beams().opt("--min-new-tokens", 2),
+        beams().opt("--typical", 0.9),
+        beams().opt("--typical-p", 0.9),
+        beams().opt("--top-nsigma", 1.5),
+        beams().opt("--xtc-probability", 0.5),
+        beams().opt("--xtc-probability", 0),
+        beams().opt("--xtc-threshold", 0.2),
+        beams().opt("--min-keep", 2),
     ];
     let flags = [
         "--temperature",
@@ -635,6 +696,13 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         "--seed",
         "--seed",
         "--min-new-tokens",
+        "--typical",
+        "--typical",
+        "--top-nsigma",
+        "--xtc-probability",
+        "--xtc-probability",
+        "--xtc-threshold",
+        "--min-keep",
     ];
     for (cli, flag) in cases.iter().zip(flags) {
         let run = cli.run();
@@ -650,6 +718,11 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
             "lm-cli {args}"
         );
     }
+    // Off values that set no stage (llama.cpp's defaults) are no conflict,
+    // and --json lists neither.
+    let off = beams().opt("--top-k", 0).opt("--top-nsigma", -1).json();
+    assert_eq!(off["settings"]["top_k"], serde_json::Value::Null);
+    assert_eq!(off["settings"].get("top_n_sigma"), None);
     // One beam is no beam search: the sampling flags apply.
     let one_beam = Cli::toy("generate")
         .n(2)

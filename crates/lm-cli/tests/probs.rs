@@ -106,3 +106,47 @@ fn json_output_lists_logits_probabilities_and_the_policy() {
     let report = check("probs_top_k_json", &filtered).json();
     assert_eq!(floats(&report["probs"]).len(), 4);
 }
+
+#[test]
+fn the_policy_line_names_every_stage_in_the_chains_order() {
+    let report = Cli::new("probs")
+        .opt("--logits", "2,1,0")
+        .opt("--min-p", 0.05)
+        .opt("--xtc-probability", 0.5)
+        .opt("--top-p", 0.95)
+        .opt("--typical", 0.9)
+        .opt("--top-k", 3)
+        .opt("--top-nsigma", 1.5)
+        .opt("--min-keep", 2)
+        .json();
+    assert_eq!(
+        report["policy"],
+        "temperature 1 > top-nsigma 1.5 > top-k 3 > typical 0.9 > top-p 0.95 > min-p 0.05 \
+         > xtc 0.5 threshold 0.1 > sample, min-keep 2"
+    );
+    // Off values set no stage: top-n-sigma 0 or less, XTC at probability 0.
+    let off = Cli::new("probs")
+        .opt("--logits", "2,1,0")
+        .opt("--top-nsigma", -1)
+        .opt("--xtc-probability", 0)
+        .opt("--xtc-threshold", 0.3)
+        .json();
+    assert_eq!(off["policy"], "temperature 1 > sample");
+}
+
+#[test]
+fn typical_keeps_the_tokens_closest_to_the_entropy() {
+    // q = softmax(2, 1, 0) = (0.665, 0.245, 0.090), H = 0.832; the
+    // surprises -ln q = (0.408, 1.408, 2.408) are 0.424, 0.576 and 1.576
+    // from H, so the order is 0, 1, 2. Mass 0.665 exceeds 0.6 alone; 0.7
+    // needs token 1 too.
+    let q = softmax(&[2.0, 1.0, 0.0], 1.0);
+    let entropy: f64 = -q.iter().map(|p| p * p.ln()).sum::<f64>();
+    assert!((entropy - 0.832).abs() < 1e-3, "{entropy}");
+    check_probs(&["--logits", "2,1,0", "--typical", "0.6"], &[1.0, 0.0, 0.0]);
+    let kept = softmax(&[2.0, 1.0], 1.0);
+    check_probs(
+        &["--logits", "2,1,0", "--typical", "0.7"],
+        &[kept[0], kept[1], 0.0],
+    );
+}

@@ -245,6 +245,12 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
         ("--top-k", filters.top_k().is_some()),
         ("--top-p", filters.top_p.is_some()),
         ("--min-p", filters.min_p.is_some()),
+        ("--typical", filters.typical.is_some()),
+        // 0 or less is off (no stage), as --top-k 0 is.
+        ("--top-nsigma", filters.sampling().top_n_sigma.is_some()),
+        ("--xtc-probability", filters.xtc_probability.is_some()),
+        ("--xtc-threshold", filters.xtc_threshold.is_some()),
+        ("--min-keep", filters.min_keep.is_some()),
         ("--seed", args.seed.is_some()),
         ("--min-new-tokens", args.min_new_tokens > 0),
     ]

@@ -36,17 +36,30 @@ pub fn run(args: ProbsArgs) -> Result<()> {
 
 /// The policy chain in the order the sampler runs it, in the flags' words
 /// (`temperature 0.5 > top-k 2 > sample`), not Rust's `Debug` of the
-/// sampler.
+/// sampler; XTC at probability 0 is no stage, and `--min-keep` closes the
+/// line when given.
 fn describe_policy(config: &SamplingConfig) -> String {
     let mut stages = vec![format!("temperature {}", config.temperature)];
+    if let Some(n) = config.top_n_sigma {
+        stages.push(format!("top-nsigma {n}"));
+    }
     if let Some(k) = config.top_k {
         stages.push(format!("top-k {k}"));
+    }
+    if let Some(p) = config.typical_p {
+        stages.push(format!("typical {p}"));
     }
     if let Some(p) = config.top_p {
         stages.push(format!("top-p {p}"));
     }
     if let Some(p) = config.min_p {
         stages.push(format!("min-p {p}"));
+    }
+    if let Some(p) = config.xtc_probability.filter(|&p| p > 0.0) {
+        let threshold = config
+            .xtc_threshold
+            .unwrap_or(SamplingConfig::XTC_THRESHOLD);
+        stages.push(format!("xtc {p} threshold {threshold}"));
     }
     stages.push(
         if config.temperature == 0.0 {
@@ -56,5 +69,9 @@ fn describe_policy(config: &SamplingConfig) -> String {
         }
         .to_owned(),
     );
-    stages.join(" > ")
+    let mut line = stages.join(" > ");
+    if let Some(n) = config.min_keep {
+        line.push_str(&format!(", min-keep {n}"));
+    }
+    line
 }
