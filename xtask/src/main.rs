@@ -38,7 +38,8 @@ tasks:
   reference-fixtures    regenerate the llama.cpp fixtures (smollm2, smollm2-requant,
                         gemma3; needs python3; builds llama-cpp-python once, which
                         takes several minutes, unless LM_REFERENCE_PYTHON is set);
-                        with --arch, fixtures/arch (random-weight files per architecture)
+                        with --arch, fixtures/arch (random-weight files per architecture);
+                        with --samplers, fixtures/samplers (llama.cpp's samplers on logits)
   tidy                  check the dependency arrows, docs/ARCHITECTURE.md and file headers";
 
 fn main() -> Result<()> {
