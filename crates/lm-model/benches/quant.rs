@@ -5,7 +5,8 @@
 //! Q4_K_M / Q5_K_M / Q6_K files (ffn_down, the one matrix whose width is a
 //! multiple of 256), with every kernel this CPU runs (portable, AVX2,
 //! AVX-VNNI, AVX-512); and one-input products over 96 MB of such matrices,
-//! streamed from memory as decode reads them. Run with
+//! streamed from memory as decode reads them; and Llama 3.2 1B's FFN
+//! shapes in Q4_0 and Q4_K, in cache and streamed (issue 35). Run with
 //! `cargo bench -p lm-model --bench quant`; rayon uses all cores unless
 //! `RAYON_NUM_THREADS` says otherwise.
 
@@ -54,6 +55,11 @@ fn matvec(c: &mut Criterion) {
         ("q5_0 1536x576", GgmlType::Q5_0, 1536, 576),
         ("q5_1 1536x576", GgmlType::Q5_1, 1536, 576),
         ("iq4_nl 1536x576", GgmlType::IQ4_NL, 1536, 576),
+        // Llama 3.2 1B's FFN shapes: Q4_0 against Q4_K (issue 35).
+        ("q4_0 8192x2048 (1B ffn_up)", GgmlType::Q4_0, 8192, 2048),
+        ("q4_K 8192x2048 (1B ffn_up)", GgmlType::Q4_K, 8192, 2048),
+        ("q4_0 2048x8192 (1B ffn_down)", GgmlType::Q4_0, 2048, 8192),
+        ("q4_K 2048x8192 (1B ffn_down)", GgmlType::Q4_K, 2048, 8192),
     ];
     let mut group = c.benchmark_group("matvec");
     for (name, ty, n_rows, n_cols) in shapes {
@@ -140,6 +146,10 @@ fn matvec_streamed(c: &mut Criterion) {
         ("q8_0 1536x576", GgmlType::Q8_0, 1536, 576),
         ("q4_K 576x1536", GgmlType::Q4_K, 576, 1536),
         ("q6_K 576x1536", GgmlType::Q6_K, 576, 1536),
+        ("q4_0 8192x2048 (1B ffn_up)", GgmlType::Q4_0, 8192, 2048),
+        ("q4_K 8192x2048 (1B ffn_up)", GgmlType::Q4_K, 8192, 2048),
+        ("q4_0 2048x8192 (1B ffn_down)", GgmlType::Q4_0, 2048, 8192),
+        ("q4_K 2048x8192 (1B ffn_down)", GgmlType::Q4_K, 2048, 8192),
     ];
     let mut group = c.benchmark_group("matvec streamed 96 MB");
     group.sample_size(20);
