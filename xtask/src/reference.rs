@@ -109,11 +109,11 @@ const REQUANTIZED_SMOLLM2: [&str; 8] = [
 
 /// Runs the task.
 pub(crate) fn run(args: &[String]) -> Result<()> {
-    if args.first().is_some_and(|arg| arg == ARCH_FLAG) {
-        return run_arch(&args[1..]);
-    }
-    if args.first().is_some_and(|arg| arg == SAMPLERS_FLAG) {
-        return run_samplers(&args[1..]);
+    if let Some(script) = args
+        .first()
+        .and_then(|flag| SCRIPT_FIXTURES.iter().find(|script| script.flag == flag))
+    {
+        return run_script_fixtures(script, &args[1..]);
     }
     let options = Options::parse(args)?;
     let python = reference_python(options.python.as_deref())?;
@@ -417,64 +417,56 @@ fn target_dir() -> PathBuf {
 /// (`fixtures/gemma3/tokenize.json`).
 const GEMMA3_TOKENIZE_SCRIPT: &str = "scripts/reference/tokenize_reference.py";
 
-/// The flag that selects the per-architecture fixtures.
-const ARCH_FLAG: &str = "--arch";
+/// Fixtures that one seeded script writes whole: the flag that selects
+/// it, the script, the folder it writes, and its other arguments (paths
+/// relative to the project root). A rerun writes the same bytes.
+struct ScriptFixtures {
+    flag: &'static str,
+    script: &'static str,
+    out_dir: &'static str,
+    extra: &'static [(&'static str, &'static str)],
+}
 
-/// Where the per-architecture fixtures go, relative to the project root.
-const ARCH_FIXTURES_DIR: &str = "fixtures/arch";
+const SCRIPT_FIXTURES: [ScriptFixtures; 2] = [
+    // One random-weight GGUF per architecture, with llama.cpp's logits.
+    ScriptFixtures {
+        flag: "--arch",
+        script: "scripts/reference/random_gguf.py",
+        out_dir: "fixtures/arch",
+        extra: &[],
+    },
+    // llama.cpp's samplers on fixed logit vectors and SmolLM2's row.
+    ScriptFixtures {
+        flag: "--samplers",
+        script: "scripts/reference/sampler_reference.py",
+        out_dir: "fixtures/samplers",
+        extra: &[(
+            "--row",
+            "fixtures/smollm2/chat_capital_of_france.last_logits.f32le.bin",
+        )],
+    },
+];
 
-/// `reference-fixtures --arch [--python <interpreter>]`: runs
-/// `scripts/reference/random_gguf.py` into [`ARCH_FIXTURES_DIR`]. The script is
-/// seeded, so a rerun writes the same bytes.
-fn run_arch(args: &[String]) -> Result<()> {
+/// `reference-fixtures <flag> [--python <interpreter>]`: runs the script of
+/// `fixtures` into its folder.
+fn run_script_fixtures(fixtures: &ScriptFixtures, args: &[String]) -> Result<()> {
     let python = match args {
         [] => reference_python(None)?,
         [flag, python] if flag == "--python" => reference_python(Some(Path::new(python)))?,
         _ => bail!("{ARCH_USAGE}"),
     };
     let root = project_root();
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("scripts/reference/random_gguf.py"))
-            .arg("--out")
-            .arg(root.join(ARCH_FIXTURES_DIR)),
-    )?;
-    println!(
-        "fixtures written to {ARCH_FIXTURES_DIR}; review with `git diff --stat {ARCH_FIXTURES_DIR}`"
-    );
-    Ok(())
-}
-
-/// The flag that selects the sampler fixtures.
-const SAMPLERS_FLAG: &str = "--samplers";
-
-/// Where the sampler fixtures go, relative to the project root.
-const SAMPLERS_FIXTURES_DIR: &str = "fixtures/samplers";
-
-/// The logits row the sampler fixtures also run on (SmolLM2's, committed).
-const SAMPLERS_ROW: &str = "fixtures/smollm2/chat_capital_of_france.last_logits.f32le.bin";
-
-/// `reference-fixtures --samplers [--python <interpreter>]`: runs
-/// `scripts/reference/sampler_reference.py` into [`SAMPLERS_FIXTURES_DIR`].
-/// Its vectors are seeded, so a rerun writes the same bytes.
-fn run_samplers(args: &[String]) -> Result<()> {
-    let python = match args {
-        [] => reference_python(None)?,
-        [flag, python] if flag == "--python" => reference_python(Some(Path::new(python)))?,
-        _ => bail!("usage: cargo xtask reference-fixtures --samplers [--python <interpreter>]"),
-    };
-    let root = project_root();
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("scripts/reference/sampler_reference.py"))
-            .arg("--out")
-            .arg(root.join(SAMPLERS_FIXTURES_DIR))
-            .arg("--row")
-            .arg(root.join(SAMPLERS_ROW)),
-    )?;
-    println!(
-        "fixtures written to {SAMPLERS_FIXTURES_DIR}; review with `git diff --stat {SAMPLERS_FIXTURES_DIR}`"
-    );
+    let mut command = Command::new(&python);
+    command
+        .arg(root.join(fixtures.script))
+        .arg("--out")
+        .arg(root.join(fixtures.out_dir));
+    for (flag, path) in fixtures.extra {
+        command.arg(flag).arg(root.join(path));
+    }
+    run_checked(&mut command)?;
+    let dir = fixtures.out_dir;
+    println!("fixtures written to {dir}; review with `git diff --stat {dir}`");
     Ok(())
 }
 
