@@ -35,6 +35,7 @@ and no network connection is opened.
 import argparse
 import ctypes
 import hashlib
+import importlib
 import math
 import os
 import random
@@ -46,6 +47,9 @@ from fixture_json import write_json
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 NEG_INF = float("-inf")
+# The modules (in this folder) that write the multi-step samplers' fixtures:
+# DRY (dry.json), mirostat v1/v2 and dynamic temperature (mirostat.json).
+STATEFUL_MODULES = ("dry_reference", "mirostat_reference")
 # A kept set of at most this many tokens also gets its probabilities.
 MAX_PROBS = 64
 
@@ -186,6 +190,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="the fixtures/samplers folder")
     parser.add_argument("--row", required=True, help="SmolLM2's 49,152-entry f32le logits row")
+    parser.add_argument("--model", required=True,
+                        help="SmolLM2's GGUF file: the vocabulary DRY matches its sequence breakers in")
     args = parser.parse_args()
     if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
         sys.exit(f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} expected, found {llama_cpp.__version__}")
@@ -214,6 +220,10 @@ def main():
                     for name, logits in vectors],
         "cases": cases,
     })
+    # The samplers with state or a vocabulary, each written by its own module
+    # into its own file of the folder.
+    for module in STATEFUL_MODULES:
+        importlib.import_module(module).write(args)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,102 @@ pub enum Error {
         /// The rejected threshold.
         value: f32,
     },
+    /// `epsilon_cutoff` outside (0, 1) (HF's range).
+    #[error("epsilon_cutoff must be in (0, 1), got {value}")]
+    InvalidEpsilonCutoff {
+        /// The rejected probability.
+        value: f32,
+    },
+    /// `eta_cutoff` outside (0, 1) (HF's range).
+    #[error("eta_cutoff must be in (0, 1), got {value}")]
+    InvalidEtaCutoff {
+        /// The rejected probability.
+        value: f32,
+    },
+    /// `dynatemp_range` that is negative, NaN or infinite.
+    #[error("dynatemp_range must be finite and at least 0, got {value}")]
+    InvalidDynatempRange {
+        /// The rejected range.
+        value: f32,
+    },
+    /// `dynatemp_exponent` that is negative, NaN or infinite.
+    #[error("dynatemp_exponent must be finite and at least 0, got {value}")]
+    InvalidDynatempExponent {
+        /// The rejected exponent.
+        value: f32,
+    },
+    /// `mirostat` other than 0 (off), 1 or 2.
+    #[error("mirostat must be 0, 1 or 2, got {value}")]
+    InvalidMirostat {
+        /// The rejected version.
+        value: u8,
+    },
+    /// `mirostat_tau` that is negative, NaN or infinite.
+    #[error("mirostat_tau must be finite and at least 0, got {value}")]
+    InvalidMirostatTau {
+        /// The rejected target surprise.
+        value: f32,
+    },
+    /// `mirostat_eta` that is negative, NaN or infinite.
+    #[error("mirostat_eta must be finite and at least 0, got {value}")]
+    InvalidMirostatEta {
+        /// The rejected learning rate.
+        value: f32,
+    },
+    /// `dry_multiplier` that is negative, NaN or infinite.
+    #[error("dry_multiplier must be finite and at least 0, got {value}")]
+    InvalidDryMultiplier {
+        /// The rejected multiplier.
+        value: f32,
+    },
+    /// `dry_base` below 1, NaN or infinite.
+    #[error("dry_base must be finite and at least 1, got {value}")]
+    InvalidDryBase {
+        /// The rejected base.
+        value: f32,
+    },
+    /// An empty DRY sequence breaker (it would break every sequence).
+    #[error("DRY sequence breaker {index} is empty")]
+    EmptyDryBreaker {
+        /// Its position in the list.
+        index: usize,
+    },
+    /// DRY's sequence breakers are text: matching them needs the tokens'
+    /// text.
+    #[error("{n_breakers} DRY sequence breakers need a detokenizer")]
+    DryBreakersNeedDetokenizer {
+        /// How many breakers were given.
+        n_breakers: usize,
+    },
+    /// `no_repeat_ngram_size` is 0.
+    #[error("no_repeat_ngram_size must be at least 1, got {value}")]
+    InvalidNoRepeatNgramSize {
+        /// The rejected size.
+        value: usize,
+    },
+    /// A name in the sampler order that names no stage.
+    #[error("unknown sampler {name:?} in the sampler order (known: {known})")]
+    UnknownSampler {
+        /// The name as given.
+        name: String,
+        /// The names accepted.
+        known: &'static str,
+    },
+    /// A stage named twice in the sampler order.
+    #[error("sampler {name:?} is named twice in the sampler order")]
+    RepeatedSampler {
+        /// The stage, as named the second time.
+        name: String,
+    },
+    /// A raw-logit stage (penalties, DRY) named after a filter or
+    /// temperature: they run on the raw logits, before every filter.
+    #[error("{name:?} runs on the raw logits: name it before {after:?} in the sampler order")]
+    RawStageAfterFilter {
+        /// The raw-logit stage.
+        name: String,
+        /// The filter or temperature named before it.
+        after: String,
+    },
     /// A repetition penalty that is not a positive finite number.
     #[error("repetition_penalty must be positive and finite, got {value}")]
     InvalidRepetitionPenalty {

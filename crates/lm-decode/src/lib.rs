@@ -114,7 +114,8 @@
 //!   play, their logits and weights, with partial sorting) and joins the
 //!   chain with [`Sampler::push_filter`].
 //! - A custom edit of the raw logits implements [`sampler::LogitTransform`]
-//!   (it sees the history as [`sampler::TokenCounts`]) and joins with
+//!   (it sees the [`sampler::History`]: the tokens so far and their
+//!   [`sampler::TokenCounts`]) and joins with
 //!   [`Sampler::push_transform`].
 //! - The built-in links ([`sampler::TopNSigma`], [`sampler::TopK`],
 //!   [`sampler::Typical`], [`sampler::TopP`], [`sampler::MinP`],

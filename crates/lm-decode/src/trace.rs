@@ -127,6 +127,13 @@ pub enum Stage {
     MinP,
     /// [`crate::sampler::Xtc`].
     Xtc,
+    /// The epsilon cutoff (`sampler::EpsilonCutoff`).
+    EpsilonCutoff,
+    /// The eta cutoff (`sampler::EtaCutoff`).
+    EtaCutoff,
+    /// Mirostat's truncation by the running surprise bound mu
+    /// (`sampler::Mirostat`).
+    Mirostat,
     /// A filter added with [`Sampler::push_filter`].
     Custom,
 }
@@ -135,7 +142,8 @@ impl Stage {
     /// The stage's name in the trace and the JSON: `vocabulary`,
     /// `penalties`, `constraint`, `temperature`, then each filter by its
     /// setting's name in [`crate::SamplingConfig`] (`top_n_sigma`, `top_k`,
-    /// `typical_p`, `top_p`, `min_p`; XTC, which has two, is `xtc`), and
+    /// `typical_p`, `top_p`, `min_p`, `epsilon_cutoff`, `eta_cutoff`; XTC,
+    /// which has two settings, is `xtc`), `mirostat`, and
     /// `custom`.
     pub fn name(self) -> &'static str {
         match self {
@@ -149,6 +157,9 @@ impl Stage {
             Self::TopP => "top_p",
             Self::MinP => "min_p",
             Self::Xtc => "xtc",
+            Self::EpsilonCutoff => "epsilon_cutoff",
+            Self::EtaCutoff => "eta_cutoff",
+            Self::Mirostat => "mirostat",
             Self::Custom => "custom",
         }
     }
@@ -181,9 +192,9 @@ impl Default for StageCounts {
 
 impl StageCounts {
     /// The most stages recorded: the vocabulary, the penalties, the
-    /// constraint, temperature, the six built-in filters and two filters
-    /// of one's own ([`Sampler::push_filter`]).
-    pub const CAPACITY: usize = 12;
+    /// constraint, temperature, the eight built-in filters, mirostat and
+    /// three filters of one's own ([`Sampler::push_filter`]).
+    pub const CAPACITY: usize = 16;
 
     /// The stages and their counts, in the chain's order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (Stage, usize)> + '_ {

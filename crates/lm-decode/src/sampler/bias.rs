@@ -2,17 +2,17 @@
 //! (OpenAI's `logit_bias`) and banned tokens (logit set to -inf, so the
 //! token has probability 0 under every later transform).
 
-use super::{LogitTransform, TokenCounts};
+use super::{History, LogitTransform};
 use crate::error::{Error, Result};
 use lm_core::TokenId;
 
 /// Adds a finite bias to the logits of chosen tokens.
 ///
 /// ```
-/// use lm_decode::sampler::{LogitBias, LogitTransform, TokenCounts};
+/// use lm_decode::sampler::{History, LogitBias, LogitTransform};
 /// let bias = LogitBias::new(vec![(1, -2.0), (0, 0.5)]).unwrap();
 /// let mut logits = [1.0, 1.0, 1.0];
-/// bias.apply(&mut logits, &TokenCounts::default());
+/// bias.apply(&mut logits, &History::default());
 /// assert_eq!(logits, [1.5, -1.0, 1.0]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +36,7 @@ impl LogitBias {
 }
 
 impl LogitTransform for LogitBias {
-    fn apply(&self, logits: &mut [f32], _counts: &TokenCounts) {
+    fn apply(&self, logits: &mut [f32], _history: &History<'_>) {
         for &(id, bias) in &self.0 {
             if let Some(z) = logits.get_mut(id as usize) {
                 *z += bias;
@@ -55,9 +55,9 @@ impl LogitTransform for LogitBias {
 /// Tokens that may never be chosen: their logits become -inf.
 ///
 /// ```
-/// use lm_decode::sampler::{BannedTokens, LogitTransform, TokenCounts};
+/// use lm_decode::sampler::{BannedTokens, History, LogitTransform};
 /// let mut logits = [1.0, 2.0];
-/// BannedTokens::new(vec![1]).apply(&mut logits, &TokenCounts::default());
+/// BannedTokens::new(vec![1]).apply(&mut logits, &History::default());
 /// assert_eq!(logits, [1.0, f32::NEG_INFINITY]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl BannedTokens {
 }
 
 impl LogitTransform for BannedTokens {
-    fn apply(&self, logits: &mut [f32], _counts: &TokenCounts) {
+    fn apply(&self, logits: &mut [f32], _history: &History<'_>) {
         for &id in &self.0 {
             if let Some(z) = logits.get_mut(id as usize) {
                 *z = f32::NEG_INFINITY;

@@ -65,12 +65,38 @@ use std::fmt;
 /// bias, bans. Runs before temperature. An extension point: a new transform
 /// joins the chain with [`Sampler::push_transform`].
 pub trait LogitTransform: fmt::Debug + Send + Sync {
-    /// Adjusts `logits` in place; `counts` describes the history.
-    fn apply(&self, logits: &mut [f32], counts: &TokenCounts);
+    /// Adjusts `logits` in place, knowing the `history`.
+    fn apply(&self, logits: &mut [f32], history: &History<'_>);
 
     /// Checks the token ids this transform names against the vocabulary.
     fn check_vocabulary(&self, _vocab_size: usize) -> Result<()> {
         Ok(())
+    }
+}
+
+/// What a [`LogitTransform`] knows of the sequence so far (`Default`: an
+/// empty history).
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    /// Every token read so far, prompt included, oldest first (DRY and
+    /// `no_repeat_ngram_size` match sequences in it).
+    pub tokens: &'a [TokenId],
+    /// How often each token occurs in the penalties' window (the last
+    /// [`SamplingConfig::penalty_last_n`] tokens, or all).
+    pub counts: &'a TokenCounts,
+}
+
+impl Default for History<'_> {
+    fn default() -> Self {
+        static EMPTY: TokenCounts = TokenCounts::EMPTY;
+        Self::new(&[], &EMPTY)
+    }
+}
+
+impl<'a> History<'a> {
+    /// The history `tokens`, with `counts` of its penalty window.
+    pub fn new(tokens: &'a [TokenId], counts: &'a TokenCounts) -> Self {
+        Self { tokens, counts }
     }
 }
 
@@ -682,8 +708,9 @@ impl Sampler {
                 .penalty_last_n
                 .map_or(history, |n| &history[history.len().saturating_sub(n)..]);
             self.counts.count(window, vocab_size)?;
+            let history = History::new(history, &self.counts);
             for transform in &self.transforms {
-                transform.apply(&mut self.adjusted, &self.counts);
+                transform.apply(&mut self.adjusted, &history);
             }
             best = lm_core::argmax(&self.adjusted).map_err(|error| match error {
                 lm_core::Error::AllMasked => Error::AllTokensFiltered,

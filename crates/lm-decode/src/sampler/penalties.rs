@@ -11,7 +11,7 @@
 //! where `c_i` counts token i in the history. A penalty above 1 (repetition)
 //! or above 0 (presence, frequency) discourages repeats; below encourages.
 
-use super::LogitTransform;
+use super::{History, LogitTransform};
 use crate::error::{Error, Result};
 use lm_core::TokenId;
 
@@ -31,6 +31,12 @@ pub struct TokenCounts {
 }
 
 impl TokenCounts {
+    /// No history.
+    pub(crate) const EMPTY: Self = Self {
+        counts: Vec::new(),
+        present: Vec::new(),
+    };
+
     /// Counts `history` over a vocabulary of `vocab_size`, forgetting the
     /// previous history; an id beyond the vocabulary is an error.
     pub fn count(&mut self, history: &[TokenId], vocab_size: usize) -> Result<()> {
@@ -82,11 +88,12 @@ impl TokenCounts {
 /// ones of tokens present in the history.
 ///
 /// ```
-/// use lm_decode::sampler::{LogitTransform, RepetitionPenalty, TokenCounts};
+/// use lm_decode::sampler::{History, LogitTransform, RepetitionPenalty, TokenCounts};
 /// let mut counts = TokenCounts::default();
-/// counts.count(&[0, 1], 3).unwrap();
+/// let history = [0, 1];
+/// counts.count(&history, 3).unwrap();
 /// let mut logits = [2.0, -1.0, 4.0];
-/// RepetitionPenalty::new(2.0).unwrap().apply(&mut logits, &counts);
+/// RepetitionPenalty::new(2.0).unwrap().apply(&mut logits, &History::new(&history, &counts));
 /// assert_eq!(logits, [1.0, -2.0, 4.0]);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,8 +112,8 @@ impl RepetitionPenalty {
 }
 
 impl LogitTransform for RepetitionPenalty {
-    fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
-        counts.edit_present(logits, |_, z| {
+    fn apply(&self, logits: &mut [f32], history: &History<'_>) {
+        history.counts.edit_present(logits, |_, z| {
             *z = if *z > 0.0 { *z / self.0 } else { *z * self.0 }
         });
     }
@@ -116,11 +123,12 @@ impl LogitTransform for RepetitionPenalty {
 /// present in the history.
 ///
 /// ```
-/// use lm_decode::sampler::{LogitTransform, PresencePenalty, TokenCounts};
+/// use lm_decode::sampler::{History, LogitTransform, PresencePenalty, TokenCounts};
 /// let mut counts = TokenCounts::default();
-/// counts.count(&[1, 1], 2).unwrap();
+/// let history = [1, 1];
+/// counts.count(&history, 2).unwrap();
 /// let mut logits = [1.0, 1.0];
-/// PresencePenalty::new(0.5).unwrap().apply(&mut logits, &counts);
+/// PresencePenalty::new(0.5).unwrap().apply(&mut logits, &History::new(&history, &counts));
 /// assert_eq!(logits, [1.0, 0.5]);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -134,19 +142,20 @@ impl PresencePenalty {
 }
 
 impl LogitTransform for PresencePenalty {
-    fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
-        counts.edit_present(logits, |_, z| *z -= self.0);
+    fn apply(&self, logits: &mut [f32], history: &History<'_>) {
+        history.counts.edit_present(logits, |_, z| *z -= self.0);
     }
 }
 
 /// OpenAI's frequency penalty: subtracts `count * penalty` from every token.
 ///
 /// ```
-/// use lm_decode::sampler::{FrequencyPenalty, LogitTransform, TokenCounts};
+/// use lm_decode::sampler::{FrequencyPenalty, History, LogitTransform, TokenCounts};
 /// let mut counts = TokenCounts::default();
-/// counts.count(&[1, 1, 0], 2).unwrap();
+/// let history = [1, 1, 0];
+/// counts.count(&history, 2).unwrap();
 /// let mut logits = [1.0, 1.0];
-/// FrequencyPenalty::new(0.25).unwrap().apply(&mut logits, &counts);
+/// FrequencyPenalty::new(0.25).unwrap().apply(&mut logits, &History::new(&history, &counts));
 /// assert_eq!(logits, [0.75, 0.5]);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,8 +169,10 @@ impl FrequencyPenalty {
 }
 
 impl LogitTransform for FrequencyPenalty {
-    fn apply(&self, logits: &mut [f32], counts: &TokenCounts) {
-        counts.edit_present(logits, |count, z| *z -= count as f32 * self.0);
+    fn apply(&self, logits: &mut [f32], history: &History<'_>) {
+        history
+            .counts
+            .edit_present(logits, |count, z| *z -= count as f32 * self.0);
     }
 }
 
