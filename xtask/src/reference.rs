@@ -36,10 +36,12 @@
 //! gemma3) and llama.cpp's logits on each; no model is fetched.
 //!
 //! `cargo xtask reference-fixtures --samplers [--python <interpreter>]`
-//! regenerates `fixtures/samplers/samplers.json`:
+//! regenerates `fixtures/samplers/`:
 //! `scripts/reference/sampler_reference.py` applies llama.cpp's samplers
 //! (typical, top-n-sigma, XTC, top-p and min-p with `min_keep`) to fixed logit
-//! vectors and SmolLM2's committed logits row; no model is loaded.
+//! vectors and SmolLM2's committed logits row, and its stateful modules run
+//! DRY (`dry.json`, over SmolLM2 Q8_0's vocabulary: `cargo xtask fetch-model
+//! smollm2-q8_0`) and the others; no weights are loaded.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,6 +50,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::fetch_model;
 use crate::project_root;
+use lm_model::catalog::{KnownModel, SMOLLM2_Q8_0};
 
 /// The `llama-cpp-python` release the fixtures were generated with; its bundled
 /// llama.cpp revision is recorded in `fixtures/smollm2/README.md`.
@@ -418,13 +421,32 @@ fn target_dir() -> PathBuf {
 const GEMMA3_TOKENIZE_SCRIPT: &str = "scripts/reference/tokenize_reference.py";
 
 /// Fixtures that one seeded script writes whole: the flag that selects
-/// it, the script, the folder it writes, and its other arguments (paths
-/// relative to the project root). A rerun writes the same bytes.
+/// it, the script, the folder it writes, and its other arguments (each a
+/// flag and a file). A rerun writes the same bytes.
 struct ScriptFixtures {
     flag: &'static str,
     script: &'static str,
     out_dir: &'static str,
-    extra: &'static [(&'static str, &'static str)],
+    extra: &'static [(&'static str, ScriptFile)],
+}
+
+/// A file a fixture script reads.
+enum ScriptFile {
+    /// A path relative to the project root (a committed fixture).
+    Root(&'static str),
+    /// A known model's file in the models folder.
+    Model(&'static KnownModel),
+}
+
+impl ScriptFile {
+    /// Its path; a model that is not fetched is an error naming the
+    /// command that fetches it.
+    fn path(&self, root: &Path) -> Result<PathBuf> {
+        Ok(match self {
+            Self::Root(path) => root.join(path),
+            Self::Model(model) => model.path()?,
+        })
+    }
 }
 
 const SCRIPT_FIXTURES: [ScriptFixtures; 2] = [
@@ -440,10 +462,14 @@ const SCRIPT_FIXTURES: [ScriptFixtures; 2] = [
         flag: "--samplers",
         script: "scripts/reference/sampler_reference.py",
         out_dir: "fixtures/samplers",
-        extra: &[(
-            "--row",
-            "fixtures/smollm2/chat_capital_of_france.last_logits.f32le.bin",
-        )],
+        extra: &[
+            (
+                "--row",
+                ScriptFile::Root("fixtures/smollm2/chat_capital_of_france.last_logits.f32le.bin"),
+            ),
+            // DRY's sequence breakers are compiled over SmolLM2's vocabulary.
+            ("--model", ScriptFile::Model(&SMOLLM2_Q8_0)),
+        ],
     },
 ];
 
@@ -461,8 +487,8 @@ fn run_script_fixtures(fixtures: &ScriptFixtures, args: &[String]) -> Result<()>
         .arg(root.join(fixtures.script))
         .arg("--out")
         .arg(root.join(fixtures.out_dir));
-    for (flag, path) in fixtures.extra {
-        command.arg(flag).arg(root.join(path));
+    for (flag, file) in fixtures.extra {
+        command.arg(flag).arg(file.path(&root)?);
     }
     run_checked(&mut command)?;
     let dir = fixtures.out_dir;
