@@ -6,6 +6,7 @@
 
 mod common;
 mod conformance;
+mod dry;
 mod gemma3_tokenizer;
 mod loader;
 mod smollm2;
