@@ -10,6 +10,8 @@ mod prefill;
 mod prefix_cache;
 mod properties;
 mod sampler;
+mod sampler_cutoffs;
+mod sampler_mirostat;
 mod sampler_reference;
 mod score;
 mod search;

@@ -32,7 +32,12 @@
 
 mod bias;
 mod config;
+mod cutoff;
+mod dry;
+mod dynatemp;
 mod min_p;
+mod mirostat;
+mod no_repeat_ngram;
 mod penalties;
 mod temperature;
 mod top_k;
@@ -43,7 +48,12 @@ mod xtc;
 
 pub use bias::{BannedTokens, LogitBias};
 pub use config::{Field, InvalidSetting, SamplingConfig};
+pub use cutoff::{EpsilonCutoff, EtaCutoff};
+pub use dry::{Dry, SequenceBreakers};
+pub use dynatemp::DynamicTemperature;
 pub use min_p::MinP;
+pub use mirostat::Mirostat;
+pub use no_repeat_ngram::NoRepeatNgram;
 pub use penalties::{FrequencyPenalty, PresencePenalty, RepetitionPenalty, TokenCounts};
 pub use temperature::Temperature;
 pub use top_k::TopK;
