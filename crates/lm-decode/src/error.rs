@@ -104,6 +104,12 @@ pub enum Error {
         /// The rejected base.
         value: f32,
     },
+    /// `dry_penalty_last_n` below -1 (-1 is the whole history).
+    #[error("dry_penalty_last_n must be -1 (the whole history) or at least 0, got {value}")]
+    InvalidDryPenaltyLastN {
+        /// The rejected window.
+        value: i64,
+    },
     /// An empty DRY sequence breaker (it would break every sequence).
     #[error("DRY sequence breaker {index} is empty")]
     EmptyDryBreaker {

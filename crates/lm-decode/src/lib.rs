@@ -180,7 +180,7 @@ pub use generate::{
 pub use hook::GenerationHook;
 pub use prefix_cache::{CacheLimit, CachedGeneration, PrefixCache, generate_cached, tokens_reused};
 pub use rng::TokenRng;
-pub use sampler::{Sampler, SamplingConfig, Selection};
+pub use sampler::{Sampler, SamplerOrder, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation, score_continuation_in_chunks};
 pub use speculative::{
     Draft, DraftLength, Drafter, ModelDrafter, PromptLookup, SpeculationStats, generate_speculative,

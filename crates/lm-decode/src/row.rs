@@ -142,7 +142,12 @@ impl<'a> Row<'a> {
         detokenizer: Option<&'a dyn Detokenize>,
         rng_stream: u64,
     ) -> Result<Self> {
-        let mut sampler = Sampler::new(&config.sampling)?;
+        let mut sampler = match detokenizer {
+            Some(detokenizer) => {
+                Sampler::with_text(&config.sampling, model.vocab_size(), detokenizer)?
+            }
+            None => Sampler::new(&config.sampling)?,
+        };
         let mut constraint = config
             .constraint
             .as_ref()

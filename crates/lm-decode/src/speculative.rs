@@ -384,6 +384,21 @@ fn verify(
         return Ok((selection, mark));
     }
     let p = sampler.policy(logits, history)?;
+    let (selection, mark) = accept_or_replace(p, rng, token, q, residual)?;
+    sampler.chose(selection.token);
+    Ok((selection, mark))
+}
+
+/// Speculative sampling's rule (Leviathan et al. 2023; Chen et al. 2023):
+/// accept the draft `token` with probability `min(1, p / q)`, else draw from
+/// `norm(max(0, p - q))`.
+fn accept_or_replace(
+    p: &[f32],
+    rng: &mut TokenRng,
+    token: TokenId,
+    q: Option<&[f32]>,
+    residual: &mut Vec<f32>,
+) -> Result<(Selection, DraftMark)> {
     let p_token = p[token as usize];
     let q_token = q.map_or(1.0, |q| q[token as usize]);
     let u = rng.next_uniform();

@@ -48,6 +48,9 @@ pub struct Step {
     pub u: Option<f64>,
     /// How many candidates each stage of the chain left.
     pub n_candidates: StageCounts,
+    /// Mirostat's bound on the surprise (bits) this step truncated at; `None`
+    /// without mirostat.
+    pub mirostat_mu: Option<f32>,
     /// Its probability under the policy (1 for greedy).
     pub policy_prob: f32,
     /// Its probability under the model (softmax of the raw logits at T = 1).
@@ -219,6 +222,11 @@ impl StageCounts {
         self.len = 0;
     }
 
+    /// Keeps the first `len` counts.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Records that `stage` left `n` candidates.
     pub(crate) fn push(&mut self, stage: Stage, n: usize) {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
@@ -370,6 +378,7 @@ impl Recorder {
             policy_top,
             u: selection.u,
             n_candidates: *sampler.stage_counts(),
+            mirostat_mu: sampler.mirostat_mu(),
             draft,
             text: String::new(),
         });

@@ -143,3 +143,124 @@ proptest! {
         }
     }
 }
+
+/// A word per token, every seventh a newline (a DRY sequence breaker).
+struct Words;
+
+impl lm_core::Detokenize for Words {
+    fn decode(&self, ids: &[TokenId]) -> String {
+        ids.iter()
+            .map(|&id| {
+                if id % 7 == 0 {
+                    "\n".to_owned()
+                } else {
+                    format!(" w{id}")
+                }
+            })
+            .collect()
+    }
+}
+
+prop_compose! {
+    /// Every stage of the chain on, with random settings and a random
+    /// order of the filters (temperature anywhere among them).
+    fn every_stage()(
+        temperature in 0.3f32..3.0,
+        dynatemp in 0.0f32..=0.5,
+        top_n_sigma in 0.5f32..3.0,
+        top_k in 1usize..60,
+        typical_p in 0.05f32..=1.0,
+        top_p in 0.05f32..=1.0,
+        min_p in 0.0f32..=0.3,
+        xtc in (0.0f32..=1.0, 0.0f32..=0.5),
+        epsilon_cutoff in 1e-4f32..0.05,
+        eta_cutoff in 1e-4f32..0.05,
+        min_keep in 0usize..6,
+        mirostat in 0u8..=2,
+        dry_multiplier in 0.0f32..2.0,
+        no_repeat_ngram_size in 0usize..4,
+        banned in prop::collection::vec(0u32..40, 0..4),
+        order in Just(["top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                       "epsilon_cutoff", "eta_cutoff", "temperature"]).prop_shuffle(),
+        seed in any::<u64>(),
+    ) -> SamplingConfig {
+        let mut samplers = vec!["penalties", "dry"];
+        samplers.extend(order);
+        SamplingConfig {
+            temperature,
+            // At most half the temperature, so no weight underflows.
+            dynatemp_range: Some(dynatemp * temperature),
+            top_n_sigma: Some(top_n_sigma),
+            top_k: Some(top_k),
+            typical_p: Some(typical_p),
+            top_p: Some(top_p),
+            min_p: Some(min_p),
+            xtc_probability: Some(xtc.0),
+            xtc_threshold: Some(xtc.1),
+            epsilon_cutoff: Some(epsilon_cutoff),
+            eta_cutoff: Some(eta_cutoff),
+            min_keep: Some(min_keep),
+            mirostat: Some(mirostat),
+            dry_multiplier: Some(dry_multiplier),
+            no_repeat_ngram_size: Some(no_repeat_ngram_size),
+            repetition_penalty: Some(1.2),
+            banned_tokens: banned,
+            samplers: Some(lm_decode::SamplerOrder::new(samplers)),
+            seed,
+            ..SamplingConfig::default()
+        }
+    }
+}
+
+proptest! {
+    /// Every stage at once, over a few steps of a growing history: the
+    /// policy is a distribution over at least `min_keep` of the tokens in
+    /// play (mirostat, which llama.cpp lets keep one, at least one), no
+    /// banned or masked token comes back, and the same seed replays the
+    /// choices and mirostat's bound bit for bit.
+    #[test]
+    fn every_stage_at_once_keeps_min_keep_never_unbans_and_replays(
+        rows in prop::collection::vec(prop::collection::vec(-4.0f32..4.0, 40), 4),
+        masked in prop::collection::vec(0usize..40, 0..6),
+        config in every_stage(),
+        prompt in prop::collection::vec(0u32..40, 1..30),
+        draws in prop::collection::vec(0.0f64..1.0, 4),
+    ) {
+        let run = || -> Vec<(TokenId, Option<f32>, u32)> {
+            let mut sampler = Sampler::with_text(&config, 40, &Words).unwrap();
+            let mut history = prompt.clone();
+            let mut steps = Vec::new();
+            for (row, &u) in rows.iter().zip(&draws) {
+                let mut logits = row.clone();
+                for &id in &masked {
+                    logits[id] = f32::NEG_INFINITY;
+                }
+                let Ok(probs) = sampler.policy(&logits, &history) else {
+                    // The bans, masks and n-gram rule may leave nothing.
+                    continue;
+                };
+                let probs = probs.to_vec();
+                let sum: f64 = probs.iter().map(|&p| f64::from(p)).sum();
+                assert!(probs.iter().all(|p| p.is_finite() && *p >= 0.0), "{probs:?}");
+                assert!((sum - 1.0).abs() <= 1e-5, "sum {sum}");
+                let adjusted = sampler.adjusted_logits();
+                for (id, &p) in probs.iter().enumerate() {
+                    let out = adjusted[id] == f32::NEG_INFINITY
+                        || logits[id] == f32::NEG_INFINITY
+                        || config.banned_tokens.contains(&(id as u32));
+                    assert!(!(out && p > 0.0), "token {id} came back with {p}");
+                }
+                let n_in_play = adjusted.iter().filter(|&&z| z > f32::NEG_INFINITY).count();
+                let n_kept = probs.iter().filter(|&&p| p > 0.0).count();
+                let floor = if config.mirostat == Some(0) { config.min_keep.unwrap_or(1).max(1) } else { 1 };
+                assert!(n_kept >= floor.min(n_in_play), "{n_kept} kept of {n_in_play}, floor {floor}");
+                let choice = sampler.select(&logits, &history, u).unwrap();
+                assert!(probs[choice.token as usize] > 0.0);
+                steps.push((choice.token, sampler.mirostat_mu(), choice.policy_prob.to_bits()));
+                history.push(choice.token);
+            }
+            steps
+        };
+        prop_assert_eq!(run(), run());
+    }
+}

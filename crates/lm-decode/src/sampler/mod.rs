@@ -2,14 +2,22 @@
 //! selector.
 //!
 //! ```text
-//! raw logits ─ RepetitionPenalty ─ PresencePenalty ─ FrequencyPenalty ─ LogitBias ─ BannedTokens
+//! raw logits ─ RepetitionPenalty ─ PresencePenalty ─ FrequencyPenalty ─ Dry
+//!            ─ NoRepeatNgram ─ LogitBias ─ BannedTokens
 //!            ─ constraint mask (structured output, when set)
-//!            ─ Temperature ─ TopNSigma ─ TopK ─ Typical ─ TopP ─ MinP ─ Xtc
+//!            ─ Temperature (or DynamicTemperature) ─ TopNSigma ─ TopK ─ Typical ─ TopP
+//!            ─ MinP ─ Xtc ─ EpsilonCutoff ─ EtaCutoff
+//!            ─ Mirostat's truncation (when on)
 //!            ─ Selector (Greedy | Sample by inverse CDF)
 //! ```
 //!
 //! The filters run in llama.cpp's default order (`top_n_sigma;top_k;typ_p;
-//! top_p;min_p;xtc`); each keeps at least [`Candidates::min_keep`] tokens.
+//! top_p;min_p;xtc`), then HF's cutoffs; each keeps at least
+//! [`Candidates::min_keep`] tokens. A [`SamplerOrder`] runs exactly the
+//! stages it names, in its order (temperature may come after filters, as in
+//! llama.cpp's default, which puts it last). Mirostat and DRY keep state or
+//! read text: the bound mu is this sampler's (one per sequence), and DRY's
+//! sequence breakers are matched in the text of a [`Sampler::with_text`].
 //!
 //! The first stage ([`LogitTransform`]) edits the raw logits, token by token,
 //! knowing the history. Temperature then sets the scale of the probabilities
@@ -47,7 +55,7 @@ mod typical;
 mod xtc;
 
 pub use bias::{BannedTokens, LogitBias};
-pub use config::{Field, InvalidSetting, SamplingConfig};
+pub use config::{Field, InvalidSetting, SamplerOrder, SamplingConfig};
 pub use cutoff::{EpsilonCutoff, EtaCutoff};
 pub use dry::{Dry, SequenceBreakers};
 pub use dynatemp::DynamicTemperature;
@@ -55,6 +63,7 @@ pub use min_p::MinP;
 pub use mirostat::Mirostat;
 pub use no_repeat_ngram::NoRepeatNgram;
 pub use penalties::{FrequencyPenalty, PresencePenalty, RepetitionPenalty, TokenCounts};
+pub(crate) use temperature::DynamicScale;
 pub use temperature::Temperature;
 pub use top_k::TopK;
 pub use top_n_sigma::TopNSigma;
@@ -67,7 +76,8 @@ use crate::rank::{BestFirst, WorstOnTop};
 use crate::rng::TokenRng;
 use crate::select::Selector;
 use crate::trace::{Stage, StageCounts};
-use lm_core::{TokenId, TokenMask};
+use config::BreakerText;
+use lm_core::{Detokenize, TokenId, TokenMask};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -153,11 +163,32 @@ pub struct Candidates {
     /// See [`Candidates::min_keep`]; kept across [`Candidates::reset`].
     min_keep: usize,
     /// The random filters' draws for this row (see [`Candidates::next_draw`]).
-    draws: Option<TokenRng>,
+    draws: Option<Draws>,
     /// Scratch for filters that rank by a key of their own (typical).
     pub(crate) ranked: Vec<(f64, u32)>,
     /// Scratch: which entries a filter keeps.
     pub(crate) kept: Vec<bool>,
+}
+
+/// Where the candidates of a policy start: their temperature, the stage
+/// that counts them, and how many stage counts precede it.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    temperature: f32,
+    in_play: Stage,
+    n_counted: usize,
+}
+
+/// Where the random filters' draws come from: 0 takes each coin's "yes"
+/// branch, 1 its "no" branch.
+#[derive(Debug, Clone)]
+// One per `Candidates`, set per step: boxing the stream would allocate.
+#[allow(clippy::large_enum_variant)]
+enum Draws {
+    /// ChaCha20 keyed by the step's draw.
+    Stream(TokenRng),
+    /// One value for every draw.
+    Fixed(f64),
 }
 
 /// From this many candidates up, [`Candidates::total_weight`] gathers the
@@ -219,13 +250,16 @@ impl Candidates {
     /// `None` (what [`Candidates::reset`] leaves) asks them for the
     /// distribution they draw from instead of one draw of it.
     pub fn set_draws(&mut self, draws: Option<TokenRng>) {
-        self.draws = draws;
+        self.draws = draws.map(Draws::Stream);
     }
 
     /// The next uniform draw in [0, 1) for a random filter, if this row has
     /// draws (see [`Candidates::set_draws`]).
     pub fn next_draw(&mut self) -> Option<f64> {
-        self.draws.as_mut().map(TokenRng::next_uniform)
+        self.draws.as_mut().map(|draws| match draws {
+            Draws::Stream(rng) => rng.next_uniform(),
+            Draws::Fixed(draw) => *draw,
+        })
     }
 
     /// Number of candidates.
@@ -257,6 +291,16 @@ impl Candidates {
     /// The temperature the weights are at.
     pub fn temperature(&self) -> f32 {
         self.temperature
+    }
+
+    /// Puts the weights at `temperature` from here on (the temperature
+    /// stage, where an order puts it after a filter; dynamic temperature).
+    /// The candidates and their order stay.
+    pub fn set_temperature(&mut self, temperature: Temperature) {
+        if self.temperature != temperature.value() {
+            self.temperature = temperature.value();
+            self.total = None;
+        }
     }
 
     /// The largest logit of the row, or of the candidates after a filter
@@ -545,8 +589,19 @@ pub struct Selection {
 pub struct Sampler {
     transforms: Vec<Box<dyn LogitTransform>>,
     temperature: Temperature,
+    /// See `config::Chain::leading_temperature`.
+    leading_temperature: Option<Temperature>,
     filters: Vec<Box<dyn CandidateFilter>>,
     selector: Selector,
+    /// Mirostat, which truncates after the filters and steers by `mu`.
+    mirostat: Option<Mirostat>,
+    /// Mirostat's running bound on the surprise, in bits (this sequence's
+    /// state), and the value the last policy truncated at.
+    mu: f32,
+    policy_mu: Option<f32>,
+    /// XTC's chance of removing, when its coin is not sure (0 < p < 1):
+    /// [`Sampler::policy`] mixes its two branches.
+    coin: Option<f32>,
     seed: u64,
     /// See [`SamplingConfig::min_keep`].
     min_keep: usize,
@@ -576,11 +631,29 @@ impl Sampler {
     /// assert_eq!(Sampler::new(&bad).err(), Some(Error::InvalidTopP { value: 1.5 }));
     /// ```
     pub fn new(config: &SamplingConfig) -> Result<Self> {
+        Self::from_chain(config, BreakerText::Missing)
+    }
+
+    /// [`Sampler::new`] for a model whose tokens `detokenizer` reads, in
+    /// which DRY matches its sequence breakers (it decodes each of the
+    /// `vocab_size` tokens once, when DRY is on).
+    pub fn with_text(
+        config: &SamplingConfig,
+        vocab_size: usize,
+        detokenizer: &dyn Detokenize,
+    ) -> Result<Self> {
+        Self::from_chain(config, BreakerText::Vocabulary(detokenizer, vocab_size))
+    }
+
+    fn from_chain(config: &SamplingConfig, text: BreakerText<'_>) -> Result<Self> {
         let config::Chain {
             transforms,
             temperature,
+            leading_temperature,
             filters,
-        } = config.chain().map_err(|refused| refused.error)?;
+            mirostat,
+            coin,
+        } = config.chain(text).map_err(|refused| refused.error)?;
         let selector = if temperature.is_greedy() {
             Selector::Greedy
         } else {
@@ -589,8 +662,13 @@ impl Sampler {
         Ok(Self {
             transforms,
             temperature,
+            leading_temperature,
             filters,
             selector,
+            mu: mirostat.map_or(0.0, Mirostat::initial_mu),
+            mirostat,
+            policy_mu: None,
+            coin,
             seed: config.seed,
             min_keep: config.min_keep.unwrap_or(0),
             penalty_last_n: config.penalty_last_n,
@@ -610,7 +688,9 @@ impl Sampler {
     /// adjusted logits: what beam search ranks by. `None` when `config` sets
     /// none of that stage. Every setting is still validated.
     pub(crate) fn raw_logit_stage(config: &SamplingConfig) -> Result<Option<Self>> {
-        let chain = config.chain().map_err(|refused| refused.error)?;
+        let chain = config
+            .chain(BreakerText::Missing)
+            .map_err(|refused| refused.error)?;
         if chain.transforms.is_empty() && config.penalty_last_n.is_none() {
             return Ok(None);
         }
@@ -680,9 +760,11 @@ impl Sampler {
     /// NaN or +inf logits, an empty row, or a row that the bans and biases
     /// mask entirely are errors.
     ///
-    /// With no draw to take, a random filter gives the distribution it
-    /// draws from: XTC with probability p is the mixture of the row with
-    /// and without its top choices (see [`Xtc`]).
+    /// With no draw to take, the policy is the distribution a draw would
+    /// come from: with XTC at probability p, `p` times the chain's result
+    /// with its top choices removed plus `1 - p` times the result without,
+    /// each branch run through the stages after XTC too (so the mixture is
+    /// exact whatever follows it: the cutoffs, mirostat).
     pub fn policy(&mut self, logits: &[f32], history: &[TokenId]) -> Result<&[f32]> {
         self.compute_policy(logits, history, None)?;
         Ok(&self.probs)
@@ -698,6 +780,7 @@ impl Sampler {
         u: Option<f64>,
     ) -> Result<TokenId> {
         self.model_log_normaliser = None;
+        self.policy_mu = None;
         self.stage_counts.clear();
         let vocab_size = logits.len();
         if vocab_size == 0 {
@@ -756,13 +839,16 @@ impl Sampler {
             self.probs[best as usize] = 1.0;
             return Ok(best);
         }
-        if self.filters.is_empty() {
+        let initial = self.leading_temperature.map_or(1.0, Temperature::value);
+        if self.filters.is_empty() && self.mirostat.is_none() {
             let n_unmasked = count_unmasked(&self.adjusted);
             self.stage_counts.push(in_play, n_unmasked);
-            self.stage_counts.push(Stage::Temperature, n_unmasked);
+            if self.leading_temperature.is_some() {
+                self.stage_counts.push(Stage::Temperature, n_unmasked);
+            }
             // The softmax, keeping its normaliser: at T = 1 over the raw
             // logits it is the model's own (see `model_log_normaliser`).
-            let t = self.temperature.value();
+            let t = initial;
             let sum = lm_core::softmax_weights_into(&self.adjusted, t, &mut self.probs)?;
             let inv = (1.0 / sum) as f32;
             self.probs.iter_mut().for_each(|p| *p *= inv);
@@ -772,19 +858,58 @@ impl Sampler {
             }
             return Ok(best);
         }
-        self.candidates
-            .reset(&self.adjusted, self.temperature.value())?;
+        let start = Start {
+            temperature: initial,
+            in_play,
+            n_counted: self.stage_counts.iter().len(),
+        };
+        match (u, self.coin) {
+            // No draw to take, and XTC's coin: the policy is the mixture of
+            // its two branches, each run through the rest of the chain.
+            (None, Some(p)) => {
+                let p = f64::from(p);
+                for (draw, share) in [(1.0, 1.0 - p), (0.0, p)] {
+                    self.filter_candidates(start, Some(Draws::Fixed(draw)), share, vocab_size)?;
+                }
+            }
+            _ => {
+                let draws = u.map(|u| Draws::Stream(TokenRng::new(u.to_bits())));
+                self.filter_candidates(start, draws, 1.0, vocab_size)?;
+            }
+        }
+        Ok(best)
+    }
+
+    /// Runs the filters and mirostat over the candidates of the adjusted
+    /// logits from `start`, with the random filters' `draws`, and adds
+    /// `share` times the survivors' probabilities to the policy.
+    fn filter_candidates(
+        &mut self,
+        start: Start,
+        draws: Option<Draws>,
+        share: f64,
+        vocab_size: usize,
+    ) -> Result<()> {
+        self.candidates.reset(&self.adjusted, start.temperature)?;
+        self.candidates.draws = draws;
         self.candidates.set_min_keep(self.min_keep);
-        self.candidates
-            .set_draws(u.map(|u| TokenRng::new(u.to_bits())));
         // The candidates are the unmasked tokens, counted on the way in.
-        self.stage_counts.push(in_play, self.candidates.len());
-        self.stage_counts
-            .push(Stage::Temperature, self.candidates.len());
+        self.stage_counts.truncate(start.n_counted);
+        self.stage_counts.push(start.in_play, self.candidates.len());
+        if self.leading_temperature.is_some() {
+            self.stage_counts
+                .push(Stage::Temperature, self.candidates.len());
+        }
         for filter in &self.filters {
             filter.apply(&mut self.candidates);
             self.stage_counts
                 .push(filter.stage(), self.candidates.len());
+        }
+        if let Some(mirostat) = self.mirostat {
+            mirostat.truncate(&mut self.candidates, self.mu, vocab_size);
+            self.policy_mu = Some(self.mu);
+            self.stage_counts
+                .push(Stage::Mirostat, self.candidates.len());
         }
         if self.candidates.is_empty() {
             return Err(Error::AllTokensFiltered);
@@ -793,9 +918,9 @@ impl Sampler {
         // (the same bits as `Candidates::weight`, one at a time).
         let (entries, weights, total) = self.candidates.weights();
         for (&(id, _), &weight) in entries.iter().zip(weights) {
-            self.probs[id as usize] = (f64::from(weight) / total) as f32;
+            self.probs[id as usize] += (share * f64::from(weight) / total) as f32;
         }
-        Ok(best)
+        Ok(())
     }
 
     /// Computes the policy and chooses a token with the uniform draw `u` in
@@ -812,11 +937,44 @@ impl Sampler {
             Selector::Greedy => (best, None),
             Selector::Sample => (self.selector.choose(&self.probs, u)?, Some(u)),
         };
+        self.chose(token);
         Ok(Selection {
             token,
             policy_prob: self.probs[token as usize],
             u,
         })
+    }
+
+    /// Moves this sequence's state past `token`, chosen under the last
+    /// policy: mirostat's bound follows the token's surprise.
+    /// [`Sampler::select`] does this itself; a caller that chooses by its
+    /// own rule from [`Sampler::policy`] (speculative decoding) calls it.
+    pub fn chose(&mut self, token: TokenId) {
+        if let (Some(mirostat), Some(&p), false) = (
+            self.mirostat,
+            self.probs.get(token as usize),
+            self.is_greedy(),
+        ) {
+            self.mu = mirostat.next_mu(self.mu, p);
+        }
+    }
+
+    /// The stages after the raw logits, in the order they run: temperature
+    /// (where the order puts it), each filter, and mirostat when on (a front
+    /// end names them with its own words, as lm-cli's `probs` does).
+    pub fn stages(&self) -> impl Iterator<Item = Stage> + '_ {
+        let leading = self.leading_temperature.map(|_| Stage::Temperature);
+        let mirostat = self.mirostat.map(|_| Stage::Mirostat);
+        leading
+            .into_iter()
+            .chain(self.filters.iter().map(|filter| filter.stage()))
+            .chain(mirostat)
+    }
+
+    /// The bound on the surprise (bits) mirostat truncated the last policy
+    /// at; `None` without mirostat.
+    pub fn mirostat_mu(&self) -> Option<f32> {
+        self.policy_mu
     }
 
     /// `ln sum_j exp(z_j)` of the raw logits of the last call, when the
@@ -854,15 +1012,18 @@ impl fmt::Debug for Sampler {
                 let sampler = self.0;
                 f.debug_list()
                     .entries(&sampler.transforms)
-                    .entry(&sampler.temperature)
+                    .entries(sampler.leading_temperature)
                     .entries(&sampler.filters)
                     .finish()
             }
         }
-        f.debug_struct("Sampler")
-            .field("chain", &Chain(self))
-            .field("selector", &self.selector)
-            .finish()
+        let mut debug = f.debug_struct("Sampler");
+        debug.field("chain", &Chain(self));
+        match (self.mirostat, self.selector) {
+            (Some(mirostat), Selector::Sample) => debug.field("selector", &mirostat),
+            _ => debug.field("selector", &self.selector),
+        };
+        debug.finish()
     }
 }
 

@@ -8,8 +8,17 @@
 //! T = 0 is the limit T -> 0: greedy decoding (argmax, lowest id on ties),
 //! taken exactly, with no threshold below which a small T counts as zero.
 //! T = +inf is the other limit: uniform over the tokens not masked.
+//!
+//! In the default order temperature comes before every filter, so the
+//! candidates start at it. An order that puts it later (llama.cpp's default
+//! puts it last) makes it a [`CandidateFilter`] that sets the candidates'
+//! temperature where it stands: the filters before it see T = 1. Dynamic
+//! temperature ([`DynamicTemperature`]) takes its place the same way.
 
+use super::{CandidateFilter, Candidates, DynamicTemperature};
 use crate::error::{Error, Result};
+use crate::trace::Stage;
+use std::fmt;
 
 /// A validated temperature: a number >= 0 (+inf allowed), never NaN.
 ///
@@ -40,5 +49,57 @@ impl Temperature {
     /// True for T = 0: the choice is the argmax and ignores the seed.
     pub fn is_greedy(self) -> bool {
         self.0 == 0.0
+    }
+}
+
+impl CandidateFilter for Temperature {
+    /// Sets the candidates' temperature (removes nothing).
+    fn apply(&self, candidates: &mut Candidates) {
+        candidates.set_temperature(*self);
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::Temperature
+    }
+}
+
+/// Dynamic temperature in the temperature's place: each step sets the
+/// temperature [`DynamicTemperature::temperature`] gives around the
+/// configured one.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) struct DynamicScale {
+    temperature: Temperature,
+    dynamic: DynamicTemperature,
+}
+
+impl DynamicScale {
+    pub(crate) fn new(temperature: Temperature, dynamic: DynamicTemperature) -> Self {
+        Self {
+            temperature,
+            dynamic,
+        }
+    }
+}
+
+impl CandidateFilter for DynamicScale {
+    fn apply(&self, candidates: &mut Candidates) {
+        let t = self.dynamic.temperature(self.temperature.0, candidates);
+        // The dynamic temperature is finite and at least 0 by construction.
+        if let Ok(t) = Temperature::new(t) {
+            candidates.set_temperature(t);
+        }
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::Temperature
+    }
+}
+
+impl fmt::Debug for DynamicScale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Dynamic")
+            .field(&self.temperature)
+            .field(&self.dynamic)
+            .finish()
     }
 }
