@@ -343,6 +343,33 @@ fn sampling_fields(r: &mut Rng, m: &mut Map<String, Value>) {
     };
     maybe(r, "response_format", format);
     maybe(r, "user", json!("fuzz"));
+    later_stage_fields(r, m);
+}
+
+/// llama-server's and HF's sampler fields (issue 38), each present at
+/// random with a value in range.
+fn later_stage_fields(r: &mut Rng, m: &mut Map<String, Value>) {
+    let mut maybe = |r: &mut Rng, key: &str, value: Value| {
+        if r.chance(1, 4) {
+            m.insert(key.to_owned(), value);
+        }
+    };
+    let (dry, mirostat, ngram) = (r.float(0.0, 2.0), r.below(3), r.below(4));
+    let window = r.below(64) as i64 - 1;
+    maybe(r, "dry_multiplier", json!(dry));
+    maybe(r, "dry_penalty_last_n", json!(window));
+    maybe(r, "dry_sequence_breakers", json!(["cat", "\n"]));
+    maybe(r, "mirostat", json!(mirostat));
+    maybe(r, "no_repeat_ngram_size", json!(ngram));
+    let (epsilon, range) = (r.float(0.0, 0.5), r.float(0.0, 1.0));
+    maybe(r, "epsilon_cutoff", json!(epsilon));
+    maybe(r, "dynatemp_range", json!(range));
+    let order = if r.chance(1, 2) {
+        json!("top_k;min_p;temperature")
+    } else {
+        json!(["penalties", "dry", "temperature", "xtc"])
+    };
+    maybe(r, "samplers", order);
 }
 
 fn valid_completion(r: &mut Rng) -> Value {
@@ -481,6 +508,10 @@ fn mutate_value(r: &mut Rng, value: &mut Value) {
                 "prompt",
                 "stream_options",
                 "response_format",
+                "dry_sequence_breakers",
+                "samplers",
+                "mirostat",
+                "dry_multiplier",
                 "best_of",
                 "suffix",
                 "tools",

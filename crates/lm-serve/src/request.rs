@@ -9,7 +9,7 @@ use lm_tokenize::Message;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use lm_decode::SamplingConfig;
+use lm_decode::{SamplerOrder, SamplingConfig};
 
 /// What to continue: text, or token ids.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +64,33 @@ const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 const MAX_STOP_STRINGS: usize = 16;
 /// The most alternatives per position `logprobs`/`top_logprobs` may ask.
 pub(crate) const MAX_TOP_LOGPROBS: usize = 20;
+/// The most DRY sequence breakers a request may give.
+const MAX_DRY_BREAKERS: usize = 32;
+/// The longest DRY sequence breaker, in bytes (llama.cpp cuts longer ones
+/// to this length; here they are refused).
+const MAX_DRY_BREAKER_BYTES: usize = 40;
+/// The most names `samplers` may hold.
+const MAX_SAMPLERS: usize = 16;
+/// The longest name in `samplers`, in bytes.
+const MAX_SAMPLER_NAME_BYTES: usize = 32;
+/// The longest `samplers` string, in bytes.
+const MAX_SAMPLERS_BYTES: usize = 512;
+/// The largest token count `dry_penalty_last_n`, `dry_allowed_length` and
+/// `no_repeat_ngram_size` may give (2^20: beyond any served context).
+const MAX_TOKEN_SPAN: i64 = 1 << 20;
+/// llama-server's one-letter stage names (`"samplers": "edkypmxt"`, what
+/// its web UI sends), and the stage each names.
+const SAMPLER_LETTERS: [(char, &str); 9] = [
+    ('e', "penalties"),
+    ('d', "dry"),
+    ('k', "top_k"),
+    ('y', "typ_p"),
+    ('p', "top_p"),
+    ('s', "top_n_sigma"),
+    ('m', "min_p"),
+    ('x', "xtc"),
+    ('t', "temperature"),
+];
 
 /// A request body's fields, each read with its type checked.
 struct Fields<'a>(&'a Map<String, Value>);
@@ -117,6 +144,17 @@ impl<'a> Fields<'a> {
                     ))
                 }
             }
+        }
+    }
+
+    /// A number in `[0, 1)` (HF's cutoffs; 0 is off).
+    fn f32_below_one(&self, name: &str) -> Result<Option<f32>, ApiError> {
+        match self.f32_in(name, 0.0, 1.0)? {
+            Some(x) if x >= 1.0 => Err(ApiError::invalid(
+                name,
+                format!("'{name}' must be at least 0 and less than 1, got {x}"),
+            )),
+            x => Ok(x),
         }
     }
 
@@ -214,10 +252,148 @@ fn policy(f: &Fields<'_>) -> Result<SamplingConfig, ApiError> {
             .integer_in("repeat_last_n", -1, i64::MAX)?
             .and_then(|n| usize::try_from(n).ok()),
         logit_bias,
-        ..SamplingConfig::default()
+        ..later_stages(f)?
     };
     policy.validate()?;
     Ok(policy)
+}
+
+/// The settings of DRY, `no_repeat_ngram_size`, dynamic temperature,
+/// mirostat, the epsilon and eta cutoffs and the stage order, by
+/// llama-server's names (HF's for the cutoffs and `no_repeat_ngram_size`).
+/// llama-server's defaults (`dry_multiplier` 0, `mirostat` 0,
+/// `dynatemp_range` 0, `dry_penalty_last_n` -1, ...) read as off. Each is
+/// bounded here, so no value allocates without limit; lm-decode then checks
+/// them as it checks every setting.
+fn later_stages(f: &Fields<'_>) -> Result<SamplingConfig, ApiError> {
+    Ok(SamplingConfig {
+        dry_multiplier: f.f32_in("dry_multiplier", 0.0, 100.0)?,
+        dry_base: f.f32_in("dry_base", 1.0, 100.0)?,
+        dry_allowed_length: f
+            .integer_in("dry_allowed_length", 0, MAX_TOKEN_SPAN)?
+            .map(|n| n as usize),
+        dry_penalty_last_n: f.integer_in("dry_penalty_last_n", -1, MAX_TOKEN_SPAN)?,
+        dry_sequence_breakers: dry_sequence_breakers(f)?,
+        no_repeat_ngram_size: f
+            .integer_in("no_repeat_ngram_size", 0, MAX_TOKEN_SPAN)?
+            .map(|n| n as usize),
+        dynatemp_range: f.f32_in("dynatemp_range", 0.0, 2.0)?,
+        dynatemp_exponent: f.f32_in("dynatemp_exponent", 0.0, 100.0)?,
+        mirostat: f.integer_in("mirostat", 0, 2)?.map(|v| v as u8),
+        mirostat_tau: f.f32_in("mirostat_tau", 0.0, 100.0)?,
+        mirostat_eta: f.f32_in("mirostat_eta", 0.0, 1.0)?,
+        epsilon_cutoff: f.f32_below_one("epsilon_cutoff")?,
+        eta_cutoff: f.f32_below_one("eta_cutoff")?,
+        samplers: sampler_order(f)?,
+        ..SamplingConfig::default()
+    })
+}
+
+/// `dry_sequence_breakers`: up to [`MAX_DRY_BREAKERS`] strings of 1 to
+/// [`MAX_DRY_BREAKER_BYTES`] bytes (an empty list: no breakers).
+fn dry_sequence_breakers(f: &Fields<'_>) -> Result<Option<Vec<String>>, ApiError> {
+    const PARAM: &str = "dry_sequence_breakers";
+    let Some(value) = f.get(PARAM) else {
+        return Ok(None);
+    };
+    let Some(items) = value.as_array() else {
+        return Err(ApiError::invalid(
+            PARAM,
+            format!("'{PARAM}' must be an array of strings, got {value}"),
+        ));
+    };
+    if items.len() > MAX_DRY_BREAKERS {
+        return Err(ApiError::invalid(
+            PARAM,
+            format!(
+                "'{PARAM}' may hold at most {MAX_DRY_BREAKERS} strings, got {}",
+                items.len()
+            ),
+        ));
+    }
+    let mut breakers = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match item.as_str() {
+            Some(s) if !s.is_empty() && s.len() <= MAX_DRY_BREAKER_BYTES => {
+                breakers.push(s.to_owned());
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    PARAM,
+                    format!(
+                        "'{PARAM}[{i}]' must be a string of 1 to {MAX_DRY_BREAKER_BYTES} bytes"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(Some(breakers))
+}
+
+/// `samplers`: the stage order, as an array of llama.cpp's names or one
+/// string of them separated by `;` or `,` (lm-decode checks the names), or
+/// llama-server's letters (`"edkypmxt"`). At most [`MAX_SAMPLERS`] names
+/// of at most [`MAX_SAMPLER_NAME_BYTES`] bytes, so an error that quotes a
+/// name stays short.
+fn sampler_order(f: &Fields<'_>) -> Result<Option<SamplerOrder>, ApiError> {
+    const PARAM: &str = "samplers";
+    let too_long = || {
+        ApiError::invalid(
+            PARAM,
+            format!(
+                "'{PARAM}' may name at most {MAX_SAMPLERS} stages of at most \
+                 {MAX_SAMPLER_NAME_BYTES} bytes each"
+            ),
+        )
+    };
+    let order = match f.get(PARAM) {
+        None => return Ok(None),
+        Some(Value::String(text)) if text.len() > MAX_SAMPLERS_BYTES => return Err(too_long()),
+        Some(Value::String(text)) => sampler_letters(text).unwrap_or_else(|| {
+            text.parse()
+                .unwrap_or_else(|never: std::convert::Infallible| match never {})
+        }),
+        Some(Value::Array(items)) if items.len() > MAX_SAMPLERS => return Err(too_long()),
+        Some(Value::Array(items)) => {
+            let names: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            SamplerOrder::new(names.ok_or_else(|| {
+                ApiError::invalid(
+                    PARAM,
+                    format!("'{PARAM}' must be a string or an array of strings"),
+                )
+            })?)
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                PARAM,
+                format!("'{PARAM}' must be a string or an array of strings, got {v}"),
+            ));
+        }
+    };
+    let names = order.names();
+    if names.len() > MAX_SAMPLERS || names.iter().any(|n| n.len() > MAX_SAMPLER_NAME_BYTES) {
+        return Err(too_long());
+    }
+    Ok(Some(order))
+}
+
+/// The order a string of llama-server's stage letters spells, when `text`
+/// is one: every character a letter of [`SAMPLER_LETTERS`], and `text` not
+/// `"temp"` (temperature's alias, the one name spelled in letters alone).
+fn sampler_letters(text: &str) -> Option<SamplerOrder> {
+    let is_name = text == "temp";
+    let names: Option<Vec<&str>> = text
+        .chars()
+        .map(|c| {
+            SAMPLER_LETTERS
+                .iter()
+                .find(|&&(letter, _)| letter == c)
+                .map(|&(_, name)| name)
+        })
+        .collect();
+    names
+        .filter(|names| !is_name && !names.is_empty())
+        .map(SamplerOrder::new)
 }
 
 /// `stop`: a string or up to [`MAX_STOP_STRINGS`] of them, none empty.
@@ -606,6 +782,90 @@ mod tests {
             (json!({"prompt": [-1]}), "prompt"),
             (json!({"prompt": "a", "typical_p": 0}), "typical_p"),
             (json!({"prompt": "a", "top_n_sigma": 1e39}), "top_n_sigma"),
+            (
+                json!({"prompt": "a", "dry_multiplier": -0.5}),
+                "dry_multiplier",
+            ),
+            (
+                json!({"prompt": "a", "dry_multiplier": 1e39}),
+                "dry_multiplier",
+            ),
+            (json!({"prompt": "a", "dry_base": 0.5}), "dry_base"),
+            (
+                json!({"prompt": "a", "dry_allowed_length": -1}),
+                "dry_allowed_length",
+            ),
+            (
+                json!({"prompt": "a", "dry_penalty_last_n": -2}),
+                "dry_penalty_last_n",
+            ),
+            (
+                json!({"prompt": "a", "dry_penalty_last_n": 1u64 << 40}),
+                "dry_penalty_last_n",
+            ),
+            (
+                json!({"prompt": "a", "dry_sequence_breakers": "\n"}),
+                "dry_sequence_breakers",
+            ),
+            (
+                json!({"prompt": "a", "dry_sequence_breakers": [""]}),
+                "dry_sequence_breakers",
+            ),
+            (
+                json!({"prompt": "a", "dry_sequence_breakers": ["x".repeat(41)]}),
+                "dry_sequence_breakers",
+            ),
+            (
+                json!({"prompt": "a", "dry_sequence_breakers": vec![":"; 33]}),
+                "dry_sequence_breakers",
+            ),
+            (
+                json!({"prompt": "a", "no_repeat_ngram_size": -1}),
+                "no_repeat_ngram_size",
+            ),
+            (
+                json!({"prompt": "a", "dynatemp_range": -1}),
+                "dynatemp_range",
+            ),
+            (
+                json!({"prompt": "a", "dynatemp_exponent": -1}),
+                "dynatemp_exponent",
+            ),
+            (json!({"prompt": "a", "mirostat": 3}), "mirostat"),
+            (json!({"prompt": "a", "mirostat": 1.5}), "mirostat"),
+            (json!({"prompt": "a", "mirostat_tau": -1}), "mirostat_tau"),
+            (json!({"prompt": "a", "mirostat_eta": 2}), "mirostat_eta"),
+            (
+                json!({"prompt": "a", "epsilon_cutoff": 1.5}),
+                "epsilon_cutoff",
+            ),
+            (
+                json!({"prompt": "a", "epsilon_cutoff": 1}),
+                "epsilon_cutoff",
+            ),
+            (json!({"prompt": "a", "eta_cutoff": -0.1}), "eta_cutoff"),
+            (
+                json!({"prompt": "a", "samplers": "top_k;top_q"}),
+                "samplers",
+            ),
+            (
+                json!({"prompt": "a", "samplers": ["top_k", "top-k"]}),
+                "samplers",
+            ),
+            (json!({"prompt": "a", "samplers": [1]}), "samplers"),
+            (json!({"prompt": "a", "samplers": 1}), "samplers"),
+            (
+                json!({"prompt": "a", "samplers": vec!["top_k"; 17]}),
+                "samplers",
+            ),
+            (
+                json!({"prompt": "a", "samplers": "top_k;".repeat(100)}),
+                "samplers",
+            ),
+            (
+                json!({"prompt": "a", "samplers": ["x".repeat(33)]}),
+                "samplers",
+            ),
         ];
         for (body, param) in cases {
             assert_eq!(param_of(completion(&body)), param, "{body}");
@@ -632,6 +892,20 @@ mod tests {
             "xtc_probability" => (json!(0.5), json!(1.5)),
             "xtc_threshold" => (json!(0.2), json!(-0.5)),
             "min_keep" => (json!(2), json!(-1)),
+            "epsilon_cutoff" => (json!(3e-4), json!(1.5)),
+            "eta_cutoff" => (json!(2e-3), json!(1)),
+            "dynatemp_range" => (json!(0.5), json!(-0.5)),
+            "dynatemp_exponent" => (json!(1.5), json!(-1)),
+            "mirostat" => (json!(2), json!(3)),
+            "mirostat_tau" => (json!(4.0), json!(-1)),
+            "mirostat_eta" => (json!(0.2), json!(-0.1)),
+            "dry_multiplier" => (json!(0.8), json!(-1)),
+            "dry_base" => (json!(2.0), json!(0.5)),
+            "dry_allowed_length" => (json!(3), json!(-1)),
+            "dry_penalty_last_n" => (json!(64), json!(-2)),
+            "dry_sequence_breakers" => (json!(["\n", "Bob:"]), json!([""])),
+            "no_repeat_ngram_size" => (json!(3), json!(-1)),
+            "samplers" => (json!("top_k;temperature"), json!("top_k;top_k")),
             "seed" => (json!(7), json!(1.5)),
             _ => return None,
         })
@@ -664,22 +938,145 @@ mod tests {
     /// those defaults are read as off, not refused.
     #[test]
     fn llama_server_defaults_are_read_as_off() {
-        let r = completion(&json!({
+        let defaults = json!({
             "prompt": "a", "typical_p": 1.0, "top_n_sigma": -1.0,
-            "xtc_probability": 0.0, "xtc_threshold": 0.1, "min_keep": 0
-        }))
-        .unwrap();
-        let policy = r.sampling.policy;
+            "xtc_probability": 0.0, "xtc_threshold": 0.1, "min_keep": 0,
+            "dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "mirostat": 0,
+            "mirostat_tau": 5.0, "mirostat_eta": 0.1, "dry_multiplier": 0.0,
+            "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+            "dry_sequence_breakers": ["\n", ":", "\"", "*"]
+        });
+        let policy = completion(&defaults).unwrap().sampling.policy;
         assert_eq!(policy.top_n_sigma, None);
         assert_eq!(
             (policy.typical_p, policy.xtc_probability, policy.min_keep),
             (Some(1.0), Some(0.0), Some(0))
+        );
+        assert_eq!(
+            (
+                policy.dry_multiplier,
+                policy.mirostat,
+                policy.dynatemp_range
+            ),
+            (Some(0.0), Some(0), Some(0.0))
         );
         let sampler = lm_decode::Sampler::new(&policy).unwrap();
         assert_eq!(
             format!("{sampler:?}"),
             "Sampler { chain: [Temperature(1.0), Typical(1.0)], selector: Sample }"
         );
+        // The web UI's order, in llama-server's letters: temperature last.
+        let mut lettered = defaults;
+        lettered["samplers"] = json!("edkypmxt");
+        let policy = completion(&lettered).unwrap().sampling.policy;
+        assert_eq!(
+            policy.samplers.as_ref().map(SamplerOrder::names),
+            Some(
+                &[
+                    "penalties",
+                    "dry",
+                    "top_k",
+                    "typ_p",
+                    "top_p",
+                    "min_p",
+                    "xtc",
+                    "temperature"
+                ]
+                .map(str::to_owned)[..]
+            )
+        );
+        let sampler = lm_decode::Sampler::new(&policy).unwrap();
+        assert_eq!(
+            format!("{sampler:?}"),
+            "Sampler { chain: [Typical(1.0), Temperature(1.0)], selector: Sample }"
+        );
+    }
+
+    /// `samplers` is a list of names, one string of them separated by `;`
+    /// or `,`, or llama-server's letters; exactly the named stages run.
+    #[test]
+    fn samplers_is_read_as_a_list_a_string_or_letters() {
+        let order = |samplers: Value| {
+            let body = json!({"prompt": "a", "top_k": 40, "min_p": 0.05, "samplers": samplers});
+            let policy = completion(&body).unwrap().sampling.policy;
+            let names = policy.samplers.clone().unwrap().names().to_vec();
+            (
+                names,
+                format!("{:?}", lm_decode::Sampler::new(&policy).unwrap()),
+            )
+        };
+        let expected = (
+            vec![
+                "min_p".to_owned(),
+                "top_k".to_owned(),
+                "temperature".to_owned(),
+            ],
+            "Sampler { chain: [MinP(0.05), TopK(40), Temperature(1.0)], selector: Sample }"
+                .to_owned(),
+        );
+        assert_eq!(order(json!("min_p;top_k;temperature")), expected);
+        assert_eq!(order(json!("min_p, top_k, temperature")), expected);
+        assert_eq!(order(json!(["min_p", "top_k", "temperature"])), expected);
+        assert_eq!(order(json!("mkt")), expected);
+        // "temp" is a name (temperature's), not four letters.
+        assert_eq!(order(json!("temp")).0, vec!["temp".to_owned()]);
+        // Top-k not named: it does not run, though set.
+        assert_eq!(
+            order(json!(["temperature", "min_p"])).1,
+            "Sampler { chain: [Temperature(1.0), MinP(0.05)], selector: Sample }"
+        );
+        for (samplers, message) in [
+            (
+                json!("top_k;nucleus2"),
+                "unknown sampler \"nucleus2\" in the sampler order",
+            ),
+            (
+                json!(["top_p", "nucleus"]),
+                "sampler \"nucleus\" is named twice in the sampler order",
+            ),
+        ] {
+            let refused = completion(&json!({"prompt": "a", "samplers": samplers})).unwrap_err();
+            assert_eq!(refused.param.as_deref(), Some("samplers"));
+            assert!(refused.message.starts_with(message), "{}", refused.message);
+        }
+    }
+
+    #[test]
+    fn the_later_stages_are_read() {
+        let r = completion(&json!({
+            "prompt": "a", "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3,
+            "dry_penalty_last_n": 64, "dry_sequence_breakers": ["\n", "Bob:"],
+            "no_repeat_ngram_size": 3, "dynatemp_range": 0.5, "dynatemp_exponent": 1.5,
+            "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2,
+            "epsilon_cutoff": 3e-4, "eta_cutoff": 2e-3, "samplers": ["top_k", "temperature"]
+        }))
+        .unwrap();
+        assert_eq!(
+            r.sampling.policy,
+            SamplingConfig {
+                dry_multiplier: Some(0.8),
+                dry_base: Some(2.0),
+                dry_allowed_length: Some(3),
+                dry_penalty_last_n: Some(64),
+                dry_sequence_breakers: Some(vec!["\n".into(), "Bob:".into()]),
+                no_repeat_ngram_size: Some(3),
+                dynatemp_range: Some(0.5),
+                dynatemp_exponent: Some(1.5),
+                mirostat: Some(2),
+                mirostat_tau: Some(4.0),
+                mirostat_eta: Some(0.2),
+                epsilon_cutoff: Some(3e-4),
+                eta_cutoff: Some(2e-3),
+                samplers: Some(SamplerOrder::new(["top_k", "temperature"])),
+                ..SamplingConfig::default()
+            }
+        );
+        // The caps' edges are accepted.
+        let edges = completion(&json!({
+            "prompt": "a", "dry_sequence_breakers": vec!["x".repeat(40); 32],
+            "dry_penalty_last_n": 1 << 20, "samplers": vec!["top_k"; 1]
+        }));
+        assert!(edges.is_ok(), "{edges:?}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 Usage: python openai_client.py BASE_URL
 Checks completions, chat, streaming, logprobs, n, stop, seeded
-reproducibility and response_format; prints one line per check and exits 1 at the first failure.
+reproducibility, llama-server's sampler fields (extra_body) and response_format; prints one line per check and exits 1 at the first failure.
 """
 
 import json
@@ -81,6 +81,16 @@ many = client.completions.create(model=MODEL, prompt="My favourite colour is", m
 check("n choices", [c.index for c in many.choices] == [0, 1, 2])
 again = client.completions.create(model=MODEL, prompt="My favourite colour is", max_tokens=8, n=3, seed=11, temperature=1.0)
 check("seeded reproducibility", [c.text for c in many.choices] == [c.text for c in again.choices])
+
+# llama-server's sampler fields go through `extra_body`.
+dry = dict(model=MODEL, prompt="My favourite colour is", max_tokens=8, seed=1, extra_body={"dry_multiplier": 0.8, "mirostat": 2})
+first, second = client.completions.create(**dry), client.completions.create(**dry)
+check("extra_body samplers, seeded", first.choices[0].text != "" and first.choices[0].text == second.choices[0].text, first)
+try:
+    client.completions.create(model=MODEL, prompt="x", extra_body={"mirostat": 3})
+    check("mirostat 3 is refused", False)
+except Exception as error:  # openai.BadRequestError
+    check("mirostat 3 is a 400 naming the field", getattr(error, "status_code", None) == 400 and "mirostat" in str(error), error)
 
 stopped = client.completions.create(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=20, temperature=0, stop=[" 7"])
 check("stop string", stopped.choices[0].finish_reason == "stop" and " 7" not in stopped.choices[0].text, stopped.choices[0])

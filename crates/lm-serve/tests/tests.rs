@@ -10,4 +10,5 @@ mod fuzz;
 mod hostile;
 mod openai_client;
 mod response_format;
+mod samplers;
 mod smollm2;
