@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lm_decode::{SamplingConfig, Truncation};
+use lm_decode::{SamplerOrder, SamplingConfig, Truncation};
 
 use crate::spec::ModelSpec;
 use crate::structured::StructuredArgs;
@@ -74,7 +74,7 @@ pub enum Command {
     Train(TrainArgs),
     /// Talk with a chat model, turn by turn (the model's own chat template).
     #[command(after_help = CHAT_HELP)]
-    Chat(ChatArgs),
+    Chat(Box<ChatArgs>),
     /// Serve the model over HTTP with OpenAI's API (completions, chat, streaming).
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
@@ -94,8 +94,11 @@ EXAMPLES:
   lm-cli generate --model toy --prompt \"<start> the\" --logit-bias cat=-inf --presence-penalty 0.5
 
 HOW A STEP IS CHOSEN:
-  raw logits -> repetition, presence, frequency penalties -> logit bias ->
-  temperature -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> xtc -> choose
+  raw logits -> repetition, presence, frequency penalties -> dry ->
+  no-repeat-ngram -> logit bias -> temperature (dynatemp) -> top-n-sigma -> top-k ->
+  typical -> top-p -> min-p -> xtc -> epsilon-cutoff -> eta-cutoff -> mirostat ->
+  choose; --samplers \"top_k;typ_p;top_p;min_p;xtc;temperature\" runs exactly the
+  stages named, in that order (llama.cpp's names).
   llama.cpp names work too: --temp, --n-predict, --repeat-penalty, --ignore-eos,
   --n-probs, -c/--ctx-size.
   Temperature 0 (or --greedy) takes the most probable token. Otherwise a seeded
@@ -115,9 +118,12 @@ EXAMPLES:
   lm-cli probs --logits 3,1,1,0,-1 --top-k 2 --json
 
 The policy is the one `generate` uses: temperature first, then top-n-sigma,
-top-k, typical, top-p, min-p and XTC, each renormalising what it keeps. Here XTC
-shows the distribution it draws from (the mix of removing and keeping the top
-choices), since there is no draw.";
+top-k, typical, top-p, min-p, XTC and the epsilon and eta cutoffs, each
+renormalising what it keeps, then mirostat (or the order --samplers gives; the
+policy: line shows it). Here XTC shows the distribution it draws from (the mix
+of removing and keeping the top choices), since there is no draw, and mirostat
+its first step (mu = 2 tau). Without a history, the penalties and DRY do not
+apply.";
 
 const SCORE_HELP: &str = "\
 EXAMPLES:
@@ -233,6 +239,15 @@ pub struct FilterArgs {
     #[arg(long, short = 't', visible_alias = "temp", value_name = "T", default_value_t = DEFAULT_TEMPERATURE,
           value_parser = parse_temperature, allow_negative_numbers = true)]
     pub temperature: f32,
+    /// Dynamic temperature: the temperature moves within T ± R with the
+    /// entropy of the candidates, lower when the model is sure (0: off).
+    #[arg(long, value_name = "R", value_parser = parse_dynatemp_range,
+          allow_negative_numbers = true)]
+    pub dynatemp_range: Option<f32>,
+    /// Dynamic temperature's exponent on the normalised entropy [default: 1].
+    #[arg(long, value_name = "E", value_parser = parse_dynatemp_exponent,
+          allow_negative_numbers = true)]
+    pub dynatemp_exp: Option<f32>,
     /// Keep only the K most probable tokens (0: all of them, off, as in
     /// llama.cpp and Hugging Face).
     #[arg(long, value_name = "K", value_parser = parse_top_k)]
@@ -261,9 +276,40 @@ pub struct FilterArgs {
     /// [default: 0.1].
     #[arg(long, value_name = "T", value_parser = parse_xtc_threshold, allow_negative_numbers = true)]
     pub xtc_threshold: Option<f32>,
+    /// Epsilon sampling: remove the tokens less probable than E (HF's
+    /// epsilon_cutoff; 0: off).
+    #[arg(long, value_name = "E", value_parser = parse_epsilon_cutoff,
+          allow_negative_numbers = true)]
+    pub epsilon_cutoff: Option<f32>,
+    /// Eta sampling: remove the tokens less probable than min(E, sqrt(E)
+    /// exp(-entropy)) (HF's eta_cutoff; 0: off).
+    #[arg(long, value_name = "E", value_parser = parse_eta_cutoff,
+          allow_negative_numbers = true)]
+    pub eta_cutoff: Option<f32>,
+    /// Mirostat 1 or 2: choose among the tokens whose surprise is below a
+    /// running bound, steered so the text's surprise stays near
+    /// --mirostat-ent (0: off).
+    #[arg(long, value_name = "N", value_parser = parse_mirostat)]
+    pub mirostat: Option<u8>,
+    /// Mirostat's learning rate: how fast the bound follows the surprise
+    /// [default: 0.1].
+    #[arg(long, visible_alias = "mirostat-eta", value_name = "ETA",
+          value_parser = parse_mirostat_eta, allow_negative_numbers = true)]
+    pub mirostat_lr: Option<f32>,
+    /// Mirostat's target surprise (entropy) in bits [default: 5].
+    #[arg(long, visible_alias = "mirostat-tau", value_name = "TAU",
+          value_parser = parse_mirostat_tau, allow_negative_numbers = true)]
+    pub mirostat_ent: Option<f32>,
     /// Every filter leaves at least N tokens (HF's min_tokens_to_keep).
     #[arg(long, visible_alias = "min-tokens-to-keep", value_name = "N")]
     pub min_keep: Option<usize>,
+    /// The stages to run after the raw logits, in this order, by
+    /// llama.cpp's names separated by ; or , (e.g.
+    /// "top_k;typ_p;top_p;min_p;xtc;temperature"); a stage not named does
+    /// not run [default: penalties;dry;temperature;top_n_sigma;top_k;typ_p;
+    /// top_p;min_p;xtc;epsilon_cutoff;eta_cutoff].
+    #[arg(long, value_name = "NAMES", value_parser = parse_samplers)]
+    pub samplers: Option<SamplerOrder>,
 }
 
 impl FilterArgs {
@@ -285,6 +331,14 @@ impl FilterArgs {
             xtc_probability: self.xtc_probability,
             xtc_threshold: self.xtc_threshold,
             min_keep: self.min_keep,
+            dynatemp_range: self.dynatemp_range.filter(|&r| r != 0.0),
+            dynatemp_exponent: self.dynatemp_exp,
+            epsilon_cutoff: self.epsilon_cutoff.filter(|&e| e != 0.0),
+            eta_cutoff: self.eta_cutoff.filter(|&e| e != 0.0),
+            mirostat: self.mirostat.filter(|&n| n != 0),
+            mirostat_tau: self.mirostat_ent,
+            mirostat_eta: self.mirostat_lr,
+            samplers: self.samplers.clone(),
             ..SamplingConfig::default()
         }
     }
@@ -316,9 +370,76 @@ pub struct PenaltyArgs {
     #[arg(long, value_name = "TOKEN=BIAS", value_parser = parse_logit_bias,
           allow_hyphen_values = true)]
     pub logit_bias: Vec<LogitBiasArg>,
+    /// DRY ("don't repeat yourself"): penalise a token that would extend a
+    /// sequence already in the text, by M * base^(length - allowed length)
+    /// (0: off).
+    #[arg(long, value_name = "M", value_parser = parse_dry_multiplier,
+          allow_negative_numbers = true)]
+    pub dry_multiplier: Option<f32>,
+    /// DRY's base: how fast the penalty grows with the repeat's length
+    /// [default: 1.75].
+    #[arg(long, value_name = "B", value_parser = parse_dry_base, allow_negative_numbers = true)]
+    pub dry_base: Option<f32>,
+    /// DRY leaves repeats up to N tokens long alone [default: 2].
+    #[arg(long, value_name = "N", value_parser = parse_dry_allowed_length,
+          allow_negative_numbers = true)]
+    pub dry_allowed_length: Option<usize>,
+    /// DRY looks for repeats in the last N tokens (-1: the whole text, the
+    /// default; 0: off) [llama.cpp's default is 64].
+    #[arg(long, value_name = "N", value_parser = parse_dry_penalty_last_n,
+          allow_negative_numbers = true)]
+    pub dry_penalty_last_n: Option<i64>,
+    /// A text no DRY repeat extends across (repeatable; the first one given
+    /// replaces the defaults \n : " *; `none` clears the list, as in
+    /// llama.cpp).
+    #[arg(long, value_name = "S", value_parser = parse_dry_sequence_breaker,
+          allow_hyphen_values = true)]
+    pub dry_sequence_breaker: Vec<String>,
+    /// Never repeat an N-gram of the text: a token that would complete one
+    /// already there is banned (HF's no_repeat_ngram_size; 0: off).
+    #[arg(long, value_name = "N", value_parser = parse_no_repeat_ngram_size,
+          allow_negative_numbers = true)]
+    pub no_repeat_ngram_size: Option<usize>,
 }
 
 impl PenaltyArgs {
+    /// `config` with these flags' settings of the raw-logit stage (the
+    /// penalties, their window, DRY and `--no-repeat-ngram-size`; the
+    /// logit bias needs the model and is resolved by the caller).
+    pub fn sampling(&self, config: SamplingConfig) -> SamplingConfig {
+        SamplingConfig {
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.penalty_last_n(),
+            dry_multiplier: self.dry_multiplier.filter(|&m| m != 0.0),
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_penalty_last_n: self.dry_penalty_last_n,
+            dry_sequence_breakers: self.dry_sequence_breakers(),
+            no_repeat_ngram_size: self.no_repeat_ngram_size.filter(|&n| n != 0),
+            ..config
+        }
+    }
+
+    /// The breakers of `--dry-sequence-breaker`, as llama.cpp reads them:
+    /// none given keeps the default list, the first one given replaces it,
+    /// and `none` empties the list so far.
+    pub fn dry_sequence_breakers(&self) -> Option<Vec<String>> {
+        if self.dry_sequence_breaker.is_empty() {
+            return None;
+        }
+        let mut breakers = Vec::new();
+        for breaker in &self.dry_sequence_breaker {
+            if breaker == "none" {
+                breakers.clear();
+            } else {
+                breakers.push(breaker.clone());
+            }
+        }
+        Some(breakers)
+    }
+
     /// The penalty window of `--repeat-last-n` (`None`: the whole text).
     pub fn penalty_last_n(&self) -> Option<usize> {
         match self.repeat_last_n {
@@ -919,10 +1040,15 @@ where
     T: std::str::FromStr + Copy,
 {
     let value = parse_number(text)?;
-    let mut config = SamplingConfig::default();
-    set(&mut config, value);
-    config.validate().map_err(|refused| refused.to_string())?;
+    check_setting(|config| set(config, value))?;
     Ok(value)
+}
+
+/// Checks the setting `set` writes with [`SamplingConfig::validate`].
+fn check_setting(set: impl FnOnce(&mut SamplingConfig)) -> Result<(), String> {
+    let mut config = SamplingConfig::default();
+    set(&mut config);
+    config.validate().map_err(|refused| refused.to_string())
 }
 
 fn parse_temperature(text: &str) -> Result<f32, String> {
@@ -964,6 +1090,69 @@ fn parse_xtc_probability(text: &str) -> Result<f32, String> {
 
 fn parse_xtc_threshold(text: &str) -> Result<f32, String> {
     parse_setting(text, |config, t| config.xtc_threshold = Some(t))
+}
+
+fn parse_dynatemp_range(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, r| config.dynatemp_range = Some(r))
+}
+
+fn parse_dynatemp_exponent(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, e| config.dynatemp_exponent = Some(e))
+}
+
+fn parse_epsilon_cutoff(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, e| config.epsilon_cutoff = Some(e))
+}
+
+fn parse_eta_cutoff(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, e| config.eta_cutoff = Some(e))
+}
+
+fn parse_mirostat(text: &str) -> Result<u8, String> {
+    parse_setting(text, |config, n| config.mirostat = Some(n))
+}
+
+fn parse_mirostat_eta(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, eta| config.mirostat_eta = Some(eta))
+}
+
+fn parse_mirostat_tau(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, tau| config.mirostat_tau = Some(tau))
+}
+
+/// A `--samplers` order: each name known, none twice, the raw-logit
+/// stages first.
+fn parse_samplers(text: &str) -> Result<SamplerOrder, String> {
+    let Ok(order) = text.parse::<SamplerOrder>();
+    check_setting(|config| config.samplers = Some(order.clone()))?;
+    Ok(order)
+}
+
+fn parse_dry_multiplier(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, m| config.dry_multiplier = Some(m))
+}
+
+fn parse_dry_base(text: &str) -> Result<f32, String> {
+    parse_setting(text, |config, b| config.dry_base = Some(b))
+}
+
+fn parse_dry_allowed_length(text: &str) -> Result<usize, String> {
+    parse_setting(text, |config, n| config.dry_allowed_length = Some(n))
+}
+
+fn parse_dry_penalty_last_n(text: &str) -> Result<i64, String> {
+    parse_setting(text, |config, n| config.dry_penalty_last_n = Some(n))
+}
+
+/// A `--dry-sequence-breaker`: any text but the empty one (`none` is
+/// kept, and read by [`PenaltyArgs::dry_sequence_breakers`]).
+fn parse_dry_sequence_breaker(text: &str) -> Result<String, String> {
+    check_setting(|config| config.dry_sequence_breakers = Some(vec![text.to_owned()]))?;
+    Ok(text.to_owned())
+}
+
+fn parse_no_repeat_ngram_size(text: &str) -> Result<usize, String> {
+    parse_setting(text, |config, n| config.no_repeat_ngram_size = Some(n))
 }
 
 fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
@@ -1156,6 +1345,20 @@ mod tests {
             "xtc_probability" => ("0.5", "1.5"),
             "xtc_threshold" => ("0.1", "-0.5"),
             "min_keep" => ("2", "-1"),
+            "dry_multiplier" => ("0.8", "-1"),
+            "dry_base" => ("1.75", "0.5"),
+            "dry_allowed_length" => ("2", "-1"),
+            "dry_penalty_last_n" => ("-1", "-2"),
+            "dry_sequence_breakers" => ("none", ""),
+            "no_repeat_ngram_size" => ("3", "-1"),
+            "dynatemp_range" => ("0.5", "-0.5"),
+            "dynatemp_exponent" => ("1.5", "-1"),
+            "epsilon_cutoff" => ("0.0003", "1"),
+            "eta_cutoff" => ("0.002", "1.5"),
+            "mirostat" => ("2", "3"),
+            "mirostat_tau" => ("5", "-1"),
+            "mirostat_eta" => ("0.1", "-0.1"),
+            "samplers" => ("top_k;typ_p;temperature", "top_k;top_k"),
             "seed" => ("7", "x"),
             _ => return None,
         })

@@ -74,7 +74,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enumerate(args) => commands::enumerate::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Train(args) => commands::train::run(args),
-        Command::Chat(args) => commands::chat::run(args),
+        Command::Chat(args) => commands::chat::run(*args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Completions(args) => commands::completions::run(args),
     }

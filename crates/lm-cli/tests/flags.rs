@@ -196,3 +196,193 @@ fn min_new_tokens_holds_back_the_end_tokens() {
         .or(held["steps"].as_array());
     assert!(steps.is_some_and(|steps| steps.len() == chosen.len()));
 }
+
+/// Each sampling flag of issue 38 with a value out of its range: a usage
+/// error (exit 2) naming the flag and, in lm-decode's words, the setting.
+#[test]
+fn out_of_range_sampler_settings_are_usage_errors_naming_the_flag() {
+    let cases: [(&str, &str, &str); 15] = [
+        (
+            "--dry-multiplier",
+            "-1",
+            "dry_multiplier must be finite and at least 0",
+        ),
+        (
+            "--dry-base",
+            "0.5",
+            "dry_base must be finite and at least 1",
+        ),
+        ("--dry-allowed-length", "-1", "'-1' is not a number"),
+        (
+            "--dry-penalty-last-n",
+            "-2",
+            "dry_penalty_last_n must be -1",
+        ),
+        (
+            "--dry-sequence-breaker",
+            "",
+            "DRY sequence breaker 0 is empty",
+        ),
+        ("--no-repeat-ngram-size", "-1", "'-1' is not a number"),
+        (
+            "--dynatemp-range",
+            "-0.5",
+            "dynatemp_range must be finite and at least 0",
+        ),
+        (
+            "--dynatemp-exp",
+            "-1",
+            "dynatemp_exponent must be finite and at least 0",
+        ),
+        ("--mirostat", "3", "mirostat must be 0, 1 or 2, got 3"),
+        (
+            "--mirostat-lr",
+            "-0.1",
+            "mirostat_eta must be finite and at least 0",
+        ),
+        (
+            "--mirostat-ent",
+            "nan",
+            "mirostat_tau must be finite and at least 0",
+        ),
+        (
+            "--epsilon-cutoff",
+            "1",
+            "epsilon_cutoff must be in (0, 1), got 1",
+        ),
+        (
+            "--eta-cutoff",
+            "-0.5",
+            "eta_cutoff must be in (0, 1), got -0.5",
+        ),
+        (
+            "--samplers",
+            "top_k;tail_free",
+            "unknown sampler \"tail_free\"",
+        ),
+        (
+            "--samplers",
+            "top_k;top-k",
+            "sampler \"top-k\" is named twice",
+        ),
+    ];
+    let filter_flags = [
+        "--dynatemp-range",
+        "--dynatemp-exp",
+        "--mirostat",
+        "--mirostat-lr",
+        "--mirostat-ent",
+        "--epsilon-cutoff",
+        "--eta-cutoff",
+        "--samplers",
+    ];
+    for (flag, value, message) in cases {
+        let mut commands = vec![Cli::toy("generate"), Cli::new("chat").model("toy")];
+        if filter_flags.contains(&flag) {
+            commands.push(Cli::new("probs").opt("--logits", "2,1,0"));
+        }
+        for cli in commands {
+            let run = cli.opt(flag, value).run();
+            run.assert_usage_error(&format!("invalid value '{value}' for '{flag} <"));
+            run.assert_usage_error(message);
+            assert!(run.stdout.is_empty(), "{flag} {value}: {}", run.stdout);
+        }
+    }
+    // The aliases are the same flags.
+    for (alias, flag) in [
+        ("--mirostat-eta", "--mirostat-lr"),
+        ("--mirostat-tau", "--mirostat-ent"),
+    ] {
+        let run = Cli::toy("generate").opt(alias, "-1").run();
+        run.assert_usage_error(&format!("invalid value '-1' for '{flag} <"));
+    }
+    // A raw-logit stage named after a filter is refused too.
+    let run = Cli::toy("generate").opt("--samplers", "top_k,dry").run();
+    run.assert_usage_error("\"dry\" runs on the raw logits: name it before \"top_k\"");
+}
+
+/// The new settings reach the `--json` settings under lm-decode's names;
+/// their off values (llama.cpp's and HF's defaults) set nothing.
+#[test]
+fn the_new_sampler_flags_reach_the_settings() {
+    let settings = |extra: &[&str]| toy_greedy_with(extra)["settings"].clone();
+    let on = settings(&[
+        "--dry-multiplier",
+        "0.8",
+        "--dry-base",
+        "2",
+        "--dry-allowed-length",
+        "3",
+        "--dry-penalty-last-n",
+        "16",
+        "--no-repeat-ngram-size",
+        "3",
+        "--dynatemp-range",
+        "0.5",
+        "--dynatemp-exp",
+        "1.5",
+        "--epsilon-cutoff",
+        "0.0003",
+        "--eta-cutoff",
+        "0.002",
+        "--mirostat",
+        "2",
+        "--mirostat-lr",
+        "0.2",
+        "--mirostat-ent",
+        "4",
+        "--samplers",
+        "penalties;dry;top_k;temperature",
+    ]);
+    let expected = serde_json::json!({
+        "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3,
+        "dry_penalty_last_n": 16, "no_repeat_ngram_size": 3, "dynatemp_range": 0.5,
+        "dynatemp_exponent": 1.5, "epsilon_cutoff": 0.0003, "eta_cutoff": 0.002,
+        "mirostat": 2, "mirostat_eta": 0.2, "mirostat_tau": 4.0,
+        "samplers": ["penalties", "dry", "top_k", "temperature"],
+    });
+    for (key, value) in expected.as_object().unwrap() {
+        let got = &on[key.as_str()];
+        match value.as_f64() {
+            Some(v) => assert!((got.as_f64().unwrap() - v).abs() < 1e-6, "{key}: {got}"),
+            None => assert_eq!(got, value, "{key}"),
+        }
+    }
+    let off = settings(&[
+        "--dry-multiplier",
+        "0",
+        "--no-repeat-ngram-size",
+        "0",
+        "--dynatemp-range",
+        "0",
+        "--epsilon-cutoff",
+        "0",
+        "--eta-cutoff",
+        "0",
+        "--mirostat",
+        "0",
+    ]);
+    assert_eq!(off, settings(&[]));
+}
+
+/// `--dry-sequence-breaker`, as llama.cpp reads it: the first one replaces
+/// the default list, later ones add to it, and `none` empties it.
+#[test]
+fn dry_sequence_breakers_replace_the_defaults_and_none_clears_them() {
+    let breakers = |extra: &[&str]| {
+        let dry = [&["--dry-multiplier", "0.8"], extra].concat();
+        toy_greedy_with(&dry)["settings"]["dry_sequence_breakers"].clone()
+    };
+    // None given: the default list (not written, lm-decode's default).
+    assert_eq!(breakers(&[]), serde_json::Value::Null);
+    let flag = "--dry-sequence-breaker";
+    assert_eq!(
+        breakers(&[flag, "cat", flag, "the"]),
+        serde_json::json!(["cat", "the"])
+    );
+    assert_eq!(breakers(&[flag, "none"]), serde_json::json!([]));
+    assert_eq!(
+        breakers(&[flag, "cat", flag, "none", flag, "dog"]),
+        serde_json::json!(["dog"])
+    );
+}

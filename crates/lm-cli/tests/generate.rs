@@ -686,6 +686,20 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         beams().opt("--xtc-probability", 0),
         beams().opt("--xtc-threshold", 0.2),
         beams().opt("--min-keep", 2),
+        beams().opt("--dry-multiplier", 0.8),
+        beams().opt("--dry-base", 2),
+        beams().opt("--dry-allowed-length", 3),
+        beams().opt("--dry-penalty-last-n", 16),
+        beams().opt("--dry-sequence-breaker", "cat"),
+        beams().opt("--mirostat", 2),
+        beams().opt("--mirostat-lr", 0.2),
+        beams().opt("--mirostat-eta", 0.2),
+        beams().opt("--mirostat-ent", 4),
+        beams().opt("--dynatemp-range", 0.5),
+        beams().opt("--dynatemp-exp", 1.5),
+        beams().opt("--epsilon-cutoff", 0.01),
+        beams().opt("--eta-cutoff", 0.01),
+        beams().opt("--samplers", "top_k;temperature"),
     ];
     let flags = [
         "--temperature",
@@ -703,7 +717,22 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
         "--xtc-probability",
         "--xtc-threshold",
         "--min-keep",
+        "--dry-multiplier",
+        "--dry-base",
+        "--dry-allowed-length",
+        "--dry-penalty-last-n",
+        "--dry-sequence-breaker",
+        "--mirostat",
+        "--mirostat-lr",
+        "--mirostat-lr",
+        "--mirostat-ent",
+        "--dynatemp-range",
+        "--dynatemp-exp",
+        "--epsilon-cutoff",
+        "--eta-cutoff",
+        "--samplers",
     ];
+    assert_eq!(cases.len(), flags.len());
     for (cli, flag) in cases.iter().zip(flags) {
         let run = cli.run();
         let args = cli.line();
@@ -720,9 +749,26 @@ fn beam_search_refuses_the_sampling_flags_it_cannot_apply() {
     }
     // Off values that set no stage (llama.cpp's defaults) are no conflict,
     // and --json lists neither.
-    let off = beams().opt("--top-k", 0).opt("--top-nsigma", -1).json();
+    let off = beams()
+        .opt("--top-k", 0)
+        .opt("--top-nsigma", -1)
+        .opt("--mirostat", 0)
+        .opt("--dry-multiplier", 0)
+        .opt("--dynatemp-range", 0)
+        .opt("--epsilon-cutoff", 0)
+        .opt("--eta-cutoff", 0)
+        .json();
     assert_eq!(off["settings"]["top_k"], serde_json::Value::Null);
-    assert_eq!(off["settings"].get("top_n_sigma"), None);
+    for key in [
+        "top_n_sigma",
+        "mirostat",
+        "dry_multiplier",
+        "dynatemp_range",
+        "epsilon_cutoff",
+        "eta_cutoff",
+    ] {
+        assert_eq!(off["settings"].get(key), None, "{key}");
+    }
     // One beam is no beam search: the sampling flags apply.
     let one_beam = Cli::toy("generate")
         .n(2)
@@ -974,4 +1020,101 @@ fn draft_models_give_the_plain_greedy_ids() {
         run.stderr
     );
     assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+/// `--no-repeat-ngram-size` works with beam search (HF applies it there):
+/// it is part of the raw-logit stage beam search ranks by, so no beam
+/// repeats an n-gram of the prompt and its own tokens.
+#[test]
+fn beam_search_never_repeats_an_ngram_with_no_repeat_ngram_size() {
+    let beams = |extra: &[&str]| {
+        Cli::toy("generate")
+            .n(4)
+            .opt("--num-beams", 3)
+            .arg("--no-end-token")
+            .args(extra)
+            .json()
+    };
+    let repeats = |report: &serde_json::Value, n: usize| {
+        let text = [ids(&report["prompt_ids"]), ids(&report["ids"])].concat();
+        let ngrams: Vec<&[TokenId]> = text.windows(n).collect();
+        (0..ngrams.len()).any(|i| ngrams[..i].contains(&ngrams[i]))
+    };
+    // The toy decoder's best beam repeats its favourite token.
+    assert!(repeats(&beams(&[]), 2), "{}", beams(&[]));
+    for n in [2, 3] {
+        let report = beams(&["--no-repeat-ngram-size", &n.to_string()]);
+        assert_eq!(report["settings"]["no_repeat_ngram_size"], n);
+        assert!(!repeats(&report, n), "{n}: {}", report["ids"]);
+        for beam in report["beams"].as_array().unwrap() {
+            let text = [ids(&report["prompt_ids"]), ids(&beam["ids"])].concat();
+            let ngrams: Vec<&[TokenId]> = text.windows(n).collect();
+            assert!(
+                (0..ngrams.len()).all(|i| !ngrams[..i].contains(&ngrams[i])),
+                "{n}: {beam}"
+            );
+        }
+    }
+}
+
+/// The stages issue 38 added report under their own names, mirostat last
+/// (it chooses after the last filter), and each step of a mirostat run
+/// gives its bound mu, which follows llama.cpp's update
+/// `mu -= eta * (surprise - tau)`, the surprise in bits of the chosen
+/// token under the policy; the trace shows it in a `mu` column.
+#[test]
+fn mirostat_and_the_cutoffs_report_their_counts_and_mu() {
+    let run = || {
+        Cli::toy("generate")
+            .n(5)
+            .arg("--no-end-token")
+            .opt("--epsilon-cutoff", 0.01)
+            .opt("--eta-cutoff", 0.01)
+            .opt("--mirostat", 2)
+            .opt("--mirostat-ent", 1.5)
+            .opt("--mirostat-lr", 0.5)
+            .seed(5)
+    };
+    let report = run().arg("--no-timing").json();
+    let names = [
+        "vocabulary",
+        "penalties",
+        "temperature",
+        "epsilon_cutoff",
+        "eta_cutoff",
+        "mirostat",
+    ];
+    let (tau, eta) = (1.5, 0.5);
+    let mut truncated = false;
+    let mut mu = 2.0 * tau;
+    for step in report["steps"].as_array().unwrap() {
+        let counts = step["n_candidates"].as_object().unwrap();
+        let mut keys: Vec<&str> = counts.keys().map(String::as_str).collect();
+        let mut expected = names.to_vec();
+        keys.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(keys, expected, "{step}");
+        truncated |= counts["mirostat"].as_u64() < counts["eta_cutoff"].as_u64();
+        let got = step["mirostat_mu"].as_f64().unwrap();
+        assert!((got - mu).abs() < 1e-4, "mu {got}, expected {mu}: {step}");
+        let surprise = -step["prob"].as_f64().unwrap().log2();
+        mu -= eta * (surprise - tau);
+    }
+    // A bound of 3 bits at first: tokens below 1/8 are out.
+    assert!(truncated, "{report}");
+    // No mirostat, no mu.
+    let plain = Cli::toy("generate").n(2).seed(5).json();
+    assert!(plain["steps"][0].get("mirostat_mu").is_none(), "{plain}");
+    let trace = run().arg("--trace").ok().stdout;
+    let legend = format!(
+        "candidates: {} (tokens left after each stage)",
+        names.join(">")
+    );
+    assert!(trace.contains(&legend), "{trace}");
+    let mut lines = trace.lines().skip_while(|line| !line.starts_with("step"));
+    let header = lines.next().unwrap();
+    assert!(header.ends_with("  u       mu  candidates"), "{trace}");
+    assert!(trace.contains("\nmu: mirostat's bound"), "{trace}");
+    let first = lines.next().unwrap();
+    assert!(first.contains(" 3.0000  7>"), "{trace}");
 }

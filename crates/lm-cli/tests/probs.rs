@@ -150,3 +150,155 @@ fn typical_keeps_the_tokens_closest_to_the_entropy() {
         &[kept[0], kept[1], 0.0],
     );
 }
+
+#[test]
+fn the_policy_line_follows_the_samplers_order_and_names_the_new_stages() {
+    let policy = |args: &[&str]| {
+        Cli::new("probs").opt("--logits", "2,1,0").args(args).json()["policy"].clone()
+    };
+    // llama.cpp's --samplers: exactly the stages named, in that order.
+    assert_eq!(
+        policy(&[
+            "--samplers",
+            "top_k;typ_p;top_p;min_p;xtc;temperature",
+            "--temperature",
+            "0.7",
+            "--top-k",
+            "3",
+            "--typical",
+            "0.9",
+            "--xtc-probability",
+            "0.5",
+        ]),
+        "top-k 3 > typical 0.9 > xtc 0.5 threshold 0.1 > temperature 0.7 > sample"
+    );
+    // A stage set but not named does not run; commas separate too.
+    assert_eq!(
+        policy(&[
+            "--samplers",
+            "min_p,top_k",
+            "--top-k",
+            "2",
+            "--top-p",
+            "0.9"
+        ]),
+        "top-k 2 > sample"
+    );
+    // The default order: the cutoffs after XTC, mirostat choosing last,
+    // dynamic temperature in temperature's place.
+    assert_eq!(
+        policy(&[
+            "--epsilon-cutoff",
+            "0.01",
+            "--eta-cutoff",
+            "0.02",
+            "--min-p",
+            "0.05",
+            "--mirostat",
+            "2",
+            "--mirostat-ent",
+            "3",
+            "--dynatemp-range",
+            "0.5",
+        ]),
+        "temperature 1 dynatemp-range 0.5 dynatemp-exp 1 > min-p 0.05 > epsilon-cutoff 0.01 \
+         > eta-cutoff 0.02 > mirostat 2 ent 3 lr 0.1 > sample"
+    );
+    // Off values set no stage.
+    assert_eq!(
+        policy(&[
+            "--mirostat",
+            "0",
+            "--epsilon-cutoff",
+            "0",
+            "--eta-cutoff",
+            "0",
+            "--dynatemp-range",
+            "0",
+        ]),
+        "temperature 1 > sample"
+    );
+}
+
+/// q = softmax(2, 1, 0) = (0.665, 0.245, 0.090), entropy H = 0.832 nats.
+fn lesson_q() -> (Vec<f64>, f64) {
+    let q = softmax(&[2.0, 1.0, 0.0], 1.0);
+    let entropy = -q.iter().map(|p| p * p.ln()).sum::<f64>();
+    (q, entropy)
+}
+
+#[test]
+fn epsilon_and_eta_cut_off_the_improbable_tokens() {
+    let (q, entropy) = lesson_q();
+    let kept = softmax(&[2.0, 1.0], 1.0);
+    // Epsilon (HF): tokens below 0.1 go, so token 2 (0.090) does.
+    assert!(q[2] < 0.1 && q[1] > 0.1);
+    check_probs(
+        &["--logits", "2,1,0", "--epsilon-cutoff", "0.1"],
+        &[kept[0], kept[1], 0.0],
+    );
+    // Eta (HF): the cutoff is min(eta, sqrt(eta) exp(-H)).
+    let eta: f64 = 0.2;
+    let cutoff = eta.min(eta.sqrt() * (-entropy).exp());
+    assert!(q[2] < cutoff && cutoff < q[1], "{cutoff}");
+    check_probs(
+        &["--logits", "2,1,0", "--eta-cutoff", "0.2"],
+        &[kept[0], kept[1], 0.0],
+    );
+}
+
+#[test]
+fn dynamic_temperature_follows_the_normalised_entropy() {
+    // llama.cpp's temp_ext: T' = (T - r) + 2r (H / ln n)^exp, at most T + r
+    // and at least max(0, T - r), on the candidates' entropy at T = 1.
+    let (_, entropy) = lesson_q();
+    let normalised = entropy / 3f64.ln();
+    for (t, r, exponent) in [(1.0, 0.5, 1.0), (0.8, 0.3, 2.0)] {
+        let dynamic = (t - r) + 2.0 * r * normalised.powf(exponent);
+        check_probs(
+            &[
+                "--logits",
+                "2,1,0",
+                "--temperature",
+                &t.to_string(),
+                "--dynatemp-range",
+                &r.to_string(),
+                "--dynatemp-exp",
+                &exponent.to_string(),
+            ],
+            &softmax(&[2.0, 1.0, 0.0], dynamic),
+        );
+    }
+}
+
+#[test]
+fn mirostat_2_truncates_the_first_step_at_twice_the_target_surprise() {
+    // mu starts at 2 tau bits; a token whose surprise -log2 q exceeds mu is
+    // out. Surprises: 0.59, 2.03 and 3.47 bits.
+    let (q, _) = lesson_q();
+    let surprise: Vec<f64> = q.iter().map(|p| -p.log2()).collect();
+    assert!(surprise[0] < 2.0 && surprise[1] > 2.0 && surprise[1] < 3.0 && surprise[2] > 3.0);
+    check_probs(
+        &[
+            "--logits",
+            "2,1,0",
+            "--mirostat",
+            "2",
+            "--mirostat-ent",
+            "1",
+        ],
+        &[1.0, 0.0, 0.0],
+    );
+    let kept = softmax(&[2.0, 1.0], 1.0);
+    check_probs(
+        &[
+            "--logits",
+            "2,1,0",
+            "--mirostat",
+            "2",
+            "--mirostat-tau",
+            "1.5",
+        ],
+        &[kept[0], kept[1], 0.0],
+    );
+}

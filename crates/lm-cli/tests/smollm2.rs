@@ -258,3 +258,58 @@ fn a_count_model_drafts_through_the_text() {
     let timing = &drafted["timing"];
     assert!(timing["accepted_tokens"].as_u64().unwrap() > 0, "{timing}");
 }
+
+/// Issue 38's command: DRY, XTC and mirostat 2 together on SmolLM2. It
+/// runs, the same seed replays it byte for byte, and each `--json` step
+/// gives mirostat's bound mu, starting at 2 tau = 10 bits and following
+/// llama.cpp's update `mu -= eta * (surprise - tau)` (the surprise in bits
+/// of the chosen token under the policy).
+#[test]
+#[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
+fn dry_xtc_and_mirostat_run_together_and_replay_with_the_seed() {
+    let run = || {
+        smollm2("generate")
+            .opt("--prompt", "Once upon a time")
+            .opt("--dry-multiplier", 0.8)
+            .opt("--xtc-probability", 0.5)
+            .opt("--mirostat", 2)
+            .seed(1)
+            .opt("--max-new-tokens", 24)
+    };
+    let text = run().ok();
+    assert!(!text.stdout.trim().is_empty(), "{}", text.stderr);
+    assert_eq!(
+        run().ok().stdout,
+        text.stdout,
+        "the same seed replays the text"
+    );
+    let json = || run().arg("--no-timing").json();
+    let report = json();
+    assert_eq!(report.to_string(), json().to_string());
+    let settings = &report["settings"];
+    assert_eq!(settings["dry_multiplier"], 0.8);
+    assert_eq!(settings["xtc_probability"], 0.5);
+    assert_eq!(settings["mirostat"], 2);
+    assert_eq!(settings["seed"], 1);
+    let steps = report["steps"].as_array().unwrap();
+    assert!(!steps.is_empty() && steps.len() <= 24);
+    let (tau, eta) = (5.0, 0.1);
+    let mut mu: f64 = 2.0 * tau;
+    for step in steps {
+        let got = step["mirostat_mu"].as_f64().unwrap();
+        assert!((got - mu).abs() < 1e-3, "mu {got}, expected {mu}: {step}");
+        let counts = &step["n_candidates"];
+        for stage in ["xtc", "mirostat"] {
+            assert!(counts[stage].as_u64().is_some(), "{stage}: {step}");
+        }
+        let surprise = -step["prob"].as_f64().unwrap().log2();
+        mu -= eta * (surprise - tau);
+    }
+    // The JSON run drew the text the plain run printed.
+    let generated = report["text"].as_str().unwrap();
+    assert!(
+        text.stdout.contains(generated),
+        "{generated:?} in {:?}",
+        text.stdout
+    );
+}

@@ -194,21 +194,17 @@ impl Policy {
         } = resolve_logit_biases(&penalties.logit_bias, codec, vocab_size)?;
         let mut banned_tokens = banned_by_bias.clone();
         banned_tokens.extend(codec.unwritable_ids());
-        let filters = flags.filters.sampling();
+        let settings = penalties.sampling(flags.filters.sampling());
         let sampling = SamplingConfig {
             temperature: if flags.greedy {
                 0.0
             } else {
-                filters.temperature
+                settings.temperature
             },
-            repetition_penalty: penalties.repetition_penalty,
-            presence_penalty: penalties.presence_penalty,
-            frequency_penalty: penalties.frequency_penalty,
-            penalty_last_n: penalties.penalty_last_n(),
             logit_bias,
             seed: flags.seed.unwrap_or(Seed::Random).resolve(),
             banned_tokens,
-            ..filters
+            ..settings
         };
         Ok(Self {
             draws: !beams && sampling.temperature > 0.0,
@@ -233,24 +229,42 @@ impl Policy {
 }
 
 /// The first flag given that beam search could not honour (it ranks by the
-/// model's log-probabilities, adjusted by the penalties and the logit bias,
-/// and draws nothing), so `--json` settings never list a setting that was
-/// not applied.
+/// model's log-probabilities, adjusted by the penalties, the logit bias and
+/// `--no-repeat-ngram-size`, and draws nothing), so `--json` settings never
+/// list a setting that was not applied. A flag at its off value (`--top-k
+/// 0`, `--mirostat 0`, `--dry-multiplier 0`, ...) sets nothing and is no
+/// conflict.
 fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     let filters = &args.filters;
+    let config = args.penalties.sampling(filters.sampling());
     let default_temperature = crate::cli::DEFAULT_TEMPERATURE;
     [
         ("--temperature", filters.temperature != default_temperature),
         ("--greedy", args.greedy),
-        ("--top-k", filters.top_k().is_some()),
-        ("--top-p", filters.top_p.is_some()),
-        ("--min-p", filters.min_p.is_some()),
-        ("--typical", filters.typical.is_some()),
-        // 0 or less is off (no stage), as --top-k 0 is.
-        ("--top-nsigma", filters.sampling().top_n_sigma.is_some()),
-        ("--xtc-probability", filters.xtc_probability.is_some()),
-        ("--xtc-threshold", filters.xtc_threshold.is_some()),
-        ("--min-keep", filters.min_keep.is_some()),
+        ("--top-k", config.top_k.is_some()),
+        ("--top-p", config.top_p.is_some()),
+        ("--min-p", config.min_p.is_some()),
+        ("--typical", config.typical_p.is_some()),
+        ("--top-nsigma", config.top_n_sigma.is_some()),
+        ("--xtc-probability", config.xtc_probability.is_some()),
+        ("--xtc-threshold", config.xtc_threshold.is_some()),
+        ("--min-keep", config.min_keep.is_some()),
+        ("--dynatemp-range", config.dynatemp_range.is_some()),
+        ("--dynatemp-exp", config.dynatemp_exponent.is_some()),
+        ("--epsilon-cutoff", config.epsilon_cutoff.is_some()),
+        ("--eta-cutoff", config.eta_cutoff.is_some()),
+        ("--mirostat", config.mirostat.is_some()),
+        ("--mirostat-lr", config.mirostat_eta.is_some()),
+        ("--mirostat-ent", config.mirostat_tau.is_some()),
+        ("--samplers", config.samplers.is_some()),
+        ("--dry-multiplier", config.dry_multiplier.is_some()),
+        ("--dry-base", config.dry_base.is_some()),
+        ("--dry-allowed-length", config.dry_allowed_length.is_some()),
+        ("--dry-penalty-last-n", config.dry_penalty_last_n.is_some()),
+        (
+            "--dry-sequence-breaker",
+            config.dry_sequence_breakers.is_some(),
+        ),
         ("--seed", args.seed.is_some()),
         ("--min-new-tokens", args.min_new_tokens > 0),
     ]

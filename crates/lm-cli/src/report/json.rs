@@ -15,7 +15,8 @@
 //! stage of the chain left (`n_candidates`, in the chain's order), so it
 //! can be replayed by hand: walk `policy_top` (with `--top-logprobs` at least
 //! the last count) in id order and take the first token whose running total
-//! exceeds `u`. A greedy step's `u` is null.
+//! exceeds `u`. A greedy step's `u` is null. With `--mirostat`, a step also
+//! gives `mirostat_mu`, the bound on the surprise it truncated at.
 
 use lm_core::TokenId;
 use lm_decode::{
@@ -107,6 +108,10 @@ pub struct StepReport {
     /// `top_p`, `min_p` as set; left out in beam search).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub n_candidates: Option<StageCountsReport>,
+    /// Mirostat's bound on the surprise (bits) this step truncated at (only
+    /// with `--mirostat`): a token more surprising than mu was out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirostat_mu: Option<f32>,
     /// The most probable tokens under the model (`--top-logprobs N`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub top_logprobs: Vec<CandidateReport>,
@@ -367,6 +372,7 @@ impl SequenceReport {
                     running_logprob: running,
                     u: None,
                     n_candidates: None,
+                    mirostat_mu: None,
                     top_logprobs: best
                         .top_candidates
                         .get(index)
@@ -436,6 +442,7 @@ impl StepReport {
             running_logprob: step.running_logprob.ln(),
             u: step.u,
             n_candidates: Some(StageCountsReport(step.n_candidates)),
+            mirostat_mu: step.mirostat_mu,
             top_logprobs: candidates(&step.model_top),
             policy_top: candidates(&step.policy_top),
             draft: match step.draft {

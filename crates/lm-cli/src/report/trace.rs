@@ -12,6 +12,9 @@
 //!    1  <start> the cat  slept             0.2858    0.2189       -1.5190  0.5384  7>7>7>3
 //! candidates: vocabulary>penalties>temperature>top_k (tokens left after each stage)
 //! ```
+//!
+//! With `--mirostat`, a `mu` column before the candidates gives the bound on
+//! the surprise (bits) each step truncated at.
 
 use std::fmt::Write as _;
 
@@ -60,6 +63,7 @@ pub fn render_generation(generation: &Generation, text: &str, codec: &TextCodec)
             model_prob: f64::from(step.model_prob),
             running: step.running_logprob.ln(),
             u: step.u,
+            mu: step.mirostat_mu,
             n_candidates: counts_cell(&step.n_candidates),
             candidates: candidates_line(codec, &step.model_top, &step.policy_top),
         });
@@ -72,6 +76,16 @@ pub fn render_generation(generation: &Generation, text: &str, codec: &TextCodec)
             out,
             "candidates: {} (tokens left after each stage)",
             stages.join(">")
+        );
+    }
+    if generation
+        .steps
+        .iter()
+        .any(|step| step.mirostat_mu.is_some())
+    {
+        let _ = writeln!(
+            out,
+            "mu: mirostat's bound on the surprise (bits); a token more surprising than mu was out"
         );
     }
     if generation.steps.iter().any(|step| step.u.is_some()) {
@@ -124,6 +138,7 @@ pub fn render_beams(prompt: &[TokenId], beams: &[Hypothesis], codec: &TextCodec)
             model_prob: logprob.exp(),
             running,
             u: None,
+            mu: None,
             n_candidates: String::new(),
             candidates: None,
         });
@@ -163,6 +178,8 @@ struct Row {
     model_prob: f64,
     running: f64,
     u: Option<f64>,
+    /// Mirostat's bound (`--mirostat` only).
+    mu: Option<f32>,
     /// The candidates each stage left, `>`-separated.
     n_candidates: String,
     candidates: Option<String>,
@@ -208,16 +225,37 @@ fn table(rows: &[Row]) -> String {
         &mut rows.iter().map(|r| r.prefix.chars().count()),
     );
     let token_width = width(HEADER[2], &mut rows.iter().map(|r| r.token.chars().count()));
+    // The mu column only when mirostat ran.
+    let has_mu = rows.iter().any(|r| r.mu.is_some());
+    let mu_cell = |cell: String| {
+        if has_mu {
+            format!("{cell:>7}  ")
+        } else {
+            String::new()
+        }
+    };
     let mut out = String::new();
     let header = format!(
-        "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8}  {:>8}  {:>12}  {:>6}  {}",
-        HEADER[0], HEADER[1], HEADER[2], HEADER[3], HEADER[4], HEADER[5], HEADER[6], HEADER[7]
+        "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8}  {:>8}  {:>12}  {:>6}  {}{}",
+        HEADER[0],
+        HEADER[1],
+        HEADER[2],
+        HEADER[3],
+        HEADER[4],
+        HEADER[5],
+        HEADER[6],
+        mu_cell("mu".to_owned()),
+        HEADER[7]
     );
     let _ = writeln!(out, "{}", header.trim_end());
     for row in rows {
         let u = row.u.map_or_else(|| "-".to_owned(), |u| format!("{u:.4}"));
+        let mu = mu_cell(
+            row.mu
+                .map_or_else(|| "-".to_owned(), |mu| format!("{mu:.4}")),
+        );
         let line = format!(
-            "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8.4}  {:>8.4}  {:>12.4}  {u:>6}  {}",
+            "{:>4}  {:<prefix_width$}  {:<token_width$}  {:>8.4}  {:>8.4}  {:>12.4}  {u:>6}  {mu}{}",
             row.step,
             row.prefix,
             row.token,
