@@ -83,6 +83,25 @@ proptest! {
         prop_assert_eq!(kept(probs), expected);
     }
 
+    /// Past `SORTED_KEEP`, top-k keeps its set by one partition, unsorted:
+    /// the same set as a full sort's first k.
+    #[test]
+    fn a_large_top_k_keeps_the_k_best_of_a_full_sort(
+        logits in prop::collection::vec((-8.0f32..8.0).prop_map(|z| (z * 4.0).round() / 4.0), 300..1500),
+        share in 0.2f64..0.95,
+    ) {
+        let k = ((logits.len() as f64 * share) as usize).max(lm_decode::sampler::SORTED_KEEP + 1);
+        let mut candidates = lm_decode::sampler::Candidates::from_logits(&logits, 1.0).unwrap();
+        lm_decode::sampler::CandidateFilter::apply(&lm_decode::sampler::TopK::new(k).unwrap(), &mut candidates);
+        let mut kept: Vec<TokenId> = candidates.ids().collect();
+        kept.sort_unstable();
+        let mut expected = full_sort_ids(&logits);
+        expected.truncate(k);
+        expected.sort_unstable();
+        // Rounded logits: many ties, which the lower id wins either way.
+        prop_assert_eq!(kept, expected);
+    }
+
     #[test]
     fn top_p_keeps_the_shortest_prefix_of_a_full_sort(logits in prop::collection::vec(-5.0f32..5.0, 1..200), p in 0.01f32..=1.0) {
         let mut sampler = Sampler::new(&SamplingConfig { top_p: Some(p), ..SamplingConfig::default() }).unwrap();

@@ -351,10 +351,10 @@ fn dynamic_temperature_gives_llama_cpp_s_temperature_and_probabilities() {
         let number = |key: &str| case[key].as_f64().unwrap() as f32;
         let (t, range, exponent) = (number("temperature"), number("range"), number("exponent"));
         let what = format!("T {t} range {range} exponent {exponent} on {name}");
-        let candidates = Candidates::from_logits(logits, 1.0).unwrap();
+        let mut candidates = Candidates::from_logits(logits, 1.0).unwrap();
         let ours = DynamicTemperature::new(range, exponent)
             .unwrap()
-            .temperature(t, &candidates);
+            .temperature(t, &mut candidates);
         // Ours against the formula in f64.
         let (lo, hi) = (f64::from((t - range).max(0.0)), f64::from(t + range));
         let h = normalised_entropy(logits);
@@ -505,8 +505,8 @@ proptest! {
         range in 0.0f32..3.0,
         exponent in 0.0f32..4.0,
     ) {
-        let candidates = Candidates::from_logits(&row, 1.0).unwrap();
-        let dynamic = DynamicTemperature::new(range, exponent).unwrap().temperature(t, &candidates);
+        let mut candidates = Candidates::from_logits(&row, 1.0).unwrap();
+        let dynamic = DynamicTemperature::new(range, exponent).unwrap().temperature(t, &mut candidates);
         prop_assert!(dynamic >= (t - range).max(0.0) && dynamic <= t + range, "{}", dynamic);
     }
 }

@@ -17,7 +17,7 @@
 //! and `n` counts the candidates in play: llama.cpp's array also counts the
 //! tokens a bias masked to -inf, which lm-decode's stages never see.
 
-use super::Candidates;
+use super::{Candidates, sum_in_lanes};
 use crate::error::{Error, Result};
 
 /// A temperature that moves within `range` of the set one with the
@@ -28,9 +28,9 @@ use crate::error::{Error, Result};
 /// // q = (0.5, 0.3, 0.2): H = 1.0297 nats of ln 3 = 1.0986, 0.937 of the
 /// // maximum, so T = 1 with range 0.5 becomes 0.5 + 1.0 * 0.937 = 1.437.
 /// let logits = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
-/// let c = Candidates::from_logits(&logits, 1.0).unwrap();
+/// let mut c = Candidates::from_logits(&logits, 1.0).unwrap();
 /// let dynatemp = DynamicTemperature::new(0.5, 1.0).unwrap();
-/// assert_eq!(format!("{:.3}", dynatemp.temperature(1.0, &c)), "1.437");
+/// assert_eq!(format!("{:.3}", dynatemp.temperature(1.0, &mut c)), "1.437");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DynamicTemperature {
@@ -64,37 +64,34 @@ impl DynamicTemperature {
     }
 
     /// The temperature this step's candidates get, around `temperature`,
-    /// from their entropy at T = 1 (computed from `candidates.entries()`'s
-    /// logits in f64, whatever temperature the candidates are at). Stays
+    /// from the entropy of their distribution at the temperature they are
+    /// at (1 in the chain, where dynamic temperature takes temperature's
+    /// place, as llama.cpp's `temp_ext` reads the logits it is given). Stays
     /// within `[max(0, T - range), T + range]`; an infinite `temperature`
     /// stays as it is.
-    pub fn temperature(self, temperature: f32, candidates: &Candidates) -> f32 {
-        let entries = candidates.entries();
-        let n = entries.len();
+    pub fn temperature(self, temperature: f32, candidates: &mut Candidates) -> f32 {
+        let n = candidates.len();
         if self.range <= 0.0 || n <= 1 || !temperature.is_finite() {
             return temperature;
         }
         let min_t = f64::from((temperature - self.range).max(0.0));
         let max_t = f64::from(temperature + self.range);
-        let normalised = (entropy(entries) / (n as f64).ln()).clamp(0.0, 1.0);
+        let normalised = (entropy(candidates) / (n as f64).ln()).clamp(0.0, 1.0);
         let t = min_t + (max_t - min_t) * normalised.powf(f64::from(self.exponent));
         (t as f32).clamp(min_t as f32, max_t as f32)
     }
 }
 
-/// `-sum q ln q` of the softmax of the logits at T = 1, in nats:
-/// `ln S - sum_i w_i (z_i - z_max) / S` with `w_i = exp(z_i - z_max)`.
-fn entropy(entries: &[(lm_core::TokenId, f32)]) -> f64 {
-    let max = entries
-        .iter()
-        .map(|&(_, z)| f64::from(z))
-        .fold(f64::NEG_INFINITY, f64::max);
-    let (mut total, mut weighted) = (0.0f64, 0.0f64);
-    for &(_, z) in entries {
-        let shifted = f64::from(z) - max;
-        let w = shifted.exp();
-        total += w;
-        weighted += w * shifted;
+/// `-sum q ln q` of the candidates' distribution, in nats:
+/// `ln S - sum_i w_i s_i / S` with `s_i = (z_i - z_max) / T` and
+/// `w_i = exp(s_i)` from one vectorised pass ([`Candidates::weights`]).
+fn entropy(candidates: &mut Candidates) -> f64 {
+    let t = f64::from(candidates.temperature());
+    let max = f64::from(candidates.max_logit());
+    let (logits, weights, total) = candidates.logits_and_weights();
+    if total <= 0.0 || t == 0.0 {
+        return 0.0;
     }
+    let weighted = sum_in_lanes(logits, weights, |z, w| f64::from(w) * (f64::from(z) - max)) / t;
     total.ln() - weighted / total
 }

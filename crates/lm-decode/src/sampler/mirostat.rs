@@ -114,8 +114,7 @@ impl Mirostat {
         }
         if self.version == 1 {
             let k = v1_count(candidates, mu, vocab_size).max(min_keep);
-            candidates.sort_prefix(k);
-            candidates.truncate(k);
+            candidates.keep_best(k);
         } else {
             v2_truncate(candidates, mu, min_keep);
         }

@@ -191,6 +191,9 @@ enum Draws {
     Fixed(f64),
 }
 
+/// [`Candidates::keep_best`] sorts a kept set of up to this many.
+pub const SORTED_KEEP: usize = 256;
+
 /// From this many candidates up, [`Candidates::total_weight`] gathers the
 /// logits and sums their weights in one vectorised pass.
 const BULK_TOTAL: usize = 256;
@@ -398,11 +401,50 @@ impl Candidates {
         self.n_sorted = n;
     }
 
+    /// Keeps the `k` best candidates (higher logit, then lower id): sorted
+    /// by [`Candidates::sort_prefix`] up to [`SORTED_KEEP`] of them, and
+    /// beyond that by one partition of the unsorted rest, left unsorted
+    /// (a filter that keeps thousands needs the set, not its order).
+    pub fn keep_best(&mut self, k: usize) {
+        if k >= self.entries.len() {
+            return;
+        }
+        if k <= SORTED_KEEP.max(self.n_sorted) {
+            self.sort_prefix(k);
+        } else {
+            let n_tail = k - self.n_sorted;
+            self.entries[self.n_sorted..].select_nth_unstable_by(n_tail - 1, best_first);
+        }
+        self.truncate(k);
+    }
+
     /// The weights of the entries, in their order, and their sum (the
     /// value [`Candidates::total_weight`] gives): one vectorised pass for a
     /// large set whose best logit is the row's, the bits of
     /// [`Candidates::weight`] either way.
     pub fn weights(&mut self) -> (&[(TokenId, f32)], &[f32], f64) {
+        let total = self.fill_weights();
+        (&self.entries, &self.weights, total)
+    }
+
+    /// [`Candidates::weights`] with the candidates' logits gathered in one
+    /// slice beside them.
+    pub(crate) fn logits_and_weights(&mut self) -> (&[f32], &[f32], f64) {
+        let total = self.fill_weights();
+        (&self.logits, &self.weights, total)
+    }
+
+    /// The candidates' logits gathered in one slice (scratch, valid until
+    /// the next call that computes weights).
+    pub(crate) fn gathered_logits(&mut self) -> &[f32] {
+        self.logits.clear();
+        self.logits.extend(self.entries.iter().map(|&(_, z)| z));
+        &self.logits
+    }
+
+    /// Gathers the logits, computes their weights into the scratch and
+    /// returns (and keeps) their sum.
+    fn fill_weights(&mut self) -> f64 {
         self.logits.clear();
         self.logits.extend(self.entries.iter().map(|&(_, z)| z));
         self.weights.clear();
@@ -431,7 +473,7 @@ impl Candidates {
             total
         });
         self.total = Some(total);
-        (&self.entries, &self.weights, total)
+        total
     }
 
     /// Makes the largest logit of the candidates the one weights are
@@ -523,6 +565,45 @@ impl BestFirst for (TokenId, f32) {
 
 /// Entries per test in the scans of [`Candidates::sort_prefix`].
 const SCAN_CHUNK: usize = 16;
+
+/// The sum of `term(a_i, b_i)` over two slices of equal length, in eight
+/// independent f64 lanes: a serial sum over a whole vocabulary waits on
+/// every addition's latency; eight lanes let the additions overlap and
+/// vectorise.
+pub(crate) fn sum_in_lanes(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0.0f64; LANES];
+    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let rest: f64 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(&x, &y)| term(x, y))
+        .sum();
+    for (a, b) in a_chunks.zip(b_chunks) {
+        for ((lane, &x), &y) in lanes.iter_mut().zip(a).zip(b) {
+            *lane += term(x, y);
+        }
+    }
+    lanes.iter().sum::<f64>() + rest
+}
+
+/// The largest of `values` (-inf for none), in eight lanes as
+/// [`sum_in_lanes`] sums.
+pub(crate) fn max_in_lanes(values: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = values.chunks_exact(8);
+    let rest = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &z| m.max(z));
+    for chunk in chunks {
+        for (lane, &z) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(z);
+        }
+    }
+    lanes.into_iter().fold(rest, f32::max)
+}
 
 /// The largest logit of `entries` (-inf for none), branch-free.
 fn max_logit(entries: &[(TokenId, f32)]) -> f32 {

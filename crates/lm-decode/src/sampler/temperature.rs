@@ -83,7 +83,9 @@ impl DynamicScale {
 
 impl CandidateFilter for DynamicScale {
     fn apply(&self, candidates: &mut Candidates) {
-        let t = self.dynamic.temperature(self.temperature.0, candidates);
+        let t = self
+            .dynamic
+            .temperature(self.temperature.value(), candidates);
         // The dynamic temperature is finite and at least 0 by construction.
         if let Ok(t) = Temperature::new(t) {
             candidates.set_temperature(t);

@@ -1,8 +1,8 @@
 //! Top-k: keep the k most probable tokens (lesson 002, "Sampling strategies").
 //!
-//! Partial selection ([`Candidates::sort_prefix`]) finds the k best in one
-//! linear scan and only those k are sorted; the vocabulary is never sorted
-//! whole.
+//! Partial selection ([`Candidates::keep_best`]) finds the k best in one
+//! linear scan and sorts only those k (or, for a large k, partitions the
+//! row once and sorts nothing); the vocabulary is never sorted whole.
 
 use super::{CandidateFilter, Candidates};
 use crate::error::{Error, Result};
@@ -34,11 +34,7 @@ impl TopK {
 
 impl CandidateFilter for TopK {
     fn apply(&self, candidates: &mut Candidates) {
-        let k = self.0.max(candidates.min_keep());
-        if k < candidates.len() {
-            candidates.sort_prefix(k);
-            candidates.truncate(k);
-        }
+        candidates.keep_best(self.0.max(candidates.min_keep()));
     }
 
     fn stage(&self) -> Stage {

@@ -16,7 +16,7 @@
 //! llama.cpp sums in f32, so a logit within about 1e-4 of the threshold may
 //! fall on the other side there.
 
-use super::{CandidateFilter, Candidates};
+use super::{CandidateFilter, Candidates, max_in_lanes, sum_in_lanes};
 use crate::error::{Error, Result};
 use crate::trace::Stage;
 
@@ -54,21 +54,15 @@ impl CandidateFilter for TopNSigma {
         if len <= 1 {
             return;
         }
-        let entries = candidates.entries();
+        let logits = candidates.gathered_logits();
+        let max = f64::from(max_in_lanes(logits));
         let count = len as f64;
-        let mean = entries.iter().map(|&(_, z)| f64::from(z)).sum::<f64>() / count;
-        let variance = entries
-            .iter()
-            .map(|&(_, z)| (f64::from(z) - mean).powi(2))
-            .sum::<f64>()
-            / count;
-        let max = entries
-            .iter()
-            .fold(f64::NEG_INFINITY, |max, &(_, z)| max.max(f64::from(z)));
+        let mean = sum_in_lanes(logits, logits, |z, _| f64::from(z)) / count;
+        let variance = sum_in_lanes(logits, logits, |z, _| (f64::from(z) - mean).powi(2)) / count;
         let threshold = max - f64::from(self.0) * variance.sqrt();
-        let n_above = entries
+        let n_above = logits
             .iter()
-            .filter(|&&(_, z)| f64::from(z) >= threshold)
+            .filter(|&&z| f64::from(z) >= threshold)
             .count();
         let min_keep = candidates.min_keep();
         if n_above >= min_keep {
