@@ -88,7 +88,12 @@ impl<'a> QuantizedInput<'a> {
     }
 }
 
-/// 32 activations quantized to signed bytes with one f32 scale.
+/// 32 activations quantized to signed bytes with one f32 scale: 40 bytes,
+/// nothing the kernels do not read for every weight block. A decode step
+/// reads the whole input once per weight row, so its size counts: with 32
+/// bytes more (per-lane sums for one AVX2 kernel) an 8192-wide input was
+/// 18 KB instead of 10, and Q4_0 decode at 1B scale ran at 21.3 tok/s
+/// instead of 24.1 (docs/performance.md, "Models at real scale").
 ///
 /// `repr(C)` keeps `d` and `sum` adjacent at the start, so the SIMD kernel
 /// loads both with one 8-byte load.
@@ -101,12 +106,6 @@ pub(crate) struct Q8Block {
     pub sum: f32,
     /// The quantized values.
     pub qs: [i8; QK],
-    /// `-16 Σ qs[4k..4k + 4]` for each `k`: the AVX2 Q5_0 kernel multiplies
-    /// unsigned weights `q_w + 16` and adds lane `k` of this to its i32 lane
-    /// `k` (the sum of those four products), which leaves exactly that
-    /// lane's `Σ q_w q_x`. Computed once per activation block here rather
-    /// than once per weight block in the kernel.
-    pub minus_16_sums: [i32; QK / 4],
 }
 
 impl Q8Block {
@@ -121,16 +120,11 @@ impl Q8Block {
             // `as` saturates and maps NaN to 0; |v * inv_d| <= 127 otherwise.
             *q = round_ties_even_small(v * inv_d) as i8;
         }
-        let mut minus_16_sums = [0i32; QK / 4];
-        for (sum, four) in minus_16_sums.iter_mut().zip(qs.chunks_exact(4)) {
-            *sum = -16 * four.iter().map(|&q| i32::from(q)).sum::<i32>();
-        }
         let isum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
         Q8Block {
             d: half::f16::from_f32(d).to_f32(),
             sum: half::f16::from_f32(d * isum as f32).to_f32(),
             qs,
-            minus_16_sums,
         }
     }
 }
@@ -276,18 +270,26 @@ mod tests {
         );
     }
 
+    /// `d = max|x| / 127` and `sum = d Σ q`, both through f16 as llama.cpp
+    /// stores them, with `q` rounded ties-to-even; and 40 bytes, the size
+    /// every decode product streams once per weight row.
     #[test]
-    fn q8_blocks_keep_minus_16_times_each_four_values_sum() {
+    fn q8_blocks_hold_the_scale_the_values_and_their_sum() {
+        assert_eq!(std::mem::size_of::<Q8Block>(), 40);
         let x: Vec<f32> = (0..QK).map(|j| (j as f32 * 0.37).sin() * 3.0).collect();
         let block = Q8Block::quantize(&x);
-        for k in 0..QK / 4 {
-            let four: i32 = (4 * k..4 * k + 4).map(|j| i32::from(block.qs[j])).sum();
-            assert_eq!(block.minus_16_sums[k], -16 * four, "lane {k}");
+        let amax = x.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+        for (&q, &v) in block.qs.iter().zip(&x) {
+            let exact = f64::from(v) * 127.0 / amax;
+            assert!((f64::from(q) - exact).abs() <= 0.5 + 1e-4, "{v}: {q}");
         }
+        let d = amax as f32 / 127.0;
+        assert_eq!(block.d, half::f16::from_f32(d).to_f32());
         let isum: i32 = block.qs.iter().map(|&q| i32::from(q)).sum();
-        assert!(isum != 0, "a block whose sums are not all zero");
-        assert_eq!(block.minus_16_sums.iter().sum::<i32>(), -16 * isum);
-        assert_eq!(Q8Block::quantize(&[0.0; QK]).minus_16_sums, [0; QK / 4]);
+        assert!(isum != 0, "a block whose sum is not zero");
+        assert_eq!(block.sum, half::f16::from_f32(d * isum as f32).to_f32());
+        let zero = Q8Block::quantize(&[0.0; QK]);
+        assert_eq!((zero.d, zero.sum, zero.qs), (0.0, 0.0, [0; QK]));
     }
 
     #[test]

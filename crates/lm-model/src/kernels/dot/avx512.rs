@@ -429,5 +429,5 @@ fn lane<const LANE: usize>(v: __m128) -> f32 {
 
 const _: () = assert!(
     std::mem::offset_of!(Q8Block, d) == 0 && std::mem::offset_of!(Q8Block, sum) == 4,
-    "d and sum are the first 8 bytes (the AVX2 Q5_0 kernel's `minus_16_sums` are not used here)"
+    "d and sum are the first 8 bytes"
 );
