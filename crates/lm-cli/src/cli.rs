@@ -338,7 +338,7 @@ impl FilterArgs {
             mirostat: self.mirostat.filter(|&n| n != 0),
             mirostat_tau: self.mirostat_ent,
             mirostat_eta: self.mirostat_lr,
-            samplers: self.samplers.clone(),
+            order: self.samplers.clone(),
             ..SamplingConfig::default()
         }
     }
@@ -1124,7 +1124,7 @@ fn parse_mirostat_tau(text: &str) -> Result<f32, String> {
 /// stages first.
 fn parse_samplers(text: &str) -> Result<SamplerOrder, String> {
     let Ok(order) = text.parse::<SamplerOrder>();
-    check_setting(|config| config.samplers = Some(order.clone()))?;
+    check_setting(|config| config.order = Some(order.clone()))?;
     Ok(order)
 }
 
@@ -1358,7 +1358,7 @@ mod tests {
             "mirostat" => ("2", "3"),
             "mirostat_tau" => ("5", "-1"),
             "mirostat_eta" => ("0.1", "-0.1"),
-            "samplers" => ("top_k;typ_p;temperature", "top_k;top_k"),
+            "order" => ("top_k;typ_p;temperature", "top_k;top_k"),
             "seed" => ("7", "x"),
             _ => return None,
         })

@@ -339,7 +339,7 @@ fn the_new_sampler_flags_reach_the_settings() {
         "dry_penalty_last_n": 16, "no_repeat_ngram_size": 3, "dynatemp_range": 0.5,
         "dynatemp_exponent": 1.5, "epsilon_cutoff": 0.0003, "eta_cutoff": 0.002,
         "mirostat": 2, "mirostat_eta": 0.2, "mirostat_tau": 4.0,
-        "samplers": ["penalties", "dry", "top_k", "temperature"],
+        "order": ["penalties", "dry", "top_k", "temperature"],
     });
     for (key, value) in expected.as_object().unwrap() {
         let got = &on[key.as_str()];

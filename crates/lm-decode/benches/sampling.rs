@@ -181,7 +181,7 @@ fn sampling_step(c: &mut Criterion) {
             new_stage(|c| {
                 c.top_k = Some(40);
                 c.top_p = Some(0.9);
-                c.samplers = Some("top_k;top_p;temperature".parse().expect("an order"));
+                c.order = Some("top_k;top_p;temperature".parse().expect("an order"));
             }),
             &model,
         ),

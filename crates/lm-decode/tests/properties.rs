@@ -224,7 +224,7 @@ prop_compose! {
             no_repeat_ngram_size: Some(no_repeat_ngram_size),
             repetition_penalty: Some(1.2),
             banned_tokens: banned,
-            samplers: Some(lm_decode::SamplerOrder::new(samplers)),
+            order: Some(lm_decode::SamplerOrder::new(samplers)),
             seed,
             ..SamplingConfig::default()
         }

@@ -284,7 +284,7 @@ fn later_stages(f: &Fields<'_>) -> Result<SamplingConfig, ApiError> {
         mirostat_eta: f.f32_in("mirostat_eta", 0.0, 1.0)?,
         epsilon_cutoff: f.f32_below_one("epsilon_cutoff")?,
         eta_cutoff: f.f32_below_one("eta_cutoff")?,
-        samplers: sampler_order(f)?,
+        order: sampler_order(f)?,
         ..SamplingConfig::default()
     })
 }
@@ -905,7 +905,7 @@ mod tests {
             "dry_penalty_last_n" => (json!(64), json!(-2)),
             "dry_sequence_breakers" => (json!(["\n", "Bob:"]), json!([""])),
             "no_repeat_ngram_size" => (json!(3), json!(-1)),
-            "samplers" => (json!("top_k;temperature"), json!("top_k;top_k")),
+            "order" => (json!("top_k;temperature"), json!("top_k;top_k")),
             "seed" => (json!(7), json!(1.5)),
             _ => return None,
         })
@@ -970,7 +970,7 @@ mod tests {
         lettered["samplers"] = json!("edkypmxt");
         let policy = completion(&lettered).unwrap().sampling.policy;
         assert_eq!(
-            policy.samplers.as_ref().map(SamplerOrder::names),
+            policy.order.as_ref().map(SamplerOrder::names),
             Some(
                 &[
                     "penalties",
@@ -999,7 +999,7 @@ mod tests {
         let order = |samplers: Value| {
             let body = json!({"prompt": "a", "top_k": 40, "min_p": 0.05, "samplers": samplers});
             let policy = completion(&body).unwrap().sampling.policy;
-            let names = policy.samplers.clone().unwrap().names().to_vec();
+            let names = policy.order.clone().unwrap().names().to_vec();
             (
                 names,
                 format!("{:?}", lm_decode::Sampler::new(&policy).unwrap()),
@@ -1067,7 +1067,7 @@ mod tests {
                 mirostat_eta: Some(0.2),
                 epsilon_cutoff: Some(3e-4),
                 eta_cutoff: Some(2e-3),
-                samplers: Some(SamplerOrder::new(["top_k", "temperature"])),
+                order: Some(SamplerOrder::new(["top_k", "temperature"])),
                 ..SamplingConfig::default()
             }
         );

@@ -256,7 +256,7 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
         ("--mirostat", config.mirostat.is_some()),
         ("--mirostat-lr", config.mirostat_eta.is_some()),
         ("--mirostat-ent", config.mirostat_tau.is_some()),
-        ("--samplers", config.samplers.is_some()),
+        ("--samplers", config.order.is_some()),
         ("--dry-multiplier", config.dry_multiplier.is_some()),
         ("--dry-base", config.dry_base.is_some()),
         ("--dry-allowed-length", config.dry_allowed_length.is_some()),

@@ -123,7 +123,7 @@ pub struct SamplingConfig {
     /// (`--samplers`): exactly the stages named run, in that order (see
     /// [`SamplerOrder`]); unset: [`SamplerOrder::DEFAULT`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub samplers: Option<SamplerOrder>,
+    pub order: Option<SamplerOrder>,
     /// HF repetition penalty (> 0; 1 is none).
     pub repetition_penalty: Option<f32>,
     /// Subtracted once from the logit of every token in the history.
@@ -173,7 +173,7 @@ impl Default for SamplingConfig {
             dry_penalty_last_n: None,
             dry_sequence_breakers: None,
             no_repeat_ngram_size: None,
-            samplers: None,
+            order: None,
             repetition_penalty: None,
             presence_penalty: None,
             frequency_penalty: None,
@@ -258,7 +258,7 @@ pub(crate) enum BreakerText<'a> {
 ///     temperature: 0.8,
 ///     top_k: Some(40),
 ///     top_p: Some(0.9),
-///     samplers: Some("top_k;top_p;temperature".parse().unwrap()),
+///     order: Some("top_k;top_p;temperature".parse().unwrap()),
 ///     ..SamplingConfig::default()
 /// };
 /// let sampler = Sampler::new(&config).unwrap();
@@ -470,7 +470,7 @@ impl SamplingConfig {
         Field::new("mirostat", "--mirostat", "mirostat"),
         Field::new("mirostat_tau", "--mirostat-ent", "mirostat_tau"),
         Field::new("mirostat_eta", "--mirostat-lr", "mirostat_eta"),
-        Field::new("samplers", "--samplers", "samplers"),
+        Field::new("order", "--samplers", "samplers"),
         Field::new("seed", "--seed", "seed"),
     ];
 
@@ -519,11 +519,11 @@ impl SamplingConfig {
     /// breakers are matched in.
     pub(crate) fn chain(&self, text: BreakerText<'_>) -> Result<Chain, InvalidSetting> {
         let temperature = checked("temperature", Temperature::new(self.temperature))?;
-        let order = match &self.samplers {
+        let order = match &self.order {
             Some(order) => order.stages(),
             None => SamplerOrder::new(SamplerOrder::DEFAULT).stages(),
         };
-        let order = checked("samplers", order)?;
+        let order = checked("order", order)?;
         let mut penalties = [
             transform(stage(
                 "repetition_penalty",
@@ -798,7 +798,7 @@ mod tests {
             dry_penalty_last_n: Some(-1),
             dry_sequence_breakers: Some(vec![]),
             no_repeat_ngram_size: Some(0),
-            samplers: Some(SamplerOrder::new(["top_k"])),
+            order: Some(SamplerOrder::new(["top_k"])),
             ..SamplingConfig::default()
         })
         .unwrap();
@@ -823,7 +823,7 @@ mod tests {
                 "dynatemp_exponent": 1.5, "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2,
                 "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3,
                 "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\n", "\n\n"],
-                "no_repeat_ngram_size": 3, "samplers": "top_k;typ_p;temperature"}"#,
+                "no_repeat_ngram_size": 3, "order": "top_k;typ_p;temperature"}"#,
         )
         .unwrap();
         assert_eq!(
@@ -857,15 +857,15 @@ mod tests {
                 dry_penalty_last_n: Some(-1),
                 dry_sequence_breakers: Some(vec!["\n".into(), "\n\n".into()]),
                 no_repeat_ngram_size: Some(3),
-                samplers: Some(SamplerOrder::new(["top_k", "typ_p", "temperature"])),
+                order: Some(SamplerOrder::new(["top_k", "typ_p", "temperature"])),
                 seed: 9,
             }
         );
         // An order is a list too, and writes as one.
         let listed: SamplingConfig =
-            serde_json::from_str(r#"{"samplers": ["top_k", "temperature"]}"#).unwrap();
+            serde_json::from_str(r#"{"order": ["top_k", "temperature"]}"#).unwrap();
         assert_eq!(
-            serde_json::to_value(&listed).unwrap()["samplers"],
+            serde_json::to_value(&listed).unwrap()["order"],
             serde_json::json!(["top_k", "temperature"])
         );
         assert!(serde_json::from_str::<SamplingConfig>(r#"{"top_q": 1}"#).is_err());
@@ -1052,7 +1052,7 @@ mod tests {
             let config = SamplingConfig {
                 temperature: 0.5,
                 top_p: Some(0.45),
-                samplers: samplers.map(|s| s.parse().unwrap()),
+                order: samplers.map(|s| s.parse().unwrap()),
                 ..SamplingConfig::default()
             };
             let mut sampler = crate::Sampler::new(&config).unwrap();
@@ -1085,11 +1085,11 @@ mod tests {
     fn an_order_refuses_unknown_repeated_and_misplaced_names() {
         let refused = |samplers: &str| {
             let config = SamplingConfig {
-                samplers: Some(samplers.parse().unwrap()),
+                order: Some(samplers.parse().unwrap()),
                 ..SamplingConfig::default()
             };
             let refused = config.validate().unwrap_err();
-            assert_eq!(refused.field, "samplers");
+            assert_eq!(refused.field, "order");
             refused.error.to_string()
         };
         assert_eq!(
@@ -1112,7 +1112,7 @@ mod tests {
             " top-k , typical , nucleus , min-p , temp ",
         ] {
             let config = SamplingConfig {
-                samplers: Some(text.parse().unwrap()),
+                order: Some(text.parse().unwrap()),
                 ..SamplingConfig::default()
             };
             assert_eq!(config.validate(), Ok(()), "{text}");
