@@ -51,6 +51,7 @@ import struct
 
 import llama_cpp
 from fixture_json import write_json
+from sampler_reference import token_array
 
 NEG_INF = float("-inf")
 STEPS = 24
@@ -114,18 +115,6 @@ def perturbed(row, step):
         h = ((i * mul + (step + 1) * step_mul) % 2**32) / 2**32
         out.append(to_f32(z + amplitude * (h - 0.5)))
     return out
-
-
-def token_array(logits, ids):
-    data = (llama_cpp.llama_token_data * len(ids))()
-    for slot, token in enumerate(ids):
-        data[slot].id = token
-        data[slot].logit = logits[token]
-        data[slot].p = 0.0
-    array = llama_cpp.llama_token_data_array(
-        data=ctypes.cast(data, ctypes.POINTER(llama_cpp.llama_token_data)),
-        size=len(ids), selected=-1, sorted=False)
-    return data, array
 
 
 class SamplerHead(ctypes.Structure):

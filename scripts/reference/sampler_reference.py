@@ -28,7 +28,7 @@ toward `min_keep`; lm-decode's filters never see masked tokens (the chain
 removes them first). So those samplers get the vector's finite entries only,
 and top-n-sigma and XTC without min_keep get the whole vector, -inf included.
 
-Only llama.cpp's outputs are written, never any of its code; no model is loaded
+Only llama.cpp's outputs are written, never any of its code; only SmolLM2's vocabulary is loaded (for DRY)
 and no network connection is opened.
 """
 
@@ -144,9 +144,8 @@ def takes_masked(name, params):
     return name == "top_n_sigma" or (name == "xtc" and params["min_keep"] == 0)
 
 
-def apply(name, params, logits):
-    """The ids llama.cpp's sampler leaves, sorted."""
-    ids = [i for i, z in enumerate(logits) if takes_masked(name, params) or z != NEG_INF]
+def token_array(logits, ids):
+    """llama.cpp's unsorted candidate array of `ids` (and the buffer it points into)."""
     data = (llama_cpp.llama_token_data * len(ids))()
     for slot, token in enumerate(ids):
         data[slot].id = token
@@ -155,6 +154,13 @@ def apply(name, params, logits):
     array = llama_cpp.llama_token_data_array(
         data=ctypes.cast(data, ctypes.POINTER(llama_cpp.llama_token_data)),
         size=len(ids), selected=-1, sorted=False)
+    return data, array
+
+
+def apply(name, params, logits):
+    """The ids llama.cpp's sampler leaves, sorted."""
+    ids = [i for i, z in enumerate(logits) if takes_masked(name, params) or z != NEG_INF]
+    _data, array = token_array(logits, ids)
     sampler = init_sampler(name, params)
     try:
         llama_cpp.llama_sampler_apply(sampler, ctypes.byref(array))

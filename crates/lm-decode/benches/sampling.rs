@@ -101,6 +101,18 @@ fn sampling_step(c: &mut Criterion) {
     };
     let model = model_logits();
     let flat = flat_logits();
+    let every_filter = new_stage(|c| {
+        *c = SamplingConfig {
+            top_n_sigma: Some(1.5),
+            top_k: Some(40),
+            typical_p: Some(0.95),
+            top_p: Some(0.9),
+            min_p: Some(0.05),
+            xtc_probability: Some(0.5),
+            min_keep: Some(2),
+            ..c.clone()
+        }
+    });
     let cases = [
         ("greedy", SamplingConfig::greedy(), &model),
         ("temperature 1", sampled(1.0, None, None, None), &model),
@@ -137,22 +149,7 @@ fn sampling_step(c: &mut Criterion) {
             new_stage(|c| c.xtc_probability = Some(0.5)),
             &model,
         ),
-        (
-            "every filter, min_keep 2",
-            new_stage(|c| {
-                *c = SamplingConfig {
-                    top_n_sigma: Some(1.5),
-                    top_k: Some(40),
-                    typical_p: Some(0.95),
-                    top_p: Some(0.9),
-                    min_p: Some(0.05),
-                    xtc_probability: Some(0.5),
-                    min_keep: Some(2),
-                    ..c.clone()
-                }
-            }),
-            &model,
-        ),
+        ("every filter, min_keep 2", every_filter.clone(), &model),
         (
             "epsilon 3e-4",
             new_stage(|c| c.epsilon_cutoff = Some(3e-4)),
@@ -187,25 +184,16 @@ fn sampling_step(c: &mut Criterion) {
         ),
         (
             "every stage, 2048-token history",
-            new_stage(|c| {
-                *c = SamplingConfig {
-                    repetition_penalty: Some(1.1),
-                    dry_multiplier: Some(0.8),
-                    no_repeat_ngram_size: Some(3),
-                    dynatemp_range: Some(0.5),
-                    top_n_sigma: Some(1.5),
-                    top_k: Some(40),
-                    typical_p: Some(0.95),
-                    top_p: Some(0.9),
-                    min_p: Some(0.05),
-                    xtc_probability: Some(0.5),
-                    epsilon_cutoff: Some(3e-4),
-                    eta_cutoff: Some(2e-3),
-                    mirostat: Some(2),
-                    min_keep: Some(2),
-                    ..c.clone()
-                }
-            }),
+            SamplingConfig {
+                repetition_penalty: Some(1.1),
+                dry_multiplier: Some(0.8),
+                no_repeat_ngram_size: Some(3),
+                dynatemp_range: Some(0.5),
+                epsilon_cutoff: Some(3e-4),
+                eta_cutoff: Some(2e-3),
+                mirostat: Some(2),
+                ..every_filter.clone()
+            },
             &model,
         ),
     ];

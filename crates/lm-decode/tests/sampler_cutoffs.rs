@@ -30,9 +30,7 @@ use lm_decode::sampler::{
 };
 use lm_decode::{Sampler, SamplingConfig};
 use proptest::prelude::*;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::PathBuf;
 
 /// Relative tolerance on a kept token's renormalised probability: our
 /// weights are f32 (`lm_core::softmax_weight`), the reference f64.
@@ -47,46 +45,14 @@ const CUTOFFS: [f32; 4] = [3e-4, 1e-3, 0.01, 0.1];
 const MIN_KEEPS: [usize; 2] = [1, 3];
 const TEMPERATURES: [f32; 2] = [1.0, 0.7];
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Every vector of the sampler fixture by name, SmolLM2's row and its
 /// masked copy included.
 fn vectors() -> BTreeMap<String, Vec<f32>> {
-    let path = workspace().join("fixtures/samplers/samplers.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let fixture: Value = serde_json::from_str(&text).unwrap();
-    let mut vectors = BTreeMap::new();
-    for vector in fixture["vectors"].as_array().unwrap() {
-        let logits = vector["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|z| z.as_f64().map_or(f32::NEG_INFINITY, |z| z as f32))
-            .collect();
-        vectors.insert(vector["name"].as_str().unwrap().to_owned(), logits);
-    }
-    let row_file = fixture["row"]["file"].as_str().unwrap();
-    assert_eq!(
-        row_file,
-        "fixtures/smollm2/chat_capital_of_france.last_logits.f32le.bin"
-    );
-    let bytes = std::fs::read(workspace().join(row_file)).unwrap();
-    let row: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    assert_eq!(row.len(), 49_152);
-    let masked: Vec<f32> = row
-        .iter()
-        .enumerate()
-        .map(|(i, &z)| if i % 5 == 0 { f32::NEG_INFINITY } else { z })
-        .collect();
-    vectors.insert("smollm2".to_owned(), row);
-    vectors.insert("smollm2_masked_every_fifth".to_owned(), masked);
-    vectors
+    crate::common::sampler_vectors().1
 }
+
+/// SmolLM2's row's name in the fixture.
+const SMOLLM2: &str = "smollm2_chat_capital_of_france";
 
 #[derive(Debug, Clone, Copy)]
 enum Rule {
@@ -288,7 +254,7 @@ fn on_smollm2_the_cutoffs_keep_the_plausible_head() {
     // 'The capital of France is' ... : the row is peaked, so at epsilon
     // 3e-4 a few dozen tokens of 49,152 stay, and eta, whose cutoff falls
     // with the entropy, keeps at least as many.
-    let row = &vectors()["smollm2"];
+    let row = &vectors()[SMOLLM2];
     let kept = |filter: Box<dyn CandidateFilter>| {
         let mut candidates = Candidates::from_logits(row, 1.0).unwrap();
         filter.apply(&mut candidates);

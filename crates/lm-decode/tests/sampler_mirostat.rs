@@ -28,12 +28,12 @@
 //! relative of llama.cpp's. (At our own temperature they may differ more:
 //! a relative error e in T moves p_i by about e |ln(p_i / p_max)|.)
 
+use crate::common::{logits_of, read_f32le, read_json};
 use lm_core::TokenId;
 use lm_decode::sampler::{Candidates, DynamicTemperature, Mirostat};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 /// Relative tolerance on a probability, a temperature, or the chosen
 /// token's probability against llama.cpp's f32 one.
@@ -66,29 +66,10 @@ const LLAMA_P_SLACK: f64 = 5e-4;
 /// bits, times eta (at most 0.5 here), plus f32 rounding.
 const MU_TOLERANCE: f64 = 5e-4;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn logits_of(value: &Value) -> Vec<f32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|z| z.as_f64().map_or(f32::NEG_INFINITY, |z| z as f32))
-        .collect()
-}
-
 /// The fixture, SmolLM2's row, and every mirostat sequence by name.
 fn load() -> (Value, Vec<f32>, BTreeMap<String, Vec<Vec<f32>>>) {
-    let path = root().join("fixtures/samplers/mirostat.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let fixture: Value = serde_json::from_str(&text).unwrap();
-    let bytes = std::fs::read(root().join(fixture["row"]["file"].as_str().unwrap())).unwrap();
-    let row: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let fixture = read_json("fixtures/samplers/mirostat.json");
+    let row = read_f32le(fixture["row"]["file"].as_str().unwrap());
     assert_eq!(row.len(), fixture["row"]["len"].as_u64().unwrap() as usize);
     let mut sequences = BTreeMap::new();
     for sequence in fixture["sequences"].as_array().unwrap() {

@@ -27,7 +27,6 @@ use lm_decode::{Sampler, SamplingConfig, TokenRng};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 /// Relative tolerance on a kept token's renormalised probability: our
 /// weights are f32 (`lm_core::softmax_weight`), the reference f64.
@@ -45,41 +44,9 @@ const SIGMA_SLACK: f64 = 1e-3;
 /// each of its probabilities is that much too high.
 const MASS_SLACK: f64 = 2e-4;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// The fixture, and every vector by name.
 fn load() -> (Value, BTreeMap<String, Vec<f32>>) {
-    let path = fixtures().join("fixtures/samplers/samplers.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let fixture: Value = serde_json::from_str(&text).unwrap();
-    let mut vectors = BTreeMap::new();
-    for vector in fixture["vectors"].as_array().unwrap() {
-        let logits = vector["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|z| z.as_f64().map_or(f32::NEG_INFINITY, |z| z as f32))
-            .collect();
-        vectors.insert(vector["name"].as_str().unwrap().to_owned(), logits);
-    }
-    let row_file = fixture["row"]["file"].as_str().unwrap();
-    let bytes = std::fs::read(fixtures().join(row_file)).unwrap();
-    let row: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    assert_eq!(row.len(), fixture["row"]["len"].as_u64().unwrap() as usize);
-    let names = fixture["row"]["vectors"].as_array().unwrap();
-    let masked: Vec<f32> = row
-        .iter()
-        .enumerate()
-        .map(|(i, &z)| if i % 5 == 0 { f32::NEG_INFINITY } else { z })
-        .collect();
-    vectors.insert(names[0].as_str().unwrap().to_owned(), row);
-    vectors.insert(names[1].as_str().unwrap().to_owned(), masked);
-    (fixture, vectors)
+    crate::common::sampler_vectors()
 }
 
 /// The stage a case names, and its `min_keep`.

@@ -6,26 +6,13 @@
 //! detokenizer DRY matches its sequence breakers in. The toy decoder
 //! needs no download; the SmolLM2 tests are ignored without it.
 
-use lm::GgufModel;
 use lm_serve::ServeConfig;
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, assert_error_message, post_body, smollm2_path};
+use crate::common::{TestServer, assert_error_message, post_body};
 
 fn toy() -> TestServer {
     TestServer::toy(ServeConfig::default())
-}
-
-fn smollm2(parallel: usize) -> TestServer {
-    let GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
-    TestServer::start(
-        decoder,
-        text,
-        ServeConfig {
-            parallel,
-            ..ServeConfig::default()
-        },
-    )
 }
 
 /// `fields` added to a completion request's body.
@@ -149,7 +136,7 @@ fn every_request_kind(s: &TestServer, prompt: &str, message: &str, fields: Value
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn dry_mirostat_and_xtc_with_a_seed_give_the_same_text_twice_on_smollm2() {
-    let s = smollm2(4);
+    let s = TestServer::smollm2(4);
     let body = completion(
         "The best thing about summer is",
         json!({"dry_multiplier": 0.8, "mirostat": 2, "xtc_probability": 0.5, "seed": 1,
@@ -167,7 +154,7 @@ fn dry_mirostat_and_xtc_with_a_seed_give_the_same_text_twice_on_smollm2() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn every_request_kind_takes_dry_on_smollm2() {
-    let s = smollm2(4);
+    let s = TestServer::smollm2(4);
     let fields = json!({"dry_multiplier": 0.8, "dry_sequence_breakers": ["\n", "Bob:"],
                         "mirostat": 2, "samplers": "penalties;dry;top_k;temperature", "seed": 3});
     every_request_kind(&s, "Once upon a time", "Name a color.", fields.clone());
@@ -185,7 +172,7 @@ fn every_request_kind_takes_dry_on_smollm2() {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn dry_changes_the_greedy_continuation_of_a_repeat_on_smollm2() {
-    let s = smollm2(2);
+    let s = TestServer::smollm2(2);
     let prompt = "1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2";
     let run = |fields: Value| {
         let mut body = completion(prompt, fields);

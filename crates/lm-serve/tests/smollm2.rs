@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use lm::GgufModel;
 use lm_decode::{GenerationConfig, SamplingConfig, generate};
-use lm_serve::{ServeConfig, ServedText};
+use lm_serve::ServedText;
 use serde_json::{Value, json};
 
 use crate::common::{TestServer, post_body, smollm2_path};
@@ -17,22 +17,10 @@ fn smollm2() -> &'static GgufModel {
     MODEL.get_or_init(|| lm::load_gguf(smollm2_path()).expect("SmolLM2 loads"))
 }
 
-fn server(parallel: usize) -> TestServer {
-    let GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
-    TestServer::start(
-        decoder,
-        text,
-        ServeConfig {
-            parallel,
-            ..ServeConfig::default()
-        },
-    )
-}
-
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn temperature_zero_equals_greedy_generate() {
-    let s = server(2);
+    let s = TestServer::smollm2(2);
     let reference = smollm2();
     for prompt in [
         "The capital of France is",
@@ -82,7 +70,7 @@ fn stream_text(addr: std::net::SocketAddr, body: &Value) -> String {
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn concurrent_streaming_chats_equal_their_solo_runs() {
-    let s = server(8);
+    let s = TestServer::smollm2(8);
     let questions = [
         "What is Rust?",
         "Name a color.",

@@ -200,3 +200,62 @@ impl Detokenize for Pieces {
         ids.iter().map(|&id| self.0[id as usize]).collect()
     }
 }
+
+/// A file of the workspace, by its path from the root.
+pub fn workspace_file(relative: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative)
+}
+
+/// A JSON fixture of the workspace.
+pub fn read_json(relative: &str) -> serde_json::Value {
+    let path = workspace_file(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A little-endian f32 file of the workspace (a logits row).
+pub fn read_f32le(relative: &str) -> Vec<f32> {
+    let bytes = std::fs::read(workspace_file(relative)).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// Logits written as a JSON array (`null` is -inf).
+pub fn logits_of(value: &serde_json::Value) -> Vec<f32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|z| z.as_f64().map_or(f32::NEG_INFINITY, |z| z as f32))
+        .collect()
+}
+
+/// The sampler fixture (`fixtures/samplers/samplers.json`) and every vector
+/// it names: the small ones, SmolLM2's 49,152-entry row, and that row with
+/// every fifth id masked (the two names its `row.vectors` gives).
+pub fn sampler_vectors() -> (
+    serde_json::Value,
+    std::collections::BTreeMap<String, Vec<f32>>,
+) {
+    let fixture = read_json("fixtures/samplers/samplers.json");
+    let mut vectors = std::collections::BTreeMap::new();
+    for vector in fixture["vectors"].as_array().unwrap() {
+        let name = vector["name"].as_str().unwrap().to_owned();
+        vectors.insert(name, logits_of(&vector["logits"]));
+    }
+    let row = read_f32le(fixture["row"]["file"].as_str().unwrap());
+    assert_eq!(row.len(), fixture["row"]["len"].as_u64().unwrap() as usize);
+    let masked: Vec<f32> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &z)| if i % 5 == 0 { f32::NEG_INFINITY } else { z })
+        .collect();
+    let names = fixture["row"]["vectors"].as_array().unwrap();
+    vectors.insert(names[0].as_str().unwrap().to_owned(), row);
+    vectors.insert(names[1].as_str().unwrap().to_owned(), masked);
+    (fixture, vectors)
+}

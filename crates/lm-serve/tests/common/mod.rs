@@ -23,6 +23,20 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// SmolLM2 served by `parallel` workers (panics naming the fetch
+    /// command when the file is missing).
+    pub fn smollm2(parallel: usize) -> Self {
+        let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
+        Self::start(
+            decoder,
+            text,
+            ServeConfig {
+                parallel,
+                ..ServeConfig::default()
+            },
+        )
+    }
+
     /// The toy model and its text side, served with `config`'s settings.
     pub fn toy(config: ServeConfig) -> Self {
         Self::start(toy_model(), ToyText, config)
