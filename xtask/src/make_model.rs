@@ -104,25 +104,28 @@ const fn llama3_scaling(factor: f64) -> Option<RopeScaling> {
 }
 
 /// The shapes the task writes.
+/// Llama 3.2 1B, which the other Llama 3 shapes vary.
+const LLAMA_3_2_1B: Shape = Shape {
+    name: "llama-3.2-1b",
+    title: "Llama 3.2 1B",
+    arch: "llama",
+    n_layer: 16,
+    n_embd: 2048,
+    n_head: 32,
+    n_kv_head: 8,
+    head_dim: 64,
+    ffn: 8192,
+    rope_base: 500_000.0,
+    rms_eps: 1e-5,
+    context: 131_072,
+    tied: true,
+    qkv_bias: false,
+    rope_scaling: llama3_scaling(32.0),
+    own_vocab: 128_256,
+};
+
 pub(crate) const SHAPES: &[Shape] = &[
-    Shape {
-        name: "llama-3.2-1b",
-        title: "Llama 3.2 1B",
-        arch: "llama",
-        n_layer: 16,
-        n_embd: 2048,
-        n_head: 32,
-        n_kv_head: 8,
-        head_dim: 64,
-        ffn: 8192,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        context: 131_072,
-        tied: true,
-        qkv_bias: false,
-        rope_scaling: llama3_scaling(32.0),
-        own_vocab: 128_256,
-    },
+    LLAMA_3_2_1B,
     Shape {
         name: "qwen-2.5-1.5b",
         title: "Qwen 2.5 1.5B",
@@ -144,38 +147,22 @@ pub(crate) const SHAPES: &[Shape] = &[
     Shape {
         name: "llama-3.2-3b",
         title: "Llama 3.2 3B",
-        arch: "llama",
         n_layer: 28,
         n_embd: 3072,
         n_head: 24,
-        n_kv_head: 8,
         head_dim: 128,
-        ffn: 8192,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        context: 131_072,
-        tied: true,
-        qkv_bias: false,
-        rope_scaling: llama3_scaling(32.0),
-        own_vocab: 128_256,
+        ..LLAMA_3_2_1B
     },
     Shape {
         name: "llama-3.1-8b",
         title: "Llama 3.1 8B",
-        arch: "llama",
         n_layer: 32,
         n_embd: 4096,
-        n_head: 32,
-        n_kv_head: 8,
         head_dim: 128,
         ffn: 14_336,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        context: 131_072,
         tied: false,
-        qkv_bias: false,
         rope_scaling: llama3_scaling(8.0),
-        own_vocab: 128_256,
+        ..LLAMA_3_2_1B
     },
 ];
 

@@ -221,12 +221,7 @@ fn every_filter_reports_its_count_under_its_own_name() {
     ];
     let report = all().arg("--no-timing").json();
     for step in report["steps"].as_array().unwrap() {
-        let counts = step["n_candidates"].as_object().unwrap();
-        let mut keys: Vec<&str> = counts.keys().map(String::as_str).collect();
-        let mut expected = names.to_vec();
-        keys.sort_unstable();
-        expected.sort_unstable();
-        assert_eq!(keys, expected, "{step}");
+        let counts = stage_counts(step, &names);
         let n: Vec<u64> = names.map(|name| counts[name].as_u64().unwrap()).to_vec();
         assert_eq!(n[..3], [7, 7, 7], "{step}");
         assert_eq!(n[4], n[3].min(6), "top-k 6: {step}");
@@ -1063,12 +1058,7 @@ fn mirostat_and_the_cutoffs_report_their_counts_and_mu() {
     let mut truncated = false;
     let mut mu = 2.0 * tau;
     for step in report["steps"].as_array().unwrap() {
-        let counts = step["n_candidates"].as_object().unwrap();
-        let mut keys: Vec<&str> = counts.keys().map(String::as_str).collect();
-        let mut expected = names.to_vec();
-        keys.sort_unstable();
-        expected.sort_unstable();
-        assert_eq!(keys, expected, "{step}");
+        let counts = stage_counts(step, &names);
         truncated |= counts["mirostat"].as_u64() < counts["eta_cutoff"].as_u64();
         let got = step["mirostat_mu"].as_f64().unwrap();
         assert!((got - mu).abs() < 1e-4, "mu {got}, expected {mu}: {step}");
@@ -1092,4 +1082,19 @@ fn mirostat_and_the_cutoffs_report_their_counts_and_mu() {
     assert!(trace.contains("\nmu: mirostat's bound"), "{trace}");
     let first = lines.next().unwrap();
     assert!(first.contains(" 3.0000  7>"), "{trace}");
+}
+
+/// A `--json` step's candidate counts, checked to name exactly the stages
+/// `names` (in any order).
+fn stage_counts<'a>(
+    step: &'a serde_json::Value,
+    names: &[&str],
+) -> &'a serde_json::Map<String, serde_json::Value> {
+    let counts = step["n_candidates"].as_object().unwrap();
+    let mut keys: Vec<&str> = counts.keys().map(String::as_str).collect();
+    let mut expected = names.to_vec();
+    keys.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(keys, expected, "{step}");
+    counts
 }
