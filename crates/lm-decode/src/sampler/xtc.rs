@@ -14,9 +14,11 @@
 //! above 0.5 never removes anything (two tokens cannot both pass it).
 //!
 //! The coin is [`Candidates::next_draw`]: in [`crate::Sampler::select`] a
-//! draw from ChaCha20 keyed by the step's `u`, so a seed replays it. With no
-//! draw ([`crate::Sampler::policy`]) the stage gives the distribution the
-//! token is drawn from, the mixture of both outcomes:
+//! draw from ChaCha20 keyed by the step's `u`, so a seed replays it.
+//! [`crate::Sampler::policy`] fixes the coin each way in turn and mixes the
+//! two branches after the whole chain (exact whatever stage follows XTC).
+//! Candidates given no draw at all (this filter used on its own) get the
+//! mixture of both outcomes here:
 //!
 //! ```text
 //! m_i = (1 - p) q_i                                  for removed i
