@@ -1,10 +1,11 @@
 //! `cargo xtask bench`: end-to-end speed of decode and prefill, ours and
 //! llama.cpp's, measured interleaved in the same run, on a machine the report
-//! names.
+//! names, with decode against the machine's memory bandwidth and peak RSS
+//! against its budget (issue 35).
 //!
 //! ```text
-//! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--contexts 512,4096]
-//!                   [--peer-python <python>] [--install-peer] [--no-peer]
+//! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--prompts 128,512]
+//!                   [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer]
 //! cargo xtask bench --serve [--clients 16] [--threads 2] [--model <gguf>]
 //! ```
 //!
@@ -22,18 +23,34 @@
 //!   `lm_decode::generate_streaming` (no end tokens, so all 128 are made),
 //!   timed from the first chosen token to the last: 128 single-token forward
 //!   passes plus 128 selections;
-//! - prefill: a 128-token prompt into an empty cache, plus the argmax of the
-//!   last row;
+//! - prefill at each prompt length (`--prompts`, 128 and 512 by default;
+//!   2,048 on request, about 40 s a run for a 1B model at one thread): the
+//!   prompt into an empty cache, plus the argmax of the last row, all
+//!   lengths in one process after one warm-up at the shortest;
 //! - each long context N (`--contexts`, 512 and 4,096 by default): an
 //!   N-token prompt prefilled into an empty cache, then 128 tokens decoded
-//!   after it, both timed, in one process;
+//!   after it, both timed, in one process (its prefill is reported only
+//!   when `--prompts` does not already measure that length);
 //! - prompts are read in pieces of [`PREFILL_PIECE`] tokens, as `lm-cli`
 //!   reads them and as llama.cpp's default micro-batch does;
-//! - one untimed warm-up (decode or the 128-token prefill) before the timed
-//!   runs; F16 KV cache.
+//! - one untimed warm-up (a decode, the shortest prefill, or a 128-token
+//!   prefill before the long contexts) before each process's timed runs;
+//!   F16 KV cache.
+//!
+//! Before the rounds, one worker measures the machine's read bandwidth at
+//! one and two threads (`bandwidth.rs`: a STREAM-like sum of a buffer of at
+//! least 1 GiB and 8x the last-level cache, best of 5 passes). Each decode
+//! figure is then also given as a share of its bound, bandwidth / bytes
+//! read per token (`footprint.rs`: every weight tensor but the token
+//! embedding table, of which one row, unless the output is tied to it;
+//! plus the KV cache the token attends to), and our peak RSS is set
+//! against issue 35's budget: 1.1 x (file size + the KV cache of the
+//! longest run, from the model's configuration and our cache's f16
+//! layout). Both come from the GGUF header, read without the weights.
 //!
 //! `xtask bench --worker --phase decode --threads 1 --model <gguf>` (phases
-//! `decode`, `prefill`, `context` with `--contexts N`) measures one phase
+//! `decode`, `prefill` with `--prompts N,M`, `context` with `--contexts N`,
+//! and `bandwidth` with `--threads 1,2` and no model) measures one phase
 //! alone, for `perf record` (docs/performance-log.md has the profile).
 //!
 //! The prompt tokens are the `history_of_computing` case of
@@ -43,22 +60,25 @@
 //! which tokens are read.
 //!
 //! llama.cpp runs through llama-cpp-python (`--peer-python`, the interpreter
-//! of a previous `--install-peer`, or none), with `--runs 1` per process; its
-//! peak RSS comes from `resource.getrusage` in a small wrapper. Each round runs
-//! ours then the peer for each model and thread count, and every figure is
-//! the median over the rounds, so load from other processes hits both sides
-//! and every model alike. With several models, a last table gives each
-//! one's speed over the first's (Q4_K_M over Q4_1 by default).
+//! of a previous `--install-peer`, or none), with `--runs 1` per process and
+//! the same prompt lengths; its peak RSS comes from `resource.getrusage` in
+//! a small wrapper. Each round runs ours then the peer for each model and
+//! thread count, and every figure is the median over the rounds, so load
+//! from other processes hits both sides and every model alike. With several
+//! models, a last table gives each one's speed over the first's (Q4_K_M
+//! over Q4_1 by default); the report itself is `report.rs`.
 //!
 //! The report names the machine (`machine.rs`): the CPU model, the
 //! instruction sets it lists, the kernel path our worker chose (and
-//! `LM_KERNEL` when set), the thread count of each row, and llama.cpp's own
-//! `llama_print_system_info()`.
+//! `LM_KERNEL` when set), the thread count of each row, llama.cpp's own
+//! `llama_print_system_info()` and the read bandwidth.
 
+mod bandwidth;
+mod footprint;
 mod machine;
+mod report;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -66,7 +86,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use lm_core::{LanguageModel, Rows, TokenId, argmax};
 use lm_decode::{GenerationConfig, SamplingConfig, generate_streaming};
-use lm_model::{Decoder, KvPrecision, Llama};
+use lm_model::{Decoder, Llama};
 use serde_json::Value;
 
 use crate::{fetch_model, project_root, reference};
@@ -74,14 +94,19 @@ use crate::{fetch_model, project_root, reference};
 pub(crate) mod flags;
 mod serve;
 
+use bandwidth::Bandwidth;
+
 use flags::{Flags, Rounds, positive_list};
 
 /// Tokens of the decode prompt (as the peer script).
 const N_DECODE_PROMPT: usize = 11;
 /// Tokens generated and timed in a decode run.
 const N_DECODE_NEW: usize = 128;
-/// Tokens of the short prefill prompt.
-const N_PREFILL: usize = 128;
+/// Tokens of the prompt that warms a process up before its timed runs,
+/// and the fewest the prompt fixture must give.
+const N_WARM_UP: usize = 128;
+/// The prefill prompt lengths measured unless `--prompts` says otherwise.
+const DEFAULT_PROMPTS: [usize; 2] = [128, 512];
 /// The long contexts measured unless `--contexts` says otherwise.
 const DEFAULT_CONTEXTS: [usize; 2] = [512, 4096];
 /// Tokens per forward pass when a prompt is read (lm-cli's prefill chunk,
@@ -105,7 +130,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 print('peak_rss_kib=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 ";
 /// The usage line printed with option errors.
-pub(crate) const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] | --speculative";
+pub(crate) const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--prompts 128,512] [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] | --speculative";
 
 /// Runs the task (or, with `--worker`, one measurement).
 pub(crate) fn run(args: &[String]) -> Result<()> {
@@ -148,6 +173,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     let peer = peer_python(&options)?;
     let worker = build_release_worker()?;
+    let bandwidth = measure_bandwidth(&worker, &options.rounds.threads)?;
     // Rounds are the outer loop, so every model sees the same drift of a
     // shared host and the models' figures compare as well as the sides do.
     let mut rows_by_model: Vec<Vec<Row>> = models
@@ -176,20 +202,30 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                     row.n_threads
                 );
                 row.ours
-                    .push(run_ours(&worker, model, row.n_threads, &options.contexts)?);
+                    .push(run_ours(&worker, model, row.n_threads, &options)?);
                 if let Some(python) = &peer {
                     row.peer
-                        .push(run_peer(python, model, row.n_threads, &options.contexts)?);
+                        .push(run_peer(python, model, row.n_threads, &options)?);
                 }
             }
         }
     }
     let mut report_text = String::new();
     for (model, rows) in models.iter().zip(&rows_by_model) {
-        report_text.push_str(&report(model, &options, peer.is_some(), rows)?);
+        report_text.push_str(&report::report(
+            model,
+            &options,
+            Some(&bandwidth),
+            peer.is_some(),
+            rows,
+        )?);
     }
     if models.len() > 1 {
-        report_text.push_str(&between_models(&models, &rows_by_model, &options.contexts)?);
+        report_text.push_str(&report::between_models(
+            &models,
+            &rows_by_model,
+            &options.metrics(),
+        )?);
     }
     print!("{report_text}");
     Ok(())
@@ -204,6 +240,8 @@ struct Options {
     rounds: Rounds,
     /// GGUF files instead of [`DEFAULT_MODELS`].
     models: Vec<PathBuf>,
+    /// Prefill prompt lengths, ascending.
+    prompts: Vec<usize>,
     /// Long-context prompt lengths.
     contexts: Vec<usize>,
     /// An interpreter that has llama-cpp-python.
@@ -212,8 +250,9 @@ struct Options {
     install_peer: bool,
     /// Measure only ours.
     no_peer: bool,
-    /// Internal: which phase the worker measures (`decode`, `prefill`,
-    /// `context` at each of `contexts`, or `serve`, the serving benchmark).
+    /// Internal: which phase the worker measures (`decode`, `prefill` at
+    /// each of `prompts`, `context` at each of `contexts`, `bandwidth` at
+    /// each thread count, or `serve`, the serving benchmark).
     phase: String,
     /// Measure lm-serve's continuous batching (`serve.rs`).
     serve: bool,
@@ -226,6 +265,7 @@ impl Options {
         let mut options = Self {
             rounds: Rounds::new(5),
             models: Vec::new(),
+            prompts: DEFAULT_PROMPTS.to_vec(),
             contexts: DEFAULT_CONTEXTS.to_vec(),
             peer_python: None,
             install_peer: false,
@@ -242,6 +282,11 @@ impl Options {
                 continue;
             }
             match flag {
+                "--prompts" => {
+                    options.prompts = positive_list(flags.value(flag)?, flag)?;
+                    options.prompts.sort_unstable();
+                    options.prompts.dedup();
+                }
                 "--contexts" => {
                     let text = flags.value(flag)?;
                     options.contexts = if text == "none" {
@@ -265,6 +310,38 @@ impl Options {
             options.rounds.threads = vec![2];
         }
         Ok(options)
+    }
+
+    /// Every metric of a run, in report order: the short decode, prefill at
+    /// each prompt length, then at each long context its prefill (unless a
+    /// prompt length already measures it) and the decode after it.
+    fn metrics(&self) -> Vec<Metric> {
+        let mut metrics = vec![Metric::Decode(N_DECODE_PROMPT)];
+        metrics.extend(self.prompts.iter().map(|&n| Metric::Prefill(n)));
+        for &n in &self.contexts {
+            if !self.prompts.contains(&n) {
+                metrics.push(Metric::Prefill(n));
+            }
+            metrics.push(Metric::Decode(n));
+        }
+        metrics
+    }
+
+    /// The most positions any measured run's cache holds: the longest
+    /// prompt, or a prompt (the decode prompt or a long context) plus the
+    /// tokens decoded after it.
+    fn longest_run(&self) -> usize {
+        let decoded = self
+            .contexts
+            .iter()
+            .chain(&[N_DECODE_PROMPT])
+            .map(|&n| n + N_DECODE_NEW + 1);
+        self.prompts
+            .iter()
+            .copied()
+            .chain(decoded)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -300,16 +377,6 @@ impl Metric {
             Metric::Decode(_) => N_DECODE_NEW,
             Metric::Prefill(n) => n,
         }
-    }
-
-    /// Every metric of a run, in report order: the short decode and
-    /// prefill, then prefill and decode at each long context.
-    fn all(contexts: &[usize]) -> Vec<Metric> {
-        let mut metrics = vec![Metric::Decode(N_DECODE_PROMPT), Metric::Prefill(N_PREFILL)];
-        for &n in contexts {
-            metrics.extend([Metric::Prefill(n), Metric::Decode(n)]);
-        }
-        metrics
     }
 }
 
@@ -374,6 +441,11 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
 /// The worker: loads the model, measures one phase after a warm-up, and
 /// prints one JSON object.
 fn run_worker(options: &Options) -> Result<()> {
+    if options.phase == "bandwidth" {
+        let bandwidth = Bandwidth::measure(&options.rounds.threads)?;
+        println!("{}", bandwidth.to_json());
+        return Ok(());
+    }
     let [n_threads] = options.rounds.threads[..] else {
         bail!(
             "--worker measures one thread count, got {:?}",
@@ -403,17 +475,19 @@ fn run_worker(options: &Options) -> Result<()> {
             seconds.insert(Metric::Decode(N_DECODE_PROMPT).key(), decode);
         }
         "prefill" => {
-            let prompt = prompt_tokens(N_PREFILL)?;
-            time_prefill(&model, &prompt)?;
-            seconds.insert(
-                Metric::Prefill(N_PREFILL).key(),
-                time_prefill(&model, &prompt)?,
-            );
+            // One warm-up at the shortest length pages the weights in.
+            if let Some(&shortest) = options.prompts.first() {
+                time_prefill(&model, &prompt_tokens(shortest)?)?;
+            }
+            for &n in &options.prompts {
+                let prompt = prompt_tokens(n)?;
+                seconds.insert(Metric::Prefill(n).key(), time_prefill(&model, &prompt)?);
+            }
         }
         "context" => {
             // The warm-up pages the weights in; a long prompt is long
             // enough to be measured once.
-            time_prefill(&model, &prompt_tokens(N_PREFILL)?)?;
+            time_prefill(&model, &prompt_tokens(N_WARM_UP)?)?;
             for &n in &options.contexts {
                 let cpu_start = cpu_seconds();
                 let mut cpu_first = f64::NAN;
@@ -429,7 +503,7 @@ fn run_worker(options: &Options) -> Result<()> {
                 seconds.insert(Metric::Decode(n).key(), decode);
             }
         }
-        other => bail!("--phase is decode, prefill or context, got `{other}`"),
+        other => bail!("--phase is decode, prefill, context or bandwidth, got `{other}`"),
     }
     println!(
         "{}",
@@ -521,9 +595,9 @@ fn prompt_tokens(n: usize) -> Result<Vec<TokenId>> {
             tokens.push(id);
         }
     }
-    if tokens.len() < N_PREFILL {
+    if tokens.len() < N_WARM_UP {
         bail!(
-            "{} gives {} tokens, the prefill needs {N_PREFILL}",
+            "{} gives {} tokens, the prompts need {N_WARM_UP}",
             path.display(),
             tokens.len()
         );
@@ -599,53 +673,50 @@ pub(crate) fn build_release_worker() -> Result<PathBuf> {
         .context("cargo reported no xtask executable")
 }
 
-/// One measurement of ours: the short decode, the short prefill and the long
+/// One measurement of ours: the short decode, the prefills and the long
 /// contexts, each in a fresh release process (so each peak RSS is that
-/// phase's alone, as in a real run).
+/// phase's alone, as in a real run). A prefill measured both at a prompt
+/// length and as a long context keeps the former's figure (taken after a
+/// warm-up at that process's shortest prompt).
 fn run_ours(
     worker: &Path,
     model: &Path,
     n_threads: usize,
-    contexts: &[usize],
+    options: &Options,
 ) -> Result<Measurement> {
-    let mut phases = vec![("decode", Vec::new()), ("prefill", Vec::new())];
-    if !contexts.is_empty() {
-        phases.push(("context", contexts.to_vec()));
+    let mut phases = vec![("decode", None)];
+    if !options.prompts.is_empty() {
+        phases.push(("prefill", Some(("--prompts", &options.prompts))));
+    }
+    if !options.contexts.is_empty() {
+        phases.push(("context", Some(("--contexts", &options.contexts))));
     }
     let mut all = Measurement::default();
-    for (phase, contexts) in phases {
-        let one = run_worker_process(worker, model, n_threads, phase, &contexts)?;
-        all.seconds.extend(one.seconds);
+    for (phase, lengths) in phases {
+        let one = run_worker_process(worker, model, n_threads, phase, lengths)?;
+        for (key, seconds) in one.seconds {
+            all.seconds.entry(key).or_insert(seconds);
+        }
         all.peak_rss_bytes = all.peak_rss_bytes.max(one.peak_rss_bytes);
         all.system = one.system;
     }
     Ok(all)
 }
 
-/// Runs the worker for one phase and reads its JSON.
+/// Runs the worker for one phase, with its prompt lengths if it takes any
+/// (`--prompts` or `--contexts` and the list), and reads its JSON.
 fn run_worker_process(
     worker: &Path,
     model: &Path,
     n_threads: usize,
     phase: &str,
-    contexts: &[usize],
+    lengths: Option<(&str, &Vec<usize>)>,
 ) -> Result<Measurement> {
-    let contexts = contexts
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let lengths = lengths.map(|(flag, lengths)| [flag.to_owned(), comma_list(lengths)]);
     let output = Command::new(worker)
         .args(["bench", "--worker", "--phase", phase])
         .args(["--threads", &n_threads.to_string()])
-        .args([
-            "--contexts",
-            if contexts.is_empty() {
-                "none"
-            } else {
-                &contexts
-            },
-        ])
+        .args(lengths.iter().flatten())
         .arg("--model")
         .arg(model)
         .stderr(Stdio::inherit())
@@ -663,6 +734,35 @@ fn run_worker_process(
         peak_rss_bytes,
         system: json["system"].as_str().unwrap_or_default().to_owned(),
     })
+}
+
+/// `1,2,3`.
+fn comma_list(values: &[usize]) -> String {
+    values
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The machine's read bandwidth at one, two and each of `row_threads`
+/// threads, measured once by a worker process (`bandwidth.rs`).
+fn measure_bandwidth(worker: &Path, row_threads: &[usize]) -> Result<Bandwidth> {
+    eprintln!("measuring the read bandwidth");
+    let output = Command::new(worker)
+        .args(["bench", "--worker", "--phase", "bandwidth"])
+        .args([
+            "--threads",
+            &comma_list(&bandwidth::thread_counts(row_threads)),
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", worker.display()))?;
+    if !output.status.success() {
+        bail!("the bandwidth worker failed ({})", output.status);
+    }
+    let json: Value = serde_json::from_slice(&output.stdout).context("bad bandwidth output")?;
+    Bandwidth::from_json(&json)
 }
 
 /// A JSON object of seconds by metric key.
@@ -716,7 +816,7 @@ fn run_peer(
     python: &Path,
     model: &Path,
     n_threads: usize,
-    contexts: &[usize],
+    options: &Options,
 ) -> Result<Measurement> {
     let output = Command::new(python)
         .args(["-c", PEER_WRAPPER])
@@ -724,8 +824,10 @@ fn run_peer(
         .arg("--model")
         .arg(model)
         .args(["--threads", &n_threads.to_string(), "--runs", "1"])
+        .arg("--prompts")
+        .args(options.prompts.iter().map(usize::to_string))
         .arg("--contexts")
-        .args(contexts.iter().map(usize::to_string))
+        .args(options.contexts.iter().map(usize::to_string))
         .output()
         .with_context(|| format!("cannot run {}", python.display()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -745,207 +847,6 @@ fn run_peer(
     })
 }
 
-/// One model's table: the machine and the date, speeds with ratios, peak RSS
-/// against the budget.
-fn report(model: &Path, options: &Options, with_peer: bool, rows: &[Row]) -> Result<String> {
-    const MB: f64 = 1e6;
-    let mut out = String::new();
-    let model_bytes = std::fs::metadata(model)
-        .with_context(|| format!("cannot stat {}", model.display()))?
-        .len();
-    let llama =
-        Llama::from_gguf(model).with_context(|| format!("cannot load {}", model.display()))?;
-    let longest = options
-        .contexts
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(N_PREFILL)
-        .max(N_DECODE_PROMPT)
-        + N_DECODE_NEW
-        + 1;
-    let kv_bytes = kv_cache_bytes(&llama, longest);
-    let kv_type = match llama.config().kv_precision {
-        KvPrecision::F16 => "f16",
-        KvPrecision::F32 => "f32",
-    };
-    let budget = (model_bytes + kv_bytes) as f64 * 1.2;
-    writeln!(
-        out,
-        "\nmodel {} ({:.1} MB); {}",
-        model.file_name().unwrap_or_default().to_string_lossy(),
-        model_bytes as f64 / MB,
-        utc_date(),
-    )?;
-    let ours_system = rows
-        .iter()
-        .map(|r| r.ours.system.as_str())
-        .find(|s| !s.is_empty());
-    let peer_system = rows
-        .iter()
-        .map(|r| r.peer.system.as_str())
-        .find(|s| !s.is_empty());
-    out.push_str(&machine::describe(
-        ours_system,
-        peer_system.filter(|_| with_peer),
-    ));
-    writeln!(
-        out,
-        "median of {} interleaved rounds; decode: {N_DECODE_NEW} tokens after the prompt; prefill: the prompt into an empty cache, read in pieces of {PREFILL_PIECE}\n",
-        options.rounds.runs
-    )?;
-    writeln!(
-        out,
-        "| threads | phase   | prompt | lm tok/s | llama.cpp tok/s | ratio |"
-    )?;
-    writeln!(
-        out,
-        "|--------:|---------|-------:|---------:|----------------:|------:|"
-    )?;
-    for row in rows {
-        for metric in Metric::all(&options.contexts) {
-            let (ours, peer) = (row.ours.tok_per_s(metric), row.peer.tok_per_s(metric));
-            let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
-            let ratio = ours
-                .zip(peer)
-                .map_or("-".to_owned(), |(a, b)| format!("{:.2}x", a / b));
-            let (phase, prompt) = metric.phase_and_prompt();
-            writeln!(
-                out,
-                "| {} | {phase:<7} | {prompt} | {} | {} | {ratio} |",
-                row.n_threads,
-                cell(ours),
-                cell(peer)
-            )?;
-        }
-    }
-    let ours_rss = rows.iter().filter_map(|r| r.ours.max_rss_bytes()).max();
-    let peer_rss = rows.iter().filter_map(|r| r.peer.max_rss_bytes()).max();
-    if let Some(rss) = ours_rss {
-        writeln!(
-            out,
-            "\npeak RSS: lm {:.1} MB (budget {:.1} MB = 1.2 x (model {:.1} MB + KV cache {:.1} MB, {kv_type}, {} positions allocated); {})",
-            rss as f64 / MB,
-            budget / MB,
-            model_bytes as f64 / MB,
-            kv_bytes as f64 / MB,
-            kv_positions(longest),
-            if (rss as f64) <= budget {
-                "within"
-            } else {
-                "OVER"
-            }
-        )?;
-    }
-    if let Some(rss) = peer_rss.filter(|_| with_peer) {
-        writeln!(
-            out,
-            "peak RSS: llama.cpp {:.1} MB (python process with numpy and llama-cpp-python)",
-            rss as f64 / MB
-        )?;
-    }
-    Ok(out)
-}
-
-/// Each model's speed over the first model's, ours and llama.cpp's, at each
-/// thread count and metric: the median over rounds of the ratio within a
-/// round (the models of a round run back to back, so a host's slow drift
-/// cancels; issue 12 asks Q4_K_M decode within 10% of Q4_1's).
-fn between_models(models: &[PathBuf], rows: &[Vec<Row>], contexts: &[usize]) -> Result<String> {
-    let name = |model: &PathBuf| {
-        model
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned()
-    };
-    let mut out = String::new();
-    writeln!(
-        out,
-        "\nspeed over {} (median of each round's ratio)\n",
-        name(&models[0])
-    )?;
-    writeln!(out, "| model | threads | phase | prompt | lm | llama.cpp |")?;
-    writeln!(out, "|---|--:|---|--:|--:|--:|")?;
-    for (model, model_rows) in models.iter().zip(rows).skip(1) {
-        for (base, row) in rows[0].iter().zip(model_rows) {
-            for metric in Metric::all(contexts) {
-                let cell = |base: &Samples, other: &Samples| {
-                    speed_ratio(base, other, metric).map_or("-".to_owned(), |r| format!("{r:.2}x"))
-                };
-                let (phase, prompt) = metric.phase_and_prompt();
-                writeln!(
-                    out,
-                    "| {} | {} | {phase} | {prompt} | {} | {} |",
-                    name(model),
-                    row.n_threads,
-                    cell(&base.ours, &row.ours),
-                    cell(&base.peer, &row.peer),
-                )?;
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The median over rounds of `other`'s speed over `base`'s at `metric`
-/// (round `r` of one against round `r` of the other).
-fn speed_ratio(base: &Samples, other: &Samples, metric: Metric) -> Option<f64> {
-    let key = metric.key();
-    let ratios: Vec<f64> = base
-        .seconds
-        .get(&key)?
-        .iter()
-        .zip(other.seconds.get(&key)?)
-        .map(|(base, other)| base / other)
-        .collect();
-    median(&ratios)
-}
-
-/// Bytes of our KV cache holding `n_positions` (allocated in chunks of
-/// `lm_model::KV_CHUNK_LEN` positions, f16 or f32 values
-/// as the model's KV precision says), as a fresh state reports them after
-/// reserving those positions.
-fn kv_cache_bytes(model: &Decoder, n_positions: usize) -> u64 {
-    let mut state = model.new_state();
-    state.reserve(n_positions);
-    state.cache().allocated_bytes() as u64
-}
-
-/// Positions the cache allocates to hold `n_positions` (whole chunks).
-fn kv_positions(n_positions: usize) -> usize {
-    let chunk = lm_model::KV_CHUNK_LEN;
-    n_positions.div_ceil(chunk) * chunk
-}
-
-/// Today's date in UTC as `YYYY-MM-DD`.
-fn utc_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    date_of_unix_seconds(secs)
-}
-
-/// The UTC date `YYYY-MM-DD` of a Unix time (civil-from-days, proleptic Gregorian).
-fn date_of_unix_seconds(secs: u64) -> String {
-    let days = (secs / 86_400) as i64 + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -955,36 +856,6 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[]), None);
-    }
-
-    #[test]
-    fn model_speed_ratios_pair_rounds_and_take_the_median() {
-        let samples = |seconds: &[f64]| {
-            let mut samples = Samples::default();
-            for &s in seconds {
-                samples.push(Measurement {
-                    seconds: BTreeMap::from([(Metric::Decode(11).key(), s)]),
-                    ..Measurement::default()
-                });
-            }
-            samples
-        };
-        // Rounds drift 4x; within each round the other model takes 1.25x
-        // the time of the base, except an outlier round.
-        let base = samples(&[1.0, 2.0, 4.0, 4.0, 1.0]);
-        let other = samples(&[1.25, 2.5, 5.0, 1.0, 1.25]);
-        let ratio = speed_ratio(&base, &other, Metric::Decode(11)).unwrap();
-        assert!((ratio - 0.8).abs() < 1e-12, "{ratio}");
-        assert_eq!(speed_ratio(&base, &other, Metric::Prefill(128)), None);
-    }
-
-    #[test]
-    fn dates_of_known_unix_times() {
-        assert_eq!(date_of_unix_seconds(0), "1970-01-01");
-        // 2000-02-29T00:00:00Z, a leap day in a year divisible by 400.
-        assert_eq!(date_of_unix_seconds(951_782_400), "2000-02-29");
-        assert_eq!(date_of_unix_seconds(951_782_400 + 86_399), "2000-02-29");
-        assert_eq!(date_of_unix_seconds(1_735_689_600), "2025-01-01");
     }
 
     fn args(list: &[&str]) -> Vec<String> {
@@ -1016,8 +887,9 @@ mod tests {
     }
 
     #[test]
-    fn contexts_and_models_parse() {
+    fn prompts_contexts_and_models_parse() {
         let defaults = Options::parse(&[]).unwrap();
+        assert_eq!(defaults.prompts, [128, 512]);
         assert_eq!(defaults.contexts, [512, 4096]);
         assert!(defaults.models.is_empty());
         let options = Options::parse(&args(&[
@@ -1037,37 +909,56 @@ mod tests {
         let none = Options::parse(&args(&["--contexts", "none"])).unwrap();
         assert!(none.contexts.is_empty());
         assert!(Options::parse(&args(&["--contexts", "0"])).is_err());
+        let prompts = Options::parse(&args(&["--prompts", "2048,128,512,128"])).unwrap();
+        assert_eq!(prompts.prompts, [128, 512, 2048]);
+        assert!(Options::parse(&args(&["--prompts", "128,0"])).is_err());
+        assert!(Options::parse(&args(&["--prompts", "none"])).is_err());
     }
 
     #[test]
     fn metrics_in_report_order_with_their_token_counts() {
-        let metrics = Metric::all(&[512]);
+        let options = Options::parse(&args(&["--contexts", "512,4096"])).unwrap();
+        let metrics = options.metrics();
         assert_eq!(
             metrics,
             [
                 Metric::Decode(11),
                 Metric::Prefill(128),
                 Metric::Prefill(512),
-                Metric::Decode(512)
+                Metric::Decode(512),
+                Metric::Prefill(4096),
+                Metric::Decode(4096)
             ]
         );
         let keys: Vec<String> = metrics.iter().map(|m| m.key()).collect();
         assert_eq!(
             keys,
-            ["decode@11", "prefill@128", "prefill@512", "decode@512"]
+            [
+                "decode@11",
+                "prefill@128",
+                "prefill@512",
+                "decode@512",
+                "prefill@4096",
+                "decode@4096"
+            ]
         );
         let tokens: Vec<usize> = metrics.iter().map(|m| m.n_tokens()).collect();
-        assert_eq!(tokens, [128, 128, 512, 128]);
+        assert_eq!(tokens, [128, 128, 512, 128, 4096, 128]);
+        // The cache of the 4,096-token context and its 129 chosen tokens.
+        assert_eq!(options.longest_run(), 4096 + 129);
+        let short = Options::parse(&args(&["--prompts", "2048", "--contexts", "none"])).unwrap();
+        assert_eq!(short.longest_run(), 2048);
+        assert_eq!(short.metrics(), [Metric::Decode(11), Metric::Prefill(2048)]);
     }
 
     #[test]
     fn prompts_repeat_the_fixture_to_any_length() {
-        let tokens = prompt_tokens(N_PREFILL).unwrap();
-        assert_eq!(tokens.len(), N_PREFILL);
+        let tokens = prompt_tokens(128).unwrap();
+        assert_eq!(tokens.len(), 128);
         // "The history of computing": llama.cpp's ids in the fixture.
         assert_eq!(tokens[..4], [504, 1463, 282, 7867]);
         let long = prompt_tokens(4096).unwrap();
         assert_eq!(long.len(), 4096);
-        assert_eq!(long[..N_PREFILL], tokens[..]);
+        assert_eq!(long[..128], tokens[..]);
     }
 }

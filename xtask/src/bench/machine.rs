@@ -1,8 +1,9 @@
 //! What the bench report says about the machine: the CPU model, the
-//! instruction sets it lists, our kernel path and llama.cpp's own
-//! `llama_print_system_info()`, so a ratio is never read without the
-//! hardware and the code paths that produced it.
+//! instruction sets it lists, our kernel path, llama.cpp's own
+//! `llama_print_system_info()` and the measured read bandwidth, so a ratio
+//! is never read without the hardware and the code paths that produced it.
 
+use super::bandwidth::Bandwidth;
 use crate::reference;
 
 /// The x86 instruction sets the report lists when the CPU has them, in
@@ -41,8 +42,13 @@ pub(super) fn our_kernel() -> String {
 }
 
 /// The report's machine lines: CPU, instruction sets, our kernel path
-/// (`ours`, from a worker) and llama.cpp's system info (`peer`).
-pub(super) fn describe(ours: Option<&str>, peer: Option<&str>) -> String {
+/// (`ours`, from a worker), llama.cpp's system info (`peer`) and the read
+/// bandwidth.
+pub(super) fn describe(
+    ours: Option<&str>,
+    peer: Option<&str>,
+    bandwidth: Option<&Bandwidth>,
+) -> String {
     let flags = reference::cpu_flags();
     let mut text = format!("CPU: {}\n", cpu_model());
     text.push_str(&format!(
@@ -55,6 +61,10 @@ pub(super) fn describe(ours: Option<&str>, peer: Option<&str>) -> String {
     ));
     if let Some(peer) = peer {
         text.push_str(&format!("llama.cpp system_info: {peer}\n"));
+    }
+    if let Some(bandwidth) = bandwidth {
+        text.push_str(&bandwidth.line());
+        text.push('\n');
     }
     text
 }

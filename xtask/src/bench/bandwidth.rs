@@ -1,0 +1,302 @@
+//! The machine's read bandwidth, as STREAM measures it (McCalpin's STREAM
+//! benchmark, here only its read half): the sum of a buffer several times
+//! the last-level cache, read once per pass by one or more threads, the best
+//! of a few passes. Decode reads every weight once per token, so this rate
+//! over the model's bytes per token is the bound decode is reported against
+//! (issue 35).
+//!
+//! ```text
+//! buffer: max(1 GiB, 8 x L3) of u64 words, written first (so every page
+//!         is backed by its own memory, not the shared zero page)
+//! pass:   t threads, each sums a contiguous 1/t of it, 16 u64 lanes at a
+//!         time (128 bytes: two cache lines; the loop compiles to packed
+//!         adds of 16-byte loads at x86-64's baseline, eight independent
+//!         accumulators), timed from a common start to the last join
+//! figure: bytes / seconds of the fastest of PASSES passes
+//! ```
+//!
+//! The kernel is safe Rust (xtask forbids `unsafe`, so no runtime-chosen
+//! AVX path): 16-byte loads already ask for several times more than DRAM
+//! delivers to one core, so the figure is the memory's, not the loop's.
+
+use std::sync::Barrier;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// Passes per thread count; the best is reported.
+const PASSES: usize = 5;
+/// The buffer's smallest size: 1 GiB.
+const MIN_BUFFER_BYTES: usize = 1 << 30;
+/// The buffer's largest size, whatever the cache reports: 4 GiB.
+const MAX_BUFFER_BYTES: usize = 4 << 30;
+/// Buffer bytes per byte of last-level cache.
+const CACHE_MULTIPLE: usize = 8;
+/// u64 words summed per step, each into its own lane.
+const LANES: usize = 16;
+
+/// Read bandwidth in bytes per second at each measured thread count.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Bandwidth {
+    /// `(threads, bytes per second)`, by thread count.
+    pub(super) by_threads: Vec<(usize, f64)>,
+    /// The buffer's size.
+    pub(super) buffer_bytes: usize,
+}
+
+impl Bandwidth {
+    /// Measures at each of `thread_counts` (the best of [`PASSES`] passes
+    /// over one buffer).
+    pub(super) fn measure(thread_counts: &[usize]) -> Result<Self> {
+        let n_bytes = buffer_bytes(last_level_cache_bytes());
+        let words: Vec<u64> = (0..n_bytes / 8).map(|i| i as u64).collect();
+        let mut by_threads = Vec::new();
+        for &n_threads in thread_counts {
+            let mut best = f64::INFINITY;
+            for _ in 0..PASSES {
+                let (seconds, sum) = timed_pass(&words, n_threads)?;
+                // Checked, so no pass can be optimised away.
+                if sum != sum_below(words.len() as u64) {
+                    bail!("the bandwidth pass summed {sum}, not the sum of its words");
+                }
+                best = best.min(seconds);
+            }
+            by_threads.push((n_threads, n_bytes as f64 / best));
+        }
+        Ok(Self {
+            by_threads,
+            buffer_bytes: n_bytes,
+        })
+    }
+
+    /// Bytes per second at `n_threads`, if measured.
+    pub(super) fn at(&self, n_threads: usize) -> Option<f64> {
+        self.by_threads
+            .iter()
+            .find(|&&(n, _)| n == n_threads)
+            .map(|&(_, rate)| rate)
+    }
+
+    /// `read bandwidth: X GB/s (1 thread), Y GB/s (2 threads)`.
+    pub(super) fn line(&self) -> String {
+        let figures: Vec<String> = self
+            .by_threads
+            .iter()
+            .map(|&(n, rate)| {
+                let unit = if n == 1 { "thread" } else { "threads" };
+                format!("{:.1} GB/s ({n} {unit})", rate / 1e9)
+            })
+            .collect();
+        format!(
+            "read bandwidth: {} (sum of a {:.0} MiB buffer, best of {PASSES} passes)",
+            figures.join(", "),
+            self.buffer_bytes as f64 / f64::from(1 << 20)
+        )
+    }
+
+    /// The worker's JSON: `{"read_bytes_per_s": {"1": 3.1e10, ...}}`.
+    pub(super) fn to_json(&self) -> Value {
+        let rates: serde_json::Map<String, Value> = self
+            .by_threads
+            .iter()
+            .map(|&(n, rate)| (n.to_string(), Value::from(rate)))
+            .collect();
+        serde_json::json!({ "read_bytes_per_s": rates, "buffer_bytes": self.buffer_bytes })
+    }
+
+    /// Reads [`Bandwidth::to_json`]'s output.
+    pub(super) fn from_json(json: &Value) -> Result<Self> {
+        let rates = json["read_bytes_per_s"]
+            .as_object()
+            .with_context(|| format!("bandwidth output lacks `read_bytes_per_s`: {json}"))?;
+        let mut by_threads = rates
+            .iter()
+            .map(|(n, rate)| {
+                let n: usize = n
+                    .parse()
+                    .with_context(|| format!("bad thread count `{n}`"))?;
+                let rate = rate
+                    .as_f64()
+                    .filter(|rate| rate.is_finite() && *rate > 0.0)
+                    .with_context(|| format!("bad rate {rate} at {n} threads"))?;
+                Ok((n, rate))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        by_threads.sort_by_key(|&(n, _)| n);
+        let buffer_bytes = json["buffer_bytes"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .with_context(|| format!("bandwidth output lacks `buffer_bytes`: {json}"))?;
+        Ok(Self {
+            by_threads,
+            buffer_bytes,
+        })
+    }
+}
+
+/// The thread counts the bandwidth is measured at: one, two and every count
+/// the rows use, ascending.
+pub(super) fn thread_counts(row_threads: &[usize]) -> Vec<usize> {
+    let mut counts = vec![1, 2];
+    counts.extend_from_slice(row_threads);
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
+/// One pass: `n_threads` threads (fewer for a buffer of fewer words) each
+/// sum a contiguous share of `words` after a common start; the seconds from
+/// that start to the last join, and the wrapping sum of all the words.
+fn timed_pass(words: &[u64], n_threads: usize) -> Result<(f64, u64)> {
+    let share = words.len().div_ceil(n_threads.max(1)).max(1);
+    let start_line = Barrier::new(words.len().div_ceil(share) + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = words
+            .chunks(share)
+            .map(|part| {
+                let start_line = &start_line;
+                scope.spawn(move || {
+                    start_line.wait();
+                    sum_words(part)
+                })
+            })
+            .collect();
+        start_line.wait();
+        let start = Instant::now();
+        let mut total = 0u64;
+        for handle in handles {
+            let sum = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("a bandwidth thread panicked"))?;
+            total = total.wrapping_add(sum);
+        }
+        Ok((start.elapsed().as_secs_f64(), total))
+    })
+}
+
+/// `0 + 1 + ... + (n - 1)`, wrapping as [`sum_words`] does.
+fn sum_below(n: u64) -> u64 {
+    if n.is_multiple_of(2) {
+        (n / 2).wrapping_mul(n.wrapping_sub(1))
+    } else {
+        n.wrapping_mul((n - 1) / 2)
+    }
+}
+
+/// The wrapping sum of `words`, [`LANES`] lanes at a time: independent
+/// lane sums let the compiler keep several vector adds in flight and read
+/// the buffer with packed loads.
+#[inline(never)]
+fn sum_words(words: &[u64]) -> u64 {
+    let mut lanes = [0u64; LANES];
+    let chunks = words.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &word) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.wrapping_add(word);
+        }
+    }
+    lanes
+        .iter()
+        .chain(rest)
+        .fold(0, |sum, &word| sum.wrapping_add(word))
+}
+
+/// The buffer's size for a last-level cache of `cache_bytes`:
+/// [`CACHE_MULTIPLE`] times it, at least [`MIN_BUFFER_BYTES`], at most
+/// [`MAX_BUFFER_BYTES`], a whole number of lane groups.
+fn buffer_bytes(cache_bytes: Option<usize>) -> usize {
+    let bytes = cache_bytes
+        .map_or(0, |c| c.saturating_mul(CACHE_MULTIPLE))
+        .clamp(MIN_BUFFER_BYTES, MAX_BUFFER_BYTES);
+    bytes / (8 * LANES) * (8 * LANES)
+}
+
+/// The size of CPU 0's highest-level cache, from
+/// `/sys/devices/system/cpu/cpu0/cache/index*/` (Linux; `None` elsewhere).
+fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|entry| {
+        let path = entry.ok()?.path();
+        let level: u32 = std::fs::read_to_string(path.join("level"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let size = parse_cache_size(&std::fs::read_to_string(path.join("size")).ok()?)?;
+        Some((level, size))
+    })
+    .max()
+    .map(|(_, size)| size)
+}
+
+/// A sysfs cache size (`32768K`, `1M`, `512`) in bytes.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, multiplier) = match text.chars().last()? {
+        'K' => (&text[..text.len() - 1], 1 << 10),
+        'M' => (&text[..text.len() - 1], 1 << 20),
+        'G' => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(multiplier)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_sums_equal_a_plain_sum_at_every_remainder() {
+        for len in [0, 1, 15, 16, 17, 100, 1000] {
+            let words: Vec<u64> = (0..len).map(|i| u64::MAX - 3 * i).collect();
+            let plain = words.iter().fold(0u64, |s, &w| s.wrapping_add(w));
+            assert_eq!(sum_words(&words), plain, "len {len}");
+        }
+    }
+
+    #[test]
+    fn a_pass_splits_the_buffer_among_threads_and_sums_all_of_it() {
+        let words: Vec<u64> = (0..1001).collect();
+        for n_threads in [1, 2, 3, 7] {
+            let (seconds, sum) = timed_pass(&words, n_threads).unwrap();
+            assert_eq!(sum, 1000 * 1001 / 2);
+            assert!(seconds >= 0.0);
+        }
+        assert_eq!(timed_pass(&words[..2], 3).unwrap().1, 1);
+        assert_eq!(sum_below(1001), 1000 * 1001 / 2);
+        assert_eq!(sum_below(1 << 40), (1u64 << 39).wrapping_mul((1 << 40) - 1));
+    }
+
+    #[test]
+    fn buffer_is_eight_caches_within_its_bounds() {
+        assert_eq!(buffer_bytes(None), 1 << 30);
+        assert_eq!(buffer_bytes(Some(32 << 20)), 1 << 30);
+        assert_eq!(buffer_bytes(Some(256 << 20)), 2 << 30);
+        assert_eq!(buffer_bytes(Some(usize::MAX)), 4 << 30);
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("lots"), None);
+    }
+
+    #[test]
+    fn json_round_trips_and_names_thread_counts_in_order() {
+        let bandwidth = Bandwidth {
+            by_threads: vec![(1, 3.5e10), (2, 5.25e10)],
+            buffer_bytes: 1 << 30,
+        };
+        let back = Bandwidth::from_json(&bandwidth.to_json()).unwrap();
+        assert_eq!(back, bandwidth);
+        assert_eq!(back.at(2), Some(5.25e10));
+        assert_eq!(back.at(4), None);
+        assert_eq!(
+            back.line(),
+            "read bandwidth: 35.0 GB/s (1 thread), 52.5 GB/s (2 threads) (sum of a 1024 MiB buffer, best of 5 passes)"
+        );
+        let bad = serde_json::json!({ "read_bytes_per_s": { "1": -1.0 }, "buffer_bytes": 8 });
+        assert!(Bandwidth::from_json(&bad).is_err());
+        assert_eq!(thread_counts(&[4, 1]), [1, 2, 4]);
+    }
+}
