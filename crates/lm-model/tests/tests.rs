@@ -26,5 +26,6 @@ mod ngram_generate;
 mod ngram_kneser_ney;
 mod ngram_score;
 mod quant_kernels;
+mod quantize;
 mod toy;
 mod transformer;

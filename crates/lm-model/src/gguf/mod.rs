@@ -37,6 +37,7 @@ mod error;
 mod metadata;
 mod summary;
 mod tensor;
+mod writer;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -51,6 +52,7 @@ pub use error::GgufError;
 pub use metadata::MetadataValue;
 pub use summary::Summary;
 pub use tensor::{TensorInfo, TensorView};
+pub use writer::{GgufWriter, SourceError, WriteError};
 
 /// The four bytes every GGUF file starts with.
 pub const MAGIC: [u8; 4] = *b"GGUF";

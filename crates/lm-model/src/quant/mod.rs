@@ -16,11 +16,13 @@ pub(crate) mod block_k;
 
 mod ggml_type;
 mod matrix;
+mod quantize;
 
 pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel};
 pub(crate) use ggml_type::UnsupportedType;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;
+pub use quantize::QuantizeError;
 
 /// Bad input to a quant routine: every variant carries the offending values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,366 @@
+//! Quantization of f32 rows into GGML blocks, bit for bit as ggml's
+//! reference quantizers write them (`quantize_row_q8_0_ref`,
+//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref` in
+//! ggml/src/ggml-quants.c), which is what `llama-quantize` runs for these
+//! types when no importance matrix is given.
+//!
+//! Per block of 32 values `x` (layouts in the `block` module):
+//!
+//! ```text
+//! Q8_0  d = max|x| / 127                 q = round(x / d)             (half away from zero)
+//! Q4_0  d = m / -8, m the x of largest |x|  q = min(15, trunc(x / d + 8.5))
+//! Q5_0  d = m / -16                      q = min(31, trunc(x / d + 16.5))
+//! Q4_1  d = (max - min) / 15, m = min    q = min(15, trunc((x - min) / d + 0.5))
+//! Q5_1  d = (max - min) / 31, m = min    q = trunc((x - min) / d + 0.5), its low 5 bits
+//! ```
+//!
+//! "x / d" is `x * (1 / d)` in f32 (0 when `d` is 0), `d` and `m` are stored
+//! as f16 rounded to nearest even, and the quantized values are computed from
+//! the unrounded f32 `d`: each step is ggml's, in its order, so the bytes
+//! match. The float types are plain conversions (F16 and BF16 rounded to
+//! nearest even, as ggml's row converters). Inputs must be finite: ggml's
+//! results for NaN or infinity depend on undefined float-to-int casts.
+
+use half::{bf16, f16};
+
+use super::block::QK;
+use super::{GgmlType, NonFinite, QuantError};
+
+/// Why [`GgmlType::quantize_row`] refused its input.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantizeError {
+    /// A type this crate can read but not (yet) write.
+    #[error("cannot quantize to {ty}; quantizable types: {}", quantizable_names())]
+    Unsupported {
+        /// The requested type.
+        ty: GgmlType,
+    },
+    /// A row that is not a whole number of blocks, or an output buffer of
+    /// the wrong size.
+    #[error(transparent)]
+    Shape(#[from] QuantError),
+    /// A NaN or infinite input value.
+    #[error("value {index} of the row is {value}: only finite values can be quantized")]
+    NonFinite {
+        /// Its index in the row.
+        index: usize,
+        /// What it is.
+        value: NonFinite,
+    },
+}
+
+/// The types [`GgmlType::quantize_row`] writes.
+const QUANTIZABLE: [GgmlType; 8] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
+
+fn quantizable_names() -> String {
+    QUANTIZABLE
+        .iter()
+        .map(|ty| ty.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl GgmlType {
+    /// Whether [`GgmlType::quantize_row`] can write this type: the float
+    /// types, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1.
+    pub fn can_quantize(self) -> bool {
+        QUANTIZABLE.contains(&self)
+    }
+
+    /// Quantizes the f32 row `src` into `dst`, which must be exactly
+    /// `self.row_bytes(src.len())` bytes, with ggml's reference algorithm
+    /// (see the `quantize` module docs): the blocks equal `llama-quantize`'s
+    /// byte for byte.
+    ///
+    /// ```
+    /// use lm_model::GgmlType;
+    /// let row: Vec<f32> = (0..32).map(|i| i as f32 - 8.0).collect();
+    /// let mut block = vec![0u8; 34];
+    /// GgmlType::Q8_0.quantize_row(&row, &mut block).unwrap();
+    /// // d = 23 / 127 as f16; the largest value maps to 127.
+    /// assert_eq!(block[33] as i8, 127);
+    /// assert_eq!(block[2] as i8, -44); // round(-8 * 127 / 23)
+    /// ```
+    pub fn quantize_row(self, src: &[f32], dst: &mut [u8]) -> Result<(), QuantizeError> {
+        if !self.can_quantize() {
+            return Err(QuantizeError::Unsupported { ty: self });
+        }
+        let expected = self.row_bytes(src.len())?;
+        if dst.len() != expected {
+            return Err(QuantError::DataLength {
+                ty: self,
+                n_rows: 1,
+                n_cols: src.len(),
+                expected,
+                actual: dst.len(),
+            }
+            .into());
+        }
+        if let Some(index) = src.iter().position(|v| !v.is_finite()) {
+            return Err(QuantizeError::NonFinite {
+                index,
+                value: NonFinite::of(src[index]),
+            });
+        }
+        match self {
+            GgmlType::F32 => {
+                for (v, out) in src.iter().zip(dst.chunks_exact_mut(4)) {
+                    out.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            GgmlType::F16 => {
+                for (&v, out) in src.iter().zip(dst.chunks_exact_mut(2)) {
+                    out.copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+            GgmlType::BF16 => {
+                for (&v, out) in src.iter().zip(dst.chunks_exact_mut(2)) {
+                    out.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
+                }
+            }
+            _ => {
+                let quantize_block = match self {
+                    GgmlType::Q8_0 => quantize_q8_0,
+                    GgmlType::Q4_0 => quantize_q4_0,
+                    GgmlType::Q4_1 => quantize_q4_1,
+                    GgmlType::Q5_0 => quantize_q5_0,
+                    _ => quantize_q5_1,
+                };
+                let blocks = dst.chunks_exact_mut(self.block_bytes());
+                for (x, block) in src.chunks_exact(QK).zip(blocks) {
+                    let x: &[f32; QK] = x.try_into().map_err(|_| QuantError::ShapeMismatch {
+                        what: "block",
+                        expected: QK,
+                        actual: x.len(),
+                    })?;
+                    quantize_block(x, block);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `v` as a little-endian f16 (rounded to nearest even) at `out[0..2]`.
+#[inline(always)]
+fn put_f16(out: &mut [u8], v: f32) {
+    out[..2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+}
+
+/// `1 / d`, or 0 when `d` is 0 (ggml's `d ? 1.0f/d : 0.0f`).
+#[inline(always)]
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 { 1.0 / d } else { 0.0 }
+}
+
+/// The value of largest magnitude, the first of equals (ggml's `max` beside
+/// `amax`, updated only on a strictly larger `|x|`).
+#[inline(always)]
+fn signed_absmax(x: &[f32; QK]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+/// The smallest and largest value, from ggml's starting points `FLT_MAX`
+/// and `-FLT_MAX`.
+#[inline(always)]
+fn min_max(x: &[f32; QK]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+/// C's float-to-`int8_t` conversion (truncation toward zero) for values in
+/// range, which is all ggml's expressions produce for finite input.
+#[inline(always)]
+fn trunc_i8(v: f32) -> i8 {
+    v as i8
+}
+
+/// Q8_0: `| d: f16 | 32 x i8 |`.
+fn quantize_q8_0(x: &[f32; QK], block: &mut [u8]) {
+    let amax = x.iter().fold(0.0f32, |acc, v| acc.max(v.abs()));
+    let d = amax / 127.0;
+    let id = inverse(d);
+    put_f16(block, d);
+    for (q, &v) in block[2..2 + QK].iter_mut().zip(x) {
+        *q = ((v * id).round() as i8) as u8;
+    }
+}
+
+/// Q4_0: `| d: f16 | 16 bytes of nibbles |`, element `j` low, `j + 16` high.
+fn quantize_q4_0(x: &[f32; QK], block: &mut [u8]) {
+    let d = signed_absmax(x) / -8.0;
+    let id = inverse(d);
+    put_f16(block, d);
+    let level = |v: f32| trunc_i8(v * id + 8.5).min(15) as u8;
+    for j in 0..QK / 2 {
+        block[2 + j] = level(x[j]) | (level(x[j + QK / 2]) << 4);
+    }
+}
+
+/// Q4_1: `| d: f16 | m: f16 | 16 bytes of nibbles |`.
+fn quantize_q4_1(x: &[f32; QK], block: &mut [u8]) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 15.0;
+    let id = inverse(d);
+    put_f16(block, d);
+    put_f16(&mut block[2..], min);
+    let level = |v: f32| trunc_i8((v - min) * id + 0.5).min(15) as u8;
+    for j in 0..QK / 2 {
+        block[4 + j] = level(x[j]) | (level(x[j + QK / 2]) << 4);
+    }
+}
+
+/// Q5_0: `| d: f16 | qh: u32 | 16 bytes of low nibbles |`.
+fn quantize_q5_0(x: &[f32; QK], block: &mut [u8]) {
+    let d = signed_absmax(x) / -16.0;
+    let id = inverse(d);
+    put_f16(block, d);
+    pack_five_bits(x, &mut block[2..22], |v| {
+        trunc_i8(v * id + 16.5).min(31) as u8
+    });
+}
+
+/// Q5_1: `| d: f16 | m: f16 | qh: u32 | 16 bytes of low nibbles |`. ggml
+/// casts to `uint8_t` without a bound here: a value that rounds to 32 keeps
+/// its low five bits (0), as there.
+fn quantize_q5_1(x: &[f32; QK], block: &mut [u8]) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 31.0;
+    let id = inverse(d);
+    put_f16(block, d);
+    put_f16(&mut block[2..], min);
+    pack_five_bits(x, &mut block[4..24], |v| ((v - min) * id + 0.5) as u8);
+}
+
+/// Packs the 5-bit levels of `x` as Q5's `qh` (bit `j` is element `j`'s
+/// fifth bit) followed by 16 bytes of low nibbles.
+#[inline(always)]
+fn pack_five_bits(x: &[f32; QK], out: &mut [u8], level: impl Fn(f32) -> u8) {
+    let mut qh = 0u32;
+    for j in 0..QK / 2 {
+        let (lo, hi) = (level(x[j]), level(x[j + QK / 2]));
+        out[4 + j] = (lo & 0x0F) | ((hi & 0x0F) << 4);
+        qh |= u32::from((lo & 0x10) >> 4) << j;
+        qh |= u32::from((hi & 0x10) >> 4) << (j + QK / 2);
+    }
+    out[..4].copy_from_slice(&qh.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::block::{dequantize_row, min_offset, read_f16};
+
+    /// A row with outliers, deterministic.
+    fn row(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                let v = (state % 20_001) as f32 / 10_000.0 - 1.0;
+                if i % 37 == 5 { v * 40.0 } else { v }
+            })
+            .collect()
+    }
+
+    /// Every quantized type dequantizes back within a step of each block (the
+    /// step is the block's `d`; half a step but where Q4_0 and Q5_0 clamp
+    /// the value opposite the largest, one level short).
+    #[test]
+    fn round_trip_within_a_step() {
+        let x = row(32 * 64, 7);
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ] {
+            let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
+            ty.quantize_row(&x, &mut bytes).unwrap();
+            let mut back = vec![0f32; x.len()];
+            dequantize_row(ty, &bytes, &mut back);
+            for (b, (xs, ys)) in bytes
+                .chunks_exact(ty.block_bytes())
+                .zip(x.chunks_exact(QK).zip(back.chunks_exact(QK)))
+            {
+                let d = f16::from_le_bytes([b[0], b[1]]).to_f32().abs();
+                let m = min_offset(ty).map_or(0.0, |offset| read_f16(&b[offset..]));
+                // Half a step, plus the f16 rounding of d (times up to 31
+                // levels) and of m; a whole step where Q4_0 and Q5_0 clamp.
+                let half_step = 0.52 * d + m.abs() / 1024.0;
+                let bound = match ty {
+                    GgmlType::Q4_0 | GgmlType::Q5_0 => 2.0 * half_step,
+                    _ => half_step,
+                };
+                for (&a, &y) in xs.iter().zip(ys) {
+                    assert!((a - y).abs() <= bound, "{ty}: {a} -> {y} (d {d}, m {m})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_block_and_errors() {
+        let zeros = [0.0f32; 32];
+        let mut block = [0xAAu8; 18];
+        GgmlType::Q4_0.quantize_row(&zeros, &mut block).unwrap();
+        assert_eq!(block[..2], [0, 0x80]); // d = 0 / -8 = -0.0, as in ggml
+        assert!(block[2..].iter().all(|&b| b == 0x88));
+        let error = GgmlType::Q4_K.quantize_row(&zeros, &mut [0u8; 144]);
+        assert!(matches!(
+            error,
+            Err(QuantizeError::Unsupported { ty: GgmlType::Q4_K })
+        ));
+        let error = GgmlType::Q4_0
+            .quantize_row(&zeros, &mut [0u8; 17])
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "a 1 x 32 q4_0 matrix takes 18 bytes, got 17"
+        );
+        let error = GgmlType::Q4_0
+            .quantize_row(&zeros[..31], &mut block)
+            .unwrap_err();
+        assert!(error.to_string().contains("multiple of 32"), "{error}");
+        let mut bad = zeros;
+        bad[3] = f32::NAN;
+        let error = GgmlType::Q8_0
+            .quantize_row(&bad, &mut [0u8; 34])
+            .unwrap_err();
+        assert_eq!(
+            error,
+            QuantizeError::NonFinite {
+                index: 3,
+                value: NonFinite::NaN
+            }
+        );
+    }
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Write a small seeded F16 llama GGUF and llama.cpp's quantizations of it to
+Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: fixtures/quantize/.
+
+Run by hand with the reference Python (llama-cpp-python 0.3.36, gguf 0.19.0,
+numpy):
+
+    target/reference-venv/bin/python scripts/reference/quantize_reference.py \
+        --out fixtures/quantize
+
+It writes:
+- input.f16.gguf: a one-layer llama (tokenizer model "none"; llama.cpp's
+  quantizer reads only the hyperparameters) whose 2-D weights are F16 drawn
+  from numpy's PCG64 with SEED, with outliers (one value in 29 scaled by 40),
+  an all-zero row, a constant row and a row whose largest positive and
+  negative values tie in magnitude; norms are F32;
+- TYPE.gguf for each type: `llama_cpp.llama_model_quantize` of input.f16.gguf
+  with that file type, one thread (F16 values widen to f32 exactly, so a
+  quantizer given the same f32 rows must write the same blocks);
+- manifest.json: the seed, the versions and each output's tensor types.
+
+F16 keeps the files small (under 200 KB in all). The script opens no network
+connection and writes only llama.cpp's outputs, never any of its code.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import numpy as np
+
+import gguf
+import llama_cpp
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+SEED = 20261205
+VOCAB = 32
+N_EMBD = 64
+N_HEAD = 2
+N_KV_HEAD = 1
+HEAD_DIM = 32
+FFN = 96
+# llama.h's file types.
+FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9}
+
+
+def write_input(path, rng):
+    def matrix(n_out, n_in):
+        m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+        outliers = rng.random((n_out, n_in)) < 1.0 / 29.0
+        m[outliers] *= 40.0
+        return m.astype(np.float16)
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(1)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_KV_HEAD)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_tokenizer_model("none")
+    w.add_vocab_size(VOCAB)
+    w.add_file_type(1)  # mostly F16
+
+    embd = matrix(VOCAB, N_EMBD)
+    embd[0] = 0.0
+    embd[1] = 0.5
+    embd[2] = rng.standard_normal(N_EMBD).astype(np.float16) * 0.1
+    embd[2, 3], embd[2, 7] = 1.25, -1.25  # a tie of |max| in the first block
+    embd[2, 40], embd[2, 35] = -2.0, 2.0  # and one with the negative first
+    w.add_tensor("token_embd.weight", embd)  # tied: no output.weight
+    w.add_tensor("output_norm.weight", (1.0 + 0.2 * rng.standard_normal(N_EMBD)).astype(np.float32))
+    p = "blk.0."
+    w.add_tensor(p + "attn_norm.weight", (1.0 + 0.2 * rng.standard_normal(N_EMBD)).astype(np.float32))
+    w.add_tensor(p + "attn_q.weight", matrix(N_HEAD * HEAD_DIM, N_EMBD))
+    w.add_tensor(p + "attn_k.weight", matrix(N_KV_HEAD * HEAD_DIM, N_EMBD))
+    w.add_tensor(p + "attn_v.weight", matrix(N_KV_HEAD * HEAD_DIM, N_EMBD))
+    w.add_tensor(p + "attn_output.weight", matrix(N_EMBD, N_HEAD * HEAD_DIM))
+    w.add_tensor(p + "ffn_norm.weight", (1.0 + 0.2 * rng.standard_normal(N_EMBD)).astype(np.float32))
+    w.add_tensor(p + "ffn_gate.weight", matrix(FFN, N_EMBD))
+    w.add_tensor(p + "ffn_up.weight", matrix(FFN, N_EMBD))
+    w.add_tensor(p + "ffn_down.weight", matrix(N_EMBD, FFN))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize(src, dst, ftype):
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.nthread = 1
+    params.ftype = ftype
+    params.allow_requantize = True
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
+    if rc != 0:
+        sys.exit(f"llama_model_quantize {src} -> {dst} failed: {rc}")
+
+
+def tensor_types(path):
+    reader = gguf.GGUFReader(path)
+    return {t.name: t.tensor_type.name for t in reader.tensors}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
+        sys.exit(f"need llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}, found {llama_cpp.__version__}")
+    os.makedirs(args.out, exist_ok=True)
+    src = os.path.join(args.out, "input.f16.gguf")
+    write_input(src, np.random.default_rng(SEED))
+    manifest = {
+        "llama_cpp_python": llama_cpp.__version__,
+        "seed": SEED,
+        "input": "input.f16.gguf",
+        "outputs": {},
+    }
+    for name, ftype in FTYPES.items():
+        dst = os.path.join(args.out, f"{name}.gguf")
+        quantize(src, dst, ftype)
+        manifest["outputs"][name] = {"file": f"{name}.gguf", "ftype": ftype, "tensor_types": tensor_types(dst)}
+        print(f"{name}: {os.path.getsize(dst)} bytes")
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
