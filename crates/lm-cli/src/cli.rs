@@ -72,6 +72,9 @@ pub enum Command {
     /// Train a count (n-gram) model on a text corpus and write it as an ARPA file.
     #[command(after_help = TRAIN_HELP)]
     Train(TrainArgs),
+    /// Quantize a GGUF model to another type (llama-quantize's rules and blocks).
+    #[command(after_help = crate::commands::quantize::QUANTIZE_HELP)]
+    Quantize(crate::commands::quantize::QuantizeArgs),
     /// Talk with a chat model, turn by turn (the model's own chat template).
     #[command(after_help = CHAT_HELP)]
     Chat(Box<ChatArgs>),

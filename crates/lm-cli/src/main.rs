@@ -71,6 +71,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(args) => commands::generate::run(*args),
         Command::Probs(args) => commands::probs::run(args),
         Command::Score(args) => commands::score::run(args),
+        Command::Quantize(args) => commands::quantize::run(args),
         Command::Enumerate(args) => commands::enumerate::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Train(args) => commands::train::run(args),

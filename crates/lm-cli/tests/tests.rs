@@ -14,6 +14,7 @@ mod interrupt;
 mod kernel_paths;
 mod output_files;
 mod probs;
+mod quantize;
 mod readme;
 mod run_behaviour;
 mod score;

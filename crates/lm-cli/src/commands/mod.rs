@@ -5,6 +5,7 @@ pub mod completions;
 pub mod enumerate;
 pub mod generate;
 pub mod probs;
+pub mod quantize;
 pub mod score;
 pub mod serve;
 pub mod tokenize;

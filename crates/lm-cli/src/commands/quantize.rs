@@ -1,0 +1,433 @@
+//! `lm-cli quantize IN OUT TYPE`: requantize a GGUF model, as llama.cpp's
+//! `llama-quantize` does.
+//!
+//! Every tensor llama.cpp would quantize (src/llama-quant.cpp,
+//! `tensor_allows_quantization`: a weight of two or more dimensions that is
+//! not a norm, an expert router, a position or token-type embedding, ...) is
+//! dequantized to f32 row by row and quantized to TYPE with ggml's reference
+//! algorithm (`GgmlType::quantize_row`: the same blocks as llama-quantize's).
+//! The others are copied as they are. The output tensor (or the token
+//! embedding when the output is tied to it) follows llama.cpp's rule for
+//! it: Q6_K when its rows are a multiple of 256, else Q8_0; this crate
+//! cannot write Q6_K yet, so such a tensor keeps its input type (said in
+//! the summary). A tensor already of its target type is copied, as
+//! llama.cpp does. The metadata is copied, with `general.file_type` and
+//! `general.quantization_version` set and the split keys removed.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use lm_model::{GgmlType, GgufFile, GgufWriter, MetadataValue, QuantizeError, TensorInfo};
+use rayon::prelude::*;
+
+use crate::commands::configure_threads;
+
+/// `lm-cli quantize`.
+#[derive(Debug, Clone, Args)]
+pub struct QuantizeArgs {
+    /// The GGUF model to read (any type this program reads).
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// The GGUF file to write (replaced only once complete; never IN).
+    #[arg(value_name = "OUT")]
+    pub output: PathBuf,
+    /// The type of the quantized weights.
+    #[arg(value_name = "TYPE", ignore_case = true)]
+    pub ty: QuantType,
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<u64>,
+}
+
+/// The help's examples and rules.
+pub const QUANTIZE_HELP: &str = "\
+EXAMPLES:
+  lm-cli quantize SmolLM2-135M-Instruct.Q8_0.gguf smollm2-q4_0.gguf q4_0
+  lm-cli quantize model-f16.gguf model-q8_0.gguf Q8_0 --threads 2
+
+WHAT IS QUANTIZED (llama.cpp's rules, src/llama-quant.cpp):
+  weights of two or more dimensions, but norms, expert routers (ffn_gate_inp),
+  position and token-type embeddings: to TYPE, with ggml's reference algorithm
+  (the same bytes as llama-quantize's for q8_0, q4_0, q4_1, q5_0, q5_1).
+  1-D tensors and norms are copied as they are (F32 stays F32).
+  output.weight (or token_embd.weight when the output is tied to it): Q8_0 when
+  TYPE is q8_0 or its rows are not a multiple of 256, else llama-quantize makes
+  it Q6_K, which this program cannot write yet: it keeps its input type.
+  A tensor already of its target type is copied.";
+
+/// The file types `lm-cli quantize` writes, with llama.cpp's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuantType {
+    /// 8-bit, blocks of 32 (llama.cpp's Q8_0).
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// 4-bit with a scale, blocks of 32.
+    #[value(name = "q4_0")]
+    Q4_0,
+    /// 4-bit with a scale and a minimum, blocks of 32.
+    #[value(name = "q4_1")]
+    Q4_1,
+    /// 5-bit with a scale, blocks of 32.
+    #[value(name = "q5_0")]
+    Q5_0,
+    /// 5-bit with a scale and a minimum, blocks of 32.
+    #[value(name = "q5_1")]
+    Q5_1,
+    /// Half precision.
+    #[value(name = "f16")]
+    F16,
+    /// bfloat16.
+    #[value(name = "bf16")]
+    Bf16,
+    /// Single precision.
+    #[value(name = "f32")]
+    F32,
+}
+
+impl QuantType {
+    /// The tensor type and llama.cpp's file type id (`llama_ftype`).
+    fn types(self) -> (GgmlType, u32) {
+        match self {
+            QuantType::Q8_0 => (GgmlType::Q8_0, 7),
+            QuantType::Q4_0 => (GgmlType::Q4_0, 2),
+            QuantType::Q4_1 => (GgmlType::Q4_1, 3),
+            QuantType::Q5_0 => (GgmlType::Q5_0, 8),
+            QuantType::Q5_1 => (GgmlType::Q5_1, 9),
+            QuantType::F16 => (GgmlType::F16, 1),
+            QuantType::Bf16 => (GgmlType::BF16, 32),
+            QuantType::F32 => (GgmlType::F32, 0),
+        }
+    }
+}
+
+/// ggml's `GGML_QNT_VERSION`, written as `general.quantization_version`.
+const QUANTIZATION_VERSION: u32 = 2;
+
+/// What happens to one tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Copied as it is: not a tensor llama.cpp quantizes.
+    Keep,
+    /// Copied: already of its target type.
+    Same,
+    /// Dequantized and quantized to this type.
+    Quantize(GgmlType),
+    /// Copied: llama.cpp would make it this type, which cannot be written.
+    Unwritable(GgmlType),
+}
+
+/// Runs `lm-cli quantize`.
+pub fn run(args: QuantizeArgs) -> Result<()> {
+    configure_threads(args.threads)?;
+    refuse_same_file(&args.input, &args.output)?;
+    let input =
+        GgufFile::map(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
+    let (default_type, file_type) = args.ty.types();
+    let has_output = input.tensors().iter().any(|t| t.name == "output.weight");
+    // llama.cpp's order (its loader's `weight_name_comparer`): tensors
+    // outside the blocks first, then block by block, by name within each.
+    let mut tensors: Vec<&TensorInfo> = input.tensors().iter().collect();
+    tensors.sort_by_cached_key(|t| (layer_of(&t.name), t.name.clone()));
+    let plans = tensors
+        .iter()
+        .map(|info| plan(info, default_type, has_output))
+        .collect::<Result<Vec<_>>>()?;
+
+    let mut writer = GgufWriter::new();
+    for (key, value) in input.metadata() {
+        writer.set(key, value.clone());
+    }
+    // ggml's gguf_set_val moves a key it sets to the end: these two last.
+    let set_last = ["general.quantization_version", "general.file_type"];
+    for key in ["split.no", "split.count", "split.tensors.count"]
+        .iter()
+        .chain(&set_last)
+    {
+        writer.remove(key);
+    }
+    writer.set(
+        "general.quantization_version",
+        MetadataValue::U32(QUANTIZATION_VERSION),
+    );
+    writer.set("general.file_type", MetadataValue::U32(file_type));
+    for (info, plan) in tensors.iter().zip(&plans) {
+        let ty = match *plan {
+            Plan::Quantize(ty) => ty,
+            _ => info.ggml_type,
+        };
+        writer.add_tensor(&info.name, &info.dims, ty)?;
+    }
+    writer
+        .write(&args.output, |idx, out_info| {
+            let view = input.tensor(&out_info.name)?;
+            match plans[idx] {
+                Plan::Quantize(ty) => Ok(requantize(&view.matrix()?, ty)?),
+                _ => Ok(view.data.to_vec()),
+            }
+        })
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    print_summary(&tensors, &plans, writer.tensors(), &args.output);
+    Ok(())
+}
+
+/// Refuses OUT when it is IN (the same file by device and inode, whatever
+/// the paths): IN is mapped while OUT is written.
+fn refuse_same_file(input: &Path, output: &Path) -> Result<()> {
+    let same = match (std::fs::metadata(input), std::fs::metadata(output)) {
+        (Ok(i), Ok(o)) => i.dev() == o.dev() && i.ino() == o.ino(),
+        _ => false,
+    };
+    if same || input == output {
+        bail!(
+            "the output {} is the input {}: write to another file",
+            output.display(),
+            input.display()
+        );
+    }
+    Ok(())
+}
+
+/// llama.cpp's `tensor_allows_quantization` for the architectures this
+/// program reads: a weight of two or more dimensions that is not a norm,
+/// an expert router or a position / token-type embedding.
+fn allows_quantization(info: &TensorInfo) -> bool {
+    const EXCLUDED: [&str; 7] = [
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "attn_rel_b.weight",
+    ];
+    // ggml_n_dims: the dimensions up to the last one above 1.
+    let n_dims = info.dims.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1);
+    n_dims >= 2
+        && info.name.ends_with("weight")
+        && !EXCLUDED.iter().any(|part| info.name.contains(part))
+        && info.name != "position_embd.weight"
+        && info.name != "token_types.weight"
+}
+
+/// What llama.cpp would do with `info` for a file of `default_type`
+/// (`llama_tensor_get_type` with no overrides and no importance matrix).
+fn plan(info: &TensorInfo, default_type: GgmlType, has_output: bool) -> Result<Plan> {
+    if !allows_quantization(info) {
+        return Ok(Plan::Keep);
+    }
+    let n_cols = info.n_cols();
+    let mut target = default_type;
+    let is_output =
+        info.name == "output.weight" || (!has_output && info.name == "token_embd.weight");
+    if default_type.is_quantized() {
+        if is_output {
+            target = if !n_cols.is_multiple_of(default_type.block_size())
+                || default_type == GgmlType::Q8_0
+            {
+                GgmlType::Q8_0
+            } else {
+                GgmlType::Q6_K
+            };
+        }
+        // llama.cpp's fallback for rows its type cannot hold.
+        if !n_cols.is_multiple_of(target.block_size()) {
+            target = match target {
+                GgmlType::Q6_K => GgmlType::Q8_0,
+                _ => bail!(
+                    "{}: rows of {n_cols} are not a multiple of {} (required for {target}; llama.cpp has no fallback either)",
+                    info.name,
+                    target.block_size()
+                ),
+            };
+            if !n_cols.is_multiple_of(target.block_size()) {
+                target = GgmlType::F16;
+            }
+        }
+    }
+    Ok(if target == info.ggml_type {
+        Plan::Same
+    } else if target.can_quantize() {
+        Plan::Quantize(target)
+    } else {
+        Plan::Unwritable(target)
+    })
+}
+
+/// The rows of `matrix` dequantized to f32 and quantized to `ty`, in
+/// parallel (each row alone, so the bytes do not depend on the threads).
+fn requantize(matrix: &lm_model::QMatrix<'_>, ty: GgmlType) -> Result<Vec<u8>> {
+    let n_cols = matrix.n_cols();
+    let row_bytes = ty.row_bytes(n_cols)?;
+    let mut out = vec![0u8; row_bytes * matrix.n_rows()];
+    out.par_chunks_mut(row_bytes)
+        .enumerate()
+        .try_for_each_init(
+            || vec![0f32; n_cols],
+            |row, (idx, dst)| -> Result<(), QuantizeError> {
+                matrix.dequantize_row(idx, row)?;
+                ty.quantize_row(row, dst)
+            },
+        )?;
+    Ok(out)
+}
+
+/// One line per kind of tensor (its name with the layer number as `*`):
+/// how many, their types in and out, and what was done; then the sizes.
+fn print_summary(inputs: &[&TensorInfo], plans: &[Plan], outputs: &[TensorInfo], path: &Path) {
+    let mut kinds: BTreeMap<(String, String), (usize, GgmlType, GgmlType, Plan)> = BTreeMap::new();
+    for ((info, plan), out) in inputs.iter().zip(plans).zip(outputs) {
+        let kind = kind_of(&info.name);
+        let key = (kind, format!("{}{}", info.ggml_type, out.ggml_type));
+        let entry = kinds
+            .entry(key)
+            .or_insert((0, info.ggml_type, out.ggml_type, *plan));
+        entry.0 += 1;
+    }
+    for ((kind, _), (count, from, to, plan)) in &kinds {
+        let what = match plan {
+            Plan::Keep => "copied (not quantized by llama.cpp's rules)".to_string(),
+            Plan::Same => "copied (already the target type)".to_string(),
+            Plan::Quantize(_) => "quantized".to_string(),
+            Plan::Unwritable(ty) => {
+                format!("copied (llama-quantize makes it {ty}, which cannot be written yet)")
+            }
+        };
+        println!("{kind:<28} {count:>4} x {from:>5} -> {to:<5} {what}");
+    }
+    let size_in: usize = inputs.iter().map(|i| i.n_bytes).sum();
+    let size_out: usize = outputs.iter().map(|i| i.n_bytes).sum();
+    println!(
+        "wrote {}: {} tensors, {} -> {} of weights",
+        path.display(),
+        outputs.len(),
+        megabytes(size_in),
+        megabytes(size_out)
+    );
+}
+
+/// `n_bytes` in MB, or KB below one MB.
+fn megabytes(n_bytes: usize) -> String {
+    if n_bytes < 1_000_000 {
+        format!("{:.1} KB", n_bytes as f64 / 1e3)
+    } else {
+        format!("{:.1} MB", n_bytes as f64 / 1e6)
+    }
+}
+
+/// The block number of `blk.N.*` names, -1 for the others (sorted first).
+fn layer_of(name: &str) -> i64 {
+    name.strip_prefix("blk.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
+}
+
+/// `blk.12.attn_q.weight` -> `blk.*.attn_q.weight`.
+fn kind_of(name: &str) -> String {
+    name.split('.')
+        .map(|part| {
+            if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+                "*"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, dims: &[usize], ty: GgmlType) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            dims: dims.to_vec(),
+            ggml_type: ty,
+            offset: 0,
+            n_bytes: 0,
+        }
+    }
+
+    /// llama.cpp's choices (src/llama-quant.cpp) for the tensors of a llama
+    /// file quantized to Q4_0 and Q8_0.
+    #[test]
+    fn plans_follow_llama_cpp() {
+        let q4 = |name: &str, dims: &[usize], ty, has_output| {
+            plan(&info(name, dims, ty), GgmlType::Q4_0, has_output).unwrap()
+        };
+        let f16 = GgmlType::F16;
+        assert_eq!(
+            q4("blk.0.attn_q.weight", &[2048, 2048], f16, true),
+            Plan::Quantize(GgmlType::Q4_0)
+        );
+        assert_eq!(
+            q4("blk.0.attn_norm.weight", &[2048], GgmlType::F32, true),
+            Plan::Keep
+        );
+        assert_eq!(
+            q4("blk.0.attn_q_norm.weight", &[64, 1], GgmlType::F32, true),
+            Plan::Keep
+        );
+        assert_eq!(
+            q4("blk.0.ffn_gate_inp.weight", &[64, 8], f16, true),
+            Plan::Keep
+        );
+        assert_eq!(q4("blk.0.attn_q.bias", &[64, 2], f16, true), Plan::Keep);
+        // The output (or the tied embedding): Q6_K where rows are a multiple of 256.
+        assert_eq!(
+            q4("output.weight", &[2048, 32000], f16, true),
+            Plan::Unwritable(GgmlType::Q6_K)
+        );
+        assert_eq!(
+            q4("token_embd.weight", &[2048, 32000], f16, true),
+            Plan::Quantize(GgmlType::Q4_0)
+        );
+        assert_eq!(
+            q4("token_embd.weight", &[2048, 32000], f16, false),
+            Plan::Unwritable(GgmlType::Q6_K)
+        );
+        assert_eq!(
+            q4("token_embd.weight", &[576, 49152], f16, false),
+            Plan::Quantize(GgmlType::Q8_0)
+        );
+        assert_eq!(
+            q4("token_embd.weight", &[576, 49152], GgmlType::Q8_0, false),
+            Plan::Same
+        );
+        assert!(
+            plan(
+                &info("blk.0.ffn_down.weight", &[40, 8], f16),
+                GgmlType::Q4_0,
+                true
+            )
+            .is_err()
+        );
+        let q8 = plan(
+            &info("output.weight", &[2048, 32000], f16),
+            GgmlType::Q8_0,
+            true,
+        )
+        .unwrap();
+        assert_eq!(q8, Plan::Quantize(GgmlType::Q8_0));
+        let f = plan(
+            &info("output.weight", &[2048, 32000], f16),
+            GgmlType::F32,
+            true,
+        )
+        .unwrap();
+        assert_eq!(f, Plan::Quantize(GgmlType::F32));
+    }
+
+    #[test]
+    fn kinds_and_layers() {
+        assert_eq!(kind_of("blk.12.attn_q.weight"), "blk.*.attn_q.weight");
+        assert_eq!(kind_of("output.weight"), "output.weight");
+        assert_eq!(layer_of("blk.12.attn_q.weight"), 12);
+        assert_eq!(layer_of("token_embd.weight"), -1);
+    }
+}
