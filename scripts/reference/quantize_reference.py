@@ -17,6 +17,11 @@ It writes:
 - TYPE.gguf for each type: `llama_cpp.llama_model_quantize` of input.f16.gguf
   with that file type, one thread (F16 values widen to f32 exactly, so a
   quantizer given the same f32 rows must write the same blocks);
+- input-k.f16.gguf: a second one with rows of 256 (K-quant super-blocks):
+  untied token_embd and output.weight of 8 rows, attn_q of 8 rows, and an
+  ffn_down with rows of 32 (which Q6_K cannot hold: llama.cpp falls back to
+  Q8_0); q6_k.gguf is its Q6_K file, q4_0-k.gguf its Q4_0 file (where
+  llama.cpp makes output.weight Q6_K);
 - manifest.json: the seed, the versions and each output's tensor types.
 
 F16 keeps the files small (under 200 KB in all). The script opens no network
@@ -91,6 +96,41 @@ def write_input(path, rng):
     w.close()
 
 
+def write_k_input(path, rng):
+    """Rows of 256 with outliers, one all-zero row, and a row whose first
+    group of 16 is below ggml's GROUP_MAX_EPS."""
+    def matrix(n_out, n_in):
+        m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+        m[rng.random((n_out, n_in)) < 1.0 / 29.0] *= 40.0
+        return m.astype(np.float16)
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(256)
+    w.add_block_count(1)
+    w.add_feed_forward_length(32)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("none")
+    w.add_vocab_size(8)
+    w.add_file_type(1)
+    embd = matrix(8, 256)
+    embd[0] = 0.0
+    embd[1, :16] = 0.0
+    w.add_tensor("token_embd.weight", embd)
+    w.add_tensor("output_norm.weight", np.ones(256, dtype=np.float32))
+    w.add_tensor("output.weight", matrix(8, 256))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(256, dtype=np.float32))
+    w.add_tensor("blk.0.attn_q.weight", matrix(8, 256))
+    w.add_tensor("blk.0.ffn_down.weight", matrix(16, 32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def quantize(src, dst, ftype):
     params = llama_cpp.llama_model_quantize_default_params()
     params.nthread = 1
@@ -125,6 +165,15 @@ def main():
         dst = os.path.join(args.out, f"{name}.gguf")
         quantize(src, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "ftype": ftype, "tensor_types": tensor_types(dst)}
+        print(f"{name}: {os.path.getsize(dst)} bytes")
+    src_k = os.path.join(args.out, "input-k.f16.gguf")
+    write_k_input(src_k, np.random.default_rng(SEED + 1))
+    manifest["input_k"] = "input-k.f16.gguf"
+    for name, ftype in {"q6_k": 18, "q4_0-k": 2}.items():
+        dst = os.path.join(args.out, f"{name}.gguf")
+        quantize(src_k, dst, ftype)
+        manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",
+                                     "ftype": ftype, "tensor_types": tensor_types(dst)}
         print(f"{name}: {os.path.getsize(dst)} bytes")
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)

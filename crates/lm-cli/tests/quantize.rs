@@ -1,5 +1,5 @@
 //! `lm-cli quantize` against llama.cpp's `llama_model_quantize`: the same
-//! file byte for byte (fixtures/quantize/, written by
+//! file byte for byte (fixtures/quantize/, Q8_0 to Q6_K, written by
 //! scripts/reference/quantize_reference.py, and SmolLM2 Q8_0 requantized to
 //! Q4_0 by llama.cpp during the test), llama.cpp's greedy ids on our Q4_0
 //! file equal to ours, and the output file protected on every error.
@@ -44,7 +44,8 @@ fn quantize(input: &Path, output: &Path, ty: &str) -> Cli {
 }
 
 /// Every type's file equals llama-quantize's byte for byte: metadata (order
-/// included), tensor order, types (the tied embedding to Q8_0) and blocks.
+/// included), tensor order, types (the tied embedding to Q8_0, the output
+/// to Q6_K where its rows allow) and blocks.
 #[test]
 fn fixture_files_equal_llama_quantize_byte_for_byte() {
     let dir = scratch("fixture");
@@ -65,6 +66,26 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
         assert!(
             ours == theirs,
             "{ty}: the file differs from llama-quantize's"
+        );
+    }
+    // Rows of 256: Q6_K everywhere but ffn_down's rows of 32 (Q8_0), and
+    // output.weight Q6_K in the Q4_0 file.
+    let input = fixture("quantize/input-k.f16.gguf");
+    for (ty, file, line) in [
+        (
+            "q6_k",
+            "q6_k",
+            "blk.*.ffn_down.weight 1 x f16 -> q8_0 quantized",
+        ),
+        ("q4_0", "q4_0-k", "output.weight 1 x f16 -> q6_K quantized"),
+    ] {
+        let out = dir.join(format!("{file}.gguf"));
+        let lines = summary(&quantize(&input, &out, ty).ok().stdout);
+        assert!(lines.iter().any(|l| l == line), "{lines:#?}");
+        let theirs = std::fs::read(fixture(&format!("quantize/{file}.gguf"))).unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == theirs,
+            "{file}: the file differs"
         );
     }
 }

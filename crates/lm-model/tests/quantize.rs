@@ -1,7 +1,8 @@
 //! `GgmlType::quantize_row` against llama.cpp's quantizer, byte for byte:
-//! fixtures/quantize/ holds a small F16 llama GGUF (seeded random rows with
-//! outliers, an all-zero row, a constant row, ties of the largest magnitude)
-//! and `llama_model_quantize`'s Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 files of it
+//! fixtures/quantize/ holds two small F16 llama GGUFs (seeded random rows
+//! with outliers, all-zero rows, a constant row, ties of the largest
+//! magnitude; the second with rows of 256) and `llama_model_quantize`'s
+//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K files of them
 //! (scripts/reference/quantize_reference.py). Each quantized tensor of those
 //! files is requantized here from the same f32 rows and compared block by
 //! block.
@@ -9,15 +10,6 @@
 use lm_model::{GgmlType, GgufFile};
 
 use crate::common::{fixture_path, read_json};
-
-/// The five llama.cpp outputs the fixture script writes.
-const TYPES: [(&str, GgmlType); 5] = [
-    ("q8_0", GgmlType::Q8_0),
-    ("q4_0", GgmlType::Q4_0),
-    ("q4_1", GgmlType::Q4_1),
-    ("q5_0", GgmlType::Q5_0),
-    ("q5_1", GgmlType::Q5_1),
-];
 
 /// Quantizes `input`'s tensor `name` to `ty`, row by row.
 fn quantize_tensor(input: &GgufFile, name: &str, ty: GgmlType) -> Vec<u8> {
@@ -34,21 +26,23 @@ fn quantize_tensor(input: &GgufFile, name: &str, ty: GgmlType) -> Vec<u8> {
 
 #[test]
 fn blocks_equal_llama_quantize() {
-    let input = GgufFile::map(fixture_path("quantize/input.f16.gguf")).unwrap();
     let manifest = read_json(&fixture_path("quantize/manifest.json"));
-    let mut n_compared = 0;
-    for (name, file_type) in TYPES {
-        let output = GgufFile::map(fixture_path(&format!("quantize/{name}.gguf"))).unwrap();
-        let types = &manifest["outputs"][name]["tensor_types"];
-        assert_eq!(output.tensors().len(), input.tensors().len(), "{name}");
-        for info in output.tensors() {
+    let mut n_compared = std::collections::BTreeMap::new();
+    for (name, output) in manifest["outputs"].as_object().unwrap() {
+        let input = output["input"].as_str().unwrap_or("input.f16.gguf");
+        let input = GgufFile::map(fixture_path(&format!("quantize/{input}"))).unwrap();
+        let file = output["file"].as_str().unwrap();
+        let output_file = GgufFile::map(fixture_path(&format!("quantize/{file}"))).unwrap();
+        let types = &output["tensor_types"];
+        assert_eq!(output_file.tensors().len(), input.tensors().len(), "{name}");
+        for info in output_file.tensors() {
             assert_eq!(
                 types[&info.name].as_str().unwrap(),
                 info.ggml_type.name().to_uppercase(),
                 "{name}: {}",
                 info.name
             );
-            let theirs = output.tensor(&info.name).unwrap().data;
+            let theirs = output_file.tensor(&info.name).unwrap().data;
             let ours = quantize_tensor(&input, &info.name, info.ggml_type);
             let block = info.ggml_type.block_bytes();
             if let Some(idx) = (0..theirs.len() / block)
@@ -63,15 +57,22 @@ fn blocks_equal_llama_quantize() {
                 );
             }
             assert_eq!(theirs.len(), ours.len());
-            if info.ggml_type == file_type {
-                n_compared += 1;
-            }
+            *n_compared.entry(info.ggml_type.name()).or_insert(0) += 1;
         }
     }
-    // Eight weight matrices of the file's own type in each of the five files.
+    // Every type, each in several tensors (Q6_K: the K input's output,
+    // embedding and attn_q in the q6_k file, its output in the q4_0-k file).
+    let counts: Vec<(&str, i32)> = n_compared.into_iter().collect();
     assert_eq!(
-        n_compared,
-        5 * 7 + 1,
-        "the q8_0 file's embedding is q8_0 too"
+        counts,
+        [
+            ("f32", 19),
+            ("q4_0", 10),
+            ("q4_1", 7),
+            ("q5_0", 7),
+            ("q5_1", 7),
+            ("q6_K", 4),
+            ("q8_0", 13)
+        ]
     );
 }

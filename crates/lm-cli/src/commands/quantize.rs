@@ -8,10 +8,8 @@
 //! algorithm (`GgmlType::quantize_row`: the same blocks as llama-quantize's).
 //! The others are copied as they are. The output tensor (or the token
 //! embedding when the output is tied to it) follows llama.cpp's rule for
-//! it: Q6_K when its rows are a multiple of 256, else Q8_0; this crate
-//! cannot write Q6_K yet, so such a tensor keeps its input type (said in
-//! the summary). A tensor already of its target type is copied, as
-//! llama.cpp does. The metadata is copied, with `general.file_type` and
+//! it: Q6_K when its rows are a multiple of 256, else Q8_0. A tensor
+//! already of its target type is copied, as llama.cpp does. The metadata is copied, with `general.file_type` and
 //! `general.quantization_version` set and the split keys removed.
 
 use std::collections::BTreeMap;
@@ -51,12 +49,13 @@ EXAMPLES:
 WHAT IS QUANTIZED (llama.cpp's rules, src/llama-quant.cpp):
   weights of two or more dimensions, but norms, expert routers (ffn_gate_inp),
   position and token-type embeddings: to TYPE, with ggml's reference algorithm
-  (the same bytes as llama-quantize's for q8_0, q4_0, q4_1, q5_0, q5_1).
+  (the same bytes as llama-quantize's for every TYPE).
   1-D tensors and norms are copied as they are (F32 stays F32).
   output.weight (or token_embd.weight when the output is tied to it): Q8_0 when
-  TYPE is q8_0 or its rows are not a multiple of 256, else llama-quantize makes
-  it Q6_K, which this program cannot write yet: it keeps its input type.
-  A tensor already of its target type is copied.";
+  TYPE is q8_0 or its rows are not a multiple of 256, else Q6_K.
+  q6_k: tensors whose rows are not a multiple of 256 fall back to Q8_0.
+  A tensor already of its target type is copied.
+  Not written yet: the other K-quants (q2_k to q5_k) and the i-quants.";
 
 /// The file types `lm-cli quantize` writes, with llama.cpp's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -76,6 +75,9 @@ pub enum QuantType {
     /// 5-bit with a scale and a minimum, blocks of 32.
     #[value(name = "q5_1")]
     Q5_1,
+    /// 6-bit K-quant, super-blocks of 256 (rows of other lengths: Q8_0).
+    #[value(name = "q6_k")]
+    Q6K,
     /// Half precision.
     #[value(name = "f16")]
     F16,
@@ -96,6 +98,7 @@ impl QuantType {
             QuantType::Q4_1 => (GgmlType::Q4_1, 3),
             QuantType::Q5_0 => (GgmlType::Q5_0, 8),
             QuantType::Q5_1 => (GgmlType::Q5_1, 9),
+            QuantType::Q6K => (GgmlType::Q6_K, 18),
             QuantType::F16 => (GgmlType::F16, 1),
             QuantType::Bf16 => (GgmlType::BF16, 32),
             QuantType::F32 => (GgmlType::F32, 0),
@@ -115,7 +118,8 @@ enum Plan {
     Same,
     /// Dequantized and quantized to this type.
     Quantize(GgmlType),
-    /// Copied: llama.cpp would make it this type, which cannot be written.
+    /// Copied: llama.cpp would make it this type, which cannot be written
+    /// (none since Q6_K is written; the K-quants to come will need it).
     Unwritable(GgmlType),
 }
 
@@ -381,7 +385,7 @@ mod tests {
         // The output (or the tied embedding): Q6_K where rows are a multiple of 256.
         assert_eq!(
             q4("output.weight", &[2048, 32000], f16, true),
-            Plan::Unwritable(GgmlType::Q6_K)
+            Plan::Quantize(GgmlType::Q6_K)
         );
         assert_eq!(
             q4("token_embd.weight", &[2048, 32000], f16, true),
@@ -389,7 +393,7 @@ mod tests {
         );
         assert_eq!(
             q4("token_embd.weight", &[2048, 32000], f16, false),
-            Plan::Unwritable(GgmlType::Q6_K)
+            Plan::Quantize(GgmlType::Q6_K)
         );
         assert_eq!(
             q4("token_embd.weight", &[576, 49152], f16, false),

@@ -1,8 +1,9 @@
 //! Quantization of f32 rows into GGML blocks, bit for bit as ggml's
 //! reference quantizers write them (`quantize_row_q8_0_ref`,
-//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref` in
-//! ggml/src/ggml-quants.c), which is what `llama-quantize` runs for these
-//! types when no importance matrix is given.
+//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref` and
+//! `_q6_K_ref` in ggml/src/ggml-quants.c), which is what `llama-quantize`
+//! runs for these types when no importance matrix is given. Q6_K's search
+//! (ggml's `make_qx_quants`) is described at [`make_qx_quants`].
 //!
 //! Per block of 32 values `x` (layouts in the `block` module):
 //!
@@ -24,6 +25,7 @@
 use half::{bf16, f16};
 
 use super::block::QK;
+use super::block_k::QK_K;
 use super::{GgmlType, NonFinite, QuantError};
 
 /// Why [`GgmlType::quantize_row`] refused its input.
@@ -51,7 +53,7 @@ pub enum QuantizeError {
 }
 
 /// The types [`GgmlType::quantize_row`] writes.
-const QUANTIZABLE: [GgmlType; 8] = [
+const QUANTIZABLE: [GgmlType; 9] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -60,6 +62,7 @@ const QUANTIZABLE: [GgmlType; 8] = [
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q6_K,
 ];
 
 fn quantizable_names() -> String {
@@ -72,7 +75,7 @@ fn quantizable_names() -> String {
 
 impl GgmlType {
     /// Whether [`GgmlType::quantize_row`] can write this type: the float
-    /// types, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1.
+    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K.
     pub fn can_quantize(self) -> bool {
         QUANTIZABLE.contains(&self)
     }
@@ -126,6 +129,12 @@ impl GgmlType {
             GgmlType::BF16 => {
                 for (&v, out) in src.iter().zip(dst.chunks_exact_mut(2)) {
                     out.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
+                }
+            }
+            GgmlType::Q6_K => {
+                let blocks = dst.chunks_exact_mut(self.block_bytes());
+                for (x, block) in src.chunks_exact(QK_K).zip(blocks) {
+                    quantize_q6_k(x, block);
                 }
             }
             _ => {
@@ -271,6 +280,126 @@ fn pack_five_bits(x: &[f32; QK], out: &mut [u8], level: impl Fn(f32) -> u8) {
     out[..4].copy_from_slice(&qh.to_le_bytes());
 }
 
+/// ggml's `nearest_int`: `v` rounded to the nearest integer, ties to even,
+/// by adding 1.5 * 2^23 so that the f32 addition does the rounding (exact
+/// for |v| < 2^22, which every caller's values are).
+#[inline(always)]
+fn nearest_int(v: f32) -> i32 {
+    let bits = (v + 12_582_912.0).to_bits() as i32;
+    (bits & 0x007F_FFFF) - 0x0040_0000
+}
+
+/// ggml's `make_qx_quants` with `rmse_type` 1 and no importance weights,
+/// for Q6_K's groups of 16 (`nmax` 32): levels `L` in `0..64` (the signed
+/// level plus 32) and the group's scale, chosen among 19 candidate scales
+/// around `max / -32` by the weighted (`x²`) least-squares fit of each.
+fn make_qx_quants(x: &[f32; 16], levels: &mut [u8; 16]) -> f32 {
+    const NMAX: i32 = 32;
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        *levels = [0; 16];
+        return 0.0;
+    }
+    let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-NMAX, NMAX - 1);
+    // Σ w x l and Σ w l² with w = x², in ggml's order of operations.
+    let sums = |iscale: f32| {
+        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+        for &v in x {
+            let l = level(iscale, v) as f32;
+            let w = v * v;
+            sumlx += w * v * l;
+            suml2 += w * l * l;
+        }
+        (sumlx, suml2)
+    };
+    let set_levels = |iscale: f32, levels: &mut [u8; 16]| {
+        for (out, &v) in levels.iter_mut().zip(x) {
+            *out = (NMAX + level(iscale, v)) as u8;
+        }
+    };
+    let iscale = -(NMAX as f32) / max;
+    set_levels(iscale, levels);
+    let (sumlx, suml2) = sums(iscale);
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in (-9..=9).filter(|&is| is != 0) {
+        let iscale = -(NMAX as f32 + 0.1 * is as f32) / max;
+        let (sumlx, suml2) = sums(iscale);
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            set_levels(iscale, levels);
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below this is zero.
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// Q6_K (`quantize_row_q6_K_ref`): each group of 16 fitted alone
+/// ([`make_qx_quants`]), the 16 group scales quantized to i8 against the
+/// largest in magnitude (`d = max / -128`), then every value requantized
+/// with its group's rounded scale `d * sc` (a group whose rounded scale is
+/// 0 keeps its fitted levels). Layout in the `block_k` module.
+fn quantize_q6_k(x: &[f32], block: &mut [u8]) {
+    let mut levels = [0u8; QK_K];
+    let mut scales = [0f32; QK_K / 16];
+    let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+    for ((group, out), scale) in x
+        .chunks_exact(16)
+        .zip(levels.chunks_exact_mut(16))
+        .zip(&mut scales)
+    {
+        let (Ok(group), Ok(out)) = (group.try_into(), out.try_into()) else {
+            continue;
+        };
+        *scale = make_qx_quants(group, out);
+        if scale.abs() > max_abs_scale {
+            max_abs_scale = scale.abs();
+            max_scale = *scale;
+        }
+    }
+    block.fill(0);
+    if max_abs_scale < GROUP_MAX_EPS {
+        return;
+    }
+    let iscale = -128.0 / max_scale;
+    put_f16(&mut block[208..], 1.0 / iscale);
+    let d = f16::from_le_bytes([block[208], block[209]]).to_f32();
+    for (j, &scale) in scales.iter().enumerate() {
+        let sc = nearest_int(iscale * scale).min(127) as i8;
+        block[192 + j] = sc as u8;
+        let group_d = d * f32::from(sc);
+        if group_d == 0.0 {
+            continue;
+        }
+        for (out, &v) in levels[16 * j..16 * j + 16].iter_mut().zip(&x[16 * j..]) {
+            *out = (nearest_int(v / group_d).clamp(-32, 31) + 32) as u8;
+        }
+    }
+    // Two halves of 128: ql holds the low nibbles (elements l and l + 64 in
+    // one byte, l + 32 and l + 96 in another), qh the two high bits of all four.
+    for half in 0..2 {
+        let l6 = &levels[128 * half..128 * half + 128];
+        let (ql, qh) = (64 * half, 128 + 32 * half);
+        for l in 0..32 {
+            block[ql + l] = (l6[l] & 0xF) | ((l6[l + 64] & 0xF) << 4);
+            block[ql + l + 32] = (l6[l + 32] & 0xF) | ((l6[l + 96] & 0xF) << 4);
+            block[qh + l] = (l6[l] >> 4)
+                | ((l6[l + 32] >> 4) << 2)
+                | ((l6[l + 64] >> 4) << 4)
+                | ((l6[l + 96] >> 4) << 6);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +454,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn q6_k_round_trip() {
+        let x = row(QK_K * 8, 11);
+        // The error is Q6_K's: a group's scale is an i8 step of the
+        // super-block's largest, coarse for small groups beside outliers, so
+        // the check is on the whole row: between Q8_0's
+        // and Q5_0's (measured by the same dequantizer).
+        let rmse = |ty: GgmlType| {
+            let mut bytes = vec![0u8; ty.row_bytes(x.len()).unwrap()];
+            ty.quantize_row(&x, &mut bytes).unwrap();
+            let mut back = vec![0f32; x.len()];
+            dequantize_row(ty, &bytes, &mut back);
+            let sum: f64 = x
+                .iter()
+                .zip(&back)
+                .map(|(&a, &b)| f64::from(a - b).powi(2))
+                .sum();
+            (sum / x.len() as f64).sqrt()
+        };
+        let (q8, q6, q5) = (
+            rmse(GgmlType::Q8_0),
+            rmse(GgmlType::Q6_K),
+            rmse(GgmlType::Q5_0),
+        );
+        assert!(q8 < q6 && q6 < q5, "rmse q8_0 {q8}, q6_K {q6}, q5_0 {q5}");
+        // An all-zero super-block is all zero bytes, as ggml writes it.
+        let mut zero = vec![0xAAu8; 210];
+        GgmlType::Q6_K
+            .quantize_row(&[0.0; QK_K], &mut zero)
+            .unwrap();
+        assert!(zero.iter().all(|&b| b == 0));
+        assert_eq!(nearest_int(2.5), 2);
+        assert_eq!(nearest_int(-3.5), -4);
+        assert_eq!(nearest_int(0.49999997), 0);
     }
 
     #[test]
