@@ -26,6 +26,12 @@
 //! whose ids differ from the plain run's is an error: the speed is only
 //! worth reporting for the same output.
 //!
+//! After the table, what a verifying pass over n tokens costs in plain
+//! steps on this machine (the plain step reads one token and unembeds one
+//! row; the verifying pass unembeds all n): a round pays only when it emits
+//! more tokens than its pass costs, which is what prompt lookup's bar on
+//! the match length is for.
+//!
 //! Like `cargo xtask bench`, the task builds xtask in release and runs the
 //! measurement in that binary (`--worker`), one rayon pool per thread count.
 
@@ -36,7 +42,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use lm::lm_tokenize::Message;
-use lm_core::TokenId;
+use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
     GenerationConfig, PromptLookup, SamplingConfig, SpeculationStats, Step, generate_speculative,
     generate_streaming,
@@ -257,7 +263,74 @@ fn run_worker(options: &Options) -> Result<()> {
         }
     }
     print!("{}", report(path, options, &tasks, &cells));
+    print!(
+        "{}",
+        pass_cost_table(&decoder, &tasks[0].prompt, options, &pools)?
+    );
     Ok(())
+}
+
+/// What a verifying pass costs on this machine, in plain steps, per thread
+/// count: the speed-up of a round that emits t tokens from a pass over n is
+/// t over the pass's cost.
+fn pass_cost_table(
+    decoder: &Decoder,
+    prompt: &[TokenId],
+    options: &Options,
+    pools: &[rayon::ThreadPool],
+) -> Result<String> {
+    let n_max = options.draft_tokens + 1;
+    let mut out = format!(
+        "\nverifying pass: a pass over n tokens (every row's logits) in plain steps, after the grounded prompt (medians of {PASS_COST_REPEATS})\n\n| threads | plain step (ms) | {} |\n|---:|---:|{}\n",
+        (2..=n_max)
+            .map(|n| format!("n = {n}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        "---:|".repeat(n_max.saturating_sub(1)),
+    );
+    for (pool, &n_threads) in pools.iter().zip(&options.rounds.threads) {
+        let costs = pool.install(|| pass_costs(decoder, prompt, n_max))?;
+        let ratios: Vec<String> = costs[1..]
+            .iter()
+            .map(|cost| format!("{:.2}", cost / costs[0]))
+            .collect();
+        out.push_str(&format!(
+            "| {n_threads} | {:.2} | {} |\n",
+            costs[0] * 1e3,
+            ratios.join(" | ")
+        ));
+    }
+    Ok(out)
+}
+
+/// Passes timed per pass length by [`pass_costs`].
+const PASS_COST_REPEATS: usize = 20;
+
+/// The median seconds of a pass over n tokens after `prompt` (one token:
+/// the plain loop's step, `Rows::Last`; more: a verifying pass,
+/// `Rows::All`), for n = 1..=`n_max`, the lengths interleaved so load from
+/// other processes hits each alike; the state is rolled back after each.
+fn pass_costs(model: &Decoder, prompt: &[TokenId], n_max: usize) -> Result<Vec<f64>> {
+    let mut state = model.new_state();
+    let mut logits = Vec::new();
+    model.forward(&mut state, prompt, Rows::Last, &mut logits)?;
+    let n_read = state.pos();
+    // Any ids: the cost does not depend on them.
+    let tokens: Vec<TokenId> = prompt.iter().copied().cycle().take(n_max).collect();
+    let mut seconds = vec![Vec::with_capacity(PASS_COST_REPEATS); n_max];
+    for _ in 0..PASS_COST_REPEATS {
+        for (n, times) in (1..=n_max).zip(&mut seconds) {
+            let rows = if n == 1 { Rows::Last } else { Rows::All };
+            let start = Instant::now();
+            model.forward(&mut state, &tokens[..n], rows, &mut logits)?;
+            times.push(start.elapsed().as_secs_f64());
+            state.truncate(n_read);
+        }
+    }
+    Ok(seconds
+        .iter()
+        .map(|times| bench::median(times).unwrap_or(f64::NAN))
+        .collect())
 }
 
 /// One greedy run, plain (`draft_tokens: None`) or with prompt lookup.

@@ -8,9 +8,9 @@ use std::ops::ControlFlow;
 
 use lm_core::{Detokenize, LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
-    Draft, DraftMark, Drafter, Generation, GenerationConfig, ModelDrafter, PromptLookup, Result,
-    Sampler, SamplingConfig, SpeculationStats, Step, StopReason, generate, generate_speculative,
-    generate_streaming,
+    Draft, DraftLength, DraftMark, Drafter, Generation, GenerationConfig, ModelDrafter,
+    PromptLookup, Result, Sampler, SamplingConfig, SpeculationStats, Step, StopReason, generate,
+    generate_speculative, generate_streaming,
 };
 use proptest::prelude::*;
 
@@ -204,66 +204,151 @@ fn a_hook_that_stops_inside_an_accepted_draft_cancels_there() {
 
 #[test]
 fn prompt_lookup_proposes_what_followed_the_longest_earlier_match() {
-    let lookup = PromptLookup::new(4);
-    // Suffix [7, 8] occurred at 1..3, followed by 9, 5, 7, 8.
-    assert_eq!(lookup.lookup(&[1, 7, 8, 9, 5, 7, 8], 4), [9, 5, 7, 8]);
-    assert_eq!(lookup.lookup(&[1, 7, 8, 9, 5, 7, 8], 2), [9, 5]);
-    // The 3-gram [2, 7, 8] wins over the later 2-gram [7, 8] at 4..6.
-    assert_eq!(lookup.lookup(&[2, 7, 8, 1, 7, 8, 3, 2, 7, 8], 2), [1, 7]);
-    // Only a 1-gram matches: its latest earlier occurrence.
-    assert_eq!(lookup.lookup(&[5, 1, 5, 2, 6, 5], 3), [2, 6, 5]);
-    assert_eq!(lookup.lookup(&[1, 2, 3], 3), [] as [TokenId; 0]);
-    // Inside a repeated run, the occurrence with the most tokens after it.
-    assert_eq!(lookup.lookup(&[9, 5, 5, 5, 5, 5], 3), [5, 5]);
-    assert_eq!(lookup.lookup(&[9, 5, 5, 5, 5, 5, 5, 5], 3), [5, 5, 5]);
+    let any = PromptLookup::new(4).with_ngram_range(1, 32);
+    // The end [7, 8] occurred at 1..3, followed by 9, 5, 7, 8.
+    assert_eq!(any.lookup(&[1, 7, 8, 9, 5, 7, 8], 4), [9, 5, 7, 8]);
+    assert_eq!(any.lookup(&[1, 7, 8, 9, 5, 7, 8], 2), [9, 5]);
+    // [2, 7, 8] agrees over 3 tokens at 0..3, the later [1, 7, 8] over 2.
+    assert_eq!(any.lookup(&[2, 7, 8, 1, 7, 8, 3, 2, 7, 8], 2), [1, 7]);
+    // Only one token agrees anywhere: the latest occurrence.
+    assert_eq!(any.lookup(&[5, 1, 5, 2, 6, 5], 3), [2, 6, 5]);
+    assert_eq!(any.lookup(&[1, 2, 3], 3), [] as [TokenId; 0]);
+    // Inside a repeated run the copy goes on past the context's end.
+    assert_eq!(any.lookup(&[9, 5, 5, 5, 5, 5], 3), [5, 5, 5]);
+    assert_eq!(any.lookup(&[3, 1, 2, 1, 2], 5), [1, 2, 1, 2, 1]);
+    // The default drafts from 3 agreeing tokens or more.
+    let default = PromptLookup::new(4);
+    assert_eq!(default.lookup(&[2, 7, 8, 1, 7, 8, 3, 2, 7, 8], 2), [1, 7]);
+    assert_eq!(
+        default.lookup(&[1, 7, 8, 9, 5, 7, 8], 4),
+        [] as [TokenId; 0]
+    );
     let bigrams = PromptLookup::new(4).with_ngram_range(2, 2);
     assert_eq!(bigrams.lookup(&[5, 1, 5, 2, 6, 5], 3), [] as [TokenId; 0]);
+    assert_eq!(bigrams.lookup(&[2, 7, 8, 1, 7, 8, 3, 2, 7, 8], 2), [3, 2]);
+}
+
+/// Brute force: the longest agreement of `context`'s end with the tokens
+/// before each earlier position, the latest of equals, and what follows.
+fn brute_force_lookup(context: &[TokenId], max_match: usize, n: usize) -> (usize, Vec<TokenId>) {
+    let len = context.len();
+    let mut best = (0, 0);
+    for follow in 1..len {
+        let mut agree = 0;
+        while agree < max_match.min(follow)
+            && context[follow - 1 - agree] == context[len - 1 - agree]
+        {
+            agree += 1;
+        }
+        if agree > 0 && agree >= best.0 {
+            best = (agree, follow);
+        }
+    }
+    let mut extended = context.to_vec();
+    for j in 0..n {
+        extended.push(extended[best.1 + j]);
+    }
+    (best.0, extended[len..].to_vec())
+}
+
+proptest! {
+    #[test]
+    fn prompt_lookup_equals_a_brute_force_search(
+        context in proptest::collection::vec(0u32..4, 1..40),
+        min in 1usize..4,
+        n in 1usize..9,
+    ) {
+        let lookup = PromptLookup::new(8).with_ngram_range(min, 6);
+        let (agree, follow) = brute_force_lookup(&context, 6, n);
+        let expected = if agree >= min { follow } else { Vec::new() };
+        prop_assert_eq!(lookup.lookup(&context, n), expected);
+    }
 }
 
 #[test]
-fn prompt_lookup_backs_off_when_rejected_and_probes_again() {
+fn prompt_lookup_raises_its_bar_after_rejected_drafts() {
     let mut lookup = PromptLookup::new(8);
     let mut draft = Draft::default();
-    let context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1];
+    // The end [2, 3, 4] agrees over 3 tokens with 0..4, [1, 2, 3, 4] over 4.
+    let three = [1, 2, 3, 4, 5, 6, 0, 2, 3, 4];
+    let four = [9, 1, 2, 3, 4, 5, 6, 1, 2, 3, 4];
+    let proposed = |lookup: &mut PromptLookup, context: &[TokenId], draft: &mut Draft| {
+        draft.clear();
+        lookup.propose(context, 8, draft).unwrap();
+        draft.tokens().collect::<Vec<_>>()
+    };
+    assert_eq!(lookup.bar(), 3);
+    assert_eq!(proposed(&mut lookup, &three, &mut draft), [5]);
+    // Rejected at its first token: 4 tokens must agree now, and k is 0, so
+    // the next confident steps rest (MIN_REST then doubled: 16).
+    lookup.observe(1, 0);
+    assert_eq!(lookup.bar(), 4);
+    for _ in 0..40 {
+        assert_eq!(
+            proposed(&mut lookup, &three, &mut draft),
+            [] as [TokenId; 0]
+        );
+    }
+    for _ in 0..15 {
+        assert_eq!(proposed(&mut lookup, &four, &mut draft), [] as [TokenId; 0]);
+    }
+    assert_eq!(proposed(&mut lookup, &four, &mut draft), [5]);
+    // Accepted whole: the bar is 3 again and k doubles.
+    lookup.observe(1, 1);
+    assert_eq!((lookup.bar(), lookup.n_draft()), (3, 2));
+    assert_eq!(proposed(&mut lookup, &three, &mut draft), [5, 6]);
+    // A partial acceptance keeps the bar, a whole one lowers it to 3.
+    lookup.observe(2, 0);
+    assert_eq!(lookup.bar(), 4);
+    lookup.observe(4, 2);
+    assert_eq!(lookup.bar(), 4);
+    lookup.observe(2, 2);
+    assert_eq!(lookup.bar(), 3);
+    // Rejections raise it to MAX_BAR and no further.
+    for _ in 0..20 {
+        lookup.observe(2, 0);
+    }
+    assert_eq!(lookup.bar(), PromptLookup::MAX_BAR);
+}
+
+#[test]
+fn draft_length_backs_off_when_rejected_and_probes_again() {
+    let mut length = DraftLength::new(8);
     // Starts at one token and doubles while accepted, up to 8.
-    assert_eq!(lookup.n_draft(), 1);
+    assert_eq!(length.current(), 1);
     for (n, expected) in [(1, 2), (2, 4), (4, 8), (8, 8)] {
-        lookup.observe(n, n);
-        assert_eq!(lookup.n_draft(), expected);
+        length.observe(n, n);
+        assert_eq!(length.current(), expected);
     }
     // A draft rejected after its third token halves k too.
-    lookup.observe(8, 3);
-    assert_eq!(lookup.n_draft(), 4);
-    lookup.observe(4, 4);
-    assert_eq!(lookup.n_draft(), 8);
+    length.observe(8, 3);
+    assert_eq!(length.current(), 4);
+    length.observe(4, 4);
+    assert_eq!(length.current(), 8);
     for expected in [4, 2, 1, 0] {
-        lookup.observe(8, 0);
-        assert_eq!(lookup.n_draft(), expected);
+        length.observe(8, 0);
+        assert_eq!(length.current(), expected);
     }
     // The last rejection was of one token: the rest doubles to 16 steps,
     // then to 32 after a rejected probe.
-    let mut probe_after = |n_steps: usize, lookup: &mut PromptLookup| {
+    let probe_after = |n_steps: usize, length: &mut DraftLength| {
         for _ in 0..n_steps - 1 {
-            draft.clear();
-            lookup.propose(&context, 8, &mut draft).unwrap();
-            assert!(draft.is_empty());
+            assert_eq!(length.next_length(), 0);
         }
-        draft.clear();
-        lookup.propose(&context, 8, &mut draft).unwrap();
-        assert_eq!(draft.tokens().collect::<Vec<_>>(), [2]);
+        assert_eq!(length.next_length(), 1);
     };
-    probe_after(16, &mut lookup);
-    lookup.observe(1, 0);
-    probe_after(32, &mut lookup);
-    lookup.observe(1, 1);
-    assert_eq!(lookup.n_draft(), 2);
-    lookup.observe(2, 1);
-    assert_eq!(lookup.n_draft(), 1, "a partial acceptance halves k");
-    lookup.observe(1, 0);
-    assert_eq!(lookup.n_draft(), 0);
+    probe_after(16, &mut length);
+    length.observe(1, 0);
+    probe_after(32, &mut length);
+    length.observe(1, 1);
+    assert_eq!(length.current(), 2);
+    length.observe(2, 1);
+    assert_eq!(length.current(), 1, "a partial acceptance halves k");
+    length.observe(1, 0);
+    assert_eq!(length.current(), 0);
     // An acceptance reset the rest: 8 steps, doubled once by the last
     // one-token rejection.
-    probe_after(16, &mut lookup);
+    probe_after(16, &mut length);
 }
 
 #[test]
@@ -478,10 +563,13 @@ fn a_seed_gives_the_same_sampled_speculative_run() {
         ..GenerationConfig::default()
     };
     config.sampling.seed = 42;
-    let first = speculative(&model, &[1, 2], &config, None, PromptLookup::new(4));
-    let second = speculative(&model, &[1, 2], &config, None, PromptLookup::new(4));
+    // Drafting from any one-token match, so drafts are verified.
+    let lookup = PromptLookup::new(4).with_ngram_range(1, 32);
+    let first = speculative(&model, &[1, 2], &config, None, lookup.clone());
+    let second = speculative(&model, &[1, 2], &config, None, lookup);
     assert_eq!(first, second);
     assert_eq!(first.0.tokens.len(), 25);
+    assert!(first.1.drafted_tokens > 0, "{:?}", first.1);
 }
 
 /// The logits `model` gives for `tokens` read after `state`.
@@ -539,18 +627,22 @@ fn a_truncated_toy_decoder_state_equals_one_that_never_saw_the_drafts() {
 fn greedy_speculative_on_the_toy_decoder_is_greedy_plain() {
     let model = lm_model::Toy::decoder();
     let prompt = lm_model::Toy::encode("<start> the cat sat the cat").unwrap();
+    let mut drafted = 0;
     for max_new_tokens in [1, 2, 5, 9] {
         let config = greedy(max_new_tokens);
         let plain = generate(&model, &prompt, &config, Some(&lm_model::Toy)).unwrap();
-        let (run, _) = speculative(
+        // "the cat" repeats: drafting from 2-token matches.
+        let (run, stats) = speculative(
             &model,
             &prompt,
             &config,
             Some(&lm_model::Toy),
-            PromptLookup::new(4),
+            PromptLookup::new(4).with_ngram_range(2, 32),
         );
         assert_eq!(unmarked(&run), plain);
+        drafted += stats.drafted_tokens;
     }
+    assert!(drafted > 0);
 }
 
 #[test]
