@@ -20,8 +20,9 @@ It writes:
 - input-k.f16.gguf: a second one with rows of 256 (K-quant super-blocks):
   untied token_embd and output.weight of 8 rows, attn_q of 8 rows, and an
   ffn_down with rows of 32 (which Q6_K cannot hold: llama.cpp falls back to
-  Q8_0); q6_k.gguf is its Q6_K file, q4_0-k.gguf its Q4_0 file (where
-  llama.cpp makes output.weight Q6_K);
+  Q8_0); q6_k.gguf, q4_k_s.gguf and q5_k_s.gguf are its Q6_K, Q4_K_S and
+  Q5_K_S files, q4_0-k.gguf its Q4_0 file (where llama.cpp makes
+  output.weight Q6_K);
 - manifest.json: the seed, the versions and each output's tensor types.
 
 F16 keeps the files small (under 200 KB in all). The script opens no network
@@ -169,7 +170,8 @@ def main():
     src_k = os.path.join(args.out, "input-k.f16.gguf")
     write_k_input(src_k, np.random.default_rng(SEED + 1))
     manifest["input_k"] = "input-k.f16.gguf"
-    for name, ftype in {"q6_k": 18, "q4_0-k": 2}.items():
+    # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2.
+    for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16}.items():
         dst = os.path.join(args.out, f"{name}.gguf")
         quantize(src_k, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",

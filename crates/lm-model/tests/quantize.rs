@@ -2,7 +2,7 @@
 //! fixtures/quantize/ holds two small F16 llama GGUFs (seeded random rows
 //! with outliers, all-zero rows, a constant row, ties of the largest
 //! magnitude; the second with rows of 256) and `llama_model_quantize`'s
-//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K files of them
+//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_S, Q5_K_S and Q6_K files of them
 //! (scripts/reference/quantize_reference.py). Each quantized tensor of those
 //! files is requantized here from the same f32 rows and compared block by
 //! block.
@@ -61,17 +61,19 @@ fn blocks_equal_llama_quantize() {
         }
     }
     // Every type, each in several tensors (Q6_K: the K input's output,
-    // embedding and attn_q in the q6_k file, its output in the q4_0-k file).
+    // embedding and attn_q in the q6_k file, its output in the three others).
     let counts: Vec<(&str, i32)> = n_compared.into_iter().collect();
     assert_eq!(
         counts,
         [
-            ("f32", 19),
+            ("f32", 23),
             ("q4_0", 10),
             ("q4_1", 7),
-            ("q5_0", 7),
-            ("q5_1", 7),
-            ("q6_K", 4),
+            ("q4_K", 2),
+            ("q5_0", 8),
+            ("q5_1", 8),
+            ("q5_K", 2),
+            ("q6_K", 6),
             ("q8_0", 13)
         ]
     );

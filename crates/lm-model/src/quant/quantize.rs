@@ -1,9 +1,11 @@
 //! Quantization of f32 rows into GGML blocks, bit for bit as ggml's
 //! reference quantizers write them (`quantize_row_q8_0_ref`,
-//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref` and
-//! `_q6_K_ref` in ggml/src/ggml-quants.c), which is what `llama-quantize`
-//! runs for these types when no importance matrix is given. Q6_K's search
-//! (ggml's `make_qx_quants`) is described at [`make_qx_quants`].
+//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref`,
+//! `_q4_K_ref`, `_q5_K_ref` and `_q6_K_ref` in ggml/src/ggml-quants.c),
+//! which is what `llama-quantize` runs for these types when no importance
+//! matrix is given. The K-quants' searches (ggml's `make_qkx2_quants` and
+//! `make_qx_quants`) are described at [`make_qkx2_quants`] and
+//! [`make_qx_quants`].
 //!
 //! Per block of 32 values `x` (layouts in the `block` module):
 //!
@@ -25,7 +27,7 @@
 use half::{bf16, f16};
 
 use super::block::QK;
-use super::block_k::QK_K;
+use super::block_k::{QK_K, scales_mins_k4};
 use super::{GgmlType, NonFinite, QuantError};
 
 /// Why [`GgmlType::quantize_row`] refused its input.
@@ -53,7 +55,7 @@ pub enum QuantizeError {
 }
 
 /// The types [`GgmlType::quantize_row`] writes.
-const QUANTIZABLE: [GgmlType; 9] = [
+const QUANTIZABLE: [GgmlType; 11] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -62,6 +64,8 @@ const QUANTIZABLE: [GgmlType; 9] = [
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
 
@@ -75,7 +79,7 @@ fn quantizable_names() -> String {
 
 impl GgmlType {
     /// Whether [`GgmlType::quantize_row`] can write this type: the float
-    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K.
+    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K.
     pub fn can_quantize(self) -> bool {
         QUANTIZABLE.contains(&self)
     }
@@ -131,10 +135,15 @@ impl GgmlType {
                     out.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
                 }
             }
-            GgmlType::Q6_K => {
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+                let quantize_block = match self {
+                    GgmlType::Q4_K => quantize_q4_k,
+                    GgmlType::Q5_K => quantize_q5_k,
+                    _ => quantize_q6_k,
+                };
                 let blocks = dst.chunks_exact_mut(self.block_bytes());
                 for (x, block) in src.chunks_exact(QK_K).zip(blocks) {
-                    quantize_q6_k(x, block);
+                    quantize_block(x, block);
                 }
             }
             _ => {
@@ -340,6 +349,188 @@ fn make_qx_quants(x: &[f32; 16], levels: &mut [u8; 16]) -> f32 {
     scale
 }
 
+/// ggml's `make_qkx2_quants` (without `use_mad`): levels `0..=nmax` and a
+/// scale and minimum for one group of 32, `x ≈ scale * L - min`. It starts
+/// from the group's range (`min` at most 0) and tries `nstep + 1` scales
+/// `(rmin + rdelta * is + nmax) / (max - min)`, each refitted by weighted
+/// least squares (scale and offset; offset clamped to 0 when it would be
+/// positive), keeping the one of least weighted squared error.
+/// Returns `(scale, -min)`.
+#[allow(clippy::too_many_arguments)]
+fn make_qkx2_quants(
+    x: &[f32],
+    weights: &[f32; 32],
+    levels: &mut [u8],
+    nmax: i32,
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+) -> (f32, f32) {
+    let (mut min, mut max) = (x[0], x[0]);
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for (&v, &w) in x.iter().zip(weights).skip(1) {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+        sum_w += w;
+        sum_x += w * v;
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        levels.fill(0);
+        return (0.0, -min);
+    }
+    let level = |iscale: f32, v: f32, min: f32| nearest_int(iscale * (v - min)).clamp(0, nmax);
+    let error = |scale: f32, min: f32, levels: &[u8]| {
+        let mut error = 0.0f32;
+        for ((&v, &w), &l) in x.iter().zip(weights).zip(levels) {
+            let diff = scale * f32::from(l) + min - v;
+            error += w * (diff * diff);
+        }
+        error
+    };
+    let iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    for (out, &v) in levels.iter_mut().zip(x) {
+        *out = level(iscale, v, min) as u8;
+    }
+    let mut best_error = error(scale, min, levels);
+    let mut candidate = [0u8; 32];
+    for is in 0..=nstep {
+        let iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for ((out, &v), &w) in candidate.iter_mut().zip(x).zip(weights) {
+            let l = level(iscale, v, min);
+            *out = l as u8;
+            let l = l as f32;
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * v;
+        }
+        let det = sum_w * sum_l2 - sum_l * sum_l;
+        if det > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let this_error = error(this_scale, this_min, &candidate);
+            if this_error < best_error {
+                levels.copy_from_slice(&candidate);
+                best_error = this_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// The shared first half of Q4_K and Q5_K (`quantize_row_q4_K_ref`,
+/// `_q5_K_ref`): eight groups of 32 fitted by [`make_qkx2_quants`] with
+/// weights `rms + |x|`, their scales and minimums quantized to 6 bits
+/// against the largest of each (`d = max_scale / 63`, `dmin = max_min /
+/// 63`) into `block[0..16]`, then every value requantized with its group's
+/// rounded scale and minimum (a group whose rounded scale is 0 keeps its
+/// fitted levels). Returns the 256 levels, `0..=nmax`.
+fn quantize_k_scales(x: &[f32], block: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
+    let mut levels = [0u8; QK_K];
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for (j, group) in x.chunks_exact(32).enumerate() {
+        let sum_x2 = group.iter().fold(0.0f32, |acc, &v| acc + v * v);
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let mut weights = [0f32; 32];
+        for (w, &v) in weights.iter_mut().zip(group) {
+            *w = av_x + v.abs();
+        }
+        let out = &mut levels[32 * j..32 * j + 32];
+        (scales[j], mins[j]) = make_qkx2_quants(group, &weights, out, nmax, rmin, 0.1, nstep);
+        max_scale = max_scale.max(scales[j]);
+        max_min = max_min.max(mins[j]);
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let packed = &mut block[4..16];
+    packed.fill(0);
+    for j in 0..8 {
+        // ggml keeps the low byte of the rounded value, then bounds it by 63.
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    put_f16(block, max_scale / 63.0);
+    put_f16(&mut block[2..], max_min / 63.0);
+    let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+    let dmin = f16::from_le_bytes([block[2], block[3]]).to_f32();
+    let (sc, m) = scales_mins_k4(&block[4..16]);
+    for j in 0..8 {
+        let group_d = d * f32::from(sc[j]);
+        if group_d == 0.0 {
+            continue;
+        }
+        let group_m = dmin * f32::from(m[j]);
+        for (out, &v) in levels[32 * j..32 * j + 32].iter_mut().zip(&x[32 * j..]) {
+            *out = nearest_int((v + group_m) / group_d).clamp(0, nmax) as u8;
+        }
+    }
+    levels
+}
+
+/// Q4_K: `| d | dmin | scales: 12 | qs: 128 |`, 4-bit levels in groups of
+/// 32 (20 candidate scales from `15 - 1`).
+fn quantize_q4_k(x: &[f32], block: &mut [u8]) {
+    let levels = quantize_k_scales(x, block, 15, -1.0, 20);
+    // Each 64 values: the first 32 in the low nibbles, the next 32 high.
+    for (chunk, qs) in levels
+        .chunks_exact(64)
+        .zip(block[16..144].chunks_exact_mut(32))
+    {
+        for l in 0..32 {
+            qs[l] = chunk[l] | (chunk[l + 32] << 4);
+        }
+    }
+}
+
+/// Q5_K: `| d | dmin | scales: 12 | qh: 32 | qs: 128 |`, 5-bit levels in
+/// groups of 32 (16 candidate scales from `31 - 0.5`); the fifth bit of
+/// value `64c + l` is bit `2c` of `qh[l]`, of `64c + 32 + l` bit `2c + 1`.
+fn quantize_q5_k(x: &[f32], block: &mut [u8]) {
+    let levels = quantize_k_scales(x, block, 31, -0.5, 15);
+    let (qh, qs) = block[16..176].split_at_mut(32);
+    qh.fill(0);
+    for (c, (chunk, ql)) in levels
+        .chunks_exact(64)
+        .zip(qs.chunks_exact_mut(32))
+        .enumerate()
+    {
+        for l in 0..32 {
+            let (lo, hi) = (chunk[l], chunk[l + 32]);
+            qh[l] |= ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1));
+            ql[l] = (lo & 0xF) | ((hi & 0xF) << 4);
+        }
+    }
+}
+
 /// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below this is zero.
 const GROUP_MAX_EPS: f32 = 1e-15;
 
@@ -457,7 +648,7 @@ mod tests {
     }
 
     #[test]
-    fn q6_k_round_trip() {
+    fn k_quant_round_trips() {
         let x = row(QK_K * 8, 11);
         // The error is Q6_K's: a group's scale is an i8 step of the
         // super-block's largest, coarse for small groups beside outliers, so
@@ -499,10 +690,10 @@ mod tests {
         GgmlType::Q4_0.quantize_row(&zeros, &mut block).unwrap();
         assert_eq!(block[..2], [0, 0x80]); // d = 0 / -8 = -0.0, as in ggml
         assert!(block[2..].iter().all(|&b| b == 0x88));
-        let error = GgmlType::Q4_K.quantize_row(&zeros, &mut [0u8; 144]);
+        let error = GgmlType::Q3_K.quantize_row(&[0.0; QK_K], &mut [0u8; 110]);
         assert!(matches!(
             error,
-            Err(QuantizeError::Unsupported { ty: GgmlType::Q4_K })
+            Err(QuantizeError::Unsupported { ty: GgmlType::Q3_K })
         ));
         let error = GgmlType::Q4_0
             .quantize_row(&zeros, &mut [0u8; 17])
