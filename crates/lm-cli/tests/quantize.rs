@@ -1,5 +1,5 @@
 //! `lm-cli quantize` against llama.cpp's `llama_model_quantize`: the same
-//! file byte for byte (fixtures/quantize/, Q8_0 to Q6_K, written by
+//! file byte for byte (fixtures/quantize/, Q8_0 to Q6_K and the K mixes, written by
 //! scripts/reference/quantize_reference.py, and SmolLM2 Q8_0 requantized to
 //! Q4_0 by llama.cpp during the test), llama.cpp's greedy ids on our Q4_0
 //! file equal to ours, and the output file protected on every error.
@@ -68,8 +68,8 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
             "{ty}: the file differs from llama-quantize's"
         );
     }
-    // Rows of 256: Q6_K everywhere but ffn_down's rows of 32 (Q8_0), and
-    // output.weight Q6_K in the Q4_0 file.
+    // Rows of 256: the K-quants everywhere but ffn_down's rows of 32 (their
+    // fallbacks), and output.weight Q6_K in the Q4_0 file.
     let input = fixture("quantize/input-k.f16.gguf");
     for (ty, file, line) in [
         (
@@ -78,6 +78,16 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
             "blk.*.ffn_down.weight 1 x f16 -> q8_0 quantized",
         ),
         ("q4_0", "q4_0-k", "output.weight 1 x f16 -> q6_K quantized"),
+        (
+            "q4_k_s",
+            "q4_k_s",
+            "blk.*.ffn_down.weight 1 x f16 -> q5_0 quantized",
+        ),
+        (
+            "q5_k_s",
+            "q5_k_s",
+            "blk.*.attn_q.weight 1 x f16 -> q5_K quantized",
+        ),
     ] {
         let out = dir.join(format!("{file}.gguf"));
         let lines = summary(&quantize(&input, &out, ty).ok().stdout);
@@ -112,9 +122,9 @@ fn errors_leave_files_alone() {
     assert!(run.stderr.contains("not a gguf file"), "{}", run.stderr);
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
 
-    let run = quantize(&input, &out, "q4_k").run();
+    let run = quantize(&input, &out, "q3_k").run();
     assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("q4_k"), "{}", run.stderr);
+    assert!(run.stderr.contains("q3_k"), "{}", run.stderr);
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()

@@ -53,9 +53,12 @@ WHAT IS QUANTIZED (llama.cpp's rules, src/llama-quant.cpp):
   1-D tensors and norms are copied as they are (F32 stays F32).
   output.weight (or token_embd.weight when the output is tied to it): Q8_0 when
   TYPE is q8_0 or its rows are not a multiple of 256, else Q6_K.
-  q6_k: tensors whose rows are not a multiple of 256 fall back to Q8_0.
+  q4_k_s, q4_k_m (q4_k), q5_k_s, q5_k_m (q5_k): llama.cpp's mixes for dense
+  models (attn_v and ffn_down get 5 or 6 bits by layer).
+  K-quants fall back where rows are not a multiple of 256: q4_K to q5_0,
+  q5_K to q5_1, q6_K to q8_0.
   A tensor already of its target type is copied.
-  Not written yet: the other K-quants (q2_k to q5_k) and the i-quants.";
+  Not written yet: q2_k, q3_k and the i-quants; mixture-of-experts rules.";
 
 /// The file types `lm-cli quantize` writes, with llama.cpp's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,6 +81,21 @@ pub enum QuantType {
     /// 6-bit K-quant, super-blocks of 256 (rows of other lengths: Q8_0).
     #[value(name = "q6_k")]
     Q6K,
+    /// 4-bit K-quants, the first four attention-V and first eighth of
+    /// ffn_down tensors 5-bit (llama.cpp's Q4_K_S mix).
+    #[value(name = "q4_k_s")]
+    Q4KS,
+    /// 4-bit K-quants, a third of the attention-V and ffn_down tensors 6-bit
+    /// (llama.cpp's Q4_K_M mix, its Q4_K).
+    #[value(name = "q4_k_m", alias = "q4_k")]
+    Q4KM,
+    /// 5-bit K-quants (llama.cpp's Q5_K_S mix).
+    #[value(name = "q5_k_s")]
+    Q5KS,
+    /// 5-bit K-quants, a third of the attention-V and ffn_down tensors 6-bit
+    /// (llama.cpp's Q5_K_M mix, its Q5_K).
+    #[value(name = "q5_k_m", alias = "q5_k")]
+    Q5KM,
     /// Half precision.
     #[value(name = "f16")]
     F16,
@@ -99,6 +117,10 @@ impl QuantType {
             QuantType::Q5_0 => (GgmlType::Q5_0, 8),
             QuantType::Q5_1 => (GgmlType::Q5_1, 9),
             QuantType::Q6K => (GgmlType::Q6_K, 18),
+            QuantType::Q4KS => (GgmlType::Q4_K, 14),
+            QuantType::Q4KM => (GgmlType::Q4_K, 15),
+            QuantType::Q5KS => (GgmlType::Q5_K, 16),
+            QuantType::Q5KM => (GgmlType::Q5_K, 17),
             QuantType::F16 => (GgmlType::F16, 1),
             QuantType::Bf16 => (GgmlType::BF16, 32),
             QuantType::F32 => (GgmlType::F32, 0),
@@ -129,15 +151,27 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     refuse_same_file(&args.input, &args.output)?;
     let input =
         GgufFile::map(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
-    let (default_type, file_type) = args.ty.types();
-    let has_output = input.tensors().iter().any(|t| t.name == "output.weight");
+    let file_type = args.ty.types().1;
     // llama.cpp's order (its loader's `weight_name_comparer`): tensors
     // outside the blocks first, then block by block, by name within each.
     let mut tensors: Vec<&TensorInfo> = input.tensors().iter().collect();
     tensors.sort_by_cached_key(|t| (layer_of(&t.name), t.name.clone()));
+    let n_layer = input
+        .get_str("general.architecture")
+        .and_then(|arch| input.get_u32(&format!("{arch}.block_count")))
+        .map_or_else(
+            |_| {
+                tensors
+                    .iter()
+                    .filter(|t| t.name.contains("ffn_down"))
+                    .count()
+            },
+            |n| n as usize,
+        );
+    let mut rules = Rules::new(args.ty, &tensors, n_layer);
     let plans = tensors
         .iter()
-        .map(|info| plan(info, default_type, has_output))
+        .map(|info| rules.plan(info))
         .collect::<Result<Vec<_>>>()?;
 
     let mut writer = GgufWriter::new();
@@ -216,47 +250,129 @@ fn allows_quantization(info: &TensorInfo) -> bool {
         && info.name != "token_types.weight"
 }
 
-/// What llama.cpp would do with `info` for a file of `default_type`
-/// (`llama_tensor_get_type` with no overrides and no importance matrix).
-fn plan(info: &TensorInfo, default_type: GgmlType, has_output: bool) -> Result<Plan> {
-    if !allows_quantization(info) {
-        return Ok(Plan::Keep);
+/// llama.cpp's choice of type per tensor (`llama_tensor_get_type` with no
+/// overrides and no importance matrix), with its counters: tensors must be
+/// planned in the order they are written (by layer), as llama.cpp counts
+/// them.
+struct Rules {
+    ty: QuantType,
+    default_type: GgmlType,
+    has_output: bool,
+    n_layer: usize,
+    n_attn_v: usize,
+    i_attn_v: usize,
+    i_ffn_down: usize,
+}
+
+/// llama.cpp's `use_more_bits`: the first and last eighth of the layers and
+/// every third one between, which the _M mixes give more bits.
+fn use_more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// llama.cpp's attention-V tensors (the most sensitive to quantization).
+fn is_attn_v(name: &str) -> bool {
+    ["attn_v.weight", "attn_qkv.weight", "attn_kv_b.weight"]
+        .iter()
+        .any(|part| name.contains(part))
+}
+
+impl Rules {
+    fn new(ty: QuantType, tensors: &[&TensorInfo], n_layer: usize) -> Rules {
+        Rules {
+            ty,
+            default_type: ty.types().0,
+            has_output: tensors.iter().any(|t| t.name == "output.weight"),
+            n_layer,
+            n_attn_v: tensors.iter().filter(|t| is_attn_v(&t.name)).count(),
+            i_attn_v: 0,
+            i_ffn_down: 0,
+        }
     }
-    let n_cols = info.n_cols();
-    let mut target = default_type;
-    let is_output =
-        info.name == "output.weight" || (!has_output && info.name == "token_embd.weight");
-    if default_type.is_quantized() {
+
+    /// What llama.cpp would do with `info`.
+    fn plan(&mut self, info: &TensorInfo) -> Result<Plan> {
+        if !allows_quantization(info) {
+            return Ok(Plan::Keep);
+        }
+        let mut target = self.default_type;
+        if target.is_quantized() {
+            target = self.mix_type(info);
+            target = fallback(info, target)?;
+        }
+        Ok(if target == info.ggml_type {
+            Plan::Same
+        } else if target.can_quantize() {
+            Plan::Quantize(target)
+        } else {
+            Plan::Unwritable(target)
+        })
+    }
+
+    /// The type the file type's mix gives `info` (llama.cpp's
+    /// `llama_tensor_get_type_impl` for these file types, dense models).
+    fn mix_type(&mut self, info: &TensorInfo) -> GgmlType {
+        let name = info.name.as_str();
+        let is_output =
+            name == "output.weight" || (!self.has_output && name == "token_embd.weight");
+        let default = self.default_type;
         if is_output {
-            target = if !n_cols.is_multiple_of(default_type.block_size())
-                || default_type == GgmlType::Q8_0
+            return if !info.n_cols().is_multiple_of(default.block_size())
+                || default == GgmlType::Q8_0
             {
                 GgmlType::Q8_0
             } else {
                 GgmlType::Q6_K
             };
         }
-        // llama.cpp's fallback for rows its type cannot hold.
-        if !n_cols.is_multiple_of(target.block_size()) {
-            target = match target {
-                GgmlType::Q6_K => GgmlType::Q8_0,
-                _ => bail!(
-                    "{}: rows of {n_cols} are not a multiple of {} (required for {target}; llama.cpp has no fallback either)",
-                    info.name,
-                    target.block_size()
-                ),
+        if is_attn_v(name) {
+            let i = self.i_attn_v;
+            self.i_attn_v += 1;
+            return match self.ty {
+                QuantType::Q4KM | QuantType::Q5KM if use_more_bits(i, self.n_attn_v) => {
+                    GgmlType::Q6_K
+                }
+                QuantType::Q4KS if i < 4 => GgmlType::Q5_K,
+                _ => default,
             };
-            if !n_cols.is_multiple_of(target.block_size()) {
-                target = GgmlType::F16;
-            }
         }
+        if name.contains("ffn_down") {
+            let i = self.i_ffn_down;
+            self.i_ffn_down += 1;
+            return match self.ty {
+                QuantType::Q4KM | QuantType::Q5KM if use_more_bits(i, self.n_layer) => {
+                    GgmlType::Q6_K
+                }
+                QuantType::Q4KS if i < self.n_layer / 8 => GgmlType::Q5_K,
+                _ => default,
+            };
+        }
+        default
     }
-    Ok(if target == info.ggml_type {
-        Plan::Same
-    } else if target.can_quantize() {
-        Plan::Quantize(target)
+}
+
+/// llama.cpp's fallback for rows a type cannot hold (`tensor_type_fallback`):
+/// a K-quant to the 32-block type of about as many bits, then F16 if even
+/// 32 does not divide the rows.
+fn fallback(info: &TensorInfo, target: GgmlType) -> Result<GgmlType> {
+    let n_cols = info.n_cols();
+    if n_cols.is_multiple_of(target.block_size()) {
+        return Ok(target);
+    }
+    let fallback = match target {
+        GgmlType::Q4_K => GgmlType::Q5_0,
+        GgmlType::Q5_K => GgmlType::Q5_1,
+        GgmlType::Q6_K => GgmlType::Q8_0,
+        _ => bail!(
+            "{}: rows of {n_cols} are not a multiple of {} (required for {target}; llama.cpp has no fallback either)",
+            info.name,
+            target.block_size()
+        ),
+    };
+    Ok(if n_cols.is_multiple_of(fallback.block_size()) {
+        fallback
     } else {
-        Plan::Unwritable(target)
+        GgmlType::F16
     })
 }
 
@@ -357,17 +473,29 @@ mod tests {
         }
     }
 
+    /// One tensor planned alone under `ty`, the file having an output tensor
+    /// when `has_output`.
+    fn plan(info: &TensorInfo, ty: QuantType, has_output: bool) -> Result<Plan> {
+        let output = TensorInfo {
+            name: "output.weight".into(),
+            ..info.clone()
+        };
+        let tensors: Vec<&TensorInfo> = if has_output { vec![&output] } else { vec![] };
+        Rules::new(ty, &tensors, 16).plan(info)
+    }
+
     /// llama.cpp's choices (src/llama-quant.cpp) for the tensors of a llama
     /// file quantized to Q4_0 and Q8_0.
     #[test]
     fn plans_follow_llama_cpp() {
         let q4 = |name: &str, dims: &[usize], ty, has_output| {
-            plan(&info(name, dims, ty), GgmlType::Q4_0, has_output).unwrap()
+            plan(&info(name, dims, ty), QuantType::Q4_0, has_output).unwrap()
         };
         let f16 = GgmlType::F16;
+        let quantize = Plan::Quantize;
         assert_eq!(
             q4("blk.0.attn_q.weight", &[2048, 2048], f16, true),
-            Plan::Quantize(GgmlType::Q4_0)
+            quantize(GgmlType::Q4_0)
         );
         assert_eq!(
             q4("blk.0.attn_norm.weight", &[2048], GgmlType::F32, true),
@@ -385,46 +513,101 @@ mod tests {
         // The output (or the tied embedding): Q6_K where rows are a multiple of 256.
         assert_eq!(
             q4("output.weight", &[2048, 32000], f16, true),
-            Plan::Quantize(GgmlType::Q6_K)
+            quantize(GgmlType::Q6_K)
         );
         assert_eq!(
             q4("token_embd.weight", &[2048, 32000], f16, true),
-            Plan::Quantize(GgmlType::Q4_0)
+            quantize(GgmlType::Q4_0)
         );
         assert_eq!(
             q4("token_embd.weight", &[2048, 32000], f16, false),
-            Plan::Quantize(GgmlType::Q6_K)
+            quantize(GgmlType::Q6_K)
         );
         assert_eq!(
             q4("token_embd.weight", &[576, 49152], f16, false),
-            Plan::Quantize(GgmlType::Q8_0)
+            quantize(GgmlType::Q8_0)
         );
         assert_eq!(
             q4("token_embd.weight", &[576, 49152], GgmlType::Q8_0, false),
             Plan::Same
         );
-        assert!(
-            plan(
-                &info("blk.0.ffn_down.weight", &[40, 8], f16),
-                GgmlType::Q4_0,
-                true
-            )
-            .is_err()
+        let odd = info("blk.0.ffn_down.weight", &[40, 8], f16);
+        assert!(plan(&odd, QuantType::Q4_0, true).is_err());
+        let output = info("output.weight", &[2048, 32000], f16);
+        assert_eq!(
+            plan(&output, QuantType::Q8_0, true).unwrap(),
+            quantize(GgmlType::Q8_0)
         );
-        let q8 = plan(
-            &info("output.weight", &[2048, 32000], f16),
-            GgmlType::Q8_0,
-            true,
-        )
-        .unwrap();
-        assert_eq!(q8, Plan::Quantize(GgmlType::Q8_0));
-        let f = plan(
-            &info("output.weight", &[2048, 32000], f16),
-            GgmlType::F32,
-            true,
-        )
-        .unwrap();
-        assert_eq!(f, Plan::Quantize(GgmlType::F32));
+        assert_eq!(
+            plan(&output, QuantType::F32, true).unwrap(),
+            quantize(GgmlType::F32)
+        );
+        // K-quants fall back where rows are not a multiple of 256.
+        let narrow = info("blk.0.attn_q.weight", &[576, 576], f16);
+        assert_eq!(
+            plan(&narrow, QuantType::Q4KS, true).unwrap(),
+            quantize(GgmlType::Q5_0)
+        );
+        assert_eq!(
+            plan(&narrow, QuantType::Q5KM, true).unwrap(),
+            quantize(GgmlType::Q5_1)
+        );
+        assert_eq!(
+            plan(&narrow, QuantType::Q6K, true).unwrap(),
+            quantize(GgmlType::Q8_0)
+        );
+    }
+
+    /// The _M mixes give attn_v and ffn_down 6 bits on use_more_bits' layers
+    /// (of 16: 0, 1, 4, 7, 10, 13, 14, 15), Q4_K_S 5 bits to the first four
+    /// attn_v and the first two ffn_down.
+    #[test]
+    fn k_mixes_by_layer() {
+        let names: Vec<String> = (0..16)
+            .flat_map(|l| {
+                [
+                    format!("blk.{l}.attn_v.weight"),
+                    format!("blk.{l}.ffn_down.weight"),
+                ]
+            })
+            .collect();
+        let infos: Vec<TensorInfo> = names
+            .iter()
+            .map(|n| info(n, &[2048, 2048], GgmlType::F16))
+            .collect();
+        let refs: Vec<&TensorInfo> = infos.iter().collect();
+        let types = |ty: QuantType, kind: &str| -> Vec<GgmlType> {
+            let mut rules = Rules::new(ty, &refs, 16);
+            let plans: Vec<(String, Plan)> = refs
+                .iter()
+                .map(|i| (i.name.clone(), rules.plan(i).unwrap()))
+                .collect();
+            plans
+                .into_iter()
+                .filter(|(n, _)| n.contains(kind))
+                .map(|(_, p)| match p {
+                    Plan::Quantize(t) => t,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let six_at = |types: &[GgmlType]| -> Vec<usize> {
+            (0..types.len())
+                .filter(|&i| types[i] == GgmlType::Q6_K)
+                .collect()
+        };
+        let more = [0, 1, 4, 7, 10, 13, 14, 15];
+        assert_eq!(six_at(&types(QuantType::Q4KM, "attn_v")), more);
+        assert_eq!(six_at(&types(QuantType::Q5KM, "ffn_down")), more);
+        let s = types(QuantType::Q4KS, "attn_v");
+        assert!(s[..4].iter().all(|&t| t == GgmlType::Q5_K) && s[4] == GgmlType::Q4_K);
+        let s = types(QuantType::Q4KS, "ffn_down");
+        assert!(s[..2].iter().all(|&t| t == GgmlType::Q5_K) && s[2] == GgmlType::Q4_K);
+        assert!(
+            types(QuantType::Q5KS, "ffn_down")
+                .iter()
+                .all(|&t| t == GgmlType::Q5_K)
+        );
     }
 
     #[test]
