@@ -11,7 +11,6 @@
 //! ```
 
 use std::path::Path;
-use std::sync::Arc;
 
 use lm_core::TokenId;
 use lm_model::{Decoder, GgufError, GgufFile, Llama};
@@ -50,15 +49,19 @@ pub struct GgufText {
 /// [`Error::Text`] (tokenizer metadata).
 pub fn load_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
     let path = path.as_ref();
-    let file = Arc::new(open(path, |source| Error::Model {
-        path: path.to_path_buf(),
-        source: source.into(),
-    })?);
-    let decoder = Llama::from_file(Arc::clone(&file)).map_err(|source| Error::Model {
+    let file = open(path, |source| Error::Model {
         path: path.to_path_buf(),
         source: source.into(),
     })?;
-    let text = GgufText::from_file(&file).map_err(|source| Error::Text {
+    // The text side reads only metadata; it is read first so that the
+    // decoder gets the file to itself (and may pack its weights in place),
+    // but a broken decoder is still reported before a broken tokenizer.
+    let text = GgufText::from_file(&file);
+    let decoder = Llama::from_file(file).map_err(|source| Error::Model {
+        path: path.to_path_buf(),
+        source: source.into(),
+    })?;
+    let text = text.map_err(|source| Error::Text {
         path: path.to_path_buf(),
         source,
     })?;

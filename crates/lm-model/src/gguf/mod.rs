@@ -44,7 +44,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use memmap2::{Mmap, MmapOptions};
+use memmap2::{Mmap, MmapMut, MmapOptions};
 use rayon::prelude::*;
 
 use cursor::Cursor;
@@ -78,6 +78,9 @@ pub struct GgufFile {
     key_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Which tensors [`GgufFile::pack_tensors`] repacked in panels (one
+    /// flag per entry of `tensors`).
+    packed: Vec<bool>,
     alignment: usize,
     data_offset: usize,
 }
@@ -98,8 +101,9 @@ enum Storage {
     Mapped(Mmap),
     /// The file read into anonymous memory advised for huge pages: the
     /// first `len` bytes of `map` (its length rounded up to a whole number
-    /// of huge pages, so the kernel aligns it to one).
-    Read { map: Mmap, len: usize },
+    /// of huge pages, so the kernel aligns it to one). Private, so weights
+    /// can be repacked in it.
+    Read { map: MmapMut, len: usize },
     /// A buffer handed over by the caller.
     Owned(Vec<u8>),
 }
@@ -113,6 +117,16 @@ impl Storage {
             Storage::Mapped(map) => map,
             Storage::Read { map, len } => &map[..*len],
             Storage::Owned(bytes) => bytes,
+        }
+    }
+
+    /// The bytes, writable when they are this process's own (read or
+    /// handed over), `None` for a map of the file.
+    fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Storage::Mapped(_) => None,
+            Storage::Read { map, len } => Some(&mut map[..*len]),
+            Storage::Owned(bytes) => Some(bytes),
         }
     }
 
@@ -152,10 +166,7 @@ impl Storage {
         #[cfg(target_os = "linux")]
         let _ = map.advise_range(memmap2::Advice::HugePage, 0, len / HUGE_PAGE * HUGE_PAGE);
         file.read_exact(&mut map[..len])?;
-        Ok(Storage::Read {
-            map: map.make_read_only()?,
-            len,
-        })
+        Ok(Storage::Read { map, len })
     }
 }
 
@@ -261,6 +272,7 @@ impl GgufFile {
             version,
             metadata,
             key_index,
+            packed: vec![false; tensors.len()],
             tensors,
             tensor_index,
             alignment,
@@ -449,13 +461,62 @@ impl GgufFile {
         // An empty tensor has no bytes to borrow: the file may end before
         // the (padded) start of its data section.
         if info.n_bytes == 0 {
-            return Ok(TensorView { info, data: &[] });
+            return Ok(TensorView {
+                info,
+                data: &[],
+                packed: false,
+            });
         }
         // Parsing checked `offset + n_bytes <= data_len`, the length of the
         // bytes after `data_offset`, so this range is inside the file.
         let start = self.data_offset + info.offset;
         let data = &self.bytes()[start..start + info.n_bytes];
-        Ok(TensorView { info, data })
+        Ok(TensorView {
+            info,
+            data,
+            packed: self.packed[idx],
+        })
+    }
+
+    /// Repacks in place, into panels of 16 rows (see `quant/packed.rs`),
+    /// every 2-d tensor that `select` chooses and whose type and shape
+    /// pack (Q4_0 and Q8_0 with whole panels), so that products with it
+    /// run on the panel kernels; returns how many it packed. The bytes are
+    /// rearranged, not copied: the memory does not grow. A mapped file
+    /// ([`GgufFile::map`]) is shared with the page cache and is left as it
+    /// is (0 packed).
+    ///
+    /// A packed tensor's [`TensorView::matrix`] multiplies in panels and
+    /// dequantizes rows from them; its `data` is no longer in GGUF's
+    /// layout, so call this after [`GgufFile::validate_tensor_data`].
+    pub fn pack_tensors(&mut self, select: impl Fn(&TensorInfo) -> bool) -> usize {
+        let data_offset = self.data_offset;
+        let Some(bytes) = self.storage.bytes_mut() else {
+            return 0;
+        };
+        let mut scratch = Vec::new();
+        let mut n_packed = 0;
+        for (info, packed) in self.tensors.iter().zip(&mut self.packed) {
+            let n_rows = info.n_rows();
+            if *packed
+                || info.dims.len() != 2
+                || !crate::quant::packed::packs(info.ggml_type, n_rows)
+                || !select(info)
+            {
+                continue;
+            }
+            let start = data_offset + info.offset;
+            let data = &mut bytes[start..start + info.n_bytes];
+            crate::quant::packed::pack_in_place(
+                info.ggml_type,
+                data,
+                info.n_bytes / n_rows,
+                &mut scratch,
+            );
+            *packed = true;
+            n_packed += 1;
+        }
+        n_packed
     }
 
     /// Errors with the first tensor (in file order) holding a block whose
@@ -468,6 +529,8 @@ impl GgufFile {
     pub fn validate_tensor_data(&self) -> Result<(), GgufError> {
         let first_bad = self.tensors.par_iter().find_map_first(|info| {
             let data = match self.tensor(&info.name) {
+                // Packing happens after validation (and moves no scale).
+                Ok(view) if view.packed => return None,
                 Ok(view) => view.data,
                 Err(error) => return Some(error),
             };

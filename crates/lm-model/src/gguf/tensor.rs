@@ -66,6 +66,9 @@ pub struct TensorView<'a> {
     pub info: &'a TensorInfo,
     /// Exactly `info.n_bytes` bytes of data.
     pub data: &'a [u8],
+    /// Whether `data` is packed in panels ([`GgufFile::pack_tensors`](super::GgufFile::pack_tensors))
+    /// rather than in GGUF's row-major layout.
+    pub(crate) packed: bool,
 }
 
 impl<'a> TensorView<'a> {
@@ -78,6 +81,13 @@ impl<'a> TensorView<'a> {
             self.info.n_cols(),
             self.data,
         )
+        .map(|matrix| {
+            if self.packed {
+                matrix.in_panels()
+            } else {
+                matrix
+            }
+        })
         .map_err(|source| GgufError::TensorShape {
             name: self.info.name.clone(),
             source,

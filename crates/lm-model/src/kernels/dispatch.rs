@@ -202,6 +202,12 @@ impl Dispatch {
         self.kernel
     }
 
+    /// Whether products with weights packed in panels have a SIMD kernel
+    /// here (else they run the portable one, for correctness only).
+    pub fn has_panel_kernel(self) -> bool {
+        matches!(self.kernel, Kernel::Avx512)
+    }
+
     /// Whether f16 values can be widened with AVX + F16C.
     pub fn has_f16c(self) -> bool {
         cfg!(target_arch = "x86_64") && self.features.avx && self.features.f16c

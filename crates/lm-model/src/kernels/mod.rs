@@ -14,6 +14,8 @@
 //!   in `quant/block.rs` and `quant/block_k.rs`.
 //! - `attention`: attention's products, weighted sums and f16 rounding,
 //!   portable and per instruction set (`attention/x86.rs` their shared frame).
+//! - `panel`: products of weights packed in panels of 16 rows
+//!   (`quant/packed.rs`), a lane per row: portable and AVX-512.
 //! - `exp`: a vectorised `exp` with libm's bits, in AVX2 or AVX-512.
 //! - `f16`: f16 rows widened to f32 and f32 values rounded to f16 (F16C).
 #![allow(unsafe_code)]
@@ -23,3 +25,4 @@ pub(crate) mod dispatch;
 pub(crate) mod dot;
 pub(crate) mod exp;
 pub(crate) mod f16;
+pub(crate) mod panel;

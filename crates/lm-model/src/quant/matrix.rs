@@ -14,9 +14,11 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::activation::Activations;
 use super::activation::{ActivationBuffers, QuantizedInput};
-use super::block;
-use super::{GgmlType, QuantError};
+use super::ggml_type::ActivationKind;
+use super::packed::{self, PANEL_ROWS};
+use super::{GgmlType, QuantError, block};
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::kernels::dot::portable;
 use crate::thread_scratch::with_thread_scratch;
@@ -31,6 +33,7 @@ const PARALLEL_MIN_OUTPUTS: usize = 1 << 16;
 
 /// Rows of W handed to one rayon task.
 const ROWS_PER_TASK: usize = 16;
+const _: () = assert!(ROWS_PER_TASK == PANEL_ROWS, "a task's rows are one panel");
 
 /// A borrowed matrix of `n_rows x n_cols` weights stored as GGML type `ty`.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +44,8 @@ pub struct QMatrix<'a> {
     row_bytes: usize,
     data: &'a [u8],
     dispatch: Dispatch,
+    /// Whether `data` is in panels ([`packed`]) rather than row-major.
+    packed: bool,
 }
 
 /// Per-thread buffers reused across products, so steady-state calls do not allocate.
@@ -50,6 +55,8 @@ struct Scratch {
     activations: ActivationBuffers,
     /// Batched results in `n_rows x n` order before they are transposed.
     transposed: Vec<f32>,
+    /// Each activation block's `Σ qs`, for packed products.
+    sums: Vec<i32>,
 }
 
 thread_local! {
@@ -126,6 +133,17 @@ impl<'a> QMatrix<'a> {
             row_bytes,
             data,
             dispatch,
+            packed: false,
+        }
+    }
+
+    /// The same view of data packed in panels (see [`packed`]; the type
+    /// and shape pack).
+    pub(crate) fn in_panels(self) -> QMatrix<'a> {
+        debug_assert!(packed::packs(self.ty, self.n_rows));
+        QMatrix {
+            packed: true,
+            ..self
         }
     }
 
@@ -157,6 +175,9 @@ impl<'a> QMatrix<'a> {
 
     /// The raw bytes of row `row_idx`, or `None` past the last row.
     pub fn row_data(&self, row_idx: usize) -> Option<&'a [u8]> {
+        if self.packed {
+            return None;
+        }
         let start = row_idx.checked_mul(self.row_bytes)?;
         self.data.get(start..start.checked_add(self.row_bytes)?)
     }
@@ -177,6 +198,16 @@ impl<'a> QMatrix<'a> {
     /// [`QMatrix::dequantize_row`] with the index and length checked by the caller.
     pub(crate) fn dequantize_row_checked(&self, row_idx: usize, out: &mut [f32]) {
         debug_assert_eq!(out.len(), self.n_cols, "output row");
+        if self.packed {
+            let mut bytes = [0u8; 34];
+            let bytes = &mut bytes[..self.ty.block_bytes()];
+            let values = out.chunks_exact_mut(self.ty.block_size());
+            for (b, values) in values.enumerate() {
+                packed::unpack_block(self.ty, self.data, self.row_bytes, row_idx, b, bytes);
+                block::dequantize_row(self.ty, bytes, values);
+            }
+            return;
+        }
         let start = row_idx * self.row_bytes;
         block::dequantize_row(self.ty, &self.data[start..start + self.row_bytes], out);
     }
@@ -184,7 +215,11 @@ impl<'a> QMatrix<'a> {
     /// The whole matrix as f32, row-major (for small tensors such as norm weights).
     pub fn to_f32_vec(&self) -> Vec<f32> {
         let mut out = vec![0.0; self.n_rows * self.n_cols];
-        if self.n_cols > 0 {
+        if self.packed {
+            for (row_idx, dst) in out.chunks_exact_mut(self.n_cols).enumerate() {
+                self.dequantize_row_checked(row_idx, dst);
+            }
+        } else if self.n_cols > 0 {
             for (row, dst) in self
                 .data
                 .chunks_exact(self.row_bytes)
@@ -220,6 +255,14 @@ impl<'a> QMatrix<'a> {
     pub fn matvec_exact(&self, x: &[f32], y: &mut [f32]) -> Result<(), QuantError> {
         check_len("input vector", self.n_cols, x.len())?;
         check_len("output vector", self.n_rows, y.len())?;
+        if self.packed {
+            let mut row = vec![0.0; self.n_cols];
+            for (row_idx, y) in y.iter_mut().enumerate() {
+                self.dequantize_row_checked(row_idx, &mut row);
+                *y = row.iter().zip(x).map(|(w, x)| w * x).sum();
+            }
+            return Ok(());
+        }
         self.fill_rows(y, 1, |rows, out| {
             for (o, row) in out.iter_mut().zip(rows.chunks_exact(self.row_bytes)) {
                 *o = portable::dot_row_exact(self.ty, row, x);
@@ -300,9 +343,20 @@ impl<'a> QMatrix<'a> {
             let Scratch {
                 activations,
                 transposed,
+                sums,
             } = scratch;
             let kinds = products.iter().map(|(w, _)| w.ty.activation_kind());
             let input = activations.quantize_each(kinds, xs);
+            sums.clear();
+            if products.iter().any(|(w, _)| w.packed)
+                && let Activations::Q8(xq) = input.get(ActivationKind::Q8)
+            {
+                sums.extend(
+                    xq.iter()
+                        .map(|x| x.qs.iter().map(|&q| i32::from(q)).sum::<i32>()),
+                );
+            }
+            let input = Input { input, sums };
             if n == 1 {
                 // One input: each matrix's results are its output as they are.
                 fill_products(products, input, 1, &mut []);
@@ -314,7 +368,11 @@ impl<'a> QMatrix<'a> {
             let mut parts = &transposed[..];
             for (w, ys) in products.iter_mut() {
                 let (part, rest) = parts.split_at(ys.len());
-                to_input_major(part, n, w.n_rows, ys);
+                if w.packed {
+                    panels_to_input_major(part, n, w.n_rows, ys);
+                } else {
+                    to_input_major(part, n, w.n_rows, ys);
+                }
                 parts = rest;
             }
         });
@@ -352,7 +410,7 @@ impl<'a> QMatrix<'a> {
 /// work is worth the threads, so the pool takes their rows as one job.
 fn fill_products(
     products: &mut [(QMatrix<'_>, &mut [f32])],
-    input: QuantizedInput<'_>,
+    input: Input<'_>,
     n: usize,
     transposed: &mut [f32],
 ) {
@@ -360,11 +418,21 @@ fn fill_products(
         [] => {}
         [(w, ys)] => {
             let out = if n == 1 { &mut **ys } else { transposed };
-            let x = input.get(w.ty.activation_kind());
-            w.fill_rows(out, n, |rows, out| {
-                w.dispatch
-                    .dot_rows(w.ty, rows, w.row_bytes, w.n_cols, x, n, out);
-            });
+            let x = input.input.get(w.ty.activation_kind());
+            match x {
+                Activations::Q8(xq) if w.packed => {
+                    // A task's 16 rows are one panel (`ROWS_PER_TASK`).
+                    let n_blocks = w.n_cols / w.ty.block_size();
+                    w.fill_rows(out, n, |panels, out| {
+                        w.dispatch
+                            .dot_panels(w.ty, panels, n_blocks, xq, input.sums, n, out);
+                    });
+                }
+                _ => w.fill_rows(out, n, |rows, out| {
+                    w.dispatch
+                        .dot_rows(w.ty, rows, w.row_bytes, w.n_cols, x, n, out);
+                }),
+            }
         }
         _ => {
             let n_weights = products.iter().fold(0usize, |sum, (w, _)| {
@@ -387,6 +455,25 @@ fn fill_products(
                 fill_products(first, input, n, first_out);
                 fill_products(rest, input, n, rest_out);
             }
+        }
+    }
+}
+
+/// The quantized input of a product and, for packed matrices, its blocks'
+/// sums.
+#[derive(Clone, Copy)]
+struct Input<'a> {
+    input: QuantizedInput<'a>,
+    sums: &'a [i32],
+}
+
+/// `ys[i * n_rows + 16 p + l] = panels[(p * n + i) * 16 + l]`: a packed
+/// product's results (each panel's sixteen rows per input) back to
+/// input-major order.
+fn panels_to_input_major(panels: &[f32], n: usize, n_rows: usize, ys: &mut [f32]) {
+    for (p, panel) in panels.chunks_exact(n * PANEL_ROWS).enumerate() {
+        for (i, rows) in panel.chunks_exact(PANEL_ROWS).enumerate() {
+            ys[i * n_rows + p * PANEL_ROWS..][..PANEL_ROWS].copy_from_slice(rows);
         }
     }
 }
@@ -419,5 +506,82 @@ fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), Q
             expected,
             actual,
         })
+    }
+}
+
+#[cfg(test)]
+mod panel_tests {
+    use super::*;
+
+    /// `n_rows x n_cols` random blocks of `ty`, scales in 1e-3..1.1e-2.
+    fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
+        let mut data = vec![0u8; n_rows * row_bytes];
+        for block in data.chunks_exact_mut(ty.block_bytes()) {
+            let d = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 1e-5);
+            block[..2].copy_from_slice(&d.to_le_bytes());
+            for b in &mut block[2..] {
+                *b = next() as u8;
+            }
+        }
+        data
+    }
+
+    /// Packed products against the row-major ones and f32 arithmetic, on
+    /// every kernel this CPU runs: the same bits on each, for one input
+    /// and for a batch (tiles of 8 and a remainder), and within the
+    /// quantized product's error of the exact one.
+    #[test]
+    fn panel_products_agree_across_kernels_batches_and_layouts() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+            let (n_rows, n_cols, n) = (48, 256, 19);
+            let data = random_matrix(ty, n_rows, n_cols, 7);
+            let mut packed_data = data.clone();
+            let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
+            packed::pack_in_place(ty, &mut packed_data, row_bytes, &mut Vec::new());
+            let xs: Vec<f32> = (0..n * n_cols)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+                .collect();
+            let mut reference = None;
+            for dispatch in Dispatch::every_available() {
+                let w = QMatrix::checked_before(ty, n_rows, n_cols, &data, dispatch);
+                let p =
+                    QMatrix::checked_before(ty, n_rows, n_cols, &packed_data, dispatch).in_panels();
+                let mut batch = vec![0.0; n * n_rows];
+                p.matmul(&xs, n, &mut batch).expect("shapes");
+                for (i, x) in xs.chunks_exact(n_cols).enumerate() {
+                    let mut one = vec![0.0; n_rows];
+                    p.matvec(x, &mut one).expect("shapes");
+                    assert_eq!(one, batch[i * n_rows..][..n_rows], "{ty} input {i}");
+                    let (mut rows, mut exact) = (vec![0.0; n_rows], vec![0.0; n_rows]);
+                    w.matvec(x, &mut rows).expect("shapes");
+                    w.matvec_exact(x, &mut exact).expect("shapes");
+                    let mut dense = vec![0.0; n_cols];
+                    for r in 0..n_rows {
+                        p.dequantize_row(r, &mut dense).expect("row");
+                        let mut original = vec![0.0; n_cols];
+                        w.dequantize_row(r, &mut original).expect("row");
+                        assert_eq!(dense, original, "{ty} row {r}");
+                        let magnitude: f32 = dense.iter().zip(x).map(|(w, x)| (w * x).abs()).sum();
+                        assert!(
+                            (one[r] - exact[r]).abs() <= 5e-3 * magnitude,
+                            "{ty} row {r}"
+                        );
+                        assert!((one[r] - rows[r]).abs() <= 1e-5 * magnitude, "{ty} row {r}");
+                    }
+                }
+                match &reference {
+                    None => reference = Some(batch),
+                    Some(reference) => assert_eq!(&batch, reference, "{ty} on {dispatch:?}"),
+                }
+            }
+        }
     }
 }

@@ -16,6 +16,7 @@ pub(crate) mod block_k;
 
 mod ggml_type;
 mod matrix;
+pub(crate) mod packed;
 mod quantize;
 
 pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel};

@@ -44,6 +44,8 @@ struct FileMatrix {
     n_cols: usize,
     /// Byte range of the tensor's data within `file.bytes()`.
     bytes: Range<usize>,
+    /// Whether the data is packed in panels ([`GgufFile::pack_tensors`]).
+    packed: bool,
 }
 
 impl FileMatrix {
@@ -51,7 +53,8 @@ impl FileMatrix {
     /// and byte range were checked by [`Linear::from_gguf`].
     fn view(&self, dispatch: Dispatch) -> QMatrix<'_> {
         let data = &self.file.bytes()[self.bytes.clone()];
-        QMatrix::checked_before(self.ty, self.n_rows, self.n_cols, data, dispatch)
+        let view = QMatrix::checked_before(self.ty, self.n_rows, self.n_cols, data, dispatch);
+        if self.packed { view.in_panels() } else { view }
     }
 }
 
@@ -86,6 +89,7 @@ impl Linear {
                 n_rows,
                 n_cols,
                 bytes,
+                packed: view.packed,
             }),
         })
     }

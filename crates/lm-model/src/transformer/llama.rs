@@ -41,6 +41,7 @@ use super::linear::Linear;
 use super::model::{Decoder, DecoderWeights, LayerWeights, QkvBias};
 use super::norm::Norm;
 use crate::gguf::GgufFile;
+use crate::kernels::dispatch::Dispatch;
 
 /// Constructors of a [`Decoder`] from a GGUF file of any supported
 /// architecture (llama, qwen2, qwen3, gemma3; the name is historical).
@@ -80,11 +81,25 @@ impl Llama {
     /// buffer, owned or shared): the configuration from the metadata, then
     /// every required tensor, checked against it, and every block's scales
     /// checked to be finite ([`GgufFile::validate_tensor_data`]).
+    ///
+    /// Where the kernel has panel products (AVX-512) and the file's bytes
+    /// are this decoder's alone (an owned `GgufFile`, read by
+    /// [`GgufFile::open`]), the Q4_0 and Q8_0 weight matrices are packed
+    /// in place first ([`GgufFile::pack_tensors`]): prefill runs about 3x
+    /// faster on them, and no memory is added.
     pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {
-        let file: Arc<GgufFile> = file.into();
+        let mut file: Arc<GgufFile> = file.into();
         let config = config_from_metadata(&file)?;
         check_tensors_present(&file, &config)?;
         file.validate_tensor_data()?;
+        if Dispatch::detect().has_panel_kernel()
+            && let Some(file) = Arc::get_mut(&mut file)
+        {
+            // The token embedding is read by rows unless it is also the
+            // output matrix.
+            let tied = file.tensor("output.weight").is_err();
+            file.pack_tensors(|info| tied || info.name != "token_embd.weight");
+        }
         let c = &config;
         // A vector tensor of `len` f32 values (a gain or a bias).
         let vector = |name: &str, len: usize| -> Result<Vec<f32>, TransformerError> {

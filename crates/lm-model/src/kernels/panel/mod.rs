@@ -1,0 +1,56 @@
+//! Products of weights packed in panels of 16 rows
+//! ([`crate::quant::packed`]) with activations quantized to 32-value
+//! blocks: the portable reference and the AVX-512 VNNI kernel, with the
+//! same bits (the arithmetic is stated in `quant/packed.rs`).
+//!
+//! A product tiles its inputs by up to [`MAX_TILE`]: each block of a panel
+//! is unpacked once per tile, into vectors whose lanes are the panel's rows,
+//! and every input of the tile multiplies the same vectors, so unpacking
+//! costs a fraction of the products and the f32 work is one conversion and
+//! one fused multiply-add per block for sixteen rows.
+
+use crate::kernels::dispatch::{Dispatch, Kernel};
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8Block;
+use crate::quant::packed::PANEL_ROWS;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod portable;
+
+/// The most inputs that share one unpacking of a panel's block: eight
+/// inputs' accumulators and the block's eight vectors of weights fit
+/// AVX-512's 32 registers with room for the scales.
+pub(crate) const MAX_TILE: usize = 8;
+
+impl Dispatch {
+    /// `out[(p * n + i) * 16 + l] = row (16 p + l) · input i` for the panels
+    /// of `panels` (each `n_blocks` blocks of `ty`) and `n` inputs, input
+    /// `i` being `xq[i * n_blocks..][..n_blocks]` and `sums` its blocks'
+    /// sums of quantized values (`Σ qs`, same indexing).
+    ///
+    /// Lengths are the caller's contract, checked in debug builds.
+    #[allow(clippy::too_many_arguments)] // the shape of a panel product
+    pub(crate) fn dot_panels(
+        self,
+        ty: GgmlType,
+        panels: &[u8],
+        n_blocks: usize,
+        xq: &[Q8Block],
+        sums: &[i32],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let panel_bytes = PANEL_ROWS * n_blocks * ty.block_bytes();
+        debug_assert!(panel_bytes > 0 && panels.len().is_multiple_of(panel_bytes));
+        debug_assert_eq!(out.len(), panels.len() / panel_bytes * n * PANEL_ROWS);
+        debug_assert_eq!((xq.len(), sums.len()), (n * n_blocks, n * n_blocks));
+        match self.kernel() {
+            // SAFETY: a `Dispatch` holds the AVX-512 kernel only on a CPU
+            // with avx512f/bw/vl/vnni (and avx2, fma, f16c): `Kernel::runs_on`.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => unsafe { avx512::dot_panels(ty, panels, n_blocks, xq, sums, n, out) },
+            _ => portable::dot_panels(ty, panels, n_blocks, xq, sums, n, out),
+        }
+    }
+}
