@@ -205,7 +205,7 @@ impl Dispatch {
     /// Whether products with weights packed in panels have a SIMD kernel
     /// here (else they run the portable one, for correctness only).
     pub fn has_panel_kernel(self) -> bool {
-        matches!(self.kernel, Kernel::Avx512)
+        matches!(self.kernel, Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512)
     }
 
     /// Whether f16 values can be widened with AVX + F16C.

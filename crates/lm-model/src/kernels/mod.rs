@@ -15,7 +15,8 @@
 //! - `attention`: attention's products, weighted sums and f16 rounding,
 //!   portable and per instruction set (`attention/x86.rs` their shared frame).
 //! - `panel`: products of weights packed in panels of 16 rows
-//!   (`quant/packed.rs`), a lane per row: portable and AVX-512.
+//!   (`quant/packed.rs`), a lane per row: portable, AVX2 (and AVX-VNNI)
+//!   and AVX-512.
 //! - `exp`: a vectorised `exp` with libm's bits, in AVX2 or AVX-512.
 //! - `f16`: f16 rows widened to f32 and f32 values rounded to f16 (F16C).
 #![allow(unsafe_code)]

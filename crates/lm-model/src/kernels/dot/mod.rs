@@ -20,7 +20,7 @@
 //! AVX2 kernel's `horizontal_sum` sums them), so every path, the portable
 //! one included, gives the same bits. Weights packed in panels
 //! (`quant/packed.rs`: Q4_0 and Q8_0, packed where the kernel has panel
-//! products, AVX-512 today) are multiplied by `kernels/panel` instead,
+//! products: AVX2, AVX-VNNI and AVX-512) are multiplied by `kernels/panel` instead,
 //! whose f32 sums run in another order: such a model's last bits differ
 //! between a machine that packs and one that does not. Float rows (F32, F16, BF16) are multiplied with the f32
 //! activations directly (by the AVX2 kernel on every SIMD path).

@@ -1,9 +1,10 @@
 //! Products of weights packed in panels of 16 rows
 //! ([`crate::quant::packed`]) with activations quantized to 32-value
-//! blocks: the portable reference and the AVX-512 VNNI kernel, with the
+//! blocks: the portable reference, the AVX2 kernel (with AVX-VNNI's
+//! `vpdpbusd` where the CPU has it) and the AVX-512 VNNI kernel, with the
 //! same bits (the arithmetic is stated in `quant/packed.rs`).
 //!
-//! A product tiles its inputs by up to [`MAX_TILE`]: each block of a panel
+//! A product tiles its inputs by up to [`MAX_TILE`] (four on AVX2): each block of a panel
 //! is unpacked once per tile, into vectors whose lanes are the panel's rows,
 //! and every input of the tile multiplies the same vectors, so unpacking
 //! costs a fraction of the products and the f32 work is one conversion and
@@ -14,6 +15,8 @@ use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::PANEL_ROWS;
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
@@ -50,6 +53,14 @@ impl Dispatch {
             // with avx512f/bw/vl/vnni (and avx2, fma, f16c): `Kernel::runs_on`.
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => unsafe { avx512::dot_panels(ty, panels, n_blocks, xq, sums, n, out) },
+            // SAFETY: a `Dispatch` holds these kernels only on a CPU with
+            // avx2, fma and f16c (and avxvnni for AvxVnni): `Kernel::runs_on`.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { avx2::dot_panels(ty, panels, n_blocks, xq, sums, n, out) },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => unsafe {
+                avx2::dot_panels_vnni(ty, panels, n_blocks, xq, sums, n, out)
+            },
             _ => portable::dot_panels(ty, panels, n_blocks, xq, sums, n, out),
         }
     }

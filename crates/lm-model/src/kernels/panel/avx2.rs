@@ -1,0 +1,584 @@
+//! The panel products on AVX2 + FMA + F16C (`Kernel::Avx2`), and with the
+//! 256-bit `vpdpbusd` of AVX-VNNI (`Kernel::AvxVnni`): a panel is two
+//! halves of eight rows (rows 0..8 in the low 32 bytes of each 64-byte
+//! chunk, rows 8..16 in the high 32), one i32 or f32 lane per row. A
+//! half's block is eight vectors of unsigned bytes `u = q + OFFSET` (four
+//! weights per lane), vector `k` meeting input bytes `4k..4k + 4`
+//! broadcast to every lane, and one conversion, one scale product and one
+//! fused multiply-add per input finish the block for eight rows, in the
+//! order `quant/packed.rs` states (the portable kernel's bits).
+//!
+//! The exact integer sums, per type and instruction set:
+//! - AVX-VNNI: `vpdpbusd` from `-OFFSET · Σ q_x`, as the AVX-512 kernel.
+//! - AVX2, Q4_0: `vpmaddubsw` of the nibbles (`u` below 16) with the input
+//!   bytes, the eight vectors' pairs added in i16 (each pair at most 2 · 15
+//!   · 128 in magnitude, their sum at most 30,720: no saturation, no
+//!   wrap), then `vpmaddwd` by ones to i32 and `8 Σ q_x` taken away.
+//! - AVX2, Q8_0: `u = q + 128` would saturate `vpmaddubsw`'s pairs, so the
+//!   signed weights are multiplied as `|q|` times the input with `q`'s sign
+//!   (`vpsignb`), as `kernels/dot/avx2.rs` does, each vector's pairs
+//!   summed to i32 by `vpmaddwd` at once.
+//!
+//! Inputs are tiled by up to [`TILE`]: the tile's integer and f32 sums, a
+//! weight vector, the broadcast input bytes and the constants fit AVX2's
+//! sixteen registers at four inputs. On an AMD EPYC (Zen 4, shared
+//! machine, `LM_KERNEL=avx2`, one thread, medians of 3-4 interleaved runs)
+//! a 131-token prefill of the 1B-shape Q4_0 file took 5.0 s row-major and
+//! 2.7, 2.3, 2.1, 2.4 and 2.2 s with tiles of 1, 2, 4, 6 and 8.
+//!
+//! Every function requires avx2, fma and f16c (and the `_vnni` entry
+//! avxvnni), which callers check through a `Dispatch`.
+
+use std::arch::x86_64::{
+    __m256, __m256i, _mm_loadu_si128, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_dpbusd_avx_epi32, _mm256_fmadd_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_set1_epi8,
+    _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_sign_epi8, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
+};
+
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8Block;
+use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
+
+/// Rows of a half panel: one 256-bit vector of i32 or f32 lanes.
+const HALF_ROWS: usize = PANEL_ROWS / 2;
+
+/// Vectors of weights per block and half: 32 weights in lanes of four.
+const VECTORS: usize = 8;
+
+/// The most inputs that share one unpacking of a half's block.
+const TILE: usize = 4;
+
+/// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_panels(
+    ty: GgmlType,
+    panels: &[u8],
+    n_blocks: usize,
+    xq: &[Q8Block],
+    sums: &[i32],
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: this function's features are what the kernels need.
+    unsafe {
+        match ty {
+            GgmlType::Q4_0 => each_panel::<Q4_0Maddubs>(panels, n_blocks, xq, sums, n, out),
+            GgmlType::Q8_0 => each_panel::<Q8_0Maddubs>(panels, n_blocks, xq, sums, n, out),
+            _ => unreachable!("{ty} is not packed"),
+        }
+    }
+}
+
+/// [`dot_panels`] with the byte products of AVX-VNNI (`vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma, f16c and avxvnni.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn dot_panels_vnni(
+    ty: GgmlType,
+    panels: &[u8],
+    n_blocks: usize,
+    xq: &[Q8Block],
+    sums: &[i32],
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: this function's features are what the kernels need.
+    unsafe {
+        match ty {
+            GgmlType::Q4_0 => {
+                each_panel::<Dpbusd<Q4_0, AvxVnni>>(panels, n_blocks, xq, sums, n, out)
+            }
+            GgmlType::Q8_0 => {
+                each_panel::<Dpbusd<Q8_0, AvxVnni>>(panels, n_blocks, xq, sums, n, out)
+            }
+            _ => unreachable!("{ty} is not packed"),
+        }
+    }
+}
+
+/// How a packed type's half block becomes [`VECTORS`] vectors of unsigned
+/// bytes, vector `k` meeting input bytes `4k..4k + 4`.
+trait Unsigned {
+    /// Bytes of a panel's block: the scales, then the chunks.
+    const RECORD_BYTES: usize;
+    /// What the unsigned bytes exceed the weights by.
+    const OFFSET: i32;
+    /// Vector `k` of the half whose lanes of chunk 0 are at `quants`.
+    ///
+    /// # Safety
+    /// `quants` points into a block's chunks as said; the CPU has avx2 and
+    /// the call is inlined into a function compiled with it.
+    unsafe fn vector(quants: *const u8, k: usize) -> __m256i;
+}
+
+/// Q4_0: four chunks of nibbles; the low nibbles are weights 0..16, the
+/// high ones 16..32, so chunk `c`'s low nibbles are vector `c` and its high
+/// ones vector `4 + c`.
+struct Q4_0;
+
+impl Unsigned for Q4_0 {
+    const RECORD_BYTES: usize = PANEL_ROWS * 18;
+    const OFFSET: i32 = 8;
+
+    #[inline(always)]
+    unsafe fn vector(quants: *const u8, k: usize) -> __m256i {
+        // SAFETY: the caller's contract: chunk k % 4 is the block's.
+        unsafe {
+            let chunk = _mm256_loadu_si256(quants.add(k % 4 * CHUNK_BYTES).cast());
+            let nibbles = if k < 4 {
+                chunk
+            } else {
+                _mm256_srli_epi16::<4>(chunk)
+            };
+            _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F))
+        }
+    }
+}
+
+/// Q8_0: eight chunks of signed bytes, made unsigned by flipping the sign
+/// bit (`q + 128`).
+struct Q8_0;
+
+impl Unsigned for Q8_0 {
+    const RECORD_BYTES: usize = PANEL_ROWS * 34;
+    const OFFSET: i32 = 128;
+
+    #[inline(always)]
+    unsafe fn vector(quants: *const u8, k: usize) -> __m256i {
+        // SAFETY: the caller's contract: chunk k is the block's.
+        unsafe {
+            let chunk = _mm256_loadu_si256(quants.add(k * CHUNK_BYTES).cast());
+            _mm256_xor_si256(chunk, _mm256_set1_epi8(0x80u8 as i8))
+        }
+    }
+}
+
+/// How the exact integer sums of a half block with a tile's inputs are
+/// taken.
+trait HalfSums {
+    /// Bytes of a panel's block: the scales, then the chunks.
+    const RECORD_BYTES: usize;
+    /// Lane `l` of `s[i]` is `Σ_j q_w[l, j] q_x[i, j]` for the half whose
+    /// lanes of chunk 0 are at `quants`; `sum_x[i]` is `Σ_j q_x[i, j]`.
+    ///
+    /// # Safety
+    /// `quants` points into a block's chunks; the CPU has the instructions
+    /// the implementation uses and the call is inlined into a function
+    /// compiled with them.
+    unsafe fn sums<const T: usize>(
+        quants: *const u8,
+        x: [&Q8Block; T],
+        sum_x: [i32; T],
+    ) -> [__m256i; T];
+}
+
+/// Bytes `4k..4k + 4` of an input block, broadcast to every lane.
+///
+/// # Safety
+/// `k < 8`; the CPU has avx2 (inlined into a function compiled with it).
+#[inline(always)]
+unsafe fn four(x: &Q8Block, k: usize) -> __m256i {
+    debug_assert!(k < VECTORS);
+    // SAFETY: bytes 4k..4k + 4 of the block's 32.
+    unsafe { _mm256_set1_epi32(x.qs.as_ptr().add(4 * k).cast::<i32>().read_unaligned()) }
+}
+
+/// Q4_0 on AVX2: nibbles by input bytes in i16 pairs, summed in i16 over
+/// the block, then in i32 (see the module's note on the bounds).
+struct Q4_0Maddubs;
+
+impl HalfSums for Q4_0Maddubs {
+    const RECORD_BYTES: usize = Q4_0::RECORD_BYTES;
+
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(
+        quants: *const u8,
+        x: [&Q8Block; T],
+        sum_x: [i32; T],
+    ) -> [__m256i; T] {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut pairs = [_mm256_setzero_si256(); T];
+            for k in 0..VECTORS {
+                let w = Q4_0::vector(quants, k);
+                for (pairs, x) in pairs.iter_mut().zip(x) {
+                    *pairs = _mm256_add_epi16(*pairs, _mm256_maddubs_epi16(w, four(x, k)));
+                }
+            }
+            std::array::from_fn(|i| {
+                let s = _mm256_madd_epi16(pairs[i], _mm256_set1_epi16(1));
+                _mm256_sub_epi32(s, _mm256_set1_epi32(Q4_0::OFFSET * sum_x[i]))
+            })
+        }
+    }
+}
+
+/// Q8_0 on AVX2: `|q|` by the input bytes with `q`'s sign in i16 pairs
+/// (at most 2 · 128 · 128), each vector's pairs summed to i32 at once.
+struct Q8_0Maddubs;
+
+impl HalfSums for Q8_0Maddubs {
+    const RECORD_BYTES: usize = Q8_0::RECORD_BYTES;
+
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(
+        quants: *const u8,
+        x: [&Q8Block; T],
+        _sum_x: [i32; T],
+    ) -> [__m256i; T] {
+        // SAFETY: the caller's contract: chunk k is the block's.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut s = [_mm256_setzero_si256(); T];
+            for k in 0..VECTORS {
+                let w = _mm256_loadu_si256(quants.add(k * CHUNK_BYTES).cast());
+                let magnitude = _mm256_sign_epi8(w, w);
+                for (s, x) in s.iter_mut().zip(x) {
+                    let signed = _mm256_sign_epi8(four(x, k), w);
+                    let pairs = _mm256_maddubs_epi16(magnitude, signed);
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pairs, ones));
+                }
+            }
+            s
+        }
+    }
+}
+
+/// A 256-bit `vpdpbusd`: `acc` plus, per i32 lane, the four products of
+/// unsigned bytes `u` with signed bytes `s`, without saturation.
+trait Dot {
+    /// # Safety
+    /// The CPU has the instruction and the call is inlined into a function
+    /// compiled with it.
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// AVX-VNNI's VEX-encoded `vpdpbusd`.
+struct AvxVnni;
+
+impl Dot for AvxVnni {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees avxvnni.
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+}
+
+/// The sums by `vpdpbusd` (`D`) of the unsigned weights of `U`, from
+/// `-OFFSET · Σ q_x`; with one or two inputs, in two chains of four
+/// (added exactly), as the eight dependent products would be
+/// latency-bound.
+struct Dpbusd<U, D>(std::marker::PhantomData<(U, D)>);
+
+impl<U: Unsigned, D: Dot> HalfSums for Dpbusd<U, D> {
+    const RECORD_BYTES: usize = U::RECORD_BYTES;
+
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(
+        quants: *const u8,
+        x: [&Q8Block; T],
+        sum_x: [i32; T],
+    ) -> [__m256i; T] {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut s = sum_x.map(|sum| _mm256_set1_epi32(-U::OFFSET * sum));
+            if T <= 2 {
+                let mut t = [_mm256_setzero_si256(); T];
+                for k in 0..VECTORS / 2 {
+                    let (w, v) = (U::vector(quants, k), U::vector(quants, k + 4));
+                    for i in 0..T {
+                        s[i] = D::dpbusd(s[i], w, four(x[i], k));
+                        t[i] = D::dpbusd(t[i], v, four(x[i], k + 4));
+                    }
+                }
+                for (s, t) in s.iter_mut().zip(t) {
+                    *s = _mm256_add_epi32(*s, t);
+                }
+            } else {
+                for k in 0..VECTORS {
+                    let w = U::vector(quants, k);
+                    for (s, x) in s.iter_mut().zip(x) {
+                        *s = D::dpbusd(*s, w, four(x, k));
+                    }
+                }
+            }
+            s
+        }
+    }
+}
+
+/// Every panel of `panels` against every input, balanced tiles of up to
+/// [`TILE`] inputs at a time.
+///
+/// # Safety
+/// The CPU has avx2, fma, f16c and what `H` uses; inlined into a function
+/// compiled with them.
+#[inline(always)]
+unsafe fn each_panel<H: HalfSums>(
+    panels: &[u8],
+    n_blocks: usize,
+    xq: &[Q8Block],
+    sums: &[i32],
+    n: usize,
+    out: &mut [f32],
+) {
+    let panel_bytes = n_blocks * H::RECORD_BYTES;
+    let n_tiles = n.div_ceil(TILE);
+    for (panel, out) in panels
+        .chunks_exact(panel_bytes)
+        .zip(out.chunks_exact_mut(n * PANEL_ROWS))
+    {
+        let mut start = 0;
+        for tile_idx in 0..n_tiles {
+            // Balanced tiles: sizes floor((n + k) / n_tiles) sum to n.
+            let size = (n + tile_idx) / n_tiles;
+            let x = &xq[start * n_blocks..][..size * n_blocks];
+            let s = &sums[start * n_blocks..][..size * n_blocks];
+            let out = &mut out[start * PANEL_ROWS..][..size * PANEL_ROWS];
+            // SAFETY: the caller's contract.
+            unsafe {
+                match size {
+                    1 => tile::<H, 1>(panel, n_blocks, x, s, out),
+                    2 => tile::<H, 2>(panel, n_blocks, x, s, out),
+                    3 => tile::<H, 3>(panel, n_blocks, x, s, out),
+                    4 => tile::<H, 4>(panel, n_blocks, x, s, out),
+                    _ => unreachable!("a tile of {size} inputs"),
+                }
+            }
+            start += size;
+        }
+    }
+}
+
+/// One panel against `T` inputs (`xq` and `sums` hold `T * n_blocks`
+/// entries): `out[i * 16 + l] = row l · input i`. One or two inputs take
+/// both halves in one pass over the panel (a pass per half read its
+/// cache lines twice, which cost Q8_0 decode a tenth); more take a half at
+/// a time, as the accumulators of both would not fit the registers.
+///
+/// # Safety
+/// As [`each_panel`].
+#[inline(always)]
+unsafe fn tile<H: HalfSums, const T: usize>(
+    panel: &[u8],
+    n_blocks: usize,
+    xq: &[Q8Block],
+    sums: &[i32],
+    out: &mut [f32],
+) {
+    assert_eq!(panel.len(), n_blocks * H::RECORD_BYTES);
+    debug_assert_eq!(
+        (xq.len(), sums.len(), out.len()),
+        (T * n_blocks, T * n_blocks, T * PANEL_ROWS)
+    );
+    // SAFETY: the caller's contract, and the panel's length checked above.
+    unsafe {
+        if T <= 2 {
+            halves::<H, T, 2>(panel, n_blocks, xq, sums, 0, out);
+        } else {
+            halves::<H, T, 1>(panel, n_blocks, xq, sums, 0, out);
+            halves::<H, T, 1>(panel, n_blocks, xq, sums, 1, out);
+        }
+    }
+}
+
+/// Halves `first..first + N` of [`tile`]'s panel against its inputs.
+///
+/// # Safety
+/// As [`each_panel`], and `panel` is `n_blocks` records of `H`.
+#[inline(always)]
+unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
+    panel: &[u8],
+    n_blocks: usize,
+    xq: &[Q8Block],
+    sums: &[i32],
+    first: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's features.
+    let mut acc: [[__m256; T]; N] = [[unsafe { _mm256_setzero_ps() }; T]; N];
+    for b in 0..n_blocks {
+        let x: [&Q8Block; T] = std::array::from_fn(|i| &xq[i * n_blocks + b]);
+        let sum_x: [i32; T] = std::array::from_fn(|i| sums[i * n_blocks + b]);
+        for (half, acc) in (first..).zip(&mut acc) {
+            // SAFETY: record b lies within the panel (the caller's
+            // contract): 32 bytes of scales, this half's 16 of them at `2
+            // * 8 * half`, then the chunks, this half's lanes at `32 *
+            // half` in each; the features are the caller's.
+            unsafe {
+                let record = panel.as_ptr().add(b * H::RECORD_BYTES);
+                let scales =
+                    _mm256_cvtph_ps(_mm_loadu_si128(record.add(2 * HALF_ROWS * half).cast()));
+                let quants = record.add(SCALE_BYTES + CHUNK_BYTES / 2 * half);
+                let s = H::sums::<T>(quants, x, sum_x);
+                for ((acc, x), s) in acc.iter_mut().zip(x).zip(s) {
+                    let scale = _mm256_mul_ps(scales, _mm256_set1_ps(x.d));
+                    *acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), *acc);
+                }
+            }
+        }
+    }
+    for (half, acc) in (first..).zip(acc) {
+        for (out, acc) in out.chunks_exact_mut(PANEL_ROWS).zip(acc) {
+            // SAFETY: `out` is 16 floats, this half's 8 at `8 * half`.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(HALF_ROWS * half), acc) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::arch::x86_64::_mm256_dpbusd_epi32;
+
+    use lm_core::cpu::CpuFeatures;
+
+    use super::*;
+    use crate::kernels::dispatch::Kernel;
+    use crate::kernels::panel::portable;
+    use crate::quant::block::QK;
+
+    /// AVX-512 VNNI's `vpdpbusd` on 256-bit vectors: the operation of
+    /// AVX-VNNI's in another encoding, so that the `AvxVnni` path's
+    /// arithmetic runs on CPUs with AVX-512 VNNI and no AVX-VNNI.
+    struct Avx512Vl;
+
+    impl Dot for Avx512Vl {
+        #[inline(always)]
+        unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+            // SAFETY: the caller guarantees avx512vnni and avx512vl.
+            unsafe { _mm256_dpbusd_epi32(acc, u, s) }
+        }
+    }
+
+    /// [`dot_panels_vnni`] with [`Avx512Vl`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    unsafe fn dot_panels_evex(
+        ty: GgmlType,
+        panels: &[u8],
+        n_blocks: usize,
+        xq: &[Q8Block],
+        sums: &[i32],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: this function's features.
+        unsafe {
+            match ty {
+                GgmlType::Q4_0 => {
+                    each_panel::<Dpbusd<Q4_0, Avx512Vl>>(panels, n_blocks, xq, sums, n, out)
+                }
+                GgmlType::Q8_0 => {
+                    each_panel::<Dpbusd<Q8_0, Avx512Vl>>(panels, n_blocks, xq, sums, n, out)
+                }
+                _ => unreachable!("{ty} is not packed"),
+            }
+        }
+    }
+
+    /// A pseudo-random generator (a 64-bit LCG's high bits).
+    fn lcg(seed: u64) -> impl FnMut() -> u32 {
+        let mut state = seed;
+        move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        }
+    }
+
+    /// Panels of random quant bytes and finite scales; block 0's bytes are
+    /// all `extreme` (the largest weights' magnitudes: the bounds of the
+    /// i16 sums).
+    fn panels(ty: GgmlType, n_panels: usize, n_blocks: usize, extreme: u8) -> Vec<u8> {
+        let mut next = lcg(11);
+        let record_bytes = PANEL_ROWS * ty.block_bytes();
+        let mut data: Vec<u8> = (0..n_panels * n_blocks * record_bytes)
+            .map(|_| next() as u8)
+            .collect();
+        for (i, record) in data.chunks_exact_mut(record_bytes).enumerate() {
+            for d in record[..SCALE_BYTES].chunks_exact_mut(2) {
+                let scale = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 1e-5);
+                d.copy_from_slice(&scale.to_le_bytes());
+            }
+            if i % n_blocks == 0 {
+                record[SCALE_BYTES..].fill(extreme);
+            }
+        }
+        data
+    }
+
+    /// `n` inputs of `n_blocks` blocks with values in -127..=127 (as
+    /// `Q8Block::quantize` gives), and their blocks' sums; block 0 of
+    /// every input is all `extreme`.
+    fn inputs(n: usize, n_blocks: usize, extreme: i8) -> (Vec<Q8Block>, Vec<i32>) {
+        let mut next = lcg(5);
+        let xq: Vec<Q8Block> = (0..n * n_blocks)
+            .map(|i| {
+                let qs: [i8; QK] = std::array::from_fn(|_| {
+                    if i % n_blocks == 0 {
+                        extreme
+                    } else {
+                        ((next() % 255) as i32 - 127) as i8
+                    }
+                });
+                let d = 0.01 + (next() % 100) as f32 * 1e-3;
+                Q8Block { d, sum: 0.0, qs }
+            })
+            .collect();
+        let sums = xq
+            .iter()
+            .map(|x| x.qs.iter().map(|&q| i32::from(q)).sum())
+            .collect();
+        (xq, sums)
+    }
+
+    /// The AVX2 kernel, and the AVX-VNNI one (in either encoding the CPU
+    /// runs), give the portable kernel's bits, for tiles of every size and
+    /// at the integer sums' extremes.
+    #[test]
+    fn simd_panel_products_equal_the_portable_bits() {
+        let f = CpuFeatures::detect();
+        let evex = Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl;
+        let (n_panels, n_blocks) = (2, 3);
+        for (ty, extremes) in [
+            (GgmlType::Q4_0, [0x00, 0xFF, 0x88]),
+            (GgmlType::Q8_0, [0x80, 0x7F, 0x81]),
+        ] {
+            for (extreme_w, extreme_x) in extremes.into_iter().zip([127, -127, 127]) {
+                let panels = panels(ty, n_panels, n_blocks, extreme_w);
+                for n in [1, 2, 3, 4, 5, 7, 9] {
+                    let (xq, sums) = inputs(n, n_blocks, extreme_x);
+                    let len = n_panels * n * PANEL_ROWS;
+                    let mut reference = vec![0.0f32; len];
+                    portable::dot_panels(ty, &panels, n_blocks, &xq, &sums, n, &mut reference);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let mut out = vec![0.0f32; len];
+                    let case = format!("{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}");
+                    if Kernel::Avx2.is_available() {
+                        // SAFETY: the CPU has avx2, fma and f16c.
+                        unsafe { dot_panels(ty, &panels, n_blocks, &xq, &sums, n, &mut out) };
+                        assert_eq!(bits(&out), bits(&reference), "avx2: {case}");
+                    }
+                    if Kernel::AvxVnni.is_available() {
+                        out.fill(0.0);
+                        // SAFETY: the CPU has avx2, fma, f16c and avxvnni.
+                        unsafe { dot_panels_vnni(ty, &panels, n_blocks, &xq, &sums, n, &mut out) };
+                        assert_eq!(bits(&out), bits(&reference), "avxvnni: {case}");
+                    }
+                    if evex {
+                        out.fill(0.0);
+                        // SAFETY: the CPU has avx2, fma, f16c, avx512vnni and avx512vl.
+                        unsafe { dot_panels_evex(ty, &panels, n_blocks, &xq, &sums, n, &mut out) };
+                        assert_eq!(bits(&out), bits(&reference), "vnni (evex): {case}");
+                    }
+                }
+            }
+        }
+    }
+}
