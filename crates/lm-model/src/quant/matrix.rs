@@ -199,7 +199,8 @@ impl<'a> QMatrix<'a> {
     pub(crate) fn dequantize_row_checked(&self, row_idx: usize, out: &mut [f32]) {
         debug_assert_eq!(out.len(), self.n_cols, "output row");
         if self.packed {
-            let mut bytes = [0u8; 34];
+            // The largest packed block: Q6_K's 210 bytes.
+            let mut bytes = [0u8; 256];
             let bytes = &mut bytes[..self.ty.block_bytes()];
             let values = out.chunks_exact_mut(self.ty.block_size());
             for (b, values) in values.enumerate() {
@@ -348,7 +349,9 @@ impl<'a> QMatrix<'a> {
             let kinds = products.iter().map(|(w, _)| w.ty.activation_kind());
             let input = activations.quantize_each(kinds, xs);
             sums.clear();
-            if products.iter().any(|(w, _)| w.packed)
+            let packed_q8 =
+                |w: &QMatrix<'_>| w.packed && matches!(w.ty.activation_kind(), ActivationKind::Q8);
+            if products.iter().any(|(w, _)| packed_q8(w))
                 && let Activations::Q8(xq) = input.get(ActivationKind::Q8)
             {
                 sums.extend(
@@ -426,6 +429,12 @@ fn fill_products(
                     w.fill_rows(out, n, |panels, out| {
                         w.dispatch
                             .dot_panels(w.ty, panels, n_blocks, xq, input.sums, n, out);
+                    });
+                }
+                Activations::Q8K(xq) if w.packed => {
+                    let n_blocks = w.n_cols / w.ty.block_size();
+                    w.fill_rows(out, n, |panels, out| {
+                        w.dispatch.dot_panels_k(w.ty, panels, n_blocks, xq, n, out);
                     });
                 }
                 _ => w.fill_rows(out, n, |rows, out| {
@@ -524,11 +533,19 @@ mod panel_tests {
         };
         let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
         let mut data = vec![0u8; n_rows * row_bytes];
+        // The f16 fields: Q4_K's d and dmin, Q6_K's d, the others' d.
+        let f16_at: &[usize] = match ty {
+            GgmlType::Q4_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            _ => &[0],
+        };
         for block in data.chunks_exact_mut(ty.block_bytes()) {
-            let d = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 1e-5);
-            block[..2].copy_from_slice(&d.to_le_bytes());
-            for b in &mut block[2..] {
+            for b in block.iter_mut() {
                 *b = next() as u8;
+            }
+            for &at in f16_at {
+                let d = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 1e-5);
+                block[at..at + 2].copy_from_slice(&d.to_le_bytes());
             }
         }
         data
@@ -540,8 +557,13 @@ mod panel_tests {
     /// quantized product's error of the exact one.
     #[test]
     fn panel_products_agree_across_kernels_batches_and_layouts() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
-            let (n_rows, n_cols, n) = (48, 256, 19);
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let (n_rows, n_cols, n) = (48, 512, 19);
             let data = random_matrix(ty, n_rows, n_cols, 7);
             let mut packed_data = data.clone();
             let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");

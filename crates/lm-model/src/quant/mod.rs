@@ -17,6 +17,7 @@ pub(crate) mod block_k;
 mod ggml_type;
 mod matrix;
 pub(crate) mod packed;
+pub(crate) mod packed_k;
 mod quantize;
 
 pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel};

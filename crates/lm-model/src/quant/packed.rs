@@ -30,8 +30,9 @@
 //! same bits on every path and for any number of inputs, so a prefill and
 //! the decode steps that read the same tokens agree exactly.
 
-use super::GgmlType;
 use super::block::QK;
+use super::{GgmlType, packed_k};
+use crate::kernels::dispatch::{Dispatch, Kernel};
 
 /// Rows per panel: one 512-bit vector of i32 or f32 lanes.
 pub(crate) const PANEL_ROWS: usize = 16;
@@ -47,9 +48,13 @@ pub(crate) const SCALE_BYTES: usize = PANEL_ROWS * 2;
 
 /// Whether a matrix of `ty` with `n_rows` rows is multiplied in panels: the
 /// 32-weight types without a minimum whose blocks are an f16 scale and
-/// quant bytes (Q4_0, Q8_0), in whole panels.
+/// quant bytes (Q4_0, Q8_0), and Q4_K and Q6_K where their AVX-512 kernel
+/// runs ([`packed_k`](super::packed_k)), in whole panels.
 pub(crate) fn packs(ty: GgmlType, n_rows: usize) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0) && n_rows > 0 && n_rows.is_multiple_of(PANEL_ROWS)
+    let k_panels = || Dispatch::detect().kernel() == Kernel::Avx512;
+    (matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0) || (packed_k::packs_k(ty) && k_panels()))
+        && n_rows > 0
+        && n_rows.is_multiple_of(PANEL_ROWS)
 }
 
 /// The quant bytes of one block of `ty` (after its f16 scale).
@@ -67,6 +72,9 @@ pub(crate) fn pack_in_place(
     scratch: &mut Vec<u8>,
 ) {
     debug_assert!(packs(ty, data.len() / row_bytes.max(1)));
+    if packed_k::packs_k(ty) {
+        return packed_k::pack_in_place(ty, data, row_bytes, scratch);
+    }
     let block_bytes = ty.block_bytes();
     let q_bytes = quant_bytes(ty);
     let n_blocks = row_bytes / block_bytes;
@@ -100,6 +108,9 @@ pub(crate) fn unpack_block(
     b: usize,
     block: &mut [u8],
 ) {
+    if packed_k::packs_k(ty) {
+        return packed_k::unpack_block(ty, data, row_bytes, row_idx, b, block);
+    }
     let block_bytes = ty.block_bytes();
     let panel = &data[row_idx / PANEL_ROWS * PANEL_ROWS * row_bytes..];
     let record = &panel[b * PANEL_ROWS * block_bytes..][..PANEL_ROWS * block_bytes];
@@ -169,6 +180,6 @@ mod tests {
         assert!(packs(GgmlType::Q8_0, 16));
         assert!(!packs(GgmlType::Q4_0, 8));
         assert!(!packs(GgmlType::Q4_1, 2048));
-        assert!(!packs(GgmlType::Q4_K, 2048));
+        assert!(!packs(GgmlType::Q2_K, 2048));
     }
 }

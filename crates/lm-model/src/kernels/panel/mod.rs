@@ -12,14 +12,17 @@
 
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::quant::GgmlType;
-use crate::quant::activation::Q8Block;
+use crate::quant::activation::{Q8Block, Q8KBlock};
 use crate::quant::packed::PANEL_ROWS;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_k;
 mod portable;
+mod portable_k;
 
 /// The most inputs that share one unpacking of a panel's block: eight
 /// inputs' accumulators and the block's eight vectors of weights fit
@@ -62,6 +65,30 @@ impl Dispatch {
                 avx2::dot_panels_vnni(ty, panels, n_blocks, xq, sums, n, out)
             },
             _ => portable::dot_panels(ty, panels, n_blocks, xq, sums, n, out),
+        }
+    }
+
+    /// [`Dispatch::dot_panels`] for Q4_K and Q6_K panels
+    /// ([`crate::quant::packed_k`]) with Q8_K inputs (`xq[i * n_blocks..]`
+    /// is input `i`; their sums are in the blocks).
+    pub(crate) fn dot_panels_k(
+        self,
+        ty: GgmlType,
+        panels: &[u8],
+        n_blocks: usize,
+        xq: &[Q8KBlock],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let panel_bytes = PANEL_ROWS * n_blocks * ty.block_bytes();
+        debug_assert!(panel_bytes > 0 && panels.len().is_multiple_of(panel_bytes));
+        debug_assert_eq!(out.len(), panels.len() / panel_bytes * n * PANEL_ROWS);
+        debug_assert_eq!(xq.len(), n * n_blocks);
+        match self.kernel() {
+            // SAFETY: as for `dot_panels`.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => unsafe { avx512_k::dot_panels_k(ty, panels, n_blocks, xq, n, out) },
+            _ => portable_k::dot_panels_k(ty, panels, n_blocks, xq, n, out),
         }
     }
 }

@@ -1,0 +1,66 @@
+//! The K-quant panel products in plain Rust: the reference for the SIMD
+//! kernel, row by row in the order `quant/packed_k.rs` states. Each row's
+//! super-block is put back in GGUF's layout and read by `block_k`'s
+//! unpacking, so this kernel shares nothing with the SIMD one but the
+//! arithmetic.
+
+use crate::quant::GgmlType;
+use crate::quant::activation::Q8KBlock;
+use crate::quant::block_k::{self, QK_K};
+use crate::quant::packed::PANEL_ROWS;
+use crate::quant::packed_k::{finish, unpack_block};
+
+/// See [`Dispatch::dot_panels_k`](crate::kernels::dispatch::Dispatch::dot_panels_k).
+pub(super) fn dot_panels_k(
+    ty: GgmlType,
+    panels: &[u8],
+    n_blocks: usize,
+    xq: &[Q8KBlock],
+    n: usize,
+    out: &mut [f32],
+) {
+    let row_bytes = n_blocks * ty.block_bytes();
+    let mut block = vec![0u8; ty.block_bytes()];
+    for (panel, out) in panels
+        .chunks_exact(PANEL_ROWS * row_bytes)
+        .zip(out.chunks_exact_mut(n * PANEL_ROWS))
+    {
+        for (i, out) in out.chunks_exact_mut(PANEL_ROWS).enumerate() {
+            let x = &xq[i * n_blocks..][..n_blocks];
+            for (r, o) in out.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                for (b, x) in x.iter().enumerate() {
+                    unpack_block(ty, panel, row_bytes, r, b, &mut block);
+                    let w = block_k::unpack(ty, &block);
+                    let (sumi, summs) = integer_sums(ty, &w, x);
+                    acc = finish(ty, acc, w.d, w.dmin, x.d, sumi, summs);
+                }
+                *o = acc;
+            }
+        }
+    }
+}
+
+/// The exact `sumi` and `summs` of one super-block and one input block
+/// (`quant/packed_k.rs`): Q4_K's minimums apart, Q6_K's offset of 32 in
+/// its values.
+fn integer_sums(ty: GgmlType, w: &block_k::SuperBlock, x: &Q8KBlock) -> (i32, i32) {
+    let offset = if ty == GgmlType::Q6_K { 32 } else { 0 };
+    let mut sumi = 0i32;
+    for (g, (q, qx)) in w.q.chunks_exact(16).zip(x.qs.chunks_exact(16)).enumerate() {
+        let dot: i32 = q
+            .iter()
+            .zip(qx)
+            .map(|(&q, &qx)| (i32::from(q) - offset) * i32::from(qx))
+            .sum();
+        sumi += i32::from(w.scales[g]) * dot;
+    }
+    let summs = if ty == GgmlType::Q4_K {
+        (0..QK_K / 16)
+            .map(|g| i32::from(w.mins[g]) * i32::from(x.bsums[g]))
+            .sum()
+    } else {
+        0
+    };
+    (sumi, summs)
+}
