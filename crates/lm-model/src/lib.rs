@@ -89,8 +89,8 @@ pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use gguf::{GgufWriter, SourceError, WriteError};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
-pub use quant::{GgmlType, KERNEL_ENV, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
 pub use quant::QuantizeError;
+pub use quant::{GgmlType, KERNEL_ENV, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
 #[doc(hidden)]
 pub use transformer::AttentionWorkload;
 pub use transformer::{
