@@ -90,7 +90,9 @@ pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorVi
 pub use gguf::{GgufWriter, SourceError, WriteError};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::QuantizeError;
-pub use quant::{GgmlType, KERNEL_ENV, Kernel, NonFinite, QMatrix, QuantError, SUPPORTED_TYPES};
+pub use quant::{
+    GgmlType, KERNEL_ENV, Kernel, NonFinite, PACK_ENV, QMatrix, QuantError, SUPPORTED_TYPES,
+};
 #[doc(hidden)]
 pub use transformer::AttentionWorkload;
 pub use transformer::{

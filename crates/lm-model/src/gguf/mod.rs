@@ -480,7 +480,8 @@ impl GgufFile {
 
     /// Repacks in place, into panels of 16 rows (see `quant/packed.rs`),
     /// every 2-d tensor that `select` chooses and whose type and shape
-    /// pack (Q4_0 and Q8_0 with whole panels), so that products with it
+    /// pack (`quant/packed.rs`: Q4_0, Q8_0, and Q4_K and Q6_K where their
+    /// AVX-512 kernel runs, in whole panels), so that products with it
     /// run on the panel kernels; returns how many it packed. The bytes are
     /// rearranged, not copied: the memory does not grow. A mapped file
     /// ([`GgufFile::map`]) is shared with the page cache and is left as it

@@ -20,7 +20,7 @@ pub(crate) mod packed;
 pub(crate) mod packed_k;
 mod quantize;
 
-pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel};
+pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel, PACK_ENV};
 pub(crate) use ggml_type::UnsupportedType;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;

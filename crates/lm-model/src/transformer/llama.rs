@@ -82,17 +82,19 @@ impl Llama {
     /// every required tensor, checked against it, and every block's scales
     /// checked to be finite ([`GgufFile::validate_tensor_data`]).
     ///
-    /// Where the kernel has panel products (AVX2, AVX-VNNI, AVX-512) and
-    /// the file's bytes are this decoder's alone (an owned `GgufFile`, read
-    /// by [`GgufFile::open`]), the Q4_0 and Q8_0 weight matrices are packed
-    /// in place first ([`GgufFile::pack_tensors`]): prefill runs about 3x
-    /// faster on them with AVX-512 (2.4x with AVX2), and no memory is added.
+    /// With `LM_PACK=1` ([`PACK_ENV`](crate::PACK_ENV)), where the kernel
+    /// has panel products (AVX2, AVX-VNNI, AVX-512) and the file's bytes are
+    /// this decoder's alone (an owned `GgufFile`, read by
+    /// [`GgufFile::open`]), the Q4_0 and Q8_0 weight matrices (and Q4_K and
+    /// Q6_K on AVX-512) are packed in place first
+    /// ([`GgufFile::pack_tensors`]): prefill runs 2-3x faster on them and no
+    /// memory is added.
     pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {
         let mut file: Arc<GgufFile> = file.into();
         let config = config_from_metadata(&file)?;
         check_tensors_present(&file, &config)?;
         file.validate_tensor_data()?;
-        if Dispatch::detect().has_panel_kernel()
+        if Dispatch::detect().packs_at_load()
             && let Some(file) = Arc::get_mut(&mut file)
         {
             // The token embedding is read by rows unless it is also the

@@ -186,9 +186,9 @@ fn tile<U: Unpack, const T: usize>(
                 .as_ptr()
                 .wrapping_add(b * U::RECORD_BYTES + PREFETCH_BYTES);
             for line in (0..U::RECORD_BYTES).step_by(64) {
-                // SAFETY: a prefetch does not fault, whatever the address;
-                // the pointer is never dereferenced.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast()) };
+                // A prefetch does not fault, whatever the address; the
+                // pointer is never dereferenced.
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
             }
         }
         // SAFETY: record b lies within the panel (its length checked
