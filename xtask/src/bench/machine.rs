@@ -32,12 +32,19 @@ const REPORTED_SETS: &[&str] = &[
 ];
 
 /// Our kernel path as the worker process chose it (`Kernel::detect()`),
-/// with the `LM_KERNEL` override when one is set.
+/// with the `LM_KERNEL` override when one is set, and whether weights are
+/// packed in panels (`LM_PACK=1`).
 pub(super) fn our_kernel() -> String {
     let kernel = format!("{:?}", lm_model::Kernel::detect());
-    match std::env::var("LM_KERNEL") {
-        Ok(forced) if !forced.is_empty() => format!("{kernel} (LM_KERNEL={forced})"),
+    let kernel = match std::env::var(lm_model::KERNEL_ENV) {
+        Ok(forced) if !forced.is_empty() => format!("{kernel} ({}={forced})", lm_model::KERNEL_ENV),
         _ => kernel,
+    };
+    match std::env::var(lm_model::PACK_ENV) {
+        Ok(pack) if pack == "1" => {
+            format!("{kernel}, weights in panels ({}=1)", lm_model::PACK_ENV)
+        }
+        _ => format!("{kernel}, row-major weights"),
     }
 }
 
