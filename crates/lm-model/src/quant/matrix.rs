@@ -21,6 +21,7 @@ use super::packed::{self, PANEL_ROWS};
 use super::{GgmlType, QuantError, block};
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::kernels::dot::portable;
+use crate::kernels::panel::PanelProduct;
 use crate::thread_scratch::with_thread_scratch;
 
 /// Matrices with fewer weights than this are multiplied on the calling thread:
@@ -427,14 +428,33 @@ fn fill_products(
                     // A task's 16 rows are one panel (`ROWS_PER_TASK`).
                     let n_blocks = w.n_cols / w.ty.block_size();
                     w.fill_rows(out, n, |panels, out| {
-                        w.dispatch
-                            .dot_panels(w.ty, panels, n_blocks, xq, input.sums, n, out);
+                        w.dispatch.dot_panels(
+                            w.ty,
+                            PanelProduct {
+                                panels,
+                                n_blocks,
+                                xq,
+                                sums: input.sums,
+                                n,
+                            },
+                            out,
+                        );
                     });
                 }
                 Activations::Q8K(xq) if w.packed => {
                     let n_blocks = w.n_cols / w.ty.block_size();
                     w.fill_rows(out, n, |panels, out| {
-                        w.dispatch.dot_panels_k(w.ty, panels, n_blocks, xq, n, out);
+                        w.dispatch.dot_panels_k(
+                            w.ty,
+                            PanelProduct {
+                                panels,
+                                n_blocks,
+                                xq,
+                                sums: &[],
+                                n,
+                            },
+                            out,
+                        );
                     });
                 }
                 _ => w.fill_rows(out, n, |rows, out| {

@@ -141,7 +141,12 @@ mod tests {
 
     #[test]
     fn packing_moves_every_byte_and_unpacking_restores_each_block() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
             let (n_rows, n_blocks) = (32, 3);
             let row_bytes = n_blocks * ty.block_bytes();
             let original: Vec<u8> = (0..n_rows * row_bytes)

@@ -253,31 +253,14 @@ pub(crate) fn finish(
 mod tests {
     use super::*;
 
+    /// Packing and unpacking are tested with the 32-weight types' in
+    /// `packed.rs`, through which they are reached; here, that a record
+    /// holds exactly its sixteen blocks' bytes.
     #[test]
-    fn records_hold_the_blocks_bytes_and_unpack_to_each_block() {
+    fn records_hold_the_blocks_bytes() {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
             let record_len: usize = fields(ty).iter().map(|f| PANEL_ROWS * f.len).sum();
             assert_eq!(record_len, PANEL_ROWS * ty.block_bytes());
-            let (n_rows, n_blocks) = (32, 3);
-            let row_bytes = n_blocks * ty.block_bytes();
-            let original: Vec<u8> = (0..n_rows * row_bytes)
-                .map(|i| (i * 7 % 251) as u8)
-                .collect();
-            let mut packed = original.clone();
-            pack_in_place(ty, &mut packed, row_bytes, &mut Vec::new());
-            assert_ne!(packed, original);
-            let (mut sorted_a, mut sorted_b) = (original.clone(), packed.clone());
-            sorted_a.sort_unstable();
-            sorted_b.sort_unstable();
-            assert_eq!(sorted_a, sorted_b, "a permutation of the bytes");
-            let mut block = vec![0; ty.block_bytes()];
-            for row in 0..n_rows {
-                for b in 0..n_blocks {
-                    unpack_block(ty, &packed, row_bytes, row, b, &mut block);
-                    let start = row * row_bytes + b * ty.block_bytes();
-                    assert_eq!(block, original[start..start + ty.block_bytes()]);
-                }
-            }
         }
     }
 

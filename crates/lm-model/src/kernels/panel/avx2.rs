@@ -38,6 +38,7 @@ use std::arch::x86_64::{
     _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
 };
 
+use super::PanelProduct;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -64,20 +65,12 @@ const PREFETCH_BYTES: usize = 2048;
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_panels(
-    ty: GgmlType,
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    n: usize,
-    out: &mut [f32],
-) {
+pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
     // SAFETY: this function's features are what the kernels need.
     unsafe {
         match ty {
-            GgmlType::Q4_0 => each_panel::<Q4_0Maddubs>(panels, n_blocks, xq, sums, n, out),
-            GgmlType::Q8_0 => each_panel::<Q8_0Maddubs>(panels, n_blocks, xq, sums, n, out),
+            GgmlType::Q4_0 => each_panel::<Q4_0Maddubs>(product, out),
+            GgmlType::Q8_0 => each_panel::<Q8_0Maddubs>(product, out),
             _ => unreachable!("{ty} is not packed"),
         }
     }
@@ -90,22 +83,14 @@ pub(super) unsafe fn dot_panels(
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub(super) unsafe fn dot_panels_vnni(
     ty: GgmlType,
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    n: usize,
+    product: PanelProduct<'_, Q8Block>,
     out: &mut [f32],
 ) {
     // SAFETY: this function's features are what the kernels need.
     unsafe {
         match ty {
-            GgmlType::Q4_0 => {
-                each_panel::<Dpbusd<Q4_0, AvxVnni>>(panels, n_blocks, xq, sums, n, out)
-            }
-            GgmlType::Q8_0 => {
-                each_panel::<Dpbusd<Q8_0, AvxVnni>>(panels, n_blocks, xq, sums, n, out)
-            }
+            GgmlType::Q4_0 => each_panel::<Dpbusd<Q4_0, AvxVnni>>(product, out),
+            GgmlType::Q8_0 => each_panel::<Dpbusd<Q8_0, AvxVnni>>(product, out),
             _ => unreachable!("{ty} is not packed"),
         }
     }
@@ -329,14 +314,14 @@ impl<U: Unsigned, D: Dot> HalfSums for Dpbusd<U, D> {
 /// The CPU has avx2, fma, f16c and what `H` uses; inlined into a function
 /// compiled with them.
 #[inline(always)]
-unsafe fn each_panel<H: HalfSums>(
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    n: usize,
-    out: &mut [f32],
-) {
+unsafe fn each_panel<H: HalfSums>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
+    let PanelProduct {
+        panels,
+        n_blocks,
+        xq,
+        sums,
+        n,
+    } = product;
     let panel_bytes = n_blocks * H::RECORD_BYTES;
     let n_tiles = n.div_ceil(TILE);
     for (panel, out) in panels
@@ -478,24 +463,12 @@ mod tests {
 
     /// [`dot_panels_vnni`] with [`Avx512Vl`].
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    unsafe fn dot_panels_evex(
-        ty: GgmlType,
-        panels: &[u8],
-        n_blocks: usize,
-        xq: &[Q8Block],
-        sums: &[i32],
-        n: usize,
-        out: &mut [f32],
-    ) {
+    unsafe fn dot_panels_evex(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
         // SAFETY: this function's features.
         unsafe {
             match ty {
-                GgmlType::Q4_0 => {
-                    each_panel::<Dpbusd<Q4_0, Avx512Vl>>(panels, n_blocks, xq, sums, n, out)
-                }
-                GgmlType::Q8_0 => {
-                    each_panel::<Dpbusd<Q8_0, Avx512Vl>>(panels, n_blocks, xq, sums, n, out)
-                }
+                GgmlType::Q4_0 => each_panel::<Dpbusd<Q4_0, Avx512Vl>>(product, out),
+                GgmlType::Q8_0 => each_panel::<Dpbusd<Q8_0, Avx512Vl>>(product, out),
                 _ => unreachable!("{ty} is not packed"),
             }
         }
@@ -574,27 +547,34 @@ mod tests {
                 let panels = panels(ty, n_panels, n_blocks, extreme_w);
                 for n in [1, 2, 3, 4, 5, 7, 9] {
                     let (xq, sums) = inputs(n, n_blocks, extreme_x);
+                    let product = PanelProduct {
+                        panels: &panels,
+                        n_blocks,
+                        xq: &xq,
+                        sums: &sums,
+                        n,
+                    };
                     let len = n_panels * n * PANEL_ROWS;
                     let mut reference = vec![0.0f32; len];
-                    portable::dot_panels(ty, &panels, n_blocks, &xq, &sums, n, &mut reference);
+                    portable::dot_panels(ty, product, &mut reference);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     let mut out = vec![0.0f32; len];
                     let case = format!("{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}");
                     if Kernel::Avx2.is_available() {
                         // SAFETY: the CPU has avx2, fma and f16c.
-                        unsafe { dot_panels(ty, &panels, n_blocks, &xq, &sums, n, &mut out) };
+                        unsafe { dot_panels(ty, product, &mut out) };
                         assert_eq!(bits(&out), bits(&reference), "avx2: {case}");
                     }
                     if Kernel::AvxVnni.is_available() {
                         out.fill(0.0);
                         // SAFETY: the CPU has avx2, fma, f16c and avxvnni.
-                        unsafe { dot_panels_vnni(ty, &panels, n_blocks, &xq, &sums, n, &mut out) };
+                        unsafe { dot_panels_vnni(ty, product, &mut out) };
                         assert_eq!(bits(&out), bits(&reference), "avxvnni: {case}");
                     }
                     if evex {
                         out.fill(0.0);
                         // SAFETY: the CPU has avx2, fma, f16c, avx512vnni and avx512vl.
-                        unsafe { dot_panels_evex(ty, &panels, n_blocks, &xq, &sums, n, &mut out) };
+                        unsafe { dot_panels_evex(ty, product, &mut out) };
                         assert_eq!(bits(&out), bits(&reference), "vnni (evex): {case}");
                     }
                 }

@@ -18,6 +18,7 @@ use std::arch::x86_64::{
 };
 
 use super::MAX_TILE;
+use super::PanelProduct;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -37,18 +38,10 @@ const PREFETCH_BYTES: usize = 2048;
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
 /// avx512vnni.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn dot_panels(
-    ty: GgmlType,
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    n: usize,
-    out: &mut [f32],
-) {
+pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
     match ty {
-        GgmlType::Q4_0 => each_panel::<Q4_0>(panels, n_blocks, xq, sums, n, out),
-        GgmlType::Q8_0 => each_panel::<Q8_0>(panels, n_blocks, xq, sums, n, out),
+        GgmlType::Q4_0 => each_panel::<Q4_0>(product, out),
+        GgmlType::Q8_0 => each_panel::<Q8_0>(product, out),
         _ => unreachable!("{ty} is not packed"),
     }
 }
@@ -126,14 +119,14 @@ impl Unpack for Q8_0 {
 /// [`MAX_TILE`] inputs at a time.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn each_panel<U: Unpack>(
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    n: usize,
-    out: &mut [f32],
-) {
+fn each_panel<U: Unpack>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
+    let PanelProduct {
+        panels,
+        n_blocks,
+        xq,
+        sums,
+        n,
+    } = product;
     let panel_bytes = n_blocks * U::RECORD_BYTES;
     let n_tiles = n.div_ceil(MAX_TILE);
     for (panel, out) in panels

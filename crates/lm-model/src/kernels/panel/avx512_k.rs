@@ -26,6 +26,7 @@ use std::arch::x86_64::{
     _mm512_ternarylogic_epi32,
 };
 
+use super::PanelProduct;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -46,12 +47,16 @@ const MAX_TILE: usize = 4;
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn dot_panels_k(
     ty: GgmlType,
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8KBlock],
-    n: usize,
+    product: PanelProduct<'_, Q8KBlock>,
     out: &mut [f32],
 ) {
+    let PanelProduct {
+        panels,
+        n_blocks,
+        xq,
+        n,
+        ..
+    } = product;
     let panel_bytes = n_blocks * PANEL_ROWS * ty.block_bytes();
     let n_tiles = n.div_ceil(MAX_TILE);
     for (panel, out) in panels

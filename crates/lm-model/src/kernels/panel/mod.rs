@@ -24,6 +24,23 @@ mod avx512_k;
 mod portable;
 mod portable_k;
 
+/// One panel product's operands: the panels (each `n_blocks` blocks of a
+/// packed type) and `n` inputs, input `i` being `xq[i * n_blocks..][..n_blocks]`.
+#[derive(Clone, Copy)]
+pub(crate) struct PanelProduct<'a, A> {
+    /// Whole panels.
+    pub panels: &'a [u8],
+    /// Blocks per row (and per input).
+    pub n_blocks: usize,
+    /// The inputs' activation blocks.
+    pub xq: &'a [A],
+    /// Each input block's `Σ qs` (32-weight types; empty for Q8_K blocks,
+    /// which hold their sums).
+    pub sums: &'a [i32],
+    /// How many inputs.
+    pub n: usize,
+}
+
 /// The most inputs that share one unpacking of a panel's block: eight
 /// inputs' accumulators and the block's eight vectors of weights fit
 /// AVX-512's 32 registers with room for the scales.
@@ -36,17 +53,19 @@ impl Dispatch {
     /// sums of quantized values (`Σ qs`, same indexing).
     ///
     /// Lengths are the caller's contract, checked in debug builds.
-    #[allow(clippy::too_many_arguments)] // the shape of a panel product
     pub(crate) fn dot_panels(
         self,
         ty: GgmlType,
-        panels: &[u8],
-        n_blocks: usize,
-        xq: &[Q8Block],
-        sums: &[i32],
-        n: usize,
+        product: PanelProduct<'_, Q8Block>,
         out: &mut [f32],
     ) {
+        let PanelProduct {
+            panels,
+            n_blocks,
+            xq,
+            sums,
+            n,
+        } = product;
         let panel_bytes = PANEL_ROWS * n_blocks * ty.block_bytes();
         debug_assert!(panel_bytes > 0 && panels.len().is_multiple_of(panel_bytes));
         debug_assert_eq!(out.len(), panels.len() / panel_bytes * n * PANEL_ROWS);
@@ -55,16 +74,14 @@ impl Dispatch {
             // SAFETY: a `Dispatch` holds the AVX-512 kernel only on a CPU
             // with avx512f/bw/vl/vnni (and avx2, fma, f16c): `Kernel::runs_on`.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { avx512::dot_panels(ty, panels, n_blocks, xq, sums, n, out) },
+            Kernel::Avx512 => unsafe { avx512::dot_panels(ty, product, out) },
             // SAFETY: a `Dispatch` holds these kernels only on a CPU with
             // avx2, fma and f16c (and avxvnni for AvxVnni): `Kernel::runs_on`.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { avx2::dot_panels(ty, panels, n_blocks, xq, sums, n, out) },
+            Kernel::Avx2 => unsafe { avx2::dot_panels(ty, product, out) },
             #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => unsafe {
-                avx2::dot_panels_vnni(ty, panels, n_blocks, xq, sums, n, out)
-            },
-            _ => portable::dot_panels(ty, panels, n_blocks, xq, sums, n, out),
+            Kernel::AvxVnni => unsafe { avx2::dot_panels_vnni(ty, product, out) },
+            _ => portable::dot_panels(ty, product, out),
         }
     }
 
@@ -74,12 +91,16 @@ impl Dispatch {
     pub(crate) fn dot_panels_k(
         self,
         ty: GgmlType,
-        panels: &[u8],
-        n_blocks: usize,
-        xq: &[Q8KBlock],
-        n: usize,
+        product: PanelProduct<'_, Q8KBlock>,
         out: &mut [f32],
     ) {
+        let PanelProduct {
+            panels,
+            n_blocks,
+            xq,
+            n,
+            ..
+        } = product;
         let panel_bytes = PANEL_ROWS * n_blocks * ty.block_bytes();
         debug_assert!(panel_bytes > 0 && panels.len().is_multiple_of(panel_bytes));
         debug_assert_eq!(out.len(), panels.len() / panel_bytes * n * PANEL_ROWS);
@@ -87,8 +108,8 @@ impl Dispatch {
         match self.kernel() {
             // SAFETY: as for `dot_panels`.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { avx512_k::dot_panels_k(ty, panels, n_blocks, xq, n, out) },
-            _ => portable_k::dot_panels_k(ty, panels, n_blocks, xq, n, out),
+            Kernel::Avx512 => unsafe { avx512_k::dot_panels_k(ty, product, out) },
+            _ => portable_k::dot_panels_k(ty, product, out),
         }
     }
 }

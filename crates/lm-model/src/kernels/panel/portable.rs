@@ -1,21 +1,21 @@
 //! The panel products in plain Rust: the reference for the SIMD kernel,
 //! lane by lane in the order `quant/packed.rs` states.
 
+use super::PanelProduct;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::block::{QK, read_f16};
 use crate::quant::packed::{CHUNK_BYTES, LANE_BYTES, PANEL_ROWS, SCALE_BYTES, quant_bytes, weight};
 
 /// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
-pub(super) fn dot_panels(
-    ty: GgmlType,
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    _sums: &[i32],
-    n: usize,
-    out: &mut [f32],
-) {
+pub(super) fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
+    let PanelProduct {
+        panels,
+        n_blocks,
+        xq,
+        n,
+        ..
+    } = product;
     let record_bytes = PANEL_ROWS * ty.block_bytes();
     let q_bytes = quant_bytes(ty);
     let mut q = [0u8; QK];

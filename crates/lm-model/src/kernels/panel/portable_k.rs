@@ -4,6 +4,7 @@
 //! unpacking, so this kernel shares nothing with the SIMD one but the
 //! arithmetic.
 
+use super::PanelProduct;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::block_k::{self, QK_K};
@@ -11,14 +12,14 @@ use crate::quant::packed::PANEL_ROWS;
 use crate::quant::packed_k::{finish, unpack_block};
 
 /// See [`Dispatch::dot_panels_k`](crate::kernels::dispatch::Dispatch::dot_panels_k).
-pub(super) fn dot_panels_k(
-    ty: GgmlType,
-    panels: &[u8],
-    n_blocks: usize,
-    xq: &[Q8KBlock],
-    n: usize,
-    out: &mut [f32],
-) {
+pub(super) fn dot_panels_k(ty: GgmlType, product: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
+    let PanelProduct {
+        panels,
+        n_blocks,
+        xq,
+        n,
+        ..
+    } = product;
     let row_bytes = n_blocks * ty.block_bytes();
     let mut block = vec![0u8; ty.block_bytes()];
     for (panel, out) in panels
