@@ -315,39 +315,20 @@ impl<U: Unsigned, D: Dot> HalfSums for Dpbusd<U, D> {
 /// compiled with them.
 #[inline(always)]
 unsafe fn each_panel<H: HalfSums>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-    let PanelProduct {
-        panels,
-        n_blocks,
-        xq,
-        sums,
-        n,
-    } = product;
-    let panel_bytes = n_blocks * H::RECORD_BYTES;
-    let n_tiles = n.div_ceil(TILE);
-    for (panel, out) in panels
-        .chunks_exact(panel_bytes)
-        .zip(out.chunks_exact_mut(n * PANEL_ROWS))
-    {
-        let mut start = 0;
-        for tile_idx in 0..n_tiles {
-            // Balanced tiles: sizes floor((n + k) / n_tiles) sum to n.
-            let size = (n + tile_idx) / n_tiles;
-            let x = &xq[start * n_blocks..][..size * n_blocks];
-            let s = &sums[start * n_blocks..][..size * n_blocks];
-            let out = &mut out[start * PANEL_ROWS..][..size * PANEL_ROWS];
-            // SAFETY: the caller's contract.
-            unsafe {
-                match size {
-                    1 => tile::<H, 1>(panel, n_blocks, x, s, out),
-                    2 => tile::<H, 2>(panel, n_blocks, x, s, out),
-                    3 => tile::<H, 3>(panel, n_blocks, x, s, out),
-                    4 => tile::<H, 4>(panel, n_blocks, x, s, out),
-                    _ => unreachable!("a tile of {size} inputs"),
-                }
+    let n_blocks = product.n_blocks;
+    product.each_tile(n_blocks * H::RECORD_BYTES, TILE, out, |panel, part, out| {
+        let (x, s) = (part.xq, part.sums);
+        // SAFETY: the caller's contract.
+        unsafe {
+            match part.n {
+                1 => tile::<H, 1>(panel, n_blocks, x, s, out),
+                2 => tile::<H, 2>(panel, n_blocks, x, s, out),
+                3 => tile::<H, 3>(panel, n_blocks, x, s, out),
+                4 => tile::<H, 4>(panel, n_blocks, x, s, out),
+                size => unreachable!("a tile of {size} inputs"),
             }
-            start += size;
         }
-    }
+    });
 }
 
 /// One panel against `T` inputs (`xq` and `sums` hold `T * n_blocks`

@@ -120,27 +120,14 @@ impl Unpack for Q8_0 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn each_panel<U: Unpack>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-    let PanelProduct {
-        panels,
-        n_blocks,
-        xq,
-        sums,
-        n,
-    } = product;
-    let panel_bytes = n_blocks * U::RECORD_BYTES;
-    let n_tiles = n.div_ceil(MAX_TILE);
-    for (panel, out) in panels
-        .chunks_exact(panel_bytes)
-        .zip(out.chunks_exact_mut(n * PANEL_ROWS))
-    {
-        let mut start = 0;
-        for tile_idx in 0..n_tiles {
-            // Balanced tiles: sizes floor((n + k) / n_tiles) sum to n.
-            let size = (n + tile_idx) / n_tiles;
-            let x = &xq[start * n_blocks..][..size * n_blocks];
-            let s = &sums[start * n_blocks..][..size * n_blocks];
-            let out = &mut out[start * PANEL_ROWS..][..size * PANEL_ROWS];
-            match size {
+    let n_blocks = product.n_blocks;
+    product.each_tile(
+        n_blocks * U::RECORD_BYTES,
+        MAX_TILE,
+        out,
+        |panel, part, out| {
+            let (x, s) = (part.xq, part.sums);
+            match part.n {
                 1 => tile::<U, 1>(panel, n_blocks, x, s, out),
                 2 => tile::<U, 2>(panel, n_blocks, x, s, out),
                 3 => tile::<U, 3>(panel, n_blocks, x, s, out),
@@ -149,11 +136,10 @@ fn each_panel<U: Unpack>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
                 6 => tile::<U, 6>(panel, n_blocks, x, s, out),
                 7 => tile::<U, 7>(panel, n_blocks, x, s, out),
                 8 => tile::<U, 8>(panel, n_blocks, x, s, out),
-                _ => unreachable!("a tile of {size} inputs"),
+                size => unreachable!("a tile of {size} inputs"),
             }
-            start += size;
-        }
-    }
+        },
+    );
 }
 
 /// One panel against `T` inputs (`xq` and `sums` hold `T * n_blocks`

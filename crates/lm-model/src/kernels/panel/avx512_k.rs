@@ -50,44 +50,27 @@ pub(super) unsafe fn dot_panels_k(
     product: PanelProduct<'_, Q8KBlock>,
     out: &mut [f32],
 ) {
-    let PanelProduct {
-        panels,
-        n_blocks,
-        xq,
-        n,
-        ..
-    } = product;
+    let n_blocks = product.n_blocks;
     let panel_bytes = n_blocks * PANEL_ROWS * ty.block_bytes();
-    let n_tiles = n.div_ceil(MAX_TILE);
-    for (panel, out) in panels
-        .chunks_exact(panel_bytes)
-        .zip(out.chunks_exact_mut(n * PANEL_ROWS))
-    {
-        let mut start = 0;
-        for tile_idx in 0..n_tiles {
-            // Balanced tiles: sizes floor((n + k) / n_tiles) sum to n.
-            let size = (n + tile_idx) / n_tiles;
-            let x = &xq[start * n_blocks..][..size * n_blocks];
-            let out = &mut out[start * PANEL_ROWS..][..size * PANEL_ROWS];
-            macro_rules! tile {
-                ($f:ident) => {
-                    match size {
-                        1 => $f::<1>(panel, n_blocks, x, out),
-                        2 => $f::<2>(panel, n_blocks, x, out),
-                        3 => $f::<3>(panel, n_blocks, x, out),
-                        4 => $f::<4>(panel, n_blocks, x, out),
-                        _ => unreachable!("a tile of {size} inputs"),
-                    }
-                };
-            }
-            match ty {
-                GgmlType::Q4_K => tile!(tile_q4_k),
-                GgmlType::Q6_K => tile!(tile_q6_k),
-                _ => unreachable!("{ty} is not a packed K-quant"),
-            }
-            start += size;
+    product.each_tile(panel_bytes, MAX_TILE, out, |panel, part, out| {
+        let x = part.xq;
+        macro_rules! tile {
+            ($f:ident) => {
+                match part.n {
+                    1 => $f::<1>(panel, n_blocks, x, out),
+                    2 => $f::<2>(panel, n_blocks, x, out),
+                    3 => $f::<3>(panel, n_blocks, x, out),
+                    4 => $f::<4>(panel, n_blocks, x, out),
+                    size => unreachable!("a tile of {size} inputs"),
+                }
+            };
         }
-    }
+        match ty {
+            GgmlType::Q4_K => tile!(tile_q4_k),
+            GgmlType::Q6_K => tile!(tile_q6_k),
+            _ => unreachable!("{ty} is not a packed K-quant"),
+        }
+    });
 }
 
 /// How far ahead of the record being multiplied [`prefetch`] reads.

@@ -41,6 +41,55 @@ pub(crate) struct PanelProduct<'a, A> {
     pub n: usize,
 }
 
+impl<'a, A> PanelProduct<'a, A> {
+    /// Calls `tile(panel, part, out)` for each panel (`panel_bytes` long)
+    /// and each of the fewest balanced tiles of at most `max_tile` inputs
+    /// (sizes `floor((n + k) / n_tiles)`, which sum to `n` and differ by at
+    /// most one, so no input is multiplied alone when `n > 1`): `part` is
+    /// the tile's inputs (its `n` the tile's size) and `out` its results,
+    /// `part.n * 16` values. The loop every panel kernel runs.
+    #[inline(always)]
+    pub(crate) fn each_tile(
+        self,
+        panel_bytes: usize,
+        max_tile: usize,
+        out: &mut [f32],
+        mut tile: impl FnMut(&'a [u8], PanelProduct<'a, A>, &mut [f32]),
+    ) {
+        let PanelProduct {
+            panels,
+            n_blocks,
+            xq,
+            sums,
+            n,
+        } = self;
+        let n_tiles = n.div_ceil(max_tile);
+        for (panel, out) in panels
+            .chunks_exact(panel_bytes)
+            .zip(out.chunks_exact_mut(n * PANEL_ROWS))
+        {
+            let mut start = 0;
+            for k in 0..n_tiles {
+                let size = (n + k) / n_tiles;
+                let inputs = start * n_blocks..(start + size) * n_blocks;
+                let part = PanelProduct {
+                    panels: panel,
+                    n_blocks,
+                    xq: &xq[inputs.clone()],
+                    sums: sums.get(inputs).unwrap_or(&[]),
+                    n: size,
+                };
+                tile(
+                    panel,
+                    part,
+                    &mut out[start * PANEL_ROWS..][..size * PANEL_ROWS],
+                );
+                start += size;
+            }
+        }
+    }
+}
+
 /// The most inputs that share one unpacking of a panel's block: eight
 /// inputs' accumulators and the block's eight vectors of weights fit
 /// AVX-512's 32 registers with room for the scales.
