@@ -51,6 +51,22 @@ ARCHS = {
     "gemma3": dict(n_embd=64, n_layer=6, n_head=4, n_kv_head=1, head_dim=32, ffn=96,
                    rope_base=1000000.0, dtype="f16", qk_norm=True, post_norms=True,
                    sliding_window=12, tied=True),
+    # Mixtures of experts, F32 throughout (experts as 3-d tensors). qk_scale
+    # multiplies the query and key weights (or, with QK norms, their gains)
+    # so that attention is peaked and positions matter.
+    "qwen3moe": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, head_dim=32, ffn=96,
+                     expert_ffn=32, n_expert=8, n_expert_used=2, qk_scale=2.0,
+                     rope_base=1000000.0, dtype="f32", qk_norm=True, tied=False),
+    # Mixtral: llama with llama.expert_count > 0, experts as wide as
+    # feed_forward_length.
+    "mixtral": dict(arch="llama", n_embd=64, n_layer=4, n_head=4, n_kv_head=2, head_dim=16,
+                    ffn=48, n_expert=8, n_expert_used=2, qk_scale=2.0,
+                    rope_base=1000000.0, dtype="f32", tied=False),
+    # Top-8 of 16 experts.
+    "qwen3moe_top8": dict(arch="qwen3moe", n_embd=64, n_layer=3, n_head=4, n_kv_head=2,
+                          head_dim=32, ffn=96, expert_ffn=16, n_expert=16, n_expert_used=8,
+                          qk_scale=2.0, rope_base=1000000.0, dtype="f32", qk_norm=True,
+                          tied=False),
 }
 
 
@@ -91,6 +107,13 @@ def write_model(path, arch, spec, seed):
     def bias(n):
         return (0.5 * rng.standard_normal(n)).astype(np.float32)
 
+    qk_scale = spec.get("qk_scale", 1.0)
+    n_expert = spec.get("n_expert", 0)
+
+    def experts(n_out, n_in):
+        # numpy shape (experts, rows, row length) is ggml's [row length, rows, experts].
+        return (rng.standard_normal((n_expert, n_out, n_in)) / np.sqrt(n_in)).astype(wdtype)
+
     w = gguf.GGUFWriter(path, arch)
     w.add_context_length(256)
     w.add_embedding_length(d)
@@ -100,13 +123,18 @@ def write_model(path, arch, spec, seed):
     w.add_head_count_kv(nkv)
     w.add_layer_norm_rms_eps(1e-6 if arch == "gemma3" else 1e-5)
     w.add_rope_freq_base(spec["rope_base"])
-    if arch in ("qwen3", "gemma3"):
+    if arch in ("qwen3", "gemma3", "qwen3moe"):
         w.add_key_length(hd)
         w.add_value_length(hd)
     else:
         w.add_rope_dimension_count(hd)
     if "sliding_window" in spec:
         w.add_sliding_window(spec["sliding_window"])
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(spec["n_expert_used"])
+    if "expert_ffn" in spec:
+        w.add_expert_feed_forward_length(spec["expert_ffn"])
     w.add_tokenizer_model("none")
     w.add_vocab_size(VOCAB)
 
@@ -121,23 +149,35 @@ def write_model(path, arch, spec, seed):
     for i in range(spec["n_layer"]):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", gain(d))
-        w.add_tensor(p + "attn_q.weight", matrix(nh * hd, d))
-        w.add_tensor(p + "attn_k.weight", matrix(nkv * hd, d))
+        # Without QK norms the scale goes into the projections (the
+        # product of two f16 matrices scaled by a power of two is exact).
+        w_scale = 1.0 if spec.get("qk_norm") else qk_scale
+        w.add_tensor(p + "attn_q.weight", (matrix(nh * hd, d) * w_scale).astype(wdtype))
+        w.add_tensor(p + "attn_k.weight", (matrix(nkv * hd, d) * w_scale).astype(wdtype))
         w.add_tensor(p + "attn_v.weight", matrix(nkv * hd, d))
         if spec.get("qkv_bias"):
             w.add_tensor(p + "attn_q.bias", bias(nh * hd))
             w.add_tensor(p + "attn_k.bias", bias(nkv * hd))
             w.add_tensor(p + "attn_v.bias", bias(nkv * hd))
         if spec.get("qk_norm"):
-            w.add_tensor(p + "attn_q_norm.weight", gain(hd))
-            w.add_tensor(p + "attn_k_norm.weight", gain(hd))
+            w.add_tensor(p + "attn_q_norm.weight", gain(hd) * np.float32(qk_scale))
+            w.add_tensor(p + "attn_k_norm.weight", gain(hd) * np.float32(qk_scale))
         w.add_tensor(p + "attn_output.weight", matrix(d, nh * hd))
         if spec.get("post_norms"):
             w.add_tensor(p + "post_attention_norm.weight", gain(d))
         w.add_tensor(p + "ffn_norm.weight", gain(d))
-        w.add_tensor(p + "ffn_gate.weight", matrix(ffn, d))
-        w.add_tensor(p + "ffn_up.weight", matrix(ffn, d))
-        w.add_tensor(p + "ffn_down.weight", matrix(d, ffn))
+        if n_expert:
+            f = spec.get("expert_ffn", ffn)
+            # The router in F32 (llama.cpp's converter keeps it so).
+            w.add_tensor(p + "ffn_gate_inp.weight",
+                         (rng.standard_normal((n_expert, d)) / np.sqrt(d)).astype(np.float32))
+            w.add_tensor(p + "ffn_gate_exps.weight", experts(f, d))
+            w.add_tensor(p + "ffn_up_exps.weight", experts(f, d))
+            w.add_tensor(p + "ffn_down_exps.weight", experts(d, f))
+        else:
+            w.add_tensor(p + "ffn_gate.weight", matrix(ffn, d))
+            w.add_tensor(p + "ffn_up.weight", matrix(ffn, d))
+            w.add_tensor(p + "ffn_down.weight", matrix(d, ffn))
         if spec.get("post_norms"):
             w.add_tensor(p + "post_ffw_norm.weight", gain(d))
     w.write_header_to_file()
@@ -177,19 +217,19 @@ def main():
         "vocab_size": VOCAB,
         "models": {},
     }
-    for k, (arch, spec) in enumerate(ARCHS.items()):
-        path = os.path.join(args.out, f"{arch}.gguf")
-        write_model(path, arch, spec, SEED + k + 1)
+    for k, (name, spec) in enumerate(ARCHS.items()):
+        path = os.path.join(args.out, f"{name}.gguf")
+        write_model(path, spec.get("arch", name), spec, SEED + k + 1)
         logits = llama_cpp_logits(path)
-        logits.astype("<f4").tofile(os.path.join(args.out, f"{arch}.logits.f32le.bin"))
-        manifest["models"][arch] = {
-            "file": f"{arch}.gguf",
-            "logits": f"{arch}.logits.f32le.bin",
+        logits.astype("<f4").tofile(os.path.join(args.out, f"{name}.logits.f32le.bin"))
+        manifest["models"][name] = {
+            "file": f"{name}.gguf",
+            "logits": f"{name}.logits.f32le.bin",
             "rows": len(IDS),
             "argmax": [int(a) for a in logits.argmax(axis=1)],
             **{key: value for key, value in spec.items()},
         }
-        print(f"{arch}: {os.path.getsize(path)} bytes, logits range {logits.min():.3f}..{logits.max():.3f}")
+        print(f"{name}: {os.path.getsize(path)} bytes, logits range {logits.min():.3f}..{logits.max():.3f}")
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")

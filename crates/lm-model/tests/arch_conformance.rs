@@ -1,6 +1,7 @@
 //! Conformance with llama.cpp on each supported architecture: the small
 //! seeded random-weight GGUF files of `fixtures/arch/` (llama with Llama 3
-//! `rope_freqs`, qwen2, qwen3, gemma3 with a sliding window of 12) and
+//! `rope_freqs`, qwen2, qwen3, gemma3 with a sliding window of 12, and the
+//! mixtures of experts qwen3moe (top-2 of 8, top-8 of 16) and Mixtral) and
 //! llama.cpp's logits of every position of a 40-id input, written by
 //! `scripts/reference/random_gguf.py` (`cargo xtask reference-fixtures
 //! --arch`; see that folder's README).
@@ -147,6 +148,81 @@ fn gemma3_matches_llama_cpp() {
     check_against_llama_cpp("gemma3");
 }
 
+/// The configuration's mixture of experts: experts, top-k, expert width,
+/// renormalised weights.
+fn moe_of(model: &Decoder) -> (usize, usize, usize, bool) {
+    let moe = model.config().options.moe.expect("a mixture of experts");
+    (
+        moe.n_expert,
+        moe.n_expert_used,
+        moe.expert_ffn_dim,
+        moe.norm_weights,
+    )
+}
+
+#[test]
+fn qwen3moe_matches_llama_cpp() {
+    let model = load("qwen3moe");
+    assert!(model.config().options.qk_norm);
+    // 8 experts of width 32 (expert_feed_forward_length, not the 96 of
+    // feed_forward_length), top-2, renormalised.
+    assert_eq!(moe_of(&model), (8, 2, 32, true));
+    check_against_llama_cpp("qwen3moe");
+}
+
+#[test]
+fn qwen3moe_top_8_of_16_matches_llama_cpp() {
+    assert_eq!(moe_of(&load("qwen3moe_top8")), (16, 8, 16, true));
+    check_against_llama_cpp("qwen3moe_top8");
+}
+
+#[test]
+fn mixtral_matches_llama_cpp() {
+    // llama with llama.expert_count = 8: experts as wide as
+    // feed_forward_length.
+    assert_eq!(moe_of(&load("mixtral")), (8, 2, 48, true));
+    check_against_llama_cpp("mixtral");
+}
+
+/// Every file of the folder that is a mixture of experts.
+const MOE_FIXTURES: [&str; 3] = ["qwen3moe", "qwen3moe_top8", "mixtral"];
+
+/// Every fixture.
+const ALL_FIXTURES: [&str; 7] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "qwen3moe",
+    "qwen3moe_top8",
+    "mixtral",
+];
+
+/// The routing matters: with the renormalisation of the chosen weights
+/// switched off (olmoe's way), or the top-k halved, the logits move far
+/// beyond the tolerance.
+#[test]
+fn expert_routing_moves_the_logits_beyond_the_tolerance() {
+    use lm_model::MetadataValue;
+    for arch in MOE_FIXTURES {
+        let key = match arch {
+            "mixtral" => "llama.expert_used_count".to_owned(),
+            _ => "qwen3moe.expert_used_count".to_owned(),
+        };
+        let used = moe_of(&load(arch)).1;
+        let fewer = crate::arch_errors::Model::read(arch)
+            .set(&key, MetadataValue::U32((used / 2) as u32))
+            .load()
+            .unwrap();
+        let diff = largest_diff_from(&fewer, arch, 0);
+        assert!(
+            diff > 10.0 * LOGIT_TOLERANCE,
+            "{arch}: top-{}: {diff}",
+            used / 2
+        );
+    }
+}
+
 /// The largest logit difference from llama.cpp over positions `from..`.
 fn largest_diff_from(model: &Decoder, arch: &str, from: usize) -> f32 {
     let vocab = model.vocab_size();
@@ -183,7 +259,7 @@ fn each_feature_moves_the_logits_beyond_the_tolerance() {
 #[test]
 fn cached_pass_matches_the_reference_and_token_by_token() {
     let ids = ids();
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in ALL_FIXTURES {
         let model = load(arch).with_kv_precision(lm_model::KvPrecision::F32);
         let vocab = model.vocab_size();
         let batch = all_positions(&model, &ids);
@@ -211,7 +287,7 @@ fn cached_pass_matches_the_reference_and_token_by_token() {
 fn a_long_pass_has_the_bits_of_reading_token_by_token() {
     let ids = long_input(250);
     let bits = |row: &[f32]| row.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in ALL_FIXTURES {
         let model = load(arch);
         let vocab = model.vocab_size();
         let batch = all_positions(&model, &ids);

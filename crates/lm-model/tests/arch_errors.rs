@@ -50,6 +50,14 @@ impl Model {
         self
     }
 
+    /// Gives tensor `name` the ggml dims `dims` (the same number of
+    /// elements: its bytes are kept).
+    pub(crate) fn reshape(mut self, name: &str, dims: &[u64]) -> Self {
+        let tensor = self.tensors.iter_mut().find(|t| t.name == name).unwrap();
+        tensor.dims = dims.to_vec();
+        self
+    }
+
     /// Replaces tensor `name` by an f32 vector of `len` values.
     pub(crate) fn resize_vector(mut self, name: &str, len: usize) -> Self {
         let tensor = self.tensors.iter_mut().find(|t| t.name == name).unwrap();
@@ -64,7 +72,7 @@ impl Model {
 }
 
 /// Loading `model` fails with `message`, and the error is the variant `is`.
-fn check(model: Model, message: &str, is: fn(&TransformerError) -> bool) {
+pub(crate) fn check(model: Model, message: &str, is: fn(&TransformerError) -> bool) {
     let err = model.load().unwrap_err();
     assert_eq!(err.to_string(), message);
     assert!(is(&err), "{err:?}");
@@ -72,7 +80,15 @@ fn check(model: Model, message: &str, is: fn(&TransformerError) -> bool) {
 
 #[test]
 fn every_fixture_loads_unchanged() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "qwen3moe",
+        "qwen3moe_top8",
+        "mixtral",
+    ] {
         Model::read(arch).load().unwrap();
     }
 }
@@ -81,7 +97,7 @@ fn every_fixture_loads_unchanged() {
 fn another_architecture_is_named_with_the_supported_ones() {
     check(
         Model::read("qwen2").set("general.architecture", MetadataValue::String("phi3".into())),
-        "architecture `phi3` is not supported; supported: llama, qwen2, qwen3, gemma3",
+        "architecture `phi3` is not supported; supported: llama, qwen2, qwen3, gemma3, qwen3moe",
         |e| matches!(e, TransformerError::UnsupportedArchitecture { found } if found == "phi3"),
     );
 }

@@ -6,6 +6,7 @@ mod common;
 
 mod arch_conformance;
 mod arch_errors;
+mod moe_errors;
 
 mod gguf_parse;
 mod gguf_real_model;

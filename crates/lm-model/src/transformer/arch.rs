@@ -4,12 +4,25 @@
 //! llama.cpp (`src/llama-model.cpp`, `src/models/*.cpp`).
 //!
 //! ```text
-//! arch    rope      qkv bias  qk norm  post norms  ffn    embedding  sliding window
-//! llama   adjacent  -         -        -           SwiGLU -          -        (+ rope_freqs.weight)
-//! qwen2   neox      yes       -        -           SwiGLU -          -
-//! qwen3   neox      -         yes      -           SwiGLU -          -
-//! gemma3  neox      -         yes      yes         GeGLU  sqrt(n_embd) 5 of 6 layers, base 10000
+//! arch     rope      qkv bias  qk norm  post norms  ffn    embedding  sliding window
+//! llama    adjacent  -         -        -           SwiGLU -          -        (+ rope_freqs.weight)
+//! qwen2    neox      yes       -        -           SwiGLU -          -
+//! qwen3    neox      -         yes      -           SwiGLU -          -
+//! gemma3   neox      -         yes      yes         GeGLU  sqrt(n_embd) 5 of 6 layers, base 10000
+//! qwen3moe neox      -         yes      -           SwiGLU experts -  -
 //! ```
+//!
+//! Mixtures of experts (`moe`; llama.cpp's `build_moe_ffn` arguments):
+//!
+//! ```text
+//! arch      experts when         expert width                          chosen weights
+//! llama     expert_count > 0     feed_forward_length                   renormalised (Mixtral)
+//! qwen3moe  always               expert_feed_forward_length            renormalised
+//!                                (default feed_forward_length / top-k)
+//! ```
+//!
+//! llama.cpp reads no `expert_weights_norm` key for these: it renormalises
+//! for both whatever the file says, and so does this table.
 //!
 //! Metadata read (`{arch}` is `general.architecture`):
 //!
@@ -25,6 +38,9 @@
 //!           .rope.dimension_count (default the head width)
 //!           .rope.scaling.type (none or linear) and .rope.scaling.factor
 //!           .vocab_size (default the rows of token_embd.weight)
+//! experts   .expert_count, .expert_used_count (required by qwen3moe; llama
+//!           reads them when expert_count is present)
+//!           .expert_feed_forward_length (qwen3moe, optional)
 //! ```
 //!
 //! Gemma's norm gains are stored by llama.cpp's converter with its `+ 1`
@@ -32,13 +48,13 @@
 
 use super::TransformerError;
 use super::config::{
-    ArchOptions, FfnKind, KvPrecision, NormKind, PositionKind, RopeMode, RopeOptions,
+    ArchOptions, FfnKind, KvPrecision, MoeOptions, NormKind, PositionKind, RopeMode, RopeOptions,
     SlidingWindow, TransformerConfig,
 };
 use crate::gguf::{GgufError, GgufFile};
 
 /// The names of the architectures this backend runs.
-pub const SUPPORTED: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+pub const SUPPORTED: [&str; 5] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"];
 
 /// What one architecture adds to the shared block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,6 +80,28 @@ pub(crate) struct Architecture {
     /// `rope_freqs.weight` (Llama 3's per-pair frequency factors) is read
     /// when present.
     pub rope_freqs: bool,
+    /// A mixture of experts in place of the dense feed-forward block.
+    pub moe: MoeArch,
+}
+
+/// Whether and how an architecture's feed-forward block is a mixture of
+/// experts (llama.cpp's `build_moe_ffn` arguments for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MoeArch {
+    /// Always dense.
+    Dense,
+    /// Experts when `{arch}.expert_count` is above 0 (llama: Mixtral),
+    /// each as wide as `feed_forward_length`; the chosen weights
+    /// renormalised.
+    WhenExpertCount,
+    /// Always experts (`expert_count` and `expert_used_count` required),
+    /// each `expert_feed_forward_length` wide (default
+    /// `feed_forward_length / expert_used_count`).
+    Always {
+        /// The chosen weights are divided by their sum (qwen3moe: llama.cpp
+        /// passes `true` whatever the file says; olmoe: `false`).
+        norm_weights: bool,
+    },
 }
 
 /// The plain block (llama without its frequency factors) that each row of
@@ -78,14 +116,16 @@ const PLAIN: Architecture = Architecture {
     scaled_embedding: false,
     sliding_window: None,
     rope_freqs: false,
+    moe: MoeArch::Dense,
 };
 
 /// The supported architectures, in the order of [`SUPPORTED`]: each row
 /// names what it adds to [`PLAIN`].
-pub(crate) const ARCHITECTURES: [Architecture; 4] = [
+pub(crate) const ARCHITECTURES: [Architecture; 5] = [
     Architecture {
         name: "llama",
         rope_freqs: true,
+        moe: MoeArch::WhenExpertCount,
         ..PLAIN
     },
     Architecture {
@@ -108,6 +148,13 @@ pub(crate) const ARCHITECTURES: [Architecture; 4] = [
         ffn: FfnKind::GeGlu,
         scaled_embedding: true,
         sliding_window: Some((6, 10000.0)),
+        ..PLAIN
+    },
+    Architecture {
+        name: "qwen3moe",
+        rope_mode: RopeMode::Neox,
+        qk_norm: true,
+        moe: MoeArch::Always { norm_weights: true },
         ..PLAIN
     },
 ];
@@ -151,6 +198,7 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
         None => None,
     };
     let norm_eps = meta.required("attention.layer_norm_rms_epsilon", GgufFile::get_f32)?;
+    let moe = meta.moe(arch.moe, ffn_dim)?;
     if !meta.missing.is_empty() {
         return Err(TransformerError::MissingMetadata { keys: meta.missing });
     }
@@ -228,6 +276,7 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
             embedding_scale: arch.scaled_embedding.then(|| (n_embd as f32).sqrt()),
             attention_scale,
             sliding_window,
+            moe,
         },
     };
     config.validate()?;
@@ -284,6 +333,56 @@ impl<'a> ArchMetadata<'a> {
 
     fn required_usize(&mut self, suffix: &str) -> Result<usize, TransformerError> {
         Ok(self.required(suffix, GgufFile::get_u32)? as usize)
+    }
+
+    /// The mixture of experts `moe` asks for, read from `expert_count`,
+    /// `expert_used_count` and `expert_feed_forward_length`, and checked
+    /// naming the key at fault; `None` for a dense block (a missing
+    /// required count is collected).
+    fn moe(
+        &mut self,
+        moe: MoeArch,
+        ffn_dim: usize,
+    ) -> Result<Option<MoeOptions>, TransformerError> {
+        let (norm_weights, n_expert, n_expert_used) = match moe {
+            MoeArch::Dense => return Ok(None),
+            MoeArch::WhenExpertCount => match self.optional_usize("expert_count")? {
+                None | Some(0) => return Ok(None),
+                Some(n_expert) => (true, n_expert, self.required_usize("expert_used_count")?),
+            },
+            MoeArch::Always { norm_weights } => (
+                norm_weights,
+                self.required_usize("expert_count")?,
+                self.required_usize("expert_used_count")?,
+            ),
+        };
+        if !self.missing.is_empty() {
+            return Ok(None);
+        }
+        let expert_ffn_dim = match moe {
+            MoeArch::Always { .. } => match self.optional_usize("expert_feed_forward_length")? {
+                Some(width) => width,
+                None => ffn_dim / n_expert_used.max(1),
+            },
+            _ => ffn_dim,
+        };
+        let options = MoeOptions {
+            n_expert,
+            n_expert_used,
+            expert_ffn_dim,
+            norm_weights,
+        };
+        let width_key = match moe {
+            MoeArch::Always { .. } => "expert_feed_forward_length",
+            _ => "feed_forward_length",
+        };
+        options.validate(
+            ["expert_count", "expert_used_count", width_key]
+                .map(|key| self.key(key))
+                .each_ref()
+                .map(String::as_str),
+        )?;
+        Ok(Some(options))
     }
 
     /// The linear RoPE scale `1 / rope.scaling.factor` (1 without scaling);

@@ -99,6 +99,27 @@ pub struct SlidingWindow {
     pub rope_base: f32,
 }
 
+/// A mixture-of-experts feed-forward block in place of the dense one
+/// (qwen3moe, Mixtral, olmoe): a router scores `n_expert` experts per token,
+/// the `n_expert_used` best are run and their outputs summed, weighted by
+/// the router's softmax probabilities (llama.cpp's `build_moe_ffn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeOptions {
+    /// Experts per layer (`{arch}.expert_count`).
+    pub n_expert: usize,
+    /// Experts run per token (`{arch}.expert_used_count`).
+    pub n_expert_used: usize,
+    /// Hidden width of one expert (`{arch}.expert_feed_forward_length`, or
+    /// the architecture's default).
+    pub expert_ffn_dim: usize,
+    /// The chosen experts' probabilities are divided by their sum (qwen3moe,
+    /// Mixtral), or used as they are (olmoe).
+    pub norm_weights: bool,
+}
+
+/// The most experts a layer may have: llama.cpp's `LLAMA_MAX_EXPERTS`.
+pub const MAX_EXPERTS: usize = 512;
+
 /// What one layer's attention reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKind {
@@ -133,6 +154,9 @@ pub struct ArchOptions {
     pub attention_scale: Option<f32>,
     /// Sliding-window attention on some layers.
     pub sliding_window: Option<SlidingWindow>,
+    /// A mixture of experts in place of the dense feed-forward block
+    /// (`None`: dense); the experts use [`TransformerConfig::ffn`]'s gate.
+    pub moe: Option<MoeOptions>,
 }
 
 /// The precision of attention over the KV cache.
@@ -326,6 +350,44 @@ impl TransformerConfig {
                 window: sw.window,
                 period: sw.period,
             });
+        }
+        match o.moe {
+            Some(moe) => moe.validate(["n_expert", "n_expert_used", "expert_ffn_dim"]),
+            None => Ok(()),
+        }
+    }
+}
+
+impl MoeOptions {
+    /// Checks the counts, naming each by `keys` (the fields, or the
+    /// metadata keys they were read from): at least one expert and at most
+    /// [`MAX_EXPERTS`], between one and all of them used, experts of a
+    /// positive width.
+    pub(crate) fn validate(&self, keys: [&str; 3]) -> Result<(), TransformerError> {
+        let [count_key, used_key, width_key] = keys;
+        let invalid = |key: &str, value: usize, reason: String| {
+            Err(TransformerError::InvalidExperts {
+                key: key.to_owned(),
+                value,
+                reason,
+            })
+        };
+        if self.n_expert == 0 || self.n_expert > MAX_EXPERTS {
+            return invalid(
+                count_key,
+                self.n_expert,
+                format!("a mixture of experts has 1 to {MAX_EXPERTS} experts"),
+            );
+        }
+        if self.n_expert_used == 0 || self.n_expert_used > self.n_expert {
+            return invalid(
+                used_key,
+                self.n_expert_used,
+                format!("between 1 and the {} experts are used", self.n_expert),
+            );
+        }
+        if self.expert_ffn_dim == 0 {
+            return invalid(width_key, 0, "an expert's width must be positive".into());
         }
         Ok(())
     }

@@ -158,6 +158,17 @@ pub enum TransformerError {
         /// `{arch}.rope.scaling.type` in the file.
         found: String,
     },
+    /// A mixture of experts' count, top-k or width does not fit (see
+    /// [`MoeOptions`](super::MoeOptions)).
+    #[error("{key} = {value}: {reason}")]
+    InvalidExperts {
+        /// The metadata key (or configuration field).
+        key: String,
+        /// The value found.
+        value: usize,
+        /// What it must be.
+        reason: String,
+    },
     /// Reading the model file failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),

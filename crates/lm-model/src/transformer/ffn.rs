@@ -5,11 +5,14 @@
 //! GELU MLP: y = down(gelu(up(x)))
 //! SwiGLU:   y = down(silu(gate(x)) * up(x))
 //! GeGLU:    y = down(gelu(gate(x)) * up(x))
+//! MoE:      y = sum of the chosen experts' SwiGLU or GeGLU, weighted (`moe`)
 //! ```
 
 use rayon::prelude::*;
 
+use super::config::FfnKind;
 use super::linear::Linear;
+use super::moe::{MixtureOfExperts, MoeScratch};
 use crate::kernels::dispatch::Dispatch;
 use crate::kernels::exp::exp_in_place;
 
@@ -41,6 +44,8 @@ pub enum FeedForward {
         /// `[n_embd][ffn_dim]`.
         down: Linear,
     },
+    /// A mixture of experts, each a SwiGLU or GeGLU block (`moe`).
+    Moe(Box<MixtureOfExperts>),
 }
 
 /// Rows the block reads at a time. Its hidden and gate rows (`[rows]
@@ -54,17 +59,22 @@ pub(crate) const FFN_ROWS: usize = 128;
 impl FeedForward {
     /// Applies the block to the `n` rows of `xs` (`[n][n_embd]`) into `ys`
     /// (`[n][n_embd]`), [`FFN_ROWS`] rows at a time, using `hidden` and
-    /// `gated` (`[min(n, FFN_ROWS)][ffn_dim]` each) as scratch.
+    /// `gated` (`[min(n, FFN_ROWS)][ffn_dim]` each) as scratch; a mixture
+    /// of experts uses `moe_scratch` instead.
     pub(crate) fn forward(
         &self,
         dispatch: Dispatch,
         xs: &[f32],
         n: usize,
-        hidden: &mut [f32],
-        gated: &mut [f32],
+        [hidden, gated]: [&mut [f32]; 2],
+        moe_scratch: &mut MoeScratch,
         ys: &mut [f32],
     ) {
         if n == 0 {
+            return;
+        }
+        if let Self::Moe(moe) = self {
+            moe.forward(dispatch, xs, n, moe_scratch, ys);
             return;
         }
         let (width_in, width_out) = (xs.len() / n, ys.len() / n);
@@ -83,28 +93,45 @@ impl FeedForward {
                 }
                 Self::SwiGlu { gate, up, down } | Self::GeGlu { gate, up, down } => {
                     Linear::matmul_each(dispatch, xs, m, [(gate, &mut *gated), (up, &mut *hidden)]);
-                    let gate_rows = |(hidden, gated): (&mut [f32], &[f32])| match self {
-                        Self::SwiGlu { .. } => silu_gate(dispatch, hidden, gated),
-                        _ => {
-                            for (h, &g) in hidden.iter_mut().zip(gated) {
-                                *h *= gelu(g);
-                            }
-                        }
+                    let kind = match self {
+                        Self::SwiGlu { .. } => FfnKind::SwiGlu,
+                        _ => FfnKind::GeGlu,
                     };
-                    if m > 1 {
-                        // A batch (prefill): the rows in parallel.
-                        let width = (hidden.len() / m).max(1);
-                        hidden
-                            .par_chunks_mut(width)
-                            .zip(gated.par_chunks(width))
-                            .for_each(gate_rows);
-                    } else {
-                        gate_rows((hidden, gated));
-                    }
+                    gate_rows(kind, dispatch, hidden, gated, m);
                     down.matmul(dispatch, hidden, m, ys);
                 }
+                Self::Moe(_) => unreachable!("taken before the groups"),
             }
         }
+    }
+}
+
+/// `hidden[k] *= act(gated[k])` for the `m` rows of both, `act` SiLU
+/// (`SwiGlu`) or GELU (otherwise); the rows of a batch (prefill) in
+/// parallel.
+pub(super) fn gate_rows(
+    kind: FfnKind,
+    dispatch: Dispatch,
+    hidden: &mut [f32],
+    gated: &[f32],
+    m: usize,
+) {
+    let gate_row = |(hidden, gated): (&mut [f32], &[f32])| match kind {
+        FfnKind::SwiGlu => silu_gate(dispatch, hidden, gated),
+        _ => {
+            for (h, &g) in hidden.iter_mut().zip(gated) {
+                *h *= gelu(g);
+            }
+        }
+    };
+    if m > 1 {
+        let width = (hidden.len() / m).max(1);
+        hidden
+            .par_chunks_mut(width)
+            .zip(gated.par_chunks(width))
+            .for_each(gate_row);
+    } else {
+        gate_row((hidden, gated));
     }
 }
 

@@ -94,6 +94,42 @@ impl Linear {
         })
     }
 
+    /// The 3-d tensor `name` of `file` (ggml dims `[n_cols, n_rows,
+    /// n_expert]`: a mixture of experts' `ffn_{gate,up,down}_exps`) as one
+    /// matrix per expert, each a view of its own byte range of the tensor:
+    /// nothing is copied, and an expert's bytes are read only when it runs.
+    pub(crate) fn experts_from_gguf(
+        file: &Arc<GgufFile>,
+        name: &str,
+    ) -> Result<Vec<Self>, TransformerError> {
+        let view = file.tensor(name)?;
+        let info = view.info;
+        let [n_cols, n_rows, n_expert] = info.dims[..] else {
+            return Err(TransformerError::TensorRank {
+                name: name.to_owned(),
+                dims: info.dims.clone(),
+            });
+        };
+        // The whole tensor is a matrix of n_expert * n_rows rows (checked
+        // like any weight); each expert is a run of n_rows of them.
+        view.matrix()?;
+        let expert_bytes = view.data.len() / n_expert.max(1);
+        let start = file.data_offset() + info.offset;
+        Ok((0..n_expert)
+            .map(|e| Self {
+                storage: Storage::File(FileMatrix {
+                    file: Arc::clone(file),
+                    ty: info.ggml_type,
+                    n_rows,
+                    n_cols,
+                    bytes: start + e * expert_bytes..start + (e + 1) * expert_bytes,
+                    // Packing takes 2-d tensors only.
+                    packed: false,
+                }),
+            })
+            .collect())
+    }
+
     /// Output width (rows of `W`).
     pub fn n_rows(&self) -> usize {
         match &self.storage {
@@ -164,6 +200,39 @@ impl Linear {
                 }
             }
         }
+    }
+
+    /// [`Linear::matmul_each`] for any number of products, all
+    /// file-backed (a mixture of experts' chosen gate and up projections,
+    /// which read the same token).
+    pub(crate) fn matmul_each_file(
+        dispatch: Dispatch,
+        xs: &[f32],
+        n: usize,
+        products: Vec<(&Linear, &mut [f32])>,
+    ) {
+        let mut views: Vec<(QMatrix<'_>, &mut [f32])> = products
+            .into_iter()
+            .map(|(w, ys)| {
+                assert_eq!(
+                    (xs.len(), ys.len()),
+                    (n * w.n_cols(), n * w.n_rows()),
+                    "matmul of {n} rows through a {} x {} weight",
+                    w.n_rows(),
+                    w.n_cols()
+                );
+                match &w.storage {
+                    Storage::File(m) => (m.view(dispatch), ys),
+                    Storage::Dense(_) => panic!("matmul_each_file of a dense weight"),
+                }
+            })
+            .collect();
+        QMatrix::matmul_each_checked(&mut views, xs, n);
+    }
+
+    /// Whether the weight is a tensor of a model file.
+    pub(crate) fn is_file_backed(&self) -> bool {
+        matches!(self.storage, Storage::File(_))
     }
 
     /// Copies row `row_idx` of `W` (an embedding vector) into `out`

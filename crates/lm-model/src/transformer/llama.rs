@@ -1,6 +1,7 @@
-//! The decoder of a GGUF file: llama, qwen2, qwen3 or gemma3 (the table and
-//! the metadata read are in `arch`). RMSNorm, rotary positions, grouped-
-//! query attention, a gated feed-forward block, and the output projection
+//! The decoder of a GGUF file: llama (and Mixtral), qwen2, qwen3, gemma3 or
+//! qwen3moe (the table and the metadata read are in `arch`). RMSNorm, rotary
+//! positions, grouped-query attention, a gated feed-forward block (dense or
+//! a mixture of experts), and the output projection
 //! tied to the token embedding when `output.weight` is absent (SmolLM2,
 //! gemma3); each architecture's additions are options of the one
 //! configuration.
@@ -28,6 +29,11 @@
 //! qwen2:  blk.{i}.attn_q.bias [q_dim], attn_k.bias / attn_v.bias [kv_dim]
 //! qwen3, gemma3: blk.{i}.attn_q_norm.weight / attn_k_norm.weight [head_dim]
 //! gemma3: blk.{i}.post_attention_norm.weight / post_ffw_norm.weight [n_embd]
+//! a mixture of experts (qwen3moe; llama with experts, Mixtral), in place of
+//! ffn_gate / ffn_up / ffn_down (f = the expert width, e = expert_count):
+//!   blk.{i}.ffn_gate_inp.weight [n_embd, e]   (the router)
+//!   blk.{i}.ffn_gate_exps.weight / ffn_up_exps.weight [n_embd, f, e]
+//!   blk.{i}.ffn_down_exps.weight [f, n_embd, e]
 //! ```
 
 use std::path::Path;
@@ -39,6 +45,7 @@ use super::config::{FfnKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
 use super::model::{Decoder, DecoderWeights, LayerWeights, QkvBias};
+use super::moe::MixtureOfExperts;
 use super::norm::Norm;
 use crate::gguf::GgufFile;
 use crate::kernels::dispatch::Dispatch;
@@ -137,14 +144,37 @@ impl Llama {
         for i in 0..c.n_layer {
             let name = |part: &str| format!("blk.{i}.{part}.weight");
             let bias = |part: &str| format!("blk.{i}.{part}.bias");
-            let (gate, up, down) = (
-                linear(&name("ffn_gate"), c.ffn_dim, c.n_embd)?,
-                linear(&name("ffn_up"), c.ffn_dim, c.n_embd)?,
-                linear(&name("ffn_down"), c.n_embd, c.ffn_dim)?,
-            );
-            let ffn = match c.ffn {
-                FfnKind::GeGlu => FeedForward::GeGlu { gate, up, down },
-                _ => FeedForward::SwiGlu { gate, up, down },
+            let ffn = match o.moe {
+                Some(moe) => {
+                    let router = linear(&name("ffn_gate_inp"), moe.n_expert, c.n_embd)?;
+                    let experts = |part: &str, n_rows: usize, n_cols: usize| {
+                        experts(&file, &name(part), [n_cols, n_rows, moe.n_expert])
+                    };
+                    let f = moe.expert_ffn_dim;
+                    let weights = [
+                        experts("ffn_gate_exps", f, c.n_embd)?,
+                        experts("ffn_up_exps", f, c.n_embd)?,
+                        experts("ffn_down_exps", c.n_embd, f)?,
+                    ];
+                    FeedForward::Moe(Box::new(MixtureOfExperts::new(
+                        router,
+                        weights,
+                        moe.n_expert_used,
+                        moe.norm_weights,
+                        c.ffn,
+                    )))
+                }
+                None => {
+                    let (gate, up, down) = (
+                        linear(&name("ffn_gate"), c.ffn_dim, c.n_embd)?,
+                        linear(&name("ffn_up"), c.ffn_dim, c.n_embd)?,
+                        linear(&name("ffn_down"), c.n_embd, c.ffn_dim)?,
+                    );
+                    match c.ffn {
+                        FfnKind::GeGlu => FeedForward::GeGlu { gate, up, down },
+                        _ => FeedForward::SwiGlu { gate, up, down },
+                    }
+                }
             };
             let optional_norm = |on: bool, part: &str, width: usize| {
                 on.then(|| norm_of(&name(part), width)).transpose()
@@ -189,17 +219,44 @@ impl Llama {
     }
 }
 
+/// The 3-d tensor `name` of `file` as one matrix per expert, its ggml dims
+/// checked to be `dims` (`[n_cols, n_rows, n_expert]`).
+fn experts(
+    file: &Arc<GgufFile>,
+    name: &str,
+    dims: [usize; 3],
+) -> Result<Vec<Linear>, TransformerError> {
+    let found = &file.tensor(name)?.info.dims;
+    if found[..] != dims {
+        return Err(TransformerError::TensorShape {
+            name: name.to_owned(),
+            expected: dims.to_vec(),
+            found: found.clone(),
+        });
+    }
+    Linear::experts_from_gguf(file, name)
+}
+
 /// The tensors of every layer, `blk.{i}.{part}.weight`.
-const LAYER_TENSORS: [&str; 9] = [
+const LAYER_TENSORS: [&str; 6] = [
     "attn_norm",
     "attn_q",
     "attn_k",
     "attn_v",
     "attn_output",
     "ffn_norm",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
+];
+
+/// The feed-forward tensors of a dense layer, `blk.{i}.{part}.weight`.
+const DENSE_FFN_TENSORS: [&str; 3] = ["ffn_gate", "ffn_up", "ffn_down"];
+
+/// The feed-forward tensors of a mixture of experts: the router and the
+/// experts' 3-d tensors.
+const MOE_TENSORS: [&str; 4] = [
+    "ffn_gate_inp",
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
 ];
 
 /// The optional tensors of a layer, `blk.{i}.{part}`, with the option that
@@ -235,7 +292,11 @@ fn check_tensors_present(file: &GgufFile, c: &TransformerConfig) -> Result<(), T
         "output_norm.weight".to_owned(),
     ];
     for i in 0..n_layer {
-        for part in LAYER_TENSORS {
+        let ffn_tensors = match c.options.moe {
+            Some(_) => &MOE_TENSORS[..],
+            None => &DENSE_FFN_TENSORS[..],
+        };
+        for part in LAYER_TENSORS.iter().chain(ffn_tensors) {
             names.push(format!("blk.{i}.{part}.weight"));
         }
         for part in optional_layer_tensors(c) {

@@ -2,7 +2,7 @@
 //! the lessons' seven-token toy decoder and the llama architecture use.
 //!
 //! - `config`: the typed shape of a model ([`TransformerConfig`]).
-//! - `norm`, `rope`, `attention`, `ffn`, `linear`: the blocks.
+//! - `norm`, `rope`, `attention`, `ffn`, `moe`, `linear`: the blocks.
 //! - `kv_cache`: the per-sequence key/value cache, forkable without copying
 //!   the shared prefix.
 //! - `model`: weights ([`Decoder`]) apart from per-sequence state
@@ -10,8 +10,9 @@
 //! - `reference`: the uncached reference pass on plain ndarray operations
 //!   ([`Decoder::reference_logits`]).
 //! - `toy`: the lessons' toy decoder ([`Toy`]).
-//! - `arch`: the supported architectures (llama, qwen2, qwen3, gemma3) and
-//!   the mapping of their GGUF metadata to a configuration.
+//! - `arch`: the supported architectures (llama and Mixtral, qwen2, qwen3,
+//!   gemma3, qwen3moe) and the mapping of their GGUF metadata to a
+//!   configuration.
 //! - `llama`: a GGUF file's decoder ([`Llama`]), its weights multiplied in
 //!   their quantized blocks.
 //!
@@ -47,6 +48,7 @@ mod kv_cache;
 mod linear;
 mod llama;
 mod model;
+mod moe;
 mod norm;
 mod reference;
 mod rope;

@@ -17,7 +17,7 @@
 //!     a[i] = attention of q[i] over cache rows 0..=pos+i      causal
 //!            (only the last `window` of them on a sliding layer)
 //!     x += post_norm(a Wo^T)                      (post_norm: gemma3 only)
-//!     x += post_norm(ffn(norm(x)))
+//!     x += post_norm(ffn(norm(x)))          (ffn: dense, or a mixture of experts)
 //! logits = norm(x[rows]) Wout^T     only for the rows returned
 //! ```
 //!
@@ -45,6 +45,7 @@ use super::config::{AttentionKind, KvPrecision, PositionKind, RopeOptions, Trans
 use super::ffn::{FFN_ROWS, FeedForward};
 use super::kv_cache::{KvCache, KvShape};
 use super::linear::Linear;
+use super::moe::MoeScratch;
 use super::norm::Norm;
 use super::rope::RopeTable;
 use crate::kernels::dispatch::Dispatch;
@@ -205,6 +206,9 @@ impl Decoder {
             check_linear("wk", &layer.wk, c.kv_dim(), c.n_embd)?;
             check_linear("wv", &layer.wv, c.kv_dim(), c.n_embd)?;
             check_linear("wo", &layer.wo, c.n_embd, c.q_dim())?;
+            if c.options.moe.is_some() && !matches!(layer.ffn, FeedForward::Moe(_)) {
+                return Err(TransformerError::FfnKindMismatch { expected: c.ffn });
+            }
             match (&layer.ffn, c.ffn) {
                 (FeedForward::GeluMlp { up, down }, super::FfnKind::GeluMlp) => {
                     check_linear("ffn_up", up, c.ffn_dim, c.n_embd)?;
@@ -216,6 +220,7 @@ impl Decoder {
                     check_linear("ffn_up", up, c.ffn_dim, c.n_embd)?;
                     check_linear("ffn_down", down, c.n_embd, c.ffn_dim)?;
                 }
+                (FeedForward::Moe(moe), _) => moe.check(c)?,
                 _ => return Err(TransformerError::FfnKindMismatch { expected: c.ffn }),
             }
         }
@@ -392,6 +397,8 @@ struct Scratch {
     hidden: Vec<f32>,
     /// Feed-forward gate rows, `[min(n, FFN_ROWS)][ffn_dim]`.
     gated: Vec<f32>,
+    /// A mixture of experts' buffers.
+    moe: MoeScratch,
     /// Attention buffers of a pass of one tile of queries (decode; a long
     /// pass's tiles have their own, per thread).
     attention: AttentionScratch,
@@ -410,8 +417,14 @@ impl Scratch {
         ] {
             buf.resize(n * width, 0.0);
         }
+        // A mixture of experts has buffers of its own.
+        let ffn_dim = if c.options.moe.is_some() {
+            0
+        } else {
+            c.ffn_dim
+        };
         for buf in [&mut self.hidden, &mut self.gated] {
-            buf.resize(n.min(FFN_ROWS) * c.ffn_dim, 0.0);
+            buf.resize(n.min(FFN_ROWS) * ffn_dim, 0.0);
         }
     }
 }
@@ -746,11 +759,12 @@ impl Decoder {
         add_assign(x, projected);
         // ffn norm, then the feed-forward block
         layer.ffn_norm.apply_rows(x, normed);
-        let ffn_rows = ..m.min(FFN_ROWS) * c.ffn_dim;
+        let ffn_rows = ..s.hidden.len().min(m * c.ffn_dim);
         let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
+        let moe = &mut s.moe;
         layer
             .ffn
-            .forward(self.dispatch, normed, m, hidden, gated, projected);
+            .forward(self.dispatch, normed, m, [hidden, gated], moe, projected);
         if let Some(norm) = &layer.post_ffn_norm {
             norm.apply_rows_in_place(projected);
         }

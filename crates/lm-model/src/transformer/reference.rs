@@ -9,6 +9,7 @@
 //!     q, k, v = norm(x) Wq^T, Wk^T, Wv^T (+ biases) (head norms) (RoPE)
 //!     a = softmax(q k^T * scale + mask) v         per head, mask [n][n]
 //!     x += post_norm(a Wo^T);  x += post_norm(ffn(norm(x)))
+//!     (a mixture of experts: each token's chosen experts, by a stable sort)
 //! logits = norm(x) Wout^T                                      [n][vocab]
 //! ```
 //!
@@ -20,9 +21,10 @@ use lm_core::{LanguageModel, TokenId};
 use ndarray::{Array1, Array2, ArrayView1, Axis, s};
 
 use super::NormKind;
-use super::config::{AttentionKind, PositionKind, RopeMode, RopeOptions};
+use super::config::{AttentionKind, FfnKind, PositionKind, RopeMode, RopeOptions};
 use super::ffn::{FeedForward, gelu, silu};
 use super::model::{Decoder, LayerWeights, Positions};
+use super::moe::MixtureOfExperts;
 use super::norm::Norm;
 
 impl Decoder {
@@ -150,7 +152,50 @@ fn reference_ffn(ffn: &FeedForward, h: &Array2<f32>) -> Array2<f32> {
             let gated = h.dot(&gate.to_dense().t()).mapv(gelu) * h.dot(&up.to_dense().t());
             gated.dot(&down.to_dense().t())
         }
+        FeedForward::Moe(moe) => reference_moe(moe, h),
     }
+}
+
+/// A mixture of experts over the rows `h`, token by token: softmax of the
+/// router's logits in f64, every expert sorted by probability (a stable
+/// sort: ties keep the lower expert), the first `k` run as dense blocks and
+/// summed with their (renormalised) probabilities.
+fn reference_moe(moe: &MixtureOfExperts, h: &Array2<f32>) -> Array2<f32> {
+    let (k, norm_weights) = moe.top_k();
+    let logits = h.dot(&moe.router().to_dense().t());
+    let mut out = Array2::zeros(h.raw_dim());
+    for (row, logits) in logits.rows().into_iter().enumerate() {
+        let max = logits
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+        let exps: Vec<f64> = logits.iter().map(|&x| (f64::from(x) - max).exp()).collect();
+        let total: f64 = exps.iter().sum();
+        let mut order: Vec<usize> = (0..exps.len()).collect();
+        order.sort_by(|&a, &b| exps[b].total_cmp(&exps[a]));
+        let chosen = &order[..k];
+        let chosen_sum: f64 = chosen.iter().map(|&e| exps[e]).sum();
+        let x = h.slice(s![row..=row, ..]).to_owned();
+        for &e in chosen {
+            let weight = exps[e] / if norm_weights { chosen_sum } else { total };
+            let [gate, up, down] = moe.expert(e);
+            let expert = match moe.kind() {
+                FfnKind::GeGlu => FeedForward::GeGlu {
+                    gate: gate.clone(),
+                    up: up.clone(),
+                    down: down.clone(),
+                },
+                _ => FeedForward::SwiGlu {
+                    gate: gate.clone(),
+                    up: up.clone(),
+                    down: down.clone(),
+                },
+            };
+            let y = reference_ffn(&expert, &x);
+            let mut out_row = out.row_mut(row);
+            out_row.scaled_add(weight as f32, &y.row(0));
+        }
+    }
+    out
 }
 
 /// Normalises every row of `x` with plain ndarray operations.
