@@ -23,6 +23,7 @@
 //! must be within [`PROB_TOLERANCE`] relative of the exact f64 softmax over
 //! the kept set.
 
+use crate::common::{kept_sets, probabilities_by_id, softmax_over};
 use lm_core::TokenId;
 use lm_decode::sampler::{
     CandidateFilter, Candidates, EpsilonCutoff, EtaCutoff, History, LogitTransform, NoRepeatNgram,
@@ -111,18 +112,6 @@ fn hf_reference(logits: &[f32], t: f32, rule: Rule, min_keep: usize) -> Referenc
     Reference { kept, cutoff, q }
 }
 
-/// The softmax of `z / t` over `kept`, in f64, in id order.
-fn renormalised(logits: &[f32], t: f32, kept: &BTreeSet<TokenId>) -> Vec<f64> {
-    let scores: Vec<f64> = kept
-        .iter()
-        .map(|&id| f64::from(logits[id as usize]) / f64::from(t))
-        .collect();
-    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    weights.iter().map(|w| w / total).collect()
-}
-
 /// Runs one case; `Ok(None)` when the sets agree, `Ok(Some(why))` for an
 /// explained difference, `Err` for a failure.
 fn check_case(
@@ -160,14 +149,8 @@ fn check_case(
         }
         explained = Some(format!("{what}: a probability at the cutoff"));
     }
-    let expected = renormalised(logits, t, &ours);
-    let total = candidates.total_weight();
-    let mut ours_probs: Vec<(TokenId, f64)> = candidates
-        .entries()
-        .iter()
-        .map(|&(id, z)| (id, candidates.weight(z) / total))
-        .collect();
-    ours_probs.sort_unstable_by_key(|&(id, _)| id);
+    let expected = softmax_over(logits, &ours, f64::from(t));
+    let ours_probs = probabilities_by_id(&mut candidates);
     for (&(id, p), &expected) in ours_probs.iter().zip(&expected) {
         // A probability below f32's range is 0 in f32 (in HF's too).
         let underflow = f64::from(f32::MIN_POSITIVE);
@@ -186,14 +169,7 @@ fn check_case(
     let mut sampler = Sampler::new(&config).unwrap();
     sampler.push_filter(rule.filter());
     let policy = sampler.policy(logits, &[]).unwrap();
-    let from_chain: BTreeSet<TokenId> = (0..logits.len() as TokenId)
-        .filter(|&id| policy[id as usize] > 0.0)
-        .collect();
-    let positive: BTreeSet<TokenId> = ours_probs
-        .iter()
-        .filter(|&&(_, p)| p as f32 > 0.0)
-        .map(|&(id, _)| id)
-        .collect();
+    let (from_chain, positive) = kept_sets(&policy, &ours_probs);
     let sum: f64 = policy.iter().map(|&p| f64::from(p)).sum();
     if from_chain != positive || (sum - 1.0).abs() > 1e-5 {
         return Err(format!(

@@ -28,7 +28,7 @@
 //! relative of llama.cpp's. (At our own temperature they may differ more:
 //! a relative error e in T moves p_i by about e |ln(p_i / p_max)|.)
 
-use crate::common::{logits_of, read_f32le, read_json};
+use crate::common::{logit_bits, logits_of, masked_row, read_f32le, read_json, softmax_over};
 use lm_core::TokenId;
 use lm_decode::sampler::{Candidates, DynamicTemperature, Mirostat};
 use proptest::prelude::*;
@@ -119,20 +119,6 @@ fn ranked(logits: &[f32]) -> Vec<TokenId> {
     ids
 }
 
-/// The probabilities of `ids` at temperature `t`, in f64.
-fn softmax(logits: &[f32], ids: &[TokenId], t: f64) -> Vec<f64> {
-    let best = ids
-        .iter()
-        .map(|&id| f64::from(logits[id as usize]))
-        .fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = ids
-        .iter()
-        .map(|&id| ((f64::from(logits[id as usize]) - best) / t).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    weights.iter().map(|w| w / total).collect()
-}
-
 /// v1's `k` by brute force in f64 (every finite logit sorted), and whether
 /// llama.cpp's f32 `k` overflows an `int`.
 fn v1_k(logits: &[f32], t: f64, mu: f32, vocab_size: usize) -> (f64, bool) {
@@ -165,7 +151,7 @@ fn explained(
 ) -> Option<&'static str> {
     let ids = ranked(logits);
     if version == 2 {
-        let q = softmax(logits, &ids, t);
+        let q = softmax_over(logits, &ids, t);
         let (lo, hi) = (ours.min(theirs), ours.max(theirs));
         // Every token in the disputed band is within the slack of the bound.
         let near = (lo..hi).all(|i| (-q[i].log2() - f64::from(mu)).abs() <= SURPRISE_SLACK);
@@ -179,16 +165,6 @@ fn explained(
         return Some("k at an integer");
     }
     None
-}
-
-/// The logit multiset of a set of ids, for the tie rule.
-fn logit_bits(logits: &[f32], ids: &BTreeSet<TokenId>) -> Vec<u32> {
-    let mut bits: Vec<u32> = ids
-        .iter()
-        .map(|&id| logits[id as usize].to_bits())
-        .collect();
-    bits.sort_unstable();
-    bits
 }
 
 #[test]
@@ -255,7 +231,7 @@ fn mirostat_keeps_what_llama_cpp_keeps_step_by_step() {
             let p = (candidates.weight(z) / candidates.total_weight()) as f32;
             let kept: Vec<TokenId> = ours.iter().copied().collect();
             let exact =
-                softmax(logits, &kept, f64::from(t))[kept.binary_search(&selected).unwrap()];
+                softmax_over(logits, &kept, f64::from(t))[kept.binary_search(&selected).unwrap()];
             let error = (f64::from(p) - exact).abs();
             assert!(
                 error <= PROB_TOLERANCE * exact,
@@ -304,7 +280,7 @@ fn mirostat_keeps_what_llama_cpp_keeps_step_by_step() {
 /// brute force: `-sum q ln q` over the f64 softmax.
 fn normalised_entropy(logits: &[f32]) -> f64 {
     let ids = ranked(logits);
-    let q = softmax(logits, &ids, 1.0);
+    let q = softmax_over(logits, &ids, 1.0);
     let h: f64 = q.iter().filter(|&&q| q > 0.0).map(|&q| -q * q.ln()).sum();
     h / (ids.len() as f64).ln()
 }
@@ -434,19 +410,10 @@ fn the_settings_are_checked() {
     ));
 }
 
-/// A row of finite logits in [-20, 20] with some tokens masked.
-fn masked_row() -> impl Strategy<Value = Vec<f32>> {
-    prop::collection::vec(
-        prop_oneof![9 => -20.0f32..20.0, 1 => Just(f32::NEG_INFINITY)],
-        1..300,
-    )
-    .prop_filter("a token in play", |row| row.iter().any(|z| z.is_finite()))
-}
-
 proptest! {
     #[test]
     fn mirostat_keeps_the_best_tokens_at_least_one_and_its_bound_stays_a_number(
-        row in masked_row(),
+        row in masked_row(300),
         version in 1u8..=2,
         tau in 0.0f32..10.0,
         eta in 0.0f32..1.0,
@@ -481,7 +448,7 @@ proptest! {
 
     #[test]
     fn dynamic_temperature_stays_within_its_range(
-        row in masked_row(),
+        row in masked_row(300),
         t in 0.0f32..3.0,
         range in 0.0f32..3.0,
         exponent in 0.0f32..4.0,

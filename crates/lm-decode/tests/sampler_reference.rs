@@ -21,6 +21,7 @@
 //! XTC is compared at probability 1, where llama.cpp's coin always lands on
 //! "remove"; its seeded coin is tested on its own below.
 
+use crate::common::{kept_sets, logit_bits, masked_row, probabilities_by_id, softmax_over};
 use lm_core::TokenId;
 use lm_decode::sampler::{CandidateFilter, Candidates, MinP, TopNSigma, TopP, Typical, Xtc};
 use lm_decode::{Sampler, SamplingConfig, TokenRng};
@@ -116,20 +117,6 @@ fn reference_kept(case: &Value, logits: &[f32]) -> BTreeSet<TokenId> {
         .collect()
 }
 
-/// The softmax of `logits` over `kept`, in f64, in id order.
-fn renormalised(logits: &[f32], kept: &BTreeSet<TokenId>) -> Vec<f64> {
-    let best = kept
-        .iter()
-        .map(|&id| f64::from(logits[id as usize]))
-        .fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = kept
-        .iter()
-        .map(|&id| (f64::from(logits[id as usize]) - best).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    weights.iter().map(|w| w / total).collect()
-}
-
 /// Why two kept sets may differ, or `None`: equal multisets of logits (a
 /// tie swapped), or every differing token near top-nσ's threshold.
 fn explained_difference(
@@ -139,21 +126,13 @@ fn explained_difference(
     ours: &BTreeSet<TokenId>,
     reference: &BTreeSet<TokenId>,
 ) -> Option<&'static str> {
-    let sorted_logits = |set: &BTreeSet<TokenId>| {
-        let mut values: Vec<u32> = set
-            .iter()
-            .map(|&id| logits[id as usize].to_bits())
-            .collect();
-        values.sort_unstable();
-        values
-    };
-    if sorted_logits(ours) == sorted_logits(reference) {
+    if logit_bits(logits, ours) == logit_bits(logits, reference) {
         return Some("tie");
     }
     let finite: BTreeSet<TokenId> = (0..logits.len() as TokenId)
         .filter(|&id| logits[id as usize].is_finite())
         .collect();
-    let q = renormalised(logits, &finite);
+    let q = softmax_over(logits, &finite, 1.0);
     let q_of: BTreeMap<TokenId, f64> = finite.iter().copied().zip(q).collect();
     let differing: Vec<TokenId> = ours.symmetric_difference(reference).copied().collect();
     let mass = |set: &BTreeSet<TokenId>| set.iter().map(|id| q_of[id]).sum::<f64>();
@@ -237,15 +216,9 @@ fn every_stage_leaves_what_llama_cpp_leaves() {
         // of what llama.cpp keeps (the fixture's, when it lists them).
         let expected: Vec<f64> = match case["probs"].as_array() {
             Some(probs) if ours == reference => probs.iter().map(|p| p.as_f64().unwrap()).collect(),
-            _ => renormalised(logits, &ours),
+            _ => softmax_over(logits, &ours, 1.0),
         };
-        let total = candidates.total_weight();
-        let mut by_id: Vec<(TokenId, f64)> = candidates
-            .entries()
-            .iter()
-            .map(|&(id, z)| (id, candidates.weight(z) / total))
-            .collect();
-        by_id.sort_unstable_by_key(|&(id, _)| id);
+        let by_id = probabilities_by_id(&mut candidates);
         assert_eq!(by_id.len(), expected.len(), "{what}");
         for (&(id, ours), &expected) in by_id.iter().zip(&expected) {
             let error = (ours - expected).abs();
@@ -257,14 +230,7 @@ fn every_stage_leaves_what_llama_cpp_leaves() {
         // The chain built from the config gives the stage's set.
         let mut sampler_chain = Sampler::new(&config(sampler, params)).unwrap();
         let policy = sampler_chain.policy(logits, &[]).unwrap();
-        let from_chain: BTreeSet<TokenId> = (0..logits.len() as TokenId)
-            .filter(|&id| policy[id as usize] > 0.0)
-            .collect();
-        let positive: BTreeSet<TokenId> = by_id
-            .iter()
-            .filter(|&&(_, p)| p > 0.0)
-            .map(|&(id, _)| id)
-            .collect();
+        let (from_chain, positive) = kept_sets(&policy, &by_id);
         assert_eq!(from_chain, positive, "{what}: the chain");
         *n_compared.entry(sampler).or_default() += 1;
     }
@@ -361,16 +327,6 @@ fn xtc_without_a_draw_is_the_mixture_of_its_two_outcomes() {
     }
 }
 
-/// A row of finite logits in [-20, 20] with some tokens masked, so that at
-/// T >= 0.5 no kept token's weight underflows.
-fn masked_row() -> impl Strategy<Value = Vec<f32>> {
-    prop::collection::vec(
-        prop_oneof![9 => -20.0f32..20.0, 1 => Just(f32::NEG_INFINITY)],
-        1..120,
-    )
-    .prop_filter("a token in play", |row| row.iter().any(|z| z.is_finite()))
-}
-
 prop_compose! {
     /// One new stage (or top-k, top-p, min-p), with min_keep and a temperature.
     fn one_stage()(
@@ -394,7 +350,7 @@ prop_compose! {
 proptest! {
     #[test]
     fn every_stage_keeps_min_keep_tokens_never_a_banned_one_and_sums_to_one(
-        row in masked_row(),
+        row in masked_row(120),
         config in one_stage(),
         u in 0.0f64..1.0,
     ) {
@@ -422,7 +378,7 @@ proptest! {
 
     #[test]
     fn a_stage_on_candidates_keeps_min_keep(
-        row in masked_row(),
+        row in masked_row(120),
         config in one_stage(),
     ) {
         // The bare stages through Candidates, as a custom chain would run them.

@@ -259,3 +259,72 @@ pub fn sampler_vectors() -> (
     vectors.insert(names[1].as_str().unwrap().to_owned(), masked);
     (fixture, vectors)
 }
+
+/// The softmax of `logits[id] / t` over `ids`, in f64, in their order: the
+/// exact renormalisation a kept set's probabilities are checked against.
+pub fn softmax_over<'a>(
+    logits: &[f32],
+    ids: impl IntoIterator<Item = &'a TokenId>,
+    t: f64,
+) -> Vec<f64> {
+    let z: Vec<f64> = ids
+        .into_iter()
+        .map(|&id| f64::from(logits[id as usize]))
+        .collect();
+    let best = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = z.iter().map(|z| ((z - best) / t).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| w / total).collect()
+}
+
+/// The probabilities of what `candidates` keep, by id.
+pub fn probabilities_by_id(candidates: &mut lm_decode::sampler::Candidates) -> Vec<(TokenId, f64)> {
+    let total = candidates.total_weight();
+    let mut by_id: Vec<(TokenId, f64)> = candidates
+        .entries()
+        .iter()
+        .map(|&(id, z)| (id, candidates.weight(z) / total))
+        .collect();
+    by_id.sort_unstable_by_key(|&(id, _)| id);
+    by_id
+}
+
+/// Rows of 1 to `max_len - 1` logits in [-20, 20], about one in ten masked,
+/// at least one in play (with T >= 0.5, no kept token's weight underflows).
+pub fn masked_row(max_len: usize) -> impl proptest::strategy::Strategy<Value = Vec<f32>> {
+    use proptest::prelude::*;
+    prop::collection::vec(
+        prop_oneof![9 => -20.0f32..20.0, 1 => Just(f32::NEG_INFINITY)],
+        1..max_len,
+    )
+    .prop_filter("a token in play", |row| row.iter().any(|z| z.is_finite()))
+}
+
+/// The ids `policy` gives a positive probability, and the ids whose
+/// probability in `probs` is positive in f32 (the chain's precision): the
+/// same set when a chain keeps what its stage keeps.
+pub fn kept_sets(
+    policy: &[f32],
+    probs: &[(TokenId, f64)],
+) -> (
+    std::collections::BTreeSet<TokenId>,
+    std::collections::BTreeSet<TokenId>,
+) {
+    let from_chain = (0..).zip(policy).filter(|&(_, &p)| p > 0.0);
+    let positive = probs.iter().filter(|&&(_, p)| p as f32 > 0.0);
+    (
+        from_chain.map(|(id, _)| id).collect(),
+        positive.map(|&(id, _)| id).collect(),
+    )
+}
+
+/// The sorted bits of the logits of `ids`: equal for two sets whose logits
+/// are the same multiset (a tie broken the other way).
+pub fn logit_bits<'a>(logits: &[f32], ids: impl IntoIterator<Item = &'a TokenId>) -> Vec<u32> {
+    let mut bits: Vec<u32> = ids
+        .into_iter()
+        .map(|&id| logits[id as usize].to_bits())
+        .collect();
+    bits.sort_unstable();
+    bits
+}
