@@ -68,9 +68,10 @@
 //! with opt-level 0. `debug-assertions = false` above silences it; the
 //! workspace's own tests keep lm-model's assertions on.
 #![deny(missing_docs)]
-// `unsafe` lives in `kernels` (which allows it) and in the two
+// `unsafe` lives in `kernels` (which allows it) and in the three
 // operating-system calls that cannot be safe, each alone in one function:
-// `allocator::set_mmap_threshold` and the mapping of a model file in `gguf`.
+// `allocator::set_mmap_threshold` and the mapping of a model file in `gguf`
+// and of a safetensors file in `hf`.
 #![deny(unsafe_code)]
 
 mod allocator;
@@ -78,6 +79,7 @@ mod build_profile;
 pub mod catalog;
 mod error;
 mod gguf;
+mod hf;
 mod kernels;
 pub mod ngram;
 mod quant;
@@ -88,6 +90,7 @@ pub use allocator::map_large_allocations;
 pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use gguf::{GgufWriter, SourceError, WriteError};
+pub use hf::{HfError, SUPPORTED_HF_CLASSES, open_hf_dir};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::QuantizeError;
 pub use quant::{

@@ -39,5 +39,5 @@ pub use chat::{ChatPart, ChatTemplate, MAX_RENDERED_BYTES, Message, TEMPLATE_FUE
 pub use error::{BackendError, TokenizeError};
 pub use stream::TextStream;
 pub use token_bytes::{TokenBytes, byte_level_char};
-pub use tokenizer::{TextPart, Tokenizer};
+pub use tokenizer::{HfTokenizerConfig, TextPart, Tokenizer};
 pub use vocab::{BpeVocab, SpmVocab, TokenType};

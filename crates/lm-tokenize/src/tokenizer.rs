@@ -25,6 +25,9 @@ use crate::spm::SpmModel;
 use crate::vocab::{BpeVocab, SpmVocab, TokenType, parse_token_types, split_merge};
 use crate::{TextStream, TokenizeError};
 
+mod hf;
+pub use hf::HfTokenizerConfig;
+
 /// Token texts that end generation wherever they appear in a vocabulary,
 /// mirroring llama.cpp's end-of-generation list (including its fill-in-the-
 /// middle pad, repository and file-separator tokens, and `</s>`, which the

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use lm_model::GgufError;
 use lm_tokenize::TokenizeError;
 
-/// Why [`load_gguf`](crate::load_gguf) or [`GgufText::open`](crate::GgufText::open)
+/// Why [`load`](crate::load), [`load_gguf`](crate::load_gguf) or [`GgufText::open`](crate::GgufText::open)
 /// failed; each variant names the file and carries the part's own error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -35,6 +35,25 @@ pub enum Error {
         /// lm-model's reason.
         #[source]
         source: lm_model::Error,
+    },
+    /// A Hugging Face directory whose config.json, safetensors or JSON
+    /// side files are missing or malformed (the error names the file and
+    /// the field or tensor).
+    #[error("loading a Hugging Face model directory")]
+    Hf {
+        /// lm-model's reason.
+        #[source]
+        source: lm_model::HfError,
+    },
+    /// A Hugging Face `tokenizer.json` that builds no tokenizer, or a
+    /// `tokenizer_config.json` whose tokens it refuses.
+    #[error("reading the tokenizer {}", path.display())]
+    HfTokenizer {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        #[source]
+        source: TokenizeError,
     },
     /// Tokenizer metadata that builds no tokenizer.
     #[error("reading the tokenizer of {}", path.display())]

@@ -8,6 +8,8 @@
 //! crate's job, done once: [`load_gguf`] gives a [`GgufModel`], its
 //! [`Decoder`](lm_model::Decoder) and its [`GgufText`] (tokenizer, chat
 //! template, end tokens). lm-cli and the fuzz targets load GGUF through it.
+//! [`load`] also takes a Hugging Face model directory (`config.json`,
+//! safetensors, `tokenizer.json`; [`load_hf_dir`]) and gives the same types.
 //!
 //! The parts are re-exported whole, so this is the only dependency a program
 //! needs: [`lm_core`] (the `LanguageModel` trait, softmax, sequence
@@ -64,10 +66,12 @@
 
 mod error;
 mod gguf;
+mod hf;
 mod structured;
 
 pub use error::{Error, TextError};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
+pub use hf::{HfGeneration, load, load_hf_dir};
 pub use structured::{FormatError, OutputFormat, StructuredOutput};
 
 pub use lm_core;

@@ -8,6 +8,7 @@ mod common;
 mod conformance;
 mod dry;
 mod gemma3_tokenizer;
+mod hf;
 mod loader;
 mod smollm2;
 mod smollm2_tokenizer;

@@ -205,11 +205,6 @@ impl GgufWriter {
         path: &Path,
         mut data: impl FnMut(usize, &TensorInfo) -> Result<Vec<u8>, SourceError>,
     ) -> Result<(), WriteError> {
-        let alignment = self.alignment()?;
-        if let Some((key, _)) = self.metadata.iter().find(|(_, v)| !homogeneous(v)) {
-            return Err(WriteError::MixedArray { key: key.clone() });
-        }
-        let tensors = self.placed(alignment)?;
         let temp = temp_path(path);
         let result = (|| {
             let file = OpenOptions::new()
@@ -219,24 +214,7 @@ impl GgufWriter {
                 .map_err(|source| io_error(&temp, source))?;
             let mut out = BufWriter::with_capacity(1 << 20, file);
             let io = |source| io_error(&temp, source);
-            let header_len = self.write_header(&mut out, &tensors).map_err(io)?;
-            pad(&mut out, header_len, alignment).map_err(io)?;
-            for (idx, info) in tensors.iter().enumerate() {
-                let bytes = data(idx, info).map_err(|source| WriteError::Source {
-                    name: info.name.clone(),
-                    source,
-                })?;
-                if bytes.len() != info.n_bytes {
-                    return Err(WriteError::DataLength {
-                        name: info.name.clone(),
-                        expected: info.n_bytes,
-                        actual: bytes.len(),
-                    });
-                }
-                // Each tensor's data padded to the alignment, the last too (as ggml).
-                out.write_all(&bytes).map_err(io)?;
-                pad(&mut out, bytes.len(), alignment).map_err(io)?;
-            }
+            self.write_to(&mut out, &temp, &mut data)?;
             let file = out.into_inner().map_err(|e| io(e.into_error()))?;
             file.sync_all().map_err(io)?;
             fs::rename(&temp, path).map_err(|source| io_error(path, source))
@@ -245,6 +223,51 @@ impl GgufWriter {
             let _ = fs::remove_file(&temp);
         }
         result
+    }
+
+    /// The file's bytes in memory, `data` as for [`GgufWriter::write`]
+    /// (an assembled model handed to [`GgufFile::from_bytes`](crate::GgufFile::from_bytes)).
+    pub fn write_to_vec(
+        &self,
+        mut data: impl FnMut(usize, &TensorInfo) -> Result<Vec<u8>, SourceError>,
+    ) -> Result<Vec<u8>, WriteError> {
+        let mut out = Vec::new();
+        self.write_to(&mut out, Path::new("<memory>"), &mut data)?;
+        Ok(out)
+    }
+
+    /// Writes the whole file to `out` (`path` names it in errors).
+    fn write_to(
+        &self,
+        out: &mut impl Write,
+        path: &Path,
+        data: &mut impl FnMut(usize, &TensorInfo) -> Result<Vec<u8>, SourceError>,
+    ) -> Result<(), WriteError> {
+        let alignment = self.alignment()?;
+        if let Some((key, _)) = self.metadata.iter().find(|(_, v)| !homogeneous(v)) {
+            return Err(WriteError::MixedArray { key: key.clone() });
+        }
+        let tensors = self.placed(alignment)?;
+        let io = |source| io_error(path, source);
+        let header_len = self.write_header(out, &tensors).map_err(io)?;
+        pad(out, header_len, alignment).map_err(io)?;
+        for (idx, info) in tensors.iter().enumerate() {
+            let bytes = data(idx, info).map_err(|source| WriteError::Source {
+                name: info.name.clone(),
+                source,
+            })?;
+            if bytes.len() != info.n_bytes {
+                return Err(WriteError::DataLength {
+                    name: info.name.clone(),
+                    expected: info.n_bytes,
+                    actual: bytes.len(),
+                });
+            }
+            // Each tensor's data padded to the alignment, the last too (as ggml).
+            out.write_all(&bytes).map_err(io)?;
+            pad(out, bytes.len(), alignment).map_err(io)?;
+        }
+        Ok(())
     }
 
     /// The tensor infos with their offsets at `alignment`.

@@ -1,0 +1,244 @@
+//! Hugging Face model directories (`fixtures/hf/`, written by
+//! `scripts/reference/hf_checkpoint.py` from the GGUF files of
+//! `fixtures/arch/`, undoing what llama.cpp's converter does) load through
+//! `lm::load` and run as their GGUF twins do:
+//!
+//! - llama (F16, Llama 3 `rope_scaling`), qwen2 (F32, tied), qwen3 (F16,
+//!   two shards through the index), gemma3 (F16, norms stored without
+//!   their `+ 1`): every logit of the 40 ids of `fixtures/arch/manifest.json`
+//!   equals the crate's own GGUF loader's on the twin (`fixtures/arch/`)
+//!   to 1e-5 relative, and is within the conformance tolerance (1e-2) of
+//!   llama.cpp's logits of the twin, committed with it;
+//! - qwen2-bf16 (BF16): equal to the crate's loader on its BF16 GGUF twin,
+//!   and within 1e-2 of llama.cpp's logits of that twin;
+//! - `tokenizer.json` gives the `tokenizers` Python package's ids
+//!   (`fixtures/hf/tokenize.json`), BOS added by its post-processor;
+//! - the chat template (a string, or qwen3's list of named templates)
+//!   renders as jinja2 renders it (`fixtures/hf/chat.json`);
+//! - `generation_config.json`'s end ids and sampling defaults are read.
+
+use std::path::PathBuf;
+
+use lm::lm_core::{LanguageModel, Rows, SequenceState, TokenId};
+use lm::lm_model::{Decoder, Llama};
+use lm::lm_tokenize::Message;
+use lm::{GgufModel, HfGeneration};
+
+use crate::common::fixture_path;
+
+/// llama.cpp's agreement with the crate on these models (see
+/// `crates/lm-model/tests/arch_conformance.rs`).
+const LLAMA_CPP_TOLERANCE: f32 = 1e-2;
+
+/// With BF16 weights llama.cpp also rounds the activations to BF16 before
+/// each product (ggml's `vec_dot_type` for BF16), where the crate keeps
+/// them f32: measured 0.134 at most on qwen2-bf16 (logits of about 10).
+const BF16_TOLERANCE: f32 = 0.2;
+
+fn hf_dir(name: &str) -> PathBuf {
+    fixture_path("hf").join(name)
+}
+
+fn ids() -> Vec<TokenId> {
+    let text = std::fs::read_to_string(fixture_path("arch/manifest.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as TokenId)
+        .collect()
+}
+
+fn all_positions(model: &Decoder, ids: &[TokenId]) -> Vec<f32> {
+    let mut logits = Vec::new();
+    model
+        .forward(&mut model.new_state(), ids, Rows::All, &mut logits)
+        .unwrap();
+    logits
+}
+
+fn read_f32(path: PathBuf) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn load(name: &str) -> GgufModel {
+    lm::load(hf_dir(name)).unwrap_or_else(|e| panic!("{name}: {}", crate::common::error_chain(&e)))
+}
+
+/// The HF directory `name` against the GGUF twin at `twin` (the crate's
+/// loader, to 1e-5 relative) and llama.cpp's logits of it (within
+/// `tolerance`; where llama.cpp's top two are further apart than twice
+/// that, the same argmax).
+fn check(name: &str, twin: PathBuf, llama_cpp: PathBuf, tolerance: f32) {
+    let ids = ids();
+    let hf = all_positions(&load(name).decoder, &ids);
+    let gguf = all_positions(&Llama::from_gguf(&twin).unwrap(), &ids);
+    assert_eq!(hf.len(), gguf.len(), "{name}");
+    for (i, (a, b)) in hf.iter().zip(&gguf).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+            "{name}: logit {i}: {a} from the directory, {b} from the twin"
+        );
+    }
+    let theirs = read_f32(llama_cpp);
+    assert_eq!(theirs.len(), hf.len(), "{name}");
+    let largest = hf
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(largest <= tolerance, "{name}: {largest} from llama.cpp");
+    for (pos, (ours, theirs)) in hf
+        .chunks_exact(512)
+        .zip(theirs.chunks_exact(512))
+        .enumerate()
+    {
+        let mut sorted = theirs.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if sorted[0] - sorted[1] > 2.0 * tolerance {
+            assert_eq!(argmax(ours), argmax(theirs), "{name}: position {pos}");
+        }
+    }
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len())
+        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+        .unwrap()
+}
+
+#[test]
+fn llama_with_llama3_rope_scaling_runs_as_its_twin() {
+    let arch = fixture_path("arch");
+    check(
+        "llama",
+        arch.join("llama.gguf"),
+        arch.join("llama.logits.f32le.bin"),
+        LLAMA_CPP_TOLERANCE,
+    );
+}
+
+#[test]
+fn qwen2_f32_tied_runs_as_its_twin() {
+    let arch = fixture_path("arch");
+    check(
+        "qwen2",
+        arch.join("qwen2.gguf"),
+        arch.join("qwen2.logits.f32le.bin"),
+        LLAMA_CPP_TOLERANCE,
+    );
+}
+
+#[test]
+fn qwen3_sharded_runs_as_its_twin() {
+    let arch = fixture_path("arch");
+    check(
+        "qwen3",
+        arch.join("qwen3.gguf"),
+        arch.join("qwen3.logits.f32le.bin"),
+        LLAMA_CPP_TOLERANCE,
+    );
+}
+
+#[test]
+fn gemma3_runs_as_its_twin() {
+    let arch = fixture_path("arch");
+    check(
+        "gemma3",
+        arch.join("gemma3.gguf"),
+        arch.join("gemma3.logits.f32le.bin"),
+        LLAMA_CPP_TOLERANCE,
+    );
+}
+
+#[test]
+fn qwen2_bf16_runs_as_its_twin() {
+    let hf = fixture_path("hf");
+    check(
+        "qwen2-bf16",
+        hf.join("qwen2-bf16.gguf"),
+        hf.join("qwen2-bf16.logits.f32le.bin"),
+        BF16_TOLERANCE,
+    );
+}
+
+/// `lm::load` of a file is `load_gguf`'s (fixtures/arch's files have no
+/// vocabulary, so both stop at the text side).
+#[test]
+fn load_takes_a_gguf_file_too() {
+    let path = fixture_path("arch/qwen2.gguf");
+    let ours = lm::load(&path).unwrap_err();
+    let theirs = lm::load_gguf(&path).unwrap_err();
+    assert!(matches!(ours, lm::Error::Text { .. }), "{ours:?}");
+    assert_eq!(format!("{ours:?}"), format!("{theirs:?}"));
+}
+
+#[test]
+fn tokenizer_json_gives_the_tokenizers_package_ids() {
+    let text = std::fs::read_to_string(fixture_path("hf/tokenize.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let model = load("qwen2");
+    let tokenizer = &model.text.tokenizer;
+    let lines = json["lines"].as_array().unwrap();
+    let expected = json["ids"].as_array().unwrap();
+    assert_eq!(lines.len(), 31);
+    for (line, ids) in lines.iter().zip(expected) {
+        let line = line.as_str().unwrap();
+        let ids: Vec<TokenId> = ids
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as TokenId)
+            .collect();
+        assert_eq!(tokenizer.encode(line).unwrap(), ids, "{line:?}");
+        // Decoding without the special tokens gives the line back.
+        let plain = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+            .iter()
+            .fold(line.to_owned(), |text, special| text.replace(special, ""));
+        assert_eq!(tokenizer.decode_skipping_special(&ids).unwrap(), plain);
+    }
+    assert_eq!(tokenizer.bos_id(), Some(0));
+    assert!(tokenizer.add_bos(), "the post-processor adds BOS");
+    assert_eq!(tokenizer.eos_id(), Some(2));
+}
+
+#[test]
+fn chat_templates_render_as_jinja2_does() {
+    let text = std::fs::read_to_string(fixture_path("hf/chat.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let conversations: Vec<Vec<Message>> =
+        serde_json::from_value(json["conversations"].clone()).unwrap();
+    for (arch, rendered) in json["rendered"].as_object().unwrap() {
+        let text = lm::GgufText::from_hf_dir(hf_dir(arch)).unwrap();
+        for (messages, expected) in conversations.iter().zip(rendered.as_array().unwrap()) {
+            assert_eq!(
+                text.chat_prompt(messages).unwrap(),
+                expected.as_str().unwrap(),
+                "{arch}"
+            );
+        }
+    }
+}
+
+#[test]
+fn generation_config_gives_end_ids_and_sampling_defaults() {
+    let generation = HfGeneration::read(hf_dir("llama")).unwrap();
+    assert_eq!(
+        generation,
+        HfGeneration {
+            temperature: Some(0.7),
+            top_p: Some(0.9),
+            top_k: Some(40),
+            end_ids: vec![0, 2],
+        }
+    );
+    let text = lm::GgufText::from_hf_dir(hf_dir("llama")).unwrap();
+    // <|endoftext|> (generation_config and the known end texts), <|im_end|>
+    // (eos_token, generation_config and the known end texts).
+    assert_eq!(text.end_ids, [0, 2]);
+}
