@@ -67,6 +67,12 @@ ARCHS = {
                           head_dim=32, ffn=96, expert_ffn=16, n_expert=16, n_expert_used=8,
                           qk_scale=2.0, rope_base=1000000.0, dtype="f32", qk_norm=True,
                           tied=False),
+    # OLMoE: QK norms over all the heads together (so no grouped-query
+    # attention: llama.cpp sizes the key norm by the width), experts as wide
+    # as feed_forward_length, the chosen weights not renormalised.
+    "olmoe": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=4, head_dim=16, ffn=32,
+                  n_expert=8, n_expert_used=2, qk_scale=2.0, rope_base=10000.0,
+                  dtype="f32", qk_norm=True, qk_norm_full=True, tied=False),
 }
 
 
@@ -160,8 +166,9 @@ def write_model(path, arch, spec, seed):
             w.add_tensor(p + "attn_k.bias", bias(nkv * hd))
             w.add_tensor(p + "attn_v.bias", bias(nkv * hd))
         if spec.get("qk_norm"):
-            w.add_tensor(p + "attn_q_norm.weight", gain(hd) * np.float32(qk_scale))
-            w.add_tensor(p + "attn_k_norm.weight", gain(hd) * np.float32(qk_scale))
+            q_width, k_width = (nh * hd, nkv * hd) if spec.get("qk_norm_full") else (hd, hd)
+            w.add_tensor(p + "attn_q_norm.weight", gain(q_width) * np.float32(qk_scale))
+            w.add_tensor(p + "attn_k_norm.weight", gain(k_width) * np.float32(qk_scale))
         w.add_tensor(p + "attn_output.weight", matrix(d, nh * hd))
         if spec.get("post_norms"):
             w.add_tensor(p + "post_attention_norm.weight", gain(d))

@@ -33,8 +33,8 @@
 //! `cargo xtask reference-fixtures --arch [--python <interpreter>]` instead
 //! regenerates `fixtures/arch/`: `scripts/reference/random_gguf.py` writes small
 //! seeded random-weight GGUF files (llama with Llama 3 `rope_freqs`, qwen2, qwen3,
-//! gemma3, and the mixtures of experts qwen3moe and Mixtral) and llama.cpp's
-//! logits on each; no model is fetched.
+//! gemma3, and the mixtures of experts qwen3moe, Mixtral and OLMoE) and
+//! llama.cpp's logits on each; no model is fetched.
 //!
 //! `cargo xtask reference-fixtures --samplers [--python <interpreter>]`
 //! regenerates `fixtures/samplers/`:

@@ -1,8 +1,8 @@
 //! A mixture of experts that does not fit its own metadata ends in a
 //! one-line error naming the key or tensor: the committed `fixtures/arch/`
 //! qwen3moe (8 experts of width 32 over a width of 64, top-2, 4 layers) and
-//! Mixtral (llama with 8 experts of width 48) files, each rewritten with one
-//! thing wrong.
+//! Mixtral (llama with 8 experts of width 48) files, and OLMoE's QK norms,
+//! each rewritten with one thing wrong.
 
 use lm_model::{MetadataValue, TransformerError};
 
@@ -137,4 +137,14 @@ fn expert_tensors_that_disagree_with_the_metadata_are_named_with_both_shapes() {
             shape(e) || matches!(e, TransformerError::TensorRank { .. })
         });
     }
+}
+
+#[test]
+fn olmoe_qk_norms_of_one_head_are_refused() {
+    // OLMoE's QK norms span all 4 heads of 16; a per-head gain is refused.
+    check(
+        Model::read("olmoe").resize_vector("blk.3.attn_k_norm.weight", 16),
+        "tensor blk.3.attn_k_norm.weight has shape [16], expected [64]",
+        shape,
+    );
 }

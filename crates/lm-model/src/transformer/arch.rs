@@ -9,8 +9,12 @@
 //! qwen2    neox      yes       -        -           SwiGLU -          -
 //! qwen3    neox      -         yes      -           SwiGLU -          -
 //! gemma3   neox      -         yes      yes         GeGLU  sqrt(n_embd) 5 of 6 layers, base 10000
-//! qwen3moe neox      -         yes      -           SwiGLU experts -  -
+//! qwen3moe neox      -         yes      -           MoE    -          -
+//! olmoe    neox      -         whole    -           MoE    -          -
 //! ```
+//!
+//! (`whole`: one QK norm over all the heads together; `MoE`: a mixture of
+//! SwiGLU experts, below.)
 //!
 //! Mixtures of experts (`moe`; llama.cpp's `build_moe_ffn` arguments):
 //!
@@ -19,6 +23,7 @@
 //! llama     expert_count > 0     feed_forward_length                   renormalised (Mixtral)
 //! qwen3moe  always               expert_feed_forward_length            renormalised
 //!                                (default feed_forward_length / top-k)
+//! olmoe     always               feed_forward_length                   as they are
 //! ```
 //!
 //! llama.cpp reads no `expert_weights_norm` key for these: it renormalises
@@ -38,8 +43,8 @@
 //!           .rope.dimension_count (default the head width)
 //!           .rope.scaling.type (none or linear) and .rope.scaling.factor
 //!           .vocab_size (default the rows of token_embd.weight)
-//! experts   .expert_count, .expert_used_count (required by qwen3moe; llama
-//!           reads them when expert_count is present)
+//! experts   .expert_count, .expert_used_count (required by qwen3moe and
+//!           olmoe; llama reads them when expert_count is present)
 //!           .expert_feed_forward_length (qwen3moe, optional)
 //! ```
 //!
@@ -54,7 +59,7 @@ use super::config::{
 use crate::gguf::{GgufError, GgufFile};
 
 /// The names of the architectures this backend runs.
-pub const SUPPORTED: [&str; 5] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"];
+pub const SUPPORTED: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "olmoe"];
 
 /// What one architecture adds to the shared block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,6 +72,8 @@ pub(crate) struct Architecture {
     pub qkv_bias: bool,
     /// `blk.{i}.attn_{q,k}_norm.weight`, RMSNorm per head.
     pub qk_norm: bool,
+    /// The QK norms span all heads (olmoe) instead of one head.
+    pub qk_norm_full_width: bool,
     /// `blk.{i}.post_attention_norm.weight`, `blk.{i}.post_ffw_norm.weight`.
     pub post_norms: bool,
     /// The feed-forward block.
@@ -94,13 +101,15 @@ pub(crate) enum MoeArch {
     /// each as wide as `feed_forward_length`; the chosen weights
     /// renormalised.
     WhenExpertCount,
-    /// Always experts (`expert_count` and `expert_used_count` required),
-    /// each `expert_feed_forward_length` wide (default
-    /// `feed_forward_length / expert_used_count`).
+    /// Always experts (`expert_count` and `expert_used_count` required).
     Always {
         /// The chosen weights are divided by their sum (qwen3moe: llama.cpp
         /// passes `true` whatever the file says; olmoe: `false`).
         norm_weights: bool,
+        /// Each expert is `expert_feed_forward_length` wide (default
+        /// `feed_forward_length / expert_used_count`: qwen3moe), or
+        /// `feed_forward_length` (olmoe).
+        own_width: bool,
     },
 }
 
@@ -111,6 +120,7 @@ const PLAIN: Architecture = Architecture {
     rope_mode: RopeMode::Adjacent,
     qkv_bias: false,
     qk_norm: false,
+    qk_norm_full_width: false,
     post_norms: false,
     ffn: FfnKind::SwiGlu,
     scaled_embedding: false,
@@ -121,7 +131,7 @@ const PLAIN: Architecture = Architecture {
 
 /// The supported architectures, in the order of [`SUPPORTED`]: each row
 /// names what it adds to [`PLAIN`].
-pub(crate) const ARCHITECTURES: [Architecture; 5] = [
+pub(crate) const ARCHITECTURES: [Architecture; 6] = [
     Architecture {
         name: "llama",
         rope_freqs: true,
@@ -154,7 +164,21 @@ pub(crate) const ARCHITECTURES: [Architecture; 5] = [
         name: "qwen3moe",
         rope_mode: RopeMode::Neox,
         qk_norm: true,
-        moe: MoeArch::Always { norm_weights: true },
+        moe: MoeArch::Always {
+            norm_weights: true,
+            own_width: true,
+        },
+        ..PLAIN
+    },
+    Architecture {
+        name: "olmoe",
+        rope_mode: RopeMode::Neox,
+        qk_norm: true,
+        qk_norm_full_width: true,
+        moe: MoeArch::Always {
+            norm_weights: false,
+            own_width: false,
+        },
         ..PLAIN
     },
 ];
@@ -272,6 +296,7 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
             },
             qkv_bias: arch.qkv_bias,
             qk_norm: arch.qk_norm,
+            qk_norm_full_width: arch.qk_norm_full_width,
             post_norms: arch.post_norms,
             embedding_scale: arch.scaled_embedding.then(|| (n_embd as f32).sqrt()),
             attention_scale,
@@ -350,7 +375,7 @@ impl<'a> ArchMetadata<'a> {
                 None | Some(0) => return Ok(None),
                 Some(n_expert) => (true, n_expert, self.required_usize("expert_used_count")?),
             },
-            MoeArch::Always { norm_weights } => (
+            MoeArch::Always { norm_weights, .. } => (
                 norm_weights,
                 self.required_usize("expert_count")?,
                 self.required_usize("expert_used_count")?,
@@ -359,12 +384,19 @@ impl<'a> ArchMetadata<'a> {
         if !self.missing.is_empty() {
             return Ok(None);
         }
-        let expert_ffn_dim = match moe {
-            MoeArch::Always { .. } => match self.optional_usize("expert_feed_forward_length")? {
+        let own_width = matches!(
+            moe,
+            MoeArch::Always {
+                own_width: true,
+                ..
+            }
+        );
+        let expert_ffn_dim = match own_width {
+            true => match self.optional_usize("expert_feed_forward_length")? {
                 Some(width) => width,
                 None => ffn_dim / n_expert_used.max(1),
             },
-            _ => ffn_dim,
+            false => ffn_dim,
         };
         let options = MoeOptions {
             n_expert,
@@ -372,9 +404,9 @@ impl<'a> ArchMetadata<'a> {
             expert_ffn_dim,
             norm_weights,
         };
-        let width_key = match moe {
-            MoeArch::Always { .. } => "expert_feed_forward_length",
-            _ => "feed_forward_length",
+        let width_key = match own_width {
+            true => "expert_feed_forward_length",
+            false => "feed_forward_length",
         };
         options.validate(
             ["expert_count", "expert_used_count", width_key]

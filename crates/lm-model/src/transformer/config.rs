@@ -144,6 +144,10 @@ pub struct ArchOptions {
     /// RMSNorm of each query and key head (width `head_dim`) before RoPE
     /// (qwen3, gemma3).
     pub qk_norm: bool,
+    /// With `qk_norm`: one RMSNorm over all the query heads together
+    /// (width `q_dim`) and one over all the key heads (`kv_dim`) instead of
+    /// one per head (olmoe).
+    pub qk_norm_full_width: bool,
     /// RMSNorms of the attention output and of the feed-forward output
     /// before each is added to the residual stream (gemma3's
     /// `post_attention_norm`, `post_ffw_norm`).
@@ -244,6 +248,16 @@ impl TransformerConfig {
         (0..self.n_layer)
             .filter_map(|layer_idx| self.window(layer_idx))
             .max()
+    }
+
+    /// The widths of the query and key norms (`qk_norm`): a head's, or all
+    /// heads' together (`qk_norm_full_width`).
+    pub fn qk_norm_widths(&self) -> (usize, usize) {
+        if self.options.qk_norm_full_width {
+            (self.q_dim(), self.kv_dim())
+        } else {
+            (self.head_dim, self.head_dim)
+        }
     }
 
     /// The factor of the query-key products.

@@ -1,5 +1,5 @@
-//! The decoder of a GGUF file: llama (and Mixtral), qwen2, qwen3, gemma3 or
-//! qwen3moe (the table and the metadata read are in `arch`). RMSNorm, rotary
+//! The decoder of a GGUF file: llama (and Mixtral), qwen2, qwen3, gemma3,
+//! qwen3moe or olmoe (the table and the metadata read are in `arch`). RMSNorm, rotary
 //! positions, grouped-query attention, a gated feed-forward block (dense or
 //! a mixture of experts), and the output projection
 //! tied to the token embedding when `output.weight` is absent (SmolLM2,
@@ -27,7 +27,8 @@
 //! blk.{i}.ffn_gate.weight / ffn_up.weight [n_embd, ffn_dim]
 //! blk.{i}.ffn_down.weight [ffn_dim, n_embd]
 //! qwen2:  blk.{i}.attn_q.bias [q_dim], attn_k.bias / attn_v.bias [kv_dim]
-//! qwen3, gemma3: blk.{i}.attn_q_norm.weight / attn_k_norm.weight [head_dim]
+//! qwen3, gemma3, qwen3moe: blk.{i}.attn_q_norm.weight / attn_k_norm.weight [head_dim]
+//! olmoe: blk.{i}.attn_q_norm.weight [q_dim], attn_k_norm.weight [kv_dim]
 //! gemma3: blk.{i}.post_attention_norm.weight / post_ffw_norm.weight [n_embd]
 //! a mixture of experts (qwen3moe; llama with experts, Mixtral), in place of
 //! ffn_gate / ffn_up / ffn_down (f = the expert width, e = expert_count):
@@ -197,8 +198,8 @@ impl Llama {
                         })
                     })
                     .transpose()?,
-                q_norm: optional_norm(o.qk_norm, "attn_q_norm", c.head_dim)?,
-                k_norm: optional_norm(o.qk_norm, "attn_k_norm", c.head_dim)?,
+                q_norm: optional_norm(o.qk_norm, "attn_q_norm", c.qk_norm_widths().0)?,
+                k_norm: optional_norm(o.qk_norm, "attn_k_norm", c.qk_norm_widths().1)?,
                 post_attn_norm: optional_norm(o.post_norms, "post_attention_norm", c.n_embd)?,
                 post_ffn_norm: optional_norm(o.post_norms, "post_ffw_norm", c.n_embd)?,
             });

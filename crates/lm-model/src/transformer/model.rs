@@ -881,10 +881,14 @@ fn check_layer_options(
             }
         }
     }
-    let head_norms = [("q_norm", &layer.q_norm), ("k_norm", &layer.k_norm)];
-    for (name, norm) in head_norms {
+    let (q_width, k_width) = c.qk_norm_widths();
+    let head_norms = [
+        ("q_norm", &layer.q_norm, q_width),
+        ("k_norm", &layer.k_norm, k_width),
+    ];
+    for (name, norm, width) in head_norms {
         if let Some(norm) = norm {
-            check_norm_width(name, norm, c, c.head_dim)?;
+            check_norm_width(name, norm, c, width)?;
         }
     }
     let post_norms = [

@@ -87,10 +87,10 @@ impl Decoder {
             v += &ArrayView1::from(&bias.v);
         }
         if let Some(norm) = &layer.q_norm {
-            q = reference_head_norm(norm, &q, c.head_dim);
+            q = reference_head_norm(norm, &q, norm.width());
         }
         if let Some(norm) = &layer.k_norm {
-            k = reference_head_norm(norm, &k, c.head_dim);
+            k = reference_head_norm(norm, &k, norm.width());
         }
         if let PositionKind::Rope { base, dim } = c.position {
             let (base, freq_scale) = match (c.attention_kind(layer_idx), c.options.sliding_window) {
