@@ -10,6 +10,7 @@ mod moe_errors;
 
 mod gguf_parse;
 mod gguf_real_model;
+mod hf_hostile;
 mod hostile_alloc;
 mod hostile_fuzz_regressions;
 mod hostile_gguf;

@@ -242,3 +242,89 @@ fn generation_config_gives_end_ids_and_sampling_defaults() {
     // (eos_token, generation_config and the known end texts).
     assert_eq!(text.end_ids, [0, 2]);
 }
+
+/// A copy of `fixtures/hf/{name}` in a fresh temporary directory.
+fn copy(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join(name);
+    std::fs::create_dir(&dir).unwrap();
+    for entry in std::fs::read_dir(hf_dir(name)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    (temp, dir)
+}
+
+/// Broken text files: each a one-line error naming the file and field.
+#[test]
+fn broken_tokenizer_files_name_the_file_and_field() {
+    let (_temp, dir) = copy("qwen2");
+    let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
+    let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap();
+    let cases: Vec<(&str, String, &[&str])> = vec![
+        (
+            "tokenizer.json",
+            "{\"model\": 3".into(),
+            &["tokenizer.json", "invalid tokenizer.json"],
+        ),
+        (
+            "tokenizer_config.json",
+            "{,}".into(),
+            &["tokenizer_config.json", "invalid JSON"],
+        ),
+        (
+            "tokenizer_config.json",
+            config.replace("\"bos_token\": \"<|endoftext|>\"", "\"bos_token\": \"<s>\""),
+            &[
+                "tokenizer_config.json",
+                "bos_token",
+                "\"<s>\" is not in tokenizer.json",
+            ],
+        ),
+        (
+            "tokenizer_config.json",
+            config.replace("\"bos_token\": \"<|endoftext|>\"", "\"bos_token\": 7"),
+            &["tokenizer_config.json", "bos_token", "expected a token"],
+        ),
+        (
+            "tokenizer_config.json",
+            config.replace(
+                "\"chat_template\": \"{%",
+                "\"chat_template\": 3, \"unused\": \"{%",
+            ),
+            &["tokenizer_config.json", "chat_template"],
+        ),
+        (
+            "tokenizer_config.json",
+            config.replace("\"0\": {", "\"99999\": {"),
+            &["tokenizer_config.json", "added_tokens_decoder.99999"],
+        ),
+        (
+            "generation_config.json",
+            "{\"eos_token_id\": [2, -1]}".into(),
+            &["generation_config.json", "eos_token_id"],
+        ),
+        (
+            "generation_config.json",
+            "{\"top_k\": \"many\"}".into(),
+            &["generation_config.json", "top_k"],
+        ),
+    ];
+    for (file, text, parts) in cases {
+        let original = std::fs::read_to_string(dir.join(file)).unwrap();
+        write(file, &text);
+        let Err(error) = lm::load(&dir) else {
+            panic!("{file} as {text:?} loaded");
+        };
+        let line = crate::common::error_chain(&error);
+        assert!(!line.contains('\n'), "{line}");
+        for part in parts {
+            assert!(line.contains(part), "{line:?} should name {part:?}");
+        }
+        write(file, &original);
+    }
+    lm::load(&dir).unwrap();
+    std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    let line = crate::common::error_chain(&lm::load(&dir).unwrap_err());
+    assert!(line.contains("tokenizer.json"), "{line}");
+}

@@ -1,0 +1,367 @@
+//! Hostile Hugging Face directories: each gets a one-line `HfError` naming
+//! the file and the field or tensor, never a panic, and no allocation sized
+//! by a header (a header claiming 2^64 bytes is refused before anything is
+//! read). The directories are `fixtures/hf/qwen2` (F32, tied) and
+//! `fixtures/hf/qwen3` (two shards) copied to a temporary directory and
+//! broken one way each.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use lm_model::{HfError, open_hf_dir};
+
+use crate::common::fixture_path;
+
+/// A copy of `fixtures/hf/{name}` in a fresh temporary directory.
+fn copy(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join(name);
+    fs::create_dir(&dir).unwrap();
+    for entry in fs::read_dir(fixture_path("hf").join(name)).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    (temp, dir)
+}
+
+/// The error of opening `dir`, as one line with its sources.
+fn error(dir: &Path) -> (HfError, String) {
+    let error = open_hf_dir(dir).expect_err("a hostile directory must not load");
+    let mut line = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(inner) = source {
+        line.push_str(": ");
+        line.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    assert!(!line.contains('\n'), "one line: {line}");
+    (error, line)
+}
+
+/// Asserts the error names every one of `parts`.
+fn assert_names(dir: &Path, parts: &[&str]) -> HfError {
+    let (error, line) = error(dir);
+    for part in parts {
+        assert!(line.contains(part), "{line:?} should name {part:?}");
+    }
+    error
+}
+
+fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut value);
+    fs::write(path, serde_json::to_string(&value).unwrap()).unwrap();
+}
+
+/// A safetensors file: the header's length, the header, the data.
+fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+#[test]
+fn the_fixtures_load() {
+    for name in ["llama", "qwen2", "qwen3", "gemma3", "qwen2-bf16"] {
+        open_hf_dir(fixture_path("hf").join(name)).unwrap();
+    }
+}
+
+#[test]
+fn config_json_missing_or_malformed() {
+    let (_temp, dir) = copy("qwen2");
+    fs::remove_file(dir.join("config.json")).unwrap();
+    assert!(matches!(
+        assert_names(&dir, &["config.json"]),
+        HfError::Io { .. }
+    ));
+    fs::write(dir.join("config.json"), "{\"architectures\": [").unwrap();
+    assert!(matches!(
+        assert_names(&dir, &["config.json", "line 1"]),
+        HfError::Json { .. }
+    ));
+    fs::write(dir.join("config.json"), "[1, 2]").unwrap();
+    assert_names(&dir, &["config.json", "not a JSON object"]);
+}
+
+#[test]
+fn unknown_or_absent_architecture() {
+    let (_temp, dir) = copy("qwen2");
+    let config = dir.join("config.json");
+    edit_json(&config, |c| {
+        c["architectures"] = serde_json::json!(["MambaForCausalLM"])
+    });
+    let error = assert_names(
+        &dir,
+        &[
+            "config.json",
+            "architectures",
+            "MambaForCausalLM",
+            "Qwen2ForCausalLM",
+        ],
+    );
+    assert!(matches!(error, HfError::UnsupportedArchitecture { .. }));
+    edit_json(&config, |c| {
+        c["architectures"] = serde_json::json!("Qwen2ForCausalLM")
+    });
+    assert_names(&dir, &["config.json", "architectures", "list of strings"]);
+    edit_json(&config, |c| {
+        c.as_object_mut().unwrap().remove("architectures");
+    });
+    assert_names(&dir, &["config.json", "`architectures` is missing"]);
+}
+
+#[test]
+fn config_fields_missing_or_of_the_wrong_kind() {
+    let (_temp, dir) = copy("qwen2");
+    let config = dir.join("config.json");
+    let original = fs::read_to_string(&config).unwrap();
+    edit_json(&config, |c| {
+        c.as_object_mut().unwrap().remove("hidden_size");
+    });
+    assert_names(&dir, &["config.json", "`hidden_size` is missing"]);
+    for (field, value, says) in [
+        (
+            "num_hidden_layers",
+            serde_json::json!(-2),
+            "expected a count",
+        ),
+        (
+            "num_hidden_layers",
+            serde_json::json!(1e30),
+            "expected a count",
+        ),
+        (
+            "rms_norm_eps",
+            serde_json::json!("small"),
+            "expected a number",
+        ),
+        (
+            "num_attention_heads",
+            serde_json::json!(0),
+            "head count of 0",
+        ),
+        (
+            "num_attention_heads",
+            serde_json::json!(5),
+            "does not divide",
+        ),
+        (
+            "tie_word_embeddings",
+            serde_json::json!("yes"),
+            "true or false",
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
+            "\"yarn\" is not supported",
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear"}),
+            "rope_scaling.factor",
+        ),
+    ] {
+        fs::write(&config, &original).unwrap();
+        edit_json(&config, |c| c[field] = value);
+        assert_names(&dir, &["config.json", field, says]);
+    }
+}
+
+#[test]
+fn a_wrong_hidden_size_is_a_shape_error_naming_the_tensor() {
+    let (_temp, dir) = copy("qwen2");
+    edit_json(&dir.join("config.json"), |c| {
+        c["intermediate_size"] = serde_json::json!(128)
+    });
+    let error = assert_names(
+        &dir,
+        &[
+            "model.safetensors",
+            "mlp.down_proj.weight",
+            "[64, 96]",
+            "[64, 128]",
+        ],
+    );
+    assert!(matches!(error, HfError::Tensor { .. }));
+}
+
+#[test]
+fn shards_missing_misplaced_or_outside_the_directory() {
+    let (_temp, dir) = copy("qwen3");
+    let index = dir.join("model.safetensors.index.json");
+    let original = fs::read_to_string(&index).unwrap();
+    fs::remove_file(dir.join("model-00002-of-00002.safetensors")).unwrap();
+    let error = assert_names(
+        &dir,
+        &[
+            "model.safetensors.index.json",
+            "model-00002-of-00002.safetensors",
+            "missing",
+        ],
+    );
+    assert!(matches!(error, HfError::Index { .. }));
+
+    let (_temp2, dir) = copy("qwen3");
+    let index = dir.join("model.safetensors.index.json");
+    edit_json(&index, |i| {
+        i["weight_map"]["model.norm.weight"] =
+            serde_json::json!("model-00002-of-00002.safetensors");
+        i["weight_map"]["model.embed_tokens.weight"] =
+            serde_json::json!("model-00002-of-00002.safetensors");
+    });
+    assert_names(
+        &dir,
+        &["model.safetensors.index.json", "weight_map", "model."],
+    );
+    fs::write(&index, &original).unwrap();
+    edit_json(&index, |i| {
+        i["weight_map"]["model.norm.weight"] = serde_json::json!("../config.json")
+    });
+    assert_names(
+        &dir,
+        &[
+            "model.safetensors.index.json",
+            "\"../config.json\" is not a file name",
+        ],
+    );
+    fs::write(&index, &original).unwrap();
+    edit_json(&index, |i| {
+        i["weight_map"]["model.layers.7.mlp.up_proj.weight"] =
+            serde_json::json!("model-00001-of-00002.safetensors")
+    });
+    assert_names(
+        &dir,
+        &[
+            "model.safetensors.index.json",
+            "model.layers.7.mlp.up_proj.weight",
+        ],
+    );
+    fs::write(&index, "{\"metadata\": {}}").unwrap();
+    assert_names(&dir, &["model.safetensors.index.json", "weight_map"]);
+}
+
+#[test]
+fn safetensors_headers_that_lie() {
+    let (_temp, dir) = copy("qwen2");
+    let path = dir.join("model.safetensors");
+    let norm = |offsets: &str, shape: &str| {
+        format!(
+            "{{\"model.norm.weight\":{{\"dtype\":\"F32\",\"shape\":{shape},\"data_offsets\":{offsets}}}}}"
+        )
+    };
+    let two = |first: &str, second: &str| {
+        format!(
+            "{{\"model.norm.weight\":{{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":{first}}},\
+             \"model.embed_tokens.weight\":{{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":{second}}}}}"
+        )
+    };
+    let mut huge = u64::MAX.to_le_bytes().to_vec();
+    huge.extend_from_slice(b"{}");
+    let mut beyond = (1u64 << 20).to_le_bytes().to_vec();
+    beyond.extend_from_slice(b"{}");
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (huge, "header"),
+        (beyond, "header"),
+        ((99_000_000u64).to_le_bytes().to_vec(), "header"),
+        (vec![1, 2, 3], "header"),
+        (Vec::new(), "header"),
+        (safetensors("not json", &[]), "header"),
+        (safetensors(&norm("[0, 256]", "[64]"), &[0; 100]), "header"),
+        (
+            safetensors(&norm("[0, 1000000000]", "[64]"), &[0; 256]),
+            "header",
+        ),
+        (
+            safetensors(
+                &norm("[0, 256]", "[1000000000000, 1000000000000]"),
+                &[0; 256],
+            ),
+            "header",
+        ),
+        (
+            safetensors(&two("[0, 256]", "[128, 384]"), &[0; 384]),
+            "model.",
+        ),
+        (
+            safetensors(&two("[0, 256]", "[0, 256]"), &[0; 512]),
+            "model.",
+        ),
+        (safetensors(&norm("[0, 256]", "[64]"), &[0; 300]), "header"),
+    ];
+    for (bytes, names) in cases {
+        fs::write(&path, &bytes).unwrap();
+        let error = assert_names(&dir, &["model.safetensors", names]);
+        assert!(matches!(error, HfError::Safetensors { .. }), "{error:?}");
+    }
+}
+
+#[test]
+fn tensors_of_the_wrong_dtype_name_or_shape() {
+    let (_temp, dir) = copy("qwen2");
+    let path = dir.join("model.safetensors");
+    let one = |name: &str, dtype: &str, shape: &str, n: usize| {
+        safetensors(
+            &format!(
+                "{{\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[0,{n}]}}}}"
+            ),
+            &vec![0; n],
+        )
+    };
+    for (bytes, says) in [
+        (one("model.norm.weight", "I32", "[64]", 256), "dtype I32"),
+        (one("model.norm.weight", "F64", "[64]", 512), "dtype F64"),
+        (one("model.norm.weight", "F32", "[63]", 252), "shape [63]"),
+        (
+            one("model.norm.weight", "F32", "[64, 1]", 256),
+            "shape [64, 1]",
+        ),
+        (
+            one(
+                "model.layers.2.mlp.up_proj.weight",
+                "F32",
+                "[96, 64]",
+                24576,
+            ),
+            "layer 2 of a model of 2 layers",
+        ),
+        (
+            one(
+                "model.layers.01.mlp.up_proj.weight",
+                "F32",
+                "[96, 64]",
+                24576,
+            ),
+            "model.layers.01",
+        ),
+        (
+            one(
+                "model.layers.0.mlp.experts.weight",
+                "F32",
+                "[96, 64]",
+                24576,
+            ),
+            "not a tensor of Qwen2ForCausalLM",
+        ),
+        (
+            one("vision_tower.weight", "F32", "[4]", 16),
+            "not a tensor of Qwen2ForCausalLM",
+        ),
+        (
+            one("model.norm.weight", "F32", "[64]", 256),
+            "model.embed_tokens.weight`: missing",
+        ),
+    ] {
+        fs::write(&path, &bytes).unwrap();
+        let error = assert_names(&dir, &[says]);
+        assert!(matches!(error, HfError::Tensor { .. }), "{error:?}");
+    }
+    // Untied, with no lm_head.weight.
+    let (_temp2, dir) = copy("qwen2");
+    edit_json(&dir.join("config.json"), |c| {
+        c["tie_word_embeddings"] = serde_json::json!(false)
+    });
+    assert_names(&dir, &["lm_head.weight", "missing"]);
+}
