@@ -875,6 +875,9 @@ pub struct ServeArgs {
     /// (about 100 MB each on Gemma 3, a few MB on SmolLM2); a request needing one more gets 429.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_formats: u64,
+    /// Do not serve the chat page at / (then / is a 404).
+    #[arg(long)]
+    pub no_webui: bool,
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

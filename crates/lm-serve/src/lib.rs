@@ -37,6 +37,7 @@ mod scheduler;
 mod state_size;
 mod surrogates;
 mod text;
+mod webui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -103,6 +104,9 @@ pub struct ServeConfig {
     /// running requests; about 100 MB each on Gemma 3's vocabulary, a few
     /// MB on SmolLM2's): a request needing one more gets a 429.
     pub max_formats: usize,
+    /// Serve the chat page at `GET /` (on by default; `--no-webui` turns it
+    /// off, and `/` is then a 404).
+    pub webui: bool,
 }
 
 impl Default for ServeConfig {
@@ -121,6 +125,7 @@ impl Default for ServeConfig {
             parse_special: false,
             any_model: false,
             max_formats: 8,
+            webui: true,
         }
     }
 }

@@ -76,6 +76,8 @@ pub(crate) fn router(app: Arc<App>) -> Router {
             require_key,
         ))
         .route("/health", get(health))
+        // The chat page needs no key: it asks for it (see webui).
+        .merge(crate::webui::router(app.config.webui))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
         .layer(DefaultBodyLimit::max(limit))

@@ -12,3 +12,4 @@ mod openai_client;
 mod response_format;
 mod samplers;
 mod smollm2;
+mod webui;

@@ -35,6 +35,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         parse_special: args.parse_special,
         any_model: args.any_model,
         max_formats: to_usize(args.max_formats),
+        webui: !args.no_webui,
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
     let bound = loaded.backend.bound(options.context_length);

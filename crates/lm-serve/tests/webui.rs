@@ -1,0 +1,132 @@
+//! The chat page at `/` (issue 41). On the toy model: it is served (one
+//! HTML answer under 100 KB, no key needed to load it) and `webui: false`
+//! (`--no-webui`) makes `/` a 404. In a real browser: headless Chromium from
+//! Debian's `chromium` and `chromium-driver`, driven by `webui.py` with the
+//! `selenium` package from `<target>/webui-venv` (`.ci/run` installs all
+//! three), against SmolLM2 behind an API key: the key is asked for, a typed
+//! message streams the API's greedy answer, a token's alternatives are the
+//! API's, Stop and Regenerate work, and screenshots at desktop and phone
+//! width land in `<target>/webui-artifacts/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lm_serve::ServeConfig;
+
+use crate::common::{TestServer, smollm2_path};
+
+const INSTALL: &str = "apt-get install -y chromium chromium-driver";
+
+#[test]
+fn the_page_is_one_small_answer_and_no_webui_turns_it_off() {
+    let s = TestServer::toy(ServeConfig {
+        api_key: Some("k1".into()),
+        ..ServeConfig::default()
+    });
+    let page = s.get("/");
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert!(page.body.len() < 100 * 1024, "{} bytes", page.body.len());
+    let csp = page.header("content-security-policy").unwrap();
+    assert!(csp.contains("connect-src 'self'"), "{csp}");
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(html.contains("/v1/chat/completions") && html.contains("top_logprobs: 10"));
+    // The API itself still needs the key.
+    assert_eq!(s.get("/v1/models").status, 401);
+
+    let off = TestServer::toy(ServeConfig {
+        webui: false,
+        ..ServeConfig::default()
+    });
+    let answer = off.get("/");
+    assert_eq!(answer.status, 404);
+    assert_eq!(answer.json()["error"]["message"], "no such endpoint");
+}
+
+/// The target folder (`<target>/webui-venv`, `<target>/webui-artifacts`).
+fn target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target folder")
+        .to_owned()
+}
+
+/// `name` on the `PATH` (or the file `variable` names); panics naming the
+/// install command.
+fn program(variable: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable) {
+        return PathBuf::from(path);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!("no {name} on the PATH: run `{INSTALL}` (as .ci/run does), or set {variable}")
+        })
+}
+
+/// The interpreter with selenium; panics saying how to make it.
+fn python(target: &Path) -> PathBuf {
+    if let Some(python) = std::env::var_os("LM_WEBUI_PYTHON") {
+        return PathBuf::from(python);
+    }
+    let python = target.join("webui-venv/bin/python");
+    assert!(
+        python.exists(),
+        "no {}: run `python3 -m venv {1}/webui-venv && {1}/webui-venv/bin/pip install selenium` \
+         (as .ci/run does), or set LM_WEBUI_PYTHON",
+        python.display(),
+        target.display()
+    );
+    python
+}
+
+#[test]
+#[ignore = "needs SmolLM2, Chromium and selenium: cargo xtask fetch-model smollm2; \
+            apt-get install -y chromium chromium-driver; .ci/run makes <target>/webui-venv"]
+fn the_chat_page_works_in_a_real_browser() {
+    const KEY: &str = "webui-test-key";
+    let target = target_dir();
+    let (chromium, driver) = (
+        program("LM_CHROMIUM", "chromium"),
+        program("LM_CHROMEDRIVER", "chromedriver"),
+    );
+    let python = python(&target);
+    let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
+    let s = TestServer::start(
+        decoder,
+        text,
+        ServeConfig {
+            model_name: "smollm2".into(),
+            api_key: Some(KEY.into()),
+            ..ServeConfig::default()
+        },
+    );
+    let artifacts = target.join("webui-artifacts");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/webui.py");
+    let output = Command::new(&python)
+        .arg(script)
+        .arg(format!("http://{}", s.addr))
+        .arg(KEY)
+        .arg(&artifacts)
+        .arg(&chromium)
+        .arg(&driver)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    for shot in ["webui-desktop.png", "webui-phone.png"] {
+        let bytes = std::fs::read(artifacts.join(shot)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG"), "{shot} is a PNG");
+    }
+}
