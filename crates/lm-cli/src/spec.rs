@@ -38,7 +38,7 @@ pub enum ModelSpec {
     /// A count model from an ARPA file (or a compact model file), or a text
     /// corpus trained on the fly.
     Count(PathBuf),
-    /// A llama-architecture GGUF file.
+    /// A llama-architecture GGUF file, or a Hugging Face model directory.
     Gguf(PathBuf),
     /// A model known by name (`smollm2`, `gemma3-270m`, ...) from the models
     /// folder (`cargo xtask fetch-model NAME` puts it there).
@@ -96,6 +96,10 @@ impl FromStr for ModelSpec {
         }
         let lowercase = spec.to_ascii_lowercase();
         if lowercase.ends_with(".gguf") || starts_with_gguf_magic(Path::new(spec)) {
+            return Ok(Self::Gguf(PathBuf::from(spec)));
+        }
+        // A Hugging Face model directory loads through the same loader.
+        if Path::new(spec).join("config.json").is_file() {
             return Ok(Self::Gguf(PathBuf::from(spec)));
         }
         if let Ok(metadata) = std::fs::metadata(spec)
@@ -243,14 +247,19 @@ impl ModelSpec {
 
 /// The text side of a GGUF file, without building its weights.
 fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
+    if path.is_dir() {
+        return Ok(TextCodec::Bpe(Box::new(lm::GgufText::from_hf_dir(path)?)));
+    }
     open(path)?;
     Ok(TextCodec::Bpe(Box::new(lm::GgufText::open(path)?)))
 }
 
 /// A GGUF model through the one loader.
 fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
-    open(path)?;
-    let lm::GgufModel { decoder, text } = lm::load_gguf(path)?;
+    if !path.is_dir() {
+        open(path)?;
+    }
+    let lm::GgufModel { decoder, text } = lm::load(path)?;
     Ok((
         Backend::Llama(Box::new(decoder)),
         TextCodec::Bpe(Box::new(text)),

@@ -149,8 +149,13 @@ enum Plan {
 pub fn run(args: QuantizeArgs) -> Result<()> {
     configure_threads(args.threads)?;
     refuse_same_file(&args.input, &args.output)?;
-    let input =
-        GgufFile::map(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
+    let reading = || format!("reading {}", args.input.display());
+    // A Hugging Face directory is read as the GGUF its conversion gives.
+    let input = if args.input.is_dir() {
+        lm_model::open_hf_dir(&args.input).with_context(reading)?
+    } else {
+        GgufFile::map(&args.input).with_context(reading)?
+    };
     let file_type = args.ty.types().1;
     // llama.cpp's order (its loader's `weight_name_comparer`): tensors
     // outside the blocks first, then block by block, by name within each.
