@@ -50,13 +50,24 @@ pub const MAX_RENDERED_BYTES: usize = 16 << 20;
 const OPEN: char = '\u{E000}';
 const CLOSE: char = '\u{E001}';
 
-/// One chat message: who speaks (`"system"`, `"user"`, `"assistant"`) and what.
+/// One chat message: who speaks (`"system"`, `"user"`, `"assistant"`,
+/// `"tool"`) and what; an assistant's message may carry the tool calls it
+/// made, a tool's the id of the call it answers. Templates see the message
+/// as Hugging Face's `apply_chat_template` passes it: the optional fields
+/// are absent (not `none`) when unset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// The speaker's role.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's tool calls, in OpenAI's shape (`[{"id", "type":
+    /// "function", "function": {"name", "arguments"}}]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -65,6 +76,16 @@ impl Message {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+
+    /// The same message with a different content (and the same tool fields).
+    fn with_content(&self, content: String) -> Self {
+        Self {
+            content,
+            ..self.clone()
         }
     }
 }
@@ -139,6 +160,18 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizeError> {
+        self.render_with_tools(messages, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render`] with the `tools` variable set (OpenAI's
+    /// `tools` array, as Hugging Face's `apply_chat_template(tools=...)`
+    /// passes it); `None` leaves it undefined.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, TokenizeError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -150,6 +183,7 @@ impl ChatTemplate {
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
+                tools => tools,
             },
             &mut out,
         );
@@ -181,6 +215,18 @@ impl ChatTemplate {
     /// that does not write the final assistant message cannot be continued
     /// ([`TokenizeError::CannotContinueMessage`]).
     pub fn render_parts(&self, messages: &[Message]) -> Result<Vec<ChatPart>, TokenizeError> {
+        self.render_parts_with_tools(messages, None)
+    }
+
+    /// [`ChatTemplate::render_parts`] with the `tools` variable set (see
+    /// [`ChatTemplate::render_with_tools`]). An empty content (an
+    /// assistant's message that only calls tools) is rendered as empty, not
+    /// marked, so `{% if message.content %}` reads it as templates expect.
+    pub fn render_parts_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<Vec<ChatPart>, TokenizeError> {
         if let Some(message_idx) = messages
             .iter()
             .position(|m| m.content.contains([OPEN, CLOSE]))
@@ -188,12 +234,19 @@ impl ChatTemplate {
             return Err(TokenizeError::MarkerInMessage { message_idx });
         }
         let continues = messages.last().is_some_and(|m| m.role == "assistant");
+        let last = messages.len().saturating_sub(1);
         let marked: Vec<Message> = messages
             .iter()
             .enumerate()
-            .map(|(idx, m)| Message::new(m.role.clone(), format!("{OPEN}{idx}{CLOSE}")))
+            .map(|(idx, m)| {
+                if m.content.is_empty() && !(continues && idx == last) {
+                    m.clone()
+                } else {
+                    m.with_content(format!("{OPEN}{idx}{CLOSE}"))
+                }
+            })
             .collect();
-        let rendered = self.render(&marked, !continues)?;
+        let rendered = self.render_with_tools(&marked, !continues, tools)?;
         let mut parts = Vec::new();
         // Where the final message's content last ends, in parts.
         let mut final_end = None;
@@ -228,6 +281,29 @@ impl ChatTemplate {
             Ok(parts.into_iter().map(|part| part.text).collect())
         } else {
             self.render(messages, true)
+        }
+    }
+
+    /// Whether the template renders the `tools` variable: a conversation
+    /// rendered with a probe tool differs from the same without it (how
+    /// llama.cpp's minja finds a template's capabilities). A template that
+    /// fails either render reads as not reading tools.
+    pub fn reads_tools(&self) -> bool {
+        let probe = serde_json::json!([{
+            "type": "function",
+            "function": {
+                "name": "lm_probe_tool",
+                "description": "A probe.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }]);
+        let messages = [Message::new("user", "Hi")];
+        match (
+            self.render_with_tools(&messages, true, Some(&probe)),
+            self.render(&messages, true),
+        ) {
+            (Ok(with), Ok(without)) => with != without,
+            _ => false,
         }
     }
 }
@@ -432,6 +508,44 @@ mod tests {
             render("{{ messages[0].content | tojson }}", &messages).unwrap(),
             r#""say \"hi\"""#
         );
+    }
+
+    /// Tools reach the template as `tools`, and a message's tool calls and
+    /// call id as its fields, as Hugging Face passes them; an empty content
+    /// is empty to `{% if %}`, not a marker.
+    #[test]
+    fn tools_and_tool_calls_reach_the_template() {
+        let source = "{% if tools %}[{% for t in tools %}{{ t.function.name }}{% endfor %}]{% endif %}\
+                      {% for m in messages %}<{{ m.role }}>{% if m.content %}{{ m.content }}{% endif %}\
+                      {% if m.tool_calls %}{% for c in m.tool_calls %}call {{ c.function.name }}\
+                      {{ c.function.arguments | tojson }}{% endfor %}{% endif %}\
+                      {% if m.tool_call_id is defined %}#{{ m.tool_call_id }}{% endif %}{% endfor %}";
+        let template = ChatTemplate::new(source, None, None).unwrap();
+        let mut call = Message::new("assistant", "");
+        call.tool_calls = Some(serde_json::json!([
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+        ]));
+        let mut result = Message::new("tool", "42");
+        result.tool_call_id = Some("c1".into());
+        let messages = [Message::new("user", "Hi"), call, result];
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
+        let parts = template
+            .render_parts_with_tools(&messages, Some(&tools))
+            .unwrap();
+        let text: String = parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(text, "[f]<user>Hi<assistant>call f{\"x\":1}<tool>42#c1");
+        assert_eq!(
+            template.render(&messages, false).unwrap(),
+            "<user>Hi<assistant>call f{\"x\":1}<tool>42#c1"
+        );
+        assert!(template.reads_tools());
+        let plain = ChatTemplate::new(
+            "{% for m in messages %}{{ m.content }}{% endfor %}",
+            None,
+            None,
+        )
+        .unwrap();
+        assert!(!plain.reads_tools());
     }
 
     #[test]
