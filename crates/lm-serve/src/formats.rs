@@ -88,11 +88,26 @@ impl FormatCache {
     /// or a new one compiled (and kept). A format the engine refuses, or a
     /// model without a vocabulary, is a 400 naming `response_format`; no
     /// room for one more compiled format is a 429.
+    #[cfg(test)]
     pub(crate) async fn constraint(
         &self,
         text: &Arc<dyn ServedText>,
         format: &OutputFormat,
         vocab_size: usize,
+    ) -> Result<OutputConstraint, ApiError> {
+        self.constraint_for(text, format, vocab_size, "response_format")
+            .await
+    }
+
+    /// [`FormatCache::constraint`] for a format given by the request field
+    /// `param` (`response_format`, `guided_regex`, `tools`...), which its
+    /// errors name.
+    pub(crate) async fn constraint_for(
+        &self,
+        text: &Arc<dyn ServedText>,
+        format: &OutputFormat,
+        vocab_size: usize,
+        param: &str,
     ) -> Result<OutputConstraint, ApiError> {
         if let Some(constraint) = self.take_kept(format) {
             return Ok(constraint);
@@ -101,12 +116,13 @@ impl FormatCache {
             let mut error = ApiError::status(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
-                    "'response_format': {} distinct response formats are compiled and in use,                      the most this server holds (--max-formats); retry when a request finishes",
+                    "'{param}': {} distinct output formats are compiled and in use, \
+                     the most this server holds (--max-formats); retry when a request finishes",
                     self.max_held
                 ),
             )
             .retry_after(RETRY_AFTER_SECONDS);
-            error.param = Some("response_format".to_owned());
+            error.param = Some(param.to_owned());
             error
         })?;
         let (text, owned) = (Arc::clone(text), format.clone());
@@ -121,10 +137,10 @@ impl FormatCache {
                 })?;
         let compiled = compiled.map_err(|error| {
             let message = match &error {
-                OutputFormatError::Refused(refused) => format!("'response_format': {refused}"),
-                _ => format!("'response_format' cannot be used: {error}"),
+                OutputFormatError::Refused(refused) => format!("'{param}': {refused}"),
+                _ => format!("'{param}' cannot be used: {error}"),
             };
-            ApiError::invalid("response_format", message)
+            ApiError::invalid(param, message)
         })?;
         let counted = Arc::new(Counted {
             constraint: compiled,

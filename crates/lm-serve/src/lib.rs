@@ -30,6 +30,7 @@ mod error;
 mod formats;
 #[doc(hidden)]
 pub mod fuzz;
+mod guided;
 mod metrics;
 mod request;
 mod routes;
@@ -37,6 +38,7 @@ mod scheduler;
 mod state_size;
 mod surrogates;
 mod text;
+mod tools;
 mod webui;
 
 use std::future::Future;

@@ -32,8 +32,11 @@ pub(crate) struct Sampling {
     pub(crate) n: usize,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
-    /// What the output must be (`response_format`); `None` for free text.
+    /// What the output must be (`response_format`, or one of the guided
+    /// fields: see `guided.rs`); `None` for free text.
     pub(crate) response_format: Option<OutputFormat>,
+    /// The field that gave `response_format`, named by its errors.
+    pub(crate) format_param: &'static str,
     /// The model the request names (`model`), if it names one.
     pub(crate) model: Option<String>,
 }
@@ -54,6 +57,8 @@ pub(crate) struct ChatRequest {
     pub(crate) sampling: Sampling,
     /// `logprobs: true`, with `top_logprobs` alternatives per position.
     pub(crate) logprobs: Option<usize>,
+    /// `tools`, `tool_choice`, `parallel_tool_calls` (see `tools.rs`).
+    pub(crate) tools: Option<crate::tools::ToolRequest>,
 }
 
 /// The roles a chat message may have; `developer` (OpenAI's newer name
@@ -185,6 +190,7 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
     };
     let stop = stop_strings(f)?;
     let include_usage = include_usage(f)?;
+    let format = crate::guided::read(f.0, response_format(f.get("response_format"))?)?;
     Ok(Sampling {
         max_tokens: max_tokens.map(|n| n as u64),
         policy: policy(f)?,
@@ -193,7 +199,10 @@ fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
         n: f.integer_in("n", 1, 128)?.unwrap_or(1) as usize,
         stream: f.boolean("stream")?.unwrap_or(false),
         include_usage,
-        response_format: response_format(f.get("response_format"))?,
+        format_param: format
+            .as_ref()
+            .map_or("response_format", |(_, field)| field),
+        response_format: format.map(|(format, _)| format),
         model: match f.get("model") {
             None => None,
             Some(Value::String(name)) => Some(name.clone()),
@@ -682,7 +691,7 @@ pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
                 ));
             }
         };
-        messages.push(Message::new(role, content));
+        messages.push(crate::tools::history_message(role, content, m, &param)?);
     }
     let logprobs = f.boolean("logprobs")?.unwrap_or(false);
     let top = f.integer_in("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
@@ -694,6 +703,7 @@ pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
     }
     Ok(ChatRequest {
         messages,
+        tools: crate::tools::read(f.0)?,
         sampling: sampling(&f)?,
         logprobs: logprobs.then(|| top.unwrap_or(0) as usize),
     })

@@ -30,7 +30,8 @@ use crate::metrics::Metrics;
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Event, Job, JobQueue};
 use crate::surrogates::replace_lone_surrogates;
-use crate::text::{ServedText, error_chain};
+use crate::text::ServedText;
+use crate::tools::{self, Call, CallSplitter, ToolFormat, ToolMode};
 
 /// Most new tokens a request may ask of a model without a context bound.
 const MAX_TOKENS_UNBOUNDED: u64 = 1 << 16;
@@ -378,7 +379,7 @@ async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejec
     })();
     match prepared {
         Ok((prompt, sampling, logprobs)) => {
-            run(&app, Kind::Completion, prompt, sampling, logprobs).await
+            run(&app, Kind::Completion, prompt, sampling, logprobs, None).await
         }
         Err(error) => error.into_response(),
     }
@@ -392,14 +393,19 @@ async fn chat_completions(
         let request = request::chat(&json_body(body)?)?;
         app.check_requested_model(&request.sampling)?;
         // Message contents literal unless --parse-special (see ServedText).
-        let prompt = app
-            .text
-            .encode_chat(&request.messages, app.config.parse_special)
-            .map_err(|e| ApiError::invalid("messages", error_chain(e.as_ref())))?;
-        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs))
+        let (prompt, tools) = tools::encode_chat(
+            &*app.text,
+            &request.messages,
+            request.tools.as_ref(),
+            &request.sampling,
+            app.config.parse_special,
+        )?;
+        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs, tools))
     })();
     match prepared {
-        Ok((prompt, sampling, logprobs)) => run(&app, Kind::Chat, prompt, sampling, logprobs).await,
+        Ok((prompt, sampling, logprobs, tools)) => {
+            run(&app, Kind::Chat, prompt, sampling, logprobs, tools).await
+        }
         Err(error) => error.into_response(),
     }
 }
@@ -513,6 +519,7 @@ async fn run(
     prompt: Vec<TokenId>,
     sampling: Sampling,
     logprobs: Option<usize>,
+    tools: Option<ToolMode>,
 ) -> Response {
     // Counted before the check, so shutdown either waits for this request
     // or this request sees it began.
@@ -529,10 +536,20 @@ async fn run(
         Ok(config) => config,
         Err(error) => return error.into_response(),
     };
-    if let Some(format) = &sampling.response_format {
+    let enforced = match &tools {
+        Some(ToolMode {
+            grammar: Some(grammar),
+            ..
+        }) => Some((grammar, "tools")),
+        _ => sampling
+            .response_format
+            .as_ref()
+            .map(|format| (format, sampling.format_param)),
+    };
+    if let Some((format, param)) = enforced {
         match app
             .formats
-            .constraint(&app.text, format, app.vocab_size)
+            .constraint_for(&app.text, format, app.vocab_size, param)
             .await
         {
             Ok(constraint) => config.constraint = Some(constraint),
@@ -573,6 +590,7 @@ async fn run(
         created: unix_now(),
         n: sampling.n,
         logprobs,
+        tool_format: tools.map(|t| t.format),
         _in_flight: in_flight,
     };
     if sampling.stream {
@@ -616,6 +634,9 @@ struct Answer {
     created: u64,
     n: usize,
     logprobs: Option<usize>,
+    /// How tool calls are written, when the request offers tools: the
+    /// reply is read into `tool_calls`.
+    tool_format: Option<&'static ToolFormat>,
     /// Held until the answer is sent or dropped.
     _in_flight: InFlight,
 }
@@ -772,12 +793,32 @@ impl Answer {
                     "logprobs": self.logprobs_value(&c.logprobs),
                     "finish_reason": c.finish_reason,
                 }),
-                Kind::Chat => json!({
-                    "index": index,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": self.logprobs_value(&c.logprobs),
-                    "finish_reason": c.finish_reason,
-                }),
+                Kind::Chat => {
+                    let calls = self.tool_format.and_then(|f| f.parse(&c.text));
+                    let (message, finish_reason) = match calls {
+                        Some((content, calls)) => (
+                            json!({
+                                "role": "assistant",
+                                "content": (!content.is_empty()).then_some(content),
+                                "tool_calls": self.tool_calls_json(&calls),
+                            }),
+                            // Cut by max_tokens after a complete call: "length".
+                            c.finish_reason
+                                .filter(|&r| r == "length")
+                                .or(Some("tool_calls")),
+                        ),
+                        None => (
+                            json!({"role": "assistant", "content": c.text}),
+                            c.finish_reason,
+                        ),
+                    };
+                    json!({
+                        "index": index,
+                        "message": message,
+                        "logprobs": self.logprobs_value(&c.logprobs),
+                        "finish_reason": finish_reason,
+                    })
+                }
             })
             .collect();
         axum::Json(json!({
@@ -789,6 +830,51 @@ impl Answer {
             "usage": Self::usage(&choices),
         }))
         .into_response()
+    }
+
+    /// `calls` as OpenAI's `tool_calls`, each with a fresh id.
+    fn tool_calls_json(&self, calls: &[Call]) -> Vec<Value> {
+        let salt = self.created ^ self.app.next_id.load(Ordering::Relaxed);
+        calls.iter().map(|call| call.to_json(salt)).collect()
+    }
+
+    /// The last chunks of a streamed choice that called tools, as OpenAI
+    /// sends them: the content not yet sent (if any), then per call one
+    /// chunk with its index, id, type and name (empty arguments) and one
+    /// with its arguments, then an empty delta with `finish_reason:
+    /// "tool_calls"` (`"length"` when `cut` by `max_tokens` after a
+    /// complete call).
+    fn tool_call_chunks(
+        &self,
+        index: usize,
+        content: &str,
+        calls: &[Call],
+        first: bool,
+        cut: bool,
+    ) -> Vec<Value> {
+        let mut chunks = Vec::with_capacity(2 * calls.len() + 2);
+        if first || !content.is_empty() {
+            chunks.push(self.chunk(index, content, None, None, first));
+        }
+        let with_delta = |delta: Value, finish: Option<&str>| {
+            let mut chunk = self.chunk(index, "", None, finish, false);
+            chunk["choices"][0]["delta"] = delta;
+            chunk
+        };
+        for (k, call) in self.tool_calls_json(calls).into_iter().enumerate() {
+            let opening = json!({"tool_calls": [{
+                "index": k, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }]});
+            chunks.push(with_delta(opening, None));
+            let arguments = json!({"tool_calls": [{
+                "index": k, "function": {"arguments": call["function"]["arguments"]},
+            }]});
+            chunks.push(with_delta(arguments, None));
+        }
+        let finish = if cut { "length" } else { "tool_calls" };
+        chunks.push(with_delta(json!({}), Some(finish)));
+        chunks
     }
 
     /// One streamed chunk with one choice.
@@ -840,6 +926,11 @@ impl Answer {
             receiver: UnboundedReceiver<(usize, Event)>,
             choices: Vec<Choice>,
             started: Vec<bool>,
+            /// Per choice, when tools are offered: what is content and
+            /// what is a call.
+            splitters: Vec<Option<CallSplitter>>,
+            /// Chunks to send before reading the next event.
+            pending: std::collections::VecDeque<Value>,
             n_open: usize,
             include_usage: bool,
             /// 0: choices running, 1: usage sent (or skipped), 2: done.
@@ -849,6 +940,10 @@ impl Answer {
         let progress = Progress {
             choices: (0..n).map(|_| Choice::default()).collect(),
             started: vec![false; n],
+            splitters: (0..n)
+                .map(|_| self.tool_format.map(CallSplitter::new))
+                .collect(),
+            pending: std::collections::VecDeque::new(),
             n_open: n,
             receiver,
             include_usage,
@@ -857,6 +952,9 @@ impl Answer {
         };
         let stream = futures_util::stream::unfold(progress, |mut p| async move {
             loop {
+                if let Some(chunk) = p.pending.pop_front() {
+                    return Some((Ok(SseEvent::default().data(chunk.to_string())), p));
+                }
                 if p.phase == 0 && p.n_open == 0 {
                     p.phase = 1;
                     if p.include_usage {
@@ -879,7 +977,7 @@ impl Answer {
                     continue;
                 };
                 let ends = !matches!(event, Event::Token { .. });
-                let (text, entry) = p.answer.apply(&mut p.choices[index], event);
+                let (mut text, entry) = p.answer.apply(&mut p.choices[index], event);
                 if ends {
                     p.n_open -= 1;
                     if let Some(error) = &p.choices[index].error {
@@ -888,6 +986,20 @@ impl Answer {
                     }
                 }
                 let first = !p.started[index];
+                if let Some(splitter) = &mut p.splitters[index] {
+                    text = splitter.push(&text);
+                }
+                if ends && let Some(splitter) = p.splitters[index].take() {
+                    let (rest, calls) = splitter.finish();
+                    text.push_str(&rest);
+                    if !calls.is_empty() {
+                        p.started[index] = true;
+                        let cut = p.choices[index].finish_reason == Some("length");
+                        let chunks = p.answer.tool_call_chunks(index, &text, &calls, first, cut);
+                        p.pending.extend(chunks);
+                        continue;
+                    }
+                }
                 if text.is_empty()
                     && entry.is_none()
                     && !ends

@@ -7,7 +7,7 @@
 use lm::{FormatError, GgufText, OutputFormat};
 use lm_core::{Detokenize, TokenId};
 use lm_decode::OutputConstraint;
-use lm_tokenize::Message;
+use lm_tokenize::{Message, TextPart};
 
 /// The error a [`ServedText`] reports (its own type, boxed): a prompt that
 /// does not encode, a model without a chat template. The server answers it
@@ -74,6 +74,33 @@ pub trait ServedText: Send + Sync {
         self.encode(&self.chat_prompt(messages)?)
     }
 
+    /// The chat template's source, which picks the tool-call format
+    /// (`tools.rs`); `None` without a template.
+    fn chat_template_source(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether the chat template renders the `tools` variable
+    /// ([`lm_tokenize::ChatTemplate::reads_tools`]); when it does not, the
+    /// server writes the tools into a system message itself.
+    fn chat_reads_tools(&self) -> bool {
+        false
+    }
+
+    /// [`ServedText::encode_chat`] with the template's `tools` variable
+    /// set to `tools` (OpenAI's array). Called only when
+    /// [`ServedText::chat_reads_tools`]; by default there is no template
+    /// to render them.
+    fn encode_chat_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &serde_json::Value,
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        let _ = (messages, tools, parse_special);
+        Err("this model's chat template cannot render tools".into())
+    }
+
     /// The ids that end a response when generated.
     fn end_tokens(&self) -> Vec<TokenId>;
 
@@ -122,6 +149,37 @@ impl ServedText for GgufText {
         parse_special: bool,
     ) -> Result<Vec<TokenId>, TextFailure> {
         Ok(GgufText::encode_chat(self, messages, parse_special)?)
+    }
+
+    fn chat_template_source(&self) -> Option<String> {
+        self.tokenizer.chat_template().map(str::to_owned)
+    }
+
+    fn chat_reads_tools(&self) -> bool {
+        self.chat_template().is_ok_and(|t| t.reads_tools())
+    }
+
+    fn encode_chat_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &serde_json::Value,
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        let parts = self
+            .chat_template()?
+            .render_parts_with_tools(messages, Some(tools))?;
+        if parse_special {
+            let text: String = parts.iter().map(|part| part.text.as_str()).collect();
+            return Ok(self.tokenizer.encode(&text)?);
+        }
+        let parts: Vec<TextPart<'_>> = parts
+            .iter()
+            .map(|part| TextPart {
+                text: &part.text,
+                parse_special: !part.is_content,
+            })
+            .collect();
+        Ok(self.tokenizer.encode_parts(&parts)?)
     }
 
     fn end_tokens(&self) -> Vec<TokenId> {

@@ -12,4 +12,5 @@ mod openai_client;
 mod response_format;
 mod samplers;
 mod smollm2;
+mod tool_calls;
 mod webui;

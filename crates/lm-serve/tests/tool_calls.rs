@@ -1,0 +1,127 @@
+//! Tool calls and guided decoding through the official `openai` Python
+//! client (`tool_calls.py`, validating with `jsonschema`): on SmolLM2, whose
+//! template does not read `tools` (the server's generic rendering), with the
+//! regex, choice, Lark and `json_schema` fields too; and on SmolLM2's weights
+//! with Qwen 2.5's real chat template (`qwen2.5_chat_template.jinja`, from
+//! Qwen/Qwen2.5-7B-Instruct's tokenizer_config.json) written into a copy of
+//! the file, so the template renders the tools and calls are
+//! `<tool_call>` JSON. The interpreter is `<target>/openai-venv`, where
+//! `.ci/run` installs `openai` and `jsonschema`, or `LM_OPENAI_PYTHON`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lm_model::{GgufFile, GgufWriter, MetadataValue};
+use lm_serve::{ServeConfig, ServedText};
+
+use crate::common::{TestServer, smollm2_path};
+
+/// The interpreter with `openai` and `jsonschema`; panics saying how to
+/// install them.
+fn python() -> PathBuf {
+    let python = match std::env::var_os("LM_OPENAI_PYTHON") {
+        Some(python) => PathBuf::from(python),
+        None => PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .expect("the target folder")
+            .join("openai-venv/bin/python"),
+    };
+    let has_packages = Command::new(&python)
+        .args(["-c", "import openai, jsonschema"])
+        .status()
+        .is_ok_and(|status| status.success());
+    assert!(
+        has_packages,
+        "{} lacks openai or jsonschema: run `python3 -m venv <target>/openai-venv && \
+         <target>/openai-venv/bin/pip install openai jsonschema` (as .ci/run does), \
+         or set LM_OPENAI_PYTHON",
+        python.display()
+    );
+    python
+}
+
+/// Runs `tool_calls.py` against `server` with `args`; fails with its output.
+fn run_script(server: &TestServer, args: &[&str]) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tool_calls.py");
+    let python = python();
+    let output = Command::new(&python)
+        .arg(script)
+        .arg(format!("http://{}/v1", server.addr))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+#[test]
+#[ignore = "needs SmolLM2 and the openai venv: cargo xtask fetch-model smollm2; .ci/run installs openai and jsonschema"]
+fn tool_calls_and_guided_fields_on_smollm2_through_the_openai_client() {
+    let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
+    assert!(!text.chat_reads_tools(), "SmolLM2's template ignores tools");
+    let server = TestServer::start(
+        decoder,
+        text,
+        ServeConfig {
+            model_name: "smollm2".into(),
+            ..ServeConfig::default()
+        },
+    );
+    run_script(&server, &["smollm2", "--guided"]);
+}
+
+/// A copy of `source` at `dest` whose `tokenizer.chat_template` is
+/// `template` (every other key and tensor as they are).
+fn with_chat_template(source: &Path, dest: &Path, template: &str) {
+    let file = GgufFile::map(source).unwrap();
+    let mut writer = GgufWriter::new();
+    for (key, value) in file.metadata() {
+        writer.set(key, value.clone());
+    }
+    writer.set(
+        "tokenizer.chat_template",
+        MetadataValue::String(template.to_owned()),
+    );
+    for info in file.tensors() {
+        writer
+            .add_tensor(&info.name, &info.dims, info.ggml_type)
+            .unwrap();
+    }
+    let base = file.data_offset();
+    let sources = file.tensors().to_vec();
+    writer
+        .write(dest, |i, _| {
+            let info = &sources[i];
+            let start = base + info.offset;
+            Ok(file.bytes()[start..start + info.n_bytes].to_vec())
+        })
+        .unwrap();
+}
+
+#[test]
+#[ignore = "needs SmolLM2 and the openai venv: cargo xtask fetch-model smollm2; .ci/run installs openai and jsonschema"]
+fn tool_calls_with_qwen_2_5_s_template_through_the_openai_client() {
+    let template = include_str!("qwen2.5_chat_template.jinja");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("lm-serve-tool-calls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("smollm2-qwen-template.gguf");
+    with_chat_template(&smollm2_path(), &path, template);
+    let lm::GgufModel { decoder, text, .. } = lm::load_gguf(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(text.chat_reads_tools(), "Qwen 2.5's template renders tools");
+    let server = TestServer::start(
+        decoder,
+        text,
+        ServeConfig {
+            model_name: "qwen-template".into(),
+            ..ServeConfig::default()
+        },
+    );
+    run_script(&server, &["qwen-template"]);
+}
