@@ -19,7 +19,7 @@
 
 use std::path::PathBuf;
 
-use lm::lm_core::{LanguageModel, Rows, SequenceState, TokenId};
+use lm::lm_core::{LanguageModel, Rows, TokenId};
 use lm::lm_model::{Decoder, Llama};
 use lm::lm_tokenize::Message;
 use lm::{GgufModel, HfGeneration};

@@ -73,7 +73,15 @@ pub(crate) struct Mapped {
 
 /// The per-layer names: HF suffix, GGUF suffix, shape, and which
 /// architectures have it (`None`: all).
-const LAYER: [(&str, &str, &[Dim], Option<&[&str]>); 17] = [
+/// HF suffix, GGUF suffix, shape (HF order), the architectures that have it.
+type LayerName = (
+    &'static str,
+    &'static str,
+    &'static [Dim],
+    Option<&'static [&'static str]>,
+);
+
+const LAYER: [LayerName; 17] = [
     (
         "input_layernorm.weight",
         "attn_norm.weight",
@@ -273,7 +281,7 @@ pub(crate) fn required(arch: &HfArchitecture, dims: &Dims) -> Vec<(String, Strin
 pub(crate) fn permute_rows(data: &[u8], row_bytes: usize, n_head: usize) -> Option<Vec<u8>> {
     let n_rows = data.len().checked_div(row_bytes)?;
     let head = n_rows.checked_div(n_head)?;
-    if head % 2 != 0 || n_rows % n_head != 0 || data.len() % row_bytes != 0 {
+    if head % 2 != 0 || n_rows % n_head != 0 || !data.len().is_multiple_of(row_bytes) {
         return None;
     }
     let half = head / 2;
