@@ -9,6 +9,7 @@ mod errors;
 mod flags;
 mod gemma3;
 mod generate;
+mod hf_dir;
 mod hostile_inputs;
 mod interrupt;
 mod kernel_paths;
