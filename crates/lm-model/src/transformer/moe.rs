@@ -47,6 +47,9 @@ pub struct MixtureOfExperts {
     norm_weights: bool,
     /// The experts' gate: SiLU (SwiGLU) or GELU (GeGLU).
     kind: FfnKind,
+    /// Every gate and up matrix is a tensor of a model file, so a token's
+    /// chosen ones can go through one product.
+    file_backed: bool,
 }
 
 /// Buffers of one block's pass, grown to the largest seen and reused.
@@ -90,6 +93,7 @@ impl MixtureOfExperts {
         norm_weights: bool,
         kind: FfnKind,
     ) -> Self {
+        let file_backed = gate.iter().chain(&up).all(Linear::is_file_backed);
         Self {
             router,
             gate,
@@ -98,6 +102,7 @@ impl MixtureOfExperts {
             n_used,
             norm_weights,
             kind,
+            file_backed,
         }
     }
 
@@ -187,7 +192,7 @@ impl MixtureOfExperts {
             route(probs, self.n_used, self.norm_weights, row, &mut s.chosen);
         }
         ys.fill(0.0);
-        if n == 1 && self.router.is_file_backed() {
+        if n == 1 && self.file_backed {
             self.forward_one(dispatch, xs, s, ys);
         } else {
             self.forward_grouped(dispatch, xs, s, ys);
