@@ -218,12 +218,28 @@ fn trunc_i8(v: f32) -> i8 {
     v as i8
 }
 
+/// Writes a block's scale `d` as f16 and returns the factor that scales
+/// its values to levels, `1 / d` from the f32 `d` (ggml's `id`).
+#[inline(always)]
+fn put_scale(block: &mut [u8], d: f32) -> f32 {
+    put_f16(block, d);
+    inverse(d)
+}
+
+/// [`put_scale`] for the types with a minimum (`| d: f16 | m: f16 | ...`)
+/// and `levels + 1` levels from `x`'s minimum to its maximum: returns the
+/// minimum and `1 / d`.
+#[inline(always)]
+fn put_scale_min(block: &mut [u8], x: &[f32; QK], levels: f32) -> (f32, f32) {
+    let (min, max) = min_max(x);
+    put_f16(&mut block[2..], min);
+    (min, put_scale(block, (max - min) / levels))
+}
+
 /// Q8_0: `| d: f16 | 32 x i8 |`.
 fn quantize_q8_0(x: &[f32; QK], block: &mut [u8]) {
     let amax = x.iter().fold(0.0f32, |acc, v| acc.max(v.abs()));
-    let d = amax / 127.0;
-    let id = inverse(d);
-    put_f16(block, d);
+    let id = put_scale(block, amax / 127.0);
     for (q, &v) in block[2..2 + QK].iter_mut().zip(x) {
         *q = ((v * id).round() as i8) as u8;
     }
@@ -231,9 +247,7 @@ fn quantize_q8_0(x: &[f32; QK], block: &mut [u8]) {
 
 /// Q4_0: `| d: f16 | 16 bytes of nibbles |`, element `j` low, `j + 16` high.
 fn quantize_q4_0(x: &[f32; QK], block: &mut [u8]) {
-    let d = signed_absmax(x) / -8.0;
-    let id = inverse(d);
-    put_f16(block, d);
+    let id = put_scale(block, signed_absmax(x) / -8.0);
     let level = |v: f32| trunc_i8(v * id + 8.5).min(15) as u8;
     for j in 0..QK / 2 {
         block[2 + j] = level(x[j]) | (level(x[j + QK / 2]) << 4);
@@ -242,11 +256,7 @@ fn quantize_q4_0(x: &[f32; QK], block: &mut [u8]) {
 
 /// Q4_1: `| d: f16 | m: f16 | 16 bytes of nibbles |`.
 fn quantize_q4_1(x: &[f32; QK], block: &mut [u8]) {
-    let (min, max) = min_max(x);
-    let d = (max - min) / 15.0;
-    let id = inverse(d);
-    put_f16(block, d);
-    put_f16(&mut block[2..], min);
+    let (min, id) = put_scale_min(block, x, 15.0);
     let level = |v: f32| trunc_i8((v - min) * id + 0.5).min(15) as u8;
     for j in 0..QK / 2 {
         block[4 + j] = level(x[j]) | (level(x[j + QK / 2]) << 4);
@@ -255,9 +265,7 @@ fn quantize_q4_1(x: &[f32; QK], block: &mut [u8]) {
 
 /// Q5_0: `| d: f16 | qh: u32 | 16 bytes of low nibbles |`.
 fn quantize_q5_0(x: &[f32; QK], block: &mut [u8]) {
-    let d = signed_absmax(x) / -16.0;
-    let id = inverse(d);
-    put_f16(block, d);
+    let id = put_scale(block, signed_absmax(x) / -16.0);
     pack_five_bits(x, &mut block[2..22], |v| {
         trunc_i8(v * id + 16.5).min(31) as u8
     });
@@ -267,11 +275,7 @@ fn quantize_q5_0(x: &[f32; QK], block: &mut [u8]) {
 /// casts to `uint8_t` without a bound here: a value that rounds to 32 keeps
 /// its low five bits (0), as there.
 fn quantize_q5_1(x: &[f32; QK], block: &mut [u8]) {
-    let (min, max) = min_max(x);
-    let d = (max - min) / 31.0;
-    let id = inverse(d);
-    put_f16(block, d);
-    put_f16(&mut block[2..], min);
+    let (min, id) = put_scale_min(block, x, 31.0);
     pack_five_bits(x, &mut block[4..24], |v| ((v - min) * id + 0.5) as u8);
 }
 
