@@ -21,7 +21,7 @@ use super::packed::{self, PANEL_ROWS};
 use super::{GgmlType, QuantError, block};
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::kernels::dot::portable;
-use crate::kernels::panel::PanelProduct;
+use crate::kernels::panel::{PanelInput, PanelProduct};
 use crate::thread_scratch::with_thread_scratch;
 
 /// Matrices with fewer weights than this are multiplied on the calling thread:
@@ -405,6 +405,23 @@ impl<'a> QMatrix<'a> {
                 .for_each(fill_block);
         }
     }
+
+    /// [`fill_rows`](Self::fill_rows) for a packed matrix: a task's 16 rows
+    /// are one panel (`ROWS_PER_TASK`), multiplied with the `n` inputs `xq`
+    /// (and their blocks' `sums`).
+    fn fill_panels<A: PanelInput + Sync>(&self, out: &mut [f32], n: usize, xq: &[A], sums: &[i32]) {
+        let n_blocks = self.n_cols / self.ty.block_size();
+        self.fill_rows(out, n, |panels, out| {
+            let product = PanelProduct {
+                panels,
+                n_blocks,
+                xq,
+                sums,
+                n,
+            };
+            self.dispatch.dot_panels(self.ty, product, out);
+        });
+    }
 }
 
 /// The results of every product of [`QMatrix::matmul_each_checked`]
@@ -425,37 +442,10 @@ fn fill_products(
             let x = input.input.get(w.ty.activation_kind());
             match x {
                 Activations::Q8(xq) if w.packed => {
-                    // A task's 16 rows are one panel (`ROWS_PER_TASK`).
-                    let n_blocks = w.n_cols / w.ty.block_size();
-                    w.fill_rows(out, n, |panels, out| {
-                        w.dispatch.dot_panels(
-                            w.ty,
-                            PanelProduct {
-                                panels,
-                                n_blocks,
-                                xq,
-                                sums: input.sums,
-                                n,
-                            },
-                            out,
-                        );
-                    });
+                    w.fill_panels(out, n, xq, input.sums);
                 }
                 Activations::Q8K(xq) if w.packed => {
-                    let n_blocks = w.n_cols / w.ty.block_size();
-                    w.fill_rows(out, n, |panels, out| {
-                        w.dispatch.dot_panels_k(
-                            w.ty,
-                            PanelProduct {
-                                panels,
-                                n_blocks,
-                                xq,
-                                sums: &[],
-                                n,
-                            },
-                            out,
-                        );
-                    });
+                    w.fill_panels(out, n, xq, &[]);
                 }
                 _ => w.fill_rows(out, n, |rows, out| {
                     w.dispatch

@@ -72,26 +72,18 @@ pub(crate) fn pack_in_place(
     scratch: &mut Vec<u8>,
 ) {
     debug_assert!(packs(ty, data.len() / row_bytes.max(1)));
-    if packed_k::packs_k(ty) {
-        return packed_k::pack_in_place(ty, data, row_bytes, scratch);
-    }
     let block_bytes = ty.block_bytes();
-    let q_bytes = quant_bytes(ty);
     let n_blocks = row_bytes / block_bytes;
     for panel in data.chunks_exact_mut(PANEL_ROWS * row_bytes) {
         scratch.clear();
         scratch.extend_from_slice(panel);
         for b in 0..n_blocks {
             let record = &mut panel[b * PANEL_ROWS * block_bytes..][..PANEL_ROWS * block_bytes];
-            let (scales, quants) = record.split_at_mut(SCALE_BYTES);
             for r in 0..PANEL_ROWS {
                 let block = &scratch[r * row_bytes + b * block_bytes..][..block_bytes];
-                scales[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
-                for c in 0..q_bytes / LANE_BYTES {
-                    let lane = c * CHUNK_BYTES + r * LANE_BYTES;
-                    quants[lane..lane + LANE_BYTES]
-                        .copy_from_slice(&block[2 + c * LANE_BYTES..][..LANE_BYTES]);
-                }
+                each_run(ty, r, |at, from, n| {
+                    record[at..at + n].copy_from_slice(&block[from..from + n]);
+                });
             }
         }
     }
@@ -108,17 +100,31 @@ pub(crate) fn unpack_block(
     b: usize,
     block: &mut [u8],
 ) {
-    if packed_k::packs_k(ty) {
-        return packed_k::unpack_block(ty, data, row_bytes, row_idx, b, block);
-    }
     let block_bytes = ty.block_bytes();
     let panel = &data[row_idx / PANEL_ROWS * PANEL_ROWS * row_bytes..];
     let record = &panel[b * PANEL_ROWS * block_bytes..][..PANEL_ROWS * block_bytes];
-    let r = row_idx % PANEL_ROWS;
-    block[..2].copy_from_slice(&record[2 * r..2 * r + 2]);
+    each_run(ty, row_idx % PANEL_ROWS, |at, to, n| {
+        block[to..to + n].copy_from_slice(&record[at..at + n]);
+    });
+}
+
+/// Calls `f(record_at, block_at, n)` for every run of `n` bytes that moves
+/// between row `r`'s GGUF block of `ty` (from `block_at`) and its panel's
+/// record (from `record_at`): packing and unpacking are this one map, read
+/// one way or the other. The 32-weight types' scale, then their lanes of
+/// four quant bytes; the K-quants' pieces ([`packed_k`]).
+#[inline]
+fn each_run(ty: GgmlType, r: usize, mut f: impl FnMut(usize, usize, usize)) {
+    if packed_k::packs_k(ty) {
+        return packed_k::each_piece(ty, r, f);
+    }
+    f(2 * r, 0, 2);
     for c in 0..quant_bytes(ty) / LANE_BYTES {
-        let lane = SCALE_BYTES + c * CHUNK_BYTES + r * LANE_BYTES;
-        block[2 + c * LANE_BYTES..][..LANE_BYTES].copy_from_slice(&record[lane..lane + LANE_BYTES]);
+        f(
+            SCALE_BYTES + c * CHUNK_BYTES + r * LANE_BYTES,
+            2 + c * LANE_BYTES,
+            LANE_BYTES,
+        );
     }
 }
 

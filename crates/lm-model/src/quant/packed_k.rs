@@ -172,7 +172,7 @@ fn fields(ty: GgmlType) -> &'static [Field] {
 /// between row `r`'s GGUF block (from `block_at`) and its record (from
 /// `record_at`).
 #[inline]
-fn each_piece(ty: GgmlType, r: usize, mut f: impl FnMut(usize, usize, usize)) {
+pub(crate) fn each_piece(ty: GgmlType, r: usize, mut f: impl FnMut(usize, usize, usize)) {
     let mut field_at = 0;
     for field in fields(ty) {
         for p in 0..field.len / field.piece {
@@ -181,51 +181,6 @@ fn each_piece(ty: GgmlType, r: usize, mut f: impl FnMut(usize, usize, usize)) {
         }
         field_at += PANEL_ROWS * field.len;
     }
-}
-
-/// Repacks `data`, rows of `row_bytes` stored as `ty` (Q4_K or Q6_K, in
-/// whole panels), into panels, in place. `scratch` holds a copy of one
-/// panel at a time.
-pub(crate) fn pack_in_place(
-    ty: GgmlType,
-    data: &mut [u8],
-    row_bytes: usize,
-    scratch: &mut Vec<u8>,
-) {
-    let block_bytes = ty.block_bytes();
-    let n_blocks = row_bytes / block_bytes;
-    for panel in data.chunks_exact_mut(PANEL_ROWS * row_bytes) {
-        scratch.clear();
-        scratch.extend_from_slice(panel);
-        for b in 0..n_blocks {
-            let record = &mut panel[b * PANEL_ROWS * block_bytes..][..PANEL_ROWS * block_bytes];
-            for r in 0..PANEL_ROWS {
-                let block = &scratch[r * row_bytes + b * block_bytes..][..block_bytes];
-                each_piece(ty, r, |at, from, n| {
-                    record[at..at + n].copy_from_slice(&block[from..from + n]);
-                });
-            }
-        }
-    }
-}
-
-/// Super-block `b` of row `row_idx` of a packed matrix (`row_bytes` per
-/// row in the row-major layout) back in GGUF's layout, into `block`
-/// (`ty.block_bytes()` long).
-pub(crate) fn unpack_block(
-    ty: GgmlType,
-    data: &[u8],
-    row_bytes: usize,
-    row_idx: usize,
-    b: usize,
-    block: &mut [u8],
-) {
-    let block_bytes = ty.block_bytes();
-    let panel = &data[row_idx / PANEL_ROWS * PANEL_ROWS * row_bytes..];
-    let record = &panel[b * PANEL_ROWS * block_bytes..][..PANEL_ROWS * block_bytes];
-    each_piece(ty, row_idx % PANEL_ROWS, |at, to, n| {
-        block[to..to + n].copy_from_slice(&record[at..at + n]);
-    });
 }
 
 /// The f32 steps of one super-block (see the module docs): `d` and `dmin`

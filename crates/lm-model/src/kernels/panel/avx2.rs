@@ -38,7 +38,7 @@ use std::arch::x86_64::{
     _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
 };
 
-use super::PanelProduct;
+use super::{Packed, PanelProduct, Q4_0, Q8_0};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -60,19 +60,41 @@ const TILE: usize = 4;
 /// with it (4,096 bytes did no better; Zen 4, shared, `LM_KERNEL=avx2`).
 const PREFETCH_BYTES: usize = 2048;
 
+/// Every panel of `$product` against every input by the sums of `$h`,
+/// balanced tiles of up to [`TILE`] inputs at a time, into `$out`. A macro,
+/// written out in the `#[target_feature]` function that uses it, because a
+/// closure is compiled with the target features of the function it is
+/// written in: the tile closure of an `#[inline(always)]` function without
+/// them called every intrinsic (1B-shape Q4_0 decode at 0.4 tokens/s).
+///
+/// Safety: the CPU has avx2, fma, f16c and what `$h` uses.
+macro_rules! each_panel {
+    ($h:ty, $product:expr, $out:expr) => {{
+        let product: PanelProduct<'_, Q8Block> = $product;
+        let panel_bytes = product.n_blocks * <$h as HalfSums>::Packed::RECORD_BYTES;
+        // SAFETY: the caller's features.
+        product.each_tile(panel_bytes, TILE, $out, |_, part, out| unsafe {
+            match part.n {
+                1 => tile::<$h, 1>(part, out),
+                2 => tile::<$h, 2>(part, out),
+                3 => tile::<$h, 3>(part, out),
+                4 => tile::<$h, 4>(part, out),
+                size => unreachable!("a tile of {size} inputs"),
+            }
+        })
+    }};
+}
+
 /// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
 ///
 /// # Safety
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-    // SAFETY: this function's features are what the kernels need.
-    unsafe {
-        match ty {
-            GgmlType::Q4_0 => each_panel::<Q4_0Maddubs>(product, out),
-            GgmlType::Q8_0 => each_panel::<Q8_0Maddubs>(product, out),
-            _ => unreachable!("{ty} is not packed"),
-        }
+    match ty {
+        GgmlType::Q4_0 => each_panel!(Maddubs<Q4_0>, product, out),
+        GgmlType::Q8_0 => each_panel!(Maddubs<Q8_0>, product, out),
+        _ => unreachable!("{ty} is not packed"),
     }
 }
 
@@ -86,90 +108,49 @@ pub(super) unsafe fn dot_panels_vnni(
     product: PanelProduct<'_, Q8Block>,
     out: &mut [f32],
 ) {
-    // SAFETY: this function's features are what the kernels need.
-    unsafe {
-        match ty {
-            GgmlType::Q4_0 => each_panel::<Dpbusd<Q4_0, AvxVnni>>(product, out),
-            GgmlType::Q8_0 => each_panel::<Dpbusd<Q8_0, AvxVnni>>(product, out),
-            _ => unreachable!("{ty} is not packed"),
-        }
+    match ty {
+        GgmlType::Q4_0 => each_panel!(Dpbusd<Q4_0, AvxVnni>, product, out),
+        GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, AvxVnni>, product, out),
+        _ => unreachable!("{ty} is not packed"),
     }
 }
 
-/// How a packed type's half block becomes [`VECTORS`] vectors of unsigned
-/// bytes, vector `k` meeting input bytes `4k..4k + 4`.
-trait Unsigned {
-    /// Bytes of a panel's block: the scales, then the chunks.
-    const RECORD_BYTES: usize;
-    /// What the unsigned bytes exceed the weights by.
-    const OFFSET: i32;
-    /// Vector `k` of the half whose lanes of chunk 0 are at `quants`.
-    ///
-    /// # Safety
-    /// `quants` points into a block's chunks as said; the CPU has avx2 and
-    /// the call is inlined into a function compiled with it.
-    unsafe fn vector(quants: *const u8, k: usize) -> __m256i;
-}
+unsigned_vector!(
+    vector,
+    __m256i,
+    _mm256_loadu_si256,
+    _mm256_and_si256,
+    _mm256_srli_epi16,
+    _mm256_xor_si256,
+    _mm256_set1_epi8
+);
 
-/// Q4_0: four chunks of nibbles; the low nibbles are weights 0..16, the
-/// high ones 16..32, so chunk `c`'s low nibbles are vector `c` and its high
-/// ones vector `4 + c`.
-struct Q4_0;
-
-impl Unsigned for Q4_0 {
-    const RECORD_BYTES: usize = PANEL_ROWS * 18;
-    const OFFSET: i32 = 8;
-
-    #[inline(always)]
-    unsafe fn vector(quants: *const u8, k: usize) -> __m256i {
-        // SAFETY: the caller's contract: chunk k % 4 is the block's.
-        unsafe {
-            let chunk = _mm256_loadu_si256(quants.add(k % 4 * CHUNK_BYTES).cast());
-            let nibbles = if k < 4 {
-                chunk
-            } else {
-                _mm256_srli_epi16::<4>(chunk)
-            };
-            _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F))
-        }
-    }
-}
-
-/// Q8_0: eight chunks of signed bytes, made unsigned by flipping the sign
-/// bit (`q + 128`).
-struct Q8_0;
-
-impl Unsigned for Q8_0 {
-    const RECORD_BYTES: usize = PANEL_ROWS * 34;
-    const OFFSET: i32 = 128;
-
-    #[inline(always)]
-    unsafe fn vector(quants: *const u8, k: usize) -> __m256i {
-        // SAFETY: the caller's contract: chunk k is the block's.
-        unsafe {
-            let chunk = _mm256_loadu_si256(quants.add(k * CHUNK_BYTES).cast());
-            _mm256_xor_si256(chunk, _mm256_set1_epi8(0x80u8 as i8))
-        }
-    }
+/// A half block of a panel and a tile's `T` inputs: the operands of
+/// [`HalfSums::sums`].
+#[derive(Clone, Copy)]
+struct Half<'a, const T: usize> {
+    /// The half's lanes of chunk 0 (its other chunks follow as in any
+    /// block).
+    quants: *const u8,
+    /// The inputs' blocks.
+    x: [&'a Q8Block; T],
+    /// Their sums `Σ_j q_x[i, j]`.
+    sum_x: [i32; T],
 }
 
 /// How the exact integer sums of a half block with a tile's inputs are
 /// taken.
 trait HalfSums {
-    /// Bytes of a panel's block: the scales, then the chunks.
-    const RECORD_BYTES: usize;
-    /// Lane `l` of `s[i]` is `Σ_j q_w[l, j] q_x[i, j]` for the half whose
-    /// lanes of chunk 0 are at `quants`; `sum_x[i]` is `Σ_j q_x[i, j]`.
+    /// The packed type the sums read.
+    type Packed: Packed;
+    /// Lane `l` of `s[i]` is `Σ_j q_w[l, j] q_x[i, j]` for the half and
+    /// input `i`.
     ///
     /// # Safety
-    /// `quants` points into a block's chunks; the CPU has the instructions
-    /// the implementation uses and the call is inlined into a function
-    /// compiled with them.
-    unsafe fn sums<const T: usize>(
-        quants: *const u8,
-        x: [&Q8Block; T],
-        sum_x: [i32; T],
-    ) -> [__m256i; T];
+    /// `half.quants` points into a block's chunks; the CPU has the
+    /// instructions the implementation uses and the call is inlined into a
+    /// function compiled with them.
+    unsafe fn sums<const T: usize>(half: Half<'_, T>) -> [__m256i; T];
 }
 
 /// Bytes `4k..4k + 4` of an input block, broadcast to every lane.
@@ -183,60 +164,44 @@ unsafe fn four(x: &Q8Block, k: usize) -> __m256i {
     unsafe { _mm256_set1_epi32(x.qs.as_ptr().add(4 * k).cast::<i32>().read_unaligned()) }
 }
 
-/// Q4_0 on AVX2: nibbles by input bytes in i16 pairs, summed in i16 over
-/// the block, then in i32 (see the module's note on the bounds).
-struct Q4_0Maddubs;
+/// The sums by `vpmaddubsw`, unsigned bytes by signed ones in i16 pairs.
+/// Q4_0 multiplies the nibbles by the input bytes and sums the pairs in i16
+/// over the block, then in i32, less `8 Σ q_x` (see the module's note on
+/// the bounds). Q8_0 multiplies `|q|` by the input bytes with `q`'s sign
+/// (at most 2 · 128 · 128 a pair) and sums each vector's pairs to i32 at
+/// once.
+struct Maddubs<U>(std::marker::PhantomData<U>);
 
-impl HalfSums for Q4_0Maddubs {
-    const RECORD_BYTES: usize = Q4_0::RECORD_BYTES;
-
-    #[inline(always)]
-    unsafe fn sums<const T: usize>(
-        quants: *const u8,
-        x: [&Q8Block; T],
-        sum_x: [i32; T],
-    ) -> [__m256i; T] {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let mut pairs = [_mm256_setzero_si256(); T];
-            for k in 0..VECTORS {
-                let w = Q4_0::vector(quants, k);
-                for (pairs, x) in pairs.iter_mut().zip(x) {
-                    *pairs = _mm256_add_epi16(*pairs, _mm256_maddubs_epi16(w, four(x, k)));
-                }
-            }
-            std::array::from_fn(|i| {
-                let s = _mm256_madd_epi16(pairs[i], _mm256_set1_epi16(1));
-                _mm256_sub_epi32(s, _mm256_set1_epi32(Q4_0::OFFSET * sum_x[i]))
-            })
-        }
-    }
-}
-
-/// Q8_0 on AVX2: `|q|` by the input bytes with `q`'s sign in i16 pairs
-/// (at most 2 · 128 · 128), each vector's pairs summed to i32 at once.
-struct Q8_0Maddubs;
-
-impl HalfSums for Q8_0Maddubs {
-    const RECORD_BYTES: usize = Q8_0::RECORD_BYTES;
+impl<U: Packed> HalfSums for Maddubs<U> {
+    type Packed = U;
 
     #[inline(always)]
-    unsafe fn sums<const T: usize>(
-        quants: *const u8,
-        x: [&Q8Block; T],
-        _sum_x: [i32; T],
-    ) -> [__m256i; T] {
-        // SAFETY: the caller's contract: chunk k is the block's.
+    unsafe fn sums<const T: usize>(half: Half<'_, T>) -> [__m256i; T] {
+        // SAFETY: the caller's contract: chunk k (Q8_0) is the block's.
         unsafe {
             let ones = _mm256_set1_epi16(1);
             let mut s = [_mm256_setzero_si256(); T];
-            for k in 0..VECTORS {
-                let w = _mm256_loadu_si256(quants.add(k * CHUNK_BYTES).cast());
-                let magnitude = _mm256_sign_epi8(w, w);
-                for (s, x) in s.iter_mut().zip(x) {
-                    let signed = _mm256_sign_epi8(four(x, k), w);
-                    let pairs = _mm256_maddubs_epi16(magnitude, signed);
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pairs, ones));
+            if U::NIBBLES {
+                let mut pairs = s;
+                for k in 0..VECTORS {
+                    let w = vector::<U>(half.quants, k);
+                    for (pairs, x) in pairs.iter_mut().zip(half.x) {
+                        *pairs = _mm256_add_epi16(*pairs, _mm256_maddubs_epi16(w, four(x, k)));
+                    }
+                }
+                for ((s, pairs), sum_x) in s.iter_mut().zip(pairs).zip(half.sum_x) {
+                    let offset = _mm256_set1_epi32(U::OFFSET * sum_x);
+                    *s = _mm256_sub_epi32(_mm256_madd_epi16(pairs, ones), offset);
+                }
+            } else {
+                for k in 0..VECTORS {
+                    let w = _mm256_loadu_si256(half.quants.add(k * CHUNK_BYTES).cast());
+                    let magnitude = _mm256_sign_epi8(w, w);
+                    for (s, x) in s.iter_mut().zip(half.x) {
+                        let signed = _mm256_sign_epi8(four(x, k), w);
+                        let pairs = _mm256_maddubs_epi16(magnitude, signed);
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pairs, ones));
+                    }
                 }
             }
             s
@@ -270,22 +235,19 @@ impl Dot for AvxVnni {
 /// latency-bound.
 struct Dpbusd<U, D>(std::marker::PhantomData<(U, D)>);
 
-impl<U: Unsigned, D: Dot> HalfSums for Dpbusd<U, D> {
-    const RECORD_BYTES: usize = U::RECORD_BYTES;
+impl<U: Packed, D: Dot> HalfSums for Dpbusd<U, D> {
+    type Packed = U;
 
     #[inline(always)]
-    unsafe fn sums<const T: usize>(
-        quants: *const u8,
-        x: [&Q8Block; T],
-        sum_x: [i32; T],
-    ) -> [__m256i; T] {
+    unsafe fn sums<const T: usize>(half: Half<'_, T>) -> [__m256i; T] {
+        let Half { quants, x, sum_x } = half;
         // SAFETY: the caller's contract.
         unsafe {
             let mut s = sum_x.map(|sum| _mm256_set1_epi32(-U::OFFSET * sum));
             if T <= 2 {
                 let mut t = [_mm256_setzero_si256(); T];
                 for k in 0..VECTORS / 2 {
-                    let (w, v) = (U::vector(quants, k), U::vector(quants, k + 4));
+                    let (w, v) = (vector::<U>(quants, k), vector::<U>(quants, k + 4));
                     for i in 0..T {
                         s[i] = D::dpbusd(s[i], w, four(x[i], k));
                         t[i] = D::dpbusd(t[i], v, four(x[i], k + 4));
@@ -296,7 +258,7 @@ impl<U: Unsigned, D: Dot> HalfSums for Dpbusd<U, D> {
                 }
             } else {
                 for k in 0..VECTORS {
-                    let w = U::vector(quants, k);
+                    let w = vector::<U>(quants, k);
                     for (s, x) in s.iter_mut().zip(x) {
                         *s = D::dpbusd(*s, w, four(x, k));
                     }
@@ -307,59 +269,26 @@ impl<U: Unsigned, D: Dot> HalfSums for Dpbusd<U, D> {
     }
 }
 
-/// Every panel of `panels` against every input, balanced tiles of up to
-/// [`TILE`] inputs at a time.
+/// One panel against its `T` inputs: `out[i * 16 + l] = row l · input i`.
+/// One or two inputs take both halves in one pass over the panel (a pass
+/// per half reads its cache lines twice: 1B-shape Q4_0 decode took 0.87 s
+/// for 15 tokens so, 0.60 s in one pass); more take a half at a time, as
+/// the accumulators of both would not fit the registers.
 ///
 /// # Safety
 /// The CPU has avx2, fma, f16c and what `H` uses; inlined into a function
 /// compiled with them.
 #[inline(always)]
-unsafe fn each_panel<H: HalfSums>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-    let n_blocks = product.n_blocks;
-    product.each_tile(n_blocks * H::RECORD_BYTES, TILE, out, |panel, part, out| {
-        let (x, s) = (part.xq, part.sums);
-        // SAFETY: the caller's contract.
-        unsafe {
-            match part.n {
-                1 => tile::<H, 1>(panel, n_blocks, x, s, out),
-                2 => tile::<H, 2>(panel, n_blocks, x, s, out),
-                3 => tile::<H, 3>(panel, n_blocks, x, s, out),
-                4 => tile::<H, 4>(panel, n_blocks, x, s, out),
-                size => unreachable!("a tile of {size} inputs"),
-            }
-        }
-    });
-}
-
-/// One panel against `T` inputs (`xq` and `sums` hold `T * n_blocks`
-/// entries): `out[i * 16 + l] = row l · input i`. One or two inputs take
-/// both halves in one pass over the panel (a pass per half reads its
-/// cache lines twice: 1B-shape Q4_0 decode took 0.87 s for 15 tokens so,
-/// 0.60 s in one pass); more take a half at a time, as the accumulators of
-/// both would not fit the registers.
-///
-/// # Safety
-/// As [`each_panel`].
-#[inline(always)]
-unsafe fn tile<H: HalfSums, const T: usize>(
-    panel: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    out: &mut [f32],
-) {
-    assert_eq!(panel.len(), n_blocks * H::RECORD_BYTES);
-    debug_assert_eq!(
-        (xq.len(), sums.len(), out.len()),
-        (T * n_blocks, T * n_blocks, T * PANEL_ROWS)
-    );
+unsafe fn tile<H: HalfSums, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
+    assert_eq!(part.panels.len(), part.n_blocks * H::Packed::RECORD_BYTES);
+    debug_assert_eq!((part.n, out.len()), (T, T * PANEL_ROWS));
     // SAFETY: the caller's contract, and the panel's length checked above.
     unsafe {
         if T <= 2 {
-            halves::<H, T, 2>(panel, n_blocks, xq, sums, 0, out);
+            halves::<H, T, 2>(part, 0, out);
         } else {
-            halves::<H, T, 1>(panel, n_blocks, xq, sums, 0, out);
-            halves::<H, T, 1>(panel, n_blocks, xq, sums, 1, out);
+            halves::<H, T, 1>(part, 0, out);
+            halves::<H, T, 1>(part, 1, out);
         }
     }
 }
@@ -367,16 +296,21 @@ unsafe fn tile<H: HalfSums, const T: usize>(
 /// Halves `first..first + N` of [`tile`]'s panel against its inputs.
 ///
 /// # Safety
-/// As [`each_panel`], and `panel` is `n_blocks` records of `H`.
+/// As [`tile`], and the panel is `n_blocks` records of `H`'s type.
 #[inline(always)]
 unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
-    panel: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
+    part: PanelProduct<'_, Q8Block>,
     first: usize,
     out: &mut [f32],
 ) {
+    let PanelProduct {
+        panels: panel,
+        n_blocks,
+        xq,
+        sums,
+        ..
+    } = part;
+    let record_bytes = H::Packed::RECORD_BYTES;
     // SAFETY: the caller's features.
     let mut acc: [[__m256; T]; N] = [[unsafe { _mm256_setzero_ps() }; T]; N];
     for b in 0..n_blocks {
@@ -385,8 +319,8 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
         if N == 2 {
             let record = panel
                 .as_ptr()
-                .wrapping_add(b * H::RECORD_BYTES + PREFETCH_BYTES);
-            for line in (0..H::RECORD_BYTES).step_by(64) {
+                .wrapping_add(b * record_bytes + PREFETCH_BYTES);
+            for line in (0..record_bytes).step_by(64) {
                 // SAFETY: a prefetch does not fault, whatever the address;
                 // the pointer is never dereferenced.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(record.wrapping_add(line).cast()) };
@@ -398,11 +332,11 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
             // * 8 * half`, then the chunks, this half's lanes at `32 *
             // half` in each; the features are the caller's.
             unsafe {
-                let record = panel.as_ptr().add(b * H::RECORD_BYTES);
+                let record = panel.as_ptr().add(b * record_bytes);
                 let scales =
                     _mm256_cvtph_ps(_mm_loadu_si128(record.add(2 * HALF_ROWS * half).cast()));
                 let quants = record.add(SCALE_BYTES + CHUNK_BYTES / 2 * half);
-                let s = H::sums::<T>(quants, x, sum_x);
+                let s = H::sums::<T>(Half { quants, x, sum_x });
                 for ((acc, x), s) in acc.iter_mut().zip(x).zip(s) {
                     let scale = _mm256_mul_ps(scales, _mm256_set1_ps(x.d));
                     *acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), *acc);
@@ -445,13 +379,10 @@ mod tests {
     /// [`dot_panels_vnni`] with [`Avx512Vl`].
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     unsafe fn dot_panels_evex(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-        // SAFETY: this function's features.
-        unsafe {
-            match ty {
-                GgmlType::Q4_0 => each_panel::<Dpbusd<Q4_0, Avx512Vl>>(product, out),
-                GgmlType::Q8_0 => each_panel::<Dpbusd<Q8_0, Avx512Vl>>(product, out),
-                _ => unreachable!("{ty} is not packed"),
-            }
+        match ty {
+            GgmlType::Q4_0 => each_panel!(Dpbusd<Q4_0, Avx512Vl>, product, out),
+            GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, Avx512Vl>, product, out),
+            _ => unreachable!("{ty} is not packed"),
         }
     }
 

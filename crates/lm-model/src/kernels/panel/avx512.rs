@@ -17,8 +17,7 @@ use std::arch::x86_64::{
     _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16, _mm512_storeu_ps, _mm512_xor_si512,
 };
 
-use super::MAX_TILE;
-use super::PanelProduct;
+use super::{MAX_TILE, Packed, PanelProduct, Q4_0, Q8_0};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -46,71 +45,45 @@ pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>
     }
 }
 
-/// How a packed type's block becomes [`CHUNKS`] vectors of unsigned bytes.
-trait Unpack {
-    /// Bytes of a panel's block: the scales, then the chunks.
-    const RECORD_BYTES: usize;
-    /// What the unsigned bytes exceed the weights by.
-    const OFFSET: i32;
-    /// The block's weights from its chunks at `quants`.
-    ///
-    /// # Safety
-    /// `quants` points at the block's chunks; the CPU has the features of
-    /// [`dot_panels`].
-    unsafe fn unpack(quants: *const u8) -> [__m512i; CHUNKS];
-}
+unsigned_vector!(
+    vector,
+    __m512i,
+    _mm512_loadu_si512,
+    _mm512_and_si512,
+    _mm512_srli_epi16,
+    _mm512_xor_si512,
+    _mm512_set1_epi8
+);
 
-/// Q4_0: four chunks of nibbles; the low nibbles are weights 0..16, the
-/// high ones 16..32, so chunk `c`'s low nibbles meet input bytes `4c..`
-/// and its high ones bytes `16 + 4c..`, the vectors `c` and `4 + c`.
-struct Q4_0;
-
-impl Unpack for Q4_0 {
-    const RECORD_BYTES: usize = PANEL_ROWS * 18;
-    const OFFSET: i32 = 8;
-
-    #[inline(always)]
-    unsafe fn unpack(quants: *const u8) -> [__m512i; CHUNKS] {
-        // SAFETY: the caller's contract: the CPU's features, and four
-        // chunks at `quants`.
-        unsafe {
-            let low = _mm512_set1_epi8(0x0F);
-            let chunk = |c: usize| _mm512_loadu_si512(quants.add(c * CHUNK_BYTES).cast());
-            let (c0, c1, c2, c3) = (chunk(0), chunk(1), chunk(2), chunk(3));
-            let high = |v| _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
-            [
-                _mm512_and_si512(c0, low),
-                _mm512_and_si512(c1, low),
-                _mm512_and_si512(c2, low),
-                _mm512_and_si512(c3, low),
-                high(c0),
-                high(c1),
-                high(c2),
-                high(c3),
-            ]
-        }
-    }
-}
-
-/// Q8_0: eight chunks of signed bytes, made unsigned by flipping the sign
-/// bit (`q + 128`).
-struct Q8_0;
-
-impl Unpack for Q8_0 {
-    const RECORD_BYTES: usize = PANEL_ROWS * 34;
-    const OFFSET: i32 = 128;
-
-    #[inline(always)]
-    unsafe fn unpack(quants: *const u8) -> [__m512i; CHUNKS] {
-        // SAFETY: the caller's contract: the CPU's features, and eight
-        // chunks at `quants`.
-        unsafe {
-            let sign = _mm512_set1_epi8(0x80u8 as i8);
-            let mut weights = [sign; CHUNKS];
-            for (c, w) in weights.iter_mut().enumerate() {
-                *w = _mm512_xor_si512(_mm512_loadu_si512(quants.add(c * CHUNK_BYTES).cast()), sign);
+/// `acc` plus the products of a run's eight vectors of unsigned bytes
+/// `weights` with the input's bytes `x(c)` for vector `c` (`vpdpbusd`,
+/// exact in i32). With one or two inputs (`T <= 2`) eight dependent
+/// products would be latency-bound: two chains of four, added (exactly).
+///
+/// # Safety
+/// The CPU has avx512f and avx512vnni, and the call is inlined into a
+/// function compiled with them.
+#[inline(always)]
+pub(super) unsafe fn dpbusd_run<const T: usize>(
+    acc: __m512i,
+    weights: &[__m512i; CHUNKS],
+    x: impl Fn(usize) -> __m512i,
+) -> __m512i {
+    // SAFETY: the caller's features.
+    unsafe {
+        let mut s = acc;
+        if T <= 2 {
+            let mut t = _mm512_setzero_si512();
+            for c in 0..CHUNKS / 2 {
+                s = _mm512_dpbusd_epi32(s, weights[c], x(c));
+                t = _mm512_dpbusd_epi32(t, weights[c + 4], x(c + 4));
             }
-            weights
+            _mm512_add_epi32(s, t)
+        } else {
+            for (c, &w) in weights.iter().enumerate() {
+                s = _mm512_dpbusd_epi32(s, w, x(c));
+            }
+            s
         }
     }
 }
@@ -119,45 +92,28 @@ impl Unpack for Q8_0 {
 /// [`MAX_TILE`] inputs at a time.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn each_panel<U: Unpack>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-    let n_blocks = product.n_blocks;
-    product.each_tile(
-        n_blocks * U::RECORD_BYTES,
-        MAX_TILE,
-        out,
-        |panel, part, out| {
-            let (x, s) = (part.xq, part.sums);
-            match part.n {
-                1 => tile::<U, 1>(panel, n_blocks, x, s, out),
-                2 => tile::<U, 2>(panel, n_blocks, x, s, out),
-                3 => tile::<U, 3>(panel, n_blocks, x, s, out),
-                4 => tile::<U, 4>(panel, n_blocks, x, s, out),
-                5 => tile::<U, 5>(panel, n_blocks, x, s, out),
-                6 => tile::<U, 6>(panel, n_blocks, x, s, out),
-                7 => tile::<U, 7>(panel, n_blocks, x, s, out),
-                8 => tile::<U, 8>(panel, n_blocks, x, s, out),
-                size => unreachable!("a tile of {size} inputs"),
-            }
-        },
-    );
+fn each_panel<U: Packed>(product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
+    let panel_bytes = product.n_blocks * U::RECORD_BYTES;
+    product.each_tile(panel_bytes, MAX_TILE, out, |_, part, out| match part.n {
+        1 => tile::<U, 1>(part, out),
+        2 => tile::<U, 2>(part, out),
+        3 => tile::<U, 3>(part, out),
+        4 => tile::<U, 4>(part, out),
+        5 => tile::<U, 5>(part, out),
+        6 => tile::<U, 6>(part, out),
+        7 => tile::<U, 7>(part, out),
+        8 => tile::<U, 8>(part, out),
+        size => unreachable!("a tile of {size} inputs"),
+    });
 }
 
-/// One panel against `T` inputs (`xq` and `sums` hold `T * n_blocks`
-/// entries): `out[i * 16 + l] = row l · input i`.
+/// One panel against its `T` inputs: `out[i * 16 + l] = row l · input i`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile<U: Unpack, const T: usize>(
-    panel: &[u8],
-    n_blocks: usize,
-    xq: &[Q8Block],
-    sums: &[i32],
-    out: &mut [f32],
-) {
-    debug_assert_eq!(panel.len(), n_blocks * U::RECORD_BYTES);
-    debug_assert_eq!(
-        (xq.len(), sums.len(), out.len()),
-        (T * n_blocks, T * n_blocks, T * PANEL_ROWS)
-    );
+fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
+    let (panel, n_blocks) = (part.panels, part.n_blocks);
+    assert_eq!(panel.len(), n_blocks * U::RECORD_BYTES);
+    debug_assert_eq!((part.n, out.len()), (T, T * PANEL_ROWS));
     let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
         if T <= 2 {
@@ -170,36 +126,23 @@ fn tile<U: Unpack, const T: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
             }
         }
-        // SAFETY: record b lies within the panel (its length checked
-        // above): 32 bytes of scales, then the chunks `U` reads.
+        // SAFETY: record b lies within the panel (its length asserted
+        // above): 32 bytes of scales, then the chunks `U` has.
         let (scales, weights) = unsafe {
             let record = panel.as_ptr().add(b * U::RECORD_BYTES);
-            (
-                _mm512_cvtph_ps(_mm256_loadu_si256(record.cast())),
-                U::unpack(record.add(SCALE_BYTES)),
-            )
+            let quants = record.add(SCALE_BYTES);
+            let weights: [__m512i; CHUNKS] = std::array::from_fn(|k| vector::<U>(quants, k));
+            (_mm512_cvtph_ps(_mm256_loadu_si256(record.cast())), weights)
         };
         for (i, acc) in acc.iter_mut().enumerate() {
-            let x = &xq[i * n_blocks + b];
+            let x = &part.xq[i * n_blocks + b];
             // SAFETY: bytes 4c..4c + 4 of the block's 32.
             let four = |c: usize| unsafe {
                 _mm512_set1_epi32(x.qs.as_ptr().add(4 * c).cast::<i32>().read_unaligned())
             };
-            let mut s = _mm512_set1_epi32(-U::OFFSET * sums[i * n_blocks + b]);
-            if T <= 2 {
-                // Few inputs leave the eight dependent `vpdpbusd`s
-                // latency-bound: two chains of four, added (exactly).
-                let mut t = _mm512_setzero_si512();
-                for c in 0..CHUNKS / 2 {
-                    s = _mm512_dpbusd_epi32(s, weights[c], four(c));
-                    t = _mm512_dpbusd_epi32(t, weights[c + 4], four(c + 4));
-                }
-                s = _mm512_add_epi32(s, t);
-            } else {
-                for (c, &w) in weights.iter().enumerate() {
-                    s = _mm512_dpbusd_epi32(s, w, four(c));
-                }
-            }
+            let start = _mm512_set1_epi32(-U::OFFSET * part.sums[i * n_blocks + b]);
+            // SAFETY: this function's features.
+            let s = unsafe { dpbusd_run::<T>(start, &weights, four) };
             let scale = _mm512_mul_ps(scales, _mm512_set1_ps(x.d));
             *acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), *acc);
         }

@@ -27,6 +27,7 @@ use std::arch::x86_64::{
 };
 
 use super::PanelProduct;
+use super::avx512::dpbusd_run;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -39,7 +40,7 @@ use crate::quant::packed_k::{PIECE_BYTES, q4_k, q6_k};
 /// of 4, and Q4_K no faster; tiles of 6 sit between.
 const MAX_TILE: usize = 4;
 
-/// See [`Dispatch::dot_panels_k`](crate::kernels::dispatch::Dispatch::dot_panels_k).
+/// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
 ///
 /// # Safety
 /// The CPU must support avx2, fma, f16c, avx512f, avx512bw, avx512vl and
@@ -50,17 +51,15 @@ pub(super) unsafe fn dot_panels_k(
     product: PanelProduct<'_, Q8KBlock>,
     out: &mut [f32],
 ) {
-    let n_blocks = product.n_blocks;
-    let panel_bytes = n_blocks * PANEL_ROWS * ty.block_bytes();
-    product.each_tile(panel_bytes, MAX_TILE, out, |panel, part, out| {
-        let x = part.xq;
+    let panel_bytes = product.n_blocks * PANEL_ROWS * ty.block_bytes();
+    product.each_tile(panel_bytes, MAX_TILE, out, |_, part, out| {
         macro_rules! tile {
             ($f:ident) => {
                 match part.n {
-                    1 => $f::<1>(panel, n_blocks, x, out),
-                    2 => $f::<2>(panel, n_blocks, x, out),
-                    3 => $f::<3>(panel, n_blocks, x, out),
-                    4 => $f::<4>(panel, n_blocks, x, out),
+                    1 => $f::<1>(part, out),
+                    2 => $f::<2>(part, out),
+                    3 => $f::<3>(part, out),
+                    4 => $f::<4>(part, out),
                     size => unreachable!("a tile of {size} inputs"),
                 }
             };
@@ -137,29 +136,60 @@ macro_rules! each_const {
     };
 }
 
-/// One Q4_K panel against `T` inputs (`xq` holds `T * n_blocks` blocks):
+/// The frame of a K-quant tile: calls `block(record, x, acc)` for each of
+/// the panel's records (`record_bytes` each, prefetched ahead when the
+/// tile has one or two inputs) with the tile's `T` input blocks of that
+/// super-block and their accumulators, then stores the accumulators:
 /// `out[i * 16 + l] = row l · input i`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile_q4_k<const T: usize>(panel: &[u8], n_blocks: usize, xq: &[Q8KBlock], out: &mut [f32]) {
-    const RECORD_BYTES: usize = PANEL_ROWS * 144;
-    assert_eq!(panel.len(), n_blocks * RECORD_BYTES);
+fn each_record<const T: usize>(
+    part: PanelProduct<'_, Q8KBlock>,
+    record_bytes: usize,
+    out: &mut [f32],
+    mut block: impl FnMut(*const u8, [&Q8KBlock; T], &mut [__m512; T]),
+) {
+    let PanelProduct {
+        panels: panel,
+        n_blocks,
+        xq,
+        ..
+    } = part;
+    assert_eq!(panel.len(), n_blocks * record_bytes);
     assert_eq!((xq.len(), out.len()), (T * n_blocks, T * PANEL_ROWS));
     let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
-        // SAFETY: the record's 2,304 bytes lie within the panel (its
-        // length asserted above); every offset read from it is inside it.
-        let record = unsafe { panel.as_ptr().add(b * RECORD_BYTES) };
+        // SAFETY: the record lies within the panel (its length asserted
+        // above).
+        let record = unsafe { panel.as_ptr().add(b * record_bytes) };
         if T <= 2 {
-            prefetch(record, RECORD_BYTES);
+            prefetch(record, record_bytes);
         }
+        block(
+            record,
+            std::array::from_fn(|i| &xq[i * n_blocks + b]),
+            &mut acc,
+        );
+    }
+    for (out, acc) in out.chunks_exact_mut(PANEL_ROWS).zip(acc) {
+        // SAFETY: `out` is 16 floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+    }
+}
+
+/// One Q4_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
+/// input i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q4_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
+    each_record::<T>(part, PANEL_ROWS * 144, out, |record, x, acc| {
+        // SAFETY: the scales are inside the record (`packed_k`'s layout).
         let load = |at: usize| unsafe { _mm512_loadu_si512(record.add(at).cast()) };
         let (scales, mins) = scales_mins_q4_k(
             load(q4_k::SCALES),
             load(q4_k::SCALES + PIECE_BYTES),
             load(q4_k::SCALES + 2 * PIECE_BYTES),
         );
-        let x: [&Q8KBlock; T] = std::array::from_fn(|i| &xq[i * n_blocks + b]);
         let mut sumi = [_mm512_setzero_si512(); T];
         // SAFETY: `record` is a whole record.
         unsafe {
@@ -195,11 +225,7 @@ fn tile_q4_k<const T: usize>(panel: &[u8], n_blocks: usize, xq: &[Q8KBlock], out
             *acc = _mm512_fmadd_ps(_mm512_mul_ps(d, d_x), _mm512_cvtepi32_ps(sumi), *acc);
             *acc = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, d_x), _mm512_cvtepi32_ps(summs), *acc);
         }
-    }
-    for (out, acc) in out.chunks_exact_mut(PANEL_ROWS).zip(acc) {
-        // SAFETY: `out` is 16 floats.
-        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
-    }
+    });
 }
 
 /// Sub-block `J` of a Q4_K record at `record` times each of the `T`
@@ -234,21 +260,7 @@ unsafe fn sub_block_q4_k<const T: usize, const J: usize>(
         });
         for (sumi, x) in sumi.iter_mut().zip(x) {
             let x = |c: usize| four(&x.qs, 32 * J + 4 * c);
-            let mut s = _mm512_setzero_si512();
-            if T <= 2 {
-                // Few inputs leave eight dependent `vpdpbusd`s
-                // latency-bound: two chains of four, added (exactly).
-                let mut t = _mm512_setzero_si512();
-                for c in 0..4 {
-                    s = _mm512_dpbusd_epi32(s, weights[c], x(c));
-                    t = _mm512_dpbusd_epi32(t, weights[c + 4], x(c + 4));
-                }
-                s = _mm512_add_epi32(s, t);
-            } else {
-                for (c, &w) in weights.iter().enumerate() {
-                    s = _mm512_dpbusd_epi32(s, w, x(c));
-                }
-            }
+            let s = dpbusd_run::<T>(_mm512_setzero_si512(), &weights, x);
             *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(s, scale));
         }
     }
@@ -276,23 +288,12 @@ fn scales_mins_q4_k(a: __m512i, b: __m512i, c: __m512i) -> ([__m512i; 2], [__m51
     (scales, mins)
 }
 
-/// One Q6_K panel against `T` inputs (`xq` holds `T * n_blocks` blocks):
-/// `out[i * 16 + l] = row l · input i`.
+/// One Q6_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
+/// input i`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile_q6_k<const T: usize>(panel: &[u8], n_blocks: usize, xq: &[Q8KBlock], out: &mut [f32]) {
-    const RECORD_BYTES: usize = PANEL_ROWS * 210;
-    assert_eq!(panel.len(), n_blocks * RECORD_BYTES);
-    assert_eq!((xq.len(), out.len()), (T * n_blocks, T * PANEL_ROWS));
-    let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
-    for b in 0..n_blocks {
-        // SAFETY: the record's 3,360 bytes lie within the panel (its
-        // length asserted above).
-        let record = unsafe { panel.as_ptr().add(b * RECORD_BYTES) };
-        if T <= 2 {
-            prefetch(record, RECORD_BYTES);
-        }
-        let x: [&Q8KBlock; T] = std::array::from_fn(|i| &xq[i * n_blocks + b]);
+fn tile_q6_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
+    each_record::<T>(part, PANEL_ROWS * 210, out, |record, x, acc| {
         let mut sumi = [_mm512_setzero_si512(); T];
         // SAFETY: `record` is a whole record. Quarter Q = 2h + e holds the
         // groups 8h + 2t + e (t = 0..4), read in the record's order.
@@ -312,11 +313,7 @@ fn tile_q6_k<const T: usize>(panel: &[u8], n_blocks: usize, xq: &[Q8KBlock], out
             let d_x = _mm512_set1_ps(x.d);
             *acc = _mm512_fmadd_ps(_mm512_mul_ps(d, d_x), _mm512_cvtepi32_ps(sumi), *acc);
         }
-    }
-    for (out, acc) in out.chunks_exact_mut(PANEL_ROWS).zip(acc) {
-        // SAFETY: `out` is 16 floats.
-        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
-    }
+    });
 }
 
 /// Group `G` (values 16G .. 16G + 16) of a Q6_K record at `record` times

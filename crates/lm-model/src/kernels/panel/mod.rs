@@ -13,7 +13,44 @@
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::quant::GgmlType;
 use crate::quant::activation::{Q8Block, Q8KBlock};
-use crate::quant::packed::PANEL_ROWS;
+#[cfg(target_arch = "x86_64")]
+use crate::quant::packed::{CHUNK_BYTES, SCALE_BYTES};
+use crate::quant::packed::{PANEL_ROWS, unpack_block};
+
+/// `$name::<U>(quants, k)`: vector `k` (0..8) of a half or whole panel's
+/// block of `U` as unsigned bytes `u = q + OFFSET`, four weights per lane,
+/// meeting input bytes `4k..4k + 4`, from the block's chunks at `quants`,
+/// on one SIMD width (`$v`, its load, and, shift and xor). Q4_0's four
+/// chunks hold nibbles, the low ones weights 0..16 and the high ones
+/// 16..32: chunk `c`'s low nibbles are vector `c`, its high ones `4 + c`.
+/// Q8_0's eight chunks hold signed bytes, made unsigned by flipping the
+/// sign bit (`q + 128`). The AVX2 and AVX-512 kernels read both so.
+#[cfg(target_arch = "x86_64")]
+macro_rules! unsigned_vector {
+    ($name:ident, $v:ty, $load:ident, $and:ident, $srli:ident, $xor:ident, $set1:ident) => {
+        /// See `unsigned_vector!` in `panel/mod.rs`.
+        ///
+        /// # Safety
+        /// `quants` points at the chunks of a block as said; the CPU has
+        /// the vector width's instructions and the call is inlined into a
+        /// function compiled with them.
+        #[inline(always)]
+        unsafe fn $name<U: super::Packed>(quants: *const u8, k: usize) -> $v {
+            // SAFETY: the caller's contract: chunk `k % 4` (Q4_0) or `k`
+            // (Q8_0) is the block's.
+            unsafe {
+                if U::NIBBLES {
+                    let chunk = $load(quants.add(k % 4 * CHUNK_BYTES).cast());
+                    let nibbles = if k < 4 { chunk } else { $srli::<4>(chunk) };
+                    $and(nibbles, $set1(0x0F))
+                } else {
+                    let chunk = $load(quants.add(k * CHUNK_BYTES).cast());
+                    $xor(chunk, $set1(0x80u8 as i8))
+                }
+            }
+        }
+    };
+}
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -42,6 +79,53 @@ pub(crate) struct PanelProduct<'a, A> {
 }
 
 impl<'a, A> PanelProduct<'a, A> {
+    /// The loop of the portable kernels, a row and an input at a time:
+    /// `out[(p * n + i) * 16 + r]` is `step` folded over the blocks `b` in
+    /// order from 0.0, `acc = step(acc, block, x)`, where `block` is block
+    /// `b` of row `r` of panel `p` of `ty` put back in GGUF's layout and `x`
+    /// input `i`'s block `b`.
+    pub(crate) fn fold_blocks(
+        self,
+        ty: GgmlType,
+        out: &mut [f32],
+        mut step: impl FnMut(f32, &[u8], &A) -> f32,
+    ) {
+        let row_bytes = self.n_blocks * ty.block_bytes();
+        let mut block = vec![0u8; ty.block_bytes()];
+        for (panel, out) in self
+            .panels
+            .chunks_exact(PANEL_ROWS * row_bytes)
+            .zip(out.chunks_exact_mut(self.n * PANEL_ROWS))
+        {
+            for (x, out) in self
+                .xq
+                .chunks_exact(self.n_blocks)
+                .zip(out.chunks_exact_mut(PANEL_ROWS))
+            {
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = x.iter().enumerate().fold(0.0, |acc, (b, x)| {
+                        unpack_block(ty, panel, row_bytes, r, b, &mut block);
+                        step(acc, &block, x)
+                    });
+                }
+            }
+        }
+    }
+
+    /// Checks (in debug builds) that the panels are whole panels of `ty`,
+    /// `out` holds a result per row and input, `xq` `n` inputs and `sums`
+    /// none (Q8_K inputs) or one per block.
+    fn debug_check(&self, ty: GgmlType, out: &[f32]) {
+        let panel_bytes = PANEL_ROWS * self.n_blocks * ty.block_bytes();
+        debug_assert!(panel_bytes > 0 && self.panels.len().is_multiple_of(panel_bytes));
+        debug_assert_eq!(
+            out.len(),
+            self.panels.len() / panel_bytes * self.n * PANEL_ROWS
+        );
+        debug_assert_eq!(self.xq.len(), self.n * self.n_blocks);
+        debug_assert!(self.sums.is_empty() || self.sums.len() == self.xq.len());
+    }
+
     /// Calls `tile(panel, part, out)` for each panel (`panel_bytes` long)
     /// and each of the fewest balanced tiles of at most `max_tile` inputs
     /// (sizes `floor((n + k) / n_tiles)`, which sum to `n` and differ by at
@@ -90,75 +174,99 @@ impl<'a, A> PanelProduct<'a, A> {
     }
 }
 
+/// A packed 32-weight type as the SIMD kernels read its panels.
+#[cfg(target_arch = "x86_64")]
+trait Packed {
+    /// Bytes of a panel's block: the scales, then the chunks.
+    const RECORD_BYTES: usize;
+    /// What the unsigned bytes the kernels multiply exceed the weights by.
+    const OFFSET: i32;
+    /// Whether the chunks hold nibbles (Q4_0), else signed bytes (Q8_0).
+    const NIBBLES: bool;
+}
+
+/// Q4_0 (`NIBBLES`: a block's weights in four chunks of nibbles) or Q8_0
+/// (in eight chunks of signed bytes) in panels: `| 16 scales | chunks |` a
+/// block.
+#[cfg(target_arch = "x86_64")]
+struct Panels<const NIBBLES: bool>;
+
+#[cfg(target_arch = "x86_64")]
+impl<const NIBBLES: bool> Packed for Panels<NIBBLES> {
+    const RECORD_BYTES: usize = SCALE_BYTES + if NIBBLES { 4 } else { 8 } * CHUNK_BYTES;
+    const OFFSET: i32 = if NIBBLES { 8 } else { 128 };
+    const NIBBLES: bool = NIBBLES;
+}
+
+/// Q4_0 in panels.
+#[cfg(target_arch = "x86_64")]
+type Q4_0 = Panels<true>;
+
+/// Q8_0 in panels.
+#[cfg(target_arch = "x86_64")]
+type Q8_0 = Panels<false>;
+
 /// The most inputs that share one unpacking of a panel's block: eight
 /// inputs' accumulators and the block's eight vectors of weights fit
 /// AVX-512's 32 registers with room for the scales.
 pub(crate) const MAX_TILE: usize = 8;
 
+/// A panel product's kernel: sound only on a CPU with its instruction
+/// sets, which a [`Dispatch`] checked when it chose it.
+pub(crate) type PanelKernel<A> = unsafe fn(GgmlType, PanelProduct<'_, A>, &mut [f32]);
+
+/// The activation blocks a panel product takes: each kind has its kernels.
+pub(crate) trait PanelInput: Sized {
+    /// The product for this kind of input on `kernel`.
+    fn kernel(kernel: Kernel) -> PanelKernel<Self>;
+}
+
+/// Q4_0 and Q8_0 panels ([`crate::quant::packed`]) with Q8_0 inputs and
+/// their blocks' sums of quantized values (`Σ qs`, indexed as `xq`).
+impl PanelInput for Q8Block {
+    fn kernel(kernel: Kernel) -> PanelKernel<Self> {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => avx512::dot_panels,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => avx2::dot_panels,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => avx2::dot_panels_vnni,
+            _ => portable::dot_panels,
+        }
+    }
+}
+
+/// Q4_K and Q6_K panels ([`crate::quant::packed_k`]) with Q8_K inputs
+/// (their sums are in the blocks).
+impl PanelInput for Q8KBlock {
+    fn kernel(kernel: Kernel) -> PanelKernel<Self> {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => avx512_k::dot_panels_k,
+            _ => portable_k::dot_panels_k,
+        }
+    }
+}
+
 impl Dispatch {
     /// `out[(p * n + i) * 16 + l] = row (16 p + l) · input i` for the panels
     /// of `panels` (each `n_blocks` blocks of `ty`) and `n` inputs, input
-    /// `i` being `xq[i * n_blocks..][..n_blocks]` and `sums` its blocks'
-    /// sums of quantized values (`Σ qs`, same indexing).
+    /// `i` being `xq[i * n_blocks..][..n_blocks]` (and, for Q8_0 inputs,
+    /// `sums` their blocks' sums of quantized values, `Σ qs`).
     ///
     /// Lengths are the caller's contract, checked in debug builds.
-    pub(crate) fn dot_panels(
+    pub(crate) fn dot_panels<A: PanelInput>(
         self,
         ty: GgmlType,
-        product: PanelProduct<'_, Q8Block>,
+        product: PanelProduct<'_, A>,
         out: &mut [f32],
     ) {
-        let PanelProduct {
-            panels,
-            n_blocks,
-            xq,
-            sums,
-            n,
-        } = product;
-        let panel_bytes = PANEL_ROWS * n_blocks * ty.block_bytes();
-        debug_assert!(panel_bytes > 0 && panels.len().is_multiple_of(panel_bytes));
-        debug_assert_eq!(out.len(), panels.len() / panel_bytes * n * PANEL_ROWS);
-        debug_assert_eq!((xq.len(), sums.len()), (n * n_blocks, n * n_blocks));
-        match self.kernel() {
-            // SAFETY: a `Dispatch` holds the AVX-512 kernel only on a CPU
-            // with avx512f/bw/vl/vnni (and avx2, fma, f16c): `Kernel::runs_on`.
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { avx512::dot_panels(ty, product, out) },
-            // SAFETY: a `Dispatch` holds these kernels only on a CPU with
-            // avx2, fma and f16c (and avxvnni for AvxVnni): `Kernel::runs_on`.
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { avx2::dot_panels(ty, product, out) },
-            #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => unsafe { avx2::dot_panels_vnni(ty, product, out) },
-            _ => portable::dot_panels(ty, product, out),
-        }
-    }
-
-    /// [`Dispatch::dot_panels`] for Q4_K and Q6_K panels
-    /// ([`crate::quant::packed_k`]) with Q8_K inputs (`xq[i * n_blocks..]`
-    /// is input `i`; their sums are in the blocks).
-    pub(crate) fn dot_panels_k(
-        self,
-        ty: GgmlType,
-        product: PanelProduct<'_, Q8KBlock>,
-        out: &mut [f32],
-    ) {
-        let PanelProduct {
-            panels,
-            n_blocks,
-            xq,
-            n,
-            ..
-        } = product;
-        let panel_bytes = PANEL_ROWS * n_blocks * ty.block_bytes();
-        debug_assert!(panel_bytes > 0 && panels.len().is_multiple_of(panel_bytes));
-        debug_assert_eq!(out.len(), panels.len() / panel_bytes * n * PANEL_ROWS);
-        debug_assert_eq!(xq.len(), n * n_blocks);
-        match self.kernel() {
-            // SAFETY: as for `dot_panels`.
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { avx512_k::dot_panels_k(ty, product, out) },
-            _ => portable_k::dot_panels_k(ty, product, out),
-        }
+        product.debug_check(ty, out);
+        // SAFETY: a `Dispatch` holds a kernel only on a CPU with its
+        // instruction sets (`Kernel::runs_on`): AVX-512 with avx512f/bw/vl/
+        // vnni (and avx2, fma, f16c), AVX2 with avx2, fma and f16c, AVX-VNNI
+        // with those and avxvnni.
+        unsafe { A::kernel(self.kernel())(ty, product, out) }
     }
 }

@@ -8,38 +8,15 @@ use super::PanelProduct;
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::block_k::{self, QK_K};
-use crate::quant::packed::PANEL_ROWS;
-use crate::quant::packed_k::{finish, unpack_block};
+use crate::quant::packed_k::finish;
 
-/// See [`Dispatch::dot_panels_k`](crate::kernels::dispatch::Dispatch::dot_panels_k).
+/// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
 pub(super) fn dot_panels_k(ty: GgmlType, product: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
-    let PanelProduct {
-        panels,
-        n_blocks,
-        xq,
-        n,
-        ..
-    } = product;
-    let row_bytes = n_blocks * ty.block_bytes();
-    let mut block = vec![0u8; ty.block_bytes()];
-    for (panel, out) in panels
-        .chunks_exact(PANEL_ROWS * row_bytes)
-        .zip(out.chunks_exact_mut(n * PANEL_ROWS))
-    {
-        for (i, out) in out.chunks_exact_mut(PANEL_ROWS).enumerate() {
-            let x = &xq[i * n_blocks..][..n_blocks];
-            for (r, o) in out.iter_mut().enumerate() {
-                let mut acc = 0.0f32;
-                for (b, x) in x.iter().enumerate() {
-                    unpack_block(ty, panel, row_bytes, r, b, &mut block);
-                    let w = block_k::unpack(ty, &block);
-                    let (sumi, summs) = integer_sums(ty, &w, x);
-                    acc = finish(ty, acc, w.d, w.dmin, x.d, sumi, summs);
-                }
-                *o = acc;
-            }
-        }
-    }
+    product.fold_blocks(ty, out, |acc, block, x| {
+        let w = block_k::unpack(ty, block);
+        let (sumi, summs) = integer_sums(ty, &w, x);
+        finish(ty, acc, w.d, w.dmin, x.d, sumi, summs)
+    });
 }
 
 /// The exact `sumi` and `summs` of one super-block and one input block
