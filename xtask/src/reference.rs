@@ -10,7 +10,10 @@
 //! `scripts/reference/exact_forward.py`, recomputes SmolLM2's last logits rows in
 //! float64 with numpy and the `gguf` package, to show how far llama.cpp is from
 //! exact math, and writes the exact twin of every conformance fixture
-//! (`<stem>.exact.json`: exact chosen-token log-probabilities and last rows). A third, `scripts/reference/tokenize_reference.py`, writes
+//! (`<stem>.exact.json`: exact chosen-token log-probabilities and last rows);
+//! `scripts/reference/llama_cpp_envelope.py` then replays each fixture under
+//! eight llama.cpp settings that change only rounding (`<stem>.envelope.json`:
+//! how far llama.cpp itself strays from exact, the bound the test allows). A third, `scripts/reference/tokenize_reference.py`, writes
 //! llama.cpp's ids and detokenized texts for Gemma 3's SentencePiece vocabulary.
 //!
 //! Three sets of fixtures ([`FixtureSet`]): `fixtures/smollm2/` (SmolLM2 Q4_1:
@@ -64,6 +67,8 @@ pub(crate) const GGUF_VERSION: &str = "0.19.0";
 const LLAMA_CPP_SCRIPT: &str = "scripts/reference/llama_cpp_reference.py";
 /// The float64 forward pass: SmolLM2 Q4_1's greedy rows and every conformance fixture's exact twin.
 const EXACT_SCRIPT: &str = "scripts/reference/exact_forward.py";
+/// llama.cpp's own variation around each conformance fixture.
+const ENVELOPE_SCRIPT: &str = "scripts/reference/llama_cpp_envelope.py";
 
 /// A set of fixtures the task writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,7 +174,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 }
 
 /// Writes one conformance fixture, `<out>/<stem>.json` (llama.cpp's outputs
-/// on `family`'s prompts), and its exact float64 twin, `<stem>.exact.json`.
+/// on `family`'s prompts), its exact float64 twin, `<stem>.exact.json`, and
+/// llama.cpp's own variation around it, `<stem>.envelope.json`.
 fn conformance_fixture(
     python: &Path,
     family: &str,
@@ -179,7 +185,8 @@ fn conformance_fixture(
 ) -> Result<()> {
     let extra = ["--conformance", family, "--name", stem];
     run_script(python, LLAMA_CPP_SCRIPT, model, out, &extra)?;
-    run_script(python, EXACT_SCRIPT, model, out, &["--conformance", stem])
+    run_script(python, EXACT_SCRIPT, model, out, &["--conformance", stem])?;
+    run_script(python, ENVELOPE_SCRIPT, model, out, &["--name", stem])
 }
 
 /// Runs one generator script on `model`, writing into `out`.
