@@ -493,74 +493,41 @@ mod tests {
     /// file quantized to Q4_0 and Q8_0.
     #[test]
     fn plans_follow_llama_cpp() {
-        let q4 = |name: &str, dims: &[usize], ty, has_output| {
-            plan(&info(name, dims, ty), QuantType::Q4_0, has_output).unwrap()
-        };
-        let f16 = GgmlType::F16;
-        let quantize = Plan::Quantize;
-        assert_eq!(
-            q4("blk.0.attn_q.weight", &[2048, 2048], f16, true),
-            quantize(GgmlType::Q4_0)
-        );
-        assert_eq!(
-            q4("blk.0.attn_norm.weight", &[2048], GgmlType::F32, true),
-            Plan::Keep
-        );
-        assert_eq!(
-            q4("blk.0.attn_q_norm.weight", &[64, 1], GgmlType::F32, true),
-            Plan::Keep
-        );
-        assert_eq!(
-            q4("blk.0.ffn_gate_inp.weight", &[64, 8], f16, true),
-            Plan::Keep
-        );
-        assert_eq!(q4("blk.0.attn_q.bias", &[64, 2], f16, true), Plan::Keep);
-        // The output (or the tied embedding): Q6_K where rows are a multiple of 256.
-        assert_eq!(
-            q4("output.weight", &[2048, 32000], f16, true),
-            quantize(GgmlType::Q6_K)
-        );
-        assert_eq!(
-            q4("token_embd.weight", &[2048, 32000], f16, true),
-            quantize(GgmlType::Q4_0)
-        );
-        assert_eq!(
-            q4("token_embd.weight", &[2048, 32000], f16, false),
-            quantize(GgmlType::Q6_K)
-        );
-        assert_eq!(
-            q4("token_embd.weight", &[576, 49152], f16, false),
-            quantize(GgmlType::Q8_0)
-        );
-        assert_eq!(
-            q4("token_embd.weight", &[576, 49152], GgmlType::Q8_0, false),
-            Plan::Same
-        );
+        let (f16, f32) = (GgmlType::F16, GgmlType::F32);
+        let (q4_0, quantize) = (QuantType::Q4_0, Plan::Quantize);
+        let (output, embd) = ("output.weight", "token_embd.weight");
+        // (name, dims, stored type, quantized to, the file has an output
+        // tensor, the plan)
+        let attn_q = "blk.0.attn_q.weight";
+        #[rustfmt::skip]
+        let cases = [
+            (attn_q, &[2048, 2048][..], f16, q4_0, true, quantize(GgmlType::Q4_0)),
+            ("blk.0.attn_norm.weight", &[2048], f32, q4_0, true, Plan::Keep),
+            ("blk.0.attn_q_norm.weight", &[64, 1], f32, q4_0, true, Plan::Keep),
+            ("blk.0.ffn_gate_inp.weight", &[64, 8], f16, q4_0, true, Plan::Keep),
+            ("blk.0.attn_q.bias", &[64, 2], f16, q4_0, true, Plan::Keep),
+            // The output (or the tied embedding): Q6_K where rows are a multiple of 256.
+            (output, &[2048, 32000], f16, q4_0, true, quantize(GgmlType::Q6_K)),
+            (embd, &[2048, 32000], f16, q4_0, true, quantize(GgmlType::Q4_0)),
+            (embd, &[2048, 32000], f16, q4_0, false, quantize(GgmlType::Q6_K)),
+            (embd, &[576, 49152], f16, q4_0, false, quantize(GgmlType::Q8_0)),
+            (embd, &[576, 49152], GgmlType::Q8_0, q4_0, false, Plan::Same),
+            (output, &[2048, 32000], f16, QuantType::Q8_0, true, quantize(GgmlType::Q8_0)),
+            (output, &[2048, 32000], f16, QuantType::F32, true, quantize(GgmlType::F32)),
+            // K-quants fall back where rows are not a multiple of 256.
+            (attn_q, &[576, 576], f16, QuantType::Q4KS, true, quantize(GgmlType::Q5_0)),
+            (attn_q, &[576, 576], f16, QuantType::Q5KM, true, quantize(GgmlType::Q5_1)),
+            (attn_q, &[576, 576], f16, QuantType::Q6K, true, quantize(GgmlType::Q8_0)),
+        ];
+        for (name, dims, ty, to, has_output, expected) in cases {
+            let planned = plan(&info(name, dims, ty), to, has_output).unwrap();
+            assert_eq!(
+                planned, expected,
+                "{name} {dims:?} {ty} to {to:?}, output {has_output}"
+            );
+        }
         let odd = info("blk.0.ffn_down.weight", &[40, 8], f16);
-        assert!(plan(&odd, QuantType::Q4_0, true).is_err());
-        let output = info("output.weight", &[2048, 32000], f16);
-        assert_eq!(
-            plan(&output, QuantType::Q8_0, true).unwrap(),
-            quantize(GgmlType::Q8_0)
-        );
-        assert_eq!(
-            plan(&output, QuantType::F32, true).unwrap(),
-            quantize(GgmlType::F32)
-        );
-        // K-quants fall back where rows are not a multiple of 256.
-        let narrow = info("blk.0.attn_q.weight", &[576, 576], f16);
-        assert_eq!(
-            plan(&narrow, QuantType::Q4KS, true).unwrap(),
-            quantize(GgmlType::Q5_0)
-        );
-        assert_eq!(
-            plan(&narrow, QuantType::Q5KM, true).unwrap(),
-            quantize(GgmlType::Q5_1)
-        );
-        assert_eq!(
-            plan(&narrow, QuantType::Q6K, true).unwrap(),
-            quantize(GgmlType::Q8_0)
-        );
+        assert!(plan(&odd, q4_0, true).is_err());
     }
 
     /// The _M mixes give attn_v and ffn_down 6 bits on use_more_bits' layers
