@@ -713,19 +713,13 @@ fn run_worker_process(
     lengths: Option<(&str, &Vec<usize>)>,
 ) -> Result<Measurement> {
     let lengths = lengths.map(|(flag, lengths)| [flag.to_owned(), comma_list(lengths)]);
-    let output = Command::new(worker)
-        .args(["bench", "--worker", "--phase", phase])
-        .args(["--threads", &n_threads.to_string()])
-        .args(lengths.iter().flatten())
-        .arg("--model")
-        .arg(model)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot run {}", worker.display()))?;
-    if !output.status.success() {
-        bail!("the bench worker failed ({})", output.status);
-    }
-    let json: Value = serde_json::from_slice(&output.stdout).context("bad worker output")?;
+    let json = worker_json(worker, phase, |command| {
+        command
+            .args(["--threads", &n_threads.to_string()])
+            .args(lengths.iter().flatten())
+            .arg("--model")
+            .arg(model);
+    })?;
     let peak_rss_bytes = json["peak_rss_bytes"]
         .as_u64()
         .with_context(|| format!("worker output lacks `peak_rss_bytes`: {json}"))?;
@@ -749,20 +743,27 @@ fn comma_list(values: &[usize]) -> String {
 /// threads, measured once by a worker process (`bandwidth.rs`).
 fn measure_bandwidth(worker: &Path, row_threads: &[usize]) -> Result<Bandwidth> {
     eprintln!("measuring the read bandwidth");
-    let output = Command::new(worker)
-        .args(["bench", "--worker", "--phase", "bandwidth"])
-        .args([
-            "--threads",
-            &comma_list(&bandwidth::thread_counts(row_threads)),
-        ])
+    let threads = comma_list(&bandwidth::thread_counts(row_threads));
+    let json = worker_json(worker, "bandwidth", |command| {
+        command.args(["--threads", &threads]);
+    })?;
+    Bandwidth::from_json(&json)
+}
+
+/// Runs `worker bench --worker --phase <phase>` with the arguments `args`
+/// adds, its stderr shown, and reads the JSON it prints.
+fn worker_json(worker: &Path, phase: &str, args: impl FnOnce(&mut Command)) -> Result<Value> {
+    let mut command = Command::new(worker);
+    command.args(["bench", "--worker", "--phase", phase]);
+    args(&mut command);
+    let output = command
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot run {}", worker.display()))?;
     if !output.status.success() {
-        bail!("the bandwidth worker failed ({})", output.status);
+        bail!("the {phase} worker failed ({})", output.status);
     }
-    let json: Value = serde_json::from_slice(&output.stdout).context("bad bandwidth output")?;
-    Bandwidth::from_json(&json)
+    serde_json::from_slice(&output.stdout).with_context(|| format!("bad {phase} worker output"))
 }
 
 /// A JSON object of seconds by metric key.
