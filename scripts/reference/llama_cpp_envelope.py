@@ -36,9 +36,8 @@ import llama_cpp
 from fixture_json import write_json
 from llama_cpp_reference import (
     CONFORMANCE_N_CTX,
-    GGML_TYPES,
     LLAMA_CPP_PYTHON_VERSION,
-    N_THREADS,
+    load_conformance,
     logprob,
     sha256_of_file,
     short_float,
@@ -73,7 +72,7 @@ def main():
 
     runs = []
     for variant in VARIANTS:
-        llm = load(args.model, **variant)
+        llm = load_conformance(args.model, **variant)
         runs.append([replay(llm, case) for case in fixture["cases"]])
         llm.close()
 
@@ -103,26 +102,6 @@ def main():
             "variants": VARIANTS,
             "cases": cases,
         },
-    )
-
-
-def load(model_path, n_ubatch, flash_attn, kv_cache_type):
-    """The fixture's settings but for the micro-batch size, flash attention and
-    the KV cache's precision."""
-    return llama_cpp.Llama(
-        model_path=model_path,
-        n_ctx=CONFORMANCE_N_CTX,
-        n_batch=CONFORMANCE_N_CTX,
-        n_ubatch=n_ubatch,
-        n_threads=N_THREADS,
-        n_threads_batch=N_THREADS,
-        n_gpu_layers=0,
-        flash_attn=flash_attn,
-        type_k=GGML_TYPES[kv_cache_type],
-        type_v=GGML_TYPES[kv_cache_type],
-        logits_all=False,
-        seed=0,
-        verbose=False,
     )
 
 

@@ -210,15 +210,17 @@ def main():
     )
 
 
-def load(model_path, flash_attn, n_threads, kv_cache_type="f16", logits_all=True, n_ctx=N_CTX):
+def load(model_path, flash_attn, n_threads, kv_cache_type="f16", logits_all=True, n_ctx=N_CTX, batch=None):
     """A llama.cpp context with the fixture settings (llama_cpp_bench.py measures
     with them too, keeping only the last logits row, with a longer context for
-    its long prompts, still read in batches of at most N_CTX tokens)."""
+    its long prompts, still read in batches of at most N_CTX tokens). `batch` is
+    (n_batch, n_ubatch) when they are not that."""
+    n_batch, n_ubatch = batch or (min(n_ctx, N_CTX),) * 2
     return llama_cpp.Llama(
         model_path=model_path,
         n_ctx=n_ctx,
-        n_batch=min(n_ctx, N_CTX),
-        n_ubatch=min(n_ctx, N_CTX),
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
         n_threads=n_threads,
         n_threads_batch=n_threads,
         n_gpu_layers=0,
@@ -486,21 +488,7 @@ def write_conformance(model_path, out_dir, family, name):
     model's own BOS rule), a greedy run with each step's top-1/top-2 gap and the
     chosen token's log-probability, and for two prompts the last logits row as f16."""
     os.makedirs(out_dir, exist_ok=True)
-    llm = llama_cpp.Llama(
-        model_path=model_path,
-        n_ctx=CONFORMANCE_N_CTX,
-        n_batch=CONFORMANCE_N_CTX,
-        n_ubatch=CONFORMANCE_N_CTX,
-        n_threads=N_THREADS,
-        n_threads_batch=N_THREADS,
-        n_gpu_layers=0,
-        flash_attn=False,
-        type_k=GGML_TYPES["f16"],
-        type_v=GGML_TYPES["f16"],
-        logits_all=False,
-        seed=0,
-        verbose=False,
-    )
+    llm = load_conformance(model_path)
     cases = []
     for case_name, prompt, keep_logits in conformance_cases(family, llm):
         case, last_logits = conformance_case(llm, case_name, prompt)
@@ -541,6 +529,22 @@ def write_conformance(model_path, out_dir, family, name):
             },
             "cases": cases,
         },
+    )
+
+
+def load_conformance(model_path, n_ubatch=None, flash_attn=False, kv_cache_type="f16"):
+    """A llama.cpp context with the conformance fixtures' settings (the prompt in one
+    batch of up to CONFORMANCE_N_CTX tokens, one thread, an F16 KV cache, no flash
+    attention, only the last row kept); llama_cpp_envelope.py varies the micro-batch,
+    flash attention and the cache."""
+    return load(
+        model_path,
+        flash_attn,
+        N_THREADS,
+        kv_cache_type,
+        logits_all=False,
+        n_ctx=CONFORMANCE_N_CTX,
+        batch=(CONFORMANCE_N_CTX, n_ubatch or CONFORMANCE_N_CTX),
     )
 
 

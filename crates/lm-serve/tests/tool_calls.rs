@@ -9,54 +9,20 @@
 //! `.ci/run` installs `openai` and `jsonschema`, or `LM_OPENAI_PYTHON`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use lm_model::{GgufFile, GgufWriter, MetadataValue};
 use lm_serve::{ServeConfig, ServedText};
 
-use crate::common::{TestServer, smollm2_path};
-
-/// The interpreter with `openai` and `jsonschema`; panics saying how to
-/// install them.
-fn python() -> PathBuf {
-    let python = match std::env::var_os("LM_OPENAI_PYTHON") {
-        Some(python) => PathBuf::from(python),
-        None => PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .parent()
-            .expect("the target folder")
-            .join("openai-venv/bin/python"),
-    };
-    let has_packages = Command::new(&python)
-        .args(["-c", "import openai, jsonschema"])
-        .status()
-        .is_ok_and(|status| status.success());
-    assert!(
-        has_packages,
-        "{} lacks openai or jsonschema: run `python3 -m venv <target>/openai-venv && \
-         <target>/openai-venv/bin/pip install openai jsonschema` (as .ci/run does), \
-         or set LM_OPENAI_PYTHON",
-        python.display()
-    );
-    python
-}
+use crate::common::{TestServer, run_checks, smollm2_path, venv_python};
 
 /// Runs `tool_calls.py` against `server` with `args`; fails with its output.
 fn run_script(server: &TestServer, args: &[&str]) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tool_calls.py");
-    let python = python();
-    let output = Command::new(&python)
-        .arg(script)
-        .arg(format!("http://{}/v1", server.addr))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("all checks passed"), "{stdout}");
+    let python = venv_python("LM_OPENAI_PYTHON", "openai-venv", &["openai", "jsonschema"]);
+    let url = format!("http://{}/v1", server.addr);
+    let args: Vec<&str> = std::iter::once(url.as_str())
+        .chain(args.iter().copied())
+        .collect();
+    run_checks(&python, "tool_calls.py", &args);
 }
 
 #[test]

@@ -8,12 +8,11 @@
 //! API's, Stop and Regenerate work, and screenshots at desktop and phone
 //! width land in `<target>/webui-artifacts/`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use lm_serve::ServeConfig;
 
-use crate::common::{TestServer, smollm2_path};
+use crate::common::{TestServer, run_checks, smollm2_path, target_dir, venv_python};
 
 const INSTALL: &str = "apt-get install -y chromium chromium-driver";
 
@@ -46,14 +45,6 @@ fn the_page_is_one_small_answer_and_no_webui_turns_it_off() {
     assert_eq!(answer.json()["error"]["message"], "no such endpoint");
 }
 
-/// The target folder (`<target>/webui-venv`, `<target>/webui-artifacts`).
-fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("the target folder")
-        .to_owned()
-}
-
 /// `name` on the `PATH` (or the file `variable` names); panics naming the
 /// install command.
 fn program(variable: &str, name: &str) -> PathBuf {
@@ -70,22 +61,6 @@ fn program(variable: &str, name: &str) -> PathBuf {
         })
 }
 
-/// The interpreter with selenium; panics saying how to make it.
-fn python(target: &Path) -> PathBuf {
-    if let Some(python) = std::env::var_os("LM_WEBUI_PYTHON") {
-        return PathBuf::from(python);
-    }
-    let python = target.join("webui-venv/bin/python");
-    assert!(
-        python.exists(),
-        "no {}: run `python3 -m venv {1}/webui-venv && {1}/webui-venv/bin/pip install selenium` \
-         (as .ci/run does), or set LM_WEBUI_PYTHON",
-        python.display(),
-        target.display()
-    );
-    python
-}
-
 #[test]
 #[ignore = "needs SmolLM2, Chromium and selenium: cargo xtask fetch-model smollm2; \
             apt-get install -y chromium chromium-driver; .ci/run makes <target>/webui-venv"]
@@ -96,7 +71,7 @@ fn the_chat_page_works_in_a_real_browser() {
         program("LM_CHROMIUM", "chromium"),
         program("LM_CHROMEDRIVER", "chromedriver"),
     );
-    let python = python(&target);
+    let python = venv_python("LM_WEBUI_PYTHON", "webui-venv", &["selenium"]);
     let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
     let s = TestServer::start(
         decoder,
@@ -108,23 +83,15 @@ fn the_chat_page_works_in_a_real_browser() {
         },
     );
     let artifacts = target.join("webui-artifacts");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/webui.py");
-    let output = Command::new(&python)
-        .arg(script)
-        .arg(format!("http://{}", s.addr))
-        .arg(KEY)
-        .arg(&artifacts)
-        .arg(&chromium)
-        .arg(&driver)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("all checks passed"), "{stdout}");
+    let url = format!("http://{}", s.addr);
+    let args = [
+        url.as_ref(),
+        KEY.as_ref(),
+        artifacts.as_os_str(),
+        chromium.as_os_str(),
+        driver.as_os_str(),
+    ];
+    run_checks(&python, "webui.py", &args);
     for shot in ["webui-desktop.png", "webui-phone.png"] {
         let bytes = std::fs::read(artifacts.join(shot)).unwrap();
         assert!(bytes.starts_with(b"\x89PNG"), "{shot} is a PNG");

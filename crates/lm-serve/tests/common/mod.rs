@@ -335,3 +335,55 @@ pub fn smollm2_path() -> std::path::PathBuf {
         .path()
         .unwrap_or_else(|err| panic!("{err}"))
 }
+
+/// The target folder, where `.ci/run` makes the tests' Python venvs.
+pub fn target_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target folder")
+        .to_owned()
+}
+
+/// A Python that imports `packages`: the one `variable` names, or
+/// `<target>/<venv>/bin/python`; panics naming the install command.
+pub fn venv_python(variable: &str, venv: &str, packages: &[&str]) -> std::path::PathBuf {
+    let python = match std::env::var_os(variable) {
+        Some(python) => std::path::PathBuf::from(python),
+        None => target_dir().join(venv).join("bin/python"),
+    };
+    let imports = format!("import {}", packages.join(", "));
+    let has_packages = std::process::Command::new(&python)
+        .args(["-c", &imports])
+        .status()
+        .is_ok_and(|status| status.success());
+    let target = target_dir();
+    assert!(
+        has_packages,
+        "{} cannot `{imports}`: run `python3 -m venv {1}/{venv} && {1}/{venv}/bin/pip install {2}` \
+         (as .ci/run does), or set {variable}",
+        python.display(),
+        target.display(),
+        packages.join(" ")
+    );
+    python
+}
+
+/// Runs `tests/<script>` with `python` and `args`; panics with its output
+/// unless it succeeds and prints "all checks passed".
+pub fn run_checks<S: AsRef<std::ffi::OsStr>>(python: &std::path::Path, script: &str, args: &[S]) {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
+    let output = std::process::Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("all checks passed"),
+        "{} failed:\n{stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
