@@ -145,6 +145,55 @@ pub struct Prefix {
     pub tokens: Vec<TokenId>,
 }
 
+impl Prefix {
+    /// One `forward` of a model whose logits after a prefix are a function of
+    /// that prefix alone (a bigram table, a test double): checks `tokens` with
+    /// [`LanguageModel::check_input`], appends them, and writes the rows
+    /// `rows` asks for into `logits`, `row(prefix, logits)` appending the row
+    /// that follows `prefix`. Refused input leaves the state alone.
+    ///
+    /// ```
+    /// use lm_core::{LanguageModel, Prefix, Rows, TokenId};
+    /// # struct Echo;
+    /// # impl LanguageModel for Echo {
+    /// #     type State = Prefix;
+    /// #     fn vocab_size(&self) -> usize { 2 }
+    /// #     fn context_length(&self) -> Option<usize> { None }
+    /// #     fn new_state(&self) -> Prefix { Prefix::default() }
+    /// #     fn forward(&self, s: &mut Prefix, t: &[TokenId], r: Rows, l: &mut Vec<f32>) -> lm_core::Result<()> {
+    /// #         s.read(self, t, r, l, |p, l| l.extend([p.len() as f32, 0.0]))
+    /// #     }
+    /// # }
+    /// let mut state = Prefix::default();
+    /// let mut logits = Vec::new();
+    /// let row_after = |prefix: &[TokenId], out: &mut Vec<f32>| out.extend([prefix.len() as f32, 0.0]);
+    /// state.read(&Echo, &[1, 0], Rows::All, &mut logits, row_after).unwrap();
+    /// assert_eq!(logits, [1.0, 0.0, 2.0, 0.0]);
+    /// state.read(&Echo, &[1, 1], Rows::Last, &mut logits, row_after).unwrap();
+    /// assert_eq!((logits, state.tokens), (vec![4.0, 0.0], vec![1, 0, 1, 1]));
+    /// ```
+    pub fn read<M: LanguageModel + ?Sized>(
+        &mut self,
+        model: &M,
+        tokens: &[TokenId],
+        rows: Rows,
+        logits: &mut Vec<f32>,
+        mut row: impl FnMut(&[TokenId], &mut Vec<f32>),
+    ) -> Result<()> {
+        model.check_input(self.pos(), tokens)?;
+        let first_row = match rows {
+            Rows::All => self.tokens.len(),
+            Rows::Last => self.tokens.len() + tokens.len() - 1,
+        };
+        self.tokens.extend_from_slice(tokens);
+        logits.clear();
+        for end in first_row + 1..=self.tokens.len() {
+            row(&self.tokens[..end], logits);
+        }
+        Ok(())
+    }
+}
+
 impl SequenceState for Prefix {
     fn pos(&self) -> usize {
         self.tokens.len()
@@ -233,16 +282,10 @@ pub(crate) mod tests {
             rows: Rows,
             logits: &mut Vec<f32>,
         ) -> Result<()> {
-            self.check_input(state.pos(), tokens)?;
-            logits.clear();
-            for &t in tokens {
-                state.tokens.push(t);
-                logits.extend([state.pos() as f32, t as f32]);
-            }
-            if rows == Rows::Last {
-                logits.drain(..logits.len() - 2);
-            }
-            Ok(())
+            state.read(self, tokens, rows, logits, |prefix, row| {
+                let last = prefix.last().copied().unwrap_or_default();
+                row.extend([prefix.len() as f32, last as f32]);
+            })
         }
         fn forward_batch(
             &self,
