@@ -15,9 +15,13 @@
 //! A decode step of that model takes about 10 ms, so 5% is 500 us.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lm_core::{Detokenize, TokenId};
+#[path = "../tests/common/words.rs"]
+mod words;
+
+use lm_core::TokenId;
 use lm_decode::{Sampler, SamplingConfig};
 use std::hint::black_box;
+use words::Words;
 
 const VOCAB_SIZE: usize = 49_152;
 
@@ -49,24 +53,6 @@ fn flat_logits() -> Vec<f32> {
         .collect()
 }
 
-/// A vocabulary whose every 97th token is a newline (a DRY breaker) and
-/// the rest words.
-struct Words;
-
-impl Detokenize for Words {
-    fn decode(&self, ids: &[TokenId]) -> String {
-        ids.iter()
-            .map(|&id| {
-                if id % 97 == 0 {
-                    "\n".to_owned()
-                } else {
-                    format!(" w{id}")
-                }
-            })
-            .collect()
-    }
-}
-
 /// 2,048 tokens: varied text with a 64-token passage repeated four times,
 /// the last time cut short, so DRY finds a long match to extend.
 fn repetitive_history() -> Vec<TokenId> {
@@ -81,126 +67,100 @@ fn repetitive_history() -> Vec<TokenId> {
     history
 }
 
-/// T = 0.8 with one setting of the new stages.
-fn new_stage(set: impl FnOnce(&mut SamplingConfig)) -> SamplingConfig {
-    let mut config = SamplingConfig {
-        temperature: 0.8,
-        ..SamplingConfig::default()
-    };
-    set(&mut config);
-    config
+/// What a case changes in T = 0.8 with every other stage off.
+type Setting = fn(&mut SamplingConfig);
+
+/// Every filter on, with min_keep 2.
+fn every_filter(c: &mut SamplingConfig) {
+    c.top_n_sigma = Some(1.5);
+    c.top_k = Some(40);
+    c.typical_p = Some(0.95);
+    c.top_p = Some(0.9);
+    c.min_p = Some(0.05);
+    c.xtc_probability = Some(0.5);
+    c.min_keep = Some(2);
+}
+
+/// Every stage on: every filter and every stage that reads the history.
+fn every_stage(c: &mut SamplingConfig) {
+    every_filter(c);
+    c.repetition_penalty = Some(1.1);
+    c.dry_multiplier = Some(0.8);
+    c.no_repeat_ngram_size = Some(3);
+    c.dynatemp_range = Some(0.5);
+    c.epsilon_cutoff = Some(3e-4);
+    c.eta_cutoff = Some(2e-3);
+    c.mirostat = Some(2);
 }
 
 fn sampling_step(c: &mut Criterion) {
-    let sampled = |temperature, top_k, top_p, min_p| SamplingConfig {
-        temperature,
-        top_k,
-        top_p,
-        min_p,
-        ..SamplingConfig::default()
-    };
     let model = model_logits();
     let flat = flat_logits();
-    let every_filter = new_stage(|c| {
-        *c = SamplingConfig {
-            top_n_sigma: Some(1.5),
-            top_k: Some(40),
-            typical_p: Some(0.95),
-            top_p: Some(0.9),
-            min_p: Some(0.05),
-            xtc_probability: Some(0.5),
-            min_keep: Some(2),
-            ..c.clone()
-        }
-    });
-    let cases = [
-        ("greedy", SamplingConfig::greedy(), &model),
-        ("temperature 1", sampled(1.0, None, None, None), &model),
-        ("top-k 40", sampled(0.8, Some(40), None, None), &model),
-        ("top-p 0.9", sampled(0.8, None, Some(0.9), None), &model),
-        ("min-p 0.05", sampled(0.8, None, None, Some(0.05)), &model),
-        (
-            "top-p 0.9, flat logits",
-            sampled(0.8, None, Some(0.9), None),
-            &flat,
-        ),
-        (
-            "typical 0.95",
-            new_stage(|c| c.typical_p = Some(0.95)),
-            &model,
-        ),
+    let cases: [(&str, Setting, &[f32]); 21] = [
+        ("greedy", |c| *c = SamplingConfig::greedy(), &model),
+        ("temperature 1", |c| c.temperature = 1.0, &model),
+        ("top-k 40", |c| c.top_k = Some(40), &model),
+        ("top-p 0.9", |c| c.top_p = Some(0.9), &model),
+        ("min-p 0.05", |c| c.min_p = Some(0.05), &model),
+        ("top-p 0.9, flat logits", |c| c.top_p = Some(0.9), &flat),
+        ("typical 0.95", |c| c.typical_p = Some(0.95), &model),
         (
             "typical 0.95, flat logits",
-            new_stage(|c| c.typical_p = Some(0.95)),
+            |c| c.typical_p = Some(0.95),
             &flat,
         ),
-        (
-            "top-n-sigma 1.5",
-            new_stage(|c| c.top_n_sigma = Some(1.5)),
-            &model,
-        ),
+        ("top-n-sigma 1.5", |c| c.top_n_sigma = Some(1.5), &model),
         (
             "xtc p 1, threshold 0.1",
-            new_stage(|c| c.xtc_probability = Some(1.0)),
+            |c| c.xtc_probability = Some(1.0),
             &model,
         ),
         (
             "xtc p 0.5, threshold 0.1",
-            new_stage(|c| c.xtc_probability = Some(0.5)),
+            |c| c.xtc_probability = Some(0.5),
             &model,
         ),
-        ("every filter, min_keep 2", every_filter.clone(), &model),
-        (
-            "epsilon 3e-4",
-            new_stage(|c| c.epsilon_cutoff = Some(3e-4)),
-            &model,
-        ),
-        ("eta 2e-3", new_stage(|c| c.eta_cutoff = Some(2e-3)), &model),
+        ("every filter, min_keep 2", every_filter, &model),
+        ("epsilon 3e-4", |c| c.epsilon_cutoff = Some(3e-4), &model),
+        ("eta 2e-3", |c| c.eta_cutoff = Some(2e-3), &model),
         (
             "dynatemp range 0.5",
-            new_stage(|c| c.dynatemp_range = Some(0.5)),
+            |c| c.dynatemp_range = Some(0.5),
             &model,
         ),
-        ("mirostat 1", new_stage(|c| c.mirostat = Some(1)), &model),
-        ("mirostat 2", new_stage(|c| c.mirostat = Some(2)), &model),
+        ("mirostat 1", |c| c.mirostat = Some(1), &model),
+        ("mirostat 2", |c| c.mirostat = Some(2), &model),
         (
             "dry 0.8, 2048-token history",
-            new_stage(|c| c.dry_multiplier = Some(0.8)),
+            |c| c.dry_multiplier = Some(0.8),
             &model,
         ),
         (
             "no_repeat_ngram 3, 2048-token history",
-            new_stage(|c| c.no_repeat_ngram_size = Some(3)),
+            |c| c.no_repeat_ngram_size = Some(3),
             &model,
         ),
         (
             "top-k 40, top-p 0.9, temperature last",
-            new_stage(|c| {
+            |c| {
                 c.top_k = Some(40);
                 c.top_p = Some(0.9);
                 c.order = Some("top_k;top_p;temperature".parse().expect("an order"));
-            }),
-            &model,
-        ),
-        (
-            "every stage, 2048-token history",
-            SamplingConfig {
-                repetition_penalty: Some(1.1),
-                dry_multiplier: Some(0.8),
-                no_repeat_ngram_size: Some(3),
-                dynatemp_range: Some(0.5),
-                epsilon_cutoff: Some(3e-4),
-                eta_cutoff: Some(2e-3),
-                mirostat: Some(2),
-                ..every_filter.clone()
             },
             &model,
         ),
+        ("every stage, 2048-token history", every_stage, &model),
     ];
     let history = repetitive_history();
     let mut group = c.benchmark_group("sampling step, 49152 logits");
-    for (name, config, logits) in cases {
-        let mut sampler = Sampler::with_text(&config, VOCAB_SIZE, &Words).expect("valid config");
+    for (name, setting, logits) in cases {
+        let mut config = SamplingConfig {
+            temperature: 0.8,
+            ..SamplingConfig::default()
+        };
+        setting(&mut config);
+        let mut sampler =
+            Sampler::with_text(&config, VOCAB_SIZE, &Words(97)).expect("valid config");
         let history: &[TokenId] = if name.contains("history") {
             &history
         } else {

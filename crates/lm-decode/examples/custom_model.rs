@@ -41,14 +41,13 @@ impl LanguageModel for Bigram {
         rows: Rows,
         out: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
-        self.check_input(state.tokens.len(), new_ids)?; // ids in range, not empty
-        let n_rows = if rows == Rows::All { new_ids.len() } else { 1 }; // rows to write
-        out.clear();
-        for &id in &new_ids[new_ids.len() - n_rows..] {
-            out.extend_from_slice(&TABLE[id as usize]);
-        }
-        state.tokens.extend_from_slice(new_ids);
-        Ok(())
+        // Prefix::read checks the ids (in range, not empty), appends them and
+        // asks for the row after each prefix that `rows` wants.
+        state.read(self, new_ids, rows, out, |prefix, row| {
+            if let Some(&last) = prefix.last() {
+                row.extend_from_slice(&TABLE[last as usize]); // the row after the last token
+            }
+        })
     }
 }
 

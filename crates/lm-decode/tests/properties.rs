@@ -2,6 +2,7 @@
 //! parameters give a distribution and an in-range token; filters agree with a
 //! full sort; invalid parameters give typed errors.
 
+use crate::common::words::Words;
 use crate::common::{full_sort, full_sort_ids};
 use lm_core::TokenId;
 use lm_decode::{Error, Sampler, SamplingConfig};
@@ -163,23 +164,6 @@ proptest! {
     }
 }
 
-/// A word per token, every seventh a newline (a DRY sequence breaker).
-struct Words;
-
-impl lm_core::Detokenize for Words {
-    fn decode(&self, ids: &[TokenId]) -> String {
-        ids.iter()
-            .map(|&id| {
-                if id % 7 == 0 {
-                    "\n".to_owned()
-                } else {
-                    format!(" w{id}")
-                }
-            })
-            .collect()
-    }
-}
-
 prop_compose! {
     /// Every stage of the chain on, with random settings and a random
     /// order of the filters (temperature anywhere among them).
@@ -246,7 +230,7 @@ proptest! {
         draws in prop::collection::vec(0.0f64..1.0, 4),
     ) {
         let run = || -> Vec<(TokenId, Option<f32>, u32)> {
-            let mut sampler = Sampler::with_text(&config, 40, &Words).unwrap();
+            let mut sampler = Sampler::with_text(&config, 40, &Words(7)).unwrap();
             let mut history = prompt.clone();
             let mut steps = Vec::new();
             for (row, &u) in rows.iter().zip(&draws) {

@@ -2,7 +2,9 @@
 //! token, and a detokenizer made of fixed pieces. (The wrapper that counts
 //! the positions each forward pass reads is `lm_core::Counting`.)
 
-use lm_core::{Detokenize, LanguageModel, Prefix, Rows, SequenceState, TokenId};
+pub mod words;
+
+use lm_core::{Detokenize, LanguageModel, Prefix, Rows, TokenId};
 use lm_decode::{Draft, Drafter, Error, Result, Step};
 use lm_model::catalog::SMOLLM2;
 use std::fmt::Debug;
@@ -106,18 +108,9 @@ macro_rules! model_from_prefix_logits {
                 rows: Rows,
                 logits: &mut Vec<f32>,
             ) -> lm_core::Result<()> {
-                self.check_input(prefix.pos(), tokens)?;
-                logits.clear();
-                for &t in tokens {
-                    prefix.tokens.push(t);
-                    if rows == Rows::All {
-                        logits.extend(self.logits_for(&prefix.tokens));
-                    }
-                }
-                if rows == Rows::Last {
-                    logits.extend(self.logits_for(&prefix.tokens));
-                }
-                Ok(())
+                prefix.read(self, tokens, rows, logits, |prefix, row| {
+                    row.extend(self.logits_for(prefix))
+                })
             }
         }
     )+};
