@@ -401,6 +401,35 @@ impl Candidates {
         self.n_sorted = n;
     }
 
+    /// The rank of the first of the best candidates, in order, for which
+    /// `found(rank, weight)` holds, sorting only as far as it walks: the best
+    /// `first_round`, then four times as many each round, so a walk that
+    /// stops early costs one small sort (top-p's nucleus, XTC's top choices).
+    /// `None` when no candidate is found.
+    pub fn find_ranked(
+        &mut self,
+        first_round: usize,
+        mut found: impl FnMut(usize, f64) -> bool,
+    ) -> Option<usize> {
+        let n = self.entries.len();
+        let mut n_walked = 0;
+        let mut n_sorted = first_round.min(n);
+        loop {
+            self.sort_prefix(n_sorted);
+            while n_walked < n_sorted {
+                let (_, logit) = self.entries[n_walked];
+                if found(n_walked, self.weight(logit)) {
+                    return Some(n_walked);
+                }
+                n_walked += 1;
+            }
+            if n_sorted == n {
+                return None;
+            }
+            n_sorted = n_sorted.saturating_mul(4).min(n);
+        }
+    }
+
     /// Keeps the `k` best candidates (higher logit, then lower id): sorted
     /// by [`Candidates::sort_prefix`] up to [`SORTED_KEEP`] of them, and
     /// beyond that by one partition of the unsorted rest, left unsorted

@@ -52,23 +52,12 @@ impl CandidateFilter for TopP {
             return;
         }
         let mut cumulative = 0.0f64;
-        let mut n_walked = 0;
-        let mut n_selected = FIRST_ROUND.min(n);
-        loop {
-            candidates.sort_prefix(n_selected);
-            while n_walked < n_selected {
-                let (_, logit) = candidates.entries()[n_walked];
-                cumulative += candidates.weight(logit);
-                n_walked += 1;
-                if (cumulative / total) as f32 >= self.0 && n_walked >= min_keep {
-                    candidates.truncate(n_walked);
-                    return;
-                }
-            }
-            if n_selected == n {
-                return;
-            }
-            n_selected = n_selected.saturating_mul(4).min(n);
+        let last = candidates.find_ranked(FIRST_ROUND, |rank, weight| {
+            cumulative += weight;
+            (cumulative / total) as f32 >= self.0 && rank + 1 >= min_keep
+        });
+        if let Some(last) = last {
+            candidates.truncate(last + 1);
         }
     }
 

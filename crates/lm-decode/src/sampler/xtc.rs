@@ -95,23 +95,11 @@ impl Xtc {
     /// How many of the best candidates pass the threshold (sorting only
     /// as many as needed).
     fn n_above(self, candidates: &mut Candidates, total: f64) -> usize {
-        let n = candidates.len();
-        let mut n_above = 0;
-        let mut n_sorted = FIRST_ROUND.min(n);
-        loop {
-            candidates.sort_prefix(n_sorted);
-            while n_above < n_sorted {
-                let (_, z) = candidates.entries()[n_above];
-                if ((candidates.weight(z) / total) as f32) < self.threshold {
-                    return n_above;
-                }
-                n_above += 1;
-            }
-            if n_sorted == n {
-                return n_above;
-            }
-            n_sorted = n_sorted.saturating_mul(4).min(n);
-        }
+        candidates
+            .find_ranked(FIRST_ROUND, |_, weight| {
+                ((weight / total) as f32) < self.threshold
+            })
+            .unwrap_or(candidates.len())
     }
 }
 
