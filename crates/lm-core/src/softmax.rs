@@ -230,8 +230,28 @@ fn validate(logits: &[f32], temperature: f32, out_len: usize) -> Result<f32> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The logit checks every reader of a logits row shares: empty, entirely
+    /// masked, and NaN or +inf (at its index) are each their typed error.
+    pub(crate) fn assert_refuses_bad_logits<T: std::fmt::Debug>(
+        read: impl Fn(&[f32]) -> Result<T>,
+    ) {
+        assert!(matches!(read(&[]), Err(Error::EmptyLogits)));
+        assert!(matches!(
+            read(&[f32::NEG_INFINITY; 2]),
+            Err(Error::AllMasked)
+        ));
+        assert!(matches!(
+            read(&[0.0, f32::NAN]),
+            Err(Error::InvalidLogit { index: 1, .. })
+        ));
+        assert!(matches!(
+            read(&[f32::INFINITY]),
+            Err(Error::InvalidLogit { index: 0, .. })
+        ));
+    }
 
     fn check(logits: &[f32], t: f32, expected: &[f64], decimals: usize) {
         let p = softmax(logits, t).unwrap();
@@ -404,18 +424,14 @@ mod tests {
 
     #[test]
     fn log_sum_exp_checks_its_input() {
-        assert_eq!(log_sum_exp(&[]), Err(Error::EmptyLogits));
-        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY]), Err(Error::AllMasked));
-        assert!(matches!(
-            log_sum_exp(&[0.0, f32::INFINITY]),
-            Err(Error::InvalidLogit { index: 1, .. })
-        ));
+        assert_refuses_bad_logits(log_sum_exp);
         assert_eq!(log_sum_exp(&[1000.0, f32::NEG_INFINITY]), Ok(1000.0));
     }
 
     #[test]
     fn bad_inputs_are_typed_errors() {
-        assert_eq!(softmax(&[], 1.0), Err(Error::EmptyLogits));
+        assert_refuses_bad_logits(|logits| softmax(logits, 1.0));
+        assert_refuses_bad_logits(|logits| log_softmax(logits, 1.0));
         assert_eq!(
             softmax(&[1.0], -0.5),
             Err(Error::InvalidTemperature { value: -0.5 })
@@ -424,15 +440,6 @@ mod tests {
             softmax(&[1.0], f32::NAN),
             Err(Error::InvalidTemperature { .. })
         ));
-        assert!(matches!(
-            softmax(&[1.0, f32::NAN], 1.0),
-            Err(Error::InvalidLogit { index: 1, .. })
-        ));
-        assert!(matches!(
-            softmax(&[f32::INFINITY], 1.0),
-            Err(Error::InvalidLogit { index: 0, .. })
-        ));
-        assert_eq!(softmax(&[f32::NEG_INFINITY; 2], 1.0), Err(Error::AllMasked));
         let mut short = [0.0; 1];
         assert_eq!(
             softmax_into(&[1.0, 2.0], 1.0, &mut short),
