@@ -873,94 +873,44 @@ mod tests {
 
     #[test]
     fn validate_names_the_field_of_each_refused_stage() {
-        let check = |config: SamplingConfig, field: &str| {
-            assert_eq!(config.validate().unwrap_err().field, field, "{config:?}");
-        };
         let base = SamplingConfig::default;
-        check(
-            SamplingConfig {
-                temperature: -1.0,
-                ..base()
-            },
-            "temperature",
-        );
-        check(
-            SamplingConfig {
-                top_k: Some(0),
-                ..base()
-            },
-            "top_k",
-        );
-        check(
-            SamplingConfig {
-                top_p: Some(0.0),
-                ..base()
-            },
-            "top_p",
-        );
-        check(
-            SamplingConfig {
-                min_p: Some(-0.5),
-                ..base()
-            },
-            "min_p",
-        );
-        let repetition_penalty = Some(0.0);
-        check(
-            SamplingConfig {
-                repetition_penalty,
-                ..base()
-            },
-            "repetition_penalty",
-        );
-        let presence_penalty = Some(f32::NAN);
-        check(
-            SamplingConfig {
-                presence_penalty,
-                ..base()
-            },
-            "presence_penalty",
-        );
-        let frequency_penalty = Some(f32::INFINITY);
-        check(
-            SamplingConfig {
-                frequency_penalty,
-                ..base()
-            },
-            "frequency_penalty",
-        );
-        let logit_bias = vec![(1, f32::NAN)];
-        check(
-            SamplingConfig {
-                logit_bias,
-                ..base()
-            },
-            "logit_bias",
-        );
-        for (config, field, error, message) in [
+        let with = |set: fn(&mut SamplingConfig)| {
+            let mut config = base();
+            set(&mut config);
+            config
+        };
+        let named: [(fn(&mut SamplingConfig), &str); 8] = [
+            (|c| c.temperature = -1.0, "temperature"),
+            (|c| c.top_k = Some(0), "top_k"),
+            (|c| c.top_p = Some(0.0), "top_p"),
+            (|c| c.min_p = Some(-0.5), "min_p"),
+            (|c| c.repetition_penalty = Some(0.0), "repetition_penalty"),
+            (|c| c.presence_penalty = Some(f32::NAN), "presence_penalty"),
             (
-                SamplingConfig {
-                    typical_p: Some(0.0),
-                    ..base()
-                },
+                |c| c.frequency_penalty = Some(f32::INFINITY),
+                "frequency_penalty",
+            ),
+            (|c| c.logit_bias = vec![(1, f32::NAN)], "logit_bias"),
+        ];
+        for (set, field) in named {
+            let config = with(set);
+            assert_eq!(config.validate().unwrap_err().field, field, "{config:?}");
+        }
+        let described: [(fn(&mut SamplingConfig), &str, Error, &str); 5] = [
+            (
+                |c| c.typical_p = Some(0.0),
                 "typical_p",
                 Error::InvalidTypicalP { value: 0.0 },
                 "typical_p must be in (0, 1], got 0",
             ),
             (
-                SamplingConfig {
-                    top_n_sigma: Some(-1.0),
-                    ..base()
-                },
+                |c| c.top_n_sigma = Some(-1.0),
                 "top_n_sigma",
                 Error::InvalidTopNSigma { value: -1.0 },
                 "top_n_sigma must be finite and greater than 0, got -1",
             ),
             (
-                SamplingConfig {
-                    top_n_sigma: Some(f32::INFINITY),
-                    ..base()
-                },
+                |c| c.top_n_sigma = Some(f32::INFINITY),
                 "top_n_sigma",
                 Error::InvalidTopNSigma {
                     value: f32::INFINITY,
@@ -968,25 +918,21 @@ mod tests {
                 "top_n_sigma must be finite and greater than 0, got inf",
             ),
             (
-                SamplingConfig {
-                    xtc_probability: Some(1.5),
-                    ..base()
-                },
+                |c| c.xtc_probability = Some(1.5),
                 "xtc_probability",
                 Error::InvalidXtcProbability { value: 1.5 },
                 "xtc_probability must be in [0, 1], got 1.5",
             ),
             // The threshold is checked even when XTC is off.
             (
-                SamplingConfig {
-                    xtc_threshold: Some(-0.5),
-                    ..base()
-                },
+                |c| c.xtc_threshold = Some(-0.5),
                 "xtc_threshold",
                 Error::InvalidXtcThreshold { value: -0.5 },
                 "xtc_threshold must be in [0, 1], got -0.5",
             ),
-        ] {
+        ];
+        for (set, field, error, message) in described {
+            let config = with(set);
             let refused = config.validate().unwrap_err();
             assert_eq!(
                 (refused.field, &refused.error, refused.to_string().as_str()),
@@ -996,10 +942,7 @@ mod tests {
             assert_eq!(crate::Sampler::new(&config).err(), Some(error));
         }
         // NaN is refused too (and is no value to compare with `==`).
-        let nan = SamplingConfig {
-            xtc_threshold: Some(f32::NAN),
-            ..base()
-        };
+        let nan = with(|c| c.xtc_threshold = Some(f32::NAN));
         let refused = nan.validate().unwrap_err();
         assert!(
             matches!(refused.error, Error::InvalidXtcThreshold { value } if value.is_nan()),
