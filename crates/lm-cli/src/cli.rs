@@ -239,32 +239,35 @@ pub const DEFAULT_TEMPERATURE: f32 = 1.0;
 pub struct FilterArgs {
     /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy (all
     /// mass on the largest logit).
-    #[arg(long, short = 't', visible_alias = "temp", value_name = "T", default_value_t = DEFAULT_TEMPERATURE,
-          value_parser = parse_temperature, allow_negative_numbers = true)]
+    #[arg(long, short = 't', visible_alias = "temp", value_name = "T",
+          default_value_t = DEFAULT_TEMPERATURE, allow_negative_numbers = true,
+          value_parser = setting(|c, t| c.temperature = t))]
     pub temperature: f32,
     /// Dynamic temperature: the temperature moves within T ± R with the
     /// entropy of the candidates, lower when the model is sure (0: off).
-    #[arg(long, value_name = "R", value_parser = parse_dynatemp_range,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "R", allow_negative_numbers = true,
+          value_parser = setting(|c, r| c.dynatemp_range = Some(r)))]
     pub dynatemp_range: Option<f32>,
     /// Dynamic temperature's exponent on the normalised entropy [default: 1].
-    #[arg(long, value_name = "E", value_parser = parse_dynatemp_exponent,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "E", allow_negative_numbers = true,
+          value_parser = setting(|c, e| c.dynatemp_exponent = Some(e)))]
     pub dynatemp_exp: Option<f32>,
     /// Keep only the K most probable tokens (0: all of them, off, as in
     /// llama.cpp and Hugging Face).
     #[arg(long, value_name = "K", value_parser = parse_top_k)]
     pub top_k: Option<usize>,
     /// Keep the fewest most probable tokens whose probabilities add up to P (nucleus sampling).
-    #[arg(long, value_name = "P", value_parser = parse_top_p, allow_negative_numbers = true)]
+    #[arg(long, value_name = "P", allow_negative_numbers = true,
+          value_parser = setting(|c, p| c.top_p = Some(p)))]
     pub top_p: Option<f32>,
     /// Keep tokens at least P times as probable as the best one.
-    #[arg(long, value_name = "P", value_parser = parse_min_p, allow_negative_numbers = true)]
+    #[arg(long, value_name = "P", allow_negative_numbers = true,
+          value_parser = setting(|c, p| c.min_p = Some(p)))]
     pub min_p: Option<f32>,
     /// Locally typical sampling: keep the tokens whose surprise is closest to the
     /// entropy, up to probability mass P (1: off; HF's typical_p).
-    #[arg(long, visible_alias = "typical-p", value_name = "P", value_parser = parse_typical,
-          allow_negative_numbers = true)]
+    #[arg(long, visible_alias = "typical-p", value_name = "P", allow_negative_numbers = true,
+          value_parser = setting(|c, p| c.typical_p = Some(p)))]
     pub typical: Option<f32>,
     /// Top-n-sigma: keep tokens whose logit is within N standard deviations of the
     /// best (0 or less, such as llama.cpp's default -1, is off).
@@ -273,35 +276,37 @@ pub struct FilterArgs {
     pub top_nsigma: Option<f32>,
     /// XTC (exclude top choices): at each step, with probability P, remove every
     /// token at least as probable as --xtc-threshold but the least probable of them.
-    #[arg(long, value_name = "P", value_parser = parse_xtc_probability, allow_negative_numbers = true)]
+    #[arg(long, value_name = "P", allow_negative_numbers = true,
+          value_parser = setting(|c, p| c.xtc_probability = Some(p)))]
     pub xtc_probability: Option<f32>,
     /// XTC's threshold: the probability a token needs to count as a top choice
     /// [default: 0.1].
-    #[arg(long, value_name = "T", value_parser = parse_xtc_threshold, allow_negative_numbers = true)]
+    #[arg(long, value_name = "T", allow_negative_numbers = true,
+          value_parser = setting(|c, t| c.xtc_threshold = Some(t)))]
     pub xtc_threshold: Option<f32>,
     /// Epsilon sampling: remove the tokens less probable than E (HF's
     /// epsilon_cutoff; 0: off).
-    #[arg(long, value_name = "E", value_parser = parse_epsilon_cutoff,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "E", allow_negative_numbers = true,
+          value_parser = setting(|c, e| c.epsilon_cutoff = Some(e)))]
     pub epsilon_cutoff: Option<f32>,
     /// Eta sampling: remove the tokens less probable than min(E, sqrt(E)
     /// exp(-entropy)) (HF's eta_cutoff; 0: off).
-    #[arg(long, value_name = "E", value_parser = parse_eta_cutoff,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "E", allow_negative_numbers = true,
+          value_parser = setting(|c, e| c.eta_cutoff = Some(e)))]
     pub eta_cutoff: Option<f32>,
     /// Mirostat 1 or 2: choose among the tokens whose surprise is below a
     /// running bound, steered so the text's surprise stays near
     /// --mirostat-ent (0: off).
-    #[arg(long, value_name = "N", value_parser = parse_mirostat)]
+    #[arg(long, value_name = "N", value_parser = setting(|c, n| c.mirostat = Some(n)))]
     pub mirostat: Option<u8>,
     /// Mirostat's learning rate: how fast the bound follows the surprise
     /// [default: 0.1].
-    #[arg(long, visible_alias = "mirostat-eta", value_name = "ETA",
-          value_parser = parse_mirostat_eta, allow_negative_numbers = true)]
+    #[arg(long, visible_alias = "mirostat-eta", value_name = "ETA", allow_negative_numbers = true,
+          value_parser = setting(|c, eta| c.mirostat_eta = Some(eta)))]
     pub mirostat_lr: Option<f32>,
     /// Mirostat's target surprise (entropy) in bits [default: 5].
-    #[arg(long, visible_alias = "mirostat-tau", value_name = "TAU",
-          value_parser = parse_mirostat_tau, allow_negative_numbers = true)]
+    #[arg(long, visible_alias = "mirostat-tau", value_name = "TAU", allow_negative_numbers = true,
+          value_parser = setting(|c, tau| c.mirostat_tau = Some(tau)))]
     pub mirostat_ent: Option<f32>,
     /// Every filter leaves at least N tokens (HF's min_tokens_to_keep).
     #[arg(long, visible_alias = "min-tokens-to-keep", value_name = "N")]
@@ -352,16 +357,16 @@ impl FilterArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PenaltyArgs {
     /// Make tokens already in the text less likely (HF style; 1 is none, 1.1 is mild).
-    #[arg(long, visible_alias = "repeat-penalty", value_name = "R",
-          value_parser = parse_repetition_penalty, allow_negative_numbers = true)]
+    #[arg(long, visible_alias = "repeat-penalty", value_name = "R", allow_negative_numbers = true,
+          value_parser = setting(|c, r| c.repetition_penalty = Some(r)))]
     pub repetition_penalty: Option<f32>,
     /// Subtract P once from the logit of every token already in the text (OpenAI style).
-    #[arg(long, value_name = "P", value_parser = parse_presence_penalty,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "P", allow_negative_numbers = true,
+          value_parser = setting(|c, p| c.presence_penalty = Some(p)))]
     pub presence_penalty: Option<f32>,
     /// Subtract P times its count from the logit of every token already in the text.
-    #[arg(long, value_name = "P", value_parser = parse_frequency_penalty,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "P", allow_negative_numbers = true,
+          value_parser = setting(|c, p| c.frequency_penalty = Some(p)))]
     pub frequency_penalty: Option<f32>,
     /// The penalties look at the last N tokens of the text only (0: no
     /// penalty; -1: the whole text, the default) [llama.cpp's default is 64].
@@ -376,21 +381,22 @@ pub struct PenaltyArgs {
     /// DRY ("don't repeat yourself"): penalise a token that would extend a
     /// sequence already in the text, by M * base^(length - allowed length)
     /// (0: off).
-    #[arg(long, value_name = "M", value_parser = parse_dry_multiplier,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "M", allow_negative_numbers = true,
+          value_parser = setting(|c, m| c.dry_multiplier = Some(m)))]
     pub dry_multiplier: Option<f32>,
     /// DRY's base: how fast the penalty grows with the repeat's length
     /// [default: 1.75].
-    #[arg(long, value_name = "B", value_parser = parse_dry_base, allow_negative_numbers = true)]
+    #[arg(long, value_name = "B", allow_negative_numbers = true,
+          value_parser = setting(|c, b| c.dry_base = Some(b)))]
     pub dry_base: Option<f32>,
     /// DRY leaves repeats up to N tokens long alone [default: 2].
-    #[arg(long, value_name = "N", value_parser = parse_dry_allowed_length,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = setting(|c, n| c.dry_allowed_length = Some(n)))]
     pub dry_allowed_length: Option<usize>,
     /// DRY looks for repeats in the last N tokens (-1: the whole text, the
     /// default; 0: off) [llama.cpp's default is 64].
-    #[arg(long, value_name = "N", value_parser = parse_dry_penalty_last_n,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = setting(|c, n| c.dry_penalty_last_n = Some(n)))]
     pub dry_penalty_last_n: Option<i64>,
     /// A text no DRY repeat extends across (repeatable; the first one given
     /// replaces the defaults \n : " *; `none` clears the list, as in
@@ -400,8 +406,8 @@ pub struct PenaltyArgs {
     pub dry_sequence_breaker: Vec<String>,
     /// Never repeat an N-gram of the text: a token that would complete one
     /// already there is banned (HF's no_repeat_ngram_size; 0: off).
-    #[arg(long, value_name = "N", value_parser = parse_no_repeat_ngram_size,
-          allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = setting(|c, n| c.no_repeat_ngram_size = Some(n)))]
     pub no_repeat_ngram_size: Option<usize>,
 }
 
@@ -1050,15 +1056,24 @@ where
     Ok(value)
 }
 
+/// The value parser of a policy flag that is one setting of
+/// [`SamplingConfig`]: [`parse_setting`] with the setting `set` writes
+/// (`setting(|c, p| c.top_p = Some(p))`), so each such flag names its field
+/// where it is declared instead of through a parser of its own.
+fn setting<T>(
+    set: fn(&mut SamplingConfig, T),
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + Copy + 'static,
+{
+    move |text| parse_setting(text, set)
+}
+
 /// Checks the setting `set` writes with [`SamplingConfig::validate`].
 fn check_setting(set: impl FnOnce(&mut SamplingConfig)) -> Result<(), String> {
     let mut config = SamplingConfig::default();
     set(&mut config);
     config.validate().map_err(|refused| refused.to_string())
-}
-
-fn parse_temperature(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, t| config.temperature = t)
 }
 
 /// A `--top-k`: 0 is off (kept as 0 here, no filter in [`FilterArgs::top_k`]).
@@ -1067,18 +1082,6 @@ fn parse_top_k(text: &str) -> Result<usize, String> {
         0 => Ok(0),
         _ => parse_setting(text, |config, k| config.top_k = Some(k)),
     }
-}
-
-fn parse_top_p(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, p| config.top_p = Some(p))
-}
-
-fn parse_min_p(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, p| config.min_p = Some(p))
-}
-
-fn parse_typical(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, p| config.typical_p = Some(p))
 }
 
 /// A `--top-nsigma`: 0 or less is off (kept here, no filter in
@@ -1090,42 +1093,6 @@ fn parse_top_n_sigma(text: &str) -> Result<f32, String> {
     }
 }
 
-fn parse_xtc_probability(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, p| config.xtc_probability = Some(p))
-}
-
-fn parse_xtc_threshold(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, t| config.xtc_threshold = Some(t))
-}
-
-fn parse_dynatemp_range(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, r| config.dynatemp_range = Some(r))
-}
-
-fn parse_dynatemp_exponent(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, e| config.dynatemp_exponent = Some(e))
-}
-
-fn parse_epsilon_cutoff(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, e| config.epsilon_cutoff = Some(e))
-}
-
-fn parse_eta_cutoff(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, e| config.eta_cutoff = Some(e))
-}
-
-fn parse_mirostat(text: &str) -> Result<u8, String> {
-    parse_setting(text, |config, n| config.mirostat = Some(n))
-}
-
-fn parse_mirostat_eta(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, eta| config.mirostat_eta = Some(eta))
-}
-
-fn parse_mirostat_tau(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, tau| config.mirostat_tau = Some(tau))
-}
-
 /// A `--samplers` order: each name known, none twice, the raw-logit
 /// stages first.
 fn parse_samplers(text: &str) -> Result<SamplerOrder, String> {
@@ -1134,43 +1101,11 @@ fn parse_samplers(text: &str) -> Result<SamplerOrder, String> {
     Ok(order)
 }
 
-fn parse_dry_multiplier(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, m| config.dry_multiplier = Some(m))
-}
-
-fn parse_dry_base(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, b| config.dry_base = Some(b))
-}
-
-fn parse_dry_allowed_length(text: &str) -> Result<usize, String> {
-    parse_setting(text, |config, n| config.dry_allowed_length = Some(n))
-}
-
-fn parse_dry_penalty_last_n(text: &str) -> Result<i64, String> {
-    parse_setting(text, |config, n| config.dry_penalty_last_n = Some(n))
-}
-
 /// A `--dry-sequence-breaker`: any text but the empty one (`none` is
 /// kept, and read by [`PenaltyArgs::dry_sequence_breakers`]).
 fn parse_dry_sequence_breaker(text: &str) -> Result<String, String> {
     check_setting(|config| config.dry_sequence_breakers = Some(vec![text.to_owned()]))?;
     Ok(text.to_owned())
-}
-
-fn parse_no_repeat_ngram_size(text: &str) -> Result<usize, String> {
-    parse_setting(text, |config, n| config.no_repeat_ngram_size = Some(n))
-}
-
-fn parse_repetition_penalty(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, r| config.repetition_penalty = Some(r))
-}
-
-fn parse_presence_penalty(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, p| config.presence_penalty = Some(p))
-}
-
-fn parse_frequency_penalty(text: &str) -> Result<f32, String> {
-    parse_setting(text, |config, p| config.frequency_penalty = Some(p))
 }
 
 /// Parses `ID=BIAS` or `TOKEN_TEXT=BIAS` (split at the last `=`, so a
