@@ -49,3 +49,10 @@ def write_logits(out_dir, file_name, row, dtype="f32"):
 def write_logits_f16(out_dir, file_name, row):
     """`write_logits` in IEEE f16."""
     return write_logits(out_dir, file_name, row, "f16")
+
+
+def write_manifest(out_dir, manifest):
+    """`out_dir/manifest.json`: what a generator wrote, indented one space."""
+    with open(os.path.join(out_dir, "manifest.json"), "w") as out:
+        json.dump(manifest, out, indent=1)
+        out.write("\n")

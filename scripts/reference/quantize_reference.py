@@ -31,7 +31,6 @@ connection and writes only llama.cpp's outputs, never any of its code.
 
 import argparse
 import ctypes
-import json
 import os
 import sys
 
@@ -39,6 +38,7 @@ import numpy as np
 
 import gguf
 import llama_cpp
+from fixture_json import write_manifest
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SEED = 20261205
@@ -177,9 +177,7 @@ def main():
         manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",
                                      "ftype": ftype, "tensor_types": tensor_types(dst)}
         print(f"{name}: {os.path.getsize(dst)} bytes")
-    with open(os.path.join(args.out, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    write_manifest(args.out, manifest)
 
 
 if __name__ == "__main__":

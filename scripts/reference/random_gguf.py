@@ -21,7 +21,6 @@ never any of its code.
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -29,6 +28,7 @@ import numpy as np
 
 import gguf
 import llama_cpp
+from fixture_json import write_manifest
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 VOCAB = 512
@@ -237,9 +237,7 @@ def main():
             **{key: value for key, value in spec.items()},
         }
         print(f"{name}: {os.path.getsize(path)} bytes, logits range {logits.min():.3f}..{logits.max():.3f}")
-    with open(os.path.join(args.out, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    write_manifest(args.out, manifest)
 
 
 if __name__ == "__main__":

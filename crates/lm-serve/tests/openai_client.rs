@@ -12,15 +12,7 @@ use crate::common::{TestServer, run_checks, smollm2_path, venv_python};
 #[ignore = "needs SmolLM2 and the openai package: cargo xtask fetch-model smollm2; .ci/run installs openai"]
 fn the_openai_python_client_works_against_the_server() {
     let python = venv_python("LM_OPENAI_PYTHON", "openai-venv", &["openai"]);
-    let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
-    let s = TestServer::start(
-        decoder,
-        text,
-        ServeConfig {
-            model_name: "smollm2".into(),
-            ..ServeConfig::default()
-        },
-    );
+    let s = TestServer::named(smollm2_path(), "smollm2", ServeConfig::default());
     run_checks(
         &python,
         "openai_client.py",

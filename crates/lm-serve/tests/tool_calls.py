@@ -203,20 +203,11 @@ if GUIDED:
 
     check("json_schema (llama-server's field): 10 of 10 validate", all(validates(t) for t, _ in runs), runs)
 
-    def bad_guided(name, param, **extra):
-        try:
-            client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, extra_body=extra)
-        except openai.BadRequestError as error:
-            got = (error.body or {}).get("param")
-            check(f"400 naming '{param}': {name}", got == param, f"param {got!r}: {error}")
-            return
-        check(f"400 naming '{param}': {name}", False, "no error")
-
-    bad_guided("a bad regular expression", "guided_regex", guided_regex="[0-9")
-    bad_guided("a bad Lark grammar", "guided_grammar", guided_grammar="start: (")
-    bad_guided("a GBNF grammar", "grammar", grammar='root ::= "a"')
-    bad_guided("two constraints at once", "guided_choice", regex="a", guided_choice=["a"])
-    bad_guided("a constraint and response_format", "json_schema", json_schema={"type": "object"}, response_format={"type": "json_object"})
-    bad_guided("guided_choice not a list of strings", "guided_choice", guided_choice="red")
+    bad_request("a bad regular expression", "guided_regex", extra_body=dict(guided_regex="[0-9"))
+    bad_request("a bad Lark grammar", "guided_grammar", extra_body=dict(guided_grammar="start: ("))
+    bad_request("a GBNF grammar", "grammar", extra_body=dict(grammar='root ::= "a"'))
+    bad_request("two constraints at once", "guided_choice", extra_body=dict(regex="a", guided_choice=["a"]))
+    bad_request("a constraint and response_format", "json_schema", extra_body=dict(json_schema={"type": "object"}, response_format={"type": "json_object"}))
+    bad_request("guided_choice not a list of strings", "guided_choice", extra_body=dict(guided_choice="red"))
 
 print("all checks passed")

@@ -28,16 +28,7 @@ fn run_script(server: &TestServer, args: &[&str]) {
 #[test]
 #[ignore = "needs SmolLM2 and the openai venv: cargo xtask fetch-model smollm2; .ci/run installs openai and jsonschema"]
 fn tool_calls_and_guided_fields_on_smollm2_through_the_openai_client() {
-    let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
-    assert!(!text.chat_reads_tools(), "SmolLM2's template ignores tools");
-    let server = TestServer::start(
-        decoder,
-        text,
-        ServeConfig {
-            model_name: "smollm2".into(),
-            ..ServeConfig::default()
-        },
-    );
+    let server = TestServer::named(smollm2_path(), "smollm2", ServeConfig::default());
     run_script(&server, &["smollm2", "--guided"]);
 }
 

@@ -72,16 +72,11 @@ fn the_chat_page_works_in_a_real_browser() {
         program("LM_CHROMEDRIVER", "chromedriver"),
     );
     let python = venv_python("LM_WEBUI_PYTHON", "webui-venv", &["selenium"]);
-    let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
-    let s = TestServer::start(
-        decoder,
-        text,
-        ServeConfig {
-            model_name: "smollm2".into(),
-            api_key: Some(KEY.into()),
-            ..ServeConfig::default()
-        },
-    );
+    let config = ServeConfig {
+        api_key: Some(KEY.into()),
+        ..ServeConfig::default()
+    };
+    let s = TestServer::named(smollm2_path(), "smollm2", config);
     let artifacts = target.join("webui-artifacts");
     let url = format!("http://{}", s.addr);
     let args = [

@@ -71,9 +71,8 @@ pub(crate) struct Mapped {
     pub transform: Transform,
 }
 
-/// The per-layer names: HF suffix, GGUF suffix, shape, and which
+/// The per-layer names: HF suffix, GGUF suffix, shape (HF order), and which
 /// architectures have it (`None`: all).
-/// HF suffix, GGUF suffix, shape (HF order), the architectures that have it.
 type LayerName = (
     &'static str,
     &'static str,
@@ -81,109 +80,25 @@ type LayerName = (
     Option<&'static [&'static str]>,
 );
 
+#[rustfmt::skip]
 const LAYER: [LayerName; 17] = [
-    (
-        "input_layernorm.weight",
-        "attn_norm.weight",
-        &[Dim::Embd],
-        None,
-    ),
-    (
-        "self_attn.q_proj.weight",
-        "attn_q.weight",
-        &[Dim::Q, Dim::Embd],
-        None,
-    ),
-    (
-        "self_attn.k_proj.weight",
-        "attn_k.weight",
-        &[Dim::Kv, Dim::Embd],
-        None,
-    ),
-    (
-        "self_attn.v_proj.weight",
-        "attn_v.weight",
-        &[Dim::Kv, Dim::Embd],
-        None,
-    ),
-    (
-        "self_attn.o_proj.weight",
-        "attn_output.weight",
-        &[Dim::Embd, Dim::Q],
-        None,
-    ),
-    (
-        "self_attn.q_proj.bias",
-        "attn_q.bias",
-        &[Dim::Q],
-        Some(&["qwen2"]),
-    ),
-    (
-        "self_attn.k_proj.bias",
-        "attn_k.bias",
-        &[Dim::Kv],
-        Some(&["qwen2"]),
-    ),
-    (
-        "self_attn.v_proj.bias",
-        "attn_v.bias",
-        &[Dim::Kv],
-        Some(&["qwen2"]),
-    ),
-    (
-        "self_attn.q_norm.weight",
-        "attn_q_norm.weight",
-        &[Dim::Head],
-        Some(&["qwen3", "gemma3"]),
-    ),
-    (
-        "self_attn.k_norm.weight",
-        "attn_k_norm.weight",
-        &[Dim::Head],
-        Some(&["qwen3", "gemma3"]),
-    ),
-    (
-        "post_attention_layernorm.weight",
-        "ffn_norm.weight",
-        &[Dim::Embd],
-        Some(&["llama", "qwen2", "qwen3"]),
-    ),
-    (
-        "post_attention_layernorm.weight",
-        "post_attention_norm.weight",
-        &[Dim::Embd],
-        Some(&["gemma3"]),
-    ),
-    (
-        "pre_feedforward_layernorm.weight",
-        "ffn_norm.weight",
-        &[Dim::Embd],
-        Some(&["gemma3"]),
-    ),
-    (
-        "post_feedforward_layernorm.weight",
-        "post_ffw_norm.weight",
-        &[Dim::Embd],
-        Some(&["gemma3"]),
-    ),
-    (
-        "mlp.gate_proj.weight",
-        "ffn_gate.weight",
-        &[Dim::Ffn, Dim::Embd],
-        None,
-    ),
-    (
-        "mlp.up_proj.weight",
-        "ffn_up.weight",
-        &[Dim::Ffn, Dim::Embd],
-        None,
-    ),
-    (
-        "mlp.down_proj.weight",
-        "ffn_down.weight",
-        &[Dim::Embd, Dim::Ffn],
-        None,
-    ),
+    ("input_layernorm.weight", "attn_norm.weight", &[Dim::Embd], None),
+    ("self_attn.q_proj.weight", "attn_q.weight", &[Dim::Q, Dim::Embd], None),
+    ("self_attn.k_proj.weight", "attn_k.weight", &[Dim::Kv, Dim::Embd], None),
+    ("self_attn.v_proj.weight", "attn_v.weight", &[Dim::Kv, Dim::Embd], None),
+    ("self_attn.o_proj.weight", "attn_output.weight", &[Dim::Embd, Dim::Q], None),
+    ("self_attn.q_proj.bias", "attn_q.bias", &[Dim::Q], Some(&["qwen2"])),
+    ("self_attn.k_proj.bias", "attn_k.bias", &[Dim::Kv], Some(&["qwen2"])),
+    ("self_attn.v_proj.bias", "attn_v.bias", &[Dim::Kv], Some(&["qwen2"])),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight", &[Dim::Head], Some(&["qwen3", "gemma3"])),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight", &[Dim::Head], Some(&["qwen3", "gemma3"])),
+    ("post_attention_layernorm.weight", "ffn_norm.weight", &[Dim::Embd], Some(&["llama", "qwen2", "qwen3"])),
+    ("post_attention_layernorm.weight", "post_attention_norm.weight", &[Dim::Embd], Some(&["gemma3"])),
+    ("pre_feedforward_layernorm.weight", "ffn_norm.weight", &[Dim::Embd], Some(&["gemma3"])),
+    ("post_feedforward_layernorm.weight", "post_ffw_norm.weight", &[Dim::Embd], Some(&["gemma3"])),
+    ("mlp.gate_proj.weight", "ffn_gate.weight", &[Dim::Ffn, Dim::Embd], None),
+    ("mlp.up_proj.weight", "ffn_up.weight", &[Dim::Ffn, Dim::Embd], None),
+    ("mlp.down_proj.weight", "ffn_down.weight", &[Dim::Embd, Dim::Ffn], None),
 ];
 
 /// Maps `name`: `Ok(None)` for a tensor the model does not use (RoPE's

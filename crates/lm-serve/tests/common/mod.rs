@@ -26,15 +26,26 @@ impl TestServer {
     /// SmolLM2 served by `parallel` workers (panics naming the fetch
     /// command when the file is missing).
     pub fn smollm2(parallel: usize) -> Self {
-        let lm::GgufModel { decoder, text, .. } = lm::load_gguf(smollm2_path()).unwrap();
-        Self::start(
-            decoder,
-            text,
-            ServeConfig {
-                parallel,
-                ..ServeConfig::default()
-            },
-        )
+        let config = ServeConfig {
+            parallel,
+            ..ServeConfig::default()
+        };
+        Self::gguf(smollm2_path(), config)
+    }
+
+    /// The GGUF file at `path`, served with `config`'s settings.
+    pub fn gguf(path: impl AsRef<std::path::Path>, config: ServeConfig) -> Self {
+        let lm::GgufModel { decoder, text, .. } = lm::load_gguf(path).unwrap();
+        Self::start(decoder, text, config)
+    }
+
+    /// [`TestServer::gguf`] under the model name `name`.
+    pub fn named(path: impl AsRef<std::path::Path>, name: &str, config: ServeConfig) -> Self {
+        let config = ServeConfig {
+            model_name: name.into(),
+            ..config
+        };
+        Self::gguf(path, config)
     }
 
     /// The toy model and its text side, served with `config`'s settings.
