@@ -343,16 +343,6 @@ impl SequenceReport {
         prefixes: bool,
     ) -> Self {
         let (stop_reason, stop_token, stop_string) = stop_reason_parts(&best.stop_reason);
-        let candidates = |list: &[Candidate]| -> Vec<CandidateReport> {
-            list.iter()
-                .map(|c| CandidateReport {
-                    token: c.token,
-                    token_text: codec.token_text(c.token),
-                    prob: c.prob,
-                    logprob: c.logprob,
-                })
-                .collect()
-        };
         let mut running = 0.0;
         let steps = best
             .tokens
@@ -376,7 +366,7 @@ impl SequenceReport {
                     top_logprobs: best
                         .top_candidates
                         .get(index)
-                        .map_or_else(Vec::new, |top| candidates(top)),
+                        .map_or_else(Vec::new, |top| CandidateReport::list(top, codec)),
                     policy_top: Vec::new(),
                     draft: None,
                     rejected_draft: None,
@@ -405,6 +395,20 @@ pub fn beam_text(hypothesis: &Hypothesis, codec: &TextCodec) -> String {
     codec.decode_ids(shown)
 }
 
+impl CandidateReport {
+    /// The reports of a top-N list, in its order.
+    pub fn list(list: &[Candidate], codec: &TextCodec) -> Vec<Self> {
+        list.iter()
+            .map(|c| Self {
+                token: c.token,
+                token_text: codec.token_text(c.token),
+                prob: c.prob,
+                logprob: c.logprob,
+            })
+            .collect()
+    }
+}
+
 impl BeamReport {
     /// The report of one hypothesis.
     pub fn from_hypothesis(hypothesis: &Hypothesis, codec: &TextCodec) -> Self {
@@ -421,16 +425,6 @@ impl BeamReport {
 impl StepReport {
     /// The report of one step; `prefix` is given with `--trace-prefixes`.
     pub fn new(step: &Step, prefix: Option<Vec<TokenId>>, codec: &TextCodec) -> Self {
-        let candidates = |list: &[Candidate]| -> Vec<CandidateReport> {
-            list.iter()
-                .map(|c| CandidateReport {
-                    token: c.token,
-                    token_text: codec.token_text(c.token),
-                    prob: c.prob,
-                    logprob: c.logprob,
-                })
-                .collect()
-        };
         Self {
             prefix_len: step.prefix_len,
             prefix,
@@ -443,8 +437,8 @@ impl StepReport {
             u: step.u,
             n_candidates: Some(StageCountsReport(step.n_candidates)),
             mirostat_mu: step.mirostat_mu,
-            top_logprobs: candidates(&step.model_top),
-            policy_top: candidates(&step.policy_top),
+            top_logprobs: CandidateReport::list(&step.model_top, codec),
+            policy_top: CandidateReport::list(&step.policy_top, codec),
             draft: match step.draft {
                 DraftMark::NotDrafted => None,
                 DraftMark::Accepted => Some("accepted"),
