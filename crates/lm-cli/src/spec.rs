@@ -99,7 +99,7 @@ impl FromStr for ModelSpec {
             return Ok(Self::Gguf(PathBuf::from(spec)));
         }
         // A Hugging Face model directory loads through the same loader.
-        if Path::new(spec).join("config.json").is_file() {
+        if is_hf_dir(Path::new(spec)) {
             return Ok(Self::Gguf(PathBuf::from(spec)));
         }
         if let Ok(metadata) = std::fs::metadata(spec)
@@ -247,16 +247,22 @@ impl ModelSpec {
 
 /// The text side of a GGUF file, without building its weights.
 fn codec_of_gguf(path: &Path) -> Result<TextCodec> {
-    if path.is_dir() {
+    if is_hf_dir(path) {
         return Ok(TextCodec::Bpe(Box::new(lm::GgufText::from_hf_dir(path)?)));
     }
     open(path)?;
     Ok(TextCodec::Bpe(Box::new(lm::GgufText::open(path)?)))
 }
 
-/// A GGUF model through the one loader.
+/// Whether `path` is a Hugging Face model directory (it has a
+/// `config.json`); any other directory is refused as one by [`open`].
+fn is_hf_dir(path: &Path) -> bool {
+    path.join("config.json").is_file()
+}
+
+/// A GGUF file or a Hugging Face directory through the one loader.
 fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
-    if !path.is_dir() {
+    if !is_hf_dir(path) {
         open(path)?;
     }
     let lm::GgufModel { decoder, text } = lm::load(path)?;
