@@ -56,3 +56,17 @@ def write_manifest(out_dir, manifest):
     with open(os.path.join(out_dir, "manifest.json"), "w") as out:
         json.dump(manifest, out, indent=1)
         out.write("\n")
+
+
+def out_folder(description, llama_cpp_version, expected_version):
+    """The `--out` folder of a generator with only that argument, created, once
+    the llama-cpp-python found is the pinned one."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", required=True)
+    out = parser.parse_args().out
+    if llama_cpp_version != expected_version:
+        sys.exit(f"need llama-cpp-python {expected_version}, found {llama_cpp_version}")
+    os.makedirs(out, exist_ok=True)
+    return out

@@ -29,7 +29,6 @@ F16 keeps the files small (under 200 KB in all). The script opens no network
 connection and writes only llama.cpp's outputs, never any of its code.
 """
 
-import argparse
 import ctypes
 import os
 import sys
@@ -38,7 +37,7 @@ import numpy as np
 
 import gguf
 import llama_cpp
-from fixture_json import write_manifest
+from fixture_json import out_folder, write_manifest
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SEED = 20261205
@@ -148,13 +147,8 @@ def tensor_types(path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
-        sys.exit(f"need llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}, found {llama_cpp.__version__}")
-    os.makedirs(args.out, exist_ok=True)
-    src = os.path.join(args.out, "input.f16.gguf")
+    out = out_folder(__doc__.splitlines()[0], llama_cpp.__version__, LLAMA_CPP_PYTHON_VERSION)
+    src = os.path.join(out, "input.f16.gguf")
     write_input(src, np.random.default_rng(SEED))
     manifest = {
         "llama_cpp_python": llama_cpp.__version__,
@@ -163,21 +157,21 @@ def main():
         "outputs": {},
     }
     for name, ftype in FTYPES.items():
-        dst = os.path.join(args.out, f"{name}.gguf")
+        dst = os.path.join(out, f"{name}.gguf")
         quantize(src, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "ftype": ftype, "tensor_types": tensor_types(dst)}
         print(f"{name}: {os.path.getsize(dst)} bytes")
-    src_k = os.path.join(args.out, "input-k.f16.gguf")
+    src_k = os.path.join(out, "input-k.f16.gguf")
     write_k_input(src_k, np.random.default_rng(SEED + 1))
     manifest["input_k"] = "input-k.f16.gguf"
     # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2.
     for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16}.items():
-        dst = os.path.join(args.out, f"{name}.gguf")
+        dst = os.path.join(out, f"{name}.gguf")
         quantize(src_k, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",
                                      "ftype": ftype, "tensor_types": tensor_types(dst)}
         print(f"{name}: {os.path.getsize(dst)} bytes")
-    write_manifest(args.out, manifest)
+    write_manifest(out, manifest)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,13 @@ The script opens no network connection and writes only llama.cpp's outputs,
 never any of its code.
 """
 
-import argparse
 import os
-import sys
 
 import numpy as np
 
 import gguf
 import llama_cpp
-from fixture_json import write_manifest
+from fixture_json import out_folder, write_manifest
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 VOCAB = 512
@@ -210,12 +208,7 @@ def llama_cpp_logits(path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
-        sys.exit(f"need llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}, found {llama_cpp.__version__}")
-    os.makedirs(args.out, exist_ok=True)
+    out = out_folder(__doc__.splitlines()[0], llama_cpp.__version__, LLAMA_CPP_PYTHON_VERSION)
     manifest = {
         "llama_cpp_python": llama_cpp.__version__,
         "gguf": gguf.__version__ if hasattr(gguf, "__version__") else "0.19.0",
@@ -225,10 +218,10 @@ def main():
         "models": {},
     }
     for k, (name, spec) in enumerate(ARCHS.items()):
-        path = os.path.join(args.out, f"{name}.gguf")
+        path = os.path.join(out, f"{name}.gguf")
         write_model(path, spec.get("arch", name), spec, SEED + k + 1)
         logits = llama_cpp_logits(path)
-        logits.astype("<f4").tofile(os.path.join(args.out, f"{name}.logits.f32le.bin"))
+        logits.astype("<f4").tofile(os.path.join(out, f"{name}.logits.f32le.bin"))
         manifest["models"][name] = {
             "file": f"{name}.gguf",
             "logits": f"{name}.logits.f32le.bin",
@@ -237,7 +230,7 @@ def main():
             **{key: value for key, value in spec.items()},
         }
         print(f"{name}: {os.path.getsize(path)} bytes, logits range {logits.min():.3f}..{logits.max():.3f}")
-    write_manifest(args.out, manifest)
+    write_manifest(out, manifest)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use lm_model::{HfError, open_hf_dir};
+use serde_json::json;
 
 use crate::common::fixture_path;
 
@@ -91,7 +92,7 @@ fn unknown_or_absent_architecture() {
     let (_temp, dir) = copy("qwen2");
     let config = dir.join("config.json");
     edit_json(&config, |c| {
-        c["architectures"] = serde_json::json!(["MambaForCausalLM"])
+        c["architectures"] = json!(["MambaForCausalLM"])
     });
     let error = assert_names(
         &dir,
@@ -103,9 +104,7 @@ fn unknown_or_absent_architecture() {
         ],
     );
     assert!(matches!(error, HfError::UnsupportedArchitecture { .. }));
-    edit_json(&config, |c| {
-        c["architectures"] = serde_json::json!("Qwen2ForCausalLM")
-    });
+    edit_json(&config, |c| c["architectures"] = json!("Qwen2ForCausalLM"));
     assert_names(&dir, &["config.json", "architectures", "list of strings"]);
     edit_json(&config, |c| {
         c.as_object_mut().unwrap().remove("architectures");
@@ -123,44 +122,20 @@ fn config_fields_missing_or_of_the_wrong_kind() {
     });
     assert_names(&dir, &["config.json", "`hidden_size` is missing"]);
     for (field, value, says) in [
-        (
-            "num_hidden_layers",
-            serde_json::json!(-2),
-            "expected a count",
-        ),
-        (
-            "num_hidden_layers",
-            serde_json::json!(1e30),
-            "expected a count",
-        ),
-        (
-            "rms_norm_eps",
-            serde_json::json!("small"),
-            "expected a number",
-        ),
-        (
-            "num_attention_heads",
-            serde_json::json!(0),
-            "head count of 0",
-        ),
-        (
-            "num_attention_heads",
-            serde_json::json!(5),
-            "does not divide",
-        ),
-        (
-            "tie_word_embeddings",
-            serde_json::json!("yes"),
-            "true or false",
-        ),
+        ("num_hidden_layers", json!(-2), "expected a count"),
+        ("num_hidden_layers", json!(1e30), "expected a count"),
+        ("rms_norm_eps", json!("small"), "expected a number"),
+        ("num_attention_heads", json!(0), "head count of 0"),
+        ("num_attention_heads", json!(5), "does not divide"),
+        ("tie_word_embeddings", json!("yes"), "true or false"),
         (
             "rope_scaling",
-            serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
+            json!({"rope_type": "yarn", "factor": 4.0}),
             "\"yarn\" is not supported",
         ),
         (
             "rope_scaling",
-            serde_json::json!({"rope_type": "linear"}),
+            json!({"rope_type": "linear"}),
             "rope_scaling.factor",
         ),
     ] {
@@ -174,7 +149,7 @@ fn config_fields_missing_or_of_the_wrong_kind() {
 fn a_wrong_hidden_size_is_a_shape_error_naming_the_tensor() {
     let (_temp, dir) = copy("qwen2");
     edit_json(&dir.join("config.json"), |c| {
-        c["intermediate_size"] = serde_json::json!(128)
+        c["intermediate_size"] = json!(128)
     });
     let error = assert_names(
         &dir,
@@ -207,10 +182,8 @@ fn shards_missing_misplaced_or_outside_the_directory() {
     let (_temp2, dir) = copy("qwen3");
     let index = dir.join("model.safetensors.index.json");
     edit_json(&index, |i| {
-        i["weight_map"]["model.norm.weight"] =
-            serde_json::json!("model-00002-of-00002.safetensors");
-        i["weight_map"]["model.embed_tokens.weight"] =
-            serde_json::json!("model-00002-of-00002.safetensors");
+        i["weight_map"]["model.norm.weight"] = json!("model-00002-of-00002.safetensors");
+        i["weight_map"]["model.embed_tokens.weight"] = json!("model-00002-of-00002.safetensors");
     });
     assert_names(
         &dir,
@@ -218,7 +191,7 @@ fn shards_missing_misplaced_or_outside_the_directory() {
     );
     fs::write(&index, &original).unwrap();
     edit_json(&index, |i| {
-        i["weight_map"]["model.norm.weight"] = serde_json::json!("../config.json")
+        i["weight_map"]["model.norm.weight"] = json!("../config.json")
     });
     assert_names(
         &dir,
@@ -230,7 +203,7 @@ fn shards_missing_misplaced_or_outside_the_directory() {
     fs::write(&index, &original).unwrap();
     edit_json(&index, |i| {
         i["weight_map"]["model.layers.7.mlp.up_proj.weight"] =
-            serde_json::json!("model-00001-of-00002.safetensors")
+            json!("model-00001-of-00002.safetensors")
     });
     assert_names(
         &dir,
@@ -361,7 +334,7 @@ fn tensors_of_the_wrong_dtype_name_or_shape() {
     // Untied, with no lm_head.weight.
     let (_temp2, dir) = copy("qwen2");
     edit_json(&dir.join("config.json"), |c| {
-        c["tie_word_embeddings"] = serde_json::json!(false)
+        c["tie_word_embeddings"] = json!(false)
     });
     assert_names(&dir, &["lm_head.weight", "missing"]);
 }

@@ -157,6 +157,17 @@ impl Linear {
         Self::matmul_each(dispatch, xs, n, [(self, ys)]);
     }
 
+    /// Panics unless `xs` is `n` inputs and `ys` `n` outputs of this weight.
+    fn assert_product_shape(&self, xs: &[f32], ys: &[f32], n: usize) {
+        assert_eq!(
+            (xs.len(), ys.len()),
+            (n * self.n_cols(), n * self.n_rows()),
+            "matmul of {n} rows through a {} x {} weight",
+            self.n_rows(),
+            self.n_cols()
+        );
+    }
+
     /// [`Linear::matmul`] of the same `n` rows `xs` through each weight of
     /// `products` into its output: a layer's query, key and value
     /// projections, or its gate and up projections. File-backed weights go
@@ -170,13 +181,7 @@ impl Linear {
         products: [(&Linear, &mut [f32]); N],
     ) {
         for (w, ys) in &products {
-            assert_eq!(
-                (xs.len(), ys.len()),
-                (n * w.n_cols(), n * w.n_rows()),
-                "matmul of {n} rows through a {} x {} weight",
-                w.n_rows(),
-                w.n_cols()
-            );
+            w.assert_product_shape(xs, ys, n);
         }
         if products
             .iter()
@@ -214,13 +219,7 @@ impl Linear {
         let mut views: Vec<(QMatrix<'_>, &mut [f32])> = products
             .into_iter()
             .map(|(w, ys)| {
-                assert_eq!(
-                    (xs.len(), ys.len()),
-                    (n * w.n_cols(), n * w.n_rows()),
-                    "matmul of {n} rows through a {} x {} weight",
-                    w.n_rows(),
-                    w.n_cols()
-                );
+                w.assert_product_shape(xs, ys, n);
                 match &w.storage {
                     Storage::File(m) => (m.view(dispatch), ys),
                     Storage::Dense(_) => panic!("matmul_each_file of a dense weight"),
