@@ -7,7 +7,7 @@
 use lm::{FormatError, GgufText, OutputFormat};
 use lm_core::{Detokenize, TokenId};
 use lm_decode::OutputConstraint;
-use lm_tokenize::{Message, TextPart};
+use lm_tokenize::Message;
 
 /// The error a [`ServedText`] reports (its own type, boxed): a prompt that
 /// does not encode, a model without a chat template. The server answers it
@@ -168,18 +168,7 @@ impl ServedText for GgufText {
         let parts = self
             .chat_template()?
             .render_parts_with_tools(messages, Some(tools))?;
-        if parse_special {
-            let text: String = parts.iter().map(|part| part.text.as_str()).collect();
-            return Ok(self.tokenizer.encode(&text)?);
-        }
-        let parts: Vec<TextPart<'_>> = parts
-            .iter()
-            .map(|part| TextPart {
-                text: &part.text,
-                parse_special: !part.is_content,
-            })
-            .collect();
-        Ok(self.tokenizer.encode_parts(&parts)?)
+        Ok(self.encode_chat_parts(&parts, parse_special)?)
     }
 
     fn end_tokens(&self) -> Vec<TokenId> {

@@ -14,7 +14,9 @@ use std::path::Path;
 
 use lm_core::TokenId;
 use lm_model::{Decoder, GgufError, GgufFile, Llama};
-use lm_tokenize::{BpeVocab, ChatTemplate, Message, SpmVocab, TextPart, TokenizeError, Tokenizer};
+use lm_tokenize::{
+    BpeVocab, ChatPart, ChatTemplate, Message, SpmVocab, TextPart, TokenizeError, Tokenizer,
+};
 
 use crate::error::{Error, TextError};
 use crate::structured::{FormatError, OutputFormat, StructuredOutput};
@@ -147,7 +149,21 @@ impl GgufText {
         if parse_special {
             return Ok(self.tokenizer.encode(&template.render_prompt(messages)?)?);
         }
-        let parts = template.render_parts(messages)?;
+        self.encode_chat_parts(&template.render_parts(messages)?, false)
+    }
+
+    /// A rendered conversation's ids: its parts' texts joined and read with
+    /// special tokens parsed everywhere (`parse_special`), or the template's
+    /// own text parsed and the messages' contents read as plain text.
+    pub fn encode_chat_parts(
+        &self,
+        parts: &[ChatPart],
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextError> {
+        if parse_special {
+            let text: String = parts.iter().map(|part| part.text.as_str()).collect();
+            return Ok(self.tokenizer.encode(&text)?);
+        }
         let parts: Vec<TextPart<'_>> = parts
             .iter()
             .map(|part| TextPart {
