@@ -169,7 +169,7 @@ fn check_case(
     let mut sampler = Sampler::new(&config).unwrap();
     sampler.push_filter(rule.filter());
     let policy = sampler.policy(logits, &[]).unwrap();
-    let (from_chain, positive) = kept_sets(&policy, &ours_probs);
+    let (from_chain, positive) = kept_sets(policy, &ours_probs);
     let sum: f64 = policy.iter().map(|&p| f64::from(p)).sum();
     if from_chain != positive || (sum - 1.0).abs() > 1e-5 {
         return Err(format!(

@@ -230,7 +230,7 @@ fn every_stage_leaves_what_llama_cpp_leaves() {
         // The chain built from the config gives the stage's set.
         let mut sampler_chain = Sampler::new(&config(sampler, params)).unwrap();
         let policy = sampler_chain.policy(logits, &[]).unwrap();
-        let (from_chain, positive) = kept_sets(&policy, &by_id);
+        let (from_chain, positive) = kept_sets(policy, &by_id);
         assert_eq!(from_chain, positive, "{what}: the chain");
         *n_compared.entry(sampler).or_default() += 1;
     }

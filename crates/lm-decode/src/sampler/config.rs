@@ -871,15 +871,18 @@ mod tests {
         assert!(serde_json::from_str::<SamplingConfig>(r#"{"top_q": 1}"#).is_err());
     }
 
+    /// One setting changed from the default.
+    type Setting = fn(&mut SamplingConfig);
+
     #[test]
     fn validate_names_the_field_of_each_refused_stage() {
         let base = SamplingConfig::default;
-        let with = |set: fn(&mut SamplingConfig)| {
+        let with = |set: Setting| {
             let mut config = base();
             set(&mut config);
             config
         };
-        let named: [(fn(&mut SamplingConfig), &str); 8] = [
+        let named: [(Setting, &str); 8] = [
             (|c| c.temperature = -1.0, "temperature"),
             (|c| c.top_k = Some(0), "top_k"),
             (|c| c.top_p = Some(0.0), "top_p"),
@@ -896,7 +899,7 @@ mod tests {
             let config = with(set);
             assert_eq!(config.validate().unwrap_err().field, field, "{config:?}");
         }
-        let described: [(fn(&mut SamplingConfig), &str, Error, &str); 5] = [
+        let described: [(Setting, &str, Error, &str); 5] = [
             (
                 |c| c.typical_p = Some(0.0),
                 "typical_p",
