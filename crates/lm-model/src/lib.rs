@@ -68,10 +68,10 @@
 //! with opt-level 0. `debug-assertions = false` above silences it; the
 //! workspace's own tests keep lm-model's assertions on.
 #![deny(missing_docs)]
-// `unsafe` lives in `kernels` (which allows it) and in the three
+// `unsafe` lives in `kernels` (which allows it) and in the two
 // operating-system calls that cannot be safe, each alone in one function:
-// `allocator::set_mmap_threshold` and the mapping of a model file in `gguf`
-// and of a safetensors file in `hf`.
+// `allocator::set_mmap_threshold` and `gguf::map_read_only`, which maps a
+// model file (and a safetensors shard for `hf`).
 #![deny(unsafe_code)]
 
 mod allocator;

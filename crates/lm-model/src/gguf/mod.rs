@@ -130,16 +130,9 @@ impl Storage {
         }
     }
 
-    /// Maps `file` read-only: one of the crate's two operating-system calls
-    /// outside the kernels that cannot be safe (the other sets the
-    /// allocator's threshold).
-    #[allow(unsafe_code)]
+    /// Maps `file` read-only ([`map_read_only`]).
     fn map(file: &File) -> io::Result<Storage> {
-        // SAFETY: the map is read-only and private to its `GgufFile`; like
-        // every reader of mapped files we rely on the file not being
-        // truncated or rewritten underneath us while it is open (documented
-        // on `GgufFile::map`).
-        unsafe { Mmap::map(file) }.map(Storage::Mapped)
+        map_read_only(file).map(Storage::Mapped)
     }
 
     /// Reads `file` whole into fresh anonymous memory that the kernel is
@@ -710,4 +703,18 @@ fn array_of(item: &MetadataValue) -> &'static str {
         MetadataValue::String(_) => "an array of string",
         MetadataValue::Array(_) => "an array of arrays",
     }
+}
+
+/// Maps `file` read-only, for a `GgufFile` or a safetensors shard being
+/// converted (`hf/shards.rs`): one of the crate's two operating-system calls
+/// outside the kernels that cannot be safe (the other sets the allocator's
+/// threshold).
+#[allow(unsafe_code)]
+pub(crate) fn map_read_only(file: &File) -> io::Result<Mmap> {
+    // SAFETY: the map is read-only and private to its owner (a `GgufFile`,
+    // or a `Shard` that lives only while its checkpoint is converted); like
+    // every reader of mapped files we rely on the file not being truncated
+    // or rewritten underneath us while it is open (documented on
+    // `GgufFile::map`).
+    unsafe { Mmap::map(file) }
 }

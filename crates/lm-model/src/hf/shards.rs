@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::HfError;
 use super::config::read_json_object;
+use crate::gguf::map_read_only;
 
 /// One safetensors file, mapped.
 pub(crate) struct Shard {
@@ -107,16 +108,6 @@ fn map(path: &Path) -> Result<Shard, HfError> {
     }
     Ok(Shard {
         path: path.to_path_buf(),
-        map: map_file(&file).map_err(io)?,
+        map: map_read_only(&file).map_err(io)?,
     })
-}
-
-/// Maps `file` read-only: the module's one call that cannot be safe.
-#[allow(unsafe_code)]
-fn map_file(file: &File) -> std::io::Result<Mmap> {
-    // SAFETY: the map is read-only and private to its `Shard`, which lives
-    // only while the checkpoint is converted; like every reader of mapped
-    // files we rely on the file not being truncated or rewritten meanwhile
-    // (as `GgufFile::map` documents).
-    unsafe { Mmap::map(file) }
 }
