@@ -1,0 +1,200 @@
+//! llama-cpp-python's OpenAI-shaped results, so a script written for its
+//! `Llama.create_completion` / `create_chat_completion` runs with a changed
+//! import: the dicts, and with `stream=True` the iterator of chunk dicts.
+//!
+//! ```text
+//! completion:  {"id": "cmpl-…", "object": "text_completion", "created", "model",
+//!               "choices": [{"text", "index": 0, "logprobs": None, "finish_reason"}], "usage"}
+//! chat:        {"id": "chatcmpl-…", "object": "chat.completion", …,
+//!               "choices": [{"index": 0, "message": {"role": "assistant", "content"}, …}], "usage"}
+//! chat chunks: delta {"role": "assistant"}, then {"content": piece} …, then {} with finish_reason
+//! ```
+
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lm_decode::SamplingConfig;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::LmError;
+use crate::run::{Completion, Event, Worker, lock};
+
+/// Which of the two endpoints' shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Completion,
+    Chat,
+}
+
+/// The fields every dict and chunk of one response shares.
+#[derive(Debug, Clone)]
+struct Header {
+    kind: Kind,
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Header {
+    fn new(kind: Kind, model: String) -> Self {
+        let prefix = match kind {
+            Kind::Completion => "cmpl",
+            Kind::Chat => "chatcmpl",
+        };
+        Self {
+            kind,
+            id: format!("{prefix}-{:016x}", SamplingConfig::fresh_seed()),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_secs()),
+            model,
+        }
+    }
+
+    /// A dict with the shared fields and `object`, holding `choice`.
+    fn wrap<'py>(
+        &self,
+        py: Python<'py>,
+        object: &str,
+        choice: Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        dict.set_item("id", &self.id)?;
+        dict.set_item("object", object)?;
+        dict.set_item("created", self.created)?;
+        dict.set_item("model", &self.model)?;
+        choice.set_item("index", 0)?;
+        choice.set_item("logprobs", py.None())?;
+        dict.set_item("choices", vec![choice])?;
+        Ok(dict)
+    }
+
+    /// One streamed chunk: a piece of text, the role opening a chat, or
+    /// (with `finish_reason`) the last one.
+    fn chunk<'py>(
+        &self,
+        py: Python<'py>,
+        content: Option<&str>,
+        role: bool,
+        finish_reason: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let choice = PyDict::new(py);
+        let object = match self.kind {
+            Kind::Completion => {
+                choice.set_item("text", content.unwrap_or_default())?;
+                "text_completion"
+            }
+            Kind::Chat => {
+                let delta = PyDict::new(py);
+                if role {
+                    delta.set_item("role", "assistant")?;
+                }
+                if let Some(content) = content {
+                    delta.set_item("content", content)?;
+                }
+                choice.set_item("delta", delta)?;
+                "chat.completion.chunk"
+            }
+        };
+        choice.set_item("finish_reason", finish_reason)?;
+        self.wrap(py, object, choice)
+    }
+
+    /// The whole response of a finished run.
+    fn response<'py>(&self, py: Python<'py>, run: &Completion) -> PyResult<Bound<'py, PyDict>> {
+        let choice = PyDict::new(py);
+        let object = match self.kind {
+            Kind::Completion => {
+                choice.set_item("text", run.text())?;
+                "text_completion"
+            }
+            Kind::Chat => {
+                let message = PyDict::new(py);
+                message.set_item("role", "assistant")?;
+                message.set_item("content", run.text())?;
+                choice.set_item("message", message)?;
+                "chat.completion"
+            }
+        };
+        choice.set_item("finish_reason", run.finish_reason())?;
+        let dict = self.wrap(py, object, choice)?;
+        let (prompt_tokens, completion_tokens) = run.counts();
+        let usage = PyDict::new(py);
+        usage.set_item("prompt_tokens", prompt_tokens)?;
+        usage.set_item("completion_tokens", completion_tokens)?;
+        usage.set_item("total_tokens", prompt_tokens + completion_tokens)?;
+        dict.set_item("usage", usage)?;
+        Ok(dict)
+    }
+}
+
+/// The response dict of a run, or with `stream` its chunk iterator.
+pub fn respond(
+    py: Python<'_>,
+    model: String,
+    kind: Kind,
+    worker: Worker,
+    stream: bool,
+) -> PyResult<Py<PyAny>> {
+    let header = Header::new(kind, model);
+    if stream {
+        let chunks = ChunkStream {
+            header,
+            worker: Mutex::new(worker),
+            started: Mutex::new(false),
+        };
+        return Ok(Py::new(py, chunks)?.into_any());
+    }
+    let run = Completion::new(worker.finish(py)?);
+    Ok(header.response(py, &run)?.into_any().unbind())
+}
+
+/// The chunks of a streamed `create_completion` or
+/// `create_chat_completion`; breaking out of the loop stops the run.
+#[pyclass(frozen, module = "lm")]
+#[derive(Debug)]
+pub struct ChunkStream {
+    header: Header,
+    worker: Mutex<Worker>,
+    /// Whether the opening chunk (a chat's role) was sent.
+    started: Mutex<bool>,
+}
+
+#[pymethods]
+impl ChunkStream {
+    /// The stream is its own iterator.
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next chunk dict; `StopIteration` after the one with a
+    /// `finish_reason`.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut worker = lock(&self.worker)?;
+        let mut started = self
+            .started
+            .lock()
+            .map_err(|_| LmError::new_err("poisoned"))?;
+        if !*started {
+            *started = true;
+            if self.header.kind == Kind::Chat {
+                return self.header.chunk(py, None, true, None).map(Some);
+            }
+        }
+        match worker.next(py)? {
+            Some(Event::Piece(text)) => self.header.chunk(py, Some(&text), false, None).map(Some),
+            Some(Event::Done(run)) => {
+                let run = Completion::new(*run);
+                let content = match self.header.kind {
+                    Kind::Completion => Some(""),
+                    Kind::Chat => None,
+                };
+                self.header
+                    .chunk(py, content, false, Some(run.finish_reason()))
+                    .map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+}

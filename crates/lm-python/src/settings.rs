@@ -1,0 +1,274 @@
+//! Keyword arguments to a `GenerationConfig`: the one reader of the
+//! generation settings that `generate`, `chat`, `create_completion` and
+//! `create_chat_completion` all take (each method has its own defaults:
+//! llama-cpp-python's for the `create_*` pair, so code written for it gets
+//! the same settings).
+//!
+//! A keyword the engine does not know is refused, never ignored; `None`
+//! means "not given" (llama-cpp-python passes `seed=None`). The ranges are
+//! checked once, by lm-decode (`SamplingConfig::validate`).
+
+use lm::OutputFormat;
+use lm_decode::{GenerationConfig, SamplingConfig};
+use pyo3::conversion::FromPyObjectOwned;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyDictMethods, PyList, PyString};
+
+use crate::errors::{self, invalid};
+
+/// The settings a method starts from.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    /// `None`: until an end token or the context is full.
+    pub max_new_tokens: Option<usize>,
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+}
+
+/// `generate` and `chat`: lm-decode's own defaults (temperature 1, no
+/// filter) and HF's 20 new tokens.
+pub const GENERATE: Defaults = Defaults {
+    max_new_tokens: Some(20),
+    temperature: 1.0,
+    top_k: None,
+    top_p: None,
+    min_p: None,
+};
+
+/// llama-cpp-python's `create_completion` defaults.
+pub const COMPLETION: Defaults = Defaults {
+    max_new_tokens: Some(16),
+    temperature: 0.8,
+    top_k: Some(40),
+    top_p: Some(0.95),
+    min_p: Some(0.05),
+};
+
+/// llama-cpp-python's `create_chat_completion` defaults.
+pub const CHAT_COMPLETION: Defaults = Defaults {
+    max_new_tokens: None,
+    temperature: 0.2,
+    top_k: Some(40),
+    top_p: Some(0.95),
+    min_p: Some(0.05),
+};
+
+/// The keywords [`parse`] reads, for the error that names an unknown one.
+const KNOWN: &str = "max_new_tokens (max_tokens), min_new_tokens, temperature, top_k, top_p, min_p, \
+     typical_p, seed, stop, repeat_penalty (repetition_penalty), presence_penalty, \
+     frequency_penalty, mirostat_mode, mirostat_tau, mirostat_eta, logit_bias, json_schema, \
+     regex, grammar, choice, response_format";
+
+/// What the keywords asked for.
+#[derive(Debug)]
+pub struct Settings {
+    /// The loop's settings, without end tokens or constraint (the model's).
+    pub config: GenerationConfig,
+    /// `None`: until an end token or the context is full.
+    pub max_new_tokens: Option<usize>,
+    /// Structured output.
+    pub format: Option<OutputFormat>,
+}
+
+/// The keyword arguments, taken one by one; what is left is unknown.
+struct Kwargs<'py> {
+    dict: Option<Bound<'py, PyDict>>,
+}
+
+impl<'py> Kwargs<'py> {
+    /// The value of `key` (removed), `None` when absent or `None`.
+    fn take<T: FromPyObjectOwned<'py>>(&mut self, key: &str) -> PyResult<Option<T>> {
+        let Some(dict) = &self.dict else {
+            return Ok(None);
+        };
+        let Some(value) = dict.get_item(key)? else {
+            return Ok(None);
+        };
+        dict.del_item(key)?;
+        if value.is_none() {
+            return Ok(None);
+        }
+        value.extract::<T>().map(Some).map_err(|error| {
+            let error: PyErr = error.into();
+            invalid(format!("{key}: {error}"))
+        })
+    }
+
+    /// The value under either of two names (both given: refused).
+    fn take_either<T: FromPyObjectOwned<'py>>(&mut self, a: &str, b: &str) -> PyResult<Option<T>> {
+        match (self.take(a)?, self.take(b)?) {
+            (Some(_), Some(_)) => Err(invalid(format!("give {a} or {b}, not both"))),
+            (x, y) => Ok(x.or(y)),
+        }
+    }
+
+    /// The raw object under `key` (removed), `None` when absent or `None`.
+    fn take_object(&mut self, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.take::<Bound<'py, PyAny>>(key)
+    }
+
+    /// Refuses whatever keyword is left.
+    fn finish(self) -> PyResult<()> {
+        if let Some(dict) = self.dict
+            && let Some((key, _)) = dict.iter().next()
+        {
+            return Err(invalid(format!(
+                "unknown keyword argument {key} (accepted: {KNOWN})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the generation keywords of `kwargs` (a copy is consumed).
+pub fn parse(kwargs: Option<&Bound<'_, PyDict>>, defaults: Defaults) -> PyResult<Settings> {
+    let mut args = Kwargs {
+        dict: kwargs.map(|dict| dict.copy()).transpose()?,
+    };
+    let given = |key: &str| {
+        args.dict
+            .as_ref()
+            .map_or(Ok(false), |dict| dict.contains(key))
+    };
+    // Given as None: until the context is full.
+    let max_new_tokens = if given("max_new_tokens")? || given("max_tokens")? {
+        args.take_either::<usize>("max_new_tokens", "max_tokens")?
+    } else {
+        defaults.max_new_tokens
+    };
+    let mut sampling = SamplingConfig {
+        temperature: args.take("temperature")?.unwrap_or(defaults.temperature),
+        top_k: args.take("top_k")?.or(defaults.top_k),
+        top_p: args.take("top_p")?.or(defaults.top_p),
+        min_p: args.take("min_p")?.or(defaults.min_p),
+        typical_p: args.take("typical_p")?,
+        mirostat: args.take("mirostat_mode")?,
+        mirostat_tau: args.take("mirostat_tau")?,
+        mirostat_eta: args.take("mirostat_eta")?,
+        repetition_penalty: args.take_either("repeat_penalty", "repetition_penalty")?,
+        presence_penalty: args.take("presence_penalty")?,
+        frequency_penalty: args.take("frequency_penalty")?,
+        seed: match args.take::<u64>("seed")? {
+            Some(seed) => seed,
+            None => SamplingConfig::fresh_seed(),
+        },
+        ..SamplingConfig::default()
+    };
+    if let Some(bias) = args.take::<Bound<'_, PyDict>>("logit_bias")? {
+        for (token, value) in bias.iter() {
+            // llama-cpp-python and OpenAI key the bias by the id's text.
+            let token: u32 = match token.extract::<u32>() {
+                Ok(id) => id,
+                Err(_) => token
+                    .extract::<String>()?
+                    .parse()
+                    .map_err(|_| invalid(format!("logit_bias: key {token} is not a token id")))?,
+            };
+            sampling.logit_bias.push((token, value.extract::<f32>()?));
+        }
+    }
+    sampling
+        .validate()
+        .map_err(|error| invalid(error.to_string()))?;
+    let stop_strings = match args.take_object("stop")? {
+        None => Vec::new(),
+        Some(stop) if stop.is_instance_of::<PyString>() => vec![stop.extract::<String>()?],
+        Some(stop) => stop
+            .extract::<Vec<String>>()
+            .map_err(|_| invalid("stop: expected a string or a list of strings"))?,
+    };
+    let format = format(&mut args)?;
+    let config = GenerationConfig {
+        min_new_tokens: args.take("min_new_tokens")?.unwrap_or(0),
+        sampling,
+        stop_strings,
+        ..GenerationConfig::default()
+    };
+    args.finish()?;
+    Ok(Settings {
+        config,
+        max_new_tokens,
+        format,
+    })
+}
+
+/// The structured-output keywords: at most one of `json_schema`, `regex`,
+/// `grammar` (Lark), `choice` and `response_format` (OpenAI's and
+/// llama-cpp-python's shapes), checked by the grammar engine.
+fn format(args: &mut Kwargs<'_>) -> PyResult<Option<OutputFormat>> {
+    let mut formats = Vec::new();
+    if let Some(schema) = args.take_object("json_schema")? {
+        formats.push(OutputFormat::JsonSchema(to_json(&schema)?));
+    }
+    if let Some(pattern) = args.take::<String>("regex")? {
+        formats.push(OutputFormat::Regex(pattern));
+    }
+    if let Some(grammar) = args.take::<String>("grammar")? {
+        formats.push(OutputFormat::Lark(grammar));
+    }
+    if let Some(choice) = args.take::<Vec<String>>("choice")? {
+        formats.push(OutputFormat::Choice(choice));
+    }
+    if let Some(response_format) = args.take_object("response_format")?
+        && let Some(format) = response_format_of(&to_json(&response_format)?)?
+    {
+        formats.push(format);
+    }
+    if formats.len() > 1 {
+        return Err(invalid(
+            "give at most one of json_schema, regex, grammar, choice and response_format",
+        ));
+    }
+    let format = formats.pop();
+    if let Some(format) = &format {
+        format.check().map_err(errors::from_format)?;
+    }
+    Ok(format)
+}
+
+/// `{"type": "text"}`, `{"type": "json_object"[, "schema": ...]}`
+/// (llama-cpp-python) or `{"type": "json_schema", "json_schema": {"schema": ...}}`
+/// (OpenAI).
+fn response_format_of(value: &serde_json::Value) -> PyResult<Option<OutputFormat>> {
+    let kind = value.get("type").and_then(serde_json::Value::as_str);
+    match kind {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(match value.get("schema") {
+            Some(schema) => OutputFormat::JsonSchema(schema.clone()),
+            None => OutputFormat::JsonObject,
+        })),
+        Some("json_schema") => value
+            .get("json_schema")
+            .and_then(|inner| inner.get("schema"))
+            .map(|schema| Some(OutputFormat::JsonSchema(schema.clone())))
+            .ok_or_else(|| invalid("response_format: json_schema needs json_schema.schema")),
+        _ => Err(invalid(format!(
+            "response_format: type must be \"text\", \"json_object\" or \"json_schema\", not {}",
+            value.get("type").unwrap_or(&serde_json::Value::Null)
+        ))),
+    }
+}
+
+/// A Python value (a dict, or a JSON string) as JSON, through Python's own
+/// `json` module so every JSON-able value converts the way Python writes it.
+pub fn to_json(value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    let text = if value.is_instance_of::<PyString>() {
+        value.extract::<String>()?
+    } else {
+        let json = value.py().import("json")?;
+        json.call_method1("dumps", (value,))?.extract::<String>()?
+    };
+    serde_json::from_str(&text).map_err(|error| invalid(format!("not JSON: {error}")))
+}
+
+/// Chat messages (a list of `{"role", "content"}` dicts) as lm-tokenize's.
+pub fn messages(value: &Bound<'_, PyAny>) -> PyResult<Vec<lm_tokenize::Message>> {
+    if !value.is_instance_of::<PyList>() {
+        return Err(invalid(
+            "messages: expected a list of {\"role\": ..., \"content\": ...} dicts",
+        ));
+    }
+    serde_json::from_value(to_json(value)?).map_err(|error| invalid(format!("messages: {error}")))
+}
