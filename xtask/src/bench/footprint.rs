@@ -23,9 +23,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use lm_model::{
-    AttentionKind, GgufFile, KV_CHUNK_LEN, KvPrecision, Llama, TensorInfo, TransformerConfig,
-};
+use lm_model::{AttentionKind, GgufFile, KV_CHUNK_LEN, Llama, TensorInfo, TransformerConfig};
 
 /// Issue 35's peak RSS allowance over file size + KV cache.
 pub(super) const RSS_MARGIN: f64 = 1.1;
@@ -82,12 +80,9 @@ impl Footprint {
         self.weight_bytes_per_token + kv
     }
 
-    /// `f16` or `f32`, as the cache stores keys and values.
+    /// `f16`, `f32` or `q8_0`, as the cache stores keys and values.
     pub(super) fn kv_type(&self) -> &'static str {
-        match self.config.kv_precision {
-            KvPrecision::F16 => "f16",
-            KvPrecision::F32 => "f32",
-        }
+        self.config.kv_precision.name()
     }
 }
 
@@ -111,11 +106,7 @@ fn weight_bytes_per_token(tensors: &[TensorInfo], tied_output: bool) -> u64 {
 /// Key and value bytes over every layer, with `positions(kind)` positions
 /// in a layer of that attention kind.
 fn kv_bytes(config: &TransformerConfig, positions: impl Fn(AttentionKind) -> usize) -> u64 {
-    let element_bytes = match config.kv_precision {
-        KvPrecision::F16 => 2,
-        KvPrecision::F32 => 4,
-    };
-    let per_position = 2 * config.n_kv_head * config.head_dim * element_bytes;
+    let per_position = 2 * config.n_kv_head * config.kv_precision.row_bytes(config.head_dim);
     (0..config.n_layer)
         .map(|layer_idx| (per_position * positions(config.attention_kind(layer_idx))) as u64)
         .sum()
@@ -146,7 +137,7 @@ fn positions_stored(config: &TransformerConfig, kind: AttentionKind, n_positions
 #[cfg(test)]
 mod tests {
     use lm_core::LanguageModel;
-    use lm_model::{GgmlType, SlidingWindow, Toy, ToyArchitecture};
+    use lm_model::{GgmlType, KvPrecision, SlidingWindow, Toy, ToyArchitecture};
 
     use super::*;
 

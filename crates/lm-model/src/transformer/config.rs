@@ -175,6 +175,36 @@ pub enum KvPrecision {
     /// it moves SmolLM2's logits by up to ~1 toward llama.cpp's (its own
     /// f16-versus-f32 cache difference).
     F16,
+    /// llama.cpp's `type_k = type_v = q8_0` cache (with flash attention,
+    /// which a quantized V needs there): each run of 32 values of a key or
+    /// value along its head's dimensions stored as 32 int8s and an f16
+    /// scale, 34 bytes against f16's 64; queries are rounded through q8_0
+    /// as llama.cpp's do before their products with q8_0 keys; weights and
+    /// sums stay in f32.
+    Q8_0,
+}
+
+impl KvPrecision {
+    /// llama.cpp's name of the cache type (`f32`, `f16`, `q8_0`), which
+    /// `--kv-type` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Bytes of one head's key (or value) of `head_dim` values as stored:
+    /// at q8_0 a byte a value and two per block of 32 (a shorter last
+    /// block included).
+    pub fn row_bytes(self, head_dim: usize) -> usize {
+        match self {
+            Self::F32 => 4 * head_dim,
+            Self::F16 => 2 * head_dim,
+            Self::Q8_0 => head_dim + 2 * head_dim.div_ceil(32),
+        }
+    }
 }
 
 /// The sizes and block kinds of a decoder-only transformer.

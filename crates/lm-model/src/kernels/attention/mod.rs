@@ -9,6 +9,8 @@
 //!   query rows a pass, and the software prefetch.
 //! - `avx2`, `avx512`: those kernels in 8-wide (AVX2, FMA, F16C) and
 //!   16-wide (AVX-512 F) vectors.
+//! - `q8_0`: llama.cpp's 8-bit blocks for a q8_0 cache: quantizing keys,
+//!   values and queries, and widening a chunk to f32 rows for the kernels.
 //!
 //! The way in is [`run_tile`]: it takes a [`Dispatch`] and runs a
 //! [`TileJob`] (the algorithm) with the fastest [`TileKernels`] it allows,
@@ -30,6 +32,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
+pub(crate) mod q8_0;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
