@@ -104,3 +104,4 @@ pub use transformer::{
     NormKind, PositionKind, QkvBias, RopeMode, RopeOptions, SUPPORTED_ARCHITECTURES, SlidingWindow,
     TOY_VOCAB, Toy, ToyArchitecture, TransformerConfig, TransformerError,
 };
+pub use transformer::{ModelFingerprint, STATE_MAGIC, STATE_VERSION, StateFileError};

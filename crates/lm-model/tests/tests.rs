@@ -29,5 +29,6 @@ mod ngram_kneser_ney;
 mod ngram_score;
 mod quant_kernels;
 mod quantize;
+mod state_file;
 mod toy;
 mod transformer;

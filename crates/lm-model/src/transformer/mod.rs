@@ -15,6 +15,8 @@
 //!   configuration.
 //! - `llama`: a GGUF file's decoder ([`Llama`]), its weights multiplied in
 //!   their quantized blocks.
+//! - `state_file`: a [`DecoderState`] as bytes, stamped with its model's
+//!   [`ModelFingerprint`] ([`DecoderState::write_to`], [`Decoder::read_state`]).
 //!
 //! [`Decoder`] implements [`lm_core::LanguageModel`] with [`DecoderState`]
 //! as its state; the toy and llama are constructors of a `Decoder`. There are
@@ -52,6 +54,7 @@ mod moe;
 mod norm;
 mod reference;
 mod rope;
+mod state_file;
 mod toy;
 
 pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
@@ -68,4 +71,5 @@ pub use linear::Linear;
 pub use llama::Llama;
 pub use model::{Decoder, DecoderState, DecoderWeights, LayerWeights, QkvBias};
 pub use norm::Norm;
+pub use state_file::{ModelFingerprint, STATE_MAGIC, STATE_VERSION, StateFileError};
 pub use toy::{TOY_VOCAB, Toy, ToyArchitecture};

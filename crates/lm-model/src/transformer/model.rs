@@ -324,13 +324,13 @@ impl Decoder {
 /// [`KvCache`]) and starts with empty scratch.
 #[derive(Debug)]
 pub struct DecoderState {
-    cache: KvCache,
+    pub(super) cache: KvCache,
     scratch: Scratch,
     /// With sliding-window layers (whose cache keeps only a ring), the
     /// tokens read, from position 0 to at least `pos`, so the model can
     /// recompute after a truncation further back than the ring reaches;
     /// `None` for other models, which never need them.
-    history: Option<Vec<TokenId>>,
+    pub(super) history: Option<Vec<TokenId>>,
 }
 
 impl Clone for DecoderState {
