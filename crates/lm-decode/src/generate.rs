@@ -300,6 +300,41 @@ pub fn generate_from_state<M: LanguageModel, H: GenerationHook>(
     finish(result, hook_error)
 }
 
+/// No hook: `()` only continues, for a caller of [`crate::generate_speculative`],
+/// [`crate::generate_cached`] or [`generate_with_hook`] that watches nothing
+/// (as [`generate`] is [`generate_streaming`] without one).
+///
+/// ```
+/// # use lm_core::{LanguageModel, Prefix, Rows, TokenId};
+/// use lm_decode::{GenerationConfig, PromptLookup, SamplingConfig, generate_speculative};
+/// # struct Next;
+/// # impl LanguageModel for Next {
+/// #     type State = Prefix;
+/// #     fn vocab_size(&self) -> usize { 3 }
+/// #     fn context_length(&self) -> Option<usize> { None }
+/// #     fn new_state(&self) -> Prefix { Prefix::default() }
+/// #     fn forward(&self, s: &mut Prefix, t: &[TokenId], rows: Rows, l: &mut Vec<f32>) -> lm_core::Result<()> {
+/// #         l.clear();
+/// #         for &token in t {
+/// #             s.tokens.push(token);
+/// #             l.extend((0..3).map(|i| if i == (token as usize + 1) % 3 { 1.0 } else { 0.0 }));
+/// #         }
+/// #         if rows == Rows::Last { let n = l.len(); l.drain(..n - 3); }
+/// #         Ok(())
+/// #     }
+/// # }
+/// let config = GenerationConfig { max_new_tokens: 4, sampling: SamplingConfig::greedy(), ..Default::default() };
+/// let (run, _) = generate_speculative(&Next, &[0], &config, None, PromptLookup::default(), ()).unwrap();
+/// assert_eq!(run.tokens, vec![1, 2, 0, 1]);
+/// ```
+impl GenerationHook for () {
+    type Error = Error;
+
+    fn on_step(&mut self, _step: &Step) -> Result<ControlFlow<()>> {
+        Ok(ControlFlow::Continue(()))
+    }
+}
+
 /// `config.num_return_sequences` outputs for one prompt, reading the prompt
 /// once and forking the state; the outputs then step together (one
 /// [`LanguageModel::forward_batch`] per token, see [`crate::generate_batch`]).

@@ -297,9 +297,10 @@ fn speculate<M: LanguageModel>(
         fed.extend(draft.tokens());
         model.forward(state, &fed, Rows::All, &mut logits)?;
         if logits.len() != fed.len() * vocab_size {
-            return Err(Error::LogitsLength {
+            return Err(Error::LogitsRows {
                 len: logits.len(),
-                vocab_size: fed.len() * vocab_size,
+                n_rows: fed.len(),
+                vocab_size,
             });
         }
         let n_drafted = draft.len();
