@@ -186,60 +186,14 @@ impl Server {
         M: LanguageModel + Send + Sync + 'static,
         M::State: StateSize + Send + 'static,
     {
-        if config.parallel == 0 {
-            return Err(ServeError::InvalidSetting {
-                name: "parallel",
-                reason: "at least one sequence must be able to run".into(),
-            });
-        }
-        if config.max_formats == 0 {
-            return Err(ServeError::InvalidSetting {
-                name: "max-formats",
-                reason: "at least one response format must fit".into(),
-            });
-        }
-        if let Some(origin) = config.cors_origins.iter().find(|o| !is_cors_origin(o)) {
-            return Err(ServeError::InvalidSetting {
-                name: "cors",
-                reason: format!(
-                    "'{origin}' is not an origin (scheme://host[:port], no path) or '*'"
-                ),
-            });
-        }
+        check(&config)?;
         let listener =
             std::net::TcpListener::bind(config.addr).map_err(|source| ServeError::Bind {
                 addr: config.addr,
                 source,
             })?;
         listener.set_nonblocking(true).map_err(ServeError::Io)?;
-        let metrics = Arc::new(Metrics::default());
-        let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
-        let cancel = Arc::new(AtomicBool::new(false));
-        let app = Arc::new(App {
-            model_id: config.model_id(),
-            vocab_size: model.vocab_size(),
-            context_length: model.context_length(),
-            end_tokens: text.end_tokens(),
-            banned_tokens: text.banned_tokens(),
-            formats: formats::FormatCache::new(config.max_formats),
-            text: Arc::clone(&text),
-            queue: Arc::clone(&queue),
-            metrics: Arc::clone(&metrics),
-            config,
-            stopping: AtomicBool::new(false),
-            in_flight: tokio::sync::watch::Sender::new(0),
-            created: routes::unix_now(),
-            next_id: AtomicU64::new(0),
-        });
-        let threads = scheduler::start(
-            model,
-            text,
-            queue,
-            app.config.parallel,
-            Arc::clone(&cancel),
-            metrics,
-            app.config.cache_bytes,
-        );
+        let (app, cancel, threads) = start(model, text, config);
         Ok(Self {
             listener,
             app,
@@ -342,6 +296,129 @@ impl Server {
         let runtime = http_runtime()?;
         runtime.block_on(self.run(shutdown_signal()))
     }
+}
+
+/// The server's routes without a socket, for an application to mount
+/// under its own path and middleware (`Router::nest("/llm", router)`) and
+/// serve itself: the scheduler and workers of [`Server::bind`] start here,
+/// and run until the returned [`SchedulerHandle`] is dropped (keep it as
+/// long as the routes are served).
+///
+/// The routes are [`Server`]'s, `/health` and the chat page included;
+/// shutdown draining is the application's (dropping the handle cancels
+/// what still runs, and later requests get a 503).
+pub fn router<M>(
+    model: Arc<M>,
+    text: Arc<dyn ServedText>,
+    config: ServeConfig,
+) -> Result<(axum::Router, SchedulerHandle), ServeError>
+where
+    M: LanguageModel + Send + Sync + 'static,
+    M::State: StateSize + Send + 'static,
+{
+    check(&config)?;
+    let (app, cancel, threads) = start(model, text, config);
+    let router = routes::router(Arc::clone(&app));
+    Ok((
+        router,
+        SchedulerHandle {
+            app,
+            cancel,
+            threads,
+        },
+    ))
+}
+
+/// Keeps the scheduler and workers behind a [`router`] running; dropping
+/// it stops them (running requests are cancelled) and waits for them.
+pub struct SchedulerHandle {
+    app: Arc<App>,
+    cancel: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SchedulerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerHandle")
+            .field("config", &self.app.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SchedulerHandle {
+    fn drop(&mut self) {
+        self.app.stopping.store(true, Ordering::Relaxed);
+        self.cancel.store(true, Ordering::Relaxed);
+        self.app.queue.close();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Refuses settings no server can run with.
+fn check(config: &ServeConfig) -> Result<(), ServeError> {
+    if config.parallel == 0 {
+        return Err(ServeError::InvalidSetting {
+            name: "parallel",
+            reason: "at least one sequence must be able to run".into(),
+        });
+    }
+    if config.max_formats == 0 {
+        return Err(ServeError::InvalidSetting {
+            name: "max-formats",
+            reason: "at least one response format must fit".into(),
+        });
+    }
+    if let Some(origin) = config.cors_origins.iter().find(|o| !is_cors_origin(o)) {
+        return Err(ServeError::InvalidSetting {
+            name: "cors",
+            reason: format!("'{origin}' is not an origin (scheme://host[:port], no path) or '*'"),
+        });
+    }
+    Ok(())
+}
+
+/// Starts the scheduler and `config.parallel` workers for `model`: the
+/// state every route shares, the cancel flag and the threads.
+fn start<M>(
+    model: Arc<M>,
+    text: Arc<dyn ServedText>,
+    config: ServeConfig,
+) -> (Arc<App>, Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>)
+where
+    M: LanguageModel + Send + Sync + 'static,
+    M::State: StateSize + Send + 'static,
+{
+    let metrics = Arc::new(Metrics::default());
+    let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
+    let cancel = Arc::new(AtomicBool::new(false));
+    let app = Arc::new(App {
+        model_id: config.model_id(),
+        vocab_size: model.vocab_size(),
+        context_length: model.context_length(),
+        end_tokens: text.end_tokens(),
+        banned_tokens: text.banned_tokens(),
+        formats: formats::FormatCache::new(config.max_formats),
+        text: Arc::clone(&text),
+        queue: Arc::clone(&queue),
+        metrics: Arc::clone(&metrics),
+        config,
+        stopping: AtomicBool::new(false),
+        in_flight: tokio::sync::watch::Sender::new(0),
+        created: routes::unix_now(),
+        next_id: AtomicU64::new(0),
+    });
+    let threads = scheduler::start(
+        model,
+        text,
+        queue,
+        app.config.parallel,
+        Arc::clone(&cancel),
+        metrics,
+        app.config.cache_bytes,
+    );
+    (app, cancel, threads)
 }
 
 /// The runtime of the HTTP side: two workers (generation runs on the

@@ -1,13 +1,20 @@
-//! [`Error`]: why a GGUF file gave no model, and [`TextError`]: why its
-//! metadata gave no tokenizer.
+//! [`Error`]: why a GGUF file gave no model, or a loaded model no
+//! completion or score; and [`TextError`]: why its metadata gave no
+//! tokenizer.
 
 use std::path::PathBuf;
 
+use lm_decode::sampler::InvalidSetting;
 use lm_model::GgufError;
 use lm_tokenize::TokenizeError;
 
+use crate::structured::FormatError;
+
 /// Why [`load`](crate::load), [`load_gguf`](crate::load_gguf) or [`GgufText::open`](crate::GgufText::open)
-/// failed; each variant names the file and carries the part's own error.
+/// failed (each of those variants names the file and carries the part's own
+/// error), or why a loaded model's one-call
+/// [`generate`](crate::GgufModel::generate), [`chat`](crate::GgufModel::chat)
+/// or [`score`](crate::GgufModel::score) did: so one `?` covers a program.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -32,9 +39,10 @@ pub enum Error {
     Model {
         /// The file.
         path: PathBuf,
-        /// lm-model's reason.
+        /// lm-model's reason (boxed: it is the largest part, and an error
+        /// is passed up by value).
         #[source]
-        source: lm_model::Error,
+        source: Box<lm_model::Error>,
     },
     /// A Hugging Face directory whose config.json, safetensors or JSON
     /// side files are missing or malformed (the error names the file and
@@ -64,6 +72,36 @@ pub enum Error {
         #[source]
         source: TextError,
     },
+    /// A prompt or text the tokenizer refused.
+    #[error(transparent)]
+    Tokenize(#[from] TokenizeError),
+    /// A chat the model cannot render: no chat template, or one that
+    /// refuses these messages.
+    #[error(transparent)]
+    Chat(#[from] TextError),
+    /// An output format the grammar engine refused.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A sampling setting out of its range (the message names the field).
+    #[error(transparent)]
+    Setting(#[from] InvalidSetting),
+    /// The generation loop or the scorer refused the input or the model's
+    /// output (an empty prompt, a prompt beyond the context, ...).
+    #[error(transparent)]
+    Decode(#[from] lm_decode::Error),
+    /// [`score`](crate::GgufModel::score) was given a text with nothing to
+    /// score: no token, or one token and no document-start token to read it
+    /// after.
+    #[error(
+        "nothing to score in a text of {n_tokens} token(s) (with no document-start token, the first token is only the context)"
+    )]
+    NothingToScore {
+        /// The text's length in tokens.
+        n_tokens: usize,
+    },
+    /// A [`Stream`](crate::Stream)'s generation thread could not start.
+    #[error("starting the generation thread")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Why a GGUF file's `tokenizer.*` metadata gave no [`GgufText`](crate::GgufText).

@@ -52,7 +52,7 @@ pub fn load_hf_dir(dir: impl AsRef<Path>) -> Result<GgufModel, Error> {
     let file = lm_model::open_hf_dir(dir).map_err(|source| Error::Hf { source })?;
     let decoder = Llama::from_file(file).map_err(|source| Error::Model {
         path: dir.to_path_buf(),
-        source: source.into(),
+        source: Box::new(source.into()),
     })?;
     let text = GgufText::from_hf_dir(dir)?;
     Ok(GgufModel { decoder, text })

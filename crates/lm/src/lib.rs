@@ -18,19 +18,33 @@
 //! models known by name) and [`lm_tokenize`] (tokenizers, streaming
 //! detokenization, chat templates).
 //!
+//! # One call
+//!
+//! [`prelude`] brings what a program needs, and a loaded model answers in
+//! one call: [`GgufModel::generate`] (text, ids or a chat),
+//! [`GgufModel::chat`], [`GgufModel::generate_with`] (streaming through a
+//! closure that can stop the run), [`GgufModel::stream`] (an iterator of
+//! pieces) and [`GgufModel::score`] (a text's log-probability from the
+//! start of a document). [`Options`] are greedy by default and become
+//! lm-decode's `GenerationConfig` ([`GgufModel::generation_config`]), so
+//! these calls run lm-decode's one loop and a program that needs more
+//! starts from the same config. The README's "Use as a library" snippet,
+//! which `examples/quickstart.rs` runs:
+//!
 //! ```no_run
-//! let model = lm::load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! let ids = model.text.tokenizer.encode("The capital of France is")?;
-//! let config = lm::lm_decode::GenerationConfig {
-//!     end_tokens: model.text.end_ids.clone(),
-//!     ..Default::default()
-//! };
-//! let generation = lm::lm_decode::generate(&model.decoder, &ids, &config, None)?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! use lm::prelude::*;
+//!
+//! fn main() -> Result<(), lm::Error> {
+//!     let model = lm::load("SmolLM2-135M-Instruct.Q4_1.gguf")?; // a GGUF file or a Hugging Face directory
+//!     let question = [Message::new("user", "What is 2 plus 2?")];
+//!     let answer = model.chat(&question, &Options::default())?; // greedy, up to 256 tokens
+//!     println!("{}", answer.text);
+//!     Ok(())
+//! }
 //! ```
 //!
-//! `examples/chat_gguf.rs` chats with SmolLM2 through the chat template,
-//! streaming the answer.
+//! `examples/chat_gguf.rs` chats with SmolLM2 through lm-decode's loop
+//! directly, streaming the answer.
 //!
 //! # Build profile
 //!
@@ -38,19 +52,27 @@
 //! 100 times slower. Cargo applies a workspace's per-package `opt-level` only
 //! inside that workspace, so a program that depends on these crates builds
 //! them unoptimised in its dev profile unless its own `Cargo.toml` says
-//! otherwise. Copy these lines into it (the compute crates and their heavy
-//! dependencies; `debug-assertions = false` also silences lm-model's warning,
-//! which goes by debug assertions, the one build setting code can see):
+//! otherwise. Copy these lines into it (every compute crate: the four
+//! libraries and this one, their numeric dependencies, and the grammar
+//! engine of structured output; `debug-assertions = false` also silences
+//! lm-model's warning, which goes by debug assertions, the one build
+//! setting code can see, and `overflow-checks = false` drops the checks the
+//! dev profile puts on every integer operation of the kernels):
 //!
 //! ```toml
 //! [profile.dev.package.lm-model]
 //! opt-level = 3
 //! debug-assertions = false
+//! overflow-checks = false
 //! [profile.dev.package.lm-core]
 //! opt-level = 3
+//! overflow-checks = false
 //! [profile.dev.package.lm-decode]
 //! opt-level = 3
+//! overflow-checks = false
 //! [profile.dev.package.lm-tokenize]
+//! opt-level = 3
+//! [profile.dev.package.lm]
 //! opt-level = 3
 //! [profile.dev.package.ndarray]
 //! opt-level = 3
@@ -60,18 +82,31 @@
 //! opt-level = 3
 //! [profile.dev.package.tokenizers]
 //! opt-level = 3
+//! [profile.dev.package.llguidance]
+//! opt-level = 3
+//! [profile.dev.package.toktrie]
+//! opt-level = 3
+//! [profile.dev.package.derivre]
+//! opt-level = 3
 //! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod completion;
 mod error;
 mod gguf;
 mod hf;
+mod options;
+pub mod prelude;
+mod stream;
 mod structured;
 
+pub use completion::{Completion, Score};
 pub use error::{Error, TextError};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
 pub use hf::{HfGeneration, load, load_hf_dir};
+pub use options::{Options, Prompt};
+pub use stream::Stream;
 pub use structured::{FormatError, OutputFormat, StructuredOutput};
 
 pub use lm_core;

@@ -2,11 +2,13 @@
 //! the loader on the tiny GGUF fixture and on hostile files, and on the real
 //! SmolLM2 file and Gemma 3's tokenizer (`#[ignore]`d with the command that
 //! fetches it; `cargo test -- --include-ignored` runs them, as CI does), and
-//! the conformance with llama.cpp of every real model file we test with.
+//! the conformance with llama.cpp of every real model file we test with,
+//! and the one-call API (`facade`).
 
 mod common;
 mod conformance;
 mod dry;
+mod facade;
 mod gemma3_tokenizer;
 mod hf;
 mod loader;

@@ -1,0 +1,173 @@
+//! What a one-call generation is asked: the [`Prompt`] (text, ids or a
+//! chat) and the [`Options`] (limits, sampling, stop strings, output
+//! format), which become lm-decode's
+//! [`GenerationConfig`](lm_decode::GenerationConfig) for the loaded model
+//! ([`GgufModel::generation_config`](crate::GgufModel::generation_config)):
+//! the facade adds no setting of its own and runs no loop of its own.
+
+use lm_core::TokenId;
+use lm_decode::SamplingConfig;
+use lm_tokenize::Message;
+
+use crate::structured::OutputFormat;
+
+/// What the model continues: plain text (tokenized as `lm-cli generate`
+/// does, special-token text included), token ids as they are, or a chat
+/// rendered with the model's template and ending with the opening of the
+/// assistant's turn (message contents kept literal).
+///
+/// `&str`, `&String`, `&[TokenId]`, `&Vec<TokenId>`, `&[Message]` and
+/// `&Vec<Message>` convert into it, so
+/// [`GgufModel::generate`](crate::GgufModel::generate) takes any of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Prompt<'a> {
+    /// Text, tokenized with the model's tokenizer.
+    Text(&'a str),
+    /// Token ids, read as they are.
+    Ids(&'a [TokenId]),
+    /// A conversation, rendered with the model's chat template.
+    Chat(&'a [Message]),
+}
+
+impl<'a> From<&'a str> for Prompt<'a> {
+    fn from(text: &'a str) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl<'a> From<&'a String> for Prompt<'a> {
+    fn from(text: &'a String) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl<'a> From<&'a [TokenId]> for Prompt<'a> {
+    fn from(ids: &'a [TokenId]) -> Self {
+        Self::Ids(ids)
+    }
+}
+
+impl<'a> From<&'a Vec<TokenId>> for Prompt<'a> {
+    fn from(ids: &'a Vec<TokenId>) -> Self {
+        Self::Ids(ids)
+    }
+}
+
+impl<'a> From<&'a [Message]> for Prompt<'a> {
+    fn from(messages: &'a [Message]) -> Self {
+        Self::Chat(messages)
+    }
+}
+
+impl<'a> From<&'a Vec<Message>> for Prompt<'a> {
+    fn from(messages: &'a Vec<Message>) -> Self {
+        Self::Chat(messages)
+    }
+}
+
+/// How a one-call generation runs. The default is greedy (temperature 0),
+/// at most 256 new tokens, ending on the model's end tokens, no stop
+/// strings, no output format, no top candidates recorded.
+///
+/// Set the fields, or chain the setters for the common settings:
+///
+/// ```
+/// use lm::Options;
+/// let options = Options::default().temperature(0.7).top_p(0.9).seed(42).stop("\n\n");
+/// assert_eq!(options.sampling.temperature, 0.7);
+/// assert_eq!(options.stop, ["\n\n"]);
+/// let greedy = Options { max_new_tokens: 8, ..Options::default() };
+/// assert_eq!(greedy.sampling.temperature, 0.0);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// The most tokens to generate.
+    pub max_new_tokens: usize,
+    /// Every sampling setting (temperature, top-k, top-p, min-p,
+    /// penalties, seed, ...), as `lm-cli` and `lm-serve` spell them;
+    /// greedy by default.
+    pub sampling: SamplingConfig,
+    /// Strings that end the response when the generated text contains
+    /// them (the text is cut before the string).
+    pub stop: Vec<String>,
+    /// Structured output: the response must be of this format. Compiled for
+    /// the model's vocabulary by the facade, at each call.
+    pub format: Option<OutputFormat>,
+    /// How many top candidates each step of the trace records (0: none),
+    /// for the top log-probabilities.
+    pub n_top_candidates: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 256,
+            sampling: SamplingConfig::greedy(),
+            stop: Vec::new(),
+            format: None,
+            n_top_candidates: 0,
+        }
+    }
+}
+
+impl Options {
+    /// Sets the most tokens to generate.
+    pub fn max_new_tokens(mut self, max_new_tokens: usize) -> Self {
+        self.max_new_tokens = max_new_tokens;
+        self
+    }
+
+    /// Sets the temperature (0: greedy; above 0: sampled).
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.sampling.temperature = temperature;
+        self
+    }
+
+    /// Keeps the `top_k` most probable tokens.
+    pub fn top_k(mut self, top_k: usize) -> Self {
+        self.sampling.top_k = Some(top_k);
+        self
+    }
+
+    /// Keeps the most probable tokens up to probability mass `top_p`.
+    pub fn top_p(mut self, top_p: f32) -> Self {
+        self.sampling.top_p = Some(top_p);
+        self
+    }
+
+    /// Keeps the tokens at least `min_p` times as probable as the best.
+    pub fn min_p(mut self, min_p: f32) -> Self {
+        self.sampling.min_p = Some(min_p);
+        self
+    }
+
+    /// Sets the repetition penalty (1: none).
+    pub fn repetition_penalty(mut self, penalty: f32) -> Self {
+        self.sampling.repetition_penalty = Some(penalty);
+        self
+    }
+
+    /// Sets the seed of the sampler's random stream (unused when greedy).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.sampling.seed = seed;
+        self
+    }
+
+    /// Adds a stop string.
+    pub fn stop(mut self, stop: impl Into<String>) -> Self {
+        self.stop.push(stop.into());
+        self
+    }
+
+    /// Asks for structured output of `format`.
+    pub fn format(mut self, format: OutputFormat) -> Self {
+        self.format = Some(format);
+        self
+    }
+
+    /// Records the `n` most probable candidates at each step.
+    pub fn n_top_candidates(mut self, n: usize) -> Self {
+        self.n_top_candidates = n;
+        self
+    }
+}
