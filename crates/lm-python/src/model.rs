@@ -157,8 +157,8 @@ impl Model {
 
     /// The path the model was loaded from.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.path.clone()
+    fn path(&self) -> String {
+        self.name()
     }
 
     /// Token ids of `text` (a str, or UTF-8 bytes as llama-cpp-python
