@@ -6,10 +6,12 @@
 //! ```text
 //! cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--prompts 128,512]
 //!                   [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer]
-//! cargo xtask bench --serve [--clients 16] [--threads 2] [--model <gguf>]
+//! cargo xtask bench --serve [--clients 16] [--threads 2] [--model <gguf>] [--no-peer]
 //! ```
 //!
-//! `--serve` measures lm-serve's continuous batching instead (`serve.rs`).
+//! `--serve` measures lm-serve's continuous batching instead (`serve.rs`),
+//! against llama-server with as many slots unless `--no-peer`
+//! (`llama_server.rs`, built on first use).
 //!
 //! The task builds this package in release and runs the release binary as a
 //! worker process (`xtask bench --worker ...`), one process per phase and
@@ -92,6 +94,7 @@ use serde_json::Value;
 use crate::{fetch_model, project_root, reference};
 
 pub(crate) mod flags;
+mod llama_server;
 mod serve;
 
 use bandwidth::Bandwidth;
@@ -130,7 +133,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 print('peak_rss_kib=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 ";
 /// The usage line printed with option errors.
-pub(crate) const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--prompts 128,512] [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] | --speculative";
+pub(crate) const USAGE: &str = "usage: cargo xtask bench [--runs N] [--threads 1,2] [--model <gguf>]... [--prompts 128,512] [--contexts 512,4096] [--peer-python <python>] [--install-peer] [--no-peer] | --serve [--clients N] [--threads 2] [--model <gguf>] [--no-peer] | --speculative";
 
 /// Runs the task (or, with `--worker`, one measurement).
 pub(crate) fn run(args: &[String]) -> Result<()> {
@@ -147,14 +150,24 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             Some(model) => model.clone(),
             None => fetch_model::ensure_model(fetch_model::find_known(DEFAULT_MODELS[0])?, None)?,
         };
+        let peer = if options.no_peer {
+            None
+        } else {
+            Some(llama_server::binary()?)
+        };
         let worker = build_release_worker()?;
         for &n_threads in &options.rounds.threads {
-            let status = Command::new(&worker)
+            let mut command = Command::new(&worker);
+            command
                 .args(["bench", "--worker", "--phase", "serve"])
                 .args(["--threads", &n_threads.to_string()])
                 .args(["--clients", &options.clients.to_string()])
                 .arg("--model")
-                .arg(&model)
+                .arg(&model);
+            if let Some(peer) = &peer {
+                command.arg("--peer-server").arg(peer);
+            }
+            let status = command
                 .status()
                 .context("running the serve benchmark worker")?;
             if !status.success() {
@@ -250,6 +263,8 @@ struct Options {
     install_peer: bool,
     /// Measure only ours.
     no_peer: bool,
+    /// Internal: the llama-server binary the serve worker runs as its peer.
+    peer_server: Option<PathBuf>,
     /// Internal: which phase the worker measures (`decode`, `prefill` at
     /// each of `prompts`, `context` at each of `contexts`, `bandwidth` at
     /// each thread count, or `serve`, the serving benchmark).
@@ -270,6 +285,7 @@ impl Options {
             peer_python: None,
             install_peer: false,
             no_peer: false,
+            peer_server: None,
             phase: "decode".to_owned(),
             serve: false,
             clients: 16,
@@ -299,6 +315,7 @@ impl Options {
                 "--peer-python" => options.peer_python = Some(PathBuf::from(flags.value(flag)?)),
                 "--install-peer" => options.install_peer = true,
                 "--no-peer" => options.no_peer = true,
+                "--peer-server" => options.peer_server = Some(PathBuf::from(flags.value(flag)?)),
                 "--serve" => options.serve = true,
                 "--clients" => options.clients = flags.count(flag)?,
                 "--phase" => options.phase = flags.value(flag)?.to_owned(),
@@ -462,7 +479,12 @@ fn run_worker(options: &Options) -> Result<()> {
         .build_global()
         .context("cannot start the thread pool")?;
     if options.phase == "serve" {
-        return serve::run_worker(model_path, n_threads, options.clients);
+        return serve::run_worker(
+            model_path,
+            n_threads,
+            options.clients,
+            options.peer_server.as_deref(),
+        );
     }
     let model = Llama::from_gguf(model_path)
         .with_context(|| format!("cannot load {}", model_path.display()))?;

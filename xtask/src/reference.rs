@@ -406,7 +406,7 @@ pub(crate) fn imports_llama_cpp(python: &Path, other_modules: &[&str]) -> bool {
 }
 
 /// Runs a command, failing with the command line when it does not succeed.
-fn run_checked(command: &mut Command) -> Result<()> {
+pub(crate) fn run_checked(command: &mut Command) -> Result<()> {
     let status = command
         .status()
         .with_context(|| format!("cannot run {command:?}"))?;
@@ -418,7 +418,7 @@ fn run_checked(command: &mut Command) -> Result<()> {
 
 /// `$CARGO_TARGET_DIR` (relative to the root unless absolute), else
 /// `<root>/target`.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     let dir = std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty());
     // `join` keeps an absolute directory as it is.
     project_root().join(dir.map_or_else(|| PathBuf::from("target"), PathBuf::from))

@@ -23,8 +23,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use lm_core::TokenId;
@@ -33,6 +34,7 @@ use lm_model::{Decoder, Llama};
 use lm_serve::{ServeConfig, ServedText, Server};
 use serde_json::{Value, json};
 
+use super::llama_server::LlamaServer;
 use super::{prompt_tokens, time_prefill};
 
 /// Tokens each request generates.
@@ -44,9 +46,10 @@ const TEMPERATURE: f32 = 0.8;
 
 /// Runs the measurement and prints a markdown report.
 pub(super) fn run_worker(
-    model_path: &std::path::Path,
+    model_path: &Path,
     n_threads: usize,
     n_clients: usize,
+    peer: Option<&Path>,
 ) -> Result<()> {
     let tokens = prompt_tokens(128)?;
     let model = Llama::from_gguf(model_path)
@@ -98,28 +101,21 @@ pub(super) fn run_worker(
     let (mut solo_seconds, mut loop_seconds) = (0.0, 0.0);
     for (i, (body, prompt)) in bodies.iter().zip(&prompts).enumerate() {
         let started = Instant::now();
-        solo.push(stream(addr, body)?);
+        solo.push(stream(addr, body)?.text);
         solo_seconds += started.elapsed().as_secs_f64();
         loop_seconds += time_loop(&model, text.detokenizer(), prompt, i as u64)?;
     }
-    let started = Instant::now();
-    let together: Vec<Result<String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bodies
-            .iter()
-            .map(|body| scope.spawn(move || stream(addr, body)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a client thread does not panic"))
-            .collect()
-    });
-    let wall = started.elapsed().as_secs_f64();
-    let together: Vec<String> = together.into_iter().collect::<Result<_>>()?;
+    let together = all_at_once(addr, &bodies)?;
     server.stop()?;
-    let n_equal = together.iter().zip(&solo).filter(|(a, b)| a == b).count();
+    let n_equal = together
+        .streams
+        .iter()
+        .zip(&solo)
+        .filter(|(a, b)| a.text == **b)
+        .count();
     let n_tokens = (n_clients * N_NEW) as f64;
     let single = n_tokens / solo_seconds;
-    let aggregate = n_tokens / wall;
+    let aggregate = n_tokens / together.seconds;
     let in_loop = n_tokens / loop_seconds;
     println!(
         "SmolLM2 {}, {n_threads} thread(s), {n_clients} streaming clients x {N_NEW} tokens\n",
@@ -148,6 +144,37 @@ pub(super) fn run_worker(
         100.0 * (solo_seconds - loop_seconds) / loop_seconds
     );
     println!("outputs equal to their solo runs: {n_equal} of {n_clients}");
+    if let Some(binary) = peer {
+        // llama-server's slots each hold a prompt, its tokens and room to spare.
+        let llama_server = LlamaServer::start(
+            binary,
+            model_path,
+            n_clients,
+            2 * (N_PROMPT + N_NEW),
+            n_threads,
+        )?;
+        stream(llama_server.addr(), &bodies[0])?;
+        let theirs = all_at_once(llama_server.addr(), &bodies)?;
+        drop(llama_server);
+        let their_aggregate = n_tokens / theirs.seconds;
+        println!(
+            "\n{n_clients} streaming clients at once, against llama-server ({n_clients} slots, continuous batching, {n_threads} thread(s)):\n"
+        );
+        println!(
+            "| server | aggregate tok/s | time to first token, median | p90 |\n|---|---:|---:|---:|"
+        );
+        for (name, run, rate) in [
+            ("lm-serve", &together, aggregate),
+            ("llama-server", &theirs, their_aggregate),
+        ] {
+            let [median, p90] = [0.5, 0.9].map(|q| run.first_event_quantile(q).as_secs_f64() * 1e3);
+            println!("| {name} | {rate:.1} | {median:.0} ms | {p90:.0} ms |");
+        }
+        println!(
+            "\naggregate, lm-serve / llama-server: {:.2}x (issue 40: >= 1.2x)",
+            aggregate / their_aggregate
+        );
+    }
     if n_equal != n_clients {
         bail!(
             "{} outputs differ from their solo runs",
@@ -187,9 +214,52 @@ fn time_loop(
     Ok(seconds)
 }
 
-/// Sends one streaming completion and returns its text, joined from the
-/// events.
-fn stream(addr: SocketAddr, body: &str) -> Result<String> {
+/// The streams of requests sent all at once, and how long they took.
+struct Together {
+    streams: Vec<Streamed>,
+    seconds: f64,
+}
+
+impl Together {
+    /// The `q` quantile (0 to 1) of the times to the first event.
+    fn first_event_quantile(&self, q: f64) -> Duration {
+        let mut times: Vec<Duration> = self.streams.iter().map(|s| s.first_event).collect();
+        times.sort_unstable();
+        let rank = ((times.len() - 1) as f64 * q).round() as usize;
+        times[rank]
+    }
+}
+
+/// Sends every body at once, one client thread each.
+fn all_at_once(addr: SocketAddr, bodies: &[String]) -> Result<Together> {
+    let started = Instant::now();
+    let streams: Vec<Result<Streamed>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|body| scope.spawn(move || stream(addr, body)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a client thread does not panic"))
+            .collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Together {
+        streams: streams.into_iter().collect::<Result<_>>()?,
+        seconds,
+    })
+}
+
+/// One streamed completion: its text, joined from the events, and the time
+/// from sending the request to the first event's bytes.
+struct Streamed {
+    text: String,
+    first_event: Duration,
+}
+
+/// Sends one streaming completion and reads it to the end.
+fn stream(addr: SocketAddr, body: &str) -> Result<Streamed> {
+    let started = Instant::now();
     let mut connection = TcpStream::connect(addr)?;
     write!(
         connection,
@@ -197,7 +267,18 @@ fn stream(addr: SocketAddr, body: &str) -> Result<String> {
         body.len()
     )?;
     let mut response = Vec::new();
-    connection.read_to_end(&mut response)?;
+    let mut first_event = None;
+    let mut buffer = [0u8; 4096];
+    loop {
+        let n = connection.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..n]);
+        if first_event.is_none() && response.windows(6).any(|w| w == b"data: ") {
+            first_event = Some(started.elapsed());
+        }
+    }
     let response = String::from_utf8_lossy(&response);
     let (head, chunked) = response.split_once("\r\n\r\n").context("no HTTP head")?;
     if !head.starts_with("HTTP/1.1 200") {
@@ -219,10 +300,10 @@ fn stream(addr: SocketAddr, body: &str) -> Result<String> {
             n_chunks += 1;
         }
     }
-    if n_chunks == 0 {
-        bail!("no text streamed: {body}");
+    match first_event {
+        Some(first_event) if n_chunks > 0 => Ok(Streamed { text, first_event }),
+        _ => bail!("no text streamed: {body}"),
     }
-    Ok(text)
 }
 
 /// The body of a `Transfer-Encoding: chunked` response.
