@@ -189,14 +189,25 @@ impl GgufModel {
         &self,
         prompt: impl Into<Prompt<'p>>,
         options: &Options,
-        mut on_piece: impl FnMut(&str) -> ControlFlow<()>,
+        on_piece: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Completion, Error> {
         let ids = self.prompt_ids(prompt)?;
         let config = self.generation_config(options)?;
+        self.run(&ids, &config, on_piece)
+    }
+
+    /// lm-decode's loop over `ids` with `config`, each step's text to
+    /// `on_piece`, then the text held back at the end.
+    pub(crate) fn run(
+        &self,
+        ids: &[TokenId],
+        config: &GenerationConfig,
+        mut on_piece: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Completion, Error> {
         let generation = lm_decode::generate_streaming(
             &self.decoder,
-            &ids,
-            &config,
+            ids,
+            config,
             Some(&self.text.tokenizer),
             |step| Ok::<_, lm_decode::Error>(on_piece(&step.text)),
         )?;

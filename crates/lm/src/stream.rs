@@ -64,16 +64,13 @@ impl GgufModel {
         options: &Options,
     ) -> Result<Stream, Error> {
         let ids = self.prompt_ids(prompt)?;
-        self.generation_config(options)?;
-        let options = options.clone();
+        let config = self.generation_config(options)?;
         let (sender, pieces) = sync_channel(AHEAD);
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
             .name("lm-stream".into())
-            .spawn(move || {
-                self.generate_with(&ids, &options, |piece| forward(&sender, &flag, piece))
-            })
+            .spawn(move || self.run(&ids, &config, |piece| forward(&sender, &flag, piece)))
             .map_err(Error::Thread)?;
         Ok(Stream {
             pieces: Some(pieces),
