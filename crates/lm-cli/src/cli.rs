@@ -884,6 +884,11 @@ pub struct ServeArgs {
     /// Do not serve the chat page at / (then / is a 404).
     #[arg(long)]
     pub no_webui: bool,
+    /// Keep the prefix cache's KV states in DIR across restarts: read at start (a file of
+    /// another model, precision or format is refused with a warning), written on shutdown and
+    /// on POST /slots/save. Transformer models only.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

@@ -32,6 +32,7 @@ mod formats;
 pub mod fuzz;
 mod guided;
 mod metrics;
+mod persist;
 mod request;
 mod routes;
 mod scheduler;
@@ -51,6 +52,7 @@ use std::time::Duration;
 use lm_core::LanguageModel;
 
 pub use error::ServeError;
+pub use persist::{CACHE_FILE, CacheDir, PersistError, SaveReport, SavedState, write_atomically};
 pub use routes::is_cors_origin;
 pub use state_size::StateSize;
 pub use text::{OutputFormatError, ServedText, TextFailure};
@@ -109,6 +111,11 @@ pub struct ServeConfig {
     /// Serve the chat page at `GET /` (on by default; `--no-webui` turns it
     /// off, and `/` is then a 404).
     pub webui: bool,
+    /// Keep the prefix cache's states in this directory across restarts
+    /// (`--cache-dir`): read at start, written on shutdown and on
+    /// `POST /slots/save`. `None` (the default): the cache lives and dies
+    /// with the process.
+    pub cache_dir: Option<CacheDir>,
 }
 
 impl Default for ServeConfig {
@@ -128,6 +135,7 @@ impl Default for ServeConfig {
             any_model: false,
             max_formats: 8,
             webui: true,
+            cache_dir: None,
         }
     }
 }
@@ -184,9 +192,10 @@ impl Server {
     ) -> Result<Self, ServeError>
     where
         M: LanguageModel + Send + Sync + 'static,
-        M::State: StateSize + Send + 'static,
+        M::State: StateSize + SavedState + Send + 'static,
     {
         check(&config)?;
+        persist::check::<M::State>(&config)?;
         let listener =
             std::net::TcpListener::bind(config.addr).map_err(|source| ServeError::Bind {
                 addr: config.addr,
@@ -263,6 +272,7 @@ impl Server {
             for thread in threads {
                 let _ = thread.join();
             }
+            persist::save_on_shutdown(&app);
         })
         .await;
         result
@@ -314,9 +324,10 @@ pub fn router<M>(
 ) -> Result<(axum::Router, SchedulerHandle), ServeError>
 where
     M: LanguageModel + Send + Sync + 'static,
-    M::State: StateSize + Send + 'static,
+    M::State: StateSize + SavedState + Send + 'static,
 {
     check(&config)?;
+    persist::check::<M::State>(&config)?;
     let (app, cancel, threads) = start(model, text, config);
     let router = routes::router(Arc::clone(&app));
     Ok((
@@ -353,6 +364,7 @@ impl Drop for SchedulerHandle {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+        persist::save_on_shutdown(&self.app);
     }
 }
 
@@ -388,11 +400,16 @@ fn start<M>(
 ) -> (Arc<App>, Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>)
 where
     M: LanguageModel + Send + Sync + 'static,
-    M::State: StateSize + Send + 'static,
+    M::State: StateSize + SavedState + Send + 'static,
 {
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
     let cancel = Arc::new(AtomicBool::new(false));
+    let cache = scheduler::prefix_cache::<M::State>(config.cache_bytes);
+    let saved_cache = config
+        .cache_dir
+        .clone()
+        .map(|dir| persist::open(dir, &*model, &cache, &metrics));
     let app = Arc::new(App {
         model_id: config.model_id(),
         vocab_size: model.vocab_size(),
@@ -408,6 +425,7 @@ where
         in_flight: tokio::sync::watch::Sender::new(0),
         created: routes::unix_now(),
         next_id: AtomicU64::new(0),
+        saved_cache,
     });
     let threads = scheduler::start(
         model,
@@ -416,7 +434,7 @@ where
         app.config.parallel,
         Arc::clone(&cancel),
         metrics,
-        app.config.cache_bytes,
+        cache,
     );
     (app, cancel, threads)
 }

@@ -60,6 +60,8 @@ pub(crate) struct App {
     pub(crate) in_flight: tokio::sync::watch::Sender<usize>,
     pub(crate) created: u64,
     pub(crate) next_id: AtomicU64,
+    /// What saves the prefix cache (`--cache-dir`; `POST /slots/save`).
+    pub(crate) saved_cache: Option<Arc<dyn crate::persist::SaveCache>>,
 }
 
 /// The router over `app`.
@@ -72,6 +74,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
+        .route("/slots/save", post(save_slots))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&app),
             require_key,
@@ -289,6 +292,35 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         app.metrics.render(app.queue.len()),
     )
         .into_response()
+}
+
+/// `POST /slots/save` (llama-server's name): writes the prefix cache to
+/// `--cache-dir` now, and answers how many states and bytes; a 400 without
+/// `--cache-dir`, a 500 naming the failure.
+async fn save_slots(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let Some(saver) = app.saved_cache.clone() else {
+        return Err(ApiError::status(
+            StatusCode::BAD_REQUEST,
+            "the server keeps no cache on disk (start it with --cache-dir DIR)",
+        ));
+    };
+    let started = Instant::now();
+    let saved = tokio::task::spawn_blocking(move || saver.save().map(|r| (r, saver.file())))
+        .await
+        .map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let (report, file) = saved.map_err(|error| {
+        ApiError::status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the prefix cache was not saved: {error}"),
+        )
+    })?;
+    Ok(axum::Json(json!({
+        "n_saved": report.n_states,
+        "n_written": report.n_bytes,
+        "filename": file.file_name().map(|name| name.to_string_lossy().into_owned()),
+        "timings": {"save_ms": started.elapsed().as_secs_f64() * 1e3},
+    }))
+    .into_response())
 }
 
 /// The body as JSON: a body over the cap is a 413, bad JSON a 400.

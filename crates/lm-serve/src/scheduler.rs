@@ -177,8 +177,19 @@ enum Message<S> {
     Leave,
 }
 
-/// Starts the scheduler and `n_workers` workers serving `queue`. They end
-/// once the queue is closed and drained.
+/// The prefix cache the workers share, of `cache_bytes` at most.
+pub(crate) fn prefix_cache<S: StateSize + SequenceState>(
+    cache_bytes: usize,
+) -> Arc<Mutex<PrefixCache<S>>> {
+    Arc::new(Mutex::new(PrefixCache::new(
+        CacheLimit::bytes(cache_bytes),
+        <S as StateSize>::size_bytes,
+    )))
+}
+
+/// Starts the scheduler and `n_workers` workers serving `queue`, keeping
+/// finished sequences' states in `cache`. They end once the queue is
+/// closed and drained.
 pub(crate) fn start<M>(
     model: Arc<M>,
     text: Arc<dyn ServedText>,
@@ -186,16 +197,12 @@ pub(crate) fn start<M>(
     n_workers: usize,
     cancel: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
-    cache_bytes: usize,
+    cache: Arc<Mutex<PrefixCache<M::State>>>,
 ) -> Vec<std::thread::JoinHandle<()>>
 where
     M: LanguageModel + Send + Sync + 'static,
     M::State: StateSize + Send + 'static,
 {
-    let cache = Arc::new(Mutex::new(PrefixCache::new(
-        CacheLimit::bytes(cache_bytes),
-        <M::State as StateSize>::size_bytes,
-    )));
     let (to_scheduler, inbox) = std::sync::mpsc::channel();
     let (reply_to, replies): (Vec<_>, Vec<_>) =
         (0..n_workers).map(|_| std::sync::mpsc::channel()).unzip();

@@ -9,6 +9,7 @@ mod batching;
 mod fuzz;
 mod hostile;
 mod openai_client;
+mod persist;
 mod response_format;
 mod samplers;
 mod smollm2;

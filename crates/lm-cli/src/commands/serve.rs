@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use lm_core::{Bounded, LanguageModel};
-use lm_serve::{ServeConfig, ServedText, Server};
+use lm_model::ModelFingerprint;
+use lm_serve::{CacheDir, ServeConfig, ServedText, Server};
 
 use crate::cli::ServeArgs;
 use crate::commands::generate::to_usize;
@@ -36,6 +37,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
         any_model: args.any_model,
         max_formats: to_usize(args.max_formats),
         webui: !args.no_webui,
+        cache_dir: args
+            .cache_dir
+            .as_ref()
+            .map(|path| -> Result<CacheDir> {
+                let spec = ModelSpec::or_default(args.model.model.as_ref());
+                Ok(CacheDir {
+                    path: path.clone(),
+                    model: model_fingerprint(&spec)?,
+                })
+            })
+            .transpose()?,
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
     let bound = loaded.backend.bound(options.context_length);
@@ -49,7 +61,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 fn serve<M>(model: Arc<M>, text: Arc<dyn ServedText>, config: ServeConfig) -> Result<()>
 where
     M: LanguageModel + Send + Sync + 'static,
-    M::State: lm_serve::StateSize + Send + 'static,
+    M::State: lm_serve::StateSize + lm_serve::SavedState + Send + 'static,
 {
     let (parallel, name) = (config.parallel, config.model_name.clone());
     let server = Server::bind(model, text, config)?;
@@ -60,4 +72,19 @@ where
     server.run_until_signal()?;
     eprintln!("stopped");
     Ok(())
+}
+
+/// The fingerprint a saved state of the model `spec` names carries
+/// (`--cache-dir`, `chat --session`): a file's or directory's
+/// (`ModelFingerprint::of_path`), or the spec's name for a model without one.
+pub(crate) fn model_fingerprint(spec: &ModelSpec) -> Result<ModelFingerprint> {
+    let path = match spec {
+        ModelSpec::Gguf(path) => path.clone(),
+        ModelSpec::Known(model) => model.path()?,
+        ModelSpec::Toy | ModelSpec::Count(_) | ModelSpec::Embedded => {
+            return Ok(ModelFingerprint::of_bytes(spec.to_string().as_bytes()));
+        }
+    };
+    ModelFingerprint::of_path(&path)
+        .with_context(|| format!("reading {} for its fingerprint", path.display()))
 }

@@ -65,7 +65,7 @@ impl TestServer {
     pub fn start<M>(model: M, text: impl ServedText + 'static, config: ServeConfig) -> Self
     where
         M: LanguageModel + Send + Sync + 'static,
-        M::State: lm_serve::StateSize + Send + 'static,
+        M::State: lm_serve::StateSize + lm_serve::SavedState + Send + 'static,
     {
         let config = ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
