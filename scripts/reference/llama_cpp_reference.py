@@ -116,7 +116,7 @@ VARIATION_CASES = ["capital_of_france", CHAT_CASE]
 # (flash_attn, kv_cache_type, n_threads) of each variant; the baseline is the fixture
 # setting (False, "f16", N_THREADS).
 VARIANTS = [(True, "f16", N_THREADS), (False, "f32", N_THREADS), (False, "f16", 2)]
-GGML_TYPES = {"f32": 0, "f16": 1}
+GGML_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
 
 
 def main():
@@ -129,6 +129,13 @@ def main():
         help="write one conformance fixture with this model family's prompts instead",
     )
     parser.add_argument("--name", help="the conformance fixture's file stem, e.g. q4_k_m")
+    parser.add_argument(
+        "--kv-type",
+        choices=["f16", "q8_0"],
+        default="f16",
+        help="the conformance form's KV cache type (q8_0 runs with flash attention, which a "
+        "quantized V cache needs in llama.cpp), e.g. --name kv_q8_0 --kv-type q8_0",
+    )
     args = parser.parse_args()
 
     if llama_cpp.__version__ != LLAMA_CPP_PYTHON_VERSION:
@@ -136,7 +143,7 @@ def main():
     if args.conformance:
         if not args.name:
             sys.exit("--conformance needs --name")
-        write_conformance(args.model, args.out, args.conformance, args.name)
+        write_conformance(args.model, args.out, args.conformance, args.name, args.kv_type)
         return
     os.makedirs(args.out, exist_ok=True)
     model_info = {
@@ -483,12 +490,15 @@ def conformance_cases(family, llm):
     ]
 
 
-def write_conformance(model_path, out_dir, family, name):
+def write_conformance(model_path, out_dir, family, name, kv_type="f16"):
     """One model's conformance fixture: for each prompt, llama.cpp's ids (with the
     model's own BOS rule), a greedy run with each step's top-1/top-2 gap and the
-    chosen token's log-probability, and for two prompts the last logits row as f16."""
+    chosen token's log-probability, and for two prompts the last logits row as f16.
+    With a KV cache type other than f16, flash attention is on (llama.cpp quantizes
+    V only with it)."""
     os.makedirs(out_dir, exist_ok=True)
-    llm = load_conformance(model_path)
+    flash_attn = kv_type != "f16"
+    llm = load_conformance(model_path, flash_attn=flash_attn, kv_cache_type=kv_type)
     cases = []
     for case_name, prompt, keep_logits in conformance_cases(family, llm):
         case, last_logits = conformance_case(llm, case_name, prompt)
@@ -518,8 +528,8 @@ def write_conformance(model_path, out_dir, family, name):
                 "n_ctx": CONFORMANCE_N_CTX,
                 "n_batch": CONFORMANCE_N_CTX,
                 "n_threads": N_THREADS,
-                "flash_attn": False,
-                "kv_cache_type": "f16",
+                "flash_attn": flash_attn,
+                "kv_cache_type": kv_type,
                 "add_special": True,
                 "add_bos": bool(llm._model.add_bos_token()),
                 "parse_special": True,

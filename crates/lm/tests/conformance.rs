@@ -387,6 +387,16 @@ fn read_json<T: serde::de::DeserializeOwned>(relative: &str) -> T {
 /// Loads `model` (panicking with the fetch command when it is missing) and
 /// checks every case of its fixture, reporting all failures at once.
 fn check_model(model: &KnownModel, fixture_file: &str) {
+    check_model_with_kv(model, fixture_file, None);
+}
+
+/// [`check_model`] with the KV cache stored at `kv` instead of the model's
+/// default (`kv_q8_0.rs`: a q8_0 cache against llama.cpp's).
+pub(crate) fn check_model_with_kv(
+    model: &KnownModel,
+    fixture_file: &str,
+    kv: Option<lm::lm_model::KvPrecision>,
+) {
     let path = model.path().unwrap_or_else(|err| panic!("{err}"));
     let fixture = read_fixture(fixture_file);
     assert_eq!(
@@ -398,8 +408,11 @@ fn check_model(model: &KnownModel, fixture_file: &str) {
         exact.model.sha256, model.sha256,
         "the exact twin of {fixture_file} is for another file"
     );
-    let loaded = lm::load_gguf(&path)
+    let mut loaded = lm::load_gguf(&path)
         .unwrap_or_else(|err| panic!("{}: lm::load_gguf fails: {}", model.name, error_chain(&err)));
+    if let Some(kv) = kv {
+        loaded.decoder = loaded.decoder.with_kv_precision(kv);
+    }
     let logits_dir = fixture_path(fixture_file)
         .parent()
         .map(PathBuf::from)

@@ -11,6 +11,7 @@ mod dry;
 mod facade;
 mod gemma3_tokenizer;
 mod hf;
+mod kv_q8_0;
 mod loader;
 mod smollm2;
 mod smollm2_tokenizer;
