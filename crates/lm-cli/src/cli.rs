@@ -821,6 +821,11 @@ pub struct ChatArgs {
     /// streamed): each message, and each reply's tokens and stop reason.
     #[arg(long)]
     pub json: bool,
+    /// Save the conversation and the model's KV state to FILE after each reply, and resume
+    /// from it at start (llama.cpp's --prompt-cache): the first reply reads only the new
+    /// message. A file of another model or KV type is refused with a note and left alone.
+    #[arg(long, value_name = "FILE")]
+    pub session: Option<std::path::PathBuf>,
     /// Structured output: what each reply must be.
     #[command(flatten)]
     pub structured: StructuredArgs,

@@ -4,6 +4,7 @@
 //! --include-ignored` runs them (CI does).
 
 mod chat;
+mod chat_session;
 mod common;
 mod errors;
 mod flags;

@@ -20,13 +20,14 @@
 
 mod conversation;
 mod input;
+mod session;
 
 use std::io::IsTerminal;
 use std::ops::ControlFlow;
 
 use anyhow::Result;
 use lm::OutputFormat;
-use lm_core::{LanguageModel, TokenId};
+use lm_core::{Bounded, LanguageModel, TokenId};
 use lm_decode::{
     CachedGeneration, GenerationConfig, GenerationHook, PrefixCache, Step, StopReason,
     generate_cached,
@@ -38,6 +39,7 @@ use self::conversation::Conversation;
 use self::input::{
     COMMANDS_HELP, ChatCommand, Entry, LineSource, MessageReader, PipedLines, TerminalLines,
 };
+use self::session::{Resumed, SaveSession, SessionFile};
 use crate::cli::ChatArgs;
 use crate::commands::generate::{PREFILL_CHUNK_LEN, Policy, stop_if};
 use crate::interrupt;
@@ -45,7 +47,7 @@ use crate::output::Output;
 use crate::printer::TextPrinter;
 use crate::report::json::{Settings, stop_reason_parts};
 use crate::report::trace::describe_stop;
-use crate::spec::{ModelSpec, ModelTask};
+use crate::spec::{Backend, ModelSpec, ModelTask};
 use crate::structured;
 use crate::text::{TextCodec, TextError};
 
@@ -68,11 +70,33 @@ pub fn run(args: ChatArgs) -> Result<()> {
             });
         }
     }
+    let session = args
+        .session
+        .as_deref()
+        .map(|path| SessionFile::new(path, crate::commands::serve::model_fingerprint(&spec)?))
+        .transpose()?;
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
     interrupt::install()?;
-    loaded.run(options, Chat { args, spec, format })
+    let chat = Chat { args, spec, format };
+    let Some(mut session) = session else {
+        return loaded.run(options, chat);
+    };
+    // A session saves a transformer's state: the model is taken as one.
+    anyhow::ensure!(
+        !options.no_cache,
+        "--session keeps the KV cache between runs: it cannot go with --no-cache"
+    );
+    let bound = loaded.backend.bound(options.context_length);
+    let model = match loaded.backend {
+        Backend::Toy(model) | Backend::Llama(model) => Bounded::new(*model, bound),
+        Backend::Count(_) => anyhow::bail!(
+            "--session saves a transformer's KV cache: a count model has none to save"
+        ),
+    };
+    let resumed = session.resume(model.new_state());
+    chat.run_with(&model, &loaded.codec, Some(Box::new(session)), resumed)
 }
 
 /// The chat command with its model spec (for the JSON report).
@@ -115,6 +139,20 @@ impl ModelTask for Chat {
     type Output = ();
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
+        self.run_with(model, codec, None, None)
+    }
+}
+
+impl Chat {
+    /// Runs the chat, saving it after each reply with `saver` (`--session`),
+    /// from the conversation and state of `resumed`.
+    fn run_with<M: LanguageModel>(
+        self,
+        model: &M,
+        codec: &TextCodec,
+        saver: Option<Box<dyn SaveSession<M::State>>>,
+        resumed: Option<Resumed<M::State>>,
+    ) -> Result<()> {
         let args = &self.args;
         let constraint = self
             .format
@@ -150,7 +188,14 @@ impl ModelTask for Chat {
             live: !args.json,
             out: Output::stdout(),
             replies: Vec::new(),
+            n_earlier_replies: 0,
+            saver,
         };
+        if let Some(resumed) = resumed {
+            session.conversation = resumed.conversation;
+            session.n_earlier_replies = resumed.n_replies;
+            session.cache.insert(resumed.tokens, resumed.state);
+        }
         if std::io::stdin().is_terminal() {
             eprintln!(
                 "chatting with {}; /help lists the commands, Ctrl-D or /exit ends the chat",
@@ -187,6 +232,10 @@ struct Session<'a, M: LanguageModel> {
     live: bool,
     out: Output,
     replies: Vec<ReplyReport>,
+    /// Replies of the runs a `--session` resumed.
+    n_earlier_replies: usize,
+    /// `--session`: saves the chat after each reply.
+    saver: Option<Box<dyn SaveSession<M::State>>>,
 }
 
 impl<M: LanguageModel> Session<'_, M> {
@@ -278,7 +327,7 @@ impl<M: LanguageModel> Session<'_, M> {
             );
         }
         let config = GenerationConfig {
-            rng_stream: self.replies.len() as u64,
+            rng_stream: (self.n_earlier_replies + self.replies.len()) as u64,
             ..self.config.clone()
         };
         let mut printer = TextPrinter::new(self.live);
@@ -323,6 +372,10 @@ impl<M: LanguageModel> Session<'_, M> {
             text,
             stop_reason: stop_reason_parts(&generation.stop_reason).0,
         });
+        if let Some(saver) = &self.saver {
+            let n_replies = self.n_earlier_replies + self.replies.len();
+            saver.save(&self.conversation, n_replies, &mut self.cache);
+        }
         Ok(())
     }
 }
