@@ -13,6 +13,8 @@ mod fetch_model;
 mod fuzz_serve;
 mod make_model;
 mod reference;
+mod serve_cluster;
+mod soak;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +42,9 @@ tasks:
                         takes several minutes, unless LM_REFERENCE_PYTHON is set);
                         with --arch, fixtures/arch (random-weight files per architecture);
                         with --samplers, fixtures/samplers (llama.cpp's samplers on logits)
+  serve-cluster         N `lm-cli serve` replicas behind nginx, routed by X-Session-Id, until Ctrl-C
+  soak                  drive `lm-cli serve` on SmolLM2 with 32 clients for M minutes, then SIGTERM it;
+                        fail on a 5xx, RSS growth, a slow first token or a broken drain
   tidy                  check the dependency arrows, docs/ARCHITECTURE.md and file headers";
 
 fn main() -> Result<()> {
@@ -62,6 +67,8 @@ fn main() -> Result<()> {
         Some("fuzz-serve") => fuzz_serve::run(&task_args),
         Some("make-model") => make_model::run(&task_args),
         Some("reference-fixtures") => reference::run(&task_args),
+        Some("serve-cluster") => serve_cluster::run(&task_args),
+        Some("soak") => soak::run(&task_args),
         Some("tidy") => tidy::run(&task_args),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
@@ -81,6 +88,8 @@ fn task_usage(task: &str) -> Option<String> {
         "fuzz-serve" => fuzz_serve::USAGE.to_owned(),
         "make-model" => make_model::usage(),
         "reference-fixtures" => format!("{}\n{}", reference::USAGE, reference::ARCH_USAGE),
+        "serve-cluster" => serve_cluster::USAGE.to_owned(),
+        "soak" => soak::USAGE.to_owned(),
         _ => return None,
     })
 }
@@ -104,7 +113,7 @@ mod tests {
             .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
             .filter_map(|line| line.split_whitespace().next())
             .collect();
-        assert_eq!(listed.len(), 8, "{listed:?}");
+        assert_eq!(listed.len(), 10, "{listed:?}");
         for task in listed {
             let usage = task_usage(task).unwrap_or_else(|| panic!("no usage for `{task}`"));
             assert!(
