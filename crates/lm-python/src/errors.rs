@@ -109,9 +109,23 @@ pub fn from_tokenize(error: lm_tokenize::TokenizeError) -> PyErr {
     }
 }
 
-/// A structured-output format the engine refused.
-pub fn from_format(error: lm::FormatError) -> PyErr {
-    FormatError::new_err(message(&error))
+/// The facade's error: a file that gives no model, or a call it refused.
+pub fn from_lm(error: lm::Error) -> PyErr {
+    use lm::Error as E;
+    match error {
+        E::FileMissing { .. }
+        | E::Open { .. }
+        | E::Model { .. }
+        | E::Hf { .. }
+        | E::HfTokenizer { .. }
+        | E::Text { .. } => ModelFileError::new_err(message(&error)),
+        E::Tokenize(inner) => from_tokenize(inner),
+        E::Chat(inner) => from_text(inner),
+        E::Format(inner) => FormatError::new_err(message(&inner)),
+        E::Decode(inner) => from_decode(inner),
+        E::Setting(_) | E::NothingToScore { .. } => InvalidArgument::new_err(message(&error)),
+        _ => LmError::new_err(message(&error)),
+    }
 }
 
 /// A decoding error: the caller's settings or input, unless it can only

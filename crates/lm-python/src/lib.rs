@@ -4,7 +4,7 @@
 //! ```text
 //! lm.load(path) ──lm::load──> Model ─┬─ tokenize / detokenize      (the file's tokenizer)
 //!                                    ├─ logits(ids) / score(text)  (one forward pass, numpy)
-//!                                    ├─ generate / chat            (lm_decode's one loop, on a worker thread)
+//!                                    ├─ generate / chat            (the facade's stream: lm-decode's loop on its own thread)
 //!                                    └─ create_completion / create_chat_completion (llama-cpp-python's dicts)
 //! ```
 //!
@@ -35,10 +35,7 @@ fn load(
     if let Some(threads) = threads {
         configure_threads(threads)?;
     }
-    // The error becomes a Python exception inside the closure (lm::Error is
-    // large, and its message is all Python needs).
-    let loaded = py.detach(|| lm::load(&path).map_err(|error| errors::message(&error)));
-    let loaded = loaded.map_err(errors::ModelFileError::new_err)?;
+    let loaded = py.detach(|| lm::load(&path)).map_err(errors::from_lm)?;
     Ok(model::Model::new(loaded, path))
 }
 

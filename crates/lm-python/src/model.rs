@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use lm::GgufModel;
 use lm_core::{LanguageModel, Rows, TokenId};
-use lm_decode::OutputConstraint;
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::errors::{self, invalid};
 use crate::openai;
-use crate::run::{Completion, TextStream, Worker};
-use crate::settings::{self, Defaults, Settings};
+use crate::run::{Completion, Run, TextStream};
+use crate::settings::{self, Defaults};
 
 /// A loaded model: its weights, tokenizer, chat template and end tokens.
 /// Immutable and shared: any number of threads may generate from it.
@@ -40,64 +39,35 @@ impl Model {
         self.path.display().to_string()
     }
 
-    /// The ids of a prompt: a string is encoded as `lm-cli generate`
-    /// encodes it (special-token text parsed, BOS when the vocabulary asks),
-    /// a list of ints is taken as it is.
+    /// The ids of a prompt: a string is encoded by the facade (as `lm-cli
+    /// generate` encodes it), a list of ints is taken as it is.
     fn prompt_ids(&self, prompt: &Bound<'_, PyAny>) -> PyResult<Vec<TokenId>> {
         if prompt.is_instance_of::<PyString>() {
             let text = prompt.extract::<String>()?;
-            return self
-                .inner
-                .text
-                .tokenizer
-                .encode(&text)
-                .map_err(errors::from_tokenize);
+            return self.inner.prompt_ids(&text).map_err(errors::from_lm);
         }
         prompt
             .extract::<Vec<TokenId>>()
             .map_err(|_| invalid("prompt: expected a string or a list of token ids"))
     }
 
-    /// The ids of a chat's prompt, rendered with the model's template
-    /// (messages' contents kept literal).
+    /// The ids of a chat's prompt, rendered by the facade with the model's
+    /// template (messages' contents kept literal).
     fn chat_ids(&self, messages: &Bound<'_, PyAny>) -> PyResult<Vec<TokenId>> {
         let messages = settings::messages(messages)?;
-        self.inner
-            .text
-            .encode_chat(&messages, false)
-            .map_err(errors::from_text)
+        self.inner.prompt_ids(&messages).map_err(errors::from_lm)
     }
 
     /// Starts a generation from `prompt` with the keywords' settings.
     pub fn start(
         &self,
-        py: Python<'_>,
         prompt: Vec<TokenId>,
         kwargs: Option<&Bound<'_, PyDict>>,
         defaults: Defaults,
-    ) -> PyResult<Worker> {
-        let Settings {
-            mut config,
-            max_new_tokens,
-            format,
-        } = settings::parse(kwargs, defaults)?;
-        let model = &self.inner;
-        config.end_tokens = model.text.end_ids.clone();
-        config.max_new_tokens = match max_new_tokens {
-            Some(n) => n,
-            None => lm_decode::context_room(model.decoder.context_length(), prompt.len())
-                .ok_or_else(|| {
-                    invalid("max_new_tokens=None needs a model with a context length")
-                })?,
-        };
-        if let Some(format) = format {
-            let vocab_size = model.decoder.vocab_size();
-            let constraint = py
-                .detach(|| model.text.structured_output(&format, vocab_size))
-                .map_err(errors::from_format)?;
-            config.constraint = Some(OutputConstraint::new(constraint));
-        }
-        Worker::start(Arc::clone(model), prompt, config)
+    ) -> PyResult<Run> {
+        let context_length = self.inner.decoder.context_length();
+        let options = settings::parse(kwargs, defaults, context_length, prompt.len())?;
+        Run::start(&self.inner, &prompt, &options)
     }
 
     /// A `Completion`, or a `TextStream` when `stream`.
@@ -108,11 +78,11 @@ impl Model {
         stream: bool,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let worker = self.start(py, prompt, kwargs, settings::GENERATE)?;
+        let run = self.start(prompt, kwargs, settings::GENERATE)?;
         if stream {
-            return Ok(Py::new(py, TextStream::new(worker))?.into_any());
+            return Ok(Py::new(py, TextStream::new(run))?.into_any());
         }
-        let run = worker.finish(py)?;
+        let run = run.finish(py)?;
         Ok(Py::new(py, Completion::new(run))?.into_any())
     }
 }
@@ -235,30 +205,13 @@ impl Model {
     }
 
     /// The log-probability (natural log) of each token of `text` read from
-    /// the start: after BOS when the model has one, else after the text's
-    /// first token (which is then not scored), as `lm-cli score` does. A
-    /// float64 array; `.sum()` is the text's log-probability.
+    /// the start of a document (the facade's `score`: after SmolLM2's
+    /// `<|endoftext|>`, Gemma's BOS; else after the text's first token,
+    /// which is then not scored). A float64 array; `.sum()` is the text's
+    /// log-probability.
     fn score<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let model = &self.inner;
-        let tokenizer = &model.text.tokenizer;
-        let mut ids = tokenizer.encode(text).map_err(errors::from_tokenize)?;
-        let context = match tokenizer.bos_id() {
-            Some(bos) => {
-                if ids.first() == Some(&bos) {
-                    ids.remove(0);
-                }
-                vec![bos]
-            }
-            None if ids.len() > 1 => vec![ids.remove(0)],
-            None => {
-                return Err(invalid(
-                    "text: the model has no BOS token, so a text of one token has nothing to be scored after",
-                ));
-            }
-        };
-        let score = py
-            .detach(|| lm_decode::score_continuation(&model.decoder, &context, &ids))
-            .map_err(errors::from_decode)?;
+        let score = py.detach(|| model.score(text)).map_err(errors::from_lm)?;
         Ok(PyArray1::from_vec(py, score.logprobs))
     }
 
@@ -303,8 +256,8 @@ impl Model {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         let prompt = self.prompt_ids(prompt)?;
-        let worker = self.start(py, prompt, kwargs, settings::COMPLETION)?;
-        openai::respond(py, self.name(), openai::Kind::Completion, worker, stream)
+        let run = self.start(prompt, kwargs, settings::COMPLETION)?;
+        openai::respond(py, self.name(), openai::Kind::Completion, run, stream)
     }
 
     /// llama-cpp-python's `Llama.create_chat_completion`: a
@@ -319,8 +272,8 @@ impl Model {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         let prompt = self.chat_ids(messages)?;
-        let worker = self.start(py, prompt, kwargs, settings::CHAT_COMPLETION)?;
-        openai::respond(py, self.name(), openai::Kind::Chat, worker, stream)
+        let run = self.start(prompt, kwargs, settings::CHAT_COMPLETION)?;
+        openai::respond(py, self.name(), openai::Kind::Chat, run, stream)
     }
 
     /// The path, vocabulary size and context length.

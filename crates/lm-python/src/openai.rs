@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::LmError;
-use crate::run::{Completion, Event, Worker, lock};
+use crate::run::{Completion, Event, Run, lock};
 
 /// Which of the two endpoints' shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,19 +134,19 @@ pub fn respond(
     py: Python<'_>,
     model: String,
     kind: Kind,
-    worker: Worker,
+    run: Run,
     stream: bool,
 ) -> PyResult<Py<PyAny>> {
     let header = Header::new(kind, model);
     if stream {
         let chunks = ChunkStream {
             header,
-            worker: Mutex::new(worker),
+            run: Mutex::new(run),
             started: Mutex::new(false),
         };
         return Ok(Py::new(py, chunks)?.into_any());
     }
-    let run = Completion::new(worker.finish(py)?);
+    let run = Completion::new(run.finish(py)?);
     Ok(header.response(py, &run)?.into_any().unbind())
 }
 
@@ -156,7 +156,7 @@ pub fn respond(
 #[derive(Debug)]
 pub struct ChunkStream {
     header: Header,
-    worker: Mutex<Worker>,
+    run: Mutex<Run>,
     /// Whether the opening chunk (a chat's role) was sent.
     started: Mutex<bool>,
 }
@@ -171,7 +171,7 @@ impl ChunkStream {
     /// The next chunk dict; `StopIteration` after the one with a
     /// `finish_reason`.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let mut worker = lock(&self.worker)?;
+        let mut run = lock(&self.run)?;
         let mut started = self
             .started
             .lock()
@@ -182,7 +182,7 @@ impl ChunkStream {
                 return self.header.chunk(py, None, true, None).map(Some);
             }
         }
-        match worker.next(py)? {
+        match run.next(py)? {
             Some(Event::Piece(text)) => self.header.chunk(py, Some(&text), false, None).map(Some),
             Some(Event::Done(run)) => {
                 let run = Completion::new(*run);

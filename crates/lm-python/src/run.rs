@@ -1,153 +1,78 @@
-//! One generation on a worker thread, and what Python sees of it: a
-//! `Completion` (the finished run) or a `TextStream` (its text as it comes).
+//! One generation as Python sees it: a `Completion` (the finished run) or a
+//! `TextStream` (its text as it comes), both read from the facade's
+//! [`lm::Stream`] (the loop on a thread of its own).
 //!
 //! ```text
-//! Python thread                         worker thread
-//! ─────────────                         ─────────────
-//! Worker::start ──spawn──────────────>  lm_decode::generate_streaming(model, ids, config)
-//! next(): GIL released, wait 100 ms <── Event::Piece(step.text) per step
-//!         check_signals (Ctrl-C)        hook: cancel flag set? Break (StopReason::Cancelled)
-//!                                   <── Event::Done(Generation | error)
-//! drop (loop broken, Ctrl-C) ──────> cancel flag; join
+//! Python thread                              generation thread (lm::Stream)
+//! Run::next(): GIL released, wait for <───── a piece of text per step
+//!              a piece; then check_signals   (Ctrl-C: cancel, raise KeyboardInterrupt)
+//!              end of pieces: finish() ───── join: lm::Completion or the error
+//! drop (loop left, Ctrl-C) ────────────────> cancel: the run stops at its next step; joined
 //! ```
 //!
-//! The loop is lm-decode's, unchanged; the thread only lets Python wait
-//! without the GIL and stop the run between two steps.
+//! The loop is lm-decode's, through the facade, unchanged; this module only
+//! lets Python wait without the GIL and stop the run between two steps.
 
-use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
-use lm::GgufModel;
+use lm::{GgufModel, Options};
 use lm_core::TokenId;
-use lm_decode::{Generation, GenerationConfig, StopReason};
+use lm_decode::StopReason;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::errors::{self, LmError};
 
-/// How long a waiting Python thread sleeps between two looks at its
-/// signals (Ctrl-C is noticed within this).
-const SIGNAL_POLL: Duration = Duration::from_millis(100);
-
-/// What the worker sends.
-#[derive(Debug)]
-enum Message {
-    Piece(String),
-    Done(Result<Generation, lm_decode::Error>),
-}
-
-/// What the Python side reads from a [`Worker`].
+/// What the Python side reads from a [`Run`].
 #[derive(Debug)]
 pub enum Event {
     /// Final text (each piece is never revised: see `lm_decode::TextDeltas`).
     Piece(String),
     /// The run ended.
-    Done(Box<Generation>),
+    Done(Box<lm::Completion>),
 }
 
-/// A generation running on its own thread.
+/// A generation running on its own thread (the facade's [`lm::Stream`]).
 #[derive(Debug)]
-pub struct Worker {
-    messages: Receiver<Message>,
-    cancel: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    /// The finished run, kept while its held-back text is handed out.
-    pending: Option<Box<Generation>>,
-    done: bool,
+pub struct Run {
+    /// `None` once the run has ended and been joined.
+    stream: Option<lm::Stream>,
 }
 
-impl Worker {
+impl Run {
     /// Starts generating from `prompt` on a new thread.
-    pub fn start(
-        model: Arc<GgufModel>,
-        prompt: Vec<TokenId>,
-        config: GenerationConfig,
-    ) -> PyResult<Self> {
-        let (sender, messages) = mpsc::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let cancelled = Arc::clone(&cancel);
-        let thread = std::thread::Builder::new()
-            .name("lm-generate".into())
-            .spawn(move || {
-                let tokenizer = &model.text.tokenizer;
-                let run = lm_decode::generate_streaming(
-                    &model.decoder,
-                    &prompt,
-                    &config,
-                    Some(tokenizer),
-                    |step| {
-                        let stop = cancelled.load(Ordering::Relaxed)
-                            || (!step.text.is_empty()
-                                && sender.send(Message::Piece(step.text.clone())).is_err());
-                        Ok::<_, lm_decode::Error>(if stop {
-                            ControlFlow::Break(())
-                        } else {
-                            ControlFlow::Continue(())
-                        })
-                    },
-                );
-                // The reader may be gone (the stream was dropped).
-                let _ = sender.send(Message::Done(run));
-            })
-            .map_err(|error| LmError::new_err(format!("starting a generation thread: {error}")))?;
+    pub fn start(model: &Arc<GgufModel>, prompt: &[TokenId], options: &Options) -> PyResult<Self> {
+        let stream = Arc::clone(model)
+            .stream(prompt, options)
+            .map_err(errors::from_lm)?;
         Ok(Self {
-            messages,
-            cancel,
-            thread: Some(thread),
-            pending: None,
-            done: false,
+            stream: Some(stream),
         })
     }
 
     /// The next event, waiting without the GIL; `None` after `Done`.
     /// Ctrl-C (a pending signal) cancels the run and raises.
     pub fn next(&mut self, py: Python<'_>) -> PyResult<Option<Event>> {
-        if let Some(run) = self.pending.take() {
-            self.done = true;
-            return Ok(Some(Event::Done(run)));
-        }
-        if self.done {
+        let Some(stream) = self.stream.as_mut() else {
             return Ok(None);
+        };
+        let piece = py.detach(|| stream.next());
+        if let Err(error) = py.check_signals() {
+            stream.cancel();
+            return Err(error);
         }
-        loop {
-            let messages = &mut self.messages;
-            let received = py.detach(move || messages.recv_timeout(SIGNAL_POLL));
-            if let Err(error) = py.check_signals() {
-                self.stop();
-                return Err(error);
-            }
-            match received {
-                Ok(Message::Piece(text)) => return Ok(Some(Event::Piece(text))),
-                Ok(Message::Done(Ok(mut run))) => {
-                    let held = std::mem::take(&mut run.held_back_text);
-                    if held.is_empty() {
-                        self.done = true;
-                        return Ok(Some(Event::Done(Box::new(run))));
-                    }
-                    self.pending = Some(Box::new(run));
-                    return Ok(Some(Event::Piece(held)));
-                }
-                Ok(Message::Done(Err(error))) => {
-                    self.done = true;
-                    return Err(errors::from_decode(error));
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.done = true;
-                    return Err(LmError::new_err(
-                        "the generation thread ended without a result",
-                    ));
-                }
-            }
+        if let Some(text) = piece {
+            return Ok(Some(Event::Piece(text)));
         }
+        let stream = self.stream.take().expect("the stream is there");
+        let completion = py
+            .detach(move || stream.finish())
+            .map_err(errors::from_lm)?;
+        Ok(Some(Event::Done(Box::new(completion))))
     }
 
     /// Reads to the end: the finished run.
-    pub fn finish(mut self, py: Python<'_>) -> PyResult<Generation> {
+    pub fn finish(mut self, py: Python<'_>) -> PyResult<lm::Completion> {
         loop {
             match self.next(py)? {
                 Some(Event::Done(run)) => return Ok(*run),
@@ -157,19 +82,21 @@ impl Worker {
         }
     }
 
-    /// Asks the loop to stop after its current step.
+    /// Asks the run to stop after its current step.
     fn stop(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        if let Some(stream) = &self.stream {
+            stream.cancel();
+        }
     }
 }
 
-impl Drop for Worker {
-    /// A stream dropped early (a `break`, an exception) cancels its run and
-    /// waits for the thread, without the GIL, so no computation outlives it.
+impl Drop for Run {
+    /// A run dropped early (a `break`, an exception) is cancelled and its
+    /// thread joined without the GIL, so no computation outlives it.
     fn drop(&mut self) {
-        self.stop();
-        if let Some(thread) = self.thread.take() {
-            Python::attach(|py| py.detach(|| thread.join())).ok();
+        if let Some(stream) = self.stream.take() {
+            stream.cancel();
+            Python::attach(|py| py.detach(move || drop(stream)));
         }
     }
 }
@@ -206,14 +133,14 @@ pub struct Completion {
 
 impl Completion {
     /// The Python view of a run.
-    pub fn new(run: Generation) -> Self {
-        let (stop_reason, stop_string) = stop_reason(&run.stop_reason);
+    pub fn new(run: lm::Completion) -> Self {
+        let (stop_reason, stop_string) = stop_reason(run.stop_reason());
         Self {
             finished: run.is_finished(),
-            logprobs: run.steps.iter().map(|step| step.logprob).collect(),
-            text: run.text.unwrap_or_default(),
-            ids: run.tokens,
-            prompt_ids: run.prompt,
+            logprobs: run.logprobs(),
+            ids: run.ids().to_vec(),
+            text: run.text,
+            prompt_ids: run.generation.prompt,
             stop_reason,
             stop_string,
         }
@@ -272,25 +199,24 @@ impl Completion {
 #[pyclass(frozen, module = "lm")]
 #[derive(Debug)]
 pub struct TextStream {
-    worker: Mutex<Worker>,
+    run: Mutex<Run>,
     /// The finished run, once the stream is exhausted.
     result: Mutex<Option<Py<Completion>>>,
 }
 
 impl TextStream {
-    /// A stream over a started worker.
-    pub fn new(worker: Worker) -> Self {
+    /// A stream over a started run.
+    pub fn new(run: Run) -> Self {
         Self {
-            worker: Mutex::new(worker),
+            run: Mutex::new(run),
             result: Mutex::new(None),
         }
     }
 }
 
-/// The worker of a stream, refused when another thread is reading it.
-pub fn lock(worker: &Mutex<Worker>) -> PyResult<std::sync::MutexGuard<'_, Worker>> {
-    worker
-        .try_lock()
+/// The run of a stream, refused when another thread is reading it.
+pub fn lock(run: &Mutex<Run>) -> PyResult<std::sync::MutexGuard<'_, Run>> {
+    run.try_lock()
         .map_err(|_| PyRuntimeError::new_err("this stream is being read by another thread"))
 }
 
@@ -303,9 +229,9 @@ impl TextStream {
 
     /// The next piece of text; `StopIteration` at the end.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        let mut worker = lock(&self.worker)?;
+        let mut run = lock(&self.run)?;
         loop {
-            match worker.next(py)? {
+            match run.next(py)? {
                 Some(Event::Piece(text)) => return Ok(Some(text)),
                 Some(Event::Done(run)) => {
                     let completion = Py::new(py, Completion::new(*run))?;
@@ -329,8 +255,8 @@ impl TextStream {
 
     /// Stops the generation now (as breaking out of the loop does).
     fn close(&self) {
-        if let Ok(worker) = self.worker.try_lock() {
-            worker.stop();
+        if let Ok(run) = self.run.try_lock() {
+            run.stop();
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Keyword arguments to a `GenerationConfig`: the one reader of the
+//! Keyword arguments to the facade's `lm::Options`: the one reader of the
 //! generation settings that `generate`, `chat`, `create_completion` and
 //! `create_chat_completion` all take (each method has its own defaults:
 //! llama-cpp-python's for the `create_*` pair, so code written for it gets
@@ -6,15 +6,16 @@
 //!
 //! A keyword the engine does not know is refused, never ignored; `None`
 //! means "not given" (llama-cpp-python passes `seed=None`). The ranges are
-//! checked once, by lm-decode (`SamplingConfig::validate`).
+//! checked once, by lm-decode (`SamplingConfig::validate`, through the
+//! facade), and a format compiled once, by the facade.
 
-use lm::OutputFormat;
-use lm_decode::{GenerationConfig, SamplingConfig};
+use lm::{Options, OutputFormat};
+use lm_decode::SamplingConfig;
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyDictMethods, PyList, PyString};
 
-use crate::errors::{self, invalid};
+use crate::errors::invalid;
 
 /// The settings a method starts from.
 #[derive(Debug, Clone, Copy)]
@@ -56,21 +57,10 @@ pub const CHAT_COMPLETION: Defaults = Defaults {
 };
 
 /// The keywords [`parse`] reads, for the error that names an unknown one.
-const KNOWN: &str = "max_new_tokens (max_tokens), min_new_tokens, temperature, top_k, top_p, min_p, \
+const KNOWN: &str = "max_new_tokens (max_tokens), temperature, top_k, top_p, min_p, \
      typical_p, seed, stop, repeat_penalty (repetition_penalty), presence_penalty, \
      frequency_penalty, mirostat_mode, mirostat_tau, mirostat_eta, logit_bias, json_schema, \
      regex, grammar, choice, response_format";
-
-/// What the keywords asked for.
-#[derive(Debug)]
-pub struct Settings {
-    /// The loop's settings, without end tokens or constraint (the model's).
-    pub config: GenerationConfig,
-    /// `None`: until an end token or the context is full.
-    pub max_new_tokens: Option<usize>,
-    /// Structured output.
-    pub format: Option<OutputFormat>,
-}
 
 /// The keyword arguments, taken one by one; what is left is unknown.
 struct Kwargs<'py> {
@@ -122,8 +112,15 @@ impl<'py> Kwargs<'py> {
     }
 }
 
-/// Reads the generation keywords of `kwargs` (a copy is consumed).
-pub fn parse(kwargs: Option<&Bound<'_, PyDict>>, defaults: Defaults) -> PyResult<Settings> {
+/// Reads the generation keywords of `kwargs` (a copy is consumed) for a
+/// prompt of `n_prompt` tokens; `max_new_tokens=None` is the room left in
+/// the context.
+pub fn parse(
+    kwargs: Option<&Bound<'_, PyDict>>,
+    defaults: Defaults,
+    context_length: Option<usize>,
+    n_prompt: usize,
+) -> PyResult<Options> {
     let mut args = Kwargs {
         dict: kwargs.map(|dict| dict.copy()).transpose()?,
     };
@@ -180,23 +177,24 @@ pub fn parse(kwargs: Option<&Bound<'_, PyDict>>, defaults: Defaults) -> PyResult
             .map_err(|_| invalid("stop: expected a string or a list of strings"))?,
     };
     let format = format(&mut args)?;
-    let config = GenerationConfig {
-        min_new_tokens: args.take("min_new_tokens")?.unwrap_or(0),
-        sampling,
-        stop_strings,
-        ..GenerationConfig::default()
-    };
     args.finish()?;
-    Ok(Settings {
-        config,
+    let max_new_tokens = match max_new_tokens {
+        Some(n) => n,
+        None => lm_decode::context_room(context_length, n_prompt)
+            .ok_or_else(|| invalid("max_new_tokens=None needs a model with a context length"))?,
+    };
+    Ok(Options {
         max_new_tokens,
+        sampling,
+        stop: stop_strings,
         format,
+        n_top_candidates: 0,
     })
 }
 
 /// The structured-output keywords: at most one of `json_schema`, `regex`,
 /// `grammar` (Lark), `choice` and `response_format` (OpenAI's and
-/// llama-cpp-python's shapes), checked by the grammar engine.
+/// llama-cpp-python's shapes), compiled by the facade.
 fn format(args: &mut Kwargs<'_>) -> PyResult<Option<OutputFormat>> {
     let mut formats = Vec::new();
     if let Some(schema) = args.take_object("json_schema")? {
@@ -221,11 +219,7 @@ fn format(args: &mut Kwargs<'_>) -> PyResult<Option<OutputFormat>> {
             "give at most one of json_schema, regex, grammar, choice and response_format",
         ));
     }
-    let format = formats.pop();
-    if let Some(format) = &format {
-        format.check().map_err(errors::from_format)?;
-    }
-    Ok(format)
+    Ok(formats.pop())
 }
 
 /// `{"type": "text"}`, `{"type": "json_object"[, "schema": ...]}`

@@ -37,3 +37,9 @@ def model(smollm2_path):
 def expected():
     """lm-cli's results on SmolLM2 (tests/make_fixture.py writes them)."""
     return json.loads((FIXTURES / "smollm2.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def no_end(model):
+    """A logit bias that keeps the end tokens from being chosen, so a run lasts max_new_tokens."""
+    return {token: -100.0 for token in model.end_ids}

@@ -23,7 +23,9 @@ def main():
     gen_cmd = [cli, "generate", "-m", "smollm2", "-p", prompt, "--greedy", "-n", "8", "--threads", "2"]
     generated = json.loads(run(gen_cmd + ["--json"]))
     score_text = "The cat sat on the mat."
-    score_cmd = [cli, "score", "-m", "smollm2", "--continuation", score_text, "--threads", "2"]
+    # The facade's score reads a text from the document start, <|endoftext|> for SmolLM2.
+    score_cmd = [cli, "score", "-m", "smollm2", "--prompt", "<|endoftext|>", "--continuation", score_text,
+                 "--threads", "2"]
     scored = json.loads(run(score_cmd + ["--json"]))
     fixture = {
         "_comment": "Written by lm-cli (the commands below) on SmolLM2-135M-Instruct Q4_1 "

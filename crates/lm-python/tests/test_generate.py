@@ -42,7 +42,9 @@ def test_logits_give_generations_logprobs(model, expected):
 
 
 def test_score_is_lm_clis(model, expected):
+    """The facade scores from the document start: lm-cli score --prompt "<|endoftext|>"."""
     want = expected["score"]
+    assert want["prompt_ids"] == [0]
     got = model.score(want["text"])
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want["logprobs"], rtol=0, atol=1e-5)

@@ -25,10 +25,10 @@ def test_pieces_join_to_the_whole_text(model):
     assert stream.result.stop_reason == whole.stop_reason
 
 
-def test_breaking_out_of_the_loop_stops_the_generation(model):
+def test_breaking_out_of_the_loop_stops_the_generation(model, no_end):
     model.generate("Warm up", max_new_tokens=2, temperature=0)  # the model's worker pool starts once
     before = os_threads()
-    stream = model.generate("Once upon a time", max_new_tokens=4000, min_new_tokens=4000, stream=True)
+    stream = model.generate("Once upon a time", max_new_tokens=4000, logit_bias=no_end, stream=True)
     for i, _ in enumerate(stream):
         if i == 2:
             break
@@ -37,8 +37,8 @@ def test_breaking_out_of_the_loop_stops_the_generation(model):
     assert os_threads() == before  # ... and gone (joined) once the stream is
 
 
-def test_close_cancels_the_run(model):
-    stream = model.generate("Once upon a time", max_new_tokens=4000, min_new_tokens=4000, stream=True)
+def test_close_cancels_the_run(model, no_end):
+    stream = model.generate("Once upon a time", max_new_tokens=4000, logit_bias=no_end, stream=True)
     next(stream)
     stream.close()
     rest = list(stream)

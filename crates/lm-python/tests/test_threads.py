@@ -11,7 +11,7 @@ import pytest
 import lm
 
 
-def test_another_thread_runs_while_one_generates(model):
+def test_another_thread_runs_while_one_generates(model, no_end):
     """A heartbeat thread beats every millisecond; under a held GIL it could not beat at all during
     the call (it would wait for the whole generation), so beats inside the call prove the release."""
     beats = []
@@ -26,7 +26,7 @@ def test_another_thread_runs_while_one_generates(model):
     beater.start()
     try:
         start = time.monotonic()
-        run = model.generate("Once upon a time", max_new_tokens=64, min_new_tokens=64, temperature=0)
+        run = model.generate("Once upon a time", max_new_tokens=64, logit_bias=no_end, temperature=0)
         end = time.monotonic()
     finally:
         stop.set()
@@ -36,14 +36,14 @@ def test_another_thread_runs_while_one_generates(model):
     assert len(inside) >= 10, f"{len(inside)} beats during a {end - start:.2f} s generation"
 
 
-def test_ctrl_c_stops_a_generation(model):
+def test_ctrl_c_stops_a_generation(model, no_end):
     """KeyboardInterrupt (here simulated) arrives between two steps, not after the whole run
     (8,000 tokens: minutes on two cores). The bound is far from either, so it is no speed test."""
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        model.generate("Once upon a time", max_new_tokens=8000, min_new_tokens=8000, temperature=0)
+        model.generate("Once upon a time", max_new_tokens=8000, logit_bias=no_end, temperature=0)
     assert time.monotonic() - start < 20
     timer.join()
 

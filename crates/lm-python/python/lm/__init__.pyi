@@ -86,7 +86,6 @@ class Model:
 
     Generation keywords (generate, chat, create_completion, create_chat_completion):
       max_new_tokens (alias max_tokens): int or None (until an end token or the context is full)
-      min_new_tokens: end tokens are masked before this many tokens
       temperature: 0 is greedy; top_k, top_p, min_p, typical_p: the filters
       seed: int (default: a fresh one per call)
       stop: str or list of str
@@ -129,8 +128,9 @@ class Model:
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """The logits after each of ids, read from a fresh sequence: shape (len(ids), vocab_size)."""
     def score(self, text: str) -> npt.NDArray[np.float64]:
-        """The log-probability of each token of text read from the start (after BOS when the model has
-        one, else after the first token); .sum() is the text's log-probability."""
+        """The log-probability of each token of text read from the start of a document (after SmolLM2's
+        <|endoftext|>, Gemma's BOS; else after the first token, not scored); .sum() is the text's
+        log-probability."""
     @overload
     def generate(self, prompt: Prompt, stream: Literal[False] = False, **kwargs: Any) -> Completion: ...
     @overload
