@@ -52,7 +52,9 @@ use std::time::Duration;
 use lm_core::LanguageModel;
 
 pub use error::ServeError;
-pub use persist::{CACHE_FILE, CacheDir, PersistError, SaveReport, SavedState, write_atomically};
+pub use persist::{
+    CACHE_FILE, CacheDir, CacheNotes, PersistError, SaveReport, SavedState, write_atomically,
+};
 pub use routes::is_cors_origin;
 pub use state_size::StateSize;
 pub use text::{OutputFormatError, ServedText, TextFailure};
@@ -209,6 +211,15 @@ impl Server {
             cancel,
             threads,
         })
+    }
+
+    /// With `--cache-dir`, what reading the cache file at start came to
+    /// and, once the server stopped, what saving it did (one line each).
+    pub fn cache_notes(&self) -> Option<CacheNotes> {
+        self.app
+            .saved_cache
+            .as_ref()
+            .map(|saver| saver.notes().clone())
     }
 
     /// The address the server listens on (the port chosen when

@@ -15,7 +15,8 @@
 //! directory synced, so a crash leaves the old file or the new one, never
 //! half of one. Read once at start: a file that is not a cache file, of
 //! another model or precision, cut short or damaged is refused whole with a
-//! warning in the log, and the server starts with an empty cache.
+//! warning (in the log and in [`CacheNotes`], which `lm-cli serve` prints),
+//! and the server starts with an empty cache.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -169,6 +170,9 @@ pub(crate) trait SaveCache: Send + Sync {
 
     /// The cache file.
     fn file(&self) -> PathBuf;
+
+    /// What loading and saving came to.
+    fn notes(&self) -> &CacheNotes;
 }
 
 /// The prefix cache of states `S` and where it is saved.
@@ -177,6 +181,7 @@ pub(crate) struct Saver<S> {
     pub(crate) dir: CacheDir,
     /// Held while a save runs, so two saves never share the temporary file.
     pub(crate) writing: Mutex<()>,
+    pub(crate) notes: CacheNotes,
 }
 
 impl<S: SavedState + SequenceState + Send> SaveCache for Saver<S> {
@@ -206,6 +211,10 @@ impl<S: SavedState + SequenceState + Send> SaveCache for Saver<S> {
     fn file(&self) -> PathBuf {
         self.dir.file()
     }
+
+    fn notes(&self) -> &CacheNotes {
+        &self.notes
+    }
 }
 
 /// Refuses `--cache-dir` for a model whose states cannot be saved.
@@ -231,21 +240,20 @@ where
     M: LanguageModel,
     M::State: SavedState + StateSize + Send + 'static,
 {
-    let file = dir.file();
+    let file = dir.file().display().to_string();
+    let notes = CacheNotes::default();
     {
         let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
         match load(&dir, || model.new_state(), &mut cache) {
             Ok(0) => {}
-            Ok(n_states) => log::info!(
-                "{}: {n_states} states read into the prefix cache ({} kept, {} bytes)",
-                file.display(),
+            Ok(n_states) => notes.info(format!(
+                "{file}: {n_states} states read into the prefix cache ({} kept, {} bytes)",
                 cache.len(),
                 cache.used_bytes()
-            ),
-            Err(error) => log::warn!(
-                "{}: not loaded, the prefix cache starts empty: {error}",
-                file.display()
-            ),
+            )),
+            Err(error) => notes.warn(format!(
+                "{file}: not loaded, the prefix cache starts empty: {error}"
+            )),
         }
         metrics.record_cache_usage(cache.len(), cache.used_bytes());
     }
@@ -253,7 +261,35 @@ where
         cache: Arc::clone(cache),
         dir,
         writing: Mutex::new(()),
+        notes,
     })
+}
+
+/// What the cache directory's reads and writes at start and at shutdown
+/// came to, one line each, for the program to show ([`crate::Server::cache_notes`]);
+/// each line is also logged (a refusal or a failure as a warning).
+#[derive(Debug, Clone, Default)]
+pub struct CacheNotes(Arc<Mutex<Vec<String>>>);
+
+impl CacheNotes {
+    /// The lines noted since the last call.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn info(&self, line: String) {
+        log::info!("{line}");
+        self.push(line);
+    }
+
+    fn warn(&self, line: String) {
+        log::warn!("{line}");
+        self.push(line);
+    }
+
+    fn push(&self, line: String) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+    }
 }
 
 /// Saves the prefix cache when the server stops (with `--cache-dir`); a
@@ -262,17 +298,15 @@ pub(crate) fn save_on_shutdown(app: &App) {
     let Some(saver) = &app.saved_cache else {
         return;
     };
+    let file = saver.file().display().to_string();
     match saver.save() {
-        Ok(report) => log::info!(
-            "{}: {} states saved ({} bytes)",
-            saver.file().display(),
-            report.n_states,
-            report.n_bytes
-        ),
-        Err(error) => log::warn!(
-            "{}: the prefix cache was not saved: {error}",
-            saver.file().display()
-        ),
+        Ok(report) => saver.notes().info(format!(
+            "{file}: {} states saved ({} bytes)",
+            report.n_states, report.n_bytes
+        )),
+        Err(error) => saver
+            .notes()
+            .warn(format!("{file}: the prefix cache was not saved: {error}")),
     }
 }
 

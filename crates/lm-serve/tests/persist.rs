@@ -11,7 +11,7 @@ use lm_core::Uncached;
 use lm_serve::{CACHE_FILE, CacheDir, ServeConfig, ServeError, Server};
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, smollm2_path, toy_model};
+use crate::common::{TestServer, ToyText, smollm2_path, toy_model};
 
 const PROMPT: &str = "<start> the cat sat the dog slept the cat";
 
@@ -142,6 +142,38 @@ fn a_truncated_or_foreign_cache_file_is_refused_and_the_server_starts_empty() {
 }
 
 #[test]
+fn the_program_is_told_what_reading_and_saving_the_cache_came_to() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(CACHE_FILE), b"not a cache file").unwrap();
+    let bind = || {
+        let config = ServeConfig {
+            addr: ([127, 0, 0, 1], 0).into(),
+            ..config(dir.path(), toy_fingerprint())
+        };
+        let model = std::sync::Arc::new(toy_model());
+        Server::bind(model, std::sync::Arc::new(ToyText), config).unwrap()
+    };
+    let server = bind();
+    let notes = server.cache_notes().unwrap();
+    let started = notes.take();
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert!(
+        started[0].ends_with("not loaded, the prefix cache starts empty: not a prefix cache file"),
+        "{started:?}"
+    );
+    server.spawn().unwrap().stop().unwrap();
+    let stopped = notes.take();
+    assert!(
+        stopped[0].ends_with("0 states saved (16 bytes)"),
+        "{stopped:?}"
+    );
+    // The empty cache it saved reads back as no states: nothing to tell.
+    let again = bind();
+    assert_eq!(again.cache_notes().unwrap().take(), Vec::<String>::new());
+    again.spawn().unwrap().stop().unwrap();
+}
+
+#[test]
 fn a_fifo_as_the_cache_file_is_refused_without_waiting_for_a_writer() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(CACHE_FILE);
@@ -161,7 +193,7 @@ fn a_model_whose_states_cannot_be_saved_refuses_a_cache_dir() {
     let dir = tempfile::tempdir().unwrap();
     let result = Server::bind(
         std::sync::Arc::new(Uncached(toy_model())),
-        std::sync::Arc::new(crate::common::ToyText),
+        std::sync::Arc::new(ToyText),
         config(dir.path(), toy_fingerprint()),
     );
     let Err(ServeError::InvalidSetting { name, reason }) = result else {

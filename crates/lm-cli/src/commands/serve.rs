@@ -65,11 +65,15 @@ where
 {
     let (parallel, name) = (config.parallel, config.model_name.clone());
     let server = Server::bind(model, text, config)?;
+    let notes = server.cache_notes().unwrap_or_default();
+    let print_notes = || notes.take().iter().for_each(|line| eprintln!("{line}"));
+    print_notes();
     eprintln!(
         "serving {name} on http://{} ({parallel} at once); Ctrl-C stops",
         server.local_addr()
     );
     server.run_until_signal()?;
+    print_notes();
     eprintln!("stopped");
     Ok(())
 }
