@@ -52,9 +52,7 @@ use std::time::Duration;
 use lm_core::LanguageModel;
 
 pub use error::ServeError;
-pub use persist::{
-    CACHE_FILE, CacheDir, CacheNotes, PersistError, SaveReport, SavedState, write_atomically,
-};
+pub use persist::{CACHE_FILE, CacheDir, CacheNotes, PersistError, SaveReport, SavedState};
 pub use routes::is_cors_origin;
 pub use state_size::StateSize;
 pub use text::{OutputFormatError, ServedText, TextFailure};

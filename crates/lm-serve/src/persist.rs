@@ -328,7 +328,7 @@ fn kept_states<S: SequenceState>(cache: &Mutex<PrefixCache<S>>) -> Vec<(Vec<Toke
 /// Writes `path` through `write`: into a new temporary file beside it,
 /// synced, then renamed over `path`, and the directory synced. Returns the
 /// bytes written. A symlink at `path` is replaced, never written through.
-pub fn write_atomically<E: From<io::Error>>(
+pub(crate) fn write_atomically<E: From<io::Error>>(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<(), E>,
 ) -> Result<u64, E> {
