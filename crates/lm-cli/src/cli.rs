@@ -227,6 +227,24 @@ pub struct ModelArgs {
     /// Worker threads for the model's matrix products (default: all cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub threads: Option<u64>,
+    /// How the KV cache stores keys and values (llama.cpp's
+    /// --cache-type-k/-v): f16 (a GGUF model's default), f32, or q8_0
+    /// (8-bit blocks, 53% of f16's bytes: about twice the sequences per
+    /// gigabyte). Transformer models only.
+    #[arg(long, value_name = "TYPE")]
+    pub kv_type: Option<KvType>,
+}
+
+/// The KV cache precisions `--kv-type` names (`lm_model::KvPrecision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvType {
+    /// 32-bit floats.
+    F32,
+    /// 16-bit floats (llama.cpp's default).
+    F16,
+    /// llama.cpp's q8_0: 32 int8s and an f16 scale per 32 values.
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 /// `--temperature` when not given: the model's own distribution.

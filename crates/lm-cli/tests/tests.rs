@@ -14,6 +14,7 @@ mod hf_dir;
 mod hostile_inputs;
 mod interrupt;
 mod kernel_paths;
+mod kv_type;
 mod output_files;
 mod probs;
 mod quantize;

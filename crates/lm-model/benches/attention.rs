@@ -1,7 +1,8 @@
 //! Attention of one SmolLM2-shaped layer (9 query heads over 3 key/value
 //! heads of 64) with every kernel path this CPU runs: a 2,048-token
 //! prompt's prefill in one call (f16 cache, so the SIMD builds fuse their
-//! products, and f32), and one decode step over 4,096 positions (f16).
+//! products, f32, and q8_0, widened chunk by chunk), and one decode step
+//! over 4,096 positions (f16 and q8_0).
 //! Run with `RAYON_NUM_THREADS=1 cargo bench -p lm-model --bench attention`
 //! for one thread; `LM_BENCH_KERNELS=avx2,avx512` narrows the paths.
 
@@ -24,7 +25,7 @@ fn prefill(c: &mut Criterion) {
     group.sample_size(10);
     // Query-key products, one per query and visible position.
     group.throughput(Throughput::Elements(N * (N + 1) / 2 * 9));
-    for precision in [KvPrecision::F16, KvPrecision::F32] {
+    for precision in [KvPrecision::F16, KvPrecision::F32, KvPrecision::Q8_0] {
         for kernel in kernels() {
             let mut workload = AttentionWorkload::new(kernel, precision, N as usize)
                 .expect("the kernel runs here");
@@ -40,12 +41,14 @@ fn decode_step(c: &mut Criterion) {
     const N: u64 = 4096;
     let mut group = c.benchmark_group("attention decode at 4096");
     group.throughput(Throughput::Elements(N * 9));
-    for kernel in kernels() {
-        let mut workload = AttentionWorkload::new(kernel, KvPrecision::F16, N as usize)
-            .expect("the kernel runs here");
-        group.bench_function(format!("F16 {kernel:?}"), |b| {
-            b.iter(|| black_box(workload.decode_step()))
-        });
+    for precision in [KvPrecision::F16, KvPrecision::Q8_0] {
+        for kernel in kernels() {
+            let mut workload = AttentionWorkload::new(kernel, precision, N as usize)
+                .expect("the kernel runs here");
+            group.bench_function(format!("{precision:?} {kernel:?}"), |b| {
+                b.iter(|| black_box(workload.decode_step()))
+            });
+        }
     }
     group.finish();
 }

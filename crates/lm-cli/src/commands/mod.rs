@@ -13,8 +13,10 @@ pub mod train;
 
 use anyhow::{Context, Result};
 
-use crate::cli::ModelArgs;
-use crate::spec::{LoadedModel, ModelSpec, RunOptions};
+use lm_model::KvPrecision;
+
+use crate::cli::{KvType, ModelArgs};
+use crate::spec::{Backend, LoadedModel, ModelSpec, RunOptions};
 
 /// Loads the model `args` names (the embedded default when none), after
 /// sizing the thread pool, with the options every model command runs it
@@ -22,12 +24,34 @@ use crate::spec::{LoadedModel, ModelSpec, RunOptions};
 pub fn load_model(args: &ModelArgs) -> Result<(LoadedModel, RunOptions)> {
     let context_length = args.context_length.map(generate::to_usize);
     configure_threads(args.threads)?;
-    let loaded = ModelSpec::or_default(args.model.as_ref()).load(context_length)?;
+    let mut loaded = ModelSpec::or_default(args.model.as_ref()).load(context_length)?;
+    if let Some(kv_type) = args.kv_type {
+        loaded.backend = with_kv_type(loaded.backend, kv_type)?;
+    }
     let options = RunOptions {
         no_cache: args.no_cache,
         context_length,
     };
     Ok((loaded, options))
+}
+
+/// `backend` with its KV cache stored as `kv_type` says (`--kv-type`); a
+/// count model has no KV cache, so the flag is refused for it.
+fn with_kv_type(backend: Backend, kv_type: KvType) -> Result<Backend> {
+    let precision = match kv_type {
+        KvType::F32 => KvPrecision::F32,
+        KvType::F16 => KvPrecision::F16,
+        KvType::Q8_0 => KvPrecision::Q8_0,
+    };
+    match backend {
+        Backend::Toy(decoder) => Ok(Backend::Toy(Box::new(decoder.with_kv_precision(precision)))),
+        Backend::Llama(decoder) => Ok(Backend::Llama(Box::new(
+            decoder.with_kv_precision(precision),
+        ))),
+        Backend::Count(_) => {
+            anyhow::bail!("--kv-type applies to transformer models; a count model has no KV cache")
+        }
+    }
 }
 
 /// Sizes rayon's global pool (the model's matrix products) to `threads`
