@@ -5,6 +5,7 @@
 
 mod chat;
 mod chat_session;
+mod cluster;
 mod common;
 mod errors;
 mod flags;
