@@ -141,8 +141,9 @@ exp(-sum / n). With --text (count models only): the sentence scored as KenLM's
 query scores it, with <s> before and </s> after, in log10. With --file: the
 perplexity of a whole file (a progress bar on a terminal); a count model scores
 each line as a sentence, as KenLM's query does (perplexity with and without
-unknown words); any other model scores every token from the first, after BOS
-when the model has one (as llama-perplexity), in windows of the context length.";
+unknown words); any other model scores every token from the first, after the
+document start when the model has one (its BOS when every text gets one, else
+<|endoftext|>), in windows of the context length.";
 
 const ENUMERATE_HELP: &str = "\
 EXAMPLES:
@@ -682,7 +683,8 @@ pub struct ScoreArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The context the continuation follows [default: none, the
-    /// continuation is scored from BOS].
+    /// continuation is scored from the document start: BOS, or
+    /// <|endoftext|> where BOS opens a chat turn].
     #[arg(
         long,
         short = 'p',
@@ -700,7 +702,7 @@ pub struct ScoreArgs {
     pub text: Option<String>,
     /// The perplexity of a whole file: each line a sentence for a count
     /// model (KenLM's query), the whole text from its first token for any
-    /// other (llama-perplexity; from BOS when the model has one).
+    /// other (from the document start when the model has one).
     #[arg(long, short = 'f', value_name = "FILE",
           conflicts_with_all = ["prompt", "continuation", "text"])]
     pub file: Option<PathBuf>,

@@ -145,13 +145,16 @@ impl TextCodec {
         }
     }
 
-    /// The token a text starts from, when the model has one: a GGUF
-    /// vocabulary's BOS, a count model's `<s>` (the toy has none).
-    pub fn bos_id(&self) -> Option<TokenId> {
+    /// The token a whole text is scored after, when the model has one: a
+    /// GGUF file's document start ([`lm::GgufText::document_start`]: its
+    /// BOS when every text gets one, else `<|endoftext|>`, so SmolLM2 does
+    /// not read a text as a chat turn opened by its BOS `<|im_start|>`), a
+    /// count model's `<s>` (the toy has none).
+    pub fn document_start(&self) -> Option<TokenId> {
         match self {
             Self::Toy => None,
             Self::Words(vocab) => Some(vocab.bos()),
-            Self::Bpe(bpe) => bpe.tokenizer.bos_id(),
+            Self::Bpe(bpe) => bpe.document_start(),
         }
     }
 

@@ -467,7 +467,7 @@ fn score_file_scores_every_token_after_the_first_in_windows_of_the_context() {
 
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
-fn score_file_of_a_gguf_text_starts_from_bos() {
+fn a_gguf_text_is_scored_from_the_document_start() {
     if let Err(err) = lm_model::catalog::SMOLLM2.path() {
         panic!("{err}");
     }
@@ -480,18 +480,25 @@ fn score_file_of_a_gguf_text_starts_from_bos() {
         .opt("--file", path.display())
         .json();
     assert_eq!(file["from_bos"], true);
-    // SmolLM2's BOS is <|im_start|> (id 1): the same as scoring the text
-    // after it, every token counted.
+    // SmolLM2's BOS <|im_start|> opens a chat turn, so a document starts
+    // after <|endoftext|> (id 0): the same as scoring the text after it,
+    // every token counted, and as the continuation with no prompt.
     let tokens = Cli::new("tokenize")
         .model("smollm2")
         .opt("--text", text)
         .json();
     let pair = Cli::new("score")
         .model("smollm2")
-        .opt("--prompt", "<|im_start|>")
+        .opt("--prompt", "<|endoftext|>")
         .opt("--continuation", text)
         .json();
-    assert_eq!(pair["prompt_ids"], serde_json::json!([1]));
+    assert_eq!(pair["prompt_ids"], serde_json::json!([0]));
+    let alone = Cli::new("score")
+        .model("smollm2")
+        .opt("--continuation", text)
+        .json();
+    assert_eq!(alone["prompt_ids"], serde_json::json!([0]));
+    assert_eq!(alone["sequence_logprob"], pair["sequence_logprob"]);
     assert_eq!(file["n_tokens"], tokens["ids"].as_array().unwrap().len());
     let (got, want) = (
         file["logprob"].as_f64().unwrap(),

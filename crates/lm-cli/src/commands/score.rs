@@ -80,7 +80,8 @@ pub fn run(args: ScoreArgs) -> Result<()> {
 }
 
 struct Score {
-    /// The context; none (or empty) scores the continuation from BOS.
+    /// The context; none (or empty) scores the continuation from the
+    /// document start.
     prompt: Option<String>,
     continuation: String,
     json: bool,
@@ -97,9 +98,10 @@ impl ModelTask for Score {
         let mut prompt_ids = codec.encode_prompt(prompt)?;
         let mut ids = codec.encode(&self.continuation)?;
         if prompt_ids.is_empty() {
-            // No context: from BOS, as `score --file` and llama-perplexity
-            // score; without BOS the first token is the context of the rest.
-            prompt_ids = match codec.bos_id() {
+            // No context: from the document start, as `score --file` and the
+            // facade's `score` read; without one the first token is the
+            // context of the rest.
+            prompt_ids = match codec.document_start() {
                 Some(bos) => {
                     if ids.first() == Some(&bos) {
                         ids.remove(0);
@@ -244,8 +246,8 @@ struct FileScoreReport {
     /// Count models: the perplexity over known words only.
     #[serde(skip_serializing_if = "Option::is_none")]
     perplexity_excluding_oov: Option<f64>,
-    /// Other models: whether the first token was scored after BOS (else
-    /// it has no context and is not scored).
+    /// Other models: whether the first token was scored after the document
+    /// start (else it has no context and is not scored).
     #[serde(skip_serializing_if = "Option::is_none")]
     from_bos: Option<bool>,
     /// Other models: the context windows the text was scored in.
@@ -316,9 +318,10 @@ impl ModelTask for ScoreFile {
 
     fn run<M: LanguageModel>(self, model: &M, codec: &TextCodec) -> Result<()> {
         let mut ids = codec.encode(&self.text)?;
-        // The first token is scored after BOS (llama-perplexity's first
-        // position); without BOS it is the context of the rest.
-        let bos = codec.bos_id();
+        // The first token is scored after the document start (BOS where
+        // every text gets one, llama-perplexity's first position); without
+        // one it is the context of the rest.
+        let bos = codec.document_start();
         if let Some(bos) = bos
             && ids.first() == Some(&bos)
         {
@@ -334,7 +337,8 @@ impl ModelTask for ScoreFile {
             );
         }
         // A text longer than the context is scored in windows, each read
-        // from BOS (or from the token before it), as llama-perplexity does.
+        // from the document start (or from the token before it), as
+        // llama-perplexity does from BOS.
         let window = model
             .context_length()
             .map_or(usize::MAX, |n| n.saturating_sub(1).max(1));
@@ -356,7 +360,7 @@ impl ModelTask for ScoreFile {
                 ids.len(),
                 windows.len(),
                 if bos.is_some() {
-                    "BOS"
+                    "the document start"
                 } else {
                     "the token before it"
                 }
