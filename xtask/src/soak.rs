@@ -3,7 +3,7 @@
 //! SIGTERM while requests run, to check the drain.
 //!
 //! ```text
-//! each client, in turn: streaming chat (its own conversation, 6 turns, so
+//! each client, in turn: streaming chat (its own conversation, 3 turns, so
 //!   the prefix cache is used) | non-streaming chat | streaming completion |
 //!   structured chat (json_schema) | a stream dropped after its first token |
 //!   too many tokens (400) | a body over --max-body-bytes (413)
@@ -15,8 +15,11 @@
 //! It fails on any 5xx but the drain's 503s, an answer that breaks the
 //! protocol (a stream without `[DONE]`, structured output that is not the
 //! schema's JSON, an oversized request not refused), RSS after warm-up
-//! (the first fifth of the run) growing 5% or more, p99 time to first token
-//! at 2 s or more, or a drain that lets a cut-off request finish normally.
+//! growing 5% or more, p99 time to first token at 2 s or more, or a drain
+//! that lets a cut-off request finish normally. Warm-up lasts until every
+//! client has sent one round of its cycle (a whole conversation, so the
+//! longest states have been held and the prefix cache has filled) and at
+//! least a fifth of the run: its RSS peak is compared with the peak after it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -93,7 +96,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let rss = RssSampler::start(server.pid());
     let started = Instant::now();
     let duration = Duration::from_secs_f64(settings.minutes * 60.0);
-    let log = runtime.block_on(drive(server.addr, &settings, started + duration));
+    let (log, warm) = runtime.block_on(drive(server.addr, &settings, started + duration));
     let driven = started.elapsed();
     let metrics = runtime
         .block_on(client::get(server.addr, "/metrics"))
@@ -101,7 +104,16 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .unwrap_or_default();
     let samples = rss.stop();
     let drain = runtime.block_on(drain(&mut server, settings.n_clients))?;
-    let report = Report::new(&log, &samples, driven, drain, &metrics, &server.log());
+    let warm_end = warm.map(|clients| clients.max(started + driven / 5));
+    let report = Report::new(
+        &log,
+        &samples,
+        driven,
+        warm_end,
+        drain,
+        &metrics,
+        &server.log(),
+    );
     println!("{report}");
     report.check()
 }
@@ -212,7 +224,7 @@ async fn drive(
     addr: SocketAddr,
     settings: &Settings,
     deadline: Instant,
-) -> Vec<(Instant, Outcome)> {
+) -> (Vec<(Instant, Outcome)>, Option<Instant>) {
     let issued = Arc::new(AtomicU64::new(0));
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -220,7 +232,7 @@ async fn drive(
         let (issued, log, max) = (Arc::clone(&issued), Arc::clone(&log), settings.max_requests);
         tasks.push(tokio::spawn(async move {
             let mut history: Vec<Value> = Vec::new();
-            let mut turn_idx = client_idx;
+            let (mut turn_idx, mut warm) = (client_idx, None);
             while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max {
                 let kind = CYCLE[turn_idx % CYCLE.len()];
                 let outcome = one(addr, kind, client_idx, turn_idx, &mut history).await;
@@ -228,22 +240,30 @@ async fn drive(
                     log.push((Instant::now(), outcome));
                 }
                 turn_idx += 1;
+                if turn_idx == client_idx + CYCLE.len() {
+                    warm = Some(Instant::now());
+                }
             }
+            warm
         }));
     }
+    // Warm once the last client has finished its first round.
+    let mut warm = Some(Instant::now() - Duration::from_secs(1 << 20));
     for task in tasks {
-        let _ = task.await;
+        let client_warm = task.await.ok().flatten();
+        warm = warm.zip(client_warm).map(|(a, b)| a.max(b));
     }
-    std::mem::take(
+    let log = std::mem::take(
         &mut *log
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
-    )
+    );
+    (log, warm)
 }
 
 /// Sends one request of `kind` and checks its answer. `history` is the
 /// client's conversation, which its streaming chats extend (and restart
-/// after six turns).
+/// after three turns).
 async fn one(
     addr: SocketAddr,
     kind: Kind,
@@ -267,7 +287,7 @@ async fn one(
     };
     let (path, body) = match kind {
         Kind::ChatStream => {
-            if history.len() >= 13 || history.is_empty() {
+            if history.len() >= 7 || history.is_empty() {
                 history.clear();
                 history.push(json!({"role": "system", "content": SYSTEM}));
             }
@@ -641,8 +661,11 @@ struct Report {
     by_status: BTreeMap<String, usize>,
     problems: Vec<String>,
     ttft_ms: Vec<f64>,
-    /// RSS in MiB: the peak during warm-up, the peak in the last fifth,
-    /// the overall peak, and one sample per tenth of the run.
+    /// The share of the run that warm-up took (NaN: a client never
+    /// finished its first round).
+    warm_share: f64,
+    /// RSS in MiB: the peak during warm-up, the peak after it (0 when no
+    /// sample came after it), and one sample per tenth of the run.
     rss_warm: f64,
     rss_end: f64,
     rss_timeline: Vec<f64>,
@@ -656,6 +679,7 @@ impl Report {
         log: &[(Instant, Outcome)],
         samples: &[(Instant, u64)],
         driven: Duration,
+        warm_end: Option<Instant>,
         drain: Drain,
         metrics: &str,
         server_log: &str,
@@ -673,9 +697,7 @@ impl Report {
         }
         ttft_ms.sort_by(f64::total_cmp);
         let mib = |kib: u64| kib as f64 / 1024.0;
-        let (start, n) = (samples.first().map(|s| s.0), samples.len());
-        let warm_end = start.map(|s| s + driven / 5);
-        let tail_start = start.map(|s| s + driven * 4 / 5);
+        let n = samples.len();
         let peak = |keep: &dyn Fn(Instant) -> bool| {
             samples
                 .iter()
@@ -684,7 +706,14 @@ impl Report {
                 .fold(0.0, f64::max)
         };
         let rss_warm = peak(&|t| warm_end.is_some_and(|end| t <= end));
-        let rss_end = peak(&|t| tail_start.is_some_and(|tail| t >= tail));
+        let rss_end = peak(&|t| warm_end.is_some_and(|end| t > end));
+        let warm_share = match (samples.first(), samples.last(), warm_end) {
+            (Some(first), Some(last), Some(end)) => {
+                end.saturating_duration_since(first.0).as_secs_f64()
+                    / last.0.duration_since(first.0).as_secs_f64()
+            }
+            _ => f64::NAN,
+        };
         let rss_timeline = (0..=10)
             .filter_map(|tenth| samples.get((n.saturating_sub(1)) * tenth / 10))
             .map(|(_, kib)| mib(*kib))
@@ -705,6 +734,7 @@ impl Report {
             .collect();
         Self {
             driven,
+            warm_share,
             by_kind,
             by_status,
             problems,
@@ -724,8 +754,13 @@ impl Report {
         self.ttft_ms.get(idx).copied()
     }
 
+    /// NaN when the run was too short to have a sample after warm-up.
     fn rss_growth(&self) -> f64 {
-        self.rss_end / self.rss_warm - 1.0
+        if self.rss_end > 0.0 && self.rss_warm > 0.0 {
+            self.rss_end / self.rss_warm - 1.0
+        } else {
+            f64::NAN
+        }
     }
 
     fn n_5xx(&self) -> usize {
@@ -754,7 +789,8 @@ impl Report {
         // NaN (no samples) fails too.
         if self.rss_growth().is_nan() || self.rss_growth() >= MAX_RSS_GROWTH {
             failures.push(format!(
-                "RSS grew {:.1}% after warm-up (limit {:.0}%)",
+                "RSS grew {:.1}% after warm-up (limit {:.0}%; NaN: no sample after warm-up, \
+                 run longer)",
                 self.rss_growth() * 100.0,
                 MAX_RSS_GROWTH * 100.0
             ));
@@ -813,7 +849,9 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "RSS: peak in warm-up (first fifth) {:.1} MiB, peak in the last fifth {:.1} MiB: {:+.2}%",
+            "RSS: peak in warm-up (the first {:.0}% of the run) {:.1} MiB, peak after it {:.1} MiB: \
+             {:+.2}%",
+            self.warm_share * 100.0,
             self.rss_warm,
             self.rss_end,
             self.rss_growth() * 100.0
