@@ -169,9 +169,9 @@ impl<'a> StoredRows<'a> {
                 }
                 let widened = &mut buf[..quants.len()];
                 if keys {
-                    dequantize_keys(quants, scales, widened);
+                    dequantize_keys(dispatch, quants, scales, widened);
                 } else {
-                    dequantize_values(quants, scales, widened);
+                    dequantize_values(dispatch, quants, scales, widened);
                 }
                 widened
             }

@@ -20,6 +20,9 @@
 
 use half::f16;
 
+use crate::kernels::dispatch::Dispatch;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::dispatch::Kernel;
 use crate::transformer::CHUNK_LEN;
 
 /// Values per q8_0 block (the last block of a head narrower than a multiple
@@ -62,8 +65,36 @@ pub(crate) fn round_row_through_q8_0(row: &mut [f32]) {
 /// Widens a q8_0 key block (`quants` `[head_dim][CHUNK_LEN]`, a key per
 /// column; `scales` `[n_blocks][CHUNK_LEN]`, the scale of dimension block
 /// `b` of key `r` at `b * CHUNK_LEN + r`) into `out`, the f32 block of the
-/// same layout.
-pub(crate) fn dequantize_keys(quants: &[i8], scales: &[f16], out: &mut [f32]) {
+/// same layout; compiled for AVX-512 when `dispatch` runs it (the same
+/// bits: each value is exact).
+pub(crate) fn dequantize_keys(dispatch: Dispatch, quants: &[i8], scales: &[f16], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if dispatch.kernel() == Kernel::Avx512 {
+        // SAFETY: a `Dispatch` holds only detected features; the AVX-512
+        // kernel's include AVX-512 F and BW.
+        return unsafe { dequantize_keys_avx512(quants, scales, out) };
+    }
+    dequantize_keys_in(quants, scales, out);
+}
+
+/// [`dequantize_keys`] compiled for AVX-512 (the loops vectorised by the
+/// compiler: sign-extend, convert and scale 16 values an instruction).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn dequantize_keys_avx512(quants: &[i8], scales: &[f16], out: &mut [f32]) {
+    dequantize_keys_in(quants, scales, out);
+}
+
+/// [`dequantize_values`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn dequantize_values_avx512(quants: &[i8], scales: &[f16], out: &mut [f32]) {
+    dequantize_values_in(quants, scales, out);
+}
+
+/// The loops of [`dequantize_keys`], inlined into each build.
+#[inline(always)]
+fn dequantize_keys_in(quants: &[i8], scales: &[f16], out: &mut [f32]) {
     debug_assert_eq!(quants.len(), out.len());
     let mut block_scales = [0.0f32; CHUNK_LEN];
     for ((quants, out), scales) in quants
@@ -87,8 +118,24 @@ pub(crate) fn dequantize_keys(quants: &[i8], scales: &[f16], out: &mut [f32]) {
 
 /// Widens a q8_0 value block (`quants` `[CHUNK_LEN][head_dim]`, a value
 /// per row; `scales` `[CHUNK_LEN][n_blocks]`) into `out`, the f32 block of
-/// the same layout.
-pub(crate) fn dequantize_values(quants: &[i8], scales: &[f16], out: &mut [f32]) {
+/// the same layout, as [`dequantize_keys`] does.
+pub(crate) fn dequantize_values(
+    dispatch: Dispatch,
+    quants: &[i8],
+    scales: &[f16],
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if dispatch.kernel() == Kernel::Avx512 {
+        // SAFETY: as in `dequantize_keys`.
+        return unsafe { dequantize_values_avx512(quants, scales, out) };
+    }
+    dequantize_values_in(quants, scales, out);
+}
+
+/// The loops of [`dequantize_values`], inlined into each build.
+#[inline(always)]
+fn dequantize_values_in(quants: &[i8], scales: &[f16], out: &mut [f32]) {
     debug_assert_eq!(quants.len(), out.len());
     let head_dim = quants.len() / CHUNK_LEN;
     let n_blocks = head_dim.div_ceil(Q8_BLOCK);
@@ -184,10 +231,19 @@ mod tests {
         let scales: Vec<f16> = (0..CHUNK_LEN * n_blocks)
             .map(|i| f16::from_f32(0.5 + i as f32 / 64.0))
             .collect();
-        let mut keys = vec![f32::NAN; quants.len()];
-        dequantize_keys(&quants, &scales, &mut keys);
-        let mut values = vec![f32::NAN; quants.len()];
-        dequantize_values(&quants, &scales, &mut values);
+        for dispatch in Dispatch::every_available() {
+            let mut keys = vec![f32::NAN; quants.len()];
+            dequantize_keys(dispatch, &quants, &scales, &mut keys);
+            let mut values = vec![f32::NAN; quants.len()];
+            dequantize_values(dispatch, &quants, &scales, &mut values);
+            check_layouts(&quants, &scales, &keys, &values);
+        }
+    }
+
+    /// Each key and value read back is its int8 times its scale.
+    fn check_layouts(quants: &[i8], scales: &[f16], keys: &[f32], values: &[f32]) {
+        let head_dim = quants.len() / CHUNK_LEN;
+        let n_blocks = head_dim.div_ceil(Q8_BLOCK);
         for d in 0..head_dim {
             for r in 0..CHUNK_LEN {
                 let key_scale = f32::from(scales[d / Q8_BLOCK * CHUNK_LEN + r]);
