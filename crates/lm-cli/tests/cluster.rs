@@ -34,7 +34,7 @@ const N_LATER_TURNS: usize = 4;
 /// text (the last answer's end and the next question) small next to the
 /// history the cache holds.
 fn system_prompt() -> String {
-    (1..=30)
+    (1..=20)
         .map(|i| format!("Rule {i}: answer briefly and politely, and never repeat rule {i}."))
         .collect::<Vec<_>>()
         .join(" ")
