@@ -35,10 +35,10 @@ use crate::serve_cluster::{Replica, lm_cli};
 
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask soak [--minutes M (1)] [--clients C (32)] [--parallel P (32)] [--threads T (2)]
-                        [--model M (smollm2)] [--max-requests N (1000000)]
+                        [--model M (smollm2)] [--max-requests N (1000000)] [--no-latency-limit]
 drives `lm-cli serve` with streaming, non-streaming, structured, cancelled and oversized requests
 from C clients for M minutes, then SIGTERMs it mid-run; fails on a 5xx, RSS growth >= 5% after
-warm-up, p99 time to first token >= 2 s or a broken drain";
+warm-up, p99 time to first token >= 2 s (unless --no-latency-limit: reported only) or a broken drain";
 
 /// The limits the run is judged by.
 const MAX_RSS_GROWTH: f64 = 0.05;
@@ -63,6 +63,10 @@ struct Settings {
     threads: usize,
     model: String,
     max_requests: u64,
+    /// Whether p99 time to first token is judged (`--no-latency-limit`
+    /// reports it only: CI's one-minute run checks behaviour, and a
+    /// latency bar on a shared machine belongs to a benchmark).
+    latency_limit: bool,
 }
 
 /// Runs the task.
@@ -115,7 +119,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         &server.log(),
     );
     println!("{report}");
-    report.check()
+    report.check(settings.latency_limit)
 }
 
 fn parse(args: &[String]) -> Result<Settings> {
@@ -126,9 +130,14 @@ fn parse(args: &[String]) -> Result<Settings> {
         threads: 2,
         model: "smollm2".to_owned(),
         max_requests: 1_000_000,
+        latency_limit: true,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
+        if flag == "--no-latency-limit" {
+            settings.latency_limit = false;
+            continue;
+        }
         let value = args
             .next()
             .with_context(|| format!("{flag} needs a value\n{USAGE}"))?;
@@ -772,7 +781,7 @@ impl Report {
     }
 
     /// The verdict: every limit of the module's doc.
-    fn check(&self) -> Result<()> {
+    fn check(&self, latency_limit: bool) -> Result<()> {
         let mut failures = Vec::new();
         if self.n_5xx() > 0 {
             failures.push(format!(
@@ -796,7 +805,7 @@ impl Report {
             ));
         }
         match self.percentile(0.99) {
-            Some(p99) if p99 < MAX_P99_TTFT.as_secs_f64() * 1e3 => {}
+            Some(p99) if p99 < MAX_P99_TTFT.as_secs_f64() * 1e3 || !latency_limit => {}
             p99 => failures.push(format!(
                 "p99 time to first token {p99:?} ms (limit {} ms)",
                 MAX_P99_TTFT.as_millis()
@@ -1005,6 +1014,9 @@ mod tests {
         assert!(parse(&args(&["--fast", "1"])).is_err());
         let settings = parse(&args(&["--minutes", "0.5", "--clients", "4"])).unwrap();
         assert_eq!((settings.minutes, settings.n_clients), (0.5, 4));
+        assert!(settings.latency_limit);
+        let settings = parse(&args(&["--no-latency-limit", "--minutes", "2"])).unwrap();
+        assert_eq!((settings.latency_limit, settings.minutes), (false, 2.0));
     }
 
     #[test]
