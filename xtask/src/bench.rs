@@ -666,23 +666,26 @@ fn peak_rss_bytes() -> Result<u64> {
 
 /// Builds this package in release and returns the binary's path.
 pub(crate) fn build_release_worker() -> Result<PathBuf> {
+    release_binary("xtask")
+}
+
+/// Builds the binary `name` of the package of that name in release (a
+/// whole-process measurement needs the optimised HTTP and grammar crates
+/// too, which the dev profile leaves unoptimised) and returns its path, as
+/// cargo reports it.
+pub(crate) fn release_binary(name: &str) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("building xtask in release");
+    eprintln!("building {name} in release");
     let output = Command::new(cargo)
         .current_dir(project_root())
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "xtask",
-            "--message-format=json-render-diagnostics",
-        ])
+        .args(["build", "--release", "--package", name, "--bin", name])
+        .arg("--message-format=json-render-diagnostics")
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run cargo")?;
     if !output.status.success() {
         bail!(
-            "cargo build --release --package xtask failed ({})",
+            "cargo build --release --package {name} failed ({})",
             output.status
         );
     }
@@ -690,9 +693,9 @@ pub(crate) fn build_release_worker() -> Result<PathBuf> {
         .lines()
         .rev()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|message| message["target"]["name"] == "xtask")
+        .filter(|message| message["target"]["name"] == name)
         .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .context("cargo reported no xtask executable")
+        .with_context(|| format!("cargo reported no {name} executable"))
 }
 
 /// One measurement of ours: the short decode, the prefills and the long

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde_json::Value;
 
 use crate::project_root;
 
@@ -196,7 +195,7 @@ fn start_nginx(
 }
 
 /// A free loopback port (the OS picks it; nginx cannot report one itself).
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).context("cannot bind a loopback port")?;
     Ok(listener.local_addr()?.port())
 }
@@ -205,35 +204,7 @@ fn free_port() -> Result<u16> {
 /// compute crates are optimised but the grammar engine and the HTTP stack
 /// are not), and returns the binary's path.
 pub(crate) fn lm_cli() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("building lm-cli in release");
-    let output = Command::new(cargo)
-        .current_dir(project_root())
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "lm-cli",
-            "--bin",
-            "lm-cli",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run cargo")?;
-    if !output.status.success() {
-        bail!(
-            "cargo build --release --package lm-cli failed ({})",
-            output.status
-        );
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .rev()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|message| message["target"]["name"] == "lm-cli")
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .context("cargo reported no lm-cli executable")
+    crate::bench::release_binary("lm-cli")
 }
 
 /// Sends `kill -SIGNAL pid` (xtask has no unsafe code for `libc::kill`).

@@ -12,7 +12,7 @@
 //! `X-Upstream` header names the replica that answered.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,25 +58,14 @@ struct Replica {
 
 impl Replica {
     fn start() -> Self {
-        let mut child = Cli::new("serve")
+        let (child, addr) = Cli::new("serve")
             .model("smollm2")
-            .opt("--port", 0)
             .opt("--parallel", 4)
             .opt("--threads", 1)
-            .spawn();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|addr| addr.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = stderr.read_to_string(&mut rest);
-        });
+            .spawn_server();
+        let addr = addr
+            .parse()
+            .unwrap_or_else(|_| panic!("not an address: {addr}"));
         Self { child, addr }
     }
 

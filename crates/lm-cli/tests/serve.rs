@@ -3,7 +3,7 @@
 //! answers OpenAI's completions, and on SIGTERM
 //! finishes the request in flight, then exits 0.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command};
 
@@ -33,21 +33,7 @@ fn start(model: Option<&str>) -> (Served, String) {
 
 /// Starts `cli` (an `lm-cli serve` command line) on a free port.
 fn start_with(cli: Cli) -> (Served, String) {
-    let mut child = cli.opt("--port", 0).opt("--parallel", 2).spawn();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    // Keep draining stderr so the server never blocks on it.
-    std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = stderr.read_to_string(&mut rest);
-    });
+    let (child, addr) = cli.opt("--parallel", 2).spawn_server();
     (Served(child), addr)
 }
 

@@ -119,9 +119,7 @@ impl LlamaServer {
         slot_context: usize,
         n_threads: usize,
     ) -> Result<Self> {
-        let port = std::net::TcpListener::bind(("127.0.0.1", 0))?
-            .local_addr()?
-            .port();
+        let port = crate::serve_cluster::free_port()?;
         let child = Command::new(binary)
             .arg("--model")
             .arg(model)

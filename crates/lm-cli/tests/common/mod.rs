@@ -153,6 +153,28 @@ impl Cli {
         self.spawn_with(Stdio::piped())
     }
 
+    /// Starts an `lm-cli serve` command line on a free port and returns the
+    /// child with the address it listens on (read from the line it prints
+    /// first on stderr); the rest of stderr is drained on a thread, so the
+    /// server never blocks on it.
+    pub fn spawn_server(self) -> (Child, String) {
+        let mut child = self.opt("--port", 0).spawn();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr is piped"));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stderr, &mut line).expect("the server prints a line");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+        });
+        (child, addr)
+    }
+
     fn spawn_with(&self, stdin: Stdio) -> Child {
         self.command()
             .stdin(stdin)
