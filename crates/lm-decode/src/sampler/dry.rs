@@ -488,8 +488,8 @@ mod tests {
     /// token `t`, the longest `n <= L` such that the last `n` tokens of the
     /// window also end at some `j` followed by `t`, then the same f64
     /// penalty. Breakers by text: a position breaks when its token's text
-    /// holds a breaker, or ends with a breaker's start that the next tokens'
-    /// texts complete exactly.
+    /// holds a breaker, or ends with the start of a breaker it does not hold
+    /// that the next tokens' texts complete exactly.
     fn brute_force(
         texts: &Texts,
         breakers: &[&str],
@@ -508,7 +508,9 @@ mod tests {
         let breaks_at = |p: usize| -> Option<usize> {
             let head = text(window[p]);
             let mut best = breakers.iter().any(|b| head.contains(b)).then_some(p);
-            for b in breakers {
+            // As llama.cpp: a token that holds a breaker whole starts none
+            // of that breaker's rests.
+            for b in breakers.iter().filter(|b| !head.contains(*b)) {
                 for k in 1..b.len() {
                     if !head.ends_with(&b[..k]) {
                         continue;
@@ -621,6 +623,20 @@ mod tests {
         // all of "c a- b": 2^(3 - 1).
         let history = [2, 8, 1, 2, 8, 1];
         assert_eq!(apply(&dry, &history, &[0.0; 10])[2], -4.0);
+    }
+
+    #[test]
+    fn a_token_holding_a_breaker_starts_no_rest_of_it() {
+        // # a ## #: "##" holds the breaker "##", so its trailing "#" does not
+        // start another "##" with the last "#". The repeat limit is 1, and
+        // "#" then "a" earns "a" 0.8 * 1^0. llama.cpp 0.3.36 on SmolLM2's
+        // vocabulary (ids 19, 81, 712, 19; breakers "##", "->") changes
+        // exactly that logit, by -0.8.
+        let breakers =
+            Arc::new(SequenceBreakers::new(&strings(&["##", "->"]), 10, &toy()).unwrap());
+        let dry = Dry::new(0.8, 1.0, 1, None, breakers).unwrap();
+        let out = apply(&dry, &[6, 0, 7, 6], &[0.0; 10]);
+        assert_eq!(out, [-0.8, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]
