@@ -1,22 +1,16 @@
-//! Request bodies in OpenAI's wire format, read from JSON by hand so each
-//! error names its field: a wrong type or a value out of range is a 400
-//! with `param` set; fields this server does not know are ignored, as
-//! OpenAI's servers do.
+//! The sampling and stopping fields `/v1/completions` and
+//! `/v1/chat/completions` share: the policy (lm-decode's
+//! `SamplingConfig`, by OpenAI's and llama-server's names), the seed,
+//! `stop`, `n`, streaming and the output format, each bounded so no value
+//! allocates without limit.
 
 use lm::OutputFormat;
 use lm_core::TokenId;
-use lm_tokenize::Message;
-use serde_json::{Map, Value};
-
-use crate::error::ApiError;
 use lm_decode::{SamplerOrder, SamplingConfig};
+use serde_json::Value;
 
-/// What to continue: text, or token ids.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Prompt {
-    Text(String),
-    Tokens(Vec<TokenId>),
-}
+use super::Fields;
+use crate::error::ApiError;
 
 /// The sampling and stopping fields both endpoints share.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,34 +35,8 @@ pub(crate) struct Sampling {
     pub(crate) model: Option<String>,
 }
 
-/// `POST /v1/completions`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CompletionRequest {
-    pub(crate) prompt: Prompt,
-    pub(crate) sampling: Sampling,
-    /// How many top tokens to report per position (`logprobs`), if any.
-    pub(crate) logprobs: Option<usize>,
-}
-
-/// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ChatRequest {
-    pub(crate) messages: Vec<Message>,
-    pub(crate) sampling: Sampling,
-    /// `logprobs: true`, with `top_logprobs` alternatives per position.
-    pub(crate) logprobs: Option<usize>,
-    /// `tools`, `tool_choice`, `parallel_tool_calls` (see `tools.rs`).
-    pub(crate) tools: Option<crate::tools::ToolRequest>,
-}
-
-/// The roles a chat message may have; `developer` (OpenAI's newer name
-/// for the system role) is read as `system`, which templates know.
-const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
-
 /// The most stop strings a request may give.
 const MAX_STOP_STRINGS: usize = 16;
-/// The most alternatives per position `logprobs`/`top_logprobs` may ask.
-pub(crate) const MAX_TOP_LOGPROBS: usize = 20;
 /// The most DRY sequence breakers a request may give.
 const MAX_DRY_BREAKERS: usize = 32;
 /// The longest DRY sequence breaker, in bytes (llama.cpp cuts longer ones
@@ -97,82 +65,6 @@ const SAMPLER_LETTERS: [(char, &str); 9] = [
     ('t', "temperature"),
 ];
 
-/// A request body's fields, each read with its type checked.
-struct Fields<'a>(&'a Map<String, Value>);
-
-impl<'a> Fields<'a> {
-    fn of(body: &'a Value) -> Result<Self, ApiError> {
-        body.as_object()
-            .map(Fields)
-            .ok_or_else(|| ApiError::invalid("body", "the request body must be a JSON object"))
-    }
-
-    /// The field, absent or `null` as `None`.
-    fn get(&self, name: &str) -> Option<&'a Value> {
-        self.0.get(name).filter(|v| !v.is_null())
-    }
-
-    fn number(&self, name: &str) -> Result<Option<f64>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
-                ApiError::invalid(name, format!("'{name}' must be a number, got {v}"))
-            }),
-        }
-    }
-
-    /// A number in `[lo, hi]`.
-    fn f32_in(&self, name: &str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
-        match self.number(name)? {
-            Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::invalid(
-                name,
-                format!("'{name}' must be between {lo} and {hi}, got {x}"),
-            )),
-            x => Ok(x.map(|x| x as f32)),
-        }
-    }
-
-    /// A whole number in `[lo, hi]`.
-    fn integer_in(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) => {
-                let x = v.as_i64().ok_or_else(|| {
-                    ApiError::invalid(name, format!("'{name}' must be an integer, got {v}"))
-                })?;
-                if (lo..=hi).contains(&x) {
-                    Ok(Some(x))
-                } else {
-                    Err(ApiError::invalid(
-                        name,
-                        format!("'{name}' must be between {lo} and {hi}, got {x}"),
-                    ))
-                }
-            }
-        }
-    }
-
-    /// A number in `[0, 1)` (HF's cutoffs; 0 is off).
-    fn f32_below_one(&self, name: &str) -> Result<Option<f32>, ApiError> {
-        match self.f32_in(name, 0.0, 1.0)? {
-            Some(x) if x >= 1.0 => Err(ApiError::invalid(
-                name,
-                format!("'{name}' must be at least 0 and less than 1, got {x}"),
-            )),
-            x => Ok(x),
-        }
-    }
-
-    fn boolean(&self, name: &str) -> Result<Option<bool>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
-                ApiError::invalid(name, format!("'{name}' must be a boolean, got {v}"))
-            }),
-        }
-    }
-}
-
 /// `Sampling` reads as its policy, so a policy field is `sampling.top_p`.
 impl std::ops::Deref for Sampling {
     type Target = SamplingConfig;
@@ -182,7 +74,8 @@ impl std::ops::Deref for Sampling {
     }
 }
 
-fn sampling(f: &Fields<'_>) -> Result<Sampling, ApiError> {
+/// Reads the fields both endpoints share.
+pub(super) fn read(f: &Fields<'_>) -> Result<Sampling, ApiError> {
     // OpenAI names the limit `max_completion_tokens` in chat; either works.
     let max_tokens = match f.integer_in("max_completion_tokens", 0, i64::MAX)? {
         Some(n) => Some(n),
@@ -556,209 +449,14 @@ fn response_format(value: Option<&Value>) -> Result<Option<OutputFormat>, ApiErr
     }
 }
 
-/// Checks the request's `model` against the one served (`served`): another
-/// name is a 404 `model_not_found`, as OpenAI answers, unless `any_model`.
-/// A request without `model` is served.
-pub(crate) fn check_model(
-    requested: Option<&str>,
-    served: &str,
-    any_model: bool,
-) -> Result<(), ApiError> {
-    match requested {
-        Some(name) if name != served && !any_model => {
-            let mut error = ApiError::status(
-                axum::http::StatusCode::NOT_FOUND,
-                format!(
-                    "the model '{name}' does not exist: this server serves '{served}' \
-                     (lm-cli serve --any-model answers whatever 'model' says)"
-                ),
-            )
-            .with_code("model_not_found");
-            error.param = Some("model".to_owned());
-            Err(error)
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Reads a `/v1/completions` body.
-pub(crate) fn completion(body: &Value) -> Result<CompletionRequest, ApiError> {
-    let f = Fields::of(body)?;
-    let prompt = match f.get("prompt") {
-        Some(Value::String(s)) => Prompt::Text(s.clone()),
-        Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
-            Prompt::Text(items[0].as_str().unwrap_or_default().to_owned())
-        }
-        Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_number) => {
-            let ids: Option<Vec<TokenId>> = items
-                .iter()
-                .map(|v| v.as_u64().and_then(|id| TokenId::try_from(id).ok()))
-                .collect();
-            Prompt::Tokens(ids.ok_or_else(|| {
-                ApiError::invalid("prompt", "'prompt' token ids must be non-negative integers")
-            })?)
-        }
-        None => return Err(ApiError::invalid("prompt", "'prompt' is required")),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "'prompt' must be a string, a one-string array or a non-empty array of token ids \
-                 (several prompts in one request are not supported: send one request each)",
-            ));
-        }
-    };
-    Ok(CompletionRequest {
-        prompt,
-        sampling: sampling(&f)?,
-        logprobs: f
-            .integer_in("logprobs", 0, MAX_TOP_LOGPROBS as i64)?
-            .map(|n| n as usize),
-    })
-}
-
-/// Reads a `/v1/chat/completions` body.
-pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
-    let f = Fields::of(body)?;
-    let Some(Value::Array(items)) = f.get("messages") else {
-        return Err(ApiError::invalid(
-            "messages",
-            "'messages' is required and must be an array of messages",
-        ));
-    };
-    if items.is_empty() {
-        return Err(ApiError::invalid(
-            "messages",
-            "'messages' must not be empty",
-        ));
-    }
-    let mut messages = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let param = format!("messages[{i}]");
-        let Some(m) = item.as_object() else {
-            return Err(ApiError::invalid(
-                &param,
-                format!("'{param}' must be an object"),
-            ));
-        };
-        let Some(role) = m.get("role").and_then(Value::as_str) else {
-            return Err(ApiError::invalid(
-                &format!("{param}.role"),
-                format!("'{param}.role' must be a string"),
-            ));
-        };
-        let role = match role {
-            "developer" => "system",
-            known if ROLES.contains(&known) => known,
-            unknown => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.role"),
-                    format!(
-                        "'{param}.role' must be one of {}, got \"{unknown}\"",
-                        ROLES.join(", ")
-                    ),
-                ));
-            }
-        };
-        let content = match m.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            None | Some(Value::Null) => String::new(),
-            // Content parts: the text parts, joined.
-            Some(Value::Array(parts)) => {
-                let mut text = String::new();
-                for part in parts {
-                    match part.get("text").and_then(Value::as_str) {
-                        Some(t) if part.get("type").and_then(Value::as_str) == Some("text") => {
-                            text.push_str(t);
-                        }
-                        _ => {
-                            return Err(ApiError::invalid(
-                                &format!("{param}.content"),
-                                format!(
-                                    "'{param}.content' parts must be {{\"type\": \"text\", \"text\": ...}}"
-                                ),
-                            ));
-                        }
-                    }
-                }
-                text
-            }
-            Some(v) => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.content"),
-                    format!(
-                        "'{param}.content' must be a string or an array of text parts, got {v}"
-                    ),
-                ));
-            }
-        };
-        messages.push(crate::tools::history_message(role, content, m, &param)?);
-    }
-    let logprobs = f.boolean("logprobs")?.unwrap_or(false);
-    let top = f.integer_in("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
-    if top.is_some() && !logprobs {
-        return Err(ApiError::invalid(
-            "top_logprobs",
-            "'top_logprobs' needs 'logprobs': true",
-        ));
-    }
-    Ok(ChatRequest {
-        messages,
-        tools: crate::tools::read(f.0)?,
-        sampling: sampling(&f)?,
-        logprobs: logprobs.then(|| top.unwrap_or(0) as usize),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::{CompletionRequest, completion};
     use serde_json::json;
 
     fn param_of(result: Result<CompletionRequest, ApiError>) -> String {
         result.unwrap_err().param.unwrap()
-    }
-
-    #[test]
-    fn defaults_and_unknown_fields() {
-        let r = completion(&json!({"prompt": "hi", "model": "x", "unknown": [1]})).unwrap();
-        assert_eq!(r.prompt, Prompt::Text("hi".into()));
-        assert_eq!(r.sampling.temperature, 1.0);
-        assert_eq!(r.sampling.n, 1);
-        assert_eq!(r.sampling.max_tokens, None);
-        assert_eq!(r.logprobs, None);
-    }
-
-    #[test]
-    fn every_field_is_read() {
-        let r = completion(&json!({
-            "prompt": [1, 2], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9,
-            "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
-            "repetition_penalty": 1.1, "logit_bias": {"7": -100}, "seed": 42,
-            "stop": ["\n", "."], "n": 3, "stream": true,
-            "stream_options": {"include_usage": true}, "logprobs": 2
-        }))
-        .unwrap();
-        assert_eq!(r.prompt, Prompt::Tokens(vec![1, 2]));
-        let s = r.sampling;
-        assert_eq!(
-            (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p),
-            (Some(5), 0.5, Some(0.9), Some(40), Some(0.05))
-        );
-        assert_eq!(
-            (
-                s.presence_penalty,
-                s.frequency_penalty,
-                s.repetition_penalty
-            ),
-            (Some(0.5), Some(-0.5), Some(1.1))
-        );
-        assert_eq!(s.logit_bias, vec![(7, -100.0)]);
-        assert_eq!(
-            (s.seed, s.n, s.stream, s.include_usage),
-            (Some(42), 3, true, true)
-        );
-        assert_eq!(s.stop, vec!["\n".to_owned(), ".".to_owned()]);
-        assert_eq!(r.logprobs, Some(2));
     }
 
     #[test]
@@ -1133,85 +831,5 @@ mod tests {
                 "{value}"
             );
         }
-    }
-
-    #[test]
-    fn chat_messages_are_checked_and_read() {
-        let r = chat(&json!({
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            "logprobs": true, "top_logprobs": 3
-        }))
-        .unwrap();
-        assert_eq!(r.messages, vec![Message::new("user", "hi")]);
-        assert_eq!(r.logprobs, Some(3));
-        for (body, param) in [
-            (json!({"messages": []}), "messages"),
-            (json!({"messages": "hi"}), "messages"),
-            (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
-            (
-                json!({"messages": [{"role": "user", "content": 1}]}),
-                "messages[0].content",
-            ),
-            (
-                json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
-                "top_logprobs",
-            ),
-            (
-                json!({"messages": [{"role": "hacker", "content": "x"}]}),
-                "messages[0].role",
-            ),
-            (
-                json!({"messages": [{"role": "User", "content": "x"}]}),
-                "messages[0].role",
-            ),
-            (
-                json!({"messages": [{"role": "user", "content": "x"}], "model": 3}),
-                "model",
-            ),
-        ] {
-            assert_eq!(chat(&body).unwrap_err().param.unwrap(), param, "{body}");
-        }
-    }
-
-    /// Regression (issue 33): a role the templates do not know was passed
-    /// on to them (rendered as a turn of that name, or failing inside the
-    /// template); it is a 400 naming the field and the known roles.
-    #[test]
-    fn unknown_roles_are_refused_and_developer_is_system() {
-        let error = chat(&json!({"messages": [{"role": "root", "content": "x"}]})).unwrap_err();
-        assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST);
-        assert_eq!(
-            error.message,
-            "'messages[0].role' must be one of system, developer, user, assistant, tool, got \"root\""
-        );
-        let r = chat(&json!({"messages": [
-            {"role": "developer", "content": "Be brief."},
-            {"role": "tool", "content": "42"},
-            {"role": "user", "content": "Hi"},
-        ]}))
-        .unwrap();
-        let roles: Vec<&str> = r.messages.iter().map(|m| m.role.as_str()).collect();
-        assert_eq!(roles, ["system", "tool", "user"]);
-    }
-
-    /// Regression (issue 33): any `model` was answered by the one model
-    /// served; another name is now a 404 `model_not_found`, as OpenAI
-    /// answers, unless the server was started with `--any-model`.
-    #[test]
-    fn another_model_name_is_a_404_model_not_found() {
-        let r = completion(&json!({"prompt": "a", "model": "gpt-4o"})).unwrap();
-        assert_eq!(r.sampling.model.as_deref(), Some("gpt-4o"));
-        let error = check_model(Some("gpt-4o"), "smollm2", false).unwrap_err();
-        assert_eq!(error.status, axum::http::StatusCode::NOT_FOUND);
-        assert_eq!(error.code, Some("model_not_found"));
-        assert_eq!(error.param.as_deref(), Some("model"));
-        assert!(
-            error
-                .message
-                .starts_with("the model 'gpt-4o' does not exist")
-        );
-        assert_eq!(check_model(Some("smollm2"), "smollm2", false), Ok(()));
-        assert_eq!(check_model(None, "smollm2", false), Ok(()));
-        assert_eq!(check_model(Some("gpt-4o"), "smollm2", true), Ok(()));
     }
 }
