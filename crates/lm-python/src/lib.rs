@@ -4,7 +4,9 @@
 //! ```text
 //! lm.load(path) ──lm::load──> Model ─┬─ tokenize / detokenize      (the file's tokenizer)
 //!                                    ├─ logits(ids) / score(text)  (one forward pass, numpy)
-//!                                    ├─ generate / chat            (the facade's stream: lm-decode's loop on its own thread)
+//!                                    ├─ generate / chat            (the facade's stream: lm-decode's loop on its own thread;
+//!                                    │                              draft=, num_beams=, a list of prompts: the facade's
+//!                                    │                              speculative loop, beam search, batch)
 //!                                    └─ create_completion / create_chat_completion (llama-cpp-python's dicts)
 //! ```
 //!
@@ -18,6 +20,7 @@ mod model;
 mod openai;
 mod run;
 mod settings;
+mod tokenizer;
 
 use pyo3::prelude::*;
 
@@ -66,6 +69,7 @@ fn _lm(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<run::Completion>()?;
     module.add_class::<run::TextStream>()?;
     module.add_class::<openai::ChunkStream>()?;
+    module.add_class::<tokenizer::Tokenizer>()?;
     errors::register(module)?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use lm::{GgufModel, Options};
 use lm_core::TokenId;
-use lm_decode::StopReason;
+use lm_decode::{Candidate, Hypothesis, StopReason};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -115,6 +115,11 @@ pub struct Completion {
     /// before the sampling policy).
     #[pyo3(get)]
     logprobs: Vec<f64>,
+    /// Per generated token, the `logprobs=N` most probable tokens under
+    /// the model and their log-probabilities, best first (empty lists when
+    /// not asked).
+    #[pyo3(get)]
+    top_logprobs: Vec<Top>,
     /// The prompt's ids as the model read them.
     #[pyo3(get)]
     prompt_ids: Vec<TokenId>,
@@ -135,15 +140,51 @@ impl Completion {
     /// The Python view of a run.
     pub fn new(run: lm::Completion) -> Self {
         let (stop_reason, stop_string) = stop_reason(run.stop_reason());
+        let top_logprobs = run
+            .generation
+            .steps
+            .iter()
+            .map(|step| top_pairs(&step.model_top))
+            .collect();
         Self {
             finished: run.is_finished(),
             logprobs: run.logprobs(),
+            top_logprobs,
             ids: run.ids().to_vec(),
             text: run.text,
             prompt_ids: run.generation.prompt,
             stop_reason,
             stop_string,
         }
+    }
+
+    /// The Python view of a beam-search hypothesis read after `prompt`;
+    /// `text` is its tokens' text without a final end token.
+    pub fn from_hypothesis(hypothesis: Hypothesis, prompt: Vec<TokenId>, text: String) -> Self {
+        let (stop_reason, stop_string) = stop_reason(&hypothesis.stop_reason);
+        Self {
+            finished: !matches!(
+                hypothesis.stop_reason,
+                StopReason::MaxNewTokens | StopReason::ContextBound | StopReason::Cancelled
+            ),
+            text,
+            ids: hypothesis.tokens,
+            logprobs: hypothesis.step_logprobs,
+            top_logprobs: hypothesis
+                .top_candidates
+                .iter()
+                .map(|top| top_pairs(top))
+                .collect(),
+            prompt_ids: prompt,
+            stop_reason,
+            stop_string,
+        }
+    }
+
+    /// The generated ids, each token's log-probability and its top
+    /// alternatives.
+    pub fn tokens(&self) -> (&[TokenId], &[f64], &[Top]) {
+        (&self.ids, &self.logprobs, &self.top_logprobs)
     }
 
     /// OpenAI's `finish_reason`: "stop" when the run ended on its own,
@@ -161,6 +202,22 @@ impl Completion {
     pub fn counts(&self) -> (usize, usize) {
         (self.prompt_ids.len(), self.ids.len())
     }
+}
+
+/// One step's top alternatives: (id, log-probability), best first.
+pub type Top = Vec<(TokenId, f64)>;
+
+/// Top candidates as (id, log-probability) pairs.
+fn top_pairs(top: &[Candidate]) -> Top {
+    top.iter()
+        .map(|candidate| (candidate.token, widen(candidate.logprob)))
+        .collect()
+}
+
+/// A log-probability as `f64` (lm-decode's candidates carry `f32` or
+/// `f64`, whichever the trace uses).
+fn widen(logprob: impl Into<f64>) -> f64 {
+    logprob.into()
 }
 
 /// The name of a stop reason, and the stop string when it is one.

@@ -60,7 +60,31 @@ pub const CHAT_COMPLETION: Defaults = Defaults {
 const KNOWN: &str = "max_new_tokens (max_tokens), temperature, top_k, top_p, min_p, \
      typical_p, seed, stop, repeat_penalty (repetition_penalty), presence_penalty, \
      frequency_penalty, mirostat_mode, mirostat_tau, mirostat_eta, logit_bias, json_schema, \
-     regex, grammar, choice, response_format";
+     regex, grammar, choice, response_format, logprobs, top_logprobs, draft, num_beams, \
+     length_penalty, echo";
+
+/// The most top alternatives per token `logprobs` / `top_logprobs` may ask
+/// (OpenAI's and lm-serve's bound).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// What one call asks: the facade's options and the keywords that pick
+/// the result's shape or the loop.
+#[derive(Debug)]
+pub struct Request<'py> {
+    /// The generation settings (`n_top_candidates` from `logprobs`).
+    pub options: Options,
+    /// `Some(n)` when log-probabilities were asked, with `n` top
+    /// alternatives per token.
+    pub logprobs: Option<usize>,
+    /// Beam search with this many beams.
+    pub num_beams: Option<usize>,
+    /// Beam search's length penalty (HF's default, 1).
+    pub length_penalty: f32,
+    /// `draft=`: "prompt-lookup", a path or a `Model`.
+    pub draft: Option<Bound<'py, PyAny>>,
+    /// `echo=True`: the prompt's text leads the completion's.
+    pub echo: bool,
+}
 
 /// The keyword arguments, taken one by one; what is left is unknown.
 struct Kwargs<'py> {
@@ -115,12 +139,12 @@ impl<'py> Kwargs<'py> {
 /// Reads the generation keywords of `kwargs` (a copy is consumed) for a
 /// prompt of `n_prompt` tokens; `max_new_tokens=None` is the room left in
 /// the context.
-pub fn parse(
-    kwargs: Option<&Bound<'_, PyDict>>,
+pub fn parse<'py>(
+    kwargs: Option<&Bound<'py, PyDict>>,
     defaults: Defaults,
     context_length: Option<usize>,
     n_prompt: usize,
-) -> PyResult<Options> {
+) -> PyResult<Request<'py>> {
     let mut args = Kwargs {
         dict: kwargs.map(|dict| dict.copy()).transpose()?,
     };
@@ -177,19 +201,87 @@ pub fn parse(
             .map_err(|_| invalid("stop: expected a string or a list of strings"))?,
     };
     let format = format(&mut args)?;
+    let logprobs = logprobs(&mut args)?;
+    refuse_unsupported(&mut args)?;
+    let num_beams = args.take::<usize>("num_beams")?;
+    if num_beams == Some(0) {
+        return Err(invalid("num_beams must be at least 1"));
+    }
+    let length_penalty = args.take::<f32>("length_penalty")?.unwrap_or(1.0);
+    let draft = args.take_object("draft")?;
+    let echo = args.take::<bool>("echo")?.unwrap_or(false);
     args.finish()?;
     let max_new_tokens = match max_new_tokens {
         Some(n) => n,
         None => lm_decode::context_room(context_length, n_prompt)
             .ok_or_else(|| invalid("max_new_tokens=None needs a model with a context length"))?,
     };
-    Ok(Options {
-        max_new_tokens,
-        sampling,
-        stop: stop_strings,
-        format,
-        n_top_candidates: 0,
+    Ok(Request {
+        options: Options {
+            max_new_tokens,
+            sampling,
+            stop: stop_strings,
+            format,
+            n_top_candidates: logprobs.unwrap_or(0),
+            draft: None,
+        },
+        logprobs,
+        num_beams,
+        length_penalty,
+        draft,
+        echo,
     })
+}
+
+/// `logprobs` as each API spells it: an int N (top alternatives: `generate`
+/// and llama-cpp-python's `create_completion`) or `True` with
+/// `top_logprobs=N` (OpenAI's chat). `None`: not asked.
+fn logprobs(args: &mut Kwargs<'_>) -> PyResult<Option<usize>> {
+    let top = args.take::<usize>("top_logprobs")?;
+    let asked = match args.take_object("logprobs")? {
+        None => None,
+        Some(value) if value.is_instance_of::<pyo3::types::PyBool>() => {
+            value.extract::<bool>()?.then(|| top.unwrap_or(0))
+        }
+        Some(value) => Some(value.extract::<usize>().map_err(|_| {
+            invalid("logprobs: expected True, False or a count of top alternatives")
+        })?),
+    };
+    if top.is_some() && asked.is_none() {
+        return Err(invalid("top_logprobs needs logprobs=True"));
+    }
+    match asked {
+        Some(n) if n > MAX_TOP_LOGPROBS => Err(invalid(format!(
+            "logprobs: at most {MAX_TOP_LOGPROBS} top alternatives per token, not {n}"
+        ))),
+        asked => Ok(asked),
+    }
+}
+
+/// llama-cpp-python keywords this engine does not implement, each refused
+/// by name rather than ignored (`None` is "not given" and passes).
+fn refuse_unsupported(args: &mut Kwargs<'_>) -> PyResult<()> {
+    const UNSUPPORTED: [(&str, &str); 5] = [
+        ("suffix", "fill-in-the-middle"),
+        (
+            "tools",
+            "tool calling (lm-serve's /v1/chat/completions renders tools)",
+        ),
+        (
+            "tool_choice",
+            "tool calling (lm-serve's /v1/chat/completions renders tools)",
+        ),
+        ("functions", "function calling"),
+        ("function_call", "function calling"),
+    ];
+    for (key, what) in UNSUPPORTED {
+        if args.take_object(key)?.is_some() {
+            return Err(invalid(format!(
+                "{key}: {what} is not supported by the Python API"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The structured-output keywords: at most one of `json_schema`, `regex`,

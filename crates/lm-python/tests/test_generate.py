@@ -105,3 +105,38 @@ def test_structured_output(model):
 
     value = json.loads(person.text)
     assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+
+
+def test_the_tokenizer_object(model, expected):
+    """model.tokenizer: HF's and llama-cpp-python's names over the same tokenizer as tokenize()."""
+    want = expected["generate"]
+    tokenizer = model.tokenizer
+    assert tokenizer() is not None  # llama-cpp-python calls llm.tokenizer()
+    assert tokenizer.encode(want["prompt"]) == model.tokenize(want["prompt"]) == want["prompt_ids"]
+    assert tokenizer.decode(want["ids"]) == want["text"]
+    assert tokenizer.decode([model.bos_id, 504], skip_special_tokens=True) == "The"
+    assert tokenizer.decode([model.bos_id, 504]) == "<|im_start|>The"
+    assert tokenizer.vocab_size == len(tokenizer) == model.vocab_size
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (model.bos_id, model.eos_id) == (1, 2)
+    assert tokenizer.end_ids == model.end_ids
+    assert tokenizer.convert_ids_to_tokens([504, 7042]) == ["The", "\u0120Paris"]
+    assert tokenizer.token_to_id("\u0120Paris") == 7042 and tokenizer.token_to_id("no such token") is None
+    assert tokenizer.is_special(model.bos_id) and not tokenizer.is_special(504)
+    with pytest.raises(lm.InvalidArgument):
+        tokenizer.convert_ids_to_tokens([model.vocab_size])
+
+
+def test_top_logprobs_are_the_logits_best(model, expected):
+    """generate(logprobs=N): each step's N best tokens and log-probabilities, from numpy's log-softmax."""
+    want = expected["generate"]
+    got = model.generate(want["prompt"], max_new_tokens=8, temperature=0, logprobs=3)
+    np.testing.assert_allclose(got.logprobs, want["logprobs"], rtol=0, atol=1e-5)
+    rows = model.logits(want["prompt_ids"] + want["ids"])[len(want["prompt_ids"]) - 1 : -1].astype(np.float64)
+    rows -= rows.max(axis=1, keepdims=True)
+    rows -= np.log(np.exp(rows).sum(axis=1, keepdims=True))
+    for row, top, token, logprob in zip(rows, got.top_logprobs, got.ids, got.logprobs):
+        best = np.argsort(-row)[:3]
+        assert [id for id, _ in top] == list(best)
+        np.testing.assert_allclose([value for _, value in top], row[best], rtol=0, atol=1e-4)
+        assert top[0] == (token, logprob)  # greedy: the chosen token is the best, the same value
+    assert model.generate("Hi", max_new_tokens=2).top_logprobs == [[], []]

@@ -1,5 +1,8 @@
 """llama-cpp-python's create_chat_completion / create_completion, called as a script written for it."""
 
+import numpy as np
+import pytest
+
 import lm
 
 # A script written for llama-cpp-python; only the import and the constructor differ:
@@ -77,3 +80,57 @@ def test_response_format_constrains_the_reply(model):
         max_tokens=32,
     )
     assert set(json.loads(out["choices"][0]["message"]["content"])) == {"answer"}
+
+
+def test_logprobs_in_llama_cpp_pythons_shapes(model, expected):
+    """create_completion(logprobs=N) and create_chat_completion(logprobs=True, top_logprobs=N) carry
+    the values generate() gives (to 1e-6), in llama-cpp-python's / OpenAI's shapes."""
+    want = expected["generate"]
+    run = model.generate(want["prompt"], max_new_tokens=8, temperature=0, logprobs=2)
+    out = model.create_completion(want["prompt"], max_tokens=8, temperature=0, logprobs=2)
+    logprobs = out["choices"][0]["logprobs"]
+    assert set(logprobs) == {"tokens", "text_offset", "token_logprobs", "top_logprobs"}
+    assert "".join(logprobs["tokens"]) == want["text"]
+    np.testing.assert_allclose(logprobs["token_logprobs"], run.logprobs, rtol=0, atol=1e-6)
+    # Offsets count from the prompt's start, as llama-cpp-python's.
+    lengths = [len(token) for token in logprobs["tokens"]]
+    assert logprobs["text_offset"] == [len(want["prompt"]) + sum(lengths[:i]) for i in range(8)]
+    for alternatives, top, token in zip(logprobs["top_logprobs"], run.top_logprobs, logprobs["tokens"]):
+        assert len(alternatives) == 2 and token in alternatives
+        np.testing.assert_allclose(sorted(alternatives.values()), sorted(v for _, v in top), rtol=0, atol=1e-6)
+
+    messages = [{"role": "user", "content": "What is 2 plus 2?"}]
+    chat_run = model.chat(messages, max_new_tokens=6, temperature=0, logprobs=3)
+    chat = model.create_chat_completion(messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3)
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert "".join(entry["token"] for entry in content) == chat["choices"][0]["message"]["content"]
+    np.testing.assert_allclose([entry["logprob"] for entry in content], chat_run.logprobs, rtol=0, atol=1e-6)
+    for entry, top in zip(content, chat_run.top_logprobs):
+        assert bytes(entry["bytes"]) == entry["token"].encode()
+        assert [alt["token"] for alt in entry["top_logprobs"]] == [model.detokenize([id]) for id, _ in top]
+        np.testing.assert_allclose([alt["logprob"] for alt in entry["top_logprobs"]], [v for _, v in top], atol=1e-6)
+    plain = model.create_chat_completion(messages, max_tokens=2, logprobs=False)
+    assert plain["choices"][0]["logprobs"] is None
+
+
+def test_echo_and_the_unsupported_keywords(model, expected):
+    want = expected["generate"]
+    out = model.create_completion(want["prompt"], max_tokens=8, temperature=0, echo=True)
+    assert out["choices"][0]["text"] == want["prompt"] + want["text"]
+    for keywords, message in [
+        (dict(suffix="!"), "suffix: fill-in-the-middle is not supported"),
+        (dict(echo=True, logprobs=1), "echo=True with logprobs"),
+        (dict(echo=True, stream=True), "not supported with stream=True"),
+        (dict(logprobs=1, stream=True), "not supported with stream=True"),
+        (dict(logprobs=21), "at most 20"),
+        (dict(num_beams=2), "num_beams"),
+    ]:
+        with pytest.raises(lm.InvalidArgument, match=message):
+            model.create_completion(want["prompt"], max_tokens=2, **keywords)
+    messages = [{"role": "user", "content": "Hi"}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(lm.InvalidArgument, match="tools: tool calling"):
+        model.create_chat_completion(messages, tools=tools)
+    with pytest.raises(lm.InvalidArgument, match="top_logprobs needs logprobs=True"):
+        model.create_chat_completion(messages, top_logprobs=2)
+    assert model.create_chat_completion(messages, max_tokens=1, tools=None)["object"] == "chat.completion"

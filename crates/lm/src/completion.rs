@@ -12,16 +12,27 @@
 //! Options ─generation_config─> GenerationConfig ─> lm_decode::generate_streaming ─> Completion
 //! text ─encode─> BOS + ids ─> lm_decode::score_continuation ─> Score
 //! ```
+//!
+//! With [`Options::draft`] the loop is lm-decode's speculative one;
+//! [`GgufModel::generate_batch`] runs several prompts through the
+//! multi-sequence forward and [`GgufModel::beam_search`] runs lm-decode's
+//! beam search, each from the same [`GenerationConfig`].
 
 use std::ops::ControlFlow;
 
 use lm_core::{LanguageModel, TokenId};
-use lm_decode::{Generation, GenerationConfig, OutputConstraint, StopReason};
+use lm_decode::{
+    BeamConfig, Generation, GenerationConfig, Hypothesis, ModelDrafter, OutputConstraint,
+    PromptLookup, StopReason,
+};
 use lm_tokenize::Message;
 
 use crate::error::Error;
 use crate::gguf::GgufModel;
-use crate::options::{Options, Prompt};
+use crate::options::{Drafting, Options, Prompt};
+
+/// The most tokens a drafter proposes per round (lm-cli's default).
+const MAX_DRAFT: usize = 8;
 
 /// What a one-call generation gives: the text and the trace it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,29 +204,110 @@ impl GgufModel {
     ) -> Result<Completion, Error> {
         let ids = self.prompt_ids(prompt)?;
         let config = self.generation_config(options)?;
-        self.run(&ids, &config, on_piece)
+        self.run(&ids, &config, options.draft.as_ref(), on_piece)
     }
 
-    /// lm-decode's loop over `ids` with `config`, each step's text to
-    /// `on_piece`, then the text held back at the end.
+    /// lm-decode's loop over `ids` with `config` (the speculative one with
+    /// `draft`), each step's text to `on_piece`, then the text held back at
+    /// the end.
     pub(crate) fn run(
         &self,
         ids: &[TokenId],
         config: &GenerationConfig,
+        draft: Option<&Drafting>,
         mut on_piece: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Completion, Error> {
-        let generation = lm_decode::generate_streaming(
-            &self.decoder,
-            ids,
-            config,
-            Some(&self.text.tokenizer),
-            |step| Ok::<_, lm_decode::Error>(on_piece(&step.text)),
-        )?;
+        let tokenizer = Some(&self.text.tokenizer as &dyn lm_core::Detokenize);
+        let hook = |step: &lm_decode::Step| Ok::<_, lm_decode::Error>(on_piece(&step.text));
+        let generation = match draft {
+            None => lm_decode::generate_streaming(&self.decoder, ids, config, tokenizer, hook)?,
+            Some(Drafting::PromptLookup) => {
+                let drafter = PromptLookup::new(MAX_DRAFT);
+                lm_decode::generate_speculative(
+                    &self.decoder,
+                    ids,
+                    config,
+                    tokenizer,
+                    drafter,
+                    hook,
+                )?
+                .0
+            }
+            Some(Drafting::Model(draft)) => {
+                let (target, drafted) = (self.decoder.vocab_size(), draft.decoder.vocab_size());
+                if drafted != target {
+                    // The draft's ids must mean the target's tokens.
+                    return Err(lm_decode::Error::from(lm_core::Error::LengthMismatch {
+                        left: drafted,
+                        right: target,
+                    })
+                    .into());
+                }
+                let drafter = ModelDrafter::new(&draft.decoder, MAX_DRAFT);
+                lm_decode::generate_speculative(
+                    &self.decoder,
+                    ids,
+                    config,
+                    tokenizer,
+                    drafter,
+                    hook,
+                )?
+                .0
+            }
+        };
         if !generation.held_back_text.is_empty() {
             // The run is over: there is nothing left to stop.
             let _ = on_piece(&generation.held_back_text);
         }
         Ok(Completion::new(generation))
+    }
+
+    /// Continues every prompt of `prompts` with `options`, the rows still
+    /// running read together by the multi-sequence forward
+    /// ([`lm_decode::generate_batch`]; row i draws from random stream
+    /// `i`, so greedy rows give exactly the ids one-by-one calls give).
+    /// [`Options::draft`] is not used.
+    pub fn generate_batch(
+        &self,
+        prompts: &[Prompt<'_>],
+        options: &Options,
+    ) -> Result<Vec<Completion>, Error> {
+        let ids = prompts
+            .iter()
+            .map(|&prompt| self.prompt_ids(prompt))
+            .collect::<Result<Vec<_>, _>>()?;
+        let slices: Vec<&[TokenId]> = ids.iter().map(Vec::as_slice).collect();
+        let config = self.generation_config(options)?;
+        let runs =
+            lm_decode::generate_batch(&self.decoder, &slices, &config, Some(&self.text.tokenizer))?;
+        Ok(runs.into_iter().map(Completion::new).collect())
+    }
+
+    /// lm-decode's beam search from `prompt`: up to `num_beams`
+    /// hypotheses, best first, ranked by the log-probability divided by
+    /// `((5 + length) / 6)^length_penalty` (HF's `length_penalty`). It uses
+    /// the options' limit, end tokens, penalties, logit bias, output
+    /// format and top candidates, and no temperature, filter or seed.
+    pub fn beam_search<'p>(
+        &self,
+        prompt: impl Into<Prompt<'p>>,
+        options: &Options,
+        num_beams: usize,
+        length_penalty: f32,
+    ) -> Result<Vec<Hypothesis>, Error> {
+        let ids = self.prompt_ids(prompt)?;
+        let config = self.generation_config(options)?;
+        let beams = BeamConfig {
+            num_beams,
+            length_penalty,
+            max_new_tokens: config.max_new_tokens,
+            end_tokens: config.end_tokens,
+            adjustments: config.sampling,
+            n_top_candidates: config.n_top_candidates,
+            constraint: config.constraint,
+            ..BeamConfig::default()
+        };
+        Ok(lm_decode::beam_search(&self.decoder, &ids, &beams)?)
     }
 
     /// The model's log-probability of `text` token by token, read from the

@@ -105,7 +105,7 @@ pub use completion::{Completion, Score};
 pub use error::{Error, TextError};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
 pub use hf::{HfGeneration, load, load_hf_dir};
-pub use options::{Options, Prompt};
+pub use options::{Drafting, Options, Prompt};
 pub use stream::Stream;
 pub use structured::{FormatError, OutputFormat, StructuredOutput};
 

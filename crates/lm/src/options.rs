@@ -4,12 +4,42 @@
 //! [`GenerationConfig`](lm_decode::GenerationConfig) for the loaded model
 //! ([`GgufModel::generation_config`](crate::GgufModel::generation_config)):
 //! the facade adds no setting of its own and runs no loop of its own.
+//! [`Drafting`] picks lm-decode's speculative loop instead of the plain one.
+
+use std::sync::Arc;
 
 use lm_core::TokenId;
 use lm_decode::SamplingConfig;
 use lm_tokenize::Message;
 
+use crate::gguf::GgufModel;
 use crate::structured::OutputFormat;
+
+/// Who drafts the tokens of speculative decoding
+/// ([`lm_decode::generate_speculative`]): the model verifies up to 8
+/// drafted tokens in one forward pass. Greedy output is the plain loop's,
+/// id for id; sampled output has the plain loop's distribution.
+#[derive(Debug, Clone)]
+pub enum Drafting {
+    /// Prompt lookup: the continuation of the latest earlier match of the
+    /// last tokens ([`lm_decode::PromptLookup`]); no second model.
+    PromptLookup,
+    /// A smaller model with the same vocabulary
+    /// ([`lm_decode::ModelDrafter`]).
+    Model(Arc<GgufModel>),
+}
+
+impl PartialEq for Drafting {
+    /// Prompt lookup equals itself; draft models are equal when they are
+    /// the same loaded model.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::PromptLookup, Self::PromptLookup) => true,
+            (Self::Model(a), Self::Model(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
 
 /// What the model continues: plain text (tokenized as `lm-cli generate`
 /// does, special-token text included), token ids as they are, or a chat
@@ -67,7 +97,7 @@ impl<'a> From<&'a Vec<Message>> for Prompt<'a> {
 
 /// How a one-call generation runs. The default is greedy (temperature 0),
 /// at most 256 new tokens, ending on the model's end tokens, no stop
-/// strings, no output format, no top candidates recorded.
+/// strings, no output format, no top candidates recorded, no drafting.
 ///
 /// Set the fields, or chain the setters for the common settings:
 ///
@@ -96,6 +126,8 @@ pub struct Options {
     /// How many top candidates each step of the trace records (0: none),
     /// for the top log-probabilities.
     pub n_top_candidates: usize,
+    /// Speculative decoding: who drafts (`None`: the plain loop).
+    pub draft: Option<Drafting>,
 }
 
 impl Default for Options {
@@ -106,6 +138,7 @@ impl Default for Options {
             stop: Vec::new(),
             format: None,
             n_top_candidates: 0,
+            draft: None,
         }
     }
 }
@@ -168,6 +201,12 @@ impl Options {
     /// Records the `n` most probable candidates at each step.
     pub fn n_top_candidates(mut self, n: usize) -> Self {
         self.n_top_candidates = n;
+        self
+    }
+
+    /// Decodes speculatively with drafts from `drafting`.
+    pub fn draft(mut self, drafting: Drafting) -> Self {
+        self.draft = Some(drafting);
         self
     }
 }

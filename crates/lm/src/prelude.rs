@@ -9,8 +9,8 @@
 pub use std::ops::ControlFlow;
 
 pub use crate::{
-    Completion, Error, GgufModel, GgufText, Options, OutputFormat, Prompt, Score, Stream, load,
-    load_gguf, load_hf_dir,
+    Completion, Drafting, Error, GgufModel, GgufText, Options, OutputFormat, Prompt, Score, Stream,
+    load, load_gguf, load_hf_dir,
 };
 pub use lm_core::{LanguageModel, SequenceState, TokenId};
 pub use lm_decode::{

@@ -65,12 +65,17 @@ impl GgufModel {
     ) -> Result<Stream, Error> {
         let ids = self.prompt_ids(prompt)?;
         let config = self.generation_config(options)?;
+        let draft = options.draft.clone();
         let (sender, pieces) = sync_channel(AHEAD);
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
             .name("lm-stream".into())
-            .spawn(move || self.run(&ids, &config, |piece| forward(&sender, &flag, piece)))
+            .spawn(move || {
+                self.run(&ids, &config, draft.as_ref(), |piece| {
+                    forward(&sender, &flag, piece)
+                })
+            })
             .map_err(Error::Thread)?;
         Ok(Stream {
             pieces: Some(pieces),
