@@ -17,6 +17,7 @@ from ._lm import (
     ModelFileError,
     TemplateError,
     TextStream,
+    Tokenizer,
     TokenizerError,
     load,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "ModelFileError",
     "TemplateError",
     "TextStream",
+    "Tokenizer",
     "TokenizerError",
     "load",
 ]

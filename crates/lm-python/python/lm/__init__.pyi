@@ -1,7 +1,7 @@
 """Type stubs of the lm module (the native part is lm._lm; see crates/lm-python)."""
 
 from os import PathLike
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Union, overload
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +54,9 @@ class Completion:
     """Why the run stopped."""
     stop_string: Optional[str]
     """The stop string that ended the run, if one did."""
+    top_logprobs: List[List[Tuple[int, float]]]
+    """Per generated token, the logprobs=N most probable tokens under the model and their
+    log-probabilities, best first (empty lists when logprobs was not asked)."""
     finished: bool
     """True when the model, a stop string or a constraint ended the run; False when a limit cut it."""
 
@@ -81,6 +84,37 @@ class ChunkStream(Iterator[Dict[str, Any]]):
 
 Prompt = Union[str, Sequence[int]]
 
+class Tokenizer:
+    """A model's tokenizer (model.tokenizer), with HF's and llama-cpp-python's names."""
+
+    def __call__(self) -> Tokenizer:
+        """Itself, so llama-cpp-python's llm.tokenizer() works."""
+    def encode(self, text: Union[str, bytes], add_bos: bool = True, special: bool = False) -> List[int]:
+        """Token ids of text. add_bos: prepend BOS when the vocabulary asks for it. special: read
+        special-token text such as <|im_start|> as the control token."""
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """The text of ids; skip_special_tokens leaves special tokens out."""
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        """The vocabulary's text of each id (byte-level form, e.g. "\u0120the"); InvalidArgument for an
+        id outside the vocabulary."""
+    def token_to_id(self, token: str) -> Optional[int]:
+        """The id whose vocabulary text is exactly token, else None."""
+    def is_special(self, id: int) -> bool:
+        """Whether id is a special (control) token."""
+    @property
+    def vocab_size(self) -> int:
+        """The number of token ids; len(tokenizer) too."""
+    @property
+    def bos_token_id(self) -> Optional[int]:
+        """The beginning-of-sequence id, if the vocabulary names one."""
+    @property
+    def eos_token_id(self) -> Optional[int]:
+        """The end-of-sequence id, if the vocabulary names one."""
+    @property
+    def end_ids(self) -> List[int]:
+        """The ids that end a generation (EOS and the end-of-turn tokens)."""
+    def __len__(self) -> int: ...
+
 class Model:
     """A loaded model: weights, tokenizer, chat template and end tokens. Thread-safe and immutable.
 
@@ -94,6 +128,14 @@ class Model:
       logit_bias: {token id: bias}
       one of json_schema (dict or JSON str), regex, grammar (Lark), choice (list of str),
       response_format ({"type": "json_object"[, "schema": ...]} or OpenAI's json_schema shape)
+      logprobs: an int N (generate, create_completion: N top alternatives per token, at most 20), or
+        True with top_logprobs=N (create_chat_completion); Completion.top_logprobs, or the dicts'
+        "logprobs" in llama-cpp-python's / OpenAI's shapes (not with stream=True)
+      draft: "prompt-lookup", a draft model's path or an lm.Model with the same vocabulary:
+        speculative decoding (greedy: the same ids as without it)
+      num_beams (generate, chat): beam search, the best hypothesis; length_penalty (default 1.0)
+      echo (create_completion): the prompt's text leads the completion's (not with logprobs or stream)
+      suffix and tools (tool_choice, functions, function_call) raise InvalidArgument.
     An unknown keyword raises InvalidArgument; None means "not given".
     generate and chat default to temperature 1 and 20 new tokens; the create_* methods to
     llama-cpp-python's (temperature 0.8 / 0.2, top_k 40, top_p 0.95, min_p 0.05, 16 / unbounded tokens).
@@ -118,6 +160,9 @@ class Model:
     def end_ids(self) -> List[int]:
         """The ids that end a generation (EOS and the end-of-turn tokens)."""
     @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer as an object (encode, decode, vocab_size, bos_token_id, ...)."""
+    @property
     def path(self) -> str:
         """The path the model was loaded from."""
     def tokenize(self, text: Union[str, bytes], add_bos: bool = True, special: bool = False) -> List[int]:
@@ -135,8 +180,14 @@ class Model:
     def generate(self, prompt: Prompt, stream: Literal[False] = False, **kwargs: Any) -> Completion: ...
     @overload
     def generate(self, prompt: Prompt, stream: Literal[True], **kwargs: Any) -> TextStream: ...
-    def generate(self, prompt: Prompt, stream: bool = False, **kwargs: Any) -> Union[Completion, TextStream]:
-        """Generates a continuation of prompt (text, encoded as lm-cli does, or token ids)."""
+    @overload
+    def generate(self, prompt: List[Prompt], stream: Literal[False] = False, **kwargs: Any) -> List[Completion]: ...
+    def generate(
+        self, prompt: Union[Prompt, List[Prompt]], stream: bool = False, **kwargs: Any
+    ) -> Union[Completion, TextStream, List[Completion]]:
+        """Generates a continuation of prompt (text, encoded as lm-cli does, or token ids); a list of
+        prompts (strings or id lists) runs as one batch through the multi-sequence forward and gives
+        one Completion per prompt (greedy: the ids each gives alone)."""
     @overload
     def chat(self, messages: List[Message], stream: Literal[False] = False, **kwargs: Any) -> Completion: ...
     @overload
