@@ -7,6 +7,9 @@ that has llama-cpp-python 0.3.36 and gguf 0.19.0:
 
     python3 scripts/reference/random_gguf.py --out fixtures/arch
 
+With `LM_ARCH_ONLY=gemma2,olmo2` only those files are rewritten and their
+entries of manifest.json replaced (the others' logits stay as measured).
+
 For each architecture NAME it writes:
 - NAME.gguf: the model (weights drawn from numpy's PCG64 with a fixed seed,
   so a rerun writes the same bytes), with llama.cpp's metadata keys for that
@@ -20,6 +23,7 @@ The script opens no network connection and writes only llama.cpp's outputs,
 never any of its code.
 """
 
+import json
 import os
 
 import numpy as np
@@ -71,6 +75,29 @@ ARCHS = {
     "olmoe": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=4, head_dim=16, ffn=32,
                   n_expert=8, n_expert_used=2, qk_scale=2.0, rope_base=10000.0,
                   dtype="f32", qk_norm=True, qk_norm_full=True, tied=False),
+    # Gemma 2: soft-capped attention scores (cap 4) and logits (cap 5), so
+    # both caps bite; layers 0, 2 slide over 12 positions, 1 and 3 are
+    # global, all with the one RoPE base; pre- and post-norms, GeGLU.
+    "gemma2": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, head_dim=32, ffn=96,
+                   qk_scale=2.0, rope_base=10000.0, dtype="f32", post_norms=True,
+                   sliding_window=12, attn_softcap=4.0, final_softcap=5.0, tied=True),
+    # OLMo 2 (with OLMo 3's window: layers 0-2 slide over 12, layer 3 is
+    # global): no pre-norms, QK norms over all the heads together, post-norms.
+    "olmo2": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, head_dim=16, ffn=96,
+                  qk_scale=2.0, rope_base=500000.0, dtype="f32", qk_norm=True,
+                  qk_norm_full=True, post_norms=True, pre_norms=False,
+                  sliding_window=12, tied=False),
+    # Phi-3: fused attn_qkv and ffn_up (gate rows, then up); LongRoPE factors
+    # (long ones chosen: the context of 256 exceeds the original 64) and an
+    # attn_factor of 1.2; its sliding_window key of 12 is ignored by llama.cpp.
+    "phi3": dict(n_embd=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=16, ffn=96,
+                 qk_scale=2.0, rope_base=10000.0, dtype="f32", fused=True,
+                 long_rope=True, sliding_window=12, tied=False),
+    # Mistral 7B v0.1-style: llama with llama.attention.sliding_window 12,
+    # which llama.cpp 0.3.36 does not read (every layer attends globally).
+    "mistral": dict(arch="llama", n_embd=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=16,
+                    ffn=96, qk_scale=2.0, rope_base=10000.0, dtype="f32",
+                    sliding_window=12, tied=False),
 }
 
 
@@ -125,15 +152,21 @@ def write_model(path, arch, spec, seed):
     w.add_feed_forward_length(ffn)
     w.add_head_count(nh)
     w.add_head_count_kv(nkv)
-    w.add_layer_norm_rms_eps(1e-6 if arch == "gemma3" else 1e-5)
+    w.add_layer_norm_rms_eps(1e-6 if arch in ("gemma3", "gemma2") else 1e-5)
     w.add_rope_freq_base(spec["rope_base"])
-    if arch in ("qwen3", "gemma3", "qwen3moe"):
+    if arch in ("qwen3", "gemma3", "qwen3moe", "gemma2"):
         w.add_key_length(hd)
         w.add_value_length(hd)
     else:
         w.add_rope_dimension_count(hd)
     if "sliding_window" in spec:
         w.add_sliding_window(spec["sliding_window"])
+    if "attn_softcap" in spec:
+        w.add_attn_logit_softcapping(spec["attn_softcap"])
+        w.add_final_logit_softcapping(spec["final_softcap"])
+    if spec.get("long_rope"):
+        w.add_rope_scaling_orig_ctx_len(64)
+        w.add_rope_scaling_attn_factors(1.2)
     if n_expert:
         w.add_expert_count(n_expert)
         w.add_expert_used_count(spec["n_expert_used"])
@@ -143,22 +176,33 @@ def write_model(path, arch, spec, seed):
     w.add_vocab_size(VOCAB)
 
     # Embedding rows of unit scale (gemma3 multiplies them by sqrt(width)).
-    emb_scale = 1.0 / np.sqrt(d) if arch == "gemma3" else 1.0
+    emb_scale = 1.0 / np.sqrt(d) if arch in ("gemma3", "gemma2") else 1.0
     w.add_tensor("token_embd.weight", (rng.standard_normal((VOCAB, d)) * emb_scale).astype(wdtype))
     w.add_tensor("output_norm.weight", gain(d))
     if not spec["tied"]:
         w.add_tensor("output.weight", matrix(VOCAB, d))
     if spec.get("rope_freqs"):
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, spec["rope_base"]))
+    if spec.get("long_rope"):
+        # LongRoPE: per-pair divisors, long ones far from the short ones.
+        w.add_tensor("rope_factors_long.weight", (1.0 + 7.0 * rng.random(hd // 2)).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * rng.random(hd // 2)).astype(np.float32))
     for i in range(spec["n_layer"]):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", gain(d))
+        if spec.get("pre_norms", True):
+            w.add_tensor(p + "attn_norm.weight", gain(d))
         # Without QK norms the scale goes into the projections (the
         # product of two f16 matrices scaled by a power of two is exact).
         w_scale = 1.0 if spec.get("qk_norm") else qk_scale
-        w.add_tensor(p + "attn_q.weight", (matrix(nh * hd, d) * w_scale).astype(wdtype))
-        w.add_tensor(p + "attn_k.weight", (matrix(nkv * hd, d) * w_scale).astype(wdtype))
-        w.add_tensor(p + "attn_v.weight", matrix(nkv * hd, d))
+        q = (matrix(nh * hd, d) * w_scale).astype(wdtype)
+        k = (matrix(nkv * hd, d) * w_scale).astype(wdtype)
+        v = matrix(nkv * hd, d)
+        if spec.get("fused"):
+            w.add_tensor(p + "attn_qkv.weight", np.concatenate([q, k, v]))
+        else:
+            w.add_tensor(p + "attn_q.weight", q)
+            w.add_tensor(p + "attn_k.weight", k)
+            w.add_tensor(p + "attn_v.weight", v)
         if spec.get("qkv_bias"):
             w.add_tensor(p + "attn_q.bias", bias(nh * hd))
             w.add_tensor(p + "attn_k.bias", bias(nkv * hd))
@@ -170,7 +214,8 @@ def write_model(path, arch, spec, seed):
         w.add_tensor(p + "attn_output.weight", matrix(d, nh * hd))
         if spec.get("post_norms"):
             w.add_tensor(p + "post_attention_norm.weight", gain(d))
-        w.add_tensor(p + "ffn_norm.weight", gain(d))
+        if spec.get("pre_norms", True):
+            w.add_tensor(p + "ffn_norm.weight", gain(d))
         if n_expert:
             f = spec.get("expert_ffn", ffn)
             # The router in F32 (llama.cpp's converter keeps it so).
@@ -179,6 +224,10 @@ def write_model(path, arch, spec, seed):
             w.add_tensor(p + "ffn_gate_exps.weight", experts(f, d))
             w.add_tensor(p + "ffn_up_exps.weight", experts(f, d))
             w.add_tensor(p + "ffn_down_exps.weight", experts(d, f))
+        elif spec.get("fused"):
+            # One tensor: the gate's rows, then the up projection's.
+            w.add_tensor(p + "ffn_up.weight", np.concatenate([matrix(ffn, d), matrix(ffn, d)]))
+            w.add_tensor(p + "ffn_down.weight", matrix(d, ffn))
         else:
             w.add_tensor(p + "ffn_gate.weight", matrix(ffn, d))
             w.add_tensor(p + "ffn_up.weight", matrix(ffn, d))
@@ -209,6 +258,11 @@ def llama_cpp_logits(path):
 
 def main():
     out = out_folder(__doc__.splitlines()[0], llama_cpp.__version__, LLAMA_CPP_PYTHON_VERSION)
+    only = [name for name in os.environ.get("LM_ARCH_ONLY", "").split(",") if name]
+    previous = {}
+    if only:
+        with open(os.path.join(out, "manifest.json")) as f:
+            previous = json.load(f)["models"]
     manifest = {
         "llama_cpp_python": llama_cpp.__version__,
         "gguf": gguf.__version__ if hasattr(gguf, "__version__") else "0.19.0",
@@ -218,6 +272,9 @@ def main():
         "models": {},
     }
     for k, (name, spec) in enumerate(ARCHS.items()):
+        if only and name not in only:
+            manifest["models"][name] = previous[name]
+            continue
         path = os.path.join(out, f"{name}.gguf")
         write_model(path, spec.get("arch", name), spec, SEED + k + 1)
         logits = llama_cpp_logits(path)

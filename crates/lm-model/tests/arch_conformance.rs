@@ -1,8 +1,9 @@
 //! Conformance with llama.cpp on each supported architecture: the small
 //! seeded random-weight GGUF files of `fixtures/arch/` (llama with Llama 3
-//! `rope_freqs`, qwen2, qwen3, gemma3 with a sliding window of 12, and the
+//! `rope_freqs`, qwen2, qwen3, gemma3 with a sliding window of 12, the
 //! mixtures of experts qwen3moe (top-2 of 8, top-8 of 16), Mixtral and
-//! OLMoE) and
+//! OLMoE, gemma2 with soft-caps, olmo2, phi3 with fused tensors and
+//! LongRoPE, and llama with a Mistral window key llama.cpp ignores) and
 //! llama.cpp's logits of every position of a 40-id input, written by
 //! `scripts/reference/random_gguf.py` (`cargo xtask reference-fixtures
 //! --arch`; see that folder's README).
@@ -197,11 +198,84 @@ fn olmoe_matches_llama_cpp() {
     check_against_llama_cpp("olmoe");
 }
 
+#[test]
+fn gemma2_matches_llama_cpp() {
+    let model = load("gemma2");
+    let c = model.config();
+    // Scores capped at 4 and logits at 5 (the file's keys); layers 0 and 2
+    // slide over 12 positions (the 40-id input crosses it three times),
+    // with the global RoPE base.
+    assert_eq!(
+        (c.options.attn_softcap, c.options.final_softcap),
+        (Some(4.0), Some(5.0))
+    );
+    let kinds: Vec<AttentionKind> = (0..c.n_layer).map(|i| c.attention_kind(i)).collect();
+    let sliding = AttentionKind::Sliding { window: 12 };
+    assert_eq!(
+        kinds,
+        [
+            sliding,
+            AttentionKind::Global,
+            sliding,
+            AttentionKind::Global
+        ]
+    );
+    assert_eq!(
+        c.options.sliding_window.map(|sw| sw.rope_base),
+        Some(10000.0)
+    );
+    assert!(c.options.post_norms && !c.options.no_pre_norms);
+    check_against_llama_cpp("gemma2");
+}
+
+#[test]
+fn olmo2_matches_llama_cpp() {
+    let model = load("olmo2");
+    let c = model.config();
+    // No pre-norms; QK norms over all the heads (4 query heads of 16, 2 key
+    // heads); OLMo 3's window of 12 on layers 0-2.
+    assert!(c.options.no_pre_norms && c.options.post_norms && c.options.qk_norm_full_width);
+    assert_eq!(c.qk_norm_widths(), (64, 32));
+    let sliding = AttentionKind::Sliding { window: 12 };
+    assert_eq!(c.attention_kind(2), sliding);
+    assert_eq!(c.attention_kind(3), AttentionKind::Global);
+    check_against_llama_cpp("olmo2");
+}
+
+#[test]
+fn phi3_matches_llama_cpp() {
+    let model = load("phi3");
+    let c = model.config();
+    // Fused attn_qkv and ffn_up; the long LongRoPE factors (context 256
+    // over the original 64) and attn_factor 1.2; the file's sliding_window
+    // is ignored, as llama.cpp does.
+    let factors = c
+        .options
+        .rope
+        .freq_factors
+        .as_ref()
+        .expect("LongRoPE factors");
+    assert_eq!(factors.len(), 8);
+    assert!(factors.iter().any(|&f| f > 1.5), "the long factors");
+    assert_eq!(c.options.rope.attn_factor, 1.2);
+    assert_eq!(c.options.sliding_window, None);
+    check_against_llama_cpp("phi3");
+}
+
+#[test]
+fn mistral_sliding_window_key_is_ignored_as_llama_cpp_does() {
+    // llama.attention.sliding_window = 12 under a 40-id input: llama.cpp
+    // 0.3.36 reads no window for llama, so every layer attends globally.
+    let model = load("mistral");
+    assert_eq!(model.config().options.sliding_window, None);
+    check_against_llama_cpp("mistral");
+}
+
 /// Every file of the folder that is a mixture of experts.
 const MOE_FIXTURES: [&str; 4] = ["qwen3moe", "qwen3moe_top8", "mixtral", "olmoe"];
 
 /// Every fixture.
-pub(crate) const ALL_FIXTURES: [&str; 8] = [
+pub(crate) const ALL_FIXTURES: [&str; 12] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -210,6 +284,10 @@ pub(crate) const ALL_FIXTURES: [&str; 8] = [
     "qwen3moe_top8",
     "mixtral",
     "olmoe",
+    "gemma2",
+    "olmo2",
+    "phi3",
+    "mistral",
 ];
 
 /// The routing matters: with the top-k halved, the logits move far beyond
@@ -265,6 +343,52 @@ fn each_feature_moves_the_logits_beyond_the_tolerance() {
         .unwrap();
     assert!(no_factors.config().options.rope.freq_factors.is_none());
     assert!(largest_diff_from(&no_factors, "llama", 0) > 10.0 * LOGIT_TOLERANCE);
+    // gemma2 without either soft-cap or without its window, olmo2 without
+    // its window, phi3 with the short factors or without attn_factor.
+    let far = 1e6;
+    let edits: [(&str, &str, MetadataValue); 6] = [
+        (
+            "gemma2",
+            "gemma2.attn_logit_softcapping",
+            MetadataValue::F32(far),
+        ),
+        (
+            "gemma2",
+            "gemma2.final_logit_softcapping",
+            MetadataValue::F32(far),
+        ),
+        (
+            "gemma2",
+            "gemma2.attention.sliding_window",
+            MetadataValue::U32(1000),
+        ),
+        (
+            "olmo2",
+            "olmo2.attention.sliding_window",
+            MetadataValue::U32(0),
+        ),
+        (
+            "phi3",
+            "phi3.rope.scaling.original_context_length",
+            MetadataValue::U32(1000),
+        ),
+        (
+            "phi3",
+            "phi3.rope.scaling.attn_factor",
+            MetadataValue::F32(1.0),
+        ),
+    ];
+    for (arch, key, value) in edits {
+        let edited = crate::arch_errors::Model::read(arch)
+            .set(key, value)
+            .load()
+            .unwrap();
+        let diff = largest_diff_from(&edited, arch, 0);
+        assert!(
+            diff > 10.0 * LOGIT_TOLERANCE,
+            "{arch} with {key} changed: {diff}"
+        );
+    }
 }
 
 /// Every architecture's cached pass agrees with the uncached reference

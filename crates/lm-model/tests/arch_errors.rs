@@ -88,9 +88,10 @@ fn every_fixture_loads_unchanged() {
 #[test]
 fn another_architecture_is_named_with_the_supported_ones() {
     check(
-        Model::read("qwen2").set("general.architecture", MetadataValue::String("phi3".into())),
-        "architecture `phi3` is not supported; supported: llama, qwen2, qwen3, gemma3, qwen3moe, olmoe",
-        |e| matches!(e, TransformerError::UnsupportedArchitecture { found } if found == "phi3"),
+        Model::read("qwen2").set("general.architecture", MetadataValue::String("gpt2".into())),
+        "architecture `gpt2` is not supported; supported: llama, qwen2, qwen3, gemma3, qwen3moe, \
+         olmoe, gemma2, olmo2, phi3",
+        |e| matches!(e, TransformerError::UnsupportedArchitecture { found } if found == "gpt2"),
     );
 }
 
@@ -199,5 +200,76 @@ fn rope_freqs_of_the_wrong_length_and_unsupported_scaling_are_refused() {
         ),
         "rope scaling `yarn` is not supported; supported: none, linear",
         |e| matches!(e, TransformerError::UnsupportedRopeScaling { .. }),
+    );
+}
+
+#[test]
+fn gemma2_olmo2_and_phi3_parts_missing_or_misshapen_are_named() {
+    let missing = [
+        (
+            Model::read("gemma2").remove_tensors(&["blk.1.post_ffw_norm.weight"]),
+            "missing tensors: blk.1.post_ffw_norm.weight",
+        ),
+        (
+            Model::read("olmo2").remove_tensors(&[
+                "blk.0.attn_k_norm.weight",
+                "blk.3.post_attention_norm.weight",
+            ]),
+            "missing tensors: blk.0.attn_k_norm.weight, blk.3.post_attention_norm.weight",
+        ),
+        // Without the fused tensor, the separate ones are asked for.
+        (
+            Model::read("phi3").remove_tensors(&["blk.2.attn_qkv.weight", "blk.0.ffn_up.weight"]),
+            "missing tensors: blk.0.ffn_up.weight, blk.2.attn_q.weight, blk.2.attn_k.weight, \
+             blk.2.attn_v.weight",
+        ),
+    ];
+    for (model, message) in missing {
+        check(model, message, |e| {
+            matches!(e, TransformerError::MissingTensors { .. })
+        });
+    }
+    // The fused tensors hold q_dim + 2 kv_dim = 128 and 2 ffn_dim = 192 rows.
+    let misshapen = [
+        (
+            "blk.1.attn_qkv.weight",
+            [128, 64],
+            "[128, 64], expected [64, 128]",
+        ),
+        (
+            "blk.0.ffn_up.weight",
+            [128, 96],
+            "[128, 96], expected [64, 192]",
+        ),
+    ];
+    for (tensor, dims, shapes) in misshapen {
+        check(
+            Model::read("phi3").reshape(tensor, &dims),
+            &format!("tensor {tensor} has shape {shapes}"),
+            |e| matches!(e, TransformerError::TensorShape { .. }),
+        );
+    }
+    check(
+        Model::read("phi3").resize_vector("rope_factors_long.weight", 3),
+        "3 rope frequency factors for 8 rotated pairs",
+        |e| matches!(e, TransformerError::RopeFreqFactorsLength { .. }),
+    );
+    check(
+        Model::read("gemma2").remove_key("gemma2.attention.layer_norm_rms_epsilon"),
+        "missing metadata keys: gemma2.attention.layer_norm_rms_epsilon",
+        |e| matches!(e, TransformerError::MissingMetadata { .. }),
+    );
+    check(
+        Model::read("gemma2").set("gemma2.attn_logit_softcapping", MetadataValue::F32(0.0)),
+        "attention logit soft-cap (attn_logit_softcapping) must be finite and positive, got 0",
+        |e| matches!(e, TransformerError::InvalidScale { .. }),
+    );
+    check(
+        Model::read("phi3").set(
+            "phi3.rope.scaling.attn_factor",
+            MetadataValue::F32(f32::NAN),
+        ),
+        "rope attention factor (rope.scaling.attn_factor) must be finite and positive, got NaN",
+        |e| matches!(e, TransformerError::InvalidScale { .. }),
     );
 }

@@ -4,17 +4,44 @@
 //! llama.cpp (`src/llama-model.cpp`, `src/models/*.cpp`).
 //!
 //! ```text
-//! arch     rope      qkv bias  qk norm  post norms  ffn    embedding  sliding window
-//! llama    adjacent  -         -        -           SwiGLU -          -        (+ rope_freqs.weight)
-//! qwen2    neox      yes       -        -           SwiGLU -          -
-//! qwen3    neox      -         yes      -           SwiGLU -          -
-//! gemma3   neox      -         yes      yes         GeGLU  sqrt(n_embd) 5 of 6 layers, base 10000
-//! qwen3moe neox      -         yes      -           MoE    -          -
-//! olmoe    neox      -         whole    -           MoE    -          -
+//! arch     rope      qkv bias  qk norm  norms      ffn    embedding  sliding window
+//! llama    adjacent  -         -        pre        SwiGLU -          -        (+ rope_freqs.weight)
+//! qwen2    neox      yes       -        pre        SwiGLU -          -
+//! qwen3    neox      -         yes      pre        SwiGLU -          -
+//! gemma3   neox      -         yes      pre+post   GeGLU  sqrt(n_embd) 5 of 6 layers, base 10000
+//! qwen3moe neox      -         yes      pre        MoE    -          -
+//! olmoe    neox      -         whole    pre        MoE    -          -
+//! gemma2   neox      -         -        pre+post   GeGLU  sqrt(n_embd) 1 of 2 layers (default 4096)
+//!                                                                    + soft-capped scores, logits
+//! olmo2    neox      -         whole    post only  SwiGLU -          3 of 4 layers if the key is > 0
+//! phi3     neox      -         -        pre        SwiGLU -          -  (fused attn_qkv, ffn_up;
+//!                                                                     LongRoPE factors)
 //! ```
 //!
 //! (`whole`: one QK norm over all the heads together; `MoE`: a mixture of
-//! SwiGLU experts, below.)
+//! SwiGLU experts, below; `post only`: no norm before attention or the
+//! feed-forward block, a norm of each one's output.)
+//!
+//! Storage, not computation: any architecture's query, key and value
+//! weights may come fused as one `blk.{i}.attn_qkv.weight` (rows `q_dim`,
+//! then `kv_dim`, then `kv_dim`: llama.cpp's `create_tensor_qkv`), and
+//! phi3's `ffn_up.weight` holds the gate's rows then the up projection's
+//! (`2 * feed_forward_length` rows, llama.cpp's `LLM_FFN_SWIGLU`); each part
+//! is a view of its rows of the one tensor.
+//!
+//! Sliding windows: gemma2 reads `attention.sliding_window` (default 4096)
+//! and slides layers 0, 2, 4, ...; olmo2 (OLMo 3) slides layers `i % 4 < 3`
+//! only when the key is above 0; both turn the sliding layers with
+//! `rope.freq_base_swa` (default the global base). llama.cpp 0.3.36 reads
+//! no `llama.attention.sliding_window` (Mistral 7B v0.1's window is not
+//! applied there, and llama's converter writes none), nor phi3's (it
+//! disables Phi's window with a warning): both are ignored here as there.
+//!
+//! LongRoPE (phi3, 128k variants): `rope_factors_long.weight` when the
+//! context (`context_length`, the cache this backend sizes) exceeds
+//! `rope.scaling.original_context_length`, else `rope_factors_short.weight`
+//! (llama.cpp chooses by its `n_ctx` alike), divides each pair's frequency,
+//! and `rope.scaling.attn_factor` multiplies every cosine and sine.
 //!
 //! Mixtures of experts (`moe`; llama.cpp's `build_moe_ffn` arguments):
 //!
@@ -42,6 +69,11 @@
 //!           .rope.freq_base (default 10000)
 //!           .rope.dimension_count (default the head width)
 //!           .rope.scaling.type (none or linear) and .rope.scaling.factor
+//!           .rope.scaling.attn_factor (default 1)
+//!           .rope.scaling.original_context_length (LongRoPE)
+//!           .attention.sliding_window (gemma2, olmo2), .rope.freq_base_swa
+//!           .attn_logit_softcapping (gemma2, default 50)
+//!           .final_logit_softcapping (gemma2, default 30)
 //!           .vocab_size (default the rows of token_embd.weight)
 //! experts   .expert_count, .expert_used_count (required by qwen3moe and
 //!           olmoe; llama reads them when expert_count is present)
@@ -59,7 +91,9 @@ use super::config::{
 use crate::gguf::{GgufError, GgufFile};
 
 /// The names of the architectures this backend runs.
-pub const SUPPORTED: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "olmoe"];
+pub const SUPPORTED: [&str; 9] = [
+    "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "olmoe", "gemma2", "olmo2", "phi3",
+];
 
 /// What one architecture adds to the shared block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -76,19 +110,40 @@ pub(crate) struct Architecture {
     pub qk_norm_full_width: bool,
     /// `blk.{i}.post_attention_norm.weight`, `blk.{i}.post_ffw_norm.weight`.
     pub post_norms: bool,
+    /// `blk.{i}.attn_norm.weight`, `blk.{i}.ffn_norm.weight` (all but olmo2).
+    pub pre_norms: bool,
+    /// Soft-capped attention scores and logits (gemma2).
+    pub softcaps: bool,
+    /// `blk.{i}.ffn_up.weight` holds the gate's rows, then the up
+    /// projection's (phi3); no `ffn_gate.weight`.
+    pub fused_gate_up: bool,
+    /// `rope_factors_long.weight` / `rope_factors_short.weight` (phi3's
+    /// LongRoPE) are read when present.
+    pub long_rope: bool,
     /// The feed-forward block.
     pub ffn: FfnKind,
     /// The token embedding is multiplied by `sqrt(n_embd)`.
     pub scaled_embedding: bool,
-    /// Sliding-window attention: the layer period and the sliding layers'
-    /// RoPE base (llama.cpp's `set_swa_pattern` and
-    /// `rope_freq_base_train_swa`).
-    pub sliding_window: Option<(usize, f32)>,
+    /// Sliding-window attention (llama.cpp's `set_swa_pattern`).
+    pub sliding_window: Option<SwaArch>,
     /// `rope_freqs.weight` (Llama 3's per-pair frequency factors) is read
     /// when present.
     pub rope_freqs: bool,
     /// A mixture of experts in place of the dense feed-forward block.
     pub moe: MoeArch,
+}
+
+/// How an architecture slides its attention window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SwaArch {
+    /// Layer `i` slides when `i % period < period - 1`.
+    pub period: usize,
+    /// The sliding layers' RoPE base (gemma3: 10000), or `None`:
+    /// `rope.freq_base_swa`, default the global base.
+    pub rope_base: Option<f32>,
+    /// The window when `attention.sliding_window` is missing: `None` makes
+    /// the key required (gemma3); `Some(0)` means no sliding layer (olmo2).
+    pub default_window: Option<usize>,
 }
 
 /// Whether and how an architecture's feed-forward block is a mixture of
@@ -122,6 +177,10 @@ const PLAIN: Architecture = Architecture {
     qk_norm: false,
     qk_norm_full_width: false,
     post_norms: false,
+    pre_norms: true,
+    softcaps: false,
+    fused_gate_up: false,
+    long_rope: false,
     ffn: FfnKind::SwiGlu,
     scaled_embedding: false,
     sliding_window: None,
@@ -131,7 +190,7 @@ const PLAIN: Architecture = Architecture {
 
 /// The supported architectures, in the order of [`SUPPORTED`]: each row
 /// names what it adds to [`PLAIN`].
-pub(crate) const ARCHITECTURES: [Architecture; 6] = [
+pub(crate) const ARCHITECTURES: [Architecture; 9] = [
     Architecture {
         name: "llama",
         rope_freqs: true,
@@ -157,7 +216,11 @@ pub(crate) const ARCHITECTURES: [Architecture; 6] = [
         post_norms: true,
         ffn: FfnKind::GeGlu,
         scaled_embedding: true,
-        sliding_window: Some((6, 10000.0)),
+        sliding_window: Some(SwaArch {
+            period: 6,
+            rope_base: Some(10000.0),
+            default_window: None,
+        }),
         ..PLAIN
     },
     Architecture {
@@ -179,6 +242,41 @@ pub(crate) const ARCHITECTURES: [Architecture; 6] = [
             norm_weights: false,
             own_width: false,
         },
+        ..PLAIN
+    },
+    Architecture {
+        name: "gemma2",
+        rope_mode: RopeMode::Neox,
+        post_norms: true,
+        softcaps: true,
+        ffn: FfnKind::GeGlu,
+        scaled_embedding: true,
+        sliding_window: Some(SwaArch {
+            period: 2,
+            rope_base: None,
+            default_window: Some(4096),
+        }),
+        ..PLAIN
+    },
+    Architecture {
+        name: "olmo2",
+        rope_mode: RopeMode::Neox,
+        qk_norm: true,
+        qk_norm_full_width: true,
+        post_norms: true,
+        pre_norms: false,
+        sliding_window: Some(SwaArch {
+            period: 4,
+            rope_base: None,
+            default_window: Some(0),
+        }),
+        ..PLAIN
+    },
+    Architecture {
+        name: "phi3",
+        rope_mode: RopeMode::Neox,
+        fused_gate_up: true,
+        long_rope: true,
         ..PLAIN
     },
 ];
@@ -218,7 +316,17 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
     let ffn_dim = meta.required_usize("feed_forward_length")?;
     let n_head = meta.required_usize("attention.head_count")?;
     let window = match arch.sliding_window {
-        Some(_) => Some(meta.required_usize("attention.sliding_window")?),
+        Some(SwaArch {
+            default_window: None,
+            ..
+        }) => Some(meta.required_usize("attention.sliding_window")?),
+        Some(SwaArch {
+            default_window: Some(default),
+            ..
+        }) => Some(
+            meta.optional_usize("attention.sliding_window")?
+                .unwrap_or(default),
+        ),
         None => None,
     };
     let norm_eps = meta.required("attention.layer_norm_rms_epsilon", GgufFile::get_f32)?;
@@ -247,10 +355,10 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
         .optional("rope.freq_base", GgufFile::get_f32)?
         .unwrap_or(10000.0);
     let freq_scale = meta.rope_freq_scale()?;
-    let freq_factors = match file.tensor("rope_freqs.weight") {
-        Ok(tensor) if arch.rope_freqs => Some(tensor.to_f32_vec()?),
-        _ => None,
-    };
+    let freq_factors = meta.freq_factors(arch, context_length)?;
+    let attn_factor = meta
+        .optional("rope.scaling.attn_factor", GgufFile::get_f32)?
+        .unwrap_or(1.0);
     let embedding_rows = file
         .tensor("token_embd.weight")
         .ok()
@@ -259,17 +367,38 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
         .optional_usize("vocab_size")?
         .unwrap_or(embedding_rows.unwrap_or(0));
     let sliding_window = match (arch.sliding_window, window) {
-        (Some((period, rope_base)), Some(window)) => Some(SlidingWindow {
-            window,
-            period,
-            rope_base,
-        }),
+        // A window of 0 (olmo2 without the key): no layer slides.
+        (Some(swa), Some(window)) if swa.default_window != Some(0) || window > 0 => {
+            let rope_base = match swa.rope_base {
+                Some(base) => base,
+                None => meta
+                    .optional("rope.freq_base_swa", GgufFile::get_f32)?
+                    .unwrap_or(rope_base),
+            };
+            Some(SlidingWindow {
+                window,
+                period: swa.period,
+                rope_base,
+            })
+        }
         _ => None,
     };
-    // Gemma 3 27B (62 layers) scales queries by the width per head, the
-    // others by the key length (llama.cpp's f_attention_scale).
-    let attention_scale = (arch.name == "gemma3" && n_layer == 62 && n_head > 0)
-        .then(|| 1.0 / ((n_embd / n_head) as f32).sqrt());
+    // Gemma 3 27B (62 layers) and Gemma 2 27B (46) scale queries by the
+    // width per head, the others by the key length (llama.cpp's
+    // f_attention_scale).
+    let wide_gemma = matches!((arch.name, n_layer), ("gemma3", 62) | ("gemma2", 46));
+    let attention_scale =
+        (wide_gemma && n_head > 0).then(|| 1.0 / ((n_embd / n_head) as f32).sqrt());
+    // gemma2's soft-caps (llama.cpp's defaults 50 and 30).
+    let (attn_softcap, final_softcap) = match arch.softcaps {
+        true => (
+            meta.optional("attn_logit_softcapping", GgufFile::get_f32)?
+                .or(Some(50.0)),
+            meta.optional("final_logit_softcapping", GgufFile::get_f32)?
+                .or(Some(30.0)),
+        ),
+        false => (None, None),
+    };
     let config = TransformerConfig {
         vocab_size,
         n_embd,
@@ -293,11 +422,15 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
                 mode: arch.rope_mode,
                 freq_scale,
                 freq_factors,
+                attn_factor,
             },
             qkv_bias: arch.qkv_bias,
             qk_norm: arch.qk_norm,
             qk_norm_full_width: arch.qk_norm_full_width,
             post_norms: arch.post_norms,
+            no_pre_norms: !arch.pre_norms,
+            attn_softcap,
+            final_softcap,
             embedding_scale: arch.scaled_embedding.then(|| (n_embd as f32).sqrt()),
             attention_scale,
             sliding_window,
@@ -415,6 +548,34 @@ impl<'a> ArchMetadata<'a> {
                 .map(String::as_str),
         )?;
         Ok(Some(options))
+    }
+
+    /// The per-pair frequency divisors: Llama 3's `rope_freqs.weight`, or
+    /// phi3's LongRoPE factors, long when `context_length` exceeds
+    /// `rope.scaling.original_context_length` (default `context_length`),
+    /// else short (llama.cpp's `get_rope_factors`).
+    fn freq_factors(
+        &self,
+        arch: Architecture,
+        context_length: usize,
+    ) -> Result<Option<Vec<f32>>, TransformerError> {
+        let name = if arch.rope_freqs {
+            "rope_freqs.weight"
+        } else if arch.long_rope {
+            let original = self
+                .optional_usize("rope.scaling.original_context_length")?
+                .unwrap_or(context_length);
+            match context_length > original {
+                true => "rope_factors_long.weight",
+                false => "rope_factors_short.weight",
+            }
+        } else {
+            return Ok(None);
+        };
+        match self.file.tensor(name) {
+            Ok(tensor) => Ok(Some(tensor.to_f32_vec()?)),
+            Err(_) => Ok(None),
+        }
     }
 
     /// The linear RoPE scale `1 / rope.scaling.factor` (1 without scaling);

@@ -82,7 +82,7 @@ use crate::kernels::attention::q8_0::round_row_through_q8_0;
 use crate::kernels::attention::{ChunkRows, TileJob, TileKernels, WeightedRows, run_tile};
 use crate::kernels::dispatch::Dispatch;
 use crate::thread_scratch::with_thread_scratch;
-use softmax::softmax_to_weights;
+use softmax::{softcap_rows, softmax_to_weights};
 
 mod softmax;
 
@@ -114,6 +114,8 @@ pub struct AttentionShape {
     /// With sliding-window attention, the positions a query sees (its own
     /// included); `None` sees every earlier position.
     pub window: Option<usize>,
+    /// Scores soft-capped to `(-cap, cap)` before the softmax (gemma2).
+    pub softcap: Option<f32>,
 }
 
 impl AttentionShape {
@@ -525,6 +527,9 @@ impl<'a, K: TileKernels> HeadPass<'a, K> {
     fn weigh(&self, scores: &mut [f32], narrowed: &mut Vec<f16>) {
         let span = self.span.len;
         let seen_by = |r: usize| self.span.visible(r / self.group);
+        if let Some(cap) = self.span.shape.softcap {
+            softcap_rows(scores, span, seen_by, cap);
+        }
         softmax_to_weights(self.cache.dispatch(), scores, span, seen_by);
         if self.span.shape.precision == KvPrecision::F16 {
             for (r, row) in scores.chunks_exact_mut(span).enumerate() {
@@ -701,6 +706,7 @@ mod tests {
             precision,
             scale: 1.0,
             window: None,
+            softcap: None,
         };
         let mut out = [0.0];
         let mut scratch = AttentionScratch::default();
@@ -788,6 +794,7 @@ mod tests {
             precision: KvPrecision::F32,
             scale: 1.0 / 2f32.sqrt(),
             window: None,
+            softcap: None,
         };
         let mut out = [0.0; 4];
         // Head 0 looks at key 0 only (large score), head 1 at key 1.
@@ -908,6 +915,7 @@ mod tests {
                     precision,
                     scale: 1.0 / (head_dim as f32).sqrt(),
                     window,
+                    softcap: None,
                 },
                 keys: rows(7),
                 values: rows(8),
@@ -1081,6 +1089,7 @@ mod tests {
             precision: KvPrecision::F16,
             scale: 0.125,
             window: None,
+            softcap: None,
         };
         // SmolLM2: 9 heads over 3.
         assert_eq!(head_run_len(shape(9, 3), 2), 3);

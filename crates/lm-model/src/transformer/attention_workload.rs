@@ -32,6 +32,7 @@ impl AttentionWorkload {
             precision,
             scale: 0.125,
             window: None,
+            softcap: None,
         };
         let kv_shape = KvShape {
             n_layer: 1,

@@ -69,8 +69,13 @@ pub struct RopeOptions {
     pub freq_scale: f32,
     /// Per-pair divisors of the frequency, `[dim / 2]`: Llama 3's
     /// `rope_freqs.weight`, which the converter computes from the model's
-    /// `rope_scaling` (llama.cpp's `freq_factors`).
+    /// `rope_scaling` (llama.cpp's `freq_factors`), or Phi-3's LongRoPE
+    /// `rope_factors_long` / `rope_factors_short`.
     pub freq_factors: Option<Vec<f32>>,
+    /// Multiplies the cosine and sine of every rotated pair (llama.cpp's
+    /// `attn_factor`, `rope.scaling.attn_factor`: LongRoPE's magnitude
+    /// scale; 1 without it).
+    pub attn_factor: f32,
 }
 
 impl Default for RopeOptions {
@@ -79,11 +84,12 @@ impl Default for RopeOptions {
             mode: RopeMode::Adjacent,
             freq_scale: 1.0,
             freq_factors: None,
+            attn_factor: 1.0,
         }
     }
 }
 
-/// Sliding-window attention on some layers (gemma3): a query at position
+/// Sliding-window attention on some layers (gemma2, gemma3, olmo2): a query at position
 /// `p` reads only keys at `p - window + 1 ..= p`, as llama.cpp's standard
 /// SWA mask does.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,10 +97,11 @@ pub struct SlidingWindow {
     /// Positions a query sees, itself included.
     pub window: usize,
     /// The layer pattern: layer `i` slides when `i % period < period - 1`
-    /// (gemma3: 6, so five sliding layers, then one global).
+    /// (gemma3: 6, so five sliding layers, then one global; gemma2: 2).
     pub period: usize,
     /// The RoPE base of the sliding layers (llama.cpp's
-    /// `rope_freq_base_train_swa`, 10000 for gemma3); their frequency scale
+    /// `rope_freq_base_train_swa`: 10000 for gemma3, the global base or
+    /// `rope.freq_base_swa` for gemma2 and olmo2); their frequency scale
     /// is 1.
     pub rope_base: f32,
 }
@@ -149,9 +156,18 @@ pub struct ArchOptions {
     /// one per head (olmoe).
     pub qk_norm_full_width: bool,
     /// RMSNorms of the attention output and of the feed-forward output
-    /// before each is added to the residual stream (gemma3's
+    /// before each is added to the residual stream (gemma2, gemma3, olmo2:
     /// `post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
+    /// The block has no norms before attention and the feed-forward block
+    /// (olmo2: only the post-norms and the QK norms).
+    pub no_pre_norms: bool,
+    /// Attention scores are soft-capped, `cap * tanh(score / cap)`, before
+    /// the softmax (gemma2's `attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// The logits are soft-capped the same way (gemma2's
+    /// `final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
     /// Multiplies the token embedding (gemma3: `sqrt(n_embd)`).
     pub embedding_scale: Option<f32>,
     /// The factor of the query-key products (`None`: `1 / sqrt(head_dim)`).
@@ -358,6 +374,18 @@ impl TransformerConfig {
             ("rope frequency scale", Some(o.rope.freq_scale)),
             ("embedding scale", o.embedding_scale),
             ("attention scale", o.attention_scale),
+            (
+                "rope attention factor (rope.scaling.attn_factor)",
+                Some(o.rope.attn_factor),
+            ),
+            (
+                "attention logit soft-cap (attn_logit_softcapping)",
+                o.attn_softcap,
+            ),
+            (
+                "final logit soft-cap (final_logit_softcapping)",
+                o.final_softcap,
+            ),
             (
                 "sliding-window rope base",
                 o.sliding_window.map(|s| s.rope_base),

@@ -130,6 +130,37 @@ impl Linear {
             .collect())
     }
 
+    /// Rows `rows` of the 2-d tensor `name` of `file` as a matrix of their
+    /// own: one part of a fused tensor (phi3's `attn_qkv` and `ffn_up`),
+    /// a view of its byte range, nothing copied. The tensor must not be
+    /// packed (the loader leaves fused tensors unpacked).
+    pub(crate) fn rows_from_gguf(
+        file: &Arc<GgufFile>,
+        name: &str,
+        rows: Range<usize>,
+    ) -> Result<Self, TransformerError> {
+        let whole = Self::from_gguf(file, name)?;
+        let Storage::File(m) = whole.storage else {
+            unreachable!("from_gguf makes a file-backed matrix")
+        };
+        if m.packed || rows.start > rows.end || rows.end > m.n_rows {
+            return Err(TransformerError::TensorShape {
+                name: name.to_owned(),
+                expected: vec![m.n_cols, rows.end],
+                found: vec![m.n_cols, m.n_rows],
+            });
+        }
+        let row_bytes = m.bytes.len() / m.n_rows.max(1);
+        let start = m.bytes.start;
+        Ok(Self {
+            storage: Storage::File(FileMatrix {
+                n_rows: rows.len(),
+                bytes: start + rows.start * row_bytes..start + rows.end * row_bytes,
+                ..m
+            }),
+        })
+    }
+
     /// Output width (rows of `W`).
     pub fn n_rows(&self) -> usize {
         match &self.storage {

@@ -1,5 +1,6 @@
 //! The decoder of a GGUF file: llama (and Mixtral), qwen2, qwen3, gemma3,
-//! qwen3moe or olmoe (the table and the metadata read are in `arch`). RMSNorm, rotary
+//! qwen3moe, olmoe, gemma2, olmo2 or phi3 (the table and the metadata read
+//! are in `arch`). RMSNorm, rotary
 //! positions, grouped-query attention, a gated feed-forward block (dense or
 //! a mixture of experts), and the output projection
 //! tied to the token embedding when `output.weight` is absent (SmolLM2,
@@ -23,13 +24,17 @@
 //! blk.{i}.attn_norm.weight [n_embd]     blk.{i}.ffn_norm.weight [n_embd]
 //! blk.{i}.attn_q.weight [n_embd, q_dim]
 //! blk.{i}.attn_k.weight / attn_v.weight [n_embd, kv_dim]
+//!   (or fused: blk.{i}.attn_qkv.weight [n_embd, q_dim + 2 kv_dim], phi3)
 //! blk.{i}.attn_output.weight [q_dim, n_embd]
 //! blk.{i}.ffn_gate.weight / ffn_up.weight [n_embd, ffn_dim]
 //! blk.{i}.ffn_down.weight [ffn_dim, n_embd]
+//! phi3: blk.{i}.ffn_up.weight [n_embd, 2 ffn_dim] (gate rows, then up), no ffn_gate;
+//!   rope_factors_long.weight / rope_factors_short.weight [rope_dim / 2] (optional)
+//! olmo2: no attn_norm / ffn_norm
 //! qwen2:  blk.{i}.attn_q.bias [q_dim], attn_k.bias / attn_v.bias [kv_dim]
 //! qwen3, gemma3, qwen3moe: blk.{i}.attn_q_norm.weight / attn_k_norm.weight [head_dim]
 //! olmoe: blk.{i}.attn_q_norm.weight [q_dim], attn_k_norm.weight [kv_dim]
-//! gemma3: blk.{i}.post_attention_norm.weight / post_ffw_norm.weight [n_embd]
+//! gemma2, gemma3, olmo2: blk.{i}.post_attention_norm.weight / post_ffw_norm.weight [n_embd]
 //! a mixture of experts (qwen3moe; llama with experts, Mixtral), in place of
 //! ffn_gate / ffn_up / ffn_down (f = the expert width, e = expert_count):
 //!   blk.{i}.ffn_gate_inp.weight [n_embd, e]   (the router)
@@ -41,7 +46,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::TransformerError;
-use super::arch::config_from_metadata;
+use super::arch::{Architecture, config_from_metadata};
 use super::config::{FfnKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
@@ -100,15 +105,20 @@ impl Llama {
     pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {
         let mut file: Arc<GgufFile> = file.into();
         let config = config_from_metadata(&file)?;
-        check_tensors_present(&file, &config)?;
+        let arch = Architecture::of_file(&file)?;
+        check_tensors_present(&file, &config, arch)?;
         file.validate_tensor_data()?;
         if Dispatch::detect().packs_at_load()
             && let Some(file) = Arc::get_mut(&mut file)
         {
             // The token embedding is read by rows unless it is also the
-            // output matrix.
+            // output matrix; a fused tensor is read as views of its rows.
             let tied = file.tensor("output.weight").is_err();
-            file.pack_tensors(|info| tied || info.name != "token_embd.weight");
+            file.pack_tensors(|info| {
+                let fused = info.name.ends_with(".attn_qkv.weight")
+                    || (arch.fused_gate_up && info.name.ends_with(".ffn_up.weight"));
+                !fused && (tied || info.name != "token_embd.weight")
+            });
         }
         let c = &config;
         // A vector tensor of `len` f32 values (a gain or a bias).
@@ -140,6 +150,11 @@ impl Llama {
                 }
                 Ok(w)
             };
+        // Rows `rows` of the matrix `name` of `n_rows` rows of `c.n_embd`.
+        let rows_of = |name: &str, n_rows: usize, rows: std::ops::Range<usize>| {
+            linear(name, n_rows, c.n_embd)?;
+            Linear::rows_from_gguf(&file, name, rows)
+        };
         let mut layers = Vec::with_capacity(c.n_layer);
         let o = &c.options;
         for i in 0..c.n_layer {
@@ -166,11 +181,18 @@ impl Llama {
                     )))
                 }
                 None => {
-                    let (gate, up, down) = (
-                        linear(&name("ffn_gate"), c.ffn_dim, c.n_embd)?,
-                        linear(&name("ffn_up"), c.ffn_dim, c.n_embd)?,
-                        linear(&name("ffn_down"), c.n_embd, c.ffn_dim)?,
-                    );
+                    let f = c.ffn_dim;
+                    let (gate, up) = match arch.fused_gate_up {
+                        true => (
+                            rows_of(&name("ffn_up"), 2 * f, 0..f)?,
+                            rows_of(&name("ffn_up"), 2 * f, f..2 * f)?,
+                        ),
+                        false => (
+                            linear(&name("ffn_gate"), f, c.n_embd)?,
+                            linear(&name("ffn_up"), f, c.n_embd)?,
+                        ),
+                    };
+                    let down = linear(&name("ffn_down"), c.n_embd, f)?;
                     match c.ffn {
                         FfnKind::GeGlu => FeedForward::GeGlu { gate, up, down },
                         _ => FeedForward::SwiGlu { gate, up, down },
@@ -180,13 +202,23 @@ impl Llama {
             let optional_norm = |on: bool, part: &str, width: usize| {
                 on.then(|| norm_of(&name(part), width)).transpose()
             };
+            let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
+            let [wq, wk, wv] = match file.tensor(&name("attn_qkv")) {
+                Ok(_) => {
+                    let (fused, n_rows) = (name("attn_qkv"), q_dim + 2 * kv_dim);
+                    [0..q_dim, q_dim..q_dim + kv_dim, q_dim + kv_dim..n_rows]
+                        .map(|rows| rows_of(&fused, n_rows, rows))
+                }
+                Err(_) => [("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)]
+                    .map(|(part, n_rows)| linear(&name(part), n_rows, c.n_embd)),
+            };
             layers.push(LayerWeights {
-                attn_norm: norm(&name("attn_norm"))?,
-                wq: linear(&name("attn_q"), c.q_dim(), c.n_embd)?,
-                wk: linear(&name("attn_k"), c.kv_dim(), c.n_embd)?,
-                wv: linear(&name("attn_v"), c.kv_dim(), c.n_embd)?,
+                attn_norm: optional_norm(arch.pre_norms, "attn_norm", c.n_embd)?,
+                wq: wq?,
+                wk: wk?,
+                wv: wv?,
                 wo: linear(&name("attn_output"), c.n_embd, c.q_dim())?,
-                ffn_norm: norm(&name("ffn_norm"))?,
+                ffn_norm: optional_norm(arch.pre_norms, "ffn_norm", c.n_embd)?,
                 ffn,
                 qkv_bias: o
                     .qkv_bias
@@ -238,18 +270,18 @@ fn experts(
     Linear::experts_from_gguf(file, name)
 }
 
-/// The tensors of every layer, `blk.{i}.{part}.weight`.
-const LAYER_TENSORS: [&str; 6] = [
-    "attn_norm",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_norm",
-];
+/// The attention tensors of every layer, `blk.{i}.{part}.weight` (the
+/// query, key and value ones unless fused as `attn_qkv`).
+const ATTENTION_TENSORS: [&str; 4] = ["attn_q", "attn_k", "attn_v", "attn_output"];
+
+/// The norms before attention and the feed-forward block (not olmo2's).
+const PRE_NORM_TENSORS: [&str; 2] = ["attn_norm", "ffn_norm"];
 
 /// The feed-forward tensors of a dense layer, `blk.{i}.{part}.weight`.
 const DENSE_FFN_TENSORS: [&str; 3] = ["ffn_gate", "ffn_up", "ffn_down"];
+
+/// phi3's feed-forward tensors: the gate fused into `ffn_up`.
+const FUSED_FFN_TENSORS: [&str; 2] = ["ffn_up", "ffn_down"];
 
 /// The feed-forward tensors of a mixture of experts: the router and the
 /// experts' 3-d tensors.
@@ -279,7 +311,11 @@ fn optional_layer_tensors(c: &TransformerConfig) -> Vec<&'static str> {
 
 /// Errors unless every tensor the architecture needs is in the file,
 /// listing all the missing ones.
-fn check_tensors_present(file: &GgufFile, c: &TransformerConfig) -> Result<(), TransformerError> {
+fn check_tensors_present(
+    file: &GgufFile,
+    c: &TransformerConfig,
+    arch: Architecture,
+) -> Result<(), TransformerError> {
     let n_layer = c.n_layer;
     // Every layer needs tensors of its own, so a block count above the
     // file's tensor count is refused before any per-layer name is built: the
@@ -293,11 +329,21 @@ fn check_tensors_present(file: &GgufFile, c: &TransformerConfig) -> Result<(), T
         "output_norm.weight".to_owned(),
     ];
     for i in 0..n_layer {
-        let ffn_tensors = match c.options.moe {
-            Some(_) => &MOE_TENSORS[..],
-            None => &DENSE_FFN_TENSORS[..],
+        let ffn_tensors = match (c.options.moe, arch.fused_gate_up) {
+            (Some(_), _) => &MOE_TENSORS[..],
+            (None, true) => &FUSED_FFN_TENSORS[..],
+            (None, false) => &DENSE_FFN_TENSORS[..],
         };
-        for part in LAYER_TENSORS.iter().chain(ffn_tensors) {
+        let fused_qkv = file.tensor(&format!("blk.{i}.attn_qkv.weight")).is_ok();
+        let attention = match fused_qkv {
+            true => &ATTENTION_TENSORS[3..],
+            false => &ATTENTION_TENSORS[..],
+        };
+        let pre_norms = match arch.pre_norms {
+            true => &PRE_NORM_TENSORS[..],
+            false => &[],
+        };
+        for part in attention.iter().chain(pre_norms).chain(ffn_tensors) {
             names.push(format!("blk.{i}.{part}.weight"));
         }
         for part in optional_layer_tensors(c) {

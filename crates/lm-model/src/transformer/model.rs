@@ -9,16 +9,17 @@
 //! x = embed(tokens) (+ learned positions)                    [n][n_embd]
 //! x *= embedding_scale                                       (gemma3)
 //! for each layer:
-//!     h = norm(x);  q, k, v = h Wq^T, h Wk^T, h Wv^T          matrix-matrix
+//!     h = norm(x) (olmo2: x);  q, k, v = h Wq^T, h Wk^T, h Wv^T   matrix-matrix
 //!     q, k, v += biases                                       (qwen2)
-//!     q, k = rmsnorm of each head                             (qwen3, gemma3)
+//!     q, k = rmsnorm of each head (or of all heads)    (qwen3, gemma3, olmo2)
 //!     rotate q, k (RoPE: the layer's table, the model's mode)
 //!     write k, v to the cache at pos..pos+n
 //!     a[i] = attention of q[i] over cache rows 0..=pos+i      causal
-//!            (only the last `window` of them on a sliding layer)
-//!     x += post_norm(a Wo^T)                      (post_norm: gemma3 only)
+//!            (only the last `window` of them on a sliding layer;
+//!             scores soft-capped before the softmax: gemma2)
+//!     x += post_norm(a Wo^T)             (post_norm: gemma2, gemma3, olmo2)
 //!     x += post_norm(ffn(norm(x)))          (ffn: dense, or a mixture of experts)
-//! logits = norm(x[rows]) Wout^T     only for the rows returned
+//! logits = norm(x[rows]) Wout^T     only for the rows returned (soft-capped: gemma2)
 //! ```
 //!
 //! Each step an architecture adds is an option of the configuration
@@ -55,8 +56,8 @@ mod multi_sequence;
 /// The weights of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerWeights {
-    /// Normalisation before attention.
-    pub attn_norm: Norm,
+    /// Normalisation before attention (`None`: olmo2's `no_pre_norms`).
+    pub attn_norm: Option<Norm>,
     /// Query projection, `[n_head * head_dim][n_embd]`.
     pub wq: Linear,
     /// Key projection, `[n_kv_head * head_dim][n_embd]`.
@@ -65,8 +66,8 @@ pub struct LayerWeights {
     pub wv: Linear,
     /// Output projection, `[n_embd][n_head * head_dim]`.
     pub wo: Linear,
-    /// Normalisation before the feed-forward block.
-    pub ffn_norm: Norm,
+    /// Normalisation before the feed-forward block (`None`: `no_pre_norms`).
+    pub ffn_norm: Option<Norm>,
     /// The feed-forward block.
     pub ffn: FeedForward,
     /// Biases of the query, key and value projections (`qkv_bias`).
@@ -93,12 +94,12 @@ impl LayerWeights {
         ffn: FeedForward,
     ) -> Self {
         Self {
-            attn_norm,
+            attn_norm: Some(attn_norm),
             wq,
             wk,
             wv,
             wo,
-            ffn_norm,
+            ffn_norm: Some(ffn_norm),
             ffn,
             qkv_bias: None,
             q_norm: None,
@@ -199,8 +200,21 @@ impl Decoder {
             });
         }
         for layer in &weights.layers {
-            check_norm("attn_norm", &layer.attn_norm, c)?;
-            check_norm("ffn_norm", &layer.ffn_norm, c)?;
+            for (name, norm) in [
+                ("attn_norm", &layer.attn_norm),
+                ("ffn_norm", &layer.ffn_norm),
+            ] {
+                match norm {
+                    Some(norm) if !c.options.no_pre_norms => check_norm(name, norm, c)?,
+                    None if c.options.no_pre_norms => {}
+                    _ => {
+                        return Err(TransformerError::OptionalPart {
+                            part: name,
+                            configured: !c.options.no_pre_norms,
+                        });
+                    }
+                }
+            }
             check_layer_options(layer, c)?;
             check_linear("wq", &layer.wq, c.q_dim(), c.n_embd)?;
             check_linear("wk", &layer.wk, c.kv_dim(), c.n_embd)?;
@@ -303,6 +317,7 @@ impl Decoder {
             precision: self.config.kv_precision,
             scale: self.config.attention_scale(),
             window: self.config.window(layer_idx),
+            softcap: self.config.options.attn_softcap,
         }
     }
 
@@ -705,7 +720,7 @@ impl Decoder {
         let pos = cache.pos();
         let m = n - first;
         // attention norm
-        layer.attn_norm.apply_rows(&s.x, &mut s.normed);
+        pre_norm(&layer.attn_norm, &s.x, &mut s.normed);
         // qkv matmuls for these positions
         let q = &mut s.q[..m * c.q_dim()];
         let (k, v) = (&mut s.k[..], &mut s.v[..]);
@@ -758,7 +773,7 @@ impl Decoder {
         // residual connection back into x
         add_assign(x, projected);
         // ffn norm, then the feed-forward block
-        layer.ffn_norm.apply_rows(x, normed);
+        pre_norm(&layer.ffn_norm, x, normed);
         let ffn_rows = ..s.hidden.len().min(m * c.ffn_dim);
         let (hidden, gated) = (&mut s.hidden[ffn_rows], &mut s.gated[ffn_rows]);
         let moe = &mut s.moe;
@@ -781,6 +796,22 @@ impl Decoder {
         let normed = &mut s.normed[..n_out * d];
         self.final_norm.apply_rows(x, normed);
         self.output().matmul(self.dispatch, normed, n_out, logits);
+        if let Some(cap) = self.config.options.final_softcap {
+            // llama.cpp's order: times 1 / cap, tanh, times cap.
+            let inv_cap = 1.0 / cap;
+            for logit in logits.iter_mut() {
+                *logit = (*logit * inv_cap).tanh() * cap;
+            }
+        }
+    }
+}
+
+/// The norm before attention or the feed-forward block of `x`'s rows into
+/// `out`, or a copy where the block has none (olmo2).
+pub(super) fn pre_norm(norm: &Option<Norm>, x: &[f32], out: &mut [f32]) {
+    match norm {
+        Some(norm) => norm.apply_rows(x, out),
+        None => out.copy_from_slice(x),
     }
 }
 

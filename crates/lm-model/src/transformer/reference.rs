@@ -7,10 +7,10 @@
 //! x = embed(tokens) (+ learned positions) (* embedding_scale)   [n][n_embd]
 //! for each layer:
 //!     q, k, v = norm(x) Wq^T, Wk^T, Wv^T (+ biases) (head norms) (RoPE)
-//!     a = softmax(q k^T * scale + mask) v         per head, mask [n][n]
+//!     a = softmax(softcap(q k^T * scale) + mask) v  per head, mask [n][n]
 //!     x += post_norm(a Wo^T);  x += post_norm(ffn(norm(x)))
 //!     (a mixture of experts: each token's chosen experts, by a stable sort)
-//! logits = norm(x) Wout^T                                      [n][vocab]
+//! logits = softcap(norm(x) Wout^T)                             [n][vocab]
 //! ```
 //!
 //! Norms and RoPE are computed in f64 from their definitions; quantized
@@ -57,14 +57,18 @@ impl Decoder {
             }
             x += &attn_out;
             // the feed-forward block, then its residual connection
-            let mut ffn_out = reference_ffn(&layer.ffn, &reference_norm(&layer.ffn_norm, &x));
+            let mut ffn_out = reference_ffn(&layer.ffn, &reference_pre_norm(&layer.ffn_norm, &x));
             if let Some(norm) = &layer.post_ffn_norm {
                 ffn_out = reference_norm(norm, &ffn_out);
             }
             x += &ffn_out;
         }
         let h = reference_norm(&self.final_norm, &x);
-        Ok(h.dot(&self.output().to_dense().t()))
+        let logits = h.dot(&self.output().to_dense().t());
+        Ok(match c.options.final_softcap {
+            Some(cap) => logits.mapv(|v| cap * (v / cap).tanh()),
+            None => logits,
+        })
     }
 
     /// Layer `layer_idx`'s attention over the rows of `x` (`[n][n_embd]`),
@@ -77,7 +81,7 @@ impl Decoder {
     ) -> Array2<f32> {
         let c = self.config();
         let n = x.nrows();
-        let h = reference_norm(&layer.attn_norm, x);
+        let h = reference_pre_norm(&layer.attn_norm, x);
         let mut q = h.dot(&layer.wq.to_dense().t());
         let mut k = h.dot(&layer.wk.to_dense().t());
         let mut v = h.dot(&layer.wv.to_dense().t());
@@ -127,7 +131,11 @@ impl Decoder {
             let kv_head = head / group;
             let q_cols = s![.., head * c.head_dim..(head + 1) * c.head_dim];
             let kv_cols = s![.., kv_head * c.head_dim..(kv_head + 1) * c.head_dim];
-            let scores = q.slice(q_cols).dot(&k.slice(kv_cols).t()) * scale + &mask;
+            let mut scores = q.slice(q_cols).dot(&k.slice(kv_cols).t()) * scale;
+            if let Some(cap) = c.options.attn_softcap {
+                scores.mapv_inplace(|v| cap * (v / cap).tanh());
+            }
+            let scores = scores + &mask;
             let weights = reference_softmax_rows(scores);
             attended
                 .slice_mut(q_cols)
@@ -198,6 +206,12 @@ fn reference_moe(moe: &MixtureOfExperts, h: &Array2<f32>) -> Array2<f32> {
     out
 }
 
+/// `x` normalised by `norm`, or `x` itself where the block has no such norm.
+fn reference_pre_norm(norm: &Option<Norm>, x: &Array2<f32>) -> Array2<f32> {
+    norm.as_ref()
+        .map_or_else(|| x.clone(), |norm| reference_norm(norm, x))
+}
+
 /// Normalises every row of `x` with plain ndarray operations.
 fn reference_norm(norm: &Norm, x: &Array2<f32>) -> Array2<f32> {
     let x = x.mapv(f64::from);
@@ -253,6 +267,8 @@ impl ReferenceRope<'_> {
                         / f64::from(self.base).powf(2.0 * i as f64 / self.dim as f64)
                         / f64::from(factor);
                     let (sin, cos) = theta.sin_cos();
+                    let magnitude = f64::from(self.options.attn_factor);
+                    let (sin, cos) = (sin * magnitude, cos * magnitude);
                     let (a, b) = match self.options.mode {
                         RopeMode::Adjacent => (head_start + 2 * i, head_start + 2 * i + 1),
                         RopeMode::Neox => (head_start + i, head_start + i + half),

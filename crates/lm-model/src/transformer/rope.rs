@@ -28,6 +28,8 @@ pub struct RopeTable {
     mode: RopeMode,
     /// `freq_scale * base^(-2i / dim) / freq_factors[i]` for each pair `i`.
     inv_freq: Vec<f64>,
+    /// Multiplies each cosine and sine ([`RopeOptions::attn_factor`]).
+    magnitude: f64,
 }
 
 impl RopeTable {
@@ -55,6 +57,7 @@ impl RopeTable {
             n_positions,
             mode: options.mode,
             inv_freq,
+            magnitude: f64::from(options.attn_factor),
         }
     }
 
@@ -72,7 +75,7 @@ impl RopeTable {
         let half = self.dim / 2;
         for (i, &freq) in self.inv_freq.iter().enumerate() {
             let (s, c) = (pos as f64 * freq).sin_cos();
-            let (s, c) = (s as f32, c as f32);
+            let (s, c) = ((s * self.magnitude) as f32, (c * self.magnitude) as f32);
             let (a, b) = match self.mode {
                 RopeMode::Adjacent => (2 * i, 2 * i + 1),
                 RopeMode::Neox => (i, i + half),
@@ -119,6 +122,7 @@ mod tests {
             mode: RopeMode::Neox,
             freq_scale: 0.5,
             freq_factors: Some(vec![1.0, 4.0]),
+            ..RopeOptions::default()
         };
         let table = RopeTable::with_options(4, 100.0, 8, &options);
         let mut row = [1.0, 1.0, 0.0, 0.0];

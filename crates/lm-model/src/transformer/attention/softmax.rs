@@ -51,6 +51,24 @@ pub(super) fn softmax_to_weights(
     }
 }
 
+/// Soft-caps the scores of `rows` (`[n][span]`, the positions `seen(r)` of
+/// row `r`) in place: `cap * tanh(score / cap)`, as llama.cpp's gemma2
+/// graph does before the softmax (a multiply by `1 / cap`, libm's `tanhf`,
+/// a multiply by `cap`).
+pub(super) fn softcap_rows(
+    rows: &mut [f32],
+    span: usize,
+    seen: impl Fn(usize) -> Range<usize>,
+    cap: f32,
+) {
+    let inv_cap = 1.0 / cap;
+    for (r, row) in rows.chunks_exact_mut(span).enumerate() {
+        for score in &mut row[seen(r)] {
+            *score = (*score * inv_cap).tanh() * cap;
+        }
+    }
+}
+
 /// Rows whose softmax sums [`softmax_to_weights`] runs side by side: eight
 /// chains of additions keep both of a core's adders busy where one chain
 /// waits on each addition's latency.

@@ -79,7 +79,7 @@ impl Decoder {
             let shape = self.attention_shape(layer_idx);
             let rope = self.rope(layer_idx);
             // attention norm and qkv matmuls for the B rows
-            layer.attn_norm.apply_rows(&s.x, &mut s.normed);
+            super::pre_norm(&layer.attn_norm, &s.x, &mut s.normed);
             let products = [
                 (&layer.wq, &mut s.q[..]),
                 (&layer.wk, &mut s.k[..]),
