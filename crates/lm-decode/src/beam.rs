@@ -385,7 +385,8 @@ impl Scratch {
                         Candidate {
                             token,
                             prob: logprob.exp(),
-                            logprob,
+                            logprob: f64::from(logprob),
+                            logit: beam.logits[token as usize],
                         }
                     })
                     .collect(),

@@ -23,6 +23,10 @@ use lm_core::{LogProb, TokenId};
 use std::cmp::Ordering;
 
 /// One entry of a top-N list.
+///
+/// Its `logprob` is computed as the step's own (`Step::logprob` for the
+/// model's list, `Step::policy_logprob` for the policy's), in `f64`, so the
+/// chosen token's entry equals the step's value bit for bit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     /// The token.
@@ -30,7 +34,10 @@ pub struct Candidate {
     /// Its probability.
     pub prob: f32,
     /// Its natural-log probability.
-    pub logprob: f32,
+    pub logprob: f64,
+    /// Its raw logit: the model's row before any stage of the chain (what a
+    /// front end re-softmaxes at a temperature of its own).
+    pub logit: f32,
 }
 
 /// One turn of the loop: the prefix read, the token chosen and its odds.
@@ -334,7 +341,7 @@ impl Recorder {
             None => ModelRow::new(logits)?,
         };
         let logprob = model_row.logprob(logits[token as usize]);
-        let policy_logprob = f64::from(selection.policy_prob).ln();
+        let policy_logprob = ln_prob(selection.policy_prob);
         self.running.push_ln(logprob);
         self.running_policy.push_ln(policy_logprob);
         top_n(logits, self.n_top, f32::NEG_INFINITY, &mut self.order);
@@ -346,7 +353,8 @@ impl Recorder {
                 Candidate {
                     token: id,
                     prob: logprob.exp() as f32,
-                    logprob: logprob as f32,
+                    logprob,
+                    logit: logits[id as usize],
                 }
             })
             .collect();
@@ -360,7 +368,8 @@ impl Recorder {
                 Candidate {
                     token: id,
                     prob,
-                    logprob: prob.ln(),
+                    logprob: ln_prob(prob),
+                    logit: logits[id as usize],
                 }
             })
             .collect();
@@ -397,6 +406,12 @@ impl Recorder {
     pub(crate) fn into_steps(self) -> Vec<Step> {
         self.steps
     }
+}
+
+/// The policy's natural-log probability of a token of probability `prob`:
+/// one computation for the chosen token and the policy's top list.
+fn ln_prob(prob: f32) -> f64 {
+    f64::from(prob).ln()
 }
 
 /// The model's own distribution over one logits row: `ln p_i = z_i -

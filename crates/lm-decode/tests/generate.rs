@@ -257,10 +257,17 @@ fn steps_record_policy_and_model_probabilities_against_a_recomputation() {
         assert_eq!(model_top, order[..4].to_vec());
         for c in &step.model_top {
             assert!((f64::from(c.prob) - model_probs[c.token as usize]).abs() < 1e-6);
-            assert!((c.logprob - c.prob.ln()).abs() < 1e-5);
+            assert!((c.logprob - model_probs[c.token as usize].ln()).abs() < 1e-6);
+            assert_eq!(c.logit, logits[c.token as usize]);
         }
         let policy_top: Vec<usize> = step.policy_top.iter().map(|c| c.token as usize).collect();
         assert_eq!(policy_top, order[..3].to_vec());
+        // One computation, one type: the chosen token's entries in both
+        // lists are its step's log-probabilities bit for bit (issue 42).
+        let entry =
+            |list: &[lm_decode::Candidate]| *list.iter().find(|c| c.token == step.token).unwrap();
+        assert_eq!(entry(&step.model_top).logprob, step.logprob);
+        assert_eq!(entry(&step.policy_top).logprob, step.policy_logprob);
         let mass: f32 = step.policy_top.iter().map(|c| c.prob).sum();
         assert!((mass - 1.0).abs() < 1e-6);
     }

@@ -153,7 +153,7 @@ pub struct CandidateReport {
     /// Its probability.
     pub prob: f32,
     /// Its natural-log probability.
-    pub logprob: f32,
+    pub logprob: f64,
 }
 
 /// One beam-search hypothesis.
