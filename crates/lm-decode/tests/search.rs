@@ -511,7 +511,7 @@ fn beam_search_ranks_by_adjusted_logprobs_and_reports_the_models() {
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             let got: Vec<TokenId> = top.iter().map(|c| c.token).collect();
             assert_eq!(got, [ranked[0].0, ranked[1].0], "{tokens:?} step {i}");
-            assert!((f64::from(top[0].logprob) - ranked[0].1).abs() < 1e-5);
+            assert!((top[0].logprob - ranked[0].1).abs() < 1e-5);
         }
     }
     // Without adjustments the ranking is the model's: adjusted equals raw.
