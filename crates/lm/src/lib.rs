@@ -93,6 +93,7 @@
 #![forbid(unsafe_code)]
 
 mod completion;
+mod embed;
 mod error;
 mod gguf;
 mod hf;
@@ -102,6 +103,7 @@ mod stream;
 mod structured;
 
 pub use completion::{Completion, Score};
+pub use embed::{Embedder, Pooling, UnknownPooling, embed_tokens};
 pub use error::{Error, TextError};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
 pub use hf::{HfGeneration, load, load_hf_dir};

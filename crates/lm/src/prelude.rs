@@ -12,6 +12,7 @@ pub use crate::{
     Completion, Drafting, Error, GgufModel, GgufText, Options, OutputFormat, Prompt, Score, Stream,
     load, load_gguf, load_hf_dir,
 };
+pub use crate::{Embedder, Pooling};
 pub use lm_core::{LanguageModel, SequenceState, TokenId};
 pub use lm_decode::{
     Generation, GenerationConfig, SamplingConfig, Step, StopReason, generate, generate_streaming,

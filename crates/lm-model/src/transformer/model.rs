@@ -548,6 +548,41 @@ fn in_pool<R: Send>(parallel_work: bool, work: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// The longest piece [`Decoder::hidden_states`] reads at once, so the
+/// logits it drops take at most this many rows.
+const HIDDEN_PIECE: usize = 64;
+
+impl Decoder {
+    /// Reads `tokens` into `state`, as [`LanguageModel::forward`] does, and
+    /// writes each token's final hidden state into `hidden`,
+    /// `[tokens.len()][n_embd]`: the residual stream after the final norm,
+    /// before the output projection (what embeddings pool). The pass is
+    /// the logits pass, in pieces of at most 64 tokens; their logits are
+    /// computed and dropped.
+    pub fn hidden_states(
+        &self,
+        state: &mut DecoderState,
+        tokens: &[TokenId],
+        hidden: &mut Vec<f32>,
+    ) -> lm_core::Result<()> {
+        self.check_input(state.pos(), tokens)?;
+        let (d, vocab_size) = (self.config.n_embd, self.config.vocab_size);
+        hidden.clear();
+        in_pool(true, || {
+            let max_piece = self.catch_up(state, tokens).clamp(1, HIDDEN_PIECE);
+            let mut logits = Vec::new();
+            for piece in tokens.chunks(max_piece) {
+                logits.resize(piece.len() * vocab_size, 0.0);
+                let (cache, scratch) = (&mut state.cache, &mut state.scratch);
+                self.forward_piece(cache, scratch, piece, 0, &mut logits);
+                // The final norm's rows stay in the scratch after unembedding.
+                hidden.extend_from_slice(&scratch.normed[..piece.len() * d]);
+            }
+        });
+        Ok(())
+    }
+}
+
 impl Decoder {
     /// Readies `state` to read `tokens` and returns the longest piece they
     /// may be read in. With sliding-window layers, whose cache is a ring
