@@ -29,7 +29,7 @@ use lm_model::catalog::{
 use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
 
-use crate::reference;
+use crate::{fetch_hf, reference};
 
 /// Where a known model's file comes from.
 #[derive(Debug)]
@@ -146,7 +146,8 @@ sys.exit(llama_cpp.llama_model_quantize(source.encode(), dest.encode(), params))
 
 /// The usage line, with the names of the known models.
 pub(crate) fn usage() -> String {
-    let known: Vec<_> = KNOWN_MODELS.iter().map(|model| model.name).collect();
+    let mut known: Vec<_> = KNOWN_MODELS.iter().map(|model| model.name).collect();
+    known.push(fetch_hf::NAME);
     format!(
         "usage: cargo xtask fetch-model <name>; known models: {}",
         known.join(", ")
@@ -158,6 +159,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let [name] = args else {
         bail!("{}", usage());
     };
+    if name == fetch_hf::NAME {
+        return fetch_hf::run();
+    }
     let model = find_known(name)?;
     ensure_model(model, None)?;
     Ok(())

@@ -9,6 +9,7 @@ mod bench;
 mod bench_speculative;
 mod check_lessons;
 mod examples;
+mod fetch_hf;
 mod fetch_model;
 mod fuzz_serve;
 mod make_model;

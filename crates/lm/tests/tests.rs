@@ -14,5 +14,6 @@ mod hf;
 mod kv_q8_0;
 mod loader;
 mod smollm2;
+mod smollm2_hf;
 mod smollm2_tokenizer;
 mod structured;
