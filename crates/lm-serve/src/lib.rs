@@ -26,6 +26,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod echo;
+mod embeddings;
 mod error;
 mod formats;
 #[doc(hidden)]
@@ -209,6 +211,15 @@ impl Server {
             cancel,
             threads,
         })
+    }
+
+    /// Serves `POST /v1/embeddings` with `embedder` (the served model's
+    /// weights, pooled as it says); without it that route is a 400. `lm-cli
+    /// serve` gives one for every transformer.
+    pub fn with_embeddings(self, embedder: lm::Embedder) -> Self {
+        // Set once: a second embedder is ignored, as the first answers.
+        let _ = self.app.embedder.set(embedder);
+        self
     }
 
     /// With `--cache-dir`, what reading the cache file at start came to
@@ -435,6 +446,9 @@ where
         created: routes::unix_now(),
         next_id: AtomicU64::new(0),
         saved_cache,
+        scorer: Arc::new(echo::Direct(Arc::clone(&model))),
+        embedder: std::sync::OnceLock::new(),
+        direct_lock: tokio::sync::Mutex::new(()),
     });
     let threads = scheduler::start(
         model,

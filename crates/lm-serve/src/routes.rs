@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use crate::ServeConfig;
+use crate::echo::{self, Echo};
 use crate::error::ApiError;
 use crate::formats::FormatCache;
 use crate::metrics::Metrics;
@@ -62,6 +63,13 @@ pub(crate) struct App {
     pub(crate) next_id: AtomicU64,
     /// What saves the prefix cache (`--cache-dir`; `POST /slots/save`).
     pub(crate) saved_cache: Option<Arc<dyn crate::persist::SaveCache>>,
+    /// The served model, for scoring an echoed prompt (`echo.rs`).
+    pub(crate) scorer: Arc<dyn echo::ScorePrompt>,
+    /// `/v1/embeddings`' model, once given ([`crate::Server::with_embeddings`]).
+    pub(crate) embedder: std::sync::OnceLock<lm::Embedder>,
+    /// Held by a request running on the model beside the scheduler (an
+    /// echo scored, inputs embedded), so one such runs at a time.
+    pub(crate) direct_lock: tokio::sync::Mutex<()>,
 }
 
 /// The router over `app`.
@@ -70,6 +78,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
@@ -200,10 +209,10 @@ impl App {
 }
 
 /// One request in flight, from its queueing to the end of its answer.
-struct InFlight(Arc<App>);
+pub(crate) struct InFlight(Arc<App>);
 
 impl InFlight {
-    fn new(app: &Arc<App>) -> Self {
+    pub(crate) fn new(app: &Arc<App>) -> Self {
         app.in_flight.send_modify(|n| *n += 1);
         Self(Arc::clone(app))
     }
@@ -324,7 +333,7 @@ async fn save_slots(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
 }
 
 /// The body as JSON: a body over the cap is a 413, bad JSON a 400.
-fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+pub(crate) fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -400,18 +409,38 @@ async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejec
     let prepared = (|| {
         let request = request::completion(&json_body(body)?)?;
         app.check_requested_model(&request.sampling)?;
-        let prompt = match request.prompt {
-            Prompt::Text(text) => app
-                .text
-                .encode(&text)
-                .map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
-            Prompt::Tokens(ids) => token_ids(Some(&json!(ids)), "prompt", app.vocab_size)?,
+        let (prompt, text) = match request.prompt {
+            Prompt::Text(text) => (
+                app.text
+                    .encode(&text)
+                    .map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
+                text,
+            ),
+            Prompt::Tokens(ids) => {
+                let ids = token_ids(Some(&json!(ids)), "prompt", app.vocab_size)?;
+                let text = if request.echo {
+                    app.text.detokenizer().decode(&ids)
+                } else {
+                    String::new()
+                };
+                (ids, text)
+            }
         };
-        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs))
+        let echo = request.echo.then_some(text);
+        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs, echo))
     })();
     match prepared {
-        Ok((prompt, sampling, logprobs)) => {
-            run(&app, Kind::Completion, prompt, sampling, logprobs, None).await
+        Ok((prompt, sampling, logprobs, echo)) => {
+            run(
+                &app,
+                Kind::Completion,
+                prompt,
+                sampling,
+                logprobs,
+                None,
+                echo,
+            )
+            .await
         }
         Err(error) => error.into_response(),
     }
@@ -436,7 +465,7 @@ async fn chat_completions(
     })();
     match prepared {
         Ok((prompt, sampling, logprobs, tools)) => {
-            run(&app, Kind::Chat, prompt, sampling, logprobs, tools).await
+            run(&app, Kind::Chat, prompt, sampling, logprobs, tools, None).await
         }
         Err(error) => error.into_response(),
     }
@@ -544,7 +573,8 @@ fn max_new_tokens(
     }
 }
 
-/// Queues the request's `n` choices and answers with their events.
+/// Queues the request's `n` choices and answers with their events; with
+/// `echo` (the prompt's text), each choice starts with the prompt.
 async fn run(
     app: &Arc<App>,
     kind: Kind,
@@ -552,6 +582,7 @@ async fn run(
     sampling: Sampling,
     logprobs: Option<usize>,
     tools: Option<ToolMode>,
+    echo: Option<String>,
 ) -> Response {
     // Counted before the check, so shutdown either waits for this request
     // or this request sees it began.
@@ -588,6 +619,13 @@ async fn run(
             Err(error) => return error.into_response(),
         }
     }
+    let echo = match echo {
+        Some(text) => match echo::prepare(app, text, &prompt, logprobs).await {
+            Ok(echo) => Some(echo),
+            Err(error) => return error.into_response(),
+        },
+        None => None,
+    };
     let (events, receiver) = unbounded_channel();
     let enqueued = Instant::now();
     let jobs: Vec<Job> = (0..sampling.n)
@@ -623,6 +661,7 @@ async fn run(
         n: sampling.n,
         logprobs,
         tool_format: tools.map(|t| t.format),
+        echo,
         _in_flight: in_flight,
     };
     if sampling.stream {
@@ -669,11 +708,43 @@ struct Answer {
     /// How tool calls are written, when the request offers tools: the
     /// reply is read into `tool_calls`.
     tool_format: Option<&'static ToolFormat>,
+    /// `echo`: the prompt every choice starts with.
+    echo: Option<Echo>,
     /// Held until the answer is sent or dropped.
     _in_flight: InFlight,
 }
 
 impl Answer {
+    /// A choice before its first event: empty, or starting with the echo.
+    fn new_choice(&self) -> Choice {
+        match &self.echo {
+            None => Choice::default(),
+            Some(echo) => Choice {
+                text: echo.text.clone(),
+                logprobs: echo.entries.clone(),
+                offset: echo.text.chars().count(),
+                ..Choice::default()
+            },
+        }
+    }
+
+    /// The first chunk of each choice of a stream with `echo`: the prompt
+    /// (and its logprobs), as vLLM streams it.
+    fn echo_chunks(&self) -> std::collections::VecDeque<Value> {
+        let Some(echo) = &self.echo else {
+            return std::collections::VecDeque::new();
+        };
+        (0..self.n)
+            .map(|index| {
+                let mut chunk = self.chunk(index, &echo.text, None, None, false);
+                if self.logprobs.is_some() {
+                    chunk["choices"][0]["logprobs"] = Self::completion_logprobs(&echo.entries);
+                }
+                chunk
+            })
+            .collect()
+    }
+
     /// The `logprobs` entry of one token in the endpoint's shape.
     fn logprob_entry(
         &self,
@@ -795,7 +866,7 @@ impl Answer {
 
     /// Waits for every choice and answers in one JSON body.
     async fn whole(self, mut receiver: UnboundedReceiver<(usize, Event)>) -> Response {
-        let mut choices: Vec<Choice> = (0..self.n).map(|_| Choice::default()).collect();
+        let mut choices: Vec<Choice> = (0..self.n).map(|_| self.new_choice()).collect();
         let mut n_open = self.n;
         while n_open > 0 {
             let Some((index, event)) = receiver.recv().await else {
@@ -970,12 +1041,12 @@ impl Answer {
         }
         let n = self.n;
         let progress = Progress {
-            choices: (0..n).map(|_| Choice::default()).collect(),
+            choices: (0..n).map(|_| self.new_choice()).collect(),
             started: vec![false; n],
             splitters: (0..n)
                 .map(|_| self.tool_format.map(CallSplitter::new))
                 .collect(),
-            pending: std::collections::VecDeque::new(),
+            pending: self.echo_chunks(),
             n_open: n,
             receiver,
             include_usage,

@@ -6,6 +6,8 @@ mod common;
 
 mod api;
 mod batching;
+mod echo;
+mod embeddings;
 mod fuzz;
 mod hostile;
 mod openai_client;

@@ -6,21 +6,21 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// A request body's fields, each read with its type checked.
-pub(super) struct Fields<'a>(pub(super) &'a Map<String, Value>);
+pub(crate) struct Fields<'a>(pub(crate) &'a Map<String, Value>);
 
 impl<'a> Fields<'a> {
-    pub(super) fn of(body: &'a Value) -> Result<Self, ApiError> {
+    pub(crate) fn of(body: &'a Value) -> Result<Self, ApiError> {
         body.as_object()
             .map(Fields)
             .ok_or_else(|| ApiError::invalid("body", "the request body must be a JSON object"))
     }
 
     /// The field, absent or `null` as `None`.
-    pub(super) fn get(&self, name: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'a Value> {
         self.0.get(name).filter(|v| !v.is_null())
     }
 
-    pub(super) fn number(&self, name: &str) -> Result<Option<f64>, ApiError> {
+    pub(crate) fn number(&self, name: &str) -> Result<Option<f64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(v) => v.as_f64().map(Some).ok_or_else(|| {
@@ -30,7 +30,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A number in `[lo, hi]`.
-    pub(super) fn f32_in(&self, name: &str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
+    pub(crate) fn f32_in(&self, name: &str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
         match self.number(name)? {
             Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::invalid(
                 name,
@@ -41,7 +41,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A whole number in `[lo, hi]`.
-    pub(super) fn integer_in(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+    pub(crate) fn integer_in(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(v) => {
@@ -61,7 +61,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A number in `[0, 1)` (HF's cutoffs; 0 is off).
-    pub(super) fn f32_below_one(&self, name: &str) -> Result<Option<f32>, ApiError> {
+    pub(crate) fn f32_below_one(&self, name: &str) -> Result<Option<f32>, ApiError> {
         match self.f32_in(name, 0.0, 1.0)? {
             Some(x) if x >= 1.0 => Err(ApiError::invalid(
                 name,
@@ -71,7 +71,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(super) fn boolean(&self, name: &str) -> Result<Option<bool>, ApiError> {
+    pub(crate) fn boolean(&self, name: &str) -> Result<Option<bool>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(v) => v.as_bool().map(Some).ok_or_else(|| {

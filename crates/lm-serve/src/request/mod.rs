@@ -14,7 +14,7 @@ use lm_tokenize::Message;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use fields::Fields;
+pub(crate) use fields::Fields;
 pub(crate) use sampling::Sampling;
 
 /// What to continue: text, or token ids.
@@ -31,6 +31,9 @@ pub(crate) struct CompletionRequest {
     pub(crate) sampling: Sampling,
     /// How many top tokens to report per position (`logprobs`), if any.
     pub(crate) logprobs: Option<usize>,
+    /// `echo`: the answer's text starts with the prompt (and, with
+    /// `logprobs`, its logprobs with the prompt's; see `echo.rs`).
+    pub(crate) echo: bool,
 }
 
 /// `POST /v1/chat/completions`.
@@ -108,6 +111,7 @@ pub(crate) fn completion(body: &Value) -> Result<CompletionRequest, ApiError> {
         logprobs: f
             .integer_in("logprobs", 0, MAX_TOP_LOGPROBS as i64)?
             .map(|n| n as usize),
+        echo: f.boolean("echo")?.unwrap_or(false),
     })
 }
 
@@ -217,6 +221,7 @@ mod tests {
         assert_eq!(r.sampling.n, 1);
         assert_eq!(r.sampling.max_tokens, None);
         assert_eq!(r.logprobs, None);
+        assert!(!r.echo);
     }
 
     #[test]
@@ -226,7 +231,7 @@ mod tests {
             "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
             "repetition_penalty": 1.1, "logit_bias": {"7": -100}, "seed": 42,
             "stop": ["\n", "."], "n": 3, "stream": true,
-            "stream_options": {"include_usage": true}, "logprobs": 2
+            "stream_options": {"include_usage": true}, "logprobs": 2, "echo": true
         }))
         .unwrap();
         assert_eq!(r.prompt, Prompt::Tokens(vec![1, 2]));
@@ -250,6 +255,7 @@ mod tests {
         );
         assert_eq!(s.stop, vec!["\n".to_owned(), ".".to_owned()]);
         assert_eq!(r.logprobs, Some(2));
+        assert!(r.echo);
     }
 
     #[test]
