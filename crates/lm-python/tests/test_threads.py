@@ -70,6 +70,10 @@ def test_a_thousand_calls_leak_nothing(model):
                 model.logits([504, 3575])
                 list(model.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=1, stream=True))
                 list(model.generate("Hi", max_new_tokens=3, stream=True))
+                model.create_completion("Hi", max_tokens=1, logprobs=2)
+                model.generate(["Hi", [504]], max_new_tokens=1, temperature=0, num_beams=None)
+                model.generate("Hi", max_new_tokens=2, temperature=0, draft="prompt-lookup")
+                model.tokenizer.decode([504])
 
     calls(100)
     gc.collect()
