@@ -81,6 +81,9 @@ pub enum Command {
     /// Serve the model over HTTP with OpenAI's API (completions, chat, streaming).
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Print a text's embedding: the final hidden states pooled, L2-normalised (JSON).
+    #[command(after_help = EMBED_HELP)]
+    Embed(EmbedArgs),
     /// Print a shell completion script (bash, zsh, fish, ...).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
@@ -676,6 +679,37 @@ pub struct ProbsArgs {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logits(pub Vec<f32>);
 
+const EMBED_HELP: &str = "\
+EXAMPLES:
+  lm-cli embed --model smollm2 --text \"A cat sat on the mat.\" --text \"A kitten rested.\"
+  lm-cli embed --model smollm2 --pooling last --text \"query: what is a cat?\"
+
+The vectors are those `lm-cli serve`'s /v1/embeddings answers (the same --pooling):
+the model's final hidden states (after the final norm, before the output
+projection), pooled over the text's tokens and divided by their length, so the
+dot product of two is their cosine similarity.";
+
+/// `lm-cli embed`.
+#[derive(Debug, Clone, Args)]
+pub struct EmbedArgs {
+    /// The model and how to run it (a transformer).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A text to embed; repeat for several (one vector each, in order).
+    #[arg(
+        long,
+        short = 't',
+        value_name = "TEXT",
+        required = true,
+        allow_hyphen_values = true
+    )]
+    pub text: Vec<String>,
+    /// How the token rows become one vector: mean, last or cls (the first
+    /// row; a decoder's first row saw only the first token).
+    #[arg(long, value_name = "POOLING", default_value_t = lm::Pooling::Mean)]
+    pub pooling: lm::Pooling,
+}
+
 /// `lm-cli score`.
 #[derive(Debug, Clone, Args)]
 pub struct ScoreArgs {
@@ -914,6 +948,10 @@ pub struct ServeArgs {
     /// on POST /slots/save. Transformer models only.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<std::path::PathBuf>,
+    /// How /v1/embeddings pools a text's final hidden states: mean, last or
+    /// cls (mean by default for these decoder models; see docs/serving.md).
+    #[arg(long, value_name = "POOLING", default_value_t = lm::Pooling::Mean)]
+    pub pooling: lm::Pooling,
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

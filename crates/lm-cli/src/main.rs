@@ -18,6 +18,7 @@
 mod cli;
 mod commands;
 mod draft;
+mod embed;
 mod files;
 mod interrupt;
 mod output;
@@ -77,6 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Train(args) => commands::train::run(args),
         Command::Chat(args) => commands::chat::run(*args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Completions(args) => commands::completions::run(args),
     }
 }

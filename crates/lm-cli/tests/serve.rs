@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::common::Cli;
 
 /// A running `lm-cli serve`, killed if a test fails before it stops it.
-struct Served(Child);
+pub(crate) struct Served(Child);
 
 impl Drop for Served {
     fn drop(&mut self) {
@@ -32,12 +32,12 @@ fn start(model: Option<&str>) -> (Served, String) {
 }
 
 /// Starts `cli` (an `lm-cli serve` command line) on a free port.
-fn start_with(cli: Cli) -> (Served, String) {
+pub(crate) fn start_with(cli: Cli) -> (Served, String) {
     let (child, addr) = cli.opt("--parallel", 2).spawn_server();
     (Served(child), addr)
 }
 
-fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
+pub(crate) fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
     post_with_key(addr, path, body, None)
 }
 

@@ -7,6 +7,7 @@ mod chat;
 mod chat_session;
 mod cluster;
 mod common;
+mod embed;
 mod errors;
 mod flags;
 mod gemma3;

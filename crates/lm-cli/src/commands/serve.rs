@@ -51,20 +51,41 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
     let bound = loaded.backend.bound(options.context_length);
+    // A transformer's weights also answer /v1/embeddings (shared, not copied).
+    let with_embedder = |decoder: Box<lm_model::Decoder>| {
+        let decoder = Arc::new(*decoder);
+        let embedder = lm::Embedder::new(Arc::clone(&decoder), args.pooling);
+        (Arc::new(Bounded::new(decoder, bound)), Some(embedder))
+    };
     match loaded.backend {
-        Backend::Toy(model) => serve(Arc::new(Bounded::new(*model, bound)), text, config),
-        Backend::Count(model) => serve(Arc::new(Bounded::new(model, bound)), text, config),
-        Backend::Llama(model) => serve(Arc::new(Bounded::new(*model, bound)), text, config),
+        Backend::Toy(model) => {
+            let (model, embedder) = with_embedder(model);
+            serve(model, text, config, embedder)
+        }
+        Backend::Count(model) => serve(Arc::new(Bounded::new(model, bound)), text, config, None),
+        Backend::Llama(model) => {
+            let (model, embedder) = with_embedder(model);
+            serve(model, text, config, embedder)
+        }
     }
 }
 
-fn serve<M>(model: Arc<M>, text: Arc<dyn ServedText>, config: ServeConfig) -> Result<()>
+fn serve<M>(
+    model: Arc<M>,
+    text: Arc<dyn ServedText>,
+    config: ServeConfig,
+    embedder: Option<lm::Embedder>,
+) -> Result<()>
 where
     M: LanguageModel + Send + Sync + 'static,
     M::State: lm_serve::StateSize + lm_serve::SavedState + Send + 'static,
 {
     let (parallel, name) = (config.parallel, config.model_name.clone());
     let server = Server::bind(model, text, config)?;
+    let server = match embedder {
+        Some(embedder) => server.with_embeddings(embedder),
+        None => server,
+    };
     let notes = server.cache_notes().unwrap_or_default();
     let print_notes = || notes.take().iter().for_each(|line| eprintln!("{line}"));
     print_notes();
