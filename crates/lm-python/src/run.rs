@@ -182,9 +182,12 @@ impl Completion {
     }
 
     /// The generated ids, each token's log-probability and its top
-    /// alternatives.
+    /// alternatives, without an end token that stopped the run (its text
+    /// is not in the completion's, so OpenAI-shaped `logprobs` leave it
+    /// out, as lm-serve's and llama-cpp-python's do).
     pub fn tokens(&self) -> (&[TokenId], &[f64], &[Top]) {
-        (&self.ids, &self.logprobs, &self.top_logprobs)
+        let n = self.ids.len() - usize::from(self.stop_reason == "end_token");
+        (&self.ids[..n], &self.logprobs[..n], &self.top_logprobs[..n])
     }
 
     /// OpenAI's `finish_reason`: "stop" when the run ended on its own,

@@ -109,6 +109,12 @@ def test_logprobs_in_llama_cpp_pythons_shapes(model, expected):
         assert bytes(entry["bytes"]) == entry["token"].encode()
         assert [alt["token"] for alt in entry["top_logprobs"]] == [model.detokenize([id]) for id, _ in top]
         np.testing.assert_allclose([alt["logprob"] for alt in entry["top_logprobs"]], [v for _, v in top], atol=1e-6)
+    # A run that ends on <|im_end|>: the end token has no entry (its text is not in the content).
+    ended = model.create_chat_completion(messages, max_tokens=48, temperature=0, logprobs=True)
+    assert ended["choices"][0]["finish_reason"] == "stop"
+    content = ended["choices"][0]["logprobs"]["content"]
+    assert "".join(entry["token"] for entry in content) == ended["choices"][0]["message"]["content"]
+    assert len(content) == ended["usage"]["completion_tokens"] - 1
     plain = model.create_chat_completion(messages, max_tokens=2, logprobs=False)
     assert plain["choices"][0]["logprobs"] is None
 
