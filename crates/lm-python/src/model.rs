@@ -352,8 +352,11 @@ impl Model {
     }
 
     /// Generates a continuation of `prompt` (a str, or a list of token
-    /// ids). Keywords: see `lm/__init__.pyi`. Returns a `Completion`, or
-    /// with `stream=True` a `TextStream` of text pieces.
+    /// ids). Keywords: see `lm/__init__.pyi` (`draft=` decodes
+    /// speculatively, `num_beams=` runs beam search). Returns a
+    /// `Completion`, or with `stream=True` a `TextStream` of text pieces;
+    /// a list of prompts (strs or id lists) runs as one batch and returns
+    /// a list of `Completion`s.
     #[pyo3(signature = (prompt, stream=false, **kwargs))]
     fn generate(
         &self,
