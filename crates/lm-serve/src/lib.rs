@@ -42,6 +42,7 @@ mod state_size;
 mod surrogates;
 mod text;
 mod tools;
+mod trace;
 mod webui;
 
 use std::future::Future;

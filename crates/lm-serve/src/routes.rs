@@ -33,6 +33,7 @@ use crate::scheduler::{Event, Job, JobQueue};
 use crate::surrogates::replace_lone_surrogates;
 use crate::text::ServedText;
 use crate::tools::{self, Call, CallSplitter, ToolFormat, ToolMode};
+use crate::trace;
 
 /// Most new tokens a request may ask of a model without a context bound.
 const MAX_TOKENS_UNBOUNDED: u64 = 1 << 16;
@@ -516,7 +517,7 @@ fn generation_config(
         end_tokens: app.end_tokens.clone(),
         stop_strings: s.stop.clone(),
         prefill_chunk_len: Some(app.config.prefill_chunk_len),
-        n_top_candidates: logprobs.unwrap_or(0),
+        n_top_candidates: trace::n_top_candidates(logprobs, s.trace),
         num_return_sequences: 1,
         rng_stream: 0,
         ..GenerationConfig::default()
@@ -638,6 +639,7 @@ async fn run(
             },
             events: events.clone(),
             enqueued,
+            trace: sampling.trace,
         })
         .collect();
     drop(events);
@@ -660,6 +662,7 @@ async fn run(
         created: unix_now(),
         n: sampling.n,
         logprobs,
+        trace: sampling.trace,
         tool_format: tools.map(|t| t.format),
         echo,
         _in_flight: in_flight,
@@ -685,6 +688,8 @@ struct Choice {
     error: Option<ApiError>,
     /// Characters of text before each token, for completions' `text_offset`.
     offset: usize,
+    /// With `lm_trace`: one entry per token (see `trace.rs`).
+    trace: Vec<Value>,
 }
 
 /// OpenAI's name for why a choice ended: a `response_format` output
@@ -705,6 +710,8 @@ struct Answer {
     created: u64,
     n: usize,
     logprobs: Option<usize>,
+    /// `lm_trace`: each choice carries its tokens' trace entries.
+    trace: bool,
     /// How tool calls are written, when the request offers tools: the
     /// reply is read into `tool_calls`.
     tool_format: Option<&'static ToolFormat>,
@@ -754,6 +761,8 @@ impl Answer {
         offset: usize,
     ) -> Value {
         let text = self.app.text.token_text(token);
+        // The loop records more candidates for `lm_trace` than asked here.
+        let top = &top[..top.len().min(self.logprobs.unwrap_or(0))];
         match self.kind {
             Kind::Chat => json!({
                 "token": text,
@@ -792,24 +801,29 @@ impl Answer {
         }
     }
 
-    /// Applies one event to its choice; returns the new text and logprob
-    /// entry it adds, if any.
-    fn apply(&self, choice: &mut Choice, event: Event) -> (String, Option<Value>) {
+    /// Applies one event to its choice; returns the new text and the
+    /// logprob and trace entries it adds, if any.
+    fn apply(&self, choice: &mut Choice, event: Event) -> (String, Option<Value>, Option<Value>) {
         match event {
             Event::Token {
                 token,
                 logprob,
                 top,
                 text,
+                trace,
             } => {
                 let entry = (self.logprobs.is_some() && !self.app.end_tokens.contains(&token))
                     .then(|| self.logprob_entry(token, logprob, &top, choice.offset));
                 if let Some(entry) = &entry {
                     choice.logprobs.push(entry.clone());
                 }
+                let traced = trace.map(|t| t.to_json(&*self.app.text, token, logprob, &top));
+                if let Some(traced) = &traced {
+                    choice.trace.push(traced.clone());
+                }
                 choice.offset += text.chars().count();
                 choice.text.push_str(&text);
-                (text, entry)
+                (text, entry, traced)
             }
             Event::Done {
                 stop_reason: StopReason::Cancelled,
@@ -832,7 +846,7 @@ impl Answer {
                 );
                 choice.n_prompt = n_prompt;
                 choice.n_generated = n_generated;
-                (String::new(), None)
+                (String::new(), None, None)
             }
             Event::Done {
                 text,
@@ -844,12 +858,12 @@ impl Answer {
                 choice.finish_reason = Some(finish_reason(&stop_reason));
                 choice.n_prompt = n_prompt;
                 choice.n_generated = n_generated;
-                (text, None)
+                (text, None, None)
             }
             Event::Failed(message) => {
                 choice.error = Some(ApiError::status(StatusCode::BAD_REQUEST, message));
                 choice.finish_reason = Some("stop");
-                (String::new(), None)
+                (String::new(), None, None)
             }
         }
     }
@@ -922,6 +936,13 @@ impl Answer {
                         "finish_reason": finish_reason,
                     })
                 }
+            })
+            .zip(&choices)
+            .map(|(mut body, c)| {
+                if self.trace {
+                    body["lm_trace"] = json!(c.trace);
+                }
+                body
             })
             .collect();
         axum::Json(json!({
@@ -1080,7 +1101,7 @@ impl Answer {
                     continue;
                 };
                 let ends = !matches!(event, Event::Token { .. });
-                let (mut text, entry) = p.answer.apply(&mut p.choices[index], event);
+                let (mut text, entry, traced) = p.answer.apply(&mut p.choices[index], event);
                 if ends {
                     p.n_open -= 1;
                     if let Some(error) = &p.choices[index].error {
@@ -1105,6 +1126,7 @@ impl Answer {
                 }
                 if text.is_empty()
                     && entry.is_none()
+                    && traced.is_none()
                     && !ends
                     && !(first && p.answer.kind == Kind::Chat)
                 {
@@ -1116,7 +1138,10 @@ impl Answer {
                 } else {
                     None
                 };
-                let chunk = p.answer.chunk(index, &text, entry, finish, first);
+                let mut chunk = p.answer.chunk(index, &text, entry, finish, first);
+                if let Some(traced) = traced {
+                    chunk["choices"][0]["lm_trace"] = json!([traced]);
+                }
                 return Some((Ok(SseEvent::default().data(chunk.to_string())), p));
             }
         });

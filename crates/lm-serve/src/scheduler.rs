@@ -48,6 +48,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::metrics::Metrics;
 use crate::state_size::StateSize;
 use crate::text::ServedText;
+use crate::trace::StepTrace;
 
 /// One sequence to generate: a prompt and its policy, and where its events
 /// go.
@@ -58,17 +59,21 @@ pub(crate) struct Job {
     pub(crate) config: GenerationConfig,
     pub(crate) events: UnboundedSender<(usize, Event)>,
     pub(crate) enqueued: Instant,
+    /// Whether each token's event carries its [`StepTrace`] (`lm_trace`).
+    pub(crate) trace: bool,
 }
 
 /// What a worker reports about its sequence.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// A generated token (end tokens included), with the text it made final.
+    /// A generated token (end tokens included), with the text it made final
+    /// and, when the job asked for it, what the policy did at its step.
     Token {
         token: TokenId,
         logprob: f64,
         top: Vec<Candidate>,
         text: String,
+        trace: Option<Box<StepTrace>>,
     },
     /// The sequence ended: the rest of its text and why it stopped.
     Done {
@@ -504,6 +509,8 @@ struct StreamHook<'a> {
     metrics: &'a Metrics,
     started: Instant,
     first_token: bool,
+    /// Whether to send each step's [`StepTrace`].
+    trace: bool,
 }
 
 impl StreamHook<'_> {
@@ -532,6 +539,7 @@ impl GenerationHook for &mut StreamHook<'_> {
                 logprob: step.logprob,
                 top: step.model_top.clone(),
                 text: step.text.clone(),
+                trace: self.trace.then(|| Box::new(StepTrace::of(step))),
             },
         ));
         Ok(self.flow())
@@ -567,6 +575,7 @@ fn run_job<M: LanguageModel>(
         metrics,
         started: job.enqueued,
         first_token: true,
+        trace: job.trace,
     };
     let (state, n_shared) = match lock(cache).longest_prefix(&job.prompt) {
         Some((state, n_shared)) => (RemoteState(Some(state)), n_shared),

@@ -16,4 +16,5 @@ mod response_format;
 mod samplers;
 mod smollm2;
 mod tool_calls;
+mod trace;
 mod webui;

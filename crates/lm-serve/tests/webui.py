@@ -5,10 +5,14 @@ Usage: webui.py BASE_URL API_KEY ARTIFACTS_DIR CHROMIUM CHROMEDRIVER
 Against a server on SmolLM2 started with API_KEY: the page asks for the key;
 a message typed at temperature 0 streams a reply equal to the API's answer
 to the same request; hovering a token shows the API's top alternatives with
-their probabilities; the distribution chart is the softmax of the top
-log-probabilities at the slider's temperature; Stop ends a reply mid-stream;
-Regenerate replaces it. Screenshots at desktop and phone width go to
-ARTIFACTS_DIR. Prints "all checks passed" at the end.
+their probabilities before and after the sampling stages; the distribution
+chart is the softmax of the top raw logits (`lm_trace`) at the slider's
+temperature; Stop ends a reply mid-stream; Regenerate replaces it; a
+sampled, seeded reply equals the API's and a token's tooltip shows the API's
+draw u and its before/after probabilities; the Content-Security-Policy
+(hashes, no 'unsafe-inline') lets the page's script and style run and
+blocks nothing. Screenshots at desktop and phone width go to ARTIFACTS_DIR.
+Prints "all checks passed" at the end.
 """
 
 import json
@@ -59,6 +63,7 @@ def browser():
     for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,860", "--hide-scrollbars", "--force-device-scale-factor=1"]:
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 
 
@@ -88,15 +93,79 @@ def greedy_reply(d):
     message = wait_idle(d)
     page_text = message.get_attribute("data-content")
     request = d.execute_script("return window.lmChat.state.lastRequest")
-    check(request["temperature"] == 0 and request["stream"] is True and request["top_logprobs"] == 10,
-          f"the page asked for a greedy stream with 10 alternatives: {request}")
+    check(request["temperature"] == 0 and request["stream"] is True and request["top_logprobs"] == 10
+          and request["lm_trace"] is True,
+          f"the page asked for a greedy stream with 10 alternatives and the trace: {request}")
     return message, page_text, api(request)
 
 
-def softmax_top(logprobs, t):
-    top = max(l / t for l in logprobs)
-    w = [math.exp(l / t - top) for l in logprobs]
+def softmax_top(logits, t):
+    top = max(z / t for z in logits)
+    w = [math.exp(z / t - top) for z in logits]
     return [x / sum(w) for x in w]
+
+
+def close(a, b):
+    """Two probabilities the page and Python computed from the same numbers."""
+    return abs(a - b) <= 1e-12 * max(abs(b), 1e-300)
+
+
+def check_one_logprob(choice):
+    """Issue 42: the chosen token's logprob is its top_logprobs entry, exactly."""
+    for i, entry in enumerate(choice["logprobs"]["content"]):
+        for alt in entry["top_logprobs"]:
+            if alt["token"] == entry["token"]:
+                check(alt["logprob"] == entry["logprob"], f"step {i}: one log-probability {alt} {entry['logprob']}")
+        trace = choice["lm_trace"][i]
+        chosen = [c for c in trace["model_top"] if c["id"] == trace["id"]]
+        check(not chosen or chosen[0]["logprob"] == entry["logprob"], f"step {i}: the trace's is the same")
+
+
+def hover(d, span):
+    """The tooltip of `span`: (head text, data-* of the tooltip, rows)."""
+    ActionChains(d).move_to_element(span).perform()
+    tip = d.find_element(By.ID, "tip")
+    WebDriverWait(d, 5).until(lambda d: tip.is_displayed())
+    rows = [([td.text for td in tr.find_elements(By.TAG_NAME, "td")],
+             tr.get_attribute("data-before"), tr.get_attribute("data-after"))
+            for tr in tip.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    head = tip.find_element(By.CLASS_NAME, "head").text
+    data = {k: tip.get_attribute("data-" + k) for k in ["u", "before", "after"]}
+    return head, data, rows
+
+
+def check_step_view(d, span, choice, i):
+    """The tooltip of step i shows the API's trace: before, after, u, rank."""
+    trace = choice["lm_trace"][i]
+    head, data, rows = hover(d, span)
+    after = {c["id"]: math.exp(c["logprob"]) for c in trace["policy_top"]}
+    survivors = trace["n_candidates"][-1]["n"]
+    check(len(rows) == len(trace["model_top"]) == 10, f"10 alternatives in the tooltip: {rows}")
+    bad = []
+    for (cells, before_p, after_p), c in zip(rows, trace["model_top"]):
+        p = float(cells[2].rstrip("%")) / 100
+        want_after = after.get(c["id"], 0.0 if survivors <= len(trace["policy_top"]) else None)
+        if (cells[1].strip() != show(c["token"]).strip()
+                or not close(float(before_p), math.exp(c["logprob"]))
+                or abs(p - math.exp(c["logprob"])) >= 0.0051 * max(p, 0.01) + 1e-4
+                or not ((after_p == "" and want_after is None) or close(float(after_p), want_after))):
+            bad.append((cells, before_p, after_p, c, want_after))
+    check(not bad, f"step {i}: each row is the API's token, p before (model_top) and after (policy_top): {bad}")
+    check(close(float(data["before"]), math.exp(trace["logprob"])), f"the chosen token's before {data}")
+    check(close(float(data["after"]), math.exp(trace["policy_logprob"])), f"the chosen token's after {data}")
+    if trace["u"] is None:
+        check(data["u"] == "" and "greedy: no draw" in head, f"greedy: no u ({head!r})")
+    else:
+        check(float(data["u"]) == trace["u"] and f"u = {trace['u']:.6f}" in head,
+              f"the draw u = {trace['u']} in {head!r}")
+    ids = [c["id"] for c in trace["model_top"]]
+    chosen = [tr.text for tr in d.find_elements(By.CSS_SELECTOR, "#tip tr.chosen td:first-child")]
+    if trace["id"] in ids:
+        rank = ids.index(trace["id"]) + 1
+        check(f"rank {rank} (" in head and chosen == [str(rank)], f"rank {rank}: {head!r}, row {chosen}")
+    else:
+        check("rank > 10 (" in head and not chosen, f"rank > 10: {head!r}")
+    return trace
 
 
 def check_tokens(d, message, choice):
@@ -105,36 +174,62 @@ def check_tokens(d, message, choice):
     check(len(spans) == len(entries), f"one span per token: {len(spans)} vs {len(entries)}")
     check("".join(s.get_attribute("textContent") for s in spans) == choice["message"]["content"],
           "the spans spell the reply")
-    ActionChains(d).move_to_element(spans[1]).perform()
-    tip = d.find_element(By.ID, "tip")
-    WebDriverWait(d, 5).until(lambda d: tip.is_displayed())
-    rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-            for tr in tip.find_elements(By.TAG_NAME, "tr")]
-    alternatives = entries[1]["top_logprobs"]
-    check(len(rows) == len(alternatives) == 10, f"10 alternatives in the tooltip: {rows}")
-    for row, alt in zip(rows, alternatives):
-        check(row[1].strip() == show(alt["token"]).strip(), f"alternative {row} is the API's {alt}")
-        p = float(row[2].rstrip("%")) / 100
-        check(abs(p - math.exp(alt["logprob"])) < 0.0051 * max(p, 0.01) + 1e-4,
-              f"probability {row[2]} is exp({alt['logprob']})")
-    chosen = tip.find_element(By.CSS_SELECTOR, "tr.chosen td").text
-    check(chosen == "1", "greedy: the chosen token has rank 1")
-    check("rank 1" in tip.find_element(By.CLASS_NAME, "head").text, "the head says rank 1")
+    check_one_logprob(choice)
+    trace = check_step_view(d, spans[1], choice, 1)
+    head = d.find_element(By.CSS_SELECTOR, "#tip .head").text
+    check("rank 1" in head and "after" in head, f"greedy: rank 1, 100% after: {head!r}")
 
-    # The chart: that step's top candidates re-softmaxed at the slider's T.
+    # The chart: that step's top candidates' logits re-softmaxed at the slider's T.
     spans[1].click()
     d.find_element(By.ID, "show-dist").click()
-    logprobs = [a["logprob"] for a in alternatives]
+    logits = [c["logit"] for c in trace["model_top"]]
     for t in ["1", "0.5", "2.5"]:
         d.execute_script("const s = document.getElementById('dist-t'); s.value = arguments[0];"
                          "s.dispatchEvent(new Event('input'));", t)
         bars = [float(b.get_attribute("data-p")) for b in d.find_elements(By.CSS_SELECTOR, "#bars .bar")]
-        want = softmax_top(logprobs, float(t))
+        want = softmax_top(logits, float(t))
         check(len(bars) == 10 and all(abs(a - b) < 1e-9 for a, b in zip(bars, want)),
-              f"bars at T = {t} are the renormalised softmax: {bars} vs {want}")
+              f"bars at T = {t} are the renormalised softmax of the logits: {bars} vs {want}")
     d.find_element(By.ID, "show-table").click()
     rows = d.find_elements(By.CSS_SELECTOR, "#rows tr")
     check(len(rows) == len(entries), f"the table has a row per step: {len(rows)}")
+    cells = [td.text for td in rows[1].find_elements(By.TAG_NAME, "td")]
+    check(len(cells) == 8 and cells[3] == "100.0%" and cells[4] == "" and cells[6].startswith("vocabulary "),
+          f"the table's columns: p after, u, the stage counts: {cells}")
+
+
+def check_sampled(d):
+    """A seeded sampled reply: the API's, and its tooltips show the API's draws."""
+    set_field(d, "temperature", 0.9)
+    set_field(d, "top_k", 40)
+    set_field(d, "seed", 7)
+    send(d, "Name three colours.")
+    message = wait_idle(d)
+    request = d.execute_script("return window.lmChat.state.lastRequest")
+    choice = api(request)
+    page_text = message.get_attribute("data-content")
+    check(request["seed"] == 7 and page_text == choice["message"]["content"],
+          f"the seeded sampled reply equals the API's: {page_text!r}")
+    check_one_logprob(choice)
+    spans = message.find_elements(By.CSS_SELECTOR, ".tok")
+    for i in range(min(4, len(spans))):
+        trace = check_step_view(d, spans[i], choice, i)
+        check({"stage": "top_k", "n": 40} in trace["n_candidates"] and trace["n_candidates"][-1]["n"] <= 40,
+              f"top-k left 40: {trace['n_candidates']}")
+    stages = d.find_element(By.CSS_SELECTOR, "#tip .stages").text
+    check("top_k 40" in stages, f"the stage counts in the tooltip: {stages!r}")
+    d.execute_script("document.getElementById('tip').style.display = 'none'")
+    set_field(d, "temperature", 0)
+    set_field(d, "top_k", 0)
+    set_field(d, "seed", "")
+
+
+def check_policy(d):
+    """The page's script and style ran under its CSP, which blocked nothing."""
+    background = d.execute_script("return getComputedStyle(document.querySelector('header')).backgroundColor")
+    check(background == "rgb(29, 35, 48)", f"the inline style applies: {background}")
+    blocked = [e["message"] for e in d.get_log("browser") if "Content Security Policy" in e["message"]]
+    check(not blocked, f"no CSP violation: {blocked}")
 
 
 def main():
@@ -149,6 +244,7 @@ def main():
         d.find_element(By.ID, "save-key").click()
         WebDriverWait(d, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
         check(not d.find_element(By.ID, "keybox").is_displayed(), "the key was accepted")
+        check_policy(d)
 
         set_field(d, "temperature", 0)
         set_field(d, "max_tokens", 24)
@@ -188,6 +284,9 @@ def main():
               and [r["text"] for r in conversation["replies"]][1] == page_text
               and set(conversation) == {"model", "settings", "messages", "replies"},
               f"the conversation JSON: {json.dumps(conversation)[:200]}")
+
+        check_sampled(d)
+        check_policy(d)
 
         # Screenshots: desktop with a token's alternatives and the chart, then phone.
         token = d.find_elements(By.CSS_SELECTOR, ".msg.assistant")[-1].find_elements(By.CSS_SELECTOR, ".tok")[3]

@@ -5,8 +5,10 @@
 //! `selenium` package from `<target>/webui-venv` (`.ci/run` installs all
 //! three), against SmolLM2 behind an API key: the key is asked for, a typed
 //! message streams the API's greedy answer, a token's alternatives are the
-//! API's, Stop and Regenerate work, and screenshots at desktop and phone
-//! width land in `<target>/webui-artifacts/`.
+//! API's, Stop and Regenerate work, a seeded sampled reply's tooltips show
+//! the API's `lm_trace` (probabilities before and after the sampling stages,
+//! the draw u), the Content-Security-Policy's hashes let the page run, and
+//! screenshots at desktop and phone width land in `<target>/webui-artifacts/`.
 
 use std::path::PathBuf;
 
@@ -29,10 +31,17 @@ fn the_page_is_one_small_answer_and_no_webui_turns_it_off() {
         Some("text/html; charset=utf-8")
     );
     assert!(page.body.len() < 100 * 1024, "{} bytes", page.body.len());
-    let csp = page.header("content-security-policy").unwrap();
+    let csp = page.header("content-security-policy").unwrap().to_owned();
     assert!(csp.contains("connect-src 'self'"), "{csp}");
     let html = String::from_utf8(page.body).unwrap();
-    assert!(html.contains("/v1/chat/completions") && html.contains("top_logprobs: 10"));
+    assert!(html.contains("/v1/chat/completions") && html.contains("lm_trace: true"));
+    // The inline script and style run by their hashes, not by
+    // 'unsafe-inline' (webui's unit test checks the hashes; the browser
+    // test that Chromium runs both and reports no violation).
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    for directive in ["script-src 'sha256-", "style-src 'sha256-"] {
+        assert!(csp.contains(directive), "{csp}");
+    }
     // The API itself still needs the key.
     assert_eq!(s.get("/v1/models").status, 401);
 

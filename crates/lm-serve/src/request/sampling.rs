@@ -33,6 +33,9 @@ pub(crate) struct Sampling {
     pub(crate) format_param: &'static str,
     /// The model the request names (`model`), if it names one.
     pub(crate) model: Option<String>,
+    /// `lm_trace` (a project extension): each token also reports its step
+    /// of lm-decode's trace (see `trace.rs`).
+    pub(crate) trace: bool,
 }
 
 /// The most stop strings a request may give.
@@ -92,6 +95,7 @@ pub(super) fn read(f: &Fields<'_>) -> Result<Sampling, ApiError> {
         n: f.integer_in("n", 1, 128)?.unwrap_or(1) as usize,
         stream: f.boolean("stream")?.unwrap_or(false),
         include_usage,
+        trace: f.boolean("lm_trace")?.unwrap_or(false),
         format_param: format
             .as_ref()
             .map_or("response_format", |(_, field)| field),
