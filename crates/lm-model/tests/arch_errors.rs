@@ -65,9 +65,26 @@ impl Model {
         self
     }
 
+    /// The tensors' names, in file order.
+    pub(crate) fn tensor_names(&self) -> Vec<String> {
+        self.tensors.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// Puts `tensor` in place of the tensor of its name.
+    pub(crate) fn replace(mut self, tensor: GgufTensor) -> Self {
+        let slot = self.tensors.iter_mut().find(|t| t.name == tensor.name);
+        *slot.unwrap() = tensor;
+        self
+    }
+
+    /// The file's bytes, each tensor's data at a multiple of `alignment`
+    /// (which `general.alignment` must then name, unless 32).
+    pub(crate) fn bytes(&self, alignment: usize) -> Vec<u8> {
+        gguf_file(3, alignment, &self.metadata, &self.tensors)
+    }
+
     pub(crate) fn load(&self) -> Result<lm_model::Decoder, TransformerError> {
-        let bytes = gguf_file(3, 32, &self.metadata, &self.tensors);
-        Llama::from_file(GgufFile::from_bytes(bytes).unwrap())
+        Llama::from_file(GgufFile::from_bytes(self.bytes(32)).unwrap())
     }
 }
 

@@ -7,6 +7,7 @@ mod common;
 mod arch_conformance;
 mod arch_errors;
 mod moe_errors;
+mod moe_memory;
 
 mod gguf_parse;
 mod gguf_real_model;

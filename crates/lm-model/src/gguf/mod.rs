@@ -186,8 +186,41 @@ impl GgufFile {
     /// file. The memory is the file's size, as the pages a map would touch;
     /// what is given up is sharing the page cache with other processes:
     /// [`GgufFile::map`] keeps that.
+    ///
+    /// A mixture of experts (a file with 3-d tensors, the experts'
+    /// `ffn_*_exps`) stays mapped instead: a token reads only its chosen
+    /// experts, so resident memory grows with the experts used, not with
+    /// the file (a 30B mixture is read a few GB at a time).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
-        GgufFile::from_path(path.as_ref(), Storage::read, Contents::All)
+        let path = path.as_ref();
+        let mut file = GgufFile::map(path)?;
+        if !file.has_experts() {
+            let io_error = |source| GgufError::Io {
+                path: path.to_path_buf(),
+                source,
+            };
+            let read = Storage::read(&File::open(path).map_err(io_error)?).map_err(io_error)?;
+            // The same bytes, so the parsed offsets hold; a file changed in
+            // between (which a map forbids anyway) is refused by its length.
+            if read.bytes().len() != file.bytes().len() {
+                return Err(io_error(io::Error::other(
+                    "the file changed while it was read",
+                )));
+            }
+            file.storage = read;
+        }
+        Ok(file)
+    }
+
+    /// Whether the file holds 3-d tensors (a mixture of experts' weights).
+    fn has_experts(&self) -> bool {
+        self.tensors.iter().any(|info| info.dims.len() == 3)
+    }
+
+    /// Whether the bytes are a read-only map of the file ([`GgufFile::map`],
+    /// or [`GgufFile::open`] of a mixture of experts).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped(_))
     }
 
     /// Maps the file at `path` read-only and parses its header, as
@@ -520,8 +553,18 @@ impl GgufFile {
     /// file is named at load instead of giving NaN logits. Tensors and blocks
     /// are scanned in parallel; the cost is reading the file once (tens of
     /// milliseconds for SmolLM2 once it is in the page cache).
+    ///
+    /// On a mapped file the 3-d tensors (a mixture's experts) are not
+    /// scanned, so that loading does not read every expert: their shapes,
+    /// offsets and bounds were checked when the file was parsed, and a
+    /// non-finite scale in them gives non-finite outputs for the tokens
+    /// routed there, as in llama.cpp, which validates no data at load.
     pub fn validate_tensor_data(&self) -> Result<(), GgufError> {
+        let mapped = self.is_mapped();
         let first_bad = self.tensors.par_iter().find_map_first(|info| {
+            if mapped && info.dims.len() == 3 {
+                return None;
+            }
             let data = match self.tensor(&info.name) {
                 // Packing happens after validation (and moves no scale).
                 Ok(view) if view.packed => return None,

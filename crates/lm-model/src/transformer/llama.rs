@@ -93,7 +93,8 @@ impl Llama {
     /// Builds the decoder from an opened GGUF file (a map or an in-memory
     /// buffer, owned or shared): the configuration from the metadata, then
     /// every required tensor, checked against it, and every block's scales
-    /// checked to be finite ([`GgufFile::validate_tensor_data`]).
+    /// checked to be finite ([`GgufFile::validate_tensor_data`]; on a mapped
+    /// file all but the experts', which are read only when chosen).
     ///
     /// With `LM_PACK=1` ([`PACK_ENV`](crate::PACK_ENV)), where the kernel
     /// has panel products (AVX2, AVX-VNNI, AVX-512) and the file's bytes are
