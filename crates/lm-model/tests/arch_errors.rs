@@ -290,3 +290,46 @@ fn gemma2_olmo2_and_phi3_parts_missing_or_misshapen_are_named() {
         |e| matches!(e, TransformerError::InvalidScale { .. }),
     );
 }
+
+#[test]
+fn a_sliding_window_pattern_is_read_as_llama_cpp_reads_it() {
+    use lm_model::AttentionKind;
+    let flags = |flags: &[bool]| {
+        MetadataValue::Array(flags.iter().map(|&f| MetadataValue::Bool(f)).collect())
+    };
+    let key = "olmo2.attention.sliding_window_pattern";
+    // OLMo 3's converter writes one flag per layer: the fixture's period 4.
+    let flagged = Model::read("olmo2")
+        .set(key, flags(&[true, true, true, false]))
+        .load()
+        .unwrap();
+    let c = flagged.config();
+    let sliding = AttentionKind::Sliding { window: 12 };
+    let kinds: Vec<AttentionKind> = (0..4).map(|i| c.attention_kind(i)).collect();
+    assert_eq!(kinds, [sliding, sliding, sliding, AttentionKind::Global]);
+    // A period of 2, or 0 (every layer slides, as llama.cpp's set_swa_pattern).
+    for (period, global) in [(2, vec![1, 3]), (0, vec![])] {
+        let model = Model::read("olmo2")
+            .set(key, MetadataValue::U32(period))
+            .load()
+            .unwrap();
+        let c = model.config();
+        let found: Vec<usize> = (0..4)
+            .filter(|&i| c.attention_kind(i) == AttentionKind::Global)
+            .collect();
+        assert_eq!(found, global, "pattern {period}");
+    }
+    // Flags in no repeating pattern, or of the wrong count, are refused.
+    for pattern in [
+        flags(&[true, false, true, true]),
+        flags(&[true, true, true]),
+        MetadataValue::Array(vec![MetadataValue::U32(1); 4]),
+    ] {
+        check(
+            Model::read("olmo2").set(key, pattern),
+            "olmo2.attention.sliding_window_pattern: only a repeating pattern is supported \
+             (layer i slides when i % p < p - 1, one flag per layer or the period p)",
+            |e| matches!(e, TransformerError::UnsupportedSlidingWindowPattern { .. }),
+        );
+    }
+}

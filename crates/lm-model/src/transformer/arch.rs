@@ -72,6 +72,7 @@
 //!           .rope.scaling.attn_factor (default 1)
 //!           .rope.scaling.original_context_length (LongRoPE)
 //!           .attention.sliding_window (gemma2, olmo2), .rope.freq_base_swa
+//!           .attention.sliding_window_pattern (a period, or a flag per layer)
 //!           .attn_logit_softcapping (gemma2, default 50)
 //!           .final_logit_softcapping (gemma2, default 30)
 //!           .vocab_size (default the rows of token_embd.weight)
@@ -88,7 +89,7 @@ use super::config::{
     ArchOptions, FfnKind, KvPrecision, MoeOptions, NormKind, PositionKind, RopeMode, RopeOptions,
     SlidingWindow, TransformerConfig,
 };
-use crate::gguf::{GgufError, GgufFile};
+use crate::gguf::{GgufError, GgufFile, MetadataValue};
 
 /// The names of the architectures this backend runs.
 pub const SUPPORTED: [&str; 9] = [
@@ -377,7 +378,7 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
             };
             Some(SlidingWindow {
                 window,
-                period: swa.period,
+                period: meta.swa_period(swa.period, n_layer)?,
                 rope_base,
             })
         }
@@ -575,6 +576,46 @@ impl<'a> ArchMetadata<'a> {
         match self.file.tensor(name) {
             Ok(tensor) => Ok(Some(tensor.to_f32_vec()?)),
             Err(_) => Ok(None),
+        }
+    }
+
+    /// The sliding window's layer period: `attention.sliding_window_pattern`
+    /// (llama.cpp's `load_swa_pattern`: a period, 0 for every layer, or one
+    /// flag per layer, as OLMo 3's converter writes, which must then repeat
+    /// with some period), else `default`.
+    fn swa_period(&self, default: usize, n_layer: usize) -> Result<usize, TransformerError> {
+        let key = self.key("attention.sliding_window_pattern");
+        let Some(value) = self.file.get(&key) else {
+            return Ok(default);
+        };
+        let Some(items) = value.as_array() else {
+            return Ok(match self.file.get_u32(&key)? {
+                0 => n_layer + 1,
+                period => period as usize,
+            });
+        };
+        let flags: Option<Vec<bool>> = items
+            .iter()
+            .map(|item| match item {
+                MetadataValue::Bool(flag) => Some(*flag),
+                _ => None,
+            })
+            .collect();
+        // Layer p - 1 is the first global one of period p.
+        let period = flags.as_ref().map(|flags| {
+            flags
+                .iter()
+                .position(|&sliding| !sliding)
+                .map_or(n_layer + 1, |first_global| first_global + 1)
+        });
+        match (flags, period) {
+            (Some(flags), Some(p))
+                if flags.len() == n_layer
+                    && flags.iter().enumerate().all(|(i, &f)| f == (i % p < p - 1)) =>
+            {
+                Ok(p)
+            }
+            _ => Err(TransformerError::UnsupportedSlidingWindowPattern { key }),
         }
     }
 

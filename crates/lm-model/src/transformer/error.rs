@@ -144,6 +144,16 @@ pub enum TransformerError {
         /// Factors given.
         found: usize,
     },
+    /// `attention.sliding_window_pattern` flags layers in no repeating
+    /// pattern (or is not a period or one flag per layer).
+    #[error(
+        "{key}: only a repeating pattern is supported (layer i slides when i % p < p - 1, \
+         one flag per layer or the period p)"
+    )]
+    UnsupportedSlidingWindowPattern {
+        /// The metadata key.
+        key: String,
+    },
     /// A sliding window or its layer period is zero.
     #[error("sliding window of {window} positions every {period} layers: both must be positive")]
     InvalidSlidingWindow {
