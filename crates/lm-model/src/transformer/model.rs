@@ -548,8 +548,8 @@ fn in_pool<R: Send>(parallel_work: bool, work: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// The longest piece [`Decoder::hidden_states`] reads at once, so the
-/// logits it drops take at most this many rows.
+/// The longest piece [`Decoder::hidden_states`] reads at once, so its
+/// scratch rows stay few.
 const HIDDEN_PIECE: usize = 64;
 
 impl Decoder {
@@ -557,8 +557,8 @@ impl Decoder {
     /// writes each token's final hidden state into `hidden`,
     /// `[tokens.len()][n_embd]`: the residual stream after the final norm,
     /// before the output projection (what embeddings pool). The pass is
-    /// the logits pass, in pieces of at most 64 tokens; their logits are
-    /// computed and dropped.
+    /// the logits pass, in pieces of at most 64 tokens, without the output
+    /// projection.
     pub fn hidden_states(
         &self,
         state: &mut DecoderState,
@@ -566,16 +566,15 @@ impl Decoder {
         hidden: &mut Vec<f32>,
     ) -> lm_core::Result<()> {
         self.check_input(state.pos(), tokens)?;
-        let (d, vocab_size) = (self.config.n_embd, self.config.vocab_size);
+        let d = self.config.n_embd;
         hidden.clear();
         in_pool(true, || {
             let max_piece = self.catch_up(state, tokens).clamp(1, HIDDEN_PIECE);
-            let mut logits = Vec::new();
             for piece in tokens.chunks(max_piece) {
-                logits.resize(piece.len() * vocab_size, 0.0);
                 let (cache, scratch) = (&mut state.cache, &mut state.scratch);
-                self.forward_piece(cache, scratch, piece, 0, &mut logits);
-                // The final norm's rows stay in the scratch after unembedding.
+                // No logits: `unembed` stops after the final norm, whose rows
+                // it leaves in the scratch.
+                self.forward_piece(cache, scratch, piece, 0, &mut []);
                 hidden.extend_from_slice(&scratch.normed[..piece.len() * d]);
             }
         });
@@ -830,6 +829,10 @@ impl Decoder {
         let n_out = x.len() / d;
         let normed = &mut s.normed[..n_out * d];
         self.final_norm.apply_rows(x, normed);
+        // No logits asked (`hidden_states`): the normed rows are the output.
+        if logits.is_empty() {
+            return;
+        }
         self.output().matmul(self.dispatch, normed, n_out, logits);
         if let Some(cap) = self.config.options.final_softcap {
             // llama.cpp's order: times 1 / cap, tanh, times cap.
