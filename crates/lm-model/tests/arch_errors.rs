@@ -333,3 +333,25 @@ fn a_sliding_window_pattern_is_read_as_llama_cpp_reads_it() {
         );
     }
 }
+
+#[test]
+fn gemma2_reads_no_output_matrix_as_llama_cpp() {
+    // llama.cpp's gemma2 loader takes token_embd.weight as the output
+    // whatever the file holds: an output.weight of zeros changes nothing.
+    let zeros = GgufTensor::f32("output.weight", vec![64, 512], &vec![0.0; 64 * 512]);
+    let mut model = Model::read("gemma2");
+    model.tensors.push(zeros);
+    let with_output = model.load().unwrap();
+    assert!(with_output.config().tied_output);
+    let plain = Model::read("gemma2").load().unwrap();
+    let ids = [3, 141, 59, 265];
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    use lm_core::{LanguageModel, Rows};
+    with_output
+        .forward(&mut with_output.new_state(), &ids, Rows::All, &mut a)
+        .unwrap();
+    plain
+        .forward(&mut plain.new_state(), &ids, Rows::All, &mut b)
+        .unwrap();
+    assert_eq!(a, b);
+}

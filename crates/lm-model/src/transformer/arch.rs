@@ -12,7 +12,8 @@
 //! qwen3moe neox      -         yes      pre        MoE    -          -
 //! olmoe    neox      -         whole    pre        MoE    -          -
 //! gemma2   neox      -         -        pre+post   GeGLU  sqrt(n_embd) 1 of 2 layers (default 4096)
-//!                                                                    + soft-capped scores, logits
+//!                                                                    + soft-capped scores, logits;
+//!                                                                    output always token_embd
 //! olmo2    neox      -         whole    post only  SwiGLU -          3 of 4 layers if the key is > 0
 //! phi3     neox      -         -        pre        SwiGLU -          -  (fused attn_qkv, ffn_up;
 //!                                                                     LongRoPE factors)
@@ -121,6 +122,9 @@ pub(crate) struct Architecture {
     /// `rope_factors_long.weight` / `rope_factors_short.weight` (phi3's
     /// LongRoPE) are read when present.
     pub long_rope: bool,
+    /// The output projection is the token embedding even when the file has
+    /// an `output.weight` (gemma2: llama.cpp never reads one).
+    pub always_tied: bool,
     /// The feed-forward block.
     pub ffn: FfnKind,
     /// The token embedding is multiplied by `sqrt(n_embd)`.
@@ -182,6 +186,7 @@ const PLAIN: Architecture = Architecture {
     softcaps: false,
     fused_gate_up: false,
     long_rope: false,
+    always_tied: false,
     ffn: FfnKind::SwiGlu,
     scaled_embedding: false,
     sliding_window: None,
@@ -250,6 +255,7 @@ pub(crate) const ARCHITECTURES: [Architecture; 9] = [
         rope_mode: RopeMode::Neox,
         post_norms: true,
         softcaps: true,
+        always_tied: true,
         ffn: FfnKind::GeGlu,
         scaled_embedding: true,
         sliding_window: Some(SwaArch {
@@ -416,7 +422,7 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
             dim: rope_dim,
         },
         ffn: arch.ffn,
-        tied_output: file.tensor("output.weight").is_err(),
+        tied_output: arch.always_tied || file.tensor("output.weight").is_err(),
         kv_precision: KvPrecision::F16,
         options: ArchOptions {
             rope: RopeOptions {

@@ -114,7 +114,7 @@ impl Llama {
         {
             // The token embedding is read by rows unless it is also the
             // output matrix; a fused tensor is read as views of its rows.
-            let tied = file.tensor("output.weight").is_err();
+            let tied = config.tied_output;
             file.pack_tensors(|info| {
                 let fused = info.name.ends_with(".attn_qkv.weight")
                     || (arch.fused_gate_up && info.name.ends_with(".ffn_up.weight"));
