@@ -2,6 +2,7 @@
 //! Each method converts its arguments, calls the facade or lm-decode with
 //! the GIL released, and converts the result back.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -147,9 +148,28 @@ impl Model {
     ) -> PyResult<Completion> {
         let model = &self.inner;
         let (options, alpha) = (&request.options, request.length_penalty);
+        // Ctrl-C between two steps stops the search and raises.
+        let mut interrupt = None;
         let beams = py
-            .detach(|| model.beam_search(&prompt, options, num_beams, alpha))
+            .detach(|| {
+                model.beam_search_with(
+                    &prompt,
+                    options,
+                    num_beams,
+                    alpha,
+                    |_| match Python::attach(|py| py.check_signals()) {
+                        Ok(()) => ControlFlow::Continue(()),
+                        Err(error) => {
+                            interrupt = Some(error);
+                            ControlFlow::Break(())
+                        }
+                    },
+                )
+            })
             .map_err(errors::from_lm)?;
+        if let Some(error) = interrupt {
+            return Err(error);
+        }
         let best = beams
             .into_iter()
             .next()

@@ -22,7 +22,7 @@ use std::ops::ControlFlow;
 
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, Generation, GenerationConfig, Hypothesis, ModelDrafter, OutputConstraint,
+    BeamConfig, BeamStep, Generation, GenerationConfig, Hypothesis, ModelDrafter, OutputConstraint,
     PromptLookup, StopReason,
 };
 use lm_tokenize::Message;
@@ -295,6 +295,23 @@ impl GgufModel {
         num_beams: usize,
         length_penalty: f32,
     ) -> Result<Vec<Hypothesis>, Error> {
+        self.beam_search_with(prompt, options, num_beams, length_penalty, |_| {
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// [`GgufModel::beam_search`] with `on_step` called after every step;
+    /// `ControlFlow::Break(())` stops the search, its live beams then
+    /// ranked as [`StopReason::Cancelled`] hypotheses (a Ctrl-C flag stops
+    /// it within one step).
+    pub fn beam_search_with<'p>(
+        &self,
+        prompt: impl Into<Prompt<'p>>,
+        options: &Options,
+        num_beams: usize,
+        length_penalty: f32,
+        mut on_step: impl FnMut(&BeamStep) -> ControlFlow<()>,
+    ) -> Result<Vec<Hypothesis>, Error> {
         let ids = self.prompt_ids(prompt)?;
         let config = self.generation_config(options)?;
         let beams = BeamConfig {
@@ -307,7 +324,12 @@ impl GgufModel {
             constraint: config.constraint,
             ..BeamConfig::default()
         };
-        Ok(lm_decode::beam_search(&self.decoder, &ids, &beams)?)
+        Ok(lm_decode::beam_search_streaming(
+            &self.decoder,
+            &ids,
+            &beams,
+            |step| Ok::<_, lm_decode::Error>(on_step(step)),
+        )?)
     }
 
     /// The model's log-probability of `text` token by token, read from the
