@@ -113,17 +113,41 @@ fn another_architecture_is_named_with_the_supported_ones() {
 }
 
 #[test]
-fn a_sliding_window_of_zero_is_refused() {
+fn a_sliding_window_of_zero_is_refused_where_it_would_mask_every_key() {
+    // gemma2 slides whatever the key says (default 4096): a window of 0
+    // would leave a query no key.
     check(
-        Model::read("gemma3").set("gemma3.attention.sliding_window", MetadataValue::U32(0)),
-        "sliding window of 0 positions every 6 layers: both must be positive",
+        Model::read("gemma2").set("gemma2.attention.sliding_window", MetadataValue::U32(0)),
+        "sliding window of 0 positions every 2 layers: both must be positive",
         |e| matches!(e, TransformerError::InvalidSlidingWindow { window: 0, .. }),
     );
-    check(
+    // gemma3, as llama.cpp 0.3.36 reads it, slides only when the key is
+    // above 0: without it every layer is global.
+    for model in [
+        Model::read("gemma3").set("gemma3.attention.sliding_window", MetadataValue::U32(0)),
         Model::read("gemma3").remove_key("gemma3.attention.sliding_window"),
-        "missing metadata keys: gemma3.attention.sliding_window",
-        |e| matches!(e, TransformerError::MissingMetadata { .. }),
-    );
+    ] {
+        assert_eq!(model.load().unwrap().config().options.sliding_window, None);
+    }
+}
+
+#[test]
+fn gemma3_reads_a_final_soft_cap_and_a_sliding_rope_base() {
+    let model = Model::read("gemma3")
+        .set("gemma3.final_logit_softcapping", MetadataValue::F32(2.0))
+        .set("gemma3.rope.freq_base_swa", MetadataValue::F32(500.0))
+        .load()
+        .unwrap();
+    let o = &model.config().options;
+    assert_eq!(o.final_softcap, Some(2.0));
+    assert_eq!(o.attn_softcap, None);
+    assert_eq!(o.sliding_window.map(|sw| sw.rope_base), Some(500.0));
+    // A cap of 0 is llama.cpp's "none".
+    let zero = Model::read("gemma3")
+        .set("gemma3.final_logit_softcapping", MetadataValue::F32(0.0))
+        .load()
+        .unwrap();
+    assert_eq!(zero.config().options.final_softcap, None);
 }
 
 #[test]

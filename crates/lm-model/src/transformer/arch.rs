@@ -8,7 +8,9 @@
 //! llama    adjacent  -         -        pre        SwiGLU -          -        (+ rope_freqs.weight)
 //! qwen2    neox      yes       -        pre        SwiGLU -          -
 //! qwen3    neox      -         yes      pre        SwiGLU -          -
-//! gemma3   neox      -         yes      pre+post   GeGLU  sqrt(n_embd) 5 of 6 layers, base 10000
+//! gemma3   neox      -         yes      pre+post   GeGLU  sqrt(n_embd) 5 of 6 layers if the key is > 0,
+//!                                                                    base 10000; logits soft-capped
+//!                                                                    if final_logit_softcapping > 0
 //! qwen3moe neox      -         yes      pre        MoE    -          -
 //! olmoe    neox      -         whole    pre        MoE    -          -
 //! gemma2   neox      -         -        pre+post   GeGLU  sqrt(n_embd) 1 of 2 layers (default 4096)
@@ -31,9 +33,10 @@
 //! is a view of its rows of the one tensor.
 //!
 //! Sliding windows: gemma2 reads `attention.sliding_window` (default 4096)
-//! and slides layers 0, 2, 4, ...; olmo2 (OLMo 3) slides layers `i % 4 < 3`
-//! only when the key is above 0; both turn the sliding layers with
-//! `rope.freq_base_swa` (default the global base). llama.cpp 0.3.36 reads
+//! and slides layers 0, 2, 4, ...; gemma3 (5 of 6) and olmo2 (OLMo 3,
+//! `i % 4 < 3`) slide only when the key is above 0; all turn the sliding
+//! layers with `rope.freq_base_swa` (default 10000 for gemma3, the global
+//! base for the others). llama.cpp 0.3.36 reads
 //! no `llama.attention.sliding_window` (Mistral 7B v0.1's window is not
 //! applied there, and llama's converter writes none), nor phi3's (it
 //! disables Phi's window with a warning): both are ignored here as there.
@@ -63,7 +66,6 @@
 //! required  {arch}.block_count  .context_length  .embedding_length
 //!           .feed_forward_length  .attention.head_count
 //!           .attention.layer_norm_rms_epsilon
-//!           .attention.sliding_window (gemma3)
 //! optional  .attention.head_count_kv (default head_count)
 //!           .attention.key_length (default embedding_length / head_count,
 //!                                  which must then divide)
@@ -72,10 +74,10 @@
 //!           .rope.scaling.type (none or linear) and .rope.scaling.factor
 //!           .rope.scaling.attn_factor (default 1)
 //!           .rope.scaling.original_context_length (LongRoPE)
-//!           .attention.sliding_window (gemma2, olmo2), .rope.freq_base_swa
+//!           .attention.sliding_window (gemma2, gemma3, olmo2), .rope.freq_base_swa
 //!           .attention.sliding_window_pattern (a period, or a flag per layer)
 //!           .attn_logit_softcapping (gemma2, default 50)
-//!           .final_logit_softcapping (gemma2, default 30)
+//!           .final_logit_softcapping (gemma2, default 30; gemma3, default none)
 //!           .vocab_size (default the rows of token_embd.weight)
 //! experts   .expert_count, .expert_used_count (required by qwen3moe and
 //!           olmoe; llama reads them when expert_count is present)
@@ -114,8 +116,11 @@ pub(crate) struct Architecture {
     pub post_norms: bool,
     /// `blk.{i}.attn_norm.weight`, `blk.{i}.ffn_norm.weight` (all but olmo2).
     pub pre_norms: bool,
-    /// Soft-capped attention scores and logits (gemma2).
-    pub softcaps: bool,
+    /// Soft-capped attention scores (`attn_logit_softcapping`: gemma2).
+    pub attn_softcap: SoftCap,
+    /// Soft-capped logits (`final_logit_softcapping`: gemma2, and gemma3
+    /// when the key is above 0).
+    pub final_softcap: SoftCap,
     /// `blk.{i}.ffn_up.weight` holds the gate's rows, then the up
     /// projection's (phi3); no `ffn_gate.weight`.
     pub fused_gate_up: bool,
@@ -138,16 +143,28 @@ pub(crate) struct Architecture {
     pub moe: MoeArch,
 }
 
+/// Whether an architecture reads a soft-cap's key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SoftCap {
+    /// Not read: no cap.
+    Unread,
+    /// The key, or this default when it is missing (gemma2: 50 and 30).
+    Default(f32),
+    /// The key when it is above 0, else no cap (gemma3's logits).
+    WhenPositive,
+}
+
 /// How an architecture slides its attention window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SwaArch {
     /// Layer `i` slides when `i % period < period - 1`.
     pub period: usize,
-    /// The sliding layers' RoPE base (gemma3: 10000), or `None`:
-    /// `rope.freq_base_swa`, default the global base.
+    /// The sliding layers' RoPE base when `rope.freq_base_swa` is missing
+    /// (gemma3: 10000, llama.cpp's default), `None`: the global base.
     pub rope_base: Option<f32>,
-    /// The window when `attention.sliding_window` is missing: `None` makes
-    /// the key required (gemma3); `Some(0)` means no sliding layer (olmo2).
+    /// The window when `attention.sliding_window` is missing; `Some(0)`
+    /// means no sliding layer, and then neither does a window of 0
+    /// (gemma3, olmo2: llama.cpp slides only when the key is above 0).
     pub default_window: Option<usize>,
 }
 
@@ -183,7 +200,8 @@ const PLAIN: Architecture = Architecture {
     qk_norm_full_width: false,
     post_norms: false,
     pre_norms: true,
-    softcaps: false,
+    attn_softcap: SoftCap::Unread,
+    final_softcap: SoftCap::Unread,
     fused_gate_up: false,
     long_rope: false,
     always_tied: false,
@@ -222,10 +240,11 @@ pub(crate) const ARCHITECTURES: [Architecture; 9] = [
         post_norms: true,
         ffn: FfnKind::GeGlu,
         scaled_embedding: true,
+        final_softcap: SoftCap::WhenPositive,
         sliding_window: Some(SwaArch {
             period: 6,
             rope_base: Some(10000.0),
-            default_window: None,
+            default_window: Some(0),
         }),
         ..PLAIN
     },
@@ -254,7 +273,8 @@ pub(crate) const ARCHITECTURES: [Architecture; 9] = [
         name: "gemma2",
         rope_mode: RopeMode::Neox,
         post_norms: true,
-        softcaps: true,
+        attn_softcap: SoftCap::Default(50.0),
+        final_softcap: SoftCap::Default(30.0),
         always_tied: true,
         ffn: FfnKind::GeGlu,
         scaled_embedding: true,
@@ -376,12 +396,9 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
     let sliding_window = match (arch.sliding_window, window) {
         // A window of 0 (olmo2 without the key): no layer slides.
         (Some(swa), Some(window)) if swa.default_window != Some(0) || window > 0 => {
-            let rope_base = match swa.rope_base {
-                Some(base) => base,
-                None => meta
-                    .optional("rope.freq_base_swa", GgufFile::get_f32)?
-                    .unwrap_or(rope_base),
-            };
+            let rope_base = meta
+                .optional("rope.freq_base_swa", GgufFile::get_f32)?
+                .unwrap_or(swa.rope_base.unwrap_or(rope_base));
             Some(SlidingWindow {
                 window,
                 period: meta.swa_period(swa.period, n_layer)?,
@@ -396,16 +413,8 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
     let wide_gemma = matches!((arch.name, n_layer), ("gemma3", 62) | ("gemma2", 46));
     let attention_scale =
         (wide_gemma && n_head > 0).then(|| 1.0 / ((n_embd / n_head) as f32).sqrt());
-    // gemma2's soft-caps (llama.cpp's defaults 50 and 30).
-    let (attn_softcap, final_softcap) = match arch.softcaps {
-        true => (
-            meta.optional("attn_logit_softcapping", GgufFile::get_f32)?
-                .or(Some(50.0)),
-            meta.optional("final_logit_softcapping", GgufFile::get_f32)?
-                .or(Some(30.0)),
-        ),
-        false => (None, None),
-    };
+    let attn_softcap = meta.softcap("attn_logit_softcapping", arch.attn_softcap)?;
+    let final_softcap = meta.softcap("final_logit_softcapping", arch.final_softcap)?;
     let config = TransformerConfig {
         vocab_size,
         n_embd,
@@ -583,6 +592,19 @@ impl<'a> ArchMetadata<'a> {
             Ok(tensor) => Ok(Some(tensor.to_f32_vec()?)),
             Err(_) => Ok(None),
         }
+    }
+
+    /// The soft-cap `cap` asks for, read from `{arch}.{suffix}`.
+    fn softcap(&self, suffix: &str, cap: SoftCap) -> Result<Option<f32>, TransformerError> {
+        Ok(match cap {
+            SoftCap::Unread => None,
+            SoftCap::Default(default) => {
+                Some(self.optional(suffix, GgufFile::get_f32)?.unwrap_or(default))
+            }
+            SoftCap::WhenPositive => self
+                .optional(suffix, GgufFile::get_f32)?
+                .filter(|&cap| cap > 0.0),
+        })
     }
 
     /// The sliding window's layer period: `attention.sliding_window_pattern`
