@@ -338,3 +338,30 @@ fn tensors_of_the_wrong_dtype_name_or_shape() {
     });
     assert_names(&dir, &["lm_head.weight", "missing"]);
 }
+
+/// A NaN or an infinity in a matrix used from the map (checked by reading
+/// the file) or in a norm made F32 (checked in its copy) names the tensor.
+#[test]
+fn non_finite_values_name_the_tensor() {
+    for (tensor, value, says) in [
+        ("model.layers.1.mlp.up_proj.weight", f32::NAN, "NaN"),
+        (
+            "model.layers.0.self_attn.q_proj.weight",
+            f32::INFINITY,
+            "inf",
+        ),
+        ("model.norm.weight", f32::NEG_INFINITY, "inf"),
+    ] {
+        let (_temp, dir) = copy("qwen2");
+        let path = dir.join("model.safetensors");
+        let mut bytes = fs::read(&path).unwrap();
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+        let start = header[tensor]["data_offsets"][0].as_u64().unwrap() as usize;
+        // The third value of the tensor.
+        let at = 8 + header_len + start + 8;
+        bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        fs::write(&path, &bytes).unwrap();
+        assert_names(&dir, &[tensor, says]);
+    }
+}

@@ -35,6 +35,7 @@
 mod cursor;
 mod error;
 mod metadata;
+mod pieces;
 mod summary;
 mod tensor;
 mod writer;
@@ -50,6 +51,7 @@ use rayon::prelude::*;
 use cursor::Cursor;
 pub use error::GgufError;
 pub use metadata::MetadataValue;
+pub(crate) use pieces::{Piece, PieceSource, Pieces};
 pub use summary::Summary;
 pub use tensor::{TensorInfo, TensorView};
 pub use writer::{GgufWriter, SourceError, WriteError};
@@ -106,6 +108,9 @@ enum Storage {
     Read { map: MmapMut, len: usize },
     /// A buffer handed over by the caller.
     Owned(Vec<u8>),
+    /// A header and tensors borrowed from other files' maps
+    /// ([`GgufFile::from_pieces`]); `bytes` is the header alone.
+    Assembled(Pieces),
 }
 
 /// The size of an x86-64 (and arm64 with 4 KB base pages) huge page.
@@ -117,6 +122,24 @@ impl Storage {
             Storage::Mapped(map) => map,
             Storage::Read { map, len } => &map[..*len],
             Storage::Owned(bytes) => bytes,
+            Storage::Assembled(pieces) => pieces.head(),
+        }
+    }
+
+    /// The file's length (an assembled file's included).
+    fn len(&self) -> usize {
+        match self {
+            Storage::Assembled(pieces) => pieces.len(),
+            other => other.bytes().len(),
+        }
+    }
+
+    /// The bytes of `range`, when they are in the file (and, assembled, in
+    /// one piece).
+    fn slice(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        match self {
+            Storage::Assembled(pieces) => pieces.slice(range),
+            other => other.bytes().get(range),
         }
     }
 
@@ -127,6 +150,7 @@ impl Storage {
             Storage::Mapped(_) => None,
             Storage::Read { map, len } => Some(&mut map[..*len]),
             Storage::Owned(bytes) => Some(bytes),
+            Storage::Assembled(_) => None,
         }
     }
 
@@ -167,7 +191,7 @@ impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufFile")
             .field("version", &self.version)
-            .field("n_bytes", &self.storage.bytes().len())
+            .field("n_bytes", &self.storage.len())
             .field("n_metadata", &self.metadata.len())
             .field("n_tensors", &self.tensors.len())
             .field("alignment", &self.alignment)
@@ -273,6 +297,16 @@ impl GgufFile {
         GgufFile::parse(Storage::Owned(bytes), Contents::All)
     }
 
+    /// Parses a file assembled from pieces (a Hugging Face checkpoint's
+    /// header written here, its tensors borrowed from the shards' maps):
+    /// nothing is copied. The pieces' data was validated as it was
+    /// assembled (read through the file, not the maps, so that loading
+    /// leaves no page of the maps resident), so
+    /// [`GgufFile::validate_tensor_data`] passes over it.
+    pub(crate) fn from_pieces(pieces: Pieces) -> Result<GgufFile, GgufError> {
+        GgufFile::parse(Storage::Assembled(pieces), Contents::All)
+    }
+
     fn parse(storage: Storage, contents: Contents) -> Result<GgufFile, GgufError> {
         let bytes = storage.bytes();
         let mut cursor = Cursor::new(bytes);
@@ -289,7 +323,7 @@ impl GgufFile {
             .checked_mul(alignment)
             .and_then(|v| usize::try_from(v).ok())
             .unwrap_or(usize::MAX);
-        let data_len = bytes.len().saturating_sub(data_offset);
+        let data_len = storage.len().saturating_sub(data_offset);
         check_tensor_placement(&tensors, alignment, data_len)?;
         let alignment =
             usize::try_from(alignment).map_err(|_| GgufError::BadAlignment { alignment })?;
@@ -321,7 +355,8 @@ impl GgufFile {
         self.data_offset
     }
 
-    /// The whole file's bytes.
+    /// The whole file's bytes (for a file assembled from a Hugging Face
+    /// checkpoint, its header: the tensors are in the checkpoint's maps).
     pub fn bytes(&self) -> &[u8] {
         self.storage.bytes()
     }
@@ -496,12 +531,28 @@ impl GgufFile {
         // Parsing checked `offset + n_bytes <= data_len`, the length of the
         // bytes after `data_offset`, so this range is inside the file.
         let start = self.data_offset + info.offset;
-        let data = &self.bytes()[start..start + info.n_bytes];
+        let data = self.data(start..start + info.n_bytes);
+        if data.len() != info.n_bytes {
+            // Only an assembled file whose pieces miss the tensor's range.
+            return Err(GgufError::TensorOutOfBounds {
+                name: info.name.clone(),
+                offset: info.offset as u64,
+                n_bytes: info.n_bytes as u64,
+                data_len: self.storage.len().saturating_sub(self.data_offset) as u64,
+            });
+        }
         Ok(TensorView {
             info,
             data,
             packed: self.packed[idx],
         })
+    }
+
+    /// The bytes of `range`, a tensor's (its offset plus the data
+    /// section's), checked in bounds when the file was parsed; empty for any
+    /// other range.
+    pub(crate) fn data(&self, range: std::ops::Range<usize>) -> &[u8] {
+        self.storage.slice(range).unwrap_or_default()
     }
 
     /// Repacks in place, into panels of 16 rows (see `quant/packed.rs`),
@@ -560,6 +611,9 @@ impl GgufFile {
     /// non-finite scale in them gives non-finite outputs for the tokens
     /// routed there, as in llama.cpp, which validates no data at load.
     pub fn validate_tensor_data(&self) -> Result<(), GgufError> {
+        if matches!(self.storage, Storage::Assembled(_)) {
+            return Ok(());
+        }
         let mapped = self.is_mapped();
         let first_bad = self.tensors.par_iter().find_map_first(|info| {
             if mapped && info.dims.len() == 3 {

@@ -244,13 +244,9 @@ impl GgufWriter {
         data: &mut impl FnMut(usize, &TensorInfo) -> Result<Vec<u8>, SourceError>,
     ) -> Result<(), WriteError> {
         let alignment = self.alignment()?;
-        if let Some((key, _)) = self.metadata.iter().find(|(_, v)| !homogeneous(v)) {
-            return Err(WriteError::MixedArray { key: key.clone() });
-        }
-        let tensors = self.placed(alignment)?;
+        let (head, tensors) = self.head()?;
         let io = |source| io_error(path, source);
-        let header_len = self.write_header(out, &tensors).map_err(io)?;
-        pad(out, header_len, alignment).map_err(io)?;
+        out.write_all(&head).map_err(io)?;
         for (idx, info) in tensors.iter().enumerate() {
             let bytes = data(idx, info).map_err(|source| WriteError::Source {
                 name: info.name.clone(),
@@ -268,6 +264,23 @@ impl GgufWriter {
             pad(out, bytes.len(), alignment).map_err(io)?;
         }
         Ok(())
+    }
+
+    /// The file up to its data section (header, metadata, tensor infos,
+    /// padding) and the tensor infos with their offsets in that section:
+    /// what a file assembled from pieces needs
+    /// ([`GgufFile::from_pieces`](crate::GgufFile)).
+    pub(crate) fn head(&self) -> Result<(Vec<u8>, Vec<TensorInfo>), WriteError> {
+        let alignment = self.alignment()?;
+        if let Some((key, _)) = self.metadata.iter().find(|(_, v)| !homogeneous(v)) {
+            return Err(WriteError::MixedArray { key: key.clone() });
+        }
+        let tensors = self.placed(alignment)?;
+        let mut head = Vec::new();
+        let io = |source| io_error(Path::new("<memory>"), source);
+        let header_len = self.write_header(&mut head, &tensors).map_err(io)?;
+        pad(&mut head, header_len, alignment).map_err(io)?;
+        Ok((head, tensors))
     }
 
     /// The tensor infos with their offsets at `alignment`.

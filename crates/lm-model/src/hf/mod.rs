@@ -1,6 +1,6 @@
 //! Hugging Face model directories (`config.json` and `*.safetensors`) as
 //! the GGUF file llama.cpp's `convert_hf_to_gguf.py` would write from them,
-//! assembled in memory so that the one GGUF loader (and the one mapping of
+//! assembled from pieces so that the one GGUF loader (and the one mapping of
 //! metadata to a `TransformerConfig`, `transformer/arch.rs`) serves both.
 //!
 //! ```text
@@ -12,21 +12,22 @@
 //!                        └─ names.rs: HF names to GGUF's, shapes checked,
 //!                           q/k rows permuted (llama), norms + 1 (gemma3)
 //!                                   │
-//!        GgufWriter::write_to_vec ──┴──> GgufFile::from_bytes ──> Llama::from_file
+//!        GgufWriter::head ──────────┴──> GgufFile::from_pieces ──> Llama::from_file
+//!        (header in memory)              (tensors: ranges of the maps, or copies)
 //! ```
 //!
 //! Types: F32, F16 and BF16 matrices are kept as they are (the matrix
 //! code reads all three); 1-D tensors (norm gains, biases) become F32, as
 //! the converter writes them. Any other dtype is refused by name.
 //!
-//! Cost: the assembled GGUF is one copy of the weights in memory (the
-//! checkpoint's maps are dropped once it is built), the same memory a GGUF
-//! file read by [`GgufFile::open`] takes, but the bytes are copied once
-//! more on the way. Running from the maps instead would need a tensor
-//! source that borrows from several files: `GgufFile` owns one buffer
-//! today, so `Linear` and the norms would take their bytes from a shared
-//! set of maps, and the q/k permutation and Gemma's `+ 1` (which change
-//! bytes) would still need copies of those tensors.
+//! Cost: nothing is copied but what must change. The file is assembled
+//! from pieces (`gguf/pieces.rs`): its header in memory, each F32, F16 or
+//! BF16 matrix a range of its shard's read-only map, used in place; only
+//! llama's q/k matrices (rows permuted), the 1-D tensors (made F32, Gemma's
+//! `+ 1`) and `rope_freqs.weight` are buffers of their own. Every value is
+//! checked finite at load by reading the files (`pread`), not the maps, so
+//! resident memory after loading is the copies alone and grows with use as
+//! pages of the maps are read (measured in docs/performance.md).
 //!
 //! Bad input is a [`HfError`] naming the file and the field or tensor: no
 //! `config.json`, an unknown class, a shard missing from the index, a
@@ -43,11 +44,14 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use half::{bf16, f16};
+use rayon::prelude::*;
 use safetensors::Dtype;
 
 pub use error::HfError;
 
-use crate::gguf::{GgufFile, GgufWriter, MetadataValue, SourceError, TensorInfo};
+use crate::gguf::{
+    GgufFile, GgufWriter, MetadataValue, Piece, PieceSource, Pieces, SourceError, TensorInfo,
+};
 use crate::quant::GgmlType;
 use config::HfConfig;
 use names::{Mapped, Transform};
@@ -136,12 +140,81 @@ pub fn open_hf_dir(dir: impl AsRef<Path>) -> Result<GgufFile, HfError> {
     }
     check_complete(dir, &config, &sources)?;
     let writer = writer(&config, &sources).map_err(|e| HfError::assemble(dir, e))?;
-    let bytes = writer
-        .write_to_vec(|idx, info| tensor_bytes(&config, &sources, &views, idx, info))
-        .map_err(|e| HfError::assemble(dir, e))?;
+    let (head, placed) = writer.head().map_err(|e| HfError::assemble(dir, e))?;
+    let data_offset = head.len();
+    // In parallel: each piece's values are read and checked.
+    let pieces = placed
+        .par_iter()
+        .enumerate()
+        .map(|(idx, info)| {
+            let source = piece(&config, &sources, &shards, &views, idx, info)?;
+            Ok(Piece {
+                start: data_offset + info.offset,
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, HfError>>()?;
     drop(views);
-    drop(shards);
-    GgufFile::from_bytes(bytes).map_err(|e| HfError::assemble(dir, e))
+    let maps = shards
+        .shards
+        .into_iter()
+        .map(shards::Shard::into_map)
+        .collect();
+    let pieces = Pieces::new(head, maps, pieces).ok_or_else(|| HfError::Tensor {
+        path: dir.to_path_buf(),
+        name: "(all)".into(),
+        reason: "tensor ranges overlap".into(),
+    })?;
+    GgufFile::from_pieces(pieces).map_err(|e| HfError::assemble(dir, e))
+}
+
+/// Where tensor `idx` of the GGUF (after `rope_freqs.weight` when present)
+/// is: a range of its shard's map when its bytes are used as they are (a
+/// matrix kept F32, F16 or BF16), else a buffer of its own (a vector made
+/// F32, rows permuted). Either way its values are checked finite here,
+/// a map's through the file (`pread`), so that no page of it is left
+/// resident by loading.
+fn piece(
+    config: &HfConfig,
+    sources: &[Source],
+    shards: &shards::Shards,
+    views: &[safetensors::SafeTensors<'_>],
+    idx: usize,
+    info: &TensorInfo,
+) -> Result<PieceSource, HfError> {
+    let source = match &config.rope_freqs {
+        Some(factors) if idx == 0 => {
+            return Ok(PieceSource::Owned(f32_bytes(factors.iter().copied())));
+        }
+        Some(_) => &sources[idx - 1],
+        None => &sources[idx],
+    };
+    let shard = &shards.shards[source.shard];
+    let bad = |reason: String| HfError::Tensor {
+        path: shard.path.clone(),
+        name: source.name.clone(),
+        reason,
+    };
+    let data = views[source.shard]
+        .tensor(&source.name)
+        .map_err(|e| bad(e.to_string()))?
+        .data();
+    if info.dims.len() == 1 || matches!(source.mapped.transform, Transform::Permute { .. }) {
+        let bytes =
+            tensor_bytes(config, sources, views, idx, info).map_err(|e| bad(e.to_string()))?;
+        info.ggml_type
+            .validate(&bytes)
+            .map_err(|e| bad(e.to_string()))?;
+        return Ok(PieceSource::Owned(bytes));
+    }
+    let range = shard
+        .range_of(data)
+        .ok_or_else(|| bad("not within its file".into()))?;
+    shard.validate(range.clone(), info.ggml_type).map_err(bad)?;
+    Ok(PieceSource::Mapped {
+        map: source.shard,
+        range,
+    })
 }
 
 /// One tensor of the checkpoint and where it goes.

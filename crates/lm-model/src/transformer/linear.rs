@@ -42,7 +42,7 @@ struct FileMatrix {
     ty: GgmlType,
     n_rows: usize,
     n_cols: usize,
-    /// Byte range of the tensor's data within `file.bytes()`.
+    /// Byte range of the tensor's data within the file ([`GgufFile::data`]).
     bytes: Range<usize>,
     /// Whether the data is packed in panels ([`GgufFile::pack_tensors`]).
     packed: bool,
@@ -52,7 +52,7 @@ impl FileMatrix {
     /// The borrowed view, multiplying with `dispatch`'s kernel. The shape
     /// and byte range were checked by [`Linear::from_gguf`].
     fn view(&self, dispatch: Dispatch) -> QMatrix<'_> {
-        let data = &self.file.bytes()[self.bytes.clone()];
+        let data = self.file.data(self.bytes.clone());
         let view = QMatrix::checked_before(self.ty, self.n_rows, self.n_cols, data, dispatch);
         if self.packed { view.in_panels() } else { view }
     }
