@@ -300,6 +300,11 @@ def main():
         d.save_screenshot(os.path.join(OUT, "webui-phone.png"))
         width = d.execute_script("return document.documentElement.scrollWidth")
         check(width <= 390, f"nothing wider than the phone: {width}px")
+        d.find_elements(By.CSS_SELECTOR, ".msg.assistant")[-1].find_elements(By.CSS_SELECTOR, ".tok")[3].click()
+        left, right, screen = d.execute_script(
+            "const b = document.getElementById('tip').getBoundingClientRect(); return [b.left, b.right, innerWidth]")
+        check(d.find_element(By.ID, "tip").is_displayed() and 0 <= left and right <= screen,
+              f"a tapped token's tooltip fits the phone: {left}..{right} of {screen}px")
     finally:
         d.quit()
     print(f"all checks passed in {time.monotonic() - started:.1f} s")
