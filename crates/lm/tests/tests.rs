@@ -3,12 +3,13 @@
 //! SmolLM2 file and Gemma 3's tokenizer (`#[ignore]`d with the command that
 //! fetches it; `cargo test -- --include-ignored` runs them, as CI does), and
 //! the conformance with llama.cpp of every real model file we test with,
-//! and the one-call API (`facade`).
+//! and the one-call API (`facade`, `facade_modes`).
 
 mod common;
 mod conformance;
 mod dry;
 mod facade;
+mod facade_modes;
 mod gemma3_tokenizer;
 mod hf;
 mod kv_q8_0;
