@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lm::lm_core::{LanguageModel, Rows, argmax, kl_divergence, softmax};
 use lm_model::catalog::SMOLLM2_Q8_0;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -193,5 +194,110 @@ fn smollm2_q4_0_equals_llama_quantize_and_runs_as_in_llama_cpp() {
             expected[..firm],
             "{prompt:?}: {got:?}\n{expected:?}"
         );
+    }
+}
+
+/// llama.cpp (llama-cpp-python) on a GGUF file: its prompt ids (BOS as the
+/// file says, special tokens parsed) and its last prompt row of logits.
+const LLAMA_CPP_LAST_ROW: &str = "\
+import sys, json, numpy as np, llama_cpp
+path, prompt = sys.argv[1], sys.argv[2]
+llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=1, verbose=False)
+ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
+llm.eval(ids)
+row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+print(json.dumps({'prompt_ids': ids, 'last_logits': row.astype(float).tolist()}))
+";
+
+/// `quantize DIR` writes the tokenizer keys llama.cpp needs: llama.cpp
+/// loads the Q8_0 file made from SmolLM2's F32 Hugging Face directory,
+/// tokenizes the prompts as we do, and its last-row logits are within the
+/// conformance tolerances of ours on the same file (every logit within
+/// 1.0, KL below 1e-2, the same argmax where its top two are 0.3 apart).
+#[test]
+#[ignore = "needs SmolLM2 as HF directories: cargo xtask fetch-model smollm2-hf"]
+fn quantize_dir_output_runs_in_llama_cpp() {
+    let models = lm_model::catalog::models_dir().unwrap();
+    let source = models.join("SmolLM2-135M-Instruct-hf-f32");
+    assert!(
+        source.is_dir(),
+        "{} is missing; make it with `cargo xtask fetch-model smollm2-hf`",
+        source.display()
+    );
+    let python = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../reference-venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing; `cargo xtask fetch-model smollm2-hf` makes it",
+        python.display()
+    );
+    let dir = scratch("hf-tokenizer");
+    let out = dir.join("smollm2-hf-q8_0.gguf");
+    quantize(&source, &out, "q8_0").ok();
+    let model = lm::load(&out).unwrap();
+    for prompt in [
+        "The capital of France is",
+        "<|im_start|>user\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n",
+    ] {
+        let run = std::process::Command::new(&python)
+            .args(["-c", LLAMA_CPP_LAST_ROW])
+            .arg(&out)
+            .arg(prompt)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let theirs: Value = serde_json::from_slice(&run.stdout).unwrap();
+        let prompt_ids = ids(&theirs["prompt_ids"]);
+        assert_eq!(
+            model.text.tokenizer.encode(prompt).unwrap(),
+            prompt_ids,
+            "{prompt:?}"
+        );
+        let mut ours = Vec::new();
+        model
+            .decoder
+            .forward(
+                &mut model.decoder.new_state(),
+                &prompt_ids,
+                Rows::Last,
+                &mut ours,
+            )
+            .unwrap();
+        let theirs: Vec<f32> = theirs["last_logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let largest = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let kl = kl_divergence(
+            &softmax(&theirs, 1.0).unwrap(),
+            &softmax(&ours, 1.0).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            largest < 1.0 && kl < 1e-2,
+            "{prompt:?}: {largest} from llama.cpp, KL {kl}"
+        );
+        eprintln!(
+            "{prompt:?}: {} ids, last row within {largest:.4} of llama.cpp's, KL {kl:.2e}",
+            prompt_ids.len()
+        );
+        let mut sorted = theirs.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if f64::from(sorted[0] - sorted[1]) >= NEAR_TIE {
+            assert_eq!(
+                argmax(&ours).unwrap(),
+                argmax(&theirs).unwrap(),
+                "{prompt:?}"
+            );
+        }
     }
 }

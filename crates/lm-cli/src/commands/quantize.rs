@@ -11,6 +11,12 @@
 //! it: Q6_K when its rows are a multiple of 256, else Q8_0. A tensor
 //! already of its target type is copied, as llama.cpp does. The metadata is copied, with `general.file_type` and
 //! `general.quantization_version` set and the split keys removed.
+//!
+//! From a Hugging Face directory the `tokenizer.*` keys are written from its
+//! `tokenizer.json` (a byte-level BPE: tokens, token types, merges) and
+//! `tokenizer_config.json` (BOS, EOS, whether BOS is added, the chat
+//! template), as `convert_hf_to_gguf.py` writes them, so that llama.cpp
+//! runs the output.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -185,6 +191,11 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     }
     // ggml's gguf_set_val moves a key it sets to the end: these two last.
     let set_last = ["general.quantization_version", "general.file_type"];
+    if args.input.is_dir() {
+        for (key, value) in hf_tokenizer_keys(&args.input)? {
+            writer.set(&key, value);
+        }
+    }
     for key in ["split.no", "split.count", "split.tensors.count"]
         .iter()
         .chain(&set_last)
@@ -214,6 +225,111 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.output.display()))?;
     print_summary(&tensors, &plans, writer.tensors(), &args.output);
     Ok(())
+}
+
+/// The `tokenizer.*` keys of the Hugging Face directory `dir`, as
+/// `convert_hf_to_gguf.py` writes them for a byte-level BPE (its
+/// `_set_vocab_gpt2`): the tokens in id order, their types (1 normal, 3 a
+/// special added token, 4 another added token), the merges, the special
+/// ids, whether BOS is added, the chat template. `tokenizer.ggml.pre` names
+/// the pre-tokenizer llama.cpp applies: `smollm` for single digits then
+/// GPT-2's regex (SmolLM2), `gpt-2` for GPT-2's regex alone, else
+/// `default` (llama.cpp's fallback; its pre-tokenizer may then split text
+/// differently from `tokenizer.json`, never the ids given to the model).
+fn hf_tokenizer_keys(dir: &Path) -> Result<Vec<(String, MetadataValue)>> {
+    let path = dir.join("tokenizer.json");
+    let read = || format!("reading {}", path.display());
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).with_context(read)?)
+            .with_context(read)?;
+    let byte_level = json["decoder"]["type"] == "ByteLevel";
+    if json["model"]["type"] != "BPE" || !byte_level {
+        bail!(
+            "{}: only a byte-level BPE tokenizer is written to GGUF (model {}, decoder {})",
+            path.display(),
+            json["model"]["type"],
+            json["decoder"]["type"]
+        );
+    }
+    let merges = json["model"]["merges"]
+        .as_array()
+        .with_context(|| format!("{}: model.merges is not a list", path.display()))?
+        .iter()
+        .map(|merge| match merge {
+            serde_json::Value::String(pair) => Some(pair.clone()),
+            serde_json::Value::Array(pair) => match &pair[..] {
+                [a, b] => Some(format!("{} {}", a.as_str()?, b.as_str()?)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .with_context(|| format!("{}: a merge is not a pair", path.display()))?;
+    let added: std::collections::HashSet<u64> = json["added_tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|token| token["id"].as_u64())
+        .collect();
+    let text = lm::GgufText::from_hf_dir(dir).with_context(read)?;
+    let tokenizer = &text.tokenizer;
+    let n_vocab = tokenizer.vocab_size() as u32;
+    let tokens = (0..n_vocab)
+        .map(|id| {
+            let token = tokenizer.token_text(id).unwrap_or_default();
+            MetadataValue::String(token.to_owned())
+        })
+        .collect();
+    let types = (0..n_vocab)
+        .map(
+            |id| match (tokenizer.is_special(id), added.contains(&u64::from(id))) {
+                (true, _) => MetadataValue::I32(3),
+                (false, true) => MetadataValue::I32(4),
+                (false, false) => MetadataValue::I32(1),
+            },
+        )
+        .collect();
+    let pre = &json["pre_tokenizer"];
+    let is_gpt2_byte_level =
+        |p: &serde_json::Value| p["type"] == "ByteLevel" && p["use_regex"] != false;
+    let pre = match pre["pretokenizers"].as_array().map(Vec::as_slice) {
+        Some([digits, level])
+            if digits["type"] == "Digits"
+                && digits["individual_digits"] == true
+                && is_gpt2_byte_level(level) =>
+        {
+            "smollm"
+        }
+        _ if is_gpt2_byte_level(pre) => "gpt-2",
+        _ => "default",
+    };
+    let mut keys = vec![
+        ("tokenizer.ggml.model", MetadataValue::String("gpt2".into())),
+        ("tokenizer.ggml.pre", MetadataValue::String(pre.into())),
+        ("tokenizer.ggml.tokens", MetadataValue::Array(tokens)),
+        ("tokenizer.ggml.token_type", MetadataValue::Array(types)),
+        (
+            "tokenizer.ggml.merges",
+            MetadataValue::Array(merges.into_iter().map(MetadataValue::String).collect()),
+        ),
+        (
+            "tokenizer.ggml.add_bos_token",
+            MetadataValue::Bool(tokenizer.add_bos()),
+        ),
+    ];
+    if let Some(id) = tokenizer.bos_id() {
+        keys.push(("tokenizer.ggml.bos_token_id", MetadataValue::U32(id)));
+    }
+    if let Some(id) = tokenizer.eos_id() {
+        keys.push(("tokenizer.ggml.eos_token_id", MetadataValue::U32(id)));
+    }
+    if let Some(template) = tokenizer.chat_template() {
+        keys.push((
+            "tokenizer.chat_template",
+            MetadataValue::String(template.into()),
+        ));
+    }
+    Ok(keys.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
 /// Refuses OUT when it is IN (the same file by device and inode, whatever
