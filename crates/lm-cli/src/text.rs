@@ -268,6 +268,32 @@ impl lm_serve::ServedText for TextCodec {
         TextCodec::encode_chat(self, messages, parse_special).map_err(Into::into)
     }
 
+    fn chat_template_source(&self) -> Option<String> {
+        match self {
+            Self::Bpe(text) => lm_serve::ServedText::chat_template_source(text.as_ref()),
+            Self::Toy | Self::Words(_) => None,
+        }
+    }
+
+    fn encode_chat_with_variables(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        variables: &lm_serve::TemplateVariables,
+        parse_special: bool,
+    ) -> std::result::Result<Vec<TokenId>, lm_serve::TextFailure> {
+        let Self::Bpe(text) = self else {
+            return Err(TextError::NoChatTemplate { model: self.kind() }.into());
+        };
+        lm_serve::ServedText::encode_chat_with_variables(
+            text.as_ref(),
+            messages,
+            tools,
+            variables,
+            parse_special,
+        )
+    }
+
     fn end_tokens(&self) -> Vec<TokenId> {
         TextCodec::end_tokens(self)
     }

@@ -58,7 +58,7 @@ pub use error::ServeError;
 pub use persist::{CACHE_FILE, CacheDir, CacheNotes, PersistError, SaveReport, SavedState};
 pub use routes::is_cors_origin;
 pub use state_size::StateSize;
-pub use text::{OutputFormatError, ServedText, TextFailure};
+pub use text::{OutputFormatError, ServedText, TemplateVariables, TextFailure};
 
 use crate::metrics::Metrics;
 use crate::routes::App;

@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Event, Job, JobQueue};
 use crate::surrogates::replace_lone_surrogates;
-use crate::text::ServedText;
+use crate::text::{ServedText, WithVariables};
 use crate::tools::{self, Call, CallSplitter, ToolFormat, ToolMode};
 use crate::trace;
 
@@ -454,9 +454,13 @@ async fn chat_completions(
     let prepared = (|| {
         let request = request::chat(&json_body(body)?)?;
         app.check_requested_model(&request.sampling)?;
+        let text = WithVariables {
+            text: &*app.text,
+            variables: &request.template_kwargs,
+        };
         // Message contents literal unless --parse-special (see ServedText).
         let (prompt, tools) = tools::encode_chat(
-            &*app.text,
+            &text,
             &request.messages,
             request.tools.as_ref(),
             &request.sampling,

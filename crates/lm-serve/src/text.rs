@@ -27,6 +27,69 @@ pub(crate) fn error_chain(failure: &(dyn std::error::Error + 'static)) -> String
     message
 }
 
+/// Extra variables of a chat template render (`chat_template_kwargs`).
+pub type TemplateVariables = serde_json::Map<String, serde_json::Value>;
+
+/// A text side whose chat prompts are rendered with a request's
+/// `chat_template_kwargs`: when it has any, every chat encoding goes
+/// through [`ServedText::encode_chat_with_variables`]; the rest, and every
+/// call without them, goes to the text side.
+pub(crate) struct WithVariables<'a> {
+    pub(crate) text: &'a dyn ServedText,
+    pub(crate) variables: &'a TemplateVariables,
+}
+
+impl ServedText for WithVariables<'_> {
+    fn detokenizer(&self) -> &dyn Detokenize {
+        self.text.detokenizer()
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>, TextFailure> {
+        self.text.encode(text)
+    }
+
+    fn chat_prompt(&self, messages: &[Message]) -> Result<String, TextFailure> {
+        self.text.chat_prompt(messages)
+    }
+
+    fn encode_chat(
+        &self,
+        messages: &[Message],
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        if self.variables.is_empty() {
+            return self.text.encode_chat(messages, parse_special);
+        }
+        (self.text).encode_chat_with_variables(messages, None, self.variables, parse_special)
+    }
+
+    fn chat_template_source(&self) -> Option<String> {
+        self.text.chat_template_source()
+    }
+
+    fn chat_reads_tools(&self) -> bool {
+        self.text.chat_reads_tools()
+    }
+
+    fn encode_chat_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &serde_json::Value,
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        if self.variables.is_empty() {
+            return self
+                .text
+                .encode_chat_with_tools(messages, tools, parse_special);
+        }
+        (self.text).encode_chat_with_variables(messages, Some(tools), self.variables, parse_special)
+    }
+
+    fn end_tokens(&self) -> Vec<TokenId> {
+        self.text.end_tokens()
+    }
+}
+
 /// Why a [`ServedText`] has no constraint for a `response_format`; the
 /// server answers either with a 400 naming `response_format`.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +164,21 @@ pub trait ServedText: Send + Sync {
         Err("this model's chat template cannot render tools".into())
     }
 
+    /// The ids of the chat prompt of `messages` with `variables` added to
+    /// the template's (a request's `chat_template_kwargs`, such as Qwen3's
+    /// `enable_thinking`) and, when given, `tools` set. By default there
+    /// is no template to pass them to.
+    fn encode_chat_with_variables(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        variables: &TemplateVariables,
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        let _ = (messages, tools, variables, parse_special);
+        Err("this model has no chat template to pass 'chat_template_kwargs' to".into())
+    }
+
     /// The ids that end a response when generated.
     fn end_tokens(&self) -> Vec<TokenId>;
 
@@ -168,6 +246,20 @@ impl ServedText for GgufText {
         let parts = self
             .chat_template()?
             .render_parts_with_tools(messages, Some(tools))?;
+        Ok(self.encode_chat_parts(&parts, parse_special)?)
+    }
+
+    fn encode_chat_with_variables(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        variables: &TemplateVariables,
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, TextFailure> {
+        let parts = self
+            .chat_template()?
+            .with_variables(variables.clone())
+            .render_parts_with_tools(messages, tools)?;
         Ok(self.encode_chat_parts(&parts, parse_special)?)
     }
 

@@ -107,6 +107,8 @@ pub struct ChatTemplate {
     name: String,
     bos_token: String,
     eos_token: String,
+    /// Extra variables of every render ([`ChatTemplate::with_variables`]).
+    variables: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One piece of a rendered chat prompt ([`ChatTemplate::render_parts`]).
@@ -141,7 +143,18 @@ impl ChatTemplate {
             name: TEMPLATE_NAME.to_owned(),
             bos_token: bos_token.unwrap_or_default().to_owned(),
             eos_token: eos_token.unwrap_or_default().to_owned(),
+            variables: serde_json::Map::new(),
         })
+    }
+
+    /// Adds `variables` to every render's variables, as Hugging Face's
+    /// `apply_chat_template(**kwargs)` and vLLM's and llama-server's
+    /// `chat_template_kwargs` pass them (`enable_thinking`). The template's
+    /// own variables (`messages`, `add_generation_prompt`, `bos_token`,
+    /// `eos_token`, `tools`) win over an entry of the same name.
+    pub fn with_variables(mut self, variables: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.variables = variables;
+        self
     }
 
     /// The template under `name` in errors (`tokenizer.chat_template`).
@@ -184,6 +197,7 @@ impl ChatTemplate {
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
                 tools => tools,
+                ..Value::from_serialize(&self.variables)
             },
             &mut out,
         );
@@ -546,6 +560,26 @@ mod tests {
         )
         .unwrap();
         assert!(!plain.reads_tools());
+    }
+
+    /// Extra variables reach the template (Qwen3's `enable_thinking`, as
+    /// `chat_template_kwargs` sends it); the template's own win a clash.
+    #[test]
+    fn extra_variables_reach_the_template_and_cannot_replace_its_own() {
+        let source = "{{ messages[0].content }}|{{ enable_thinking is defined }}|\
+                      {% if enable_thinking is false %}off{% endif %}|{{ add_generation_prompt }}";
+        let messages = [Message::new("user", "Hi")];
+        let template = ChatTemplate::new(source, None, None).unwrap();
+        assert_eq!(template.render(&messages, true).unwrap(), "Hi|False||True");
+        let variables = serde_json::json!({"enable_thinking": false, "add_generation_prompt": 7});
+        let template = template.with_variables(variables.as_object().unwrap().clone());
+        assert_eq!(
+            template.render(&messages, true).unwrap(),
+            "Hi|True|off|True"
+        );
+        let parts = template.render_parts(&messages).unwrap();
+        let text: String = parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(text, "Hi|True|off|True");
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub(crate) struct ChatRequest {
     pub(crate) logprobs: Option<usize>,
     /// `tools`, `tool_choice`, `parallel_tool_calls` (see `tools.rs`).
     pub(crate) tools: Option<crate::tools::ToolRequest>,
+    /// `chat_template_kwargs`: extra variables of the chat template's
+    /// render (`enable_thinking`), as vLLM and llama-server take them.
+    pub(crate) template_kwargs: crate::TemplateVariables,
 }
 
 /// The roles a chat message may have; `developer` (OpenAI's newer name
@@ -200,8 +203,19 @@ pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
             "'top_logprobs' needs 'logprobs': true",
         ));
     }
+    let template_kwargs = match f.get("chat_template_kwargs") {
+        None => crate::TemplateVariables::new(),
+        Some(Value::Object(kwargs)) => kwargs.clone(),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                format!("'chat_template_kwargs' must be an object, got {v}"),
+            ));
+        }
+    };
     Ok(ChatRequest {
         messages,
+        template_kwargs,
         tools: crate::tools::read(f.0)?,
         sampling: sampling::read(&f)?,
         logprobs: logprobs.then(|| top.unwrap_or(0) as usize),
@@ -290,6 +304,10 @@ mod tests {
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "model": 3}),
                 "model",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]}),
+                "chat_template_kwargs",
             ),
         ] {
             assert_eq!(chat(&body).unwrap_err().param.unwrap(), param, "{body}");
