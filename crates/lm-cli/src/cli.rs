@@ -254,17 +254,24 @@ pub enum KvType {
 /// `--temperature` when not given: the model's own distribution.
 pub const DEFAULT_TEMPERATURE: f32 = 1.0;
 
+/// `chat`'s `--temperature` when neither the flag nor the model sets one.
+pub const CHAT_TEMPERATURE: f32 = 0.7;
+
+/// `chat`'s `--top-p` when neither the flag nor the model sets one.
+pub const CHAT_TOP_P: f32 = 0.9;
+
 /// The temperature and the filters after it, in the order the policy chain
 /// runs them: shared by `generate` and `probs`, so `probs` shows the
 /// distribution `generate` draws from for the same flags.
 #[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
     /// Sharpen (< 1) or flatten (> 1) the distribution; 0 means greedy (all
-    /// mass on the largest logit).
+    /// mass on the largest logit) [default: 1, or a Hugging Face model
+    /// directory's generation_config.json].
     #[arg(long, short = 't', visible_alias = "temp", value_name = "T",
-          default_value_t = DEFAULT_TEMPERATURE, allow_negative_numbers = true,
+          allow_negative_numbers = true,
           value_parser = setting(|c, t| c.temperature = t))]
-    pub temperature: f32,
+    pub temperature: Option<f32>,
     /// Dynamic temperature: the temperature moves within T ± R with the
     /// entropy of the candidates, lower when the model is sure (0: off).
     #[arg(long, value_name = "R", allow_negative_numbers = true,
@@ -352,7 +359,7 @@ impl FilterArgs {
     /// lm-decode's default.
     pub fn sampling(&self) -> SamplingConfig {
         SamplingConfig {
-            temperature: self.temperature,
+            temperature: self.temperature.unwrap_or(DEFAULT_TEMPERATURE),
             top_k: self.top_k(),
             top_p: self.top_p,
             min_p: self.min_p,
@@ -826,13 +833,11 @@ pub enum SmoothingArg {
     KneserNey,
 }
 
-/// `lm-cli chat`. The policy flags are `generate`'s, with chat defaults:
-/// temperature 0.7 and top-p 0.9.
+/// `lm-cli chat`. The policy flags are `generate`'s, with chat defaults
+/// where neither the flags nor a Hugging Face directory's
+/// generation_config.json set them: temperature 0.7 and top-p 0.9
+/// ([`CHAT_TEMPERATURE`], [`CHAT_TOP_P`]).
 #[derive(Debug, Clone, Args)]
-#[command(
-    mut_arg("temperature", |arg| arg.default_value("0.7")),
-    mut_arg("top_p", |arg| arg.default_value("0.9"))
-)]
 pub struct ChatArgs {
     /// The model and how to run it.
     #[command(flatten)]

@@ -21,6 +21,7 @@ mod draft;
 mod embed;
 mod files;
 mod interrupt;
+mod model_defaults;
 mod output;
 mod printer;
 mod progress;

@@ -76,3 +76,53 @@ fn quantize_takes_a_directory() {
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert!(run.stderr.contains("config.json"), "{}", run.stderr);
 }
+
+/// generation_config.json's temperature, top-p and top-k (0.7, 0.9, 40 in
+/// the fixtures) fill the flags left unset, and the `--json` settings say
+/// so; a flag given wins; `--greedy` and another model take none.
+#[test]
+fn generation_config_gives_the_unset_sampling_defaults() {
+    let settings = |model: &Path, extra: &[&str]| {
+        let report = Cli::generate("Hello")
+            .model(model.display())
+            .n(2)
+            .seed(1)
+            .args(extra)
+            .json();
+        report["settings"].clone()
+    };
+    let dir = fixture("hf/qwen2");
+    let all = settings(&dir, &[]);
+    assert_eq!(
+        all["temperature"].as_f64().map(|t| t as f32),
+        Some(0.7),
+        "{all}"
+    );
+    assert_eq!(all["top_p"].as_f64().map(|p| p as f32), Some(0.9), "{all}");
+    assert_eq!(all["top_k"], 40, "{all}");
+    assert_eq!(
+        all["defaults"],
+        serde_json::json!({"source": "generation_config.json", "fields": ["temperature", "top_p", "top_k"]}),
+    );
+    let given = settings(&dir, &["--temperature", "0.5", "--top-k", "5"]);
+    assert_eq!(
+        given["temperature"].as_f64().map(|t| t as f32),
+        Some(0.5),
+        "{given}"
+    );
+    assert_eq!(given["top_k"], 5, "{given}");
+    assert_eq!(
+        given["defaults"]["fields"],
+        serde_json::json!(["top_p"]),
+        "{given}"
+    );
+    let greedy = settings(&dir, &["--greedy"]);
+    assert!(greedy.get("defaults").is_none(), "{greedy}");
+    let toy = Cli::generate("<start> the cat")
+        .model("toy")
+        .n(2)
+        .seed(1)
+        .json();
+    assert!(toy["settings"].get("defaults").is_none(), "{toy}");
+    assert_eq!(toy["settings"]["temperature"], 1.0, "{toy}");
+}

@@ -40,7 +40,7 @@ use self::input::{
     COMMANDS_HELP, ChatCommand, Entry, LineSource, MessageReader, PipedLines, TerminalLines,
 };
 use self::session::{Resumed, SaveSession, SessionFile};
-use crate::cli::ChatArgs;
+use crate::cli::{CHAT_TEMPERATURE, CHAT_TOP_P, ChatArgs};
 use crate::commands::generate::{PREFILL_CHUNK_LEN, Policy, stop_if};
 use crate::interrupt;
 use crate::output::Output;
@@ -52,7 +52,7 @@ use crate::structured;
 use crate::text::{TextCodec, TextError};
 
 /// Runs `lm-cli chat`.
-pub fn run(args: ChatArgs) -> Result<()> {
+pub fn run(mut args: ChatArgs) -> Result<()> {
     // A format the engine refuses is a usage error, before any model loads.
     let format = args.structured.output_format()?;
     // A GGUF file without a chat template is refused from its metadata alone,
@@ -79,7 +79,20 @@ pub fn run(args: ChatArgs) -> Result<()> {
     // Fail before the first prompt when the model cannot chat.
     loaded.codec.chat_prompt(&[Message::new("user", "")])?;
     interrupt::install()?;
-    let chat = Chat { args, spec, format };
+    // The model's sampling defaults, then chat's, for what the flags leave unset.
+    let defaults = if args.greedy {
+        None
+    } else {
+        crate::model_defaults::apply(&spec, &mut args.filters)?
+    };
+    args.filters.temperature.get_or_insert(CHAT_TEMPERATURE);
+    args.filters.top_p.get_or_insert(CHAT_TOP_P);
+    let chat = Chat {
+        args,
+        spec,
+        format,
+        defaults,
+    };
     let Some(mut session) = session else {
         return loaded.run(options, chat);
     };
@@ -105,6 +118,8 @@ struct Chat {
     spec: ModelSpec,
     /// The output format, read and checked before the model loaded.
     format: Option<OutputFormat>,
+    /// What generation_config.json set, for the `--json` settings.
+    defaults: Option<crate::model_defaults::DefaultsSource>,
 }
 
 /// `--json`: the conversation and how each reply was made.
@@ -167,6 +182,7 @@ impl Chat {
             min_new_tokens: args.min_new_tokens,
             end_tokens: codec.end_tokens(),
             context_length: model.context_length(),
+            defaults: self.defaults.clone(),
             ..policy.settings()
         };
         let config = GenerationConfig {

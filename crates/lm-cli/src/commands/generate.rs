@@ -58,7 +58,7 @@ pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
 pub(crate) const PREFILL_CHUNK_LEN: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
 
 /// Runs `lm-cli generate`.
-pub fn run(args: GenerateArgs) -> Result<()> {
+pub fn run(mut args: GenerateArgs) -> Result<()> {
     if args.trace_prefixes && !args.json && !args.json_lines {
         return Err(UsageError::PrefixesWithoutJson.into());
     }
@@ -87,6 +87,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     crate::interrupt::install()?;
     let (loaded, options) = crate::commands::load_model(&args.model)?;
     let spec = ModelSpec::or_default(args.model.model.as_ref());
+    // Beam search and --greedy draw nothing: no sampling default applies.
+    let defaults = if args.num_beams.unwrap_or(1) > 1 || args.greedy {
+        None
+    } else {
+        crate::model_defaults::apply(&spec, &mut args.filters)?
+    };
     loaded.run(
         options,
         Generate {
@@ -94,6 +100,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             spec,
             prompt,
             format,
+            defaults,
         },
     )
 }
@@ -239,7 +246,10 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     let config = args.penalties.sampling(filters.sampling());
     let default_temperature = crate::cli::DEFAULT_TEMPERATURE;
     [
-        ("--temperature", filters.temperature != default_temperature),
+        (
+            "--temperature",
+            filters.temperature.is_some_and(|t| t != default_temperature),
+        ),
         ("--greedy", args.greedy),
         ("--top-k", config.top_k.is_some()),
         ("--top-p", config.top_p.is_some()),
@@ -289,6 +299,8 @@ struct Generate {
     spec: ModelSpec,
     prompt: String,
     format: Option<OutputFormat>,
+    /// What generation_config.json set, for the `--json` settings.
+    defaults: Option<crate::model_defaults::DefaultsSource>,
 }
 
 /// How the results are shown.
@@ -340,6 +352,7 @@ impl ModelTask for Generate {
             ),
             draft: args.draft.as_ref().map(ToString::to_string),
             draft_tokens: args.draft.is_some().then(|| to_usize(args.draft_tokens)),
+            defaults: self.defaults.clone(),
             ..policy.settings()
         };
         let (constraint, clock) = match &self.format {

@@ -204,6 +204,10 @@ pub struct Settings {
     /// The most tokens `--draft` proposed per pass (`--draft-tokens`), if drafting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft_tokens: Option<usize>,
+    /// The settings a Hugging Face directory's generation_config.json gave
+    /// (the user set none of them), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<crate::model_defaults::DefaultsSource>,
 }
 
 impl Settings {
