@@ -248,7 +248,9 @@ fn flag_ignored_by_beams(args: &GenerateArgs) -> Option<&'static str> {
     [
         (
             "--temperature",
-            filters.temperature.is_some_and(|t| t != default_temperature),
+            filters
+                .temperature
+                .is_some_and(|t| t != default_temperature),
         ),
         ("--greedy", args.greedy),
         ("--top-k", config.top_k.is_some()),
