@@ -237,6 +237,50 @@ pub struct ModelArgs {
     /// gigabyte). Transformer models only.
     #[arg(long, value_name = "TYPE")]
     pub kv_type: Option<KvType>,
+    /// Quantize a Hugging Face directory's matrices while loading
+    /// (in-situ; each matrix whose rows split into the type's blocks, the
+    /// rest kept): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k.
+    #[arg(long, value_name = "TYPE")]
+    pub quantize: Option<LoadQuant>,
+}
+
+/// The types `--quantize` quantizes to at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[allow(missing_docs)]
+pub enum LoadQuant {
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
+    #[value(name = "q4_k")]
+    Q4K,
+    #[value(name = "q5_k")]
+    Q5K,
+    #[value(name = "q6_k")]
+    Q6K,
+}
+
+impl LoadQuant {
+    /// The GGML type.
+    pub fn ggml_type(self) -> lm_model::GgmlType {
+        use lm_model::GgmlType as T;
+        match self {
+            Self::Q8_0 => T::Q8_0,
+            Self::Q4_0 => T::Q4_0,
+            Self::Q4_1 => T::Q4_1,
+            Self::Q5_0 => T::Q5_0,
+            Self::Q5_1 => T::Q5_1,
+            Self::Q4K => T::Q4_K,
+            Self::Q5K => T::Q5_K,
+            Self::Q6K => T::Q6_K,
+        }
+    }
 }
 
 /// The KV cache precisions `--kv-type` names (`lm_model::KvPrecision`).
@@ -957,6 +1001,11 @@ pub struct ServeArgs {
     /// cls (mean by default for these decoder models; see docs/serving.md).
     #[arg(long, value_name = "POOLING", default_value_t = lm::Pooling::Mean)]
     pub pooling: lm::Pooling,
+    /// Split a thinking chat template's `<think>...</think>` out of replies into
+    /// `reasoning_content` (auto, for templates that write `<think>`), or leave the
+    /// text whole in `content` (off).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "off"])]
+    pub reasoning: String,
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

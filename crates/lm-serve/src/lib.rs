@@ -35,6 +35,7 @@ pub mod fuzz;
 mod guided;
 mod metrics;
 mod persist;
+mod reasoning;
 mod request;
 mod routes;
 mod scheduler;
@@ -119,6 +120,10 @@ pub struct ServeConfig {
     /// `POST /slots/save`. `None` (the default): the cache lives and dies
     /// with the process.
     pub cache_dir: Option<CacheDir>,
+    /// Split a thinking template's `<think>...</think>` out of chat
+    /// replies into `reasoning_content` (on by default; `--reasoning off`
+    /// leaves replies whole in `content`; see `reasoning.rs`).
+    pub reasoning: bool,
 }
 
 impl Default for ServeConfig {
@@ -139,6 +144,7 @@ impl Default for ServeConfig {
             max_formats: 8,
             webui: true,
             cache_dir: None,
+            reasoning: true,
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::echo::{self, Echo};
 use crate::error::ApiError;
 use crate::formats::FormatCache;
 use crate::metrics::Metrics;
+use crate::reasoning::{self, ThinkSplitter, Thinking, content};
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Event, Job, JobQueue};
 use crate::surrogates::replace_lone_surrogates;
@@ -440,6 +441,7 @@ async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejec
                 logprobs,
                 None,
                 echo,
+                None,
             )
             .await
         }
@@ -454,10 +456,7 @@ async fn chat_completions(
     let prepared = (|| {
         let request = request::chat(&json_body(body)?)?;
         app.check_requested_model(&request.sampling)?;
-        let text = WithVariables {
-            text: &*app.text,
-            variables: &request.template_kwargs,
-        };
+        let text = WithVariables::new(&*app.text, &request.template_kwargs);
         // Message contents literal unless --parse-special (see ServedText).
         let (prompt, tools) = tools::encode_chat(
             &text,
@@ -466,11 +465,23 @@ async fn chat_completions(
             &request.sampling,
             app.config.parse_special,
         )?;
-        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs, tools))
+        let on = app.config.reasoning;
+        let thinking = reasoning::thinking(&text, on, &request.template_kwargs, &prompt);
+        Ok::<_, ApiError>((prompt, request.sampling, request.logprobs, tools, thinking))
     })();
     match prepared {
-        Ok((prompt, sampling, logprobs, tools)) => {
-            run(&app, Kind::Chat, prompt, sampling, logprobs, tools, None).await
+        Ok((prompt, sampling, logprobs, tools, thinking)) => {
+            run(
+                &app,
+                Kind::Chat,
+                prompt,
+                sampling,
+                logprobs,
+                tools,
+                None,
+                thinking,
+            )
+            .await
         }
         Err(error) => error.into_response(),
     }
@@ -580,6 +591,7 @@ fn max_new_tokens(
 
 /// Queues the request's `n` choices and answers with their events; with
 /// `echo` (the prompt's text), each choice starts with the prompt.
+#[allow(clippy::too_many_arguments)] // one request's parts
 async fn run(
     app: &Arc<App>,
     kind: Kind,
@@ -588,6 +600,7 @@ async fn run(
     logprobs: Option<usize>,
     tools: Option<ToolMode>,
     echo: Option<String>,
+    thinking: Option<Thinking>,
 ) -> Response {
     // Counted before the check, so shutdown either waits for this request
     // or this request sees it began.
@@ -669,6 +682,7 @@ async fn run(
         trace: sampling.trace,
         tool_format: tools.map(|t| t.format),
         echo,
+        thinking,
         _in_flight: in_flight,
     };
     if sampling.stream {
@@ -694,6 +708,8 @@ struct Choice {
     offset: usize,
     /// With `lm_trace`: one entry per token (see `trace.rs`).
     trace: Vec<Value>,
+    /// A thinking template's reply: `text` is its content alone.
+    thinking: Option<ThinkSplitter>,
 }
 
 /// OpenAI's name for why a choice ended: a `response_format` output
@@ -721,6 +737,8 @@ struct Answer {
     tool_format: Option<&'static ToolFormat>,
     /// `echo`: the prompt every choice starts with.
     echo: Option<Echo>,
+    /// Whether replies are split into reasoning and content.
+    thinking: Option<Thinking>,
     /// Held until the answer is sent or dropped.
     _in_flight: InFlight,
 }
@@ -729,7 +747,10 @@ impl Answer {
     /// A choice before its first event: empty, or starting with the echo.
     fn new_choice(&self) -> Choice {
         match &self.echo {
-            None => Choice::default(),
+            None => Choice {
+                thinking: self.thinking.map(ThinkSplitter::new),
+                ..Choice::default()
+            },
             Some(echo) => Choice {
                 text: echo.text.clone(),
                 logprobs: echo.entries.clone(),
@@ -826,6 +847,7 @@ impl Answer {
                     choice.trace.push(traced.clone());
                 }
                 choice.offset += text.chars().count();
+                let text = content(&mut choice.thinking, text, false);
                 choice.text.push_str(&text);
                 (text, entry, traced)
             }
@@ -858,6 +880,7 @@ impl Answer {
                 n_prompt,
                 n_generated,
             } => {
+                let text = content(&mut choice.thinking, text, true);
                 choice.text.push_str(&text);
                 choice.finish_reason = Some(finish_reason(&stop_reason));
                 choice.n_prompt = n_prompt;
@@ -916,7 +939,7 @@ impl Answer {
                 }),
                 Kind::Chat => {
                     let calls = self.tool_format.and_then(|f| f.parse(&c.text));
-                    let (message, finish_reason) = match calls {
+                    let (mut message, finish_reason) = match calls {
                         Some((content, calls)) => (
                             json!({
                                 "role": "assistant",
@@ -933,6 +956,9 @@ impl Answer {
                             c.finish_reason,
                         ),
                     };
+                    if let Some(r) = c.thinking.as_ref().and_then(ThinkSplitter::reasoning) {
+                        message["reasoning_content"] = json!(r);
+                    }
                     json!({
                         "index": index,
                         "message": message,
@@ -1114,6 +1140,8 @@ impl Answer {
                     }
                 }
                 let first = !p.started[index];
+                let thinker = p.choices[index].thinking.as_mut();
+                let reasoning = thinker.map(ThinkSplitter::take_fresh).unwrap_or_default();
                 if let Some(splitter) = &mut p.splitters[index] {
                     text = splitter.push(&text);
                 }
@@ -1121,6 +1149,8 @@ impl Answer {
                     let (rest, calls) = splitter.finish();
                     text.push_str(&rest);
                     if !calls.is_empty() {
+                        let chunk = p.answer.chunk(index, "", None, None, false);
+                        p.pending.extend(reasoning::alone(chunk, &reasoning));
                         p.started[index] = true;
                         let cut = p.choices[index].finish_reason == Some("length");
                         let chunks = p.answer.tool_call_chunks(index, &text, &calls, first, cut);
@@ -1129,6 +1159,7 @@ impl Answer {
                     }
                 }
                 if text.is_empty()
+                    && reasoning.is_empty()
                     && entry.is_none()
                     && traced.is_none()
                     && !ends
@@ -1143,6 +1174,7 @@ impl Answer {
                     None
                 };
                 let mut chunk = p.answer.chunk(index, &text, entry, finish, first);
+                reasoning::add_to_chunk(&mut chunk, &reasoning);
                 if let Some(traced) = traced {
                     chunk["choices"][0]["lm_trace"] = json!([traced]);
                 }

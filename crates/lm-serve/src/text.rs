@@ -35,8 +35,14 @@ pub type TemplateVariables = serde_json::Map<String, serde_json::Value>;
 /// through [`ServedText::encode_chat_with_variables`]; the rest, and every
 /// call without them, goes to the text side.
 pub(crate) struct WithVariables<'a> {
-    pub(crate) text: &'a dyn ServedText,
-    pub(crate) variables: &'a TemplateVariables,
+    text: &'a dyn ServedText,
+    variables: &'a TemplateVariables,
+}
+
+impl<'a> WithVariables<'a> {
+    pub(crate) fn new(text: &'a dyn ServedText, variables: &'a TemplateVariables) -> Self {
+        Self { text, variables }
+    }
 }
 
 impl ServedText for WithVariables<'_> {

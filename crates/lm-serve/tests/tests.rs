@@ -12,6 +12,7 @@ mod fuzz;
 mod hostile;
 mod openai_client;
 mod persist;
+mod reasoning;
 mod response_format;
 mod samplers;
 mod smollm2;

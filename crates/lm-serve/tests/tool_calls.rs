@@ -34,7 +34,7 @@ fn tool_calls_and_guided_fields_on_smollm2_through_the_openai_client() {
 
 /// A copy of `source` at `dest` whose `tokenizer.chat_template` is
 /// `template` (every other key and tensor as they are).
-fn with_chat_template(source: &Path, dest: &Path, template: &str) {
+pub(crate) fn with_chat_template(source: &Path, dest: &Path, template: &str) {
     let file = GgufFile::map(source).unwrap();
     let mut writer = GgufWriter::new();
     for (key, value) in file.metadata() {

@@ -37,6 +37,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         any_model: args.any_model,
         max_formats: to_usize(args.max_formats),
         webui: !args.no_webui,
+        reasoning: args.reasoning != "off",
         cache_dir: args
             .cache_dir
             .as_ref()
