@@ -228,6 +228,62 @@ mod tests {
         assert_eq!(split(false, &["  "]), ("".into(), "  ".into()));
     }
 
+    /// A text side of four pieces and a template `source`.
+    struct Pieces(&'static str);
+
+    const PIECES: [&str; 4] = ["Hi", "<think>", "\n", "</think>"];
+
+    impl lm_core::Detokenize for Pieces {
+        fn decode(&self, ids: &[TokenId]) -> String {
+            ids.iter().map(|&id| PIECES[id as usize]).collect()
+        }
+    }
+
+    impl ServedText for Pieces {
+        fn detokenizer(&self) -> &dyn lm_core::Detokenize {
+            self
+        }
+        fn encode(&self, _: &str) -> Result<Vec<TokenId>, crate::TextFailure> {
+            Ok(Vec::new())
+        }
+        fn chat_prompt(&self, _: &[lm_tokenize::Message]) -> Result<String, crate::TextFailure> {
+            Ok(String::new())
+        }
+        fn chat_template_source(&self) -> Option<String> {
+            Some(self.0.to_owned())
+        }
+        fn end_tokens(&self) -> Vec<TokenId> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn only_a_thinking_template_splits_unless_switched_off() {
+        let thinks = Pieces("{{ messages }}<think>");
+        let none = TemplateVariables::new();
+        let off = json!({"enable_thinking": false})
+            .as_object()
+            .unwrap()
+            .clone();
+        let on = json!({"enable_thinking": true})
+            .as_object()
+            .unwrap()
+            .clone();
+        let outside = Some(Thinking { inside: false });
+        let inside = Some(Thinking { inside: true });
+        assert_eq!(thinking(&thinks, true, &none, &[0]), outside);
+        assert_eq!(thinking(&thinks, true, &on, &[0, 1, 2]), inside);
+        assert_eq!(thinking(&thinks, true, &none, &[1, 2, 3, 2]), outside);
+        // `--reasoning off`, `enable_thinking: false`, a template without
+        // `<think>`: no split.
+        assert_eq!(thinking(&thinks, false, &none, &[0, 1]), None);
+        assert_eq!(thinking(&thinks, true, &off, &[0, 1]), None);
+        assert_eq!(
+            thinking(&Pieces("{{ messages }}"), true, &none, &[0, 1]),
+            None
+        );
+    }
+
     #[test]
     fn reasoning_replaces_an_empty_content_in_a_delta() {
         let mut chunk = json!({"choices": [{"delta": {"role": "assistant", "content": ""}}]});
