@@ -126,3 +126,33 @@ fn generation_config_gives_the_unset_sampling_defaults() {
     assert!(toy["settings"].get("defaults").is_none(), "{toy}");
     assert_eq!(toy["settings"]["temperature"], 1.0, "{toy}");
 }
+
+/// `--quantize TYPE` quantizes a directory while loading, and gives the
+/// greedy ids of the same directory quantized on disk by `quantize DIR OUT
+/// TYPE` (the same reference quantizer, here the same matrices); any other
+/// model is refused naming the flag.
+#[test]
+fn quantize_at_load_runs_as_the_quantized_file() {
+    let dir = scratch("at-load");
+    let file = dir.join("qwen2-q8_0.gguf");
+    let run = Cli::new("quantize")
+        .arg(fixture("hf/qwen2").display())
+        .arg(file.display())
+        .arg("q8_0")
+        .run();
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let greedy = |cli: Cli| cli.n(8).arg("--greedy").json()["ids"].clone();
+    let at_load = greedy(
+        Cli::generate("Hello world")
+            .model(fixture("hf/qwen2").display())
+            .opt("--quantize", "q8_0"),
+    );
+    let on_disk = greedy(Cli::generate("Hello world").model(file.display()));
+    assert_eq!(at_load, on_disk);
+    let run = Cli::generate("<start> the")
+        .model("toy")
+        .opt("--quantize", "q8_0")
+        .run();
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("--quantize"), "{}", run.stderr);
+}

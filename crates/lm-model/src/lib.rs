@@ -90,7 +90,7 @@ pub use allocator::map_large_allocations;
 pub use error::{Error, Result};
 pub use gguf::{GgufError, GgufFile, MetadataValue, Summary, TensorInfo, TensorView};
 pub use gguf::{GgufWriter, SourceError, WriteError};
-pub use hf::{HfError, SUPPORTED_HF_CLASSES, open_hf_dir};
+pub use hf::{HfError, SUPPORTED_HF_CLASSES, open_hf_dir, open_hf_dir_quantized};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::QuantizeError;
 pub use quant::{

@@ -43,13 +43,30 @@ pub fn load(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
 /// [`Error::HfText`] (the tokenizer files), each naming the file and the
 /// field.
 pub fn load_hf_dir(dir: impl AsRef<Path>) -> Result<GgufModel, Error> {
-    let dir = dir.as_ref();
+    load_hf_dir_with(dir.as_ref(), None)
+}
+
+/// Loads a Hugging Face model directory as [`load_hf_dir`] does, its
+/// matrices quantized to `ty` while loading
+/// ([`lm_model::open_hf_dir_quantized`]: in-situ quantization).
+pub fn load_hf_dir_quantized(
+    dir: impl AsRef<Path>,
+    ty: lm_model::GgmlType,
+) -> Result<GgufModel, Error> {
+    load_hf_dir_with(dir.as_ref(), Some(ty))
+}
+
+fn load_hf_dir_with(dir: &Path, quantize: Option<lm_model::GgmlType>) -> Result<GgufModel, Error> {
     if !dir.exists() {
         return Err(Error::FileMissing {
             path: dir.to_path_buf(),
         });
     }
-    let file = lm_model::open_hf_dir(dir).map_err(|source| Error::Hf { source })?;
+    let file = match quantize {
+        Some(ty) => lm_model::open_hf_dir_quantized(dir, ty),
+        None => lm_model::open_hf_dir(dir),
+    }
+    .map_err(|source| Error::Hf { source })?;
     let decoder = Llama::from_file(file).map_err(|source| Error::Model {
         path: dir.to_path_buf(),
         source: Box::new(source.into()),

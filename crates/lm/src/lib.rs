@@ -106,7 +106,7 @@ pub use completion::{Completion, Score};
 pub use embed::{Embedder, Pooling, UnknownPooling, embed_tokens};
 pub use error::{Error, TextError};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
-pub use hf::{HfGeneration, load, load_hf_dir};
+pub use hf::{HfGeneration, load, load_hf_dir, load_hf_dir_quantized};
 pub use options::{Drafting, Options, Prompt};
 pub use stream::Stream;
 pub use structured::{FormatError, OutputFormat, StructuredOutput};

@@ -328,3 +328,50 @@ fn broken_tokenizer_files_name_the_file_and_field() {
     let line = crate::common::error_chain(&lm::load(&dir).unwrap_err());
     assert!(line.contains("tokenizer.json"), "{line}");
 }
+
+/// `--quantize` at load (`open_hf_dir_quantized`): every matrix whose rows
+/// split into the type's blocks holds exactly the blocks ggml's reference
+/// quantizer makes of the GGUF twin's rows (llama: q/k rows permuted before
+/// quantizing, F16 source; qwen2: F32), the rest as `open_hf_dir` keeps
+/// them; the model runs; a float target is refused.
+#[test]
+fn quantizing_at_load_gives_the_twins_rows_quantized() {
+    use lm::lm_model::{GgmlType, GgufFile, open_hf_dir, open_hf_dir_quantized};
+    for (name, ty) in [("llama", GgmlType::Q8_0), ("qwen2", GgmlType::Q4_0)] {
+        let file = open_hf_dir_quantized(hf_dir(name), ty).unwrap();
+        let plain = open_hf_dir(hf_dir(name)).unwrap();
+        let twin = GgufFile::open(fixture_path(&format!("arch/{name}.gguf"))).unwrap();
+        let mut n_quantized = 0;
+        for info in file.tensors() {
+            let ours = file.tensor(&info.name).unwrap();
+            if info.ggml_type != ty {
+                assert!(
+                    ours.data == plain.tensor(&info.name).unwrap().data,
+                    "{name} {}",
+                    info.name
+                );
+                continue;
+            }
+            n_quantized += 1;
+            let values = twin.tensor(&info.name).unwrap().to_f32_vec().unwrap();
+            let mut expected = vec![0; info.n_bytes];
+            let row_bytes = info.n_bytes / info.n_rows();
+            for (dst, src) in expected
+                .chunks_mut(row_bytes)
+                .zip(values.chunks(info.dims[0]))
+            {
+                ty.quantize_row(src, dst).unwrap();
+            }
+            assert!(ours.data == expected, "{name} {}", info.name);
+        }
+        assert!(n_quantized >= 7, "{name}: {n_quantized} matrices quantized");
+        let decoder = Llama::from_file(file).unwrap();
+        let logits = all_positions(&decoder, &ids()[..4]);
+        assert!(logits.iter().all(|v| v.is_finite()), "{name}");
+    }
+    let error = open_hf_dir_quantized(hf_dir("qwen2"), GgmlType::F16).unwrap_err();
+    assert!(
+        error.to_string().contains("cannot quantize at load"),
+        "{error}"
+    );
+}

@@ -24,7 +24,20 @@ use crate::spec::{Backend, LoadedModel, ModelSpec, RunOptions};
 pub fn load_model(args: &ModelArgs) -> Result<(LoadedModel, RunOptions)> {
     let context_length = args.context_length.map(generate::to_usize);
     configure_threads(args.threads)?;
-    let mut loaded = ModelSpec::or_default(args.model.as_ref()).load(context_length)?;
+    let spec = ModelSpec::or_default(args.model.as_ref());
+    let mut loaded = match (args.quantize, &spec) {
+        (Some(ty), ModelSpec::Gguf(dir)) if dir.is_dir() => {
+            let lm::GgufModel { decoder, text } = lm::load_hf_dir_quantized(dir, ty.ggml_type())?;
+            LoadedModel {
+                backend: Backend::Llama(Box::new(decoder)),
+                codec: crate::text::TextCodec::Bpe(Box::new(text)),
+            }
+        }
+        (Some(_), _) => anyhow::bail!(
+            "--quantize quantizes a Hugging Face directory while loading; {spec} is not one"
+        ),
+        (None, _) => spec.load(context_length)?,
+    };
     if let Some(kv_type) = args.kv_type {
         loaded.backend = with_kv_type(loaded.backend, kv_type)?;
     }

@@ -45,6 +45,14 @@ pub enum HfError {
         /// What is wrong with it.
         reason: String,
     },
+    /// In-situ quantization asked for a type weights are not quantized to.
+    #[error("{}: cannot quantize at load: {reason}", path.display())]
+    Quantize {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// `architectures` names no class this loader maps.
     #[error(
         "{}: field `architectures`: {found:?} is not supported (supported: {})",

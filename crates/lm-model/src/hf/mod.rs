@@ -64,7 +64,29 @@ pub const SUPPORTED_HF_CLASSES: [&str; 4] = config::SUPPORTED_CLASSES;
 /// file (its `{arch}.*` metadata and tensors; no `tokenizer.*` keys: the
 /// `lm` crate reads `tokenizer.json` itself).
 pub fn open_hf_dir(dir: impl AsRef<Path>) -> Result<GgufFile, HfError> {
+    open(dir.as_ref(), None)
+}
+
+/// Reads `dir` as [`open_hf_dir`] does, quantizing to `ty` while loading
+/// (in-situ quantization) every matrix whose rows split into `ty`'s
+/// blocks (the others, and the 1-D tensors, as [`open_hf_dir`] keeps
+/// them): each row dequantized to f32 and quantized by ggml's reference
+/// quantizer ([`GgmlType::quantize_row`]), what `lm-cli quantize DIR OUT
+/// TYPE` writes for those matrices without llama.cpp's per-tensor mixes.
+/// A type this crate cannot quantize to is a [`HfError::Quantize`].
+pub fn open_hf_dir_quantized(dir: impl AsRef<Path>, ty: GgmlType) -> Result<GgufFile, HfError> {
     let dir = dir.as_ref();
+    if !ty.can_quantize() || is_float(ty) {
+        return Err(HfError::Quantize {
+            path: dir.to_path_buf(),
+            reason: format!("{ty} is not a type weights are quantized to"),
+        });
+    }
+    open(dir, Some(ty))
+}
+
+/// [`open_hf_dir`], with the matrices quantized to `quantize` when given.
+fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
     let config = config::read(dir)?;
     let shards = shards::open(dir)?;
     let views = shards
@@ -120,6 +142,14 @@ pub fn open_hf_dir(dir: impl AsRef<Path>) -> Result<GgufFile, HfError> {
                 (other, _) => {
                     return Err(bad(format!("dtype {other:?} (F32, F16 or BF16 are read)")));
                 }
+            };
+            let ty = match quantize {
+                Some(target)
+                    if mapped.shape.len() == 2 && mapped.shape[1] % target.block_size() == 0 =>
+                {
+                    target
+                }
+                _ => ty,
             };
             sources.push(Source {
                 shard: shard_idx,
@@ -199,6 +229,10 @@ fn piece(
         .tensor(&source.name)
         .map_err(|e| bad(e.to_string()))?
         .data();
+    if !is_float(info.ggml_type) {
+        let bytes = quantized(config, sources, views, idx, info, data).map_err(bad)?;
+        return Ok(PieceSource::Owned(bytes));
+    }
     if info.dims.len() == 1 || matches!(source.mapped.transform, Transform::Permute { .. }) {
         let bytes =
             tensor_bytes(config, sources, views, idx, info).map_err(|e| bad(e.to_string()))?;
@@ -301,6 +335,56 @@ fn tensor_bytes(
             })
         }
         Transform::Keep | Transform::PlusOne => Ok(data.to_vec()),
+    }
+}
+
+/// Tensor `idx` (its source bytes `data`) quantized to `info`'s type, row
+/// by row in parallel, its values checked finite first.
+fn quantized(
+    config: &HfConfig,
+    sources: &[Source],
+    views: &[safetensors::SafeTensors<'_>],
+    idx: usize,
+    info: &TensorInfo,
+    data: &[u8],
+) -> Result<Vec<u8>, String> {
+    let source = &sources[idx - usize::from(config.rope_freqs.is_some())];
+    let permuted;
+    let data = if matches!(source.mapped.transform, Transform::Permute { .. }) {
+        let float = TensorInfo {
+            ggml_type: source_float_type(source.dtype),
+            ..info.clone()
+        };
+        permuted = tensor_bytes(config, sources, views, idx, &float).map_err(|e| e.to_string())?;
+        &permuted[..]
+    } else {
+        data
+    };
+    let values: Vec<f32> = to_f32(source.dtype, data).collect();
+    if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+        return Err(format!("value {at} is {}", values[at]));
+    }
+    let row_len = info.dims[0];
+    let n_rows = info.n_rows().max(1);
+    let mut out = vec![0; info.n_bytes];
+    out.par_chunks_mut(info.n_bytes / n_rows)
+        .zip(values.par_chunks(row_len))
+        .try_for_each(|(dst, src)| info.ggml_type.quantize_row(src, dst))
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Whether `ty` is a float type (used from the map as it is).
+fn is_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// The GGUF float type of a safetensors float dtype.
+fn source_float_type(dtype: Dtype) -> GgmlType {
+    match dtype {
+        Dtype::F16 => GgmlType::F16,
+        Dtype::BF16 => GgmlType::BF16,
+        _ => GgmlType::F32,
     }
 }
 
