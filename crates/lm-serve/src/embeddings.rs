@@ -58,16 +58,7 @@ fn read(body: &Value) -> Result<EmbeddingRequest, ApiError> {
             ));
         }
     };
-    let model = match f.get("model") {
-        None => None,
-        Some(Value::String(name)) => Some(name.clone()),
-        Some(v) => {
-            return Err(ApiError::invalid(
-                "model",
-                format!("'model' must be a string, got {v}"),
-            ));
-        }
-    };
+    let model = f.string("model")?.map(str::to_owned);
     Ok(EmbeddingRequest {
         inputs,
         base64,

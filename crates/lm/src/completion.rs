@@ -22,8 +22,8 @@ use std::ops::ControlFlow;
 
 use lm_core::{LanguageModel, TokenId};
 use lm_decode::{
-    BeamConfig, BeamStep, Generation, GenerationConfig, Hypothesis, ModelDrafter, OutputConstraint,
-    PromptLookup, StopReason,
+    BeamConfig, BeamStep, Drafter, Generation, GenerationConfig, Hypothesis, ModelDrafter,
+    OutputConstraint, PromptLookup, StopReason,
 };
 use lm_tokenize::Message;
 
@@ -221,29 +221,29 @@ impl GgufModel {
         let hook = |step: &lm_decode::Step| Ok::<_, lm_decode::Error>(on_piece(&step.text));
         let generation = match draft {
             None => lm_decode::generate_streaming(&self.decoder, ids, config, tokenizer, hook)?,
-            Some(Drafting::PromptLookup) => {
-                let drafter = PromptLookup::new(MAX_DRAFT);
-                lm_decode::generate_speculative(
-                    &self.decoder,
-                    ids,
-                    config,
-                    tokenizer,
-                    drafter,
-                    hook,
-                )?
-                .0
-            }
-            Some(Drafting::Model(draft)) => {
-                let (target, drafted) = (self.decoder.vocab_size(), draft.decoder.vocab_size());
-                if drafted != target {
-                    // The draft's ids must mean the target's tokens.
-                    return Err(lm_decode::Error::from(lm_core::Error::LengthMismatch {
-                        left: drafted,
-                        right: target,
-                    })
-                    .into());
-                }
-                let drafter = ModelDrafter::new(&draft.decoder, MAX_DRAFT);
+            Some(draft) => {
+                // One speculative call, whichever drafter proposes.
+                let (mut lookup, mut by_model);
+                let drafter: &mut dyn Drafter = match draft {
+                    Drafting::PromptLookup => {
+                        lookup = PromptLookup::new(MAX_DRAFT);
+                        &mut lookup
+                    }
+                    Drafting::Model(draft) => {
+                        let (target, drafted) =
+                            (self.decoder.vocab_size(), draft.decoder.vocab_size());
+                        if drafted != target {
+                            // The draft's ids must mean the target's tokens.
+                            return Err(lm_decode::Error::from(lm_core::Error::LengthMismatch {
+                                left: drafted,
+                                right: target,
+                            })
+                            .into());
+                        }
+                        by_model = ModelDrafter::new(&draft.decoder, MAX_DRAFT);
+                        &mut by_model
+                    }
+                };
                 lm_decode::generate_speculative(
                     &self.decoder,
                     ids,

@@ -146,13 +146,6 @@ fn the_readme_snippet_is_the_quickstart_example() {
     );
 }
 
-/// `ln softmax(row)[token]` in f64, written out here.
-fn log_softmax_at(row: &[f32], token: TokenId) -> f64 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = row.iter().map(|&z| (z as f64 - max).exp()).sum();
-    row[token as usize] as f64 - max - sum.ln()
-}
-
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn score_is_the_sum_of_log_softmax_over_the_models_rows_from_the_document_start() {
@@ -177,7 +170,7 @@ fn score_is_the_sum_of_log_softmax_over_the_models_rows_from_the_document_start(
     let expected: Vec<f64> = rows
         .chunks_exact(vocab_size)
         .zip(&ids)
-        .map(|(row, &token)| log_softmax_at(row, token))
+        .map(|(row, &token)| common::log_softmax_at(row, token))
         .collect();
     assert_eq!(score.logprobs.len(), expected.len());
     for (got, want) in score.logprobs.iter().zip(&expected) {

@@ -14,13 +14,6 @@ const PROMPTS: [&str; 3] = [
     "Once upon a time, in a small village,",
 ];
 
-/// `ln softmax(row)[token]` in f64, written out here.
-fn log_softmax_at(row: &[f32], token: TokenId) -> f64 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = row.iter().map(|&z| (z as f64 - max).exp()).sum();
-    row[token as usize] as f64 - max - sum.ln()
-}
-
 #[test]
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn a_batch_gives_each_prompt_its_own_greedy_run() {
@@ -86,7 +79,7 @@ fn beam_search_of_one_beam_is_greedy_and_scores_as_the_model_does() {
         let predicting = &rows[prompt_ids.len() - 1..];
         assert_eq!(predicting.len(), tokens.len());
         for ((row, &token), &got) in predicting.iter().zip(tokens).zip(&hypothesis.step_logprobs) {
-            let want = log_softmax_at(row, token);
+            let want = common::log_softmax_at(row, token);
             assert!((got - want).abs() < 1e-3, "{got} against {want}");
         }
         let sum: f64 = hypothesis.step_logprobs.iter().sum();

@@ -71,6 +71,15 @@ impl<'a> Fields<'a> {
         }
     }
 
+    pub(crate) fn string(&self, name: &str) -> Result<Option<&'a str>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| {
+                ApiError::invalid(name, format!("'{name}' must be a string, got {v}"))
+            }),
+        }
+    }
+
     pub(crate) fn boolean(&self, name: &str) -> Result<Option<bool>, ApiError> {
         match self.get(name) {
             None => Ok(None),

@@ -100,16 +100,7 @@ pub(super) fn read(f: &Fields<'_>) -> Result<Sampling, ApiError> {
             .as_ref()
             .map_or("response_format", |(_, field)| field),
         response_format: format.map(|(format, _)| format),
-        model: match f.get("model") {
-            None => None,
-            Some(Value::String(name)) => Some(name.clone()),
-            Some(v) => {
-                return Err(ApiError::invalid(
-                    "model",
-                    format!("'model' must be a string, got {v}"),
-                ));
-            }
-        },
+        model: f.string("model")?.map(str::to_owned),
     })
 }
 

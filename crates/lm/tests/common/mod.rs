@@ -17,6 +17,14 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     causes.map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
 }
 
+/// `ln softmax(row)[token]` in f64, written out here (an independent check of the crates'
+/// log-probabilities).
+pub fn log_softmax_at(row: &[f32], token: TokenId) -> f64 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = row.iter().map(|&z| (z as f64 - max).exp()).sum();
+    row[token as usize] as f64 - max - sum.ln()
+}
+
 /// A path under the workspace's `fixtures/` directory.
 pub fn fixture_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
