@@ -197,23 +197,15 @@ fn smollm2_q4_0_equals_llama_quantize_and_runs_as_in_llama_cpp() {
     }
 }
 
-/// llama.cpp (llama-cpp-python) on a GGUF file: its prompt ids (BOS as the
-/// file says, special tokens parsed) and its last prompt row of logits.
-const LLAMA_CPP_LAST_ROW: &str = "\
-import sys, json, numpy as np, llama_cpp
-path, prompt = sys.argv[1], sys.argv[2]
-llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=1, verbose=False)
-ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
-llm.eval(ids)
-row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
-print(json.dumps({'prompt_ids': ids, 'last_logits': row.astype(float).tolist()}))
-";
-
 /// `quantize DIR` writes the tokenizer keys llama.cpp needs: llama.cpp
 /// loads the Q8_0 file made from SmolLM2's F32 Hugging Face directory,
 /// tokenizes the prompts as we do, and its last-row logits are within the
 /// conformance tolerances of ours on the same file (every logit within
 /// 1.0, KL below 1e-2, the same argmax where its top two are 0.3 apart).
+/// llama.cpp's side was measured once on this very file, whose SHA-256 the
+/// fixture names (`fixtures/quantize/smollm2-hf-q8_0.json`, written by
+/// scripts/reference/quantize_hf_reference.py), so the test needs no
+/// llama-cpp-python.
 #[test]
 #[ignore = "needs SmolLM2 as HF directories: cargo xtask fetch-model smollm2-hf"]
 fn quantize_dir_output_runs_in_llama_cpp() {
@@ -224,38 +216,38 @@ fn quantize_dir_output_runs_in_llama_cpp() {
         "{} is missing; make it with `cargo xtask fetch-model smollm2-hf`",
         source.display()
     );
-    let python = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../reference-venv/bin/python");
-    assert!(
-        python.is_file(),
-        "{} is missing; `cargo xtask fetch-model smollm2-hf` makes it",
-        python.display()
-    );
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("quantize/smollm2-hf-q8_0.json")).unwrap(),
+    )
+    .unwrap();
     let dir = scratch("hf-tokenizer");
     let out = dir.join("smollm2-hf-q8_0.gguf");
     quantize(&source, &out, "q8_0").ok();
+    let digest = Sha256::digest(std::fs::read(&out).unwrap());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        hex, reference["q8_0_sha256"],
+        "the Q8_0 file is not the one llama.cpp was measured on: rerun \
+         scripts/reference/quantize_hf_reference.py on it"
+    );
     let model = lm::load(&out).unwrap();
-    for prompt in [
-        "The capital of France is",
-        "<|im_start|>user\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n",
-    ] {
-        let run = std::process::Command::new(&python)
-            .args(["-c", LLAMA_CPP_LAST_ROW])
-            .arg(&out)
-            .arg(prompt)
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
-        let theirs: Value = serde_json::from_slice(&run.stdout).unwrap();
-        let prompt_ids = ids(&theirs["prompt_ids"]);
+    for case in reference["cases"].as_array().unwrap() {
+        let prompt = case["prompt"].as_str().unwrap();
+        let prompt_ids = ids(&case["prompt_ids"]);
         assert_eq!(
             model.text.tokenizer.encode(prompt).unwrap(),
             prompt_ids,
             "{prompt:?}"
         );
+        let row = std::fs::read(fixture(&format!(
+            "quantize/{}",
+            case["last_logits"].as_str().unwrap()
+        )))
+        .unwrap();
+        let theirs: Vec<f32> = row
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect();
         let mut ours = Vec::new();
         model
             .decoder
@@ -266,12 +258,6 @@ fn quantize_dir_output_runs_in_llama_cpp() {
                 &mut ours,
             )
             .unwrap();
-        let theirs: Vec<f32> = theirs["last_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as f32)
-            .collect();
         let largest = ours
             .iter()
             .zip(&theirs)
