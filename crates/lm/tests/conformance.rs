@@ -173,15 +173,18 @@ struct Settings {
     end_of_generation_ids: Vec<TokenId>,
 }
 
+/// One prompt of a fixture: llama.cpp's ids, greedy continuation, gaps,
+/// chosen log-probabilities and, for some, its last prompt row (also the
+/// shape of `smollm2_hf`'s runs of the HF twins).
 #[derive(Debug, Deserialize)]
-struct Case {
-    name: String,
-    prompt: String,
-    prompt_ids: Vec<TokenId>,
-    continuation_ids: Vec<TokenId>,
-    top1_minus_top2: Vec<f32>,
-    chosen_logprobs: Vec<f64>,
-    last_logits: Option<LogitsFile>,
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) prompt: String,
+    pub(crate) prompt_ids: Vec<TokenId>,
+    pub(crate) continuation_ids: Vec<TokenId>,
+    pub(crate) top1_minus_top2: Vec<f32>,
+    pub(crate) chosen_logprobs: Vec<f64>,
+    pub(crate) last_logits: Option<LogitsFile>,
 }
 
 /// The exact twin of a fixture (`<stem>.exact.json`): the same cases
@@ -259,7 +262,7 @@ impl EnvelopeCase {
 
 /// A logits row stored next to the fixture as little-endian f16.
 #[derive(Debug, Deserialize)]
-struct LogitsFile {
+pub(crate) struct LogitsFile {
     file: String,
     dtype: String,
     len: usize,
@@ -678,7 +681,7 @@ fn check_last_logits(
 }
 
 /// A logits row stored as little-endian f16 next to the fixture.
-fn read_f16_row(file: &LogitsFile, dir: &std::path::Path) -> Vec<f32> {
+pub(crate) fn read_f16_row(file: &LogitsFile, dir: &std::path::Path) -> Vec<f32> {
     assert_eq!(file.dtype, "f16", "{}", file.file);
     let bytes = std::fs::read(dir.join(&file.file))
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", file.file));

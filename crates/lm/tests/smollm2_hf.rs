@@ -25,6 +25,7 @@ use lm::lm_model::catalog::models_dir;
 use serde::Deserialize;
 
 use crate::common::fixture_path;
+use crate::conformance::{Case, read_f16_row};
 
 const TIE_GAP: f32 = 0.3;
 const LOGPROB_TOLERANCE: f64 = 0.25;
@@ -36,23 +37,6 @@ const FETCH: &str = "cargo xtask fetch-model smollm2-hf";
 #[derive(Debug, Deserialize)]
 struct Fixture {
     cases: Vec<Case>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Case {
-    name: String,
-    prompt: String,
-    prompt_ids: Vec<TokenId>,
-    continuation_ids: Vec<TokenId>,
-    top1_minus_top2: Vec<f32>,
-    chosen_logprobs: Vec<f64>,
-    last_logits: Option<LogitsFile>,
-}
-
-/// llama.cpp's last prompt row, little-endian f16, beside the fixture.
-#[derive(Debug, Deserialize)]
-struct LogitsFile {
-    file: String,
 }
 
 /// `<models>/<STEM>-<kind><suffix>`, which must exist.
@@ -93,11 +77,7 @@ fn check_against_llama_cpp(kind: &str) {
             .forward(&mut state, &case.prompt_ids, Rows::Last, &mut logits)
             .unwrap();
         if let Some(file) = &case.last_logits {
-            let bytes = std::fs::read(made(kind, "").with_file_name(&file.file)).unwrap();
-            let theirs: Vec<f32> = bytes
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect();
+            let theirs = read_f16_row(file, &models_dir().unwrap());
             let largest = logits
                 .iter()
                 .zip(&theirs)
