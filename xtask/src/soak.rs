@@ -37,12 +37,13 @@ use crate::serve_cluster::{Replica, lm_cli};
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask soak [--minutes M (1)] [--clients C (32)] [--parallel P (32)] [--threads T (2)]
                         [--model M (smollm2)] [--max-requests N (1000000)] [--no-latency-limit]
-                        [--lm-cli PATH (a release build made now)]
+                        [--lm-cli PATH (a release build made now)] [--max-rss-growth PCT (5)]
 drives `lm-cli serve` with streaming, non-streaming, structured, cancelled and oversized requests
-from C clients for M minutes, then SIGTERMs it mid-run; fails on a 5xx, RSS growth >= 5% after
+from C clients for M minutes, then SIGTERMs it mid-run; fails on a 5xx, RSS growth >= PCT% after
 warm-up, p99 time to first token >= 2 s (unless --no-latency-limit: reported only) or a broken drain";
 
-/// The limits the run is judged by.
+/// The limits the run is judged by (RSS growth: the default of
+/// `--max-rss-growth`, a fraction).
 const MAX_RSS_GROWTH: f64 = 0.05;
 const MAX_P99_TTFT: Duration = Duration::from_secs(2);
 /// A request that takes longer is counted as a timeout (an error).
@@ -73,6 +74,11 @@ struct Settings {
     /// its tests just made rather than compiling a release build for one
     /// minute of load (its compute crates are optimised in the dev profile).
     binary: Option<PathBuf>,
+    /// The RSS growth after warm-up that fails the run, a fraction
+    /// (`--max-rss-growth` in percent): CI's two-minute run allows more than
+    /// the long soak's 5%, since its peaks swing by several percent between
+    /// tenths of the run (docs/serving.md).
+    max_rss_growth: f64,
 }
 
 /// Runs the task.
@@ -128,7 +134,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         &server.log(),
     );
     println!("{report}");
-    report.check(settings.latency_limit)
+    report.check(settings.latency_limit, settings.max_rss_growth)
 }
 
 fn parse(args: &[String]) -> Result<Settings> {
@@ -141,6 +147,7 @@ fn parse(args: &[String]) -> Result<Settings> {
         max_requests: 1_000_000,
         latency_limit: true,
         binary: None,
+        max_rss_growth: MAX_RSS_GROWTH,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -164,6 +171,7 @@ fn parse(args: &[String]) -> Result<Settings> {
             "--parallel" => settings.parallel = number()? as usize,
             "--threads" => settings.threads = number()? as usize,
             "--max-requests" => settings.max_requests = number()? as u64,
+            "--max-rss-growth" => settings.max_rss_growth = number()? / 100.0,
             "--model" => settings.model.clone_from(value),
             "--lm-cli" if Path::new(value).is_file() => settings.binary = Some(value.into()),
             "--lm-cli" => {
@@ -795,7 +803,7 @@ impl Report {
     }
 
     /// The verdict: every limit of the module's doc.
-    fn check(&self, latency_limit: bool) -> Result<()> {
+    fn check(&self, latency_limit: bool, max_rss_growth: f64) -> Result<()> {
         let mut failures = Vec::new();
         if self.n_5xx() > 0 {
             failures.push(format!(
@@ -810,12 +818,12 @@ impl Report {
             ));
         }
         // NaN (no samples) fails too.
-        if self.rss_growth().is_nan() || self.rss_growth() >= MAX_RSS_GROWTH {
+        if self.rss_growth().is_nan() || self.rss_growth() >= max_rss_growth {
             failures.push(format!(
                 "RSS grew {:.1}% after warm-up (limit {:.0}%; NaN: no sample after warm-up, \
                  run longer)",
                 self.rss_growth() * 100.0,
-                MAX_RSS_GROWTH * 100.0
+                max_rss_growth * 100.0
             ));
         }
         match self.percentile(0.99) {
@@ -1031,6 +1039,10 @@ mod tests {
         assert!(settings.latency_limit);
         let settings = parse(&args(&["--no-latency-limit", "--minutes", "2"])).unwrap();
         assert_eq!((settings.latency_limit, settings.minutes), (false, 2.0));
+        assert_eq!(settings.max_rss_growth, MAX_RSS_GROWTH);
+        let settings = parse(&args(&["--max-rss-growth", "10"])).unwrap();
+        assert_eq!(settings.max_rss_growth, 0.1);
+        assert!(parse(&args(&["--max-rss-growth", "0"])).is_err());
         assert!(parse(&args(&["--lm-cli", "/no/such/lm-cli"])).is_err());
         let binary = std::env::current_exe().unwrap();
         let settings = parse(&args(&["--lm-cli", binary.to_str().unwrap()])).unwrap();
