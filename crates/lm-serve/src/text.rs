@@ -249,10 +249,8 @@ impl ServedText for GgufText {
         tools: &serde_json::Value,
         parse_special: bool,
     ) -> Result<Vec<TokenId>, TextFailure> {
-        let parts = self
-            .chat_template()?
-            .render_parts_with_tools(messages, Some(tools))?;
-        Ok(self.encode_chat_parts(&parts, parse_special)?)
+        let none = TemplateVariables::new();
+        self.encode_chat_with_variables(messages, Some(tools), &none, parse_special)
     }
 
     fn encode_chat_with_variables(
