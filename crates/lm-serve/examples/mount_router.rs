@@ -1,7 +1,8 @@
 //! lm-serve inside an application of your own: the OpenAI-compatible routes
 //! from `lm_serve::router`, mounted under `/llm` beside the application's
 //! own route in one axum app, served on a free port; one chat request to
-//! `/llm/v1/chat/completions` with SmolLM2, its answer printed, then exit.
+//! `/llm/v1/chat/completions` with SmolLM2, its answer printed, and one
+//! `/llm/v1/embeddings` request (the same weights, mean-pooled), then exit.
 //! `cargo run -p lm-serve --example mount_router`; without SmolLM2 it says
 //! "skipped: ..." naming the command that fetches it and exits 0 (CI runs
 //! every example, the model or not).
@@ -39,8 +40,10 @@ fn run() -> Result<(), Box<dyn Error>> {
         parallel: 1,
         ..lm_serve::ServeConfig::default()
     };
+    let decoder = Arc::new(decoder);
     // The handle keeps the scheduler running: hold it while serving.
-    let (llm, _scheduler) = lm_serve::router(Arc::new(decoder), Arc::new(text), config)?;
+    let (llm, scheduler) = lm_serve::router(Arc::clone(&decoder), Arc::new(text), config)?;
+    scheduler.serve_embeddings(lm::Embedder::new(decoder, lm::Pooling::Mean));
     let app = Router::new()
         .route("/", get(|| async { "the application's own page" }))
         .nest("/llm", llm);
@@ -51,18 +54,45 @@ fn run() -> Result<(), Box<dyn Error>> {
     runtime.spawn(async move { axum::serve(listener, app).await });
     println!("serving on http://{addr}, the model under /llm");
 
-    let body = serde_json::json!({
+    let chat = serde_json::json!({
         "model": "smollm2",
         "messages": [{"role": "user", "content": "What is 2 plus 2?"}],
         "max_tokens": 16,
         "temperature": 0,
-    })
-    .to_string();
-    // One request over a plain socket (HTTP/1.1, the connection closed after).
+    });
+    let answer = post(addr, "/llm/v1/chat/completions", &chat)?;
+    let content = &answer["choices"][0]["message"]["content"];
+    println!("answer: {}", content.as_str().ok_or("no message content")?);
+    let input = serde_json::json!({"model": "smollm2", "input": "The cat sat on the mat."});
+    let embedding = post(addr, "/llm/v1/embeddings", &input)?;
+    let vector = embedding["data"][0]["embedding"]
+        .as_array()
+        .ok_or("no embedding")?;
+    let norm: f64 = vector
+        .iter()
+        .filter_map(|x| x.as_f64())
+        .map(|x| x * x)
+        .sum();
+    println!(
+        "embedding: {} numbers, length {:.6}",
+        vector.len(),
+        norm.sqrt()
+    );
+    Ok(())
+}
+
+/// One JSON request over a plain socket (HTTP/1.1, the connection closed
+/// after); the answer's JSON, or an error naming a status other than 200.
+fn post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, Box<dyn Error>> {
+    let body = body.to_string();
     let mut stream = std::net::TcpStream::connect(addr)?;
     write!(
         stream,
-        "POST /llm/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut response = String::new();
@@ -70,11 +100,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let (head, json) = response.split_once("\r\n\r\n").ok_or("no HTTP body")?;
     let status = head.lines().next().unwrap_or_default();
     if !status.contains(" 200 ") {
-        return Err(format!("{status}: {json}").into());
+        return Err(format!("{path}: {status}: {json}").into());
     }
-    let answer: serde_json::Value = serde_json::from_str(json)?;
-    let content = &answer["choices"][0]["message"]["content"];
-    println!("POST /llm/v1/chat/completions -> {status}");
-    println!("answer: {}", content.as_str().ok_or("no message content")?);
-    Ok(())
+    println!("POST {path} -> {status}");
+    Ok(serde_json::from_str(json)?)
 }

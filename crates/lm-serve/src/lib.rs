@@ -375,6 +375,16 @@ pub struct SchedulerHandle {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+impl SchedulerHandle {
+    /// Serves `POST /v1/embeddings` on the [`router`]'s routes with
+    /// `embedder`, as [`Server::with_embeddings`] does; without it that
+    /// route is a 400.
+    pub fn serve_embeddings(&self, embedder: lm::Embedder) {
+        // Set once: a second embedder is ignored, as the first answers.
+        let _ = self.app.embedder.set(embedder);
+    }
+}
+
 impl std::fmt::Debug for SchedulerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SchedulerHandle")
