@@ -120,6 +120,12 @@ pub struct ServeConfig {
     /// `POST /slots/save`. `None` (the default): the cache lives and dies
     /// with the process.
     pub cache_dir: Option<CacheDir>,
+    /// Values for the fields a completion or chat request leaves out
+    /// (absent or `null`): a Hugging Face directory's
+    /// `generation_config.json` temperature, top-p and top-k, as vLLM's
+    /// `--generation-config auto` takes them. Empty by default: OpenAI's
+    /// defaults.
+    pub request_defaults: serde_json::Map<String, serde_json::Value>,
     /// Split a thinking template's `<think>...</think>` out of chat
     /// replies into `reasoning_content` (on by default; `--reasoning off`
     /// leaves replies whole in `content`; see `reasoning.rs`).
@@ -144,6 +150,7 @@ impl Default for ServeConfig {
             max_formats: 8,
             webui: true,
             cache_dir: None,
+            request_defaults: serde_json::Map::new(),
             reasoning: true,
         }
     }

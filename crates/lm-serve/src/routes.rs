@@ -185,6 +185,19 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 impl App {
+    /// `body` with [`ServeConfig::request_defaults`] where it leaves a
+    /// field out (absent or `null`).
+    fn with_request_defaults(&self, mut body: Value) -> Value {
+        if let Some(fields) = body.as_object_mut() {
+            for (name, value) in &self.config.request_defaults {
+                if fields.get(name).is_none_or(Value::is_null) {
+                    fields.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        body
+    }
+
     /// A 404 when the request names a model this server does not serve
     /// ([`request::check_model`]).
     fn check_requested_model(&self, sampling: &Sampling) -> Result<(), ApiError> {
@@ -409,7 +422,7 @@ enum Kind {
 
 async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
     let prepared = (|| {
-        let request = request::completion(&json_body(body)?)?;
+        let request = request::completion(&app.with_request_defaults(json_body(body)?))?;
         app.check_requested_model(&request.sampling)?;
         let (prompt, text) = match request.prompt {
             Prompt::Text(text) => (
@@ -454,7 +467,7 @@ async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let prepared = (|| {
-        let request = request::chat(&json_body(body)?)?;
+        let request = request::chat(&app.with_request_defaults(json_body(body)?))?;
         app.check_requested_model(&request.sampling)?;
         let text = WithVariables::new(&*app.text, &request.template_kwargs);
         // Message contents literal unless --parse-special (see ServedText).

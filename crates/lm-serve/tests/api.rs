@@ -503,3 +503,37 @@ fn models_shows_a_path_by_its_file_stem() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["model"], id);
 }
+
+#[test]
+fn request_defaults_fill_the_fields_a_request_leaves_out() {
+    let defaults = json!({"temperature": 0, "max_tokens": 4});
+    let s = TestServer::toy(ServeConfig {
+        request_defaults: defaults.as_object().unwrap().clone(),
+        ..ServeConfig::default()
+    });
+    let answer = |body: Value| {
+        let (status, body) = s.post("/v1/completions", &body);
+        assert_eq!(status, 200, "{body}");
+        (body["choices"].clone(), body["usage"].clone())
+    };
+    let spelled = answer(json!({"prompt": "<start> the", "temperature": 0, "max_tokens": 4}));
+    assert_eq!(answer(json!({"prompt": "<start> the"})), spelled);
+    // `null` is left out too; a field the request gives wins.
+    assert_eq!(
+        answer(json!({"prompt": "<start> the", "temperature": null})),
+        spelled
+    );
+    let one = answer(json!({"prompt": "<start> the", "max_tokens": 1}));
+    assert_eq!(one.1["completion_tokens"], 1);
+    // Chat requests take them too.
+    let chat = |body: Value| {
+        let (status, body) = s.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{body}");
+        (body["choices"].clone(), body["usage"].clone())
+    };
+    let messages = json!([{"role": "user", "content": "the"}]);
+    assert_eq!(
+        chat(json!({"messages": messages})),
+        chat(json!({"messages": messages, "temperature": 0, "max_tokens": 4}))
+    );
+}

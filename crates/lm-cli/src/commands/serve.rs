@@ -38,6 +38,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_formats: to_usize(args.max_formats),
         webui: !args.no_webui,
         reasoning: args.reasoning != "off",
+        request_defaults: crate::model_defaults::request_defaults(&ModelSpec::or_default(
+            args.model.model.as_ref(),
+        ))?,
         cache_dir: args
             .cache_dir
             .as_ref()
@@ -82,6 +85,10 @@ where
     M::State: lm_serve::StateSize + lm_serve::SavedState + Send + 'static,
 {
     let (parallel, name) = (config.parallel, config.model_name.clone());
+    if !config.request_defaults.is_empty() {
+        let fields = serde_json::Value::Object(config.request_defaults.clone());
+        eprintln!("note: requests that leave them out take generation_config.json's {fields}");
+    }
     let server = Server::bind(model, text, config)?;
     let server = match embedder {
         Some(embedder) => server.with_embeddings(embedder),
