@@ -67,7 +67,7 @@ use lm::lm_model::catalog::{
 };
 use serde::Deserialize;
 
-use crate::common::{error_chain, fixture_path};
+use crate::common::{error_chain, fixture_json, fixture_path};
 
 /// Below this top-1/top-2 logit gap, a greedy step is a near-tie.
 const TIE_GAP: f32 = 0.3;
@@ -364,27 +364,20 @@ fn every_fixture_was_made_from_its_catalog_file() {
 }
 
 fn read_fixture(relative: &str) -> Fixture {
-    read_json(relative)
+    fixture_json(relative)
 }
 
 /// The exact twin of the fixture `relative` (`q2_k.json` -> `q2_k.exact.json`).
 fn read_exact(relative: &str) -> ExactFixture {
     let stem = relative.strip_suffix(".json").unwrap();
-    read_json(&format!("{stem}.exact.json"))
+    fixture_json(&format!("{stem}.exact.json"))
 }
 
 /// llama.cpp's own variation on the fixture `relative` (`q2_k.json` ->
 /// `q2_k.envelope.json`).
 fn read_envelope(relative: &str) -> Envelope {
     let stem = relative.strip_suffix(".json").unwrap();
-    read_json(&format!("{stem}.envelope.json"))
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(relative: &str) -> T {
-    let path = fixture_path(relative);
-    let json = std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    serde_json::from_str(&json).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+    fixture_json(&format!("{stem}.envelope.json"))
 }
 
 /// Loads `model` (panicking with the fetch command when it is missing) and

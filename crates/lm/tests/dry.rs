@@ -60,11 +60,7 @@ impl Case {
 }
 
 fn fixture() -> Fixture {
-    let path = common::fixture_path("samplers/dry.json");
-    let json = std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    serde_json::from_str(&json)
-        .unwrap_or_else(|err| panic!("{} has the wrong shape: {err}", path.display()))
+    common::fixture_json("samplers/dry.json")
 }
 
 fn logits_row(fixture: &Fixture) -> Vec<f32> {

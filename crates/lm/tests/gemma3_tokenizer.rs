@@ -41,11 +41,7 @@ struct Case {
 }
 
 fn fixture() -> Fixture {
-    let path = common::fixture_path("gemma3/tokenize.json");
-    let json = std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    serde_json::from_str(&json)
-        .unwrap_or_else(|err| panic!("{} has the wrong shape: {err}", path.display()))
+    common::fixture_json("gemma3/tokenize.json")
 }
 
 #[test]

@@ -24,7 +24,7 @@ use lm::lm_model::{Decoder, Llama};
 use lm::lm_tokenize::Message;
 use lm::{GgufModel, HfGeneration};
 
-use crate::common::fixture_path;
+use crate::common::{fixture_json, fixture_path};
 
 /// llama.cpp's agreement with the crate on these models (see
 /// `crates/lm-model/tests/arch_conformance.rs`).
@@ -40,8 +40,7 @@ fn hf_dir(name: &str) -> PathBuf {
 }
 
 fn ids() -> Vec<TokenId> {
-    let text = std::fs::read_to_string(fixture_path("arch/manifest.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let json: serde_json::Value = fixture_json("arch/manifest.json");
     json["ids"]
         .as_array()
         .unwrap()
@@ -180,8 +179,7 @@ fn load_takes_a_gguf_file_too() {
 
 #[test]
 fn tokenizer_json_gives_the_tokenizers_package_ids() {
-    let text = std::fs::read_to_string(fixture_path("hf/tokenize.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let json: serde_json::Value = fixture_json("hf/tokenize.json");
     let model = load("qwen2");
     let tokenizer = &model.text.tokenizer;
     let lines = json["lines"].as_array().unwrap();
@@ -209,8 +207,7 @@ fn tokenizer_json_gives_the_tokenizers_package_ids() {
 
 #[test]
 fn chat_templates_render_as_jinja2_does() {
-    let text = std::fs::read_to_string(fixture_path("hf/chat.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let json: serde_json::Value = fixture_json("hf/chat.json");
     let conversations: Vec<Vec<Message>> =
         serde_json::from_value(json["conversations"].clone()).unwrap();
     for (arch, rendered) in json["rendered"].as_object().unwrap() {

@@ -11,7 +11,7 @@
 use lm::lm_model::KvPrecision;
 use lm::lm_model::catalog::SMOLLM2;
 
-use crate::common::fixture_path;
+use crate::common::fixture_json;
 use crate::conformance::check_model_with_kv;
 
 const FIXTURE: &str = "smollm2/kv_q8_0.json";
@@ -24,9 +24,7 @@ fn smollm2_with_a_q8_0_cache_matches_llama_cpp_with_one() {
 
 #[test]
 fn the_fixture_is_llama_cpp_with_a_q8_0_cache_on_the_catalog_file() {
-    let path = fixture_path(FIXTURE);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let json: serde_json::Value = fixture_json(FIXTURE);
     assert_eq!(json["model"]["sha256"], SMOLLM2.sha256);
     assert_eq!(json["settings"]["kv_cache_type"], "q8_0");
     assert_eq!(json["settings"]["flash_attn"], true);

@@ -46,9 +46,7 @@ struct Case {
 const TIE_GAP: f32 = 0.3;
 
 fn fixture() -> Fixture {
-    let path = common::fixture_path("smollm2/greedy.json");
-    let json = std::fs::read_to_string(&path).unwrap();
-    serde_json::from_str(&json).unwrap()
+    common::fixture_json("smollm2/greedy.json")
 }
 
 #[test]

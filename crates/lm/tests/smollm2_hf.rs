@@ -24,7 +24,7 @@ use lm::lm_core::{LanguageModel, Rows, TokenId, argmax, kl_divergence, log_softm
 use lm::lm_model::catalog::models_dir;
 use serde::Deserialize;
 
-use crate::common::fixture_path;
+use crate::common::fixture_json;
 use crate::conformance::{Case, read_f16_row};
 
 const TIE_GAP: f32 = 0.3;
@@ -153,8 +153,7 @@ struct Tokenized {
 #[ignore = "needs SmolLM2 as HF directories: cargo xtask fetch-model smollm2-hf"]
 fn smollm2_tokenizer_json_tokenizes_as_the_tokenizers_package() {
     let text = lm::GgufText::from_hf_dir(made("f32", "")).unwrap();
-    let json = std::fs::read_to_string(fixture_path("hf/smollm2_tokenize.json")).unwrap();
-    let expected: Tokenized = serde_json::from_str(&json).unwrap();
+    let expected: Tokenized = fixture_json("hf/smollm2_tokenize.json");
     assert_eq!(expected.lines.len(), expected.ids.len());
     let differing: Vec<_> = expected
         .lines

@@ -20,14 +20,6 @@ struct Case {
     ids: Vec<u32>,
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(relative: &str) -> T {
-    let path = common::fixture_path(relative);
-    let json = std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    serde_json::from_str(&json)
-        .unwrap_or_else(|err| panic!("{} has the wrong shape: {err}", path.display()))
-}
-
 /// llama.cpp's fixture: `{"cases": [{name, text, ids, detokenized, ..}]}`.
 #[derive(Debug, Deserialize)]
 struct LlamaCppFixture {
@@ -63,7 +55,7 @@ fn encoding_mismatches<'a, Name: std::fmt::Display>(
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn encodes_and_decodes_every_prompt_like_llama_cpp() {
     let tokenizer = common::smollm2_text().tokenizer;
-    let fixture: LlamaCppFixture = read_json("smollm2/tokenize.json");
+    let fixture: LlamaCppFixture = common::fixture_json("smollm2/tokenize.json");
     assert!(fixture.cases.len() >= 20, "{} cases", fixture.cases.len());
     let mut mismatches = encoding_mismatches(
         &tokenizer,
@@ -89,7 +81,7 @@ fn encodes_and_decodes_every_prompt_like_llama_cpp() {
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn encodes_every_fixture_prompt_like_the_reference_bpe_and_decodes_it_back() {
     let tokenizer = common::smollm2_text().tokenizer;
-    let cases: Vec<Case> = read_json("tokenize/smollm2_reference_ids.json");
+    let cases: Vec<Case> = common::fixture_json("tokenize/smollm2_reference_ids.json");
     assert!(cases.len() >= 20, "fixture has {} cases", cases.len());
     let mismatches = encoding_mismatches(
         &tokenizer,

@@ -32,6 +32,16 @@ pub fn fixture_path(relative: &str) -> PathBuf {
         .join(relative)
 }
 
+/// The fixture `relative` (a path under `fixtures/`) read as JSON into `T`;
+/// panics naming the file when it is missing or has another shape.
+pub fn fixture_json<T: serde::de::DeserializeOwned>(relative: &str) -> T {
+    let path = fixture_path(relative);
+    let json = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
+    serde_json::from_str(&json)
+        .unwrap_or_else(|err| panic!("{} has the wrong shape: {err}", path.display()))
+}
+
 /// The SmolLM2 file's path. Panics with the command that fetches it when it
 /// is missing: a real-model test asked for by `--include-ignored` never
 /// passes without running.
