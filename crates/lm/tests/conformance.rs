@@ -687,7 +687,7 @@ pub(crate) fn read_f16_row(file: &LogitsFile, dir: &std::path::Path) -> Vec<f32>
 }
 
 /// The index and size of the largest |a - b| (a NaN counts as largest).
-fn max_abs_difference(a: &[f32], b: &[f32]) -> (usize, f32) {
+pub(crate) fn max_abs_difference(a: &[f32], b: &[f32]) -> (usize, f32) {
     a.iter()
         .zip(b)
         .map(|(a, b)| (a - b).abs())
@@ -703,7 +703,7 @@ fn max_abs_difference(a: &[f32], b: &[f32]) -> (usize, f32) {
 }
 
 /// KL(softmax(p) || softmax(q)), or `None` when a row cannot be normalised.
-fn kl_of_rows(p: &[f32], q: &[f32]) -> Option<f64> {
+pub(crate) fn kl_of_rows(p: &[f32], q: &[f32]) -> Option<f64> {
     let p = softmax(p, 1.0).ok()?;
     let q = softmax(q, 1.0).ok()?;
     kl_divergence(&p, &q).ok()

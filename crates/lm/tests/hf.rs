@@ -25,6 +25,7 @@ use lm::lm_tokenize::Message;
 use lm::{GgufModel, HfGeneration};
 
 use crate::common::{fixture_json, fixture_path};
+use crate::conformance::max_abs_difference;
 
 /// llama.cpp's agreement with the crate on these models (see
 /// `crates/lm-model/tests/arch_conformance.rs`).
@@ -86,11 +87,7 @@ fn check(name: &str, twin: PathBuf, llama_cpp: PathBuf, tolerance: f32) {
     }
     let theirs = read_f32(llama_cpp);
     assert_eq!(theirs.len(), hf.len(), "{name}");
-    let largest = hf
-        .iter()
-        .zip(&theirs)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let (_, largest) = max_abs_difference(&hf, &theirs);
     assert!(largest <= tolerance, "{name}: {largest} from llama.cpp");
     for (pos, (ours, theirs)) in hf
         .chunks_exact(512)

@@ -20,12 +20,12 @@
 
 use std::path::PathBuf;
 
-use lm::lm_core::{LanguageModel, Rows, TokenId, argmax, kl_divergence, log_softmax, softmax};
+use lm::lm_core::{LanguageModel, Rows, TokenId, argmax, log_softmax};
 use lm::lm_model::catalog::models_dir;
 use serde::Deserialize;
 
 use crate::common::fixture_json;
-use crate::conformance::{Case, read_f16_row};
+use crate::conformance::{Case, kl_of_rows, max_abs_difference, read_f16_row};
 
 const TIE_GAP: f32 = 0.3;
 const LOGPROB_TOLERANCE: f64 = 0.25;
@@ -78,16 +78,8 @@ fn check_against_llama_cpp(kind: &str) {
             .unwrap();
         if let Some(file) = &case.last_logits {
             let theirs = read_f16_row(file, &models_dir().unwrap());
-            let largest = logits
-                .iter()
-                .zip(&theirs)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
-            let kl = kl_divergence(
-                &softmax(&theirs, 1.0).unwrap(),
-                &softmax(&logits, 1.0).unwrap(),
-            )
-            .unwrap();
+            let (_, largest) = max_abs_difference(&logits, &theirs);
+            let kl = kl_of_rows(&theirs, &logits).expect("both rows normalise");
             if largest >= LOGIT_TOLERANCE || kl >= MAX_KL {
                 failures.push(format!(
                     "{}: last row {largest} from llama.cpp's, KL {kl}",
