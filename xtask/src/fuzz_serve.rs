@@ -66,10 +66,14 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(run(&args(&["--requests"])).is_err());
-        assert!(run(&args(&["--requests", "many"])).is_err());
-        assert!(run(&args(&["--clients", "0"])).is_err());
-        assert!(run(&args(&["--fast"])).is_err());
+        crate::assert_refused(
+            run,
+            &[
+                &["--requests"],
+                &["--requests", "many"],
+                &["--clients", "0"],
+                &["--fast"],
+            ],
+        );
     }
 }

@@ -101,6 +101,22 @@ pub(crate) fn project_root() -> PathBuf {
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
 }
 
+/// `list` as the owned arguments a task's `run` or `parse` takes (tests).
+#[cfg(test)]
+pub(crate) fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// Asserts that `parse` (a task's `run` or its parser) refuses each of
+/// `cases` before doing any work (tests).
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn assert_refused<T>(parse: impl Fn(&[String]) -> Result<T>, cases: &[&[&str]]) {
+    for case in cases {
+        assert!(parse(&args(case)).is_err(), "{case:?} was accepted");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -377,10 +377,14 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(run(&args(&["--replicas"])).is_err());
-        assert!(run(&args(&["--replicas", "0"])).is_err());
-        assert!(run(&args(&["--port", "http"])).is_err());
-        assert!(run(&args(&["--fast", "1"])).is_err());
+        crate::assert_refused(
+            run,
+            &[
+                &["--replicas"],
+                &["--replicas", "0"],
+                &["--port", "http"],
+                &["--fast", "1"],
+            ],
+        );
     }
 }
