@@ -104,18 +104,26 @@ fn unsupported_types_are_named_as_ggml_names_them() {
     check(u32::MAX, "unknown type id 4294967295");
 }
 
-#[test]
-fn q4_0_block_dequantizes_bit_exactly() {
-    // d = f16 0x3555 (0.33325195...), byte j = (15 - j) << 4 | j.
-    let d_bits = 0x3555u16;
+/// A block of scale `d_bits` and 32 nibbles, byte j = (15 - j) << 4 | j
+/// (Q4_0's and IQ4_NL's layout: low nibbles are elements 0..16, high ones
+/// 16..32), and what it dequantizes to when nibble v stands for `level(v)`
+/// times the scale.
+fn nibble_block(d_bits: u16, level: impl Fn(usize) -> i32) -> (Vec<u8>, Vec<f32>) {
     let d = f16::from_bits(d_bits).to_f32();
     let mut block = d_bits.to_le_bytes().to_vec();
     block.extend((0..16u8).map(|j| ((15 - j) << 4) | j));
     let mut expected = vec![0.0; 32];
     for j in 0..16 {
-        expected[j] = scaled(j as i32 - 8, d);
-        expected[j + 16] = scaled((15 - j as i32) - 8, d);
+        expected[j] = scaled(level(j), d);
+        expected[j + 16] = scaled(level(15 - j), d);
     }
+    (block, expected)
+}
+
+#[test]
+fn q4_0_block_dequantizes_bit_exactly() {
+    // d = f16 0x3555 (0.33325195...), nibble v stands for v - 8.
+    let (block, expected) = nibble_block(0x3555, |v| v as i32 - 8);
     assert_eq!(expected[0], -8.0 * 0.333_251_95);
     assert_bits_eq(&dequantize_one_row(GgmlType::Q4_0, 32, &block), &expected);
 }
@@ -200,15 +208,7 @@ fn iq4_nl_block_dequantizes_bit_exactly() {
     const LEVELS: [i32; 16] = [
         -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
     ];
-    let d_bits = 0x1E3Du16;
-    let d = f16::from_bits(d_bits).to_f32();
-    let mut block = d_bits.to_le_bytes().to_vec();
-    block.extend((0..16u8).map(|j| ((15 - j) << 4) | j));
-    let mut expected = vec![0.0; 32];
-    for j in 0..16 {
-        expected[j] = scaled(LEVELS[j], d);
-        expected[j + 16] = scaled(LEVELS[15 - j], d);
-    }
+    let (block, expected) = nibble_block(0x1E3D, |v| LEVELS[v]);
     assert_bits_eq(&dequantize_one_row(GgmlType::IQ4_NL, 32, &block), &expected);
 }
 
