@@ -255,11 +255,41 @@ pub fn generate_with_hook<M: LanguageModel, H: GenerationHook>(
 /// ```
 pub fn generate_from_state<M: LanguageModel, H: GenerationHook>(
     model: &M,
+    state: M::State,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+    hook: H,
+) -> Result<(Generation, M::State), H::Error> {
+    run_from_state(
+        model,
+        state,
+        prompt,
+        config,
+        detokenizer,
+        hook,
+        |state, mut logits, row, on_step| continue_row(model, state, &mut logits, row, on_step),
+    )
+}
+
+/// What every run from a state shares, whichever loop `drive` is (the
+/// plain one, the speculative one): check and fit the prompt, start the
+/// row, read the part of the prompt `state` has not read in chunks (the
+/// hook may stop between them), then `drive` the row from the logits after
+/// the prompt, the hook seeing each step. Returns the run and the state.
+pub(crate) fn run_from_state<M: LanguageModel, H: GenerationHook>(
+    model: &M,
     mut state: M::State,
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
     mut hook: H,
+    drive: impl FnOnce(
+        &mut M::State,
+        Vec<f32>,
+        &mut Row<'_>,
+        &mut dyn FnMut(&Step) -> ControlFlow<()>,
+    ) -> Result<()>,
 ) -> Result<(Generation, M::State), H::Error> {
     let mut hook_error = None;
     let result = (|| {
@@ -292,7 +322,7 @@ pub fn generate_from_state<M: LanguageModel, H: GenerationHook>(
             row.stop_reason = Some(StopReason::Cancelled);
             return Ok((row.into_generation(), state));
         }
-        continue_row(model, &mut state, &mut logits, &mut row, &mut |step| {
+        drive(&mut state, logits, &mut row, &mut |step| {
             settle(hook.on_step(step), &mut hook_error)
         })?;
         Ok((row.into_generation(), state))

@@ -183,7 +183,8 @@ pub use rng::TokenRng;
 pub use sampler::{Sampler, SamplerOrder, SamplingConfig, Selection};
 pub use score::{ContinuationScore, score_continuation, score_continuation_in_chunks};
 pub use speculative::{
-    Draft, DraftLength, Drafter, ModelDrafter, PromptLookup, SpeculationStats, generate_speculative,
+    Draft, DraftLength, Drafter, ModelDrafter, PromptLookup, SpeculationStats,
+    generate_speculative, generate_speculative_from_state,
 };
 pub use stop::{IncrementalText, StopReason, StopSearch, find_stop_string};
 pub use trace::{Candidate, DraftMark, Generation, Stage, StageCounts, Step};

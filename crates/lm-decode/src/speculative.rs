@@ -27,10 +27,10 @@
 //! carries the target's probabilities and a [`DraftMark`].
 
 use crate::error::{Error, Result};
-use crate::generate::GenerationConfig;
-use crate::hook::{GenerationHook, finish, settle};
+use crate::generate::{GenerationConfig, run_from_state};
+use crate::hook::GenerationHook;
 use crate::rng::TokenRng;
-use crate::row::{Row, prepare};
+use crate::row::Row;
 use crate::sampler::{Sampler, Selection};
 use crate::stop::StopReason;
 use crate::trace::{DraftMark, Generation, Step};
@@ -219,36 +219,88 @@ pub fn generate_speculative<M: LanguageModel, H: GenerationHook>(
     prompt: &[TokenId],
     config: &GenerationConfig,
     detokenizer: Option<&dyn Detokenize>,
-    mut drafter: impl Drafter,
-    mut hook: H,
+    drafter: impl Drafter,
+    hook: H,
 ) -> Result<(Generation, SpeculationStats), H::Error> {
-    let mut hook_error = None;
+    let state = model.new_state();
+    generate_speculative_from_state(model, state, prompt, config, detokenizer, drafter, hook)
+        .map(|(generation, stats, _)| (generation, stats))
+}
+
+/// [`generate_speculative`] from a state that has already read the first
+/// `state.pos()` tokens of `prompt`, as [`crate::generate_from_state`] is
+/// for the plain loop (the prefix cache's users: lm-serve): only the rest
+/// of the prompt is read, and the state comes back after the run, having
+/// read the prompt and every generated token but the last (rejected drafts
+/// rolled back), ready to be kept.
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use lm_core::{LanguageModel, Prefix, Rows, SequenceState, TokenId};
+/// use lm_decode::{generate, generate_speculative_from_state, GenerationConfig, PromptLookup,
+///                 SamplingConfig, Step};
+/// # struct Next;
+/// # impl LanguageModel for Next {
+/// #     type State = Prefix;
+/// #     fn vocab_size(&self) -> usize { 3 }
+/// #     fn context_length(&self) -> Option<usize> { None }
+/// #     fn new_state(&self) -> Prefix { Prefix::default() }
+/// #     fn forward(&self, s: &mut Prefix, t: &[TokenId], rows: Rows, l: &mut Vec<f32>) -> lm_core::Result<()> {
+/// #         l.clear();
+/// #         for &token in t {
+/// #             s.tokens.push(token);
+/// #             l.extend((0..3).map(|i| if i == (token as usize + 1) % 3 { 1.0 } else { 0.0 }));
+/// #         }
+/// #         if rows == Rows::Last { let n = l.len(); l.drain(..n - 3); }
+/// #         Ok(())
+/// #     }
+/// # }
+/// let config = GenerationConfig { max_new_tokens: 9, sampling: SamplingConfig::greedy(), ..Default::default() };
+/// let prompt = [0, 1, 2, 0, 1, 2];
+/// // A state that has read the first four prompt tokens.
+/// let mut state = Next.new_state();
+/// Next.forward(&mut state, &prompt[..4], Rows::Last, &mut Vec::new()).unwrap();
+/// // The hook stops the run at its fifth token, inside a verified draft.
+/// let hook = |step: &Step| {
+///     Ok::<_, lm_decode::Error>(if step.index == 4 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+/// };
+/// let (run, stats, state) = generate_speculative_from_state(
+///     &Next, state, &prompt, &config, None, PromptLookup::default(), hook).unwrap();
+/// assert_eq!(run.tokens, generate(&Next, &prompt, &config, None).unwrap().tokens[..5]);
+/// assert_eq!(stats.accepted_tokens, 3, "{stats:?}");
+/// // Read: the prompt and the tokens but the last (the draft's tail dropped).
+/// assert_eq!(state.pos(), prompt.len() + 5 - 1);
+/// ```
+pub fn generate_speculative_from_state<M: LanguageModel, H: GenerationHook>(
+    model: &M,
+    state: M::State,
+    prompt: &[TokenId],
+    config: &GenerationConfig,
+    detokenizer: Option<&dyn Detokenize>,
+    mut drafter: impl Drafter,
+    hook: H,
+) -> Result<(Generation, SpeculationStats, M::State), H::Error> {
     let mut stats = SpeculationStats::default();
-    let result = (|| {
-        let fitted = prepare(model, prompt, config, detokenizer)?;
-        let mut row = Row::new(model, fitted, config, detokenizer, config.rng_stream)?;
-        if row.stop_reason.is_some() {
-            return Ok(row.into_generation());
-        }
-        let (mut state, logits, read) = row.read_prompt(model, |n, total| {
-            settle(hook.after_prefill_chunk(n, total), &mut hook_error)
-        })?;
-        if read.is_break() {
-            row.stop_reason = Some(StopReason::Cancelled);
-            return Ok(row.into_generation());
-        }
-        speculate(
-            model,
-            &mut state,
-            logits,
-            &mut row,
-            &mut drafter,
-            &mut stats,
-            &mut |step| settle(hook.on_step(step), &mut hook_error),
-        )?;
-        Ok(row.into_generation())
-    })();
-    finish(result, hook_error).map(|generation| (generation, stats))
+    let (generation, state) = run_from_state(
+        model,
+        state,
+        prompt,
+        config,
+        detokenizer,
+        hook,
+        |state, logits, row, on_step| {
+            let result = speculate(model, state, logits, row, &mut drafter, &mut stats, on_step);
+            // However the loop ended, the state keeps what the history
+            // holds but its last token (a stop inside a verified draft
+            // leaves the draft's tail read).
+            let kept = row.history.len().saturating_sub(1);
+            if state.pos() > kept {
+                state.truncate(kept);
+            }
+            result
+        },
+    )?;
+    Ok((generation, stats, state))
 }
 
 /// The loop from the prompt's logits: the first token as the plain loop
