@@ -235,25 +235,8 @@ fn check_tokens(embedder: &lm::Embedder, i: usize, ids: &[TokenId]) -> Result<()
 /// `vector`'s little-endian `f32` bytes in standard base64 (what OpenAI's
 /// `encoding_format: "base64"` returns and its client decodes).
 fn base64_f32(vector: &[f32]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for group in bytes.chunks(3) {
-        let b = [
-            group[0],
-            *group.get(1).unwrap_or(&0),
-            *group.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for k in 0..4 {
-            if k <= group.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * k) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    crate::webui::base64(&bytes)
 }
 
 #[cfg(test)]

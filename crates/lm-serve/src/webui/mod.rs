@@ -54,8 +54,9 @@ fn source_hash(text: &str) -> String {
     format!("sha256-{}", base64(&Sha256::digest(text.as_bytes())))
 }
 
-/// Standard base64 with padding (RFC 4648, section 4).
-fn base64(bytes: &[u8]) -> String {
+/// Standard base64 with padding (RFC 4648, section 4): the page's CSP
+/// hashes, and the embeddings' `encoding_format: "base64"`.
+pub(crate) fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
