@@ -98,6 +98,23 @@ ARCHS = {
     "mistral": dict(arch="llama", n_embd=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=16,
                     ffn=96, qk_scale=2.0, rope_base=10000.0, dtype="f32",
                     sliding_window=12, tied=False),
+    # Qwen1.5-MoE / Qwen2-57B-A14B: qwen2's attention (QKV biases) and a
+    # softmax router whose top-2 weights are not renormalised, plus a shared
+    # expert of width 48 (expert_shared_feed_forward_length) whose output is
+    # multiplied by sigmoid(ffn_gate_inp_shexp . x).
+    "qwen2moe": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, head_dim=16, ffn=96,
+                     expert_ffn=32, n_expert=8, n_expert_used=2, shared_ffn=48,
+                     shared_gate=True, qk_scale=2.0, rope_base=1000000.0, dtype="f32",
+                     qkv_bias=True, tied=False),
+    # dots.llm1: qwen3's attention (per-head QK norms; no grouping: llama.cpp
+    # sizes K and V by the query heads), layer 0 dense
+    # (leading_dense_block_count 1), then sigmoid gating (expert_gating_func
+    # 2) with a selection bias exp_probs_b, top-3 of 8 renormalised and
+    # scaled by 2.5, and 2 shared experts (width 2 x 32) added ungated.
+    "dots1": dict(n_embd=64, n_layer=4, n_head=4, n_kv_head=4, head_dim=32, ffn=96,
+                  expert_ffn=32, n_expert=8, n_expert_used=3, n_shared=2, dense_lead=1,
+                  gating_func=2, weights_norm=True, weights_scale=2.5, probs_bias=True,
+                  qk_scale=2.0, rope_base=1000000.0, dtype="f32", qk_norm=True, tied=False),
 }
 
 
@@ -154,7 +171,7 @@ def write_model(path, arch, spec, seed):
     w.add_head_count_kv(nkv)
     w.add_layer_norm_rms_eps(1e-6 if arch in ("gemma3", "gemma2") else 1e-5)
     w.add_rope_freq_base(spec["rope_base"])
-    if arch in ("qwen3", "gemma3", "qwen3moe", "gemma2"):
+    if arch in ("qwen3", "gemma3", "qwen3moe", "gemma2", "dots1"):
         w.add_key_length(hd)
         w.add_value_length(hd)
     else:
@@ -172,6 +189,16 @@ def write_model(path, arch, spec, seed):
         w.add_expert_used_count(spec["n_expert_used"])
     if "expert_ffn" in spec:
         w.add_expert_feed_forward_length(spec["expert_ffn"])
+    if "shared_ffn" in spec:
+        w.add_expert_shared_feed_forward_length(spec["shared_ffn"])
+    if "n_shared" in spec:
+        w.add_expert_shared_count(spec["n_shared"])
+    if "dense_lead" in spec:
+        w.add_leading_dense_block_count(spec["dense_lead"])
+    if "gating_func" in spec:
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(spec["gating_func"]))
+        w.add_expert_weights_norm(spec["weights_norm"])
+        w.add_expert_weights_scale(spec["weights_scale"])
     w.add_tokenizer_model("none")
     w.add_vocab_size(VOCAB)
 
@@ -216,7 +243,7 @@ def write_model(path, arch, spec, seed):
             w.add_tensor(p + "post_attention_norm.weight", gain(d))
         if spec.get("pre_norms", True):
             w.add_tensor(p + "ffn_norm.weight", gain(d))
-        if n_expert:
+        if n_expert and i >= spec.get("dense_lead", 0):
             f = spec.get("expert_ffn", ffn)
             # The router in F32 (llama.cpp's converter keeps it so).
             w.add_tensor(p + "ffn_gate_inp.weight",
@@ -224,6 +251,17 @@ def write_model(path, arch, spec, seed):
             w.add_tensor(p + "ffn_gate_exps.weight", experts(f, d))
             w.add_tensor(p + "ffn_up_exps.weight", experts(f, d))
             w.add_tensor(p + "ffn_down_exps.weight", experts(d, f))
+            if spec.get("probs_bias"):
+                # Of the size of the sigmoids' spread, so it changes choices.
+                w.add_tensor(p + "exp_probs_b.bias", (0.2 * rng.standard_normal(n_expert)).astype(np.float32))
+            shared = spec.get("shared_ffn", f * spec.get("n_shared", 0))
+            if shared:
+                if spec.get("shared_gate"):
+                    w.add_tensor(p + "ffn_gate_inp_shexp.weight",
+                                 (rng.standard_normal(d) / np.sqrt(d)).astype(np.float32))
+                w.add_tensor(p + "ffn_gate_shexp.weight", matrix(shared, d))
+                w.add_tensor(p + "ffn_up_shexp.weight", matrix(shared, d))
+                w.add_tensor(p + "ffn_down_shexp.weight", matrix(d, shared))
         elif spec.get("fused"):
             # One tensor: the gate's rows, then the up projection's.
             w.add_tensor(p + "ffn_up.weight", np.concatenate([matrix(ffn, d), matrix(ffn, d)]))

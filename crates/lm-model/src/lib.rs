@@ -100,8 +100,9 @@ pub use quant::{
 pub use transformer::AttentionWorkload;
 pub use transformer::{
     ArchOptions, AttentionKind, CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights,
-    FeedForward, FfnKind, KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama, Norm,
-    NormKind, PositionKind, QkvBias, RopeMode, RopeOptions, SUPPORTED_ARCHITECTURES, SlidingWindow,
-    TOY_VOCAB, Toy, ToyArchitecture, TransformerConfig, TransformerError,
+    FeedForward, FfnKind, Gating, KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama,
+    MoeOptions, Norm, NormKind, PositionKind, QkvBias, RopeMode, RopeOptions,
+    SUPPORTED_ARCHITECTURES, SharedExpertOptions, SlidingWindow, TOY_VOCAB, Toy, ToyArchitecture,
+    TransformerConfig, TransformerError,
 };
 pub use transformer::{ModelFingerprint, STATE_MAGIC, STATE_VERSION, StateFileError};

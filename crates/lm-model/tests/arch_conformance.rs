@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
-use lm_model::{AttentionKind, Decoder, Llama};
+use lm_model::{AttentionKind, Decoder, Gating, Llama, SharedExpertOptions};
 
 use crate::common::{FixtureJson, fixture_path, max_abs_diff, read_json};
 
@@ -199,6 +199,51 @@ fn olmoe_matches_llama_cpp() {
 }
 
 #[test]
+fn qwen2moe_matches_llama_cpp() {
+    let model = load("qwen2moe");
+    let c = model.config();
+    let moe = c.options.moe.unwrap();
+    // qwen2's attention, top-2 of 8 softmax experts of width 32 not
+    // renormalised, and a shared expert of width 48 behind a sigmoid gate.
+    assert!(c.options.qkv_bias);
+    assert_eq!(moe_of(&model), (8, 2, 32, false));
+    assert_eq!(moe.gating, Gating::Softmax);
+    assert_eq!(
+        moe.shared,
+        Some(SharedExpertOptions {
+            width: 48,
+            gated: true
+        })
+    );
+    assert_eq!((moe.weights_scale, moe.n_dense_lead), (1.0, 0));
+    check_against_llama_cpp("qwen2moe");
+}
+
+#[test]
+fn dots1_matches_llama_cpp() {
+    let model = load("dots1");
+    let c = model.config();
+    let moe = c.options.moe.unwrap();
+    // qwen3's attention; layer 0 dense, then top-3 of 8 sigmoid-gated
+    // experts chosen with a selection bias, renormalised, times 2.5, and
+    // two shared experts' width (64) added ungated.
+    assert!(c.options.qk_norm);
+    assert_eq!(moe_of(&model), (8, 3, 32, true));
+    assert_eq!(moe.gating, Gating::Sigmoid);
+    assert_eq!(
+        moe.shared,
+        Some(SharedExpertOptions {
+            width: 64,
+            gated: false
+        })
+    );
+    assert_eq!((moe.weights_scale, moe.n_dense_lead), (2.5, 1));
+    let moe_layers: Vec<bool> = (0..c.n_layer).map(|i| c.is_moe_layer(i)).collect();
+    assert_eq!(moe_layers, [false, true, true, true]);
+    check_against_llama_cpp("dots1");
+}
+
+#[test]
 fn gemma2_matches_llama_cpp() {
     let model = load("gemma2");
     let c = model.config();
@@ -272,10 +317,17 @@ fn mistral_sliding_window_key_is_ignored_as_llama_cpp_does() {
 }
 
 /// Every file of the folder that is a mixture of experts.
-const MOE_FIXTURES: [&str; 4] = ["qwen3moe", "qwen3moe_top8", "mixtral", "olmoe"];
+const MOE_FIXTURES: [&str; 6] = [
+    "qwen3moe",
+    "qwen3moe_top8",
+    "mixtral",
+    "olmoe",
+    "qwen2moe",
+    "dots1",
+];
 
 /// Every fixture.
-pub(crate) const ALL_FIXTURES: [&str; 12] = [
+pub(crate) const ALL_FIXTURES: [&str; 14] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -288,6 +340,8 @@ pub(crate) const ALL_FIXTURES: [&str; 12] = [
     "olmo2",
     "phi3",
     "mistral",
+    "qwen2moe",
+    "dots1",
 ];
 
 /// The routing matters: with the top-k halved, the logits move far beyond
@@ -296,14 +350,15 @@ pub(crate) const ALL_FIXTURES: [&str; 12] = [
 fn expert_routing_moves_the_logits_beyond_the_tolerance() {
     use lm_model::MetadataValue;
     for arch in MOE_FIXTURES {
-        let key = match arch {
-            "mixtral" => "llama.expert_used_count",
-            "olmoe" => "olmoe.expert_used_count",
-            _ => "qwen3moe.expert_used_count",
+        let name = match arch {
+            "mixtral" => "llama",
+            "qwen3moe_top8" => "qwen3moe",
+            other => other,
         };
+        let key = format!("{name}.expert_used_count");
         let used = moe_of(&load(arch)).1;
         let fewer = crate::arch_errors::Model::read(arch)
-            .set(key, MetadataValue::U32((used / 2) as u32))
+            .set(&key, MetadataValue::U32((used / 2) as u32))
             .load()
             .unwrap();
         let diff = largest_diff_from(&fewer, arch, 0);
@@ -388,6 +443,51 @@ fn each_feature_moves_the_logits_beyond_the_tolerance() {
             diff > 10.0 * LOGIT_TOLERANCE,
             "{arch} with {key} changed: {diff}"
         );
+    }
+}
+
+/// dots1's selection bias, weight scale, renormalising and sigmoid gating,
+/// and qwen2moe's shared-expert gate, each move the logits far beyond the
+/// tolerance when changed, so the agreement above is evidence that each is
+/// computed as llama.cpp does.
+#[test]
+fn shared_experts_and_sigmoid_routing_move_the_logits_beyond_the_tolerance() {
+    use crate::arch_errors::Model;
+    use crate::common::gguf_writer::GgufTensor;
+    use lm_model::MetadataValue;
+    let biases: Vec<String> = (1..4)
+        .map(|i| format!("blk.{i}.exp_probs_b.bias"))
+        .collect();
+    let biases: Vec<&str> = biases.iter().map(String::as_str).collect();
+    let unbiased = Model::read("dots1").remove_tensors(&biases);
+    // The shared gate at 0 everywhere: every token's shared expert times 1/2.
+    let half_gates = (0..4).fold(Model::read("qwen2moe"), |model, i| {
+        let name = format!("blk.{i}.ffn_gate_inp_shexp.weight");
+        model.replace(GgufTensor::f32(&name, vec![64], &[0.0; 64]))
+    });
+    let edits = [
+        ("dots1", "without exp_probs_b", unbiased),
+        (
+            "dots1",
+            "unscaled",
+            Model::read("dots1").set("dots1.expert_weights_scale", MetadataValue::F32(1.0)),
+        ),
+        (
+            "dots1",
+            "not renormalised",
+            Model::read("dots1").set("dots1.expert_weights_norm", MetadataValue::Bool(false)),
+        ),
+        (
+            "dots1",
+            "softmax gating",
+            Model::read("dots1").set("dots1.expert_gating_func", MetadataValue::U32(1)),
+        ),
+        ("qwen2moe", "shared gates of 1/2", half_gates),
+    ];
+    for (arch, what, model) in edits {
+        let diff = largest_diff_from(&model.load().unwrap(), arch, 0);
+        assert!(diff > 10.0 * LOGIT_TOLERANCE, "{arch} {what}: {diff}");
+        eprintln!("{arch} {what}: {diff}");
     }
 }
 

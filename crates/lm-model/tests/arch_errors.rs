@@ -107,7 +107,7 @@ fn another_architecture_is_named_with_the_supported_ones() {
     check(
         Model::read("qwen2").set("general.architecture", MetadataValue::String("gpt2".into())),
         "architecture `gpt2` is not supported; supported: llama, qwen2, qwen3, gemma3, qwen3moe, \
-         olmoe, gemma2, olmo2, phi3",
+         olmoe, gemma2, olmo2, phi3, qwen2moe, dots1",
         |e| matches!(e, TransformerError::UnsupportedArchitecture { found } if found == "gpt2"),
     );
 }

@@ -1,8 +1,10 @@
 //! A mixture of experts that does not fit its own metadata ends in a
 //! one-line error naming the key or tensor: the committed `fixtures/arch/`
 //! qwen3moe (8 experts of width 32 over a width of 64, top-2, 4 layers) and
-//! Mixtral (llama with 8 experts of width 48) files, and OLMoE's QK norms,
-//! each rewritten with one thing wrong.
+//! Mixtral (llama with 8 experts of width 48) files, OLMoE's QK norms,
+//! qwen2moe's gated shared expert (width 48) and dots1's sigmoid routing
+//! (selection bias, two shared experts of width 32, layer 0 dense), each
+//! rewritten with one thing wrong.
 
 use lm_model::{MetadataValue, TransformerError};
 
@@ -147,4 +149,99 @@ fn olmoe_qk_norms_of_one_head_are_refused() {
         "tensor blk.3.attn_k_norm.weight has shape [16], expected [64]",
         shape,
     );
+}
+
+#[test]
+fn a_shared_expert_of_the_wrong_shape_is_named_with_both_shapes() {
+    let cases = [
+        // Its dims swapped (the same bytes).
+        (
+            Model::read("qwen2moe").reshape("blk.1.ffn_up_shexp.weight", &[48, 64]),
+            "tensor blk.1.ffn_up_shexp.weight has shape [48, 64], expected [64, 48]",
+        ),
+        // Another width in the metadata.
+        (
+            Model::read("qwen2moe").set(
+                "qwen2moe.expert_shared_feed_forward_length",
+                MetadataValue::U32(40),
+            ),
+            "tensor blk.0.ffn_gate_shexp.weight has shape [64, 48], expected [64, 40]",
+        ),
+        // dots1's width is the shared count times the expert width.
+        (
+            Model::read("dots1").set("dots1.expert_shared_count", MetadataValue::U32(3)),
+            "tensor blk.1.ffn_gate_shexp.weight has shape [64, 64], expected [64, 96]",
+        ),
+        // The shared gate is one vector, not a matrix.
+        (
+            Model::read("qwen2moe").reshape("blk.3.ffn_gate_inp_shexp.weight", &[32, 2]),
+            "tensor blk.3.ffn_gate_inp_shexp.weight has shape [32, 2], expected [64]",
+        ),
+    ];
+    for (model, message) in cases {
+        check(model, message, shape);
+    }
+    check(
+        Model::read("dots1").set("dots1.expert_shared_count", MetadataValue::U32(0)),
+        "dots1.expert_shared_count = 0: a shared expert's width must be positive",
+        invalid_experts,
+    );
+}
+
+#[test]
+fn a_missing_shared_expert_tensor_is_named() {
+    check(
+        Model::read("qwen2moe").remove_tensors(&["blk.2.ffn_gate_inp_shexp.weight"]),
+        "missing tensors: blk.2.ffn_gate_inp_shexp.weight",
+        |e| matches!(e, TransformerError::MissingTensors { .. }),
+    );
+    check(
+        Model::read("dots1").remove_tensors(&["blk.3.ffn_down_shexp.weight"]),
+        "missing tensors: blk.3.ffn_down_shexp.weight",
+        |e| matches!(e, TransformerError::MissingTensors { .. }),
+    );
+    // Two leading dense layers: layer 1 has experts, not a dense block.
+    check(
+        Model::read("dots1").set("dots1.leading_dense_block_count", MetadataValue::U32(2)),
+        "missing tensors: blk.1.ffn_gate.weight, blk.1.ffn_up.weight, blk.1.ffn_down.weight",
+        |e| matches!(e, TransformerError::MissingTensors { .. }),
+    );
+}
+
+#[test]
+fn an_unknown_or_missing_gating_function_is_refused() {
+    // llama.cpp's 3 (softmax of the chosen weights) and 4 (sqrt-softplus)
+    // are not implemented here; 0 (none) aborts llama.cpp.
+    for value in [0, 3, 4, 99] {
+        check(
+            Model::read("dots1").set("dots1.expert_gating_func", MetadataValue::U32(value)),
+            &format!(
+                "dots1.expert_gating_func = {value}: the gating function is 1 (softmax) or 2 (sigmoid)"
+            ),
+            invalid_experts,
+        );
+    }
+    check(
+        Model::read("dots1").remove_key("dots1.expert_gating_func"),
+        "missing metadata keys: dots1.expert_gating_func",
+        |e| matches!(e, TransformerError::MissingMetadata { .. }),
+    );
+}
+
+#[test]
+fn a_selection_bias_of_the_wrong_length_or_a_bad_scale_is_refused() {
+    check(
+        Model::read("dots1").resize_vector("blk.2.exp_probs_b.bias", 7),
+        "tensor blk.2.exp_probs_b.bias has shape [7], expected [8]",
+        shape,
+    );
+    for scale in [f32::NAN, f32::INFINITY, -1.0] {
+        check(
+            Model::read("dots1").set("dots1.expert_weights_scale", MetadataValue::F32(scale)),
+            &format!(
+                "expert weights scale (expert_weights_scale) must be finite and positive, got {scale}"
+            ),
+            |e| matches!(e, TransformerError::InvalidScale { .. }),
+        );
+    }
 }

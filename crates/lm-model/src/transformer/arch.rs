@@ -19,6 +19,8 @@
 //! olmo2    neox      -         whole    post only  SwiGLU -          3 of 4 layers if the key is > 0
 //! phi3     neox      -         -        pre        SwiGLU -          -  (fused attn_qkv, ffn_up;
 //!                                                                     LongRoPE factors)
+//! qwen2moe neox      yes       -        pre        MoE    -          -
+//! dots1    neox      -         yes      pre        MoE    -          -
 //! ```
 //!
 //! (`whole`: one QK norm over all the heads together; `MoE`: a mixture of
@@ -50,15 +52,28 @@
 //! Mixtures of experts (`moe`; llama.cpp's `build_moe_ffn` arguments):
 //!
 //! ```text
-//! arch      experts when         expert width                          chosen weights
-//! llama     expert_count > 0     feed_forward_length                   renormalised (Mixtral)
-//! qwen3moe  always               expert_feed_forward_length            renormalised
-//!                                (default feed_forward_length / top-k)
-//! olmoe     always               feed_forward_length                   as they are
+//! arch      experts when      expert width                  gating    chosen weights    shared expert
+//! llama     expert_count > 0  feed_forward_length           softmax   renormalised      -
+//!                                                                     (Mixtral)
+//! qwen3moe  always            expert_feed_forward_length    softmax   renormalised      -
+//!                             (default feed_forward_length
+//!                             / top-k)
+//! olmoe     always            feed_forward_length           softmax   as they are       -
+//! qwen2moe  always            as qwen3moe                   softmax   as they are       expert_shared_feed_forward_length
+//!                                                                                       wide (default feed_forward_length),
+//!                                                                                       times sigmoid(x . ffn_gate_inp_shexp)
+//! dots1     after the first   expert_feed_forward_length    expert_gating_func  expert_weights_norm   expert_shared_count
+//!           leading_dense_    (required)                    (required:  (default no), times       experts' width, added
+//!           block_count                                     1 softmax,  expert_weights_scale
+//!           layers (dense,                                  2 sigmoid)  (0 or missing: 1);
+//!           feed_forward_                                               chosen by probability
+//!           length wide)                                                + exp_probs_b.bias
 //! ```
 //!
-//! llama.cpp reads no `expert_weights_norm` key for these: it renormalises
-//! for both whatever the file says, and so does this table.
+//! llama.cpp reads no `expert_weights_norm` key for the first four: it
+//! renormalises or not whatever the file says, and so does this table.
+//! dots1's K and V are as wide as Q in llama.cpp (no grouped-query
+//! attention); a file with fewer KV heads loads here, not there.
 //!
 //! Metadata read (`{arch}` is `general.architecture`):
 //!
@@ -79,9 +94,14 @@
 //!           .attn_logit_softcapping (gemma2, default 50)
 //!           .final_logit_softcapping (gemma2, default 30; gemma3, default none)
 //!           .vocab_size (default the rows of token_embd.weight)
-//! experts   .expert_count, .expert_used_count (required by qwen3moe and
-//!           olmoe; llama reads them when expert_count is present)
-//!           .expert_feed_forward_length (qwen3moe, optional)
+//! experts   .expert_count, .expert_used_count (required by all but llama,
+//!           which reads them when expert_count is present)
+//!           .expert_feed_forward_length (qwen3moe, qwen2moe optional;
+//!                                        dots1 required)
+//!           .expert_shared_feed_forward_length (qwen2moe, optional)
+//!           .expert_shared_count, .expert_gating_func (dots1, required)
+//!           .expert_weights_norm, .expert_weights_scale,
+//!           .leading_dense_block_count (dots1, optional)
 //! ```
 //!
 //! Gemma's norm gains are stored by llama.cpp's converter with its `+ 1`
@@ -89,14 +109,15 @@
 
 use super::TransformerError;
 use super::config::{
-    ArchOptions, FfnKind, KvPrecision, MoeOptions, NormKind, PositionKind, RopeMode, RopeOptions,
-    SlidingWindow, TransformerConfig,
+    ArchOptions, FfnKind, Gating, KvPrecision, MoeOptions, NormKind, PositionKind, RopeMode,
+    RopeOptions, SharedExpertOptions, SlidingWindow, TransformerConfig,
 };
 use crate::gguf::{GgufError, GgufFile, MetadataValue};
 
 /// The names of the architectures this backend runs.
-pub const SUPPORTED: [&str; 9] = [
+pub const SUPPORTED: [&str; 11] = [
     "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "olmoe", "gemma2", "olmo2", "phi3",
+    "qwen2moe", "dots1",
 ];
 
 /// What one architecture adds to the shared block.
@@ -175,20 +196,68 @@ pub(crate) enum MoeArch {
     /// Always dense.
     Dense,
     /// Experts when `{arch}.expert_count` is above 0 (llama: Mixtral),
-    /// each as wide as `feed_forward_length`; the chosen weights
+    /// each as wide as `feed_forward_length`; the chosen softmax weights
     /// renormalised.
     WhenExpertCount,
     /// Always experts (`expert_count` and `expert_used_count` required).
-    Always {
-        /// The chosen weights are divided by their sum (qwen3moe: llama.cpp
-        /// passes `true` whatever the file says; olmoe: `false`).
-        norm_weights: bool,
-        /// Each expert is `expert_feed_forward_length` wide (default
-        /// `feed_forward_length / expert_used_count`: qwen3moe), or
-        /// `feed_forward_length` (olmoe).
-        own_width: bool,
-    },
+    Always(MoeRow),
 }
+
+/// An always-mixture architecture's routing, widths and extra keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MoeRow {
+    /// The chosen weights are divided by their sum: always or never
+    /// (`Some`: llama.cpp passes a constant whatever the file says), or as
+    /// `expert_weights_norm` says (`None`, default no: dots1).
+    pub norm_weights: Option<bool>,
+    /// Where each expert's width comes from.
+    pub width: ExpertWidth,
+    /// The gating function is `expert_gating_func` (required: llama.cpp
+    /// aborts without it), else softmax.
+    pub gating_key: bool,
+    /// `expert_weights_scale` multiplies the chosen weights (0 or missing:
+    /// no scale), `leading_dense_block_count` layers come first, dense,
+    /// and `blk.{i}.exp_probs_b.bias` is a selection bias when present
+    /// (dots1).
+    pub deepseek_keys: bool,
+    /// The shared expert.
+    pub shared: SharedArch,
+}
+
+/// Where an expert's width comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExpertWidth {
+    /// `feed_forward_length` (olmoe).
+    FeedForward,
+    /// `expert_feed_forward_length`, default `feed_forward_length /
+    /// expert_used_count` (qwen3moe, qwen2moe).
+    OwnOrShare,
+    /// `expert_feed_forward_length`, required (dots1).
+    Own,
+}
+
+/// An architecture's shared expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedArch {
+    /// None.
+    None,
+    /// `expert_shared_feed_forward_length` wide (default
+    /// `feed_forward_length`), its output times
+    /// `sigmoid(x . ffn_gate_inp_shexp)` (qwen2moe).
+    Gated,
+    /// `expert_shared_count` (required) experts' width together, added as
+    /// it is (dots1).
+    Counted,
+}
+
+/// The softmax mixture every always-mixture row starts from (qwen3moe).
+const SOFTMAX_MOE: MoeRow = MoeRow {
+    norm_weights: Some(true),
+    width: ExpertWidth::OwnOrShare,
+    gating_key: false,
+    deepseek_keys: false,
+    shared: SharedArch::None,
+};
 
 /// The plain block (llama without its frequency factors) that each row of
 /// [`ARCHITECTURES`] adds to.
@@ -214,7 +283,7 @@ const PLAIN: Architecture = Architecture {
 
 /// The supported architectures, in the order of [`SUPPORTED`]: each row
 /// names what it adds to [`PLAIN`].
-pub(crate) const ARCHITECTURES: [Architecture; 9] = [
+pub(crate) const ARCHITECTURES: [Architecture; 11] = [
     Architecture {
         name: "llama",
         rope_freqs: true,
@@ -252,10 +321,7 @@ pub(crate) const ARCHITECTURES: [Architecture; 9] = [
         name: "qwen3moe",
         rope_mode: RopeMode::Neox,
         qk_norm: true,
-        moe: MoeArch::Always {
-            norm_weights: true,
-            own_width: true,
-        },
+        moe: MoeArch::Always(SOFTMAX_MOE),
         ..PLAIN
     },
     Architecture {
@@ -263,10 +329,11 @@ pub(crate) const ARCHITECTURES: [Architecture; 9] = [
         rope_mode: RopeMode::Neox,
         qk_norm: true,
         qk_norm_full_width: true,
-        moe: MoeArch::Always {
-            norm_weights: false,
-            own_width: false,
-        },
+        moe: MoeArch::Always(MoeRow {
+            norm_weights: Some(false),
+            width: ExpertWidth::FeedForward,
+            ..SOFTMAX_MOE
+        }),
         ..PLAIN
     },
     Architecture {
@@ -306,6 +373,30 @@ pub(crate) const ARCHITECTURES: [Architecture; 9] = [
         long_rope: true,
         ..PLAIN
     },
+    Architecture {
+        name: "qwen2moe",
+        rope_mode: RopeMode::Neox,
+        qkv_bias: true,
+        moe: MoeArch::Always(MoeRow {
+            norm_weights: Some(false),
+            shared: SharedArch::Gated,
+            ..SOFTMAX_MOE
+        }),
+        ..PLAIN
+    },
+    Architecture {
+        name: "dots1",
+        rope_mode: RopeMode::Neox,
+        qk_norm: true,
+        moe: MoeArch::Always(MoeRow {
+            norm_weights: None,
+            width: ExpertWidth::Own,
+            gating_key: true,
+            deepseek_keys: true,
+            shared: SharedArch::Counted,
+        }),
+        ..PLAIN
+    },
 ];
 
 impl Architecture {
@@ -317,6 +408,18 @@ impl Architecture {
             .ok_or_else(|| TransformerError::UnsupportedArchitecture {
                 found: name.to_owned(),
             })
+    }
+
+    /// Whether a mixture's layers read `blk.{i}.exp_probs_b.bias`, the
+    /// experts' selection bias, when the file has it (dots1).
+    pub(crate) fn reads_selection_bias(&self) -> bool {
+        matches!(
+            self.moe,
+            MoeArch::Always(MoeRow {
+                deepseek_keys: true,
+                ..
+            })
+        )
     }
 
     /// The architecture `file` names in `general.architecture`.
@@ -510,55 +613,108 @@ impl<'a> ArchMetadata<'a> {
     }
 
     /// The mixture of experts `moe` asks for, read from `expert_count`,
-    /// `expert_used_count` and `expert_feed_forward_length`, and checked
-    /// naming the key at fault; `None` for a dense block (a missing
-    /// required count is collected).
+    /// `expert_used_count`, the width keys and the row's other keys, and
+    /// checked naming the key at fault; `None` for a dense block (a missing
+    /// required key is collected).
     fn moe(
         &mut self,
         moe: MoeArch,
         ffn_dim: usize,
     ) -> Result<Option<MoeOptions>, TransformerError> {
-        let (norm_weights, n_expert, n_expert_used) = match moe {
+        let (row, n_expert, n_expert_used) = match moe {
             MoeArch::Dense => return Ok(None),
             MoeArch::WhenExpertCount => match self.optional_usize("expert_count")? {
                 None | Some(0) => return Ok(None),
-                Some(n_expert) => (true, n_expert, self.required_usize("expert_used_count")?),
+                Some(n_expert) => {
+                    let row = MoeRow {
+                        width: ExpertWidth::FeedForward,
+                        ..SOFTMAX_MOE
+                    };
+                    (row, n_expert, self.required_usize("expert_used_count")?)
+                }
             },
-            MoeArch::Always { norm_weights, .. } => (
-                norm_weights,
+            MoeArch::Always(row) => (
+                row,
                 self.required_usize("expert_count")?,
                 self.required_usize("expert_used_count")?,
             ),
         };
+        let (width_key, expert_ffn_dim) = match row.width {
+            ExpertWidth::FeedForward => ("feed_forward_length", ffn_dim),
+            ExpertWidth::OwnOrShare => (
+                "expert_feed_forward_length",
+                self.optional_usize("expert_feed_forward_length")?
+                    .unwrap_or(ffn_dim / n_expert_used.max(1)),
+            ),
+            ExpertWidth::Own => (
+                "expert_feed_forward_length",
+                self.required_usize("expert_feed_forward_length")?,
+            ),
+        };
+        let gating = match row.gating_key {
+            true => match self.required_usize("expert_gating_func")? {
+                1 => Gating::Softmax,
+                2 => Gating::Sigmoid,
+                // Missing: collected above.
+                _ if !self.missing.is_empty() => Gating::Softmax,
+                other => {
+                    return Err(TransformerError::InvalidExperts {
+                        key: self.key("expert_gating_func"),
+                        value: other,
+                        reason: "the gating function is 1 (softmax) or 2 (sigmoid)".into(),
+                    });
+                }
+            },
+            false => Gating::Softmax,
+        };
+        let (shared_key, shared) = match row.shared {
+            SharedArch::None => ("expert_shared_feed_forward_length", None),
+            SharedArch::Gated => (
+                "expert_shared_feed_forward_length",
+                Some(SharedExpertOptions {
+                    width: self
+                        .optional_usize("expert_shared_feed_forward_length")?
+                        .unwrap_or(ffn_dim),
+                    gated: true,
+                }),
+            ),
+            SharedArch::Counted => (
+                "expert_shared_count",
+                Some(SharedExpertOptions {
+                    width: self.required_usize("expert_shared_count")? * expert_ffn_dim,
+                    gated: false,
+                }),
+            ),
+        };
+        let norm_weights = match row.norm_weights {
+            Some(norm) => norm,
+            None => self
+                .optional("expert_weights_norm", GgufFile::get_bool)?
+                .unwrap_or(false),
+        };
+        let (weights_scale, n_dense_lead) = match row.deepseek_keys {
+            true => (
+                self.optional("expert_weights_scale", GgufFile::get_f32)?,
+                self.optional_usize("leading_dense_block_count")?,
+            ),
+            false => (None, None),
+        };
         if !self.missing.is_empty() {
             return Ok(None);
         }
-        let own_width = matches!(
-            moe,
-            MoeArch::Always {
-                own_width: true,
-                ..
-            }
-        );
-        let expert_ffn_dim = match own_width {
-            true => match self.optional_usize("expert_feed_forward_length")? {
-                Some(width) => width,
-                None => ffn_dim / n_expert_used.max(1),
-            },
-            false => ffn_dim,
-        };
         let options = MoeOptions {
             n_expert,
             n_expert_used,
             expert_ffn_dim,
             norm_weights,
-        };
-        let width_key = match own_width {
-            true => "expert_feed_forward_length",
-            false => "feed_forward_length",
+            gating,
+            // llama.cpp scales by neither 0 nor 1.
+            weights_scale: weights_scale.filter(|&scale| scale != 0.0).unwrap_or(1.0),
+            n_dense_lead: n_dense_lead.unwrap_or(0),
+            shared,
         };
         options.validate(
-            ["expert_count", "expert_used_count", width_key]
+            ["expert_count", "expert_used_count", width_key, shared_key]
                 .map(|key| self.key(key))
                 .each_ref()
                 .map(String::as_str),

@@ -107,10 +107,11 @@ pub struct SlidingWindow {
 }
 
 /// A mixture-of-experts feed-forward block in place of the dense one
-/// (qwen3moe, Mixtral, olmoe): a router scores `n_expert` experts per token,
-/// the `n_expert_used` best are run and their outputs summed, weighted by
-/// the router's softmax probabilities (llama.cpp's `build_moe_ffn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// (qwen3moe, Mixtral, olmoe, qwen2moe, dots1): a router scores `n_expert`
+/// experts per token, the `n_expert_used` best are run and their outputs
+/// summed, weighted by the router's probabilities, plus a shared expert
+/// every token runs where there is one (llama.cpp's `build_moe_ffn`).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MoeOptions {
     /// Experts per layer (`{arch}.expert_count`).
     pub n_expert: usize,
@@ -120,8 +121,40 @@ pub struct MoeOptions {
     /// the architecture's default).
     pub expert_ffn_dim: usize,
     /// The chosen experts' probabilities are divided by their sum (qwen3moe,
-    /// Mixtral), or used as they are (olmoe).
+    /// Mixtral), or used as they are (olmoe, qwen2moe).
     pub norm_weights: bool,
+    /// How the router's logits become probabilities.
+    pub gating: Gating,
+    /// Multiplies the chosen weights after any renormalisation
+    /// (`{arch}.expert_weights_scale`; 1 without it).
+    pub weights_scale: f32,
+    /// The first layers are dense, of width `ffn_dim`
+    /// (`{arch}.leading_dense_block_count`: dots1).
+    pub n_dense_lead: usize,
+    /// A dense SwiGLU expert every token runs, added to the chosen ones'
+    /// sum (qwen2moe, dots1).
+    pub shared: Option<SharedExpertOptions>,
+}
+
+/// The router's gating function (llama.cpp's `expert_gating_func`: 1
+/// softmax, 2 sigmoid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gating {
+    /// `softmax(logits)` over the experts.
+    #[default]
+    Softmax,
+    /// `sigmoid(logit)` of each expert on its own (dots1, DeepSeek V3).
+    Sigmoid,
+}
+
+/// A mixture's shared expert: `blk.{i}.ffn_{gate,up,down}_shexp.weight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedExpertOptions {
+    /// Its hidden width.
+    pub width: usize,
+    /// Its output is multiplied by `sigmoid(x . ffn_gate_inp_shexp)`
+    /// (qwen2moe), or added as it is (dots1).
+    pub gated: bool,
 }
 
 /// The most experts a layer may have: llama.cpp's `LLAMA_MAX_EXPERTS`.
@@ -296,6 +329,19 @@ impl TransformerConfig {
             .max()
     }
 
+    /// Whether layer `layer_idx`'s feed-forward block is a mixture of
+    /// experts (all but the leading dense layers of a mixture).
+    pub fn is_moe_layer(&self, layer_idx: usize) -> bool {
+        self.options
+            .moe
+            .is_some_and(|moe| layer_idx >= moe.n_dense_lead)
+    }
+
+    /// Whether some layer's feed-forward block is dense (of width `ffn_dim`).
+    pub(crate) fn has_dense_layers(&self) -> bool {
+        (0..self.n_layer).any(|layer_idx| !self.is_moe_layer(layer_idx))
+    }
+
     /// The widths of the query and key norms (`qk_norm`): a head's, or all
     /// heads' together (`qk_norm_full_width`).
     pub fn qk_norm_widths(&self) -> (usize, usize) {
@@ -424,7 +470,12 @@ impl TransformerConfig {
             });
         }
         match o.moe {
-            Some(moe) => moe.validate(["n_expert", "n_expert_used", "expert_ffn_dim"]),
+            Some(moe) => moe.validate([
+                "n_expert",
+                "n_expert_used",
+                "expert_ffn_dim",
+                "shared.width",
+            ]),
             None => Ok(()),
         }
     }
@@ -432,11 +483,12 @@ impl TransformerConfig {
 
 impl MoeOptions {
     /// Checks the counts, naming each by `keys` (the fields, or the
-    /// metadata keys they were read from): at least one expert and at most
-    /// [`MAX_EXPERTS`], between one and all of them used, experts of a
-    /// positive width.
-    pub(crate) fn validate(&self, keys: [&str; 3]) -> Result<(), TransformerError> {
-        let [count_key, used_key, width_key] = keys;
+    /// metadata keys they were read from: the expert count, the top-k, the
+    /// expert width and the shared expert's width): at least one expert
+    /// and at most [`MAX_EXPERTS`], between one and all of them used,
+    /// experts of a positive width, a finite positive weight scale.
+    pub(crate) fn validate(&self, keys: [&str; 4]) -> Result<(), TransformerError> {
+        let [count_key, used_key, width_key, shared_key] = keys;
         let invalid = |key: &str, value: usize, reason: String| {
             Err(TransformerError::InvalidExperts {
                 key: key.to_owned(),
@@ -460,6 +512,21 @@ impl MoeOptions {
         }
         if self.expert_ffn_dim == 0 {
             return invalid(width_key, 0, "an expert's width must be positive".into());
+        }
+        if let Some(shared) = self.shared
+            && shared.width == 0
+        {
+            return invalid(
+                shared_key,
+                0,
+                "a shared expert's width must be positive".into(),
+            );
+        }
+        if !(self.weights_scale.is_finite() && self.weights_scale > 0.0) {
+            return Err(TransformerError::InvalidScale {
+                name: "expert weights scale (expert_weights_scale)",
+                value: self.weights_scale,
+            });
         }
         Ok(())
     }

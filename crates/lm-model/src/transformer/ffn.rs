@@ -5,7 +5,8 @@
 //! GELU MLP: y = down(gelu(up(x)))
 //! SwiGLU:   y = down(silu(gate(x)) * up(x))
 //! GeGLU:    y = down(gelu(gate(x)) * up(x))
-//! MoE:      y = sum of the chosen experts' SwiGLU or GeGLU, weighted (`moe`)
+//! MoE:      y = sum of the chosen experts' SwiGLU or GeGLU, weighted, plus
+//!           a shared SwiGLU expert where there is one (`moe`)
 //! ```
 
 use rayon::prelude::*;
@@ -73,8 +74,23 @@ impl FeedForward {
         if n == 0 {
             return;
         }
-        if let Self::Moe(moe) = self {
-            moe.forward(dispatch, xs, n, moe_scratch, ys);
+        match self {
+            Self::Moe(moe) => moe.forward(dispatch, xs, n, moe_scratch, ys),
+            _ => self.forward_dense(dispatch, xs, n, [hidden, gated], ys),
+        }
+    }
+
+    /// [`FeedForward::forward`] of a dense block (a mixture's shared
+    /// expert included).
+    pub(super) fn forward_dense(
+        &self,
+        dispatch: Dispatch,
+        xs: &[f32],
+        n: usize,
+        [hidden, gated]: [&mut [f32]; 2],
+        ys: &mut [f32],
+    ) {
+        if n == 0 {
             return;
         }
         let (width_in, width_out) = (xs.len() / n, ys.len() / n);
@@ -100,7 +116,7 @@ impl FeedForward {
                     gate_rows(kind, dispatch, hidden, gated, m);
                     down.matmul(dispatch, hidden, m, ys);
                 }
-                Self::Moe(_) => unreachable!("taken before the groups"),
+                Self::Moe(_) => unreachable!("a mixture is not a dense block"),
             }
         }
     }

@@ -1,11 +1,10 @@
 //! The decoder of a GGUF file: llama (and Mixtral), qwen2, qwen3, gemma3,
-//! qwen3moe, olmoe, gemma2, olmo2 or phi3 (the table and the metadata read
-//! are in `arch`). RMSNorm, rotary
-//! positions, grouped-query attention, a gated feed-forward block (dense or
-//! a mixture of experts), and the output projection
-//! tied to the token embedding when `output.weight` is absent (SmolLM2,
-//! gemma3); each architecture's additions are options of the one
-//! configuration.
+//! qwen3moe, olmoe, gemma2, olmo2, phi3, qwen2moe or dots1 (the table and
+//! the metadata read are in `arch`). RMSNorm, rotary positions,
+//! grouped-query attention, a gated feed-forward block (dense or a mixture
+//! of experts), and the output projection tied to the token embedding when
+//! `output.weight` is absent (SmolLM2, gemma3); each architecture's
+//! additions are options of the one configuration.
 //!
 //! Weights stay in the `GgufFile`'s bytes (read into huge pages, or mapped)
 //! in their GGML types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
@@ -35,15 +34,23 @@
 //! qwen3, gemma3, qwen3moe: blk.{i}.attn_q_norm.weight / attn_k_norm.weight [head_dim]
 //! olmoe: blk.{i}.attn_q_norm.weight [q_dim], attn_k_norm.weight [kv_dim]
 //! gemma2, gemma3, olmo2: blk.{i}.post_attention_norm.weight / post_ffw_norm.weight [n_embd]
-//! a mixture of experts (qwen3moe; llama with experts, Mixtral), in place of
-//! ffn_gate / ffn_up / ffn_down (f = the expert width, e = expert_count):
+//! a mixture of experts (qwen3moe, olmoe, qwen2moe, dots1; llama with
+//! experts, Mixtral), in place of ffn_gate / ffn_up / ffn_down (f = the
+//! expert width, e = expert_count, s = the shared expert's width; dots1's
+//! first leading_dense_block_count layers are dense):
 //!   blk.{i}.ffn_gate_inp.weight [n_embd, e]   (the router)
 //!   blk.{i}.ffn_gate_exps.weight / ffn_up_exps.weight [n_embd, f, e]
 //!   blk.{i}.ffn_down_exps.weight [f, n_embd, e]
+//!   blk.{i}.exp_probs_b.bias [e]   (dots1, optional: the selection bias)
+//!   blk.{i}.ffn_gate_shexp.weight / ffn_up_shexp.weight [n_embd, s]  (qwen2moe, dots1)
+//!   blk.{i}.ffn_down_shexp.weight [s, n_embd]
+//!   blk.{i}.ffn_gate_inp_shexp.weight [n_embd]   (qwen2moe: the shared expert's gate)
 //! ```
 
 use std::path::Path;
 use std::sync::Arc;
+
+use ndarray::{Array1, Axis};
 
 use super::TransformerError;
 use super::arch::{Architecture, config_from_metadata};
@@ -51,7 +58,7 @@ use super::config::{FfnKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
 use super::model::{Decoder, DecoderWeights, LayerWeights, QkvBias};
-use super::moe::MixtureOfExperts;
+use super::moe::{MixtureOfExperts, Routing, SharedExpert};
 use super::norm::Norm;
 use crate::gguf::GgufFile;
 use crate::kernels::dispatch::Dispatch;
@@ -156,13 +163,27 @@ impl Llama {
             linear(name, n_rows, c.n_embd)?;
             Linear::rows_from_gguf(&file, name, rows)
         };
+        // qwen2moe's shared-expert gate: a vector `[n_embd]`, as a matrix
+        // of one row.
+        let shared_gate = |name: &str| -> Result<Linear, TransformerError> {
+            let dims = &file.tensor(name)?.info.dims;
+            if dims[..] != [c.n_embd] {
+                return Err(TransformerError::TensorShape {
+                    name: name.to_owned(),
+                    expected: vec![c.n_embd],
+                    found: dims.clone(),
+                });
+            }
+            let gate = Array1::from(vector(name, c.n_embd)?);
+            Ok(Linear::dense(gate.insert_axis(Axis(0))))
+        };
         let mut layers = Vec::with_capacity(c.n_layer);
         let o = &c.options;
         for i in 0..c.n_layer {
             let name = |part: &str| format!("blk.{i}.{part}.weight");
             let bias = |part: &str| format!("blk.{i}.{part}.bias");
             let ffn = match o.moe {
-                Some(moe) => {
+                Some(moe) if c.is_moe_layer(i) => {
                     let router = linear(&name("ffn_gate_inp"), moe.n_expert, c.n_embd)?;
                     let experts = |part: &str, n_rows: usize, n_cols: usize| {
                         experts(&file, &name(part), [n_cols, n_rows, moe.n_expert])
@@ -173,15 +194,43 @@ impl Llama {
                         experts("ffn_up_exps", f, c.n_embd)?,
                         experts("ffn_down_exps", c.n_embd, f)?,
                     ];
+                    let bias_name = bias("exp_probs_b");
+                    let selection_bias = match file.tensor(&bias_name) {
+                        Ok(_) if arch.reads_selection_bias() => {
+                            Some(vector(&bias_name, moe.n_expert)?)
+                        }
+                        _ => None,
+                    };
+                    let routing = Routing {
+                        n_used: moe.n_expert_used,
+                        gating: moe.gating,
+                        selection_bias,
+                        norm_weights: moe.norm_weights,
+                        weights_scale: moe.weights_scale,
+                    };
+                    let shared = match moe.shared {
+                        Some(shared) => {
+                            let w = shared.width;
+                            Some(SharedExpert {
+                                ffn: FeedForward::SwiGlu {
+                                    gate: linear(&name("ffn_gate_shexp"), w, c.n_embd)?,
+                                    up: linear(&name("ffn_up_shexp"), w, c.n_embd)?,
+                                    down: linear(&name("ffn_down_shexp"), c.n_embd, w)?,
+                                },
+                                gate_inp: shared
+                                    .gated
+                                    .then(|| shared_gate(&name("ffn_gate_inp_shexp")))
+                                    .transpose()?,
+                            })
+                        }
+                        None => None,
+                    };
                     FeedForward::Moe(Box::new(MixtureOfExperts::new(
-                        router,
-                        weights,
-                        moe.n_expert_used,
-                        moe.norm_weights,
-                        c.ffn,
+                        router, weights, routing, c.ffn, shared,
                     )))
                 }
-                None => {
+                // Dense: a dense architecture's, or a mixture's leading layers.
+                _ => {
                     let f = c.ffn_dim;
                     let (gate, up) = match arch.fused_gate_up {
                         true => (
@@ -293,6 +342,14 @@ const MOE_TENSORS: [&str; 4] = [
     "ffn_down_exps",
 ];
 
+/// A mixture's shared expert: its gate (qwen2moe only), then its SwiGLU.
+const SHARED_EXPERT_TENSORS: [&str; 4] = [
+    "ffn_gate_inp_shexp",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
+];
+
 /// The optional tensors of a layer, `blk.{i}.{part}`, with the option that
 /// asks for each.
 fn optional_layer_tensors(c: &TransformerConfig) -> Vec<&'static str> {
@@ -330,10 +387,17 @@ fn check_tensors_present(
         "output_norm.weight".to_owned(),
     ];
     for i in 0..n_layer {
-        let ffn_tensors = match (c.options.moe, arch.fused_gate_up) {
-            (Some(_), _) => &MOE_TENSORS[..],
-            (None, true) => &FUSED_FFN_TENSORS[..],
-            (None, false) => &DENSE_FFN_TENSORS[..],
+        let ffn_tensors = match (c.is_moe_layer(i), arch.fused_gate_up) {
+            (true, _) => &MOE_TENSORS[..],
+            (false, true) => &FUSED_FFN_TENSORS[..],
+            (false, false) => &DENSE_FFN_TENSORS[..],
+        };
+        let shared_tensors = match c.options.moe.and_then(|moe| moe.shared) {
+            Some(shared) if c.is_moe_layer(i) => match shared.gated {
+                true => &SHARED_EXPERT_TENSORS[..],
+                false => &SHARED_EXPERT_TENSORS[1..],
+            },
+            _ => &[],
         };
         let fused_qkv = file.tensor(&format!("blk.{i}.attn_qkv.weight")).is_ok();
         let attention = match fused_qkv {
@@ -344,7 +408,12 @@ fn check_tensors_present(
             true => &PRE_NORM_TENSORS[..],
             false => &[],
         };
-        for part in attention.iter().chain(pre_norms).chain(ffn_tensors) {
+        for part in attention
+            .iter()
+            .chain(pre_norms)
+            .chain(ffn_tensors)
+            .chain(shared_tensors)
+        {
             names.push(format!("blk.{i}.{part}.weight"));
         }
         for part in optional_layer_tensors(c) {

@@ -11,8 +11,8 @@
 //!   ([`Decoder::reference_logits`]).
 //! - `toy`: the lessons' toy decoder ([`Toy`]).
 //! - `arch`: the supported architectures (llama and Mixtral, qwen2, qwen3,
-//!   gemma3, qwen3moe, olmoe, gemma2, olmo2, phi3) and the mapping of their
-//!   GGUF metadata to a configuration.
+//!   gemma3, qwen3moe, olmoe, gemma2, olmo2, phi3, qwen2moe, dots1) and the
+//!   mapping of their GGUF metadata to a configuration.
 //! - `llama`: a GGUF file's decoder ([`Llama`]), its weights multiplied in
 //!   their quantized blocks.
 //! - `state_file`: a [`DecoderState`] as bytes, stamped with its model's
@@ -61,8 +61,8 @@ pub use arch::SUPPORTED as SUPPORTED_ARCHITECTURES;
 #[doc(hidden)]
 pub use attention_workload::AttentionWorkload;
 pub use config::{
-    ArchOptions, AttentionKind, FfnKind, KvPrecision, NormKind, PositionKind, RopeMode,
-    RopeOptions, SlidingWindow, TransformerConfig,
+    ArchOptions, AttentionKind, FfnKind, Gating, KvPrecision, MoeOptions, NormKind, PositionKind,
+    RopeMode, RopeOptions, SharedExpertOptions, SlidingWindow, TransformerConfig,
 };
 pub use error::TransformerError;
 pub use ffn::FeedForward;

@@ -199,7 +199,7 @@ impl Decoder {
                 found: weights.layers.len(),
             });
         }
-        for layer in &weights.layers {
+        for (layer_idx, layer) in weights.layers.iter().enumerate() {
             for (name, norm) in [
                 ("attn_norm", &layer.attn_norm),
                 ("ffn_norm", &layer.ffn_norm),
@@ -220,7 +220,7 @@ impl Decoder {
             check_linear("wk", &layer.wk, c.kv_dim(), c.n_embd)?;
             check_linear("wv", &layer.wv, c.kv_dim(), c.n_embd)?;
             check_linear("wo", &layer.wo, c.n_embd, c.q_dim())?;
-            if c.options.moe.is_some() && !matches!(layer.ffn, FeedForward::Moe(_)) {
+            if c.is_moe_layer(layer_idx) != matches!(layer.ffn, FeedForward::Moe(_)) {
                 return Err(TransformerError::FfnKindMismatch { expected: c.ffn });
             }
             match (&layer.ffn, c.ffn) {
@@ -433,11 +433,7 @@ impl Scratch {
             buf.resize(n * width, 0.0);
         }
         // A mixture of experts has buffers of its own.
-        let ffn_dim = if c.options.moe.is_some() {
-            0
-        } else {
-            c.ffn_dim
-        };
+        let ffn_dim = if c.has_dense_layers() { c.ffn_dim } else { 0 };
         for buf in [&mut self.hidden, &mut self.gated] {
             buf.resize(n.min(FFN_ROWS) * ffn_dim, 0.0);
         }

@@ -1,13 +1,20 @@
 //! A mixture-of-experts feed-forward block (Shazeer et al. 2017, "Outrageously
-//! Large Neural Networks"; Mixtral, Qwen3-MoE, OLMoE), as llama.cpp's
-//! `build_moe_ffn` (src/llama-graph.cpp) computes it with softmax gating:
+//! Large Neural Networks"; Mixtral, Qwen3-MoE, OLMoE, Qwen2-MoE, dots.llm1),
+//! as llama.cpp's `build_moe_ffn` (src/llama-graph.cpp) computes it:
 //!
 //! ```text
-//! p      = softmax(x Wrouter^T)                       [n_expert] per token
-//! chosen = the n_expert_used largest p (ties: the lower expert first)
-//! w_e    = p_e, or p_e / sum of the chosen p (norm_weights)
+//! p      = softmax(x Wrouter^T), or sigmoid of each logit   [n_expert] per token
+//! chosen = the n_expert_used largest p + b (b: the selection bias
+//!          exp_probs_b, 0 without it; ties: the lower expert first)
+//! w_e    = p_e, or p_e / max(sum of the chosen p, 2^-14) (norm_weights),
+//!          times the weight scale (1 without it)
 //! y      = sum over chosen e of w_e * down_e(silu(gate_e(x)) * up_e(x))
+//!        + g * shared(x)     (a shared SwiGLU expert where there is one;
+//!                             g = sigmoid(x . ffn_gate_inp_shexp), qwen2moe, or 1)
 //! ```
+//!
+//! The bias only chooses (DeepSeek V3's auxiliary-loss-free balancing): the
+//! weights are the unbiased probabilities.
 //!
 //! The experts are the 3-d tensors `ffn_{gate,up,down}_exps` of the file,
 //! each expert a view of its own byte range ([`Linear`]), so only the chosen
@@ -16,17 +23,18 @@
 //! [`FFN_ROWS`] at a time), through the same batched products as the dense
 //! block. One token reads its chosen experts' gate and up projections in one
 //! product (one quantization of the token, one split of all their rows over
-//! the threads).
+//! the threads). The shared expert is a dense block ([`FeedForward`]).
 //!
 //! Each token's outputs are summed in increasing expert order whatever the
-//! batch, so a token's result has the same bits read alone or in a batch
-//! (llama.cpp sums in the order chosen; the two differ in the last bits).
-//! llama.cpp's top-k is `std::sort` of the probabilities, an insertion sort
-//! for up to 16 experts: ties keep the lower expert first, as here.
+//! batch, then the shared expert's added, so a token's result has the same
+//! bits read alone or in a batch (llama.cpp sums in the order chosen; the
+//! two differ in the last bits). llama.cpp's top-k is `std::sort` of the
+//! probabilities, an insertion sort for up to 16 experts: ties keep the
+//! lower expert first, as here.
 
 use super::TransformerError;
-use super::config::{FfnKind, TransformerConfig};
-use super::ffn::{FFN_ROWS, gate_rows};
+use super::config::{FfnKind, Gating, TransformerConfig};
+use super::ffn::{FFN_ROWS, FeedForward, gate_rows};
 use super::linear::Linear;
 use crate::kernels::dispatch::Dispatch;
 
@@ -41,15 +49,56 @@ pub struct MixtureOfExperts {
     up: Vec<Linear>,
     /// Per expert `[n_embd][expert_ffn_dim]`.
     down: Vec<Linear>,
-    /// Experts run per token.
-    n_used: usize,
-    /// Whether the chosen probabilities are divided by their sum.
-    norm_weights: bool,
+    /// How each token's experts are chosen and weighted.
+    routing: Routing,
     /// The experts' gate: SiLU (SwiGLU) or GELU (GeGLU).
     kind: FfnKind,
+    /// The expert every token runs, if any.
+    shared: Option<SharedExpert>,
     /// Every gate and up matrix is a tensor of a model file, so a token's
     /// chosen ones can go through one product.
     file_backed: bool,
+}
+
+/// How a token's experts are chosen and their outputs weighted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routing {
+    /// Experts run per token.
+    pub n_used: usize,
+    /// Softmax over the experts, or a sigmoid of each.
+    pub gating: Gating,
+    /// Added to the probabilities to choose the experts, not to weigh
+    /// them (`blk.{i}.exp_probs_b.bias`, `[n_expert]`).
+    pub selection_bias: Option<Vec<f32>>,
+    /// The chosen probabilities are divided by their sum.
+    pub norm_weights: bool,
+    /// Multiplies the chosen weights (1: none).
+    pub weights_scale: f32,
+}
+
+impl Routing {
+    /// Softmax gating of `n_used` experts, with or without renormalising:
+    /// Mixtral, qwen3moe and olmoe.
+    pub fn softmax(n_used: usize, norm_weights: bool) -> Self {
+        Self {
+            n_used,
+            gating: Gating::Softmax,
+            selection_bias: None,
+            norm_weights,
+            weights_scale: 1.0,
+        }
+    }
+}
+
+/// A dense SwiGLU expert every token runs (qwen2moe, dots1).
+#[derive(Debug, Clone)]
+pub struct SharedExpert {
+    /// `ffn_{gate,up,down}_shexp`: a [`FeedForward::SwiGlu`].
+    pub ffn: FeedForward,
+    /// `ffn_gate_inp_shexp`, `[1][n_embd]`: the output is multiplied by the
+    /// sigmoid of its product with the token (qwen2moe); `None`: added as
+    /// it is (dots1).
+    pub gate_inp: Option<Linear>,
 }
 
 /// Buffers of one block's pass, grown to the largest seen and reused.
@@ -69,6 +118,11 @@ pub(crate) struct MoeScratch {
     gated: Vec<f32>,
     /// Expert outputs, `[rows][n_embd]`.
     out: Vec<f32>,
+    /// The shared expert's hidden and gate rows, `[min(n, FFN_ROWS)][width]`.
+    shared_hidden: Vec<f32>,
+    shared_gated: Vec<f32>,
+    /// The shared expert's gate logits, `[n]`.
+    shared_gate: Vec<f32>,
 }
 
 /// One token's use of one expert.
@@ -84,14 +138,15 @@ pub(crate) struct Choice {
 
 impl MixtureOfExperts {
     /// A block of `router` (`[n_expert][n_embd]`) and one gate, up and down
-    /// matrix per expert, running `n_used` experts per token. The shapes are
-    /// checked by [`MixtureOfExperts::check`] when the decoder is built.
+    /// matrix per expert, routed by `routing`, with an optional shared
+    /// expert. The shapes are checked by [`MixtureOfExperts::check`] when
+    /// the decoder is built.
     pub fn new(
         router: Linear,
         [gate, up, down]: [Vec<Linear>; 3],
-        n_used: usize,
-        norm_weights: bool,
+        routing: Routing,
         kind: FfnKind,
+        shared: Option<SharedExpert>,
     ) -> Self {
         let file_backed = gate.iter().chain(&up).all(Linear::is_file_backed);
         Self {
@@ -99,24 +154,31 @@ impl MixtureOfExperts {
             gate,
             up,
             down,
-            n_used,
-            norm_weights,
+            routing,
             kind,
+            shared,
             file_backed,
         }
     }
 
-    /// Checks every weight's shape, the top-k, the weighting and the gate
-    /// against `c`'s mixture of experts.
+    /// Checks every weight's shape, the routing, the gate and the shared
+    /// expert against `c`'s mixture of experts.
     pub(crate) fn check(&self, c: &TransformerConfig) -> Result<(), TransformerError> {
+        let mismatch = Err(TransformerError::FfnKindMismatch { expected: c.ffn });
         let Some(moe) = c.options.moe else {
-            return Err(TransformerError::FfnKindMismatch { expected: c.ffn });
+            return mismatch;
         };
-        if self.n_used != moe.n_expert_used
-            || self.norm_weights != moe.norm_weights
+        let r = &self.routing;
+        if (r.n_used, r.norm_weights, r.gating, r.weights_scale)
+            != (
+                moe.n_expert_used,
+                moe.norm_weights,
+                moe.gating,
+                moe.weights_scale,
+            )
             || self.kind != c.ffn
         {
-            return Err(TransformerError::FfnKindMismatch { expected: c.ffn });
+            return mismatch;
         }
         let (d, f) = (c.n_embd, moe.expert_ffn_dim);
         let shape_error = |name: &str, w: &Linear, rows: usize, cols: usize| {
@@ -128,6 +190,15 @@ impl MixtureOfExperts {
         };
         if (self.router.n_rows(), self.router.n_cols()) != (moe.n_expert, d) {
             return shape_error("ffn_gate_inp", &self.router, moe.n_expert, d);
+        }
+        if let Some(bias) = &r.selection_bias
+            && bias.len() != moe.n_expert
+        {
+            return Err(TransformerError::TensorShape {
+                name: "exp_probs_b".into(),
+                expected: vec![moe.n_expert],
+                found: vec![bias.len()],
+            });
         }
         for (name, experts, rows, cols) in [
             ("ffn_gate_exps", &self.gate, f, d),
@@ -148,7 +219,31 @@ impl MixtureOfExperts {
                 return shape_error(name, w, rows, cols);
             }
         }
-        Ok(())
+        match (&self.shared, moe.shared) {
+            (None, None) => Ok(()),
+            (Some(shared), Some(options)) if shared.gate_inp.is_some() == options.gated => {
+                if let Some(gate_inp) = &shared.gate_inp
+                    && (gate_inp.n_rows(), gate_inp.n_cols()) != (1, d)
+                {
+                    return shape_error("ffn_gate_inp_shexp", gate_inp, 1, d);
+                }
+                let FeedForward::SwiGlu { gate, up, down } = &shared.ffn else {
+                    return mismatch;
+                };
+                let w = options.width;
+                for (name, m, rows, cols) in [
+                    ("ffn_gate_shexp", gate, w, d),
+                    ("ffn_up_shexp", up, w, d),
+                    ("ffn_down_shexp", down, d, w),
+                ] {
+                    if (m.n_rows(), m.n_cols()) != (rows, cols) {
+                        return shape_error(name, m, rows, cols);
+                    }
+                }
+                Ok(())
+            }
+            _ => mismatch,
+        }
     }
 
     /// The router, `[n_expert][n_embd]`.
@@ -161,9 +256,14 @@ impl MixtureOfExperts {
         [&self.gate[e], &self.up[e], &self.down[e]]
     }
 
-    /// Experts run per token, and whether their weights are renormalised.
-    pub(crate) fn top_k(&self) -> (usize, bool) {
-        (self.n_used, self.norm_weights)
+    /// How the experts are chosen and weighted.
+    pub(crate) fn routing(&self) -> &Routing {
+        &self.routing
+    }
+
+    /// The shared expert, if any.
+    pub(crate) fn shared(&self) -> Option<&SharedExpert> {
+        self.shared.as_ref()
     }
 
     /// The experts' gate kind.
@@ -189,13 +289,58 @@ impl MixtureOfExperts {
         self.router.matmul(dispatch, xs, n, &mut s.probs);
         s.chosen.clear();
         for (row, probs) in s.probs.chunks_exact_mut(n_expert).enumerate() {
-            route(probs, self.n_used, self.norm_weights, row, &mut s.chosen);
+            route(probs, &self.routing, row, &mut s.chosen);
         }
         ys.fill(0.0);
         if n == 1 && self.file_backed {
             self.forward_one(dispatch, xs, s, ys);
         } else {
             self.forward_grouped(dispatch, xs, s, ys);
+        }
+        if let Some(shared) = &self.shared {
+            Self::add_shared(shared, dispatch, xs, n, s, ys);
+        }
+    }
+
+    /// `ys += g * shared(xs)` row by row, `g` the sigmoid of the row's
+    /// shared gate logit (1 without a gate).
+    fn add_shared(
+        shared: &SharedExpert,
+        dispatch: Dispatch,
+        xs: &[f32],
+        n: usize,
+        s: &mut MoeScratch,
+        ys: &mut [f32],
+    ) {
+        let d = xs.len() / n;
+        let FeedForward::SwiGlu { gate, .. } = &shared.ffn else {
+            unreachable!("a shared expert is a SwiGLU block (checked when built)");
+        };
+        let width = n.min(FFN_ROWS) * gate.n_rows();
+        for buf in [&mut s.shared_hidden, &mut s.shared_gated] {
+            buf.resize(width, 0.0);
+        }
+        s.out.resize(n * d, 0.0);
+        let out = &mut s.out[..n * d];
+        shared.ffn.forward_dense(
+            dispatch,
+            xs,
+            n,
+            [&mut s.shared_hidden, &mut s.shared_gated],
+            out,
+        );
+        let Some(gate_inp) = &shared.gate_inp else {
+            add_weighted(ys, out, 1.0);
+            return;
+        };
+        s.shared_gate.resize(n, 0.0);
+        gate_inp.matmul(dispatch, xs, n, &mut s.shared_gate);
+        for ((y, out), &logit) in ys
+            .chunks_exact_mut(d)
+            .zip(out.chunks_exact(d))
+            .zip(&s.shared_gate)
+        {
+            add_weighted(y, out, sigmoid(logit));
         }
     }
 
@@ -281,45 +426,60 @@ fn add_weighted(y: &mut [f32], x: &[f32], w: f32) {
     }
 }
 
-/// Turns one token's router logits into probabilities (softmax, in place)
-/// and pushes its `k` chosen experts, largest probability first (ties: the
-/// lower expert first), each weighted by its probability, divided by the
-/// chosen ones' sum when `norm_weights`.
-pub(crate) fn route(
-    probs: &mut [f32],
-    k: usize,
-    norm_weights: bool,
-    row: usize,
-    chosen: &mut Vec<Choice>,
-) {
-    softmax_in_place(probs);
+/// Turns one token's router logits into probabilities in place (softmax or
+/// sigmoid) and pushes its chosen experts, largest probability (plus
+/// selection bias) first (ties: the lower expert first), each weighted by
+/// its probability, divided by the chosen ones' sum when `norm_weights`
+/// (the sum at least 2^-14, as llama.cpp clamps it), times the scale.
+pub(crate) fn route(probs: &mut [f32], r: &Routing, row: usize, chosen: &mut Vec<Choice>) {
+    match r.gating {
+        Gating::Softmax => softmax_in_place(probs),
+        Gating::Sigmoid => probs.iter_mut().for_each(|p| *p = sigmoid(*p)),
+    }
+    let bias = |e: usize| r.selection_bias.as_ref().map_or(0.0, |b| b[e]);
     let first = chosen.len();
-    for _ in 0..k.min(probs.len()) {
+    for _ in 0..r.n_used.min(probs.len()) {
         let taken = &chosen[first..];
-        let mut best: Option<usize> = None;
+        let mut best: Option<(usize, f32)> = None;
         for (e, &p) in probs.iter().enumerate() {
             if taken.iter().any(|c| c.expert == e) {
                 continue;
             }
+            let key = p + bias(e);
             // Strictly greater: a tie keeps the lower expert; a NaN is
             // taken only when nothing else is left.
-            if best.is_none_or(|b| p > probs[b] || probs[b].is_nan()) {
-                best = Some(e);
+            if best.is_none_or(|(_, b)| key > b || b.is_nan()) {
+                best = Some((e, key));
             }
         }
-        let Some(expert) = best else { break };
+        let Some((expert, _)) = best else { break };
         chosen.push(Choice {
             expert,
             row,
             weight: probs[expert],
         });
     }
-    if norm_weights {
+    if r.norm_weights {
         let sum: f32 = chosen[first..].iter().map(|c| c.weight).sum();
+        let sum = sum.max(MIN_WEIGHT_SUM);
         for c in &mut chosen[first..] {
             c.weight /= sum;
         }
     }
+    if r.weights_scale != 1.0 {
+        for c in &mut chosen[first..] {
+            c.weight *= r.weights_scale;
+        }
+    }
+}
+
+/// The least sum renormalised weights are divided by: the smallest normal
+/// f16, llama.cpp's clamp against a division by zero.
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+/// `1 / (1 + exp(-x))`.
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 /// Softmax of one row in place: `exp(x - max) / sum`, the sum in f64 (as
@@ -370,7 +530,7 @@ mod tests {
             for norm in [false, true] {
                 let mut probs = logits.clone();
                 let mut chosen = Vec::new();
-                route(&mut probs, k, norm, 3, &mut chosen);
+                route(&mut probs, &Routing::softmax(k, norm), 3, &mut chosen);
                 let expected = brute_force(&logits, k, norm);
                 assert_eq!(chosen.len(), k);
                 for (c, (e, w)) in chosen.iter().zip(expected) {
@@ -389,7 +549,7 @@ mod tests {
     fn ties_keep_the_lower_expert_first() {
         let mut probs = vec![0.5, 2.0, 1.0, 2.0, 1.0, 2.0];
         let mut chosen = Vec::new();
-        route(&mut probs, 4, false, 0, &mut chosen);
+        route(&mut probs, &Routing::softmax(4, false), 0, &mut chosen);
         let experts: Vec<usize> = chosen.iter().map(|c| c.expert).collect();
         assert_eq!(experts, [1, 3, 5, 2]);
     }
@@ -398,7 +558,193 @@ mod tests {
     fn nan_logits_choose_without_panicking() {
         let mut probs = vec![f32::NAN, 1.0, f32::NAN];
         let mut chosen = Vec::new();
-        route(&mut probs, 3, true, 0, &mut chosen);
+        route(&mut probs, &Routing::softmax(3, true), 0, &mut chosen);
         assert_eq!(chosen.len(), 3);
+    }
+
+    fn sigmoid64(x: f32) -> f64 {
+        1.0 / (1.0 + (-f64::from(x)).exp())
+    }
+
+    /// Sigmoid gating with a selection bias: the bias changes which experts
+    /// are chosen, not their weights (the unbiased sigmoids, renormalised,
+    /// then scaled), as a brute force in f64 computes.
+    #[test]
+    fn sigmoid_routing_chooses_by_the_biased_and_weighs_by_the_unbiased() {
+        let logits: Vec<f32> = (0..8).map(|i| ((i * 37) % 11) as f32 * 0.3 - 1.5).collect();
+        // Expert 0's logit is the lowest; a bias of 2 makes it the first.
+        let mut bias = vec![0.0f32; 8];
+        bias[0] = 2.0;
+        for (norm, scale) in [(false, 1.0), (true, 1.0), (true, 2.5), (false, 16.0)] {
+            let routing = Routing {
+                n_used: 3,
+                gating: Gating::Sigmoid,
+                selection_bias: Some(bias.clone()),
+                norm_weights: norm,
+                weights_scale: scale,
+            };
+            let mut probs = logits.clone();
+            let mut chosen = Vec::new();
+            route(&mut probs, &routing, 1, &mut chosen);
+            let p: Vec<f64> = logits.iter().map(|&x| sigmoid64(x)).collect();
+            let mut order: Vec<usize> = (0..8).collect();
+            order.sort_by(|&a, &b| {
+                (p[b] + f64::from(bias[b])).total_cmp(&(p[a] + f64::from(bias[a])))
+            });
+            let expected = &order[..3];
+            assert_eq!(expected[0], 0, "the bias decides");
+            let sum: f64 = expected.iter().map(|&e| p[e]).sum();
+            let experts: Vec<usize> = chosen.iter().map(|c| c.expert).collect();
+            assert_eq!(experts, expected);
+            for (c, &e) in chosen.iter().zip(expected) {
+                let w = p[e] / if norm { sum } else { 1.0 } * f64::from(scale);
+                assert!(
+                    (f64::from(c.weight) - w).abs() < 1e-6,
+                    "{} vs {w}",
+                    c.weight
+                );
+            }
+        }
+        // Without the bias expert 0 is not chosen.
+        let mut probs = logits.clone();
+        let mut chosen = Vec::new();
+        let routing = Routing {
+            gating: Gating::Sigmoid,
+            ..Routing::softmax(3, false)
+        };
+        route(&mut probs, &routing, 0, &mut chosen);
+        assert!(chosen.iter().all(|c| c.expert != 0));
+    }
+
+    /// Renormalising divides by at least 2^-14 (llama.cpp's clamp): tiny
+    /// sigmoids stay tiny instead of summing to 1.
+    #[test]
+    fn renormalising_clamps_a_tiny_sum() {
+        let logits = [-30.0f32, -31.0, -32.0, -40.0];
+        let routing = Routing {
+            gating: Gating::Sigmoid,
+            ..Routing::softmax(2, true)
+        };
+        let mut probs = logits.to_vec();
+        let mut chosen = Vec::new();
+        route(&mut probs, &routing, 0, &mut chosen);
+        for (c, &logit) in chosen.iter().zip(&logits) {
+            let expected = sigmoid64(logit) / 6.103_515_625e-5;
+            assert!((f64::from(c.weight) / expected - 1.0).abs() < 1e-5);
+            assert!(c.weight < 1e-8);
+        }
+    }
+
+    /// Deterministic values in about [-1, 1).
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 504.5 - 1.0)
+            .collect()
+    }
+
+    fn matrix(rows: usize, cols: usize, seed: usize) -> Linear {
+        Linear::dense(
+            ndarray::Array2::from_shape_vec((rows, cols), values(rows * cols, seed)).unwrap(),
+        )
+    }
+
+    /// `down(silu(gate x) * up x)` in f64.
+    fn swiglu64(gate: &Linear, up: &Linear, down: &Linear, x: &[f32]) -> Vec<f64> {
+        let (g, u, d) = (gate.to_dense(), up.to_dense(), down.to_dense());
+        let dot = |m: &ndarray::Array2<f32>, r: usize, v: &[f64]| -> f64 {
+            m.row(r)
+                .iter()
+                .zip(v)
+                .map(|(&w, &x)| f64::from(w) * x)
+                .sum()
+        };
+        let x: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let hidden: Vec<f64> = (0..g.nrows())
+            .map(|r| {
+                let a = dot(&g, r, &x);
+                a / (1.0 + (-a).exp()) * dot(&u, r, &x)
+            })
+            .collect();
+        (0..d.nrows()).map(|r| dot(&d, r, &hidden)).collect()
+    }
+
+    /// A block with sigmoid routing, a selection bias, a scale and a gated
+    /// shared expert, on every kernel path and batch size, equals the sum
+    /// written out in f64 (and a token reads the same in any batch).
+    #[test]
+    fn a_block_with_a_shared_expert_matches_the_sum_written_out() {
+        let (d, f, fs, n_expert, n) = (8, 6, 10, 4, 5);
+        let experts = |rows, cols, seed| -> Vec<Linear> {
+            (0..n_expert)
+                .map(|e| matrix(rows, cols, seed + e))
+                .collect()
+        };
+        let router = matrix(n_expert, d, 1);
+        let weights = [experts(f, d, 10), experts(f, d, 20), experts(d, f, 30)];
+        let shared_weights = [matrix(fs, d, 40), matrix(fs, d, 41), matrix(d, fs, 42)];
+        let gate_inp = matrix(1, d, 43);
+        let routing = Routing {
+            n_used: 2,
+            gating: Gating::Sigmoid,
+            selection_bias: Some(vec![0.0, 0.3, -0.2, 0.1]),
+            norm_weights: true,
+            weights_scale: 1.5,
+        };
+        let [g, u, dn] = shared_weights.clone();
+        let moe = MixtureOfExperts::new(
+            router.clone(),
+            weights.clone(),
+            routing.clone(),
+            FfnKind::SwiGlu,
+            Some(SharedExpert {
+                ffn: FeedForward::SwiGlu {
+                    gate: g,
+                    up: u,
+                    down: dn,
+                },
+                gate_inp: Some(gate_inp.clone()),
+            }),
+        );
+        let xs = values(n * d, 7);
+        for dispatch in Dispatch::every_available() {
+            let mut ys = vec![0.0; n * d];
+            moe.forward(dispatch, &xs, n, &mut MoeScratch::default(), &mut ys);
+            for (row, (x, y)) in xs.chunks_exact(d).zip(ys.chunks_exact(d)).enumerate() {
+                let mut probs = vec![0.0; n_expert];
+                router.matmul(dispatch, x, 1, &mut probs);
+                let mut chosen = Vec::new();
+                route(&mut probs, &routing, row, &mut chosen);
+                let mut expected = vec![0.0f64; d];
+                for c in &chosen {
+                    let e = c.expert;
+                    let out = swiglu64(&weights[0][e], &weights[1][e], &weights[2][e], x);
+                    for (acc, v) in expected.iter_mut().zip(out) {
+                        *acc += f64::from(c.weight) * v;
+                    }
+                }
+                let [sg, su, sd] = &shared_weights;
+                let logit: f64 = gate_inp
+                    .to_dense()
+                    .row(0)
+                    .iter()
+                    .zip(x)
+                    .map(|(&w, &v)| f64::from(w) * f64::from(v))
+                    .sum();
+                let gate = 1.0 / (1.0 + (-logit).exp());
+                for (acc, v) in expected.iter_mut().zip(swiglu64(sg, su, sd, x)) {
+                    *acc += gate * v;
+                }
+                for (&ours, &theirs) in y.iter().zip(&expected) {
+                    assert!(
+                        (f64::from(ours) - theirs).abs() < 1e-4,
+                        "{dispatch:?} row {row}: {ours} vs {theirs}"
+                    );
+                }
+                // Alone, the row has the same bits.
+                let mut alone = vec![0.0; d];
+                moe.forward(dispatch, x, 1, &mut MoeScratch::default(), &mut alone);
+                assert_eq!(alone, y, "{dispatch:?} row {row}");
+            }
+        }
     }
 }

@@ -9,7 +9,8 @@
 //!     q, k, v = norm(x) Wq^T, Wk^T, Wv^T (+ biases) (head norms) (RoPE)
 //!     a = softmax(softcap(q k^T * scale) + mask) v  per head, mask [n][n]
 //!     x += post_norm(a Wo^T);  x += post_norm(ffn(norm(x)))
-//!     (a mixture of experts: each token's chosen experts, by a stable sort)
+//!     (a mixture of experts: each token's chosen experts, by a stable sort,
+//!     plus its shared expert)
 //! logits = softcap(norm(x) Wout^T)                             [n][vocab]
 //! ```
 //!
@@ -21,7 +22,7 @@ use lm_core::{LanguageModel, TokenId};
 use ndarray::{Array1, Array2, ArrayView1, Axis, s};
 
 use super::NormKind;
-use super::config::{AttentionKind, FfnKind, PositionKind, RopeMode, RopeOptions};
+use super::config::{AttentionKind, FfnKind, Gating, PositionKind, RopeMode, RopeOptions};
 use super::ffn::{FeedForward, gelu, silu};
 use super::model::{Decoder, LayerWeights, Positions};
 use super::moe::MixtureOfExperts;
@@ -164,27 +165,40 @@ fn reference_ffn(ffn: &FeedForward, h: &Array2<f32>) -> Array2<f32> {
     }
 }
 
-/// A mixture of experts over the rows `h`, token by token: softmax of the
-/// router's logits in f64, every expert sorted by probability (a stable
-/// sort: ties keep the lower expert), the first `k` run as dense blocks and
-/// summed with their (renormalised) probabilities.
+/// A mixture of experts over the rows `h`, token by token: softmax (or
+/// sigmoid) of the router's logits in f64, every expert sorted by
+/// probability plus selection bias (a stable sort: ties keep the lower
+/// expert), the first `k` run as dense blocks and summed with their
+/// (renormalised, scaled) probabilities, then the shared expert (times its
+/// sigmoid gate) added.
 fn reference_moe(moe: &MixtureOfExperts, h: &Array2<f32>) -> Array2<f32> {
-    let (k, norm_weights) = moe.top_k();
+    let r = moe.routing();
     let logits = h.dot(&moe.router().to_dense().t());
     let mut out = Array2::zeros(h.raw_dim());
     for (row, logits) in logits.rows().into_iter().enumerate() {
-        let max = logits
-            .iter()
-            .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
-        let exps: Vec<f64> = logits.iter().map(|&x| (f64::from(x) - max).exp()).collect();
-        let total: f64 = exps.iter().sum();
-        let mut order: Vec<usize> = (0..exps.len()).collect();
-        order.sort_by(|&a, &b| exps[b].total_cmp(&exps[a]));
-        let chosen = &order[..k];
-        let chosen_sum: f64 = chosen.iter().map(|&e| exps[e]).sum();
+        let probs: Vec<f64> = match r.gating {
+            Gating::Softmax => {
+                let max = logits
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+                let exps: Vec<f64> = logits.iter().map(|&x| (f64::from(x) - max).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                exps.iter().map(|e| e / total).collect()
+            }
+            Gating::Sigmoid => logits
+                .iter()
+                .map(|&x| 1.0 / (1.0 + (-f64::from(x)).exp()))
+                .collect(),
+        };
+        let bias = |e: usize| r.selection_bias.as_ref().map_or(0.0, |b| f64::from(b[e]));
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        order.sort_by(|&a, &b| (probs[b] + bias(b)).total_cmp(&(probs[a] + bias(a))));
+        let chosen = &order[..r.n_used];
+        let chosen_sum: f64 = chosen.iter().map(|&e| probs[e]).sum();
         let x = h.slice(s![row..=row, ..]).to_owned();
         for &e in chosen {
-            let weight = exps[e] / if norm_weights { chosen_sum } else { total };
+            let norm = if r.norm_weights { chosen_sum } else { 1.0 };
+            let weight = probs[e] / norm * f64::from(r.weights_scale);
             let [gate, up, down] = moe.expert(e);
             let expert = match moe.kind() {
                 FfnKind::GeGlu => FeedForward::GeGlu {
@@ -201,6 +215,14 @@ fn reference_moe(moe: &MixtureOfExperts, h: &Array2<f32>) -> Array2<f32> {
             let y = reference_ffn(&expert, &x);
             let mut out_row = out.row_mut(row);
             out_row.scaled_add(weight as f32, &y.row(0));
+        }
+        if let Some(shared) = moe.shared() {
+            let y = reference_ffn(&shared.ffn, &x);
+            let gate = shared.gate_inp.as_ref().map_or(1.0, |w| {
+                let logit = f64::from(x.dot(&w.to_dense().t())[[0, 0]]);
+                1.0 / (1.0 + (-logit).exp())
+            });
+            out.row_mut(row).scaled_add(gate as f32, &y.row(0));
         }
     }
     out
