@@ -1006,6 +1006,17 @@ pub struct ServeArgs {
     /// text whole in `content` (off).
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "off"])]
     pub reasoning: String,
+    /// Speculative decoding for every request: `prompt-lookup` drafts the tokens that
+    /// followed the latest earlier match of a sequence's last tokens, and the model verifies
+    /// them in one pass; greedy answers keep their ids, sampled ones their distribution
+    /// (a draft model is `generate --draft`'s only).
+    #[arg(long, value_name = "DRAFTER", value_parser = parse_drafter)]
+    pub draft: Option<DrafterArg>,
+    /// The most tokens --draft proposes per pass (it proposes fewer while its drafts are
+    /// rejected).
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "draft",
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub draft_tokens: u64,
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

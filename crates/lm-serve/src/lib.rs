@@ -131,6 +131,37 @@ pub struct ServeConfig {
     /// replies into `reasoning_content` (on by default; `--reasoning off`
     /// leaves replies whole in `content`; see `reasoning.rs`).
     pub reasoning: bool,
+    /// Speculative decoding (`--draft`): every sequence's loop verifies
+    /// this drafter's proposals, so several tokens can come out of one
+    /// pass; the tokens are those of the plain loop when greedy, and drawn
+    /// from the same distribution when sampling. `None` (the default):
+    /// the plain loop.
+    pub draft: Option<SpeculativeDrafter>,
+}
+
+/// Who drafts the tokens a sequence's speculative loop verifies
+/// (`ServeConfig::draft`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpeculativeDrafter {
+    /// Prompt lookup (lm-decode's `PromptLookup`): the tokens that followed
+    /// the earlier place in the sequence agreeing longest with its end, up
+    /// to `max_tokens` per pass. No second model, so nothing runs outside
+    /// the scheduler.
+    PromptLookup {
+        /// The most tokens proposed per pass (`--draft-tokens`; it proposes
+        /// fewer while its drafts are rejected).
+        max_tokens: NonZeroUsize,
+    },
+}
+
+impl SpeculativeDrafter {
+    /// A fresh drafter for one sequence.
+    pub(crate) fn start(self) -> lm_decode::PromptLookup {
+        match self {
+            Self::PromptLookup { max_tokens } => lm_decode::PromptLookup::new(max_tokens.get()),
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -153,6 +184,7 @@ impl Default for ServeConfig {
             cache_dir: None,
             request_defaults: serde_json::Map::new(),
             reasoning: true,
+            draft: None,
         }
     }
 }
@@ -475,11 +507,16 @@ where
         embedder: std::sync::OnceLock::new(),
         direct_lock: tokio::sync::Mutex::new(()),
     });
+    let settings = scheduler::Settings {
+        n_workers: app.config.parallel,
+        step_tokens: app.config.prefill_chunk_len.get(),
+        draft: app.config.draft,
+    };
     let threads = scheduler::start(
         model,
         text,
         queue,
-        app.config.parallel,
+        settings,
         Arc::clone(&cancel),
         metrics,
         cache,

@@ -1,6 +1,6 @@
 //! The server's counters and gauges, rendered as Prometheus text for
 //! `GET /metrics`: requests, tokens, queue depth, active sequences, batch
-//! size per step and time to first token.
+//! size per step, time to first token and speculative decoding's drafts.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +28,9 @@ pub(crate) struct Metrics {
     cache_hit_tokens: AtomicU64,
     cache_entries: AtomicU64,
     cache_bytes: AtomicU64,
+    draft_tokens: AtomicU64,
+    draft_accepted_tokens: AtomicU64,
+    verification_passes: AtomicU64,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -74,6 +77,19 @@ impl Metrics {
     pub(crate) fn record_prefill(&self, n_tokens: usize) {
         self.prefill_tokens
             .fetch_add(n_tokens as u64, Ordering::Relaxed);
+    }
+
+    /// A speculative sequence's drafts: proposed and verified, and accepted.
+    pub(crate) fn record_drafts(&self, n_drafted: usize, n_accepted: usize) {
+        self.draft_tokens
+            .fetch_add(n_drafted as u64, Ordering::Relaxed);
+        self.draft_accepted_tokens
+            .fetch_add(n_accepted as u64, Ordering::Relaxed);
+    }
+
+    /// A pass that verified a sequence's drafts.
+    pub(crate) fn record_verification(&self) {
+        self.verification_passes.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn record_cache_hit(&self, n_tokens: usize) {
@@ -126,7 +142,7 @@ enum Source {
 /// Every metric of `GET /metrics`, in the order shown: its name after
 /// `lm_`, its Prometheus type, its source and its help text.
 #[rustfmt::skip]
-const EXPOSED: [(&str, &str, Source, &str); 18] = [
+const EXPOSED: [(&str, &str, Source, &str); 21] = [
     ("requests_total", "counter", Count(|m| &m.requests), "HTTP requests answered."),
     ("requests_failed_total", "counter", Count(|m| &m.requests_failed),
         "Requests answered with a 4xx or 5xx other than 429/503."),
@@ -158,4 +174,10 @@ const EXPOSED: [(&str, &str, Source, &str); 18] = [
     ("prefix_cache_bytes", "gauge", Count(|m| &m.cache_bytes), "Bytes the kept states hold."),
     ("queue_wait_seconds_total", "counter", Seconds(|m| &m.queue_wait_micros),
         "Time sequences waited in the queue."),
+    ("spec_decode_draft_tokens_total", "counter", Count(|m| &m.draft_tokens),
+        "Tokens the drafter proposed and the model verified, over finished sequences (--draft)."),
+    ("spec_decode_accepted_tokens_total", "counter", Count(|m| &m.draft_accepted_tokens),
+        "Drafted tokens the model accepted, over finished sequences (--draft)."),
+    ("spec_decode_verification_passes_total", "counter", Count(|m| &m.verification_passes),
+        "Passes that verified drafts: each reads a sequence's last token and its drafts."),
 ];

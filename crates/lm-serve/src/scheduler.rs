@@ -12,16 +12,27 @@
 //!                          asked for its next forward, then runs ONE step:
 //!                            all one-token requests  -> model.forward_batch
 //!                                                       (weights read once)
-//!                            one prefill chunk       -> model.forward
+//!                            multi-token passes      -> model.forward each,
+//!                            (prefill chunks, draft     oldest first, up to
+//!                             verifications)            prefill_chunk_len tokens
 //!                          and hands each state and its logits back
 //! ```
 //!
 //! New sequences join between steps (their prompt read in chunks of
-//! `prefill_chunk_len`, one chunk per step, so a long prompt never stalls
-//! the others for more than a chunk). Sampling, stop rules and the trace
-//! stay in lm-decode's loop, and the multi-sequence step gives each
-//! sequence the bits it gets alone, so a request's tokens are those it
-//! gets served alone: the batch changes speed, never output.
+//! `prefill_chunk_len`, so a long prompt never stalls the others for more
+//! than a chunk). Sampling, stop rules and the trace stay in lm-decode's
+//! loop, and the multi-sequence step gives each sequence the bits it gets
+//! alone, so a request's tokens are those it gets served alone: the batch
+//! changes speed, never output.
+//!
+//! With a drafter (`ServeConfig::draft`) the worker runs lm-decode's
+//! speculative loop instead (`generate_speculative_from_state`): a round
+//! whose drafter proposes nothing asks for a one-token step as the plain
+//! loop does; a round with drafts asks for one pass over the last token and
+//! the drafts with a logits row per token ([`Rows::All`]), which the step
+//! runs like a prefill chunk. The decoder gives a row the same bits whether
+//! its token is read alone, in a batch or in a longer pass, so greedy
+//! tokens are the plain loop's, id for id.
 //!
 //! A token crosses three threads (worker, scheduler, the HTTP task), so the
 //! hot path reuses what it can: each worker's token buffer and logits row
@@ -41,10 +52,11 @@ use std::time::Instant;
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 use lm_decode::{
     CacheLimit, Candidate, GenerationConfig, GenerationHook, PrefixCache, StopReason,
-    generate_from_state, tokens_reused,
+    generate_from_state, generate_speculative_from_state, tokens_reused,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::SpeculativeDrafter;
 use crate::metrics::Metrics;
 use crate::state_size::StateSize;
 use crate::text::ServedText;
@@ -192,14 +204,26 @@ pub(crate) fn prefix_cache<S: StateSize + SequenceState>(
     )))
 }
 
-/// Starts the scheduler and `n_workers` workers serving `queue`, keeping
-/// finished sequences' states in `cache`. They end once the queue is
-/// closed and drained.
+/// How the scheduler and its workers run (from `ServeConfig`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// Workers, one sequence each (`parallel`).
+    pub(crate) n_workers: usize,
+    /// The most tokens of multi-token passes a step runs besides its batch
+    /// (`prefill_chunk_len`; one pass always runs, whatever its length).
+    pub(crate) step_tokens: usize,
+    /// Speculative decoding's drafter, if any.
+    pub(crate) draft: Option<SpeculativeDrafter>,
+}
+
+/// Starts the scheduler and `settings.n_workers` workers serving `queue`,
+/// keeping finished sequences' states in `cache`. They end once the queue
+/// is closed and drained.
 pub(crate) fn start<M>(
     model: Arc<M>,
     text: Arc<dyn ServedText>,
     queue: Arc<JobQueue>,
-    n_workers: usize,
+    settings: Settings,
     cancel: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
     cache: Arc<Mutex<PrefixCache<M::State>>>,
@@ -208,6 +232,11 @@ where
     M: LanguageModel + Send + Sync + 'static,
     M::State: StateSize + Send + 'static,
 {
+    let Settings {
+        n_workers,
+        step_tokens,
+        draft,
+    } = settings;
     let (to_scheduler, inbox) = std::sync::mpsc::channel();
     let (reply_to, replies): (Vec<_>, Vec<_>) =
         (0..n_workers).map(|_| std::sync::mpsc::channel()).unzip();
@@ -218,7 +247,13 @@ where
         std::thread::Builder::new()
             .name("lm-serve-scheduler".into())
             .spawn(move || {
-                run_scheduler(&*scheduler_model, &inbox, &reply_to, &scheduler_metrics);
+                run_scheduler(
+                    &*scheduler_model,
+                    &inbox,
+                    &reply_to,
+                    step_tokens,
+                    &scheduler_metrics,
+                );
             })
             .expect("spawning the scheduler thread"),
     );
@@ -243,7 +278,7 @@ where
                 .spawn(move || {
                     while let Some(job) = queue.pop() {
                         metrics.job_started(job.enqueued);
-                        run_job(&remote, &*text, job, &cache, &cancel, &metrics);
+                        run_job(&remote, &*text, job, draft, &cache, &cancel, &metrics);
                         metrics.job_ended();
                     }
                 })
@@ -255,11 +290,13 @@ where
 
 /// The scheduler's loop: gather requests until every active sequence has
 /// one, run a step, repeat; ends when every worker is gone. Worker `i` gets
-/// its answers through `replies[i]`.
+/// its answers through `replies[i]`; a step runs at most `step_tokens`
+/// tokens of multi-token passes besides its batch.
 fn run_scheduler<M: LanguageModel>(
     model: &M,
     inbox: &Receiver<Message<M::State>>,
     replies: &[Sender<Reply<M::State>>],
+    step_tokens: usize,
     metrics: &Metrics,
 ) {
     let mut n_active = 0usize;
@@ -280,7 +317,14 @@ fn run_scheduler<M: LanguageModel>(
             Some(Message::Join) => n_active += 1,
             Some(Message::Leave) => n_active -= 1,
             Some(Message::Forward(forward)) => waiting.push(forward),
-            None => step(model, &mut waiting, &mut scratch, replies, metrics),
+            None => step(
+                model,
+                &mut waiting,
+                &mut scratch,
+                replies,
+                step_tokens,
+                metrics,
+            ),
         }
     }
 }
@@ -293,6 +337,8 @@ struct StepScratch<S> {
     states: Vec<S>,
     tokens: Vec<Vec<TokenId>>,
     logits: Vec<Vec<f32>>,
+    /// The multi-token passes this step runs, oldest first.
+    passes: Vec<Forward<S>>,
     /// The requests left for a later step.
     deferred: Vec<Forward<S>>,
 }
@@ -304,29 +350,37 @@ impl<S> Default for StepScratch<S> {
             states: Vec::new(),
             tokens: Vec::new(),
             logits: Vec::new(),
+            passes: Vec::new(),
             deferred: Vec::new(),
         }
     }
 }
 
 /// One step: every waiting one-token request in one `forward_batch`, then
-/// the oldest waiting prefill chunk; the others wait for the next step.
+/// the waiting multi-token passes (prefill chunks, speculative
+/// verifications), oldest first, while their tokens total at most
+/// `step_tokens` (the oldest always runs); the others wait for the next
+/// step.
 fn step<M: LanguageModel>(
     model: &M,
     waiting: &mut Vec<Forward<M::State>>,
     scratch: &mut StepScratch<M::State>,
     replies: &[Sender<Reply<M::State>>],
+    step_tokens: usize,
     metrics: &Metrics,
 ) {
-    let mut prefill = None;
+    let mut n_pass_tokens = 0;
     for f in waiting.drain(..) {
         if f.tokens.len() == 1 && f.rows == Rows::Last {
             scratch.workers.push(f.worker_idx);
             scratch.states.push(f.state);
             scratch.tokens.push(f.tokens);
             scratch.logits.push(f.logits);
-        } else if prefill.is_none() {
-            prefill = Some(f);
+        } else if scratch.deferred.is_empty()
+            && (scratch.passes.is_empty() || n_pass_tokens + f.tokens.len() <= step_tokens)
+        {
+            n_pass_tokens += f.tokens.len();
+            scratch.passes.push(f);
         } else {
             scratch.deferred.push(f);
         }
@@ -335,9 +389,12 @@ fn step<M: LanguageModel>(
     if !scratch.workers.is_empty() {
         decode_together(model, scratch, replies, metrics);
     }
-    if let Some(mut f) = prefill {
+    for mut f in scratch.passes.drain(..) {
         let result = model.forward(&mut f.state, &f.tokens, f.rows, &mut f.logits);
-        metrics.record_prefill(f.tokens.len());
+        match f.rows {
+            Rows::Last => metrics.record_prefill(f.tokens.len()),
+            Rows::All => metrics.record_verification(),
+        }
         let reply = Reply {
             state: f.state,
             tokens: f.tokens,
@@ -554,12 +611,14 @@ impl GenerationHook for &mut StreamHook<'_> {
     }
 }
 
-/// Runs one job through lm-decode's loop, from the longest kept prefix of
-/// its prompt, reports its end and keeps its state.
+/// Runs one job through lm-decode's loop (the speculative one with
+/// `draft`), from the longest kept prefix of its prompt, reports its end
+/// and keeps its state.
 fn run_job<M: LanguageModel>(
     remote: &Remote<M>,
     text: &dyn ServedText,
     job: Job,
+    draft: Option<SpeculativeDrafter>,
     cache: &Mutex<PrefixCache<M::State>>,
     cancel: &AtomicBool,
     metrics: &Metrics,
@@ -581,14 +640,27 @@ fn run_job<M: LanguageModel>(
         Some((state, n_shared)) => (RemoteState(Some(state)), n_shared),
         None => (remote.new_state(), 0),
     };
-    let result = generate_from_state(
-        remote,
-        state,
-        &job.prompt,
-        &job.config,
-        Some(detokenizer),
-        &mut hook,
-    );
+    let (prompt, config) = (&job.prompt, &job.config);
+    let result = match draft {
+        None => generate_from_state(remote, state, prompt, config, Some(detokenizer), &mut hook),
+        Some(draft) => {
+            let drafter = draft.start();
+            let detokenizer = Some(detokenizer);
+            generate_speculative_from_state(
+                remote,
+                state,
+                prompt,
+                config,
+                detokenizer,
+                drafter,
+                &mut hook,
+            )
+            .map(|(generation, stats, state)| {
+                metrics.record_drafts(stats.drafted_tokens, stats.accepted_tokens);
+                (generation, state)
+            })
+        }
+    };
     let event = match result {
         Ok((generation, state)) => {
             metrics.record_cache_hit(tokens_reused(&generation, n_shared));

@@ -16,6 +16,7 @@ mod reasoning;
 mod response_format;
 mod samplers;
 mod smollm2;
+mod speculative;
 mod tool_calls;
 mod trace;
 mod webui;

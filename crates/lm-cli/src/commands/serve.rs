@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lm_core::{Bounded, LanguageModel};
 use lm_model::ModelFingerprint;
-use lm_serve::{CacheDir, ServeConfig, ServedText, Server};
+use lm_serve::{CacheDir, ServeConfig, ServedText, Server, SpeculativeDrafter};
 
-use crate::cli::ServeArgs;
+use crate::cli::{DrafterArg, ServeArgs};
 use crate::commands::generate::to_usize;
 use crate::spec::{Backend, ModelSpec};
 
@@ -21,6 +21,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
         !options.no_cache,
         "--no-cache is not supported by serve (every sequence keeps its cache in the batch)"
     );
+    let draft = match &args.draft {
+        None => None,
+        Some(DrafterArg::PromptLookup) => Some(SpeculativeDrafter::PromptLookup {
+            max_tokens: NonZeroUsize::new(to_usize(args.draft_tokens))
+                .context("--draft-tokens must be at least 1")?,
+        }),
+        Some(DrafterArg::Model(spec)) => anyhow::bail!(
+            "--draft {spec}: serve drafts with prompt-lookup only (a draft model's passes would \
+             run outside the scheduler's batch); lm-cli generate --draft {spec} takes a draft model"
+        ),
+    };
     let config = ServeConfig {
         addr: std::net::SocketAddr::new(args.host, args.port),
         api_key: args.api_key.clone(),
@@ -52,6 +63,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 })
             })
             .transpose()?,
+        draft,
     };
     let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
     let bound = loaded.backend.bound(options.context_length);
