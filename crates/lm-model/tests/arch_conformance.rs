@@ -3,7 +3,8 @@
 //! `rope_freqs`, qwen2, qwen3, gemma3 with a sliding window of 12, the
 //! mixtures of experts qwen3moe (top-2 of 8, top-8 of 16), Mixtral and
 //! OLMoE, gemma2 with soft-caps, olmo2, phi3 with fused tensors and
-//! LongRoPE, and llama with a Mistral window key llama.cpp ignores) and
+//! LongRoPE, llama with a Mistral window key llama.cpp ignores, and the
+//! mixtures with shared experts qwen2moe and dots1, sigmoid-gated) and
 //! llama.cpp's logits of every position of a 40-id input, written by
 //! `scripts/reference/random_gguf.py` (`cargo xtask reference-fixtures
 //! --arch`; see that folder's README).
