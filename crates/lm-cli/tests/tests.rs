@@ -24,6 +24,7 @@ mod readme;
 mod run_behaviour;
 mod score;
 mod serve;
+mod serve_draft;
 mod smollm2;
 mod structured;
 mod toy_reference;

@@ -95,6 +95,7 @@
 mod completion;
 mod embed;
 mod error;
+mod gbnf;
 mod gguf;
 mod hf;
 mod options;
@@ -105,6 +106,7 @@ mod structured;
 pub use completion::{Completion, Score};
 pub use embed::{Embedder, Pooling, UnknownPooling, embed_tokens};
 pub use error::{Error, TextError};
+pub use gbnf::{GbnfError, gbnf_to_lark, is_gbnf};
 pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
 pub use hf::{HfGeneration, load, load_hf_dir, load_hf_dir_quantized};
 pub use options::{Drafting, Options, Prompt};

@@ -1,5 +1,7 @@
 //! Structured output on llguidance: an [`OutputFormat`] (JSON Schema, any
-//! JSON object, a regular expression, a Lark grammar, a choice of strings)
+//! JSON object, a regular expression, a Lark grammar, a GBNF grammar
+//! (llama.cpp's, translated into Lark by [`crate::gbnf_to_lark`]), a choice
+//! of strings)
 //! compiled for a tokenizer's vocabulary into a [`StructuredOutput`], which
 //! is lm-core's [`Constraint`] (lm-decode masks each step with it).
 //!
@@ -33,29 +35,52 @@ pub enum OutputFormat {
     Regex(String),
     /// Text of this Lark grammar (llguidance's dialect).
     Lark(String),
+    /// Text of this GBNF grammar (llama.cpp's format, `root ::= ...`).
+    Gbnf(String),
     /// Exactly one of these strings.
     Choice(Vec<String>),
 }
 
 impl OutputFormat {
+    /// A grammar's text as the format it is written in: GBNF when its first
+    /// rule is `name ::=` ([`crate::is_gbnf`]), else Lark. The server's
+    /// `grammar` fields and the CLI's `--grammar` read grammars this way.
+    ///
+    /// ```
+    /// use lm::OutputFormat;
+    /// let gbnf = OutputFormat::from_grammar("root ::= \"a\"".into());
+    /// assert_eq!(gbnf, OutputFormat::Gbnf("root ::= \"a\"".into()));
+    /// let lark = OutputFormat::from_grammar("start: \"a\"".into());
+    /// assert_eq!(lark, OutputFormat::Lark("start: \"a\"".into()));
+    /// ```
+    pub fn from_grammar(text: String) -> Self {
+        if crate::is_gbnf(&text) {
+            Self::Gbnf(text)
+        } else {
+            Self::Lark(text)
+        }
+    }
+
     /// The grammar llguidance compiles.
-    fn grammar(&self) -> TopLevelGrammar {
-        match self {
+    fn grammar(&self) -> Result<TopLevelGrammar, FormatError> {
+        Ok(match self {
             Self::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
             Self::JsonObject => {
                 TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
             }
             Self::Regex(pattern) => TopLevelGrammar::from_regex(pattern),
             Self::Lark(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
+            Self::Gbnf(grammar) => TopLevelGrammar::from_lark(
+                crate::gbnf_to_lark(grammar).map_err(FormatError::engine)?,
+            ),
             Self::Choice(options) => {
-                // Lark string literals take JSON's escapes.
                 let alternatives: Vec<String> = options
                     .iter()
-                    .map(|option| serde_json::Value::from(option.as_str()).to_string())
+                    .map(|option| crate::gbnf::lark_string(option))
                     .collect();
                 TopLevelGrammar::from_lark(format!("start: {}", alternatives.join(" | ")))
             }
-        }
+        })
     }
 
     /// Checks the format with the engine alone, before any model is loaded
@@ -136,7 +161,7 @@ impl StructuredOutput {
         let mut factory = ParserFactory::new_simple(&env).map_err(FormatError::engine)?;
         factory.quiet();
         let parser = factory
-            .create_parser(format.grammar())
+            .create_parser(format.grammar()?)
             .map_err(FormatError::engine)?;
         let start = Matcher::new(Ok(parser));
         if let Some(message) = start.get_error() {
@@ -275,5 +300,36 @@ impl TokenizerEnv for VocabularyEnv {
 
     fn tokenize_is_canonical(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    impl OutputFormat {
+        /// Whether the engine takes `text` whole: compiled for the 256
+        /// single bytes (as [`OutputFormat::check`]), each byte must be
+        /// allowed by the mask before it is consumed, and the end must be
+        /// accepting.
+        pub(crate) fn accepts(&self, text: &str) -> Result<bool, FormatError> {
+            let mut bytes: Vec<TokenBytes> =
+                (0..=255u8).map(|b| TokenBytes::Text(vec![b])).collect();
+            bytes.push(TokenBytes::Special);
+            let env = VocabularyEnv::new(&bytes, bytes.len(), &[256], |_| "<end>".into())?;
+            let output = StructuredOutput::with_env(self, env)?;
+            let mut state = output.start().map_err(FormatError::engine)?;
+            let mut mask = TokenMask::new(output.vocab_size());
+            for &byte in text.as_bytes() {
+                state.fill_allowed(&mut mask).map_err(FormatError::engine)?;
+                if !mask.is_allowed(TokenId::from(byte)) {
+                    return Ok(false);
+                }
+                state
+                    .advance(TokenId::from(byte))
+                    .map_err(FormatError::engine)?;
+            }
+            state.is_accepting().map_err(FormatError::engine)
+        }
     }
 }
