@@ -236,9 +236,12 @@ fn piece(
     if info.dims.len() == 1 || matches!(source.mapped.transform, Transform::Permute { .. }) {
         let bytes =
             tensor_bytes(config, sources, views, idx, info).map_err(|e| bad(e.to_string()))?;
-        info.ggml_type
-            .validate(&bytes)
-            .map_err(|e| bad(e.to_string()))?;
+        if !shards::all_finite(info.ggml_type, &bytes) {
+            // The first bad value, named as the GGUF loader names it.
+            info.ggml_type
+                .validate(&bytes)
+                .map_err(|e| bad(e.to_string()))?;
+        }
         return Ok(PieceSource::Owned(bytes));
     }
     let range = shard
@@ -339,7 +342,8 @@ fn tensor_bytes(
 }
 
 /// Tensor `idx` (its source bytes `data`) quantized to `info`'s type, row
-/// by row in parallel, its values checked finite first.
+/// by row in parallel: each row converted to f32 into a buffer of the
+/// thread's, checked finite, quantized (no f32 copy of the whole tensor).
 fn quantized(
     config: &HfConfig,
     sources: &[Source],
@@ -360,18 +364,46 @@ fn quantized(
     } else {
         data
     };
-    let values: Vec<f32> = to_f32(source.dtype, data).collect();
-    if let Some(at) = values.iter().position(|v| !v.is_finite()) {
-        return Err(format!("value {at} is {}", values[at]));
-    }
     let row_len = info.dims[0];
     let n_rows = info.n_rows().max(1);
     let mut out = vec![0; info.n_bytes];
     out.par_chunks_mut(info.n_bytes / n_rows)
-        .zip(values.par_chunks(row_len))
-        .try_for_each(|(dst, src)| info.ggml_type.quantize_row(src, dst))
-        .map_err(|e| e.to_string())?;
+        .zip(data.par_chunks(data.len() / n_rows))
+        .enumerate()
+        .try_for_each_init(
+            || vec![0f32; row_len],
+            |row, (r, (dst, src))| {
+                row_to_f32(source.dtype, src, row);
+                if let Some(at) = row.iter().position(|v| !v.is_finite()) {
+                    return Err(format!("value {} is {}", r * row_len + at, row[at]));
+                }
+                info.ggml_type
+                    .quantize_row(row, dst)
+                    .map_err(|e| e.to_string())
+            },
+        )?;
     Ok(out)
+}
+
+/// Converts the little-endian float values of `src` (of `dtype`) into `out`.
+fn row_to_f32(dtype: Dtype, src: &[u8], out: &mut [f32]) {
+    match dtype {
+        Dtype::F16 => {
+            for (v, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *v = f16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        Dtype::BF16 => {
+            for (v, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *v = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
+            }
+        }
+        _ => {
+            for (v, b) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+    }
 }
 
 /// Whether `ty` is a float type (used from the map as it is).

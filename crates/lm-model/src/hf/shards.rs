@@ -162,7 +162,7 @@ fn map(path: &Path) -> Result<Shard, HfError> {
 /// clear, so `(y - 1) & high` sets a lane's top bit only after a zero
 /// lane): a branch-free pass the compiler vectorizes, many times faster
 /// than the per-value check, which then runs only to name a bad value.
-fn all_finite(ty: GgmlType, data: &[u8]) -> bool {
+pub(super) fn all_finite(ty: GgmlType, data: &[u8]) -> bool {
     let (mask, ones, high) = match ty {
         GgmlType::F32 => (
             0x7F80_0000_7F80_0000_u64,

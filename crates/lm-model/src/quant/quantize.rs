@@ -24,6 +24,8 @@
 //! nearest even, as ggml's row converters). Inputs must be finite: ggml's
 //! results for NaN or infinity depend on undefined float-to-int casts.
 
+mod search;
+
 use half::{bf16, f16};
 
 use super::block::QK;
@@ -303,9 +305,12 @@ fn nearest_int(v: f32) -> i32 {
 }
 
 /// ggml's `make_qx_quants` with `rmse_type` 1 and no importance weights,
-/// for Q6_K's groups of 16 (`nmax` 32): levels `L` in `0..64` (the signed
+/// one group at a time as ggml runs it (the quantizer runs all 16 groups
+/// of a super-block at once, `search::make_qx_quants`; this is the tests'
+/// yardstick for it), for Q6_K's groups of 16 (`nmax` 32): levels `L` in `0..64` (the signed
 /// level plus 32) and the group's scale, chosen among 19 candidate scales
 /// around `max / -32` by the weighted (`x²`) least-squares fit of each.
+#[cfg(test)]
 fn make_qx_quants(x: &[f32; 16], levels: &mut [u8; 16]) -> f32 {
     const NMAX: i32 = 32;
     let (mut amax, mut max) = (0.0f32, 0.0f32);
@@ -353,13 +358,17 @@ fn make_qx_quants(x: &[f32; 16], levels: &mut [u8; 16]) -> f32 {
     scale
 }
 
-/// ggml's `make_qkx2_quants` (without `use_mad`): levels `0..=nmax` and a
+/// ggml's `make_qkx2_quants` (without `use_mad`), one group at a time as
+/// ggml runs it (the quantizer runs the eight groups of a super-block at
+/// once, `search::make_qkx2_quants`; this is the tests' yardstick for
+/// it): levels `0..=nmax` and a
 /// scale and minimum for one group of 32, `x ≈ scale * L - min`. It starts
 /// from the group's range (`min` at most 0) and tries `nstep + 1` scales
 /// `(rmin + rdelta * is + nmax) / (max - min)`, each refitted by weighted
 /// least squares (scale and offset; offset clamped to 0 when it would be
 /// positive), keeping the one of least weighted squared error.
 /// Returns `(scale, -min)`.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 fn make_qkx2_quants(
     x: &[f32],
@@ -445,22 +454,43 @@ fn make_qkx2_quants(
 /// rounded scale and minimum (a group whose rounded scale is 0 keeps its
 /// fitted levels). Returns the 256 levels, `0..=nmax`.
 fn quantize_k_scales(x: &[f32], block: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
-    let mut levels = [0u8; QK_K];
-    let mut scales = [0f32; 8];
-    let mut mins = [0f32; 8];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    // The eight groups side by side: xt[i][j] is value i of group j.
+    let mut xt = [[0f32; 8]; 32];
     for (j, group) in x.chunks_exact(32).enumerate() {
-        let sum_x2 = group.iter().fold(0.0f32, |acc, &v| acc + v * v);
-        let av_x = (sum_x2 / 32.0).sqrt();
-        let mut weights = [0f32; 32];
-        for (w, &v) in weights.iter_mut().zip(group) {
-            *w = av_x + v.abs();
+        for (i, &v) in group.iter().enumerate() {
+            xt[i][j] = v;
         }
-        let out = &mut levels[32 * j..32 * j + 32];
-        (scales[j], mins[j]) = make_qkx2_quants(group, &weights, out, nmax, rmin, 0.1, nstep);
-        max_scale = max_scale.max(scales[j]);
-        max_min = max_min.max(mins[j]);
     }
+    let mut sum_x2 = [0f32; 8];
+    for xi in &xt {
+        for j in 0..8 {
+            sum_x2[j] += xi[j] * xi[j];
+        }
+    }
+    let av_x = sum_x2.map(|s| (s / 32.0).sqrt());
+    let mut weights = [[0f32; 8]; 32];
+    for (wi, xi) in weights.iter_mut().zip(&xt) {
+        for j in 0..8 {
+            wi[j] = av_x[j] + xi[j].abs();
+        }
+    }
+    let mut lt = [[0u8; 8]; 32];
+    let (scales, mins) = search::make_qkx2_quants(&xt, &weights, &mut lt, nmax, rmin, 0.1, nstep);
+    let mut levels = [0u8; QK_K];
+    for (i, li) in lt.iter().enumerate() {
+        for j in 0..8 {
+            levels[32 * j + i] = li[j];
+        }
+    }
+    // ggml's `if (scales[j] > max_scale)`: a strict comparison from +0, so
+    // a minimum of -0 (a group whose minimum is 0) leaves +0 (`f32::max`
+    // may return either zero).
+    let largest = |values: &[f32; 8]| {
+        values
+            .iter()
+            .fold(0.0f32, |acc, &v| if v > acc { v } else { acc })
+    };
+    let (max_scale, max_min) = (largest(&scales), largest(&mins));
     let inv_scale = if max_scale > 0.0 {
         63.0 / max_scale
     } else {
@@ -544,21 +574,26 @@ const GROUP_MAX_EPS: f32 = 1e-15;
 /// with its group's rounded scale `d * sc` (a group whose rounded scale is
 /// 0 keeps its fitted levels). Layout in the `block_k` module.
 fn quantize_q6_k(x: &[f32], block: &mut [u8]) {
+    // The sixteen groups side by side: xt[i][j] is value i of group j.
+    let mut xt = [[0f32; 16]; 16];
+    for (j, group) in x.chunks_exact(16).enumerate() {
+        for (i, &v) in group.iter().enumerate() {
+            xt[i][j] = v;
+        }
+    }
+    let mut lt = [[0u8; 16]; 16];
+    let scales = search::make_qx_quants(&xt, &mut lt, GROUP_MAX_EPS);
     let mut levels = [0u8; QK_K];
-    let mut scales = [0f32; QK_K / 16];
+    for (i, li) in lt.iter().enumerate() {
+        for j in 0..16 {
+            levels[16 * j + i] = li[j];
+        }
+    }
     let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-    for ((group, out), scale) in x
-        .chunks_exact(16)
-        .zip(levels.chunks_exact_mut(16))
-        .zip(&mut scales)
-    {
-        let (Ok(group), Ok(out)) = (group.try_into(), out.try_into()) else {
-            continue;
-        };
-        *scale = make_qx_quants(group, out);
+    for &scale in &scales {
         if scale.abs() > max_abs_scale {
             max_abs_scale = scale.abs();
-            max_scale = *scale;
+            max_scale = scale;
         }
     }
     block.fill(0);
@@ -685,6 +720,82 @@ mod tests {
         assert_eq!(nearest_int(2.5), 2);
         assert_eq!(nearest_int(-3.5), -4);
         assert_eq!(nearest_int(0.49999997), 0);
+    }
+
+    /// Groups that take every path of the searches: random with outliers,
+    /// all positive (the minimum clamped to 0), constant, all zero, one
+    /// value alone, tiny.
+    fn search_groups(len: usize) -> Vec<Vec<f32>> {
+        let mut groups = Vec::new();
+        for seed in 0..40 {
+            let x = row(len, 100 + seed);
+            groups.push(x.clone());
+            groups.push(x.iter().map(|v| v.abs() + 0.25).collect());
+            groups.push(x.iter().map(|v| v * 1e-20).collect());
+            let mut one = vec![0.0; len];
+            one[seed as usize % len] = x[0];
+            groups.push(one);
+        }
+        groups.push(vec![0.0; len]);
+        groups.push(vec![-0.75; len]);
+        groups.push(vec![3.0; len]);
+        groups
+    }
+
+    /// The searches on a super-block's groups side by side give, bit for
+    /// bit, what ggml's one-group loops give for each group.
+    #[test]
+    fn side_by_side_searches_equal_ggml_loops() {
+        let groups = search_groups(32);
+        for (nmax, rmin, nstep) in [(15, -1.0, 20), (31, -0.5, 15)] {
+            for batch in groups.chunks(8).filter(|b| b.len() == 8) {
+                let (mut xt, mut wt) = ([[0f32; 8]; 32], [[0f32; 8]; 32]);
+                let mut expected = Vec::new();
+                for (k, group) in batch.iter().enumerate() {
+                    let av_x = (group.iter().fold(0.0f32, |a, &v| a + v * v) / 32.0).sqrt();
+                    let mut weights = [0f32; 32];
+                    for (i, &v) in group.iter().enumerate() {
+                        weights[i] = av_x + v.abs();
+                        (xt[i][k], wt[i][k]) = (v, weights[i]);
+                    }
+                    let mut levels = [0u8; 32];
+                    let (scale, min) =
+                        make_qkx2_quants(group, &weights, &mut levels, nmax, rmin, 0.1, nstep);
+                    expected.push((scale.to_bits(), min.to_bits(), levels));
+                }
+                let mut lt = [[0u8; 8]; 32];
+                let (scales, mins) =
+                    search::make_qkx2_quants(&xt, &wt, &mut lt, nmax, rmin, 0.1, nstep);
+                for (k, (scale, min, levels)) in expected.into_iter().enumerate() {
+                    assert_eq!(
+                        (scales[k].to_bits(), mins[k].to_bits()),
+                        (scale, min),
+                        "{k}"
+                    );
+                    assert!(
+                        (0..32).all(|i| lt[i][k] == levels[i]),
+                        "nmax {nmax} group {k}"
+                    );
+                }
+            }
+        }
+        let groups = search_groups(16);
+        for batch in groups.chunks(16).filter(|b| b.len() == 16) {
+            let mut xt = [[0f32; 16]; 16];
+            for (k, group) in batch.iter().enumerate() {
+                for (i, &v) in group.iter().enumerate() {
+                    xt[i][k] = v;
+                }
+            }
+            let mut lt = [[0u8; 16]; 16];
+            let scales = search::make_qx_quants(&xt, &mut lt, GROUP_MAX_EPS);
+            for (k, group) in batch.iter().enumerate() {
+                let mut levels = [0u8; 16];
+                let scale = make_qx_quants(group.as_slice().try_into().unwrap(), &mut levels);
+                assert_eq!(scales[k].to_bits(), scale.to_bits(), "q6 group {k}");
+                assert!((0..16).all(|i| lt[i][k] == levels[i]), "q6 group {k}");
+            }
+        }
     }
 
     #[test]
