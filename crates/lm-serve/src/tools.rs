@@ -8,19 +8,25 @@
 //!           apply_chat_template passes it), when the template reads it;
 //!           else GENERIC: a system block listing the tools as JSON
 //! template source ──> FORMATS (the first whose marker it contains) ──> ToolFormat
-//! tool_choice required / named ──> a Lark grammar: the format's wrapper
-//!           text around {"name": <const>, "arguments": %json{parameters}}
-//!           (an alternative per tool), enforced by llguidance from the
-//!           first token
-//! reply text ──> ToolFormat::parse ──> content + tool calls
+//! tool_choice ──> a Lark grammar, enforced by llguidance:
+//!   required / named: from the first token, the format's wrapper text
+//!           around {"name": <const>, "arguments": %json{parameters}}
+//!           (an alternative per tool)
+//!   auto:   text without the format's opening text, or text up to it
+//!           (a lazy lexeme, llama.cpp's "lazy grammar" trigger) followed
+//!           by enforced calls; for the formats without one, a reply that
+//!           starts with `{` (or `<|python_tag|>`) is a call
+//! reply text ──> ToolFormat::parse ──> content + tool calls (arguments as
+//!           the model wrote them); CallSplitter streams the same calls
+//!           as they are written
 //! ```
 //!
 //! The formats are those llama.cpp's common/chat.cpp recognises (Hermes and
 //! Qwen 2.5/3's `<tool_call>` JSON, Llama 3.x's JSON with `"parameters"`,
 //! Mistral's `[TOOL_CALLS]` list), and its generic fallback: a JSON object
-//! `{"name", "arguments"}` as the whole reply. Under `tool_choice: "auto"`
-//! the model may answer in text and nothing is enforced; a call it starts
-//! is parsed but not held to its schema.
+//! `{"name", "arguments"}` as the whole reply. The openings are matched as
+//! text: a vocabulary whose marker is a control token (Llama's
+//! `<|python_tag|>`) writes its calls without it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,6 +38,11 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use crate::request::Sampling;
 use crate::text::{ServedText, TextFailure, error_chain};
+
+mod stream;
+
+use stream::scan_object;
+pub(crate) use stream::{CallDelta, CallSplitter};
 
 /// One function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +57,8 @@ pub(crate) struct Tool {
 pub(crate) enum ToolChoice {
     /// Tools are not rendered; the model answers in text.
     None,
-    /// The model chooses between text and calls; nothing is enforced.
+    /// The model chooses between text and calls; a call it starts is
+    /// enforced.
     Auto,
     /// At least one call (one, without `parallel_tool_calls`), enforced.
     Required,
@@ -273,7 +285,8 @@ pub(crate) fn history_message(
 pub(crate) struct ToolMode {
     /// How the reply writes calls.
     pub(crate) format: &'static ToolFormat,
-    /// The grammar enforcing a call (`tool_choice` required or named).
+    /// The grammar enforcing the calls (none under `auto` with another
+    /// output constraint).
     pub(crate) grammar: Option<OutputFormat>,
 }
 
@@ -302,14 +315,19 @@ pub(crate) fn encode_chat(
         text.encode_chat(&generic_messages(messages, request), parse_special)
     }
     .map_err(failed)?;
-    let grammar = format.grammar(request);
-    if grammar.is_some() && sampling.response_format.is_some() {
-        let param = sampling.format_param;
-        return Err(ApiError::invalid(
-            param,
-            format!("'{param}' cannot be combined with the tool call 'tool_choice' requires"),
-        ));
-    }
+    // Under "auto" another constraint wins (a call then is not enforced);
+    // a call that is required cannot be combined with one.
+    let grammar = match (&request.choice, &sampling.response_format) {
+        (ToolChoice::Auto, Some(_)) => None,
+        (_, Some(_)) => {
+            let param = sampling.format_param;
+            return Err(ApiError::invalid(
+                param,
+                format!("'{param}' cannot be combined with the tool call 'tool_choice' requires"),
+            ));
+        }
+        (_, None) => format.grammar(request),
+    };
     Ok((ids, Some(ToolMode { format, grammar })))
 }
 
@@ -328,6 +346,9 @@ pub(crate) struct ToolFormat {
     arguments_key: &'static str,
     /// The calls are one JSON array after `open` (Mistral).
     list: bool,
+    /// Call ids are 9 letters and digits (Mistral's templates check
+    /// that), not OpenAI's `call_...`.
+    short_ids: bool,
 }
 
 /// The formats, tried in order against the template source; a template
@@ -342,6 +363,7 @@ const FORMATS: [ToolFormat; 3] = [
         separator: "\n",
         arguments_key: "arguments",
         list: false,
+        short_ids: false,
     },
     // Mistral (v0.3, Nemo, Small): [TOOL_CALLS][{...}, {...}].
     ToolFormat {
@@ -351,6 +373,7 @@ const FORMATS: [ToolFormat; 3] = [
         separator: ", ",
         arguments_key: "arguments",
         list: true,
+        short_ids: true,
     },
     // Llama 3.1 to 3.3: {"name": ..., "parameters": {...}}, the whole reply.
     ToolFormat {
@@ -360,6 +383,7 @@ const FORMATS: [ToolFormat; 3] = [
         separator: "\n",
         arguments_key: "parameters",
         list: false,
+        short_ids: false,
     },
 ];
 
@@ -371,6 +395,7 @@ pub(crate) const GENERIC: ToolFormat = ToolFormat {
     separator: "\n",
     arguments_key: "arguments",
     list: false,
+    short_ids: false,
 };
 
 /// Text a Llama 3.x reply may start its call with.
@@ -474,18 +499,27 @@ fn sequence(before: &[&str], item: &str, after: &[&str]) -> String {
     parts.join(" ")
 }
 
+/// Any text (valid UTF-8), as a Lark regex.
+const ANY_TEXT: &str = "/(?s:.*)/";
+
 impl ToolFormat {
-    /// The grammar that enforces `request`'s choice (`Required` or
-    /// `Named`): the format's wrapper around `{"name": <const>,
-    /// "<arguments_key>": <the tool's schema>}`, one alternative per tool
-    /// allowed, several calls when `parallel_tool_calls` allows them.
+    /// The grammar that enforces `request`'s calls: the format's wrapper
+    /// around `{"name": <const>, "<arguments_key>": <the tool's schema>}`,
+    /// one alternative per tool allowed, several calls when
+    /// `parallel_tool_calls` allows them (not for a named function).
+    /// `required` and a named function hold the reply to calls from its
+    /// first token; `auto` lets it be text that does not open a call, or
+    /// text up to the opening followed by calls (a lazy lexeme ending at
+    /// the first opening). Without an opening text, a reply that starts
+    /// with `{` (or `<|python_tag|>`), after spaces, is a call, as
+    /// [`ToolFormat::parse`] reads it.
     pub(crate) fn grammar(&self, request: &ToolRequest) -> Option<OutputFormat> {
         let allowed: Vec<&Tool> = match &request.choice {
-            ToolChoice::Required => request.tools.iter().collect(),
+            ToolChoice::Required | ToolChoice::Auto => request.tools.iter().collect(),
             ToolChoice::Named(name) => request.tools.iter().filter(|t| &t.name == name).collect(),
-            ToolChoice::None | ToolChoice::Auto => return None,
+            ToolChoice::None => return None,
         };
-        let mut rules = Vec::with_capacity(allowed.len() + 3);
+        let mut rules = Vec::with_capacity(allowed.len() + 5);
         let names: Vec<String> = (0..allowed.len()).map(|i| format!("call_{i}")).collect();
         for (tool, rule) in allowed.iter().zip(&names) {
             let head = format!(
@@ -499,37 +533,80 @@ impl ToolFormat {
             ));
         }
         rules.push(format!("call: {}", names.join(" | ")));
-        let several = request.parallel && matches!(request.choice, ToolChoice::Required);
-        let repeat = |item: &str| {
+        let several = request.parallel && !matches!(request.choice, ToolChoice::Named(_));
+        let more = |item: &str| {
             if several {
-                format!("{item} ({} {item})*", literal(self.separator))
+                format!("({} {item})*", literal(self.separator))
             } else {
-                item.to_owned()
+                String::new()
             }
         };
-        let start = if self.list {
-            sequence(&[self.open, "["], &repeat("call"), &["]", self.close])
-        } else {
-            rules.push(format!(
-                "wrapped: {}",
-                sequence(&[self.open], "call", &[self.close])
-            ));
-            repeat("wrapped")
+        let auto = request.choice == ToolChoice::Auto;
+        let start = match (self.list, self.open.is_empty()) {
+            // [TOOL_CALLS][call, call]
+            (true, _) => {
+                let calls = format!("\"[\" call {} \"]\"", more("call"));
+                if auto {
+                    rules.push(format!("opening[lazy]: TEXT {}", literal(self.open)));
+                    format!(
+                        "TEXT | {}",
+                        sequence(&[], &format!("opening {calls}"), &[self.close])
+                    )
+                } else {
+                    sequence(&[self.open], &calls, &[self.close])
+                }
+            }
+            // <tool_call>\ncall\n</tool_call>, repeated
+            (false, false) => {
+                rules.push(format!(
+                    "wrapped: {}",
+                    sequence(&[self.open], "call", &[self.close])
+                ));
+                if auto {
+                    rules.push(format!("opening[lazy]: TEXT {}", literal(self.open)));
+                    let first = sequence(&[], "opening call", &[self.close]);
+                    format!("TEXT | {first} {}", more("wrapped"))
+                } else {
+                    format!("wrapped {}", more("wrapped"))
+                }
+            }
+            // the reply is the call(s)
+            (false, true) => {
+                if auto {
+                    rules.push(format!(
+                        "LEAD: /\\s+/ | /\\s*/ {} /\\s*/",
+                        literal(PYTHON_TAG)
+                    ));
+                    format!("TEXT | LEAD? call {}", more("call"))
+                } else {
+                    format!("call {}", more("call"))
+                }
+            }
         };
-        rules.insert(0, format!("start: {start}"));
+        if auto {
+            // Text that opens no call: without the opening text anywhere
+            // or, for the formats without one, not starting like a call.
+            let opens = if self.open.is_empty() {
+                format!("/\\s*/ (\"{{\" | {}) {ANY_TEXT}", literal(PYTHON_TAG))
+            } else {
+                format!("{ANY_TEXT} {} {ANY_TEXT}", literal(self.open.trim()))
+            };
+            rules.push(format!("TEXT: {ANY_TEXT} & ~({opens})"));
+        }
+        rules.insert(0, format!("start: {}", start.trim_end()));
         Some(OutputFormat::Lark(rules.join("\n")))
     }
 
     /// Where the calls start in `text`, if they do: at the first `open`,
     /// or, for a format without one, at the first non-space character
-    /// when it is `{` or `[` (or Llama's `<|python_tag|>`).
+    /// when it is `{` (or Llama's `<|python_tag|>`).
     fn call_start(&self, text: &str) -> Option<usize> {
         if !self.open.is_empty() {
             return text.find(self.open);
         }
         let start = text.len() - text.trim_start().len();
         let rest = &text[start..];
-        (rest.starts_with(['{', '[']) || rest.starts_with(PYTHON_TAG)).then_some(start)
+        (rest.starts_with('{') || rest.starts_with(PYTHON_TAG)).then_some(start)
     }
 
     /// Whether `text` (no call found in it yet) may still become the start
@@ -552,35 +629,62 @@ impl ToolFormat {
     pub(crate) fn parse(&self, text: &str) -> Option<(String, Vec<Call>)> {
         let start = self.call_start(text)?;
         let content = text[..start].trim_end().to_owned();
-        let mut calls = Vec::new();
-        self.read_calls(&text[start..], &mut calls);
+        let calls: Vec<Call> = self
+            .scan_calls(&text[start..])
+            .into_iter()
+            .filter_map(CallText::complete)
+            .collect();
         (!calls.is_empty()).then_some((content, calls))
     }
 
-    /// Reads the calls `rest` starts with into `calls`, up to the first
-    /// that does not parse.
-    fn read_calls(&self, mut rest: &str, calls: &mut Vec<Call>) -> Option<()> {
+    /// The calls `region` (the text from the first call on) holds so far:
+    /// the complete ones, then at most one still being written; reading
+    /// stops at the first that cannot be a call.
+    fn scan_calls<'a>(&self, region: &'a str) -> Vec<CallText<'a>> {
+        let mut calls = Vec::new();
+        let mut rest = region;
+        let mut in_list = false;
         loop {
             rest = rest.trim_start();
-            if rest.is_empty() {
-                return Some(());
-            }
-            if let Some(after) = rest.strip_prefix(PYTHON_TAG) {
-                rest = after;
-            }
-            if !self.open.is_empty() {
-                rest = rest.strip_prefix(self.open)?;
-            }
-            let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-            let value = values.next()?.ok()?;
-            rest = rest[values.byte_offset()..].trim_start();
-            match value {
-                Value::Array(items) => {
-                    let read: Option<Vec<Call>> =
-                        items.iter().map(|item| self.call(item)).collect();
-                    calls.extend(read?);
+            if !in_list {
+                if let Some(after) = rest.strip_prefix(PYTHON_TAG) {
+                    rest = after;
                 }
-                item => calls.push(self.call(&item)?),
+                if !self.open.is_empty() {
+                    let Some(after) = rest.strip_prefix(self.open) else {
+                        return calls;
+                    };
+                    rest = after;
+                }
+                rest = rest.trim_start();
+                if let Some(after) = rest.strip_prefix('[') {
+                    in_list = true;
+                    rest = after.trim_start();
+                }
+            }
+            let (call, len) = self.scan_call(rest);
+            let Some(call) = call else {
+                return calls;
+            };
+            let done = call.done;
+            if done && call.clone().complete().is_none() {
+                return calls;
+            }
+            calls.push(call);
+            let Some(len) = len.filter(|_| done) else {
+                return calls;
+            };
+            rest = rest[len..].trim_start();
+            if in_list {
+                if let Some(after) = rest.strip_prefix(',') {
+                    rest = after;
+                    continue;
+                }
+                let Some(after) = rest.strip_prefix(']') else {
+                    return calls;
+                };
+                in_list = false;
+                rest = after.trim_start();
             }
             rest = rest.strip_prefix(self.close.trim()).unwrap_or(rest);
             rest = rest
@@ -590,18 +694,68 @@ impl ToolFormat {
         }
     }
 
-    /// One call's JSON: `name`, and the arguments under this format's key
-    /// (or the other usual one).
-    fn call(&self, value: &Value) -> Option<Call> {
-        let name = value.get("name")?.as_str()?.to_owned();
-        let arguments = value
-            .get(self.arguments_key)
-            .or_else(|| value.get("arguments"))
-            .or_else(|| value.get("parameters"))?;
-        let arguments = match arguments {
-            // Some models write the arguments as a JSON string already.
-            Value::String(text) if serde_json::from_str::<Value>(text).is_ok() => text.clone(),
-            Value::Object(_) => arguments.to_string(),
+    /// The call `text` starts with, as far as it is written, and its
+    /// length once its object is closed. `None` for text that is not a
+    /// call (or not yet readable as one).
+    fn scan_call<'a>(&self, text: &'a str) -> (Option<CallText<'a>>, Option<usize>) {
+        let object = scan_object(text);
+        let value = |key: &str| object.fields.iter().find(|(k, _)| k == key).map(|f| f.1);
+        let name = value("name")
+            .and_then(|v| v.complete.then_some(v.text))
+            .and_then(|v| serde_json::from_str::<String>(v).ok());
+        let arguments = value(self.arguments_key)
+            .or_else(|| value("arguments"))
+            .or_else(|| value("parameters"));
+        if object.invalid {
+            return (None, None);
+        }
+        let call = CallText {
+            name,
+            arguments: arguments.map_or("", |a| a.text),
+            done: object.len.is_some(),
+        };
+        (Some(call), object.len)
+    }
+
+    /// A new id for a call: OpenAI's `call_` and 16 hex digits, or for
+    /// Mistral 9 letters and digits. Unique among the ids this server
+    /// makes (a count, offset by `salt`).
+    pub(crate) fn call_id(&self, salt: u64) -> String {
+        let n = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+        if !self.short_ids {
+            return format!("call_{:08x}{n:08x}", salt as u32);
+        }
+        const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        const SPAN: u64 = 62u64.pow(9);
+        let mut value = (salt % SPAN + n % SPAN) % SPAN;
+        let mut id = [0u8; 9];
+        for digit in id.iter_mut().rev() {
+            *digit = DIGITS[(value % 62) as usize];
+            value /= 62;
+        }
+        String::from_utf8_lossy(&id).into_owned()
+    }
+}
+
+/// One call of a reply as far as it is written.
+#[derive(Debug, Clone, PartialEq)]
+struct CallText<'a> {
+    /// Its function's name, once complete.
+    name: Option<String>,
+    /// Its arguments' JSON text so far, as the model writes it.
+    arguments: &'a str,
+    /// The call's object is closed.
+    done: bool,
+}
+
+impl CallText<'_> {
+    /// The call, when it is complete: a name, and arguments that are a
+    /// JSON object (or a string holding one, as some models write them).
+    fn complete(self) -> Option<Call> {
+        let name = self.name.filter(|_| self.done)?;
+        let arguments = match serde_json::from_str::<Value>(self.arguments).ok()? {
+            Value::Object(_) => self.arguments.to_owned(),
+            Value::String(text) if serde_json::from_str::<Value>(&text).is_ok() => text,
             _ => return None,
         };
         Some(Call { name, arguments })
@@ -612,7 +766,8 @@ impl ToolFormat {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Call {
     pub(crate) name: String,
-    /// The arguments as JSON text (OpenAI's `function.arguments`).
+    /// The arguments as JSON text (OpenAI's `function.arguments`), as the
+    /// model wrote them.
     pub(crate) arguments: String,
 }
 
@@ -620,90 +775,19 @@ pub(crate) struct Call {
 static NEXT_CALL: AtomicU64 = AtomicU64::new(0);
 
 impl Call {
-    /// OpenAI's `tool_calls` entry, with a fresh `call_...` id.
-    pub(crate) fn to_json(&self, salt: u64) -> Value {
-        let n = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+    /// OpenAI's `tool_calls` entry, with the id `id`.
+    pub(crate) fn to_json(&self, id: String) -> Value {
         json!({
-            "id": format!("call_{:08x}{n:08x}", salt as u32),
+            "id": id,
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         })
     }
 }
 
-/// One streamed choice's text while tools may be called: content is sent
-/// as it comes until it may be the start of a call; from there the text is
-/// held, and read into calls when the choice ends.
-#[derive(Debug)]
-pub(crate) struct CallSplitter {
-    format: &'static ToolFormat,
-    /// Everything generated.
-    text: String,
-    /// How much of `text` was sent as content.
-    sent: usize,
-    /// A call has started: nothing more is sent as content.
-    in_call: bool,
-}
-
-impl CallSplitter {
-    pub(crate) fn new(format: &'static ToolFormat) -> Self {
-        Self {
-            format,
-            text: String::new(),
-            sent: 0,
-            in_call: false,
-        }
-    }
-
-    /// Adds `piece`; returns the content that may be sent now.
-    pub(crate) fn push(&mut self, piece: &str) -> String {
-        self.text.push_str(piece);
-        if self.in_call {
-            return String::new();
-        }
-        if let Some(start) = self.format.call_start(&self.text) {
-            self.in_call = true;
-            // Space before a call is not content (as `parse` reads it).
-            return self.take_to(self.text[..start].trim_end().len());
-        }
-        if self.format.open.is_empty() {
-            // The call may only open the reply.
-            if self.sent == 0 && self.format.may_start_call(&self.text) {
-                return String::new();
-            }
-            return self.take_to(self.text.len());
-        }
-        let held = (1..self.format.open.len())
-            .rev()
-            .filter(|&n| self.format.open.is_char_boundary(n))
-            .find(|&n| self.text.ends_with(&self.format.open[..n]))
-            .unwrap_or(0);
-        // Trailing space is held too: it is not content if a call follows.
-        self.take_to(self.text[..self.text.len() - held].trim_end().len())
-    }
-
-    fn take_to(&mut self, end: usize) -> String {
-        let end = end.max(self.sent);
-        let out = self.text[self.sent..end].to_owned();
-        self.sent = end;
-        out
-    }
-
-    /// At the end: the content not yet sent and the calls (none when the
-    /// text makes none: then all of it is content).
-    pub(crate) fn finish(mut self) -> (String, Vec<Call>) {
-        match self.format.parse(&self.text) {
-            Some((content, calls)) => {
-                let unsent = content.get(self.sent..).unwrap_or("").to_owned();
-                (unsent, calls)
-            }
-            None => (self.take_to(self.text.len()), Vec::new()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::stream::value_len;
     use super::*;
 
     fn request(body: Value) -> Result<Option<ToolRequest>, ApiError> {
@@ -780,50 +864,182 @@ mod tests {
             name: name.into(),
             arguments: arguments.into(),
         };
+        // The arguments are the text the model wrote, spaces and all.
         let (content, calls) = FORMATS[0]
             .parse("Let me see.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>")
             .unwrap();
         assert_eq!(content, "Let me see.");
-        assert_eq!(calls, [call("f", "{\"a\":1}"), call("g", "{}")]);
+        assert_eq!(calls, [call("f", "{\"a\": 1}"), call("g", "{}")]);
         let (_, calls) = FORMATS[1]
-            .parse("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}}, {\"name\": \"g\", \"arguments\": {}}]")
+            .parse("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": [1, \"]\"]}}, {\"name\": \"g\", \"arguments\": {}}]")
             .unwrap();
-        assert_eq!(calls, [call("f", "{\"a\":1}"), call("g", "{}")]);
+        assert_eq!(calls, [call("f", "{\"a\": [1, \"]\"]}"), call("g", "{}")]);
         let (_, calls) = FORMATS[2]
-            .parse("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": \"x\"}}")
+            .parse("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": \"x\\\"}\"}}")
             .unwrap();
-        assert_eq!(calls, [call("f", "{\"a\":\"x\"}")]);
+        assert_eq!(calls, [call("f", "{\"a\": \"x\\\"}\"}")]);
+        // Keys in another order; arguments written as a JSON string.
         let (content, calls) = GENERIC
-            .parse(" {\"name\": \"f\", \"arguments\": {}}")
+            .parse(" {\"arguments\": \"{\\\"b\\\": 2}\", \"name\": \"f\"}")
             .unwrap();
-        assert_eq!((content.as_str(), calls), ("", vec![call("f", "{}")]));
+        assert_eq!(
+            (content.as_str(), calls),
+            ("", vec![call("f", "{\"b\": 2}")])
+        );
         assert_eq!(GENERIC.parse("The answer is {x}."), None);
+        assert_eq!(GENERIC.parse("{\"city\": \"Paris\"}"), None);
         assert_eq!(FORMATS[0].parse("<tool_call>\n{\"name\": \"f\""), None);
         // A call cut short after a complete one: the complete one.
         let (_, calls) = FORMATS[0]
             .parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"na")
             .unwrap();
         assert_eq!(calls, [call("f", "{}")]);
+        // Each value's extent, as the scanner reads it.
+        for (text, len) in [
+            ("{\"a\": \"}\"} x", Some(10)),
+            ("[1, [2]],", Some(8)),
+            ("\"a\\\"b\" ", Some(6)),
+            ("12}", Some(2)),
+            ("12", None),
+            ("{\"a\": [", None),
+        ] {
+            assert_eq!(value_len(text), len, "{text}");
+        }
     }
 
     #[test]
-    fn a_stream_holds_back_what_may_open_a_call() {
-        let mut s = CallSplitter::new(&FORMATS[0]);
-        assert_eq!(s.push("Hi <tool"), "Hi");
-        assert_eq!(s.push("_call>\n{\"name\": \"f\", "), "");
-        assert_eq!(s.push("\"arguments\": {}}\n</tool_call>"), "");
-        let (rest, calls) = s.finish();
-        assert_eq!((rest.as_str(), calls.len()), ("", 1));
-        let mut s = CallSplitter::new(&FORMATS[0]);
-        assert_eq!(s.push("a <b"), "a <b");
-        assert_eq!(s.push(" c "), " c");
-        assert_eq!(s.finish(), (" ".to_owned(), Vec::new()));
-        let mut s = CallSplitter::new(&GENERIC);
-        assert_eq!(s.push("  "), "");
-        assert_eq!(s.push("Sure"), "  Sure");
-        let mut s = CallSplitter::new(&GENERIC);
-        assert_eq!(s.push(" {\"name\": \"f\", \"arguments\": {}}"), "");
-        assert_eq!(s.finish().1.len(), 1);
+    fn mistral_call_ids_are_nine_letters_and_digits() {
+        let ids: std::collections::HashSet<String> = (0..1000)
+            .map(|_| FORMATS[1].call_id(u64::MAX - 3))
+            .collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(
+            ids.iter()
+                .all(|id| id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()))
+        );
+        for format in [&FORMATS[0], &FORMATS[2], &GENERIC] {
+            let id = format.call_id(7);
+            assert!(id.starts_with("call_") && id.len() == 21, "{id}");
+        }
+    }
+
+    /// Whether the grammar `format` lets a model write `text` and stop:
+    /// `Err(at)`, the byte it refuses (the length when it may not stop).
+    /// The vocabulary is one token per byte and an end token.
+    fn allows(format: &OutputFormat, text: &str) -> Result<(), usize> {
+        use lm_core::{Constraint, TokenMask};
+        let mut tokens: Vec<String> = (0..=255u8)
+            .map(|b| lm_tokenize::byte_level_char(b).to_string())
+            .collect();
+        tokens.push("<|end|>".into());
+        let mut token_types = vec![1; 256];
+        token_types.push(3);
+        let tokenizer = lm_tokenize::Tokenizer::from_bpe_vocab(lm_tokenize::BpeVocab {
+            model: "gpt2".into(),
+            pre: Some("smollm".into()),
+            tokens,
+            token_types,
+            eos_id: Some(256),
+            ..lm_tokenize::BpeVocab::default()
+        })
+        .unwrap();
+        let constraint = lm::StructuredOutput::new(format, &tokenizer, 257, &[256]).unwrap();
+        let mut state = constraint.start().unwrap();
+        let mut mask = TokenMask::new(257);
+        for (at, byte) in text.bytes().enumerate() {
+            state.fill_allowed(&mut mask).unwrap();
+            if !mask.is_allowed(TokenId::from(byte)) {
+                return Err(at);
+            }
+            state.advance(TokenId::from(byte)).unwrap();
+        }
+        if state.is_accepting().unwrap() {
+            Ok(())
+        } else {
+            Err(text.len())
+        }
+    }
+
+    #[test]
+    fn under_auto_text_is_free_and_a_call_once_opened_is_enforced() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}},
+            {"type": "function", "function": {"name": "get_time"}},
+        ]);
+        let auto = request(json!({"tools": tools})).unwrap().unwrap();
+        let call = |key: &str| {
+            format!("{{\"name\": \"get_weather\", \"{key}\": {{\"city\": \"Paris\"}}}}")
+        };
+        let qwen = |inner: &str| format!("<tool_call>\n{inner}\n</tool_call>");
+        let cases: [(&ToolFormat, String, Result<(), usize>); 16] = [
+            (&FORMATS[0], "It is sunny in Paris {today}.".into(), Ok(())),
+            (&FORMATS[0], String::new(), Ok(())),
+            (
+                &FORMATS[0],
+                format!("Let me look.\n{}", qwen(&call("arguments"))),
+                Ok(()),
+            ),
+            (
+                &FORMATS[0],
+                format!(
+                    "{}\n{}",
+                    qwen(&call("arguments")),
+                    qwen("{\"name\": \"get_time\", \"arguments\": {}}")
+                ),
+                Ok(()),
+            ),
+            // The opening must be followed by a call of a listed tool with
+            // valid arguments.
+            (&FORMATS[0], "a <tool_call> b".into(), Err(13)),
+            (&FORMATS[0], qwen("{\"name\": \"get_news\""), Err(26)),
+            (
+                &FORMATS[0],
+                qwen("{\"name\": \"get_weather\", \"arguments\": {\"town\""),
+                Err(51),
+            ),
+            (
+                &FORMATS[0],
+                qwen("{\"name\": \"get_weather\", \"arguments\": {}"),
+                Err(50),
+            ),
+            (&FORMATS[1], "Hello.".into(), Ok(())),
+            (
+                &FORMATS[1],
+                format!("[TOOL_CALLS][{}]", call("arguments")),
+                Ok(()),
+            ),
+            (&FORMATS[1], "[TOOL_CALLS]{".into(), Err(12)),
+            (
+                &FORMATS[2],
+                format!("<|python_tag|>{}", call("parameters")),
+                Ok(()),
+            ),
+            (&FORMATS[2], call("arguments"), Err(25)),
+            (&GENERIC, "Paris: {sunny}".into(), Ok(())),
+            (&GENERIC, format!("\n {}", call("arguments")), Ok(())),
+            (&GENERIC, " {\"city\": \"Paris\"}".into(), Err(3)),
+        ];
+        for (format, text, expected) in cases {
+            let grammar = format.grammar(&auto).unwrap();
+            assert_eq!(
+                allows(&grammar, &text),
+                expected,
+                "{format:?}: {text:?}\n{grammar:?}"
+            );
+            // What the grammar lets through as a call is read as one.
+            if expected.is_ok() && format.call_start(&text).is_some() {
+                assert!(format.parse(&text).is_some(), "{text:?}");
+            }
+        }
+        // Required: a call from the first token.
+        let required = ToolRequest {
+            choice: ToolChoice::Required,
+            ..auto
+        };
+        let grammar = FORMATS[0].grammar(&required).unwrap();
+        assert_eq!(allows(&grammar, "Hi"), Err(0));
+        assert_eq!(allows(&grammar, &qwen(&call("arguments"))), Ok(()));
     }
 
     #[test]
@@ -848,18 +1064,23 @@ mod tests {
             )
         );
         assert!(OutputFormat::Lark(grammar).check().is_ok());
-        let auto = ToolRequest {
-            choice: ToolChoice::Auto,
-            ..r.clone()
-        };
-        assert_eq!(GENERIC.grammar(&auto), None);
-        let parallel = ToolRequest {
-            parallel: true,
+        for choice in [ToolChoice::Auto, ToolChoice::Required] {
+            for parallel in [false, true] {
+                let request = ToolRequest {
+                    choice: choice.clone(),
+                    parallel,
+                    ..r.clone()
+                };
+                for format in FORMATS.iter().chain([&GENERIC]) {
+                    let grammar = format.grammar(&request).unwrap();
+                    assert!(grammar.check().is_ok(), "{grammar:?}");
+                }
+            }
+        }
+        let none = ToolRequest {
+            choice: ToolChoice::None,
             ..r
         };
-        for format in FORMATS.iter().chain([&GENERIC]) {
-            let grammar = format.grammar(&parallel).unwrap();
-            assert!(grammar.check().is_ok(), "{grammar:?}");
-        }
+        assert_eq!(GENERIC.grammar(&none), None);
     }
 }

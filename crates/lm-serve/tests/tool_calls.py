@@ -1,11 +1,14 @@
 """Drives a running lm-serve's tool calls and guided decoding with the
 official `openai` Python client, validating with `jsonschema`.
 
-Usage: python tool_calls.py BASE_URL MODEL [--guided]
+Usage: python tool_calls.py BASE_URL MODEL [--guided] [--marker TEXT]
 Checks: tool_choice "required" gives a call whose arguments validate in 20 of
 20 seeded requests; a named tool_choice calls that function; streamed
 tool-call deltas assemble to the call the whole answer gives for the same
-seed; a two-turn loop (call, tool result, answer) completes; with --guided,
+seed, the arguments in more than one piece; a two-turn loop (call, tool
+result, answer) completes; with --marker (the text the template's calls open
+with), under tool_choice "auto" a reply pushed into the marker by logit_bias
+makes a valid call in 10 of 10 seeded runs, and one kept from it is text; with --guided,
 regex, choice, Lark and json_schema requests conform in 10 of 10 seeded runs,
 and bad fields are 400s. Prints one line per check; exits 1 at the first
 failure.
@@ -22,6 +25,7 @@ from openai import OpenAI
 client = OpenAI(base_url=sys.argv[1], api_key="unused", max_retries=0, timeout=300)
 MODEL = sys.argv[2]
 GUIDED = "--guided" in sys.argv
+MARKER = sys.argv[sys.argv.index("--marker") + 1] if "--marker" in sys.argv else None
 
 WEATHER = {
     "type": "object",
@@ -111,13 +115,14 @@ for seed in (0, 7):
     for chunk in required(seed, stream=True):
         for choice in chunk.choices:
             for delta in choice.delta.tool_calls or []:
-                entry = assembled.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+                entry = assembled.setdefault(delta.index, {"id": None, "name": "", "arguments": "", "pieces": 0})
                 if delta.id:
                     entry["id"] = delta.id
                 if delta.function and delta.function.name:
                     entry["name"] += delta.function.name
                 if delta.function and delta.function.arguments:
                     entry["arguments"] += delta.function.arguments
+                    entry["pieces"] += 1
             finish = choice.finish_reason or finish
     streamed = [(e["name"], e["arguments"]) for _, e in sorted(assembled.items())]
     check(
@@ -126,6 +131,44 @@ for seed in (0, 7):
         and all(e["id"] and e["id"].startswith("call_") for e in assembled.values()),
         f"{streamed} vs {whole}, finish {finish}",
     )
+    # The arguments come as the model writes them, not in one piece.
+    check(
+        f"streamed arguments arrive in more than one piece (seed {seed})",
+        all(e["pieces"] > 1 for e in assembled.values() if len(e["arguments"]) > 16),
+        assembled,
+    )
+
+if MARKER:
+    # Under "auto" the model may answer in text, but a call it starts is
+    # enforced. logit_bias pushes the reply into the marker's tokens; from
+    # there the grammar holds it to a call of a listed tool.
+    base = sys.argv[1].removesuffix("/v1")
+    import urllib.request
+
+    request = urllib.request.Request(
+        base + "/tokenize", data=json.dumps({"content": MARKER}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    marker_tokens = json.load(urllib.request.urlopen(request))["tokens"]
+    good = 0
+    for seed in range(10):
+        choice = client.chat.completions.create(
+            model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="auto", max_tokens=120,
+            temperature=0.8, seed=seed, logit_bias={str(t): 100 for t in marker_tokens},
+            parallel_tool_calls=False,
+        ).choices[0]
+        calls = choice.message.tool_calls or []
+        ok = choice.finish_reason == "tool_calls" and len(calls) >= 1 and all(valid_call(c) for c in calls)
+        good += ok
+        if not ok:
+            print("     seed", seed, choice.finish_reason, choice.message)
+    check("tool_choice auto: a reply pushed into a call makes a valid call in 10 of 10 seeded runs", good == 10, f"{good} of 10")
+    # Kept from the marker's first token, the reply is text.
+    text = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="auto", max_tokens=24,
+        temperature=0.8, seed=1, logit_bias={str(marker_tokens[0]): -100},
+    ).choices[0]
+    check("tool_choice auto: a plain-text answer", text.message.tool_calls is None and text.message.content and text.finish_reason in ("stop", "length"), text)
 
 # A two-turn loop: the call, its result, and the next answer.
 first = required(11)
@@ -205,7 +248,7 @@ if GUIDED:
 
     bad_request("a bad regular expression", "guided_regex", extra_body=dict(guided_regex="[0-9"))
     bad_request("a bad Lark grammar", "guided_grammar", extra_body=dict(guided_grammar="start: ("))
-    bad_request("a GBNF grammar", "grammar", extra_body=dict(grammar='root ::= "a"'))
+    bad_request("a GBNF grammar that does not parse", "grammar", extra_body=dict(grammar='root ::= "a'))
     bad_request("two constraints at once", "guided_choice", extra_body=dict(regex="a", guided_choice=["a"]))
     bad_request("a constraint and response_format", "json_schema", extra_body=dict(json_schema={"type": "object"}, response_format={"type": "json_object"}))
     bad_request("guided_choice not a list of strings", "guided_choice", extra_body=dict(guided_choice="red"))

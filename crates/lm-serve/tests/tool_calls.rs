@@ -5,7 +5,13 @@
 //! with Qwen 2.5's real chat template (`qwen2.5_chat_template.jinja`, from
 //! Qwen/Qwen2.5-7B-Instruct's tokenizer_config.json) written into a copy of
 //! the file, so the template renders the tools and calls are
-//! `<tool_call>` JSON. The interpreter is `<target>/openai-venv`, where
+//! `<tool_call>` JSON; and with Llama 3.1's real template
+//! (`llama3.1_chat_template.jinja`: the `chat_template` of
+//! meta-llama/Llama-3.1-8B-Instruct's tokenizer_config.json, the text
+//! llama.cpp keeps as models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja,
+//! transcribed from a public copy of it), whose calls are
+//! `{"name", "parameters"}` JSON and whose tool results are `ipython`
+//! turns. The interpreter is `<target>/openai-venv`, where
 //! `.ci/run` installs `openai` and `jsonschema`, or `LM_OPENAI_PYTHON`.
 
 use std::path::{Path, PathBuf};
@@ -60,25 +66,42 @@ pub(crate) fn with_chat_template(source: &Path, dest: &Path, template: &str) {
         .unwrap();
 }
 
-#[test]
-#[ignore = "needs SmolLM2 and the openai venv: cargo xtask fetch-model smollm2; .ci/run installs openai and jsonschema"]
-fn tool_calls_with_qwen_2_5_s_template_through_the_openai_client() {
-    let template = include_str!("qwen2.5_chat_template.jinja");
+/// A server on SmolLM2's weights whose file carries `template` as its chat
+/// template (a copy, written to a scratch folder), served as `name`.
+fn with_template_server(template: &str, name: &str) -> TestServer {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("lm-serve-tool-calls-{}", std::process::id()));
+        .join(format!("lm-serve-tool-calls-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("smollm2-qwen-template.gguf");
+    let path = dir.join("smollm2-template.gguf");
     with_chat_template(&smollm2_path(), &path, template);
     let lm::GgufModel { decoder, text, .. } = lm::load_gguf(&path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(text.chat_reads_tools(), "Qwen 2.5's template renders tools");
-    let server = TestServer::start(
+    assert!(text.chat_reads_tools(), "{name}'s template renders tools");
+    TestServer::start(
         decoder,
         text,
         ServeConfig {
-            model_name: "qwen-template".into(),
+            model_name: name.into(),
             ..ServeConfig::default()
         },
+    )
+}
+
+#[test]
+#[ignore = "needs SmolLM2 and the openai venv: cargo xtask fetch-model smollm2; .ci/run installs openai and jsonschema"]
+fn tool_calls_with_qwen_2_5_s_template_through_the_openai_client() {
+    let server = with_template_server(include_str!("qwen2.5_chat_template.jinja"), "qwen-template");
+    // Under "auto", a reply pushed (by logit_bias) into `<tool_call>` is a
+    // valid call.
+    run_script(&server, &["qwen-template", "--marker", "<tool_call>"]);
+}
+
+#[test]
+#[ignore = "needs SmolLM2 and the openai venv: cargo xtask fetch-model smollm2; .ci/run installs openai and jsonschema"]
+fn tool_calls_with_llama_3_1_s_template_through_the_openai_client() {
+    let server = with_template_server(
+        include_str!("llama3.1_chat_template.jinja"),
+        "llama-template",
     );
-    run_script(&server, &["qwen-template"]);
+    run_script(&server, &["llama-template"]);
 }
