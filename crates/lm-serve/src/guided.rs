@@ -1,15 +1,17 @@
 //! The constraint fields vLLM and llama-server take besides OpenAI's
 //! `response_format`: `guided_regex` (or `regex`), `guided_choice`,
-//! `guided_grammar` (or `grammar`: a Lark grammar in llguidance's
-//! dialect), and llama-server's top-level `json_schema`. Each becomes the
-//! same [`OutputFormat`] `lm-cli generate` enforces (`--regex`,
-//! `--choice`, `--grammar`, `--json-schema`), compiled through the same
-//! cache as `response_format`. At most one constraint per request: two is
-//! a 400 naming the second.
+//! `guided_grammar` (or `grammar`), and llama-server's top-level
+//! `json_schema`. Each becomes the same [`OutputFormat`] `lm-cli generate`
+//! enforces (`--regex`, `--choice`, `--grammar`, `--json-schema`), compiled
+//! through the same cache as `response_format`. At most one constraint per
+//! request: two is a 400 naming the second.
 //!
-//! GBNF (llama.cpp's grammar format, `root ::= ...`) is refused with a
-//! 400: llguidance 1.9's Rust crate reads Lark only (its GBNF converter is
-//! a Python script outside the crate).
+//! A grammar is GBNF (llama.cpp's format, what llama-server's `grammar`
+//! takes) when its first rule is `name ::=`, and Lark (llguidance's
+//! dialect, as vLLM's `guided_grammar`) otherwise
+//! ([`OutputFormat::from_grammar`]); GBNF is translated into Lark by the
+//! facade. A grammar that does not parse or compile is a 400 naming the
+//! field, with the translator's or the engine's message.
 
 use lm::OutputFormat;
 use serde_json::{Map, Value};
@@ -92,19 +94,7 @@ fn format_of(name: &str, kind: Kind, value: &Value) -> Result<OutputFormat, ApiE
     };
     Ok(match kind {
         Kind::Regex => OutputFormat::Regex(text()?),
-        Kind::Grammar => {
-            let grammar = text()?;
-            if grammar.contains("::=") {
-                return Err(ApiError::invalid(
-                    name,
-                    format!(
-                        "'{name}' looks like a GBNF grammar (llama.cpp's `root ::= ...`), which this \
-                         server does not support: write it in Lark (`start: ...`, llguidance's dialect)"
-                    ),
-                ));
-            }
-            OutputFormat::Lark(grammar)
-        }
+        Kind::Grammar => OutputFormat::from_grammar(text()?),
         Kind::Choice => {
             let options: Option<Vec<String>> = value
                 .as_array()
@@ -167,6 +157,14 @@ mod tests {
                 OutputFormat::Lark("start: \"a\"".into()),
             ),
             (
+                json!({"grammar": "# a GBNF grammar\nroot ::= \"a\""}),
+                OutputFormat::Gbnf("# a GBNF grammar\nroot ::= \"a\"".into()),
+            ),
+            (
+                json!({"guided_grammar": "root ::= [0-9]+"}),
+                OutputFormat::Gbnf("root ::= [0-9]+".into()),
+            ),
+            (
                 json!({"json_schema": schema}),
                 OutputFormat::JsonSchema(bounded_whitespace(&schema)),
             ),
@@ -184,7 +182,7 @@ mod tests {
             (json!({"guided_regex": 1}), "guided_regex"),
             (json!({"guided_choice": []}), "guided_choice"),
             (json!({"guided_choice": ["a", 1]}), "guided_choice"),
-            (json!({"grammar": "root ::= \"a\""}), "grammar"),
+            (json!({"grammar": 7}), "grammar"),
             (json!({"json_schema": "object"}), "json_schema"),
             (
                 json!({"regex": "a", "guided_choice": ["a"]}),

@@ -9,6 +9,7 @@ mod batching;
 mod echo;
 mod embeddings;
 mod fuzz;
+mod guided_gbnf;
 mod hostile;
 mod openai_client;
 mod persist;
