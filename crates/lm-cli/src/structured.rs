@@ -1,5 +1,5 @@
 //! Structured output flags (`--json-schema`, `--format json`, `--regex`,
-//! `--grammar`, `--choice`) for `generate` and `chat`: read and checked by
+//! `--grammar` (GBNF or Lark), `--choice`) for `generate` and `chat`: read and checked by
 //! the engine before any model is loaded (a refusal is a usage error that
 //! quotes llguidance), then compiled for the loaded model's vocabulary
 //! into lm-decode's constraint, with a clock on the engine's time per step
@@ -33,8 +33,10 @@ pub struct StructuredArgs {
     /// Output text that matches this regular expression whole.
     #[arg(long, value_name = "PATTERN")]
     pub regex: Option<String>,
-    /// Output text of this Lark grammar (llguidance's dialect).
-    #[arg(long, value_name = "FILE.lark")]
+    /// Output text of this grammar: GBNF (llama.cpp's, when its first rule
+    /// is `name ::=`) or Lark (llguidance's dialect); a file, or the
+    /// grammar itself when no file has that name and it holds a `:`.
+    #[arg(long, value_name = "FILE|GRAMMAR")]
     pub grammar: Option<PathBuf>,
     /// Output exactly one of these comma-separated strings.
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
@@ -69,8 +71,14 @@ impl StructuredArgs {
         } else if let Some(pattern) = &self.regex {
             ("--regex", OutputFormat::Regex(pattern.clone()))
         } else if let Some(path) = &self.grammar {
-            let text = crate::files::read_text(path).context("reading the grammar")?;
-            ("--grammar", OutputFormat::Lark(text))
+            let inline = path
+                .to_str()
+                .filter(|text| text.contains(':') && !path.exists());
+            let text = match inline {
+                Some(text) => text.to_owned(),
+                None => crate::files::read_text(path).context("reading the grammar")?,
+            };
+            ("--grammar", OutputFormat::from_grammar(text))
         } else if let Some(options) = &self.choice {
             ("--choice", OutputFormat::Choice(options.clone()))
         } else {

@@ -1,7 +1,8 @@
 //! Structured output from the command line: a format the engine refuses is
 //! a usage error (exit 2) quoting llguidance, before any model is loaded
-//! (a missing model file is never opened); on SmolLM2, `--json-schema`,
-//! `--choice` and `--regex` runs give what was asked, stop as
+//! (a missing model file is never opened); a `--grammar` is GBNF or Lark,
+//! inline or a file; on SmolLM2, `--json-schema`, `--choice`, `--regex` and
+//! GBNF `--grammar` runs give what was asked, stop as
 //! `constraint_complete`, and report `constraint_ms`.
 
 use lm_model::catalog::SMOLLM2;
@@ -30,6 +31,23 @@ fn a_refused_format_is_a_usage_error_before_the_model_loads() {
             "{not json",
             "--json-schema: the schema is not JSON",
         ),
+        // A grammar given inline is GBNF when its first rule is `name ::=`,
+        // else Lark; each is refused with its own reader's words.
+        (
+            "--grammar",
+            "root ::= \"a",
+            "--grammar: the output format was refused: GBNF syntax error at line 1, column 10",
+        ),
+        (
+            "--grammar",
+            "root ::= digit",
+            "GBNF rule 'digit' is used at line 1, column 10 but never defined",
+        ),
+        (
+            "--grammar",
+            "start: (",
+            "--grammar: the output format was refused: ",
+        ),
     ];
     for (flag, value, expected) in cases {
         let run = Cli::new("generate")
@@ -40,6 +58,21 @@ fn a_refused_format_is_a_usage_error_before_the_model_loads() {
         assert_eq!(run.code, Some(2), "{flag} {value}: {}", run.stderr);
         assert!(run.stderr.contains(expected), "{}", run.stderr);
         assert!(!run.stderr.contains(NO_MODEL), "{}", run.stderr);
+    }
+    // A good grammar, inline or in a file (llama.cpp's json.gbnf), passes
+    // the check and the run goes on to load the model.
+    let json_gbnf = format!(
+        "{}/../../fixtures/gbnf/json.gbnf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for grammar in ["root ::= [0-9]+", "start: /[0-9]+/", json_gbnf.as_str()] {
+        let run = Cli::new("generate")
+            .model(NO_MODEL)
+            .opt("--prompt", "x")
+            .opt("--grammar", grammar)
+            .run();
+        assert_eq!(run.code, Some(1), "{grammar}: {}", run.stderr);
+        assert!(run.stderr.contains(NO_MODEL), "{}", run.stderr);
     }
     let run = Cli::new("chat").model(NO_MODEL).opt("--regex", "(").run();
     assert_eq!(run.code, Some(2), "{}", run.stderr);
@@ -115,6 +148,19 @@ fn json_schema_choice_and_regex_runs_give_what_was_asked() {
     for beam in report["beams"].as_array().unwrap() {
         let text = beam["text"].as_str().unwrap();
         assert!(["apple", "carrot", "bread"].contains(&text), "{text:?}");
+    }
+    // A GBNF grammar (rules used before they are defined, a repetition
+    // range), judged by an independent regex.
+    let gbnf = "root ::= answer \" \" digit{1,2}\nanswer ::= \"yes\" | \"no\"\ndigit ::= [0-9]";
+    let answer = regex::Regex::new("^(yes|no) [0-9]{1,2}$").unwrap();
+    for seed in 0..3 {
+        let report = smollm2_chat("Yes or no, and a number?")
+            .opt("--grammar", gbnf)
+            .seed(seed)
+            .json();
+        let text = report["text"].as_str().unwrap();
+        assert!(answer.is_match(text), "seed {seed}: {text:?}");
+        assert_eq!(report["stop_reason"], "constraint_complete");
     }
     let report = smollm2_chat("What is today's date?")
         .opt("--regex", "[0-9]{4}-[0-9]{2}-[0-9]{2}")
