@@ -285,7 +285,8 @@ fn refuse_unsupported(args: &mut Kwargs<'_>) -> PyResult<()> {
 }
 
 /// The structured-output keywords: at most one of `json_schema`, `regex`,
-/// `grammar` (Lark), `choice` and `response_format` (OpenAI's and
+/// `grammar` (GBNF or Lark, told apart as the facade's
+/// `OutputFormat::from_grammar` does), `choice` and `response_format` (OpenAI's and
 /// llama-cpp-python's shapes), compiled by the facade.
 fn format(args: &mut Kwargs<'_>) -> PyResult<Option<OutputFormat>> {
     let mut formats = Vec::new();
@@ -296,7 +297,7 @@ fn format(args: &mut Kwargs<'_>) -> PyResult<Option<OutputFormat>> {
         formats.push(OutputFormat::Regex(pattern));
     }
     if let Some(grammar) = args.take::<String>("grammar")? {
-        formats.push(OutputFormat::Lark(grammar));
+        formats.push(OutputFormat::from_grammar(grammar));
     }
     if let Some(choice) = args.take::<Vec<String>>("choice")? {
         formats.push(OutputFormat::Choice(choice));

@@ -55,5 +55,7 @@ def test_bad_arguments(model):
 def test_a_refused_format(model):
     with pytest.raises(lm.FormatError, match="refused"):
         model.generate("Hi", regex="[0-9")
+    with pytest.raises(lm.FormatError, match="root"):
+        model.generate("Hi", grammar='answer ::= "yes"')
     with pytest.raises(lm.InvalidArgument, match="at most one"):
         model.generate("Hi", regex="a", choice=["a"])

@@ -1,5 +1,7 @@
 """generate, tokenize, logits and score against lm-cli's results and against numpy."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -89,6 +91,13 @@ def test_structured_output(model):
     assert chosen.stop_reason == "constraint_complete"
     digits = model.generate("The year is", regex="[0-9]{4}", temperature=0, max_new_tokens=8)
     assert len(digits.text) == 4 and digits.text.isdigit()
+    # GBNF, llama.cpp's grammar format (what llama-cpp-python's LlamaGrammar
+    # reads), and the same language in Lark: both give the same greedy answer.
+    gbnf = 'root ::= answer " " [0-9]\nanswer ::= "yes" | "no"'
+    by_gbnf = model.generate("Answer:", grammar=gbnf, temperature=0, max_new_tokens=8)
+    assert re.fullmatch("(yes|no) [0-9]", by_gbnf.text)
+    lark = 'start: answer " " /[0-9]/\nanswer: "yes" | "no"'
+    assert model.generate("Answer:", grammar=lark, temperature=0, max_new_tokens=8).ids == by_gbnf.ids
     schema = {
         "type": "object",
         "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},

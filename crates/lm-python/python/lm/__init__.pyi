@@ -126,7 +126,7 @@ class Model:
       repeat_penalty (alias repetition_penalty), presence_penalty, frequency_penalty
       mirostat_mode (1 or 2), mirostat_tau, mirostat_eta
       logit_bias: {token id: bias}
-      one of json_schema (dict or JSON str), regex, grammar (Lark), choice (list of str),
+      one of json_schema (dict or JSON str), regex, grammar (GBNF, llama.cpp's format, or Lark), choice (list of str),
       response_format ({"type": "json_object"[, "schema": ...]} or OpenAI's json_schema shape)
       logprobs: an int N (generate, create_completion: N top alternatives per token, at most 20), or
         True with top_logprobs=N (create_chat_completion); Completion.top_logprobs, or the dicts'
