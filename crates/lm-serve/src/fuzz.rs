@@ -705,7 +705,7 @@ const N_WARM_UP: u64 = 1_000;
 /// Sends cases `0..n_requests` of `seed` from `n_clients` threads to the
 /// server at `addr` (process `pid`) and reports.
 ///
-/// Idle is measured at rest after a warm-up of [`N_WARM_UP`] fuzzed cases
+/// Idle is measured at rest after a warm-up of 1,000 fuzzed cases (`N_WARM_UP`)
 /// (another seed), so that it includes what any serving holds for good:
 /// the allocator's arenas of every thread, the connection buffers of
 /// `n_clients` at once. Right after start the toy's server holds about

@@ -133,7 +133,7 @@ pub fn is_gbnf(text: &str) -> bool {
 }
 
 /// `gbnf` translated into llguidance's Lark dialect (whose start rule is
-/// `start`); see the [module documentation](self) for how.
+/// `start`); `gbnf.rs`'s module documentation says how.
 ///
 /// ```
 /// let lark = lm::gbnf_to_lark("root ::= (\"hi\" | \"yo\") [0-9]{2}").unwrap();

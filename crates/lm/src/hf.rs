@@ -40,7 +40,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
 /// against `config.json`), then the text side.
 ///
 /// A failure is [`Error::Hf`] (the weights or config.json) or
-/// [`Error::HfText`] (the tokenizer files), each naming the file and the
+/// [`Error::HfTokenizer`] (the tokenizer files), each naming the file and the
 /// field.
 pub fn load_hf_dir(dir: impl AsRef<Path>) -> Result<GgufModel, Error> {
     load_hf_dir_with(dir.as_ref(), None)
