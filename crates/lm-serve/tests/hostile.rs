@@ -428,3 +428,29 @@ fn unknown_roles_are_400_and_other_model_names_404() {
     );
     assert_eq!(status, 200, "{body}");
 }
+
+/// A field that would change the answer cannot be dropped in silence:
+/// `logit_bias` naming a token beyond the vocabulary is a 400 naming the
+/// field and the token, on both endpoints, and a bias inside it is served.
+#[test]
+fn a_logit_bias_beyond_the_vocabulary_is_a_400() {
+    let s = TestServer::toy(ServeConfig::default());
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": "<start> the"})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "the"}]}),
+        ),
+    ] {
+        let mut body = body;
+        body["max_tokens"] = json!(2);
+        body["logit_bias"] = json!({"6": -100, "1000000": 5});
+        let (status, answer) = s.post(path, &body);
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert_eq!(answer["error"]["param"], "logit_bias", "{path}");
+        assert_error_message(&answer, "token 1000000, beyond the vocabulary");
+        body["logit_bias"] = json!({"6": -100});
+        let (status, answer) = s.post(path, &body);
+        assert_eq!(status, 200, "{path}: {answer}");
+    }
+}
