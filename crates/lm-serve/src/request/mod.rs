@@ -108,9 +108,21 @@ pub(crate) fn completion(body: &Value) -> Result<CompletionRequest, ApiError> {
             ));
         }
     };
+    let sampling = sampling::read(&f)?;
+    refuse_unsupported(&f, &COMPLETION_UNSUPPORTED)?;
+    if let Some(best_of) = f.integer_in("best_of", 1, 128)?
+        && best_of as usize != sampling.n
+    {
+        return Err(ApiError::invalid(
+            "best_of",
+            format!(
+                "'best_of' {best_of} is not supported: this server does not rank candidates                  server-side (send 'n' {best_of} and rank by the choices' logprobs)"
+            ),
+        ));
+    }
     Ok(CompletionRequest {
         prompt,
-        sampling: sampling::read(&f)?,
+        sampling,
         logprobs: f
             .integer_in("logprobs", 0, MAX_TOP_LOGPROBS as i64)?
             .map(|n| n as usize),
@@ -118,9 +130,45 @@ pub(crate) fn completion(body: &Value) -> Result<CompletionRequest, ApiError> {
     })
 }
 
+/// Fields OpenAI's APIs define that would change the answer and that this
+/// server does not implement, with what to do instead: a 400 naming the
+/// field, never silence (unknown fields are ignored; these are not
+/// unknown).
+type Unsupported = [(&'static str, &'static str)];
+
+const COMPLETION_UNSUPPORTED: [(&str, &str); 1] = [(
+    "suffix",
+    "fill-in-the-middle is not supported: send the whole prompt",
+)];
+
+const CHAT_UNSUPPORTED: [(&str, &str); 2] = [
+    (
+        "functions",
+        "the legacy function-calling fields are not supported: send 'tools'",
+    ),
+    (
+        "function_call",
+        "the legacy function-calling fields are not supported: send 'tool_choice'",
+    ),
+];
+
+/// A 400 for the first field of `unsupported` the body sets (`null`, and
+/// an empty `suffix`, are not set).
+fn refuse_unsupported(f: &Fields<'_>, unsupported: &Unsupported) -> Result<(), ApiError> {
+    for &(name, why) in unsupported {
+        match f.get(name) {
+            None => {}
+            Some(Value::String(s)) if s.is_empty() => {}
+            Some(_) => return Err(ApiError::invalid(name, format!("'{name}': {why}"))),
+        }
+    }
+    Ok(())
+}
+
 /// Reads a `/v1/chat/completions` body.
 pub(crate) fn chat(body: &Value) -> Result<ChatRequest, ApiError> {
     let f = Fields::of(body)?;
+    refuse_unsupported(&f, &CHAT_UNSUPPORTED)?;
     let Some(Value::Array(items)) = f.get("messages") else {
         return Err(ApiError::invalid(
             "messages",
@@ -333,6 +381,34 @@ mod tests {
         .unwrap();
         let roles: Vec<&str> = r.messages.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "tool", "user"]);
+    }
+
+    #[test]
+    fn fields_that_change_the_answer_are_400s_when_unsupported() {
+        for (body, param) in [
+            (json!({"prompt": "a", "suffix": "b"}), "suffix"),
+            (json!({"prompt": "a", "best_of": 3}), "best_of"),
+            (json!({"prompt": "a", "n": 2, "best_of": 3}), "best_of"),
+        ] {
+            let error = completion(&body).unwrap_err();
+            assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(error.param.as_deref(), Some(param), "{body}");
+        }
+        for field in ["functions", "function_call"] {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            body[field] = json!([{"name": "f"}]);
+            assert_eq!(chat(&body).unwrap_err().param.as_deref(), Some(field));
+        }
+        // What asks for nothing different is served: no suffix, an empty
+        // or null one, and best_of equal to n.
+        for body in [
+            json!({"prompt": "a", "suffix": ""}),
+            json!({"prompt": "a", "suffix": null}),
+            json!({"prompt": "a", "n": 2, "best_of": 2}),
+            json!({"prompt": "a", "best_of": 1}),
+        ] {
+            assert!(completion(&body).is_ok(), "{body}");
+        }
     }
 
     /// Regression (issue 33): any `model` was answered by the one model
