@@ -655,8 +655,8 @@ pub struct GenerateArgs {
     /// latest earlier match of the text's last tokens), a smaller model with
     /// the same vocabulary (`FILE.gguf` or a known model's name), or a count
     /// model (`count:FILE`, an ARPA file or a corpus; its words are mapped to
-    /// the model's tokens through the text). The same tokens when greedy,
-    /// the same distribution when sampling.
+    /// the model's tokens through the text). The same tokens as without it,
+    /// greedy or sampled with the same seed.
     #[arg(long, value_name = "DRAFTER", value_parser = parse_drafter)]
     pub draft: Option<DrafterArg>,
     /// The most tokens --draft proposes per pass (it proposes fewer while

@@ -39,7 +39,8 @@
 //! [`FinishedMask`]; [`beam_search`] and [`enumerate_continuations`] search.
 //! [`generate_speculative`] verifies a [`Drafter`]'s proposals (such as
 //! [`PromptLookup`]) several at a time in one pass of the model: the same
-//! tokens as [`generate`] when greedy, the same distribution when sampling.
+//! tokens as [`generate`] when greedy, and when sampling with the same seed
+//! from point-mass drafts (prompt lookup's).
 //! [`generate_streaming`] and [`beam_search_streaming`] show each step to a
 //! hook that may cancel the run or fail with the caller's own error.
 //! [`StopReason`] prints as the sentence a front end shows.

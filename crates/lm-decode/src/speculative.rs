@@ -18,8 +18,10 @@
 //! rejection draw from `norm(max(0, p - q))`) on the policy's distribution
 //! `p` (the sampler's, after penalties, temperature and filters), so each
 //! token is distributed exactly as the policy's. A drafter without a
-//! distribution is a point mass (`q(d) = 1`): accept with probability `p(d)`,
-//! otherwise draw from `p` without `d`.
+//! distribution is a point mass (`q(d) = 1`), for which the rule is the
+//! plain loop's own choice: draw the token from `p` with the step's `u`
+//! (accepted with probability `p(d)`, and distributed as `p`) and accept
+//! `d` when it is that token, so a seed gives the plain loop's ids.
 //!
 //! Every token goes through [`Row`]'s turn (record, append, stop rules), so
 //! stop strings, end tokens, `max_new_tokens`, the context bound, the hook
@@ -177,9 +179,10 @@ impl SpeculationStats {
 }
 
 /// [`crate::generate_with_hook`] with a drafter: the same tokens for
-/// greedy, the same distribution for sampling (drawn differently from the
-/// random stream, so a seed gives another sample than the plain loop), fewer
-/// passes over the target when drafts are accepted.
+/// greedy and, with point-mass drafts ([`Draft::push`]: prompt lookup, a
+/// greedy draft model), for sampling with the same seed; the same
+/// distribution for drafts drawn from a `q` ([`Draft::push_sampled`]);
+/// fewer passes over the target when drafts are accepted.
 ///
 /// ```
 /// use lm_core::{LanguageModel, Prefix, Rows, TokenId};
@@ -427,15 +430,28 @@ fn verify(
     q: Option<&[f32]>,
     residual: &mut Vec<f32>,
 ) -> Result<(Selection, DraftMark)> {
-    if sampler.is_greedy() {
-        let selection = sampler.select(logits, history, 0.0)?;
-        let mark = if selection.token == token {
-            DraftMark::Accepted
-        } else {
-            DraftMark::Replaced { draft: token }
-        };
-        return Ok((selection, mark));
-    }
+    let q = match q {
+        Some(q) if !sampler.is_greedy() => q,
+        // Greedy, or a point mass: choose as the plain loop does, with the
+        // same draw from the same stream, and accept the draft when it is
+        // the choice. A point mass is then accepted with probability p(d)
+        // and the token is p's, as the rejection rule gives, and a seed
+        // gives the plain loop's ids.
+        _ => {
+            let u = if sampler.is_greedy() {
+                0.0
+            } else {
+                rng.next_uniform()
+            };
+            let selection = sampler.select(logits, history, u)?;
+            let mark = if selection.token == token {
+                DraftMark::Accepted
+            } else {
+                DraftMark::Replaced { draft: token }
+            };
+            return Ok((selection, mark));
+        }
+    };
     let p = sampler.policy(logits, history)?;
     let (selection, mark) = accept_or_replace(p, rng, token, q, residual)?;
     sampler.chose(selection.token);
@@ -449,11 +465,11 @@ fn accept_or_replace(
     p: &[f32],
     rng: &mut TokenRng,
     token: TokenId,
-    q: Option<&[f32]>,
+    q: &[f32],
     residual: &mut Vec<f32>,
 ) -> Result<(Selection, DraftMark)> {
     let p_token = p[token as usize];
-    let q_token = q.map_or(1.0, |q| q[token as usize]);
+    let q_token = q[token as usize];
     let u = rng.next_uniform();
     if u < f64::from(p_token) / f64::from(q_token) {
         let selection = Selection {
@@ -463,15 +479,8 @@ fn accept_or_replace(
         };
         return Ok((selection, DraftMark::Accepted));
     }
-    // norm(max(0, p - q)): for a point mass, p without the draft.
     residual.clear();
-    match q {
-        Some(q) => residual.extend(p.iter().zip(q).map(|(&p, &q)| (p - q).max(0.0))),
-        None => {
-            residual.extend_from_slice(p);
-            residual[token as usize] = 0.0;
-        }
-    }
+    residual.extend(p.iter().zip(q).map(|(&p, &q)| (p - q).max(0.0)));
     let total: f64 = residual.iter().map(|&r| f64::from(r)).sum();
     if total <= 0.0 {
         // p <= q everywhere (rounding): the draft's odds were the policy's.

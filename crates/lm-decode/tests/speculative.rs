@@ -440,6 +440,40 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Sampled speculative decoding with point-mass drafts (prompt lookup,
+    /// any drafter without a distribution) is the plain sampled loop, trace
+    /// for trace, for the same seed: each verified row chooses with the
+    /// plain loop's draw and the draft is accepted when it is the choice.
+    #[test]
+    fn point_mass_drafts_give_the_plain_sampled_run(
+        vocab_size in 2usize..8,
+        salt in any::<u64>(),
+        seed in any::<u64>(),
+        prompt in prop::collection::vec(0u32..2, 1..6),
+        max_new_tokens in 0usize..30,
+        temperature in 0.3f32..2.0,
+        top_k in prop::option::of(1usize..6),
+        k in 1usize..7,
+    ) {
+        let model = PrefixModel::new(vocab_size).with_salt(salt);
+        let mut config = GenerationConfig { max_new_tokens, ..GenerationConfig::default() };
+        config.sampling.temperature = temperature;
+        config.sampling.top_k = top_k;
+        config.sampling.seed = seed;
+        let plain = generate(&model, &prompt, &config, None).unwrap();
+        let drafter = scattered_drafter(vocab_size as u32, k, salt ^ 1);
+        let (run, stats) = speculative(&model, &prompt, &config, None, drafter);
+        prop_assert_eq!(unmarked(&run), plain.clone());
+        prop_assert!(stats.accepted_tokens <= stats.drafted_tokens);
+        let lookup = PromptLookup::new(k).with_ngram_range(1, 32);
+        let (run, _) = speculative(&model, &prompt, &config, None, lookup);
+        prop_assert_eq!(unmarked(&run), plain);
+    }
+}
+
 /// The exact probability of each 3-token continuation under the policy,
 /// by enumeration, then the chi-square statistic of `counts` against it.
 fn chi_square(

@@ -133,8 +133,9 @@ pub struct ServeConfig {
     pub reasoning: bool,
     /// Speculative decoding (`--draft`): every sequence's loop verifies
     /// this drafter's proposals, so several tokens can come out of one
-    /// pass; the tokens are those of the plain loop when greedy, and drawn
-    /// from the same distribution when sampling. `None` (the default):
+    /// pass; the tokens are those of the plain loop, greedy or sampled
+    /// with the same seed (prompt lookup's drafts are point masses).
+    /// `None` (the default):
     /// the plain loop.
     pub draft: Option<SpeculativeDrafter>,
 }
