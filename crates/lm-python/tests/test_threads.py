@@ -39,20 +39,14 @@ def test_another_thread_runs_while_one_generates(model, no_end):
 def test_ctrl_c_stops_a_generation(model, no_end):
     """KeyboardInterrupt (here simulated) arrives between two steps, not after the whole run
     (8,000 tokens: minutes on two cores). The bound is far from either, so it is no speed test."""
-    timer = threading.Timer(0.5, _thread.interrupt_main)
-    timer.start()
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        model.generate("Once upon a time", max_new_tokens=8000, logit_bias=no_end, temperature=0)
-    assert time.monotonic() - start < 20
-    timer.join()
-    timer = threading.Timer(0.5, _thread.interrupt_main)
-    timer.start()
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        model.generate("Once upon a time", max_new_tokens=8000, logit_bias=no_end, num_beams=2)
-    assert time.monotonic() - start < 20
-    timer.join()
+    for mode in [{"temperature": 0}, {"num_beams": 2}]:
+        timer = threading.Timer(0.5, _thread.interrupt_main)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            model.generate("Once upon a time", max_new_tokens=8000, logit_bias=no_end, **mode)
+        assert time.monotonic() - start < 20, mode
+        timer.join()
 
 
 def rss_bytes():
