@@ -10,14 +10,21 @@ llama-cpp-python 0.3.36 (the reference venv):
         --arch fixtures/arch --out fixtures/hf
 
 For each architecture NAME of fixtures/arch/ it writes NAME/ with:
-- config.json: the fields the architecture's HF class reads (LlamaForCausalLM,
-  Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM), from the GGUF
-  metadata; llama's `rope_scaling` is Llama 3's (factor 8, low 1, high 4,
-  original context 40), whose factors are the twin's `rope_freqs.weight`;
+- config.json: the fields the architecture's HF class reads (CLASSES below:
+  LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM,
+  MistralForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM, Olmo3ForCausalLM
+  for the olmo2 twin's window, MixtralForCausalLM, Qwen3MoeForCausalLM,
+  OlmoeForCausalLM, Qwen2MoeForCausalLM), from the GGUF metadata; llama's
+  `rope_scaling` is Llama 3's (factor 8, low 1, high 4, original context
+  40), whose factors are the twin's `rope_freqs.weight`; phi3's is LongRoPE
+  with the twin's `rope_factors_{long,short}` and attention factor;
 - model.safetensors (qwen3: two shards and model.safetensors.index.json):
   the twin's tensors under HF's names and layouts, in the twin's type (F32
   or F16): llama's q/k rows un-permuted (the inverse of the converter's
-  `LlamaModel.permute`), Gemma's norms minus 1 (the converter adds 1), no
+  `LlamaModel.permute`; also mistral's and mixtral's), Gemma's norms minus
+  1 (the converter adds 1), each 3-d `ffn_{gate,up,down}_exps` split into
+  one matrix per expert (the converter stacks them), qwen2moe's
+  `ffn_gate_inp_shexp` as the `[1, n_embd]` of an `nn.Linear`, no
   `lm_head.weight` where the twin has no `output.weight`
   (`tie_word_embeddings`);
 - tokenizer.json, tokenizer_config.json, generation_config.json: one small
@@ -36,7 +43,8 @@ Also:
   chat template (`add_generation_prompt=True`, `bos_token`, `eos_token`), as
   transformers' `apply_chat_template` renders it.
 
-Seeded and deterministic; opens no network connection.
+`--only a,b` rewrites only those directories (not the text fixtures, not
+qwen2-bf16). Seeded and deterministic; opens no network connection.
 """
 
 import argparse
@@ -49,12 +57,33 @@ import numpy as np
 import gguf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "mistral", "gemma2", "phi3", "olmo2", "mixtral", "qwen3moe",
+         "olmoe", "qwen2moe"]
+# directory -> (HF class, model_type); the GGUF architecture is the twin's.
 CLASSES = {
     "llama": ("LlamaForCausalLM", "llama"),
     "qwen2": ("Qwen2ForCausalLM", "qwen2"),
     "qwen3": ("Qwen3ForCausalLM", "qwen3"),
     "gemma3": ("Gemma3ForCausalLM", "gemma3_text"),
+    "mistral": ("MistralForCausalLM", "mistral"),
+    "gemma2": ("Gemma2ForCausalLM", "gemma2"),
+    "phi3": ("Phi3ForCausalLM", "phi3"),
+    # The twin slides 3 of 4 layers: OLMo 3's config says so, OLMo 2's cannot.
+    "olmo2": ("Olmo3ForCausalLM", "olmo3"),
+    "mixtral": ("MixtralForCausalLM", "mixtral"),
+    "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+    "olmoe": ("OlmoeForCausalLM", "olmoe"),
+    "qwen2moe": ("Qwen2MoeForCausalLM", "qwen2_moe"),
+}
+# Directories whose q/k rows the converter permutes (LlamaModel and its
+# Mistral, Mixtral classes) and whose norms it stores with `+ 1` (Gemma).
+PERMUTED = {"llama", "mistral", "mixtral"}
+PLUS_ONE = {"gemma3", "gemma2"}
+# The experts' HF names: Mixtral's w1/w3/w2, the others' gate/up/down_proj.
+EXPERT_NAMES = {
+    "mixtral": ("block_sparse_moe.experts.{e}.", {"ffn_gate_exps": "w1", "ffn_up_exps": "w3", "ffn_down_exps": "w2"}),
+    "default": ("mlp.experts.{e}.", {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj",
+                                     "ffn_down_exps": "down_proj"}),
 }
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (
@@ -121,7 +150,8 @@ def hf_name(arch, name):
     if name == "output.weight":
         return "lm_head.weight"
     _, i, rest = name.split(".", 2)
-    post = "post_attention_layernorm" if arch != "gemma3" else "pre_feedforward_layernorm"
+    post = "pre_feedforward_layernorm" if arch in PLUS_ONE else "post_attention_layernorm"
+    router = "block_sparse_moe.gate.weight" if arch == "mixtral" else "mlp.gate.weight"
     table = {
         "attn_norm.weight": "input_layernorm.weight",
         "attn_q.weight": "self_attn.q_proj.weight",
@@ -139,7 +169,15 @@ def hf_name(arch, name):
         "ffn_gate.weight": "mlp.gate_proj.weight",
         "ffn_up.weight": "mlp.up_proj.weight",
         "ffn_down.weight": "mlp.down_proj.weight",
+        "attn_qkv.weight": "self_attn.qkv_proj.weight",
+        "ffn_gate_inp.weight": router,
+        "ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
+        "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
+        "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
+        "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
     }
+    if arch == "phi3" and rest == "ffn_up.weight":
+        return f"model.layers.{i}.mlp.gate_up_proj.weight"  # gate rows, then up: as GGUF
     return f"model.layers.{i}.{table[rest]}"
 
 
@@ -167,30 +205,46 @@ def save_safetensors(path, tensors):
 
 
 def hf_tensors(arch, tensors, meta, bf16=False):
-    n_head = meta[f"{arch}.attention.head_count"]
-    n_kv = meta[f"{arch}.attention.head_count_kv"]
+    g = meta["general.architecture"]
+    n_head = meta[f"{g}.attention.head_count"]
+    n_kv = meta[f"{g}.attention.head_count_kv"]
     out = {}
-    for name, (array, _) in tensors.items():
-        if name == "rope_freqs.weight":
-            continue  # config.json's rope_scaling gives it
-        a = array
-        if arch == "llama" and name.endswith("attn_q.weight"):
-            a = unpermute(a, n_head)
-        if arch == "llama" and name.endswith("attn_k.weight"):
-            a = unpermute(a, n_kv)
-        if arch == "gemma3" and name.endswith("norm.weight"):
-            a = (a.astype(np.float32) - 1.0).astype(np.float32)
+
+    def put(name, a):
         if bf16:
-            out[hf_name(arch, name)] = ("BF16", to_bf16_bits(a))
+            out[name] = ("BF16", to_bf16_bits(a))
         else:
             dtype = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32"}[a.dtype]
-            out[hf_name(arch, name)] = (dtype, a)
+            out[name] = (dtype, a)
+
+    for name, (array, _) in tensors.items():
+        if name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"):
+            continue  # config.json's rope_scaling gives them
+        a = array
+        if arch in PERMUTED and name.endswith("attn_q.weight"):
+            a = unpermute(a, n_head)
+        if arch in PERMUTED and name.endswith("attn_k.weight"):
+            a = unpermute(a, n_kv)
+        if arch in PLUS_ONE and name.endswith("norm.weight"):
+            a = (a.astype(np.float32) - 1.0).astype(np.float32)
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            a = a.reshape(1, -1)  # nn.Linear(hidden, 1): [1, hidden]
+        kind = name.split(".")[2] if name.startswith("blk.") else ""
+        if kind.endswith("_exps"):
+            # GGUF's 3-d [expert][rows][cols], HF's one matrix per expert.
+            prefix, names = EXPERT_NAMES.get(arch, EXPERT_NAMES["default"])
+            i = name.split(".")[1]
+            for e in range(a.shape[0]):
+                put(f"model.layers.{i}.{prefix.format(e=e)}{names[kind]}.weight", np.ascontiguousarray(a[e]))
+            continue
+        put(hf_name(arch, name), a)
     return out
 
 
 def config_json(arch, meta, tensors):
     cls, model_type = CLASSES[arch]
-    m = lambda key: meta[f"{arch}.{key}"]
+    g = meta["general.architecture"]
+    m = lambda key: meta[f"{g}.{key}"]
     config = {
         "architectures": [cls],
         "model_type": model_type,
@@ -208,7 +262,7 @@ def config_json(arch, meta, tensors):
         "eos_token_id": 2,
         "torch_dtype": "float32",
     }
-    if f"{arch}.attention.key_length" in meta:
+    if f"{g}.attention.key_length" in meta:
         config["head_dim"] = m("attention.key_length")
     if arch == "llama":
         config["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -218,6 +272,36 @@ def config_json(arch, meta, tensors):
         config.update({"sliding_window": m("attention.sliding_window"), "sliding_window_pattern": 6,
                        "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": m("attention.key_length"),
                        "hidden_activation": "gelu_pytorch_tanh"})
+    if arch in ("mistral", "phi3"):
+        config["sliding_window"] = m("attention.sliding_window")
+    if arch == "gemma2":
+        config.update({"sliding_window": m("attention.sliding_window"), "query_pre_attn_scalar": m("attention.key_length"),
+                       "attn_logit_softcapping": m("attn_logit_softcapping"),
+                       "final_logit_softcapping": m("final_logit_softcapping"),
+                       "hidden_activation": "gelu_pytorch_tanh"})
+    if arch == "phi3":
+        # LongRoPE, as Phi-3's 128k configs spell it; the twin's attention
+        # factor (1.2) is given, where transformers would compute
+        # sqrt(1 + ln(256 / 64) / ln(64)) = 1.155 without it.
+        factors = lambda n: [float(v) for v in tensors[n][0]]
+        config["original_max_position_embeddings"] = m("rope.scaling.original_context_length")
+        config["rope_scaling"] = {"type": "longrope", "long_factor": factors("rope_factors_long.weight"),
+                                  "short_factor": factors("rope_factors_short.weight"),
+                                  "attention_factor": m("rope.scaling.attn_factor")}
+    if arch == "olmo2":
+        n = m("block_count")
+        config["sliding_window"] = m("attention.sliding_window")
+        config["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n)]
+    if f"{g}.expert_count" in meta:
+        key = "num_local_experts" if arch == "mixtral" else "num_experts"
+        config[key] = m("expert_count")
+        config["num_experts_per_tok"] = m("expert_used_count")
+        if arch != "mixtral":
+            config["norm_topk_prob"] = arch == "qwen3moe"  # llama.cpp's choice per architecture
+    if f"{g}.expert_feed_forward_length" in meta:
+        config["moe_intermediate_size"] = m("expert_feed_forward_length")
+    if f"{g}.expert_shared_feed_forward_length" in meta:
+        config["shared_expert_intermediate_size"] = m("expert_shared_feed_forward_length")
     return config
 
 
@@ -305,7 +389,9 @@ def main():
     parser.add_argument("--arch", required=True, help="fixtures/arch")
     parser.add_argument("--prompts", default="fixtures/tokenize/smollm2_prompts.json")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", help="comma-separated directories to (re)write, nothing else")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     os.makedirs(args.out, exist_ok=True)
     with open(args.prompts) as f:
         lines = json.load(f)
@@ -315,9 +401,13 @@ def main():
     env = jinja2.Environment()
     chat = {}
     for arch in ARCHS:
+        if only is not None and arch not in only:
+            continue
         tensors, meta = gguf_arrays(os.path.join(args.arch, f"{arch}.gguf"))
-        write_dir(os.path.join(args.out, arch), arch, tensors, meta, tok, templates[arch],
+        write_dir(os.path.join(args.out, arch), arch, tensors, meta, tok, templates.get(arch, CHATML),
                   shards=2 if arch == "qwen3" else 1)
+        if only is not None or arch not in templates:
+            continue
         source = templates[arch] if isinstance(templates[arch], str) else templates[arch][0]["template"]
         chat[arch] = [env.from_string(source).render(messages=c, add_generation_prompt=True,
                                                      bos_token="<|endoftext|>", eos_token="<|im_end|>")
@@ -330,6 +420,8 @@ def main():
                 ids = json.load(f)["ids"]
             llama_cpp_logits(twin, ids).astype("<f4").tofile(
                 os.path.join(args.out, "qwen2-bf16.logits.f32le.bin"))
+    if only is not None:
+        return
     with open(os.path.join(args.out, "chat.json"), "w") as f:
         json.dump({"conversations": CONVERSATIONS, "rendered": chat}, f, indent=1, ensure_ascii=False)
     all_lines = lines + EXTRA_LINES

@@ -1,9 +1,11 @@
 //! Hostile Hugging Face directories: each gets a one-line `HfError` naming
 //! the file and the field or tensor, never a panic, and no allocation sized
 //! by a header (a header claiming 2^64 bytes is refused before anything is
-//! read). The directories are `fixtures/hf/qwen2` (F32, tied) and
-//! `fixtures/hf/qwen3` (two shards) copied to a temporary directory and
-//! broken one way each.
+//! read). The directories are `fixtures/hf/qwen2` (F32, tied),
+//! `fixtures/hf/qwen3` (two shards) and, for the fields and tensors of the
+//! other classes, `phi3`, `gemma2`, `olmo2`, `mixtral`, `qwen3moe`,
+//! `olmoe` and `qwen2moe`, copied to a temporary directory and broken one
+//! way each.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -65,7 +67,21 @@ fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn the_fixtures_load() {
-    for name in ["llama", "qwen2", "qwen3", "gemma3", "qwen2-bf16"] {
+    for name in [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "qwen2-bf16",
+        "mistral",
+        "gemma2",
+        "phi3",
+        "olmo2",
+        "mixtral",
+        "qwen3moe",
+        "olmoe",
+        "qwen2moe",
+    ] {
         open_hf_dir(fixture_path("hf").join(name)).unwrap();
     }
 }
@@ -363,5 +379,169 @@ fn non_finite_values_name_the_tensor() {
         bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
         fs::write(&path, &bytes).unwrap();
         assert_names(&dir, &[tensor, says]);
+    }
+}
+
+/// `dir/model.safetensors` with its header edited (the data kept; offsets
+/// are relative to it, so renaming a tensor moves nothing).
+fn edit_header(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let path = dir.join("model.safetensors");
+    let bytes = fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    edit(header.as_object_mut().unwrap());
+    let mut text = serde_json::to_string(&header).unwrap();
+    text.push_str(&" ".repeat((8 - text.len() % 8) % 8));
+    fs::write(&path, safetensors(&text, &bytes[8 + header_len..])).unwrap();
+}
+
+/// Renames tensor `from` to `to` in `dir/model.safetensors`.
+fn rename_tensor(dir: &Path, from: &str, to: &str) {
+    edit_header(dir, |header| {
+        let entry = header.remove(from).unwrap();
+        header.insert(to.to_owned(), entry);
+    });
+}
+
+/// A layer's experts are stacked from one matrix each: one missing, one
+/// beyond the count, or one of another dtype is named by its HF name.
+#[test]
+fn experts_missing_beyond_the_count_or_of_another_dtype() {
+    let expert = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+    let (_temp, dir) = copy("mixtral");
+    // Out of the way under a name the loader skips (RoPE's inv_freq).
+    rename_tensor(&dir, expert, "model.layers.1.self_attn.rotary_emb.inv_freq");
+    let error = assert_names(&dir, &[expert, "missing"]);
+    assert!(matches!(error, HfError::Tensor { .. }), "{error:?}");
+    let (_temp, dir) = copy("mixtral");
+    let beyond = "model.layers.1.block_sparse_moe.experts.8.w2.weight";
+    rename_tensor(&dir, expert, beyond);
+    assert_names(&dir, &[beyond, "expert 8 of 8"]);
+    // Expert 5's first half read as F16 (the second half under a name
+    // the loader skips, so that the offsets still tile the data).
+    let (_temp, dir) = copy("qwen3moe");
+    let gate = "model.layers.0.mlp.experts.5.gate_proj.weight";
+    edit_header(&dir, |header| {
+        let entry = header.get_mut(gate).unwrap();
+        let [start, end] = [0, 1].map(|i| entry["data_offsets"][i].as_u64().unwrap());
+        let middle = start + (end - start) / 2;
+        entry["dtype"] = json!("F16");
+        entry["data_offsets"] = json!([start, middle]);
+        header.insert(
+            "model.layers.0.self_attn.rotary_emb.inv_freq".into(),
+            json!({"dtype": "U8", "shape": [end - middle], "data_offsets": [middle, end]}),
+        );
+    });
+    assert_names(&dir, &[gate, "dtype F16", "other experts F32"]);
+}
+
+/// config.json fields of the other classes that the GGUF path cannot
+/// follow: each refused naming the field.
+#[test]
+fn fields_the_gguf_architecture_cannot_follow() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &[&str]); 13] = [
+        (
+            "phi3",
+            |c| c["rope_scaling"]["type"] = json!("yarn"),
+            &[
+                "rope_scaling.rope_type",
+                "\"yarn\" is not supported for Phi3ForCausalLM",
+            ],
+        ),
+        (
+            "phi3",
+            |c| c["rope_scaling"]["long_factor"] = json!([1.0, 2.0]),
+            &["rope_scaling.long_factor", "expected 8 numbers"],
+        ),
+        (
+            "phi3",
+            |c| {
+                c["rope_scaling"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("short_factor");
+            },
+            &["`rope_scaling.short_factor` is missing"],
+        ),
+        (
+            "phi3",
+            |c| c["rope_scaling"]["short_factor"][3] = json!(-1.0),
+            &["rope_scaling.short_factor", "not finite and positive"],
+        ),
+        (
+            "phi3",
+            |c| c["partial_rotary_factor"] = json!(0.5),
+            &[
+                "partial_rotary_factor",
+                "0.5 is not supported for Phi3ForCausalLM",
+            ],
+        ),
+        (
+            "gemma2",
+            |c| c["attn_logit_softcapping"] = json!(null),
+            &[
+                "attn_logit_softcapping",
+                "null, where the GGUF architecture needs a value",
+            ],
+        ),
+        (
+            "olmo2",
+            |c| c["layer_types"] = json!(["sliding_attention", "full_attention"]),
+            &["layer_types", "expected 4 of"],
+        ),
+        (
+            "qwen3moe",
+            |c| c["norm_topk_prob"] = json!(false),
+            &[
+                "norm_topk_prob",
+                "false is not supported for Qwen3MoeForCausalLM",
+            ],
+        ),
+        (
+            "qwen3moe",
+            |c| {
+                c.as_object_mut().unwrap().remove("norm_topk_prob");
+            },
+            &["norm_topk_prob", "absent (default Bool(false))"],
+        ),
+        (
+            "qwen2moe",
+            |c| c["mlp_only_layers"] = json!([1]),
+            &[
+                "mlp_only_layers",
+                "every layer must be a mixture of experts",
+            ],
+        ),
+        (
+            "qwen2moe",
+            |c| c["decoder_sparse_step"] = json!(2),
+            &[
+                "decoder_sparse_step",
+                "every layer must be a mixture of experts",
+            ],
+        ),
+        (
+            "olmoe",
+            |c| c["num_experts_per_tok"] = json!(9),
+            &["num_experts_per_tok", "must be 1 to the 8 experts"],
+        ),
+        (
+            "olmoe",
+            |c| c["clip_qkv"] = json!(8.0),
+            &["clip_qkv", "does not clip"],
+        ),
+    ];
+    for (name, edit, parts) in cases {
+        let (_temp, dir) = copy(name);
+        edit_json(&dir.join("config.json"), edit);
+        let error = assert_names(&dir, &[&["config.json"], parts].concat());
+        assert!(
+            matches!(
+                error,
+                HfError::BadField { .. } | HfError::MissingField { .. }
+            ),
+            "{name}: {error:?}"
+        );
     }
 }

@@ -9,6 +9,10 @@
 //!   equals the crate's own GGUF loader's on the twin (`fixtures/arch/`)
 //!   to 1e-5 relative, and is within the conformance tolerance (1e-2) of
 //!   llama.cpp's logits of the twin, committed with it;
+//! - mistral, gemma2, phi3 (LongRoPE), olmo2 (as `Olmo3ForCausalLM`; as
+//!   `Olmo2ForCausalLM` without its window, on the positions the window
+//!   does not reach), mixtral, qwen3moe, olmoe, qwen2moe (experts stacked
+//!   at load): likewise against `fixtures/arch/`;
 //! - qwen2-bf16 (BF16): equal to the crate's loader on its BF16 GGUF twin,
 //!   and within 1e-2 of llama.cpp's logits of that twin;
 //! - `tokenizer.json` gives the `tokenizers` Python package's ids
@@ -67,7 +71,12 @@ fn read_f32(path: PathBuf) -> Vec<f32> {
 }
 
 fn load(name: &str) -> GgufModel {
-    lm::load(hf_dir(name)).unwrap_or_else(|e| panic!("{name}: {}", crate::common::error_chain(&e)))
+    load_dir(&hf_dir(name))
+}
+
+fn load_dir(dir: &std::path::Path) -> GgufModel {
+    lm::load(dir)
+        .unwrap_or_else(|e| panic!("{}: {}", dir.display(), crate::common::error_chain(&e)))
 }
 
 /// The HF directory `name` against the GGUF twin at `twin` (the crate's
@@ -75,9 +84,21 @@ fn load(name: &str) -> GgufModel {
 /// `tolerance`; where llama.cpp's top two are further apart than twice
 /// that, the same argmax).
 fn check(name: &str, twin: PathBuf, llama_cpp: PathBuf, tolerance: f32) {
-    let ids = ids();
-    let hf = all_positions(&load(name).decoder, &ids);
-    let gguf = all_positions(&Llama::from_gguf(&twin).unwrap(), &ids);
+    check_positions(&hf_dir(name), twin, llama_cpp, tolerance, ids().len());
+}
+
+/// [`check`] of the directory `dir` on the first `n_pos` of the ids.
+fn check_positions(
+    dir: &std::path::Path,
+    twin: PathBuf,
+    llama_cpp: PathBuf,
+    tolerance: f32,
+    n_pos: usize,
+) {
+    let name = dir.display().to_string();
+    let ids = &ids()[..n_pos];
+    let hf = all_positions(&load_dir(dir).decoder, ids);
+    let gguf = all_positions(&Llama::from_gguf(&twin).unwrap(), ids);
     assert_eq!(hf.len(), gguf.len(), "{name}");
     for (i, (a, b)) in hf.iter().zip(&gguf).enumerate() {
         assert!(
@@ -85,7 +106,8 @@ fn check(name: &str, twin: PathBuf, llama_cpp: PathBuf, tolerance: f32) {
             "{name}: logit {i}: {a} from the directory, {b} from the twin"
         );
     }
-    let theirs = read_f32(llama_cpp);
+    let mut theirs = read_f32(llama_cpp);
+    theirs.truncate(hf.len());
     assert_eq!(theirs.len(), hf.len(), "{name}");
     let (_, largest) = max_abs_difference(&hf, &theirs);
     assert!(largest <= tolerance, "{name}: {largest} from llama.cpp");
@@ -149,6 +171,57 @@ fn gemma3_runs_as_its_twin() {
         arch.join("gemma3.gguf"),
         arch.join("gemma3.logits.f32le.bin"),
         LLAMA_CPP_TOLERANCE,
+    );
+}
+
+/// The directories of the architectures beside the first four, each from
+/// its `fixtures/arch` twin: Mistral (its window kept, unapplied as in
+/// llama.cpp), Gemma 2 (soft-caps, sliding layers, norms without `+ 1`),
+/// Phi-3 (fused `qkv_proj`, `gate_up_proj`; LongRoPE factors and attention
+/// factor from `rope_scaling`), OLMo 3 (`Olmo3ForCausalLM`: OLMo 2 with the
+/// twin's window on 3 of 4 layers), and the mixtures of experts, whose
+/// per-expert matrices are stacked at load: Mixtral (`w1`/`w3`/`w2`, q/k
+/// permuted), Qwen3-MoE, OLMoE (QK norms over the whole projection) and
+/// Qwen2-MoE (shared expert and its gate).
+#[test]
+fn the_architectures_beside_run_as_their_twins() {
+    let arch = fixture_path("arch");
+    for name in [
+        "mistral", "gemma2", "phi3", "olmo2", "mixtral", "qwen3moe", "olmoe", "qwen2moe",
+    ] {
+        check(
+            name,
+            arch.join(format!("{name}.gguf")),
+            arch.join(format!("{name}.logits.f32le.bin")),
+            LLAMA_CPP_TOLERANCE,
+        );
+    }
+}
+
+/// `Olmo2ForCausalLM` has no window: the OLMo 3 directory relabelled (and
+/// its `sliding_window`, `layer_types` dropped) is the twin on the first 12
+/// positions, where the window of 12 hides nothing, and differs after.
+#[test]
+fn olmo2_without_a_window_is_the_twin_until_the_window_bites() {
+    let (_temp, dir) = copy("olmo2");
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["architectures"] = serde_json::json!(["Olmo2ForCausalLM"]);
+    let map = config.as_object_mut().unwrap();
+    map.remove("sliding_window");
+    map.remove("layer_types");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let arch = fixture_path("arch");
+    let (twin, logits) = (arch.join("olmo2.gguf"), arch.join("olmo2.logits.f32le.bin"));
+    check_positions(&dir, twin.clone(), logits, LLAMA_CPP_TOLERANCE, 12);
+    let ids = ids();
+    let ours = all_positions(&load_dir(&dir).decoder, &ids);
+    let windowed = all_positions(&Llama::from_gguf(&twin).unwrap(), &ids);
+    let (_, largest) = max_abs_difference(&ours[12 * 512..], &windowed[12 * 512..]);
+    assert!(
+        largest > 0.01,
+        "global attention after position 12: {largest}"
     );
 }
 
@@ -326,12 +399,16 @@ fn broken_tokenizer_files_name_the_file_and_field() {
 /// `--quantize` at load (`open_hf_dir_quantized`): every matrix whose rows
 /// split into the type's blocks holds exactly the blocks ggml's reference
 /// quantizer makes of the GGUF twin's rows (llama: q/k rows permuted before
-/// quantizing, F16 source; qwen2: F32), the rest as `open_hf_dir` keeps
+/// quantizing, F16 source; qwen2: F32; mixtral: experts stacked), the rest as `open_hf_dir` keeps
 /// them; the model runs; a float target is refused.
 #[test]
 fn quantizing_at_load_gives_the_twins_rows_quantized() {
     use lm::lm_model::{GgmlType, GgufFile, open_hf_dir, open_hf_dir_quantized};
-    for (name, ty) in [("llama", GgmlType::Q8_0), ("qwen2", GgmlType::Q4_0)] {
+    for (name, ty) in [
+        ("llama", GgmlType::Q8_0),
+        ("qwen2", GgmlType::Q4_0),
+        ("mixtral", GgmlType::Q8_0),
+    ] {
         let file = open_hf_dir_quantized(hf_dir(name), ty).unwrap();
         let plain = open_hf_dir(hf_dir(name)).unwrap();
         let twin = GgufFile::open(fixture_path(&format!("arch/{name}.gguf"))).unwrap();

@@ -11,15 +11,44 @@
 //! intermediate_size              feed_forward_length                required
 //! num_attention_heads            attention.head_count               required
 //! num_key_value_heads            attention.head_count_kv            head count
-//! rms_norm_eps                   attention.layer_norm_rms_epsilon   required (gemma3 1e-6)
-//! rope_theta                     rope.freq_base                     10000 (gemma3 1e6)
+//! rms_norm_eps                   attention.layer_norm_rms_epsilon   llama, qwen: required; else the class's
+//! rope_theta                     rope.freq_base                     10000 (gemma3, mixtral 1e6)
 //! vocab_size                     vocab_size                         required
-//! head_dim                       attention.key_length, value_length width / heads (gemma3 256)
-//! sliding_window (gemma3)        attention.sliding_window           required
+//! head_dim                       attention.key_length, value_length width / heads (gemma2, gemma3 256)
+//! sliding_window                 attention.sliding_window           gemma3 required; gemma2, OLMo 3 4096;
+//!                                                                   mistral, mixtral, phi3 kept, unread
+//! layer_types (OLMo 3)           attention.sliding_window_pattern   all but every 4th layer slide
+//! attn_logit_softcapping         attn_logit_softcapping             gemma2 50
+//! final_logit_softcapping        final_logit_softcapping            gemma2 30
+//! original_max_position_embeddings rope.scaling.original_context_length  phi3 4096
+//! num_local_experts (mixtral),   expert_count                       8, 128, 64, 60
+//!   num_experts (qwen3moe, olmoe, qwen2moe)
+//! num_experts_per_tok            expert_used_count                  2, 8, 8, 4
+//! moe_intermediate_size          expert_feed_forward_length         qwen3moe 768, qwen2moe 1408
+//! shared_expert_intermediate_size expert_shared_feed_forward_length qwen2moe 5632
 //! rope_scaling linear            rope.scaling.type, .factor
 //! rope_scaling llama3 (llama)    the tensor rope_freqs.weight, as the converter computes it
-//! tie_word_embeddings            no output.weight                   llama, qwen: false; gemma3: true
+//! rope_scaling longrope, su      rope_factors_{long,short}.weight and rope.scaling.attn_factor
+//!   (phi3)                       (attention_factor, else sqrt(1 + ln s / ln original), s the
+//!                                context over the original: transformers' rule)
+//! tie_word_embeddings            no output.weight                   gemma2, gemma3: true; else false
 //! ```
+//!
+//! Classes and their GGUF architectures: Llama, Mistral and Mixtral are
+//! `llama` (q/k permuted; Mixtral's experts make it a mixture), Qwen2 and
+//! Qwen3 `qwen2`, `qwen3`, Gemma2 and Gemma3 `gemma2`, `gemma3` (norms
+//! `+ 1`), Phi3 `phi3`, Olmo2 and Olmo3 `olmo2`, Qwen3Moe, Olmoe, Qwen2Moe
+//! `qwen3moe`, `olmoe`, `qwen2moe`. Defaults are each `transformers`
+//! config class's.
+//!
+//! Fields the GGUF architecture does not read but computes as if they had
+//! one value are checked ([`Fixed`]): `norm_topk_prob` (qwen3moe
+//! renormalises the chosen experts' weights, olmoe and qwen2moe do not, as
+//! llama.cpp fixes it per architecture; Qwen3Moe's default `false` is
+//! refused), `decoder_sparse_step` 1 and `mlp_only_layers` empty (every
+//! layer a mixture), `clip_qkv` null (OLMo), `partial_rotary_factor` 1
+//! (phi3). A field the table defaults that config.json sets to null
+//! (gemma2's soft-caps: no capping) is refused too: GGUF cannot say it.
 
 use std::path::{Path, PathBuf};
 
@@ -29,12 +58,15 @@ use super::HfError;
 use crate::gguf::MetadataValue;
 
 /// The Hugging Face classes (`architectures[0]`) this loader maps.
-pub(crate) const SUPPORTED_CLASSES: [&str; 4] = [
-    "LlamaForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "Gemma3ForCausalLM",
-];
+pub(crate) const SUPPORTED_CLASSES: [&str; 13] = {
+    let mut names = [""; 13];
+    let mut i = 0;
+    while i < ARCHITECTURES.len() {
+        names[i] = ARCHITECTURES[i].class;
+        i += 1;
+    }
+    names
+};
 
 /// What one Hugging Face class is in GGUF terms.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,6 +87,53 @@ pub(crate) struct HfArchitecture {
     pub defaults: &'static [(&'static str, f64)],
     /// Fields beyond [`COMMON`].
     pub extra: &'static [Field],
+    /// Fields the GGUF architecture does not read but assumes a value of:
+    /// a config.json that says otherwise is refused by name.
+    pub fixed: &'static [Fixed],
+    /// `rope_scaling` LongRoPE (`longrope`, `su`): the factors become
+    /// `rope_factors_{long,short}.weight` (phi3).
+    pub long_rope: bool,
+    /// `layer_types` becomes `attention.sliding_window_pattern` (OLMo 3).
+    pub layer_types: bool,
+}
+
+/// A config.json field the GGUF path assumes: its Hugging Face default and
+/// the value the GGUF architecture computes with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Fixed {
+    hf: &'static str,
+    default: Json,
+    expected: Json,
+    why: &'static str,
+}
+
+/// A JSON constant (for [`Fixed`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Number(f64),
+    EmptyList,
+}
+
+impl Json {
+    fn matches(self, value: &Value) -> bool {
+        match self {
+            Json::Null => value.is_null(),
+            Json::Bool(b) => value.as_bool() == Some(b),
+            Json::Number(n) => value.as_f64() == Some(n),
+            Json::EmptyList => value.as_array().is_some_and(Vec::is_empty) || value.is_null(),
+        }
+    }
+}
+
+const fn fixed(hf: &'static str, default: Json, expected: Json, why: &'static str) -> Fixed {
+    Fixed {
+        hf,
+        default,
+        expected,
+        why,
+    }
 }
 
 /// One config.json field and the GGUF key it becomes.
@@ -110,6 +189,51 @@ const COMMON: [Field; 10] = [
     field("head_dim", "attention.key_length", Kind::U32, false),
 ];
 
+/// `sliding_window`, where the GGUF architecture has the key.
+const SLIDING_WINDOW: Field = field(
+    "sliding_window",
+    "attention.sliding_window",
+    Kind::U32,
+    false,
+);
+/// The router's top-k.
+const EXPERTS_USED: Field = field("num_experts_per_tok", "expert_used_count", Kind::U32, false);
+/// The expert count as Qwen and OLMoE spell it.
+const EXPERTS: Field = field("num_experts", "expert_count", Kind::U32, false);
+/// The experts' width as Qwen spells it.
+const EXPERT_WIDTH: Field = field(
+    "moe_intermediate_size",
+    "expert_feed_forward_length",
+    Kind::U32,
+    false,
+);
+
+/// `norm_topk_prob`: whether the chosen experts' weights are renormalised,
+/// which the GGUF architecture fixes (llama.cpp reads no key for it).
+const fn topk_norm(default: bool, gguf: bool) -> Fixed {
+    fixed(
+        "norm_topk_prob",
+        Json::Bool(default),
+        Json::Bool(gguf),
+        "the GGUF architecture fixes whether the chosen weights are renormalised",
+    )
+}
+/// Qwen's MoE classes: every layer a mixture.
+const EVERY_LAYER_SPARSE: [Fixed; 2] = [
+    fixed(
+        "decoder_sparse_step",
+        Json::Number(1.0),
+        Json::Number(1.0),
+        "every layer must be a mixture of experts",
+    ),
+    fixed(
+        "mlp_only_layers",
+        Json::EmptyList,
+        Json::EmptyList,
+        "every layer must be a mixture of experts",
+    ),
+];
+
 const LLAMA: HfArchitecture = HfArchitecture {
     class: "LlamaForCausalLM",
     gguf: "llama",
@@ -118,10 +242,14 @@ const LLAMA: HfArchitecture = HfArchitecture {
     tied_default: false,
     defaults: &[],
     extra: &[],
+    fixed: &[],
+    long_rope: false,
+    layer_types: false,
 };
 
-/// The supported classes, in the order of [`SUPPORTED_CLASSES`].
-pub(crate) const ARCHITECTURES: [HfArchitecture; 4] = [
+/// The supported classes, in the order of [`SUPPORTED_CLASSES`]. Defaults
+/// are those of each class's `PretrainedConfig` in `transformers`.
+pub(crate) const ARCHITECTURES: [HfArchitecture; 13] = [
     LLAMA,
     HfArchitecture {
         class: "Qwen2ForCausalLM",
@@ -152,6 +280,179 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 4] = [
             Kind::U32,
             true,
         )],
+        ..LLAMA
+    },
+    // Mistral is llama to the converter; llama.cpp (and so the GGUF path)
+    // applies no window for llama: the key is kept, as written, unread.
+    HfArchitecture {
+        class: "MistralForCausalLM",
+        defaults: &[("rms_norm_eps", 1e-6)],
+        extra: &[SLIDING_WINDOW],
+        ..LLAMA
+    },
+    HfArchitecture {
+        class: "Gemma2ForCausalLM",
+        gguf: "gemma2",
+        permute_qk: false,
+        norm_plus_one: true,
+        tied_default: true,
+        defaults: &[
+            ("rms_norm_eps", 1e-6),
+            ("head_dim", 256.0),
+            ("sliding_window", 4096.0),
+            ("attn_logit_softcapping", 50.0),
+            ("final_logit_softcapping", 30.0),
+        ],
+        extra: &[
+            SLIDING_WINDOW,
+            field(
+                "attn_logit_softcapping",
+                "attn_logit_softcapping",
+                Kind::F32,
+                false,
+            ),
+            field(
+                "final_logit_softcapping",
+                "final_logit_softcapping",
+                Kind::F32,
+                false,
+            ),
+        ],
+        ..LLAMA
+    },
+    // Phi-3's window is not applied by llama.cpp (nor the GGUF path); the
+    // key is kept as the converter writes it.
+    HfArchitecture {
+        class: "Phi3ForCausalLM",
+        gguf: "phi3",
+        permute_qk: false,
+        defaults: &[
+            ("rms_norm_eps", 1e-5),
+            ("original_max_position_embeddings", 4096.0),
+        ],
+        extra: &[
+            SLIDING_WINDOW,
+            field(
+                "original_max_position_embeddings",
+                "rope.scaling.original_context_length",
+                Kind::U32,
+                false,
+            ),
+        ],
+        fixed: &[fixed(
+            "partial_rotary_factor",
+            Json::Number(1.0),
+            Json::Number(1.0),
+            "phi3 in GGUF rotates the whole head",
+        )],
+        long_rope: true,
+        ..LLAMA
+    },
+    HfArchitecture {
+        class: "Olmo2ForCausalLM",
+        gguf: "olmo2",
+        permute_qk: false,
+        defaults: &[("rms_norm_eps", 1e-5)],
+        fixed: &[fixed(
+            "clip_qkv",
+            Json::Null,
+            Json::Null,
+            "olmo2 in GGUF does not clip q, k, v",
+        )],
+        ..LLAMA
+    },
+    // OLMo 3: OLMo 2 with a sliding window on the layers `layer_types`
+    // names (default: all but every fourth).
+    HfArchitecture {
+        class: "Olmo3ForCausalLM",
+        gguf: "olmo2",
+        permute_qk: false,
+        defaults: &[("rms_norm_eps", 1e-6), ("sliding_window", 4096.0)],
+        extra: &[SLIDING_WINDOW],
+        layer_types: true,
+        ..LLAMA
+    },
+    HfArchitecture {
+        class: "MixtralForCausalLM",
+        defaults: &[
+            ("rope_theta", 1e6),
+            ("num_local_experts", 8.0),
+            ("num_experts_per_tok", 2.0),
+        ],
+        extra: &[
+            SLIDING_WINDOW,
+            field("num_local_experts", "expert_count", Kind::U32, false),
+            EXPERTS_USED,
+        ],
+        ..LLAMA
+    },
+    HfArchitecture {
+        class: "Qwen3MoeForCausalLM",
+        gguf: "qwen3moe",
+        permute_qk: false,
+        defaults: &[
+            ("rms_norm_eps", 1e-6),
+            ("num_experts", 128.0),
+            ("num_experts_per_tok", 8.0),
+            ("moe_intermediate_size", 768.0),
+        ],
+        extra: &[EXPERTS, EXPERTS_USED, EXPERT_WIDTH],
+        fixed: &[
+            topk_norm(false, true),
+            EVERY_LAYER_SPARSE[0],
+            EVERY_LAYER_SPARSE[1],
+        ],
+        ..LLAMA
+    },
+    HfArchitecture {
+        class: "OlmoeForCausalLM",
+        gguf: "olmoe",
+        permute_qk: false,
+        defaults: &[
+            ("rms_norm_eps", 1e-5),
+            ("num_experts", 64.0),
+            ("num_experts_per_tok", 8.0),
+        ],
+        extra: &[EXPERTS, EXPERTS_USED],
+        fixed: &[
+            topk_norm(false, false),
+            fixed(
+                "clip_qkv",
+                Json::Null,
+                Json::Null,
+                "olmoe in GGUF does not clip q, k, v",
+            ),
+        ],
+        ..LLAMA
+    },
+    HfArchitecture {
+        class: "Qwen2MoeForCausalLM",
+        gguf: "qwen2moe",
+        permute_qk: false,
+        defaults: &[
+            ("rms_norm_eps", 1e-6),
+            ("num_experts", 60.0),
+            ("num_experts_per_tok", 4.0),
+            ("moe_intermediate_size", 1408.0),
+            ("shared_expert_intermediate_size", 5632.0),
+        ],
+        extra: &[
+            EXPERTS,
+            EXPERTS_USED,
+            EXPERT_WIDTH,
+            field(
+                "shared_expert_intermediate_size",
+                "expert_shared_feed_forward_length",
+                Kind::U32,
+                false,
+            ),
+        ],
+        fixed: &[
+            topk_norm(false, false),
+            EVERY_LAYER_SPARSE[0],
+            EVERY_LAYER_SPARSE[1],
+        ],
+        ..LLAMA
     },
 ];
 
@@ -165,6 +466,12 @@ pub(crate) struct Dims {
     pub head_dim: usize,
     pub ffn: usize,
     pub vocab: usize,
+    /// Experts per layer (0: a dense model).
+    pub n_expert: usize,
+    /// One expert's width.
+    pub expert_ffn: usize,
+    /// The shared expert's width (qwen2moe).
+    pub shared_ffn: usize,
 }
 
 /// A config.json read and mapped.
@@ -176,8 +483,10 @@ pub(crate) struct HfConfig {
     pub dims: Dims,
     /// Whether the output projection is the embedding's.
     pub tied: bool,
-    /// Llama 3's per-pair RoPE frequency factors (`rope_freqs.weight`).
-    pub rope_freqs: Option<Vec<f32>>,
+    /// F32 tensors computed from config.json, written before the
+    /// checkpoint's: Llama 3's `rope_freqs.weight`, LongRoPE's
+    /// `rope_factors_{long,short}.weight`.
+    pub generated: Vec<(String, Vec<f32>)>,
 }
 
 /// The largest JSON file read whole (config, index, tokenizer configs).
@@ -292,6 +601,7 @@ impl Fields<'_> {
             "general.architecture".to_owned(),
             MetadataValue::String(arch.gguf.into()),
         )];
+        self.check_fixed(&arch)?;
         let mut values = std::collections::HashMap::new();
         for field in COMMON.iter().chain(arch.extra) {
             let default = arch
@@ -299,6 +609,12 @@ impl Fields<'_> {
                 .iter()
                 .find(|(name, _)| *name == field.hf)
                 .map(|&(_, v)| v);
+            if let (Some(default), Some(Value::Null)) = (default, self.json.get(field.hf)) {
+                return Err(self.bad(
+                    field.hf,
+                    format!("null, where the GGUF architecture needs a value (default {default})"),
+                ));
+            }
             let value = match (self.number(field.hf)?.or(default), field.required) {
                 (Some(value), _) => value,
                 (None, true) => {
@@ -343,7 +659,23 @@ impl Fields<'_> {
             head_dim,
             ffn: get("intermediate_size").unwrap_or(0),
             vocab: get("vocab_size").unwrap_or(0),
+            n_expert: get("num_local_experts").or(get("num_experts")).unwrap_or(0),
+            expert_ffn: get("moe_intermediate_size")
+                .or(get("intermediate_size"))
+                .unwrap_or(0),
+            shared_ffn: get("shared_expert_intermediate_size").unwrap_or(0),
         };
+        if dims.n_expert > 0
+            && !(1..=dims.n_expert).contains(&get("num_experts_per_tok").unwrap_or(0))
+        {
+            return Err(self.bad(
+                "num_experts_per_tok",
+                format!("must be 1 to the {} experts", dims.n_expert),
+            ));
+        }
+        if arch.layer_types {
+            self.layer_types(&arch, dims.n_layer, &mut metadata)?;
+        }
         let tied = match self.present("tie_word_embeddings") {
             None => arch.tied_default,
             Some(value) => value
@@ -354,27 +686,90 @@ impl Fields<'_> {
             Some(MetadataValue::F32(v)) => f64::from(*v),
             _ => 10000.0,
         };
-        let rope_freqs = self.rope_scaling(&arch, &mut metadata, base, head_dim)?;
+        let generated = self.rope_scaling(&arch, &mut metadata, base, head_dim, &values)?;
         Ok(HfConfig {
             arch,
             metadata,
             dims,
             tied,
-            rope_freqs,
+            generated,
         })
     }
 
-    /// `rope_scaling`: none, `default`, `linear` (GGUF keys) or `llama3`
-    /// (llama only: the factors tensor); anything else is refused by name.
+    /// Each of `arch.fixed` absent (its default) or the value the GGUF
+    /// architecture computes with.
+    fn check_fixed(&self, arch: &HfArchitecture) -> Result<(), HfError> {
+        for fixed in arch.fixed {
+            let ok = match self.json.get(fixed.hf) {
+                None => fixed.default == fixed.expected,
+                Some(value) => fixed.expected.matches(value),
+            };
+            if !ok {
+                let found = self.json.get(fixed.hf).map_or_else(
+                    || format!("absent (default {:?})", fixed.default),
+                    Value::to_string,
+                );
+                return Err(self.bad(
+                    fixed.hf,
+                    format!("{found} is not supported for {}: {}", arch.class, fixed.why),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// OLMo 3's `layer_types` (`sliding_attention` / `full_attention` per
+    /// layer) as `attention.sliding_window_pattern`, one flag per layer as
+    /// the converter writes it; absent, the GGUF default (all but every
+    /// fourth layer slide) is transformers' default too.
+    fn layer_types(
+        &self,
+        arch: &HfArchitecture,
+        n_layer: usize,
+        metadata: &mut Vec<(String, MetadataValue)>,
+    ) -> Result<(), HfError> {
+        let Some(value) = self.present("layer_types") else {
+            return Ok(());
+        };
+        let flags = value
+            .as_array()
+            .filter(|items| items.len() == n_layer)
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|item| match item.as_str() {
+                        Some("sliding_attention") => Some(MetadataValue::Bool(true)),
+                        Some("full_attention") => Some(MetadataValue::Bool(false)),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| {
+                self.bad(
+                    "layer_types",
+                    format!("expected {n_layer} of \"sliding_attention\" or \"full_attention\""),
+                )
+            })?;
+        metadata.push((
+            format!("{}.attention.sliding_window_pattern", arch.gguf),
+            MetadataValue::Array(flags),
+        ));
+        Ok(())
+    }
+
+    /// `rope_scaling`: none, `default`, `linear` (GGUF keys), `llama3`
+    /// (llama only: the factors tensor) or LongRoPE (phi3: two factor
+    /// tensors and the attention factor); anything else is refused by name.
     fn rope_scaling(
         &self,
         arch: &HfArchitecture,
         metadata: &mut Vec<(String, MetadataValue)>,
         base: f64,
         head_dim: usize,
-    ) -> Result<Option<Vec<f32>>, HfError> {
+        values: &std::collections::HashMap<&str, MetadataValue>,
+    ) -> Result<Vec<(String, Vec<f32>)>, HfError> {
         let Some(value) = self.present("rope_scaling") else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let Some(scaling) = value.as_object() else {
             return Err(self.bad("rope_scaling", "expected an object"));
@@ -395,14 +790,60 @@ impl Fields<'_> {
                 }),
             }
         };
+        let key = |suffix: &str| format!("{}.rope.scaling.{suffix}", arch.gguf);
         match kind {
-            "default" => Ok(None),
+            "default" => Ok(Vec::new()),
             "linear" => {
-                let key = |suffix: &str| format!("{}.rope.scaling.{suffix}", arch.gguf);
                 metadata.push((key("type"), MetadataValue::String("linear".into())));
                 let factor = number("factor", None)?;
                 metadata.push((key("factor"), MetadataValue::F32(factor as f32)));
-                Ok(None)
+                Ok(Vec::new())
+            }
+            "longrope" | "su" if arch.long_rope => {
+                let count = |name: &str| match values.get(name) {
+                    Some(MetadataValue::U32(v)) => f64::from(*v),
+                    _ => 0.0,
+                };
+                let (context, original) = (
+                    count("max_position_embeddings"),
+                    count("original_max_position_embeddings"),
+                );
+                // transformers' `_compute_longrope_parameters`: the given
+                // attention factor, else sqrt(1 + ln(s) / ln(original)).
+                let scale = context / original;
+                let computed = if scale > 1.0 {
+                    (1.0 + scale.ln() / original.ln()).sqrt()
+                } else {
+                    1.0
+                };
+                let attn_factor = number("attention_factor", Some(computed))?;
+                metadata.push((key("attn_factor"), MetadataValue::F32(attn_factor as f32)));
+                let mut tensors = Vec::new();
+                for (hf, gguf) in [
+                    ("long_factor", "rope_factors_long.weight"),
+                    ("short_factor", "rope_factors_short.weight"),
+                ] {
+                    let field = format!("rope_scaling.{hf}");
+                    let factors = scaling
+                        .get(hf)
+                        .and_then(Value::as_array)
+                        .ok_or_else(|| HfError::MissingField {
+                            path: self.path.clone(),
+                            field: field.clone(),
+                        })?
+                        .iter()
+                        .map(|v| v.as_f64().map(|v| v as f32))
+                        .collect::<Option<Vec<f32>>>()
+                        .filter(|f| f.len() == head_dim / 2)
+                        .ok_or_else(|| {
+                            self.bad(&field, format!("expected {} numbers", head_dim / 2))
+                        })?;
+                    if factors.iter().any(|f| !f.is_finite() || *f <= 0.0) {
+                        return Err(self.bad(&field, "a factor that is not finite and positive"));
+                    }
+                    tensors.push((gguf.to_owned(), factors));
+                }
+                Ok(tensors)
             }
             "llama3" if arch.gguf == "llama" => {
                 let factors = Llama3Scaling {
@@ -415,7 +856,7 @@ impl Fields<'_> {
                 if factors.iter().any(|f| !f.is_finite() || *f <= 0.0) {
                     return Err(self.bad("rope_scaling", "gives non-finite frequency factors"));
                 }
-                Ok(Some(factors))
+                Ok(vec![("rope_freqs.weight".to_owned(), factors)])
             }
             other => Err(self.bad(
                 "rope_scaling.rope_type",

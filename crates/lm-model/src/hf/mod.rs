@@ -6,11 +6,13 @@
 //! ```text
 //! dir/config.json ───────── config.rs: a table per class ──> {arch}.* metadata
 //!                                      rope_scaling llama3 ─> rope_freqs.weight
+//!                                      rope_scaling longrope > rope_factors_{long,short}.weight
 //! dir/model.safetensors ─┐
 //!   or the shards of     ├─ shards.rs: mapped, headers checked by the safetensors crate
 //!   model.safetensors.index.json
 //!                        └─ names.rs: HF names to GGUF's, shapes checked,
-//!                           q/k rows permuted (llama), norms + 1 (gemma3)
+//!                           q/k rows permuted (llama), norms + 1 (gemma),
+//!                           one matrix per expert stacked into *_exps
 //!                                   │
 //!        GgufWriter::head ──────────┴──> GgufFile::from_pieces ──> Llama::from_file
 //!        (header in memory)              (tensors: ranges of the maps, or copies)
@@ -24,10 +26,25 @@
 //! from pieces (`gguf/pieces.rs`): its header in memory, each F32, F16 or
 //! BF16 matrix a range of its shard's read-only map, used in place; only
 //! llama's q/k matrices (rows permuted), the 1-D tensors (made F32, Gemma's
-//! `+ 1`) and `rope_freqs.weight` are buffers of their own. Every value is
-//! checked finite at load by reading the files (`pread`), not the maps, so
-//! resident memory after loading is the copies alone and grows with use as
-//! pages of the maps are read (measured in docs/performance.md).
+//! `+ 1`), the generated `rope_freqs.weight` / `rope_factors_*` and the
+//! experts are buffers of their own.
+//!
+//! Every value is checked finite at load by reading the files (`pread`),
+//! not the maps, so resident memory after loading is the copies alone and
+//! grows with use as pages of the maps are read (measured in
+//! docs/performance.md).
+//!
+//! Experts: Hugging Face stores each expert's matrices as their own 2-d
+//! tensors (`mlp.experts.{e}.gate_proj`, Mixtral's
+//! `block_sparse_moe.experts.{e}.w1`), the GGUF path's mixture reads one
+//! 3-d `ffn_{gate,up,down}_exps` per layer, so a layer's experts are
+//! copied, in expert order, into one buffer at load (the tensor the
+//! converter writes). The cost: a mixture's expert weights are resident
+//! from the start, instead of mapped and paged in as the router chooses
+//! them (as a GGUF file's are): Qwen3-30B-A3B in BF16 holds 29 billion
+//! expert weights, 54 GiB of RAM (with `--quantize q4_k`, the quantized
+//! size). Using each expert's matrix in place would need the mixture
+//! (`transformer/moe.rs`) to take one matrix per expert.
 //!
 //! Bad input is a [`HfError`] naming the file and the field or tensor: no
 //! `config.json`, an unknown class, a shard missing from the index, a
@@ -40,6 +57,7 @@ mod error;
 mod names;
 mod shards;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -49,16 +67,14 @@ use safetensors::Dtype;
 
 pub use error::HfError;
 
-use crate::gguf::{
-    GgufFile, GgufWriter, MetadataValue, Piece, PieceSource, Pieces, SourceError, TensorInfo,
-};
+use crate::gguf::{GgufFile, GgufWriter, MetadataValue, Piece, PieceSource, Pieces, TensorInfo};
 use crate::quant::GgmlType;
 use config::HfConfig;
 use names::{Mapped, Transform};
 
 /// The Hugging Face classes (`config.json`'s `architectures`) that
 /// [`open_hf_dir`] reads.
-pub const SUPPORTED_HF_CLASSES: [&str; 4] = config::SUPPORTED_CLASSES;
+pub const SUPPORTED_HF_CLASSES: [&str; 13] = config::SUPPORTED_CLASSES;
 
 /// Reads the Hugging Face model directory `dir` into an in-memory GGUF
 /// file (its `{arch}.*` metadata and tensors; no `tokenizer.*` keys: the
@@ -94,8 +110,10 @@ fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
         .iter()
         .map(shards::Shard::tensors)
         .collect::<Result<Vec<_>, _>>()?;
-    // Every tensor once, mapped and checked, in the files' order.
-    let mut sources = Vec::new();
+    // Every tensor once, mapped and checked, in the files' order; a
+    // layer's experts gathered into one tensor where the first was met.
+    let mut tensors: Vec<Tensor> = Vec::new();
+    let mut stacked: HashMap<String, usize> = HashMap::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (shard_idx, view) in views.iter().enumerate() {
         let path = &shards.shards[shard_idx].path;
@@ -134,30 +152,33 @@ fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
                     mapped.shape
                 )));
             }
-            let ty = match (tensor.dtype(), mapped.shape.len()) {
-                (Dtype::F32 | Dtype::F16 | Dtype::BF16, 1) => GgmlType::F32,
-                (Dtype::F32, _) => GgmlType::F32,
-                (Dtype::F16, _) => GgmlType::F16,
-                (Dtype::BF16, _) => GgmlType::BF16,
-                (other, _) => {
-                    return Err(bad(format!("dtype {other:?} (F32, F16 or BF16 are read)")));
-                }
-            };
-            let ty = match quantize {
-                Some(target)
-                    if mapped.shape.len() == 2 && mapped.shape[1] % target.block_size() == 0 =>
-                {
-                    target
-                }
-                _ => ty,
-            };
-            sources.push(Source {
+            let dtype = tensor.dtype();
+            if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+                return Err(bad(format!("dtype {dtype:?} (F32, F16 or BF16 are read)")));
+            }
+            let part = Part {
                 shard: shard_idx,
                 name: name.to_owned(),
-                dtype: tensor.dtype(),
-                ty,
-                mapped,
+            };
+            let Some(expert) = mapped.expert else {
+                tensors.push(Tensor::new(mapped, dtype, vec![Some(part)], quantize));
+                continue;
+            };
+            let n_expert = config.dims.n_expert;
+            let idx = *stacked.entry(mapped.gguf.clone()).or_insert_with(|| {
+                let mut shape = vec![n_expert];
+                shape.extend_from_slice(&mapped.shape);
+                let mapped = Mapped { shape, ..mapped };
+                tensors.push(Tensor::new(mapped, dtype, vec![None; n_expert], quantize));
+                tensors.len() - 1
             });
+            if tensors[idx].dtype != dtype {
+                return Err(bad(format!(
+                    "dtype {dtype:?}, the layer's other experts {:?}",
+                    tensors[idx].dtype
+                )));
+            }
+            tensors[idx].parts[expert] = Some(part);
         }
     }
     if let Some((index_path, placed)) = &shards.index
@@ -168,8 +189,9 @@ fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
             reason: format!("{name:?} is in no shard"),
         });
     }
-    check_complete(dir, &config, &sources)?;
-    let writer = writer(&config, &sources).map_err(|e| HfError::assemble(dir, e))?;
+    check_complete(dir, &config, &tensors)?;
+    let tensors: Vec<Tensor> = tensors;
+    let writer = writer(&config, &tensors).map_err(|e| HfError::assemble(dir, e))?;
     let (head, placed) = writer.head().map_err(|e| HfError::assemble(dir, e))?;
     let data_offset = head.len();
     // In parallel: each piece's values are read and checked.
@@ -177,7 +199,7 @@ fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
         .par_iter()
         .enumerate()
         .map(|(idx, info)| {
-            let source = piece(&config, &sources, &shards, &views, idx, info)?;
+            let source = piece(&config, &tensors, &shards, &views, idx, info)?;
             Ok(Piece {
                 start: data_offset + info.offset,
                 source,
@@ -198,76 +220,185 @@ fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
     GgufFile::from_pieces(pieces).map_err(|e| HfError::assemble(dir, e))
 }
 
-/// Where tensor `idx` of the GGUF (after `rope_freqs.weight` when present)
-/// is: a range of its shard's map when its bytes are used as they are (a
+/// Where tensor `idx` of the GGUF (after the generated F32 tensors) is: a
+/// range of its shard's map when its bytes are used as they are (one HF
 /// matrix kept F32, F16 or BF16), else a buffer of its own (a vector made
-/// F32, rows permuted). Either way its values are checked finite here,
-/// a map's through the file (`pread`), so that no page of it is left
-/// resident by loading.
+/// F32, rows permuted, experts stacked, quantized). Either way its values
+/// are checked finite here, a map's through the file (`pread`), so that no
+/// page of it is left resident by loading.
 fn piece(
     config: &HfConfig,
-    sources: &[Source],
+    tensors: &[Tensor],
     shards: &shards::Shards,
     views: &[safetensors::SafeTensors<'_>],
     idx: usize,
     info: &TensorInfo,
 ) -> Result<PieceSource, HfError> {
-    let source = match &config.rope_freqs {
-        Some(factors) if idx == 0 => {
-            return Ok(PieceSource::Owned(f32_bytes(factors.iter().copied())));
-        }
-        Some(_) => &sources[idx - 1],
-        None => &sources[idx],
+    let Some(tensor) = idx
+        .checked_sub(config.generated.len())
+        .map(|idx| &tensors[idx])
+    else {
+        let values = &config.generated[idx].1;
+        return Ok(PieceSource::Owned(f32_bytes(values.iter().copied())));
     };
-    let shard = &shards.shards[source.shard];
+    let first = tensor.parts().next().expect("a tensor has a part");
+    let shard = &shards.shards[first.shard];
     let bad = |reason: String| HfError::Tensor {
         path: shard.path.clone(),
-        name: source.name.clone(),
+        name: first.name.clone(),
         reason,
     };
-    let data = views[source.shard]
-        .tensor(&source.name)
-        .map_err(|e| bad(e.to_string()))?
-        .data();
+    let is_matrix = info.dims.len() > 1;
+    if is_matrix
+        && is_float(info.ggml_type)
+        && tensor.parts.len() == 1
+        && !matches!(tensor.transform, Transform::Permute { .. })
+    {
+        let data = views[first.shard]
+            .tensor(&first.name)
+            .map_err(|e| bad(e.to_string()))?
+            .data();
+        let range = shard
+            .range_of(data)
+            .ok_or_else(|| bad("not within its file".into()))?;
+        shard.validate(range.clone(), info.ggml_type).map_err(bad)?;
+        return Ok(PieceSource::Mapped {
+            map: first.shard,
+            range,
+        });
+    }
+    let data = tensor.source_bytes(views).map_err(bad)?;
     if !is_float(info.ggml_type) {
-        let bytes = quantized(config, sources, views, idx, info, data).map_err(bad)?;
-        return Ok(PieceSource::Owned(bytes));
+        return Ok(PieceSource::Owned(
+            quantized(tensor.dtype, info, &data).map_err(bad)?,
+        ));
     }
-    if info.dims.len() == 1 || matches!(source.mapped.transform, Transform::Permute { .. }) {
-        let bytes =
-            tensor_bytes(config, sources, views, idx, info).map_err(|e| bad(e.to_string()))?;
-        if !shards::all_finite(info.ggml_type, &bytes) {
-            // The first bad value, named as the GGUF loader names it.
-            info.ggml_type
-                .validate(&bytes)
-                .map_err(|e| bad(e.to_string()))?;
-        }
-        return Ok(PieceSource::Owned(bytes));
+    let bytes = if is_matrix {
+        data.into_owned()
+    } else {
+        let plus = if tensor.transform == Transform::PlusOne {
+            1.0
+        } else {
+            0.0
+        };
+        f32_bytes(to_f32(tensor.dtype, &data).map(|v| v + plus))
+    };
+    if !shards::all_finite(info.ggml_type, &bytes) {
+        // The first bad value, named as the GGUF loader names it.
+        info.ggml_type
+            .validate(&bytes)
+            .map_err(|e| bad(e.to_string()))?;
     }
-    let range = shard
-        .range_of(data)
-        .ok_or_else(|| bad("not within its file".into()))?;
-    shard.validate(range.clone(), info.ggml_type).map_err(bad)?;
-    Ok(PieceSource::Mapped {
-        map: source.shard,
-        range,
-    })
+    Ok(PieceSource::Owned(bytes))
 }
 
-/// One tensor of the checkpoint and where it goes.
-struct Source {
+/// One GGUF tensor of the checkpoint: one HF tensor, or a layer's experts,
+/// one HF matrix each, stacked in expert order into GGUF's 3-d `*_exps`.
+struct Tensor {
+    /// GGUF name, shape (HF order: experts first when stacked), transform.
+    mapped: Mapped,
+    /// The source dtype, the same for every part.
+    dtype: Dtype,
+    /// The GGUF type written.
+    ty: GgmlType,
+    /// The HF tensors, one per expert when stacked (`None` until found).
+    parts: Vec<Option<Part>>,
+    transform: Transform,
+}
+
+/// One HF tensor: its shard and name.
+#[derive(Debug, Clone)]
+struct Part {
     shard: usize,
     name: String,
-    dtype: Dtype,
-    ty: GgmlType,
-    mapped: Mapped,
 }
 
-/// A missing required tensor named by its HF name; a missing
-/// `lm_head.weight` when the embeddings are not tied.
-fn check_complete(dir: &Path, config: &HfConfig, sources: &[Source]) -> Result<(), HfError> {
-    let present: std::collections::HashSet<&str> =
-        sources.iter().map(|s| s.mapped.gguf.as_str()).collect();
+impl Tensor {
+    /// The tensor `mapped` of source `dtype`, written as `quantize` when
+    /// given and its rows split into that type's blocks.
+    fn new(
+        mapped: Mapped,
+        dtype: Dtype,
+        parts: Vec<Option<Part>>,
+        quantize: Option<GgmlType>,
+    ) -> Self {
+        let shape = &mapped.shape;
+        let ty = match quantize {
+            Some(target)
+                if shape.len() >= 2
+                    && !mapped.vector
+                    && shape[shape.len() - 1].is_multiple_of(target.block_size()) =>
+            {
+                target
+            }
+            _ if shape.len() == 1 || mapped.vector => GgmlType::F32,
+            _ => source_float_type(dtype),
+        };
+        Tensor {
+            transform: mapped.transform,
+            mapped,
+            dtype,
+            ty,
+            parts,
+        }
+    }
+
+    fn parts(&self) -> impl Iterator<Item = &Part> {
+        self.parts.iter().flatten()
+    }
+
+    /// The values in the source dtype, rows permuted (llama's q/k) and
+    /// experts stacked: borrowed from the map when there is nothing to do.
+    fn source_bytes<'a>(
+        &self,
+        views: &'a [safetensors::SafeTensors<'_>],
+    ) -> Result<Cow<'a, [u8]>, String> {
+        let data = |part: &Part| -> Result<&'a [u8], String> {
+            Ok(views[part.shard]
+                .tensor(&part.name)
+                .map_err(|e| e.to_string())?
+                .data())
+        };
+        let mut parts = self.parts();
+        let first = parts.next().ok_or("no part")?;
+        if self.parts.len() > 1 {
+            let mut out = data(first)?.to_vec();
+            for part in parts {
+                out.extend_from_slice(data(part)?);
+            }
+            return Ok(Cow::Owned(out));
+        }
+        let data = data(first)?;
+        match self.transform {
+            Transform::Permute { n_head } => {
+                let n_rows = self.mapped.shape[0];
+                let row_bytes = data.len() / n_rows.max(1);
+                names::permute_rows(data, row_bytes, n_head)
+                    .map(Cow::Owned)
+                    .ok_or_else(|| {
+                        format!("{n_rows} rows do not split into {n_head} heads of pairs")
+                    })
+            }
+            Transform::Keep | Transform::PlusOne => Ok(Cow::Borrowed(data)),
+        }
+    }
+}
+
+/// A missing required tensor named by its HF name (an expert's matrix by
+/// the expert's); a missing `lm_head.weight` when the embeddings are not
+/// tied.
+fn check_complete(dir: &Path, config: &HfConfig, tensors: &[Tensor]) -> Result<(), HfError> {
+    let mut present: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for tensor in tensors {
+        present.insert(tensor.mapped.gguf.clone());
+        if tensor.mapped.shape.len() == 3 {
+            for (expert, part) in tensor.parts.iter().enumerate() {
+                if part.is_some() {
+                    present.insert(format!("{}#{expert}", tensor.mapped.gguf));
+                }
+            }
+        }
+    }
     let mut required = names::required(&config.arch, &config.dims);
     if !config.tied {
         required.push(("output.weight".into(), "lm_head.weight".into()));
@@ -285,85 +416,32 @@ fn check_complete(dir: &Path, config: &HfConfig, sources: &[Source]) -> Result<(
     }
 }
 
-/// The writer: config.json's metadata, `rope_freqs.weight` first when
-/// Llama 3 scaling gives it, then the checkpoint's tensors.
-fn writer(config: &HfConfig, sources: &[Source]) -> Result<GgufWriter, crate::gguf::WriteError> {
+/// The writer: config.json's metadata, the generated F32 tensors
+/// (`rope_freqs.weight`, `rope_factors_*`), then the checkpoint's.
+fn writer(config: &HfConfig, tensors: &[Tensor]) -> Result<GgufWriter, crate::gguf::WriteError> {
     let mut writer = GgufWriter::new();
     for (key, value) in &config.metadata {
         writer.set(key, value.clone());
     }
     writer.set("tokenizer.ggml.model", MetadataValue::String("none".into()));
-    if let Some(factors) = &config.rope_freqs {
-        writer.add_tensor("rope_freqs.weight", &[factors.len()], GgmlType::F32)?;
+    for (name, values) in &config.generated {
+        writer.add_tensor(name, &[values.len()], GgmlType::F32)?;
     }
-    for source in sources {
-        let dims: Vec<usize> = source.mapped.shape.iter().rev().copied().collect();
-        writer.add_tensor(&source.mapped.gguf, &dims, source.ty)?;
+    for tensor in tensors {
+        let shape = &tensor.mapped.shape;
+        let dims: Vec<usize> = match tensor.mapped.vector {
+            true => vec![shape.iter().product()],
+            false => shape.iter().rev().copied().collect(),
+        };
+        writer.add_tensor(&tensor.mapped.gguf, &dims, tensor.ty)?;
     }
     Ok(writer)
 }
 
-/// The GGUF bytes of tensor `idx` (after `rope_freqs.weight` when present).
-fn tensor_bytes(
-    config: &HfConfig,
-    sources: &[Source],
-    views: &[safetensors::SafeTensors<'_>],
-    idx: usize,
-    info: &TensorInfo,
-) -> Result<Vec<u8>, SourceError> {
-    let idx = match &config.rope_freqs {
-        Some(factors) if idx == 0 => return Ok(f32_bytes(factors.iter().copied())),
-        Some(_) => idx - 1,
-        None => idx,
-    };
-    let source = &sources[idx];
-    let data = views[source.shard].tensor(&source.name)?.data();
-    if info.dims.len() == 1 {
-        let plus = if source.mapped.transform == Transform::PlusOne {
-            1.0
-        } else {
-            0.0
-        };
-        return Ok(f32_bytes(to_f32(source.dtype, data).map(|v| v + plus)));
-    }
-    match source.mapped.transform {
-        Transform::Permute { n_head } => {
-            let row_bytes = data.len() / info.n_rows().max(1);
-            names::permute_rows(data, row_bytes, n_head).ok_or_else(|| {
-                format!(
-                    "{} rows do not split into {n_head} heads of pairs",
-                    info.n_rows()
-                )
-                .into()
-            })
-        }
-        Transform::Keep | Transform::PlusOne => Ok(data.to_vec()),
-    }
-}
-
-/// Tensor `idx` (its source bytes `data`) quantized to `info`'s type, row
-/// by row in parallel: each row converted to f32 into a buffer of the
-/// thread's, checked finite, quantized (no f32 copy of the whole tensor).
-fn quantized(
-    config: &HfConfig,
-    sources: &[Source],
-    views: &[safetensors::SafeTensors<'_>],
-    idx: usize,
-    info: &TensorInfo,
-    data: &[u8],
-) -> Result<Vec<u8>, String> {
-    let source = &sources[idx - usize::from(config.rope_freqs.is_some())];
-    let permuted;
-    let data = if matches!(source.mapped.transform, Transform::Permute { .. }) {
-        let float = TensorInfo {
-            ggml_type: source_float_type(source.dtype),
-            ..info.clone()
-        };
-        permuted = tensor_bytes(config, sources, views, idx, &float).map_err(|e| e.to_string())?;
-        &permuted[..]
-    } else {
-        data
-    };
+/// `data` (source `dtype`) quantized to `info`'s type, row by row in
+/// parallel: each row converted to f32 into a buffer of the thread's,
+/// checked finite, quantized (no f32 copy of the whole tensor).
+fn quantized(dtype: Dtype, info: &TensorInfo, data: &[u8]) -> Result<Vec<u8>, String> {
     let row_len = info.dims[0];
     let n_rows = info.n_rows().max(1);
     let mut out = vec![0; info.n_bytes];
@@ -373,7 +451,7 @@ fn quantized(
         .try_for_each_init(
             || vec![0f32; row_len],
             |row, (r, (dst, src))| {
-                row_to_f32(source.dtype, src, row);
+                row_to_f32(dtype, src, row);
                 if let Some(at) = row.iter().position(|v| !v.is_finite()) {
                     return Err(format!("value {} is {}", r * row_len + at, row[at]));
                 }
