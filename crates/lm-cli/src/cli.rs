@@ -201,12 +201,14 @@ between turns, so a turn reads only its new tokens.";
 const SERVE_HELP: &str = "\
 EXAMPLES:
   lm-cli serve --model smollm2 --parallel 8
+  lm-cli serve --model smollm2 --model small=smollm2-q8_0 --idle-unload 600
   curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' \\
        -d '{\"prompt\": \"The capital of France is\", \"max_tokens\": 8, \"temperature\": 0}'
 
 Endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;
 GET /v1/models, /health, /metrics. Ctrl-C or SIGTERM stops taking requests and
-lets running ones finish for --shutdown-grace seconds. See docs/serving.md.";
+lets running ones finish for --shutdown-grace seconds. With several --model, a
+request's \"model\" picks one (none: the first). See docs/serving.md.";
 
 const COMPLETIONS_HELP: &str = "\
 EXAMPLES:
@@ -937,9 +939,9 @@ pub struct ChatArgs {
 /// `lm-cli serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// The model and how to run it.
+    /// The models and how to run them.
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub model: ServeModelArgs,
     /// The address to listen on (loopback by default: reachable only from this machine).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub host: std::net::IpAddr,
@@ -1017,6 +1019,108 @@ pub struct ServeArgs {
     #[arg(long, value_name = "K", default_value_t = 8, requires = "draft",
           value_parser = clap::value_parser!(u64).range(1..=64))]
     pub draft_tokens: u64,
+    /// Unload a model no request has used for SECONDS (its weights and caches freed); the next
+    /// request naming it loads it again and waits for the load. Off by default.
+    #[arg(long, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_IDLE_UNLOAD_SECONDS))]
+    pub idle_unload: Option<u64>,
+}
+
+/// The longest `--idle-unload`: 30 days.
+const MAX_IDLE_UNLOAD_SECONDS: u64 = 30 * 24 * 3600;
+
+/// `serve`'s models: [`ModelArgs`] with `--model` repeatable, each value a
+/// model as `--model` names one, or `ID=SPEC` to serve it as ID.
+#[derive(Debug, Clone)]
+pub struct ServeModelArgs {
+    /// The models in the order given (empty: the default model).
+    pub models: Vec<ServedModelArg>,
+    /// The other model flags, the same for every model (`model` is `None`).
+    pub options: ModelArgs,
+}
+
+/// One `serve --model` value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedModelArg {
+    /// The id `ID=SPEC` gives; `None`: the server's own (a name, or a file's stem).
+    pub id: Option<String>,
+    /// The model.
+    pub spec: ModelSpec,
+}
+
+impl ServeModelArgs {
+    /// Each model's flags: `options` with its `--model`, and the id given.
+    pub fn each(&self) -> Vec<(Option<String>, ModelArgs)> {
+        let with = |spec: Option<ModelSpec>| ModelArgs {
+            model: spec,
+            ..self.options.clone()
+        };
+        if self.models.is_empty() {
+            return vec![(None, with(None))];
+        }
+        self.models
+            .iter()
+            .map(|served| (served.id.clone(), with(Some(served.spec.clone()))))
+            .collect()
+    }
+}
+
+impl clap::FromArgMatches for ServeModelArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Self::from_arg_matches_mut(&mut matches.clone())
+    }
+
+    fn from_arg_matches_mut(matches: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+        let models = matches
+            .remove_many::<ServedModelArg>("model")
+            .map(Iterator::collect)
+            .unwrap_or_default();
+        let options = ModelArgs::from_arg_matches_mut(matches)?;
+        Ok(Self { models, options })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for ServeModelArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        ModelArgs::augment_args(cmd).mut_arg("model", serve_model_arg)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        ModelArgs::augment_args_for_update(cmd).mut_arg("model", serve_model_arg)
+    }
+}
+
+/// `--model` as `serve` takes it: repeatable, `[ID=]SPEC`.
+fn serve_model_arg(arg: clap::Arg) -> clap::Arg {
+    arg.action(clap::ArgAction::Append)
+        .value_parser(parse_served_model)
+        .value_name("[ID=]SPEC")
+        .help(
+            "The model: toy, count:FILE, FILE.gguf or a known model's NAME (see MODELS in \
+             `lm-cli --help`); default: the embedded KJV trigram model. Repeat to serve several, \
+             each as its NAME or file stem, or as ID with ID=SPEC; a request's `model` picks one \
+             (none: the first)",
+        )
+}
+
+/// A `serve --model` value: `ID=SPEC` when there is an `=` with no path
+/// before it and the whole is no file, else a SPEC alone.
+fn parse_served_model(text: &str) -> Result<ServedModelArg, String> {
+    let named = text
+        .split_once('=')
+        .filter(|(id, _)| !id.is_empty() && !id.contains(std::path::is_separator))
+        .filter(|_| !std::path::Path::new(text).exists());
+    let (id, spec) = match named {
+        Some((id, spec)) => (Some(id.to_owned()), spec),
+        None => (None, text),
+    };
+    let spec = spec.parse::<ModelSpec>().map_err(|e| e.to_string())?;
+    Ok(ServedModelArg { id, spec })
 }
 
 /// `--api-key` and `LM_API_KEY`: any text but the empty one (which would

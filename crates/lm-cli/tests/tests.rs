@@ -25,6 +25,7 @@ mod run_behaviour;
 mod score;
 mod serve;
 mod serve_draft;
+mod serve_models;
 mod smollm2;
 mod structured;
 mod toy_reference;

@@ -31,6 +31,15 @@ pub enum ServeError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A several-model server's model could not be loaded at start.
+    #[error("cannot load the model '{id}'")]
+    Load {
+        /// The id it is served as.
+        id: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// An error answered to an HTTP client.

@@ -34,6 +34,7 @@ mod formats;
 #[doc(hidden)]
 pub mod fuzz;
 mod guided;
+mod hub;
 mod metrics;
 mod persist;
 mod reasoning;
@@ -218,16 +219,160 @@ impl ServeConfig {
 /// running, its socket is listening.
 pub struct Server {
     listener: std::net::TcpListener,
-    app: Arc<App>,
-    cancel: Arc<AtomicBool>,
+    front: Front,
+    /// The one model's scheduler and workers (a several-model server's
+    /// are its models', in `hub.rs`).
     threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// What answers a [`Server`]'s requests: one model's routes, or the front
+/// of several ([`Server::bind_models`]).
+#[derive(Clone)]
+enum Front {
+    One {
+        app: Arc<App>,
+        cancel: Arc<AtomicBool>,
+    },
+    Many(Arc<hub::Hub>),
+}
+
+impl Front {
+    fn config(&self) -> &ServeConfig {
+        match self {
+            Self::One { app, .. } => &app.config,
+            Self::Many(hub) => &hub.config,
+        }
+    }
+
+    fn router(&self) -> axum::Router {
+        match self {
+            Self::One { app, .. } => routes::router(Arc::clone(app)),
+            Self::Many(hub) => hub::router(Arc::clone(hub)),
+        }
+    }
+
+    /// New work and `/health` get a 503 from now on.
+    fn begin_drain(&self) {
+        match self {
+            Self::One { app, .. } => app.stopping.store(true, Ordering::Relaxed),
+            Self::Many(hub) => hub.stopping.store(true, Ordering::Relaxed),
+        }
+    }
+
+    /// Completes once no request is in flight.
+    async fn idle(&self) {
+        match self {
+            Self::One { app, .. } => app.idle().await,
+            Self::Many(hub) => hub.idle().await,
+        }
+    }
+
+    /// Cancels the running requests (each answers a 503).
+    async fn cancel(&self) {
+        match self {
+            Self::One { cancel, .. } => cancel.store(true, Ordering::Relaxed),
+            Self::Many(hub) => hub.cancel().await,
+        }
+    }
+
+    /// Stops the workers and waits for them (blocking), saving the prefix
+    /// caches kept on disk.
+    fn finish(self, threads: Vec<std::thread::JoinHandle<()>>) {
+        match self {
+            Self::One { app, .. } => {
+                app.queue.close();
+                for thread in threads {
+                    let _ = thread.join();
+                }
+                persist::save_on_shutdown(&app);
+            }
+            Self::Many(hub) => hub.unload_all(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("addr", &self.local_addr())
-            .field("config", &self.app.config)
+            .field("config", self.front.config())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A model loaded for serving ([`Server::bind_loaded`], or one of
+/// [`Server::bind_models`]'): its weights, its text side and its settings,
+/// checked and not yet started.
+pub struct LoadedModel {
+    config: ServeConfig,
+    start: Box<dyn FnOnce(ServeConfig, Arc<Metrics>) -> Started + Send>,
+    embedder: Option<lm::Embedder>,
+}
+
+/// A started model: the state its routes share, its cancel flag, its
+/// scheduler and workers.
+type Started = (Arc<App>, Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("config", &self.config)
+            .field("embeddings", &self.embedder.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedModel {
+    /// `model`, whose text side is `text`, served with `config`'s
+    /// settings, as [`Server::bind`] takes them; in a several-model server
+    /// the front's settings (address, key, CORS, body limit, grace,
+    /// `any_model`, chat page) are [`Server::bind_models`]' and the id is
+    /// its [`ModelSource::id`].
+    pub fn new<M>(
+        model: Arc<M>,
+        text: Arc<dyn ServedText>,
+        config: ServeConfig,
+    ) -> Result<Self, ServeError>
+    where
+        M: LanguageModel + Send + Sync + 'static,
+        M::State: StateSize + SavedState + Send + 'static,
+    {
+        check(&config)?;
+        persist::check::<M::State>(&config)?;
+        Ok(Self {
+            config,
+            start: Box::new(move |config, metrics| start(model, text, config, metrics)),
+            embedder: None,
+        })
+    }
+
+    /// Serves `POST /v1/embeddings` for this model with `embedder`, as
+    /// [`Server::with_embeddings`] does for one.
+    pub fn with_embeddings(mut self, embedder: lm::Embedder) -> Self {
+        self.embedder = Some(embedder);
+        self
+    }
+}
+
+/// How a several-model server loads one of its models, at start and again
+/// after `idle_unload` unloaded it.
+pub type LoadModel = Arc<dyn Fn() -> Result<LoadedModel, ServeError> + Send + Sync>;
+
+/// One model of a several-model server ([`Server::bind_models`]).
+#[derive(Clone)]
+pub struct ModelSource {
+    /// The id it is served as: in `/v1/models`, in each answer's `model`,
+    /// and what a request's `model` names to pick it.
+    pub id: String,
+    /// Loads it (reads its weights); called at start and again on demand
+    /// after an idle unload.
+    pub load: LoadModel,
+}
+
+impl std::fmt::Debug for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelSource")
+            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }
@@ -244,45 +389,86 @@ impl Server {
         M: LanguageModel + Send + Sync + 'static,
         M::State: StateSize + SavedState + Send + 'static,
     {
+        Self::bind_loaded(LoadedModel::new(model, text, config)?)
+    }
+
+    /// [`Server::bind`] for a model loaded with its settings, its
+    /// embeddings too when it has them.
+    pub fn bind_loaded(model: LoadedModel) -> Result<Self, ServeError> {
+        let LoadedModel {
+            config,
+            start,
+            embedder,
+        } = model;
+        let listener = listen(config.addr)?;
+        let (app, cancel, threads) = start(config, Arc::default());
+        let server = Self {
+            listener,
+            front: Front::One { app, cancel },
+            threads,
+        };
+        Ok(match embedder {
+            Some(embedder) => server.with_embeddings(embedder),
+            None => server,
+        })
+    }
+
+    /// Binds `config.addr` and serves several models, each under its
+    /// [`ModelSource::id`] with its own scheduler, prefix cache and chat
+    /// template; a request's `model` picks one, and one without `model`
+    /// gets the first. Every model is loaded here (a load that fails is
+    /// the error); with `idle_unload`, a model with no request for that
+    /// long is unloaded and loaded again by the next request naming it.
+    ///
+    /// `config`'s address, API key, CORS origins, body limit, shutdown
+    /// grace, `any_model` (an unknown `model` gets the first model) and
+    /// chat page are the server's; each model's other settings are those
+    /// its [`LoadedModel`] was made with. Two models with one id, or none,
+    /// is an [`ServeError::InvalidSetting`].
+    pub fn bind_models(
+        models: Vec<ModelSource>,
+        config: ServeConfig,
+        idle_unload: Option<Duration>,
+    ) -> Result<Self, ServeError> {
         check(&config)?;
-        persist::check::<M::State>(&config)?;
-        let listener =
-            std::net::TcpListener::bind(config.addr).map_err(|source| ServeError::Bind {
-                addr: config.addr,
-                source,
-            })?;
-        listener.set_nonblocking(true).map_err(ServeError::Io)?;
-        let (app, cancel, threads) = start(model, text, config);
+        let hub = hub::Hub::new(models, config, idle_unload)?;
+        let listener = listen(hub.config.addr)?;
         Ok(Self {
             listener,
-            app,
-            cancel,
-            threads,
+            front: Front::Many(Arc::new(hub)),
+            threads: Vec::new(),
         })
     }
 
     /// Serves `POST /v1/embeddings` with `embedder` (the served model's
     /// weights, pooled as it says); without it that route is a 400. `lm-cli
-    /// serve` gives one for every transformer.
+    /// serve` gives one for every transformer. A several-model server
+    /// takes each model's from its [`LoadedModel::with_embeddings`], and
+    /// ignores this.
     pub fn with_embeddings(self, embedder: lm::Embedder) -> Self {
-        // Set once: a second embedder is ignored, as the first answers.
-        let _ = self.app.embedder.set(embedder);
+        if let Front::One { app, .. } = &self.front {
+            // Set once: a second embedder is ignored, as the first answers.
+            let _ = app.embedder.set(embedder);
+        }
         self
     }
 
     /// With `--cache-dir`, what reading the cache file at start came to
-    /// and, once the server stopped, what saving it did (one line each).
+    /// and, once the server stopped, what saving it did (one line each;
+    /// a several-model server's models log theirs).
     pub fn cache_notes(&self) -> Option<CacheNotes> {
-        self.app
-            .saved_cache
-            .as_ref()
-            .map(|saver| saver.notes().clone())
+        match &self.front {
+            Front::One { app, .. } => app.saved_cache.as_ref().map(|saver| saver.notes().clone()),
+            Front::Many(_) => None,
+        }
     }
 
     /// The address the server listens on (the port chosen when
     /// `config.addr` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or(self.app.config.addr)
+        self.listener
+            .local_addr()
+            .unwrap_or(self.front.config().addr)
     }
 
     /// Serves until `shutdown` completes, then drains: new work and
@@ -296,8 +482,7 @@ impl Server {
     ) -> Result<(), ServeError> {
         let Self {
             listener,
-            app,
-            cancel,
+            front,
             threads,
         } = self;
         let listener = tokio::net::TcpListener::from_std(listener).map_err(ServeError::Io)?;
@@ -305,23 +490,27 @@ impl Server {
         // While draining, the listener stays open: new work and `/health`
         // get a 503 instead of a refused connection.
         let drain = {
-            let (app, cancel) = (Arc::clone(&app), Arc::clone(&cancel));
+            let front = front.clone();
             async move {
                 shutdown.await;
-                app.stopping.store(true, Ordering::Relaxed);
-                let grace = app.config.shutdown_grace;
-                if tokio::time::timeout(grace, app.idle()).await.is_err() {
+                front.begin_drain();
+                let grace = front.config().shutdown_grace;
+                if tokio::time::timeout(grace, front.idle()).await.is_err() {
                     log::warn!(
                         "shutdown grace of {grace:?} over: cancelling the requests still running"
                     );
-                    cancel.store(true, Ordering::Relaxed);
+                    front.cancel().await;
                     // Each cancelled request answers its 503 (or error event).
-                    let _ = tokio::time::timeout(CANCEL_WAIT, app.idle()).await;
+                    let _ = tokio::time::timeout(CANCEL_WAIT, front.idle()).await;
                 }
                 let _ = drained_tx.send(true);
             }
         };
-        let server = axum::serve(listener, routes::router(Arc::clone(&app)))
+        let sweep = match &front {
+            Front::Many(hub) => Some(tokio::spawn(Arc::clone(hub).sweep())),
+            Front::One { .. } => None,
+        };
+        let server = axum::serve(listener, front.router())
             .with_graceful_shutdown(drain)
             .into_future();
         tokio::pin!(server);
@@ -334,15 +523,11 @@ impl Server {
                 tokio::time::sleep(CANCEL_WAIT).await;
             } => Ok(()),
         };
-        cancel.store(true, Ordering::Relaxed);
-        app.queue.close();
-        let _ = tokio::task::spawn_blocking(move || {
-            for thread in threads {
-                let _ = thread.join();
-            }
-            persist::save_on_shutdown(&app);
-        })
-        .await;
+        if let Some(sweep) = sweep {
+            sweep.abort();
+        }
+        front.cancel().await;
+        let _ = tokio::task::spawn_blocking(move || front.finish(threads)).await;
         result
     }
 
@@ -396,7 +581,7 @@ where
 {
     check(&config)?;
     persist::check::<M::State>(&config)?;
-    let (app, cancel, threads) = start(model, text, config);
+    let (app, cancel, threads) = start(model, text, config, Arc::default());
     let router = routes::router(Arc::clone(&app));
     Ok((
         router,
@@ -411,9 +596,20 @@ where
 /// Keeps the scheduler and workers behind a [`router`] running; dropping
 /// it stops them (running requests are cancelled) and waits for them.
 pub struct SchedulerHandle {
-    app: Arc<App>,
-    cancel: Arc<AtomicBool>,
+    pub(crate) app: Arc<App>,
+    pub(crate) cancel: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl SchedulerHandle {
+    /// Wraps what [`start`] started.
+    pub(crate) fn new((app, cancel, threads): Started) -> Self {
+        Self {
+            app,
+            cancel,
+            threads,
+        }
+    }
 }
 
 impl SchedulerHandle {
@@ -469,18 +665,28 @@ fn check(config: &ServeConfig) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// Starts the scheduler and `config.parallel` workers for `model`: the
-/// state every route shares, the cancel flag and the threads.
+/// Binds `addr`, non-blocking for tokio.
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+    listener.set_nonblocking(true).map_err(ServeError::Io)?;
+    Ok(listener)
+}
+
+/// Starts the scheduler and `config.parallel` workers for `model`,
+/// counting into `metrics` (a several-model server keeps a model's across
+/// its reloads): the state every route shares, the cancel flag and the
+/// threads.
 fn start<M>(
     model: Arc<M>,
     text: Arc<dyn ServedText>,
     config: ServeConfig,
-) -> (Arc<App>, Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>)
+    metrics: Arc<Metrics>,
+) -> Started
 where
     M: LanguageModel + Send + Sync + 'static,
     M::State: StateSize + SavedState + Send + 'static,
 {
-    let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
     let cancel = Arc::new(AtomicBool::new(false));
     let cache = scheduler::prefix_cache::<M::State>(config.cache_bytes);

@@ -111,22 +111,106 @@ impl Metrics {
     /// The Prometheus text exposition of every metric of [`EXPOSED`], with
     /// `queue_depth` read by the caller.
     pub(crate) fn render(&self, queue_depth: usize) -> String {
-        let mut out = String::new();
-        for (name, kind, source, help) in EXPOSED {
-            let value = match source {
-                Count(field) => field(self).load(Ordering::Relaxed).to_string(),
-                Seconds(field) => {
-                    format!("{:.6}", field(self).load(Ordering::Relaxed) as f64 / 1e6)
-                }
-                QueueDepth => queue_depth.to_string(),
-            };
-            let _ = writeln!(out, "# HELP lm_{name} {help}");
-            let _ = writeln!(out, "# TYPE lm_{name} {kind}");
-            let _ = writeln!(out, "lm_{name} {value}");
+        render_models(&[ModelMetrics {
+            id: None,
+            metrics: self,
+            queue_depth,
+            loaded: None,
+        }])
+    }
+
+    /// A metric's value as shown.
+    fn value(&self, source: Source, queue_depth: usize) -> String {
+        match source {
+            Count(field) => field(self).load(Ordering::Relaxed).to_string(),
+            Seconds(field) => {
+                format!("{:.6}", field(self).load(Ordering::Relaxed) as f64 / 1e6)
+            }
+            QueueDepth => queue_depth.to_string(),
         }
-        out
     }
 }
+
+/// One model's part of `/metrics`.
+pub(crate) struct ModelMetrics<'a> {
+    /// The `model="ID"` label (a several-model server's); `None`: no label.
+    pub(crate) id: Option<&'a str>,
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) queue_depth: usize,
+    /// A several-model server's `lm_model_*` metrics ([`LOAD_EXPOSED`]):
+    /// whether it is loaded, its loads, its unloads and its requests in
+    /// flight, in that order.
+    pub(crate) loaded: Option<[u64; 4]>,
+}
+
+/// The Prometheus text of several models' metrics: each of [`EXPOSED`]
+/// once, with one sample per model (labelled with its id when it has one),
+/// then the models' load state ([`LOAD_EXPOSED`]) for those that have one.
+pub(crate) fn render_models(models: &[ModelMetrics<'_>]) -> String {
+    let mut out = String::new();
+    let label = |model: &ModelMetrics<'_>| {
+        model.id.map_or_else(String::new, |id| {
+            format!("{{model=\"{}\"}}", escape_label(id))
+        })
+    };
+    for (name, kind, source, help) in EXPOSED {
+        let _ = writeln!(out, "# HELP lm_{name} {help}");
+        let _ = writeln!(out, "# TYPE lm_{name} {kind}");
+        for model in models {
+            let value = model.metrics.value(source, model.queue_depth);
+            let _ = writeln!(out, "lm_{name}{} {value}", label(model));
+        }
+    }
+    for (index, (name, kind, help)) in LOAD_EXPOSED.into_iter().enumerate() {
+        let mut header = Some(());
+        for model in models {
+            let Some(values) = model.loaded else {
+                continue;
+            };
+            if header.take().is_some() {
+                let _ = writeln!(out, "# HELP lm_{name} {help}");
+                let _ = writeln!(out, "# TYPE lm_{name} {kind}");
+            }
+            let value = values[index];
+            let _ = writeln!(out, "lm_{name}{} {value}", label(model));
+        }
+    }
+    out
+}
+
+/// A label value with Prometheus's escapes (backslash, quote, newline).
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A several-model server's metrics of each model's load state: its name
+/// after `lm_`, its Prometheus type and its help text (values in this
+/// order in [`ModelMetrics::loaded`]).
+const LOAD_EXPOSED: [(&str, &str, &str); 4] = [
+    (
+        "model_loaded",
+        "gauge",
+        "Whether the model is loaded (1) or unloaded (0).",
+    ),
+    (
+        "model_loads_total",
+        "counter",
+        "Times the model was loaded, the first load included.",
+    ),
+    (
+        "model_unloads_total",
+        "counter",
+        "Times the model was unloaded after idling (--idle-unload).",
+    ),
+    (
+        "model_requests_in_flight",
+        "gauge",
+        "Requests for the model waiting for its load or running, until their answer ends.",
+    ),
+];
 
 /// Where a metric's value comes from.
 #[derive(Clone, Copy)]

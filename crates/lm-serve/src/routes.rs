@@ -12,7 +12,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -75,6 +75,15 @@ pub(crate) struct App {
 
 /// The router over `app`.
 pub(crate) fn router(app: Arc<App>) -> Router {
+    let origins = cors_state(&app.config);
+    api_router(app)
+        // Outermost, so errors (401, 404, 413) carry the CORS headers too.
+        .layer(middleware::from_fn_with_state(origins, cors))
+}
+
+/// [`router`] without CORS: what a several-model server's front (`hub.rs`)
+/// forwards to, its own CORS layer outside.
+pub(crate) fn api_router(app: Arc<App>) -> Router {
     let limit = app.config.max_body_bytes;
     Router::new()
         .route("/v1/completions", post(completions))
@@ -95,9 +104,12 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(Arc::clone(&app), count))
         .layer(DefaultBodyLimit::max(limit))
-        // Outermost, so errors (401, 404, 413) carry the CORS headers too.
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), cors))
         .with_state(app)
+}
+
+/// What the [`cors`] middleware reads: the `--cors` origins.
+pub(crate) fn cors_state(config: &ServeConfig) -> Arc<[String]> {
+    config.cors_origins.clone().into()
 }
 
 /// Whether `text` can be a `--cors` origin ([`crate::ServeConfig::cors_origins`]):
@@ -126,8 +138,11 @@ pub fn is_cors_origin(text: &str) -> bool {
 /// allowed origin gets `Access-Control-Allow-Origin`. Requests from other
 /// origins, or with no `--cors`, get no CORS headers, so browsers refuse
 /// them.
-async fn cors(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    let origins = &app.config.cors_origins;
+pub(crate) async fn cors(
+    State(origins): State<Arc<[String]>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let allowed = request.headers().get(header::ORIGIN).and_then(|origin| {
         if origins.iter().any(|o| o == "*") {
             Some(HeaderValue::from_static("*"))
@@ -247,22 +262,28 @@ async fn count(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
 
 /// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
 async fn require_key(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if let Some(key) = &app.config.api_key {
-        let given = request
-            .headers()
+    match check_key(&app.config, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// A 401 unless `headers` carry `config`'s API key (or it has none).
+pub(crate) fn check_key(config: &ServeConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+    if let Some(key) = &config.api_key {
+        let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
         if !given.is_some_and(|given| same_bytes(given.as_bytes(), key.as_bytes())) {
-            return ApiError::status(
+            return Err(ApiError::status(
                 StatusCode::UNAUTHORIZED,
                 "missing or incorrect API key: send 'Authorization: Bearer KEY'",
             )
-            .with_code("invalid_api_key")
-            .into_response();
+            .with_code("invalid_api_key"));
         }
     }
-    next.run(request).await
+    Ok(())
 }
 
 /// The credentials of a `Bearer` authorization: the scheme in any case,
@@ -284,7 +305,12 @@ async fn not_found() -> ApiError {
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
-    if app.stopping.load(Ordering::Relaxed) {
+    health_answer(app.stopping.load(Ordering::Relaxed))
+}
+
+/// `GET /health`: ok, or a 503 once shutdown began.
+pub(crate) fn health_answer(stopping: bool) -> Response {
+    if stopping {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"status": "stopping"})),
@@ -346,12 +372,16 @@ async fn save_slots(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
     .into_response())
 }
 
+/// The 413's message.
+pub(crate) const BODY_TOO_LARGE: &str =
+    "the request body is larger than the server accepts (--max-body-bytes)";
+
 /// The body as JSON: a body over the cap is a 413, bad JSON a 400.
 pub(crate) fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body is larger than the server accepts (--max-body-bytes)".to_owned()
+            BODY_TOO_LARGE.to_owned()
         } else {
             rejection.body_text()
         };

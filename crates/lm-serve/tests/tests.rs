@@ -11,6 +11,7 @@ mod embeddings;
 mod fuzz;
 mod guided_gbnf;
 mod hostile;
+mod multi_model;
 mod openai_client;
 mod persist;
 mod reasoning;

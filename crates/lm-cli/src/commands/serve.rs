@@ -1,26 +1,26 @@
-//! `lm-cli serve`: loads the model once and serves it with lm-serve's
-//! OpenAI-compatible server until Ctrl-C or SIGTERM.
+//! `lm-cli serve`: loads the model (or each of several) and serves it with
+//! lm-serve's OpenAI-compatible server until Ctrl-C or SIGTERM.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lm_core::{Bounded, LanguageModel};
+use lm_core::Bounded;
 use lm_model::ModelFingerprint;
-use lm_serve::{CacheDir, ServeConfig, ServedText, Server, SpeculativeDrafter};
+use lm_serve::{
+    CacheDir, LoadModel, LoadedModel, ModelSource, ServeConfig, ServeError, ServedText, Server,
+    SpeculativeDrafter,
+};
 
-use crate::cli::{DrafterArg, ServeArgs};
+use crate::cli::{DrafterArg, ModelArgs, ServeArgs};
 use crate::commands::generate::to_usize;
 use crate::spec::{Backend, ModelSpec};
 
 /// Runs `lm-cli serve`.
 pub fn run(args: ServeArgs) -> Result<()> {
-    let (loaded, options) = crate::commands::load_model(&args.model)?;
-    anyhow::ensure!(
-        !options.no_cache,
-        "--no-cache is not supported by serve (every sequence keeps its cache in the batch)"
-    );
+    // Once for every model (a second global pool cannot be built).
+    crate::commands::configure_threads(args.model.options.threads)?;
     let draft = match &args.draft {
         None => None,
         Some(DrafterArg::PromptLookup) => Some(SpeculativeDrafter::PromptLookup {
@@ -32,6 +32,77 @@ pub fn run(args: ServeArgs) -> Result<()> {
              run outside the scheduler's batch); lm-cli generate --draft {spec} takes a draft model"
         ),
     };
+    let models: Vec<(Option<String>, ModelArgs)> = args
+        .model
+        .each()
+        .into_iter()
+        .map(|(id, model)| {
+            let model = ModelArgs {
+                threads: None,
+                ..model
+            };
+            (id, model)
+        })
+        .collect();
+    let several = models.len() > 1 || args.idle_unload.is_some();
+    let mut sources = Vec::with_capacity(models.len());
+    for (id, model) in models {
+        let spec = ModelSpec::or_default(model.model.as_ref());
+        let mut config = model_config(&args, &spec, draft)?;
+        let id = id.unwrap_or_else(|| config.model_id());
+        if !config.request_defaults.is_empty() {
+            let fields = serde_json::Value::Object(config.request_defaults.clone());
+            let whose = if several {
+                format!(" to {id}")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "note: requests{whose} that leave them out take generation_config.json's {fields}"
+            );
+        }
+        if !several {
+            let name = config.model_name.clone();
+            let model = load_served(&model, config, args.pooling)?;
+            return serve(Server::bind_loaded(model)?, &name, args.parallel);
+        }
+        if let Some(dir) = &mut config.cache_dir {
+            // Each model's states in a directory of its own.
+            dir.path = dir.path.join(&id);
+        }
+        let pooling = args.pooling;
+        let load: LoadModel = {
+            let id = id.clone();
+            Arc::new(move || {
+                load_served(&model, config.clone(), pooling).map_err(|error| ServeError::Load {
+                    id: id.clone(),
+                    source: error.into(),
+                })
+            })
+        };
+        sources.push(ModelSource { id, load });
+    }
+    let mut names = sources
+        .iter()
+        .map(|source| source.id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Some(seconds) = args.idle_unload {
+        names.push_str(&format!("; each unloaded after {seconds} s idle"));
+    }
+    // The server's own settings (address, key, ...): any model's but its name.
+    let front = model_config(&args, &ModelSpec::Toy, None)?;
+    let idle_unload = args.idle_unload.map(Duration::from_secs);
+    let server = Server::bind_models(sources, front, idle_unload)?;
+    serve(server, &names, args.parallel)
+}
+
+/// `args`' settings for the model `spec` names.
+fn model_config(
+    args: &ServeArgs,
+    spec: &ModelSpec,
+    draft: Option<SpeculativeDrafter>,
+) -> Result<ServeConfig> {
     let config = ServeConfig {
         addr: std::net::SocketAddr::new(args.host, args.port),
         api_key: args.api_key.clone(),
@@ -42,75 +113,67 @@ pub fn run(args: ServeArgs) -> Result<()> {
         shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
         prefill_chunk_len: NonZeroUsize::new(to_usize(args.prefill_chunk))
             .context("--prefill-chunk must be at least 1")?,
-        model_name: ModelSpec::or_default(args.model.model.as_ref()).to_string(),
+        model_name: spec.to_string(),
         cache_bytes: to_usize(args.cache_mb).saturating_mul(1 << 20),
         parse_special: args.parse_special,
         any_model: args.any_model,
         max_formats: to_usize(args.max_formats),
         webui: !args.no_webui,
         reasoning: args.reasoning != "off",
-        request_defaults: crate::model_defaults::request_defaults(&ModelSpec::or_default(
-            args.model.model.as_ref(),
-        ))?,
+        request_defaults: crate::model_defaults::request_defaults(spec)?,
         cache_dir: args
             .cache_dir
             .as_ref()
             .map(|path| -> Result<CacheDir> {
-                let spec = ModelSpec::or_default(args.model.model.as_ref());
                 Ok(CacheDir {
                     path: path.clone(),
-                    model: model_fingerprint(&spec)?,
+                    model: model_fingerprint(spec)?,
                 })
             })
             .transpose()?,
         draft,
     };
-    let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
-    let bound = loaded.backend.bound(options.context_length);
-    // A transformer's weights also answer /v1/embeddings (shared, not copied).
-    let with_embedder = |decoder: Box<lm_model::Decoder>| {
-        let decoder = Arc::new(*decoder);
-        let embedder = lm::Embedder::new(Arc::clone(&decoder), args.pooling);
-        (Arc::new(Bounded::new(decoder, bound)), Some(embedder))
-    };
-    match loaded.backend {
-        Backend::Toy(model) => {
-            let (model, embedder) = with_embedder(model);
-            serve(model, text, config, embedder)
-        }
-        Backend::Count(model) => serve(Arc::new(Bounded::new(model, bound)), text, config, None),
-        Backend::Llama(model) => {
-            let (model, embedder) = with_embedder(model);
-            serve(model, text, config, embedder)
-        }
-    }
+    Ok(config)
 }
 
-fn serve<M>(
-    model: Arc<M>,
-    text: Arc<dyn ServedText>,
+/// Loads `model` for serving with `config`: a transformer's weights also
+/// answer /v1/embeddings (shared, not copied).
+fn load_served(
+    model: &ModelArgs,
     config: ServeConfig,
-    embedder: Option<lm::Embedder>,
-) -> Result<()>
-where
-    M: LanguageModel + Send + Sync + 'static,
-    M::State: lm_serve::StateSize + lm_serve::SavedState + Send + 'static,
-{
-    let (parallel, name) = (config.parallel, config.model_name.clone());
-    if !config.request_defaults.is_empty() {
-        let fields = serde_json::Value::Object(config.request_defaults.clone());
-        eprintln!("note: requests that leave them out take generation_config.json's {fields}");
-    }
-    let server = Server::bind(model, text, config)?;
-    let server = match embedder {
-        Some(embedder) => server.with_embeddings(embedder),
-        None => server,
+    pooling: lm::Pooling,
+) -> Result<LoadedModel> {
+    let (loaded, options) = crate::commands::load_model(model)?;
+    anyhow::ensure!(
+        !options.no_cache,
+        "--no-cache is not supported by serve (every sequence keeps its cache in the batch)"
+    );
+    let text: Arc<dyn ServedText> = Arc::new(loaded.codec);
+    let bound = loaded.backend.bound(options.context_length);
+    let with_embedder = |decoder: Box<lm_model::Decoder>| {
+        let decoder = Arc::new(*decoder);
+        let embedder = lm::Embedder::new(Arc::clone(&decoder), pooling);
+        (Arc::new(Bounded::new(decoder, bound)), embedder)
     };
+    let model = match loaded.backend {
+        Backend::Toy(model) | Backend::Llama(model) => {
+            let (model, embedder) = with_embedder(model);
+            LoadedModel::new(model, text, config)?.with_embeddings(embedder)
+        }
+        Backend::Count(model) => {
+            LoadedModel::new(Arc::new(Bounded::new(model, bound)), text, config)?
+        }
+    };
+    Ok(model)
+}
+
+/// Runs `server` until a signal, saying what it serves (`names`).
+fn serve(server: Server, names: &str, parallel: u64) -> Result<()> {
     let notes = server.cache_notes().unwrap_or_default();
     let print_notes = || notes.take().iter().for_each(|line| eprintln!("{line}"));
     print_notes();
     eprintln!(
-        "serving {name} on http://{} ({parallel} at once); Ctrl-C stops",
+        "serving {names} on http://{} ({parallel} at once); Ctrl-C stops",
         server.local_addr()
     );
     server.run_until_signal()?;

@@ -66,20 +66,29 @@ pub(crate) fn check_model(
     any_model: bool,
 ) -> Result<(), ApiError> {
     match requested {
-        Some(name) if name != served && !any_model => {
-            let mut error = ApiError::status(
-                axum::http::StatusCode::NOT_FOUND,
-                format!(
-                    "the model '{name}' does not exist: this server serves '{served}' \
-                     (lm-cli serve --any-model answers whatever 'model' says)"
-                ),
-            )
-            .with_code("model_not_found");
-            error.param = Some("model".to_owned());
-            Err(error)
-        }
+        Some(name) if name != served && !any_model => Err(model_not_found(name, &[served])),
         _ => Ok(()),
     }
+}
+
+/// The 404 `model_not_found` for a request naming `name`, which is none of
+/// the `served` ids.
+pub(crate) fn model_not_found(name: &str, served: &[&str]) -> ApiError {
+    let served = served
+        .iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut error = ApiError::status(
+        axum::http::StatusCode::NOT_FOUND,
+        format!(
+            "the model '{name}' does not exist: this server serves {served} \
+             (lm-cli serve --any-model answers whatever 'model' says)"
+        ),
+    )
+    .with_code("model_not_found");
+    error.param = Some("model".to_owned());
+    error
 }
 
 /// Reads a `/v1/completions` body.

@@ -71,7 +71,11 @@ impl TestServer {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             ..config
         };
-        let server = Server::bind(Arc::new(model), Arc::new(text), config).unwrap();
+        Self::run(Server::bind(Arc::new(model), Arc::new(text), config).unwrap())
+    }
+
+    /// Runs a bound `server` (its address: port 0 for a free one).
+    pub fn run(server: Server) -> Self {
         let addr = server.local_addr();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
