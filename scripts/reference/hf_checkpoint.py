@@ -14,7 +14,8 @@ For each architecture NAME of fixtures/arch/ it writes NAME/ with:
   LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM,
   MistralForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM, Olmo3ForCausalLM
   for the olmo2 twin's window, MixtralForCausalLM, Qwen3MoeForCausalLM,
-  OlmoeForCausalLM, Qwen2MoeForCausalLM), from the GGUF metadata; llama's
+  OlmoeForCausalLM, Qwen2MoeForCausalLM, Dots1ForCausalLM), from the GGUF
+  metadata; llama's
   `rope_scaling` is Llama 3's (factor 8, low 1, high 4, original context
   40), whose factors are the twin's `rope_freqs.weight`; phi3's is LongRoPE
   with the twin's `rope_factors_{long,short}` and attention factor;
@@ -58,7 +59,7 @@ import gguf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "mistral", "gemma2", "phi3", "olmo2", "mixtral", "qwen3moe",
-         "olmoe", "qwen2moe"]
+         "olmoe", "qwen2moe", "dots1"]
 # directory -> (HF class, model_type); the GGUF architecture is the twin's.
 CLASSES = {
     "llama": ("LlamaForCausalLM", "llama"),
@@ -74,6 +75,7 @@ CLASSES = {
     "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
     "olmoe": ("OlmoeForCausalLM", "olmoe"),
     "qwen2moe": ("Qwen2MoeForCausalLM", "qwen2_moe"),
+    "dots1": ("Dots1ForCausalLM", "dots1"),
 }
 # Directories whose q/k rows the converter permutes (LlamaModel and its
 # Mistral, Mixtral classes) and whose norms it stores with `+ 1` (Gemma).
@@ -152,6 +154,7 @@ def hf_name(arch, name):
     _, i, rest = name.split(".", 2)
     post = "pre_feedforward_layernorm" if arch in PLUS_ONE else "post_attention_layernorm"
     router = "block_sparse_moe.gate.weight" if arch == "mixtral" else "mlp.gate.weight"
+    shared = "mlp.shared_experts" if arch == "dots1" else "mlp.shared_expert"
     table = {
         "attn_norm.weight": "input_layernorm.weight",
         "attn_q.weight": "self_attn.q_proj.weight",
@@ -171,10 +174,11 @@ def hf_name(arch, name):
         "ffn_down.weight": "mlp.down_proj.weight",
         "attn_qkv.weight": "self_attn.qkv_proj.weight",
         "ffn_gate_inp.weight": router,
-        "ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
-        "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
-        "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
+        "ffn_gate_shexp.weight": f"{shared}.gate_proj.weight",
+        "ffn_up_shexp.weight": f"{shared}.up_proj.weight",
+        "ffn_down_shexp.weight": f"{shared}.down_proj.weight",
         "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
+        "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
     }
     if arch == "phi3" and rest == "ffn_up.weight":
         return f"model.layers.{i}.mlp.gate_up_proj.weight"  # gate rows, then up: as GGUF
@@ -292,6 +296,17 @@ def config_json(arch, meta, tensors):
         n = m("block_count")
         config["sliding_window"] = m("attention.sliding_window")
         config["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n)]
+    if arch == "dots1":
+        # DeepSeek-V3's router names (transformers' Dots1Config).
+        config.update({"n_routed_experts": m("expert_count"), "num_experts_per_tok": m("expert_used_count"),
+                       "moe_intermediate_size": m("expert_feed_forward_length"),
+                       "n_shared_experts": m("expert_shared_count"),
+                       "first_k_dense_replace": m("leading_dense_block_count"),
+                       "norm_topk_prob": bool(m("expert_weights_norm")),
+                       "routed_scaling_factor": m("expert_weights_scale"), "scoring_func": "noaux_tc",
+                       "n_group": 1, "topk_group": 1})
+        assert m("expert_gating_func") == 2  # sigmoid, what noaux_tc scores with
+        return config
     if f"{g}.expert_count" in meta:
         key = "num_local_experts" if arch == "mixtral" else "num_experts"
         config[key] = m("expert_count")

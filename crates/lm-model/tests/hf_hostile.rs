@@ -81,6 +81,7 @@ fn the_fixtures_load() {
         "qwen3moe",
         "olmoe",
         "qwen2moe",
+        "dots1",
     ] {
         open_hf_dir(fixture_path("hf").join(name)).unwrap();
     }
@@ -440,7 +441,15 @@ fn experts_missing_beyond_the_count_or_of_another_dtype() {
 #[test]
 fn fields_the_gguf_architecture_cannot_follow() {
     type Edit = fn(&mut serde_json::Value);
-    let cases: [(&str, Edit, &[&str]); 13] = [
+    let cases: [(&str, Edit, &[&str]); 16] = [
+        (
+            "gemma2",
+            |c| c["query_pre_attn_scalar"] = json!(16),
+            &[
+                "query_pre_attn_scalar",
+                "16, where the GGUF architecture scales queries by 1/sqrt(32)",
+            ],
+        ),
         (
             "phi3",
             |c| c["rope_scaling"]["type"] = json!("yarn"),
@@ -525,6 +534,19 @@ fn fields_the_gguf_architecture_cannot_follow() {
             "olmoe",
             |c| c["num_experts_per_tok"] = json!(9),
             &["num_experts_per_tok", "must be 1 to the 8 experts"],
+        ),
+        (
+            "dots1",
+            |c| c["scoring_func"] = json!("softmax"),
+            &[
+                "scoring_func",
+                "\"softmax\" is not supported for Dots1ForCausalLM",
+            ],
+        ),
+        (
+            "dots1",
+            |c| c["norm_topk_prob"] = json!(1),
+            &["norm_topk_prob", "expected true or false"],
         ),
         (
             "olmoe",

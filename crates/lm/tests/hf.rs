@@ -11,8 +11,8 @@
 //!   llama.cpp's logits of the twin, committed with it;
 //! - mistral, gemma2, phi3 (LongRoPE), olmo2 (as `Olmo3ForCausalLM`; as
 //!   `Olmo2ForCausalLM` without its window, on the positions the window
-//!   does not reach), mixtral, qwen3moe, olmoe, qwen2moe (experts stacked
-//!   at load): likewise against `fixtures/arch/`;
+//!   does not reach), mixtral, qwen3moe, olmoe, qwen2moe, dots1 (experts
+//!   stacked at load): likewise against `fixtures/arch/`;
 //! - qwen2-bf16 (BF16): equal to the crate's loader on its BF16 GGUF twin,
 //!   and within 1e-2 of llama.cpp's logits of that twin;
 //! - `tokenizer.json` gives the `tokenizers` Python package's ids
@@ -182,12 +182,13 @@ fn gemma3_runs_as_its_twin() {
 /// twin's window on 3 of 4 layers), and the mixtures of experts, whose
 /// per-expert matrices are stacked at load: Mixtral (`w1`/`w3`/`w2`, q/k
 /// permuted), Qwen3-MoE, OLMoE (QK norms over the whole projection) and
-/// Qwen2-MoE (shared expert and its gate).
+/// Qwen2-MoE (shared expert and its gate) and dots.llm1 (a dense first
+/// layer, sigmoid scores with the selection bias, two shared experts).
 #[test]
 fn the_architectures_beside_run_as_their_twins() {
     let arch = fixture_path("arch");
     for name in [
-        "mistral", "gemma2", "phi3", "olmo2", "mixtral", "qwen3moe", "olmoe", "qwen2moe",
+        "mistral", "gemma2", "phi3", "olmo2", "mixtral", "qwen3moe", "olmoe", "qwen2moe", "dots1",
     ] {
         check(
             name,

@@ -26,6 +26,12 @@
 //! num_experts_per_tok            expert_used_count                  2, 8, 8, 4
 //! moe_intermediate_size          expert_feed_forward_length         qwen3moe 768, qwen2moe 1408
 //! shared_expert_intermediate_size expert_shared_feed_forward_length qwen2moe 5632
+//! n_routed_experts (dots1)       expert_count                       required
+//! n_shared_experts (dots1)       expert_shared_count                required
+//! first_k_dense_replace (dots1)  leading_dense_block_count          0
+//! norm_topk_prob (dots1)         expert_weights_norm                false
+//! routed_scaling_factor (dots1)  expert_weights_scale               1
+//! (dots1)                        expert_gating_func 2 (sigmoid)     always
 //! rope_scaling linear            rope.scaling.type, .factor
 //! rope_scaling llama3 (llama)    the tensor rope_freqs.weight, as the converter computes it
 //! rope_scaling longrope, su      rope_factors_{long,short}.weight and rope.scaling.attn_factor
@@ -38,8 +44,8 @@
 //! `llama` (q/k permuted; Mixtral's experts make it a mixture), Qwen2 and
 //! Qwen3 `qwen2`, `qwen3`, Gemma2 and Gemma3 `gemma2`, `gemma3` (norms
 //! `+ 1`), Phi3 `phi3`, Olmo2 and Olmo3 `olmo2`, Qwen3Moe, Olmoe, Qwen2Moe
-//! `qwen3moe`, `olmoe`, `qwen2moe`. Defaults are each `transformers`
-//! config class's.
+//! `qwen3moe`, `olmoe`, `qwen2moe`, Dots1 `dots1`. Defaults are each
+//! `transformers` config class's.
 //!
 //! Fields the GGUF architecture does not read but computes as if they had
 //! one value are checked ([`Fixed`]): `norm_topk_prob` (qwen3moe
@@ -47,7 +53,9 @@
 //! llama.cpp fixes it per architecture; Qwen3Moe's default `false` is
 //! refused), `decoder_sparse_step` 1 and `mlp_only_layers` empty (every
 //! layer a mixture), `clip_qkv` null (OLMo), `partial_rotary_factor` 1
-//! (phi3). A field the table defaults that config.json sets to null
+//! (phi3), `scoring_func` `noaux_tc` and `n_group`, `topk_group` 1 (dots1),
+//! and Gemma's `query_pre_attn_scalar` equal to the scale the GGUF path
+//! computes. A field the table defaults that config.json sets to null
 //! (gemma2's soft-caps: no capping) is refused too: GGUF cannot say it.
 
 use std::path::{Path, PathBuf};
@@ -58,8 +66,8 @@ use super::HfError;
 use crate::gguf::MetadataValue;
 
 /// The Hugging Face classes (`architectures[0]`) this loader maps.
-pub(crate) const SUPPORTED_CLASSES: [&str; 13] = {
-    let mut names = [""; 13];
+pub(crate) const SUPPORTED_CLASSES: [&str; 14] = {
+    let mut names = [""; 14];
     let mut i = 0;
     while i < ARCHITECTURES.len() {
         names[i] = ARCHITECTURES[i].class;
@@ -95,6 +103,8 @@ pub(crate) struct HfArchitecture {
     pub long_rope: bool,
     /// `layer_types` becomes `attention.sliding_window_pattern` (OLMo 3).
     pub layer_types: bool,
+    /// GGUF keys of one value for the class (`{arch}.` + key, u32).
+    pub constants: &'static [(&'static str, u32)],
 }
 
 /// A config.json field the GGUF path assumes: its Hugging Face default and
@@ -113,6 +123,7 @@ enum Json {
     Null,
     Bool(bool),
     Number(f64),
+    Str(&'static str),
     EmptyList,
 }
 
@@ -122,6 +133,7 @@ impl Json {
             Json::Null => value.is_null(),
             Json::Bool(b) => value.as_bool() == Some(b),
             Json::Number(n) => value.as_f64() == Some(n),
+            Json::Str(text) => value.as_str() == Some(text),
             Json::EmptyList => value.as_array().is_some_and(Vec::is_empty) || value.is_null(),
         }
     }
@@ -149,6 +161,7 @@ pub(crate) struct Field {
 enum Kind {
     U32,
     F32,
+    Bool,
 }
 
 const fn field(hf: &'static str, gguf: &'static str, kind: Kind, required: bool) -> Field {
@@ -245,11 +258,12 @@ const LLAMA: HfArchitecture = HfArchitecture {
     fixed: &[],
     long_rope: false,
     layer_types: false,
+    constants: &[],
 };
 
 /// The supported classes, in the order of [`SUPPORTED_CLASSES`]. Defaults
 /// are those of each class's `PretrainedConfig` in `transformers`.
-pub(crate) const ARCHITECTURES: [HfArchitecture; 13] = [
+pub(crate) const ARCHITECTURES: [HfArchitecture; 14] = [
     LLAMA,
     HfArchitecture {
         class: "Qwen2ForCausalLM",
@@ -454,6 +468,63 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 13] = [
         ],
         ..LLAMA
     },
+    // dots.llm1: DeepSeek-V3's router (sigmoid scores plus a selection
+    // bias, `noaux_tc`) on Qwen3's attention; the first
+    // `first_k_dense_replace` layers dense.
+    HfArchitecture {
+        class: "Dots1ForCausalLM",
+        gguf: "dots1",
+        permute_qk: false,
+        defaults: &[
+            ("rms_norm_eps", 1e-6),
+            ("moe_intermediate_size", 1408.0),
+            ("first_k_dense_replace", 0.0),
+            ("norm_topk_prob", 0.0),
+            ("routed_scaling_factor", 1.0),
+        ],
+        extra: &[
+            field("n_routed_experts", "expert_count", Kind::U32, true),
+            field("num_experts_per_tok", "expert_used_count", Kind::U32, true),
+            EXPERT_WIDTH,
+            field("n_shared_experts", "expert_shared_count", Kind::U32, true),
+            field(
+                "first_k_dense_replace",
+                "leading_dense_block_count",
+                Kind::U32,
+                false,
+            ),
+            field("norm_topk_prob", "expert_weights_norm", Kind::Bool, false),
+            field(
+                "routed_scaling_factor",
+                "expert_weights_scale",
+                Kind::F32,
+                false,
+            ),
+        ],
+        fixed: &[
+            fixed(
+                "scoring_func",
+                Json::Str("noaux_tc"),
+                Json::Str("noaux_tc"),
+                "dots1 in GGUF scores experts by sigmoid plus the selection bias",
+            ),
+            fixed(
+                "n_group",
+                Json::Number(1.0),
+                Json::Number(1.0),
+                "dots1 in GGUF chooses among all experts, not by group",
+            ),
+            fixed(
+                "topk_group",
+                Json::Number(1.0),
+                Json::Number(1.0),
+                "dots1 in GGUF chooses among all experts, not by group",
+            ),
+        ],
+        // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID.
+        constants: &[("expert_gating_func", 2)],
+        ..LLAMA
+    },
 ];
 
 /// The shapes of the model, in config.json's terms.
@@ -470,8 +541,10 @@ pub(crate) struct Dims {
     pub n_expert: usize,
     /// One expert's width.
     pub expert_ffn: usize,
-    /// The shared expert's width (qwen2moe).
+    /// The shared experts' width (qwen2moe; dots1's experts together).
     pub shared_ffn: usize,
+    /// The leading dense layers of a mixture (dots1).
+    pub n_dense_lead: usize,
 }
 
 /// A config.json read and mapped.
@@ -562,6 +635,17 @@ impl Fields<'_> {
         }
     }
 
+    /// A true/false field, `None` when absent or null.
+    fn flag(&self, name: &str) -> Result<Option<u8>, HfError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(value) => value
+                .as_bool()
+                .map(|b| Some(u8::from(b)))
+                .ok_or_else(|| self.bad(name, format!("expected true or false, found {value}"))),
+        }
+    }
+
     /// A count: a non-negative integer that fits a u32.
     fn count(&self, name: &str, value: f64) -> Result<u32, HfError> {
         if value.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&value) {
@@ -602,6 +686,9 @@ impl Fields<'_> {
             MetadataValue::String(arch.gguf.into()),
         )];
         self.check_fixed(&arch)?;
+        for (key, value) in arch.constants {
+            metadata.push((format!("{}.{key}", arch.gguf), MetadataValue::U32(*value)));
+        }
         let mut values = std::collections::HashMap::new();
         for field in COMMON.iter().chain(arch.extra) {
             let default = arch
@@ -615,7 +702,11 @@ impl Fields<'_> {
                     format!("null, where the GGUF architecture needs a value (default {default})"),
                 ));
             }
-            let value = match (self.number(field.hf)?.or(default), field.required) {
+            let given = match field.kind {
+                Kind::Bool => self.flag(field.hf)?.map(f64::from),
+                _ => self.number(field.hf)?,
+            };
+            let value = match (given.or(default), field.required) {
                 (Some(value), _) => value,
                 (None, true) => {
                     return Err(HfError::MissingField {
@@ -628,6 +719,7 @@ impl Fields<'_> {
             let value = match field.kind {
                 Kind::U32 => MetadataValue::U32(self.count(field.hf, value)?),
                 Kind::F32 => MetadataValue::F32(value as f32),
+                Kind::Bool => MetadataValue::Bool(value != 0.0),
             };
             values.insert(field.hf, value.clone());
             metadata.push((format!("{}.{}", arch.gguf, field.gguf), value.clone()));
@@ -659,11 +751,17 @@ impl Fields<'_> {
             head_dim,
             ffn: get("intermediate_size").unwrap_or(0),
             vocab: get("vocab_size").unwrap_or(0),
-            n_expert: get("num_local_experts").or(get("num_experts")).unwrap_or(0),
+            n_expert: get("num_local_experts")
+                .or(get("num_experts"))
+                .or(get("n_routed_experts"))
+                .unwrap_or(0),
+            n_dense_lead: get("first_k_dense_replace").unwrap_or(0),
             expert_ffn: get("moe_intermediate_size")
                 .or(get("intermediate_size"))
                 .unwrap_or(0),
-            shared_ffn: get("shared_expert_intermediate_size").unwrap_or(0),
+            shared_ffn: get("shared_expert_intermediate_size")
+                .or(get("n_shared_experts").map(|n| n * get("moe_intermediate_size").unwrap_or(0)))
+                .unwrap_or(0),
         };
         if dims.n_expert > 0
             && !(1..=dims.n_expert).contains(&get("num_experts_per_tok").unwrap_or(0))
@@ -676,6 +774,7 @@ impl Fields<'_> {
         if arch.layer_types {
             self.layer_types(&arch, dims.n_layer, &mut metadata)?;
         }
+        self.query_scale(&arch, &dims)?;
         let tied = match self.present("tie_word_embeddings") {
             None => arch.tied_default,
             Some(value) => value
@@ -714,6 +813,33 @@ impl Fields<'_> {
                     format!("{found} is not supported for {}: {}", arch.class, fixed.why),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Gemma's `query_pre_attn_scalar`, which GGUF does not hold: the
+    /// GGUF path scales queries by `1 / sqrt(head_dim)`, or by the width per
+    /// head for the 27B models (gemma2 of 46 layers, gemma3 of 62) as
+    /// llama.cpp does; a config.json asking for another scale is refused.
+    fn query_scale(&self, arch: &HfArchitecture, dims: &Dims) -> Result<(), HfError> {
+        const FIELD: &str = "query_pre_attn_scalar";
+        if !matches!(arch.gguf, "gemma2" | "gemma3") {
+            return Ok(());
+        }
+        let Some(value) = self.number(FIELD)? else {
+            return Ok(());
+        };
+        let wide = matches!((arch.gguf, dims.n_layer), ("gemma3", 62) | ("gemma2", 46));
+        let used = if wide {
+            dims.n_embd / dims.n_head
+        } else {
+            dims.head_dim
+        };
+        if value != used as f64 {
+            return Err(self.bad(
+                FIELD,
+                format!("{value}, where the GGUF architecture scales queries by 1/sqrt({used})"),
+            ));
         }
         Ok(())
     }

@@ -74,7 +74,7 @@ use names::{Mapped, Transform};
 
 /// The Hugging Face classes (`config.json`'s `architectures`) that
 /// [`open_hf_dir`] reads.
-pub const SUPPORTED_HF_CLASSES: [&str; 13] = config::SUPPORTED_CLASSES;
+pub const SUPPORTED_HF_CLASSES: [&str; 14] = config::SUPPORTED_CLASSES;
 
 /// Reads the Hugging Face model directory `dir` into an in-memory GGUF
 /// file (its `{arch}.*` metadata and tensors; no `tokenizer.*` keys: the

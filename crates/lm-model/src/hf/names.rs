@@ -124,23 +124,25 @@ type LayerName = (
 
 /// The GGUF architectures, grouped as the names below need.
 const ALL: &[&str] = &[
-    "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "olmo2", "qwen3moe", "olmoe", "qwen2moe",
+    "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "olmo2", "qwen3moe", "olmoe",
+    "qwen2moe", "dots1",
 ];
 const PRE_NORM: &[&str] = &[
-    "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "olmoe", "qwen2moe",
+    "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "olmoe", "qwen2moe", "dots1",
 ];
 const SPLIT_QKV: &[&str] = &[
     "llama", "qwen2", "qwen3", "gemma3", "gemma2", "olmo2", "qwen3moe", "olmoe", "qwen2moe",
+    "dots1",
 ];
 const FFN_NORM: &[&str] = &[
-    "llama", "qwen2", "qwen3", "phi3", "qwen3moe", "olmoe", "qwen2moe",
+    "llama", "qwen2", "qwen3", "phi3", "qwen3moe", "olmoe", "qwen2moe", "dots1",
 ];
 const GEMMA: &[&str] = &["gemma3", "gemma2"];
 const POST_NORMS: &[&str] = &["gemma3", "gemma2", "olmo2"];
-const QWEN_MOE: &[&str] = &["qwen3moe", "olmoe", "qwen2moe"];
+const QWEN_MOE: &[&str] = &["qwen3moe", "olmoe", "qwen2moe", "dots1"];
 
 #[rustfmt::skip]
-const LAYER: [LayerName; 27] = [
+const LAYER: [LayerName; 31] = [
     ("input_layernorm.weight", "attn_norm.weight", &[Dim::Embd], PRE_NORM, Ffn::Any),
     ("self_attn.q_proj.weight", "attn_q.weight", &[Dim::Q, Dim::Embd], SPLIT_QKV, Ffn::Any),
     ("self_attn.k_proj.weight", "attn_k.weight", &[Dim::Kv, Dim::Embd], SPLIT_QKV, Ffn::Any),
@@ -150,8 +152,8 @@ const LAYER: [LayerName; 27] = [
     ("self_attn.q_proj.bias", "attn_q.bias", &[Dim::Q], &["qwen2", "qwen2moe"], Ffn::Any),
     ("self_attn.k_proj.bias", "attn_k.bias", &[Dim::Kv], &["qwen2", "qwen2moe"], Ffn::Any),
     ("self_attn.v_proj.bias", "attn_v.bias", &[Dim::Kv], &["qwen2", "qwen2moe"], Ffn::Any),
-    ("self_attn.q_norm.weight", "attn_q_norm.weight", &[Dim::Head], &["qwen3", "gemma3", "qwen3moe"], Ffn::Any),
-    ("self_attn.k_norm.weight", "attn_k_norm.weight", &[Dim::Head], &["qwen3", "gemma3", "qwen3moe"], Ffn::Any),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight", &[Dim::Head], &["qwen3", "gemma3", "qwen3moe", "dots1"], Ffn::Any),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight", &[Dim::Head], &["qwen3", "gemma3", "qwen3moe", "dots1"], Ffn::Any),
     // OLMo's QK norms are over the whole projection.
     ("self_attn.q_norm.weight", "attn_q_norm.weight", &[Dim::Q], &["olmo2", "olmoe"], Ffn::Any),
     ("self_attn.k_norm.weight", "attn_k_norm.weight", &[Dim::Kv], &["olmo2", "olmoe"], Ffn::Any),
@@ -169,6 +171,10 @@ const LAYER: [LayerName; 27] = [
     ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", &[Dim::SharedFfn, Dim::Embd], &["qwen2moe"], Ffn::Moe),
     ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", &[Dim::Embd, Dim::SharedFfn], &["qwen2moe"], Ffn::Moe),
     ("mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", &[Dim::One, Dim::Embd], &["qwen2moe"], Ffn::Moe),
+    ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias", &[Dim::Expert], &["dots1"], Ffn::Moe),
+    ("mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", &[Dim::SharedFfn, Dim::Embd], &["dots1"], Ffn::Moe),
+    ("mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", &[Dim::SharedFfn, Dim::Embd], &["dots1"], Ffn::Moe),
+    ("mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", &[Dim::Embd, Dim::SharedFfn], &["dots1"], Ffn::Moe),
 ];
 
 /// One expert's matrices: HF's prefix and names (Mixtral's `w1`, `w3`,
@@ -186,15 +192,20 @@ const EXPERT: [ExpertName; 6] = [
     ("mlp.experts.", "down_proj.weight", "ffn_down_exps.weight", &[Dim::Embd, Dim::ExpertFfn]),
 ];
 
-/// Whether `arch`'s model (dense or not, by `dims`) has a name of
-/// architectures `archs` and kind `ffn`.
-fn has(arch: &HfArchitecture, dims: &Dims, archs: &[&str], ffn: Ffn) -> bool {
+/// Whether layer `layer` of `arch`'s model has a name of architectures
+/// `archs` and kind `ffn` (a mixture's leading dense layers are dense).
+fn has(arch: &HfArchitecture, dims: &Dims, layer: usize, archs: &[&str], ffn: Ffn) -> bool {
     archs.contains(&arch.gguf)
         && match ffn {
             Ffn::Any => true,
-            Ffn::Dense => dims.n_expert == 0,
-            Ffn::Moe => dims.n_expert > 0,
+            Ffn::Dense => !is_moe(dims, layer),
+            Ffn::Moe => is_moe(dims, layer),
         }
+}
+
+/// Whether layer `layer` is a mixture of experts.
+fn is_moe(dims: &Dims, layer: usize) -> bool {
+    dims.n_expert > 0 && layer >= dims.n_dense_lead
 }
 
 /// The expert prefix of `arch`'s checkpoints.
@@ -262,7 +273,7 @@ fn layer_name(
             dims.n_layer
         ));
     }
-    if dims.n_expert > 0
+    if is_moe(dims, layer)
         && let Some(rest) = suffix.strip_prefix(expert_prefix(arch))
     {
         let (expert, matrix) = rest.split_once('.').ok_or_else(unknown)?;
@@ -281,7 +292,7 @@ fn layer_name(
     }
     LAYER
         .iter()
-        .find(|(hf, _, _, archs, ffn)| *hf == suffix && has(arch, dims, archs, *ffn))
+        .find(|(hf, _, _, archs, ffn)| *hf == suffix && has(arch, dims, layer, archs, *ffn))
         .map(|&(_, gguf, shape, _, _)| (format!("blk.{layer}.{gguf}"), shape, None))
         .ok_or_else(unknown)
 }
@@ -302,14 +313,14 @@ pub(crate) fn required(arch: &HfArchitecture, dims: &Dims) -> Vec<(String, Strin
     ];
     for layer in 0..dims.n_layer {
         for (hf, gguf, _, archs, ffn) in LAYER {
-            if has(arch, dims, archs, ffn) {
+            if has(arch, dims, layer, archs, ffn) {
                 names.push((
                     format!("blk.{layer}.{gguf}"),
                     format!("model.layers.{layer}.{hf}"),
                 ));
             }
         }
-        if dims.n_expert > 0 {
+        if is_moe(dims, layer) {
             let prefix = expert_prefix(arch);
             for (_, hf, gguf, _) in EXPERT.iter().filter(|e| e.0 == prefix) {
                 for expert in 0..dims.n_expert {
