@@ -6,7 +6,7 @@
 seed-header     header only, no metadata, no tensors
 seed-metadata   values of several types (u8, nested array, f64, bool, i64) and an f32 tensor
 seed-tensors    one tensor of each type the reader knows (F32, F16, Q4_0, Q4_1, Q5_0,
-                Q5_1, Q8_0, IQ4_NL, Q2_K..Q6_K, IQ4_XS, BF16), and a Q5_0 tensor whose
+                Q5_1, Q8_0, IQ4_NL, Q2_K..Q6_K, IQ4_XS, BF16, MXFP4), and a Q5_0 tensor whose
                 second scale is NaN
 seed-tokenizer  a byte-level BPE vocabulary as GGUF stores it (tokenizer.ggml.*)
 
@@ -23,6 +23,7 @@ ALIGNMENT = 32
 U8, U32, I32, F32_VALUE, BOOL, STRING, ARRAY, I64, F64 = 0, 4, 5, 6, 7, 8, 9, 11, 12
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, BF16 = 0, 1, 2, 3, 6, 7, 8, 20, 30
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS = 10, 11, 12, 13, 14, 23
+MXFP4 = 39
 
 
 def string(text):
@@ -96,6 +97,8 @@ q4_k = struct.pack("<ee", 0.25, 0.125) + pattern(140)
 q5_k = struct.pack("<ee", 0.25, 0.125) + pattern(172)
 q6_k = pattern(208) + struct.pack("<e", 0.25)
 iq4_xs = struct.pack("<e", 0.125) + pattern(134)
+# MXFP4: an E8M0 exponent byte (127: scale 1/2), 16 bytes of FP4 codes.
+mxfp4 = bytes([127]) + pattern(16)
 write("seed-tensors", gguf([
     pair("general.architecture", STRING, string("llama")),
     pair("general.alignment", U32, struct.pack("<I", ALIGNMENT)),
@@ -115,6 +118,7 @@ write("seed-tensors", gguf([
     ("q6_k", [256], Q6_K, q6_k),
     ("iq4_xs", [256], IQ4_XS, iq4_xs),
     ("bf16", [2], BF16, b"\x80\x3f\x00\xc0"),
+    ("mxfp4", [32], MXFP4, mxfp4),
     ("q5_0_nan", [64], Q5_0, q5_0_nan),
 ]))
 

@@ -48,6 +48,7 @@ fn type_ids_block_sizes_and_row_bytes() {
         (8, GgmlType::Q8_0, 32, 34),
         (20, GgmlType::IQ4_NL, 32, 18),
         (30, GgmlType::BF16, 1, 2),
+        (39, GgmlType::MXFP4, 32, 17),
     ];
     for (id, ty, block_size, block_bytes) in table {
         assert_eq!(GgmlType::from_id(id).unwrap(), ty);
@@ -57,7 +58,7 @@ fn type_ids_block_sizes_and_row_bytes() {
             (block_size, block_bytes)
         );
     }
-    for id in [4, 5, 9, 15, 16, 19, 29, 31, 39, 41, 42, u32::MAX] {
+    for id in [4, 5, 9, 15, 16, 19, 29, 31, 40, 41, 42, u32::MAX] {
         assert_eq!(GgmlType::from_id(id), Err(QuantError::UnknownType { id }));
     }
     assert_eq!(GgmlType::Q4_1.row_bytes(576), Ok(360));
@@ -84,7 +85,7 @@ fn type_ids_block_sizes_and_row_bytes() {
 /// ggml.h's `enum ggml_type`, removed types included) and what is supported.
 #[test]
 fn unsupported_types_are_named_as_ggml_names_them() {
-    let supported = "supported: f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, bf16";
+    let supported = "supported: f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, bf16, mxfp4";
     let check = |id: u32, named: &str| {
         let message = GgmlType::from_id(id).unwrap_err().to_string();
         assert_eq!(message, format!("{named}; {supported}"), "id {id}");
@@ -98,7 +99,7 @@ fn unsupported_types_are_named_as_ggml_names_them() {
     check(33, "Q4_0_8_8 (type 33) is not supported");
     check(35, "TQ2_0 (type 35) is not supported");
     check(38, "IQ4_NL_8_8 (type 38) is not supported");
-    check(39, "MXFP4 (type 39) is not supported");
+    check(40, "NVFP4 (type 40) is not supported");
     check(41, "Q1_0 (type 41) is not supported");
     check(42, "unknown type id 42");
     check(u32::MAX, "unknown type id 4294967295");

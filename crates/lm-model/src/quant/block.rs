@@ -159,6 +159,14 @@ pub(crate) fn dequantize_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
                 dequantize_block(ty, b, o);
             }
         }
+        GgmlType::MXFP4 => {
+            for (b, o) in row
+                .chunks_exact(ty.block_bytes())
+                .zip(out.chunks_exact_mut(QK))
+            {
+                super::mxfp4::dequantize_block(b, o);
+            }
+        }
         GgmlType::Q2_K
         | GgmlType::Q3_K
         | GgmlType::Q4_K
@@ -179,7 +187,8 @@ pub(crate) fn dequantize_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
 /// checked one by one.
 pub(crate) fn f16_fields(ty: GgmlType) -> &'static [(&'static str, usize)] {
     match ty {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
+        // MXFP4's E8M0 exponent is a power of two for every byte.
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::MXFP4 => &[],
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => &[("scale d", 0)],
         GgmlType::Q4_1 | GgmlType::Q5_1 => &[("scale d", 0), ("minimum m", 2)],
         // The K-quants' super-block scales, at their offsets in the `block_k` diagrams.

@@ -56,10 +56,13 @@ pub enum GgmlType {
     IQ4_XS = 23,
     /// bfloat16 (the top half of an f32), 2 bytes per element.
     BF16 = 30,
+    /// Blocks of 32: an E8M0 exponent byte `e` and 16 bytes of FP4 (E2M1)
+    /// codes `i`; `x = 2^(e - 128) * MXFP4_VALUES[i]` (gpt-oss's experts).
+    MXFP4 = 39,
 }
 
 /// Every supported type, in id order.
-pub const SUPPORTED_TYPES: [GgmlType; 15] = [
+pub const SUPPORTED_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q4_0,
@@ -75,6 +78,7 @@ pub const SUPPORTED_TYPES: [GgmlType; 15] = [
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
     GgmlType::BF16,
+    GgmlType::MXFP4,
 ];
 
 /// The form of the activations a weight type is multiplied with.
@@ -211,6 +215,7 @@ impl GgmlType {
             GgmlType::IQ4_NL => "iq4_nl",
             GgmlType::IQ4_XS => "iq4_xs",
             GgmlType::BF16 => "bf16",
+            GgmlType::MXFP4 => "mxfp4",
         }
     }
 
@@ -235,7 +240,8 @@ impl GgmlType {
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q8_0
-            | GgmlType::IQ4_NL => ActivationKind::Q8,
+            | GgmlType::IQ4_NL
+            | GgmlType::MXFP4 => ActivationKind::Q8,
             GgmlType::Q2_K
             | GgmlType::Q3_K
             | GgmlType::Q4_K
@@ -261,6 +267,7 @@ impl GgmlType {
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
             GgmlType::IQ4_XS => 136,
+            GgmlType::MXFP4 => super::mxfp4::BLOCK_BYTES,
         }
     }
 

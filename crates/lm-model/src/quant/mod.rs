@@ -1,7 +1,8 @@
 //! GGML weight types and the kernels that multiply with them.
 //!
 //! - [`GgmlType`]: F32, F16, BF16, Q8_0, Q4_0, Q4_1, the K-quants Q2_K,
-//!   Q3_K, Q4_K, Q5_K and Q6_K, and IQ4_XS, with their block sizes.
+//!   Q3_K, Q4_K, Q5_K and Q6_K, IQ4_XS, and MXFP4 (`mxfp4`: gpt-oss's
+//!   experts), with their block sizes.
 //! - [`QMatrix`]: a borrowed matrix of blocks with `matvec`, batched `matmul`
 //!   and bit-exact `dequantize_row`.
 //! - [`Kernel`]: the portable path and the x86_64 AVX2, AVX-VNNI and AVX-512
@@ -16,6 +17,7 @@ pub(crate) mod block_k;
 
 mod ggml_type;
 mod matrix;
+pub(crate) mod mxfp4;
 pub(crate) mod packed;
 pub(crate) mod packed_k;
 mod quantize;

@@ -31,6 +31,7 @@ use crate::quant::activation::Activations;
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) mod frame;
+mod mxfp4;
 pub(crate) mod portable;
 pub(crate) mod portable_k;
 
@@ -87,6 +88,9 @@ impl Dispatch {
             Activations::Q8(xq) => debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs"),
             Activations::Q8K(xq) => debug_assert_eq!(xq.len(), n * n_blocks, "quantized inputs"),
             Activations::F32(_) => {}
+        }
+        if let (GgmlType::MXFP4, Activations::Q8(xq)) = (ty, x) {
+            return mxfp4::dot_rows(rows, row_bytes, n_blocks, xq, n, out);
         }
         #[cfg(target_arch = "x86_64")]
         let batch = Batch {

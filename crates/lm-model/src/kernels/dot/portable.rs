@@ -27,6 +27,7 @@ pub(crate) fn dot_row(ty: GgmlType, row: &[u8], x: Activations<'_>) -> f32 {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::IQ4_NL => dot_blocks(ty, row, xq),
+            GgmlType::MXFP4 => crate::quant::mxfp4::dot_blocks(row, xq),
             _ => unreachable!("{ty} does not multiply Q8 blocks"),
         },
         Activations::Q8K(xq) => portable_k::dot_row(ty, row, xq),
