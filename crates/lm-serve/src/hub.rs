@@ -38,7 +38,9 @@ use crate::error::ApiError;
 use crate::metrics::{Metrics, ModelMetrics, render_models};
 use crate::routes::{self, BODY_TOO_LARGE};
 use crate::surrogates::replace_lone_surrogates;
-use crate::{LoadModel, LoadedModel, ModelSource, SchedulerHandle, ServeConfig, ServeError};
+use crate::{
+    LoadModel, LoadedModel, ModelSource, SchedulerHandle, ServeConfig, ServeError, Shared,
+};
 
 /// The front of a several-model server.
 pub(crate) struct Hub {
@@ -60,6 +62,8 @@ struct Slot {
     load: LoadModel,
     /// Kept across reloads, so its counters only grow.
     metrics: Arc<Metrics>,
+    /// The front's answer numbering (every slot's is the same).
+    next_id: Arc<AtomicU64>,
     /// Held while loading, unloading and counting a request in.
     running: tokio::sync::Mutex<Option<Running>>,
     loaded: AtomicBool,
@@ -109,6 +113,7 @@ impl Hub {
                 reason: "a model must be allowed to idle for some time".into(),
             });
         }
+        let next_id = Arc::default();
         let slots = models
             .into_iter()
             .map(|ModelSource { id, load }| {
@@ -117,6 +122,7 @@ impl Hub {
                     id,
                     load,
                     metrics: Arc::default(),
+                    next_id: Arc::clone(&next_id),
                     running: tokio::sync::Mutex::new(None),
                     loaded: AtomicBool::new(false),
                     n_in_flight: AtomicUsize::new(0),
@@ -252,7 +258,11 @@ impl Slot {
             model_name: self.id.clone(),
             ..config
         };
-        let handle = SchedulerHandle::new(start(config, Arc::clone(&self.metrics)));
+        let shared = Shared {
+            metrics: Arc::clone(&self.metrics),
+            next_id: Arc::clone(&self.next_id),
+        };
+        let handle = SchedulerHandle::new(start(config, shared));
         if let Some(embedder) = embedder {
             handle.serve_embeddings(embedder);
         }

@@ -305,7 +305,7 @@ impl std::fmt::Debug for Server {
 /// checked and not yet started.
 pub struct LoadedModel {
     config: ServeConfig,
-    start: Box<dyn FnOnce(ServeConfig, Arc<Metrics>) -> Started + Send>,
+    start: Box<dyn FnOnce(ServeConfig, Shared) -> Started + Send>,
     embedder: Option<lm::Embedder>,
 }
 
@@ -341,7 +341,7 @@ impl LoadedModel {
         persist::check::<M::State>(&config)?;
         Ok(Self {
             config,
-            start: Box::new(move |config, metrics| start(model, text, config, metrics)),
+            start: Box::new(move |config, shared| start(model, text, config, shared)),
             embedder: None,
         })
     }
@@ -401,7 +401,7 @@ impl Server {
             embedder,
         } = model;
         let listener = listen(config.addr)?;
-        let (app, cancel, threads) = start(config, Arc::default());
+        let (app, cancel, threads) = start(config, Shared::default());
         let server = Self {
             listener,
             front: Front::One { app, cancel },
@@ -581,7 +581,7 @@ where
 {
     check(&config)?;
     persist::check::<M::State>(&config)?;
-    let (app, cancel, threads) = start(model, text, config, Arc::default());
+    let (app, cancel, threads) = start(model, text, config, Shared::default());
     let router = routes::router(Arc::clone(&app));
     Ok((
         router,
@@ -673,20 +673,29 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
     Ok(listener)
 }
 
+/// What a started model counts into, given by whoever starts it: a
+/// several-model server keeps a model's metrics across its reloads and
+/// numbers every model's answers from one counter.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) next_id: Arc<AtomicU64>,
+}
+
 /// Starts the scheduler and `config.parallel` workers for `model`,
-/// counting into `metrics` (a several-model server keeps a model's across
-/// its reloads): the state every route shares, the cancel flag and the
-/// threads.
+/// counting into `shared`: the state every route shares, the cancel flag
+/// and the threads.
 fn start<M>(
     model: Arc<M>,
     text: Arc<dyn ServedText>,
     config: ServeConfig,
-    metrics: Arc<Metrics>,
+    shared: Shared,
 ) -> Started
 where
     M: LanguageModel + Send + Sync + 'static,
     M::State: StateSize + SavedState + Send + 'static,
 {
+    let metrics = shared.metrics;
     let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
     let cancel = Arc::new(AtomicBool::new(false));
     let cache = scheduler::prefix_cache::<M::State>(config.cache_bytes);
@@ -708,7 +717,7 @@ where
         stopping: AtomicBool::new(false),
         in_flight: tokio::sync::watch::Sender::new(0),
         created: routes::unix_now(),
-        next_id: AtomicU64::new(0),
+        next_id: shared.next_id,
         saved_cache,
         scorer: Arc::new(echo::Direct(Arc::clone(&model))),
         embedder: std::sync::OnceLock::new(),

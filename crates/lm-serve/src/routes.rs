@@ -61,7 +61,9 @@ pub(crate) struct App {
     /// client is gone): shutdown drains them.
     pub(crate) in_flight: tokio::sync::watch::Sender<usize>,
     pub(crate) created: u64,
-    pub(crate) next_id: AtomicU64,
+    /// The number in the next answer's id (`cmpl-N`); a several-model
+    /// server's models share one, so no two answers share an id.
+    pub(crate) next_id: Arc<AtomicU64>,
     /// What saves the prefix cache (`--cache-dir`; `POST /slots/save`).
     pub(crate) saved_cache: Option<Arc<dyn crate::persist::SaveCache>>,
     /// The served model, for scoring an echoed prompt (`echo.rs`).

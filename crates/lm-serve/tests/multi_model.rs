@@ -105,7 +105,7 @@ fn sample(server: &TestServer, name: &str) -> f64 {
 }
 
 #[test]
-#[ignore = "needs SmolLM2 Q4_1 and Q8_0: cargo xtask fetch-model smollm2 smollm2-q8_0"]
+#[ignore = "needs SmolLM2 and smollm2-q8_0: cargo xtask fetch-model smollm2 && cargo xtask fetch-model smollm2-q8_0"]
 fn two_models_are_listed_and_each_answers_as_it_does_alone() {
     let alone: Vec<(String, String)> = [(&SMOLLM2, "q4"), (&SMOLLM2_Q8_0, "q8")]
         .into_iter()
@@ -158,7 +158,7 @@ fn two_models_are_listed_and_each_answers_as_it_does_alone() {
 }
 
 #[test]
-#[ignore = "needs SmolLM2 Q4_1 and Q8_0: cargo xtask fetch-model smollm2 smollm2-q8_0"]
+#[ignore = "needs SmolLM2 and smollm2-q8_0: cargo xtask fetch-model smollm2 && cargo xtask fetch-model smollm2-q8_0"]
 fn an_idle_model_is_unloaded_and_loaded_again_with_the_same_answers() {
     let server = smollm2_pair(Some(Duration::from_millis(300)));
     let before = answers(&server, Some("q8"));
@@ -211,6 +211,12 @@ fn concurrent_requests_for_an_unloaded_model_share_one_load() {
     let models = vec![toy_source("a", &gate), slow];
     let idle = Duration::from_millis(50);
     let server = TestServer::run(Server::bind_models(models, config(), Some(idle)).unwrap());
+    let (status, answer) = server.post(
+        "/v1/completions",
+        &json!({"model": "a", "prompt": "<start> the", "max_tokens": 1}),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let mut ids = vec![answer["id"].clone()];
     wait_for("b to idle out", || {
         sample(&server, r#"lm_model_loaded{model="b"}"#) == 0.0
     });
@@ -236,10 +242,15 @@ fn concurrent_requests_for_an_unloaded_model_share_one_load() {
         .map(|client| {
             let response = client.join().unwrap();
             assert_eq!(response.status, 200);
-            response.json()["choices"][0]["text"].clone()
+            let answer = response.json();
+            ids.push(answer["id"].clone());
+            answer["choices"][0]["text"].clone()
         })
         .collect();
     assert!(texts.iter().all(|text| *text == texts[0]), "{texts:?}");
+    // One numbering for every model and load: no two answers share an id.
+    let distinct: std::collections::HashSet<String> = ids.iter().map(Value::to_string).collect();
+    assert_eq!(distinct.len(), 5, "{ids:?}");
     // The load at start, and one for the four.
     assert_eq!(n_loads.load(Ordering::SeqCst), 2);
     assert_eq!(sample(&server, r#"lm_model_loads_total{model="b"}"#), 2.0);
