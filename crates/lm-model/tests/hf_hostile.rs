@@ -480,10 +480,10 @@ fn fields_the_gguf_architecture_cannot_follow() {
         ),
         (
             "phi3",
-            |c| c["partial_rotary_factor"] = json!(0.5),
+            |c| c["partial_rotary_factor"] = json!(1.5),
             &[
                 "partial_rotary_factor",
-                "0.5 is not supported for Phi3ForCausalLM",
+                "1.5 gives a rotated width of 24 of a head of 16",
             ],
         ),
         (
@@ -566,4 +566,30 @@ fn fields_the_gguf_architecture_cannot_follow() {
             "{name}: {error:?}"
         );
     }
+}
+
+/// Phi-4 mini rotates part of each head: `partial_rotary_factor` becomes
+/// `rope.dimension_count` (`int(f * hidden_size) / heads`, as the converter
+/// writes it) and the LongRoPE factors are one per rotated pair.
+#[test]
+fn a_partial_rotary_factor_sets_the_rotated_width() {
+    let (_temp, dir) = copy("phi3");
+    edit_json(&dir.join("config.json"), |c| {
+        c["partial_rotary_factor"] = json!(0.5);
+        for key in ["long_factor", "short_factor"] {
+            c["rope_scaling"][key].as_array_mut().unwrap().truncate(4);
+        }
+    });
+    let file = open_hf_dir(&dir).unwrap();
+    assert_eq!(file.get_u32("phi3.rope.dimension_count").unwrap(), 8);
+    let long = file.tensor("rope_factors_long.weight").unwrap();
+    assert_eq!(long.info.dims, [4]);
+    // The GGUF path builds it (a rotary width it could not take is an error).
+    lm_model::Llama::from_file(file).unwrap();
+    // Eight factors for four rotated pairs are refused.
+    let (_temp, dir) = copy("phi3");
+    edit_json(&dir.join("config.json"), |c| {
+        c["partial_rotary_factor"] = json!(0.5)
+    });
+    assert_names(&dir, &["rope_scaling.long_factor", "expected 4 numbers"]);
 }

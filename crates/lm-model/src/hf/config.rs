@@ -36,7 +36,9 @@
 //! rope_scaling llama3 (llama)    the tensor rope_freqs.weight, as the converter computes it
 //! rope_scaling longrope, su      rope_factors_{long,short}.weight and rope.scaling.attn_factor
 //!   (phi3)                       (attention_factor, else sqrt(1 + ln s / ln original), s the
-//!                                context over the original: transformers' rule)
+//!                                context over the original: transformers' rule; the
+//!                                converter always computes it, ignoring attention_factor)
+//! partial_rotary_factor (phi3)   rope.dimension_count               1: int(f * hidden_size) / heads
 //! tie_word_embeddings            no output.weight                   gemma2, gemma3: true; else false
 //! ```
 //!
@@ -52,8 +54,7 @@
 //! renormalises the chosen experts' weights, olmoe and qwen2moe do not, as
 //! llama.cpp fixes it per architecture; Qwen3Moe's default `false` is
 //! refused), `decoder_sparse_step` 1 and `mlp_only_layers` empty (every
-//! layer a mixture), `clip_qkv` null (OLMo), `partial_rotary_factor` 1
-//! (phi3), `scoring_func` `noaux_tc` and `n_group`, `topk_group` 1 (dots1),
+//! layer a mixture), `clip_qkv` null (OLMo), `scoring_func` `noaux_tc` and `n_group`, `topk_group` 1 (dots1),
 //! and Gemma's `query_pre_attn_scalar` equal to the scale the GGUF path
 //! computes. A field the table defaults that config.json sets to null
 //! (gemma2's soft-caps: no capping) is refused too: GGUF cannot say it.
@@ -353,12 +354,6 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 14] = [
                 false,
             ),
         ],
-        fixed: &[fixed(
-            "partial_rotary_factor",
-            Json::Number(1.0),
-            Json::Number(1.0),
-            "phi3 in GGUF rotates the whole head",
-        )],
         long_rope: true,
         ..LLAMA
     },
@@ -785,7 +780,8 @@ impl Fields<'_> {
             Some(MetadataValue::F32(v)) => f64::from(*v),
             _ => 10000.0,
         };
-        let generated = self.rope_scaling(&arch, &mut metadata, base, head_dim, &values)?;
+        let rope_dim = self.rope_dim(&arch, &dims, &mut metadata)?;
+        let generated = self.rope_scaling(&arch, &mut metadata, base, rope_dim, &values)?;
         Ok(HfConfig {
             arch,
             metadata,
@@ -815,6 +811,39 @@ impl Fields<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The rotated width of a head: phi3's `partial_rotary_factor` (Phi-4
+    /// mini's 0.75) as `rope.dimension_count`, `int(f * hidden_size) /
+    /// heads` as the converter writes it; the whole head for the others.
+    fn rope_dim(
+        &self,
+        arch: &HfArchitecture,
+        dims: &Dims,
+        metadata: &mut Vec<(String, MetadataValue)>,
+    ) -> Result<usize, HfError> {
+        const FIELD: &str = "partial_rotary_factor";
+        if !arch.long_rope {
+            return Ok(dims.head_dim);
+        }
+        let factor = self.number(FIELD)?.unwrap_or(1.0);
+        let rope_dim = (factor * dims.n_embd as f64) as usize / dims.n_head;
+        if !(factor > 0.0 && factor <= 1.0)
+            || rope_dim == 0
+            || !rope_dim.is_multiple_of(2)
+            || rope_dim > dims.head_dim
+        {
+            return Err(self.bad(
+                FIELD,
+                format!(
+                    "{factor} gives a rotated width of {rope_dim} of a head of {}",
+                    dims.head_dim
+                ),
+            ));
+        }
+        let value = MetadataValue::U32(rope_dim as u32);
+        metadata.push((format!("{}.rope.dimension_count", arch.gguf), value));
+        Ok(rope_dim)
     }
 
     /// Gemma's `query_pre_attn_scalar`, which GGUF does not hold: the
@@ -891,7 +920,7 @@ impl Fields<'_> {
         arch: &HfArchitecture,
         metadata: &mut Vec<(String, MetadataValue)>,
         base: f64,
-        head_dim: usize,
+        rope_dim: usize,
         values: &std::collections::HashMap<&str, MetadataValue>,
     ) -> Result<Vec<(String, Vec<f32>)>, HfError> {
         let Some(value) = self.present("rope_scaling") else {
@@ -960,9 +989,9 @@ impl Fields<'_> {
                         .iter()
                         .map(|v| v.as_f64().map(|v| v as f32))
                         .collect::<Option<Vec<f32>>>()
-                        .filter(|f| f.len() == head_dim / 2)
+                        .filter(|f| f.len() == rope_dim / 2)
                         .ok_or_else(|| {
-                            self.bad(&field, format!("expected {} numbers", head_dim / 2))
+                            self.bad(&field, format!("expected {} numbers", rope_dim / 2))
                         })?;
                     if factors.iter().any(|f| !f.is_finite() || *f <= 0.0) {
                         return Err(self.bad(&field, "a factor that is not finite and positive"));
@@ -978,7 +1007,7 @@ impl Fields<'_> {
                     high_freq_factor: number("high_freq_factor", Some(4.0))?,
                     original_context: number("original_max_position_embeddings", Some(8192.0))?,
                 }
-                .factors(base, head_dim);
+                .factors(base, rope_dim);
                 if factors.iter().any(|f| !f.is_finite() || *f <= 0.0) {
                     return Err(self.bad("rope_scaling", "gives non-finite frequency factors"));
                 }
