@@ -4,7 +4,7 @@
 //! read). The directories are `fixtures/hf/qwen2` (F32, tied),
 //! `fixtures/hf/qwen3` (two shards) and, for the fields and tensors of the
 //! other classes, `phi3`, `gemma2`, `olmo2`, `mixtral`, `qwen3moe`,
-//! `olmoe` and `qwen2moe`, copied to a temporary directory and broken one
+//! `olmoe`, `qwen2moe` and `dots1`, copied to a temporary directory and broken one
 //! way each.
 
 use std::fs;
@@ -441,7 +441,12 @@ fn experts_missing_beyond_the_count_or_of_another_dtype() {
 #[test]
 fn fields_the_gguf_architecture_cannot_follow() {
     type Edit = fn(&mut serde_json::Value);
-    let cases: [(&str, Edit, &[&str]); 16] = [
+    let cases: [(&str, Edit, &[&str]); 17] = [
+        (
+            "gemma2",
+            |c| c["rope_parameters"] = json!({"full_attention": 10000.0}),
+            &["rope_parameters.full_attention", "expected an object"],
+        ),
         (
             "gemma2",
             |c| c["query_pre_attn_scalar"] = json!(16),

@@ -226,6 +226,61 @@ fn olmo2_without_a_window_is_the_twin_until_the_window_bites() {
     );
 }
 
+/// transformers 5 saves `rope_parameters` in place of `rope_theta` and
+/// `rope_scaling` (and of Phi-3's `original_max_position_embeddings`, of
+/// Gemma 3's `rope_local_base_freq`, as one object per attention type):
+/// the directories rewritten so run as their twins (each would fail with
+/// the defaults: llama's base and Llama 3 factors, phi3's short factors,
+/// gemma3's base of 1e6).
+#[test]
+fn transformers_5_rope_parameters_read_as_the_older_fields() {
+    use serde_json::{Value, json};
+    type Edit = fn(&mut serde_json::Map<String, Value>);
+    let cases: [(&str, Edit); 3] = [
+        ("llama", |c| {
+            let mut params = c.remove("rope_scaling").unwrap();
+            params["rope_theta"] = c.remove("rope_theta").unwrap();
+            c.insert("rope_parameters".into(), params);
+        }),
+        ("phi3", |c| {
+            let mut params = c.remove("rope_scaling").unwrap();
+            let kind = params.as_object_mut().unwrap().remove("type").unwrap();
+            params["rope_type"] = kind;
+            params["rope_theta"] = c.remove("rope_theta").unwrap();
+            params["original_max_position_embeddings"] =
+                c.remove("original_max_position_embeddings").unwrap();
+            c.insert("rope_parameters".into(), params);
+        }),
+        ("gemma3", |c| {
+            let full = c.remove("rope_theta").unwrap();
+            let sliding = c.remove("rope_local_base_freq").unwrap();
+            c.insert(
+                "rope_parameters".into(),
+                json!({
+                    "full_attention": {"rope_type": "default", "rope_theta": full},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": sliding},
+                }),
+            );
+        }),
+    ];
+    let arch = fixture_path("arch");
+    for (name, edit) in cases {
+        let (_temp, dir) = copy(name);
+        let path = dir.join("config.json");
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(config.as_object_mut().unwrap());
+        std::fs::write(&path, config.to_string()).unwrap();
+        check_positions(
+            &dir,
+            arch.join(format!("{name}.gguf")),
+            arch.join(format!("{name}.logits.f32le.bin")),
+            LLAMA_CPP_TOLERANCE,
+            ids().len(),
+        );
+    }
+}
+
 #[test]
 fn qwen2_bf16_runs_as_its_twin() {
     let hf = fixture_path("hf");

@@ -39,6 +39,9 @@
 //!                                context over the original: transformers' rule; the
 //!                                converter always computes it, ignoring attention_factor)
 //! partial_rotary_factor (phi3)   rope.dimension_count               1: int(f * hidden_size) / heads
+//! rope_local_base_freq (gemma3)  rope.freq_base_swa                 10000 (the GGUF default)
+//! rope_parameters (transformers 5) read as rope_theta, rope_scaling, and the fields above
+//!                                that moved into it, where those are absent
 //! tie_word_embeddings            no output.weight                   gemma2, gemma3: true; else false
 //! ```
 //!
@@ -289,12 +292,20 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 14] = [
             ("rope_theta", 1e6),
             ("head_dim", 256.0),
         ],
-        extra: &[field(
-            "sliding_window",
-            "attention.sliding_window",
-            Kind::U32,
-            true,
-        )],
+        extra: &[
+            field(
+                "sliding_window",
+                "attention.sliding_window",
+                Kind::U32,
+                true,
+            ),
+            field(
+                "rope_local_base_freq",
+                "rope.freq_base_swa",
+                Kind::F32,
+                false,
+            ),
+        ],
         ..LLAMA
     },
     // Mistral is llama to the converter; llama.cpp (and so the GGUF path)
@@ -592,12 +603,72 @@ pub(crate) fn read_json_object(path: &Path) -> Result<Map<String, Value>, HfErro
 /// Reads `dir/config.json` and maps it.
 pub(crate) fn read(dir: &Path) -> Result<HfConfig, HfError> {
     let path = dir.join("config.json");
-    let json = read_json_object(&path)?;
+    let json = with_rope_parameters(&path, read_json_object(&path)?)?;
     Fields {
         path: path.clone(),
         json: &json,
     }
     .config()
+}
+
+/// transformers 5 saves `rope_parameters` where 4 saved `rope_theta`,
+/// `rope_scaling` (and Phi-3's `original_max_position_embeddings`,
+/// `partial_rotary_factor`, Gemma 3's `rope_local_base_freq`): one object,
+/// or one per attention type (`full_attention`, `sliding_attention`). Its
+/// values are read as those fields, where config.json does not give them.
+fn with_rope_parameters(
+    path: &Path,
+    mut json: Map<String, Value>,
+) -> Result<Map<String, Value>, HfError> {
+    let Some(params) = json.get("rope_parameters").filter(|v| !v.is_null()) else {
+        return Ok(json);
+    };
+    let bad = |field: &str| HfError::BadField {
+        path: path.to_path_buf(),
+        field: field.into(),
+        reason: "expected an object".into(),
+    };
+    let params = params.as_object().ok_or_else(|| bad("rope_parameters"))?;
+    let (full, sliding) = match params.get("full_attention") {
+        Some(full) => (
+            full.as_object()
+                .ok_or_else(|| bad("rope_parameters.full_attention"))?
+                .clone(),
+            match params.get("sliding_attention") {
+                Some(sliding) => Some(
+                    sliding
+                        .as_object()
+                        .ok_or_else(|| bad("rope_parameters.sliding_attention"))?
+                        .clone(),
+                ),
+                None => None,
+            },
+        ),
+        None => (params.clone(), None),
+    };
+    let mut give = |field: &str, value: Option<&Value>| {
+        if let Some(value) = value
+            && json.get(field).is_none_or(Value::is_null)
+        {
+            json.insert(field.to_owned(), value.clone());
+        }
+    };
+    give("rope_theta", full.get("rope_theta"));
+    for field in ["original_max_position_embeddings", "partial_rotary_factor"] {
+        give(field, full.get(field));
+    }
+    if full
+        .get("rope_type")
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind != "default")
+    {
+        give("rope_scaling", Some(&Value::Object(full.clone())));
+    }
+    give(
+        "rope_local_base_freq",
+        sliding.as_ref().and_then(|s| s.get("rope_theta")),
+    );
+    Ok(json)
 }
 
 /// config.json's fields, read with errors naming the file and the field.
