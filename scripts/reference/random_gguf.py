@@ -115,6 +115,22 @@ ARCHS = {
                   expert_ffn=32, n_expert=8, n_expert_used=3, n_shared=2, dense_lead=1,
                   gating_func=2, weights_norm=True, weights_scale=2.5, probs_bias=True,
                   qk_scale=2.0, rope_base=1000000.0, dtype="f32", qk_norm=True, tied=False),
+    # gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE): layers 0, 2 slide over 12
+    # positions, 1 and 3 are global; a sink logit per head
+    # (attn_sinks.weight, 3 N(0, 1): some heads' sinks take most of the
+    # weight, others none); q/k/v and output biases; the norm before the
+    # experts named post_attention_norm; a router with a bias choosing the
+    # top-4 of 8 experts by logit, weighted by the softmax of those four;
+    # experts in MXFP4 (gguf's quantizer) with F32 biases, through
+    # swiglu_oai (alpha 1.702, limit 7); query and key weights times 1.5
+    # (times 2, the f16 cache's roundings moved llama.cpp's own logits by
+    # 0.03 and ours, rounding alike, by as much). Its logits are also
+    # written with an f32 KV cache (f32_kv), where no f16 rounding intervenes.
+    "gpt_oss": dict(arch="gpt-oss", n_embd=64, n_layer=4, n_head=4, n_kv_head=2, head_dim=32,
+                    ffn=96, expert_ffn=32, n_expert=8, n_expert_used=4, qk_scale=1.5,
+                    rope_base=150000.0, dtype="f32", sliding_window=12, qkv_bias=True,
+                    out_bias=True, sinks=True, moe_bias=True, experts_type="mxfp4",
+                    ffn_norm="post_attention_norm", f32_kv=True, tied=False),
 }
 
 
@@ -162,6 +178,16 @@ def write_model(path, arch, spec, seed):
         # numpy shape (experts, rows, row length) is ggml's [row length, rows, experts].
         return (rng.standard_normal((n_expert, n_out, n_in)) / np.sqrt(n_in)).astype(wdtype)
 
+    def add_experts(name, n_out, n_in):
+        values = experts(n_out, n_in)
+        if spec.get("experts_type") == "mxfp4":
+            mxfp4 = gguf.GGMLQuantizationType.MXFP4
+            # The quantized bytes, (experts, rows, row bytes): gguf reads the
+            # shape back from the type's block size.
+            w.add_tensor(name, gguf.quants.quantize(values, mxfp4), raw_dtype=mxfp4)
+        else:
+            w.add_tensor(name, values)
+
     w = gguf.GGUFWriter(path, arch)
     w.add_context_length(256)
     w.add_embedding_length(d)
@@ -171,7 +197,7 @@ def write_model(path, arch, spec, seed):
     w.add_head_count_kv(nkv)
     w.add_layer_norm_rms_eps(1e-6 if arch in ("gemma3", "gemma2") else 1e-5)
     w.add_rope_freq_base(spec["rope_base"])
-    if arch in ("qwen3", "gemma3", "qwen3moe", "gemma2", "dots1"):
+    if arch in ("qwen3", "gemma3", "qwen3moe", "gemma2", "dots1", "gpt-oss"):
         w.add_key_length(hd)
         w.add_value_length(hd)
     else:
@@ -239,18 +265,28 @@ def write_model(path, arch, spec, seed):
             w.add_tensor(p + "attn_q_norm.weight", gain(q_width) * np.float32(qk_scale))
             w.add_tensor(p + "attn_k_norm.weight", gain(k_width) * np.float32(qk_scale))
         w.add_tensor(p + "attn_output.weight", matrix(d, nh * hd))
+        if spec.get("out_bias"):
+            w.add_tensor(p + "attn_output.bias", bias(d))
+        if spec.get("sinks"):
+            w.add_tensor(p + "attn_sinks.weight", (3.0 * rng.standard_normal(nh)).astype(np.float32))
         if spec.get("post_norms"):
             w.add_tensor(p + "post_attention_norm.weight", gain(d))
         if spec.get("pre_norms", True):
-            w.add_tensor(p + "ffn_norm.weight", gain(d))
+            w.add_tensor(p + spec.get("ffn_norm", "ffn_norm") + ".weight", gain(d))
         if n_expert and i >= spec.get("dense_lead", 0):
             f = spec.get("expert_ffn", ffn)
             # The router in F32 (llama.cpp's converter keeps it so).
             w.add_tensor(p + "ffn_gate_inp.weight",
                          (rng.standard_normal((n_expert, d)) / np.sqrt(d)).astype(np.float32))
-            w.add_tensor(p + "ffn_gate_exps.weight", experts(f, d))
-            w.add_tensor(p + "ffn_up_exps.weight", experts(f, d))
-            w.add_tensor(p + "ffn_down_exps.weight", experts(d, f))
+            add_experts(p + "ffn_gate_exps.weight", f, d)
+            add_experts(p + "ffn_up_exps.weight", f, d)
+            add_experts(p + "ffn_down_exps.weight", d, f)
+            if spec.get("moe_bias"):
+                # numpy (experts, width) is ggml's [width, experts].
+                w.add_tensor(p + "ffn_gate_inp.bias", bias(n_expert))
+                w.add_tensor(p + "ffn_gate_exps.bias", bias(n_expert * f).reshape(n_expert, f))
+                w.add_tensor(p + "ffn_up_exps.bias", bias(n_expert * f).reshape(n_expert, f))
+                w.add_tensor(p + "ffn_down_exps.bias", bias(n_expert * d).reshape(n_expert, d))
             if spec.get("probs_bias"):
                 # Of the size of the sigmoids' spread, so it changes choices.
                 w.add_tensor(p + "exp_probs_b.bias", (0.2 * rng.standard_normal(n_expert)).astype(np.float32))
@@ -278,7 +314,21 @@ def write_model(path, arch, spec, seed):
     w.close()
 
 
-def llama_cpp_logits(path):
+def write_mxfp4_blocks(out):
+    """mxfp4_blocks.bin: 300 random MXFP4 blocks (17 bytes each: every
+    exponent byte 0..254 once, then random ones, and random codes), and
+    mxfp4_blocks.f32le.bin: the gguf package's dequantization of them
+    (`gguf.quants.dequantize`), 32 little-endian f32 per block."""
+    rng = np.random.default_rng(SEED - 39)
+    blocks = rng.integers(0, 256, (300, 17), dtype=np.uint8)
+    blocks[:255, 0] = np.arange(255, dtype=np.uint8)
+    blocks[255:, 0] = rng.integers(0, 255, 45, dtype=np.uint8)
+    values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.MXFP4)
+    blocks.tofile(os.path.join(out, "mxfp4_blocks.bin"))
+    values.astype("<f4").tofile(os.path.join(out, "mxfp4_blocks.f32le.bin"))
+
+
+def llama_cpp_logits(path, **cache):
     llm = llama_cpp.Llama(
         model_path=path,
         n_ctx=256,
@@ -287,6 +337,7 @@ def llama_cpp_logits(path):
         n_threads_batch=1,
         logits_all=True,
         verbose=False,
+        **cache,
     )
     llm.eval(IDS)
     n_vocab = llm.n_vocab()
@@ -317,6 +368,10 @@ def main():
         write_model(path, spec.get("arch", name), spec, SEED + k + 1)
         logits = llama_cpp_logits(path)
         logits.astype("<f4").tofile(os.path.join(out, f"{name}.logits.f32le.bin"))
+        if spec.get("f32_kv"):
+            # type_k = type_v = 0: GGML_TYPE_F32.
+            f32_kv = llama_cpp_logits(path, type_k=0, type_v=0)
+            f32_kv.astype("<f4").tofile(os.path.join(out, f"{name}.f32kv.logits.f32le.bin"))
         manifest["models"][name] = {
             "file": f"{name}.gguf",
             "logits": f"{name}.logits.f32le.bin",
@@ -325,6 +380,8 @@ def main():
             **{key: value for key, value in spec.items()},
         }
         print(f"{name}: {os.path.getsize(path)} bytes, logits range {logits.min():.3f}..{logits.max():.3f}")
+    if not only or "gpt_oss" in only:
+        write_mxfp4_blocks(out)
     write_manifest(out, manifest)
 
 

@@ -4,7 +4,8 @@
 //! mixtures of experts qwen3moe (top-2 of 8, top-8 of 16), Mixtral and
 //! OLMoE, gemma2 with soft-caps, olmo2, phi3 with fused tensors and
 //! LongRoPE, llama with a Mistral window key llama.cpp ignores, and the
-//! mixtures with shared experts qwen2moe and dots1, sigmoid-gated) and
+//! mixtures with shared experts qwen2moe and dots1, sigmoid-gated, and
+//! gpt-oss with attention sinks and MXFP4 experts) and
 //! llama.cpp's logits of every position of a 40-id input, written by
 //! `scripts/reference/random_gguf.py` (`cargo xtask reference-fixtures
 //! --arch`; see that folder's README).
@@ -244,6 +245,113 @@ fn dots1_matches_llama_cpp() {
     check_against_llama_cpp("dots1");
 }
 
+/// With an f32 KV cache on both sides (llama.cpp's `type_k = type_v =
+/// f32`: `gpt_oss.f32kv.logits.f32le.bin`), no f16 rounding intervenes
+/// and every logit agrees within 1e-4 (measured: 2.6e-6): the sinks, the
+/// windows, the biases, the routing, swiglu_oai and the MXFP4 products
+/// are llama.cpp's to float rounding.
+#[test]
+fn gpt_oss_with_an_f32_cache_matches_llama_cpp_closely() {
+    let model = load("gpt_oss").with_kv_precision(lm_model::KvPrecision::F32);
+    let ours = all_positions(&model, &ids());
+    let theirs = llama_cpp_logits("gpt_oss.f32kv");
+    assert_eq!(ours.len(), theirs.len());
+    let diff = max_abs_diff(&ours, &theirs);
+    assert!(diff < 1e-4, "gpt_oss with f32 caches: {diff}");
+    eprintln!("gpt_oss with f32 caches: largest logit difference {diff}");
+}
+
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    let model = load("gpt_oss");
+    let c = model.config();
+    let moe = c.options.moe.unwrap();
+    // Sinks, q/k/v and output biases; layers 0 and 2 sliding over 12, 1
+    // and 3 global; top-4 of 8 experts (MXFP4, width 32) chosen by logit
+    // and weighted by the softmax of the four, through swiglu_oai.
+    assert!(c.options.attn_sinks && c.options.attn_output_bias && c.options.qkv_bias);
+    let kinds: Vec<AttentionKind> = (0..c.n_layer).map(|i| c.attention_kind(i)).collect();
+    let sliding = AttentionKind::Sliding { window: 12 };
+    assert_eq!(
+        kinds,
+        [
+            sliding,
+            AttentionKind::Global,
+            sliding,
+            AttentionKind::Global
+        ]
+    );
+    assert_eq!(moe_of(&model), (8, 4, 32, false));
+    assert_eq!(moe.gating, Gating::SoftmaxWeight);
+    assert!(moe.biased);
+    assert_eq!(c.ffn, lm_model::FfnKind::SwiGluOai);
+    check_against_llama_cpp("gpt_oss");
+}
+
+/// gpt-oss's sinks, biases and gating each move the logits far beyond the
+/// tolerance when changed, so the agreement above is evidence that each is
+/// computed as llama.cpp does.
+#[test]
+fn gpt_oss_features_move_the_logits_beyond_the_tolerance() {
+    use crate::arch_errors::Model;
+    use crate::common::gguf_writer::GgufTensor;
+    let layers = 0..4;
+    let zeroed = |part: &str, len: usize| {
+        layers.clone().fold(Model::read("gpt_oss"), |model, i| {
+            let name = format!("blk.{i}.{part}");
+            model.replace(GgufTensor::f32(&name, vec![len as u64], &vec![0.0; len]))
+        })
+    };
+    let edits = [
+        // A sink of 0 is still a term exp(0 - max): a sink of -1e4 is none.
+        ("sinks of -1e4", {
+            layers.clone().fold(Model::read("gpt_oss"), |model, i| {
+                let name = format!("blk.{i}.attn_sinks.weight");
+                model.replace(GgufTensor::f32(&name, vec![4], &[-1e4; 4]))
+            })
+        }),
+        ("no output bias", zeroed("attn_output.bias", 64)),
+        ("no router bias", zeroed("ffn_gate_inp.bias", 8)),
+        (
+            "sliding window of 1000",
+            Model::read("gpt_oss").set(
+                "gpt-oss.attention.sliding_window",
+                lm_model::MetadataValue::U32(1000),
+            ),
+        ),
+    ];
+    for (what, model) in edits {
+        let diff = largest_diff_from(&model.load().unwrap(), "gpt_oss", 0);
+        assert!(diff > 10.0 * LOGIT_TOLERANCE, "gpt_oss {what}: {diff}");
+        eprintln!("gpt_oss {what}: {diff}");
+    }
+}
+
+/// Our MXFP4 dequantization equals the `gguf` package's
+/// (`gguf.quants.dequantize`) bit for bit on 300 random blocks, every
+/// exponent byte 0..=254 among them (`mxfp4_blocks.bin`, written by
+/// `random_gguf.py`).
+#[test]
+fn mxfp4_dequantizes_as_the_gguf_package_does() {
+    let blocks = std::fs::read(arch_dir().join("mxfp4_blocks.bin")).unwrap();
+    let theirs = std::fs::read(arch_dir().join("mxfp4_blocks.f32le.bin")).unwrap();
+    let n_blocks = blocks.len() / 17;
+    assert_eq!((n_blocks, theirs.len()), (300, 300 * 32 * 4));
+    let matrix = lm_model::QMatrix::new(lm_model::GgmlType::MXFP4, n_blocks, 32, &blocks).unwrap();
+    let mut row = vec![0.0f32; 32];
+    for (b, expected) in theirs.chunks_exact(32 * 4).enumerate() {
+        matrix.dequantize_row(b, &mut row).unwrap();
+        for (j, (ours, e)) in row.iter().zip(expected.chunks_exact(4)).enumerate() {
+            let e = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+            assert_eq!(
+                ours.to_bits(),
+                e.to_bits(),
+                "block {b} value {j}: {ours} vs {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn gemma2_matches_llama_cpp() {
     let model = load("gemma2");
@@ -318,17 +426,18 @@ fn mistral_sliding_window_key_is_ignored_as_llama_cpp_does() {
 }
 
 /// Every file of the folder that is a mixture of experts.
-const MOE_FIXTURES: [&str; 6] = [
+const MOE_FIXTURES: [&str; 7] = [
     "qwen3moe",
     "qwen3moe_top8",
     "mixtral",
     "olmoe",
     "qwen2moe",
     "dots1",
+    "gpt_oss",
 ];
 
 /// Every fixture.
-pub(crate) const ALL_FIXTURES: [&str; 14] = [
+pub(crate) const ALL_FIXTURES: [&str; 15] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -343,6 +452,7 @@ pub(crate) const ALL_FIXTURES: [&str; 14] = [
     "mistral",
     "qwen2moe",
     "dots1",
+    "gpt_oss",
 ];
 
 /// The routing matters: with the top-k halved, the logits move far beyond
@@ -354,6 +464,7 @@ fn expert_routing_moves_the_logits_beyond_the_tolerance() {
         let name = match arch {
             "mixtral" => "llama",
             "qwen3moe_top8" => "qwen3moe",
+            "gpt_oss" => "gpt-oss",
             other => other,
         };
         let key = format!("{name}.expert_used_count");
@@ -494,12 +605,22 @@ fn shared_experts_and_sigmoid_routing_move_the_logits_beyond_the_tolerance() {
 
 /// Every architecture's cached pass agrees with the uncached reference
 /// (plain ndarray products and an explicit mask, sliding windows included)
-/// and with feeding the ids one at a time.
+/// and with feeding the ids one at a time. gpt_oss's MXFP4 experts are
+/// compared as their f32 values: a quantized product rounds the
+/// activations to 8 bits (as llama.cpp's does), the reference does not,
+/// and that alone moves its logits by 0.2.
 #[test]
 fn cached_pass_matches_the_reference_and_token_by_token() {
     let ids = ids();
     for arch in ALL_FIXTURES {
-        let model = load(arch).with_kv_precision(lm_model::KvPrecision::F32);
+        let model = match arch {
+            "gpt_oss" => crate::arch_errors::Model::read(arch)
+                .dequantized()
+                .load()
+                .unwrap(),
+            _ => load(arch),
+        };
+        let model = model.with_kv_precision(lm_model::KvPrecision::F32);
         let vocab = model.vocab_size();
         let batch = all_positions(&model, &ids);
         let reference = model.reference_logits(&ids).unwrap();

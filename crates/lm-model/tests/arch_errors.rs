@@ -65,6 +65,29 @@ impl Model {
         self
     }
 
+    /// Every quantized tensor replaced by an f32 tensor of its
+    /// dequantized values (gpt-oss's MXFP4 experts): products with f32
+    /// weights take the activations as they are, as the uncached reference
+    /// does, where a quantized product rounds them to 8 bits first.
+    pub(crate) fn dequantized(mut self) -> Self {
+        use lm_model::{GgmlType, QMatrix};
+        for tensor in &mut self.tensors {
+            let ty = GgmlType::from_id(tensor.type_id).unwrap();
+            if !ty.is_quantized() {
+                continue;
+            }
+            let n_cols = tensor.dims[0] as usize;
+            let n_rows = tensor.dims[1..].iter().product::<u64>() as usize;
+            let matrix = QMatrix::new(ty, n_rows, n_cols, &tensor.data).unwrap();
+            let mut values = vec![0.0f32; n_rows * n_cols];
+            for (r, row) in values.chunks_exact_mut(n_cols).enumerate() {
+                matrix.dequantize_row(r, row).unwrap();
+            }
+            *tensor = GgufTensor::f32(&tensor.name, tensor.dims.clone(), &values);
+        }
+        self
+    }
+
     /// The tensors' names, in file order.
     pub(crate) fn tensor_names(&self) -> Vec<String> {
         self.tensors.iter().map(|t| t.name.clone()).collect()
@@ -107,7 +130,7 @@ fn another_architecture_is_named_with_the_supported_ones() {
     check(
         Model::read("qwen2").set("general.architecture", MetadataValue::String("gpt2".into())),
         "architecture `gpt2` is not supported; supported: llama, qwen2, qwen3, gemma3, qwen3moe, \
-         olmoe, gemma2, olmo2, phi3, qwen2moe, dots1",
+         olmoe, gemma2, olmo2, phi3, qwen2moe, dots1, gpt-oss",
         |e| matches!(e, TransformerError::UnsupportedArchitecture { found } if found == "gpt2"),
     );
 }

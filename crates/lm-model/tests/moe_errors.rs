@@ -3,8 +3,9 @@
 //! qwen3moe (8 experts of width 32 over a width of 64, top-2, 4 layers) and
 //! Mixtral (llama with 8 experts of width 48) files, OLMoE's QK norms,
 //! qwen2moe's gated shared expert (width 48) and dots1's sigmoid routing
-//! (selection bias, two shared experts of width 32, layer 0 dense), each
-//! rewritten with one thing wrong.
+//! (selection bias, two shared experts of width 32, layer 0 dense) and
+//! gpt-oss's sinks, biases and MXFP4 experts, each rewritten with one
+//! thing wrong.
 
 use lm_model::{MetadataValue, TransformerError};
 
@@ -244,4 +245,59 @@ fn a_selection_bias_of_the_wrong_length_or_a_bad_scale_is_refused() {
             |e| matches!(e, TransformerError::InvalidScale { .. }),
         );
     }
+}
+
+/// gpt-oss (`fixtures/arch/gpt_oss.gguf`: 4 heads, 8 MXFP4 experts of
+/// width 32 over a width of 64): a sinks tensor missing or of the wrong
+/// length, a missing router bias, a misshapen expert bias, a missing
+/// window: each a one-line error naming it.
+#[test]
+fn gpt_oss_sinks_biases_and_window_that_do_not_fit_are_named() {
+    let missing = |e: &TransformerError| matches!(e, TransformerError::MissingTensors { .. });
+    check(
+        Model::read("gpt_oss").remove_tensors(&["blk.1.attn_sinks.weight"]),
+        "missing tensors: blk.1.attn_sinks.weight",
+        missing,
+    );
+    check(
+        Model::read("gpt_oss").resize_vector("blk.0.attn_sinks.weight", 3),
+        "tensor blk.0.attn_sinks.weight has shape [3], expected [4]",
+        shape,
+    );
+    check(
+        Model::read("gpt_oss")
+            .remove_tensors(&["blk.3.ffn_gate_inp.bias", "blk.0.attn_output.bias"]),
+        "missing tensors: blk.0.attn_output.bias, blk.3.ffn_gate_inp.bias",
+        missing,
+    );
+    check(
+        Model::read("gpt_oss").reshape("blk.2.ffn_up_exps.bias", &[64, 4]),
+        "tensor blk.2.ffn_up_exps.bias has shape [64, 4], expected [32, 8]",
+        shape,
+    );
+    check(
+        Model::read("gpt_oss").remove_key("gpt-oss.attention.sliding_window"),
+        "missing metadata keys: gpt-oss.attention.sliding_window",
+        |e| matches!(e, TransformerError::MissingMetadata { .. }),
+    );
+}
+
+/// An MXFP4 expert tensor whose size does not fit: transposed dims (the
+/// same bytes) are refused naming both shapes; a row length that is not a
+/// whole number of 32-weight blocks is refused when the file is read.
+#[test]
+fn gpt_oss_mxfp4_experts_that_do_not_fit_are_named() {
+    check(
+        Model::read("gpt_oss").reshape("blk.0.ffn_down_exps.weight", &[64, 32, 8]),
+        "tensor blk.0.ffn_down_exps.weight has shape [64, 32, 8], expected [32, 64, 8]",
+        shape,
+    );
+    let bytes = Model::read("gpt_oss")
+        .reshape("blk.1.ffn_gate_exps.weight", &[80, 32, 8])
+        .bytes(32);
+    let err = lm_model::GgufFile::from_bytes(bytes).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tensor \"blk.1.ffn_gate_exps.weight\" of type mxfp4 has rows of 80 elements, not a multiple of 32"
+    );
 }

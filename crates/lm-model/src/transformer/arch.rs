@@ -21,11 +21,20 @@
 //!                                                                     LongRoPE factors)
 //! qwen2moe neox      yes       -        pre        MoE    -          -
 //! dots1    neox      -         yes      pre        MoE    -          -
+//! gpt-oss  neox      if present -       pre        MoE    -          1 of 2 layers (key required);
+//!                                                                    attention sinks, output bias
 //! ```
 //!
 //! (`whole`: one QK norm over all the heads together; `MoE`: a mixture of
-//! SwiGLU experts, below; `post only`: no norm before attention or the
-//! feed-forward block, a norm of each one's output.)
+//! SwiGLU experts, below (gpt-oss's: `swiglu_oai`); `post only`: no norm
+//! before attention or the feed-forward block, a norm of each one's output.)
+//!
+//! gpt-oss (llama.cpp's `LLM_ARCH_OPENAI_MOE`, src/models/openai-moe.cpp):
+//! `blk.{i}.attn_sinks.weight` `[n_head]`, a logit per head in its softmax's
+//! denominator; `attn_output.bias`; the q/k/v biases read when the file has
+//! them; the norm before the experts is stored as `post_attention_norm`.
+//! Real gpt-oss files name YaRN scaling (`rope.scaling.type = yarn`), which
+//! is refused by name here until it is implemented.
 //!
 //! Storage, not computation: any architecture's query, key and value
 //! weights may come fused as one `blk.{i}.attn_qkv.weight` (rows `q_dim`,
@@ -62,6 +71,10 @@
 //! qwen2moe  always            as qwen3moe                   softmax   as they are       expert_shared_feed_forward_length
 //!                                                                                       wide (default feed_forward_length),
 //!                                                                                       times sigmoid(x . ffn_gate_inp_shexp)
+//! gpt-oss   always            expert_feed_forward_length    softmax-  as they are       -
+//!                             (required)                    weight:   (router and experts
+//!                                                           top-k of  biased)
+//!                                                           logits
 //! dots1     after the first   expert_feed_forward_length    expert_gating_func  expert_weights_norm   expert_shared_count
 //!           leading_dense_    (required)                    (required:  (default no), times       experts' width, added
 //!           block_count                                     1 softmax,  expert_weights_scale
@@ -89,7 +102,8 @@
 //!           .rope.scaling.type (none or linear) and .rope.scaling.factor
 //!           .rope.scaling.attn_factor (default 1)
 //!           .rope.scaling.original_context_length (LongRoPE)
-//!           .attention.sliding_window (gemma2, gemma3, olmo2), .rope.freq_base_swa
+//!           .attention.sliding_window (gemma2, gemma3, olmo2; gpt-oss
+//!                                      required), .rope.freq_base_swa
 //!           .attention.sliding_window_pattern (a period, or a flag per layer)
 //!           .attn_logit_softcapping (gemma2, default 50)
 //!           .final_logit_softcapping (gemma2, default 30; gemma3, default none)
@@ -115,9 +129,9 @@ use super::config::{
 use crate::gguf::{GgufError, GgufFile, MetadataValue};
 
 /// The names of the architectures this backend runs.
-pub const SUPPORTED: [&str; 11] = [
+pub const SUPPORTED: [&str; 12] = [
     "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "olmoe", "gemma2", "olmo2", "phi3",
-    "qwen2moe", "dots1",
+    "qwen2moe", "dots1", "gpt-oss",
 ];
 
 /// What one architecture adds to the shared block.
@@ -129,6 +143,16 @@ pub(crate) struct Architecture {
     pub rope_mode: RopeMode,
     /// `blk.{i}.attn_{q,k,v}.bias`.
     pub qkv_bias: bool,
+    /// `blk.{i}.attn_{q,k,v}.bias` are read when the file has them
+    /// (`blk.0.attn_q.bias` present: every layer's are then required).
+    pub qkv_bias_if_present: bool,
+    /// `blk.{i}.attn_output.bias`.
+    pub attn_output_bias: bool,
+    /// `blk.{i}.attn_sinks.weight`, a sink logit per head.
+    pub attn_sinks: bool,
+    /// The name of the norm before the feed-forward block,
+    /// `blk.{i}.{ffn_norm}.weight` (gpt-oss: `post_attention_norm`).
+    pub ffn_norm: &'static str,
     /// `blk.{i}.attn_{q,k}_norm.weight`, RMSNorm per head.
     pub qk_norm: bool,
     /// The QK norms span all heads (olmoe) instead of one head.
@@ -213,8 +237,12 @@ pub(crate) struct MoeRow {
     /// Where each expert's width comes from.
     pub width: ExpertWidth,
     /// The gating function is `expert_gating_func` (required: llama.cpp
-    /// aborts without it), else softmax.
+    /// aborts without it), else `gating`.
     pub gating_key: bool,
+    /// The gating function without the key.
+    pub gating: Gating,
+    /// The router and the experts have biases (gpt-oss).
+    pub biased: bool,
     /// `expert_weights_scale` multiplies the chosen weights (0 or missing:
     /// no scale), `leading_dense_block_count` layers come first, dense,
     /// and `blk.{i}.exp_probs_b.bias` is a selection bias when present
@@ -255,6 +283,8 @@ const SOFTMAX_MOE: MoeRow = MoeRow {
     norm_weights: Some(true),
     width: ExpertWidth::OwnOrShare,
     gating_key: false,
+    gating: Gating::Softmax,
+    biased: false,
     deepseek_keys: false,
     shared: SharedArch::None,
 };
@@ -265,6 +295,10 @@ const PLAIN: Architecture = Architecture {
     name: "",
     rope_mode: RopeMode::Adjacent,
     qkv_bias: false,
+    qkv_bias_if_present: false,
+    attn_output_bias: false,
+    attn_sinks: false,
+    ffn_norm: "ffn_norm",
     qk_norm: false,
     qk_norm_full_width: false,
     post_norms: false,
@@ -283,7 +317,7 @@ const PLAIN: Architecture = Architecture {
 
 /// The supported architectures, in the order of [`SUPPORTED`]: each row
 /// names what it adds to [`PLAIN`].
-pub(crate) const ARCHITECTURES: [Architecture; 11] = [
+pub(crate) const ARCHITECTURES: [Architecture; 12] = [
     Architecture {
         name: "llama",
         rope_freqs: true,
@@ -394,6 +428,29 @@ pub(crate) const ARCHITECTURES: [Architecture; 11] = [
             gating_key: true,
             deepseek_keys: true,
             shared: SharedArch::Counted,
+            ..SOFTMAX_MOE
+        }),
+        ..PLAIN
+    },
+    Architecture {
+        name: "gpt-oss",
+        rope_mode: RopeMode::Neox,
+        qkv_bias_if_present: true,
+        attn_output_bias: true,
+        attn_sinks: true,
+        ffn_norm: "post_attention_norm",
+        ffn: FfnKind::SwiGluOai,
+        sliding_window: Some(SwaArch {
+            period: 2,
+            rope_base: None,
+            default_window: None,
+        }),
+        moe: MoeArch::Always(MoeRow {
+            norm_weights: Some(false),
+            width: ExpertWidth::Own,
+            gating: Gating::SoftmaxWeight,
+            biased: true,
+            ..SOFTMAX_MOE
         }),
         ..PLAIN
     },
@@ -543,7 +600,8 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
                 freq_factors,
                 attn_factor,
             },
-            qkv_bias: arch.qkv_bias,
+            qkv_bias: arch.qkv_bias
+                || (arch.qkv_bias_if_present && file.tensor("blk.0.attn_q.bias").is_ok()),
             qk_norm: arch.qk_norm,
             qk_norm_full_width: arch.qk_norm_full_width,
             post_norms: arch.post_norms,
@@ -554,6 +612,8 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
             attention_scale,
             sliding_window,
             moe,
+            attn_sinks: arch.attn_sinks,
+            attn_output_bias: arch.attn_output_bias,
         },
     };
     config.validate()?;
@@ -665,7 +725,7 @@ impl<'a> ArchMetadata<'a> {
                     });
                 }
             },
-            false => Gating::Softmax,
+            false => row.gating,
         };
         let (shared_key, shared) = match row.shared {
             SharedArch::None => ("expert_shared_feed_forward_length", None),
@@ -712,6 +772,7 @@ impl<'a> ArchMetadata<'a> {
             weights_scale: weights_scale.filter(|&scale| scale != 0.0).unwrap_or(1.0),
             n_dense_lead: n_dense_lead.unwrap_or(0),
             shared,
+            biased: row.biased,
         };
         options.validate(
             ["expert_count", "expert_used_count", width_key, shared_key]

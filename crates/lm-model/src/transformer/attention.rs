@@ -170,9 +170,13 @@ fn with_task_scratch<R>(f: impl FnOnce(&mut AttentionScratch) -> R) -> R {
 /// pool; one tile runs on the calling thread with `scratch`, or, when it is
 /// long enough to pay and the pool has several threads, in runs of heads
 /// on the pool ([`attend_by_heads`]). Every output has the same bits however
-/// the work is split.
+/// the work is split. With `sinks` (`[n_head]`, gpt-oss), head `h`'s
+/// softmax has one more term in its denominator, `exp(sinks[h])`, a key
+/// that takes no value.
+#[allow(clippy::too_many_arguments)] // the shape of one attention call
 pub fn attend(
     shape: AttentionShape,
+    sinks: Option<&[f32]>,
     cache: &KvCache,
     layer: usize,
     first_pos: usize,
@@ -206,11 +210,13 @@ pub fn attend(
             && n_queries * span * q_dim >= PARALLEL_MIN_PRODUCTS
         {
             attend_by_heads(
-                shape, cache, layer, first_pos, queries, run_len, scratch, out,
+                shape, sinks, cache, layer, first_pos, queries, run_len, scratch, out,
             );
         } else {
             let heads = 0..shape.n_head;
-            attend_tile(shape, cache, layer, first_pos, queries, heads, scratch, out);
+            attend_tile(
+                shape, sinks, cache, layer, first_pos, queries, heads, scratch, out,
+            );
         }
         return;
     }
@@ -222,7 +228,9 @@ pub fn attend(
             let tile_pos = first_pos + tile_idx * QUERY_TILE;
             let heads = 0..shape.n_head;
             with_task_scratch(|scratch| {
-                attend_tile(shape, cache, layer, tile_pos, queries, heads, scratch, out);
+                attend_tile(
+                    shape, sinks, cache, layer, tile_pos, queries, heads, scratch, out,
+                );
             });
         });
 }
@@ -248,6 +256,7 @@ fn head_run_len(shape: AttentionShape, n_threads: usize) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn attend_by_heads(
     shape: AttentionShape,
+    sinks: Option<&[f32]>,
     cache: &KvCache,
     layer: usize,
     first_pos: usize,
@@ -268,7 +277,7 @@ fn attend_by_heads(
             let heads = run_idx * run_len..(run_idx + 1) * run_len;
             with_task_scratch(|scratch| {
                 attend_tile(
-                    shape, cache, layer, first_pos, queries, heads, scratch, run_out,
+                    shape, sinks, cache, layer, first_pos, queries, heads, scratch, run_out,
                 );
             });
         });
@@ -288,6 +297,7 @@ fn attend_by_heads(
 #[allow(clippy::too_many_arguments)]
 fn attend_tile(
     shape: AttentionShape,
+    sinks: Option<&[f32]>,
     cache: &KvCache,
     layer: usize,
     first_pos: usize,
@@ -298,6 +308,7 @@ fn attend_tile(
 ) {
     let tile = Tile {
         shape,
+        sinks,
         cache,
         layer,
         first_pos,
@@ -320,6 +331,7 @@ fn attend_tile(
 /// several query rows at a time in the SIMD builds.
 struct Tile<'a> {
     shape: AttentionShape,
+    sinks: Option<&'a [f32]>,
     cache: &'a KvCache,
     layer: usize,
     first_pos: usize,
@@ -369,6 +381,9 @@ impl TileJob for Tile<'_> {
             let pass = HeadPass {
                 kernels,
                 span,
+                // This pass's heads' sinks: row `j * group + g` is head
+                // `group_heads.start + g`.
+                sinks: self.sinks.map(|sinks| &sinks[group_heads.clone()]),
                 cache: self.cache,
                 layer: self.layer,
                 kv_head,
@@ -447,6 +462,8 @@ impl TileSpan {
 struct HeadPass<'a, K> {
     kernels: K,
     span: TileSpan,
+    /// The sink logits of the pass's `group` heads, if any.
+    sinks: Option<&'a [f32]>,
     cache: &'a KvCache,
     layer: usize,
     kv_head: usize,
@@ -530,7 +547,8 @@ impl<'a, K: TileKernels> HeadPass<'a, K> {
         if let Some(cap) = self.span.shape.softcap {
             softcap_rows(scores, span, seen_by, cap);
         }
-        softmax_to_weights(self.cache.dispatch(), scores, span, seen_by);
+        let sink = |r: usize| self.sinks.map(|sinks| sinks[r % self.group]);
+        softmax_to_weights(self.cache.dispatch(), scores, span, seen_by, sink);
         if self.span.shape.precision == KvPrecision::F16 {
             for (r, row) in scores.chunks_exact_mut(span).enumerate() {
                 self.kernels.round_to_f16(&mut row[seen_by(r)], narrowed);
@@ -712,6 +730,7 @@ mod tests {
         let mut scratch = AttentionScratch::default();
         attend(
             shape,
+            None,
             cache,
             0,
             n_positions - 1,
@@ -800,6 +819,7 @@ mod tests {
         // Head 0 looks at key 0 only (large score), head 1 at key 1.
         attend(
             shape,
+            None,
             &cache,
             0,
             1,
@@ -896,6 +916,8 @@ mod tests {
         keys: Vec<Vec<f32>>,
         values: Vec<Vec<f32>>,
         queries: Vec<f32>,
+        /// Each query head's sink logit, if any.
+        sinks: Option<Vec<f32>>,
     }
 
     impl Case {
@@ -920,6 +942,7 @@ mod tests {
                 keys: rows(7),
                 values: rows(8),
                 queries: pseudo_random(9, n * 4 * head_dim),
+                sinks: None,
             }
         }
 
@@ -965,6 +988,7 @@ mod tests {
             let mut scratch = AttentionScratch::default();
             attend(
                 self.shape,
+                self.sinks.as_deref(),
                 cache,
                 1,
                 positions.start,
@@ -1148,9 +1172,16 @@ mod tests {
                             * f64::from(case.shape.scale)
                     })
                     .collect();
-                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                // A sink is one more score, whose exponential joins the sum
+                // and weighs no value.
+                let sink = case.sinks.as_ref().map(|s| f64::from(s[head_idx]));
+                let max = scores
+                    .iter()
+                    .copied()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = exps.iter().sum();
+                let sum = exps.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
                 for d in 0..head_dim {
                     out.push(
                         exps.iter()
@@ -1162,6 +1193,35 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Attention sinks (gpt-oss): each head's sink logit joins its
+    /// softmax's denominator, on every kernel, with and without a window,
+    /// within float rounding of the f64 sum; sinks of these sizes (one far
+    /// above every score) move the outputs far beyond that.
+    #[test]
+    fn sinks_join_each_heads_denominator_as_the_f64_sum_says() {
+        let n = 40;
+        for dispatch in Dispatch::every_available() {
+            for window in [None, Some(17)] {
+                let mut case = Case::new(40, window, KvPrecision::F32, n);
+                let plain = case.attend_block(&case.cache(dispatch), 0..n);
+                case.sinks = Some(vec![-3.0, 0.5, 2.0, 8.0]);
+                let out = case.attend_block(&case.cache(dispatch), 0..n);
+                for (idx, (&ours, &exact)) in out.iter().zip(&case_in_f64(&case, n)).enumerate() {
+                    assert!(
+                        (f64::from(ours) - exact).abs() < 2e-6,
+                        "{dispatch:?}, window {window:?}, output {idx}: {ours} vs {exact}"
+                    );
+                }
+                let moved = plain
+                    .iter()
+                    .zip(&out)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(moved > 0.1, "the sinks move the outputs: {moved}");
+            }
+        }
     }
 
     #[test]

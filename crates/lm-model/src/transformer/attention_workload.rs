@@ -74,6 +74,7 @@ impl AttentionWorkload {
     pub fn prefill(&mut self) -> f32 {
         attend(
             self.shape,
+            None,
             &self.cache,
             0,
             0,
@@ -91,6 +92,7 @@ impl AttentionWorkload {
         let last = self.queries.len() / q_dim - 1;
         attend(
             self.shape,
+            None,
             &self.cache,
             0,
             last,

@@ -43,6 +43,10 @@ pub enum FfnKind {
     SwiGlu,
     /// `down(gelu(gate(x)) * up(x))`, tanh GELU (gemma).
     GeGlu,
+    /// gpt-oss's clamped SwiGLU (llama.cpp's `swiglu_oai`, alpha 1.702,
+    /// limit 7): with `g = min(gate(x), 7)` and `u = clamp(up(x), -7, 7)`,
+    /// `down(g * sigmoid(1.702 g) * (u + 1))`.
+    SwiGluOai,
 }
 
 /// Which components of a head RoPE rotates together.
@@ -134,6 +138,9 @@ pub struct MoeOptions {
     /// A dense SwiGLU expert every token runs, added to the chosen ones'
     /// sum (qwen2moe, dots1).
     pub shared: Option<SharedExpertOptions>,
+    /// The router and every expert's gate, up and down projections have
+    /// biases (gpt-oss: `ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`).
+    pub biased: bool,
 }
 
 /// The router's gating function (llama.cpp's `expert_gating_func`: 1
@@ -145,6 +152,10 @@ pub enum Gating {
     Softmax,
     /// `sigmoid(logit)` of each expert on its own (dots1, DeepSeek V3).
     Sigmoid,
+    /// The experts chosen by their logits, then weighted by the softmax
+    /// of the chosen logits alone (gpt-oss; llama.cpp's
+    /// `SOFTMAX_WEIGHT`).
+    SoftmaxWeight,
 }
 
 /// A mixture's shared expert: `blk.{i}.ffn_{gate,up,down}_shexp.weight`.
@@ -210,6 +221,12 @@ pub struct ArchOptions {
     /// A mixture of experts in place of the dense feed-forward block
     /// (`None`: dense); the experts use [`TransformerConfig::ffn`]'s gate.
     pub moe: Option<MoeOptions>,
+    /// Each head has a learned sink logit (`attn_sinks.weight`,
+    /// `[n_head]`) that joins its softmax's denominator and takes no value
+    /// (gpt-oss).
+    pub attn_sinks: bool,
+    /// The output projection has a bias (`attn_output.bias`, gpt-oss).
+    pub attn_output_bias: bool,
 }
 
 /// The precision of attention over the KV cache.

@@ -123,8 +123,8 @@ impl FeedForward {
 }
 
 /// `hidden[k] *= act(gated[k])` for the `m` rows of both, `act` SiLU
-/// (`SwiGlu`) or GELU (otherwise); the rows of a batch (prefill) in
-/// parallel.
+/// (`SwiGlu`) or GELU (otherwise), or `hidden[k] = swiglu_oai(gated[k],
+/// hidden[k])` (`SwiGluOai`); the rows of a batch (prefill) in parallel.
 pub(super) fn gate_rows(
     kind: FfnKind,
     dispatch: Dispatch,
@@ -134,6 +134,11 @@ pub(super) fn gate_rows(
 ) {
     let gate_row = |(hidden, gated): (&mut [f32], &[f32])| match kind {
         FfnKind::SwiGlu => silu_gate(dispatch, hidden, gated),
+        FfnKind::SwiGluOai => {
+            for (h, &g) in hidden.iter_mut().zip(gated) {
+                *h = swiglu_oai(g, *h);
+            }
+        }
         _ => {
             for (h, &g) in hidden.iter_mut().zip(gated) {
                 *h *= gelu(g);
@@ -155,6 +160,17 @@ pub(super) fn gate_rows(
 pub fn gelu(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// gpt-oss's gated unit of a gate value `g` and an up value `u` (llama.cpp's
+/// `swiglu_oai` with its alpha 1.702 and limit 7, in its f32 operations):
+/// `x = min(g, 7)`, `y = clamp(u, -7, 7)`, `x / (1 + exp(-1.702 x)) * (y + 1)`.
+pub fn swiglu_oai(g: f32, u: f32) -> f32 {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    let x = g.min(LIMIT);
+    let y = u.clamp(-LIMIT, LIMIT);
+    x / (1.0 + (ALPHA * -x).exp()) * (y + 1.0)
 }
 
 /// SiLU (swish): `x / (1 + exp(-x))`.
@@ -192,6 +208,37 @@ const GATE_RUN: usize = 256;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// swiglu_oai against its formula in f64 at points inside and beyond
+    /// the clamps (a gate above 7 is cut to 7; an up value beyond +-7 too;
+    /// a very negative gate is not clamped and gives about 0).
+    #[test]
+    fn swiglu_oai_clamps_and_adds_one_to_up() {
+        let reference = |g: f64, u: f64| {
+            let x = g.min(7.0);
+            let y = u.clamp(-7.0, 7.0);
+            x / (1.0 + (-1.702 * x).exp()) * (y + 1.0)
+        };
+        for (g, u) in [
+            (0.5, -0.3),
+            (-2.0, 3.0),
+            (9.0, 1.0),
+            (3.0, 12.0),
+            (1.5, -20.0),
+            (-40.0, 2.0),
+        ] {
+            let ours = f64::from(swiglu_oai(g as f32, u as f32));
+            let expected = reference(g, u);
+            assert!(
+                (ours - expected).abs() < 1e-5 * expected.abs().max(1.0),
+                "({g}, {u}): {ours} vs {expected}"
+            );
+        }
+        // The + 1 on the up value: u = -1 silences the unit.
+        assert_eq!(swiglu_oai(2.0, -1.0), 0.0);
+        // The gate clamp: every gate above 7 gives the same value.
+        assert_eq!(swiglu_oai(7.0, 0.5), swiglu_oai(100.0, 0.5));
+    }
 
     #[test]
     fn activations_at_known_points() {

@@ -1,5 +1,5 @@
 //! The decoder of a GGUF file: llama (and Mixtral), qwen2, qwen3, gemma3,
-//! qwen3moe, olmoe, gemma2, olmo2, phi3, qwen2moe or dots1 (the table and
+//! qwen3moe, olmoe, gemma2, olmo2, phi3, qwen2moe, dots1 or gpt-oss (the table and
 //! the metadata read are in `arch`). RMSNorm, rotary positions,
 //! grouped-query attention, a gated feed-forward block (dense or a mixture
 //! of experts), and the output projection tied to the token embedding when
@@ -8,7 +8,7 @@
 //!
 //! Weights stay in the `GgufFile`'s bytes (read into huge pages, or mapped)
 //! in their GGML types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-//! IQ4_NL, the K-quants, IQ4_XS), checked for NaN and infinite scales when
+//! IQ4_NL, the K-quants, IQ4_XS, MXFP4), checked for NaN and infinite scales when
 //! the model is built; products run on the blocks and no dequantised copy
 //! of the model is kept. Only the norm gains, biases and RoPE frequency
 //! factors (a few KB) are read into f32 vectors.
@@ -45,6 +45,11 @@
 //!   blk.{i}.ffn_gate_shexp.weight / ffn_up_shexp.weight [n_embd, s]  (qwen2moe, dots1)
 //!   blk.{i}.ffn_down_shexp.weight [s, n_embd]
 //!   blk.{i}.ffn_gate_inp_shexp.weight [n_embd]   (qwen2moe: the shared expert's gate)
+//! gpt-oss: blk.{i}.attn_sinks.weight [n_head], attn_output.bias [n_embd],
+//!   attn_{q,k,v}.bias when blk.0.attn_q.bias is present, the norm before the
+//!   experts as post_attention_norm.weight (no ffn_norm), and the biases
+//!   ffn_gate_inp.bias [e], ffn_gate_exps.bias / ffn_up_exps.bias [f, e],
+//!   ffn_down_exps.bias [n_embd, e]; experts usually MXFP4
 //! ```
 
 use std::path::Path;
@@ -58,7 +63,7 @@ use super::config::{FfnKind, TransformerConfig};
 use super::ffn::FeedForward;
 use super::linear::Linear;
 use super::model::{Decoder, DecoderWeights, LayerWeights, QkvBias};
-use super::moe::{MixtureOfExperts, Routing, SharedExpert};
+use super::moe::{ExpertBiases, MixtureOfExperts, Routing, SharedExpert};
 use super::norm::Norm;
 use crate::gguf::GgufFile;
 use crate::kernels::dispatch::Dispatch;
@@ -207,6 +212,33 @@ impl Llama {
                         selection_bias,
                         norm_weights: moe.norm_weights,
                         weights_scale: moe.weights_scale,
+                        logit_bias: moe
+                            .biased
+                            .then(|| vector(&bias("ffn_gate_inp"), moe.n_expert))
+                            .transpose()?,
+                    };
+                    // gpt-oss: `[width, n_expert]` per projection, one
+                    // vector per expert.
+                    let per_expert = |part: &str, width: usize| {
+                        let name = bias(part);
+                        let dims = &file.tensor(&name)?.info.dims;
+                        if dims[..] != [width, moe.n_expert] {
+                            return Err(TransformerError::TensorShape {
+                                name,
+                                expected: vec![width, moe.n_expert],
+                                found: dims.clone(),
+                            });
+                        }
+                        let values = vector(&name, width * moe.n_expert)?;
+                        Ok(values.chunks_exact(width).map(<[f32]>::to_vec).collect())
+                    };
+                    let biases = match moe.biased {
+                        true => Some(ExpertBiases {
+                            gate: per_expert("ffn_gate_exps", f)?,
+                            up: per_expert("ffn_up_exps", f)?,
+                            down: per_expert("ffn_down_exps", c.n_embd)?,
+                        }),
+                        false => None,
                     };
                     let shared = match moe.shared {
                         Some(shared) => {
@@ -225,9 +257,11 @@ impl Llama {
                         }
                         None => None,
                     };
-                    FeedForward::Moe(Box::new(MixtureOfExperts::new(
-                        router, weights, routing, c.ffn, shared,
-                    )))
+                    let moe = MixtureOfExperts::new(router, weights, routing, c.ffn, shared);
+                    FeedForward::Moe(Box::new(match biases {
+                        Some(biases) => moe.with_biases(biases),
+                        None => moe,
+                    }))
                 }
                 // Dense: a dense architecture's, or a mixture's leading layers.
                 _ => {
@@ -268,7 +302,7 @@ impl Llama {
                 wk: wk?,
                 wv: wv?,
                 wo: linear(&name("attn_output"), c.n_embd, c.q_dim())?,
-                ffn_norm: optional_norm(arch.pre_norms, "ffn_norm", c.n_embd)?,
+                ffn_norm: optional_norm(arch.pre_norms, arch.ffn_norm, c.n_embd)?,
                 ffn,
                 qkv_bias: o
                     .qkv_bias
@@ -284,6 +318,14 @@ impl Llama {
                 k_norm: optional_norm(o.qk_norm, "attn_k_norm", c.qk_norm_widths().1)?,
                 post_attn_norm: optional_norm(o.post_norms, "post_attention_norm", c.n_embd)?,
                 post_ffn_norm: optional_norm(o.post_norms, "post_ffw_norm", c.n_embd)?,
+                attn_sinks: o
+                    .attn_sinks
+                    .then(|| vector(&name("attn_sinks"), c.n_head))
+                    .transpose()?,
+                wo_bias: o
+                    .attn_output_bias
+                    .then(|| vector(&bias("attn_output"), c.n_embd))
+                    .transpose()?,
             });
         }
         let output = if c.tied_output {
@@ -324,9 +366,6 @@ fn experts(
 /// query, key and value ones unless fused as `attn_qkv`).
 const ATTENTION_TENSORS: [&str; 4] = ["attn_q", "attn_k", "attn_v", "attn_output"];
 
-/// The norms before attention and the feed-forward block (not olmo2's).
-const PRE_NORM_TENSORS: [&str; 2] = ["attn_norm", "ffn_norm"];
-
 /// The feed-forward tensors of a dense layer, `blk.{i}.{part}.weight`.
 const DENSE_FFN_TENSORS: [&str; 3] = ["ffn_gate", "ffn_up", "ffn_down"];
 
@@ -350,11 +389,25 @@ const SHARED_EXPERT_TENSORS: [&str; 4] = [
     "ffn_down_shexp",
 ];
 
-/// The optional tensors of a layer, `blk.{i}.{part}`, with the option that
-/// asks for each.
-fn optional_layer_tensors(c: &TransformerConfig) -> Vec<&'static str> {
+/// The optional tensors of layer `i`, `blk.{i}.{part}`, with the option
+/// that asks for each.
+fn optional_layer_tensors(c: &TransformerConfig, i: usize) -> Vec<&'static str> {
     let o = &c.options;
     let mut parts = Vec::new();
+    if o.attn_sinks {
+        parts.push("attn_sinks.weight");
+    }
+    if o.attn_output_bias {
+        parts.push("attn_output.bias");
+    }
+    if c.is_moe_layer(i) && o.moe.is_some_and(|moe| moe.biased) {
+        parts.extend([
+            "ffn_gate_inp.bias",
+            "ffn_gate_exps.bias",
+            "ffn_up_exps.bias",
+            "ffn_down_exps.bias",
+        ]);
+    }
     if o.qkv_bias {
         parts.extend(["attn_q.bias", "attn_k.bias", "attn_v.bias"]);
     }
@@ -404,8 +457,10 @@ fn check_tensors_present(
             true => &ATTENTION_TENSORS[3..],
             false => &ATTENTION_TENSORS[..],
         };
+        // The norms before attention and the feed-forward block (not olmo2's).
+        let pre_norm_tensors = ["attn_norm", arch.ffn_norm];
         let pre_norms = match arch.pre_norms {
-            true => &PRE_NORM_TENSORS[..],
+            true => &pre_norm_tensors[..],
             false => &[],
         };
         for part in attention
@@ -416,7 +471,7 @@ fn check_tensors_present(
         {
             names.push(format!("blk.{i}.{part}.weight"));
         }
-        for part in optional_layer_tensors(c) {
+        for part in optional_layer_tensors(c, i) {
             names.push(format!("blk.{i}.{part}"));
         }
     }

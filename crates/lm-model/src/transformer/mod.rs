@@ -11,7 +11,7 @@
 //!   ([`Decoder::reference_logits`]).
 //! - `toy`: the lessons' toy decoder ([`Toy`]).
 //! - `arch`: the supported architectures (llama and Mixtral, qwen2, qwen3,
-//!   gemma3, qwen3moe, olmoe, gemma2, olmo2, phi3, qwen2moe, dots1) and the
+//!   gemma3, qwen3moe, olmoe, gemma2, olmo2, phi3, qwen2moe, dots1, gpt-oss) and the
 //!   mapping of their GGUF metadata to a configuration.
 //! - `llama`: a GGUF file's decoder ([`Llama`]), its weights multiplied in
 //!   their quantized blocks.

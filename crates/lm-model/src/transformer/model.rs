@@ -82,6 +82,10 @@ pub struct LayerWeights {
     /// Normalisation of the feed-forward output before the residual add
     /// (`post_norms`).
     pub post_ffn_norm: Option<Norm>,
+    /// Each query head's sink logit, `[n_head]` (`attn_sinks`).
+    pub attn_sinks: Option<Vec<f32>>,
+    /// The output projection's bias, `[n_embd]` (`attn_output_bias`).
+    pub wo_bias: Option<Vec<f32>>,
 }
 
 impl LayerWeights {
@@ -106,6 +110,8 @@ impl LayerWeights {
             k_norm: None,
             post_attn_norm: None,
             post_ffn_norm: None,
+            attn_sinks: None,
+            wo_bias: None,
         }
     }
 }
@@ -700,6 +706,7 @@ impl Decoder {
             let attended = &mut s.attended[..m * q_dim];
             attend(
                 shape,
+                layer.attn_sinks.as_deref(),
                 cache,
                 layer_idx,
                 pos + first,
@@ -797,6 +804,9 @@ impl Decoder {
         let (normed, projected) = (&mut s.normed[..m * d], &mut s.projected[..m * d]);
         // final matmul to get the output of the attention
         layer.wo.matmul(self.dispatch, attended, m, projected);
+        if let Some(bias) = &layer.wo_bias {
+            add_bias_rows(projected, bias);
+        }
         if let Some(norm) = &layer.post_attn_norm {
             norm.apply_rows_in_place(projected);
         }
@@ -927,9 +937,26 @@ fn check_layer_options(
             layer.post_attn_norm.is_some(),
         ),
         ("post_ffn_norm", o.post_norms, layer.post_ffn_norm.is_some()),
+        ("attn_sinks", o.attn_sinks, layer.attn_sinks.is_some()),
+        ("wo_bias", o.attn_output_bias, layer.wo_bias.is_some()),
     ];
     if let Some(&(part, configured, _)) = presence.iter().find(|(_, c, given)| c != given) {
         return Err(TransformerError::OptionalPart { part, configured });
+    }
+    let vectors = [
+        ("attn_sinks", &layer.attn_sinks, c.n_head),
+        ("wo_bias", &layer.wo_bias, c.n_embd),
+    ];
+    for (name, values, width) in vectors {
+        if let Some(values) = values
+            && values.len() != width
+        {
+            return Err(TransformerError::TensorShape {
+                name: name.into(),
+                expected: vec![width],
+                found: vec![values.len()],
+            });
+        }
     }
     if let Some(bias) = &layer.qkv_bias {
         for (name, values, width) in [

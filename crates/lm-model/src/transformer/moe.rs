@@ -3,15 +3,21 @@
 //! as llama.cpp's `build_moe_ffn` (src/llama-graph.cpp) computes it:
 //!
 //! ```text
-//! p      = softmax(x Wrouter^T), or sigmoid of each logit   [n_expert] per token
+//! l      = x Wrouter^T (+ router bias: gpt-oss)                 [n_expert] per token
+//! p      = softmax(l), or sigmoid of each logit, or l itself (softmax-weight)
 //! chosen = the n_expert_used largest p + b (b: the selection bias
 //!          exp_probs_b, 0 without it; ties: the lower expert first)
 //! w_e    = p_e, or p_e / max(sum of the chosen p, 2^-14) (norm_weights),
+//!          or the softmax of the chosen logits alone (softmax-weight),
 //!          times the weight scale (1 without it)
-//! y      = sum over chosen e of w_e * down_e(silu(gate_e(x)) * up_e(x))
+//! y      = sum over chosen e of w_e * down_e(act(gate_e(x), up_e(x)))
 //!        + g * shared(x)     (a shared SwiGLU expert where there is one;
 //!                             g = sigmoid(x . ffn_gate_inp_shexp), qwen2moe, or 1)
 //! ```
+//!
+//! `act` is SwiGLU, GeGLU or gpt-oss's clamped SwiGLU (`FfnKind`); with
+//! gpt-oss's expert biases each of gate_e, up_e and down_e adds its
+//! expert's bias after its product.
 //!
 //! The bias only chooses (DeepSeek V3's auxiliary-loss-free balancing): the
 //! weights are the unbiased probabilities.
@@ -55,6 +61,8 @@ pub struct MixtureOfExperts {
     kind: FfnKind,
     /// The expert every token runs, if any.
     shared: Option<SharedExpert>,
+    /// Every expert's biases, if any (gpt-oss).
+    biases: Option<ExpertBiases>,
     /// Every gate and up matrix is a tensor of a model file, so a token's
     /// chosen ones can go through one product.
     file_backed: bool,
@@ -74,6 +82,9 @@ pub struct Routing {
     pub norm_weights: bool,
     /// Multiplies the chosen weights (1: none).
     pub weights_scale: f32,
+    /// Added to the router's logits (`blk.{i}.ffn_gate_inp.bias`,
+    /// `[n_expert]`: gpt-oss).
+    pub logit_bias: Option<Vec<f32>>,
 }
 
 impl Routing {
@@ -86,8 +97,21 @@ impl Routing {
             selection_bias: None,
             norm_weights,
             weights_scale: 1.0,
+            logit_bias: None,
         }
     }
+}
+
+/// Every expert's biases (gpt-oss), added after each expert's gate, up
+/// and down products: one vector per expert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertBiases {
+    /// `[n_expert][expert_ffn_dim]`, `ffn_gate_exps.bias`.
+    pub gate: Vec<Vec<f32>>,
+    /// `[n_expert][expert_ffn_dim]`, `ffn_up_exps.bias`.
+    pub up: Vec<Vec<f32>>,
+    /// `[n_expert][n_embd]`, `ffn_down_exps.bias`.
+    pub down: Vec<Vec<f32>>,
 }
 
 /// A dense SwiGLU expert every token runs (qwen2moe, dots1).
@@ -157,7 +181,17 @@ impl MixtureOfExperts {
             routing,
             kind,
             shared,
+            biases: None,
             file_backed,
+        }
+    }
+
+    /// The block with every expert's gate, up and down biases (gpt-oss),
+    /// checked by [`MixtureOfExperts::check`] with the rest.
+    pub fn with_biases(self, biases: ExpertBiases) -> Self {
+        Self {
+            biases: Some(biases),
+            ..self
         }
     }
 
@@ -191,14 +225,39 @@ impl MixtureOfExperts {
         if (self.router.n_rows(), self.router.n_cols()) != (moe.n_expert, d) {
             return shape_error("ffn_gate_inp", &self.router, moe.n_expert, d);
         }
+        let vector_error = |name: &str, expected: usize, found: usize| {
+            Err(TransformerError::TensorShape {
+                name: name.into(),
+                expected: vec![expected],
+                found: vec![found],
+            })
+        };
         if let Some(bias) = &r.selection_bias
             && bias.len() != moe.n_expert
         {
-            return Err(TransformerError::TensorShape {
-                name: "exp_probs_b".into(),
-                expected: vec![moe.n_expert],
-                found: vec![bias.len()],
-            });
+            return vector_error("exp_probs_b", moe.n_expert, bias.len());
+        }
+        if r.logit_bias.is_some() != moe.biased || self.biases.is_some() != moe.biased {
+            return mismatch;
+        }
+        if let Some(bias) = &r.logit_bias
+            && bias.len() != moe.n_expert
+        {
+            return vector_error("ffn_gate_inp.bias", moe.n_expert, bias.len());
+        }
+        if let Some(b) = &self.biases {
+            for (name, per_expert, width) in [
+                ("ffn_gate_exps.bias", &b.gate, f),
+                ("ffn_up_exps.bias", &b.up, f),
+                ("ffn_down_exps.bias", &b.down, d),
+            ] {
+                if per_expert.len() != moe.n_expert {
+                    return vector_error(name, moe.n_expert, per_expert.len());
+                }
+                if let Some(v) = per_expert.iter().find(|v| v.len() != width) {
+                    return vector_error(name, width, v.len());
+                }
+            }
         }
         for (name, experts, rows, cols) in [
             ("ffn_gate_exps", &self.gate, f, d),
@@ -261,6 +320,11 @@ impl MixtureOfExperts {
         &self.routing
     }
 
+    /// Every expert's biases, if any.
+    pub(crate) fn biases(&self) -> Option<&ExpertBiases> {
+        self.biases.as_ref()
+    }
+
     /// The shared expert, if any.
     pub(crate) fn shared(&self) -> Option<&SharedExpert> {
         self.shared.as_ref()
@@ -287,6 +351,11 @@ impl MixtureOfExperts {
         let n_expert = self.router.n_rows();
         s.probs.resize(n * n_expert, 0.0);
         self.router.matmul(dispatch, xs, n, &mut s.probs);
+        if let Some(bias) = &self.routing.logit_bias {
+            for logits in s.probs.chunks_exact_mut(n_expert) {
+                add_weighted(logits, bias, 1.0);
+            }
+        }
         s.chosen.clear();
         for (row, probs) in s.probs.chunks_exact_mut(n_expert).enumerate() {
             route(probs, &self.routing, row, &mut s.chosen);
@@ -366,6 +435,17 @@ impl MixtureOfExperts {
             })
             .collect();
         Linear::matmul_each_file(dispatch, xs, 1, products);
+        if let Some(b) = &self.biases {
+            for ((c, gated), hidden) in s
+                .chosen
+                .iter()
+                .zip(s.gated.chunks_exact_mut(f))
+                .zip(s.hidden.chunks_exact_mut(f))
+            {
+                add_weighted(gated, &b.gate[c.expert], 1.0);
+                add_weighted(hidden, &b.up[c.expert], 1.0);
+            }
+        }
         gate_rows(self.kind, dispatch, &mut s.hidden, &s.gated, k);
         for ((c, hidden), out) in s
             .chosen
@@ -374,6 +454,9 @@ impl MixtureOfExperts {
             .zip(s.out.chunks_exact_mut(d))
         {
             self.down[c.expert].matmul(dispatch, hidden, 1, out);
+            if let Some(b) = &self.biases {
+                add_weighted(out, &b.down[c.expert], 1.0);
+            }
             add_weighted(ys, out, c.weight);
         }
     }
@@ -410,8 +493,21 @@ impl MixtureOfExperts {
                 run,
                 [(gate, &mut **gated), (up, &mut **hidden)],
             );
+            if let Some(b) = &self.biases {
+                for row in gated.chunks_exact_mut(f) {
+                    add_weighted(row, &b.gate[first.expert], 1.0);
+                }
+                for row in hidden.chunks_exact_mut(f) {
+                    add_weighted(row, &b.up[first.expert], 1.0);
+                }
+            }
             gate_rows(self.kind, dispatch, hidden, gated, run);
             down.matmul(dispatch, hidden, run, &mut s.out);
+            if let Some(b) = &self.biases {
+                for row in s.out.chunks_exact_mut(d) {
+                    add_weighted(row, &b.down[first.expert], 1.0);
+                }
+            }
             for (c, out) in group.iter().zip(s.out.chunks_exact(d)) {
                 add_weighted(&mut ys[c.row * d..(c.row + 1) * d], out, c.weight);
             }
@@ -427,14 +523,17 @@ fn add_weighted(y: &mut [f32], x: &[f32], w: f32) {
 }
 
 /// Turns one token's router logits into probabilities in place (softmax or
-/// sigmoid) and pushes its chosen experts, largest probability (plus
-/// selection bias) first (ties: the lower expert first), each weighted by
-/// its probability, divided by the chosen ones' sum when `norm_weights`
-/// (the sum at least 2^-14, as llama.cpp clamps it), times the scale.
+/// sigmoid; left as logits for softmax-weight gating) and pushes its chosen
+/// experts, largest probability (plus selection bias) first (ties: the
+/// lower expert first), each weighted by its probability (softmax-weight:
+/// by the softmax of the chosen logits), divided by the chosen ones' sum
+/// when `norm_weights` (the sum at least 2^-14, as llama.cpp clamps it),
+/// times the scale.
 pub(crate) fn route(probs: &mut [f32], r: &Routing, row: usize, chosen: &mut Vec<Choice>) {
     match r.gating {
         Gating::Softmax => softmax_in_place(probs),
         Gating::Sigmoid => probs.iter_mut().for_each(|p| *p = sigmoid(*p)),
+        Gating::SoftmaxWeight => {}
     }
     let bias = |e: usize| r.selection_bias.as_ref().map_or(0.0, |b| b[e]);
     let first = chosen.len();
@@ -458,6 +557,17 @@ pub(crate) fn route(probs: &mut [f32], r: &Routing, row: usize, chosen: &mut Vec
             row,
             weight: probs[expert],
         });
+    }
+    if r.gating == Gating::SoftmaxWeight {
+        let mut weights = [0.0f32; super::config::MAX_EXPERTS];
+        let weights = &mut weights[..chosen.len() - first];
+        for (w, c) in weights.iter_mut().zip(&chosen[first..]) {
+            *w = c.weight;
+        }
+        softmax_in_place(weights);
+        for (c, &w) in chosen[first..].iter_mut().zip(weights.iter()) {
+            c.weight = w;
+        }
     }
     if r.norm_weights {
         let sum: f32 = chosen[first..].iter().map(|c| c.weight).sum();
@@ -582,6 +692,7 @@ mod tests {
                 selection_bias: Some(bias.clone()),
                 norm_weights: norm,
                 weights_scale: scale,
+                logit_bias: None,
             };
             let mut probs = logits.clone();
             let mut chosen = Vec::new();
@@ -689,6 +800,7 @@ mod tests {
             selection_bias: Some(vec![0.0, 0.3, -0.2, 0.1]),
             norm_weights: true,
             weights_scale: 1.5,
+            logit_bias: None,
         };
         let [g, u, dn] = shared_weights.clone();
         let moe = MixtureOfExperts::new(
@@ -741,6 +853,117 @@ mod tests {
                     );
                 }
                 // Alone, the row has the same bits.
+                let mut alone = vec![0.0; d];
+                moe.forward(dispatch, x, 1, &mut MoeScratch::default(), &mut alone);
+                assert_eq!(alone, y, "{dispatch:?} row {row}");
+            }
+        }
+    }
+
+    /// `down(swiglu_oai(gate x + b_g, up x + b_u)) + b_d` in f64.
+    fn swiglu_oai64(w: [&Linear; 3], b: [&[f32]; 3], x: &[f32]) -> Vec<f64> {
+        let dense = w.map(|m| m.to_dense().into_owned());
+        let affine = |m: &ndarray::Array2<f32>, bias: &[f32], v: &[f64]| -> Vec<f64> {
+            (0..m.nrows())
+                .map(|r| {
+                    let dot: f64 = m
+                        .row(r)
+                        .iter()
+                        .zip(v)
+                        .map(|(&w, &x)| f64::from(w) * x)
+                        .sum();
+                    dot + f64::from(bias[r])
+                })
+                .collect()
+        };
+        let x: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let gate = affine(&dense[0], b[0], &x);
+        let up = affine(&dense[1], b[1], &x);
+        let hidden: Vec<f64> = gate
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| {
+                let g = g.min(7.0);
+                g / (1.0 + (-1.702 * g).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
+            })
+            .collect();
+        affine(&dense[2], b[2], &hidden)
+    }
+
+    /// gpt-oss's block: a router with a bias, the top-k chosen by logit and
+    /// weighted by the softmax of the chosen logits alone, experts with
+    /// biases through swiglu_oai; on every kernel path and batch size it
+    /// equals the sum written out in f64, and a token reads the same alone.
+    #[test]
+    fn a_gpt_oss_block_matches_the_sum_written_out() {
+        let (d, f, n_expert, k, n) = (8, 6, 5, 3, 6);
+        let experts = |rows, cols, seed| -> Vec<Linear> {
+            (0..n_expert)
+                .map(|e| matrix(rows, cols, seed + e))
+                .collect()
+        };
+        let router = matrix(n_expert, d, 2);
+        let weights = [experts(f, d, 50), experts(f, d, 60), experts(d, f, 70)];
+        let per_expert = |width, seed| -> Vec<Vec<f32>> {
+            (0..n_expert).map(|e| values(width, seed + e)).collect()
+        };
+        let biases = ExpertBiases {
+            gate: per_expert(f, 80),
+            up: per_expert(f, 90),
+            down: per_expert(d, 100),
+        };
+        let logit_bias = vec![0.4, -0.3, 0.0, 0.25, -0.5];
+        let routing = Routing {
+            gating: Gating::SoftmaxWeight,
+            logit_bias: Some(logit_bias.clone()),
+            ..Routing::softmax(k, false)
+        };
+        let moe = MixtureOfExperts::new(
+            router.clone(),
+            weights.clone(),
+            routing,
+            FfnKind::SwiGluOai,
+            None,
+        )
+        .with_biases(biases.clone());
+        // Scaled up so that some gates pass the clamp at 7.
+        let xs: Vec<f32> = values(n * d, 11).iter().map(|v| v * 6.0).collect();
+        let dense_router = router.to_dense();
+        for dispatch in Dispatch::every_available() {
+            let mut ys = vec![0.0; n * d];
+            moe.forward(dispatch, &xs, n, &mut MoeScratch::default(), &mut ys);
+            for (row, (x, y)) in xs.chunks_exact(d).zip(ys.chunks_exact(d)).enumerate() {
+                let logits: Vec<f64> = (0..n_expert)
+                    .map(|e| {
+                        let dot: f64 = dense_router
+                            .row(e)
+                            .iter()
+                            .zip(x)
+                            .map(|(&w, &v)| f64::from(w) * f64::from(v))
+                            .sum();
+                        dot + f64::from(logit_bias[e])
+                    })
+                    .collect();
+                let mut order: Vec<usize> = (0..n_expert).collect();
+                order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+                let chosen = &order[..k];
+                let max = logits[chosen[0]];
+                let total: f64 = chosen.iter().map(|&e| (logits[e] - max).exp()).sum();
+                let mut expected = vec![0.0f64; d];
+                for &e in chosen {
+                    let weight = (logits[e] - max).exp() / total;
+                    let w = [&weights[0][e], &weights[1][e], &weights[2][e]];
+                    let b = [&biases.gate[e][..], &biases.up[e][..], &biases.down[e][..]];
+                    for (acc, v) in expected.iter_mut().zip(swiglu_oai64(w, b, x)) {
+                        *acc += weight * v;
+                    }
+                }
+                for (&ours, &theirs) in y.iter().zip(&expected) {
+                    assert!(
+                        (f64::from(ours) - theirs).abs() < 1e-4 * theirs.abs().max(1.0),
+                        "{dispatch:?} row {row}: {ours} vs {theirs}"
+                    );
+                }
                 let mut alone = vec![0.0; d];
                 moe.forward(dispatch, x, 1, &mut MoeScratch::default(), &mut alone);
                 assert_eq!(alone, y, "{dispatch:?} row {row}");

@@ -8,7 +8,8 @@
 //! for each layer:
 //!     q, k, v = norm(x) Wq^T, Wk^T, Wv^T (+ biases) (head norms) (RoPE)
 //!     a = softmax(softcap(q k^T * scale) + mask) v  per head, mask [n][n]
-//!     x += post_norm(a Wo^T);  x += post_norm(ffn(norm(x)))
+//!         (with a sink logit s: one more term exp(s) in the denominator)
+//!     x += post_norm(a Wo^T (+ bias));  x += post_norm(ffn(norm(x)))
 //!     (a mixture of experts: each token's chosen experts, by a stable sort,
 //!     plus its shared expert)
 //! logits = softcap(norm(x) Wout^T)                             [n][vocab]
@@ -23,7 +24,7 @@ use ndarray::{Array1, Array2, ArrayView1, Axis, s};
 
 use super::NormKind;
 use super::config::{AttentionKind, FfnKind, Gating, PositionKind, RopeMode, RopeOptions};
-use super::ffn::{FeedForward, gelu, silu};
+use super::ffn::{FeedForward, gelu, silu, swiglu_oai};
 use super::model::{Decoder, LayerWeights, Positions};
 use super::moe::MixtureOfExperts;
 use super::norm::Norm;
@@ -137,12 +138,17 @@ impl Decoder {
                 scores.mapv_inplace(|v| cap * (v / cap).tanh());
             }
             let scores = scores + &mask;
-            let weights = reference_softmax_rows(scores);
+            let sink = layer.attn_sinks.as_ref().map(|sinks| sinks[head]);
+            let weights = reference_softmax_rows(scores, sink);
             attended
                 .slice_mut(q_cols)
                 .assign(&weights.dot(&v.slice(kv_cols)));
         }
-        attended.dot(&layer.wo.to_dense().t())
+        let out = attended.dot(&layer.wo.to_dense().t());
+        match &layer.wo_bias {
+            Some(bias) => out + ArrayView1::from(bias),
+            None => out,
+        }
     }
 }
 
@@ -165,54 +171,48 @@ fn reference_ffn(ffn: &FeedForward, h: &Array2<f32>) -> Array2<f32> {
     }
 }
 
-/// A mixture of experts over the rows `h`, token by token: softmax (or
-/// sigmoid) of the router's logits in f64, every expert sorted by
+/// A mixture of experts over the rows `h`, token by token: the router's
+/// logits (plus its bias) in f64, their softmax (or sigmoids; the logits
+/// themselves for softmax-weight gating), every expert sorted by
 /// probability plus selection bias (a stable sort: ties keep the lower
-/// expert), the first `k` run as dense blocks and summed with their
-/// (renormalised, scaled) probabilities, then the shared expert (times its
-/// sigmoid gate) added.
+/// expert), the first `k` run and summed with their (renormalised, scaled;
+/// softmax-weight: the softmax of their logits) weights, then the shared
+/// expert (times its sigmoid gate) added.
 fn reference_moe(moe: &MixtureOfExperts, h: &Array2<f32>) -> Array2<f32> {
     let r = moe.routing();
-    let logits = h.dot(&moe.router().to_dense().t());
+    let mut logits = h.dot(&moe.router().to_dense().t());
+    if let Some(bias) = &r.logit_bias {
+        logits += &ArrayView1::from(bias);
+    }
+    let softmax = |xs: &[f64]| -> Vec<f64> {
+        let max = xs.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+        let exps: Vec<f64> = xs.iter().map(|&x| (x - max).exp()).collect();
+        let total: f64 = exps.iter().sum();
+        exps.iter().map(|e| e / total).collect()
+    };
     let mut out = Array2::zeros(h.raw_dim());
     for (row, logits) in logits.rows().into_iter().enumerate() {
+        let logits: Vec<f64> = logits.iter().map(|&x| f64::from(x)).collect();
         let probs: Vec<f64> = match r.gating {
-            Gating::Softmax => {
-                let max = logits
-                    .iter()
-                    .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
-                let exps: Vec<f64> = logits.iter().map(|&x| (f64::from(x) - max).exp()).collect();
-                let total: f64 = exps.iter().sum();
-                exps.iter().map(|e| e / total).collect()
-            }
-            Gating::Sigmoid => logits
-                .iter()
-                .map(|&x| 1.0 / (1.0 + (-f64::from(x)).exp()))
-                .collect(),
+            Gating::Softmax => softmax(&logits),
+            Gating::Sigmoid => logits.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect(),
+            Gating::SoftmaxWeight => logits.clone(),
         };
         let bias = |e: usize| r.selection_bias.as_ref().map_or(0.0, |b| f64::from(b[e]));
         let mut order: Vec<usize> = (0..probs.len()).collect();
         order.sort_by(|&a, &b| (probs[b] + bias(b)).total_cmp(&(probs[a] + bias(a))));
         let chosen = &order[..r.n_used];
-        let chosen_sum: f64 = chosen.iter().map(|&e| probs[e]).sum();
+        let chosen_probs: Vec<f64> = chosen.iter().map(|&e| probs[e]).collect();
+        let weights = match r.gating {
+            Gating::SoftmaxWeight => softmax(&chosen_probs),
+            _ => chosen_probs,
+        };
+        let chosen_sum: f64 = weights.iter().sum();
         let x = h.slice(s![row..=row, ..]).to_owned();
-        for &e in chosen {
+        for (&e, &weight) in chosen.iter().zip(&weights) {
             let norm = if r.norm_weights { chosen_sum } else { 1.0 };
-            let weight = probs[e] / norm * f64::from(r.weights_scale);
-            let [gate, up, down] = moe.expert(e);
-            let expert = match moe.kind() {
-                FfnKind::GeGlu => FeedForward::GeGlu {
-                    gate: gate.clone(),
-                    up: up.clone(),
-                    down: down.clone(),
-                },
-                _ => FeedForward::SwiGlu {
-                    gate: gate.clone(),
-                    up: up.clone(),
-                    down: down.clone(),
-                },
-            };
-            let y = reference_ffn(&expert, &x);
+            let weight = weight / norm * f64::from(r.weights_scale);
+            let y = reference_expert(moe, e, &x);
             let mut out_row = out.row_mut(row);
             out_row.scaled_add(weight as f32, &y.row(0));
         }
@@ -226,6 +226,33 @@ fn reference_moe(moe: &MixtureOfExperts, h: &Array2<f32>) -> Array2<f32> {
         }
     }
     out
+}
+
+/// Expert `e` of `moe` on the rows `x`: `down(act(gate x + b_g, up x +
+/// b_u)) + b_d` (the biases where the block has them: gpt-oss), `act` the
+/// block's gated unit.
+fn reference_expert(moe: &MixtureOfExperts, e: usize, x: &Array2<f32>) -> Array2<f32> {
+    let [gate, up, down] = moe.expert(e);
+    let [gate_bias, up_bias, down_bias] = match moe.biases() {
+        Some(b) => [&b.gate[e][..], &b.up[e][..], &b.down[e][..]].map(Some),
+        None => [None; 3],
+    };
+    let with_bias = |y: Array2<f32>, bias: Option<&[f32]>| match bias {
+        Some(bias) => y + ArrayView1::from(bias),
+        None => y,
+    };
+    let g = with_bias(x.dot(&gate.to_dense().t()), gate_bias);
+    let u = with_bias(x.dot(&up.to_dense().t()), up_bias);
+    let hidden = match moe.kind() {
+        FfnKind::GeGlu => g.mapv(gelu) * u,
+        FfnKind::SwiGluOai => {
+            let mut hidden = u;
+            hidden.zip_mut_with(&g, |u, &g| *u = swiglu_oai(g, *u));
+            hidden
+        }
+        _ => g.mapv(silu) * u,
+    };
+    with_bias(hidden.dot(&down.to_dense().t()), down_bias)
 }
 
 /// `x` normalised by `norm`, or `x` itself where the block has no such norm.
@@ -304,12 +331,13 @@ impl ReferenceRope<'_> {
     }
 }
 
-/// Softmax of every row, subtracting the row maximum first.
-fn reference_softmax_rows(mut scores: Array2<f32>) -> Array2<f32> {
+/// Softmax of every row, subtracting the row maximum first; a sink logit
+/// `s` adds `exp(s)` to every row's denominator (and takes no value).
+fn reference_softmax_rows(mut scores: Array2<f32>, sink: Option<f32>) -> Array2<f32> {
     for mut row in scores.rows_mut() {
-        let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let max = row.fold(sink.unwrap_or(f32::NEG_INFINITY), |m, &v| m.max(v));
         row.mapv_inplace(|v| (v - max).exp());
-        let sum = row.sum();
+        let sum = row.sum() + sink.map_or(0.0, |s| (s - max).exp());
         row /= sum;
     }
     scores

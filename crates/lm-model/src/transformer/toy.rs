@@ -203,7 +203,8 @@ fn build(
                 up: Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
                 down: Linear::dense(draw.matrix(n_embd, c.ffn_dim, ffn_std)),
             },
-            FfnKind::SwiGlu | FfnKind::GeGlu => {
+            // gpt-oss's gate is a mixture's only (refused for a dense block).
+            FfnKind::SwiGlu | FfnKind::GeGlu | FfnKind::SwiGluOai => {
                 let (gate, up, down) = (
                     Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),
                     Linear::dense(draw.matrix(c.ffn_dim, n_embd, in_std)),

@@ -14,21 +14,37 @@ use crate::kernels::exp::exp_in_place;
 /// order moves single logits of the quantized models past the fixtures'
 /// tolerances). Up to [`SUM_ROWS`] rows' sums are independent chains of
 /// additions, run side by side.
+///
+/// A row with a sink logit `s` (`sink(r)`, gpt-oss's attention sinks) has
+/// one more term, as ggml's `soft_max` with sinks: the maximum is taken
+/// over the scores and `s`, and `exp(s - max)` is added to the row's sum
+/// after its scores.
 #[inline(always)]
 pub(super) fn softmax_to_weights(
     dispatch: Dispatch,
     rows: &mut [f32],
     span: usize,
     seen: impl Fn(usize) -> Range<usize>,
+    sink: impl Fn(usize) -> Option<f32>,
 ) {
+    // The sink terms `exp(s - max)` of up to SUM_ROWS rows, 0 without one.
+    let mut sink_terms = [0.0f32; SUM_ROWS];
+    let mut all_sink_terms = Vec::new();
     for (r, row) in rows.chunks_exact_mut(span).enumerate() {
         let row = &mut row[seen(r)];
-        let max = row_max(row);
+        let mut max = row_max(row);
+        if let Some(s) = sink(r) {
+            max = max.max(s);
+            let mut term = [s - max];
+            exp_in_place(dispatch, &mut term);
+            all_sink_terms.push((r, term[0]));
+        }
         for score in row.iter_mut() {
             *score -= max;
         }
         exp_in_place(dispatch, row);
     }
+    let mut sink_iter = all_sink_terms.iter().peekable();
     let n_rows = rows.len() / span;
     for first in (0..n_rows).step_by(SUM_ROWS) {
         let block = first..(first + SUM_ROWS).min(n_rows);
@@ -42,8 +58,15 @@ pub(super) fn softmax_to_weights(
             2 => sums_in_position_order::<2>(rows, span, first, &seen),
             _ => sums_in_position_order::<1>(rows, span, first, &seen),
         };
-        for (r, sum) in block.zip(sums) {
-            let inv_sum = 1.0 / sum;
+        sink_terms.fill(0.0);
+        while let Some(&&(r, term)) = sink_iter.peek()
+            && block.contains(&r)
+        {
+            sink_terms[r - first] = term;
+            sink_iter.next();
+        }
+        for ((r, sum), &term) in block.zip(sums).zip(&sink_terms) {
+            let inv_sum = 1.0 / (sum + term);
             for weight in &mut rows[r * span..(r + 1) * span][seen(r)] {
                 *weight *= inv_sum;
             }

@@ -117,6 +117,7 @@ impl Decoder {
             if n == 1 {
                 attend(
                     shape,
+                    layer.attn_sinks.as_deref(),
                     &states[0].cache,
                     layer_idx,
                     positions[0],
@@ -132,7 +133,17 @@ impl Decoder {
                     .enumerate()
                     .for_each_init(AttentionScratch::default, |scratch, (b, (out, q_row))| {
                         let cache = &states[b].cache;
-                        attend(shape, cache, layer_idx, positions[b], q_row, scratch, out);
+                        let sinks = layer.attn_sinks.as_deref();
+                        attend(
+                            shape,
+                            sinks,
+                            cache,
+                            layer_idx,
+                            positions[b],
+                            q_row,
+                            scratch,
+                            out,
+                        );
                     });
             }
             // output projection and residual, then the ffn and its residual
