@@ -103,6 +103,20 @@ fn serve_picks_each_model_by_id_and_reloads_an_idle_one() {
     let (status, first) = ask("b");
     assert_eq!(status, 200, "{first}");
     assert_eq!(first["model"], "b");
+    // Each model answers /v1/embeddings with its own weights (the same toy).
+    let embed = |model: &str| {
+        let body = json!({"model": model, "input": "the cat"});
+        let (status, answer) = post(&addr, "/v1/embeddings", &body.to_string());
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["model"], model);
+        answer["data"][0]["embedding"].clone()
+    };
+    let embedding = embed("a");
+    assert!(
+        embedding.as_array().is_some_and(|v| !v.is_empty()),
+        "{embedding}"
+    );
+    assert_eq!(embed("b"), embedding);
     let (status, missing) = ask("c");
     assert_eq!(status, 404, "{missing}");
     assert_eq!(missing["error"]["code"], "model_not_found");

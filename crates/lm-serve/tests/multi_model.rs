@@ -268,7 +268,6 @@ fn a_stream_in_flight_is_never_cut_by_an_unload() {
     .to_string();
     let first = request(server.addr, "POST", "/v1/completions", &[], body.as_bytes());
     assert_eq!(first.status, 200);
-    let n_unloads = sample(&server, unloads);
 
     gate.close();
     let addr = server.addr;
@@ -277,6 +276,8 @@ fn a_stream_in_flight_is_never_cut_by_an_unload() {
     wait_for("the stream to run", || {
         sample(&server, r#"lm_active_sequences{model="toy"}"#) == 1.0
     });
+    // (It may have idled out before this request came: counted from here.)
+    let n_unloads = sample(&server, unloads);
     // Many idle periods pass while its forward pass waits at the gate
     // (its answer's headers are sent: only its body is in flight).
     std::thread::sleep(idle * 25);
@@ -335,4 +336,58 @@ fn an_id_that_is_a_path_or_an_idle_unload_of_zero_is_refused() {
     let error = Server::bind_models(vec![toy_source("a", &gate)], config(), Some(Duration::ZERO))
         .unwrap_err();
     assert!(error.to_string().contains("idle-unload"), "{error}");
+}
+
+#[test]
+fn the_front_asks_for_the_key_and_caps_the_body_before_loading() {
+    let gate = Gate::default();
+    let models = vec![toy_source("a", &gate), toy_source("b", &gate)];
+    let config = ServeConfig {
+        api_key: Some("k1".into()),
+        max_body_bytes: 2000,
+        ..config()
+    };
+    let idle = Duration::from_millis(20);
+    let server = TestServer::run(Server::bind_models(models, config, Some(idle)).unwrap());
+    let (addr, key) = (server.addr, [("Authorization", "Bearer k1")]);
+    let sample = |name: &str| -> f64 {
+        let response = request(addr, "GET", "/metrics", &key, b"");
+        assert_eq!(response.status, 200);
+        let text = String::from_utf8(response.body).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    let (loaded, loads) = (
+        r#"lm_model_loaded{model="b"}"#,
+        r#"lm_model_loads_total{model="b"}"#,
+    );
+    wait_for("b to idle out", || sample(loaded) == 0.0);
+
+    let body = json!({"model": "b", "prompt": "<start> the", "max_tokens": 2}).to_string();
+    let refused = request(addr, "POST", "/v1/completions", &[], body.as_bytes());
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["error"]["code"], "invalid_api_key");
+    for path in ["/v1/models", "/metrics"] {
+        assert_eq!(request(addr, "GET", path, &[], b"").status, 401, "{path}");
+    }
+    assert_eq!(request(addr, "GET", "/health", &[], b"").status, 200);
+
+    let big = json!({"model": "b", "prompt": "x".repeat(3000)}).to_string();
+    let too_large = request(addr, "POST", "/v1/completions", &key, big.as_bytes());
+    assert_eq!(too_large.status, 413);
+    let message = too_large.json()["error"]["message"].clone();
+    assert!(
+        message.to_string().contains("--max-body-bytes"),
+        "{message}"
+    );
+    // Neither loaded b.
+    assert_eq!((sample(loaded), sample(loads)), (0.0, 1.0));
+
+    let served = request(addr, "POST", "/v1/completions", &key, body.as_bytes());
+    assert_eq!(served.status, 200);
+    assert_eq!(served.json()["model"], "b");
+    assert_eq!(sample(loads), 2.0);
 }
