@@ -46,13 +46,18 @@ fn gguf_source(id: &str, model: &KnownModel) -> ModelSource {
 
 /// The toy model behind `gate`, served as `id`.
 fn toy_source(id: &str, gate: &Gate) -> ModelSource {
+    toy_source_with(id, gate, config())
+}
+
+/// [`toy_source`] with the model's own `config`.
+fn toy_source_with(id: &str, gate: &Gate, config: ServeConfig) -> ModelSource {
     let gate = gate.clone();
     let load: LoadModel = Arc::new(move || {
         let model = lm_core::Adapted {
             inner: toy_model(),
             hook: gate.clone(),
         };
-        LoadedModel::new(Arc::new(model), Arc::new(ToyText), config())
+        LoadedModel::new(Arc::new(model), Arc::new(ToyText), config.clone())
     });
     ModelSource {
         id: id.into(),
@@ -390,4 +395,74 @@ fn the_front_asks_for_the_key_and_caps_the_body_before_loading() {
     assert_eq!(served.status, 200);
     assert_eq!(served.json()["model"], "b");
     assert_eq!(sample(loads), 2.0);
+}
+
+#[test]
+fn the_front_answers_cors_once_for_every_model() {
+    let gate = Gate::default();
+    // As lm-cli gives them: the models' settings name the origin too.
+    let config = ServeConfig {
+        cors_origins: vec!["https://app.example".into()],
+        ..config()
+    };
+    let models = vec![
+        toy_source_with("a", &gate, config.clone()),
+        toy_source_with("b", &gate, config.clone()),
+    ];
+    let server = TestServer::run(Server::bind_models(models, config, None).unwrap());
+    let origin = ("Origin", "https://app.example");
+    let preflight = request(
+        server.addr,
+        "OPTIONS",
+        "/v1/completions",
+        &[origin, ("Access-Control-Request-Method", "POST")],
+        b"",
+    );
+    assert_eq!(preflight.status, 204);
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let count = |response: &crate::common::Response, header: &str| {
+        response
+            .headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case(header))
+            .count()
+    };
+    let allow_origins =
+        |response: &crate::common::Response| count(response, "access-control-allow-origin");
+    let body = json!({"model": "b", "prompt": "<start> the", "max_tokens": 1}).to_string();
+    let forwarded = request(
+        server.addr,
+        "POST",
+        "/v1/completions",
+        &[origin],
+        body.as_bytes(),
+    );
+    assert_eq!(forwarded.status, 200);
+    assert_eq!(allow_origins(&forwarded), 1, "{:?}", forwarded.headers);
+    // One CORS layer: the front's (a model's own would add a second Vary).
+    assert_eq!(count(&forwarded, "vary"), 1, "{:?}", forwarded.headers);
+    let listed = request(server.addr, "GET", "/v1/models", &[origin], b"");
+    assert_eq!(allow_origins(&listed), 1, "{:?}", listed.headers);
+    let unknown = json!({"model": "c", "prompt": "x"}).to_string();
+    let missing = request(
+        server.addr,
+        "POST",
+        "/v1/completions",
+        &[origin],
+        unknown.as_bytes(),
+    );
+    assert_eq!(missing.status, 404);
+    assert_eq!(allow_origins(&missing), 1, "{:?}", missing.headers);
+    // Another origin gets none.
+    let other = request(
+        server.addr,
+        "POST",
+        "/v1/completions",
+        &[("Origin", "https://evil.example")],
+        body.as_bytes(),
+    );
+    assert_eq!(allow_origins(&other), 0, "{:?}", other.headers);
 }
