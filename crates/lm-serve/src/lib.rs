@@ -10,7 +10,9 @@
 //! step, one batched pass over the next token of every active sequence
 //! (see `scheduler.rs`); each request runs lm-decode's one generation loop,
 //! so its tokens are those it gets alone. docs/serving.md has the details:
-//! the scheduler, the limits, scaling out.
+//! the scheduler, the limits, scaling out. [`Server::bind_models`] serves
+//! several models, each with its own scheduler, picked by a request's
+//! `model` and unloaded when idle (see `hub.rs`).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
