@@ -131,6 +131,20 @@ ARCHS = {
                     rope_base=150000.0, dtype="f32", sliding_window=12, qkv_bias=True,
                     out_bias=True, sinks=True, moe_bias=True, experts_type="mxfp4",
                     ffn_norm="post_attention_norm", f32_kv=True, tied=False),
+    # gpt-oss with YaRN as its converter writes it (rope.scaling.type yarn;
+    # here factor 4 over an original context of 64, so the ramp between the
+    # correction dimensions spans pairs 0..3 of 16 and the sliding layers,
+    # which keep the scale, are scaled too). Its experts are F32: with
+    # MXFP4 experts (whose products round activations through q8_0) the f16
+    # KV cache's last-bit differences flipped 8-bit roundings and moved
+    # single logits by up to 0.02 from llama.cpp's f16 run, while the f32
+    # runs agreed within 2e-6; gpt_oss covers the MXFP4 path.
+    "gpt_oss_yarn": dict(arch="gpt-oss", n_embd=64, n_layer=4, n_head=4, n_kv_head=2,
+                         head_dim=32, ffn=96, expert_ffn=32, n_expert=8, n_expert_used=4,
+                         qk_scale=1.5, rope_base=150000.0, dtype="f32", sliding_window=12,
+                         qkv_bias=True, out_bias=True, sinks=True, moe_bias=True,
+                         ffn_norm="post_attention_norm", f32_kv=True,
+                         yarn=(4.0, 64), tied=False),
 }
 
 
@@ -207,6 +221,11 @@ def write_model(path, arch, spec, seed):
     if "attn_softcap" in spec:
         w.add_attn_logit_softcapping(spec["attn_softcap"])
         w.add_final_logit_softcapping(spec["final_softcap"])
+    if "yarn" in spec:
+        factor, original = spec["yarn"]
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(factor)
+        w.add_rope_scaling_orig_ctx_len(original)
     if spec.get("long_rope"):
         w.add_rope_scaling_orig_ctx_len(64)
         w.add_rope_scaling_attn_factors(1.2)

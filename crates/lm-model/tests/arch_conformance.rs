@@ -252,13 +252,46 @@ fn dots1_matches_llama_cpp() {
 /// are llama.cpp's to float rounding.
 #[test]
 fn gpt_oss_with_an_f32_cache_matches_llama_cpp_closely() {
-    let model = load("gpt_oss").with_kv_precision(lm_model::KvPrecision::F32);
-    let ours = all_positions(&model, &ids());
-    let theirs = llama_cpp_logits("gpt_oss.f32kv");
-    assert_eq!(ours.len(), theirs.len());
-    let diff = max_abs_diff(&ours, &theirs);
-    assert!(diff < 1e-4, "gpt_oss with f32 caches: {diff}");
-    eprintln!("gpt_oss with f32 caches: largest logit difference {diff}");
+    for arch in ["gpt_oss", "gpt_oss_yarn"] {
+        let model = load(arch).with_kv_precision(lm_model::KvPrecision::F32);
+        let ours = all_positions(&model, &ids());
+        let theirs = llama_cpp_logits(&format!("{arch}.f32kv"));
+        assert_eq!(ours.len(), theirs.len());
+        let diff = max_abs_diff(&ours, &theirs);
+        assert!(diff < 1e-4, "{arch} with f32 caches: {diff}");
+        eprintln!("{arch} with f32 caches: largest logit difference {diff}");
+    }
+}
+
+/// gpt-oss with YaRN (factor 4 over an original context of 64): the ramp
+/// between the correction dimensions, the magnitude 1 + 0.1 ln 4, and the
+/// sliding layers scaled as the global ones; read as linear scaling, the
+/// logits move far beyond the tolerance.
+#[test]
+fn gpt_oss_with_yarn_matches_llama_cpp() {
+    let model = load("gpt_oss_yarn");
+    let rope = &model.config().options.rope;
+    assert_eq!(
+        (
+            rope.freq_scale,
+            rope.yarn_original_context,
+            rope.scaled_sliding
+        ),
+        (0.25, Some(64), true)
+    );
+    check_against_llama_cpp("gpt_oss_yarn");
+    let linear = crate::arch_errors::Model::read("gpt_oss_yarn")
+        .set(
+            "gpt-oss.rope.scaling.type",
+            lm_model::MetadataValue::String("linear".into()),
+        )
+        .load()
+        .unwrap();
+    let diff = largest_diff_from(&linear, "gpt_oss_yarn", 0);
+    assert!(
+        diff > 10.0 * LOGIT_TOLERANCE,
+        "gpt_oss_yarn as linear: {diff}"
+    );
 }
 
 #[test]
@@ -426,7 +459,7 @@ fn mistral_sliding_window_key_is_ignored_as_llama_cpp_does() {
 }
 
 /// Every file of the folder that is a mixture of experts.
-const MOE_FIXTURES: [&str; 7] = [
+const MOE_FIXTURES: [&str; 8] = [
     "qwen3moe",
     "qwen3moe_top8",
     "mixtral",
@@ -434,10 +467,11 @@ const MOE_FIXTURES: [&str; 7] = [
     "qwen2moe",
     "dots1",
     "gpt_oss",
+    "gpt_oss_yarn",
 ];
 
 /// Every fixture.
-pub(crate) const ALL_FIXTURES: [&str; 15] = [
+pub(crate) const ALL_FIXTURES: [&str; 16] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -453,6 +487,7 @@ pub(crate) const ALL_FIXTURES: [&str; 15] = [
     "qwen2moe",
     "dots1",
     "gpt_oss",
+    "gpt_oss_yarn",
 ];
 
 /// The routing matters: with the top-k halved, the logits move far beyond
@@ -464,7 +499,7 @@ fn expert_routing_moves_the_logits_beyond_the_tolerance() {
         let name = match arch {
             "mixtral" => "llama",
             "qwen3moe_top8" => "qwen3moe",
-            "gpt_oss" => "gpt-oss",
+            "gpt_oss" | "gpt_oss_yarn" => "gpt-oss",
             other => other,
         };
         let key = format!("{name}.expert_used_count");
@@ -614,7 +649,7 @@ fn cached_pass_matches_the_reference_and_token_by_token() {
     let ids = ids();
     for arch in ALL_FIXTURES {
         let model = match arch {
-            "gpt_oss" => crate::arch_errors::Model::read(arch)
+            "gpt_oss" | "gpt_oss_yarn" => crate::arch_errors::Model::read(arch)
                 .dequantized()
                 .load()
                 .unwrap(),

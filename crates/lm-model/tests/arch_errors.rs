@@ -260,9 +260,9 @@ fn rope_freqs_of_the_wrong_length_and_unsupported_scaling_are_refused() {
     check(
         Model::read("llama").set(
             "llama.rope.scaling.type",
-            MetadataValue::String("yarn".into()),
+            MetadataValue::String("longrope".into()),
         ),
-        "rope scaling `yarn` is not supported; supported: none, linear",
+        "rope scaling `longrope` is not supported; supported: none, linear, yarn",
         |e| matches!(e, TransformerError::UnsupportedRopeScaling { .. }),
     );
 }

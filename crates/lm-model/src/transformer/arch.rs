@@ -33,8 +33,8 @@
 //! `blk.{i}.attn_sinks.weight` `[n_head]`, a logit per head in its softmax's
 //! denominator; `attn_output.bias`; the q/k/v biases read when the file has
 //! them; the norm before the experts is stored as `post_attention_norm`.
-//! Real gpt-oss files name YaRN scaling (`rope.scaling.type = yarn`), which
-//! is refused by name here until it is implemented.
+//! Its sliding layers keep the RoPE scale (YaRN's, in real gpt-oss files:
+//! factor 32 over an original context of 4096).
 //!
 //! Storage, not computation: any architecture's query, key and value
 //! weights may come fused as one `blk.{i}.attn_qkv.weight` (rows `q_dim`,
@@ -99,7 +99,9 @@
 //!                                  which must then divide)
 //!           .rope.freq_base (default 10000)
 //!           .rope.dimension_count (default the head width)
-//!           .rope.scaling.type (none or linear) and .rope.scaling.factor
+//!           .rope.scaling.type (none, linear or yarn) and .rope.scaling.factor
+//!           (YaRN: over .rope.scaling.original_context_length, default
+//!           context_length, with llama.cpp's betas 32 and 1)
 //!           .rope.scaling.attn_factor (default 1)
 //!           .rope.scaling.original_context_length (LongRoPE)
 //!           .attention.sliding_window (gemma2, gemma3, olmo2; gpt-oss
@@ -184,6 +186,9 @@ pub(crate) struct Architecture {
     /// `rope_freqs.weight` (Llama 3's per-pair frequency factors) is read
     /// when present.
     pub rope_freqs: bool,
+    /// The sliding layers keep the RoPE scale (gpt-oss), rather than
+    /// turning unscaled.
+    pub scaled_sliding_rope: bool,
     /// A mixture of experts in place of the dense feed-forward block.
     pub moe: MoeArch,
 }
@@ -312,6 +317,7 @@ const PLAIN: Architecture = Architecture {
     scaled_embedding: false,
     sliding_window: None,
     rope_freqs: false,
+    scaled_sliding_rope: false,
     moe: MoeArch::Dense,
 };
 
@@ -445,6 +451,7 @@ pub(crate) const ARCHITECTURES: [Architecture; 12] = [
             rope_base: None,
             default_window: None,
         }),
+        scaled_sliding_rope: true,
         moe: MoeArch::Always(MoeRow {
             norm_weights: Some(false),
             width: ExpertWidth::Own,
@@ -541,7 +548,16 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
     let rope_base = meta
         .optional("rope.freq_base", GgufFile::get_f32)?
         .unwrap_or(10000.0);
-    let freq_scale = meta.rope_freq_scale()?;
+    let (freq_scale, yarn) = meta.rope_freq_scale()?;
+    // YaRN's original context: the key, else the trained one (llama.cpp's
+    // n_ctx_orig_yarn).
+    let yarn_original_context = match yarn {
+        true => Some(
+            meta.optional_usize("rope.scaling.original_context_length")?
+                .unwrap_or(context_length),
+        ),
+        false => None,
+    };
     let freq_factors = meta.freq_factors(arch, context_length)?;
     let attn_factor = meta
         .optional("rope.scaling.attn_factor", GgufFile::get_f32)?
@@ -599,6 +615,8 @@ pub fn config_from_metadata(file: &GgufFile) -> Result<TransformerConfig, Transf
                 freq_scale,
                 freq_factors,
                 attn_factor,
+                yarn_original_context,
+                scaled_sliding: arch.scaled_sliding_rope,
             },
             qkv_bias: arch.qkv_bias
                 || (arch.qkv_bias_if_present && file.tensor("blk.0.attn_q.bias").is_ok()),
@@ -864,24 +882,27 @@ impl<'a> ArchMetadata<'a> {
         }
     }
 
-    /// The linear RoPE scale `1 / rope.scaling.factor` (1 without scaling);
-    /// other scaling kinds (YaRN, LongRoPE) are refused by name.
-    fn rope_freq_scale(&self) -> Result<f32, TransformerError> {
-        match self.optional("rope.scaling.type", GgufFile::get_str)? {
-            Some("none") => return Ok(1.0),
-            Some("linear") | None => {}
+    /// The RoPE scale `1 / rope.scaling.factor` (1 without scaling), and
+    /// whether it is YaRN's (`rope.scaling.type = yarn`) rather than linear;
+    /// other scaling kinds (LongRoPE's `longrope`, ...) are refused by name.
+    fn rope_freq_scale(&self) -> Result<(f32, bool), TransformerError> {
+        let yarn = match self.optional("rope.scaling.type", GgufFile::get_str)? {
+            Some("none") => return Ok((1.0, false)),
+            Some("linear") | None => false,
+            Some("yarn") => true,
             Some(other) => {
                 return Err(TransformerError::UnsupportedRopeScaling {
                     found: other.to_owned(),
                 });
             }
-        }
+        };
         let factor = self.optional("rope.scaling.factor", GgufFile::get_f32)?;
-        Ok(match factor {
+        let scale = match factor {
             // llama.cpp reads a factor of 0 as no scaling.
             Some(0.0) | None => 1.0,
             Some(factor) => 1.0 / factor,
-        })
+        };
+        Ok((scale, yarn))
     }
 }
 

@@ -80,6 +80,14 @@ pub struct RopeOptions {
     /// `attn_factor`, `rope.scaling.attn_factor`: LongRoPE's magnitude
     /// scale; 1 without it).
     pub attn_factor: f32,
+    /// YaRN (`rope.scaling.type = yarn`): the original context its
+    /// correction dimensions are computed for (llama.cpp's
+    /// `n_ctx_orig_yarn`, with its betas 32 and 1); `None`: linear scaling.
+    pub yarn_original_context: Option<usize>,
+    /// The sliding layers keep `freq_scale` (gpt-oss: llama.cpp's
+    /// `rope_freq_scale_train_swa` is the global one); otherwise they turn
+    /// unscaled (gemma2, gemma3, olmo2).
+    pub scaled_sliding: bool,
 }
 
 impl Default for RopeOptions {
@@ -89,6 +97,8 @@ impl Default for RopeOptions {
             freq_scale: 1.0,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn_original_context: None,
+            scaled_sliding: false,
         }
     }
 }

@@ -163,7 +163,7 @@ pub enum TransformerError {
         period: usize,
     },
     /// A RoPE scaling kind this backend does not implement.
-    #[error("rope scaling `{found}` is not supported; supported: none, linear")]
+    #[error("rope scaling `{found}` is not supported; supported: none, linear, yarn")]
     UnsupportedRopeScaling {
         /// `{arch}.rope.scaling.type` in the file.
         found: String,

@@ -263,7 +263,10 @@ impl Decoder {
                 let options = &c.options.rope;
                 let sliding = c.options.sliding_window.map(|sw| {
                     let sliding_options = RopeOptions {
-                        freq_scale: 1.0,
+                        freq_scale: match options.scaled_sliding {
+                            true => options.freq_scale,
+                            false => 1.0,
+                        },
                         ..options.clone()
                     };
                     RopeTable::with_options(dim, sw.rope_base, c.context_length, &sliding_options)

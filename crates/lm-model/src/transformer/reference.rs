@@ -100,7 +100,12 @@ impl Decoder {
         }
         if let PositionKind::Rope { base, dim } = c.position {
             let (base, freq_scale) = match (c.attention_kind(layer_idx), c.options.sliding_window) {
-                (AttentionKind::Sliding { .. }, Some(sw)) => (sw.rope_base, 1.0),
+                (AttentionKind::Sliding { .. }, Some(sw)) if !c.options.rope.scaled_sliding => {
+                    (sw.rope_base, 1.0)
+                }
+                (AttentionKind::Sliding { .. }, Some(sw)) => {
+                    (sw.rope_base, c.options.rope.freq_scale)
+                }
                 _ => (base, c.options.rope.freq_scale),
             };
             let rope = ReferenceRope {
@@ -306,17 +311,41 @@ struct ReferenceRope<'a> {
 }
 
 impl ReferenceRope<'_> {
+    /// YaRN's share of pair `i`'s angle left unscaled (0 without YaRN:
+    /// every angle scaled),
+    /// from the YaRN paper's ramp between the dimensions where a pair
+    /// turns 32 times and once over the original context (in f64).
+    fn unscaled_share(&self, i: usize) -> f64 {
+        let Some(original) = self.options.yarn_original_context else {
+            return 0.0;
+        };
+        let dim = self.dim as f64;
+        let base = f64::from(self.base);
+        let corr_dim = |turns: f64| {
+            dim * (original as f64 / (turns * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+        };
+        let low = corr_dim(32.0).floor().max(0.0);
+        let high = corr_dim(1.0).ceil().min(dim - 1.0);
+        1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0)
+    }
+
     fn apply(&self, x: &mut Array2<f32>) {
         let half = self.dim / 2;
+        let scale = f64::from(self.freq_scale);
+        let yarn_magnitude = match self.options.yarn_original_context {
+            Some(_) => 1.0 + 0.1 * (1.0 / scale).ln(),
+            None => 1.0,
+        };
         for (pos, mut row) in x.rows_mut().into_iter().enumerate() {
             for head_start in (0..row.len()).step_by(self.head_dim) {
                 for i in 0..half {
                     let factor = self.options.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-                    let theta = pos as f64 * f64::from(self.freq_scale)
+                    let share = self.unscaled_share(i);
+                    let theta = pos as f64 * (scale * (1.0 - share) + share)
                         / f64::from(self.base).powf(2.0 * i as f64 / self.dim as f64)
                         / f64::from(factor);
                     let (sin, cos) = theta.sin_cos();
-                    let magnitude = f64::from(self.options.attn_factor);
+                    let magnitude = f64::from(self.options.attn_factor) * yarn_magnitude;
                     let (sin, cos) = (sin * magnitude, cos * magnitude);
                     let (a, b) = match self.options.mode {
                         RopeMode::Adjacent => (head_start + 2 * i, head_start + 2 * i + 1),

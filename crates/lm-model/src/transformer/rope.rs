@@ -13,7 +13,11 @@
 //! with `x[i + dim/2]` instead; on llama's weights it gives plausible but
 //! wrong text (see `shared/models/SMOLLM2.md`), so the mode comes from the
 //! architecture. Llama 3's frequency factors divide each pair's frequency,
-//! and linear scaling multiplies every angle (see [`RopeOptions`]).
+//! and linear scaling multiplies every angle (see [`RopeOptions`]). YaRN
+//! (Peng et al. 2023, as ggml's `rope_yarn`) scales only the slow pairs:
+//! each pair's angle is a blend of the scaled and the unscaled one by a ramp
+//! between two correction dimensions, and every cosine and sine is times
+//! `1 + 0.1 ln(1 / freq_scale)`.
 
 use super::config::{RopeMode, RopeOptions};
 
@@ -45,19 +49,36 @@ impl RopeTable {
     /// `0..n_positions`.
     pub fn with_options(dim: usize, base: f32, n_positions: usize, options: &RopeOptions) -> Self {
         let half = dim / 2;
+        let freq_scale = options.freq_scale;
+        let yarn = options
+            .yarn_original_context
+            .map(|original| yarn_correction_dims(dim, original, base));
         let inv_freq = (0..half)
             .map(|i| {
                 let factor = options.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-                f64::from(options.freq_scale) * f64::from(base).powf(-2.0 * i as f64 / dim as f64)
-                    / f64::from(factor)
+                // YaRN blends the scaled (interpolated) and unscaled
+                // (extrapolated) angle by the pair's ramp.
+                let scale = match yarn {
+                    Some(dims) => {
+                        let ramp = f64::from(yarn_ramp(dims, i));
+                        f64::from(freq_scale) * (1.0 - ramp) + ramp
+                    }
+                    None => f64::from(freq_scale),
+                };
+                scale * f64::from(base).powf(-2.0 * i as f64 / dim as f64) / f64::from(factor)
             })
             .collect();
+        // YaRN's magnitude correction, 1 + 0.1 ln(1 / freq_scale).
+        let yarn_magnitude = match yarn {
+            Some(_) => 1.0 + 0.1 * (1.0 / freq_scale).ln(),
+            None => 1.0,
+        };
         Self {
             dim: half * 2,
             n_positions,
             mode: options.mode,
             inv_freq,
-            magnitude: f64::from(options.attn_factor),
+            magnitude: f64::from(options.attn_factor * yarn_magnitude),
         }
     }
 
@@ -87,6 +108,31 @@ impl RopeTable {
             }
         }
     }
+}
+
+/// YaRN's start and end correction dimensions for rotary dimension `dim`,
+/// an original context `original` and frequency `base`, with llama.cpp's
+/// betas 32 and 1 (ggml's `ggml_rope_yarn_corr_dims`, in its f32
+/// operations): the pairs below `start` keep their unscaled angle, those
+/// past `end` take the scaled one.
+fn yarn_correction_dims(dim: usize, original: usize, base: f32) -> [f32; 2] {
+    const BETA_FAST: f32 = 32.0;
+    const BETA_SLOW: f32 = 1.0;
+    let corr_dim = |beta: f32| {
+        dim as f32 * (original as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
+    let start = corr_dim(BETA_FAST).floor();
+    let end = corr_dim(BETA_SLOW).ceil();
+    [start.max(0.0), end.min(dim as f32 - 1.0)]
+}
+
+/// How much of pair `i`'s angle stays unscaled under YaRN: 1 below the
+/// start dimension, 0 past the end, linear between (ggml's
+/// `rope_yarn_ramp`).
+fn yarn_ramp([low, high]: [f32; 2], i: usize) -> f32 {
+    let y = (i as f32 - low) / (high - low).max(0.001);
+    1.0 - y.clamp(0.0, 1.0)
 }
 
 #[cfg(test)]
@@ -131,6 +177,40 @@ mod tests {
         let expected = [a0.cos(), a1.cos(), a0.sin(), a1.sin()];
         for (r, e) in row.iter().zip(expected) {
             assert!((f64::from(*r) - e).abs() < 1e-6, "{row:?}");
+        }
+    }
+
+    /// YaRN by hand: dim 32, base 10000, original context 64, scale 1/4.
+    /// corr_dim(32) = 32 ln(64 / 64 pi) / 2 ln 10000 = -1.99, floored and
+    /// then at least 0: 0; corr_dim(1) = 32 ln(64 / 2 pi) / 2 ln 10000 =
+    /// 4.03, ceiled: 5. So pair 0 keeps its angle, pairs 5 on are scaled by
+    /// 1/4, pair 3 mixes 2/5 unscaled; every cosine and sine is times
+    /// 1 + 0.1 ln 4.
+    #[test]
+    fn yarn_blends_scaled_and_unscaled_angles_by_pair() {
+        assert_eq!(yarn_correction_dims(32, 64, 10000.0), [0.0, 5.0]);
+        let options = RopeOptions {
+            mode: RopeMode::Neox,
+            freq_scale: 0.25,
+            yarn_original_context: Some(64),
+            ..RopeOptions::default()
+        };
+        let table = RopeTable::with_options(32, 10000.0, 64, &options);
+        let magnitude = 1.0 + 0.1 * 4f64.ln();
+        for (pair, share) in [(0, 1.0), (1, 0.8), (3, 0.4), (5, 0.0), (15, 0.0)] {
+            let mut row = [0.0f32; 32];
+            row[pair] = 1.0;
+            table.rotate_heads(&mut row, 32, 5);
+            let unscaled = 10000f64.powf(-2.0 * pair as f64 / 32.0);
+            let angle = 5.0 * unscaled * (0.25 * (1.0 - share) + share);
+            let expected = [angle.cos() * magnitude, angle.sin() * magnitude];
+            let ours = [f64::from(row[pair]), f64::from(row[pair + 16])];
+            for (o, e) in ours.iter().zip(expected) {
+                assert!(
+                    (o - e).abs() < 1e-5,
+                    "pair {pair}: {ours:?} vs {expected:?}"
+                );
+            }
         }
     }
 
