@@ -64,7 +64,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if !several {
             let name = config.model_name.clone();
             let model = load_served(&model, config, args.pooling)?;
-            return serve(Server::bind_loaded(model)?, &name, args.parallel);
+            let at_once = format!("{} at once", args.parallel);
+            return serve(Server::bind_loaded(model)?, &name, &at_once);
         }
         if let Some(dir) = &mut config.cache_dir {
             // Each model's states in a directory of its own.
@@ -94,7 +95,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let front = model_config(&args, &ModelSpec::Toy, None)?;
     let idle_unload = args.idle_unload.map(Duration::from_secs);
     let server = Server::bind_models(sources, front, idle_unload)?;
-    serve(server, &names, args.parallel)
+    serve(server, &names, &format!("{} at once each", args.parallel))
 }
 
 /// `args`' settings for the model `spec` names.
@@ -167,13 +168,14 @@ fn load_served(
     Ok(model)
 }
 
-/// Runs `server` until a signal, saying what it serves (`names`).
-fn serve(server: Server, names: &str, parallel: u64) -> Result<()> {
+/// Runs `server` until a signal, saying what it serves (`names`) and how
+/// many sequences at once.
+fn serve(server: Server, names: &str, at_once: &str) -> Result<()> {
     let notes = server.cache_notes().unwrap_or_default();
     let print_notes = || notes.take().iter().for_each(|line| eprintln!("{line}"));
     print_notes();
     eprintln!(
-        "serving {names} on http://{} ({parallel} at once); Ctrl-C stops",
+        "serving {names} on http://{} ({at_once}); Ctrl-C stops",
         server.local_addr()
     );
     server.run_until_signal()?;
