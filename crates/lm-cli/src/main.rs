@@ -66,9 +66,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    // A misspelled `LM_KERNEL`, or a kernel this CPU cannot run, stops here
-    // instead of running another path (lm-model alone would warn and fall back).
+    // A misspelled `LM_KERNEL` or `LM_PACK`, or a kernel this CPU cannot run,
+    // stops here instead of running another path (lm-model alone would warn
+    // and fall back).
     lm_model::Kernel::from_env().map_err(|e| anyhow::anyhow!("{}: {e}", lm_model::KERNEL_ENV))?;
+    lm_model::Packing::from_env().map_err(|e| anyhow::anyhow!("{}: {e}", lm_model::PACK_ENV))?;
     match cli.command {
         Command::Generate(args) => commands::generate::run(*args),
         Command::Probs(args) => commands::probs::run(args),

@@ -54,6 +54,11 @@ fn bad_arguments_name_themselves() {
             "LM_KERNEL: unknown kernel \"avx1024\"; kernels: portable, avx2, avxvnni, avx512",
         ),
         (
+            toy().env("LM_PACK", "yes"),
+            1,
+            "LM_PACK: unknown packing \"yes\"; expected 0 (row-major), 1 (Q4_0 and Q8_0) or all",
+        ),
+        (
             toy().arg("--trace-prefixes"),
             2,
             "--trace-prefixes needs --json or --json-lines",

@@ -1,14 +1,18 @@
 //! Every kernel path this CPU runs (`LM_KERNEL`: portable, avx2, avxvnni,
 //! avx512) gives a real model the same numbers, bit for bit: the same
 //! prompt ids, greedy ids and per-step log-probabilities from `generate
-//! --json`. lm-model's dot products perform the same f32 operations in the
-//! same order on every path, and so does attention, so nothing in a
-//! forward pass depends on the machine; the kernel tests check each
-//! product alone, this checks them composed (a batched prefill, then decode
-//! steps) on the weight types of the real files: Q4_1 and Q8_0 (SmolLM2),
-//! and Q5_0, Q8_0, Q4_K and Q6_K (Gemma 3 Q4_K_M). Ignored until the models
-//! are fetched; with `--include-ignored` and no model each test fails
-//! naming the fetch command.
+//! --json`. lm-model's row-major dot products perform the same f32
+//! operations in the same order on every path, and so does attention, so
+//! nothing in a forward pass depends on the machine; the kernel tests check
+//! each product alone, this checks them composed (a batched prefill, then
+//! decode steps) on the weight types of the real files: Q4_1 and Q8_0
+//! (SmolLM2), and Q5_0, Q8_0, Q4_K and Q6_K (Gemma 3 Q4_K_M). Weights packed
+//! in panels (the default on the SIMD paths, `lm_model::Packing`) sum in
+//! another order, the same on every SIMD path: so the paths agree with
+//! `LM_PACK=0` (all row-major) and, by default, the SIMD paths agree with
+//! each other. Ignored until the models are fetched; with
+//! `--include-ignored` and no model each test fails naming the fetch
+//! command.
 
 use lm_model::Kernel;
 use lm_model::catalog::{GEMMA3_270M, KnownModel, SMOLLM2};
@@ -21,47 +25,56 @@ const PROMPT: &str = "The history of computing begins with the abacus, the slide
                       the mechanical calculators of Pascal and Leibniz, and then";
 
 /// `generate --greedy -n 8 --json` on `model` with each kernel this CPU
-/// runs; the reports (timing removed) of every path equal the portable
-/// path's.
+/// runs, all weights row-major (`LM_PACK=0`): every path's report (timing
+/// removed) equals the portable path's; then with the default packing:
+/// every SIMD path's equals the first's.
 fn check_every_path_agrees(model: &KnownModel) {
     let path = model.path().unwrap_or_else(|err| panic!("{err}"));
     let kernels = Kernel::available();
     assert!(kernels.contains(&Kernel::Portable), "{kernels:?}");
-    let reports: Vec<(Kernel, Value)> = kernels
+    let report = |kernel: Kernel, pack: &str| {
+        let mut report = Cli::new("generate")
+            .model(path.display())
+            .opt("--prompt", PROMPT)
+            .arg("--greedy")
+            .n(8)
+            .env("LM_KERNEL", kernel.name())
+            .env("LM_PACK", pack)
+            .json();
+        report
+            .as_object_mut()
+            .expect("a JSON object")
+            .remove("timing");
+        (kernel, report)
+    };
+    let row_major: Vec<(Kernel, Value)> = kernels.iter().map(|&k| report(k, "0")).collect();
+    let packed: Vec<(Kernel, Value)> = kernels
         .iter()
-        .map(|&kernel| {
-            let mut report = Cli::new("generate")
-                .model(path.display())
-                .opt("--prompt", PROMPT)
-                .arg("--greedy")
-                .n(8)
-                .env("LM_KERNEL", kernel.name())
-                .json();
-            report
-                .as_object_mut()
-                .expect("a JSON object")
-                .remove("timing");
-            (kernel, report)
-        })
+        .filter(|k| k.has_panel_kernel())
+        .map(|&k| report(k, "1"))
         .collect();
-    let (_, portable) = &reports[0];
-    assert!(
-        portable["steps"].as_array().is_some_and(|s| s.len() == 8),
-        "{portable}"
-    );
-    for (kernel, report) in &reports[1..] {
-        assert_eq!(
-            report, portable,
-            "{}: the {kernel} path's report differs from the portable path's",
-            model.name
+    for (what, reports) in [("row-major", &row_major), ("packed", &packed)] {
+        let Some(((first_kernel, first), rest)) = reports.split_first() else {
+            continue;
+        };
+        assert!(
+            first["steps"].as_array().is_some_and(|s| s.len() == 8),
+            "{first}"
+        );
+        for (kernel, report) in rest {
+            assert_eq!(
+                report, first,
+                "{}, {what}: the {kernel} path's report differs from the {first_kernel} path's",
+                model.name
+            );
+        }
+        eprintln!(
+            "{}, {what}: {} paths agree bit for bit, sequence log-prob {}",
+            model.name,
+            reports.len(),
+            first["sequence_logprob"]
         );
     }
-    eprintln!(
-        "{}: {} paths agree bit for bit ({kernels:?}), sequence log-prob {}",
-        model.name,
-        reports.len(),
-        portable["sequence_logprob"]
-    );
 }
 
 #[test]

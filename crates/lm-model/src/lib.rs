@@ -94,7 +94,8 @@ pub use hf::{HfError, SUPPORTED_HF_CLASSES, open_hf_dir, open_hf_dir_quantized};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::QuantizeError;
 pub use quant::{
-    GgmlType, KERNEL_ENV, Kernel, NonFinite, PACK_ENV, QMatrix, QuantError, SUPPORTED_TYPES,
+    GgmlType, KERNEL_ENV, Kernel, NonFinite, PACK_ENV, Packing, QMatrix, QuantError,
+    SUPPORTED_TYPES,
 };
 #[doc(hidden)]
 pub use transformer::AttentionWorkload;

@@ -47,11 +47,16 @@
 //! Both distances are measured here, against the same stored (f16) exact
 //! row, and a check that fails reports every distance.
 //!
-//! Four checks leave the envelope by a little, always the same way (ours
+//! Six checks leave the envelope by a little, always the same way (ours
 //! slightly farther from exact than every llama.cpp setting): they are
 //! listed in [`KNOWN_DEVIATIONS`], each bounded just above what was measured
 //! (`fixtures/smollm2-requant/README.md`), so they cannot grow unnoticed; any
-//! other failure, or one past its bound, fails the test.
+//! other failure, or one past its bound, fails the test. Two of them are
+//! rows that Q4_0 and Q8_0 weights packed in panels (the default on SIMD
+//! paths, `lm_model::Packing`) move: one single logit of the 49,152, the
+//! row's KL within llama.cpp's settings. Which rows leave the envelope is
+//! rounding noise: the row-major kernels with an F32 KV cache (exact in
+//! principle) leave it on six models.
 //!
 //! All failures of a model are collected and reported together. Each model's
 //! test is ignored until its file is fetched; with `--include-ignored` and no
@@ -93,8 +98,10 @@ enum Check {
 /// and slightly farther from exact than any of llama.cpp's settings), with
 /// the largest distance from exact it may have: about 10% above the value
 /// measured (2026-12-01 on AVX2, 2026-12-05 on AVX-512: the same; the
-/// row-major kernels give the portable path's integer sums), the value in
-/// the comment, next to llama.cpp's own.
+/// row-major kernels give the portable path's integer sums; 2026-12-06 for
+/// the two rows that Q4_0 and Q8_0 panels move, which give the same bits on
+/// AVX2, AVX-VNNI and AVX-512), the value in the comment, next to
+/// llama.cpp's own.
 struct KnownDeviation {
     model: &'static str,
     case: &'static str,
@@ -104,6 +111,22 @@ struct KnownDeviation {
 
 /// Every known deviation; see the module docs.
 const KNOWN_DEVIATIONS: &[KnownDeviation] = &[
+    // Q4_0 panels: 1.802 (row-major 1.314; llama.cpp 1.215, up to 1.391 over
+    // its settings; KL(exact || ours) 0.0218 is within its 0.0375).
+    KnownDeviation {
+        model: "smollm2-q2_k",
+        case: "chat",
+        check: Check::LastLogits,
+        max_from_exact: 1.98,
+    },
+    // Q8_0 panels: 0.905 (row-major 0.488; llama.cpp 0.586, up to 0.716;
+    // KL(exact || ours) 0.0043 is within its 0.0048).
+    KnownDeviation {
+        model: "smollm2-q5_k_m",
+        case: "long_document",
+        check: Check::LastLogits,
+        max_from_exact: 1.0,
+    },
     // 0.0199 (llama.cpp 0.0099 in the fixture, up to 0.0188 over its settings).
     KnownDeviation {
         model: "smollm2-q6_k",

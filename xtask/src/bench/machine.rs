@@ -33,19 +33,19 @@ const REPORTED_SETS: &[&str] = &[
 
 /// Our kernel path as the worker process chose it (`Kernel::detect()`),
 /// with the `LM_KERNEL` override when one is set, and whether weights are
-/// packed in panels (`LM_PACK=1`).
+/// packed in panels (`lm_model::Packing`, from `LM_PACK`).
 pub(super) fn our_kernel() -> String {
     let kernel = format!("{:?}", lm_model::Kernel::detect());
     let kernel = match std::env::var(lm_model::KERNEL_ENV) {
         Ok(forced) if !forced.is_empty() => format!("{kernel} ({}={forced})", lm_model::KERNEL_ENV),
         _ => kernel,
     };
-    match std::env::var(lm_model::PACK_ENV) {
-        Ok(pack) if pack == "1" => {
-            format!("{kernel}, weights in panels ({}=1)", lm_model::PACK_ENV)
-        }
-        _ => format!("{kernel}, row-major weights"),
-    }
+    let weights = match lm_model::Kernel::configured().packing() {
+        lm_model::Packing::RowMajor => "row-major weights",
+        lm_model::Packing::Blocks => "Q4_0 and Q8_0 in panels",
+        lm_model::Packing::All => "Q4_0, Q8_0 (and Q4_K, Q6_K on AVX-512) in panels",
+    };
+    format!("{kernel}, {weights}")
 }
 
 /// The report's machine lines: CPU, instruction sets, our kernel path

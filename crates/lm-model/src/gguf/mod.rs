@@ -556,9 +556,10 @@ impl GgufFile {
     }
 
     /// Repacks in place, into panels of 16 rows (see `quant/packed.rs`),
-    /// every 2-d tensor that `select` chooses and whose type and shape
-    /// pack (`quant/packed.rs`: Q4_0, Q8_0, and Q4_K and Q6_K where their
-    /// AVX-512 kernel runs, in whole panels), so that products with it
+    /// every 2-d tensor that `select` chooses, whose type the process's
+    /// [`Packing`](crate::Packing) includes (`LM_PACK`) and whose type and
+    /// shape pack (`quant/packed.rs`: Q4_0, Q8_0, and Q4_K and Q6_K where
+    /// their AVX-512 kernel runs, in whole panels), so that products with it
     /// run on the panel kernels; returns how many it packed. The bytes are
     /// rearranged, not copied: the memory does not grow. A mapped file
     /// ([`GgufFile::map`]) is shared with the page cache and is left as it
@@ -572,6 +573,7 @@ impl GgufFile {
         let Some(bytes) = self.storage.bytes_mut() else {
             return 0;
         };
+        let packing = crate::quant::Kernel::configured().packing();
         let mut scratch = Vec::new();
         let mut n_packed = 0;
         for (info, packed) in self.tensors.iter().zip(&mut self.packed) {
@@ -579,6 +581,7 @@ impl GgufFile {
             if *packed
                 || info.dims.len() != 2
                 || !crate::quant::packed::packs(info.ggml_type, n_rows)
+                || !packing.includes(info.ggml_type)
                 || !select(info)
             {
                 continue;

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use lm_core::cpu::CpuFeatures;
 
-use crate::quant::QuantError;
+use crate::quant::{GgmlType, QuantError};
 
 /// Which implementation of the quantized dot products to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,18 +40,66 @@ pub enum Kernel {
 /// The environment variable that overrides the kernel choice.
 pub const KERNEL_ENV: &str = "LM_KERNEL";
 
-/// The environment variable that asks for weights packed in panels when a
-/// model loads (`LM_PACK=1`; `quant/packed.rs`): prefill of a 1B model 2-3x
-/// faster and decode as fast or faster, at the price of llama.cpp's
-/// arithmetic order. Panel products agree with the row-major ones to 1e-5
-/// of their magnitude, but each layer's 8-bit activations amplify any
-/// change of order, and on SmolLM2's chat row (the conformance suite's most
-/// sensitive) one logit of the Q2_K and Q5_K_M mixes then lands farther
-/// from exact than llama.cpp under any of sixteen settings that change only
-/// its rounding (1.80 against at most 1.39, 1.95 against 1.66;
-/// fixtures/smollm2-requant/README.md), though over all the prompt's rows the
-/// two orders are about as far from exact; hence opt-in.
+/// The environment variable that says which weights are packed in panels
+/// when a model loads ([`Packing`]): `0` none, `all` the K-quants too;
+/// unset (or `1`) the default.
 pub const PACK_ENV: &str = "LM_PACK";
+
+/// Which weight matrices are packed in panels when a model loads
+/// (`quant/packed.rs`), where the kernel path has panel products (AVX2,
+/// AVX-VNNI, AVX-512); the rest stay row-major.
+///
+/// Panel sums run in another order than the row-major kernels' (which
+/// follow llama.cpp's AVX2 kernels), so a packed model's logits move within
+/// quantization noise (fixtures/smollm2-requant/README.md has the
+/// conformance distances of both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// `LM_PACK=0`, or a path without panel kernels: every matrix row-major.
+    RowMajor,
+    /// The default: Q4_0 and Q8_0, whose panels are faster than the
+    /// row-major kernels in prefill and in decode (a 1B model on Zen 4:
+    /// prefill 2.0-3.3x and decode 1.2-1.8x llama.cpp's; docs/performance.md).
+    Blocks,
+    /// `LM_PACK=all`: Q4_K and Q6_K as well, where their AVX-512 kernel
+    /// runs: a 1B Q4_K_M prefills 2.3-2.6x llama.cpp's speed but decodes
+    /// at 0.64x (docs/performance.md); for prompt-heavy work.
+    All,
+}
+
+impl Packing {
+    /// The packing `LM_PACK`'s value names: `0`, `1` or `all`.
+    pub fn from_name(name: &str) -> Result<Packing, QuantError> {
+        match name.trim() {
+            "0" => Ok(Packing::RowMajor),
+            "1" => Ok(Packing::Blocks),
+            "all" => Ok(Packing::All),
+            _ => Err(QuantError::UnknownPacking {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// The packing [`PACK_ENV`] asks for; `None` when it is unset or empty.
+    pub fn from_env() -> Result<Option<Packing>, QuantError> {
+        match std::env::var_os(PACK_ENV) {
+            Some(value) if !value.to_string_lossy().trim().is_empty() => {
+                Packing::from_name(&value.to_string_lossy()).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether matrices of `ty` are packed under this policy (when their
+    /// shape and kernel path allow: `quant::packed::packs`).
+    pub fn includes(self, ty: GgmlType) -> bool {
+        match self {
+            Packing::RowMajor => false,
+            Packing::Blocks => matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0),
+            Packing::All => true,
+        }
+    }
+}
 
 impl Kernel {
     /// Every kernel, slowest first: detection picks the last one the CPU runs.
@@ -71,6 +119,34 @@ impl Kernel {
     /// names one this CPU runs, otherwise the fastest.
     pub fn configured() -> Kernel {
         Dispatch::detect().kernel
+    }
+
+    /// Whether products with weights packed in panels have a SIMD kernel on
+    /// this path (else they would run the portable one, for correctness
+    /// only).
+    pub fn has_panel_kernel(self) -> bool {
+        matches!(self, Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512)
+    }
+
+    /// Which weights are packed in panels when a model loads on this path:
+    /// [`PACK_ENV`]'s choice where the path has panel kernels (an unknown
+    /// value is warned about and gives the default).
+    pub fn packing(self) -> Packing {
+        if !self.has_panel_kernel() {
+            return Packing::RowMajor;
+        }
+        Packing::from_env()
+            .unwrap_or_else(|e| {
+                log::warn!("{PACK_ENV}: {e}; packing Q4_0 and Q8_0");
+                None
+            })
+            .unwrap_or(Packing::Blocks)
+    }
+
+    /// Whether any weights are packed in panels when a model loads on
+    /// this path ([`Kernel::packing`]).
+    pub fn packs_at_load(self) -> bool {
+        self.packing() != Packing::RowMajor
     }
 
     /// Whether this CPU can run the kernel.
@@ -215,16 +291,10 @@ impl Dispatch {
         self.kernel
     }
 
-    /// Whether weights are packed in panels when a model loads: asked for
-    /// by [`PACK_ENV`] and a panel kernel here.
+    /// Whether weights are packed in panels when a model loads
+    /// ([`Kernel::packs_at_load`]).
     pub fn packs_at_load(self) -> bool {
-        self.has_panel_kernel() && std::env::var_os(PACK_ENV).is_some_and(|v| v == "1")
-    }
-
-    /// Whether products with weights packed in panels have a SIMD kernel
-    /// here (else they run the portable one, for correctness only).
-    pub fn has_panel_kernel(self) -> bool {
-        matches!(self.kernel, Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512)
+        self.kernel.packs_at_load()
     }
 
     /// Whether f16 values can be widened with AVX + F16C.
@@ -236,6 +306,22 @@ impl Dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packings_are_named_as_lm_pack_takes_them() {
+        assert_eq!(Packing::from_name("0").unwrap(), Packing::RowMajor);
+        assert_eq!(Packing::from_name("1").unwrap(), Packing::Blocks);
+        assert_eq!(Packing::from_name(" all ").unwrap(), Packing::All);
+        let err = Packing::from_name("yes").unwrap_err().to_string();
+        assert!(
+            err.contains("\"yes\"") && err.contains("0 (row-major)"),
+            "{err}"
+        );
+        assert!(!Packing::RowMajor.includes(GgmlType::Q4_0));
+        assert!(Packing::Blocks.includes(GgmlType::Q8_0));
+        assert!(!Packing::Blocks.includes(GgmlType::Q4_K));
+        assert!(Packing::All.includes(GgmlType::Q6_K));
+    }
 
     #[test]
     fn names_round_trip_and_unknown_names_are_errors() {

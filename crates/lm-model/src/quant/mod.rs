@@ -22,7 +22,7 @@ pub(crate) mod packed;
 pub(crate) mod packed_k;
 mod quantize;
 
-pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel, PACK_ENV};
+pub use crate::kernels::dispatch::{KERNEL_ENV, Kernel, PACK_ENV, Packing};
 pub(crate) use ggml_type::UnsupportedType;
 pub use ggml_type::{GgmlType, SUPPORTED_TYPES};
 pub use matrix::QMatrix;
@@ -111,6 +111,12 @@ pub enum QuantError {
     #[error("unknown kernel {name:?}; kernels: portable, avx2, avxvnni, avx512")]
     UnknownKernel {
         /// The name given.
+        name: String,
+    },
+    /// A packing (`LM_PACK`'s value) that names no [`Packing`].
+    #[error("unknown packing {name:?}; expected 0 (row-major), 1 (Q4_0 and Q8_0) or all")]
+    UnknownPacking {
+        /// The value given.
         name: String,
     },
 }

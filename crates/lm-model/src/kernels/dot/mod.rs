@@ -19,8 +19,8 @@
 //! them in the same order (eight lanes of fused multiply-adds, summed as the
 //! AVX2 kernel's `horizontal_sum` sums them), so every path, the portable
 //! one included, gives the same bits. Weights packed in panels
-//! (`quant/packed.rs`, packed at load with `LM_PACK=1` where the kernel has panel
-//! products: AVX2, AVX-VNNI and AVX-512) are multiplied by `kernels/panel` instead,
+//! (`quant/packed.rs`, packed at load where the kernel has panel products:
+//! AVX2, AVX-VNNI and AVX-512, unless `LM_PACK=0`) are multiplied by `kernels/panel` instead,
 //! whose f32 sums run in another order: such a model's last bits differ
 //! between a machine that packs and one that does not. Float rows (F32, F16, BF16) are multiplied with the f32
 //! activations directly (by the AVX2 kernel on every SIMD path).
