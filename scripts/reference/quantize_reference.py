@@ -22,10 +22,17 @@ It writes:
   ffn_down with rows of 32 (which Q6_K cannot hold: llama.cpp falls back to
   Q8_0); q6_k.gguf, q4_k_s.gguf and q5_k_s.gguf are its Q6_K, Q4_K_S and
   Q5_K_S files, q4_0-k.gguf its Q4_0 file (where llama.cpp makes
-  output.weight Q6_K);
+  output.weight Q6_K), q2_k-k.gguf its Q2_K file (ffn_down: Q3_K, which
+  falls back to Q4_0);
+- input-mix.f16.gguf: a third one of 16 layers whose every 2-D weight has
+  rows of 256 (two rows each, four for the embedding and output; no
+  per-layer norms, which llama.cpp's quantizer does not need), with 8
+  query heads per 2 key-value heads, so that llama.cpp's per-layer rules of
+  the 2- and 3-bit mixes all show; q2_k.gguf, q3_k_s.gguf, q3_k_m.gguf and
+  q3_k_l.gguf are its Q2_K, Q3_K_S, Q3_K_M and Q3_K_L files;
 - manifest.json: the seed, the versions and each output's tensor types.
 
-F16 keeps the files small (under 200 KB in all). The script opens no network
+F16 keeps the files small (under 300 KB in all). The script opens no network
 connection and writes only llama.cpp's outputs, never any of its code.
 """
 
@@ -131,6 +138,39 @@ def write_k_input(path, rng):
     w.close()
 
 
+def write_mix_input(path, rng):
+    """16 layers of two-row weights with rows of 256: every tensor kind the
+    K mixes treat apart (attn_v, attn_output, ffn_down by layer)."""
+    def matrix(n_out, n_in):
+        m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+        m[rng.random((n_out, n_in)) < 1.0 / 29.0] *= 40.0
+        return m.astype(np.float16)
+
+    n_layer = 16
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(256)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(256)
+    w.add_head_count(8)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("none")
+    w.add_vocab_size(4)
+    w.add_file_type(1)
+    w.add_tensor("token_embd.weight", matrix(4, 256))
+    w.add_tensor("output_norm.weight", np.ones(256, dtype=np.float32))
+    w.add_tensor("output.weight", matrix(4, 256))
+    for i in range(n_layer):
+        for name in ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]:
+            w.add_tensor(f"blk.{i}.{name}.weight", matrix(2, 256))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def quantize(src, dst, ftype):
     params = llama_cpp.llama_model_quantize_default_params()
     params.nthread = 1
@@ -164,11 +204,20 @@ def main():
     src_k = os.path.join(out, "input-k.f16.gguf")
     write_k_input(src_k, np.random.default_rng(SEED + 1))
     manifest["input_k"] = "input-k.f16.gguf"
-    # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2.
-    for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16}.items():
+    # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2, Q2_K 10.
+    for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16, "q2_k-k": 10}.items():
         dst = os.path.join(out, f"{name}.gguf")
         quantize(src_k, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",
+                                     "ftype": ftype, "tensor_types": tensor_types(dst)}
+        print(f"{name}: {os.path.getsize(dst)} bytes")
+    src_mix = os.path.join(out, "input-mix.f16.gguf")
+    write_mix_input(src_mix, np.random.default_rng(SEED + 2))
+    # llama.h: Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13.
+    for name, ftype in {"q2_k": 10, "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13}.items():
+        dst = os.path.join(out, f"{name}.gguf")
+        quantize(src_mix, dst, ftype)
+        manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-mix.f16.gguf",
                                      "ftype": ftype, "tensor_types": tensor_types(dst)}
         print(f"{name}: {os.path.getsize(dst)} bytes")
     write_manifest(out, manifest)

@@ -1,8 +1,9 @@
 //! `lm-cli quantize` against llama.cpp's `llama_model_quantize`: the same
-//! file byte for byte (fixtures/quantize/, Q8_0 to Q6_K and the K mixes, written by
-//! scripts/reference/quantize_reference.py, and SmolLM2 Q8_0 requantized to
-//! Q4_0 (its SHA-256 and llama.cpp's greedy ids on it in
-//! fixtures/quantize/smollm2-q4_0.json, written by
+//! file byte for byte (fixtures/quantize/, Q8_0 to Q6_K and the K mixes
+//! from Q2_K to Q5_K_S, written by scripts/reference/quantize_reference.py,
+//! and SmolLM2 Q8_0 requantized to Q4_0, Q2_K and Q3_K_M (their SHA-256 and
+//! llama.cpp's greedy ids and logits on them in
+//! fixtures/quantize/smollm2-TYPE.json, written by
 //! scripts/reference/quantize_smollm2_reference.py), and the output file
 //! protected on every error.
 //!
@@ -20,6 +21,10 @@ use crate::common::{Cli, fixture, ids};
 
 /// A logit gap below which two tokens are a near-tie.
 const NEAR_TIE: f64 = 0.3;
+
+/// How far our logits may be from llama.cpp's on the same quantized file
+/// (the conformance tolerance per logit).
+const TOP_LOGIT_TOLERANCE: f64 = 1.0;
 
 /// A fresh scratch folder for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -89,6 +94,11 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
             "q5_k_s",
             "blk.*.attn_q.weight 1 x f16 -> q5_K quantized",
         ),
+        (
+            "q2_k",
+            "q2_k-k",
+            "blk.*.ffn_down.weight 1 x f16 -> q4_0 quantized",
+        ),
     ] {
         let out = dir.join(format!("{file}.gguf"));
         let lines = summary(&quantize(&input, &out, ty).ok().stdout);
@@ -97,6 +107,57 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
         assert!(
             std::fs::read(&out).unwrap() == theirs,
             "{file}: the file differs"
+        );
+    }
+}
+
+/// The 2- and 3-bit mixes on 16 layers (fixtures/quantize/input-mix.f16.gguf,
+/// 8 query heads per 2 key-value heads): each file equals llama-quantize's
+/// byte for byte, with llama.cpp's per-layer types (the summary's lines).
+#[test]
+fn two_and_three_bit_mixes_equal_llama_quantize_byte_for_byte() {
+    let dir = scratch("mix");
+    let input = fixture("quantize/input-mix.f16.gguf");
+    #[rustfmt::skip]
+    let cases = [
+        ("q2_k", &[
+            "blk.*.attn_q.weight 16 x f16 -> q2_K quantized",
+            "blk.*.attn_v.weight 16 x f16 -> q4_K quantized",
+            "blk.*.attn_output.weight 16 x f16 -> q3_K quantized",
+            "blk.*.ffn_down.weight 16 x f16 -> q3_K quantized",
+            "output.weight 1 x f16 -> q6_K quantized",
+        ][..]),
+        ("Q3_K_S", &[
+            "blk.*.attn_v.weight 16 x f16 -> q3_K quantized",
+            "blk.*.ffn_down.weight 16 x f16 -> q3_K quantized",
+            "token_embd.weight 1 x f16 -> q3_K quantized",
+        ]),
+        ("q3_k_m", &[
+            "blk.*.attn_v.weight 2 x f16 -> q5_K quantized",
+            "blk.*.attn_v.weight 14 x f16 -> q4_K quantized",
+            "blk.*.ffn_down.weight 1 x f16 -> q5_K quantized",
+            "blk.*.ffn_down.weight 15 x f16 -> q4_K quantized",
+            "blk.*.attn_output.weight 16 x f16 -> q4_K quantized",
+            "blk.*.ffn_up.weight 16 x f16 -> q3_K quantized",
+        ]),
+        ("q3_k_l", &[
+            "blk.*.attn_v.weight 16 x f16 -> q5_K quantized",
+            "blk.*.attn_output.weight 16 x f16 -> q5_K quantized",
+            "blk.*.ffn_down.weight 16 x f16 -> q5_K quantized",
+            "blk.*.attn_k.weight 16 x f16 -> q3_K quantized",
+        ]),
+    ];
+    for (ty, expected) in cases {
+        let file = ty.to_lowercase();
+        let out = dir.join(format!("{file}.gguf"));
+        let lines = summary(&quantize(&input, &out, ty).ok().stdout);
+        for line in expected {
+            assert!(lines.iter().any(|l| l == line), "{ty}: {line}\n{lines:#?}");
+        }
+        let theirs = std::fs::read(fixture(&format!("quantize/{file}.gguf"))).unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == theirs,
+            "{file}: the file differs from llama-quantize's"
         );
     }
 }
@@ -123,9 +184,9 @@ fn errors_leave_files_alone() {
     assert!(run.stderr.contains("not a gguf file"), "{}", run.stderr);
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
 
-    let run = quantize(&input, &out, "q3_k").run();
+    let run = quantize(&input, &out, "q2_k_s").run();
     assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("q3_k"), "{}", run.stderr);
+    assert!(run.stderr.contains("q2_k_s"), "{}", run.stderr);
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -138,32 +199,68 @@ fn errors_leave_files_alone() {
 /// SmolLM2 Q8_0 to Q4_0: the file's SHA-256 is that of llama-quantize's
 /// (`fixtures/quantize/smollm2-q4_0.json`, written by
 /// scripts/reference/quantize_smollm2_reference.py), and our greedy ids on
-/// it are llama.cpp's on its own file up to llama.cpp's first near-tie.
+/// it are llama.cpp's on its own file up to llama.cpp's first near-tie, its
+/// largest last-position logits within the conformance tolerance of ours.
 #[test]
 fn smollm2_q4_0_equals_llama_quantize_and_runs_as_in_llama_cpp() {
+    check_smollm2(
+        "q4_0",
+        &[
+            "token_embd.weight 1 x q8_0 -> q8_0 copied (already the target type)",
+            "blk.*.attn_q.weight 30 x q8_0 -> q4_0 quantized",
+        ],
+    );
+}
+
+/// SmolLM2 Q8_0 to Q2_K and Q3_K_M (rows of 576 fall back to Q4_0, so the
+/// K-quants are ffn_down's: Q3_K in Q2_K's mix, Q5_K then Q4_K in
+/// Q3_K_M's): each file is llama-quantize's byte for byte, and llama.cpp's
+/// last-position logits on it (its 32 largest) are within the conformance
+/// tolerance of ours.
+#[test]
+fn smollm2_q2_k_and_q3_k_m_equal_llama_quantize_and_run_as_in_llama_cpp() {
+    check_smollm2(
+        "q2_k",
+        &[
+            "blk.*.ffn_down.weight 30 x q8_0 -> q3_K quantized",
+            "blk.*.attn_v.weight 30 x q8_0 -> q4_0 quantized",
+        ],
+    );
+    check_smollm2(
+        "q3_k_m",
+        &[
+            "blk.*.ffn_down.weight 1 x q8_0 -> q5_K quantized",
+            "blk.*.ffn_down.weight 29 x q8_0 -> q4_K quantized",
+        ],
+    );
+}
+
+/// `lm-cli quantize` of SmolLM2 Q8_0 to `ty` against llama.cpp's side in
+/// `fixtures/quantize/smollm2-TY.json`: the summary has `lines`, the
+/// file's SHA-256 is llama-quantize's, our greedy ids on it are llama.cpp's
+/// up to its first near-tie, and our logits of the prompt's last position
+/// are within [`TOP_LOGIT_TOLERANCE`] of llama.cpp's on its largest 32.
+fn check_smollm2(ty: &str, lines: &[&str]) {
     let source = SMOLLM2_Q8_0.path().unwrap_or_else(|err| panic!("{err}"));
     let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("quantize/smollm2-q4_0.json")).unwrap(),
+        &std::fs::read_to_string(fixture(&format!("quantize/smollm2-{ty}.json"))).unwrap(),
     )
     .unwrap();
-    let dir = scratch("smollm2");
-    let ours = dir.join("ours-q4_0.gguf");
-    let run = quantize(&source, &ours, "q4_0").ok();
-    let lines = summary(&run.stdout);
-    let embedding = "token_embd.weight 1 x q8_0 -> q8_0 copied (already the target type)";
-    assert!(lines.iter().any(|l| l == embedding), "{lines:#?}");
-    assert!(
-        lines
-            .iter()
-            .any(|l| l == "blk.*.attn_q.weight 30 x q8_0 -> q4_0 quantized"),
-        "{lines:#?}"
-    );
+    let dir = scratch(&format!("smollm2-{ty}"));
+    let ours = dir.join(format!("ours-{ty}.gguf"));
+    let run = quantize(&source, &ours, ty).ok();
+    let summary = summary(&run.stdout);
+    for line in lines {
+        assert!(summary.iter().any(|l| l == line), "{line}\n{summary:#?}");
+    }
     let digest = Sha256::digest(std::fs::read(&ours).unwrap());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(
-        hex, reference["q4_0_sha256"],
-        "the Q4_0 file differs from llama-quantize's"
+        hex,
+        reference[format!("{ty}_sha256")],
+        "the {ty} file differs from llama-quantize's"
     );
+    let model = lm::load(&ours).unwrap();
     for case in reference["cases"].as_array().unwrap() {
         let prompt = case["prompt"].as_str().unwrap();
         let report = Cli::generate(prompt)
@@ -172,11 +269,8 @@ fn smollm2_q4_0_equals_llama_quantize_and_runs_as_in_llama_cpp() {
             .arg("--greedy")
             .arg("--no-timing")
             .json();
-        assert_eq!(
-            ids(&report["prompt_ids"]),
-            ids(&case["prompt_ids"]),
-            "{prompt:?}"
-        );
+        let prompt_ids = ids(&case["prompt_ids"]);
+        assert_eq!(ids(&report["prompt_ids"]), prompt_ids, "{prompt:?}");
         let got = ids(&report["ids"]);
         let expected = ids(&case["ids"]);
         let gaps: Vec<f64> = case["gaps"]
@@ -193,6 +287,31 @@ fn smollm2_q4_0_equals_llama_quantize_and_runs_as_in_llama_cpp() {
             got[..firm],
             expected[..firm],
             "{prompt:?}: {got:?}\n{expected:?}"
+        );
+        let top = case["top_logits"].as_array().unwrap();
+        let mut logits = Vec::new();
+        model
+            .decoder
+            .forward(
+                &mut model.decoder.new_state(),
+                &prompt_ids,
+                Rows::Last,
+                &mut logits,
+            )
+            .unwrap();
+        let largest = top
+            .iter()
+            .map(|pair| {
+                let id = pair[0].as_u64().unwrap() as usize;
+                (f64::from(logits[id]) - pair[1].as_f64().unwrap()).abs()
+            })
+            .fold(0.0, f64::max);
+        assert!(
+            largest < TOP_LOGIT_TOLERANCE,
+            "{ty} {prompt:?}: a top logit {largest} from llama.cpp's"
+        );
+        eprintln!(
+            "{ty} {prompt:?}: llama.cpp's 32 largest last-position logits within {largest:.4} of ours"
         );
     }
 }

@@ -59,12 +59,14 @@ WHAT IS QUANTIZED (llama.cpp's rules, src/llama-quant.cpp):
   1-D tensors and norms are copied as they are (F32 stays F32).
   output.weight (or token_embd.weight when the output is tied to it): Q8_0 when
   TYPE is q8_0 or its rows are not a multiple of 256, else Q6_K.
-  q4_k_s, q4_k_m (q4_k), q5_k_s, q5_k_m (q5_k): llama.cpp's mixes for dense
-  models (attn_v and ffn_down get 5 or 6 bits by layer).
-  K-quants fall back where rows are not a multiple of 256: q4_K to q5_0,
-  q5_K to q5_1, q6_K to q8_0.
+  q2_k, q3_k_s, q3_k_m (q3_k), q3_k_l, q4_k_s, q4_k_m (q4_k), q5_k_s,
+  q5_k_m (q5_k): llama.cpp's mixes for dense models (attn_v, attn_output and
+  ffn_down get more bits, some by layer; q2_k's attn_v 3 bits, or 4 where
+  four or more query heads share a key head).
+  K-quants fall back where rows are not a multiple of 256: q2_K and q3_K to
+  q4_0, q4_K to q5_0, q5_K to q5_1, q6_K to q8_0.
   A tensor already of its target type is copied.
-  Not written yet: q2_k, q3_k and the i-quants; mixture-of-experts rules.";
+  Not written yet: q2_k_s and the i-quants; mixture-of-experts rules.";
 
 /// The file types `lm-cli quantize` writes, with llama.cpp's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -87,6 +89,21 @@ pub enum QuantType {
     /// 6-bit K-quant, super-blocks of 256 (rows of other lengths: Q8_0).
     #[value(name = "q6_k")]
     Q6K,
+    /// 2-bit K-quants, attn_v, attn_output and ffn_down 3-bit or more
+    /// (llama.cpp's Q2_K mix).
+    #[value(name = "q2_k")]
+    Q2K,
+    /// 3-bit K-quants (llama.cpp's Q3_K_S mix).
+    #[value(name = "q3_k_s")]
+    Q3KS,
+    /// 3-bit K-quants, attn_v, attn_output and ffn_down 4- or 5-bit
+    /// (llama.cpp's Q3_K_M mix, its Q3_K).
+    #[value(name = "q3_k_m", alias = "q3_k")]
+    Q3KM,
+    /// 3-bit K-quants, attn_v, attn_output and ffn_down 5-bit (llama.cpp's
+    /// Q3_K_L mix).
+    #[value(name = "q3_k_l")]
+    Q3KL,
     /// 4-bit K-quants, the first four attention-V and first eighth of
     /// ffn_down tensors 5-bit (llama.cpp's Q4_K_S mix).
     #[value(name = "q4_k_s")]
@@ -123,6 +140,10 @@ impl QuantType {
             QuantType::Q5_0 => (GgmlType::Q5_0, 8),
             QuantType::Q5_1 => (GgmlType::Q5_1, 9),
             QuantType::Q6K => (GgmlType::Q6_K, 18),
+            QuantType::Q2K => (GgmlType::Q2_K, 10),
+            QuantType::Q3KS => (GgmlType::Q3_K, 11),
+            QuantType::Q3KM => (GgmlType::Q3_K, 12),
+            QuantType::Q3KL => (GgmlType::Q3_K, 13),
             QuantType::Q4KS => (GgmlType::Q4_K, 14),
             QuantType::Q4KM => (GgmlType::Q4_K, 15),
             QuantType::Q5KS => (GgmlType::Q5_K, 16),
@@ -147,7 +168,7 @@ enum Plan {
     /// Dequantized and quantized to this type.
     Quantize(GgmlType),
     /// Copied: llama.cpp would make it this type, which cannot be written
-    /// (none since Q6_K is written; the K-quants to come will need it).
+    /// (no file type offered here reaches one; the i-quants would).
     Unwritable(GgmlType),
 }
 
@@ -167,19 +188,18 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     // outside the blocks first, then block by block, by name within each.
     let mut tensors: Vec<&TensorInfo> = input.tensors().iter().collect();
     tensors.sort_by_cached_key(|t| (layer_of(&t.name), t.name.clone()));
-    let n_layer = input
-        .get_str("general.architecture")
-        .and_then(|arch| input.get_u32(&format!("{arch}.block_count")))
-        .map_or_else(
-            |_| {
-                tensors
-                    .iter()
-                    .filter(|t| t.name.contains("ffn_down"))
-                    .count()
-            },
-            |n| n as usize,
-        );
-    let mut rules = Rules::new(args.ty, &tensors, n_layer);
+    let arch = input.get_str("general.architecture").unwrap_or_default();
+    let n_layer = input.get_u32(&format!("{arch}.block_count")).map_or_else(
+        |_| {
+            tensors
+                .iter()
+                .filter(|t| t.name.contains("ffn_down"))
+                .count()
+        },
+        |n| n as usize,
+    );
+    let n_gqa = gqa_ratio(&input, arch);
+    let mut rules = Rules::new(args.ty, &tensors, n_layer, n_gqa);
     let plans = tensors
         .iter()
         .map(|info| rules.plan(info))
@@ -349,6 +369,24 @@ fn refuse_same_file(input: &Path, output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// llama.cpp's `n_gqa()`: query heads per key-value head in the first
+/// layer (`head_count_kv` defaults to `head_count`; 0 without heads).
+fn gqa_ratio(input: &GgufFile, arch: &str) -> usize {
+    // A count is one number, or one per layer.
+    let first = |key: &str| -> Option<usize> {
+        let key = format!("{arch}.attention.{key}");
+        input.get_u32(&key).map(|n| n as usize).ok().or_else(|| {
+            let counts = input.get_i32_array(&key).ok()?;
+            usize::try_from(*counts.first()?).ok()
+        })
+    };
+    let n_head = first("head_count").unwrap_or(0);
+    match first("head_count_kv").unwrap_or(n_head) {
+        0 => 0,
+        n_head_kv => n_head / n_head_kv,
+    }
+}
+
 /// llama.cpp's `tensor_allows_quantization` for the architectures this
 /// program reads: a weight of two or more dimensions that is not a norm,
 /// an expert router or a position / token-type embedding.
@@ -380,6 +418,8 @@ struct Rules {
     default_type: GgmlType,
     has_output: bool,
     n_layer: usize,
+    /// Query heads per key-value head (llama.cpp's `n_gqa`).
+    n_gqa: usize,
     n_attn_v: usize,
     i_attn_v: usize,
     i_ffn_down: usize,
@@ -399,12 +439,13 @@ fn is_attn_v(name: &str) -> bool {
 }
 
 impl Rules {
-    fn new(ty: QuantType, tensors: &[&TensorInfo], n_layer: usize) -> Rules {
+    fn new(ty: QuantType, tensors: &[&TensorInfo], n_layer: usize, n_gqa: usize) -> Rules {
         Rules {
             ty,
             default_type: ty.types().0,
             has_output: tensors.iter().any(|t| t.name == "output.weight"),
             n_layer,
+            n_gqa,
             n_attn_v: tensors.iter().filter(|t| is_attn_v(&t.name)).count(),
             i_attn_v: 0,
             i_ffn_down: 0,
@@ -431,7 +472,8 @@ impl Rules {
     }
 
     /// The type the file type's mix gives `info` (llama.cpp's
-    /// `llama_tensor_get_type_impl` for these file types, dense models).
+    /// `llama_tensor_get_type_impl` for these file types, dense models;
+    /// not its rules for Falcon, for 70B models or for 8 experts).
     fn mix_type(&mut self, info: &TensorInfo) -> GgmlType {
         let name = info.name.as_str();
         let is_output =
@@ -450,6 +492,11 @@ impl Rules {
             let i = self.i_attn_v;
             self.i_attn_v += 1;
             return match self.ty {
+                QuantType::Q2K if self.n_gqa >= 4 => GgmlType::Q4_K,
+                QuantType::Q2K => GgmlType::Q3_K,
+                QuantType::Q3KM if i < 2 => GgmlType::Q5_K,
+                QuantType::Q3KM => GgmlType::Q4_K,
+                QuantType::Q3KL => GgmlType::Q5_K,
                 QuantType::Q4KM | QuantType::Q5KM if use_more_bits(i, self.n_attn_v) => {
                     GgmlType::Q6_K
                 }
@@ -457,10 +504,22 @@ impl Rules {
                 _ => default,
             };
         }
+        if name.contains("attn_output.weight") {
+            return match self.ty {
+                QuantType::Q2K => GgmlType::Q3_K,
+                QuantType::Q3KM => GgmlType::Q4_K,
+                QuantType::Q3KL => GgmlType::Q5_K,
+                _ => default,
+            };
+        }
         if name.contains("ffn_down") {
             let i = self.i_ffn_down;
             self.i_ffn_down += 1;
             return match self.ty {
+                QuantType::Q2K => GgmlType::Q3_K,
+                QuantType::Q3KM if i < self.n_layer / 16 => GgmlType::Q5_K,
+                QuantType::Q3KM => GgmlType::Q4_K,
+                QuantType::Q3KL => GgmlType::Q5_K,
                 QuantType::Q4KM | QuantType::Q5KM if use_more_bits(i, self.n_layer) => {
                     GgmlType::Q6_K
                 }
@@ -481,6 +540,7 @@ fn fallback(info: &TensorInfo, target: GgmlType) -> Result<GgmlType> {
         return Ok(target);
     }
     let fallback = match target {
+        GgmlType::Q2_K | GgmlType::Q3_K => GgmlType::Q4_0,
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
@@ -602,7 +662,7 @@ mod tests {
             ..info.clone()
         };
         let tensors: Vec<&TensorInfo> = if has_output { vec![&output] } else { vec![] };
-        Rules::new(ty, &tensors, 16).plan(info)
+        Rules::new(ty, &tensors, 16, 1).plan(info)
     }
 
     /// llama.cpp's choices (src/llama-quant.cpp) for the tensors of a llama
@@ -665,7 +725,7 @@ mod tests {
             .collect();
         let refs: Vec<&TensorInfo> = infos.iter().collect();
         let types = |ty: QuantType, kind: &str| -> Vec<GgmlType> {
-            let mut rules = Rules::new(ty, &refs, 16);
+            let mut rules = Rules::new(ty, &refs, 16, 1);
             let plans: Vec<(String, Plan)> = refs
                 .iter()
                 .map(|i| (i.name.clone(), rules.plan(i).unwrap()))
@@ -696,6 +756,42 @@ mod tests {
                 .iter()
                 .all(|&t| t == GgmlType::Q5_K)
         );
+        // Q3_K_M: the first two attn_v and the first sixteenth of ffn_down
+        // 5-bit, the others 4-bit; Q3_K_L 5-bit; Q3_K_S the default.
+        let (q3, q4, q5) = (GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K);
+        let v = types(QuantType::Q3KM, "attn_v");
+        assert!(
+            v[..2] == [q5, q5] && v[2..].iter().all(|&t| t == q4),
+            "{v:?}"
+        );
+        let down = types(QuantType::Q3KM, "ffn_down");
+        assert!(
+            down[0] == q5 && down[1..].iter().all(|&t| t == q4),
+            "{down:?}"
+        );
+        assert!(types(QuantType::Q3KL, "attn_v").iter().all(|&t| t == q5));
+        assert!(types(QuantType::Q3KS, "ffn_down").iter().all(|&t| t == q3));
+        assert!(types(QuantType::Q2K, "ffn_down").iter().all(|&t| t == q3));
+    }
+
+    /// Q2_K's attn_v: 3-bit, 4-bit where four or more query heads share a
+    /// key-value head; its attn_output 3-bit; its attn_q the default.
+    #[test]
+    fn q2_k_mix_by_gqa() {
+        let v = info("blk.0.attn_v.weight", &[256, 64], GgmlType::F16);
+        let out = info("blk.0.attn_output.weight", &[256, 256], GgmlType::F16);
+        let q = info("blk.0.attn_q.weight", &[256, 256], GgmlType::F16);
+        let planned = |info: &TensorInfo, n_gqa| {
+            Rules::new(QuantType::Q2K, &[info], 1, n_gqa)
+                .plan(info)
+                .unwrap()
+        };
+        assert_eq!(planned(&v, 3), Plan::Quantize(GgmlType::Q3_K));
+        assert_eq!(planned(&v, 4), Plan::Quantize(GgmlType::Q4_K));
+        assert_eq!(planned(&out, 4), Plan::Quantize(GgmlType::Q3_K));
+        assert_eq!(planned(&q, 4), Plan::Quantize(GgmlType::Q2_K));
+        let odd = info("blk.0.attn_q.weight", &[576, 576], GgmlType::F16);
+        assert_eq!(planned(&odd, 3), Plan::Quantize(GgmlType::Q4_0));
     }
 
     #[test]

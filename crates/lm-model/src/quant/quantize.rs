@@ -1,11 +1,12 @@
 //! Quantization of f32 rows into GGML blocks, bit for bit as ggml's
 //! reference quantizers write them (`quantize_row_q8_0_ref`,
 //! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref`,
-//! `_q4_K_ref`, `_q5_K_ref` and `_q6_K_ref` in ggml/src/ggml-quants.c),
-//! which is what `llama-quantize` runs for these types when no importance
-//! matrix is given. The K-quants' searches (ggml's `make_qkx2_quants` and
-//! `make_qx_quants`) are described at [`make_qkx2_quants`] and
-//! [`make_qx_quants`].
+//! `_q2_K_ref`, `_q3_K_ref`, `_q4_K_ref`, `_q5_K_ref` and `_q6_K_ref` in
+//! ggml/src/ggml-quants.c), which is what `llama-quantize` runs for these
+//! types when no importance matrix is given. The K-quants' searches
+//! (ggml's `make_qkx2_quants`, `make_qx_quants` and `make_q3_quants`) are
+//! described at [`make_qkx2_quants`], [`make_qx_quants`] and
+//! `search::make_q3_quants`.
 //!
 //! Per block of 32 values `x` (layouts in the `block` module):
 //!
@@ -29,7 +30,7 @@ mod search;
 use half::{bf16, f16};
 
 use super::block::QK;
-use super::block_k::{QK_K, scales_mins_k4};
+use super::block_k::{QK_K, scales_mins_k4, scales_q3_k};
 use super::{GgmlType, NonFinite, QuantError};
 
 /// Why [`GgmlType::quantize_row`] refused its input.
@@ -57,7 +58,7 @@ pub enum QuantizeError {
 }
 
 /// The types [`GgmlType::quantize_row`] writes.
-const QUANTIZABLE: [GgmlType; 11] = [
+const QUANTIZABLE: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -66,6 +67,8 @@ const QUANTIZABLE: [GgmlType; 11] = [
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -81,7 +84,7 @@ fn quantizable_names() -> String {
 
 impl GgmlType {
     /// Whether [`GgmlType::quantize_row`] can write this type: the float
-    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K.
+    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q2_K to Q6_K.
     pub fn can_quantize(self) -> bool {
         QUANTIZABLE.contains(&self)
     }
@@ -137,8 +140,10 @@ impl GgmlType {
                     out.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
                 }
             }
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
                 let quantize_block = match self {
+                    GgmlType::Q2_K => quantize_q2_k,
+                    GgmlType::Q3_K => quantize_q3_k,
                     GgmlType::Q4_K => quantize_q4_k,
                     GgmlType::Q5_K => quantize_q5_k,
                     _ => quantize_q6_k,
@@ -358,27 +363,30 @@ fn make_qx_quants(x: &[f32; 16], levels: &mut [u8; 16]) -> f32 {
     scale
 }
 
-/// ggml's `make_qkx2_quants` (without `use_mad`), one group at a time as
-/// ggml runs it (the quantizer runs the eight groups of a super-block at
-/// once, `search::make_qkx2_quants`; this is the tests' yardstick for
-/// it): levels `0..=nmax` and a
-/// scale and minimum for one group of 32, `x ≈ scale * L - min`. It starts
-/// from the group's range (`min` at most 0) and tries `nstep + 1` scales
+/// ggml's `make_qkx2_quants`, one group at a time as ggml runs it (the
+/// quantizers run the groups of a super-block at once,
+/// `search::make_qkx2_quants`; this is the tests' yardstick for it):
+/// levels `0..=nmax` and a scale and minimum for one group (16 values for
+/// Q2_K, 32 for Q4_K and Q5_K), `x ≈ scale * L - min`. It starts from the
+/// group's range (`min` at most 0) and tries `nstep + 1` scales
 /// `(rmin + rdelta * is + nmax) / (max - min)`, each refitted by weighted
 /// least squares (scale and offset; offset clamped to 0 when it would be
-/// positive), keeping the one of least weighted squared error.
-/// Returns `(scale, -min)`.
+/// positive), keeping the one of least weighted squared error (absolute
+/// error for Q2_K, ggml's `use_mad`). Returns `(scale, -min)`.
 #[cfg(test)]
-#[allow(clippy::too_many_arguments)]
 fn make_qkx2_quants(
     x: &[f32],
-    weights: &[f32; 32],
+    weights: &[f32],
     levels: &mut [u8],
-    nmax: i32,
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
+    search: search::Qkx2,
 ) -> (f32, f32) {
+    let search::Qkx2 {
+        nmax,
+        rmin,
+        rdelta,
+        nstep,
+        mad,
+    } = search;
     let (mut min, mut max) = (x[0], x[0]);
     let mut sum_w = weights[0];
     let mut sum_x = sum_w * x[0];
@@ -404,7 +412,7 @@ fn make_qkx2_quants(
         let mut error = 0.0f32;
         for ((&v, &w), &l) in x.iter().zip(weights).zip(levels) {
             let diff = scale * f32::from(l) + min - v;
-            error += w * (diff * diff);
+            error += w * if mad { diff.abs() } else { diff * diff };
         }
         error
     };
@@ -414,7 +422,7 @@ fn make_qkx2_quants(
         *out = level(iscale, v, min) as u8;
     }
     let mut best_error = error(scale, min, levels);
-    let mut candidate = [0u8; 32];
+    let mut candidate = vec![0u8; x.len()];
     for is in 0..=nstep {
         let iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
@@ -453,7 +461,7 @@ fn make_qkx2_quants(
 /// 63`) into `block[0..16]`, then every value requantized with its group's
 /// rounded scale and minimum (a group whose rounded scale is 0 keeps its
 /// fitted levels). Returns the 256 levels, `0..=nmax`.
-fn quantize_k_scales(x: &[f32], block: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
+fn quantize_k_scales(x: &[f32], block: &mut [u8], search: search::Qkx2) -> [u8; QK_K] {
     // The eight groups side by side: xt[i][j] is value i of group j.
     let mut xt = [[0f32; 8]; 32];
     for (j, group) in x.chunks_exact(32).enumerate() {
@@ -475,21 +483,13 @@ fn quantize_k_scales(x: &[f32], block: &mut [u8], nmax: i32, rmin: f32, nstep: i
         }
     }
     let mut lt = [[0u8; 8]; 32];
-    let (scales, mins) = search::make_qkx2_quants(&xt, &weights, &mut lt, nmax, rmin, 0.1, nstep);
+    let (scales, mins) = search::make_qkx2_quants(&xt, &weights, &mut lt, search);
     let mut levels = [0u8; QK_K];
     for (i, li) in lt.iter().enumerate() {
         for j in 0..8 {
             levels[32 * j + i] = li[j];
         }
     }
-    // ggml's `if (scales[j] > max_scale)`: a strict comparison from +0, so
-    // a minimum of -0 (a group whose minimum is 0) leaves +0 (`f32::max`
-    // may return either zero).
-    let largest = |values: &[f32; 8]| {
-        values
-            .iter()
-            .fold(0.0f32, |acc, &v| if v > acc { v } else { acc })
-    };
     let (max_scale, max_min) = (largest(&scales), largest(&mins));
     let inv_scale = if max_scale > 0.0 {
         63.0 / max_scale
@@ -524,16 +524,169 @@ fn quantize_k_scales(x: &[f32], block: &mut [u8], nmax: i32, rmin: f32, nstep: i
         }
         let group_m = dmin * f32::from(m[j]);
         for (out, &v) in levels[32 * j..32 * j + 32].iter_mut().zip(&x[32 * j..]) {
-            *out = nearest_int((v + group_m) / group_d).clamp(0, nmax) as u8;
+            *out = nearest_int((v + group_m) / group_d).clamp(0, search.nmax) as u8;
         }
     }
     levels
 }
 
+/// The largest of `values`, or +0 when none is positive: ggml's `if
+/// (scales[j] > max_scale)` from `max_scale = 0`, a strict comparison, so
+/// a minimum of -0 (a group whose minimum is 0) leaves +0 (`f32::max` may
+/// return either zero).
+fn largest(values: &[f32]) -> f32 {
+    values
+        .iter()
+        .fold(0.0f32, |acc, &v| if v > acc { v } else { acc })
+}
+
+/// The 256 values of a super-block as 16 groups of 16 side by side:
+/// `xt[i][j]` is value `i` of group `j`.
+fn groups_of_16(x: &[f32]) -> [[f32; 16]; 16] {
+    let mut xt = [[0f32; 16]; 16];
+    for (j, group) in x.chunks_exact(16).enumerate() {
+        for (i, &v) in group.iter().enumerate() {
+            xt[i][j] = v;
+        }
+    }
+    xt
+}
+
+/// The inverse of [`groups_of_16`] for levels: `lt[i][j]` to value `16j + i`.
+fn levels_of_groups(lt: &[[u8; 16]; 16]) -> [u8; QK_K] {
+    let mut levels = [0u8; QK_K];
+    for (i, li) in lt.iter().enumerate() {
+        for j in 0..16 {
+            levels[16 * j + i] = li[j];
+        }
+    }
+    levels
+}
+
+/// Packs 256 2-bit values as Q2_K's and Q3_K's `qs` (64 bytes): in each
+/// half of 128, byte `l` holds values `l`, `l + 32`, `l + 64` and `l + 96`
+/// from its low bits up.
+fn pack_two_bits(levels: &[u8; QK_K], qs: &mut [u8]) {
+    for (half, out) in levels.chunks_exact(128).zip(qs.chunks_exact_mut(32)) {
+        for l in 0..32 {
+            out[l] = half[l] | (half[l + 32] << 2) | (half[l + 64] << 4) | (half[l + 96] << 6);
+        }
+    }
+}
+
+/// Q2_K (`quantize_row_q2_K_ref`): `| scales: 16 | qs: 64 | d | dmin |`.
+/// Sixteen groups of 16 fitted by [`make_qkx2_quants`] (levels `0..=3`,
+/// weights `|x|`, 16 candidate scales from `3 - 0.5`, absolute error);
+/// each group's scale and minimum quantized to 4 bits against the largest
+/// of each (`d = max_scale / 15`, `dmin = max_min / 15`; scale in the low
+/// nibble of `scales[j]`, minimum in the high), then every value
+/// requantized with its group's rounded scale and minimum (a group whose
+/// rounded scale is 0 keeps its fitted levels).
+fn quantize_q2_k(x: &[f32], block: &mut [u8]) {
+    let xt = groups_of_16(x);
+    let weights = xt.map(|xi| xi.map(f32::abs));
+    let mut lt = [[0u8; 16]; 16];
+    let (scales, mins) = search::make_qkx2_quants(&xt, &weights, &mut lt, search::Qkx2::Q2_K);
+    let mut levels = levels_of_groups(&lt);
+    let (max_scale, max_min) = (largest(&scales), largest(&mins));
+    // ggml stores the rounded values' low bytes (`uint8_t` from `int`).
+    let (sc, rest) = block.split_at_mut(16);
+    sc.fill(0);
+    if max_scale > 0.0 {
+        let iscale = 15.0 / max_scale;
+        for (out, &scale) in sc.iter_mut().zip(&scales) {
+            *out = nearest_int(iscale * scale) as u8;
+        }
+    }
+    put_f16(
+        &mut rest[64..],
+        if max_scale > 0.0 {
+            max_scale / 15.0
+        } else {
+            0.0
+        },
+    );
+    if max_min > 0.0 {
+        let iscale = 15.0 / max_min;
+        for (out, &min) in sc.iter_mut().zip(&mins) {
+            *out |= (nearest_int(iscale * min) << 4) as u8;
+        }
+    }
+    put_f16(
+        &mut rest[66..],
+        if max_min > 0.0 { max_min / 15.0 } else { 0.0 },
+    );
+    let d = f16::from_le_bytes([rest[64], rest[65]]).to_f32();
+    let dmin = f16::from_le_bytes([rest[66], rest[67]]).to_f32();
+    for (j, &s) in sc.iter().enumerate() {
+        let group_d = d * f32::from(s & 0xF);
+        if group_d == 0.0 {
+            continue;
+        }
+        let group_m = dmin * f32::from(s >> 4);
+        for (out, &v) in levels[16 * j..16 * j + 16].iter_mut().zip(&x[16 * j..]) {
+            *out = nearest_int((v + group_m) / group_d).clamp(0, 3) as u8;
+        }
+    }
+    pack_two_bits(&levels, &mut rest[..64]);
+}
+
+/// Q3_K (`quantize_row_q3_K_ref`): `| hmask: 32 | qs: 64 | scales: 12 | d |`.
+/// Sixteen groups of 16 fitted by `search::make_q3_quants` (levels
+/// `-4..=3`), the 16 group scales quantized to 6 signed bits against the
+/// largest in magnitude (`d = max / -32`, stored plus 32 in the packing
+/// `block_k::scales_q3_k` reads), then every value requantized with its
+/// group's rounded scale `d * sc` (a group whose rounded scale is 0 keeps
+/// its fitted levels). The levels plus 4 are split into a high bit
+/// (`hmask`, bit `j / 32` of byte `j % 32`) and two low bits (`qs`).
+fn quantize_q3_k(x: &[f32], block: &mut [u8]) {
+    let mut lt = [[0u8; 16]; 16];
+    let scales = search::make_q3_quants(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
+    let mut levels = levels_of_groups(&lt);
+    let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+    for &scale in &scales {
+        if scale.abs() > amax {
+            amax = scale.abs();
+            max_scale = scale;
+        }
+    }
+    block.fill(0);
+    let (hmask, rest) = block.split_at_mut(32);
+    let (qs, rest) = rest.split_at_mut(64);
+    let (packed, d_bytes) = rest.split_at_mut(12);
+    if max_scale != 0.0 {
+        let iscale = -32.0 / max_scale;
+        for (j, &scale) in scales.iter().enumerate() {
+            // ggml keeps the rounded value as an `int8_t`, then bounds it.
+            let l = ((nearest_int(iscale * scale) as i8).clamp(-32, 31) + 32) as u8;
+            packed[j % 8] |= (l & 0xF) << (4 * (j / 8));
+            packed[8 + j % 4] |= (l >> 4) << (2 * (j / 4));
+        }
+        put_f16(d_bytes, 1.0 / iscale);
+    }
+    let d = f16::from_le_bytes([d_bytes[0], d_bytes[1]]).to_f32();
+    for (j, &sc) in scales_q3_k(packed).iter().enumerate() {
+        let group_d = d * f32::from(sc);
+        if group_d == 0.0 {
+            continue;
+        }
+        for (out, &v) in levels[16 * j..16 * j + 16].iter_mut().zip(&x[16 * j..]) {
+            *out = (nearest_int(v / group_d).clamp(-4, 3) + 4) as u8;
+        }
+    }
+    for (j, level) in levels.iter_mut().enumerate() {
+        if *level > 3 {
+            hmask[j % 32] |= 1 << (j / 32);
+            *level -= 4;
+        }
+    }
+    pack_two_bits(&levels, qs);
+}
+
 /// Q4_K: `| d | dmin | scales: 12 | qs: 128 |`, 4-bit levels in groups of
 /// 32 (20 candidate scales from `15 - 1`).
 fn quantize_q4_k(x: &[f32], block: &mut [u8]) {
-    let levels = quantize_k_scales(x, block, 15, -1.0, 20);
+    let levels = quantize_k_scales(x, block, search::Qkx2::Q4_K);
     // Each 64 values: the first 32 in the low nibbles, the next 32 high.
     for (chunk, qs) in levels
         .chunks_exact(64)
@@ -549,7 +702,7 @@ fn quantize_q4_k(x: &[f32], block: &mut [u8]) {
 /// groups of 32 (16 candidate scales from `31 - 0.5`); the fifth bit of
 /// value `64c + l` is bit `2c` of `qh[l]`, of `64c + 32 + l` bit `2c + 1`.
 fn quantize_q5_k(x: &[f32], block: &mut [u8]) {
-    let levels = quantize_k_scales(x, block, 31, -0.5, 15);
+    let levels = quantize_k_scales(x, block, search::Qkx2::Q5_K);
     let (qh, qs) = block[16..176].split_at_mut(32);
     qh.fill(0);
     for (c, (chunk, ql)) in levels
@@ -574,21 +727,9 @@ const GROUP_MAX_EPS: f32 = 1e-15;
 /// with its group's rounded scale `d * sc` (a group whose rounded scale is
 /// 0 keeps its fitted levels). Layout in the `block_k` module.
 fn quantize_q6_k(x: &[f32], block: &mut [u8]) {
-    // The sixteen groups side by side: xt[i][j] is value i of group j.
-    let mut xt = [[0f32; 16]; 16];
-    for (j, group) in x.chunks_exact(16).enumerate() {
-        for (i, &v) in group.iter().enumerate() {
-            xt[i][j] = v;
-        }
-    }
     let mut lt = [[0u8; 16]; 16];
-    let scales = search::make_qx_quants(&xt, &mut lt, GROUP_MAX_EPS);
-    let mut levels = [0u8; QK_K];
-    for (i, li) in lt.iter().enumerate() {
-        for j in 0..16 {
-            levels[16 * j + i] = li[j];
-        }
-    }
+    let scales = search::make_qx_quants(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
+    let mut levels = levels_of_groups(&lt);
     let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
     for &scale in &scales {
         if scale.abs() > max_abs_scale {
@@ -747,39 +888,19 @@ mod tests {
     #[test]
     fn side_by_side_searches_equal_ggml_loops() {
         let groups = search_groups(32);
-        for (nmax, rmin, nstep) in [(15, -1.0, 20), (31, -0.5, 15)] {
-            for batch in groups.chunks(8).filter(|b| b.len() == 8) {
-                let (mut xt, mut wt) = ([[0f32; 8]; 32], [[0f32; 8]; 32]);
-                let mut expected = Vec::new();
-                for (k, group) in batch.iter().enumerate() {
-                    let av_x = (group.iter().fold(0.0f32, |a, &v| a + v * v) / 32.0).sqrt();
-                    let mut weights = [0f32; 32];
-                    for (i, &v) in group.iter().enumerate() {
-                        weights[i] = av_x + v.abs();
-                        (xt[i][k], wt[i][k]) = (v, weights[i]);
-                    }
-                    let mut levels = [0u8; 32];
-                    let (scale, min) =
-                        make_qkx2_quants(group, &weights, &mut levels, nmax, rmin, 0.1, nstep);
-                    expected.push((scale.to_bits(), min.to_bits(), levels));
-                }
-                let mut lt = [[0u8; 8]; 32];
-                let (scales, mins) =
-                    search::make_qkx2_quants(&xt, &wt, &mut lt, nmax, rmin, 0.1, nstep);
-                for (k, (scale, min, levels)) in expected.into_iter().enumerate() {
-                    assert_eq!(
-                        (scales[k].to_bits(), mins[k].to_bits()),
-                        (scale, min),
-                        "{k}"
-                    );
-                    assert!(
-                        (0..32).all(|i| lt[i][k] == levels[i]),
-                        "nmax {nmax} group {k}"
-                    );
-                }
-            }
+        for search in [search::Qkx2::Q4_K, search::Qkx2::Q5_K] {
+            // Q4_K's and Q5_K's weights: the group's rms plus |x|.
+            let weights = |group: &[f32]| {
+                let av_x = (group.iter().fold(0.0f32, |a, &v| a + v * v) / 32.0).sqrt();
+                group.iter().map(|v| av_x + v.abs()).collect()
+            };
+            check_qkx2::<8, 32>(&groups, search, weights);
         }
+        // Q2_K's: |x|.
         let groups = search_groups(16);
+        check_qkx2::<16, 16>(&groups, search::Qkx2::Q2_K, |group| {
+            group.iter().map(|v| v.abs()).collect()
+        });
         for batch in groups.chunks(16).filter(|b| b.len() == 16) {
             let mut xt = [[0f32; 16]; 16];
             for (k, group) in batch.iter().enumerate() {
@@ -798,6 +919,41 @@ mod tests {
         }
     }
 
+    /// [`side_by_side_searches_equal_ggml_loops`] for `make_qkx2_quants`
+    /// on `N` groups of `G` values with the weights `weights` gives.
+    fn check_qkx2<const N: usize, const G: usize>(
+        groups: &[Vec<f32>],
+        search: search::Qkx2,
+        weights: impl Fn(&[f32]) -> Vec<f32>,
+    ) {
+        for batch in groups.chunks(N).filter(|b| b.len() == N) {
+            let (mut xt, mut wt) = ([[0f32; N]; G], [[0f32; N]; G]);
+            let mut expected = Vec::new();
+            for (k, group) in batch.iter().enumerate() {
+                let w = weights(group);
+                for i in 0..G {
+                    (xt[i][k], wt[i][k]) = (group[i], w[i]);
+                }
+                let mut levels = vec![0u8; G];
+                let (scale, min) = make_qkx2_quants(group, &w, &mut levels, search);
+                expected.push((scale.to_bits(), min.to_bits(), levels));
+            }
+            let mut lt = [[0u8; N]; G];
+            let (scales, mins) = search::make_qkx2_quants(&xt, &wt, &mut lt, search);
+            for (k, (scale, min, levels)) in expected.into_iter().enumerate() {
+                assert_eq!(
+                    (scales[k].to_bits(), mins[k].to_bits()),
+                    (scale, min),
+                    "{search:?} group {k}"
+                );
+                assert!(
+                    (0..G).all(|i| lt[i][k] == levels[i]),
+                    "{search:?} group {k}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn zero_block_and_errors() {
         let zeros = [0.0f32; 32];
@@ -805,10 +961,12 @@ mod tests {
         GgmlType::Q4_0.quantize_row(&zeros, &mut block).unwrap();
         assert_eq!(block[..2], [0, 0x80]); // d = 0 / -8 = -0.0, as in ggml
         assert!(block[2..].iter().all(|&b| b == 0x88));
-        let error = GgmlType::Q3_K.quantize_row(&[0.0; QK_K], &mut [0u8; 110]);
+        let error = GgmlType::IQ4_XS.quantize_row(&[0.0; QK_K], &mut [0u8; 136]);
         assert!(matches!(
             error,
-            Err(QuantizeError::Unsupported { ty: GgmlType::Q3_K })
+            Err(QuantizeError::Unsupported {
+                ty: GgmlType::IQ4_XS
+            })
         ));
         let error = GgmlType::Q4_0
             .quantize_row(&zeros, &mut [0u8; 17])

@@ -1,5 +1,5 @@
-//! ggml's K-quant scale searches (`make_qkx2_quants` for Q4_K and Q5_K,
-//! `make_qx_quants` for Q6_K) run on all the groups of a super-block at
+//! ggml's K-quant scale searches (`make_qkx2_quants` for Q2_K, Q4_K and
+//! Q5_K, `make_qx_quants` for Q6_K, `make_q3_quants` for Q3_K) run on all the groups of a super-block at
 //! once: lane `k` of every array is group `k`, and each lane goes through
 //! exactly the f32 operations of ggml's loop for its group, in ggml's
 //! order, so the results are ggml's bit for bit.
@@ -33,20 +33,64 @@ fn bounded_level(v: f32, lo: f32, hi: f32) -> f32 {
     if l > hi { hi } else { l }
 }
 
-/// ggml's `make_qkx2_quants` (without `use_mad`) for `N` groups of 32 at
-/// once: `x[i][k]` and `weights[i][k]` are value `i` of group `k`. Writes
-/// the levels (`0..=nmax`) into `levels[i][k]` and returns each group's
-/// scale and minus its minimum, as the one-group version in `quantize.rs`
+/// The parameters of ggml's `make_qkx2_quants` search: levels `0..=nmax`,
+/// `nstep + 1` candidate scales `(rmin + rdelta * is + nmax) / (max - min)`,
+/// and the error each candidate is judged by (`mad`: the weighted sum of
+/// absolute errors, else of squared errors).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Qkx2 {
+    pub nmax: i32,
+    pub rmin: f32,
+    pub rdelta: f32,
+    pub nstep: i32,
+    pub mad: bool,
+}
+
+impl Qkx2 {
+    /// Q2_K's search (groups of 16, 2-bit levels, absolute error).
+    pub const Q2_K: Qkx2 = Qkx2 {
+        nmax: 3,
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+        mad: true,
+    };
+    /// Q4_K's search (groups of 32, 4-bit levels).
+    pub const Q4_K: Qkx2 = Qkx2 {
+        nmax: 15,
+        rmin: -1.0,
+        rdelta: 0.1,
+        nstep: 20,
+        mad: false,
+    };
+    /// Q5_K's search (groups of 32, 5-bit levels).
+    pub const Q5_K: Qkx2 = Qkx2 {
+        nmax: 31,
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+        mad: false,
+    };
+}
+
+/// ggml's `make_qkx2_quants` for `N` groups of `G` values at once:
+/// `x[i][k]` and `weights[i][k]` are value `i` of group `k`. Writes the
+/// levels (`0..=nmax`) into `levels[i][k]` and returns each group's scale
+/// and minus its minimum, as the one-group version in `quantize.rs`
 /// documents.
-pub(super) fn make_qkx2_quants<const N: usize>(
-    x: &[[f32; N]; 32],
-    weights: &[[f32; N]; 32],
-    levels: &mut [[u8; N]; 32],
-    nmax: i32,
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
+pub(super) fn make_qkx2_quants<const N: usize, const G: usize>(
+    x: &[[f32; N]; G],
+    weights: &[[f32; N]; G],
+    levels: &mut [[u8; N]; G],
+    search: Qkx2,
 ) -> ([f32; N], [f32; N]) {
+    let Qkx2 {
+        nmax,
+        rmin,
+        rdelta,
+        nstep,
+        mad,
+    } = search;
     let (mut min, mut max) = (x[0], x[0]);
     let mut sum_w = weights[0];
     let mut sum_x = [0f32; N];
@@ -78,9 +122,9 @@ pub(super) fn make_qkx2_quants<const N: usize>(
         iscale[k] = nmax_f / (max[k] - min[k]);
         scale[k] = 1.0 / iscale[k];
     }
-    let mut candidate = [[0f32; N]; 32];
+    let mut candidate = [[0f32; N]; G];
     set_levels(x, &iscale, &min, nmax_f, &mut candidate);
-    let mut best_error = error(x, weights, &scale, &min, &candidate);
+    let mut best_error = error(x, weights, &scale, &min, &candidate, mad);
     // What made the best levels so far.
     let (mut best_iscale, mut best_offset) = (iscale, min);
     for is in 0..=nstep {
@@ -110,7 +154,7 @@ pub(super) fn make_qkx2_quants<const N: usize>(
             };
             fitted[k] = det > 0.0;
         }
-        let this_error = error(x, weights, &this_scale, &this_min, &candidate);
+        let this_error = error(x, weights, &this_scale, &this_min, &candidate, mad);
         for k in 0..N {
             if fitted[k] && this_error[k] < best_error[k] {
                 best_error[k] = this_error[k];
@@ -142,12 +186,12 @@ pub(super) fn make_qkx2_quants<const N: usize>(
 /// `candidate[i][k]` = ggml's level of `x[i][k]` for `iscale[k]` and
 /// offset `min[k]`: `nearest_int(iscale * (x - min))` bounded to `0..=nmax`.
 #[inline(always)]
-fn set_levels<const N: usize>(
-    x: &[[f32; N]; 32],
+fn set_levels<const N: usize, const G: usize>(
+    x: &[[f32; N]; G],
     iscale: &[f32; N],
     min: &[f32; N],
     nmax: f32,
-    candidate: &mut [[f32; N]; 32],
+    candidate: &mut [[f32; N]; G],
 ) {
     for (li, xi) in candidate.iter_mut().zip(x) {
         for k in 0..N {
@@ -156,20 +200,23 @@ fn set_levels<const N: usize>(
     }
 }
 
-/// Each group's `Σ w (scale l + min - x)²`, summed in ggml's order.
+/// Each group's `Σ w (scale l + min - x)²` (`Σ w |scale l + min - x|`
+/// when `mad`), summed in ggml's order.
 #[inline(always)]
-fn error<const N: usize>(
-    x: &[[f32; N]; 32],
-    weights: &[[f32; N]; 32],
+fn error<const N: usize, const G: usize>(
+    x: &[[f32; N]; G],
+    weights: &[[f32; N]; G],
     scale: &[f32; N],
     min: &[f32; N],
-    levels: &[[f32; N]; 32],
+    levels: &[[f32; N]; G],
+    mad: bool,
 ) -> [f32; N] {
     let mut error = [0f32; N];
     for ((xi, wi), li) in x.iter().zip(weights).zip(levels) {
         for k in 0..N {
             let diff = scale[k] * li[k] + min[k] - xi[k];
-            error[k] += wi[k] * (diff * diff);
+            let diff = if mad { diff.abs() } else { diff * diff };
+            error[k] += wi[k] * diff;
         }
     }
     error
@@ -256,6 +303,104 @@ pub(super) fn make_qx_quants<const N: usize>(
         if amax[k] < eps {
             scale[k] = 0.0;
         }
+    }
+    scale
+}
+
+/// ggml's `make_q3_quants` with `do_rmse` (Q3_K's groups of 16, `nmax` 4)
+/// for `N` groups at once: `x[i][k]` is value `i` of group `k`. Each group
+/// starts from the levels of `-4 / max` (`max` its value of largest
+/// magnitude), bounded to `-4..=3`, and then, up to five times, revisits
+/// each value in turn: with that value left out of the weighted (`x²`)
+/// sums `Σ w x l` and `Σ w l²`, it tries the level `x Σ w l² / Σ w x l`
+/// and keeps it when it raises `(Σ w x l)² / Σ w l²`, the fit's gain
+/// (the error of the best scale for the levels falls by as much). Writes
+/// the levels plus 4 (`0..8`) into `levels[i][k]` and returns each group's
+/// scale `Σ w x l / Σ w l²`; a group whose largest magnitude is below
+/// `eps` gets levels 0 and scale 0, as ggml's.
+///
+/// ggml stops a group after a pass that changes nothing; here every lane
+/// runs until no lane changes, which is the same: a pass that changes
+/// nothing leaves the state as it found it, so the next one does too.
+pub(super) fn make_q3_quants<const N: usize>(
+    x: &[[f32; N]; 16],
+    levels: &mut [[u8; N]; 16],
+    eps: f32,
+) -> [f32; N] {
+    const NMAX: f32 = 4.0;
+    let (mut amax, mut max) = ([0f32; N], [0f32; N]);
+    for xi in x {
+        for k in 0..N {
+            let a = xi[k].abs();
+            (amax[k], max[k]) = if a > amax[k] {
+                (a, xi[k])
+            } else {
+                (amax[k], max[k])
+            };
+        }
+    }
+    // The signed levels as f32, and Σ w x l and Σ w l² with w = x², in
+    // ggml's order of operations. (A lane below `eps` may compute NaNs
+    // here; its results are replaced at the end.)
+    let mut l = [[0f32; N]; 16];
+    let (mut sumlx, mut suml2) = ([0f32; N], [0f32; N]);
+    let mut iscale = [0f32; N];
+    for k in 0..N {
+        iscale[k] = -NMAX / max[k];
+    }
+    for (li, xi) in l.iter_mut().zip(x) {
+        for k in 0..N {
+            let v = xi[k];
+            let q = bounded_level(iscale[k] * v, -NMAX, NMAX - 1.0);
+            li[k] = q;
+            let w = v * v;
+            sumlx[k] += w * v * q;
+            suml2[k] += w * q * q;
+        }
+    }
+    for _ in 0..5 {
+        let mut changed = false;
+        for (li, xi) in l.iter_mut().zip(x) {
+            for k in 0..N {
+                let (v, old) = (xi[k], li[k]);
+                let w = v * v;
+                let slx = sumlx[k] - w * v * old;
+                let sl2 = suml2[k] - w * old * old;
+                let new = bounded_level(v * sl2 / slx, -NMAX, NMAX - 1.0);
+                let new_slx = slx + w * v * new;
+                let new_sl2 = sl2 + w * new * new;
+                let better = slx > 0.0
+                    && new != old
+                    && new_sl2 > 0.0
+                    && new_slx * new_slx * suml2[k] > sumlx[k] * sumlx[k] * new_sl2;
+                if better {
+                    li[k] = new;
+                    sumlx[k] = new_slx;
+                    suml2[k] = new_sl2;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (out, li) in levels.iter_mut().zip(&l) {
+        for k in 0..N {
+            out[k] = if amax[k] < eps {
+                0
+            } else {
+                (li[k] + NMAX) as u8
+            };
+        }
+    }
+    let mut scale = [0f32; N];
+    for k in 0..N {
+        scale[k] = if amax[k] < eps || suml2[k] <= 0.0 {
+            0.0
+        } else {
+            sumlx[k] / suml2[k]
+        };
     }
     scale
 }
