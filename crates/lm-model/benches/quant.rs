@@ -6,7 +6,8 @@
 //! multiple of 256), with every kernel this CPU runs (portable, AVX2,
 //! AVX-VNNI, AVX-512); and one-input products over 96 MB of such matrices,
 //! streamed from memory as decode reads them; and Llama 3.2 1B's FFN
-//! shapes in Q4_0 and Q4_K, in cache and streamed (issue 35). Run with
+//! shapes in Q4_0 and Q4_K, in cache and streamed (issue 35); and gpt-oss's
+//! MXFP4 expert shape, one input and several (issue 36). Run with
 //! `cargo bench -p lm-model --bench quant`; rayon uses all cores unless
 //! `RAYON_NUM_THREADS` says otherwise.
 
@@ -60,6 +61,13 @@ fn matvec(c: &mut Criterion) {
         ("q4_K 8192x2048 (1B ffn_up)", GgmlType::Q4_K, 8192, 2048),
         ("q4_0 2048x8192 (1B ffn_down)", GgmlType::Q4_0, 2048, 8192),
         ("q4_K 2048x8192 (1B ffn_down)", GgmlType::Q4_K, 2048, 8192),
+        // gpt-oss 20B's experts (issue 36).
+        (
+            "mxfp4 2880x2880 (gpt-oss expert)",
+            GgmlType::MXFP4,
+            2880,
+            2880,
+        ),
     ];
     let mut group = c.benchmark_group("matvec");
     for (name, ty, n_rows, n_cols) in shapes {
@@ -111,6 +119,7 @@ fn matmul_small_batches(c: &mut Criterion) {
         ("q8_0 1536x576", GgmlType::Q8_0, 1536, 576),
         ("q5_0 1536x576", GgmlType::Q5_0, 1536, 576),
         ("q4_K 576x1536", GgmlType::Q4_K, 576, 1536),
+        ("mxfp4 2880x2880", GgmlType::MXFP4, 2880, 2880),
     ];
     let mut group = c.benchmark_group("matmul n");
     group.sample_size(20);

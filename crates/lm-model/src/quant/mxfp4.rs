@@ -29,11 +29,11 @@ pub(crate) const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -
 /// `2^(e - 128)`: the E8M0 scale halved, as GGML's `ggml_e8m0_to_fp32_half`
 /// builds it from bits (subnormal for `e < 2`).
 #[inline(always)]
-pub(crate) fn half_scale(e: u8) -> f32 {
+pub(crate) const fn half_scale(e: u8) -> f32 {
     let bits = if e < 2 {
         0x0020_0000u32 << e
     } else {
-        u32::from(e - 1) << 23
+        ((e - 1) as u32) << 23
     };
     f32::from_bits(bits)
 }

@@ -90,7 +90,7 @@ impl Dispatch {
             Activations::F32(_) => {}
         }
         if let (GgmlType::MXFP4, Activations::Q8(xq)) = (ty, x) {
-            return mxfp4::dot_rows(rows, row_bytes, n_blocks, xq, n, out);
+            return mxfp4::dot_rows(self, rows, row_bytes, n_blocks, xq, n, out);
         }
         #[cfg(target_arch = "x86_64")]
         let batch = Batch {
