@@ -8,10 +8,15 @@ and passes one as JSON. By hand, with a Python that has numpy and gguf 0.19.0:
     python3 scripts/reference/make_model.py --spec '{"arch": "llama", ...}' \\
         --tokenizer-from SmolLM2-135M-Instruct.Q4_1.gguf --out llama-3.2-1b-shape-f16.gguf
 
-The spec's keys: name, arch (llama or qwen2), n_layer, n_embd, n_head,
-n_kv_head, head_dim, ffn, rope_base, rms_eps, context, tied, qkv_bias, and
+The spec's keys: name, arch (llama, qwen2 or qwen3moe), n_layer, n_embd,
+n_head, n_kv_head, head_dim, ffn, rope_base, rms_eps, context, tied, qkv_bias,
 rope_scaling (null, or Llama 3's factor, low_freq_factor, high_freq_factor and
-original_context, written as rope_freqs.weight as llama.cpp's converter does).
+original_context, written as rope_freqs.weight as llama.cpp's converter does),
+and n_expert, n_expert_used, expert_ffn (0 for a dense model). A mixture of
+experts (qwen3moe) has, in place of the dense FFN, an F32 router
+ffn_gate_inp (n_expert x width, N(0, 1/width), so its logits have unit
+scale) and the experts as 3-d F16 tensors ffn_{gate,up,down}_exps, plus
+Qwen3's query and key norms (at 1).
 
 Weights are what the speed of a forward pass does not depend on, so they are
 drawn from numpy's PCG64 with a fixed seed (a rerun writes the same bytes):
@@ -71,8 +76,9 @@ def llama3_rope_factors(head_dim, base, scaling):
 
 def tensor_plan(spec, vocab):
     """Every tensor in file order: (name, numpy shape, kind), kind one of
-    `matrix` (f16, random), `vector` (f32, random: biases), `ones` (f32 norm
-    gains) and `rope_freqs` (f32, computed)."""
+    `matrix` (f16, random; 2-d, or 3-d for experts), `router` (f32, random),
+    `vector` (f32, random: biases), `ones` (f32 norm gains) and `rope_freqs`
+    (f32, computed)."""
     d, hd, ffn = spec["n_embd"], spec["head_dim"], spec["ffn"]
     q_dim, kv_dim = spec["n_head"] * hd, spec["n_kv_head"] * hd
     plan = [("token_embd.weight", (vocab, d), "matrix"), ("output_norm.weight", (d,), "ones")]
@@ -94,13 +100,30 @@ def tensor_plan(spec, vocab):
                 (p + "attn_k.bias", (kv_dim,), "vector"),
                 (p + "attn_v.bias", (kv_dim,), "vector"),
             ]
+        if spec["arch"] == "qwen3moe":
+            plan += [
+                (p + "attn_q_norm.weight", (hd,), "ones"),
+                (p + "attn_k_norm.weight", (hd,), "ones"),
+            ]
         plan += [
             (p + "attn_output.weight", (d, q_dim), "matrix"),
             (p + "ffn_norm.weight", (d,), "ones"),
-            (p + "ffn_gate.weight", (ffn, d), "matrix"),
-            (p + "ffn_up.weight", (ffn, d), "matrix"),
-            (p + "ffn_down.weight", (d, ffn), "matrix"),
         ]
+        n_expert, expert_ffn = spec.get("n_expert", 0), spec.get("expert_ffn", 0)
+        if n_expert:
+            # numpy (experts, rows, row length) is ggml's [row length, rows, experts].
+            plan += [
+                (p + "ffn_gate_inp.weight", (n_expert, d), "router"),
+                (p + "ffn_gate_exps.weight", (n_expert, expert_ffn, d), "matrix"),
+                (p + "ffn_up_exps.weight", (n_expert, expert_ffn, d), "matrix"),
+                (p + "ffn_down_exps.weight", (n_expert, d, expert_ffn), "matrix"),
+            ]
+        else:
+            plan += [
+                (p + "ffn_gate.weight", (ffn, d), "matrix"),
+                (p + "ffn_up.weight", (ffn, d), "matrix"),
+                (p + "ffn_down.weight", (d, ffn), "matrix"),
+            ]
     return plan
 
 
@@ -116,12 +139,16 @@ def make_tensor(rng, spec, shape, kind):
         return llama3_rope_factors(spec["head_dim"], spec["rope_base"], spec["rope_scaling"])
     if kind == "vector":
         return (rng.standard_normal(shape, dtype=np.float32) * SCALE).astype(np.float32)
+    if kind == "router":
+        return rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))
     out = np.empty(shape, dtype=np.float16)
-    for start in range(0, shape[0], CHUNK_ROWS):
-        rows = min(CHUNK_ROWS, shape[0] - start)
-        chunk = rng.standard_normal((rows, shape[1]), dtype=np.float32)
+    # The rows of every matrix (of every expert) one after the other.
+    flat = out.reshape(-1, shape[-1])
+    for start in range(0, flat.shape[0], CHUNK_ROWS):
+        rows = min(CHUNK_ROWS, flat.shape[0] - start)
+        chunk = rng.standard_normal((rows, shape[-1]), dtype=np.float32)
         chunk *= SCALE
-        out[start : start + rows] = chunk
+        flat[start : start + rows] = chunk
     return out
 
 
@@ -147,7 +174,7 @@ def copy_tokenizer(writer, path):
 
 
 def add_hyperparameters(writer, spec, vocab):
-    """The metadata llama.cpp reads for a llama or qwen2 model."""
+    """The metadata llama.cpp reads for a llama, qwen2 or qwen3moe model."""
     writer.add_name(spec["name"])
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_context_length(spec["context"])
@@ -156,10 +183,19 @@ def add_hyperparameters(writer, spec, vocab):
     writer.add_feed_forward_length(spec["ffn"])
     writer.add_head_count(spec["n_head"])
     writer.add_head_count_kv(spec["n_kv_head"])
-    writer.add_rope_dimension_count(spec["head_dim"])
+    if spec["arch"] == "qwen3moe":
+        # Qwen3's head width is not the width over the heads.
+        writer.add_key_length(spec["head_dim"])
+        writer.add_value_length(spec["head_dim"])
+    else:
+        writer.add_rope_dimension_count(spec["head_dim"])
     writer.add_layer_norm_rms_eps(spec["rms_eps"])
     writer.add_rope_freq_base(spec["rope_base"])
     writer.add_vocab_size(vocab)
+    if spec.get("n_expert", 0):
+        writer.add_expert_count(spec["n_expert"])
+        writer.add_expert_used_count(spec["n_expert_used"])
+        writer.add_expert_feed_forward_length(spec["expert_ffn"])
 
 
 def check_room(out, n_bytes):
@@ -177,8 +213,10 @@ def check_room(out, n_bytes):
 
 def write_model(spec, tokenizer_from, out, seed):
     """Writes the F16 file: metadata and tensor table, then tensor by tensor."""
-    if spec["arch"] not in ("llama", "qwen2"):
-        sys.exit(f"unsupported arch {spec['arch']!r}: llama or qwen2")
+    if spec["arch"] not in ("llama", "qwen2", "qwen3moe"):
+        sys.exit(f"unsupported arch {spec['arch']!r}: llama, qwen2 or qwen3moe")
+    if (spec["arch"] == "qwen3moe") != bool(spec.get("n_expert", 0)):
+        sys.exit("experts (n_expert > 0) go with arch qwen3moe and only with it")
     writer = gguf.GGUFWriter(out, spec["arch"])
     vocab = copy_tokenizer(writer, tokenizer_from)
     add_hyperparameters(writer, spec, vocab)

@@ -4,7 +4,9 @@
 //! No public 1B+ model is reachable from this project's registries, but speed
 //! does not depend on what the weights mean, only on the shapes and the weight
 //! format. So [`SHAPES`] lists real models' hyperparameters (Llama 3.2 1B,
-//! Qwen 2.5 1.5B, Llama 3.2 3B, Llama 3.1 8B) and the task:
+//! Qwen 2.5 1.5B, Llama 3.2 3B, Llama 3.1 8B) and mixture-of-experts shapes
+//! at the scale people run (`qwen3moe-16x1024`: sixteen 1B-class experts,
+//! top-2; [`Experts`]), and the task:
 //!
 //! 1. writes an F16 file in that shape with `scripts/reference/make_model.py`
 //!    (numpy random weights from a fixed seed, small scale, norms at 1,
@@ -64,6 +66,16 @@ pub(crate) struct RopeScaling {
     original_context: usize,
 }
 
+/// The mixture of experts of a shape's FFN layers: `count` experts of
+/// width `ffn` each (3-d tensors `ffn_{gate,up,down}_exps`), `used` of them
+/// per token, chosen by an F32 router (`ffn_gate_inp`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Experts {
+    count: usize,
+    used: usize,
+    ffn: usize,
+}
+
 /// A real model's shape: its hyperparameters as its config gives them.
 #[derive(Debug)]
 pub(crate) struct Shape {
@@ -71,7 +83,7 @@ pub(crate) struct Shape {
     pub(crate) name: &'static str,
     /// The model it copies, for `general.name` and the usage text.
     title: &'static str,
-    /// The GGUF architecture (`llama` or `qwen2`).
+    /// The GGUF architecture (`llama`, `qwen2` or `qwen3moe`).
     arch: &'static str,
     n_layer: usize,
     n_embd: usize,
@@ -91,6 +103,9 @@ pub(crate) struct Shape {
     /// The model's own vocabulary size, to check the shape against its
     /// published parameter count.
     own_vocab: usize,
+    /// The experts replacing the dense FFN (`None`: dense; `ffn` is then
+    /// the dense width, else written as the FFN length the metadata asks for).
+    experts: Option<Experts>,
 }
 
 /// Llama 3.1 and 3.2's rope scaling, with their `factor`.
@@ -122,6 +137,7 @@ const LLAMA_3_2_1B: Shape = Shape {
     qkv_bias: false,
     rope_scaling: llama3_scaling(32.0),
     own_vocab: 128_256,
+    experts: None,
 };
 
 pub(crate) const SHAPES: &[Shape] = &[
@@ -143,6 +159,7 @@ pub(crate) const SHAPES: &[Shape] = &[
         qkv_bias: true,
         rope_scaling: None,
         own_vocab: 151_936,
+        experts: None,
     },
     Shape {
         name: "llama-3.2-3b",
@@ -163,6 +180,34 @@ pub(crate) const SHAPES: &[Shape] = &[
         tied: false,
         rope_scaling: llama3_scaling(8.0),
         ..LLAMA_3_2_1B
+    },
+    // No public model: a Qwen3-MoE (Qwen3-30B-A3B's architecture: QK norms,
+    // softmax routing renormalised over the top k) with Qwen3 0.6B's
+    // attention and width, and 16 experts each as wide as a 1B dense FFN
+    // would be at this width, top-2: 1.33B parameters, about 0.2B used per
+    // token (issue 36's file for speed against llama.cpp).
+    Shape {
+        name: "qwen3moe-16x1024",
+        title: "Qwen3-MoE 16x1024",
+        arch: "qwen3moe",
+        n_layer: 12,
+        n_embd: 1024,
+        n_head: 16,
+        n_kv_head: 8,
+        head_dim: 128,
+        ffn: 2048,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        context: 40_960,
+        tied: true,
+        qkv_bias: false,
+        rope_scaling: None,
+        own_vocab: SMOLLM2_VOCAB,
+        experts: Some(Experts {
+            count: 16,
+            used: 2,
+            ffn: 2048,
+        }),
     },
 ];
 
@@ -185,7 +230,12 @@ impl Shape {
         );
         let attention = d * q_dim * 2 + d * kv_dim * 2;
         let biases = if self.qkv_bias { q_dim + 2 * kv_dim } else { 0 };
-        let layer = attention + biases + 3 * d * self.ffn + 2 * d;
+        let ffn = match self.experts {
+            // The router, the experts and the query and key norms.
+            Some(e) => e.count * d + e.count * 3 * d * e.ffn + 2 * self.head_dim,
+            None => 3 * d * self.ffn,
+        };
+        let layer = attention + biases + ffn + 2 * d;
         let outputs = if self.tied { 1 } else { 2 };
         let rope_freqs = self.rope_scaling.map_or(0, |_| self.head_dim / 2);
         self.n_layer * layer + outputs * vocab * d + d + rope_freqs
@@ -216,6 +266,9 @@ impl Shape {
             "tied": self.tied,
             "qkv_bias": self.qkv_bias,
             "rope_scaling": rope_scaling,
+            "n_expert": self.experts.map_or(0, |e| e.count),
+            "n_expert_used": self.experts.map_or(0, |e| e.used),
+            "expert_ffn": self.experts.map_or(0, |e| e.ffn),
         })
         .to_string()
     }
@@ -462,7 +515,8 @@ mod tests {
             ("llama-3.2-3b", 3_212_749_824),
             ("llama-3.1-8b", 8_030_261_248),
         ];
-        assert_eq!(SHAPES.len(), published.len());
+        let dense = SHAPES.iter().filter(|shape| shape.experts.is_none());
+        assert_eq!(dense.count(), published.len());
         for (name, count) in published {
             let shape = Shape::find(name).unwrap();
             let rope_freqs = shape.rope_scaling.map_or(0, |_| shape.head_dim / 2);
@@ -486,6 +540,30 @@ mod tests {
     }
 
     #[test]
+    fn the_moe_shape_has_sixteen_1b_class_experts_and_its_parameter_count() {
+        let shape = Shape::find("qwen3moe-16x1024").unwrap();
+        let experts = shape.experts.unwrap();
+        assert_eq!((experts.count, experts.used, experts.ffn), (16, 2, 2048));
+        // Per layer: q and o 1024 x 2048, k and v 1024 x 1024 (6,291,456),
+        // router 16 x 1024 (16,384), experts 16 x 3 x 1024 x 2048
+        // (100,663,296), QK norms 2 x 128, two norms of 1024: 106,973,440.
+        // Twelve layers, the tied embedding 49,152 x 1024, the output norm.
+        let expected = 12 * 106_973_440 + 49_152 * 1024 + 1024;
+        assert_eq!(shape.n_params(SMOLLM2_VOCAB), expected);
+        assert_eq!(expected, 1_334_013_952);
+        let spec: serde_json::Value = serde_json::from_str(&shape.spec()).unwrap();
+        assert_eq!(spec["arch"], "qwen3moe");
+        assert_eq!(
+            (
+                &spec["n_expert"],
+                &spec["n_expert_used"],
+                &spec["expert_ffn"]
+            ),
+            (&json!(16), &json!(2), &json!(2048))
+        );
+    }
+
+    #[test]
     fn file_names_are_lower_case_with_the_shape_and_type() {
         let shape = Shape::find("llama-3.2-1b").unwrap();
         assert_eq!(shape.file_name("Q4_K_M"), "llama-3.2-1b-shape-q4_k_m.gguf");
@@ -497,7 +575,8 @@ mod tests {
         let message = Options::parse(&args(&["gpt-5"])).unwrap_err().to_string();
         assert_eq!(
             message,
-            "unknown shape `gpt-5`; shapes: llama-3.2-1b, qwen-2.5-1.5b, llama-3.2-3b, llama-3.1-8b"
+            "unknown shape `gpt-5`; shapes: llama-3.2-1b, qwen-2.5-1.5b, llama-3.2-3b, llama-3.1-8b, \
+             qwen3moe-16x1024"
         );
     }
 
