@@ -14,8 +14,8 @@ For each architecture NAME of fixtures/arch/ it writes NAME/ with:
   LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM,
   MistralForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM, Olmo3ForCausalLM
   for the olmo2 twin's window, MixtralForCausalLM, Qwen3MoeForCausalLM,
-  OlmoeForCausalLM, Qwen2MoeForCausalLM, Dots1ForCausalLM), from the GGUF
-  metadata; llama's
+  OlmoeForCausalLM, Qwen2MoeForCausalLM, Dots1ForCausalLM,
+  GptOssForCausalLM), from the GGUF metadata; llama's
   `rope_scaling` is Llama 3's (factor 8, low 1, high 4, original context
   40), whose factors are the twin's `rope_freqs.weight`; phi3's is LongRoPE
   with the twin's `rope_factors_{long,short}` and attention factor;
@@ -27,7 +27,10 @@ For each architecture NAME of fixtures/arch/ it writes NAME/ with:
   one matrix per expert (the converter stacks them), qwen2moe's
   `ffn_gate_inp_shexp` as the `[1, n_embd]` of an `nn.Linear`, no
   `lm_head.weight` where the twin has no `output.weight`
-  (`tie_word_embeddings`);
+  (`tie_word_embeddings`); gpt_oss's MXFP4 experts in OpenAI's layout
+  (`mlp.experts.{gate_up,down}_proj_{blocks,scales,bias}`: GGML's blocks
+  split into U8 codes and E8M0 scales, the codes' nibbles reordered, gate
+  and up rows interleaved; the inverse of the converter's `repack_mxfp4`);
 - tokenizer.json, tokenizer_config.json, generation_config.json: one small
   byte-level BPE tokenizer (trained here by the `tokenizers` package on the
   lines of fixtures/tokenize/smollm2_prompts.json, vocabulary 400, BOS added
@@ -59,7 +62,7 @@ import gguf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "mistral", "gemma2", "phi3", "olmo2", "mixtral", "qwen3moe",
-         "olmoe", "qwen2moe", "dots1"]
+         "olmoe", "qwen2moe", "dots1", "gpt_oss"]
 # directory -> (HF class, model_type); the GGUF architecture is the twin's.
 CLASSES = {
     "llama": ("LlamaForCausalLM", "llama"),
@@ -76,6 +79,7 @@ CLASSES = {
     "olmoe": ("OlmoeForCausalLM", "olmoe"),
     "qwen2moe": ("Qwen2MoeForCausalLM", "qwen2_moe"),
     "dots1": ("Dots1ForCausalLM", "dots1"),
+    "gpt_oss": ("GptOssForCausalLM", "gpt_oss"),
 }
 # Directories whose q/k rows the converter permutes (LlamaModel and its
 # Mistral, Mixtral classes) and whose norms it stores with `+ 1` (Gemma).
@@ -122,6 +126,8 @@ def gguf_arrays(path):
     tensors = {}
     for t in reader.tensors:
         shape = [int(d) for d in reversed(t.shape.tolist())]
+        if t.tensor_type == gguf.GGMLQuantizationType.MXFP4:
+            shape[-1] = -1  # the bytes of a row: 17 per block of 32
         tensors[t.name] = (np.array(t.data).reshape(shape), t.tensor_type)
     meta = {}
     for field in reader.fields.values():
@@ -180,9 +186,44 @@ def hf_name(arch, name):
         "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
         "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
     }
+    if arch == "gpt_oss":
+        table.update({"attn_sinks.weight": "self_attn.sinks", "attn_output.bias": "self_attn.o_proj.bias",
+                      "ffn_gate_inp.weight": "mlp.router.weight", "ffn_gate_inp.bias": "mlp.router.bias"})
     if arch == "phi3" and rest == "ffn_up.weight":
         return f"model.layers.{i}.mlp.gate_up_proj.weight"  # gate rows, then up: as GGUF
     return f"model.layers.{i}.{table[rest]}"
+
+
+def mxfp4_to_hf(rows):
+    """GGML's MXFP4 rows [..., n_blocks * 17] as HF's (blocks [..., n_blocks, 16],
+    scales [..., n_blocks]): GGML's byte j holds values j (low nibble) and
+    j + 16 (high), HF's byte b values 2b (low) and 2b + 1 (high)."""
+    blocks = rows.reshape(*rows.shape[:-1], -1, 17)
+    scales = np.ascontiguousarray(blocks[..., 0])
+    codes = blocks[..., 1:]
+    values = np.concatenate([codes & 0x0F, codes >> 4], axis=-1)  # value order 0..32
+    hf = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(hf), scales
+
+
+def interleave(gate, up):
+    """[E, F, ...] twice as [E, 2F, ...], gate rows even, up rows odd."""
+    out = np.empty((gate.shape[0], 2 * gate.shape[1], *gate.shape[2:]), dtype=gate.dtype)
+    out[:, 0::2], out[:, 1::2] = gate, up
+    return out
+
+
+def gpt_oss_experts(tensors, i, put_raw, put):
+    """Layer i's experts in OpenAI's layout (the converter's input)."""
+    t = lambda kind: tensors[f"blk.{i}.{kind}"][0]
+    gate, up, down = (mxfp4_to_hf(t(f"ffn_{k}_exps.weight")) for k in ("gate", "up", "down"))
+    prefix = f"model.layers.{i}.mlp.experts."
+    put_raw(prefix + "gate_up_proj_blocks", interleave(gate[0], up[0]))
+    put_raw(prefix + "gate_up_proj_scales", interleave(gate[1], up[1]))
+    put(prefix + "gate_up_proj_bias", interleave(t("ffn_gate_exps.bias"), t("ffn_up_exps.bias")))
+    put_raw(prefix + "down_proj_blocks", down[0])
+    put_raw(prefix + "down_proj_scales", down[1])
+    put(prefix + "down_proj_bias", t("ffn_down_exps.bias"))
 
 
 def to_bf16_bits(a):
@@ -224,6 +265,11 @@ def hf_tensors(arch, tensors, meta, bf16=False):
     for name, (array, _) in tensors.items():
         if name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"):
             continue  # config.json's rope_scaling gives them
+        if arch == "gpt_oss" and "_exps." in name:
+            i = name.split(".")[1]
+            if name.endswith("ffn_gate_exps.weight"):
+                gpt_oss_experts(tensors, i, lambda n, a: out.__setitem__(n, ("U8", a)), put)
+            continue
         a = array
         if arch in PERMUTED and name.endswith("attn_q.weight"):
             a = unpermute(a, n_head)
@@ -306,6 +352,20 @@ def config_json(arch, meta, tensors):
                        "routed_scaling_factor": m("expert_weights_scale"), "scoring_func": "noaux_tc",
                        "n_group": 1, "topk_group": 1})
         assert m("expert_gating_func") == 2  # sigmoid, what noaux_tc scores with
+        return config
+    if arch == "gpt_oss":
+        # The converter writes intermediate_size as both widths; GGUF's
+        # feed_forward_length (96 in the twin) is unread for gpt-oss.
+        n = m("block_count")
+        config.update({"intermediate_size": m("expert_feed_forward_length"),
+                       "num_local_experts": m("expert_count"), "num_experts_per_tok": m("expert_used_count"),
+                       "sliding_window": m("attention.sliding_window"),
+                       "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)],
+                       "rope_scaling": None, "swiglu_limit": 7.0, "attention_bias": True, "hidden_act": "silu",
+                       "quantization_config": {"quant_method": "mxfp4",
+                                               "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                          "model.layers.*.mlp.router",
+                                                                          "model.embed_tokens", "lm_head"]}})
         return config
     if f"{g}.expert_count" in meta:
         key = "num_local_experts" if arch == "mixtral" else "num_experts"

@@ -4,7 +4,7 @@
 //! read). The directories are `fixtures/hf/qwen2` (F32, tied),
 //! `fixtures/hf/qwen3` (two shards) and, for the fields and tensors of the
 //! other classes, `phi3`, `gemma2`, `olmo2`, `mixtral`, `qwen3moe`,
-//! `olmoe`, `qwen2moe` and `dots1`, copied to a temporary directory and broken one
+//! `olmoe`, `qwen2moe`, `dots1` and `gpt_oss`, copied to a temporary directory and broken one
 //! way each.
 
 use std::fs;
@@ -82,6 +82,7 @@ fn the_fixtures_load() {
         "olmoe",
         "qwen2moe",
         "dots1",
+        "gpt_oss",
     ] {
         open_hf_dir(fixture_path("hf").join(name)).unwrap();
     }
@@ -147,8 +148,8 @@ fn config_fields_missing_or_of_the_wrong_kind() {
         ("tie_word_embeddings", json!("yes"), "true or false"),
         (
             "rope_scaling",
-            json!({"rope_type": "yarn", "factor": 4.0}),
-            "\"yarn\" is not supported",
+            json!({"rope_type": "dynamic", "factor": 4.0}),
+            "\"dynamic\" is not supported",
         ),
         (
             "rope_scaling",
@@ -457,10 +458,10 @@ fn fields_the_gguf_architecture_cannot_follow() {
         ),
         (
             "phi3",
-            |c| c["rope_scaling"]["type"] = json!("yarn"),
+            |c| c["rope_scaling"]["type"] = json!("dynamic"),
             &[
                 "rope_scaling.rope_type",
-                "\"yarn\" is not supported for Phi3ForCausalLM",
+                "\"dynamic\" is not supported for Phi3ForCausalLM",
             ],
         ),
         (
@@ -597,4 +598,131 @@ fn a_partial_rotary_factor_sets_the_rotated_width() {
         c["partial_rotary_factor"] = json!(0.5)
     });
     assert_names(&dir, &["rope_scaling.long_factor", "expected 4 numbers"]);
+}
+
+/// gpt-oss's MXFP4 experts (`*_blocks` and `*_scales`, U8): blocks without
+/// their scales, scales of the wrong shape, an odd count of gate/up rows
+/// and a dtype other than U8 are each named by tensor and file.
+#[test]
+fn gpt_oss_mxfp4_experts_that_do_not_fit() {
+    let prefix = "model.layers.1.mlp.experts.";
+    let blocks = format!("{prefix}gate_up_proj_blocks");
+    let scales = format!("{prefix}gate_up_proj_scales");
+    // Blocks without scales: the scales out of the way under a skipped name.
+    let (_temp, dir) = copy("gpt_oss");
+    rename_tensor(
+        &dir,
+        &scales,
+        "model.layers.1.self_attn.rotary_emb.inv_freq",
+    );
+    let error = assert_names(&dir, &[&scales, "missing"]);
+    assert!(matches!(error, HfError::Tensor { .. }), "{error:?}");
+    // Scales of the wrong shape (the same bytes).
+    let (_temp, dir) = copy("gpt_oss");
+    edit_header(&dir, |header| {
+        header.get_mut(&scales).unwrap()["shape"] = json!([8, 128, 1]);
+    });
+    assert_names(
+        &dir,
+        &[
+            "model.safetensors",
+            &scales,
+            "shape [8, 128, 1]",
+            "[8, 64, 2]",
+        ],
+    );
+    // 63 gate/up rows: the blocks cut short, the rest under a skipped name.
+    let (_temp, dir) = copy("gpt_oss");
+    edit_header(&dir, |header| {
+        let entry = header.get_mut(&blocks).unwrap();
+        let [start, end] = [0, 1].map(|i| entry["data_offsets"][i].as_u64().unwrap());
+        let cut = start + 8 * 63 * 2 * 16;
+        entry["shape"] = json!([8, 63, 2, 16]);
+        entry["data_offsets"] = json!([start, cut]);
+        header.insert(
+            "model.layers.1.self_attn.rotary_emb.inv_freq".into(),
+            json!({"dtype": "U8", "shape": [end - cut], "data_offsets": [cut, end]}),
+        );
+    });
+    assert_names(&dir, &[&blocks, "shape [8, 63, 2, 16]", "[8, 64, 2, 16]"]);
+    // Another dtype of the same size, for the blocks and for the scales.
+    for name in [&blocks, &scales] {
+        let (_temp, dir) = copy("gpt_oss");
+        edit_header(&dir, |header| {
+            header.get_mut(name.as_str()).unwrap()["dtype"] = json!("I8");
+        });
+        let error = assert_names(&dir, &["model.safetensors", name, "dtype I8", "U8"]);
+        assert!(matches!(error, HfError::Tensor { .. }), "{error:?}");
+    }
+    // The biases are floats: U8 ones are refused too.
+    let (_temp, dir) = copy("gpt_oss");
+    let bias = format!("{prefix}down_proj_bias");
+    edit_header(&dir, |header| {
+        let entry = header.get_mut(&bias).unwrap();
+        entry["dtype"] = json!("U8");
+        entry["shape"] = json!([8, 256]);
+    });
+    assert_names(&dir, &[&bias, "shape [8, 256]"]);
+}
+
+/// gpt-oss's config.json: what the GGUF path computes with is checked
+/// (`swiglu_limit`, `attention_bias`, YaRN's bounds, a `rope_scaling` the
+/// class would default to YaRN), and YaRN maps to GGUF's keys.
+#[test]
+fn gpt_oss_config_fields() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(Edit, &[&str]); 6] = [
+        (
+            |c| c["swiglu_limit"] = json!(10.0),
+            &["swiglu_limit", "10.0"],
+        ),
+        (
+            |c| c["attention_bias"] = json!(false),
+            &["attention_bias", "false"],
+        ),
+        (
+            |c| {
+                c.as_object_mut().unwrap().remove("rope_scaling");
+            },
+            &["rope_scaling", "missing"],
+        ),
+        (
+            |c| c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0}),
+            &["rope_scaling.beta_fast", "16"],
+        ),
+        (
+            |c| c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0, "mscale": 0.7}),
+            &["rope_scaling.mscale", "not supported"],
+        ),
+        (
+            |c| c["hidden_size"] = json!(48),
+            &["hidden_size", "blocks of 32"],
+        ),
+    ];
+    for (edit, says) in cases {
+        let (_temp, dir) = copy("gpt_oss");
+        edit_json(&dir.join("config.json"), edit);
+        let error = assert_names(&dir, says);
+        assert!(
+            matches!(
+                error,
+                HfError::BadField { .. } | HfError::MissingField { .. }
+            ),
+            "{error:?}"
+        );
+    }
+    let (_temp, dir) = copy("gpt_oss");
+    edit_json(&dir.join("config.json"), |c| {
+        c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+            "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 64});
+    });
+    let file = open_hf_dir(&dir).unwrap();
+    assert_eq!(file.get_str("gpt-oss.rope.scaling.type").unwrap(), "yarn");
+    assert_eq!(file.get_f32("gpt-oss.rope.scaling.factor").unwrap(), 4.0);
+    assert_eq!(
+        file.get_u32("gpt-oss.rope.scaling.original_context_length")
+            .unwrap(),
+        64
+    );
+    lm_model::Llama::from_file(file).unwrap();
 }

@@ -12,7 +12,8 @@
 //! - mistral, gemma2, phi3 (LongRoPE), olmo2 (as `Olmo3ForCausalLM`; as
 //!   `Olmo2ForCausalLM` without its window, on the positions the window
 //!   does not reach), mixtral, qwen3moe, olmoe, qwen2moe, dots1 (experts
-//!   stacked at load): likewise against `fixtures/arch/`;
+//!   stacked at load), gpt-oss (MXFP4 experts repacked at load): likewise
+//!   against `fixtures/arch/`;
 //! - qwen2-bf16 (BF16): equal to the crate's loader on its BF16 GGUF twin,
 //!   and within 1e-2 of llama.cpp's logits of that twin;
 //! - `tokenizer.json` gives the `tokenizers` Python package's ids
@@ -197,6 +198,23 @@ fn the_architectures_beside_run_as_their_twins() {
             LLAMA_CPP_TOLERANCE,
         );
     }
+}
+
+/// gpt-oss (`GptOssForCausalLM`): sinks, q/k/v/o biases, a router with a
+/// bias, every other layer sliding (`layer_types`), and the experts in
+/// OpenAI's MXFP4 layout (`gate_up_proj_{blocks,scales,bias}` with gate and
+/// up rows interleaved, `down_proj_*`), repacked at load into the GGML
+/// blocks of the twin: the same logits as the twin, and within llama.cpp's
+/// tolerance of its logits.
+#[test]
+fn gpt_oss_with_mxfp4_experts_runs_as_its_twin() {
+    let arch = fixture_path("arch");
+    check(
+        "gpt_oss",
+        arch.join("gpt_oss.gguf"),
+        arch.join("gpt_oss.logits.f32le.bin"),
+        LLAMA_CPP_TOLERANCE,
+    );
 }
 
 /// `Olmo2ForCausalLM` has no window: the OLMo 3 directory relabelled (and

@@ -17,11 +17,17 @@
 //! head_dim                       attention.key_length, value_length width / heads (gemma2, gemma3 256)
 //! sliding_window                 attention.sliding_window           gemma3 required; gemma2, OLMo 3 4096;
 //!                                                                   mistral, mixtral, phi3 kept, unread
-//! layer_types (OLMo 3)           attention.sliding_window_pattern   all but every 4th layer slide
+//! layer_types (OLMo 3, gpt-oss)  attention.sliding_window_pattern   OLMo 3: all but every 4th layer slide;
+//!                                                                   gpt-oss: every other, from layer 0
+//! intermediate_size (gpt-oss)    also expert_feed_forward_length    multiple of 32 (MXFP4 blocks)
+//! swiglu_limit, attention_bias   (fixed: 7, true)                   gpt-oss
+//! rope_scaling (gpt-oss)         absent is refused (the class's     null: none
+//!                                default is YaRN, factor 32)
 //! attn_logit_softcapping         attn_logit_softcapping             gemma2 50
 //! final_logit_softcapping        final_logit_softcapping            gemma2 30
 //! original_max_position_embeddings rope.scaling.original_context_length  phi3 4096
-//! num_local_experts (mixtral),   expert_count                       8, 128, 64, 60
+//! num_local_experts (mixtral,    expert_count                       8, 128, 64, 60
+//!   gpt-oss),
 //!   num_experts (qwen3moe, olmoe, qwen2moe)
 //! num_experts_per_tok            expert_used_count                  2, 8, 8, 4
 //! moe_intermediate_size          expert_feed_forward_length         qwen3moe 768, qwen2moe 1408
@@ -33,6 +39,9 @@
 //! routed_scaling_factor (dots1)  expert_weights_scale               1
 //! (dots1)                        expert_gating_func 2 (sigmoid)     always
 //! rope_scaling linear            rope.scaling.type, .factor
+//! rope_scaling yarn              rope.scaling.type, .factor,        beta_fast 32, beta_slow 1 (llama.cpp's);
+//!                                .original_context_length           truncate read as true, as llama.cpp
+//!                                                                   computes (gpt-oss says false)
 //! rope_scaling llama3 (llama)    the tensor rope_freqs.weight, as the converter computes it
 //! rope_scaling longrope, su      rope_factors_{long,short}.weight and rope.scaling.attn_factor
 //!   (phi3)                       (attention_factor, else sqrt(1 + ln s / ln original), s the
@@ -49,8 +58,8 @@
 //! `llama` (q/k permuted; Mixtral's experts make it a mixture), Qwen2 and
 //! Qwen3 `qwen2`, `qwen3`, Gemma2 and Gemma3 `gemma2`, `gemma3` (norms
 //! `+ 1`), Phi3 `phi3`, Olmo2 and Olmo3 `olmo2`, Qwen3Moe, Olmoe, Qwen2Moe
-//! `qwen3moe`, `olmoe`, `qwen2moe`, Dots1 `dots1`. Defaults are each
-//! `transformers` config class's.
+//! `qwen3moe`, `olmoe`, `qwen2moe`, Dots1 `dots1`, GptOss `gpt-oss`.
+//! Defaults are each `transformers` config class's.
 //!
 //! Fields the GGUF architecture does not read but computes as if they had
 //! one value are checked ([`Fixed`]): `norm_topk_prob` (qwen3moe
@@ -70,8 +79,8 @@ use super::HfError;
 use crate::gguf::MetadataValue;
 
 /// The Hugging Face classes (`architectures[0]`) this loader maps.
-pub(crate) const SUPPORTED_CLASSES: [&str; 14] = {
-    let mut names = [""; 14];
+pub(crate) const SUPPORTED_CLASSES: [&str; 15] = {
+    let mut names = [""; 15];
     let mut i = 0;
     while i < ARCHITECTURES.len() {
         names[i] = ARCHITECTURES[i].class;
@@ -109,6 +118,13 @@ pub(crate) struct HfArchitecture {
     pub layer_types: bool,
     /// GGUF keys of one value for the class (`{arch}.` + key, u32).
     pub constants: &'static [(&'static str, u32)],
+    /// The class defaults `rope_scaling` to a scaling (GptOss: YaRN,
+    /// factor 32), which GGUF has no default for: an absent one is
+    /// refused, `null` is none.
+    pub explicit_rope_scaling: bool,
+    /// The experts' matrices are MXFP4 (`*_blocks`, `*_scales`), whose
+    /// rows split into blocks of 32 (gpt-oss).
+    pub mxfp4_experts: bool,
 }
 
 /// A config.json field the GGUF path assumes: its Hugging Face default and
@@ -263,11 +279,13 @@ const LLAMA: HfArchitecture = HfArchitecture {
     long_rope: false,
     layer_types: false,
     constants: &[],
+    explicit_rope_scaling: false,
+    mxfp4_experts: false,
 };
 
 /// The supported classes, in the order of [`SUPPORTED_CLASSES`]. Defaults
 /// are those of each class's `PretrainedConfig` in `transformers`.
-pub(crate) const ARCHITECTURES: [HfArchitecture; 14] = [
+pub(crate) const ARCHITECTURES: [HfArchitecture; 15] = [
     LLAMA,
     HfArchitecture {
         class: "Qwen2ForCausalLM",
@@ -529,6 +547,52 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 14] = [
         ],
         // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID.
         constants: &[("expert_gating_func", 2)],
+        ..LLAMA
+    },
+    // gpt-oss: sinks, biases everywhere, a router with a bias, the experts
+    // of a layer as one tensor per projection in MXFP4 (names.rs), the
+    // sliding layers as `layer_types` says (default: every other one).
+    HfArchitecture {
+        class: "GptOssForCausalLM",
+        gguf: "gpt-oss",
+        permute_qk: false,
+        defaults: &[
+            ("rms_norm_eps", 1e-5),
+            ("rope_theta", 150000.0),
+            ("head_dim", 64.0),
+            ("sliding_window", 128.0),
+            ("num_local_experts", 128.0),
+            ("num_experts_per_tok", 4.0),
+        ],
+        extra: &[
+            SLIDING_WINDOW,
+            field("num_local_experts", "expert_count", Kind::U32, false),
+            EXPERTS_USED,
+            // The converter writes intermediate_size as both widths.
+            field(
+                "intermediate_size",
+                "expert_feed_forward_length",
+                Kind::U32,
+                false,
+            ),
+        ],
+        fixed: &[
+            fixed(
+                "swiglu_limit",
+                Json::Number(7.0),
+                Json::Number(7.0),
+                "gpt-oss in GGUF clamps the gated unit at 7 (llama.cpp's swiglu_oai)",
+            ),
+            fixed(
+                "attention_bias",
+                Json::Bool(true),
+                Json::Bool(true),
+                "gpt-oss in GGUF has q, k, v and output biases",
+            ),
+        ],
+        layer_types: true,
+        explicit_rope_scaling: true,
+        mxfp4_experts: true,
         ..LLAMA
     },
 ];
@@ -837,6 +901,28 @@ impl Fields<'_> {
                 format!("must be 1 to the {} experts", dims.n_expert),
             ));
         }
+        if arch.mxfp4_experts {
+            for (field, width) in [
+                ("hidden_size", dims.n_embd),
+                ("intermediate_size", dims.expert_ffn),
+            ] {
+                if !width.is_multiple_of(32) {
+                    return Err(self.bad(
+                        field,
+                        format!("{width} does not split into MXFP4's blocks of 32"),
+                    ));
+                }
+            }
+        }
+        if arch.explicit_rope_scaling
+            && !self.json.contains_key("rope_scaling")
+            && !self.json.contains_key("rope_parameters")
+        {
+            return Err(HfError::MissingField {
+                path: self.path.clone(),
+                field: "rope_scaling".into(),
+            });
+        }
         if arch.layer_types {
             self.layer_types(&arch, dims.n_layer, &mut metadata)?;
         }
@@ -983,7 +1069,7 @@ impl Fields<'_> {
         Ok(())
     }
 
-    /// `rope_scaling`: none, `default`, `linear` (GGUF keys), `llama3`
+    /// `rope_scaling`: none, `default`, `linear`, `yarn` (GGUF keys), `llama3`
     /// (llama only: the factors tensor) or LongRoPE (phi3: two factor
     /// tensors and the attention factor); anything else is refused by name.
     fn rope_scaling(
@@ -1070,6 +1156,44 @@ impl Fields<'_> {
                     tensors.push((gguf.to_owned(), factors));
                 }
                 Ok(tensors)
+            }
+            // llama.cpp's YaRN: ramp bounds beta_fast 32 and beta_slow 1
+            // (read from no key), the range rounded outwards whatever
+            // `truncate` says (gpt-oss's false is transformers' alone, as
+            // the converter drops it), magnitude 1 + 0.1 ln(factor).
+            "yarn" => {
+                for (name, used) in [("beta_fast", 32.0), ("beta_slow", 1.0)] {
+                    let value = number(name, Some(used))?;
+                    if value != used {
+                        return Err(self.bad(
+                            &format!("rope_scaling.{name}"),
+                            format!("{value}, where the GGUF path's YaRN uses {used}"),
+                        ));
+                    }
+                }
+                for name in ["attention_factor", "mscale", "mscale_all_dim"] {
+                    if scaling.get(name).is_some_and(|v| !v.is_null()) {
+                        return Err(self.bad(
+                            &format!("rope_scaling.{name}"),
+                            "not supported: the GGUF path's YaRN magnitude is 1 + 0.1 ln(factor)",
+                        ));
+                    }
+                }
+                let factor = number("factor", None)?;
+                if !(factor >= 1.0 && factor.is_finite()) {
+                    return Err(
+                        self.bad("rope_scaling.factor", format!("{factor} is not at least 1"))
+                    );
+                }
+                metadata.push((key("type"), MetadataValue::String("yarn".into())));
+                metadata.push((key("factor"), MetadataValue::F32(factor as f32)));
+                if scaling.get("original_max_position_embeddings").is_some() {
+                    let original = number("original_max_position_embeddings", None)?;
+                    let original =
+                        self.count("rope_scaling.original_max_position_embeddings", original)?;
+                    metadata.push((key("original_context_length"), MetadataValue::U32(original)));
+                }
+                Ok(Vec::new())
             }
             "llama3" if arch.gguf == "llama" => {
                 let factors = Llama3Scaling {

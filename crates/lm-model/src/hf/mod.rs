@@ -12,15 +12,18 @@
 //!   model.safetensors.index.json
 //!                        └─ names.rs: HF names to GGUF's, shapes checked,
 //!                           q/k rows permuted (llama), norms + 1 (gemma),
-//!                           one matrix per expert stacked into *_exps
+//!                           one matrix per expert stacked into *_exps,
+//!                           gpt-oss's MXFP4 blocks + scales repacked (mxfp4.rs)
 //!                                   │
 //!        GgufWriter::head ──────────┴──> GgufFile::from_pieces ──> Llama::from_file
 //!        (header in memory)              (tensors: ranges of the maps, or copies)
 //! ```
 //!
 //! Types: F32, F16 and BF16 matrices are kept as they are (the matrix
-//! code reads all three); 1-D tensors (norm gains, biases) become F32, as
-//! the converter writes them. Any other dtype is refused by name.
+//! code reads all three); 1-D tensors (norm gains, biases) and gpt-oss's
+//! 2-D expert biases become F32, as the converter writes them; gpt-oss's
+//! MXFP4 experts (U8 `*_blocks` and `*_scales`) become GGUF's MXFP4. Any
+//! other dtype is refused by name.
 //!
 //! Cost: nothing is copied but what must change. The file is assembled
 //! from pieces (`gguf/pieces.rs`): its header in memory, each F32, F16 or
@@ -46,6 +49,15 @@
 //! size). Using each expert's matrix in place would need the mixture
 //! (`transformer/moe.rs`) to take one matrix per expert.
 //!
+//! gpt-oss's experts are one tensor per projection already, but not in
+//! GGML's bytes: a block's scale and codes live in two tensors and the
+//! codes' nibbles are in another order (`mxfp4.rs`), and gate and up rows
+//! alternate in one tensor. They are repacked at load into buffers of
+//! their own, the size of the HF tensors (17 bytes per 32 weights):
+//! gpt-oss-20b's experts are 19.1 billion weights, 9.5 GiB resident from
+//! the start (gpt-oss-120b's 115 billion, 57 GiB), where a GGUF file's are
+//! mapped and paged in as the router chooses them.
+//!
 //! Bad input is a [`HfError`] naming the file and the field or tensor: no
 //! `config.json`, an unknown class, a shard missing from the index, a
 //! tensor of the wrong shape or dtype or name, a safetensors header that
@@ -54,12 +66,13 @@
 
 mod config;
 mod error;
+mod mxfp4;
 mod names;
 mod shards;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -74,7 +87,7 @@ use names::{Mapped, Transform};
 
 /// The Hugging Face classes (`config.json`'s `architectures`) that
 /// [`open_hf_dir`] reads.
-pub const SUPPORTED_HF_CLASSES: [&str; 14] = config::SUPPORTED_CLASSES;
+pub const SUPPORTED_HF_CLASSES: [&str; 15] = config::SUPPORTED_CLASSES;
 
 /// Reads the Hugging Face model directory `dir` into an in-memory GGUF
 /// file (its `{arch}.*` metadata and tensors; no `tokenizer.*` keys: the
@@ -140,45 +153,48 @@ fn open(dir: &Path, quantize: Option<GgmlType>) -> Result<GgufFile, HfError> {
             if seen.insert(name.to_owned(), shard_idx).is_some() {
                 return Err(bad("present in two shards".into()));
             }
-            let Some(mapped) =
-                names::map(&config.arch, &config.dims, config.tied, name).map_err(bad)?
-            else {
-                continue;
-            };
-            if tensor.shape() != mapped.shape.as_slice() {
-                return Err(bad(format!(
-                    "shape {:?}, config.json gives {:?}",
-                    tensor.shape(),
-                    mapped.shape
-                )));
+            for mapped in names::map(&config.arch, &config.dims, config.tied, name).map_err(bad)? {
+                if tensor.shape() != mapped.shape.as_slice() {
+                    return Err(bad(format!(
+                        "shape {:?}, config.json gives {:?}",
+                        tensor.shape(),
+                        mapped.shape
+                    )));
+                }
+                let dtype = tensor.dtype();
+                match mapped.transform {
+                    Transform::Mxfp4(_) if dtype != Dtype::U8 => {
+                        return Err(bad(format!(
+                            "dtype {dtype:?} (MXFP4 blocks and scales are U8)"
+                        )));
+                    }
+                    Transform::Mxfp4(_) => {}
+                    _ if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) => {
+                        return Err(bad(format!("dtype {dtype:?} (F32, F16 or BF16 are read)")));
+                    }
+                    _ => {}
+                }
+                let part = Part {
+                    shard: shard_idx,
+                    name: name.to_owned(),
+                };
+                let Some((part_idx, n_parts)) = mapped.part else {
+                    tensors.push(Tensor::new(mapped, dtype, vec![Some(part)], quantize));
+                    continue;
+                };
+                let idx = *stacked.entry(mapped.gguf.clone()).or_insert_with(|| {
+                    let parts = vec![None; n_parts];
+                    tensors.push(Tensor::new(mapped, dtype, parts, quantize));
+                    tensors.len() - 1
+                });
+                if tensors[idx].dtype != dtype {
+                    return Err(bad(format!(
+                        "dtype {dtype:?}, the layer's other experts {:?}",
+                        tensors[idx].dtype
+                    )));
+                }
+                tensors[idx].parts[part_idx] = Some(part);
             }
-            let dtype = tensor.dtype();
-            if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-                return Err(bad(format!("dtype {dtype:?} (F32, F16 or BF16 are read)")));
-            }
-            let part = Part {
-                shard: shard_idx,
-                name: name.to_owned(),
-            };
-            let Some(expert) = mapped.expert else {
-                tensors.push(Tensor::new(mapped, dtype, vec![Some(part)], quantize));
-                continue;
-            };
-            let n_expert = config.dims.n_expert;
-            let idx = *stacked.entry(mapped.gguf.clone()).or_insert_with(|| {
-                let mut shape = vec![n_expert];
-                shape.extend_from_slice(&mapped.shape);
-                let mapped = Mapped { shape, ..mapped };
-                tensors.push(Tensor::new(mapped, dtype, vec![None; n_expert], quantize));
-                tensors.len() - 1
-            });
-            if tensors[idx].dtype != dtype {
-                return Err(bad(format!(
-                    "dtype {dtype:?}, the layer's other experts {:?}",
-                    tensors[idx].dtype
-                )));
-            }
-            tensors[idx].parts[expert] = Some(part);
         }
     }
     if let Some((index_path, placed)) = &shards.index
@@ -248,11 +264,11 @@ fn piece(
         name: first.name.clone(),
         reason,
     };
-    let is_matrix = info.dims.len() > 1;
-    if is_matrix
-        && is_float(info.ggml_type)
+    if info.dims.len() > 1
+        && tensor.ty == source_float_type(tensor.dtype)
         && tensor.parts.len() == 1
-        && !matches!(tensor.transform, Transform::Permute { .. })
+        && tensor.transform == Transform::Keep
+        && !tensor.mapped.vector
     {
         let data = views[first.shard]
             .tensor(&first.name)
@@ -267,13 +283,20 @@ fn piece(
             range,
         });
     }
+    if let Transform::Mxfp4(rows) = tensor.transform {
+        // Every byte is a finite MXFP4 value: nothing to check.
+        return mxfp4_piece(tensor, shards, views, rows).map(PieceSource::Owned);
+    }
     let data = tensor.source_bytes(views).map_err(bad)?;
     if !is_float(info.ggml_type) {
         return Ok(PieceSource::Owned(
             quantized(tensor.dtype, info, &data).map_err(bad)?,
         ));
     }
-    let bytes = if is_matrix {
+    let bytes = if info.dims.len() > 1
+        && tensor.ty == source_float_type(tensor.dtype)
+        && tensor.transform != Transform::PlusOne
+    {
         data.into_owned()
     } else {
         let plus = if tensor.transform == Transform::PlusOne {
@@ -292,8 +315,52 @@ fn piece(
     Ok(PieceSource::Owned(bytes))
 }
 
+/// gpt-oss's MXFP4 experts of one projection (`rows` of them: gate's or
+/// up's, or all) from HF's blocks and scales (parts 0 and 1), repacked.
+fn mxfp4_piece(
+    tensor: &Tensor,
+    shards: &shards::Shards,
+    views: &[safetensors::SafeTensors<'_>],
+    rows: names::Rows,
+) -> Result<Vec<u8>, HfError> {
+    let mut data = Vec::with_capacity(2);
+    for part in tensor.parts() {
+        let bad = |reason: String| HfError::Tensor {
+            path: shards.shards[part.shard].path.clone(),
+            name: part.name.clone(),
+            reason,
+        };
+        let view = views[part.shard]
+            .tensor(&part.name)
+            .map_err(|e| bad(e.to_string()))?;
+        // Rows are the first two dimensions: expert, then output row.
+        let n_rows = view.shape().iter().take(2).product::<usize>();
+        let bytes = view.data();
+        data.push(match rows {
+            names::Rows::All => Cow::Borrowed(bytes),
+            _ => Cow::Owned(
+                names::pick_rows(bytes, n_rows, rows)
+                    .ok_or_else(|| bad(format!("{n_rows} rows do not pair gate and up")))?,
+            ),
+        });
+    }
+    let (Some(first), [blocks, scales]) = (tensor.parts().next(), &data[..]) else {
+        return Err(HfError::Tensor {
+            path: PathBuf::new(),
+            name: tensor.mapped.gguf.clone(),
+            reason: "MXFP4 blocks or scales missing".into(),
+        });
+    };
+    mxfp4::ggml_blocks(blocks, scales).ok_or_else(|| HfError::Tensor {
+        path: shards.shards[first.shard].path.clone(),
+        name: first.name.clone(),
+        reason: "not one scale per block".into(),
+    })
+}
+
 /// One GGUF tensor of the checkpoint: one HF tensor, or a layer's experts,
-/// one HF matrix each, stacked in expert order into GGUF's 3-d `*_exps`.
+/// one HF matrix each, stacked in expert order into GGUF's 3-d `*_exps`,
+/// or gpt-oss's MXFP4 blocks and scales of one projection.
 struct Tensor {
     /// GGUF name, shape (HF order: experts first when stacked), transform.
     mapped: Mapped,
@@ -315,15 +382,18 @@ struct Part {
 
 impl Tensor {
     /// The tensor `mapped` of source `dtype`, written as `quantize` when
-    /// given and its rows split into that type's blocks.
+    /// given and its rows split into that type's blocks; MXFP4 experts stay
+    /// MXFP4, vectors and biases become F32 (as the converter writes them).
     fn new(
         mapped: Mapped,
         dtype: Dtype,
         parts: Vec<Option<Part>>,
         quantize: Option<GgmlType>,
     ) -> Self {
-        let shape = &mapped.shape;
+        let shape = &mapped.out_shape;
         let ty = match quantize {
+            _ if matches!(mapped.transform, Transform::Mxfp4(_)) => GgmlType::MXFP4,
+            _ if mapped.gguf.ends_with(".bias") => GgmlType::F32,
             Some(target)
                 if shape.len() >= 2
                     && !mapped.vector
@@ -347,8 +417,9 @@ impl Tensor {
         self.parts.iter().flatten()
     }
 
-    /// The values in the source dtype, rows permuted (llama's q/k) and
-    /// experts stacked: borrowed from the map when there is nothing to do.
+    /// The values in the source dtype, rows permuted (llama's q/k) or
+    /// picked (gpt-oss's gate, up biases) and experts stacked: borrowed
+    /// from the map when there is nothing to do.
     fn source_bytes<'a>(
         &self,
         views: &'a [safetensors::SafeTensors<'_>],
@@ -379,7 +450,13 @@ impl Tensor {
                         format!("{n_rows} rows do not split into {n_head} heads of pairs")
                     })
             }
-            Transform::Keep | Transform::PlusOne => Ok(Cow::Borrowed(data)),
+            Transform::Rows(rows) => {
+                let n_rows = self.mapped.shape.iter().take(2).product::<usize>();
+                names::pick_rows(data, n_rows, rows)
+                    .map(Cow::Owned)
+                    .ok_or_else(|| format!("{n_rows} rows do not pair gate and up"))
+            }
+            Transform::Keep | Transform::PlusOne | Transform::Mxfp4(_) => Ok(Cow::Borrowed(data)),
         }
     }
 }
@@ -391,10 +468,10 @@ fn check_complete(dir: &Path, config: &HfConfig, tensors: &[Tensor]) -> Result<(
     let mut present: std::collections::HashSet<String> = std::collections::HashSet::new();
     for tensor in tensors {
         present.insert(tensor.mapped.gguf.clone());
-        if tensor.mapped.shape.len() == 3 {
-            for (expert, part) in tensor.parts.iter().enumerate() {
+        if tensor.parts.len() > 1 {
+            for (idx, part) in tensor.parts.iter().enumerate() {
                 if part.is_some() {
-                    present.insert(format!("{}#{expert}", tensor.mapped.gguf));
+                    present.insert(format!("{}#{idx}", tensor.mapped.gguf));
                 }
             }
         }
@@ -428,7 +505,7 @@ fn writer(config: &HfConfig, tensors: &[Tensor]) -> Result<GgufWriter, crate::gg
         writer.add_tensor(name, &[values.len()], GgmlType::F32)?;
     }
     for tensor in tensors {
-        let shape = &tensor.mapped.shape;
+        let shape = &tensor.mapped.out_shape;
         let dims: Vec<usize> = match tensor.mapped.vector {
             true => vec![shape.iter().product()],
             false => shape.iter().rev().copied().collect(),

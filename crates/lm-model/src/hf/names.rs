@@ -21,7 +21,28 @@
 //!   block_sparse_moe.experts.{e}.w{1,3,2}     ffn_{gate,up,down}_exps (Mixtral)
 //!   mlp.shared_expert.{gate,up,down}_proj     ffn_{gate,up,down}_shexp (qwen2moe)
 //!   mlp.shared_expert_gate                    ffn_gate_inp_shexp    (qwen2moe, [1, n_embd])
+//!   self_attn.o_proj.bias, self_attn.sinks    attn_output.bias, attn_sinks.weight  (gpt-oss)
+//!   post_attention_layernorm                  post_attention_norm   (gpt-oss)
+//!   mlp.router.{weight,bias}                  ffn_gate_inp.{weight,bias}           (gpt-oss)
+//!   mlp.experts.gate_up_proj_{blocks,scales}  ffn_{gate,up}_exps.weight (MXFP4: even rows gate, odd up)
+//!   mlp.experts.gate_up_proj_bias             ffn_{gate,up}_exps.bias   (even, odd)
+//!   mlp.experts.down_proj_{blocks,scales,bias} ffn_down_exps.{weight,bias}
 //! ```
+//!
+//! gpt-oss keeps a layer's experts as one tensor per projection, MXFP4 in
+//! two parts (transformers' `Mxfp4GptOssExperts`, OpenAI's layout):
+//!
+//! ```text
+//! gate_up_proj_blocks  U8 [n_expert, 2 * ffn, n_embd / 32, 16]   rows: gate 0, up 0, gate 1, up 1, ...
+//! gate_up_proj_scales  U8 [n_expert, 2 * ffn, n_embd / 32]       E8M0, one per block
+//! down_proj_blocks     U8 [n_expert, n_embd, ffn / 32, 16]
+//! down_proj_scales     U8 [n_expert, n_embd, ffn / 32]
+//! ```
+//!
+//! The GGUF tensor of a projection gathers its blocks and scales (two
+//! parts, as a stacked tensor gathers its experts), its rows of one parity
+//! for gate and up (the converter's `[:, ::2]`, `[:, 1::2]`); `mxfp4.rs`
+//! turns each block into GGML's.
 //!
 //! Shapes are checked here against config.json (HF's `[out, in]`, GGUF's
 //! reverse), so a wrong one is named by its HF name and file.
@@ -55,6 +76,16 @@ enum Dim {
     SharedFfn,
     /// 1 (qwen2moe's shared-expert gate)
     One,
+    /// num_attention_heads (gpt-oss's sinks)
+    NHead,
+    /// 2 * one expert's width (gpt-oss's gate and up rows, interleaved)
+    ExpertGateUp,
+    /// hidden_size / 32: MXFP4 blocks of a row of hidden_size
+    EmbdBlocks,
+    /// One expert's width / 32
+    ExpertFfnBlocks,
+    /// 16: the code bytes of an MXFP4 block
+    BlockBytes,
 }
 
 impl Dim {
@@ -72,6 +103,11 @@ impl Dim {
             Dim::ExpertFfn => dims.expert_ffn,
             Dim::SharedFfn => dims.shared_ffn,
             Dim::One => 1,
+            Dim::NHead => dims.n_head,
+            Dim::ExpertGateUp => 2 * dims.expert_ffn,
+            Dim::EmbdBlocks => dims.n_embd / 32,
+            Dim::ExpertFfnBlocks => dims.expert_ffn / 32,
+            Dim::BlockBytes => 16,
         }
     }
 }
@@ -86,17 +122,38 @@ pub(crate) enum Transform {
     Permute { n_head: usize },
     /// `1 + w` (Gemma's norm gains).
     PlusOne,
+    /// The rows of one parity (the first two dimensions are rows): gpt-oss's
+    /// gate (even) or up (odd) biases.
+    Rows(Rows),
+    /// MXFP4 blocks from two parts, HF's `_blocks` and `_scales`, rows as
+    /// [`Rows`] picks (`mxfp4.rs`).
+    Mxfp4(Rows),
 }
 
-/// An HF tensor's GGUF name, expected shape (HF order) and transform.
+/// Which rows of an interleaved tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rows {
+    All,
+    Even,
+    Odd,
+}
+
+/// A GGUF tensor an HF tensor is (part of): its name, the HF tensor's
+/// expected shape, the GGUF tensor's shape (both HF order) and the
+/// transform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mapped {
     pub gguf: String,
+    /// The HF tensor's shape.
     pub shape: Vec<usize>,
+    /// The GGUF tensor's shape: `shape`, the experts first when stacked,
+    /// MXFP4's values `[n_expert, rows, cols]`.
+    pub out_shape: Vec<usize>,
     pub transform: Transform,
-    /// The expert this is one slice of: HF stores each expert as its own
-    /// matrix, GGUF all of a layer's as one 3-d `*_exps` tensor.
-    pub expert: Option<usize>,
+    /// Which of the GGUF tensor's `n` parts this is (`(index, n)`): HF
+    /// stores each expert as its own matrix, GGUF all of a layer's as one
+    /// 3-d `*_exps` tensor; gpt-oss's MXFP4 blocks and scales are two.
+    pub part: Option<(usize, usize)>,
     /// A `[1, n]` matrix written as the F32 vector `[n]` that GGUF holds
     /// (qwen2moe's `shared_expert_gate`, an `nn.Linear(n, 1)`).
     pub vector: bool,
@@ -125,15 +182,18 @@ type LayerName = (
 /// The GGUF architectures, grouped as the names below need.
 const ALL: &[&str] = &[
     "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "olmo2", "qwen3moe", "olmoe",
-    "qwen2moe", "dots1",
+    "qwen2moe", "dots1", "gpt-oss",
 ];
 const PRE_NORM: &[&str] = &[
-    "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "olmoe", "qwen2moe", "dots1",
+    "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "olmoe", "qwen2moe",
+    "dots1", "gpt-oss",
 ];
 const SPLIT_QKV: &[&str] = &[
     "llama", "qwen2", "qwen3", "gemma3", "gemma2", "olmo2", "qwen3moe", "olmoe", "qwen2moe",
-    "dots1",
+    "dots1", "gpt-oss",
 ];
+const QKV_BIAS: &[&str] = &["qwen2", "qwen2moe", "gpt-oss"];
+const GPT_OSS: &[&str] = &["gpt-oss"];
 const FFN_NORM: &[&str] = &[
     "llama", "qwen2", "qwen3", "phi3", "qwen3moe", "olmoe", "qwen2moe", "dots1",
 ];
@@ -142,16 +202,18 @@ const POST_NORMS: &[&str] = &["gemma3", "gemma2", "olmo2"];
 const QWEN_MOE: &[&str] = &["qwen3moe", "olmoe", "qwen2moe", "dots1"];
 
 #[rustfmt::skip]
-const LAYER: [LayerName; 31] = [
+const LAYER: [LayerName; 36] = [
     ("input_layernorm.weight", "attn_norm.weight", &[Dim::Embd], PRE_NORM, Ffn::Any),
     ("self_attn.q_proj.weight", "attn_q.weight", &[Dim::Q, Dim::Embd], SPLIT_QKV, Ffn::Any),
     ("self_attn.k_proj.weight", "attn_k.weight", &[Dim::Kv, Dim::Embd], SPLIT_QKV, Ffn::Any),
     ("self_attn.v_proj.weight", "attn_v.weight", &[Dim::Kv, Dim::Embd], SPLIT_QKV, Ffn::Any),
     ("self_attn.qkv_proj.weight", "attn_qkv.weight", &[Dim::Qkv, Dim::Embd], &["phi3"], Ffn::Any),
     ("self_attn.o_proj.weight", "attn_output.weight", &[Dim::Embd, Dim::Q], ALL, Ffn::Any),
-    ("self_attn.q_proj.bias", "attn_q.bias", &[Dim::Q], &["qwen2", "qwen2moe"], Ffn::Any),
-    ("self_attn.k_proj.bias", "attn_k.bias", &[Dim::Kv], &["qwen2", "qwen2moe"], Ffn::Any),
-    ("self_attn.v_proj.bias", "attn_v.bias", &[Dim::Kv], &["qwen2", "qwen2moe"], Ffn::Any),
+    ("self_attn.q_proj.bias", "attn_q.bias", &[Dim::Q], QKV_BIAS, Ffn::Any),
+    ("self_attn.k_proj.bias", "attn_k.bias", &[Dim::Kv], QKV_BIAS, Ffn::Any),
+    ("self_attn.v_proj.bias", "attn_v.bias", &[Dim::Kv], QKV_BIAS, Ffn::Any),
+    ("self_attn.o_proj.bias", "attn_output.bias", &[Dim::Embd], GPT_OSS, Ffn::Any),
+    ("self_attn.sinks", "attn_sinks.weight", &[Dim::NHead], GPT_OSS, Ffn::Any),
     ("self_attn.q_norm.weight", "attn_q_norm.weight", &[Dim::Head], &["qwen3", "gemma3", "qwen3moe", "dots1"], Ffn::Any),
     ("self_attn.k_norm.weight", "attn_k_norm.weight", &[Dim::Head], &["qwen3", "gemma3", "qwen3moe", "dots1"], Ffn::Any),
     // OLMo's QK norms are over the whole projection.
@@ -159,6 +221,7 @@ const LAYER: [LayerName; 31] = [
     ("self_attn.k_norm.weight", "attn_k_norm.weight", &[Dim::Kv], &["olmo2", "olmoe"], Ffn::Any),
     ("post_attention_layernorm.weight", "ffn_norm.weight", &[Dim::Embd], FFN_NORM, Ffn::Any),
     ("post_attention_layernorm.weight", "post_attention_norm.weight", &[Dim::Embd], POST_NORMS, Ffn::Any),
+    ("post_attention_layernorm.weight", "post_attention_norm.weight", &[Dim::Embd], GPT_OSS, Ffn::Any),
     ("pre_feedforward_layernorm.weight", "ffn_norm.weight", &[Dim::Embd], GEMMA, Ffn::Any),
     ("post_feedforward_layernorm.weight", "post_ffw_norm.weight", &[Dim::Embd], POST_NORMS, Ffn::Any),
     ("mlp.gate_proj.weight", "ffn_gate.weight", &[Dim::Ffn, Dim::Embd], SPLIT_QKV, Ffn::Dense),
@@ -167,6 +230,8 @@ const LAYER: [LayerName; 31] = [
     ("mlp.down_proj.weight", "ffn_down.weight", &[Dim::Embd, Dim::Ffn], ALL, Ffn::Dense),
     ("block_sparse_moe.gate.weight", "ffn_gate_inp.weight", &[Dim::Expert, Dim::Embd], &["llama"], Ffn::Moe),
     ("mlp.gate.weight", "ffn_gate_inp.weight", &[Dim::Expert, Dim::Embd], QWEN_MOE, Ffn::Moe),
+    ("mlp.router.weight", "ffn_gate_inp.weight", &[Dim::Expert, Dim::Embd], GPT_OSS, Ffn::Moe),
+    ("mlp.router.bias", "ffn_gate_inp.bias", &[Dim::Expert], GPT_OSS, Ffn::Moe),
     ("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", &[Dim::SharedFfn, Dim::Embd], &["qwen2moe"], Ffn::Moe),
     ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", &[Dim::SharedFfn, Dim::Embd], &["qwen2moe"], Ffn::Moe),
     ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", &[Dim::Embd, Dim::SharedFfn], &["qwen2moe"], Ffn::Moe),
@@ -192,6 +257,52 @@ const EXPERT: [ExpertName; 6] = [
     ("mlp.experts.", "down_proj.weight", "ffn_down_exps.weight", &[Dim::Embd, Dim::ExpertFfn]),
 ];
 
+/// gpt-oss's experts, one HF tensor per projection: HF suffix, GGUF name,
+/// HF shape, GGUF shape, transform, part of two (blocks 0, scales 1).
+type PackedName = (
+    &'static str,
+    &'static str,
+    &'static [Dim],
+    &'static [Dim],
+    Transform,
+    Option<usize>,
+);
+
+const GATE_UP_BLOCKS: &[Dim] = &[
+    Dim::Expert,
+    Dim::ExpertGateUp,
+    Dim::EmbdBlocks,
+    Dim::BlockBytes,
+];
+const GATE_UP_SCALES: &[Dim] = &[Dim::Expert, Dim::ExpertGateUp, Dim::EmbdBlocks];
+const DOWN_BLOCKS: &[Dim] = &[
+    Dim::Expert,
+    Dim::Embd,
+    Dim::ExpertFfnBlocks,
+    Dim::BlockBytes,
+];
+const DOWN_SCALES: &[Dim] = &[Dim::Expert, Dim::Embd, Dim::ExpertFfnBlocks];
+const GATE_UP: &[Dim] = &[Dim::Expert, Dim::ExpertFfn, Dim::Embd];
+const DOWN: &[Dim] = &[Dim::Expert, Dim::Embd, Dim::ExpertFfn];
+
+#[rustfmt::skip]
+const PACKED: [PackedName; 9] = [
+    ("mlp.experts.gate_up_proj_blocks", "ffn_gate_exps.weight", GATE_UP_BLOCKS, GATE_UP, Transform::Mxfp4(Rows::Even), Some(0)),
+    ("mlp.experts.gate_up_proj_blocks", "ffn_up_exps.weight", GATE_UP_BLOCKS, GATE_UP, Transform::Mxfp4(Rows::Odd), Some(0)),
+    ("mlp.experts.gate_up_proj_scales", "ffn_gate_exps.weight", GATE_UP_SCALES, GATE_UP, Transform::Mxfp4(Rows::Even), Some(1)),
+    ("mlp.experts.gate_up_proj_scales", "ffn_up_exps.weight", GATE_UP_SCALES, GATE_UP, Transform::Mxfp4(Rows::Odd), Some(1)),
+    ("mlp.experts.gate_up_proj_bias", "ffn_gate_exps.bias", &[Dim::Expert, Dim::ExpertGateUp], &[Dim::Expert, Dim::ExpertFfn], Transform::Rows(Rows::Even), None),
+    ("mlp.experts.gate_up_proj_bias", "ffn_up_exps.bias", &[Dim::Expert, Dim::ExpertGateUp], &[Dim::Expert, Dim::ExpertFfn], Transform::Rows(Rows::Odd), None),
+    ("mlp.experts.down_proj_blocks", "ffn_down_exps.weight", DOWN_BLOCKS, DOWN, Transform::Mxfp4(Rows::All), Some(0)),
+    ("mlp.experts.down_proj_scales", "ffn_down_exps.weight", DOWN_SCALES, DOWN, Transform::Mxfp4(Rows::All), Some(1)),
+    ("mlp.experts.down_proj_bias", "ffn_down_exps.bias", &[Dim::Expert, Dim::Embd], &[Dim::Expert, Dim::Embd], Transform::Keep, None),
+];
+
+/// Whether `arch` packs a layer's experts as gpt-oss does.
+fn packed(arch: &HfArchitecture) -> bool {
+    arch.mxfp4_experts
+}
+
 /// Whether layer `layer` of `arch`'s model has a name of architectures
 /// `archs` and kind `ffn` (a mixture's leading dense layers are dense).
 fn has(arch: &HfArchitecture, dims: &Dims, layer: usize, archs: &[&str], ffn: Ffn) -> bool {
@@ -216,53 +327,96 @@ fn expert_prefix(arch: &HfArchitecture) -> &'static str {
     }
 }
 
-/// Maps `name`: `Ok(None)` for a tensor the model does not use (RoPE's
-/// precomputed `inv_freq`, a tied `lm_head.weight`), an error for a name
+/// One GGUF tensor a name is (part of), before the shapes are computed.
+struct Name {
+    gguf: String,
+    shape: &'static [Dim],
+    /// The GGUF shape when it is not `shape` (nor `shape` stacked).
+    out_shape: Option<&'static [Dim]>,
+    /// The transform when it is not the architecture's rule.
+    transform: Option<Transform>,
+    /// `(index, n)` of the GGUF tensor's parts.
+    part: Option<(usize, usize)>,
+}
+
+impl Name {
+    fn plain(gguf: String, shape: &'static [Dim]) -> Self {
+        Name {
+            gguf,
+            shape,
+            out_shape: None,
+            transform: None,
+            part: None,
+        }
+    }
+}
+
+/// Maps `name` to the GGUF tensors it is (part of): none for a tensor the
+/// model does not use (RoPE's precomputed `inv_freq`, a tied
+/// `lm_head.weight`), two for gpt-oss's gate and up, an error for a name
 /// this architecture does not have.
 pub(crate) fn map(
     arch: &HfArchitecture,
     dims: &Dims,
     tied: bool,
     name: &str,
-) -> Result<Option<Mapped>, String> {
+) -> Result<Vec<Mapped>, String> {
     if name.ends_with("rotary_emb.inv_freq") || (tied && name == "lm_head.weight") {
-        return Ok(None);
+        return Ok(Vec::new());
     }
-    let (gguf, shape, expert): (String, &[Dim], _) = match name {
-        "model.embed_tokens.weight" => ("token_embd.weight".into(), &[Dim::Vocab, Dim::Embd], None),
-        "model.norm.weight" => ("output_norm.weight".into(), &[Dim::Embd], None),
-        "lm_head.weight" => ("output.weight".into(), &[Dim::Vocab, Dim::Embd], None),
-        _ => layer_name(arch, dims, name)?,
+    let names = match name {
+        "model.embed_tokens.weight" => vec![Name::plain(
+            "token_embd.weight".into(),
+            &[Dim::Vocab, Dim::Embd],
+        )],
+        "model.norm.weight" => vec![Name::plain("output_norm.weight".into(), &[Dim::Embd])],
+        "lm_head.weight" => vec![Name::plain(
+            "output.weight".into(),
+            &[Dim::Vocab, Dim::Embd],
+        )],
+        _ => layer_names(arch, dims, name)?,
     };
-    let transform = if arch.permute_qk && gguf.ends_with("attn_q.weight") {
-        Transform::Permute {
-            n_head: dims.n_head,
-        }
-    } else if arch.permute_qk && gguf.ends_with("attn_k.weight") {
-        Transform::Permute {
-            n_head: dims.n_kv_head,
-        }
-    } else if arch.norm_plus_one && gguf.ends_with("norm.weight") {
-        Transform::PlusOne
-    } else {
-        Transform::Keep
-    };
-    Ok(Some(Mapped {
-        gguf,
-        shape: shape.iter().map(|d| d.of(dims)).collect(),
-        transform,
-        expert,
-        vector: shape.first() == Some(&Dim::One),
-    }))
+    let of = |shape: &[Dim]| shape.iter().map(|d| d.of(dims)).collect::<Vec<_>>();
+    Ok(names
+        .into_iter()
+        .map(|named| {
+            let gguf = named.gguf;
+            let transform = named.transform.unwrap_or_else(|| {
+                if arch.permute_qk && gguf.ends_with("attn_q.weight") {
+                    Transform::Permute {
+                        n_head: dims.n_head,
+                    }
+                } else if arch.permute_qk && gguf.ends_with("attn_k.weight") {
+                    Transform::Permute {
+                        n_head: dims.n_kv_head,
+                    }
+                } else if arch.norm_plus_one && gguf.ends_with("norm.weight") {
+                    Transform::PlusOne
+                } else {
+                    Transform::Keep
+                }
+            });
+            let shape = of(named.shape);
+            let out_shape = match (named.out_shape, named.part) {
+                (Some(out), _) => of(out),
+                (None, Some((_, n))) => [n].into_iter().chain(shape.iter().copied()).collect(),
+                (None, None) => shape.clone(),
+            };
+            Mapped {
+                gguf,
+                shape,
+                out_shape,
+                transform,
+                part: named.part,
+                vector: named.shape.first() == Some(&Dim::One),
+            }
+        })
+        .collect())
 }
 
-/// `model.layers.{i}.{suffix}` to `blk.{i}.{gguf suffix}`, and the expert
-/// when it is one expert's matrix.
-fn layer_name(
-    arch: &HfArchitecture,
-    dims: &Dims,
-    name: &str,
-) -> Result<(String, &'static [Dim], Option<usize>), String> {
+/// `model.layers.{i}.{suffix}` to `blk.{i}.{gguf suffix}`: the expert when
+/// it is one expert's matrix, gate and up when gpt-oss's packed pair.
+fn layer_names(arch: &HfArchitecture, dims: &Dims, name: &str) -> Result<Vec<Name>, String> {
     let unknown = || format!("not a tensor of {}", arch.class);
     let rest = name.strip_prefix("model.layers.").ok_or_else(unknown)?;
     let (layer, suffix) = rest.split_once('.').ok_or_else(unknown)?;
@@ -273,7 +427,22 @@ fn layer_name(
             dims.n_layer
         ));
     }
-    if is_moe(dims, layer)
+    if packed(arch) && is_moe(dims, layer) {
+        let found: Vec<Name> = PACKED
+            .iter()
+            .filter(|p| p.0 == suffix)
+            .map(|&(_, gguf, shape, out, transform, part)| Name {
+                gguf: format!("blk.{layer}.{gguf}"),
+                shape,
+                out_shape: Some(out),
+                transform: Some(transform),
+                part: part.map(|idx| (idx, 2)),
+            })
+            .collect();
+        if !found.is_empty() {
+            return Ok(found);
+        }
+    } else if is_moe(dims, layer)
         && let Some(rest) = suffix.strip_prefix(expert_prefix(arch))
     {
         let (expert, matrix) = rest.split_once('.').ok_or_else(unknown)?;
@@ -287,13 +456,18 @@ fn layer_name(
         return EXPERT
             .iter()
             .find(|(prefix, hf, _, _)| *prefix == expert_prefix(arch) && *hf == matrix)
-            .map(|&(_, _, gguf, shape)| (format!("blk.{layer}.{gguf}"), shape, Some(expert_idx)))
+            .map(|&(_, _, gguf, shape)| {
+                vec![Name {
+                    part: Some((expert_idx, dims.n_expert)),
+                    ..Name::plain(format!("blk.{layer}.{gguf}"), shape)
+                }]
+            })
             .ok_or_else(unknown);
     }
     LAYER
         .iter()
         .find(|(hf, _, _, archs, ffn)| *hf == suffix && has(arch, dims, layer, archs, *ffn))
-        .map(|&(_, gguf, shape, _, _)| (format!("blk.{layer}.{gguf}"), shape, None))
+        .map(|&(_, gguf, shape, _, _)| vec![Name::plain(format!("blk.{layer}.{gguf}"), shape)])
         .ok_or_else(unknown)
 }
 
@@ -320,7 +494,15 @@ pub(crate) fn required(arch: &HfArchitecture, dims: &Dims) -> Vec<(String, Strin
                 ));
             }
         }
-        if is_moe(dims, layer) {
+        if packed(arch) && is_moe(dims, layer) {
+            for (hf, gguf, _, _, _, part) in PACKED {
+                let gguf = match part {
+                    Some(idx) => format!("blk.{layer}.{gguf}#{idx}"),
+                    None => format!("blk.{layer}.{gguf}"),
+                };
+                names.push((gguf, format!("model.layers.{layer}.{hf}")));
+            }
+        } else if is_moe(dims, layer) {
             let prefix = expert_prefix(arch);
             for (_, hf, gguf, _) in EXPERT.iter().filter(|e| e.0 == prefix) {
                 for expert in 0..dims.n_expert {
@@ -357,9 +539,47 @@ pub(crate) fn permute_rows(data: &[u8], row_bytes: usize, n_head: usize) -> Opti
     Some(out)
 }
 
+/// The rows of `rows`' parity of a `[n_rows, row_bytes]` matrix (all of
+/// them: `None`, nothing to do); `None` too when `data` does not split
+/// into `n_rows` rows.
+pub(crate) fn pick_rows(data: &[u8], n_rows: usize, rows: Rows) -> Option<Vec<u8>> {
+    let first = match rows {
+        Rows::All => return None,
+        Rows::Even => 0,
+        Rows::Odd => 1,
+    };
+    let row_bytes = data.len().checked_div(n_rows)?;
+    if !n_rows.is_multiple_of(2) || row_bytes * n_rows != data.len() {
+        return None;
+    }
+    Some(
+        data.chunks_exact(row_bytes)
+            .skip(first)
+            .step_by(2)
+            .flatten()
+            .copied()
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// gpt-oss's interleaved gate/up rows: even rows the gate's, odd the
+    /// up projection's (the converter's `[:, ::2]`, `[:, 1::2]`).
+    #[test]
+    fn pick_rows_takes_one_parity() {
+        let data: Vec<u8> = (0..12).collect();
+        assert_eq!(pick_rows(&data, 4, Rows::Even).unwrap(), [0, 1, 2, 6, 7, 8]);
+        assert_eq!(
+            pick_rows(&data, 4, Rows::Odd).unwrap(),
+            [3, 4, 5, 9, 10, 11]
+        );
+        assert!(pick_rows(&data, 4, Rows::All).is_none());
+        assert!(pick_rows(&data, 3, Rows::Even).is_none());
+        assert!(pick_rows(&data, 5, Rows::Even).is_none());
+    }
 
     /// The permutation on a head of 4 rows: HF rows 0 1 | 2 3 (halves) to
     /// GGUF 0 2 1 3 (pairs), as numpy's reshape/swapaxes computes it.
