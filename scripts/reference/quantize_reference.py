@@ -23,16 +23,17 @@ It writes:
   Q8_0); q6_k.gguf, q4_k_s.gguf and q5_k_s.gguf are its Q6_K, Q4_K_S and
   Q5_K_S files, q4_0-k.gguf its Q4_0 file (where llama.cpp makes
   output.weight Q6_K), q2_k-k.gguf its Q2_K file (ffn_down: Q3_K, which
-  falls back to Q4_0);
+  falls back to Q4_0), iq4_xs-k.gguf its IQ4_XS file (ffn_down: IQ4_NL);
 - input-mix.f16.gguf: a third one of 16 layers whose every 2-D weight has
   rows of 256 (two rows each, four for the embedding and output; no
   per-layer norms, which llama.cpp's quantizer does not need), with 8
   query heads per 2 key-value heads, so that llama.cpp's per-layer rules of
-  the 2- and 3-bit mixes all show; q2_k.gguf, q3_k_s.gguf, q3_k_m.gguf and
-  q3_k_l.gguf are its Q2_K, Q3_K_S, Q3_K_M and Q3_K_L files;
+  the 2- and 3-bit mixes all show; q2_k.gguf, q3_k_s.gguf, q3_k_m.gguf,
+  q3_k_l.gguf, iq4_nl.gguf and iq4_xs.gguf are its Q2_K, Q3_K_S, Q3_K_M,
+  Q3_K_L, IQ4_NL and IQ4_XS files;
 - manifest.json: the seed, the versions and each output's tensor types.
 
-F16 keeps the files small (under 300 KB in all). The script opens no network
+F16 keeps the files small (under 450 KB in all). The script opens no network
 connection and writes only llama.cpp's outputs, never any of its code.
 """
 
@@ -204,8 +205,9 @@ def main():
     src_k = os.path.join(out, "input-k.f16.gguf")
     write_k_input(src_k, np.random.default_rng(SEED + 1))
     manifest["input_k"] = "input-k.f16.gguf"
-    # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2, Q2_K 10.
-    for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16, "q2_k-k": 10}.items():
+    # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2, Q2_K 10, IQ4_XS 30.
+    for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16, "q2_k-k": 10,
+                        "iq4_xs-k": 30}.items():
         dst = os.path.join(out, f"{name}.gguf")
         quantize(src_k, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",
@@ -213,8 +215,9 @@ def main():
         print(f"{name}: {os.path.getsize(dst)} bytes")
     src_mix = os.path.join(out, "input-mix.f16.gguf")
     write_mix_input(src_mix, np.random.default_rng(SEED + 2))
-    # llama.h: Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13.
-    for name, ftype in {"q2_k": 10, "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13}.items():
+    # llama.h: Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, IQ4_NL 25, IQ4_XS 30.
+    for name, ftype in {"q2_k": 10, "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "iq4_nl": 25,
+                        "iq4_xs": 30}.items():
         dst = os.path.join(out, f"{name}.gguf")
         quantize(src_mix, dst, ftype)
         manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-mix.f16.gguf",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write seeded f32 rows of varied data and ggml's Q2_K and Q3_K blocks of
-them: fixtures/quantize/rows.*.
+"""Write seeded f32 rows of varied data and ggml's Q2_K, Q3_K, IQ4_NL and
+IQ4_XS blocks of them: fixtures/quantize/rows.*.
 
 Run by hand with the reference Python (llama-cpp-python 0.3.36, gguf 0.19.0,
 numpy):
@@ -10,13 +10,15 @@ numpy):
 
 The blocks come from `ggml_quantize_chunk(type, rows, ..., imatrix = NULL)` in
 llama-cpp-python's own libggml-base, the call `llama_model_quantize` makes for
-every tensor (without an importance matrix it runs `quantize_row_q2_K_ref` and
-`quantize_row_q3_K_ref`). The rows are f32, not f16, so they take values an
+every tensor (without an importance matrix it runs `quantize_row_q2_K_ref`,
+`quantize_row_q3_K_ref`, and `quantize_iq4_nl` / `quantize_iq4_xs` with no
+weights). The rows are f32, not f16, so they take values an
 F16 GGUF cannot hold.
 
 It writes:
 - rows.f32le.bin: N_ROWS rows of N_COLS little-endian f32 (kinds below);
-- rows.TYPE.bin for TYPE in q2_K, q3_K: ggml's blocks of every row;
+- rows.TYPE.bin for TYPE in q2_K, q3_K, iq4_nl, iq4_xs: ggml's blocks of
+  every row;
 - rows.json: the shape, each row's kind, and for each type the SHA-256 of its
   blocks and the RMSE of every row and of all rows, measured with gguf-py's
   `dequantize` (numpy, independent of llama.cpp and of this project) against
@@ -41,7 +43,9 @@ from fixture_json import out_folder, write_json
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SEED = 20261206
 N_COLS = 512  # two super-blocks per row
-TYPES = {"q2_K": T.Q2_K, "q3_K": T.Q3_K}
+TYPES = {"q2_K": T.Q2_K, "q3_K": T.Q3_K, "iq4_nl": T.IQ4_NL, "iq4_xs": T.IQ4_XS}
+# Bytes per block and values per block.
+BLOCKS = {T.Q2_K: (84, 256), T.Q3_K: (110, 256), T.IQ4_NL: (18, 32), T.IQ4_XS: (136, 256)}
 # ggml's GROUP_MAX_EPS: Q3_K's groups whose largest magnitude is below it are zero.
 GROUP_MAX_EPS = 1e-15
 
@@ -83,8 +87,8 @@ def rows(rng):
 def ggml_quantize(lib, qtype, x):
     n_rows, n_cols = x.shape
     x = np.ascontiguousarray(x, dtype=np.float32)
-    # ggml_row_size: blocks of 256 values.
-    size = n_rows * (n_cols // 256) * {T.Q2_K: 84, T.Q3_K: 110}[qtype]
+    block_bytes, block_len = BLOCKS[qtype]
+    size = n_rows * (n_cols // block_len) * block_bytes
     out = ctypes.create_string_buffer(size)
     written = lib.ggml_quantize_chunk(int(qtype), x.ctypes.data_as(ctypes.c_void_p), out, 0, n_rows, n_cols, None)
     if written != size:

@@ -7,7 +7,7 @@ ids up to the first near-tie) and, for each prompt's last position, the
 TOP_LOGITS largest logits with their ids (`top_logits`, [id, logit] pairs).
 
 usage: python quantize_smollm2_reference.py SMOLLM2-Q8_0.gguf OUT.json [TYPE]
-(TYPE: q4_0, q2_k or q3_k_m). Needs llama-cpp-python 0.3.36 and numpy (the
+(TYPE: q4_0, q2_k, q3_k_m or iq4_xs). Needs llama-cpp-python 0.3.36 and numpy (the
 reference venv).
 """
 
@@ -28,6 +28,7 @@ FTYPES = {
     "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0,
     "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
     "q3_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_M,
+    "iq4_xs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS,
 }
 
 

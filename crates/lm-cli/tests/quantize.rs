@@ -1,7 +1,7 @@
 //! `lm-cli quantize` against llama.cpp's `llama_model_quantize`: the same
 //! file byte for byte (fixtures/quantize/, Q8_0 to Q6_K and the K mixes
 //! from Q2_K to Q5_K_S, written by scripts/reference/quantize_reference.py,
-//! and SmolLM2 Q8_0 requantized to Q4_0, Q2_K and Q3_K_M (their SHA-256 and
+//! and SmolLM2 Q8_0 requantized to Q4_0, Q2_K, Q3_K_M and IQ4_XS (their SHA-256 and
 //! llama.cpp's greedy ids and logits on them in
 //! fixtures/quantize/smollm2-TYPE.json, written by
 //! scripts/reference/quantize_smollm2_reference.py), and the output file
@@ -99,6 +99,11 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
             "q2_k-k",
             "blk.*.ffn_down.weight 1 x f16 -> q4_0 quantized",
         ),
+        (
+            "iq4_xs",
+            "iq4_xs-k",
+            "blk.*.ffn_down.weight 1 x f16 -> iq4_nl quantized",
+        ),
     ] {
         let out = dir.join(format!("{file}.gguf"));
         let lines = summary(&quantize(&input, &out, ty).ok().stdout);
@@ -111,11 +116,11 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
     }
 }
 
-/// The 2- and 3-bit mixes on 16 layers (fixtures/quantize/input-mix.f16.gguf,
+/// The 2-, 3-bit and IQ4 mixes on 16 layers (fixtures/quantize/input-mix.f16.gguf,
 /// 8 query heads per 2 key-value heads): each file equals llama-quantize's
 /// byte for byte, with llama.cpp's per-layer types (the summary's lines).
 #[test]
-fn two_and_three_bit_mixes_equal_llama_quantize_byte_for_byte() {
+fn low_bit_mixes_equal_llama_quantize_byte_for_byte() {
     let dir = scratch("mix");
     let input = fixture("quantize/input-mix.f16.gguf");
     #[rustfmt::skip]
@@ -145,6 +150,18 @@ fn two_and_three_bit_mixes_equal_llama_quantize_byte_for_byte() {
             "blk.*.attn_output.weight 16 x f16 -> q5_K quantized",
             "blk.*.ffn_down.weight 16 x f16 -> q5_K quantized",
             "blk.*.attn_k.weight 16 x f16 -> q3_K quantized",
+        ]),
+        ("iq4_nl", &[
+            "blk.*.attn_v.weight 16 x f16 -> q5_K quantized",
+            "blk.*.ffn_down.weight 2 x f16 -> q5_K quantized",
+            "blk.*.ffn_down.weight 14 x f16 -> iq4_nl quantized",
+            "output.weight 1 x f16 -> q6_K quantized",
+        ]),
+        ("iq4_xs", &[
+            "blk.*.attn_q.weight 16 x f16 -> iq4_xs quantized",
+            "blk.*.attn_v.weight 16 x f16 -> q5_K quantized",
+            "blk.*.ffn_down.weight 2 x f16 -> q5_K quantized",
+            "token_embd.weight 1 x f16 -> iq4_xs quantized",
         ]),
     ];
     for (ty, expected) in cases {
@@ -231,6 +248,21 @@ fn smollm2_q2_k_and_q3_k_m_equal_llama_quantize_and_run_as_in_llama_cpp() {
         &[
             "blk.*.ffn_down.weight 1 x q8_0 -> q5_K quantized",
             "blk.*.ffn_down.weight 29 x q8_0 -> q4_K quantized",
+        ],
+    );
+}
+
+/// SmolLM2 Q8_0 to IQ4_XS (rows of 576 fall back to IQ4_NL; the first
+/// eighth of ffn_down Q5_K): llama-quantize's file byte for byte, running
+/// as in llama.cpp.
+#[test]
+fn smollm2_iq4_xs_equals_llama_quantize_and_runs_as_in_llama_cpp() {
+    check_smollm2(
+        "iq4_xs",
+        &[
+            "blk.*.ffn_down.weight 3 x q8_0 -> q5_K quantized",
+            "blk.*.ffn_down.weight 27 x q8_0 -> iq4_xs quantized",
+            "blk.*.attn_q.weight 30 x q8_0 -> iq4_nl quantized",
         ],
     );
 }

@@ -3,10 +3,10 @@
 //! with outliers, all-zero rows, a constant row, ties of the largest
 //! magnitude; the second with rows of 256, the third with 16 layers of
 //! them) and `llama_model_quantize`'s Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-//! Q3_K_S/M/L, Q4_K_S, Q5_K_S and Q6_K files of them
+//! Q3_K_S/M/L, Q4_K_S, Q5_K_S, Q6_K, IQ4_NL and IQ4_XS files of them
 //! (scripts/reference/quantize_reference.py). Each quantized tensor of those
 //! files is requantized here from the same f32 rows and compared block by
-//! block. Q2_K and Q3_K are checked the same way and, on f32 rows of varied
+//! block. Q2_K, Q3_K, IQ4_NL and IQ4_XS are checked, on f32 rows of varied
 //! data (fixtures/quantize/rows.*, scripts/reference/quantize_rows_reference.py),
 //! against ggml's own `ggml_quantize_chunk`, with the round-trip RMSE that
 //! gguf-py's dequantizer measures on ggml's blocks.
@@ -65,14 +65,16 @@ fn blocks_equal_llama_quantize() {
         }
     }
     // Every type, each in several tensors (Q6_K: the K input's output,
-    // embedding and attn_q in the q6_k file, its output in the four others,
-    // the mix input's output in its four files; Q2_K and Q3_K mostly from
-    // the mix input's 16 layers).
+    // embedding and attn_q in the q6_k file, its output in the five others,
+    // the mix input's output in its six files; Q2_K, Q3_K, IQ4_NL and
+    // IQ4_XS mostly from the mix input's 16 layers).
     let counts: Vec<(&str, i32)> = n_compared.into_iter().collect();
     assert_eq!(
         counts,
         [
-            ("f32", 29),
+            ("f32", 33),
+            ("iq4_nl", 96),
+            ("iq4_xs", 97),
             ("q2_K", 67),
             ("q3_K", 275),
             ("q4_0", 11),
@@ -80,20 +82,20 @@ fn blocks_equal_llama_quantize() {
             ("q4_K", 63),
             ("q5_0", 8),
             ("q5_1", 8),
-            ("q5_K", 53),
-            ("q6_K", 11),
+            ("q5_K", 89),
+            ("q6_K", 14),
             ("q8_0", 13)
         ]
     );
 }
 
-/// Q2_K and Q3_K on 33 rows of 512 f32 values of 16 kinds (normal, outliers,
+/// Q2_K, Q3_K, IQ4_NL and IQ4_XS on 33 rows of 512 f32 values of 16 kinds (normal, outliers,
 /// all of one sign, heavy tails, huge, tiny, below and near ggml's
 /// GROUP_MAX_EPS, few levels, ties, one value, zero and rescaled groups,
 /// constant): the blocks are ggml's byte for byte, and dequantized by this
 /// crate they give the RMSE, row by row, that gguf-py measured on ggml's.
 #[test]
-fn q2_k_and_q3_k_rows_equal_ggml_and_round_trip_alike() {
+fn rows_equal_ggml_and_round_trip_alike() {
     let reference = read_json(&fixture_path("quantize/rows.json"));
     let (n_rows, n_cols) = (
         reference["n_rows"].as_u64().unwrap() as usize,
@@ -106,7 +108,14 @@ fn q2_k_and_q3_k_rows_equal_ggml_and_round_trip_alike() {
         .collect();
     assert_eq!(rows.len(), n_rows * n_cols);
     let kinds = reference["kinds"].as_array().unwrap();
-    for (name, ty) in [("q2_K", GgmlType::Q2_K), ("q3_K", GgmlType::Q3_K)] {
+    let types = [
+        ("q2_K", GgmlType::Q2_K),
+        ("q3_K", GgmlType::Q3_K),
+        ("iq4_nl", GgmlType::IQ4_NL),
+        ("iq4_xs", GgmlType::IQ4_XS),
+    ];
+    assert_eq!(reference["types"].as_object().unwrap().len(), types.len());
+    for (name, ty) in types {
         let expected = &reference["types"][name];
         let theirs = std::fs::read(fixture_path(&format!(
             "quantize/{}",

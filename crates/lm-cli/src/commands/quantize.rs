@@ -60,13 +60,16 @@ WHAT IS QUANTIZED (llama.cpp's rules, src/llama-quant.cpp):
   output.weight (or token_embd.weight when the output is tied to it): Q8_0 when
   TYPE is q8_0 or its rows are not a multiple of 256, else Q6_K.
   q2_k, q3_k_s, q3_k_m (q3_k), q3_k_l, q4_k_s, q4_k_m (q4_k), q5_k_s,
-  q5_k_m (q5_k): llama.cpp's mixes for dense models (attn_v, attn_output and
-  ffn_down get more bits, some by layer; q2_k's attn_v 3 bits, or 4 where
-  four or more query heads share a key head).
+  q5_k_m (q5_k), iq4_nl, iq4_xs: llama.cpp's mixes for dense models (attn_v,
+  attn_output and ffn_down get more bits, some by layer; q2_k's attn_v 3
+  bits, or 4 where four or more query heads share a key head; the iq4 types'
+  attn_v 5 bits there).
   K-quants fall back where rows are not a multiple of 256: q2_K and q3_K to
-  q4_0, q4_K to q5_0, q5_K to q5_1, q6_K to q8_0.
+  q4_0, q4_K to q5_0, q5_K to q5_1, q6_K to q8_0, iq4_xs to iq4_nl; rows
+  that not even 32 divides to f16.
   A tensor already of its target type is copied.
-  Not written yet: q2_k_s and the i-quants; mixture-of-experts rules.";
+  Not written yet: q2_k_s and the i-quants below 4 bits; mixture-of-experts
+  rules.";
 
 /// The file types `lm-cli quantize` writes, with llama.cpp's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,6 +122,13 @@ pub enum QuantType {
     /// (llama.cpp's Q5_K_M mix, its Q5_K).
     #[value(name = "q5_k_m", alias = "q5_k")]
     Q5KM,
+    /// 4-bit non-linear, blocks of 32 (llama.cpp's IQ4_NL mix).
+    #[value(name = "iq4_nl")]
+    Iq4Nl,
+    /// 4-bit non-linear, super-blocks of 256 with 6-bit group scales
+    /// (llama.cpp's IQ4_XS mix).
+    #[value(name = "iq4_xs")]
+    Iq4Xs,
     /// Half precision.
     #[value(name = "f16")]
     F16,
@@ -144,6 +154,8 @@ impl QuantType {
             QuantType::Q3KS => (GgmlType::Q3_K, 11),
             QuantType::Q3KM => (GgmlType::Q3_K, 12),
             QuantType::Q3KL => (GgmlType::Q3_K, 13),
+            QuantType::Iq4Nl => (GgmlType::IQ4_NL, 25),
+            QuantType::Iq4Xs => (GgmlType::IQ4_XS, 30),
             QuantType::Q4KS => (GgmlType::Q4_K, 14),
             QuantType::Q4KM => (GgmlType::Q4_K, 15),
             QuantType::Q5KS => (GgmlType::Q5_K, 16),
@@ -497,6 +509,7 @@ impl Rules {
                 QuantType::Q3KM if i < 2 => GgmlType::Q5_K,
                 QuantType::Q3KM => GgmlType::Q4_K,
                 QuantType::Q3KL => GgmlType::Q5_K,
+                QuantType::Iq4Nl | QuantType::Iq4Xs if self.n_gqa >= 4 => GgmlType::Q5_K,
                 QuantType::Q4KM | QuantType::Q5KM if use_more_bits(i, self.n_attn_v) => {
                     GgmlType::Q6_K
                 }
@@ -523,7 +536,9 @@ impl Rules {
                 QuantType::Q4KM | QuantType::Q5KM if use_more_bits(i, self.n_layer) => {
                     GgmlType::Q6_K
                 }
-                QuantType::Q4KS if i < self.n_layer / 8 => GgmlType::Q5_K,
+                QuantType::Q4KS | QuantType::Iq4Nl | QuantType::Iq4Xs if i < self.n_layer / 8 => {
+                    GgmlType::Q5_K
+                }
                 _ => default,
             };
         }
@@ -532,8 +547,9 @@ impl Rules {
 }
 
 /// llama.cpp's fallback for rows a type cannot hold (`tensor_type_fallback`):
-/// a K-quant to the 32-block type of about as many bits, then F16 if even
-/// 32 does not divide the rows.
+/// a type of super-blocks to the 32-block type of about as many bits, then
+/// F16 if even 32 does not divide the rows (a 32-block type goes to F16
+/// directly).
 fn fallback(info: &TensorInfo, target: GgmlType) -> Result<GgmlType> {
     let n_cols = info.n_cols();
     if n_cols.is_multiple_of(target.block_size()) {
@@ -544,6 +560,8 @@ fn fallback(info: &TensorInfo, target: GgmlType) -> Result<GgmlType> {
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
+        GgmlType::IQ4_XS => GgmlType::IQ4_NL,
+        _ if target.block_size() <= 32 => target,
         _ => bail!(
             "{}: rows of {n_cols} are not a multiple of {} (required for {target}; llama.cpp has no fallback either)",
             info.name,
@@ -702,8 +720,11 @@ mod tests {
                 "{name} {dims:?} {ty} to {to:?}, output {has_output}"
             );
         }
+        // Rows that not even 32 divides: F16, as llama.cpp does.
         let odd = info("blk.0.ffn_down.weight", &[40, 8], f16);
-        assert!(plan(&odd, q4_0, true).is_err());
+        assert_eq!(plan(&odd, q4_0, true).unwrap(), Plan::Same);
+        let odd = info("blk.0.ffn_down.weight", &[40, 8], f32);
+        assert_eq!(plan(&odd, QuantType::Q4KM, true).unwrap(), quantize(f16));
     }
 
     /// The _M mixes give attn_v and ffn_down 6 bits on use_more_bits' layers

@@ -2,8 +2,10 @@
 //! reference quantizers write them (`quantize_row_q8_0_ref`,
 //! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref`,
 //! `_q2_K_ref`, `_q3_K_ref`, `_q4_K_ref`, `_q5_K_ref` and `_q6_K_ref` in
-//! ggml/src/ggml-quants.c), which is what `llama-quantize` runs for these
-//! types when no importance matrix is given. The K-quants' searches
+//! ggml/src/ggml-quants.c; IQ4_NL and IQ4_XS as `quantize_iq4_nl` and
+//! `quantize_iq4_xs` write them, in `quantize/iq4.rs`), which is what
+//! `llama-quantize` runs for these types when no importance matrix is
+//! given. The K-quants' searches
 //! (ggml's `make_qkx2_quants`, `make_qx_quants` and `make_q3_quants`) are
 //! described at [`make_qkx2_quants`], [`make_qx_quants`] and
 //! `search::make_q3_quants`.
@@ -25,6 +27,7 @@
 //! nearest even, as ggml's row converters). Inputs must be finite: ggml's
 //! results for NaN or infinity depend on undefined float-to-int casts.
 
+mod iq4;
 mod search;
 
 use half::{bf16, f16};
@@ -58,7 +61,7 @@ pub enum QuantizeError {
 }
 
 /// The types [`GgmlType::quantize_row`] writes.
-const QUANTIZABLE: [GgmlType; 13] = [
+const QUANTIZABLE: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -72,6 +75,8 @@ const QUANTIZABLE: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 fn quantizable_names() -> String {
@@ -84,7 +89,8 @@ fn quantizable_names() -> String {
 
 impl GgmlType {
     /// Whether [`GgmlType::quantize_row`] can write this type: the float
-    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q2_K to Q6_K.
+    /// types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the K-quants Q2_K to Q6_K,
+    /// IQ4_NL and IQ4_XS.
     pub fn can_quantize(self) -> bool {
         QUANTIZABLE.contains(&self)
     }
@@ -140,8 +146,14 @@ impl GgmlType {
                     out.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
                 }
             }
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS => {
                 let quantize_block = match self {
+                    GgmlType::IQ4_XS => iq4::quantize_iq4_xs,
                     GgmlType::Q2_K => quantize_q2_k,
                     GgmlType::Q3_K => quantize_q3_k,
                     GgmlType::Q4_K => quantize_q4_k,
@@ -159,6 +171,7 @@ impl GgmlType {
                     GgmlType::Q4_0 => quantize_q4_0,
                     GgmlType::Q4_1 => quantize_q4_1,
                     GgmlType::Q5_0 => quantize_q5_0,
+                    GgmlType::IQ4_NL => iq4::quantize_iq4_nl,
                     _ => quantize_q5_1,
                 };
                 let blocks = dst.chunks_exact_mut(self.block_bytes());
@@ -961,11 +974,11 @@ mod tests {
         GgmlType::Q4_0.quantize_row(&zeros, &mut block).unwrap();
         assert_eq!(block[..2], [0, 0x80]); // d = 0 / -8 = -0.0, as in ggml
         assert!(block[2..].iter().all(|&b| b == 0x88));
-        let error = GgmlType::IQ4_XS.quantize_row(&[0.0; QK_K], &mut [0u8; 136]);
+        let error = GgmlType::MXFP4.quantize_row(&[0.0; 32], &mut [0u8; 17]);
         assert!(matches!(
             error,
             Err(QuantizeError::Unsupported {
-                ty: GgmlType::IQ4_XS
+                ty: GgmlType::MXFP4
             })
         ));
         let error = GgmlType::Q4_0
