@@ -601,8 +601,9 @@ fn a_partial_rotary_factor_sets_the_rotated_width() {
 }
 
 /// gpt-oss's MXFP4 experts (`*_blocks` and `*_scales`, U8): blocks without
-/// their scales, scales of the wrong shape, an odd count of gate/up rows
-/// and a dtype other than U8 are each named by tensor and file.
+/// their scales, scales of the wrong shape, an odd count of gate/up rows,
+/// a dtype other than U8 and experts not in MXFP4 are each named by tensor
+/// and file.
 #[test]
 fn gpt_oss_mxfp4_experts_that_do_not_fit() {
     let prefix = "model.layers.1.mlp.experts.";
@@ -654,6 +655,11 @@ fn gpt_oss_mxfp4_experts_that_do_not_fit() {
         let error = assert_names(&dir, &["model.safetensors", name, "dtype I8", "U8"]);
         assert!(matches!(error, HfError::Tensor { .. }), "{error:?}");
     }
+    // A dequantized checkpoint's experts (no `_blocks`) are refused by name.
+    let (_temp, dir) = copy("gpt_oss");
+    let dense = format!("{prefix}gate_up_proj");
+    rename_tensor(&dir, &blocks, &dense);
+    assert_names(&dir, &[&dense, "not in MXFP4"]);
     // The biases are floats: U8 ones are refused too.
     let (_temp, dir) = copy("gpt_oss");
     let bias = format!("{prefix}down_proj_bias");

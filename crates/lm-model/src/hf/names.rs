@@ -442,6 +442,12 @@ fn layer_names(arch: &HfArchitecture, dims: &Dims, name: &str) -> Result<Vec<Nam
         if !found.is_empty() {
             return Ok(found);
         }
+        if matches!(suffix, "mlp.experts.gate_up_proj" | "mlp.experts.down_proj") {
+            return Err(format!(
+                "experts not in MXFP4 (no `_blocks`, `_scales`): {} is read with MXFP4 experts only",
+                arch.class
+            ));
+        }
     } else if is_moe(dims, layer)
         && let Some(rest) = suffix.strip_prefix(expert_prefix(arch))
     {
