@@ -175,31 +175,37 @@ mod x86 {
         for (k, step) in steps.iter().enumerate() {
             // SAFETY: as above; blocks `STEP * k ..` of this step are inside
             // every input (each as long as `blocks`).
-            unsafe { add_blocks::<N, P>(step, STEP * k, &inputs, levels, &mut sums) };
+            unsafe { add_blocks::<N, STEP, P>(step, STEP * k, &inputs, levels, &mut sums) };
         }
-        if !rest.is_empty() {
-            // SAFETY: as above, for the last blocks.
-            unsafe { add_blocks::<N, P>(rest, STEP * steps.len(), &inputs, levels, &mut sums) };
+        let first = STEP * steps.len();
+        // SAFETY: as above, for the last blocks (a count made a constant).
+        unsafe {
+            match *rest {
+                [] => {}
+                [a] => add_blocks::<N, 1, P>(&[a], first, &inputs, levels, &mut sums),
+                [a, b] => add_blocks::<N, 2, P>(&[a, b], first, &inputs, levels, &mut sums),
+                [a, b, c] => add_blocks::<N, 3, P>(&[a, b, c], first, &inputs, levels, &mut sums),
+                _ => unreachable!("fewer than {STEP} blocks are left"),
+            }
         }
         sums
     }
 
-    /// Adds the products of `blocks` (1 to [`STEP`], the row's blocks from
-    /// `first`) with each input into `sums`, one block after the other as
-    /// the portable loop does: `sum += (d_x * 2^(e - 128)) * dot`.
+    /// Adds the products of `blocks` (`K`, 1 to [`STEP`], the row's blocks
+    /// from `first`) with each input into `sums`, one block after the other
+    /// as the portable loop does: `sum += (d_x * 2^(e - 128)) * dot`.
     ///
     /// # Safety
-    /// As [`dot`], and `first + blocks.len()` at most every input's length.
+    /// As [`dot`], and `first + K` at most every input's length.
     #[inline(always)]
-    unsafe fn add_blocks<const N: usize, P: BytePairs>(
-        blocks: &[[u8; BLOCK_BYTES]],
+    unsafe fn add_blocks<const N: usize, const K: usize, P: BytePairs>(
+        blocks: &[[u8; BLOCK_BYTES]; K],
         first: usize,
         inputs: &[&[Q8Block]; N],
         levels: __m256i,
         sums: &mut [f32; N],
     ) {
-        debug_assert!((1..=STEP).contains(&blocks.len()));
-        let count = blocks.len();
+        const { assert!(K >= 1 && K <= STEP) };
         // SAFETY: the caller guarantees the features and the lengths; each
         // code load reads bytes 1..17 of a whole block.
         unsafe {
@@ -222,7 +228,7 @@ mod x86 {
             for (sum, x) in sums.iter_mut().zip(inputs) {
                 let mut lanes = [zero; STEP];
                 let mut d = [0.0f32; STEP];
-                for j in 0..count {
+                for j in 0..K {
                     let a = x.get_unchecked(first + j);
                     let qs = _mm256_loadu_si256(a.qs.as_ptr().cast());
                     // |q_w| times q_x with q_w's sign (zero where q_w is).
@@ -245,7 +251,7 @@ mod x86 {
                     terms.as_mut_ptr(),
                     _mm_mul_ps(scales, _mm_cvtepi32_ps(dots)),
                 );
-                for &term in &terms[..count] {
+                for &term in &terms[..K] {
                     *sum += term;
                 }
             }
