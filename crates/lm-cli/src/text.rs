@@ -275,6 +275,13 @@ impl lm_serve::ServedText for TextCodec {
         }
     }
 
+    fn chat_reads_tools(&self) -> bool {
+        match self {
+            Self::Bpe(text) => lm_serve::ServedText::chat_reads_tools(text.as_ref()),
+            Self::Toy | Self::Words(_) => false,
+        }
+    }
+
     fn encode_chat_with_variables(
         &self,
         messages: &[Message],
@@ -386,6 +393,46 @@ pub fn unescape(text: &str) -> Result<String, EscapeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lm_serve::ServedText;
+
+    /// A GGUF file's template that renders `tools` renders them in
+    /// `lm-cli serve` too (the codec forwards `chat_reads_tools`; without
+    /// it the server wrote the tools into a system message of its own).
+    #[test]
+    fn a_template_that_reads_tools_renders_them_through_the_codec() {
+        let vocab = lm_tokenize::SpmVocab {
+            tokens: ["<unk>", "<s>", "</s>"]
+                .into_iter()
+                .map(String::from)
+                .chain((b' '..=b'~').map(|b| char::from(b).to_string()))
+                .collect(),
+            scores: vec![0.0; 3 + 95],
+            token_types: [2, 3, 3].into_iter().chain([1; 95]).collect(),
+            bos_id: Some(1),
+            eos_id: Some(2),
+            unk_id: Some(0),
+            chat_template: Some(
+                "{% if tools %}[{{ tools[0].function.name }}]{% endif %}\
+                 {% for m in messages %}{{ m.content }}{% endfor %}"
+                    .into(),
+            ),
+            ..lm_tokenize::SpmVocab::default()
+        };
+        let text = GgufText {
+            tokenizer: lm_tokenize::Tokenizer::from_spm_vocab(vocab).unwrap(),
+            end_ids: vec![2],
+        };
+        let codec = TextCodec::Bpe(Box::new(text));
+        assert!(codec.chat_reads_tools());
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
+        let messages = [Message::new("user", "hi")];
+        let none = lm_serve::TemplateVariables::new();
+        let ids = codec
+            .encode_chat_with_variables(&messages, Some(&tools), &none, false)
+            .unwrap();
+        assert_eq!(codec.decode_ids(&ids), "[f]hi");
+        assert!(!TextCodec::Toy.chat_reads_tools());
+    }
 
     #[test]
     fn toy_words_round_trip_and_unknown_words_are_named() {

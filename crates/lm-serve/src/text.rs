@@ -66,7 +66,8 @@ impl ServedText for WithVariables<'_> {
         if self.variables.is_empty() {
             return self.text.encode_chat(messages, parse_special);
         }
-        (self.text).encode_chat_with_variables(messages, None, self.variables, parse_special)
+        let none = TemplateVariables::new();
+        self.encode_chat_with_variables(messages, None, &none, parse_special)
     }
 
     fn chat_template_source(&self) -> Option<String> {
@@ -77,18 +78,17 @@ impl ServedText for WithVariables<'_> {
         self.text.chat_reads_tools()
     }
 
-    fn encode_chat_with_tools(
+    /// The request's variables, then the call's (which win on a clash).
+    fn encode_chat_with_variables(
         &self,
         messages: &[Message],
-        tools: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        variables: &TemplateVariables,
         parse_special: bool,
     ) -> Result<Vec<TokenId>, TextFailure> {
-        if self.variables.is_empty() {
-            return self
-                .text
-                .encode_chat_with_tools(messages, tools, parse_special);
-        }
-        (self.text).encode_chat_with_variables(messages, Some(tools), self.variables, parse_special)
+        let mut all = self.variables.clone();
+        all.extend(variables.clone());
+        (self.text).encode_chat_with_variables(messages, tools, &all, parse_special)
     }
 
     fn end_tokens(&self) -> Vec<TokenId> {
@@ -156,24 +156,12 @@ pub trait ServedText: Send + Sync {
         false
     }
 
-    /// [`ServedText::encode_chat`] with the template's `tools` variable
-    /// set to `tools` (OpenAI's array). Called only when
-    /// [`ServedText::chat_reads_tools`]; by default there is no template
-    /// to render them.
-    fn encode_chat_with_tools(
-        &self,
-        messages: &[Message],
-        tools: &serde_json::Value,
-        parse_special: bool,
-    ) -> Result<Vec<TokenId>, TextFailure> {
-        let _ = (messages, tools, parse_special);
-        Err("this model's chat template cannot render tools".into())
-    }
-
     /// The ids of the chat prompt of `messages` with `variables` added to
     /// the template's (a request's `chat_template_kwargs`, such as Qwen3's
-    /// `enable_thinking`) and, when given, `tools` set. By default there
-    /// is no template to pass them to.
+    /// `enable_thinking`) and, when given, its `tools` variable set to
+    /// `tools` (OpenAI's array; passed only when
+    /// [`ServedText::chat_reads_tools`]). By default there is no template
+    /// to render them with.
     fn encode_chat_with_variables(
         &self,
         messages: &[Message],
@@ -182,7 +170,7 @@ pub trait ServedText: Send + Sync {
         parse_special: bool,
     ) -> Result<Vec<TokenId>, TextFailure> {
         let _ = (messages, tools, variables, parse_special);
-        Err("this model has no chat template to pass 'chat_template_kwargs' to".into())
+        Err("this model has no chat template to render 'tools' or 'chat_template_kwargs' with".into())
     }
 
     /// The ids that end a response when generated.
@@ -241,16 +229,6 @@ impl ServedText for GgufText {
 
     fn chat_reads_tools(&self) -> bool {
         self.chat_template().is_ok_and(|t| t.reads_tools())
-    }
-
-    fn encode_chat_with_tools(
-        &self,
-        messages: &[Message],
-        tools: &serde_json::Value,
-        parse_special: bool,
-    ) -> Result<Vec<TokenId>, TextFailure> {
-        let none = TemplateVariables::new();
-        self.encode_chat_with_variables(messages, Some(tools), &none, parse_special)
     }
 
     fn encode_chat_with_variables(

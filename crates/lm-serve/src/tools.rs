@@ -310,7 +310,7 @@ pub(crate) fn encode_chat(
     let reads = text.chat_reads_tools();
     let format = format_for(text.chat_template_source().as_deref(), reads);
     let ids = if reads {
-        text.encode_chat_with_tools(messages, &request.raw, parse_special)
+        text.encode_chat_with_variables(messages, Some(&request.raw), &Map::new(), parse_special)
     } else {
         text.encode_chat(&generic_messages(messages, request), parse_special)
     }
