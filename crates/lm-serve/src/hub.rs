@@ -39,7 +39,8 @@ use crate::metrics::{Metrics, ModelMetrics, render_models};
 use crate::routes::{self, BODY_TOO_LARGE};
 use crate::surrogates::replace_lone_surrogates;
 use crate::{
-    LoadModel, LoadedModel, ModelSource, SchedulerHandle, ServeConfig, ServeError, Shared,
+    CacheNotes, LoadModel, LoadedModel, ModelSource, SchedulerHandle, ServeConfig, ServeError,
+    Shared,
 };
 
 /// The front of a several-model server.
@@ -53,6 +54,12 @@ pub(crate) struct Hub {
     pub(crate) stopping: AtomicBool,
     /// Requests forwarded or waiting for a load, until their answer ends.
     in_flight: tokio::sync::watch::Sender<usize>,
+    /// The answers the front gives itself (its own routes, a missing key,
+    /// an unknown model, a body too large, a failed load): every answer a
+    /// model's routes did not count.
+    front: Metrics,
+    /// Every model's `--cache-dir` notes ([`crate::Server::cache_notes`]).
+    pub(crate) notes: CacheNotes,
     created: u64,
 }
 
@@ -62,8 +69,10 @@ struct Slot {
     load: LoadModel,
     /// Kept across reloads, so its counters only grow.
     metrics: Arc<Metrics>,
-    /// The front's answer numbering (every slot's is the same).
+    /// The front's answer numbering and cache notes (every slot's are the
+    /// same).
     next_id: Arc<AtomicU64>,
+    notes: CacheNotes,
     /// Held while loading, unloading and counting a request in.
     running: tokio::sync::Mutex<Option<Running>>,
     loaded: AtomicBool,
@@ -114,6 +123,7 @@ impl Hub {
             });
         }
         let next_id = Arc::default();
+        let notes = CacheNotes::default();
         let slots = models
             .into_iter()
             .map(|ModelSource { id, load }| {
@@ -123,6 +133,7 @@ impl Hub {
                     load,
                     metrics: Arc::default(),
                     next_id: Arc::clone(&next_id),
+                    notes: notes.clone(),
                     running: tokio::sync::Mutex::new(None),
                     loaded: AtomicBool::new(false),
                     n_in_flight: AtomicUsize::new(0),
@@ -141,6 +152,8 @@ impl Hub {
             idle_unload,
             stopping: AtomicBool::new(false),
             in_flight: tokio::sync::watch::Sender::new(0),
+            front: Metrics::default(),
+            notes,
             created: routes::unix_now(),
         })
     }
@@ -261,6 +274,7 @@ impl Slot {
         let shared = Shared {
             metrics: Arc::clone(&self.metrics),
             next_id: Arc::clone(&self.next_id),
+            notes: self.notes.clone(),
         };
         let handle = SchedulerHandle::new(start(config, shared));
         if let Some(embedder) = embedder {
@@ -320,6 +334,7 @@ pub(crate) fn router(hub: Arc<Hub>) -> Router {
         .route("/health", get(health))
         .merge(crate::webui::router(hub.config.webui))
         .fallback(forward)
+        .layer(middleware::from_fn_with_state(Arc::clone(&hub), count))
         // Outermost, so every answer, forwarded or not, carries them.
         .layer(middleware::from_fn_with_state(origins, routes::cors))
         .with_state(hub)
@@ -405,6 +420,15 @@ async fn forward(State(hub): State<Arc<Hub>>, request: Request) -> Response {
     Response::from_parts(parts, Body::from_stream(body))
 }
 
+/// Counts, in the front's metrics, every answer no model's routes counted.
+async fn count(State(hub): State<Arc<Hub>>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if response.extensions().get::<routes::Counted>().is_none() {
+        hub.front.record_request(response.status().as_u16());
+    }
+    response
+}
+
 /// With `--api-key`, the front's own routes but `/health` need it too.
 async fn require_key(State(hub): State<Arc<Hub>>, request: Request, next: Next) -> Response {
     match routes::check_key(&hub.config, request.headers()) {
@@ -466,7 +490,7 @@ async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        render_models(&models),
+        render_models(Some(&hub.front), &models),
     )
         .into_response()
 }

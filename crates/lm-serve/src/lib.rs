@@ -324,6 +324,19 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
+/// A model the server can serve: shared by the worker threads, with states
+/// the prefix cache can size ([`StateSize`]) and `--cache-dir` can save
+/// ([`SavedState`]). Every such [`LanguageModel`] is one.
+pub trait ServedModel:
+    LanguageModel<State: StateSize + SavedState + Send + 'static> + Send + Sync + 'static
+{
+}
+
+impl<M> ServedModel for M where
+    M: LanguageModel<State: StateSize + SavedState + Send + 'static> + Send + Sync + 'static
+{
+}
+
 impl LoadedModel {
     /// `model`, whose text side is `text`, served with `config`'s
     /// settings, as [`Server::bind`] takes them; in a several-model server
@@ -336,8 +349,7 @@ impl LoadedModel {
         config: ServeConfig,
     ) -> Result<Self, ServeError>
     where
-        M: LanguageModel + Send + Sync + 'static,
-        M::State: StateSize + SavedState + Send + 'static,
+        M: ServedModel,
     {
         check(&config)?;
         persist::check::<M::State>(&config)?;
@@ -388,8 +400,7 @@ impl Server {
         config: ServeConfig,
     ) -> Result<Self, ServeError>
     where
-        M: LanguageModel + Send + Sync + 'static,
-        M::State: StateSize + SavedState + Send + 'static,
+        M: ServedModel,
     {
         Self::bind_loaded(LoadedModel::new(model, text, config)?)
     }
@@ -457,11 +468,12 @@ impl Server {
 
     /// With `--cache-dir`, what reading the cache file at start came to
     /// and, once the server stopped, what saving it did (one line each;
-    /// a several-model server's models log theirs).
+    /// a several-model server's lines are every model's, each naming its
+    /// file).
     pub fn cache_notes(&self) -> Option<CacheNotes> {
         match &self.front {
             Front::One { app, .. } => app.saved_cache.as_ref().map(|saver| saver.notes().clone()),
-            Front::Many(_) => None,
+            Front::Many(hub) => Some(hub.notes.clone()),
         }
     }
 
@@ -578,8 +590,7 @@ pub fn router<M>(
     config: ServeConfig,
 ) -> Result<(axum::Router, SchedulerHandle), ServeError>
 where
-    M: LanguageModel + Send + Sync + 'static,
-    M::State: StateSize + SavedState + Send + 'static,
+    M: ServedModel,
 {
     check(&config)?;
     persist::check::<M::State>(&config)?;
@@ -676,12 +687,14 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
 }
 
 /// What a started model counts into, given by whoever starts it: a
-/// several-model server keeps a model's metrics across its reloads and
-/// numbers every model's answers from one counter.
-#[derive(Default)]
+/// several-model server keeps a model's metrics across its reloads,
+/// numbers every model's answers from one counter and gathers every
+/// model's `--cache-dir` notes in one list.
+#[derive(Default, Clone)]
 pub(crate) struct Shared {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) next_id: Arc<AtomicU64>,
+    pub(crate) notes: CacheNotes,
 }
 
 /// Starts the scheduler and `config.parallel` workers for `model`,
@@ -694,17 +707,20 @@ fn start<M>(
     shared: Shared,
 ) -> Started
 where
-    M: LanguageModel + Send + Sync + 'static,
-    M::State: StateSize + SavedState + Send + 'static,
+    M: ServedModel,
 {
-    let metrics = shared.metrics;
+    let Shared {
+        metrics,
+        next_id,
+        notes,
+    } = shared;
     let queue = Arc::new(JobQueue::new(config.queue_len.max(config.parallel)));
     let cancel = Arc::new(AtomicBool::new(false));
     let cache = scheduler::prefix_cache::<M::State>(config.cache_bytes);
     let saved_cache = config
         .cache_dir
         .clone()
-        .map(|dir| persist::open(dir, &*model, &cache, &metrics));
+        .map(|dir| persist::open(dir, &*model, &cache, &metrics, notes));
     let app = Arc::new(App {
         model_id: config.model_id(),
         vocab_size: model.vocab_size(),
@@ -719,7 +735,7 @@ where
         stopping: AtomicBool::new(false),
         in_flight: tokio::sync::watch::Sender::new(0),
         created: routes::unix_now(),
-        next_id: shared.next_id,
+        next_id,
         saved_cache,
         scorer: Arc::new(echo::Direct(Arc::clone(&model))),
         embedder: std::sync::OnceLock::new(),

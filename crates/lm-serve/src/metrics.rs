@@ -108,10 +108,10 @@ impl Metrics {
             .fetch_add(micros(since_enqueued), Ordering::Relaxed);
     }
 
-    /// The Prometheus text exposition of every metric of [`EXPOSED`], with
-    /// `queue_depth` read by the caller.
+    /// The Prometheus text exposition of every metric of [`REQUESTS`] and
+    /// [`EXPOSED`], with `queue_depth` read by the caller.
     pub(crate) fn render(&self, queue_depth: usize) -> String {
-        render_models(&[ModelMetrics {
+        render_models(None, &[ModelMetrics {
             id: None,
             metrics: self,
             queue_depth,
@@ -143,19 +143,26 @@ pub(crate) struct ModelMetrics<'a> {
     pub(crate) loaded: Option<[u64; 4]>,
 }
 
-/// The Prometheus text of several models' metrics: each of [`EXPOSED`]
-/// once, with one sample per model (labelled with its id when it has one),
-/// then the models' load state ([`LOAD_EXPOSED`]) for those that have one.
-pub(crate) fn render_models(models: &[ModelMetrics<'_>]) -> String {
+/// The Prometheus text of several models' metrics: each of [`REQUESTS`]
+/// and [`EXPOSED`] once, with one sample per model (labelled with its id
+/// when it has one) and, for [`REQUESTS`], first an unlabelled one of the
+/// `front`'s when given (a several-model server's own answers); then the
+/// models' load state ([`LOAD_EXPOSED`]) for those that have one.
+pub(crate) fn render_models(front: Option<&Metrics>, models: &[ModelMetrics<'_>]) -> String {
     let mut out = String::new();
     let label = |model: &ModelMetrics<'_>| {
         model.id.map_or_else(String::new, |id| {
             format!("{{model=\"{}\"}}", escape_label(id))
         })
     };
-    for (name, kind, source, help) in EXPOSED {
+    let rows = (REQUESTS.iter().map(|row| (row, front)))
+        .chain(EXPOSED.iter().map(|row| (row, None)));
+    for (&(name, kind, source, help), front) in rows {
         let _ = writeln!(out, "# HELP lm_{name} {help}");
         let _ = writeln!(out, "# TYPE lm_{name} {kind}");
+        if let Some(front) = front {
+            let _ = writeln!(out, "lm_{name} {}", front.value(source, 0));
+        }
         for model in models {
             let value = model.metrics.value(source, model.queue_depth);
             let _ = writeln!(out, "lm_{name}{} {value}", label(model));
@@ -223,15 +230,24 @@ enum Source {
     QueueDepth,
 }
 
-/// Every metric of `GET /metrics`, in the order shown: its name after
-/// `lm_`, its Prometheus type, its source and its help text.
+/// A metric of `GET /metrics`: its name after `lm_`, its Prometheus type,
+/// its source and its help text.
+type Exposed = (&'static str, &'static str, Source, &'static str);
+
+/// The metrics of answers, shown first: the only ones a several-model
+/// server's front has of its own.
 #[rustfmt::skip]
-const EXPOSED: [(&str, &str, Source, &str); 21] = [
+const REQUESTS: [Exposed; 3] = [
     ("requests_total", "counter", Count(|m| &m.requests), "HTTP requests answered."),
     ("requests_failed_total", "counter", Count(|m| &m.requests_failed),
         "Requests answered with a 4xx or 5xx other than 429/503."),
     ("requests_rejected_busy_total", "counter", Count(|m| &m.requests_rejected_busy),
         "Requests refused because the queue was full (429) or the server was stopping (503)."),
+];
+
+/// The rest of `GET /metrics`, in the order shown after [`REQUESTS`].
+#[rustfmt::skip]
+const EXPOSED: [Exposed; 18] = [
     ("prompt_tokens_total", "counter", Count(|m| &m.prompt_tokens),
         "Prompt tokens of finished sequences."),
     ("generation_tokens_total", "counter", Count(|m| &m.generated_tokens),

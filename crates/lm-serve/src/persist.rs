@@ -229,19 +229,20 @@ pub(crate) fn check<S: SavedState>(config: &ServeConfig) -> Result<(), ServeErro
 }
 
 /// Reads `dir`'s cache file into `cache` (a refused file is a warning in
-/// the log, and the cache starts empty) and returns what saves it.
+/// the log, and the cache starts empty) and returns what saves it; both
+/// note what they did in `notes`.
 pub(crate) fn open<M>(
     dir: CacheDir,
     model: &M,
     cache: &Arc<Mutex<PrefixCache<M::State>>>,
     metrics: &Metrics,
+    notes: CacheNotes,
 ) -> Arc<dyn SaveCache>
 where
     M: LanguageModel,
     M::State: SavedState + StateSize + Send + 'static,
 {
     let file = dir.file().display().to_string();
-    let notes = CacheNotes::default();
     {
         let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
         match load(&dir, || model.new_state(), &mut cache) {

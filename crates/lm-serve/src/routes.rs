@@ -255,12 +255,18 @@ impl Drop for InFlight {
     }
 }
 
-/// Counts every answer by status for `/metrics`.
+/// Counts every answer by status for `/metrics`, and marks it [`Counted`].
 async fn count(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     app.metrics.record_request(response.status().as_u16());
+    response.extensions_mut().insert(Counted);
     response
 }
+
+/// An answer a model's routes counted, so a several-model server's front
+/// (`hub.rs`) does not count it again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counted;
 
 /// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
 async fn require_key(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lm_model::catalog::{KnownModel, SMOLLM2, SMOLLM2_Q8_0};
+use lm_model::catalog::{SMOLLM2, SMOLLM2_Q8_0};
 use lm_serve::{LoadModel, LoadedModel, ModelSource, ServeConfig, ServeError, Server};
 use serde_json::{Value, json};
 
-use crate::common::{Gate, TestServer, ToyText, request, toy_model, wait_for};
+use crate::common::{Gate, TestServer, ToyText, gguf_source, request, toy_model, wait_for};
 
 /// The server's settings on a free loopback port.
 fn config() -> ServeConfig {
@@ -23,24 +23,6 @@ fn config() -> ServeConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         parallel: 2,
         ..ServeConfig::default()
-    }
-}
-
-/// A model file of the catalog (panics naming the fetch command when it
-/// is missing), loaded anew at each call, served as `id`.
-fn gguf_source(id: &str, model: &KnownModel) -> ModelSource {
-    let path = model.path().unwrap_or_else(|err| panic!("{err}"));
-    let load: LoadModel = Arc::new(move || {
-        let lm::GgufModel { decoder, text, .. } =
-            lm::load_gguf(&path).map_err(|error| ServeError::Load {
-                id: "gguf".into(),
-                source: error.into(),
-            })?;
-        LoadedModel::new(Arc::new(decoder), Arc::new(text), config())
-    });
-    ModelSource {
-        id: id.into(),
-        load,
     }
 }
 
@@ -68,8 +50,8 @@ fn toy_source_with(id: &str, gate: &Gate, config: ServeConfig) -> ModelSource {
 /// The two SmolLM2 files as `q4` and `q8`.
 fn smollm2_pair(idle_unload: Option<Duration>) -> TestServer {
     let models = vec![
-        gguf_source("q4", &SMOLLM2),
-        gguf_source("q8", &SMOLLM2_Q8_0),
+        gguf_source("q4", &SMOLLM2, config()),
+        gguf_source("q8", &SMOLLM2_Q8_0, config()),
     ];
     TestServer::run(Server::bind_models(models, config(), idle_unload).unwrap())
 }
@@ -390,11 +372,61 @@ fn the_front_asks_for_the_key_and_caps_the_body_before_loading() {
     );
     // Neither loaded b.
     assert_eq!((sample(loaded), sample(loads)), (0.0, 1.0));
+    let unknown = json!({"model": "c", "prompt": "<start>"}).to_string();
+    let not_found = request(addr, "POST", "/v1/completions", &key, unknown.as_bytes());
+    assert_eq!(not_found.status, 404);
+    // The front counted its refusals (three 401s, the 413, the 404)
+    // unlabelled; b's own routes saw none of them.
+    assert_eq!(sample("lm_requests_failed_total"), 5.0);
+    assert_eq!(sample(r#"lm_requests_total{model="b"}"#), 0.0);
 
     let served = request(addr, "POST", "/v1/completions", &key, body.as_bytes());
     assert_eq!(served.status, 200);
     assert_eq!(served.json()["model"], "b");
     assert_eq!(sample(loads), 2.0);
+}
+
+/// A reload that fails answers a 500 naming the model, counted by the
+/// front; the next request tries the load again.
+#[test]
+fn a_failed_reload_is_a_500_naming_the_model_and_is_tried_again() {
+    let gate = Gate::default();
+    let n_loads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let toy = toy_source("toy", &gate);
+    let counted = Arc::clone(&n_loads);
+    let load: LoadModel = Arc::new(move || {
+        match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 | 3 => (toy.load)(),
+            _ => Err(ServeError::Load {
+                id: "toy".into(),
+                source: "the weights went away".into(),
+            }),
+        }
+    });
+    let models = vec![ModelSource {
+        id: "toy".into(),
+        load,
+    }];
+    let idle = Duration::from_millis(20);
+    let server = TestServer::run(Server::bind_models(models, config(), Some(idle)).unwrap());
+    let loaded = r#"lm_model_loaded{model="toy"}"#;
+    wait_for("toy to idle out", || sample(&server, loaded) == 0.0);
+
+    let body = json!({"model": "toy", "prompt": "<start> the", "max_tokens": 2}).to_string();
+    for _ in 0..2 {
+        let failed = request(server.addr, "POST", "/v1/completions", &[], body.as_bytes());
+        assert_eq!(failed.status, 500);
+        let message = failed.json()["error"]["message"].to_string();
+        assert!(
+            message.contains("'toy' could not be loaded") && message.contains("went away"),
+            "{message}"
+        );
+    }
+    assert_eq!(sample(&server, "lm_requests_failed_total"), 2.0);
+    let served = request(server.addr, "POST", "/v1/completions", &[], body.as_bytes());
+    assert_eq!(served.status, 200);
+    assert_eq!(n_loads.load(std::sync::atomic::Ordering::SeqCst), 4);
+    assert_eq!(sample(&server, r#"lm_model_loads_total{model="toy"}"#), 2.0);
 }
 
 #[test]

@@ -173,6 +173,52 @@ fn the_program_is_told_what_reading_and_saving_the_cache_came_to() {
     again.spawn().unwrap().stop().unwrap();
 }
 
+/// A several-model server tells every model's reads and saves, each line
+/// naming its model's file.
+#[test]
+fn a_several_model_server_tells_each_model_s_cache_notes() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = ["a", "b"].map(|id| {
+        let folder = dir.path().join(id);
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join(CACHE_FILE), b"not a cache file").unwrap();
+        let config = config(&folder, toy_fingerprint());
+        let load: lm_serve::LoadModel = std::sync::Arc::new(move || {
+            let model = std::sync::Arc::new(toy_model());
+            lm_serve::LoadedModel::new(model, std::sync::Arc::new(ToyText), config.clone())
+        });
+        lm_serve::ModelSource {
+            id: id.into(),
+            load,
+        }
+    });
+    let front = ServeConfig {
+        addr: ([127, 0, 0, 1], 0).into(),
+        ..ServeConfig::default()
+    };
+    let server = Server::bind_models(models.into(), front, None).unwrap();
+    let notes = server.cache_notes().unwrap();
+    let file = |id: &str| dir.path().join(id).join(CACHE_FILE).display().to_string();
+    let started = notes.take();
+    assert_eq!(started.len(), 2, "{started:?}");
+    for (line, id) in started.iter().zip(["a", "b"]) {
+        assert!(
+            line.starts_with(&file(id)) && line.ends_with("not a prefix cache file"),
+            "{started:?}"
+        );
+    }
+    server.spawn().unwrap().stop().unwrap();
+    let mut stopped = notes.take();
+    stopped.sort();
+    assert_eq!(stopped.len(), 2, "{stopped:?}");
+    for (line, id) in stopped.iter().zip(["a", "b"]) {
+        assert!(
+            line.starts_with(&file(id)) && line.ends_with("0 states saved (16 bytes)"),
+            "{stopped:?}"
+        );
+    }
+}
+
 #[test]
 fn a_fifo_as_the_cache_file_is_refused_without_waiting_for_a_writer() {
     let dir = tempfile::tempdir().unwrap();

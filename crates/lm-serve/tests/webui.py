@@ -18,6 +18,7 @@ Prints "all checks passed" at the end.
 import json
 import math
 import os
+import re
 import sys
 import time
 import urllib.request
@@ -27,9 +28,11 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BASE, KEY, OUT, CHROMIUM, CHROMEDRIVER = sys.argv[1:6]
+# "models": a server of several models (SmolLM2's q4 and q8) instead of one.
+MODE = sys.argv[6] if len(sys.argv) > 6 else "one"
 WAIT = 60
 
 
@@ -229,19 +232,64 @@ def check_policy(d):
     check(not blocked, f"no CSP violation: {blocked}")
 
 
+def open_page(d):
+    """Loads the page and gives it the API key it asks for."""
+    d.get(BASE + "/")
+    WebDriverWait(d, WAIT).until(lambda d: d.find_element(By.ID, "keybox").is_displayed())
+    check(True, "the page asks for the API key")
+    d.find_element(By.ID, "key").send_keys(KEY)
+    d.find_element(By.ID, "save-key").click()
+    WebDriverWait(d, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+    check(not d.find_element(By.ID, "keybox").is_displayed(), "the key was accepted")
+    check_policy(d)
+
+
+def requests_by_model():
+    """`lm_requests_total` of each model, from /metrics."""
+    request = urllib.request.Request(BASE + "/metrics", headers={"Authorization": "Bearer " + KEY})
+    with urllib.request.urlopen(request, timeout=WAIT) as answer:
+        text = answer.read().decode()
+    samples = re.findall(r'^lm_requests_total\{model="([^"]+)"\} (\d+)$', text, re.M)
+    return {model: int(n) for model, n in samples}
+
+
+def main_models():
+    """Several models: the page lists them and the picked one answers."""
+    d = browser()
+    try:
+        open_page(d)
+        select = d.find_element(By.ID, "models")
+        ids = [o.get_attribute("value") for o in select.find_elements(By.TAG_NAME, "option")]
+        check(select.is_displayed() and ids == ["q4", "q8"], f"the page lists both models: {ids}")
+        set_field(d, "temperature", 0)
+        set_field(d, "max_tokens", 12)
+        for model in ["q8", "q4"]:
+            Select(select).select_by_value(model)
+            header = d.find_element(By.ID, "model").text
+            check(header == "context 8192", f"the header shows {model}'s context: {header!r}")
+            before = requests_by_model()
+            send(d, "Name a colour.")
+            message = wait_idle(d)
+            after = requests_by_model()
+            served = {m: after[m] - before.get(m, 0) for m in after}
+            check(served == {"q4": int(model == "q4"), "q8": int(model == "q8")},
+                  f"the page's request went to {model}: {served}")
+            _, page_text, choice = greedy_reply(d)
+            check(page_text == choice["message"]["content"],
+                  f"{model}'s reply is its API answer: {page_text!r}")
+    finally:
+        d.quit()
+    print("all checks passed")
+
+
 def main():
+    if MODE == "models":
+        return main_models()
     os.makedirs(OUT, exist_ok=True)
     started = time.monotonic()
     d = browser()
     try:
-        d.get(BASE + "/")
-        WebDriverWait(d, WAIT).until(lambda d: d.find_element(By.ID, "keybox").is_displayed())
-        check(True, "the page asks for the API key")
-        d.find_element(By.ID, "key").send_keys(KEY)
-        d.find_element(By.ID, "save-key").click()
-        WebDriverWait(d, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-        check(not d.find_element(By.ID, "keybox").is_displayed(), "the key was accepted")
-        check_policy(d)
+        open_page(d)
 
         set_field(d, "temperature", 0)
         set_field(d, "max_tokens", 24)

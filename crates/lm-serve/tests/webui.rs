@@ -9,12 +9,17 @@
 //! the API's `lm_trace` (probabilities before and after the sampling stages,
 //! the draw u), the Content-Security-Policy's hashes let the page run, and
 //! screenshots at desktop and phone width land in `<target>/webui-artifacts/`.
+//! With several models (SmolLM2's Q4_1 and Q8_0 files) the page lists them
+//! and the one picked answers.
 
 use std::path::PathBuf;
 
-use lm_serve::ServeConfig;
+use lm_model::catalog::{SMOLLM2, SMOLLM2_Q8_0};
+use lm_serve::{ServeConfig, Server};
 
-use crate::common::{TestServer, run_checks, smollm2_path, target_dir, venv_python};
+use crate::common::{
+    TestServer, gguf_source, run_checks, smollm2_path, target_dir, venv_python,
+};
 
 const INSTALL: &str = "apt-get install -y chromium chromium-driver";
 
@@ -100,4 +105,41 @@ fn the_chat_page_works_in_a_real_browser() {
         let bytes = std::fs::read(artifacts.join(shot)).unwrap();
         assert!(bytes.starts_with(b"\x89PNG"), "{shot} is a PNG");
     }
+}
+
+/// With several models the page offers a choice, and the picked model
+/// answers (`webui.py models`: the request names it, and its streamed
+/// reply equals that model's greedy API answer).
+#[test]
+#[ignore = "needs SmolLM2 and smollm2-q8_0, Chromium and selenium: cargo xtask fetch-model smollm2 && \
+            cargo xtask fetch-model smollm2-q8_0; apt-get install -y chromium chromium-driver; \
+            .ci/run makes <target>/webui-venv"]
+fn the_chat_page_picks_among_several_models() {
+    const KEY: &str = "webui-test-key";
+    let (chromium, driver) = (
+        program("LM_CHROMIUM", "chromium"),
+        program("LM_CHROMEDRIVER", "chromedriver"),
+    );
+    let python = venv_python("LM_WEBUI_PYTHON", "webui-venv", &["selenium"]);
+    let config = ServeConfig {
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        api_key: Some(KEY.into()),
+        ..ServeConfig::default()
+    };
+    let models = vec![
+        gguf_source("q4", &SMOLLM2, config.clone()),
+        gguf_source("q8", &SMOLLM2_Q8_0, config.clone()),
+    ];
+    let s = TestServer::run(Server::bind_models(models, config, None).unwrap());
+    let artifacts = target_dir().join("webui-artifacts");
+    let url = format!("http://{}", s.addr);
+    let args = [
+        url.as_ref(),
+        KEY.as_ref(),
+        artifacts.as_os_str(),
+        chromium.as_os_str(),
+        driver.as_os_str(),
+        "models".as_ref(),
+    ];
+    run_checks(&python, "webui.py", &args);
 }

@@ -64,8 +64,7 @@ impl TestServer {
     /// Serves `model` on a free loopback port with `config`'s other settings.
     pub fn start<M>(model: M, text: impl ServedText + 'static, config: ServeConfig) -> Self
     where
-        M: LanguageModel + Send + Sync + 'static,
-        M::State: lm_serve::StateSize + lm_serve::SavedState + Send + 'static,
+        M: lm_serve::ServedModel,
     {
         let config = ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -342,6 +341,29 @@ pub fn gated<M>(model: M) -> (Adapted<M, Gate>, Gate) {
     let gate = Gate::default();
     let hook = gate.clone();
     (Adapted { inner: model, hook }, gate)
+}
+
+/// A model file of the catalog (panics naming the fetch command when it
+/// is missing), loaded anew at each call, served as `id` with `config`:
+/// one model of a several-model server.
+pub fn gguf_source(
+    id: &str,
+    model: &lm_model::catalog::KnownModel,
+    config: ServeConfig,
+) -> lm_serve::ModelSource {
+    let path = model.path().unwrap_or_else(|err| panic!("{err}"));
+    let load: lm_serve::LoadModel = Arc::new(move || {
+        let lm::GgufModel { decoder, text, .. } =
+            lm::load_gguf(&path).map_err(|error| ServeError::Load {
+                id: "gguf".into(),
+                source: error.into(),
+            })?;
+        lm_serve::LoadedModel::new(Arc::new(decoder), Arc::new(text), config.clone())
+    });
+    lm_serve::ModelSource {
+        id: id.into(),
+        load,
+    }
 }
 
 /// The SmolLM2 file; panics naming the fetch command when it is missing.
