@@ -2,12 +2,18 @@
 //! does after the tests.
 //!
 //! The examples are listed from `cargo metadata` (every target of kind
-//! `example`), so a new one runs without being named here. Each runs as
-//! `cargo run -q -p PACKAGE --example NAME` and must exit 0; an example that
-//! needs a model file it cannot find says "skipped: ..." on stderr and exits
-//! 0, so it shows as skipped (with that reason, in the summary line
+//! `example`), so a new one runs without being named here. They are built
+//! in one `cargo build --workspace --examples`, whose features are those
+//! `cargo test --workspace` unified, so after the tests nothing but the
+//! examples themselves is compiled (a `cargo run -p PACKAGE` each resolved
+//! each package's features apart and built the dependencies again). Each
+//! then runs from the workspace root and must exit 0; an example that
+//! needs a model file it cannot find says "skipped: ..." on stderr and
+//! exits 0, so it shows as skipped (with that reason, in the summary line
 //! `examples: skipped N: ...`) rather than failing or passing silently.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -16,11 +22,12 @@ use serde_json::Value;
 use crate::project_root;
 use crate::tidy::cargo_metadata;
 
-/// One example target: its package and its name.
+/// One example target: its package, its name and its source file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Example {
     package: String,
     name: String,
+    src_path: String,
 }
 
 pub fn run(_args: &[String]) -> anyhow::Result<()> {
@@ -30,18 +37,26 @@ pub fn run(_args: &[String]) -> anyhow::Result<()> {
         bail!("cargo metadata lists no example targets");
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let executables = build_examples(&cargo, &root)?;
     let (mut ran, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
-    for Example { package, name } in &examples {
+    for Example {
+        package,
+        name,
+        src_path,
+    } in &examples
+    {
         println!("examples: running {package} --example {name}");
+        let executable = executables
+            .get(src_path)
+            .with_context(|| format!("cargo built no executable for the example {src_path}"))?;
         // stderr is read (and passed on) to tell a skip from a run.
-        let output = Command::new(&cargo)
+        let output = Command::new(executable)
             .current_dir(&root)
-            .args(["run", "-q", "-p", package, "--example", name])
             .stdin(Stdio::null())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
             .output()
-            .with_context(|| format!("running cargo for the example {package}/{name}"))?;
+            .with_context(|| format!("running the example {package}/{name}"))?;
         let stderr = String::from_utf8_lossy(&output.stderr);
         eprint!("{stderr}");
         let example = format!("{package}/{name}");
@@ -66,6 +81,52 @@ pub fn run(_args: &[String]) -> anyhow::Result<()> {
         bail!("{} example(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// Builds every example in one cargo call; each example's executable by
+/// its source file, read from cargo's JSON messages.
+fn build_examples(cargo: &str, root: &Path) -> anyhow::Result<HashMap<String, PathBuf>> {
+    let output = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "--workspace",
+            "--examples",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build --workspace --examples")?;
+    if !output.status.success() {
+        bail!(
+            "cargo build --workspace --examples failed ({})",
+            output.status
+        );
+    }
+    Ok(example_executables(&String::from_utf8_lossy(
+        &output.stdout,
+    )))
+}
+
+/// The executables of the example artifacts among cargo's JSON `messages`
+/// (one per line), by source file.
+fn example_executables(messages: &str) -> HashMap<String, PathBuf> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter(|message| {
+            message["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "example"))
+        })
+        .filter_map(|message| {
+            let src_path = message["target"]["src_path"].as_str()?;
+            let executable = message["executable"].as_str()?;
+            Some((src_path.to_owned(), PathBuf::from(executable)))
+        })
+        .collect()
 }
 
 /// What an example that exited 0 without running said on stderr: the rest
@@ -98,6 +159,7 @@ fn example_targets(metadata: &Value) -> Vec<Example> {
                     Some(Example {
                         package: package_name.to_string(),
                         name: target["name"].as_str()?.to_string(),
+                        src_path: target["src_path"].as_str()?.to_string(),
                     })
                 })
         })
@@ -115,24 +177,52 @@ mod tests {
         Example {
             package: package.into(),
             name: name.into(),
+            src_path: format!("/{package}/examples/{name}.rs"),
         }
     }
 
     #[test]
     fn examples_are_the_targets_of_kind_example() {
+        let target = |name: &str, kind: &str, src_path: &str| json!({"name": name, "kind": [kind], "src_path": src_path});
         let metadata = json!({"packages": [
             {"name": "b", "targets": [
-                {"name": "b", "kind": ["lib"]},
-                {"name": "two", "kind": ["example"]},
-                {"name": "one", "kind": ["example"]},
-                {"name": "tests", "kind": ["test"]},
+                target("b", "lib", "/b/src/lib.rs"),
+                target("two", "example", "/b/examples/two.rs"),
+                target("one", "example", "/b/examples/one.rs"),
+                target("tests", "test", "/b/tests/tests.rs"),
             ]},
-            {"name": "a", "targets": [{"name": "x", "kind": ["example"]}]},
+            {"name": "a", "targets": [target("x", "example", "/a/examples/x.rs")]},
             {"name": "c", "targets": []},
         ]});
         assert_eq!(
             example_targets(&metadata),
             [example("a", "x"), example("b", "one"), example("b", "two")]
+        );
+    }
+
+    #[test]
+    fn executables_are_read_from_the_example_artifacts() {
+        let artifact = |kind: &str, src_path: &str, executable: Option<&str>| {
+            json!({"reason": "compiler-artifact", "executable": executable,
+                   "target": {"kind": [kind], "src_path": src_path}})
+        };
+        let messages = [
+            artifact("lib", "/a/src/lib.rs", None),
+            artifact(
+                "example",
+                "/a/examples/x.rs",
+                Some("/t/debug/examples/x-1f2e"),
+            ),
+            json!({"reason": "build-finished", "success": true}),
+        ]
+        .map(|message| message.to_string())
+        .join("\n");
+        assert_eq!(
+            example_executables(&format!("{messages}\nnot json\n")),
+            HashMap::from([(
+                "/a/examples/x.rs".to_owned(),
+                PathBuf::from("/t/debug/examples/x-1f2e")
+            )])
         );
     }
 
@@ -150,7 +240,9 @@ mod tests {
     fn the_workspace_lists_the_gguf_example() {
         let examples = example_targets(&cargo_metadata(&project_root()).unwrap());
         assert!(
-            examples.contains(&example("lm", "chat_gguf")),
+            examples
+                .iter()
+                .any(|e| (e.package.as_str(), e.name.as_str()) == ("lm", "chat_gguf")),
             "{examples:?}"
         );
     }
