@@ -17,9 +17,7 @@ use std::path::PathBuf;
 use lm_model::catalog::{SMOLLM2, SMOLLM2_Q8_0};
 use lm_serve::{ServeConfig, Server};
 
-use crate::common::{
-    TestServer, gguf_source, run_checks, smollm2_path, target_dir, venv_python,
-};
+use crate::common::{TestServer, gguf_source, run_checks, smollm2_path, target_dir, venv_python};
 
 const INSTALL: &str = "apt-get install -y chromium chromium-driver";
 
@@ -75,32 +73,41 @@ fn program(variable: &str, name: &str) -> PathBuf {
         })
 }
 
-#[test]
-#[ignore = "needs SmolLM2, Chromium and selenium: cargo xtask fetch-model smollm2; \
-            apt-get install -y chromium chromium-driver; .ci/run makes <target>/webui-venv"]
-fn the_chat_page_works_in_a_real_browser() {
-    const KEY: &str = "webui-test-key";
-    let target = target_dir();
+/// The API key the browser tests' servers ask for.
+const KEY: &str = "webui-test-key";
+
+/// Runs `webui.py` in `mode` ("one" or "models") against `server` in
+/// headless Chromium; returns the folder its screenshots go to.
+fn run_page_checks(server: &TestServer, mode: &str) -> PathBuf {
     let (chromium, driver) = (
         program("LM_CHROMIUM", "chromium"),
         program("LM_CHROMEDRIVER", "chromedriver"),
     );
     let python = venv_python("LM_WEBUI_PYTHON", "webui-venv", &["selenium"]);
-    let config = ServeConfig {
-        api_key: Some(KEY.into()),
-        ..ServeConfig::default()
-    };
-    let s = TestServer::named(smollm2_path(), "smollm2", config);
-    let artifacts = target.join("webui-artifacts");
-    let url = format!("http://{}", s.addr);
+    let artifacts = target_dir().join("webui-artifacts");
+    let url = format!("http://{}", server.addr);
     let args = [
         url.as_ref(),
         KEY.as_ref(),
         artifacts.as_os_str(),
         chromium.as_os_str(),
         driver.as_os_str(),
+        mode.as_ref(),
     ];
     run_checks(&python, "webui.py", &args);
+    artifacts
+}
+
+#[test]
+#[ignore = "needs SmolLM2, Chromium and selenium: cargo xtask fetch-model smollm2; \
+            apt-get install -y chromium chromium-driver; .ci/run makes <target>/webui-venv"]
+fn the_chat_page_works_in_a_real_browser() {
+    let config = ServeConfig {
+        api_key: Some(KEY.into()),
+        ..ServeConfig::default()
+    };
+    let s = TestServer::named(smollm2_path(), "smollm2", config);
+    let artifacts = run_page_checks(&s, "one");
     for shot in ["webui-desktop.png", "webui-phone.png"] {
         let bytes = std::fs::read(artifacts.join(shot)).unwrap();
         assert!(bytes.starts_with(b"\x89PNG"), "{shot} is a PNG");
@@ -108,19 +115,13 @@ fn the_chat_page_works_in_a_real_browser() {
 }
 
 /// With several models the page offers a choice, and the picked model
-/// answers (`webui.py models`: the request names it, and its streamed
-/// reply equals that model's greedy API answer).
+/// answers (`webui.py models`: the page's request reaches that model, by
+/// its metrics, and the reply equals its greedy API answer).
 #[test]
 #[ignore = "needs SmolLM2 and smollm2-q8_0, Chromium and selenium: cargo xtask fetch-model smollm2 && \
             cargo xtask fetch-model smollm2-q8_0; apt-get install -y chromium chromium-driver; \
             .ci/run makes <target>/webui-venv"]
 fn the_chat_page_picks_among_several_models() {
-    const KEY: &str = "webui-test-key";
-    let (chromium, driver) = (
-        program("LM_CHROMIUM", "chromium"),
-        program("LM_CHROMEDRIVER", "chromedriver"),
-    );
-    let python = venv_python("LM_WEBUI_PYTHON", "webui-venv", &["selenium"]);
     let config = ServeConfig {
         addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         api_key: Some(KEY.into()),
@@ -131,15 +132,5 @@ fn the_chat_page_picks_among_several_models() {
         gguf_source("q8", &SMOLLM2_Q8_0, config.clone()),
     ];
     let s = TestServer::run(Server::bind_models(models, config, None).unwrap());
-    let artifacts = target_dir().join("webui-artifacts");
-    let url = format!("http://{}", s.addr);
-    let args = [
-        url.as_ref(),
-        KEY.as_ref(),
-        artifacts.as_os_str(),
-        chromium.as_os_str(),
-        driver.as_os_str(),
-        "models".as_ref(),
-    ];
-    run_checks(&python, "webui.py", &args);
+    run_page_checks(&s, "models");
 }
