@@ -146,6 +146,8 @@ impl GgmlType {
                     out.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
                 }
             }
+            // Eight blocks at a time (their searches side by side).
+            GgmlType::IQ4_NL => iq4::quantize_row_iq4_nl(src, dst),
             GgmlType::Q2_K
             | GgmlType::Q3_K
             | GgmlType::Q4_K
@@ -171,7 +173,6 @@ impl GgmlType {
                     GgmlType::Q4_0 => quantize_q4_0,
                     GgmlType::Q4_1 => quantize_q4_1,
                     GgmlType::Q5_0 => quantize_q5_0,
-                    GgmlType::IQ4_NL => iq4::quantize_iq4_nl,
                     _ => quantize_q5_1,
                 };
                 let blocks = dst.chunks_exact_mut(self.block_bytes());
