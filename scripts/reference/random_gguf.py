@@ -145,6 +145,15 @@ ARCHS = {
                          qkv_bias=True, out_bias=True, sinks=True, moe_bias=True,
                          ffn_norm="post_attention_norm", f32_kv=True,
                          yarn=(4.0, 64), tied=False),
+    # qwen3moe with its experts quantized to Q8_0 by gguf's quantizer:
+    # 3-d quantized expert tensors, multiplied with 8-bit activations as
+    # llama.cpp multiplies them. Also written with f32 KV caches (f32_kv).
+    # Float-rounding differences (about 1e-6) flip single 8-bit roundings
+    # of the activations from position 16 on (fixtures/arch/README.md).
+    "qwen3moe_q8_0": dict(arch="qwen3moe", n_embd=64, n_layer=4, n_head=4, n_kv_head=2,
+                          head_dim=32, ffn=96, expert_ffn=32, n_expert=8, n_expert_used=2,
+                          qk_scale=1.0, rope_base=1000000.0, dtype="f32", qk_norm=True,
+                          experts_type="q8_0", f32_kv=True, tied=False),
 }
 
 
@@ -194,11 +203,11 @@ def write_model(path, arch, spec, seed):
 
     def add_experts(name, n_out, n_in):
         values = experts(n_out, n_in)
-        if spec.get("experts_type") == "mxfp4":
-            mxfp4 = gguf.GGMLQuantizationType.MXFP4
+        if "experts_type" in spec:
+            qtype = gguf.GGMLQuantizationType[spec["experts_type"].upper()]
             # The quantized bytes, (experts, rows, row bytes): gguf reads the
             # shape back from the type's block size.
-            w.add_tensor(name, gguf.quants.quantize(values, mxfp4), raw_dtype=mxfp4)
+            w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, values)
 
