@@ -111,12 +111,15 @@ impl Metrics {
     /// The Prometheus text exposition of every metric of [`REQUESTS`] and
     /// [`EXPOSED`], with `queue_depth` read by the caller.
     pub(crate) fn render(&self, queue_depth: usize) -> String {
-        render_models(None, &[ModelMetrics {
-            id: None,
-            metrics: self,
-            queue_depth,
-            loaded: None,
-        }])
+        render_models(
+            None,
+            &[ModelMetrics {
+                id: None,
+                metrics: self,
+                queue_depth,
+                loaded: None,
+            }],
+        )
     }
 
     /// A metric's value as shown.
@@ -155,8 +158,8 @@ pub(crate) fn render_models(front: Option<&Metrics>, models: &[ModelMetrics<'_>]
             format!("{{model=\"{}\"}}", escape_label(id))
         })
     };
-    let rows = (REQUESTS.iter().map(|row| (row, front)))
-        .chain(EXPOSED.iter().map(|row| (row, None)));
+    let rows =
+        (REQUESTS.iter().map(|row| (row, front))).chain(EXPOSED.iter().map(|row| (row, None)));
     for (&(name, kind, source, help), front) in rows {
         let _ = writeln!(out, "# HELP lm_{name} {help}");
         let _ = writeln!(out, "# TYPE lm_{name} {kind}");

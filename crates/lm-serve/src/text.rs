@@ -170,7 +170,10 @@ pub trait ServedText: Send + Sync {
         parse_special: bool,
     ) -> Result<Vec<TokenId>, TextFailure> {
         let _ = (messages, tools, variables, parse_special);
-        Err("this model has no chat template to render 'tools' or 'chat_template_kwargs' with".into())
+        Err(
+            "this model has no chat template to render 'tools' or 'chat_template_kwargs' with"
+                .into(),
+        )
     }
 
     /// The ids that end a response when generated.
