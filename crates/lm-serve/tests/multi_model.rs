@@ -394,15 +394,16 @@ fn a_failed_reload_is_a_500_naming_the_model_and_is_tried_again() {
     let n_loads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let toy = toy_source("toy", &gate);
     let counted = Arc::clone(&n_loads);
-    let load: LoadModel = Arc::new(move || {
-        match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 | 3 => (toy.load)(),
-            _ => Err(ServeError::Load {
-                id: "toy".into(),
-                source: "the weights went away".into(),
-            }),
-        }
-    });
+    let load: LoadModel =
+        Arc::new(
+            move || match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 | 3 => (toy.load)(),
+                _ => Err(ServeError::Load {
+                    id: "toy".into(),
+                    source: "the weights went away".into(),
+                }),
+            },
+        );
     let models = vec![ModelSource {
         id: "toy".into(),
         load,
