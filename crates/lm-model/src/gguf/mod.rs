@@ -111,6 +111,74 @@ enum Storage {
     /// A header and tensors borrowed from other files' maps
     /// ([`GgufFile::from_pieces`]); `bytes` is the header alone.
     Assembled(Pieces),
+    /// A mixture of experts ([`GgufFile::open`]): the file mapped, its
+    /// experts read from the map, every other tensor from a copy in huge
+    /// pages.
+    Split(Box<Split>),
+}
+
+/// [`Storage::Split`]: the experts (3-d tensors) are read on first use and
+/// only the chosen ones become resident; the tensors every token reads
+/// (attention, norms, router, embeddings, output) stream from huge pages,
+/// as a dense file's do ([`Storage::read`]).
+struct Split {
+    map: Mmap,
+    copy: MmapMut,
+    /// The copied ranges of the file, ascending, each with where it starts
+    /// in `copy`.
+    copied: Vec<(std::ops::Range<usize>, usize)>,
+}
+
+impl Split {
+    /// Copies every tensor of `tensors` that is not 3-d (at `data_offset`
+    /// of the mapped `file`) into one buffer of huge pages, each at a
+    /// multiple of 64 bytes. The bytes are read from the file, not through
+    /// the map, so loading leaves no page of the map resident.
+    fn new(
+        map: Mmap,
+        file: &File,
+        tensors: &[TensorInfo],
+        data_offset: usize,
+    ) -> io::Result<Split> {
+        let mut copied: Vec<(std::ops::Range<usize>, usize)> = Vec::new();
+        let mut len = 0usize;
+        let mut dense: Vec<&TensorInfo> = tensors.iter().filter(|t| t.dims.len() != 3).collect();
+        dense.sort_by_key(|t| t.offset);
+        for info in dense {
+            let start = data_offset + info.offset;
+            copied.push((start..start + info.n_bytes, len));
+            len = (len + info.n_bytes).next_multiple_of(64);
+        }
+        let mut copy = huge_page_buffer(len)?;
+        for (range, at) in &copied {
+            let out = &mut copy[*at..*at + range.len()];
+            #[cfg(unix)]
+            std::os::unix::fs::FileExt::read_exact_at(file, out, range.start as u64)?;
+            #[cfg(not(unix))]
+            out.copy_from_slice(map.get(range.clone()).ok_or(io::ErrorKind::UnexpectedEof)?);
+        }
+        #[cfg(not(unix))]
+        let _ = file;
+        Ok(Split { map, copy, copied })
+    }
+
+    /// The bytes of `range`: from the copy when a copied tensor holds them,
+    /// else from the map.
+    fn slice(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        let holder = self
+            .copied
+            .partition_point(|(copied, _)| copied.start <= range.start)
+            .checked_sub(1)
+            .map(|i| &self.copied[i])
+            .filter(|(copied, _)| range.end <= copied.end);
+        match holder {
+            Some((copied, at)) => {
+                let start = at + (range.start - copied.start);
+                self.copy.get(start..start + range.len())
+            }
+            None => self.map.get(range),
+        }
+    }
 }
 
 /// The size of an x86-64 (and arm64 with 4 KB base pages) huge page.
@@ -123,6 +191,7 @@ impl Storage {
             Storage::Read { map, len } => &map[..*len],
             Storage::Owned(bytes) => bytes,
             Storage::Assembled(pieces) => pieces.head(),
+            Storage::Split(split) => &split.map,
         }
     }
 
@@ -139,6 +208,7 @@ impl Storage {
     fn slice(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
         match self {
             Storage::Assembled(pieces) => pieces.slice(range),
+            Storage::Split(split) => split.slice(range),
             other => other.bytes().get(range),
         }
     }
@@ -150,7 +220,7 @@ impl Storage {
             Storage::Mapped(_) => None,
             Storage::Read { map, len } => Some(&mut map[..*len]),
             Storage::Owned(bytes) => Some(bytes),
-            Storage::Assembled(_) => None,
+            Storage::Assembled(_) | Storage::Split(_) => None,
         }
     }
 
@@ -171,20 +241,30 @@ impl Storage {
     /// `READ_ONLY_THP_FOR_FS`, hence the copy. Where huge pages are refused
     /// the bytes are the same and only the speed differs.
     fn read(mut file: &File) -> io::Result<Storage> {
-        let too_large = || io::Error::new(io::ErrorKind::OutOfMemory, "file larger than memory");
         let len = usize::try_from(file.metadata()?.len()).map_err(|_| too_large())?;
-        let map_len = len
-            .checked_next_multiple_of(HUGE_PAGE)
-            .ok_or_else(too_large)?;
-        let mut map = MmapOptions::new().len(map_len.max(HUGE_PAGE)).map_anon()?;
-        // A hint, refused (harmlessly) where transparent huge pages are off;
-        // the file's last, partial huge page is left to 4 KB pages so that
-        // no more than the file becomes resident.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise_range(memmap2::Advice::HugePage, 0, len / HUGE_PAGE * HUGE_PAGE);
+        let mut map = huge_page_buffer(len)?;
         file.read_exact(&mut map[..len])?;
         Ok(Storage::Read { map, len })
     }
+}
+
+fn too_large() -> io::Error {
+    io::Error::new(io::ErrorKind::OutOfMemory, "file larger than memory")
+}
+
+/// Fresh anonymous memory of at least `len` bytes (a whole number of huge
+/// pages, so the kernel aligns it to one), advised for huge pages: a hint,
+/// refused (harmlessly) where transparent huge pages are off. The last,
+/// partial huge page is left to 4 KB pages so that no more than `len`
+/// bytes become resident.
+fn huge_page_buffer(len: usize) -> io::Result<MmapMut> {
+    let map_len = len
+        .checked_next_multiple_of(HUGE_PAGE)
+        .ok_or_else(too_large)?;
+    let map = MmapOptions::new().len(map_len.max(HUGE_PAGE)).map_anon()?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise_range(memmap2::Advice::HugePage, 0, len / HUGE_PAGE * HUGE_PAGE);
+    Ok(map)
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -212,18 +292,29 @@ impl GgufFile {
     /// [`GgufFile::map`] keeps that.
     ///
     /// A mixture of experts (a file with 3-d tensors, the experts'
-    /// `ffn_*_exps`) stays mapped instead: a token reads only its chosen
-    /// experts, so resident memory grows with the experts used, not with
-    /// the file (a 30B mixture is read a few GB at a time).
+    /// `ffn_*_exps`) keeps its experts mapped instead: a token reads only
+    /// its chosen experts, so resident memory grows with the experts used,
+    /// not with the file (a 30B mixture is read a few GB at a time). Its
+    /// other tensors, which every token reads, are copied into huge pages.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let mut file = GgufFile::map(path)?;
-        if !file.has_experts() {
-            let io_error = |source| GgufError::Io {
-                path: path.to_path_buf(),
-                source,
+        let io_error = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let opened = File::open(path).map_err(io_error)?;
+        if file.has_experts() {
+            let Storage::Mapped(map) =
+                std::mem::replace(&mut file.storage, Storage::Owned(Vec::new()))
+            else {
+                unreachable!("GgufFile::map maps the file");
             };
-            let read = Storage::read(&File::open(path).map_err(io_error)?).map_err(io_error)?;
+            let split =
+                Split::new(map, &opened, &file.tensors, file.data_offset).map_err(io_error)?;
+            file.storage = Storage::Split(Box::new(split));
+        } else {
+            let read = Storage::read(&opened).map_err(io_error)?;
             // The same bytes, so the parsed offsets hold; a file changed in
             // between (which a map forbids anyway) is refused by its length.
             if read.bytes().len() != file.bytes().len() {
@@ -242,9 +333,10 @@ impl GgufFile {
     }
 
     /// Whether the bytes are a read-only map of the file ([`GgufFile::map`],
-    /// or [`GgufFile::open`] of a mixture of experts).
+    /// or [`GgufFile::open`] of a mixture of experts, whose experts are read
+    /// from the map).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.storage, Storage::Mapped(_))
+        matches!(self.storage, Storage::Mapped(_) | Storage::Split(_))
     }
 
     /// Maps the file at `path` read-only and parses its header, as
