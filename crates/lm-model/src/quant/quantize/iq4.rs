@@ -51,17 +51,7 @@ fn best_indices(x: &[f32; 32], id: f32) -> [u8; 32] {
 /// independent chains, so side by side they overlap); 0 for a group whose
 /// largest magnitude is below `GROUP_MAX_EPS`.
 fn group_scales<const N: usize>(x: &[[f32; N]; 32]) -> [f32; N] {
-    let (mut amax, mut max) = ([0f32; N], [0f32; N]);
-    for xi in x {
-        for k in 0..N {
-            let a = xi[k].abs();
-            (amax[k], max[k]) = if a > amax[k] {
-                (a, xi[k])
-            } else {
-                (amax[k], max[k])
-            };
-        }
-    }
+    let (amax, max) = super::search::largest_magnitudes(x);
     let first = f32::from(IQ4_NL_VALUES[0]);
     let id = max.map(|m| 1.0 / (-m / first));
     let (sumqx, sumq2) = lane_sums(x, &id);

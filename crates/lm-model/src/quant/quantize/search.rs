@@ -222,6 +222,24 @@ fn error<const N: usize, const G: usize>(
     error
 }
 
+/// Each of `N` groups' largest magnitude and the value that has it (the
+/// first, on a tie), over the `M` values `x[i][k]` of group `k`: where
+/// every search of ggml's starts.
+pub(super) fn largest_magnitudes<const N: usize, const M: usize>(
+    x: &[[f32; N]; M],
+) -> ([f32; N], [f32; N]) {
+    let (mut amax, mut max) = ([0f32; N], [0f32; N]);
+    for xi in x {
+        for k in 0..N {
+            let a = xi[k].abs();
+            if a > amax[k] {
+                (amax[k], max[k]) = (a, xi[k]);
+            }
+        }
+    }
+    (amax, max)
+}
+
 /// ggml's `make_qx_quants` with `rmse_type` 1 and no importance weights
 /// (Q6_K's groups of 16, `nmax` 32) for `N` groups at once: `x[i][k]` is
 /// value `i` of group `k`. Writes the levels (`0..64`, the signed level
@@ -235,17 +253,7 @@ pub(super) fn make_qx_quants<const N: usize>(
     eps: f32,
 ) -> [f32; N] {
     const NMAX: i32 = 32;
-    let (mut amax, mut max) = ([0f32; N], [0f32; N]);
-    for xi in x {
-        for k in 0..N {
-            let a = xi[k].abs();
-            (amax[k], max[k]) = if a > amax[k] {
-                (a, xi[k])
-            } else {
-                (amax[k], max[k])
-            };
-        }
-    }
+    let (amax, max) = largest_magnitudes(x);
     let level = |iscale: f32, v: f32| bounded_level(iscale * v, -NMAX as f32, (NMAX - 1) as f32);
     // Σ w x l and Σ w l² with w = x², in ggml's order of operations.
     let sums = |iscale: &[f32; N]| {
@@ -328,17 +336,7 @@ pub(super) fn make_q3_quants<const N: usize>(
     eps: f32,
 ) -> [f32; N] {
     const NMAX: f32 = 4.0;
-    let (mut amax, mut max) = ([0f32; N], [0f32; N]);
-    for xi in x {
-        for k in 0..N {
-            let a = xi[k].abs();
-            (amax[k], max[k]) = if a > amax[k] {
-                (a, xi[k])
-            } else {
-                (amax[k], max[k])
-            };
-        }
-    }
+    let (amax, max) = largest_magnitudes(x);
     // The signed levels as f32, and Σ w x l and Σ w l² with w = x², in
     // ggml's order of operations. (A lane below `eps` may compute NaNs
     // here; its results are replaced at the end.)
