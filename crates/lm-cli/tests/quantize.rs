@@ -267,6 +267,15 @@ fn smollm2_iq4_xs_equals_llama_quantize_and_runs_as_in_llama_cpp() {
     );
 }
 
+/// `model`'s logits after `ids`, read from a fresh sequence.
+fn last_logits(model: &lm::GgufModel, ids: &[lm::lm_core::TokenId]) -> Vec<f32> {
+    let mut logits = Vec::new();
+    (model.decoder)
+        .forward(&mut model.decoder.new_state(), ids, Rows::Last, &mut logits)
+        .unwrap();
+    logits
+}
+
 /// `lm-cli quantize` of SmolLM2 Q8_0 to `ty` against llama.cpp's side in
 /// `fixtures/quantize/smollm2-TY.json`: the summary has `lines`, the
 /// file's SHA-256 is llama-quantize's, our greedy ids on it are llama.cpp's
@@ -321,16 +330,7 @@ fn check_smollm2(ty: &str, lines: &[&str]) {
             "{prompt:?}: {got:?}\n{expected:?}"
         );
         let top = case["top_logits"].as_array().unwrap();
-        let mut logits = Vec::new();
-        model
-            .decoder
-            .forward(
-                &mut model.decoder.new_state(),
-                &prompt_ids,
-                Rows::Last,
-                &mut logits,
-            )
-            .unwrap();
+        let logits = last_logits(&model, &prompt_ids);
         let largest = top
             .iter()
             .map(|pair| {
@@ -399,16 +399,7 @@ fn quantize_dir_output_runs_in_llama_cpp() {
             .chunks_exact(2)
             .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect();
-        let mut ours = Vec::new();
-        model
-            .decoder
-            .forward(
-                &mut model.decoder.new_state(),
-                &prompt_ids,
-                Rows::Last,
-                &mut ours,
-            )
-            .unwrap();
+        let ours = last_logits(&model, &prompt_ids);
         let largest = ours
             .iter()
             .zip(&theirs)
