@@ -187,44 +187,41 @@ def tensor_types(path):
     return {t.name: t.tensor_type.name for t in reader.tensors}
 
 
+def quantize_each(out, src, ftypes, manifest):
+    """llama.cpp's quantization of the input `src` (a file name in `out`) to
+    each named file type of `ftypes`, recorded in the manifest's outputs
+    (with the input's name, unless it is the manifest's own `input`)."""
+    for name, ftype in ftypes.items():
+        dst = os.path.join(out, f"{name}.gguf")
+        quantize(os.path.join(out, src), dst, ftype)
+        output = {"file": f"{name}.gguf"}
+        if src != manifest["input"]:
+            output["input"] = src
+        output.update({"ftype": ftype, "tensor_types": tensor_types(dst)})
+        manifest["outputs"][name] = output
+        print(f"{name}: {os.path.getsize(dst)} bytes")
+
+
 def main():
     out = out_folder(__doc__.splitlines()[0], llama_cpp.__version__, LLAMA_CPP_PYTHON_VERSION)
-    src = os.path.join(out, "input.f16.gguf")
-    write_input(src, np.random.default_rng(SEED))
+    write_input(os.path.join(out, "input.f16.gguf"), np.random.default_rng(SEED))
     manifest = {
         "llama_cpp_python": llama_cpp.__version__,
         "seed": SEED,
         "input": "input.f16.gguf",
         "outputs": {},
     }
-    for name, ftype in FTYPES.items():
-        dst = os.path.join(out, f"{name}.gguf")
-        quantize(src, dst, ftype)
-        manifest["outputs"][name] = {"file": f"{name}.gguf", "ftype": ftype, "tensor_types": tensor_types(dst)}
-        print(f"{name}: {os.path.getsize(dst)} bytes")
-    src_k = os.path.join(out, "input-k.f16.gguf")
-    write_k_input(src_k, np.random.default_rng(SEED + 1))
+    quantize_each(out, "input.f16.gguf", FTYPES, manifest)
+    write_k_input(os.path.join(out, "input-k.f16.gguf"), np.random.default_rng(SEED + 1))
     manifest["input_k"] = "input-k.f16.gguf"
     # llama.h: Q4_K_S 14, Q5_K_S 16, Q6_K 18, Q4_0 2, Q2_K 10, IQ4_XS 30.
-    for name, ftype in {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16, "q2_k-k": 10,
-                        "iq4_xs-k": 30}.items():
-        dst = os.path.join(out, f"{name}.gguf")
-        quantize(src_k, dst, ftype)
-        manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-k.f16.gguf",
-                                     "ftype": ftype, "tensor_types": tensor_types(dst)}
-        print(f"{name}: {os.path.getsize(dst)} bytes")
-    src_mix = os.path.join(out, "input-mix.f16.gguf")
-    write_mix_input(src_mix, np.random.default_rng(SEED + 2))
+    quantize_each(out, "input-k.f16.gguf", {"q6_k": 18, "q4_0-k": 2, "q4_k_s": 14, "q5_k_s": 16,
+                                            "q2_k-k": 10, "iq4_xs-k": 30}, manifest)
+    write_mix_input(os.path.join(out, "input-mix.f16.gguf"), np.random.default_rng(SEED + 2))
     # llama.h: Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, IQ4_NL 25, IQ4_XS 30.
-    for name, ftype in {"q2_k": 10, "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "iq4_nl": 25,
-                        "iq4_xs": 30}.items():
-        dst = os.path.join(out, f"{name}.gguf")
-        quantize(src_mix, dst, ftype)
-        manifest["outputs"][name] = {"file": f"{name}.gguf", "input": "input-mix.f16.gguf",
-                                     "ftype": ftype, "tensor_types": tensor_types(dst)}
-        print(f"{name}: {os.path.getsize(dst)} bytes")
+    quantize_each(out, "input-mix.f16.gguf", {"q2_k": 10, "q3_k_s": 11, "q3_k_m": 12,
+                                              "q3_k_l": 13, "iq4_nl": 25, "iq4_xs": 30}, manifest)
     write_manifest(out, manifest)
-
 
 if __name__ == "__main__":
     main()
