@@ -38,6 +38,7 @@ connection and writes only llama.cpp's outputs, never any of its code.
 """
 
 import ctypes
+import functools
 import os
 import sys
 
@@ -59,27 +60,45 @@ FFN = 96
 FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9}
 
 
-def write_input(path, rng):
-    def matrix(n_out, n_in):
-        m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
-        outliers = rng.random((n_out, n_in)) < 1.0 / 29.0
-        m[outliers] *= 40.0
-        return m.astype(np.float16)
+def random_matrix(rng, n_out, n_in):
+    """An F16 matrix of normal values scaled by 1/sqrt(n_in), one value in
+    29 (on average) times 40: the outliers the quantizers must handle."""
+    m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+    m[rng.random((n_out, n_in)) < 1.0 / 29.0] *= 40.0
+    return m.astype(np.float16)
 
+
+def llama_writer(path, n_embd, n_layer, n_ff, n_head, n_kv_head, n_vocab, rope_dims=None):
+    """A GGUF writer of a llama with these hyperparameters (context 64, no
+    tokenizer, mostly F16), its tensors still to add (`finish` writes it)."""
     w = gguf.GGUFWriter(path, "llama")
     w.add_context_length(64)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(1)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_KV_HEAD)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    w.add_rope_dimension_count(HEAD_DIM)
+    if rope_dims is not None:
+        w.add_rope_dimension_count(rope_dims)
     w.add_tokenizer_model("none")
-    w.add_vocab_size(VOCAB)
+    w.add_vocab_size(n_vocab)
     w.add_file_type(1)  # mostly F16
+    return w
 
+
+def finish(w):
+    """Writes the file of `llama_writer`'s `w`."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_input(path, rng):
+    matrix = functools.partial(random_matrix, rng)
+    w = llama_writer(path, N_EMBD, 1, FFN, N_HEAD, N_KV_HEAD, VOCAB, rope_dims=HEAD_DIM)
     embd = matrix(VOCAB, N_EMBD)
     embd[0] = 0.0
     embd[1] = 0.5
@@ -98,32 +117,14 @@ def write_input(path, rng):
     w.add_tensor(p + "ffn_gate.weight", matrix(FFN, N_EMBD))
     w.add_tensor(p + "ffn_up.weight", matrix(FFN, N_EMBD))
     w.add_tensor(p + "ffn_down.weight", matrix(N_EMBD, FFN))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_k_input(path, rng):
     """Rows of 256 with outliers, one all-zero row, and a row whose first
     group of 16 is below ggml's GROUP_MAX_EPS."""
-    def matrix(n_out, n_in):
-        m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
-        m[rng.random((n_out, n_in)) < 1.0 / 29.0] *= 40.0
-        return m.astype(np.float16)
-
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_context_length(64)
-    w.add_embedding_length(256)
-    w.add_block_count(1)
-    w.add_feed_forward_length(32)
-    w.add_head_count(2)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("none")
-    w.add_vocab_size(8)
-    w.add_file_type(1)
+    matrix = functools.partial(random_matrix, rng)
+    w = llama_writer(path, 256, 1, 32, 2, 2, 8)
     embd = matrix(8, 256)
     embd[0] = 0.0
     embd[1, :16] = 0.0
@@ -133,43 +134,22 @@ def write_k_input(path, rng):
     w.add_tensor("blk.0.attn_norm.weight", np.ones(256, dtype=np.float32))
     w.add_tensor("blk.0.attn_q.weight", matrix(8, 256))
     w.add_tensor("blk.0.ffn_down.weight", matrix(16, 32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_mix_input(path, rng):
     """16 layers of two-row weights with rows of 256: every tensor kind the
     K mixes treat apart (attn_v, attn_output, ffn_down by layer)."""
-    def matrix(n_out, n_in):
-        m = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
-        m[rng.random((n_out, n_in)) < 1.0 / 29.0] *= 40.0
-        return m.astype(np.float16)
-
+    matrix = functools.partial(random_matrix, rng)
     n_layer = 16
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_context_length(64)
-    w.add_embedding_length(256)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(256)
-    w.add_head_count(8)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("none")
-    w.add_vocab_size(4)
-    w.add_file_type(1)
+    w = llama_writer(path, 256, n_layer, 256, 8, 2, 4)
     w.add_tensor("token_embd.weight", matrix(4, 256))
     w.add_tensor("output_norm.weight", np.ones(256, dtype=np.float32))
     w.add_tensor("output.weight", matrix(4, 256))
     for i in range(n_layer):
         for name in ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]:
             w.add_tensor(f"blk.{i}.{name}.weight", matrix(2, 256))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def quantize(src, dst, ftype):
