@@ -21,9 +21,9 @@
 use std::path::PathBuf;
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId, argmax};
-use lm_model::{AttentionKind, Decoder, Gating, Llama, SharedExpertOptions};
+use lm_model::{AttentionKind, Decoder, Gating, Llama, MoeOptions, SharedExpertOptions};
 
-use crate::common::{FixtureJson, fixture_path, max_abs_diff, read_json};
+use crate::common::{FixtureJson, fixture_path, fresh_logits, max_abs_diff, read_json};
 
 /// Largest allowed difference of one logit from llama.cpp's. Both sides
 /// keep an f16 KV cache and round queries and attention weights alike;
@@ -59,12 +59,19 @@ fn load(arch: &str) -> Decoder {
 
 /// Our logits of every position of `ids`, read in one pass.
 fn all_positions(model: &Decoder, ids: &[TokenId]) -> Vec<f32> {
-    let mut logits = Vec::new();
-    model
-        .forward(&mut model.new_state(), ids, Rows::All, &mut logits)
-        .unwrap();
-    logits
+    fresh_logits(model, ids, Rows::All)
 }
+
+/// The attention kind of every layer.
+fn attention_kinds(model: &Decoder) -> Vec<AttentionKind> {
+    let c = model.config();
+    (0..c.n_layer).map(|i| c.attention_kind(i)).collect()
+}
+
+/// A sliding layer of the fixtures (their window is 12).
+const SLIDING: AttentionKind = AttentionKind::Sliding { window: 12 };
+/// A layer that attends to every earlier position.
+const GLOBAL: AttentionKind = AttentionKind::Global;
 
 /// Compares every position with llama.cpp's and returns the largest
 /// difference.
@@ -135,48 +142,51 @@ fn qwen3_matches_llama_cpp() {
 #[test]
 fn gemma3_matches_llama_cpp() {
     let model = load("gemma3");
-    let c = model.config();
-    let kinds: Vec<AttentionKind> = (0..c.n_layer).map(|i| c.attention_kind(i)).collect();
-    let sliding = AttentionKind::Sliding { window: 12 };
     assert_eq!(
-        kinds,
-        [
-            sliding,
-            sliding,
-            sliding,
-            sliding,
-            sliding,
-            AttentionKind::Global
-        ]
+        attention_kinds(&model),
+        [SLIDING, SLIDING, SLIDING, SLIDING, SLIDING, GLOBAL]
     );
     check_against_llama_cpp("gemma3");
 }
 
-/// The configuration's mixture of experts: experts, top-k, expert width,
-/// renormalised weights.
-fn moe_of(model: &Decoder) -> (usize, usize, usize, bool) {
-    let moe = model.config().options.moe.expect("a mixture of experts");
-    (
-        moe.n_expert,
-        moe.n_expert_used,
-        moe.expert_ffn_dim,
-        moe.norm_weights,
-    )
+/// The configuration's mixture of experts.
+fn moe_of(model: &Decoder) -> MoeOptions {
+    model.config().options.moe.expect("a mixture of experts")
 }
+
+/// The qwen3moe fixture's mixture: top-2 of 8 softmax-gated experts of
+/// width 32 (expert_feed_forward_length, not the 96 of
+/// feed_forward_length), renormalised. The other mixtures are written as
+/// what they change of it.
+const QWEN3MOE: MoeOptions = MoeOptions {
+    n_expert: 8,
+    n_expert_used: 2,
+    expert_ffn_dim: 32,
+    norm_weights: true,
+    gating: Gating::Softmax,
+    weights_scale: 1.0,
+    n_dense_lead: 0,
+    shared: None,
+    biased: false,
+};
 
 #[test]
 fn qwen3moe_matches_llama_cpp() {
     let model = load("qwen3moe");
     assert!(model.config().options.qk_norm);
-    // 8 experts of width 32 (expert_feed_forward_length, not the 96 of
-    // feed_forward_length), top-2, renormalised.
-    assert_eq!(moe_of(&model), (8, 2, 32, true));
+    assert_eq!(moe_of(&model), QWEN3MOE);
     check_against_llama_cpp("qwen3moe");
 }
 
 #[test]
 fn qwen3moe_top_8_of_16_matches_llama_cpp() {
-    assert_eq!(moe_of(&load("qwen3moe_top8")), (16, 8, 16, true));
+    let moe = MoeOptions {
+        n_expert: 16,
+        n_expert_used: 8,
+        expert_ffn_dim: 16,
+        ..QWEN3MOE
+    };
+    assert_eq!(moe_of(&load("qwen3moe_top8")), moe);
     check_against_llama_cpp("qwen3moe_top8");
 }
 
@@ -193,7 +203,7 @@ fn qwen3moe_top_8_of_16_matches_llama_cpp() {
 fn qwen3moe_with_q8_0_experts_matches_llama_cpp() {
     const BEFORE_FIRST_FLIP: usize = 16;
     let model = load("qwen3moe_q8_0");
-    assert_eq!(moe_of(&model), (8, 2, 32, true));
+    assert_eq!(moe_of(&model), QWEN3MOE);
     let vocab = model.vocab_size();
     let f32_model = load("qwen3moe_q8_0").with_kv_precision(lm_model::KvPrecision::F32);
     for (ours, name) in [
@@ -227,7 +237,11 @@ fn qwen3moe_with_q8_0_experts_matches_llama_cpp() {
 fn mixtral_matches_llama_cpp() {
     // llama with llama.expert_count = 8: experts as wide as
     // feed_forward_length.
-    assert_eq!(moe_of(&load("mixtral")), (8, 2, 48, true));
+    let moe = MoeOptions {
+        expert_ffn_dim: 48,
+        ..QWEN3MOE
+    };
+    assert_eq!(moe_of(&load("mixtral")), moe);
     check_against_llama_cpp("mixtral");
 }
 
@@ -239,28 +253,30 @@ fn olmoe_matches_llama_cpp() {
     // feed_forward_length; the chosen weights not renormalised.
     assert!(c.options.qk_norm && c.options.qk_norm_full_width);
     assert_eq!(c.qk_norm_widths(), (64, 64));
-    assert_eq!(moe_of(&model), (8, 2, 32, false));
+    let moe = MoeOptions {
+        norm_weights: false,
+        ..QWEN3MOE
+    };
+    assert_eq!(moe_of(&model), moe);
     check_against_llama_cpp("olmoe");
 }
 
 #[test]
 fn qwen2moe_matches_llama_cpp() {
     let model = load("qwen2moe");
-    let c = model.config();
-    let moe = c.options.moe.unwrap();
     // qwen2's attention, top-2 of 8 softmax experts of width 32 not
     // renormalised, and a shared expert of width 48 behind a sigmoid gate.
-    assert!(c.options.qkv_bias);
-    assert_eq!(moe_of(&model), (8, 2, 32, false));
-    assert_eq!(moe.gating, Gating::Softmax);
-    assert_eq!(
-        moe.shared,
-        Some(SharedExpertOptions {
-            width: 48,
-            gated: true
-        })
-    );
-    assert_eq!((moe.weights_scale, moe.n_dense_lead), (1.0, 0));
+    assert!(model.config().options.qkv_bias);
+    let shared = SharedExpertOptions {
+        width: 48,
+        gated: true,
+    };
+    let moe = MoeOptions {
+        norm_weights: false,
+        shared: Some(shared),
+        ..QWEN3MOE
+    };
+    assert_eq!(moe_of(&model), moe);
     check_against_llama_cpp("qwen2moe");
 }
 
@@ -268,21 +284,23 @@ fn qwen2moe_matches_llama_cpp() {
 fn dots1_matches_llama_cpp() {
     let model = load("dots1");
     let c = model.config();
-    let moe = c.options.moe.unwrap();
     // qwen3's attention; layer 0 dense, then top-3 of 8 sigmoid-gated
     // experts chosen with a selection bias, renormalised, times 2.5, and
     // two shared experts' width (64) added ungated.
     assert!(c.options.qk_norm);
-    assert_eq!(moe_of(&model), (8, 3, 32, true));
-    assert_eq!(moe.gating, Gating::Sigmoid);
-    assert_eq!(
-        moe.shared,
-        Some(SharedExpertOptions {
-            width: 64,
-            gated: false
-        })
-    );
-    assert_eq!((moe.weights_scale, moe.n_dense_lead), (2.5, 1));
+    let shared = SharedExpertOptions {
+        width: 64,
+        gated: false,
+    };
+    let moe = MoeOptions {
+        n_expert_used: 3,
+        gating: Gating::Sigmoid,
+        weights_scale: 2.5,
+        n_dense_lead: 1,
+        shared: Some(shared),
+        ..QWEN3MOE
+    };
+    assert_eq!(moe_of(&model), moe);
     let moe_layers: Vec<bool> = (0..c.n_layer).map(|i| c.is_moe_layer(i)).collect();
     assert_eq!(moe_layers, [false, true, true, true]);
     check_against_llama_cpp("dots1");
@@ -341,25 +359,19 @@ fn gpt_oss_with_yarn_matches_llama_cpp() {
 fn gpt_oss_matches_llama_cpp() {
     let model = load("gpt_oss");
     let c = model.config();
-    let moe = c.options.moe.unwrap();
     // Sinks, q/k/v and output biases; layers 0 and 2 sliding over 12, 1
     // and 3 global; top-4 of 8 experts (MXFP4, width 32) chosen by logit
     // and weighted by the softmax of the four, through swiglu_oai.
     assert!(c.options.attn_sinks && c.options.attn_output_bias && c.options.qkv_bias);
-    let kinds: Vec<AttentionKind> = (0..c.n_layer).map(|i| c.attention_kind(i)).collect();
-    let sliding = AttentionKind::Sliding { window: 12 };
-    assert_eq!(
-        kinds,
-        [
-            sliding,
-            AttentionKind::Global,
-            sliding,
-            AttentionKind::Global
-        ]
-    );
-    assert_eq!(moe_of(&model), (8, 4, 32, false));
-    assert_eq!(moe.gating, Gating::SoftmaxWeight);
-    assert!(moe.biased);
+    assert_eq!(attention_kinds(&model), [SLIDING, GLOBAL, SLIDING, GLOBAL]);
+    let moe = MoeOptions {
+        n_expert_used: 4,
+        norm_weights: false,
+        gating: Gating::SoftmaxWeight,
+        biased: true,
+        ..QWEN3MOE
+    };
+    assert_eq!(moe_of(&model), moe);
     assert_eq!(c.ffn, lm_model::FfnKind::SwiGluOai);
     check_against_llama_cpp("gpt_oss");
 }
@@ -439,17 +451,7 @@ fn gemma2_matches_llama_cpp() {
         (c.options.attn_softcap, c.options.final_softcap),
         (Some(4.0), Some(5.0))
     );
-    let kinds: Vec<AttentionKind> = (0..c.n_layer).map(|i| c.attention_kind(i)).collect();
-    let sliding = AttentionKind::Sliding { window: 12 };
-    assert_eq!(
-        kinds,
-        [
-            sliding,
-            AttentionKind::Global,
-            sliding,
-            AttentionKind::Global
-        ]
-    );
+    assert_eq!(attention_kinds(&model), [SLIDING, GLOBAL, SLIDING, GLOBAL]);
     assert_eq!(
         c.options.sliding_window.map(|sw| sw.rope_base),
         Some(10000.0)
@@ -466,9 +468,7 @@ fn olmo2_matches_llama_cpp() {
     // heads); OLMo 3's window of 12 on layers 0-2.
     assert!(c.options.no_pre_norms && c.options.post_norms && c.options.qk_norm_full_width);
     assert_eq!(c.qk_norm_widths(), (64, 32));
-    let sliding = AttentionKind::Sliding { window: 12 };
-    assert_eq!(c.attention_kind(2), sliding);
-    assert_eq!(c.attention_kind(3), AttentionKind::Global);
+    assert_eq!(attention_kinds(&model), [SLIDING, SLIDING, SLIDING, GLOBAL]);
     check_against_llama_cpp("olmo2");
 }
 
@@ -546,7 +546,7 @@ fn expert_routing_moves_the_logits_beyond_the_tolerance() {
             other => other,
         };
         let key = format!("{name}.expert_used_count");
-        let used = moe_of(&load(arch)).1;
+        let used = moe_of(&load(arch)).n_expert_used;
         let fewer = crate::arch_errors::Model::read(arch)
             .set(&key, MetadataValue::U32((used / 2) as u32))
             .load()
@@ -761,11 +761,6 @@ fn long_input(n: usize) -> Vec<TokenId> {
     (0..n as TokenId).map(|i| (i * 97 + 13) % 512).collect()
 }
 
-/// The logits of every position of `ids` read from a fresh state, one pass.
-fn fresh(model: &Decoder, ids: &[TokenId]) -> Vec<f32> {
-    all_positions(model, ids)
-}
-
 /// The gemma3 file's sliding layers keep a ring of 32 positions (twice the
 /// window of 12, in whole chunks): a 200-token input gives the same logits
 /// as the uncached reference (every key of every position, an explicit
@@ -827,7 +822,7 @@ fn sliding_window_cache_truncates_and_forks_like_a_fresh_state() {
             .forward(&mut edited, &other[..10], Rows::Last, &mut logits)
             .unwrap();
         let expected = [&ids[..cut], &other[..10]].concat();
-        let diff = max_abs_diff(&logits, &last_row(&fresh(&model, &expected)));
+        let diff = max_abs_diff(&logits, &last_row(&all_positions(&model, &expected)));
         assert!(diff < 1e-3, "truncated to {cut}: {diff}");
     }
     model
@@ -835,7 +830,7 @@ fn sliding_window_cache_truncates_and_forks_like_a_fresh_state() {
         .unwrap();
     let diff = max_abs_diff(
         &logits,
-        &last_row(&fresh(&model, &[&ids[..], &other].concat())),
+        &last_row(&all_positions(&model, &[&ids[..], &other].concat())),
     );
     assert!(diff < 1e-3, "fork: {diff}");
     model
@@ -843,7 +838,7 @@ fn sliding_window_cache_truncates_and_forks_like_a_fresh_state() {
         .unwrap();
     let diff = max_abs_diff(
         &logits,
-        &last_row(&fresh(&model, &[&ids[..], &ids[..5]].concat())),
+        &last_row(&all_positions(&model, &[&ids[..], &ids[..5]].concat())),
     );
     assert!(diff < 1e-3, "parent after the fork: {diff}");
 }
@@ -908,7 +903,7 @@ fn the_real_gemma3_file_configures_as_llama_cpp_reads_it() {
         })
     );
     let global: Vec<usize> = (0..c.n_layer)
-        .filter(|&i| c.attention_kind(i) == AttentionKind::Global)
+        .filter(|&i| c.attention_kind(i) == GLOBAL)
         .collect();
     assert_eq!(global, [5, 11, 17]);
 }
