@@ -13,7 +13,9 @@ use crate::common::smollm2_path;
 
 /// Reads a random prompt into each of `n_seqs` states (lengths differ), then
 /// steps them `n_steps` times together and, on clones, one by one; every
-/// step's logits must agree bit for bit.
+/// step's logits must agree bit for bit, and no sequence's logits buffer may
+/// keep room for the batch's rows (a server's waiting sequences would each
+/// hold that much).
 fn check_steps_equal_solo_steps(model: &Decoder, n_seqs: usize, n_steps: usize, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let vocab = model.vocab_size() as u32;
@@ -36,6 +38,13 @@ fn check_steps_equal_solo_steps(model: &Decoder, n_seqs: usize, n_steps: usize, 
         model
             .forward_batch(&mut together, &slices, &mut logits)
             .unwrap();
+        for (b, row) in logits.iter().enumerate() {
+            assert!(
+                row.capacity() < 2 * vocab as usize,
+                "sequence {b} of {n_seqs}: its logits buffer has room for {} values",
+                row.capacity()
+            );
+        }
         for (b, (state, out)) in alone.iter_mut().zip(&mut alone_logits).enumerate() {
             model.forward(state, &next[b], Rows::Last, out).unwrap();
             let bits = |row: &[f32]| row.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

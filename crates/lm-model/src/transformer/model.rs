@@ -1,7 +1,7 @@
 //! The generic decoder: immutable weights ([`Decoder`]) apart from the
-//! per-sequence state ([`DecoderState`]: the KV cache, the position `pos`
-//! and scratch buffers), and the forward pass that both the toy decoder and
-//! llama run.
+//! per-sequence state ([`DecoderState`]: the KV cache and the position
+//! `pos`) and each thread's scratch buffers, and the forward pass that both
+//! the toy decoder and llama run.
 //!
 //! One forward call reads `n` new tokens at positions `pos..pos + n`:
 //!
@@ -35,6 +35,7 @@
 //! explicit mask matrix, with no cache code: the path the cached one is
 //! tested against.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
@@ -50,6 +51,7 @@ use super::moe::MoeScratch;
 use super::norm::Norm;
 use super::rope::RopeTable;
 use crate::kernels::dispatch::Dispatch;
+use crate::thread_scratch::with_thread_scratch;
 
 mod multi_sequence;
 
@@ -342,14 +344,14 @@ impl Decoder {
     }
 }
 
-/// Per-sequence state of a [`Decoder`]: the KV cache (whose length is the
-/// position `pos`) and scratch buffers reused across calls. Cloning forks
-/// the sequence; the clone shares the cache's written chunks (see
-/// [`KvCache`]) and starts with empty scratch.
+/// Per-sequence state of a [`Decoder`]: the KV cache, whose length is the
+/// position `pos`. A pass's activations live in the scratch of the thread
+/// that runs it (`PASS_SCRATCH`), not here, so a waiting sequence holds
+/// its cache alone. Cloning forks the sequence; the clone shares the
+/// cache's written chunks (see [`KvCache`]).
 #[derive(Debug)]
 pub struct DecoderState {
     pub(super) cache: KvCache,
-    scratch: Scratch,
     /// With sliding-window layers (whose cache keeps only a ring), the
     /// tokens read, from position 0 to at least `pos`, so the model can
     /// recompute after a truncation further back than the ring reaches;
@@ -361,7 +363,6 @@ impl Clone for DecoderState {
     fn clone(&self) -> Self {
         Self {
             cache: self.cache.clone(),
-            scratch: Scratch::default(),
             history: self
                 .history
                 .as_ref()
@@ -426,6 +427,16 @@ struct Scratch {
     /// Attention buffers of a pass of one tile of queries (decode; a long
     /// pass's tiles have their own, per thread).
     attention: AttentionScratch,
+    /// A multi-sequence step's logits, `[n][vocab_size]`, before each row
+    /// goes to its sequence's buffer.
+    logits: Vec<f32>,
+}
+
+thread_local! {
+    /// The buffers of the passes this thread runs, grown to the largest
+    /// piece it has run (a server's `--prefill-chunk`) and reused by every
+    /// sequence.
+    static PASS_SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 impl Scratch {
@@ -476,7 +487,6 @@ impl LanguageModel for Decoder {
                 self.dispatch,
                 &windows,
             ),
-            scratch: Scratch::default(),
         }
     }
 
@@ -575,13 +585,14 @@ impl Decoder {
         hidden.clear();
         in_pool(true, || {
             let max_piece = self.catch_up(state, tokens).clamp(1, HIDDEN_PIECE);
-            for piece in tokens.chunks(max_piece) {
-                let (cache, scratch) = (&mut state.cache, &mut state.scratch);
-                // No logits: `unembed` stops after the final norm, whose rows
-                // it leaves in the scratch.
-                self.forward_piece(cache, scratch, piece, 0, &mut []);
-                hidden.extend_from_slice(&scratch.normed[..piece.len() * d]);
-            }
+            with_thread_scratch(&PASS_SCRATCH, |scratch| {
+                for piece in tokens.chunks(max_piece) {
+                    // No logits: `unembed` stops after the final norm, whose
+                    // rows it leaves in the scratch.
+                    self.forward_piece(&mut state.cache, scratch, piece, 0, &mut []);
+                    hidden.extend_from_slice(&scratch.normed[..piece.len() * d]);
+                }
+            });
         });
         Ok(())
     }
@@ -601,20 +612,18 @@ impl Decoder {
             (Some(window), Some(ring_len)) => ring_len + 1 - window.min(ring_len),
             _ => tokens.len(),
         };
-        let DecoderState {
-            cache,
-            scratch,
-            history,
-        } = state;
+        let DecoderState { cache, history } = state;
         if let Some(history) = history {
             history.truncate(pos);
             if let Some(window) = largest_window
                 && !cache.holds_window(window)
             {
                 cache.reset();
-                for piece in history.chunks(max_piece) {
-                    self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
-                }
+                with_thread_scratch(&PASS_SCRATCH, |scratch| {
+                    for piece in history.chunks(max_piece) {
+                        self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
+                    }
+                });
             }
             history.extend_from_slice(tokens);
         }
@@ -639,17 +648,19 @@ impl Decoder {
         logits.resize(n_out * vocab_size, 0.0);
         let mut written = 0;
         let n_pieces = tokens.len().div_ceil(max_piece);
-        for (piece_idx, piece) in tokens.chunks(max_piece).enumerate() {
-            let out_first = match rows {
-                Rows::All => 0,
-                Rows::Last if piece_idx + 1 == n_pieces => piece.len() - 1,
-                Rows::Last => piece.len(),
-            };
-            let n_rows = (piece.len() - out_first) * vocab_size;
-            let out = &mut logits[written..written + n_rows];
-            self.forward_piece(&mut state.cache, &mut state.scratch, piece, out_first, out);
-            written += n_rows;
-        }
+        with_thread_scratch(&PASS_SCRATCH, |scratch| {
+            for (piece_idx, piece) in tokens.chunks(max_piece).enumerate() {
+                let out_first = match rows {
+                    Rows::All => 0,
+                    Rows::Last if piece_idx + 1 == n_pieces => piece.len() - 1,
+                    Rows::Last => piece.len(),
+                };
+                let n_rows = (piece.len() - out_first) * vocab_size;
+                let out = &mut logits[written..written + n_rows];
+                self.forward_piece(&mut state.cache, scratch, piece, out_first, out);
+                written += n_rows;
+            }
+        });
     }
 
     /// Reads `tokens` at the cache's position and writes the logits of rows

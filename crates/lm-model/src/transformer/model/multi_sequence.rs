@@ -21,7 +21,8 @@ use std::sync::atomic::Ordering;
 use lm_core::TokenId;
 use rayon::prelude::*;
 
-use super::{DecoderState, Scratch, add_bias_rows};
+use super::{DecoderState, PASS_SCRATCH, Scratch, add_bias_rows};
+use crate::thread_scratch::with_thread_scratch;
 use crate::transformer::Decoder;
 use crate::transformer::attention::{AttentionScratch, attend};
 use crate::transformer::linear::Linear;
@@ -41,10 +42,10 @@ impl Decoder {
     /// Reads `tokens[b]` into `states[b]` for every `b` in one pass and
     /// writes each sequence's next-token logits into `logits[b]`. The
     /// caller checked the input (lengths, ids, context bound) and
-    /// [`Decoder::can_step_together`]. The pass borrows the first state's
-    /// scratch buffers (sized for B rows) and the first logits buffer for
-    /// all B rows of the unembedding, so a step allocates nothing once the
-    /// buffers have grown.
+    /// [`Decoder::can_step_together`]. The pass runs in this thread's
+    /// scratch buffers (sized for B rows, the unembedding's B rows
+    /// included), so a step allocates nothing once they have grown and no
+    /// sequence's buffer grows past one row.
     pub(super) fn step_together(
         &self,
         states: &mut [DecoderState],
@@ -57,10 +58,20 @@ impl Decoder {
             "one token and one logits buffer per sequence"
         );
         self.positions_computed.fetch_add(n, Ordering::Relaxed);
+        with_thread_scratch(&PASS_SCRATCH, |s| self.step_in(s, states, tokens, logits));
+    }
+
+    /// [`Decoder::step_together`] in the scratch `s`.
+    fn step_in(
+        &self,
+        s: &mut Scratch,
+        states: &mut [DecoderState],
+        tokens: &[TokenId],
+        logits: &mut [Vec<f32>],
+    ) {
+        let n = tokens.len();
         let c = &self.config;
         let (d, q_dim, kv_dim) = (c.n_embd, c.q_dim(), c.kv_dim());
-        let mut scratch: Scratch = std::mem::take(&mut states[0].scratch);
-        let s = &mut scratch;
         s.size_for(c, n);
         let positions: Vec<usize> = states.iter().map(|state| state.cache.pos()).collect();
         for state in states.iter_mut() {
@@ -155,17 +166,16 @@ impl Decoder {
                 history.push(token);
             }
         }
-        // final norm and the classifier: all B rows into the first buffer,
-        // then each row after the first copied to its own
+        // final norm and the classifier: all B rows into the scratch, then
+        // each row copied to its sequence's buffer
         let vocab_size = c.vocab_size;
-        let (first, rest) = logits.split_first_mut().expect("n > 0");
-        first.resize(n * vocab_size, 0.0);
-        self.unembed(s, 0, first);
-        for (out, row) in rest.iter_mut().zip(first.chunks_exact(vocab_size).skip(1)) {
+        let mut rows = std::mem::take(&mut s.logits);
+        rows.resize(n * vocab_size, 0.0);
+        self.unembed(s, 0, &mut rows);
+        for (out, row) in logits.iter_mut().zip(rows.chunks_exact(vocab_size)) {
             out.clear();
             out.extend_from_slice(row);
         }
-        first.truncate(vocab_size);
-        states[0].scratch = scratch;
+        s.logits = rows;
     }
 }
