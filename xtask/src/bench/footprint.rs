@@ -6,7 +6,9 @@
 //! ```text
 //! weights per token = every tensor's bytes, except token_embd.weight, of which decode
 //!                     reads one row (unless the output matrix is tied to it: then it
-//!                     is the unembedding, read whole, counted once)
+//!                     is the unembedding, read whole, counted once), and a mixture of
+//!                     experts' 3-d expert tensors (`*_exps`), of which it reads the
+//!                     n_expert_used experts a token runs out of n_expert
 //! KV cache stored   = sum over layers of 2 (K, V) x n_kv_head x head_dim x element bytes
 //!                     x positions the layer keeps (whole chunks of KV_CHUNK_LEN,
 //!                     capped at the context and, for a sliding layer, at its ring)
@@ -29,6 +31,9 @@ use lm_model::{AttentionKind, GgufFile, KV_CHUNK_LEN, Llama, TensorInfo, Transfo
 pub(super) const RSS_MARGIN: f64 = 1.1;
 /// The token embedding table's tensor name.
 const TOKEN_EMBEDDING: &str = "token_embd.weight";
+/// What the names of a mixture of experts' 3-d expert tensors hold
+/// (`blk.N.ffn_{gate,up,down}_exps.weight` and their biases).
+const EXPERTS_MARK: &str = "_exps.";
 
 /// A model's file size, weight traffic per token and configuration.
 #[derive(Debug, Clone)]
@@ -53,7 +58,7 @@ impl Footprint {
             .with_context(|| format!("cannot read the configuration of {}", path.display()))?;
         Ok(Self {
             file_bytes,
-            weight_bytes_per_token: weight_bytes_per_token(file.tensors(), config.tied_output),
+            weight_bytes_per_token: weight_bytes_per_token(file.tensors(), &config),
             config,
         })
     }
@@ -87,14 +92,22 @@ impl Footprint {
 }
 
 /// Weight bytes one decode step reads: every tensor whole, except the token
-/// embedding table, of which one row is read, unless `tied_output` makes
-/// it the unembedding too (then it is read whole, once).
-fn weight_bytes_per_token(tensors: &[TensorInfo], tied_output: bool) -> u64 {
+/// embedding table, of which one row is read, unless the configuration's
+/// `tied_output` makes it the unembedding too (then it is read whole,
+/// once), and each expert tensor of a mixture of experts, of which the
+/// `n_expert_used` experts a token runs are read.
+fn weight_bytes_per_token(tensors: &[TensorInfo], config: &TransformerConfig) -> u64 {
+    let experts_read = |bytes: usize| match config.options.moe {
+        Some(moe) => bytes / moe.n_expert.max(1) * moe.n_expert_used,
+        None => bytes,
+    };
     tensors
         .iter()
         .map(|tensor| {
-            if tensor.name == TOKEN_EMBEDDING && !tied_output {
+            if tensor.name == TOKEN_EMBEDDING && !config.tied_output {
                 tensor.n_bytes / tensor.n_rows().max(1)
+            } else if tensor.name.contains(EXPERTS_MARK) {
+                experts_read(tensor.n_bytes)
             } else {
                 tensor.n_bytes
             }
@@ -137,7 +150,9 @@ fn positions_stored(config: &TransformerConfig, kind: AttentionKind, n_positions
 #[cfg(test)]
 mod tests {
     use lm_core::LanguageModel;
-    use lm_model::{GgmlType, KvPrecision, SlidingWindow, Toy, ToyArchitecture};
+    use lm_model::{
+        Gating, GgmlType, KvPrecision, MoeOptions, SlidingWindow, Toy, ToyArchitecture,
+    };
 
     use super::*;
 
@@ -211,7 +226,41 @@ mod tests {
             tensor("blk.0.attn_q.weight", 8, 8, 128),
             tensor("output_norm.weight", 8, 1, 32),
         ];
-        assert_eq!(weight_bytes_per_token(&tensors, false), 16 + 128 + 32);
-        assert_eq!(weight_bytes_per_token(&tensors, true), 1600 + 128 + 32);
+        let mut config = Toy::with_options(ToyArchitecture::Llama, 64, Toy::SEED)
+            .unwrap()
+            .config()
+            .clone();
+        config.tied_output = false;
+        assert_eq!(weight_bytes_per_token(&tensors, &config), 16 + 128 + 32);
+        config.tied_output = true;
+        assert_eq!(weight_bytes_per_token(&tensors, &config), 1600 + 128 + 32);
+    }
+
+    /// Of 8 experts with 2 used, decode reads a quarter of each expert
+    /// tensor and the router whole.
+    #[test]
+    fn decode_reads_only_the_experts_a_token_runs() {
+        let tensors = [
+            tensor("blk.0.ffn_gate_inp.weight", 8, 8, 256),
+            tensor("blk.0.ffn_up_exps.weight", 8, 64, 8000),
+            tensor("blk.0.ffn_down_exps.bias", 8, 8, 800),
+        ];
+        let mut config = Toy::with_options(ToyArchitecture::Llama, 64, Toy::SEED)
+            .unwrap()
+            .config()
+            .clone();
+        assert_eq!(weight_bytes_per_token(&tensors, &config), 256 + 8000 + 800);
+        config.options.moe = Some(MoeOptions {
+            n_expert: 8,
+            n_expert_used: 2,
+            expert_ffn_dim: 8,
+            norm_weights: true,
+            gating: Gating::Softmax,
+            weights_scale: 1.0,
+            n_dense_lead: 0,
+            shared: None,
+            biased: true,
+        });
+        assert_eq!(weight_bytes_per_token(&tensors, &config), 256 + 2000 + 200);
     }
 }
