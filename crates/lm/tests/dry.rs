@@ -65,11 +65,7 @@ fn fixture() -> Fixture {
 
 fn logits_row(fixture: &Fixture) -> Vec<f32> {
     let relative = fixture.row.trim_start_matches("fixtures/");
-    let bytes = std::fs::read(common::fixture_path(relative)).expect("the logits row");
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    common::read_f32le(&common::fixture_path(relative))
 }
 
 /// The ids `dry` changes in `row` after `history`, with their new logits.

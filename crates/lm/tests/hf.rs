@@ -29,7 +29,7 @@ use lm::lm_model::{Decoder, Llama};
 use lm::lm_tokenize::Message;
 use lm::{GgufModel, HfGeneration};
 
-use crate::common::{fixture_json, fixture_path};
+use crate::common::{fixture_json, fixture_path, read_f32le};
 use crate::conformance::max_abs_difference;
 
 /// llama.cpp's agreement with the crate on these models (see
@@ -61,14 +61,6 @@ fn all_positions(model: &Decoder, ids: &[TokenId]) -> Vec<f32> {
         .forward(&mut model.new_state(), ids, Rows::All, &mut logits)
         .unwrap();
     logits
-}
-
-fn read_f32(path: PathBuf) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap();
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
 }
 
 fn load(name: &str) -> GgufModel {
@@ -107,7 +99,7 @@ fn check_positions(
             "{name}: logit {i}: {a} from the directory, {b} from the twin"
         );
     }
-    let mut theirs = read_f32(llama_cpp);
+    let mut theirs = read_f32le(&llama_cpp);
     theirs.truncate(hf.len());
     assert_eq!(theirs.len(), hf.len(), "{name}");
     let (_, largest) = max_abs_difference(&hf, &theirs);

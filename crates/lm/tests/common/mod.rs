@@ -1,7 +1,7 @@
 //! Shared test helpers: the committed fixtures, and SmolLM2 and Gemma 3's
 //! tokenizer through the loader (found by lm-model's catalog).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use lm::lm_core::TokenId;
@@ -40,6 +40,17 @@ pub fn fixture_json<T: serde::de::DeserializeOwned>(relative: &str) -> T {
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
     serde_json::from_str(&json)
         .unwrap_or_else(|err| panic!("{} has the wrong shape: {err}", path.display()))
+}
+
+/// The little-endian f32 values of the file at `path` (llama.cpp's logits
+/// rows in the fixtures); panics naming the file when it cannot be read.
+pub fn read_f32le(path: &Path) -> Vec<f32> {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// The SmolLM2 file's path. Panics with the command that fetches it when it
