@@ -21,6 +21,7 @@ mod draft;
 mod embed;
 mod files;
 mod interrupt;
+mod logger;
 mod model_defaults;
 mod output;
 mod printer;
@@ -39,6 +40,7 @@ use crate::cli::{Cli, Command, UsageError};
 
 fn main() -> ExitCode {
     install_panic_hook();
+    logger::install();
     // Freed KV caches and prefill buffers go back to the system instead of
     // staying in whichever thread's arena held them.
     lm_model::map_large_allocations();

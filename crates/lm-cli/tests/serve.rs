@@ -108,6 +108,37 @@ fn serve_answers_completions_and_drains_on_sigterm() {
     assert_eq!(child.0.wait().unwrap().code(), Some(0));
 }
 
+/// The libraries' log lines reach standard error in lm-cli's own form: a
+/// request still running when `--shutdown-grace 0` is over is cancelled
+/// with a 503, and lm-serve's warning says so.
+#[test]
+fn serve_prints_the_libraries_warnings() {
+    let (child, addr, stderr) = Cli::new("serve")
+        .model("toy")
+        .opt("--context-length", 100_000)
+        .opt("--shutdown-grace", 0)
+        .spawn_server_reading_stderr();
+    let mut served = Served(child);
+    let running = std::thread::spawn(move || {
+        post(
+            &addr,
+            "/v1/completions",
+            r#"{"prompt": "<start>", "max_tokens": 50000, "logit_bias": {"6": -100}}"#,
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    terminate(&served);
+    let (status, body) = running.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(served.0.wait().unwrap().code(), Some(0));
+    let stderr = stderr.join().unwrap();
+    assert!(
+        stderr
+            .contains("warning: shutdown grace of 0ns over: cancelling the requests still running"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn serve_serves_the_embedded_count_model() {
     let (mut child, addr) = start(None);

@@ -158,6 +158,14 @@ impl Cli {
     /// first on stderr); the rest of stderr is drained on a thread, so the
     /// server never blocks on it.
     pub fn spawn_server(self) -> (Child, String) {
+        let (child, addr, _rest) = self.spawn_server_reading_stderr();
+        (child, addr)
+    }
+
+    /// [`Cli::spawn_server`], with the thread that reads the rest of the
+    /// server's standard error: joined once the server has exited, it gives
+    /// what the server printed after its address line.
+    pub fn spawn_server_reading_stderr(self) -> (Child, String, std::thread::JoinHandle<String>) {
         let mut child = self.opt("--port", 0).spawn();
         let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr is piped"));
         let mut line = String::new();
@@ -168,11 +176,12 @@ impl Cli {
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_owned();
-        std::thread::spawn(move || {
+        let rest = std::thread::spawn(move || {
             let mut rest = String::new();
             let _ = stderr.read_to_string(&mut rest);
+            rest
         });
-        (child, addr)
+        (child, addr, rest)
     }
 
     fn spawn_with(&self, stdin: Stdio) -> Child {
