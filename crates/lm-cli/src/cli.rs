@@ -244,6 +244,12 @@ pub struct ModelArgs {
     /// rest kept): q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k.
     #[arg(long, value_name = "TYPE")]
     pub quantize: Option<LoadQuant>,
+    /// Map the GGUF file instead of copying it into memory (llama.cpp's
+    /// default): its pages are shared with every process mapping it, so two
+    /// servers of one file hold it once, but weights stream from 4 KB pages
+    /// and Q4_0/Q8_0 matrices are not packed, so prompts read slower.
+    #[arg(long)]
+    pub mmap: bool,
 }
 
 /// The types `--quantize` quantizes to at load.

@@ -22,7 +22,7 @@ use lm_model::Decoder;
 use lm_model::ngram::{NgramModel, split_words};
 
 use crate::cli::DrafterArg;
-use crate::spec::Backend;
+use crate::spec::{Backend, LoadOptions};
 use crate::text::TextCodec;
 
 /// Tokens at the end of the context a count drafter reads as text: enough
@@ -62,7 +62,7 @@ impl DraftSource {
         let DrafterArg::Model(spec) = arg else {
             return Ok(DraftSource::PromptLookup);
         };
-        let loaded = spec.load(None)?;
+        let loaded = spec.load(LoadOptions::default())?;
         Ok(match loaded.backend {
             Backend::Count(model) => DraftSource::Count(model),
             Backend::Toy(decoder) | Backend::Llama(decoder) => {

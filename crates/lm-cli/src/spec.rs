@@ -179,6 +179,17 @@ pub enum Backend {
     Llama(Box<Decoder>),
 }
 
+/// How a model is loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// A context bound the toy decoder is built with (its weights do not
+    /// depend on it).
+    pub context_length: Option<usize>,
+    /// Map a GGUF file read-only instead of copying it (`--mmap`,
+    /// [`lm::map_gguf`]).
+    pub mmap: bool,
+}
+
 /// How a command wants the model run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunOptions {
@@ -203,12 +214,20 @@ impl ModelSpec {
         spec.cloned().unwrap_or(ModelSpec::Embedded)
     }
 
-    /// Loads the model; `context_length` builds the toy decoder with that
-    /// bound (its weights do not depend on it).
-    pub fn load(&self, context_length: Option<usize>) -> Result<LoadedModel> {
+    /// Loads the model as `options` say; `--mmap` is refused for a model
+    /// that is not a GGUF file.
+    pub fn load(&self, options: LoadOptions) -> Result<LoadedModel> {
+        let gguf_path = match self {
+            Self::Gguf(path) => Some(path.clone()),
+            Self::Known(model) => Some(model.path()?),
+            Self::Toy | Self::Count(_) | Self::Embedded => None,
+        };
+        if options.mmap && gguf_path.as_deref().is_none_or(is_hf_dir) {
+            anyhow::bail!("--mmap maps a GGUF file; {self} is not one");
+        }
         let (backend, codec) = match self {
             Self::Toy => {
-                let toy = match context_length {
+                let toy = match options.context_length {
                     Some(n) => Toy::with_context_length(n).with_context(|| {
                         format!("building the toy decoder with context length {n}")
                     })?,
@@ -227,8 +246,9 @@ impl ModelSpec {
                 let codec = TextCodec::Words(model.vocab().clone());
                 (Backend::Count(model), codec)
             }
-            Self::Gguf(path) => load_gguf(path)?,
-            Self::Known(model) => load_gguf(&model.path()?)?,
+            Self::Gguf(_) | Self::Known(_) => {
+                load_gguf(&gguf_path.expect("a GGUF spec's path"), options.mmap)?
+            }
         };
         Ok(LoadedModel { backend, codec })
     }
@@ -240,7 +260,7 @@ impl ModelSpec {
         match self {
             Self::Gguf(path) => codec_of_gguf(path),
             Self::Known(model) => codec_of_gguf(&model.path()?),
-            _ => Ok(self.load(None)?.codec),
+            _ => Ok(self.load(LoadOptions::default())?.codec),
         }
     }
 }
@@ -260,12 +280,17 @@ fn is_hf_dir(path: &Path) -> bool {
     path.join("config.json").is_file()
 }
 
-/// A GGUF file or a Hugging Face directory through the one loader.
-fn load_gguf(path: &Path) -> Result<(Backend, TextCodec)> {
+/// A GGUF file or a Hugging Face directory through the one loader; a GGUF
+/// file mapped instead of copied with `mmap`.
+fn load_gguf(path: &Path, mmap: bool) -> Result<(Backend, TextCodec)> {
     if !is_hf_dir(path) {
         open(path)?;
     }
-    let lm::GgufModel { decoder, text } = lm::load(path)?;
+    let lm::GgufModel { decoder, text } = if mmap {
+        lm::map_gguf(path)?
+    } else {
+        lm::load(path)?
+    };
     Ok((
         Backend::Llama(Box::new(decoder)),
         TextCodec::Bpe(Box::new(text)),

@@ -17,6 +17,7 @@ mod hostile_inputs;
 mod interrupt;
 mod kernel_paths;
 mod kv_type;
+mod mmap;
 mod output_files;
 mod probs;
 mod quantize;

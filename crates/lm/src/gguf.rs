@@ -50,8 +50,26 @@ pub struct GgufText {
 /// [`Error::Model`] (not GGUF, or weights that build no decoder),
 /// [`Error::Text`] (tokenizer metadata).
 pub fn load_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
-    let path = path.as_ref();
-    let file = open(path, |source| Error::Model {
+    load_gguf_from(path.as_ref(), |path| GgufFile::open(path))
+}
+
+/// Loads a GGUF file as [`load_gguf`] does, but maps it read-only instead
+/// of copying it into memory (llama.cpp's default, its `--mmap`): pages are
+/// read on first use and shared with every process that maps the file, so
+/// two servers of one file hold it once. The weights stream from 4 KB
+/// pages instead of huge pages, and no matrix is packed into panels (a map
+/// is read-only), so Q4_0 and Q8_0 prompts are read on the row-major
+/// kernels, at about half the speed.
+pub fn map_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
+    load_gguf_from(path.as_ref(), |path| GgufFile::map(path))
+}
+
+/// [`load_gguf`] with the file opened by `open_file`.
+fn load_gguf_from(
+    path: &Path,
+    open_file: impl FnOnce(&Path) -> Result<GgufFile, GgufError>,
+) -> Result<GgufModel, Error> {
+    let file = open(path, open_file, |source| Error::Model {
         path: path.to_path_buf(),
         source: Box::new(source.into()),
     })?;
@@ -271,11 +289,15 @@ fn optional<'f, T>(
     file.get(key).map(|_| get(file, key)).transpose()
 }
 
-/// Opens `path` as GGUF; a missing file is [`Error::FileMissing`], a
-/// malformed one the error `malformed` builds.
-fn open(path: &Path, malformed: impl FnOnce(GgufError) -> Error) -> Result<GgufFile, Error> {
+/// Opens `path` as GGUF with `open_file`; a missing file is
+/// [`Error::FileMissing`], a malformed one the error `malformed` builds.
+fn open(
+    path: &Path,
+    open_file: impl FnOnce(&Path) -> Result<GgufFile, GgufError>,
+    malformed: impl FnOnce(GgufError) -> Error,
+) -> Result<GgufFile, Error> {
     exists(path)?;
-    GgufFile::open(path).map_err(malformed)
+    open_file(path).map_err(malformed)
 }
 
 /// [`Error::FileMissing`] when nothing is at `path`; a directory or a FIFO

@@ -107,7 +107,7 @@ pub use completion::{Completion, Score};
 pub use embed::{Embedder, Pooling, UnknownPooling, embed_tokens};
 pub use error::{Error, TextError};
 pub use gbnf::{GbnfError, gbnf_to_lark, is_gbnf};
-pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, spm_vocab};
+pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, map_gguf, spm_vocab};
 pub use hf::{HfGeneration, load, load_hf_dir, load_hf_dir_quantized};
 pub use options::{Drafting, Options, Prompt};
 pub use stream::Stream;

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use lm_model::KvPrecision;
 
 use crate::cli::{KvType, ModelArgs};
-use crate::spec::{Backend, LoadedModel, ModelSpec, RunOptions};
+use crate::spec::{Backend, LoadOptions, LoadedModel, ModelSpec, RunOptions};
 
 /// Loads the model `args` names (the embedded default when none), after
 /// sizing the thread pool, with the options every model command runs it
@@ -26,6 +26,9 @@ pub fn load_model(args: &ModelArgs) -> Result<(LoadedModel, RunOptions)> {
     configure_threads(args.threads)?;
     let spec = ModelSpec::or_default(args.model.as_ref());
     let mut loaded = match (args.quantize, &spec) {
+        (Some(_), _) if args.mmap => {
+            anyhow::bail!("--mmap maps a GGUF file; --quantize converts a Hugging Face directory")
+        }
         (Some(ty), ModelSpec::Gguf(dir)) if dir.is_dir() => {
             let lm::GgufModel { decoder, text } = lm::load_hf_dir_quantized(dir, ty.ggml_type())?;
             LoadedModel {
@@ -36,7 +39,10 @@ pub fn load_model(args: &ModelArgs) -> Result<(LoadedModel, RunOptions)> {
         (Some(_), _) => anyhow::bail!(
             "--quantize quantizes a Hugging Face directory while loading; {spec} is not one"
         ),
-        (None, _) => spec.load(context_length)?,
+        (None, _) => spec.load(LoadOptions {
+            context_length,
+            mmap: args.mmap,
+        })?,
     };
     if let Some(kv_type) = args.kv_type {
         loaded.backend = with_kv_type(loaded.backend, kv_type)?;
