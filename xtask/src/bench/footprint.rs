@@ -186,8 +186,7 @@ mod tests {
     /// 224 positions: 200 rounded up to chunks), one global.
     #[test]
     fn sliding_layers_keep_their_ring_and_read_their_window() {
-        let toy = Toy::with_options(ToyArchitecture::Llama, 64, Toy::SEED).unwrap();
-        let mut config = toy.config().clone();
+        let mut config = toy_llama_config();
         (config.n_layer, config.n_kv_head, config.head_dim) = (6, 2, 64);
         config.context_length = 4096;
         config.kv_precision = KvPrecision::F16;
@@ -209,6 +208,14 @@ mod tests {
         assert!((footprint.rss_budget(1000) - budget).abs() < 1e-6);
     }
 
+    /// The toy llama's configuration, for a test to change.
+    fn toy_llama_config() -> TransformerConfig {
+        Toy::with_options(ToyArchitecture::Llama, 64, Toy::SEED)
+            .unwrap()
+            .config()
+            .clone()
+    }
+
     fn tensor(name: &str, n_cols: usize, n_rows: usize, n_bytes: usize) -> TensorInfo {
         TensorInfo {
             name: name.to_owned(),
@@ -226,10 +233,7 @@ mod tests {
             tensor("blk.0.attn_q.weight", 8, 8, 128),
             tensor("output_norm.weight", 8, 1, 32),
         ];
-        let mut config = Toy::with_options(ToyArchitecture::Llama, 64, Toy::SEED)
-            .unwrap()
-            .config()
-            .clone();
+        let mut config = toy_llama_config();
         config.tied_output = false;
         assert_eq!(weight_bytes_per_token(&tensors, &config), 16 + 128 + 32);
         config.tied_output = true;
@@ -245,10 +249,7 @@ mod tests {
             tensor("blk.0.ffn_up_exps.weight", 8, 64, 8000),
             tensor("blk.0.ffn_down_exps.bias", 8, 8, 800),
         ];
-        let mut config = Toy::with_options(ToyArchitecture::Llama, 64, Toy::SEED)
-            .unwrap()
-            .config()
-            .clone();
+        let mut config = toy_llama_config();
         assert_eq!(weight_bytes_per_token(&tensors, &config), 256 + 8000 + 800);
         config.options.moe = Some(MoeOptions {
             n_expert: 8,
