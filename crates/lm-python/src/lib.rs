@@ -27,18 +27,35 @@ use pyo3::prelude::*;
 /// Loads a GGUF file (or a Hugging Face model directory) as a `Model`.
 ///
 /// `threads` sizes the worker pool of the model's matrix products (default:
-/// all cores); the pool is process-wide, so it can be sized once.
+/// all cores); the pool is process-wide, so it can be sized once. `mmap`
+/// maps a GGUF file instead of copying it ([`lm::map_gguf`]; llama-cpp-python's
+/// `use_mmap`): processes loading one file share its pages.
 #[pyfunction]
-#[pyo3(signature = (path, threads=None))]
+#[pyo3(signature = (path, threads=None, mmap=false))]
 fn load(
     py: Python<'_>,
     path: std::path::PathBuf,
     threads: Option<usize>,
+    mmap: bool,
 ) -> PyResult<model::Model> {
     if let Some(threads) = threads {
         configure_threads(threads)?;
     }
-    let loaded = py.detach(|| lm::load(&path)).map_err(errors::from_lm)?;
+    if mmap && path.is_dir() {
+        return Err(errors::invalid(format!(
+            "mmap=True maps a GGUF file; {} is a directory",
+            path.display()
+        )));
+    }
+    let loaded = py
+        .detach(|| {
+            if mmap {
+                lm::map_gguf(&path)
+            } else {
+                lm::load(&path)
+            }
+        })
+        .map_err(errors::from_lm)?;
     Ok(model::Model::new(loaded, path))
 }
 

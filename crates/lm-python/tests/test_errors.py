@@ -59,3 +59,8 @@ def test_a_refused_format(model):
         model.generate("Hi", grammar='answer ::= "yes"')
     with pytest.raises(lm.InvalidArgument, match="at most one"):
         model.generate("Hi", regex="a", choice=["a"])
+
+
+def test_mmap_of_a_directory(tmp_path):
+    with pytest.raises(lm.InvalidArgument, match="mmap=True maps a GGUF file"):
+        lm.load(str(tmp_path), mmap=True)

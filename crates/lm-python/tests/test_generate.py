@@ -149,3 +149,10 @@ def test_top_logprobs_are_the_logits_best(model, expected):
         np.testing.assert_allclose([value for _, value in top], row[best], rtol=0, atol=1e-4)
         assert top[0] == (token, logprob)  # greedy: the chosen token is the best, the same value
     assert model.generate("Hi", max_new_tokens=2).top_logprobs == [[], []]
+
+
+def test_a_mapped_file_generates_the_copied_one_s_text(model, smollm2_path):
+    mapped = lm.load(str(smollm2_path), mmap=True)
+    prompt = "The capital of France is"
+    want = model.generate(prompt, max_new_tokens=12, temperature=0)
+    assert mapped.generate(prompt, max_new_tokens=12, temperature=0).text == want.text

@@ -31,11 +31,15 @@ class TokenizerError(LmError):
 class TemplateError(LmError):
     """A chat asked of a model without a chat template, or a template that fails to render."""
 
-def load(path: Union[str, PathLike[str]], threads: Optional[int] = None) -> Model:
+def load(
+    path: Union[str, PathLike[str]], threads: Optional[int] = None, mmap: bool = False
+) -> Model:
     """Loads a GGUF file (or a Hugging Face model directory) as a Model.
 
     threads sizes the worker pool of the model's matrix products (default: all cores); the pool is
-    process-wide, so a second load asking for another size raises InvalidArgument.
+    process-wide, so a second load asking for another size raises InvalidArgument. mmap=True maps
+    a GGUF file instead of copying it into memory (llama-cpp-python's use_mmap): processes loading
+    one file share its pages, but its Q4_0 and Q8_0 matrices are not packed, so prompts read slower.
     Raises ModelFileError when the path gives no model.
     """
 
