@@ -51,9 +51,16 @@ pub(super) fn report(
         "median of {} interleaved rounds; decode: {N_DECODE_NEW} tokens after the prompt; prefill: the prompt into an empty cache, read in pieces of {PREFILL_PIECE}",
         options.rounds.runs
     )?;
+    let experts = match footprint.config.options.moe {
+        Some(moe) => format!(
+            ", of the experts the {} a token runs of {}",
+            moe.n_expert_used, moe.n_expert
+        ),
+        None => String::new(),
+    };
     writeln!(
         out,
-        "decode bound: read bandwidth / bytes per token ({:.1} MB of weights: {}; + the KV cache attended to at the middle token)\n",
+        "decode bound: read bandwidth / bytes per token ({:.1} MB of weights: {}{experts}; + the KV cache attended to at the middle token)\n",
         footprint.weight_bytes_per_token as f64 / MB,
         if footprint.config.tied_output {
             "every tensor, the token embedding table read whole as the tied output"
