@@ -201,6 +201,12 @@ pub fn attend(
         first_pos + n_queries,
         cache.shape().capacity
     );
+    let layer_kv = KvLayer {
+        shape,
+        sinks,
+        cache,
+        layer,
+    };
     if n_queries <= QUERY_TILE {
         let span = first_pos + n_queries - shape.first_visible(first_pos);
         let n_threads = rayon::current_num_threads();
@@ -209,14 +215,9 @@ pub fn attend(
             && run_len < shape.n_head
             && n_queries * span * q_dim >= PARALLEL_MIN_PRODUCTS
         {
-            attend_by_heads(
-                shape, sinks, cache, layer, first_pos, queries, run_len, scratch, out,
-            );
+            attend_by_heads(layer_kv, first_pos, queries, run_len, scratch, out);
         } else {
-            let heads = 0..shape.n_head;
-            attend_tile(
-                shape, sinks, cache, layer, first_pos, queries, heads, scratch, out,
-            );
+            attend_tile(layer_kv, first_pos, queries, 0..shape.n_head, scratch, out);
         }
         return;
     }
@@ -226,11 +227,8 @@ pub fn attend(
         .enumerate()
         .for_each(|(tile_idx, (out, queries))| {
             let tile_pos = first_pos + tile_idx * QUERY_TILE;
-            let heads = 0..shape.n_head;
             with_task_scratch(|scratch| {
-                attend_tile(
-                    shape, sinks, cache, layer, tile_pos, queries, heads, scratch, out,
-                );
+                attend_tile(layer_kv, tile_pos, queries, 0..shape.n_head, scratch, out);
             });
         });
 }
@@ -253,18 +251,15 @@ fn head_run_len(shape: AttentionShape, n_threads: usize) -> usize {
 /// (dividing the key/value group) in parallel on rayon's pool: each run
 /// writes `[query][run]` into its part of `scratch`'s head-run buffer,
 /// which is then copied into `out`'s rows.
-#[allow(clippy::too_many_arguments)]
 fn attend_by_heads(
-    shape: AttentionShape,
-    sinks: Option<&[f32]>,
-    cache: &KvCache,
-    layer: usize,
+    layer_kv: KvLayer<'_>,
     first_pos: usize,
     queries: &[f32],
     run_len: usize,
     scratch: &mut AttentionScratch,
     out: &mut [f32],
 ) {
+    let shape = layer_kv.shape;
     let q_dim = shape.n_head * shape.head_dim;
     let n_queries = queries.len() / q_dim;
     let run_width = run_len * shape.head_dim;
@@ -276,9 +271,7 @@ fn attend_by_heads(
         .for_each(|(run_idx, run_out)| {
             let heads = run_idx * run_len..(run_idx + 1) * run_len;
             with_task_scratch(|scratch| {
-                attend_tile(
-                    shape, sinks, cache, layer, first_pos, queries, heads, scratch, run_out,
-                );
+                attend_tile(layer_kv, first_pos, queries, heads, scratch, run_out);
             });
         });
     for (run_idx, run_out) in runs.chunks_exact(n_queries * run_width).enumerate() {
@@ -294,12 +287,8 @@ fn attend_by_heads(
 /// [`attend`] for one tile of queries and the query heads `heads`, with the
 /// kernels the cache's dispatch allows ([`Tile`]). `queries` holds whole
 /// query rows (every head); `out` holds rows of the heads in `heads` only.
-#[allow(clippy::too_many_arguments)]
 fn attend_tile(
-    shape: AttentionShape,
-    sinks: Option<&[f32]>,
-    cache: &KvCache,
-    layer: usize,
+    layer_kv: KvLayer<'_>,
     first_pos: usize,
     queries: &[f32],
     heads: Range<usize>,
@@ -307,10 +296,7 @@ fn attend_tile(
     out: &mut [f32],
 ) {
     let tile = Tile {
-        shape,
-        sinks,
-        cache,
-        layer,
+        layer_kv,
         first_pos,
         queries,
         heads,
@@ -318,7 +304,18 @@ fn attend_tile(
         out,
     };
     // At f16 precision every product is exact in f32 (module docs).
-    run_tile(cache.dispatch(), shape.precision == KvPrecision::F16, tile);
+    let exact_products = layer_kv.shape.precision == KvPrecision::F16;
+    run_tile(layer_kv.cache.dispatch(), exact_products, tile);
+}
+
+/// What queries attend over: one layer of the cache (its keys and values),
+/// with the attention's shape and its sinks (see [`attend`]).
+#[derive(Clone, Copy)]
+struct KvLayer<'a> {
+    shape: AttentionShape,
+    sinks: Option<&'a [f32]>,
+    cache: &'a KvCache,
+    layer: usize,
 }
 
 /// One tile: for each key/value head (the part of its group in `heads`),
@@ -330,10 +327,7 @@ fn attend_tile(
 /// ([`TileKernels`]) do the products, f16 roundings and weighted sums,
 /// several query rows at a time in the SIMD builds.
 struct Tile<'a> {
-    shape: AttentionShape,
-    sinks: Option<&'a [f32]>,
-    cache: &'a KvCache,
-    layer: usize,
+    layer_kv: KvLayer<'a>,
     first_pos: usize,
     queries: &'a [f32],
     heads: Range<usize>,
@@ -344,7 +338,8 @@ struct Tile<'a> {
 impl TileJob for Tile<'_> {
     #[inline(always)]
     fn run<K: TileKernels>(self, kernels: K) {
-        let (shape, queries, heads, out) = (self.shape, self.queries, self.heads, self.out);
+        let (shape, queries, heads, out) =
+            (self.layer_kv.shape, self.queries, self.heads, self.out);
         let first_pos = self.first_pos;
         let head_dim = shape.head_dim;
         let group = shape.n_head / shape.n_kv_head;
@@ -383,9 +378,9 @@ impl TileJob for Tile<'_> {
                 span,
                 // This pass's heads' sinks: row `j * group + g` is head
                 // `group_heads.start + g`.
-                sinks: self.sinks.map(|sinks| &sinks[group_heads.clone()]),
-                cache: self.cache,
-                layer: self.layer,
+                sinks: self.layer_kv.sinks.map(|sinks| &sinks[group_heads.clone()]),
+                cache: self.layer_kv.cache,
+                layer: self.layer_kv.layer,
                 kv_head,
                 group: group_heads.len(),
                 // A tile of a few rows (a decode step) reads each block once,
