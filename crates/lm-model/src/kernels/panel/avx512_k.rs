@@ -17,12 +17,11 @@
 //! avx512vnni, which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _MM_HINT_T0, _mm_prefetch, _mm256_loadu_si256, _mm512_add_epi32,
-    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32,
-    _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_si512, _mm512_mul_ps,
-    _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32,
-    _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32, _mm512_storeu_ps,
+    __m512, __m512i, _mm256_loadu_si256, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi32_ps,
+    _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
+    _mm512_loadu_si512, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8,
+    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16,
+    _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32, _mm512_storeu_ps,
     _mm512_ternarylogic_epi32,
 };
 
@@ -72,26 +71,6 @@ pub(super) unsafe fn dot_panels_k(
     });
 }
 
-/// How far ahead of the record being multiplied [`prefetch`] reads.
-const PREFETCH_BYTES: usize = 2048;
-
-/// Asks for the record `PREFETCH_BYTES` after `record` (`bytes` long) in
-/// cache. Panels are one stream through memory, which the hardware
-/// prefetcher follows less far ahead than the sixteen streams of sixteen
-/// row-major rows, and a product with one or two inputs is bound by
-/// memory: 1B-shape Q4_K_M decode on Zen 4 (one thread, shared machine)
-/// ran about 16% slower than row-major without this, 8% with it (8,192
-/// bytes ahead was worse).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn prefetch(record: *const u8, bytes: usize) {
-    for line in (0..bytes).step_by(64) {
-        // A prefetch does not fault, whatever the address; the pointer is
-        // never dereferenced.
-        _mm_prefetch::<_MM_HINT_T0>(record.wrapping_add(PREFETCH_BYTES + line).cast());
-    }
-}
-
 /// Byte `k` (0..4) of every 32-bit lane of `v`, zero-extended.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -137,10 +116,17 @@ macro_rules! each_const {
 }
 
 /// The frame of a K-quant tile: calls `block(record, x, acc)` for each of
-/// the panel's records (`record_bytes` each, prefetched ahead when the
-/// tile has one or two inputs) with the tile's `T` input blocks of that
-/// super-block and their accumulators, then stores the accumulators:
-/// `out[i * 16 + l] = row l · input i`.
+/// the panel's records (`record_bytes` each) with the tile's `T` input
+/// blocks of that super-block and their accumulators, then stores the
+/// accumulators: `out[i * 16 + l] = row l · input i`.
+///
+/// Panels are one stream through memory, which the hardware prefetcher
+/// follows unaided, as it does the 32-weight panels. A software prefetch
+/// of every line 2 KB ahead (the first version of this kernel) cost a
+/// third of the one-input speed: 1B-shape Q4_K_M decode on Zen 4 (one
+/// thread, shared machine, interleaved pairs) ran at 18-20 tok/s with it
+/// and 29-38 without, against 24-29 for the row-major kernels; 4.5 and
+/// 9 KB ahead were slower still.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn each_record<const T: usize>(
@@ -162,9 +148,6 @@ fn each_record<const T: usize>(
         // SAFETY: the record lies within the panel (its length asserted
         // above).
         let record = unsafe { panel.as_ptr().add(b * record_bytes) };
-        if T <= 2 {
-            prefetch(record, record_bytes);
-        }
         block(
             record,
             std::array::from_fn(|i| &xq[i * n_blocks + b]),
