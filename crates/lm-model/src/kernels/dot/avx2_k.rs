@@ -485,13 +485,34 @@ pub(super) fn factors(ty: GgmlType, block: &[u8]) -> VectorFactors {
 
 /// Q4_K and Q5_K: `d` and `dmin` from one F16C conversion; the eight 6-bit
 /// scales and eight 6-bit minimums of `scales_mins_k4` rearranged by word
-/// operations into 16 bytes `[sc0..sc8, m0..m8]`, from which each pair of
-/// groups (both of them group `c` of 32 in Q4_K's own terms) takes its scale
-/// by a byte shuffle and the offsets their minimums, each repeated for the
-/// two groups of 16 it covers.
+/// operations into 16 bytes `[sc0..sc8, m0..m8]` ([`scale_bytes_k4`]), from
+/// which each pair of groups (both of them group `c` of 32 in Q4_K's own
+/// terms) takes its scale by a byte shuffle and the offsets their minimums,
+/// each repeated for the two groups of 16 it covers ([`mins_k4`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn factors_k4(block: &[u8]) -> VectorFactors {
+    let (d, dmin, bytes) = scale_bytes_k4(block);
+    let both_lanes = _mm256_broadcastsi128_si256(bytes);
+    let mut scales = [_mm256_setzero_si256(); 8];
+    for (c, pair) in scales.iter_mut().enumerate() {
+        // Each i16 takes byte c as its low byte and zero (index 0x80) above it.
+        let pick = _mm256_set1_epi16((0x8000 | c as u16) as i16);
+        *pair = _mm256_shuffle_epi8(both_lanes, pick);
+    }
+    VectorFactors {
+        d,
+        dmin,
+        scales,
+        mins: mins_k4(bytes),
+    }
+}
+
+/// Q4_K and Q5_K's `d`, `dmin` and the 16 bytes `[sc0..sc8, m0..m8]` of
+/// their packed 6-bit scales and minimums (see [`factors_k4`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn scale_bytes_k4(block: &[u8]) -> (f32, f32, __m128i) {
     let word =
         |at: usize| u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
     let (d, dmin) = f16_pair(word(0));
@@ -510,24 +531,19 @@ fn factors_k4(block: &[u8]) -> VectorFactors {
         mins_0_4 as i32,
         mins_4_8 as i32,
     );
-    let both_lanes = _mm256_broadcastsi128_si256(bytes);
-    let mut scales = [_mm256_setzero_si256(); 8];
-    for (c, pair) in scales.iter_mut().enumerate() {
-        // Each i16 takes byte c as its low byte and zero (index 0x80) above it.
-        let pick = _mm256_set1_epi16((0x8000 | c as u16) as i16);
-        *pair = _mm256_shuffle_epi8(both_lanes, pick);
-    }
-    // Minimum k for groups 2k and 2k + 1, as bytes, then widened to i16.
+    (d, dmin, bytes)
+}
+
+/// The sixteen group offsets of Q4_K and Q5_K as i16: minimum `k` (byte
+/// `8 + k` of `bytes`, see [`scale_bytes_k4`]) for groups `2k` and `2k + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn mins_k4(bytes: __m128i) -> __m256i {
     let min_per_group = _mm_shuffle_epi8(
         bytes,
         _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
     );
-    VectorFactors {
-        d,
-        dmin,
-        scales,
-        mins: _mm256_cvtepu8_epi16(min_per_group),
-    }
+    _mm256_cvtepu8_epi16(min_per_group)
 }
 
 /// Q6_K: the sixteen signed 8-bit group scales; the offsets are
@@ -535,10 +551,19 @@ fn factors_k4(block: &[u8]) -> VectorFactors {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn factors_q6_k(block: &[u8]) -> VectorFactors {
+    let (d, packed) = scale_bytes_q6_k(block);
+    scales_and_offsets::<5>(d, packed)
+}
+
+/// Q6_K's `d` and its sixteen signed 8-bit group scales.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn scale_bytes_q6_k(block: &[u8]) -> (f32, __m128i) {
     debug_assert!(block.len() >= 210);
     // SAFETY: bytes 192..208 are inside the 210-byte block.
     let packed = unsafe { _mm_loadu_si128(block.as_ptr().add(192).cast()) };
-    scales_and_offsets::<5>([block[208], block[209]], packed)
+    let d = read_f16_f16c(u16::from_le_bytes([block[208], block[209]]));
+    (d, packed)
 }
 
 /// Q3_K: the sixteen 6-bit scales (offset by 32) of its twelve scale bytes,
@@ -566,22 +591,30 @@ fn factors_q3_k(block: &[u8]) -> VectorFactors {
         _mm_or_si128(nibbles, _mm_slli_epi16(top_bits, 4)),
         _mm_set1_epi8(32),
     );
-    scales_and_offsets::<2>([block[108], block[109]], scales)
+    let d = read_f16_f16c(u16::from_le_bytes([block[108], block[109]]));
+    scales_and_offsets::<2>(d, scales)
 }
 
-/// The factors of Q6_K and Q3_K: one f16 factor `d` (its bytes `d_bytes`)
-/// for the scaled sums and the offsets, the sixteen signed group scales
-/// `scales` ([`pairs_of_signed_bytes`]), and offsets `2^SHIFT` times them.
+/// The factors of Q6_K and Q3_K: one factor `d` for the scaled sums and
+/// the offsets, the sixteen signed group scales `scales`
+/// ([`pairs_of_signed_bytes`]), and offsets `2^SHIFT` times them
+/// ([`signed_offsets`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn scales_and_offsets<const SHIFT: i32>(d_bytes: [u8; 2], scales: __m128i) -> VectorFactors {
-    let d = read_f16_f16c(u16::from_le_bytes(d_bytes));
+fn scales_and_offsets<const SHIFT: i32>(d: f32, scales: __m128i) -> VectorFactors {
     VectorFactors {
         d,
         dmin: d,
         scales: pairs_of_signed_bytes(scales),
-        mins: _mm256_slli_epi16::<SHIFT>(_mm256_cvtepi8_epi16(scales)),
+        mins: signed_offsets::<SHIFT>(scales),
     }
+}
+
+/// Sixteen signed group scales times `2^SHIFT`, as i16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn signed_offsets<const SHIFT: i32>(scales: __m128i) -> __m256i {
+    _mm256_slli_epi16::<SHIFT>(_mm256_cvtepi8_epi16(scales))
 }
 
 /// Q2_K: sixteen bytes, each a group's scale (low nibble) and minimum

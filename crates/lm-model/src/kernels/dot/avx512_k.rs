@@ -19,18 +19,19 @@
 //! avx512vnni, which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
-    __m256i, __m512i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_set1_epi8, _mm512_abs_epi8,
-    _mm512_add_epi32, _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi256_si512,
-    _mm512_castsi512_si256, _mm512_extracti64x4_epi64, _mm512_inserti64x4, _mm512_loadu_si512,
-    _mm512_madd_epi16, _mm512_maddubs_epi16, _mm512_mask_add_epi8, _mm512_mask_slli_epi16,
-    _mm512_mask_srli_epi16, _mm512_mask_sub_epi8, _mm512_movepi8_mask, _mm512_or_si512,
-    _mm512_set1_epi8, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_srli_epi16,
-    _mm512_test_epi8_mask,
+    __m128i, __m256i, __m512i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_set1_epi8,
+    _mm512_abs_epi8, _mm512_add_epi32, _mm512_and_si512, _mm512_broadcast_i32x4,
+    _mm512_broadcast_i64x4, _mm512_castsi256_si512, _mm512_castsi512_si256,
+    _mm512_extracti64x4_epi64, _mm512_inserti64x4, _mm512_loadu_si512, _mm512_madd_epi16,
+    _mm512_maddubs_epi16, _mm512_mask_add_epi8, _mm512_mask_slli_epi16, _mm512_mask_srli_epi16,
+    _mm512_mask_sub_epi8, _mm512_movepi8_mask, _mm512_or_si512, _mm512_set1_epi8,
+    _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_slli_epi16, _mm512_srai_epi16,
+    _mm512_srli_epi16, _mm512_test_epi8_mask,
 };
 
 use super::avx2_k::{
-    SuperBlockVectors, Unpacked, dot_super_blocks, factors, one_intrinsic_operations,
-    super_block_kernel, unpack,
+    SuperBlockVectors, Unpacked, dot_super_blocks, mins_k4, one_intrinsic_operations,
+    scale_bytes_k4, scale_bytes_q6_k, signed_offsets, super_block_kernel, unpack,
 };
 use super::frame::{
     Batch, BlockKernel, Group, each_row_and_input, type_of_id, with_super_block_type,
@@ -83,7 +84,8 @@ impl SuperBlockVectors for __m512i {
 /// One super-block of the type with id `TY` unpacked in pairs: Q4_K, Q5_K and Q6_K's values
 /// straight into 512-bit vectors (one 64-byte or broadcast 32-byte load and
 /// a few shifts and masks per 64 values), the other types by the AVX2
-/// unpacking, paired. The factors are the AVX2 kernel's.
+/// unpacking, paired. Their scales too: from the AVX2 kernel's scale bytes
+/// straight into 512-bit vectors ([`picked_scales`]), the others' paired.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn unpack_pairs<const TY: u32>(block: &[u8]) -> Unpacked<[__m512i; 4]> {
@@ -103,16 +105,87 @@ fn unpack_pairs<const TY: u32>(block: &[u8]) -> Unpacked<[__m512i; 4]> {
             };
         }
     };
-    let f = factors(ty, block);
+    let (d, dmin, scales, mins) = if ty == GgmlType::Q6_K {
+        let (d, bytes) = scale_bytes_q6_k(block);
+        (
+            d,
+            d,
+            picked_scales::<true>(bytes),
+            signed_offsets::<5>(bytes),
+        )
+    } else {
+        let (d, dmin, bytes) = scale_bytes_k4(block);
+        (d, dmin, picked_scales::<false>(bytes), mins_k4(bytes))
+    };
     Unpacked {
-        d: f.d,
-        dmin: f.dmin,
+        d,
+        dmin,
         values,
         signed: false,
-        scales: pairs(&f.scales),
-        mins: f.mins,
+        scales,
+        mins,
     }
 }
+
+/// The i16 scales of a super-block's four vectors of 64 values, each
+/// 128-bit lane (16 values) the scale of its group, picked from the 16
+/// scale bytes `bytes` by one byte shuffle per vector: Q6_K's signed
+/// scales, one per group of 16 (`SIGNED`: the byte doubled into the word,
+/// then shifted down arithmetically), or Q4_K and Q5_K's unsigned ones, one
+/// per group of 32 (bytes 0..8 of [`scale_bytes_k4`], zero above them).
+/// The same integers in the same lanes as the AVX2 decoding paired
+/// (test `picked_scales_equal_paired_factors`), with a quarter of its
+/// shuffles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn picked_scales<const SIGNED: bool>(bytes: __m128i) -> [__m512i; 4] {
+    let all_lanes = _mm512_broadcast_i32x4(bytes);
+    std::array::from_fn(|k| {
+        let picks = if SIGNED { &Q6_K_PICKS[k] } else { &K4_PICKS[k] };
+        // SAFETY: a pick row is 32 u16, exactly 64 bytes.
+        let pick = unsafe { _mm512_loadu_si512(picks.as_ptr().cast()) };
+        let picked = _mm512_shuffle_epi8(all_lanes, pick);
+        if SIGNED {
+            _mm512_srai_epi16::<8>(picked)
+        } else {
+            picked
+        }
+    })
+}
+
+/// Per vector `k` of 64 values, the byte shuffle that puts group `4k + j`'s
+/// signed scale byte (byte `4k + j`) in both bytes of every word of lane `j`.
+static Q6_K_PICKS: [[u16; 32]; 4] = {
+    let mut picks = [[0; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut w = 0;
+        while w < 32 {
+            let byte = (4 * k + w / 8) as u16;
+            picks[k][w] = byte | byte << 8;
+            w += 1;
+        }
+        k += 1;
+    }
+    picks
+};
+
+/// Per vector `k` of 64 values, the byte shuffle that puts scale byte
+/// `2k + h` (the group of 32 of half `h`) in the low byte of every word of
+/// half `h`, zero (index 0x80) above it.
+static K4_PICKS: [[u16; 32]; 4] = {
+    let mut picks = [[0; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut w = 0;
+        while w < 32 {
+            picks[k][w] = 0x8000 | (2 * k + w / 16) as u16;
+            w += 1;
+        }
+        k += 1;
+    }
+    picks
+};
 
 /// Q4_K and Q5_K values (see `block_k`'s diagram): the 32 packed bytes `k`
 /// hold values `64k..64k + 32` in their low nibbles and `64k + 32..64k + 64`
@@ -193,4 +266,70 @@ fn values_q6_k(block: &[u8]) -> [__m512i; 4] {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pairs(v: &[__m256i; 8]) -> [__m512i; 4] {
     std::array::from_fn(|k| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v[2 * k]), v[2 * k + 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::kernels::dispatch::Kernel;
+    use crate::kernels::dot::avx2_k::factors;
+
+    /// The scales and offsets `unpack_pairs` decodes straight into 512-bit
+    /// vectors for Q4_K, Q5_K and Q6_K are, lane for lane, the AVX2
+    /// decoding's (itself checked against the scalar `block_k::factors`)
+    /// paired into 512-bit vectors, for random blocks (every bit pattern of
+    /// the scale bytes occurs).
+    #[test]
+    fn picked_scales_equal_paired_factors() {
+        assert!(
+            Kernel::Avx512.is_available(),
+            "this test runs where the AVX-512 kernel does (avx512f/bw/vl/vnni)"
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(512);
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for _ in 0..500 {
+                let block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
+                // SAFETY: the CPU runs the AVX-512 kernel (asserted above),
+                // whose features include AVX2's.
+                let (expected, actual) = unsafe {
+                    let f = factors(ty, &block);
+                    let unpacked = match ty {
+                        GgmlType::Q4_K => unpack_pairs::<{ GgmlType::Q4_K as u32 }>(&block),
+                        GgmlType::Q5_K => unpack_pairs::<{ GgmlType::Q5_K as u32 }>(&block),
+                        _ => unpack_pairs::<{ GgmlType::Q6_K as u32 }>(&block),
+                    };
+                    ((f.d, f.dmin, pairs(&f.scales), f.mins), unpacked)
+                };
+                let bits = |x: f32| x.to_bits();
+                assert_eq!(
+                    (bits(actual.d), bits(actual.dmin)),
+                    (bits(expected.0), bits(expected.1)),
+                    "{ty}"
+                );
+                for k in 0..4 {
+                    assert_eq!(
+                        words(actual.scales[k]),
+                        words(expected.2[k]),
+                        "{ty} scales of values {}..{}",
+                        64 * k,
+                        64 * k + 64
+                    );
+                }
+                assert_eq!(lanes(actual.mins), lanes(expected.3), "{ty} offsets");
+            }
+        }
+    }
+
+    fn words(v: __m512i) -> [i16; 32] {
+        // SAFETY: both are 64 bytes of plain integers.
+        unsafe { std::mem::transmute(v) }
+    }
+
+    fn lanes(v: __m256i) -> [i16; 16] {
+        // SAFETY: both are 32 bytes of plain integers.
+        unsafe { std::mem::transmute(v) }
+    }
 }
