@@ -49,6 +49,22 @@ fn quantize(input: &Path, output: &Path, ty: &str) -> Cli {
         .arg(ty)
 }
 
+/// `lm-cli quantize` of `input` to `ty` into `dir/FILE.gguf`: the summary
+/// has each of `lines`, and the file equals llama-quantize's
+/// `fixtures/quantize/FILE.gguf` byte for byte.
+fn check_equals_llama_quantize(input: &Path, dir: &Path, ty: &str, file: &str, lines: &[&str]) {
+    let out = dir.join(format!("{file}.gguf"));
+    let shown = summary(&quantize(input, &out, ty).ok().stdout);
+    for line in lines {
+        assert!(shown.iter().any(|l| l == line), "{ty}: {line}\n{shown:#?}");
+    }
+    let theirs = std::fs::read(fixture(&format!("quantize/{file}.gguf"))).unwrap();
+    assert!(
+        std::fs::read(&out).unwrap() == theirs,
+        "{file}: the file differs from llama-quantize's"
+    );
+}
+
 /// Every type's file equals llama-quantize's byte for byte: metadata (order
 /// included), tensor order, types (the tied embedding to Q8_0, the output
 /// to Q6_K where its rows allow) and blocks.
@@ -57,22 +73,12 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
     let dir = scratch("fixture");
     let input = fixture("quantize/input.f16.gguf");
     for ty in ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"] {
-        let out = dir.join(format!("{ty}.gguf"));
-        let run = quantize(&input, &out, &ty.to_uppercase()).ok();
-        let lines = summary(&run.stdout);
         let embedding = "token_embd.weight 1 x f16 -> q8_0 quantized";
-        assert!(lines.iter().any(|l| l == embedding), "{lines:#?}");
         let down = format!("blk.*.ffn_down.weight 1 x f16 -> {ty} quantized");
-        assert!(lines.contains(&down), "{lines:#?}");
         let norm =
             "blk.*.ffn_norm.weight 1 x f32 -> f32 copied (not quantized by llama.cpp's rules)";
-        assert!(lines.iter().any(|l| l == norm), "{lines:#?}");
-        let ours = std::fs::read(&out).unwrap();
-        let theirs = std::fs::read(fixture(&format!("quantize/{ty}.gguf"))).unwrap();
-        assert!(
-            ours == theirs,
-            "{ty}: the file differs from llama-quantize's"
-        );
+        let lines = [embedding, &down, norm];
+        check_equals_llama_quantize(&input, &dir, &ty.to_uppercase(), ty, &lines);
     }
     // Rows of 256: the K-quants everywhere but ffn_down's rows of 32 (their
     // fallbacks), and output.weight Q6_K in the Q4_0 file.
@@ -105,14 +111,7 @@ fn fixture_files_equal_llama_quantize_byte_for_byte() {
             "blk.*.ffn_down.weight 1 x f16 -> iq4_nl quantized",
         ),
     ] {
-        let out = dir.join(format!("{file}.gguf"));
-        let lines = summary(&quantize(&input, &out, ty).ok().stdout);
-        assert!(lines.iter().any(|l| l == line), "{lines:#?}");
-        let theirs = std::fs::read(fixture(&format!("quantize/{file}.gguf"))).unwrap();
-        assert!(
-            std::fs::read(&out).unwrap() == theirs,
-            "{file}: the file differs"
-        );
+        check_equals_llama_quantize(&input, &dir, ty, file, &[line]);
     }
 }
 
@@ -165,17 +164,7 @@ fn low_bit_mixes_equal_llama_quantize_byte_for_byte() {
         ]),
     ];
     for (ty, expected) in cases {
-        let file = ty.to_lowercase();
-        let out = dir.join(format!("{file}.gguf"));
-        let lines = summary(&quantize(&input, &out, ty).ok().stdout);
-        for line in expected {
-            assert!(lines.iter().any(|l| l == line), "{ty}: {line}\n{lines:#?}");
-        }
-        let theirs = std::fs::read(fixture(&format!("quantize/{file}.gguf"))).unwrap();
-        assert!(
-            std::fs::read(&out).unwrap() == theirs,
-            "{file}: the file differs from llama-quantize's"
-        );
+        check_equals_llama_quantize(&input, &dir, ty, &ty.to_lowercase(), expected);
     }
 }
 
