@@ -43,21 +43,39 @@ pub(crate) fn post(addr: &str, path: &str, body: &str) -> (u16, Value) {
 
 /// [`post`], with `Authorization: Bearer KEY` when a key is given.
 fn post_with_key(addr: &str, path: &str, body: &str, key: Option<&str>) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).unwrap();
     let auth = key.map_or(String::new(), |key| {
         format!("Authorization: Bearer {key}\r\n")
     });
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+    let (status, body) = exchange(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// `GET path`'s body; the answer must be a 200.
+pub(crate) fn get(addr: &str, path: &str) -> String {
+    let (status, body) = exchange(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
+}
+
+/// Sends `request` (a whole HTTP/1.1 request that closes the connection)
+/// and returns the answer's status and body.
+fn exchange(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let status = response[9..12].parse().unwrap();
-    let body = &response[response.find("\r\n\r\n").unwrap() + 4..];
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let body = response[response.find("\r\n\r\n").unwrap() + 4..].to_owned();
+    (status, body)
 }
 
 fn terminate(served: &Served) {

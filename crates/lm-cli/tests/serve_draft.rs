@@ -2,11 +2,8 @@
 //! (greedy answers unchanged, the drafting counters in `/metrics`) and
 //! refuses a draft model, naming what it supports.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
 use crate::common::Cli;
-use crate::serve::{post, start_with};
+use crate::serve::{get, post, start_with};
 
 /// A prompt whose greedy continuation the toy may copy, and one it may not
 /// (within its context of 16 tokens).
@@ -14,19 +11,6 @@ const BODIES: [&str; 2] = [
     r#"{"prompt": "<start> the cat sat the cat sat", "max_tokens": 8, "temperature": 0}"#,
     r#"{"prompt": "<start> the dog", "max_tokens": 8, "temperature": 0}"#,
 ];
-
-/// `GET /metrics`'s body.
-fn metrics(addr: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
 
 /// Each body's completion text from a server started with `cli`, and its
 /// metrics afterwards.
@@ -40,7 +24,7 @@ fn answers(cli: Cli) -> (Vec<String>, String) {
             answer["choices"][0]["text"].as_str().unwrap().to_owned()
         })
         .collect();
-    (texts, metrics(&addr))
+    (texts, get(&addr, "/metrics"))
 }
 
 #[test]

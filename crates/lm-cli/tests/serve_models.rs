@@ -3,27 +3,10 @@
 //! the start, and the binary serves each model under its id, unloading an
 //! idle one and loading it again for the next request.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
 use serde_json::json;
 
 use crate::common::Cli;
-use crate::serve::{post, start_with};
-
-/// `GET path`'s body.
-fn get(addr: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response[response.find("\r\n\r\n").unwrap() + 4..].to_owned()
-}
+use crate::serve::{get, post, start_with};
 
 /// A sample's value in `/metrics` (`lm_model_loaded{model="b"}`).
 fn metric(addr: &str, name: &str) -> f64 {
