@@ -674,22 +674,8 @@ pub(crate) fn build_release_worker() -> Result<PathBuf> {
 /// too, which the dev profile leaves unoptimised) and returns its path, as
 /// cargo reports it.
 pub(crate) fn release_binary(name: &str) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building {name} in release");
-    let output = Command::new(cargo)
-        .current_dir(project_root())
-        .args(["build", "--release", "--package", name, "--bin", name])
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run cargo")?;
-    if !output.status.success() {
-        bail!(
-            "cargo build --release --package {name} failed ({})",
-            output.status
-        );
-    }
-    String::from_utf8_lossy(&output.stdout)
+    crate::cargo_build(&["--release", "--package", name, "--bin", name])?
         .lines()
         .rev()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())

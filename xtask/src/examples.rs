@@ -13,7 +13,7 @@
 //! `examples: skipped N: ...`) rather than failing or passing silently.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -36,8 +36,9 @@ pub fn run(_args: &[String]) -> anyhow::Result<()> {
     if examples.is_empty() {
         bail!("cargo metadata lists no example targets");
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let executables = build_examples(&cargo, &root)?;
+    // Every example in one cargo call.
+    let messages = crate::cargo_build(&["--workspace", "--examples"])?;
+    let executables = example_executables(&messages);
     let (mut ran, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for Example {
         package,
@@ -81,32 +82,6 @@ pub fn run(_args: &[String]) -> anyhow::Result<()> {
         bail!("{} example(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
-}
-
-/// Builds every example in one cargo call; each example's executable by
-/// its source file, read from cargo's JSON messages.
-fn build_examples(cargo: &str, root: &Path) -> anyhow::Result<HashMap<String, PathBuf>> {
-    let output = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "--workspace",
-            "--examples",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build --workspace --examples")?;
-    if !output.status.success() {
-        bail!(
-            "cargo build --workspace --examples failed ({})",
-            output.status
-        );
-    }
-    Ok(example_executables(&String::from_utf8_lossy(
-        &output.stdout,
-    )))
 }
 
 /// The executables of the example artifacts among cargo's JSON `messages`

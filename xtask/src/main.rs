@@ -19,8 +19,9 @@ mod soak;
 mod tidy;
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 /// The tasks and what they do, printed by `cargo xtask help`.
 const USAGE: &str = "\
@@ -101,6 +102,28 @@ pub(crate) fn project_root() -> PathBuf {
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
 }
 
+/// `cargo build ARGS --message-format=json-render-diagnostics` at the
+/// project root, with the cargo that runs this task: cargo's JSON messages
+/// (one per line; its diagnostics go to stderr as cargo renders them), or
+/// an error when the build fails.
+pub(crate) fn cargo_build(args: &[&str]) -> Result<String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let command = format!("cargo build {}", args.join(" "));
+    let output = Command::new(cargo)
+        .current_dir(project_root())
+        .arg("build")
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {command}"))?;
+    if !output.status.success() {
+        bail!("{command} failed ({})", output.status);
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// `list` as the owned arguments a task's `run` or `parse` takes (tests).
 #[cfg(test)]
 pub(crate) fn args(list: &[&str]) -> Vec<String> {
@@ -120,6 +143,19 @@ pub(crate) fn assert_refused<T>(parse: impl Fn(&[String]) -> Result<T>, cases: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A build cargo refuses is an error that names the command (cargo
+    /// stops at the package name, before compiling anything).
+    #[test]
+    fn a_failed_cargo_build_is_an_error_naming_it() {
+        let error = cargo_build(&["--package", "no-such-package"]).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("cargo build --package no-such-package failed (exit status: 101)"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn every_listed_task_has_a_usage_for_help() {
