@@ -204,9 +204,10 @@ fn inverse(d: f32) -> f32 {
 }
 
 /// The value of largest magnitude, the first of equals (ggml's `max` beside
-/// `amax`, updated only on a strictly larger `|x|`).
+/// `amax`, updated only on a strictly larger `|x|`; 0 for no values): a
+/// block's values, or a super-block's group scales.
 #[inline(always)]
-fn signed_absmax(x: &[f32; QK]) -> f32 {
+fn signed_absmax(x: &[f32]) -> f32 {
     let (mut amax, mut max) = (0.0f32, 0.0f32);
     for &v in x {
         if amax < v.abs() {
@@ -333,14 +334,8 @@ fn nearest_int(v: f32) -> i32 {
 #[cfg(test)]
 fn make_qx_quants(x: &[f32; 16], levels: &mut [u8; 16]) -> f32 {
     const NMAX: i32 = 32;
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
+    let max = signed_absmax(x);
+    if max.abs() < GROUP_MAX_EPS {
         *levels = [0; 16];
         return 0.0;
     }
@@ -658,13 +653,7 @@ fn quantize_q3_k(x: &[f32], block: &mut [u8]) {
     let mut lt = [[0u8; 16]; 16];
     let scales = search::make_q3_quants(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
     let mut levels = levels_of_groups(&lt);
-    let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
-    for &scale in &scales {
-        if scale.abs() > amax {
-            amax = scale.abs();
-            max_scale = scale;
-        }
-    }
+    let max_scale = signed_absmax(&scales);
     block.fill(0);
     let (hmask, rest) = block.split_at_mut(32);
     let (qs, rest) = rest.split_at_mut(64);
@@ -745,15 +734,9 @@ fn quantize_q6_k(x: &[f32], block: &mut [u8]) {
     let mut lt = [[0u8; 16]; 16];
     let scales = search::make_qx_quants(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
     let mut levels = levels_of_groups(&lt);
-    let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-    for &scale in &scales {
-        if scale.abs() > max_abs_scale {
-            max_abs_scale = scale.abs();
-            max_scale = scale;
-        }
-    }
+    let max_scale = signed_absmax(&scales);
     block.fill(0);
-    if max_abs_scale < GROUP_MAX_EPS {
+    if max_scale.abs() < GROUP_MAX_EPS {
         return;
     }
     let iscale = -128.0 / max_scale;

@@ -15,7 +15,7 @@
 //! `d * l`, computed from the unrounded f32 `d` as ggml does.
 
 use super::super::block::IQ4_NL_VALUES;
-use super::{GROUP_MAX_EPS, nearest_int, put_f16};
+use super::{GROUP_MAX_EPS, nearest_int, put_f16, signed_absmax};
 
 /// ggml's `best_index_int8` for the 32 values `id * x`: each the index of
 /// the table entry nearest it (the upper of two at equal distance; 15 for
@@ -173,13 +173,7 @@ pub(super) fn quantize_iq4_xs(x: &[f32], block: &mut [u8]) {
         group.copy_from_slice(values);
     }
     let scales = group_scales::<8>(&side_by_side(x));
-    let (mut max_scale, mut amax_scale) = (0.0f32, 0.0f32);
-    for &scale in &scales {
-        if scale.abs() > amax_scale {
-            amax_scale = scale.abs();
-            max_scale = scale;
-        }
-    }
+    let max_scale = signed_absmax(&scales);
     block.fill(0);
     let d = -max_scale / 32.0;
     put_f16(block, d);
