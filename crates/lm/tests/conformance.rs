@@ -9,12 +9,12 @@
 //! format is in `fixtures/smollm2-requant/README.md`. For every prompt:
 //! - our prompt ids (BOS when the vocabulary asks for it, special tokens
 //!   parsed) are llama.cpp's;
-//! - our greedy ids are llama.cpp's up to its first near-tie (a step whose
-//!   top-1/top-2 gap is below [`TIE_GAP`]: two correct implementations may
-//!   break it either way);
+//! - our greedy ids are llama.cpp's up to the first near-tie (a step whose
+//!   top-1/top-2 gap is below [`TIE_GAP`] in llama.cpp's logits or the exact
+//!   ones: two correct implementations may break it either way);
 //! - teacher-forced along llama.cpp's greedy ids, each chosen token's
 //!   log-probability is within [`LOGPROB_TOLERANCE`] nats of llama.cpp's, up
-//!   to and including its first near-tie (the rest is only reported);
+//!   to and including that first near-tie (the rest is only reported);
 //! - where the fixture keeps the last-position logits row, every logit is
 //!   within [`LOGIT_TOLERANCE`] and KL(llama.cpp || ours) < [`MAX_KL`].
 //!
@@ -41,22 +41,24 @@
 //!   |ours - exact| within the envelope's largest; KL(llama.cpp || ours) <
 //!   [`MAX_KL`], or KL(exact || ours) within the envelope's largest;
 //! - greedy ids: equal up to the first near-tie, which is the first step
-//!   with a top-1/top-2 gap below [`TIE_GAP`] or where one of llama.cpp's own
-//!   settings already picks another token.
+//!   with a top-1/top-2 gap below [`TIE_GAP`] in llama.cpp's logits or in the
+//!   exact ones, or where one of llama.cpp's own settings already picks
+//!   another token.
 //!
 //! Both distances are measured here, against the same stored (f16) exact
 //! row, and a check that fails reports every distance.
 //!
-//! Six checks leave the envelope by a little, always the same way (ours
+//! Nine checks leave the envelope by a little, always the same way (ours
 //! slightly farther from exact than every llama.cpp setting): they are
 //! listed in [`KNOWN_DEVIATIONS`], each bounded just above what was measured
 //! (`fixtures/smollm2-requant/README.md`), so they cannot grow unnoticed; any
-//! other failure, or one past its bound, fails the test. Two of them are
-//! rows that Q4_0 and Q8_0 weights packed in panels (the default on SIMD
-//! paths, `lm_model::Packing`) move: one single logit of the 49,152, the
-//! row's KL within llama.cpp's settings. Which rows leave the envelope is
-//! rounding noise: the row-major kernels with an F32 KV cache (exact in
-//! principle) leave it on six models.
+//! other failure, or one past its bound, fails the test. Five of them are
+//! checks that weights packed in panels (the default on SIMD paths:
+//! `lm_model::Packing`; Q4_0 and Q8_0, and Q4_K and Q6_K on AVX-512) move:
+//! one single logit of the row, the row's KL within llama.cpp's settings,
+//! or a chosen token's log-probability at a near-tie. Which rows leave the
+//! envelope is rounding noise: the row-major kernels with an F32 KV cache
+//! (exact in principle) leave it on six models.
 //!
 //! All failures of a model are collected and reported together. Each model's
 //! test is ignored until its file is fetched; with `--include-ignored` and no
@@ -155,6 +157,30 @@ const KNOWN_DEVIATIONS: &[KnownDeviation] = &[
         check: Check::ChosenLogprob,
         max_from_exact: 0.27,
     },
+    // Q4_K and Q6_K panels: 2.057 (row-major 1.193; llama.cpp 1.688, up to
+    // 1.682 over its settings; KL(exact || ours) 0.0091 is within its 0.0094).
+    KnownDeviation {
+        model: "gemma3-270m",
+        case: "chat",
+        check: Check::LastLogits,
+        max_from_exact: 2.2,
+    },
+    // Q4_K and Q6_K panels: 1.954 (llama.cpp 1.031, up to 1.660 over its
+    // settings; KL(exact || ours) 0.0133 is within its 0.0199).
+    KnownDeviation {
+        model: "smollm2-q5_k_m",
+        case: "chat",
+        check: Check::LastLogits,
+        max_from_exact: 2.1,
+    },
+    // Q4_K and Q6_K panels, step 1, a near-tie (gap 0.016): 0.248 (llama.cpp
+    // 0.005; row-major 0.203 from llama.cpp, within the tolerance).
+    KnownDeviation {
+        model: "smollm2-q3_k_m",
+        case: "long_document",
+        check: Check::ChosenLogprob,
+        max_from_exact: 0.27,
+    },
 ];
 
 /// Whether a check that failed both ways is a known deviation within its
@@ -223,6 +249,8 @@ struct ExactCase {
     name: String,
     /// Per step, teacher-forced along llama.cpp's greedy ids.
     chosen_logprobs: Vec<f64>,
+    /// Per step, the exact top-1/top-2 logit gap.
+    top1_minus_top2: Vec<f32>,
     /// The exact last-position row, where the fixture keeps llama.cpp's.
     last_logits: Option<LogitsFile>,
 }
@@ -529,14 +557,14 @@ fn check_case(
         ));
     }
 
-    // Greedy, identical up to llama.cpp's first near-tie: a small gap, or a
-    // step where one of its own settings already parts ways.
+    // Greedy, identical up to the first near-tie: a small gap in llama.cpp's
+    // logits or in the exact ones, or a step where one of llama.cpp's own
+    // settings already parts ways.
     let expected = &case.continuation_ids;
-    let first_tie = case
-        .top1_minus_top2
-        .iter()
-        .position(|&gap| gap < TIE_GAP)
-        .unwrap_or(expected.len())
+    let first_small_gap =
+        |gaps: &[f32]| gaps.iter().position(|&gap| gap < TIE_GAP).unwrap_or(expected.len());
+    let first_tie = first_small_gap(&case.top1_minus_top2)
+        .min(first_small_gap(&exact.top1_minus_top2))
         .min(envelope.first_split(expected));
     let mut state = prefilled.clone();
     let mut logits = last.clone();
@@ -563,7 +591,7 @@ fn check_case(
     }
 
     // Chosen-token log-probabilities, teacher-forced along llama.cpp's ids:
-    // asserted up to and including llama.cpp's first near-tie (at least step
+    // asserted up to and including the first near-tie (at least step
     // 0, the last prompt position), the window in which the greedy ids must
     // agree; past it the worst difference is only reported, because small
     // differences in the KV cache grow over a long teacher-forced tail (two

@@ -57,15 +57,13 @@ pub const PACK_ENV: &str = "LM_PACK";
 pub enum Packing {
     /// `LM_PACK=0`, or a path without panel kernels: every matrix row-major.
     RowMajor,
-    /// The default: Q4_0 and Q8_0, whose panels are faster than the
+    /// `LM_PACK=1`: Q4_0 and Q8_0 only, whose panels are faster than the
     /// row-major kernels in prefill and in decode (a 1B model on Zen 4:
     /// prefill 2.0-3.3x and decode 1.2-1.8x llama.cpp's; docs/performance.md).
     Blocks,
-    /// `LM_PACK=all`: Q4_K and Q6_K as well, where their AVX-512 kernel
-    /// runs: a 1B Q4_K_M prefills 2.3-2.6x llama.cpp's speed and decodes
-    /// faster than row-major (docs/performance.md), but moves three
-    /// SmolLM2 and Gemma 3 conformance checks past their bounds
-    /// (fixtures/smollm2-requant/README.md), so it is not the default.
+    /// The default (`LM_PACK=all`): Q4_K and Q6_K as well, where their
+    /// AVX-512 kernel runs: a 1B Q4_K_M prefills 1.8x llama.cpp's speed and
+    /// decodes 1.26x at one thread (docs/performance.md).
     All,
 }
 
@@ -139,10 +137,10 @@ impl Kernel {
         }
         Packing::from_env()
             .unwrap_or_else(|e| {
-                log::warn!("{PACK_ENV}: {e}; packing Q4_0 and Q8_0");
+                log::warn!("{PACK_ENV}: {e}; packing every type with panel kernels");
                 None
             })
-            .unwrap_or(Packing::Blocks)
+            .unwrap_or(Packing::All)
     }
 
     /// Whether any weights are packed in panels when a model loads on
