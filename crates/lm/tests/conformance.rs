@@ -561,8 +561,11 @@ fn check_case(
     // logits or in the exact ones, or a step where one of llama.cpp's own
     // settings already parts ways.
     let expected = &case.continuation_ids;
-    let first_small_gap =
-        |gaps: &[f32]| gaps.iter().position(|&gap| gap < TIE_GAP).unwrap_or(expected.len());
+    let first_small_gap = |gaps: &[f32]| {
+        gaps.iter()
+            .position(|&gap| gap < TIE_GAP)
+            .unwrap_or(expected.len())
+    };
     let first_tie = first_small_gap(&case.top1_minus_top2)
         .min(first_small_gap(&exact.top1_minus_top2))
         .min(envelope.first_split(expected));
