@@ -55,6 +55,8 @@ macro_rules! unsigned_vector {
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
@@ -244,6 +246,10 @@ impl PanelInput for Q8KBlock {
         match kernel {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => avx512_k::dot_panels_k,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => avx2_k::dot_panels_k,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => avx2_k::dot_panels_k_vnni,
             _ => portable_k::dot_panels_k,
         }
     }
