@@ -165,19 +165,28 @@ impl Split {
     /// The bytes of `range`: from the copy when a copied tensor holds them,
     /// else from the map.
     fn slice(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
-        let holder = self
-            .copied
-            .partition_point(|(copied, _)| copied.start <= range.start)
-            .checked_sub(1)
-            .map(|i| &self.copied[i])
-            .filter(|(copied, _)| range.end <= copied.end);
-        match holder {
-            Some((copied, at)) => {
-                let start = at + (range.start - copied.start);
-                self.copy.get(start..start + range.len())
-            }
+        match self.in_copy(&range) {
+            Some(start) => self.copy.get(start..start + range.len()),
             None => self.map.get(range),
         }
+    }
+
+    /// The bytes of `range` in the copy, writable (so that its tensors can
+    /// be packed in panels), or `None` when no copied tensor holds them.
+    fn slice_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [u8]> {
+        let start = self.in_copy(&range)?;
+        self.copy.get_mut(start..start + range.len())
+    }
+
+    /// Where `range` of the file starts in the copy, when one copied
+    /// tensor holds it.
+    fn in_copy(&self, range: &std::ops::Range<usize>) -> Option<usize> {
+        let i = self
+            .copied
+            .partition_point(|(copied, _)| copied.start <= range.start)
+            .checked_sub(1)?;
+        let (copied, at) = &self.copied[i];
+        (range.end <= copied.end).then(|| at + (range.start - copied.start))
     }
 }
 
@@ -213,14 +222,15 @@ impl Storage {
         }
     }
 
-    /// The bytes, writable when they are this process's own (read or
-    /// handed over), `None` for a map of the file.
-    fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+    /// The bytes of `range`, writable when they are this process's own
+    /// (read, handed over, or a mixture's copied tensor), `None` for a map
+    /// of the file (a mixture's experts included) or a range outside it.
+    fn slice_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [u8]> {
         match self {
-            Storage::Mapped(_) => None,
-            Storage::Read { map, len } => Some(&mut map[..*len]),
-            Storage::Owned(bytes) => Some(bytes),
-            Storage::Assembled(_) | Storage::Split(_) => None,
+            Storage::Mapped(_) | Storage::Assembled(_) => None,
+            Storage::Read { map, len } => map[..*len].get_mut(range),
+            Storage::Owned(bytes) => bytes.get_mut(range),
+            Storage::Split(split) => split.slice_mut(range),
         }
     }
 
@@ -655,16 +665,15 @@ impl GgufFile {
     /// run on the panel kernels; returns how many it packed. The bytes are
     /// rearranged, not copied: the memory does not grow. A mapped file
     /// ([`GgufFile::map`]) is shared with the page cache and is left as it
-    /// is (0 packed).
+    /// is (0 packed); of a mixture of experts read by [`GgufFile::open`],
+    /// the tensors copied into huge pages pack and the mapped experts stay
+    /// as they are.
     ///
     /// A packed tensor's [`TensorView::matrix`] multiplies in panels and
     /// dequantizes rows from them; its `data` is no longer in GGUF's
     /// layout, so call this after [`GgufFile::validate_tensor_data`].
     pub fn pack_tensors(&mut self, select: impl Fn(&TensorInfo) -> bool) -> usize {
         let data_offset = self.data_offset;
-        let Some(bytes) = self.storage.bytes_mut() else {
-            return 0;
-        };
         let packing = crate::quant::Kernel::configured().packing();
         let mut scratch = Vec::new();
         let mut n_packed = 0;
@@ -679,7 +688,9 @@ impl GgufFile {
                 continue;
             }
             let start = data_offset + info.offset;
-            let data = &mut bytes[start..start + info.n_bytes];
+            let Some(data) = self.storage.slice_mut(start..start + info.n_bytes) else {
+                continue;
+            };
             crate::quant::packed::pack_in_place(
                 info.ggml_type,
                 data,

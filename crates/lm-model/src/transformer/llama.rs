@@ -110,7 +110,8 @@ impl Llama {
     ///
     /// Where the kernel has panel products (AVX2, AVX-VNNI, AVX-512) and the
     /// file's bytes are this decoder's alone (an owned `GgufFile`, read by
-    /// [`GgufFile::open`]), the weight matrices the process's
+    /// [`GgufFile::open`]; of a mixture of experts, every tensor but the
+    /// mapped experts), the weight matrices the process's
     /// [`Packing`](crate::Packing) includes (Q4_0 and Q8_0, and Q4_K and
     /// Q6_K on AVX-512, unless `LM_PACK` says otherwise) are packed in place
     /// first ([`GgufFile::pack_tensors`]): prefill runs 2-3x faster on them
