@@ -8,6 +8,7 @@ mod arch_conformance;
 mod arch_errors;
 mod moe_errors;
 mod moe_memory;
+mod moe_panels;
 
 mod gguf_parse;
 mod gguf_real_model;
