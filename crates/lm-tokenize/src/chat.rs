@@ -9,9 +9,10 @@
 //! `lower`, `split`, `replace`) that templates call on message content.
 //!
 //! A template is code from a model file, so a render is bounded: at most
-//! [`TEMPLATE_FUEL`] instructions (minijinja's fuel) and
-//! [`MAX_RENDERED_BYTES`] of output; a template that needs more is a typed
-//! error naming it, never a hang.
+//! [`TEMPLATE_FUEL`] of minijinja's fuel, which pays for instructions and
+//! for every byte the template builds (so `{% set s = s ~ s %}` in a loop
+//! cannot exhaust memory), and [`MAX_RENDERED_BYTES`] of output; a template
+//! that needs more is a typed error naming it, never a hang.
 //!
 //! [`ChatTemplate::render_parts`] tells the template's markup from the
 //! messages' contents, so a tokenizer can read special-token text in the
@@ -25,7 +26,8 @@
 
 use std::io::Write;
 
-use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Serde, Value, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, State};
 use serde::{Deserialize, Serialize};
 
@@ -34,11 +36,22 @@ use crate::TokenizeError;
 /// The name the template is stored under inside its environment.
 const TEMPLATE_NAME: &str = "chat";
 
-/// The most instructions one render may run (minijinja's fuel). A chat
-/// template spends a few instructions per message, so this is ample for
+/// One render's budget of minijinja's fuel: an instruction costs one, and
+/// every [`BYTES_PER_FUEL`] bytes a template builds or writes (strings,
+/// lists, filter results, output) cost one more, so a render runs at most
+/// 4 million instructions and allocates at most about 256 MB in all. A chat
+/// template spends a few instructions per message and a rendered prompt of
+/// [`MAX_RENDERED_BYTES`] costs a quarter of a million, so this is ample for
 /// conversations far beyond any context, and stops a template that loops
-/// without a practical end (two nested `range(100000)`) in about a second.
-pub const TEMPLATE_FUEL: u64 = 20_000_000;
+/// without a practical end (two nested `range(100000)`) in a fraction of a
+/// second or doubles a string in a loop long before memory runs out.
+pub const TEMPLATE_FUEL: u64 = 4_000_000;
+
+/// How many bytes of data one unit of fuel pays for (minijinja 3's rate).
+const BYTES_PER_FUEL: u64 = 64;
+
+/// The bytes one item of a list costs (minijinja's value).
+const VALUE_BYTES: usize = 24;
 
 /// The longest rendered prompt, in bytes: 16 MiB, some 4 million tokens,
 /// beyond any model's context.
@@ -130,8 +143,13 @@ impl ChatTemplate {
         eos_token: Option<&str>,
     ) -> Result<Self, TokenizeError> {
         let mut env = Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
+        env.set_syntax(
+            SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|source| TokenizeError::TemplateSyntax { source })?,
+        );
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", to_json);
         env.set_unknown_method_callback(python_method);
@@ -189,15 +207,15 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|source| TokenizeError::TemplateRender { source })?;
-        let mut out = CappedOutput::default();
+        let mut out = CappedOutput::new(MAX_RENDERED_BYTES);
         let rendered = template.render_captured_to(
             minijinja::context! {
-                messages => messages,
+                messages => Serde(messages),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
-                tools => tools,
-                ..Value::from_serialize(&self.variables)
+                tools => Serde(tools),
+                ..Value::from(Serde(&self.variables))
             },
             &mut out,
         );
@@ -209,7 +227,7 @@ impl ChatTemplate {
             }),
             Err(source) if is_out_of_fuel(&source) => Err(TokenizeError::TemplateTooCostly {
                 template: self.name.clone(),
-                limit: format!("{TEMPLATE_FUEL} instructions"),
+                limit: format!("{TEMPLATE_FUEL} fuel (instructions and bytes built)"),
             }),
             Err(source) => Err(TokenizeError::TemplateRender { source }),
         }
@@ -332,18 +350,29 @@ fn push_part(parts: &mut Vec<ChatPart>, text: &str, is_content: bool) {
     }
 }
 
-/// A render's output, refusing to grow beyond [`MAX_RENDERED_BYTES`].
-#[derive(Default)]
+/// Bytes written, refusing to grow beyond `limit`: a render's output
+/// ([`MAX_RENDERED_BYTES`]), or JSON text the remaining fuel can pay for.
 struct CappedOutput {
     bytes: Vec<u8>,
+    limit: usize,
     overflowed: bool,
+}
+
+impl CappedOutput {
+    fn new(limit: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+            overflowed: false,
+        }
+    }
 }
 
 impl Write for CappedOutput {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+        if self.bytes.len() + buf.len() > self.limit {
             self.overflowed = true;
-            return Err(std::io::Error::other("the rendered prompt is too long"));
+            return Err(std::io::Error::other("the output is too long"));
         }
         self.bytes.extend_from_slice(buf);
         Ok(buf.len())
@@ -375,31 +404,64 @@ fn raise_exception(message: String) -> Result<Value, JinjaError> {
     Err(JinjaError::new(ErrorKind::InvalidOperation, message))
 }
 
-/// Hugging Face's `tojson` filter (JSON text, `indent` optional).
-fn to_json(value: Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
+/// Hugging Face's `tojson` filter (JSON text, `indent` optional). The text
+/// is written no further than the render's remaining fuel can pay for, nor
+/// beyond [`MAX_RENDERED_BYTES`] (no prompt holds more): a value may be far
+/// larger as JSON than it was charged as (a list repeated lazily,
+/// `[x] * 10**8`).
+fn to_json(state: &State, value: Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
     let indent: Option<usize> = kwargs.get("indent")?;
     kwargs.assert_all_used()?;
-    let json = match indent {
-        Some(width) => {
-            let indent_text = " ".repeat(width);
-            let formatter = serde_json::ser::PrettyFormatter::with_indent(indent_text.as_bytes());
-            let mut bytes = Vec::new();
-            let mut serializer = serde_json::Serializer::with_formatter(&mut bytes, formatter);
-            value
-                .serialize(&mut serializer)
-                .map_err(|err| JinjaError::new(ErrorKind::BadSerialization, err.to_string()))?;
-            String::from_utf8(bytes)
-                .map_err(|err| JinjaError::new(ErrorKind::BadSerialization, err.to_string()))?
-        }
-        None => serde_json::to_string(&value)
-            .map_err(|err| JinjaError::new(ErrorKind::BadSerialization, err.to_string()))?,
+    let limit = match state.fuel_levels() {
+        Some((_, remaining)) => usize::try_from(remaining.saturating_mul(BYTES_PER_FUEL))
+            .unwrap_or(usize::MAX)
+            .min(MAX_RENDERED_BYTES),
+        None => MAX_RENDERED_BYTES,
     };
+    let mut out = CappedOutput::new(limit);
+    let written = match indent {
+        Some(width) => {
+            let indent_text = " ".repeat(width.min(MAX_JSON_INDENT));
+            let formatter = serde_json::ser::PrettyFormatter::with_indent(indent_text.as_bytes());
+            value.serialize(&mut serde_json::Serializer::with_formatter(
+                &mut out, formatter,
+            ))
+        }
+        None => value.serialize(&mut serde_json::Serializer::new(&mut out)),
+    };
+    match written {
+        Ok(()) => {}
+        Err(_) if out.overflowed => return Err(JinjaError::from(ErrorKind::OutOfFuel)),
+        Err(err) => {
+            return Err(JinjaError::new(
+                ErrorKind::BadSerialization,
+                err.to_string(),
+            ));
+        }
+    }
+    let json = String::from_utf8(out.bytes)
+        .map_err(|err| JinjaError::new(ErrorKind::BadSerialization, err.to_string()))?;
     Ok(Value::from_safe_string(json))
+}
+
+/// The widest `tojson(indent=N)` honoured; templates use 2 or 4.
+const MAX_JSON_INDENT: usize = 16;
+
+/// Refuses a result of `bytes` bytes that the render's remaining fuel could
+/// not pay for, before it is built: minijinja charges what a method returns
+/// only once it exists.
+fn ensure_fuel_for(state: &State, bytes: usize) -> Result<(), JinjaError> {
+    match state.fuel_levels() {
+        Some((_, remaining)) if bytes as u64 / BYTES_PER_FUEL > remaining => {
+            Err(JinjaError::from(ErrorKind::OutOfFuel))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The Python string methods chat templates call, on string values only.
 fn python_method(
-    _state: &State,
+    state: &mut State,
     value: &Value,
     method: &str,
     args: &[Value],
@@ -436,10 +498,19 @@ fn python_method(
         "rstrip" => Value::from(trimmed(string_arg(0)?, false, true)),
         "startswith" => Value::from(string_arg(0)?.is_some_and(|p| text.starts_with(p))),
         "endswith" => Value::from(string_arg(0)?.is_some_and(|p| text.ends_with(p))),
-        "upper" => Value::from(text.to_uppercase()),
-        "lower" => Value::from(text.to_lowercase()),
+        // Case mapping at most triples a string's bytes (`ΐ`, two bytes,
+        // upper-cases to three characters of two).
+        "upper" | "lower" => {
+            ensure_fuel_for(state, text.len().saturating_mul(3))?;
+            Value::from(if method == "upper" {
+                text.to_uppercase()
+            } else {
+                text.to_lowercase()
+            })
+        }
         "split" => match string_arg(0)? {
             Some(sep) if !sep.is_empty() => {
+                ensure_fuel_for(state, (text.matches(sep).count() + 1) * VALUE_BYTES)?;
                 Value::from(text.split(sep).map(Value::from).collect::<Vec<_>>())
             }
             Some(_) => {
@@ -448,10 +519,25 @@ fn python_method(
                     "split separator is empty",
                 ));
             }
-            None => Value::from(text.split_whitespace().map(Value::from).collect::<Vec<_>>()),
+            None => {
+                ensure_fuel_for(state, text.split_whitespace().count() * VALUE_BYTES)?;
+                Value::from(text.split_whitespace().map(Value::from).collect::<Vec<_>>())
+            }
         },
         "replace" => match (string_arg(0)?, string_arg(1)?) {
-            (Some(old), Some(new)) => Value::from(text.replace(old, new)),
+            (Some(old), Some(new)) => {
+                // An empty `old` matches before every character and at the end.
+                let matches = if old.is_empty() {
+                    text.chars().count() + 1
+                } else {
+                    text.matches(old).count()
+                };
+                ensure_fuel_for(
+                    state,
+                    text.len().saturating_add(matches.saturating_mul(new.len())),
+                )?;
+                Value::from(text.replace(old, new))
+            }
             _ => {
                 return Err(JinjaError::new(
                     ErrorKind::InvalidOperation,

@@ -160,7 +160,7 @@ pub enum TokenizeError {
     /// A chat template that needed more than a render may take (a loop
     /// without a practical end, an output beyond any context).
     #[error(
-        "chat template `{template}` needed more than {limit} to render (a loop without a practical end?)"
+        "chat template `{template}` needed more than {limit} to render (a loop or a value without a practical end?)"
     )]
     TemplateTooCostly {
         /// The template's name (`tokenizer.chat_template`).

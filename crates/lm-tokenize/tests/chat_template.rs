@@ -166,14 +166,14 @@ fn a_template_that_loops_without_end_runs_out_of_fuel_naming_itself() {
     assert!(start.elapsed() < std::time::Duration::from_secs(20));
     assert!(
         matches!(&err, TokenizeError::TemplateTooCostly { template, limit }
-            if template == "tokenizer.chat_template" && limit == &format!("{TEMPLATE_FUEL} instructions")),
+            if template == "tokenizer.chat_template" && limit == &format!("{TEMPLATE_FUEL} fuel (instructions and bytes built)")),
         "{err:?}"
     );
     assert_eq!(
         err.to_string(),
         format!(
-            "chat template `tokenizer.chat_template` needed more than {TEMPLATE_FUEL} instructions \
-             to render (a loop without a practical end?)"
+            "chat template `tokenizer.chat_template` needed more than {TEMPLATE_FUEL} fuel \
+             (instructions and bytes built) to render (a loop or a value without a practical end?)"
         )
     );
 }
@@ -199,4 +199,57 @@ fn a_template_whose_output_outgrows_the_cap_is_refused() {
         .render(&[], true)
         .unwrap();
     assert_eq!(text.len(), MAX_RENDERED_BYTES);
+}
+
+/// A template that doubles a value in a loop would need 2^64 bytes after 64
+/// rounds, in a handful of instructions each. Fuel pays for the bytes a
+/// template builds, so each such template stops at the budget, with the
+/// same error as a loop without end, before it allocates more than the
+/// budget's worth (about 256 MB).
+#[test]
+fn a_template_that_doubles_a_value_runs_out_of_fuel() {
+    // Jinja's `set` inside a loop is local to one round, so the value is
+    // carried across rounds in a namespace, as real templates do.
+    let doublings = [
+        "ns.s ~ ns.s",
+        "ns.s + ns.s",
+        "ns.s.replace('a', ns.s)",
+        "ns.s.replace('', ns.s)",
+        "(ns.s ~ ' ' ~ ns.s).split(' ')|join(' ')",
+        "(ns.s ~ ns.s).upper()",
+    ]
+    .map(|step| {
+        format!(
+            "{{% set ns = namespace(s='a b') %}}{{% for i in range(64) %}}\
+             {{% set ns.s = {step} %}}{{% endfor %}}{{{{ ns.s|length }}}}"
+        )
+    });
+    let sources = doublings.iter().map(String::as_str).chain([
+        "{% set l = [[1, 2, 3]] * 100000000 %}{{ l|tojson|length }}",
+        "{% set l = [1] * 100000000 %}{{ l|tojson(indent=1000000)|length }}",
+    ]);
+    for source in sources {
+        let err = ChatTemplate::new(source, None, None)
+            .unwrap()
+            .render(&[], true)
+            .unwrap_err();
+        assert!(
+            matches!(&err, TokenizeError::TemplateTooCostly { limit, .. }
+                if limit == &format!("{TEMPLATE_FUEL} fuel (instructions and bytes built)")),
+            "{source}: {err:?}"
+        );
+    }
+}
+
+/// The fuel that stops those still renders a conversation of the longest
+/// prompt: SmolLM2's template over messages whose text is most of
+/// [`MAX_RENDERED_BYTES`].
+#[test]
+fn a_conversation_of_the_longest_prompt_renders_within_the_fuel() {
+    let words = "the cat sat on the mat and ".repeat(1_000);
+    let messages: Vec<Message> = (0..500)
+        .map(|i| Message::new(if i % 2 == 0 { "user" } else { "assistant" }, &words))
+        .collect();
+    let text = smollm2_template().render(&messages, true).unwrap();
+    assert!(text.len() > MAX_RENDERED_BYTES * 3 / 4, "{}", text.len());
 }
