@@ -1038,3 +1038,102 @@ fn the_parallel_scan_reports_the_first_bad_block() {
         ));
     }
 }
+
+/// The 32-weight types that pack in panels (`quant/packed.rs`), opened
+/// from a file and packed as a model's loader packs them: each packed
+/// matrix dequantizes to its rows, and on every kernel this CPU runs its
+/// product with a batch of `n` inputs (tiles of 1 to 8 and balanced
+/// remainders) gives each input the bits of its own product, the same
+/// bits on every kernel (`LM_PACK=0`: the row-major products, which agree
+/// so too), and within 1e-5 of Σ|W x| of the row-major product (the same
+/// quantized terms in another order; the tests above hold that one to the
+/// f64 product).
+#[test]
+fn packed_block_matrices_multiply_as_their_rows_on_every_kernel() {
+    use crate::common::gguf_writer::{GgufTensor, NO_METADATA, gguf_file};
+    use lm_model::GgufFile;
+
+    let mut rng = ChaCha8Rng::seed_from_u64(35);
+    // Three panels of SmolLM2's width (18 blocks a row).
+    let (n_rows, n_cols) = (48, 576);
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ];
+    let tensors: Vec<GgufTensor> = types
+        .iter()
+        .map(|&ty| GgufTensor {
+            name: ty.to_string(),
+            dims: vec![n_cols as u64, n_rows as u64],
+            type_id: ty.id(),
+            data: random_matrix(ty, n_rows, n_cols, &mut rng),
+        })
+        .collect();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("blocks.gguf");
+    std::fs::write(&path, gguf_file(3, 32, NO_METADATA, &tensors)).unwrap();
+    let mapped = GgufFile::map(&path).unwrap();
+    let mut opened = GgufFile::open(&path).unwrap();
+    let packing = Kernel::configured().packing();
+    let n_packed = opened.pack_tensors(|_| true);
+    let expected = types.iter().filter(|&&ty| packing.includes(ty)).count();
+    assert_eq!(n_packed, expected, "packing {packing:?}");
+
+    let batch_sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9, 17];
+    let n_max = 17;
+    let xs: Vec<f32> = (0..n_max)
+        .flat_map(|_| random_vector(n_cols, &mut rng))
+        .collect();
+    for ty in types {
+        let name = ty.to_string();
+        let row_major = mapped.tensor(&name).unwrap().matrix().unwrap();
+        let view = opened.tensor(&name).unwrap();
+        assert_eq!(
+            view.data == row_major.data(),
+            !packing.includes(ty),
+            "{ty} rearranged"
+        );
+        let panels = view.matrix().unwrap();
+        let mut row = vec![0.0; n_cols];
+        let mut original = vec![0.0; n_cols];
+        for r in 0..n_rows {
+            panels.dequantize_row(r, &mut row).unwrap();
+            row_major.dequantize_row(r, &mut original).unwrap();
+            assert_bits_eq(&row, &original);
+        }
+        let mut first_kernel: Option<Vec<f32>> = None;
+        for kernel in kernels_of_this_cpu() {
+            let p = panels.with_kernel(kernel).unwrap();
+            let w = row_major.with_kernel(kernel).unwrap();
+            let mut singles = vec![0.0; n_max * n_rows];
+            for (x, y) in xs
+                .chunks_exact(n_cols)
+                .zip(singles.chunks_exact_mut(n_rows))
+            {
+                p.matvec(x, y).unwrap();
+                let mut rows = vec![0.0; n_rows];
+                w.matvec(x, &mut rows).unwrap();
+                let magnitudes = reference_matvec(&w, x).1;
+                for r in 0..n_rows {
+                    assert!(
+                        (y[r] - rows[r]).abs() <= 1e-5 * magnitudes[r] as f32,
+                        "{ty} {kernel} row {r}: {} vs {}",
+                        y[r],
+                        rows[r]
+                    );
+                }
+            }
+            for n in batch_sizes {
+                let mut batch = vec![0.0; n * n_rows];
+                p.matmul(&xs[..n * n_cols], n, &mut batch).unwrap();
+                assert_bits_eq(&batch, &singles[..n * n_rows]);
+            }
+            match &first_kernel {
+                None => first_kernel = Some(singles),
+                Some(first) => assert_bits_eq(&singles, first),
+            }
+        }
+    }
+}

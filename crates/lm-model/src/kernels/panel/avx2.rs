@@ -6,14 +6,17 @@
 //! weights per lane), vector `k` meeting input bytes `4k..4k + 4`
 //! broadcast to every lane, and one conversion, one scale product and one
 //! fused multiply-add per input finish the block for eight rows, in the
-//! order `quant/packed.rs` states (the portable kernel's bits).
+//! order `quant/packed.rs` states (the portable kernel's bits; Q4_1 adds
+//! one fused multiply-add of the minimums by the input block's sum).
 //!
 //! The exact integer sums, per type and instruction set:
 //! - AVX-VNNI: `vpdpbusd` from `-OFFSET · Σ q_x`, as the AVX-512 kernel.
-//! - AVX2, Q4_0: `vpmaddubsw` of the nibbles (`u` below 16) with the input
-//!   bytes, the eight vectors' pairs added in i16 (each pair at most 2 · 15
-//!   · 128 in magnitude, their sum at most 30,720: no saturation, no
-//!   wrap), then `vpmaddwd` by ones to i32 and `8 Σ q_x` taken away.
+//! - AVX2, the nibble types: `vpmaddubsw` of `u` with the input bytes, the
+//!   pairs added in i16 over eight vectors for Q4_0 and Q4_1 (`u` below 16:
+//!   each pair at most 2 · 15 · 128 in magnitude, their sum at most 30,720:
+//!   no saturation, no wrap) and over four for Q5_0 (`u` below 32: at most
+//!   4 · 2 · 31 · 128 = 31,744), then `vpmaddwd` by ones to i32 and
+//!   `OFFSET · Σ q_x` taken away.
 //! - AVX2, Q8_0: `u = q + 128` would saturate `vpmaddubsw`'s pairs, so the
 //!   signed weights are multiplied as `|q|` times the input with `q`'s sign
 //!   (`vpsignb`), as `kernels/dot/avx2.rs` does, each vector's pairs
@@ -33,12 +36,12 @@ use std::arch::x86_64::{
     __m256, __m256i, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_add_epi16,
     _mm256_add_epi32, _mm256_and_si256, _mm256_cvtepi32_ps, _mm256_cvtph_ps,
     _mm256_dpbusd_avx_epi32, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8, _mm256_srli_epi16,
-    _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
+    _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16,
+    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8,
+    _mm256_slli_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
 };
 
-use super::{Packed, PanelProduct, Q4_0, Q8_0};
+use super::{Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -93,6 +96,8 @@ macro_rules! each_panel {
 pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
     match ty {
         GgmlType::Q4_0 => each_panel!(Maddubs<Q4_0>, product, out),
+        GgmlType::Q4_1 => each_panel!(Maddubs<Q4_1>, product, out),
+        GgmlType::Q5_0 => each_panel!(Maddubs<Q5_0>, product, out),
         GgmlType::Q8_0 => each_panel!(Maddubs<Q8_0>, product, out),
         _ => unreachable!("{ty} is not packed"),
     }
@@ -110,6 +115,8 @@ pub(super) unsafe fn dot_panels_vnni(
 ) {
     match ty {
         GgmlType::Q4_0 => each_panel!(Dpbusd<Q4_0, AvxVnni>, product, out),
+        GgmlType::Q4_1 => each_panel!(Dpbusd<Q4_1, AvxVnni>, product, out),
+        GgmlType::Q5_0 => each_panel!(Dpbusd<Q5_0, AvxVnni>, product, out),
         GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, AvxVnni>, product, out),
         _ => unreachable!("{ty} is not packed"),
     }
@@ -120,6 +127,8 @@ unsigned_vector!(
     __m256i,
     _mm256_loadu_si256,
     _mm256_and_si256,
+    _mm256_or_si256,
+    _mm256_slli_epi16,
     _mm256_srli_epi16,
     _mm256_xor_si256,
     _mm256_set1_epi8
@@ -165,9 +174,10 @@ unsafe fn four(x: &Q8Block, k: usize) -> __m256i {
 }
 
 /// The sums by `vpmaddubsw`, unsigned bytes by signed ones in i16 pairs.
-/// Q4_0 multiplies the nibbles by the input bytes and sums the pairs in i16
-/// over the block, then in i32, less `8 Σ q_x` (see the module's note on
-/// the bounds). Q8_0 multiplies `|q|` by the input bytes with `q`'s sign
+/// The nibble types multiply `u` by the input bytes and sum the pairs in
+/// i16 over groups of vectors (the whole block for Q4_0 and Q4_1,
+/// its halves for Q5_0), then in i32, less `OFFSET · Σ q_x` (see the
+/// module's note on the bounds). Q8_0 multiplies `|q|` by the input bytes with `q`'s sign
 /// (at most 2 · 128 · 128 a pair) and sums each vector's pairs to i32 at
 /// once.
 struct Maddubs<U>(std::marker::PhantomData<U>);
@@ -182,16 +192,23 @@ impl<U: Packed> HalfSums for Maddubs<U> {
             let ones = _mm256_set1_epi16(1);
             let mut s = [_mm256_setzero_si256(); T];
             if U::NIBBLES {
+                // Vectors whose pairs are summed in i16 before i32.
+                let group = if U::HIGH_BIT { VECTORS / 2 } else { VECTORS };
                 let mut pairs = s;
                 for k in 0..VECTORS {
                     let w = vector::<U>(half.quants, k);
                     for (pairs, x) in pairs.iter_mut().zip(half.x) {
                         *pairs = _mm256_add_epi16(*pairs, _mm256_maddubs_epi16(w, four(x, k)));
                     }
+                    if (k + 1) % group == 0 {
+                        for (s, pairs) in s.iter_mut().zip(&mut pairs) {
+                            *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*pairs, ones));
+                            *pairs = _mm256_setzero_si256();
+                        }
+                    }
                 }
-                for ((s, pairs), sum_x) in s.iter_mut().zip(pairs).zip(half.sum_x) {
-                    let offset = _mm256_set1_epi32(U::OFFSET * sum_x);
-                    *s = _mm256_sub_epi32(_mm256_madd_epi16(pairs, ones), offset);
+                for (s, sum_x) in s.iter_mut().zip(half.sum_x) {
+                    *s = _mm256_sub_epi32(*s, _mm256_set1_epi32(U::OFFSET * sum_x));
                 }
             } else {
                 for k in 0..VECTORS {
@@ -329,17 +346,25 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
         for (half, acc) in (first..).zip(&mut acc) {
             // SAFETY: record b lies within the panel (the caller's
             // contract): 32 bytes of scales, this half's 16 of them at `2
-            // * 8 * half`, then the chunks, this half's lanes at `32 *
-            // half` in each; the features are the caller's.
+            // * 8 * half`, Q4_1's minimums likewise, then Q5_0's `qh` lanes
+            // and the chunks, this half's lanes at `32 * half` in each; the
+            // features are the caller's.
             unsafe {
                 let record = panel.as_ptr().add(b * record_bytes);
-                let scales =
-                    _mm256_cvtph_ps(_mm_loadu_si128(record.add(2 * HALF_ROWS * half).cast()));
-                let quants = record.add(SCALE_BYTES + CHUNK_BYTES / 2 * half);
+                let f16s = |at: usize| {
+                    _mm256_cvtph_ps(_mm_loadu_si128(
+                        record.add(at + 2 * HALF_ROWS * half).cast(),
+                    ))
+                };
+                let scales = f16s(0);
+                let quants = record.add(H::Packed::QUANTS_AT + CHUNK_BYTES / 2 * half);
                 let s = H::sums::<T>(Half { quants, x, sum_x });
                 for ((acc, x), s) in acc.iter_mut().zip(x).zip(s) {
                     let scale = _mm256_mul_ps(scales, _mm256_set1_ps(x.d));
                     *acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), *acc);
+                    if H::Packed::MINS {
+                        *acc = _mm256_fmadd_ps(f16s(SCALE_BYTES), _mm256_set1_ps(x.sum), *acc);
+                    }
                 }
             }
         }
@@ -360,7 +385,7 @@ mod tests {
 
     use super::*;
     use crate::kernels::dispatch::Kernel;
-    use crate::kernels::panel::portable;
+    use crate::kernels::panel::{avx512, portable};
     use crate::quant::block::QK;
 
     /// AVX-512 VNNI's `vpdpbusd` on 256-bit vectors: the operation of
@@ -381,6 +406,8 @@ mod tests {
     unsafe fn dot_panels_evex(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
         match ty {
             GgmlType::Q4_0 => each_panel!(Dpbusd<Q4_0, Avx512Vl>, product, out),
+            GgmlType::Q4_1 => each_panel!(Dpbusd<Q4_1, Avx512Vl>, product, out),
+            GgmlType::Q5_0 => each_panel!(Dpbusd<Q5_0, Avx512Vl>, product, out),
             GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, Avx512Vl>, product, out),
             _ => unreachable!("{ty} is not packed"),
         }
@@ -397,22 +424,24 @@ mod tests {
         }
     }
 
-    /// Panels of random quant bytes and finite scales; block 0's bytes are
-    /// all `extreme` (the largest weights' magnitudes: the bounds of the
-    /// i16 sums).
+    /// Panels of random quant (and Q5_0 `qh`) bytes and finite scales and
+    /// minimums; block 0's bytes are all `extreme` (the largest weights'
+    /// magnitudes: the bounds of the i16 sums).
     fn panels(ty: GgmlType, n_panels: usize, n_blocks: usize, extreme: u8) -> Vec<u8> {
         let mut next = lcg(11);
         let record_bytes = PANEL_ROWS * ty.block_bytes();
+        let f16_bytes = if ty == GgmlType::Q4_1 { 2 } else { 1 } * SCALE_BYTES;
         let mut data: Vec<u8> = (0..n_panels * n_blocks * record_bytes)
             .map(|_| next() as u8)
             .collect();
         for (i, record) in data.chunks_exact_mut(record_bytes).enumerate() {
-            for d in record[..SCALE_BYTES].chunks_exact_mut(2) {
-                let scale = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 1e-5);
-                d.copy_from_slice(&scale.to_le_bytes());
+            for d in record[..f16_bytes].chunks_exact_mut(2) {
+                let value = 0.001 + (next() % 1000) as f32 * 1e-5;
+                let sign = if next().is_multiple_of(2) { 1.0 } else { -1.0 };
+                d.copy_from_slice(&half::f16::from_f32(sign * value).to_le_bytes());
             }
             if i % n_blocks == 0 {
-                record[SCALE_BYTES..].fill(extreme);
+                record[f16_bytes..].fill(extreme);
             }
         }
         data
@@ -433,7 +462,8 @@ mod tests {
                     }
                 });
                 let d = 0.01 + (next() % 100) as f32 * 1e-3;
-                Q8Block { d, sum: 0.0, qs }
+                let sum = d * qs.iter().map(|&q| f32::from(q)).sum::<f32>();
+                Q8Block { d, sum, qs }
             })
             .collect();
         let sums = xq
@@ -443,21 +473,24 @@ mod tests {
         (xq, sums)
     }
 
-    /// The AVX2 kernel, and the AVX-VNNI one (in either encoding the CPU
-    /// runs), give the portable kernel's bits, for tiles of every size and
-    /// at the integer sums' extremes.
+    /// The AVX2 kernel, the AVX-VNNI one (in either encoding the CPU
+    /// runs) and the AVX-512 one give the portable kernel's bits, for tiles
+    /// of every size and at the integer sums' extremes.
     #[test]
     fn simd_panel_products_equal_the_portable_bits() {
         let f = CpuFeatures::detect();
         let evex = Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl;
         let (n_panels, n_blocks) = (2, 3);
+        let nibbles = [0x00, 0xFF, 0x88];
         for (ty, extremes) in [
-            (GgmlType::Q4_0, [0x00, 0xFF, 0x88]),
+            (GgmlType::Q4_0, nibbles),
+            (GgmlType::Q4_1, nibbles),
+            (GgmlType::Q5_0, nibbles),
             (GgmlType::Q8_0, [0x80, 0x7F, 0x81]),
         ] {
             for (extreme_w, extreme_x) in extremes.into_iter().zip([127, -127, 127]) {
                 let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for n in [1, 2, 3, 4, 5, 7, 9] {
+                for n in (1..=9).chain([17]) {
                     let (xq, sums) = inputs(n, n_blocks, extreme_x);
                     let product = PanelProduct {
                         panels: &panels,
@@ -488,6 +521,12 @@ mod tests {
                         // SAFETY: the CPU has avx2, fma, f16c, avx512vnni and avx512vl.
                         unsafe { dot_panels_evex(ty, product, &mut out) };
                         assert_eq!(bits(&out), bits(&reference), "vnni (evex): {case}");
+                    }
+                    if Kernel::Avx512.is_available() {
+                        out.fill(0.0);
+                        // SAFETY: the CPU has the AVX-512 kernel's features.
+                        unsafe { avx512::dot_panels(ty, product, &mut out) };
+                        assert_eq!(bits(&out), bits(&reference), "avx512: {case}");
                     }
                 }
             }

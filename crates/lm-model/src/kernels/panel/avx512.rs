@@ -5,7 +5,8 @@
 //! block, starting from `-OFFSET · Σ q_x` so that the lanes hold the exact
 //! `Σ q_w q_x`. Then one conversion, one scale product and one fused
 //! multiply-add finish the block for the sixteen rows, in the order
-//! `quant/packed.rs` states (the portable kernel's bits).
+//! `quant/packed.rs` states (the portable kernel's bits), and for Q4_1 one
+//! more fused multiply-add of the rows' minimums by the input block's sum.
 //!
 //! Every function requires avx2, fma, f16c, avx512f, avx512bw, avx512vl and
 //! avx512vnni, which callers check through a `Dispatch`.
@@ -13,11 +14,12 @@
 use std::arch::x86_64::{
     __m512, __m512i, _MM_HINT_T0, _mm_prefetch, _mm256_loadu_si256, _mm512_add_epi32,
     _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
-    _mm512_loadu_si512, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16, _mm512_storeu_ps, _mm512_xor_si512,
+    _mm512_loadu_si512, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32,
+    _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_srli_epi16,
+    _mm512_storeu_ps, _mm512_xor_si512,
 };
 
-use super::{MAX_TILE, Packed, PanelProduct, Q4_0, Q8_0};
+use super::{MAX_TILE, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -40,6 +42,8 @@ const PREFETCH_BYTES: usize = 2048;
 pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
     match ty {
         GgmlType::Q4_0 => each_panel::<Q4_0>(product, out),
+        GgmlType::Q4_1 => each_panel::<Q4_1>(product, out),
+        GgmlType::Q5_0 => each_panel::<Q5_0>(product, out),
         GgmlType::Q8_0 => each_panel::<Q8_0>(product, out),
         _ => unreachable!("{ty} is not packed"),
     }
@@ -50,6 +54,8 @@ unsigned_vector!(
     __m512i,
     _mm512_loadu_si512,
     _mm512_and_si512,
+    _mm512_or_si512,
+    _mm512_slli_epi16,
     _mm512_srli_epi16,
     _mm512_xor_si512,
     _mm512_set1_epi8
@@ -127,12 +133,19 @@ fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f
             }
         }
         // SAFETY: record b lies within the panel (its length asserted
-        // above): 32 bytes of scales, then the chunks `U` has.
-        let (scales, weights) = unsafe {
+        // above): 32 bytes of scales, Q4_1's 32 of minimums or Q5_0's 64 of
+        // `qh`, then the chunks `U` has.
+        let (scales, mins, weights) = unsafe {
             let record = panel.as_ptr().add(b * U::RECORD_BYTES);
-            let quants = record.add(SCALE_BYTES);
+            let quants = record.add(U::QUANTS_AT);
             let weights: [__m512i; CHUNKS] = std::array::from_fn(|k| vector::<U>(quants, k));
-            (_mm512_cvtph_ps(_mm256_loadu_si256(record.cast())), weights)
+            let mins = if U::MINS {
+                _mm512_cvtph_ps(_mm256_loadu_si256(record.add(SCALE_BYTES).cast()))
+            } else {
+                _mm512_setzero_ps()
+            };
+            let scales = _mm512_cvtph_ps(_mm256_loadu_si256(record.cast()));
+            (scales, mins, weights)
         };
         for (i, acc) in acc.iter_mut().enumerate() {
             let x = &part.xq[i * n_blocks + b];
@@ -145,6 +158,9 @@ fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f
             let s = unsafe { dpbusd_run::<T>(start, &weights, four) };
             let scale = _mm512_mul_ps(scales, _mm512_set1_ps(x.d));
             *acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), *acc);
+            if U::MINS {
+                *acc = _mm512_fmadd_ps(mins, _mm512_set1_ps(x.sum), *acc);
+            }
         }
     }
     for (out, acc) in out.chunks_exact_mut(PANEL_ROWS).zip(acc) {

@@ -14,35 +14,59 @@ use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::quant::GgmlType;
 use crate::quant::activation::{Q8Block, Q8KBlock};
 #[cfg(target_arch = "x86_64")]
-use crate::quant::packed::{CHUNK_BYTES, SCALE_BYTES};
+use crate::quant::packed::quants_at;
 use crate::quant::packed::{PANEL_ROWS, unpack_block};
 
 /// `$name::<U>(quants, k)`: vector `k` (0..8) of a half or whole panel's
 /// block of `U` as unsigned bytes `u = q + OFFSET`, four weights per lane,
 /// meeting input bytes `4k..4k + 4`, from the block's chunks at `quants`,
-/// on one SIMD width (`$v`, its load, and, shift and xor). Q4_0's four
-/// chunks hold nibbles, the low ones weights 0..16 and the high ones
-/// 16..32: chunk `c`'s low nibbles are vector `c`, its high ones `4 + c`.
-/// Q8_0's eight chunks hold signed bytes, made unsigned by flipping the
-/// sign bit (`q + 128`). The AVX2 and AVX-512 kernels read both so.
+/// on one SIMD width (`$v`, its load, and, or, 16-bit shifts, xor). The
+/// nibble types' four chunks hold the low nibbles, weights 0..16, and the
+/// high ones, 16..32: chunk `c`'s low nibbles are vector `c`, its high ones
+/// `4 + c`. Q5_0 adds the fifth bits, from its `qh` lanes just before the
+/// chunks, stored so that one shift puts vector `k`'s at bit 4 of each byte
+/// (`quant/packed.rs`, `spread_high_bits`): `u = nibble | 16 · bit`. Q8_0's
+/// eight chunks hold signed bytes, made unsigned by flipping the sign bit
+/// (`q + 128`). The AVX2 and AVX-512 kernels read all so.
 #[cfg(target_arch = "x86_64")]
 macro_rules! unsigned_vector {
-    ($name:ident, $v:ty, $load:ident, $and:ident, $srli:ident, $xor:ident, $set1:ident) => {
+    (
+        $name:ident, $v:ty, $load:ident, $and:ident, $or:ident,
+        $slli:ident, $srli:ident, $xor:ident, $set1:ident
+    ) => {
         /// See `unsigned_vector!` in `panel/mod.rs`.
         ///
         /// # Safety
-        /// `quants` points at the chunks of a block as said; the CPU has
-        /// the vector width's instructions and the call is inlined into a
-        /// function compiled with them.
+        /// `quants` points at the chunks of a block as said (after Q5_0's
+        /// `qh` lanes); the CPU has the vector width's instructions and the
+        /// call is inlined into a function compiled with them.
         #[inline(always)]
         unsafe fn $name<U: super::Packed>(quants: *const u8, k: usize) -> $v {
-            // SAFETY: the caller's contract: chunk `k % 4` (Q4_0) or `k`
-            // (Q8_0) is the block's.
+            // SAFETY: the caller's contract: chunk `k % 4` (nibbles) or `k`
+            // (Q8_0) is the block's, and Q5_0's `qh` lanes the chunk-sized
+            // run before its first chunk.
             unsafe {
                 if U::NIBBLES {
                     let chunk = $load(quants.add(k % 4 * CHUNK_BYTES).cast());
                     let nibbles = if k < 4 { chunk } else { $srli::<4>(chunk) };
-                    $and(nibbles, $set1(0x0F))
+                    let nibbles = $and(nibbles, $set1(0x0F));
+                    if !U::HIGH_BIT {
+                        return nibbles;
+                    }
+                    let stored = $load(quants.sub(CHUNK_BYTES).cast());
+                    // Bit k of each byte to bit 4 (a bit never crosses into
+                    // the 16-bit lane's other byte there).
+                    let high = match k {
+                        0 => $slli::<4>(stored),
+                        1 => $slli::<3>(stored),
+                        2 => $slli::<2>(stored),
+                        3 => $slli::<1>(stored),
+                        4 => stored,
+                        5 => $srli::<1>(stored),
+                        6 => $srli::<2>(stored),
+                        _ => $srli::<3>(stored),
+                    };
+                    $or(nibbles, $and(high, $set1(0x10)))
                 } else {
                     let chunk = $load(quants.add(k * CHUNK_BYTES).cast());
                     $xor(chunk, $set1(0x80u8 as i8))
@@ -176,37 +200,50 @@ impl<'a, A> PanelProduct<'a, A> {
     }
 }
 
-/// A packed 32-weight type as the SIMD kernels read its panels.
+/// A packed 32-weight type as the SIMD kernels read its panels: a block's
+/// record is `| 16 scales | Q4_1's 16 minimums or Q5_0's qh lanes | chunks |`
+/// (`quant/packed.rs`).
 #[cfg(target_arch = "x86_64")]
 trait Packed {
-    /// Bytes of a panel's block: the scales, then the chunks.
+    /// The type.
+    const TY: GgmlType;
+    /// Bytes of a panel's block: sixteen rows' blocks.
     const RECORD_BYTES: usize;
+    /// Where a record's chunks of quant bytes start.
+    const QUANTS_AT: usize = quants_at(Self::TY);
     /// What the unsigned bytes the kernels multiply exceed the weights by.
-    const OFFSET: i32;
-    /// Whether the chunks hold nibbles (Q4_0), else signed bytes (Q8_0).
-    const NIBBLES: bool;
+    const OFFSET: i32 = match Self::TY {
+        GgmlType::Q4_0 => 8,
+        GgmlType::Q5_0 => 16,
+        GgmlType::Q8_0 => 128,
+        _ => 0,
+    };
+    /// Whether the chunks hold nibbles (Q4_0, Q4_1, Q5_0), else signed
+    /// bytes (Q8_0).
+    const NIBBLES: bool = !matches!(Self::TY, GgmlType::Q8_0);
+    /// Whether the record holds minimums after the scales (Q4_1).
+    const MINS: bool = matches!(Self::TY, GgmlType::Q4_1);
+    /// Whether the record holds the weights' fifth bits (Q5_0).
+    const HIGH_BIT: bool = matches!(Self::TY, GgmlType::Q5_0);
 }
 
-/// Q4_0 (`NIBBLES`: a block's weights in four chunks of nibbles) or Q8_0
-/// (in eight chunks of signed bytes) in panels: `| 16 scales | chunks |` a
-/// block.
+/// A unit type per packed 32-weight type, named as the type.
 #[cfg(target_arch = "x86_64")]
-struct Panels<const NIBBLES: bool>;
+macro_rules! packed_types {
+    ($($ty:ident: $block_bytes:literal),*) => {$(
+        #[doc = concat!(stringify!($ty), " in panels.")]
+        #[allow(non_camel_case_types)]
+        struct $ty;
 
-#[cfg(target_arch = "x86_64")]
-impl<const NIBBLES: bool> Packed for Panels<NIBBLES> {
-    const RECORD_BYTES: usize = SCALE_BYTES + if NIBBLES { 4 } else { 8 } * CHUNK_BYTES;
-    const OFFSET: i32 = if NIBBLES { 8 } else { 128 };
-    const NIBBLES: bool = NIBBLES;
+        impl Packed for $ty {
+            const TY: GgmlType = GgmlType::$ty;
+            const RECORD_BYTES: usize = PANEL_ROWS * $block_bytes;
+        }
+    )*};
 }
 
-/// Q4_0 in panels.
 #[cfg(target_arch = "x86_64")]
-type Q4_0 = Panels<true>;
-
-/// Q8_0 in panels.
-#[cfg(target_arch = "x86_64")]
-type Q8_0 = Panels<false>;
+packed_types!(Q4_0: 18, Q4_1: 20, Q5_0: 22, Q8_0: 34);
 
 /// The most inputs that share one unpacking of a panel's block: eight
 /// inputs' accumulators and the block's eight vectors of weights fit
@@ -223,8 +260,9 @@ pub(crate) trait PanelInput: Sized {
     fn kernel(kernel: Kernel) -> PanelKernel<Self>;
 }
 
-/// Q4_0 and Q8_0 panels ([`crate::quant::packed`]) with Q8_0 inputs and
-/// their blocks' sums of quantized values (`Σ qs`, indexed as `xq`).
+/// Q4_0, Q4_1, Q5_0 and Q8_0 panels ([`crate::quant::packed`]) with Q8_0
+/// inputs and their blocks' sums of quantized values (`Σ qs`, indexed as
+/// `xq`).
 impl PanelInput for Q8Block {
     fn kernel(kernel: Kernel) -> PanelKernel<Self> {
         match kernel {
