@@ -377,6 +377,15 @@ unsafe fn signed_byte(v: __m256i, k: usize) -> __m256i {
     }
 }
 
+/// Calls `$f::<$s, $t, J>($args)` for every `J` listed, in order: the runs
+/// of a super-block with their indices as constants, so that each run's
+/// offsets, shifts and selections are fixed at compile time.
+macro_rules! each_const {
+    ($f:ident::<$s:ident, $t:ident> $args:tt, [$($j:literal),*]) => {
+        $($f::<$s, $t, $j> $args;)*
+    };
+}
+
 /// Q4_K in panels.
 struct Q4K;
 
@@ -418,21 +427,10 @@ impl KQuant for Q4K {
                 ),
             ];
             let mut sumi = [_mm256_setzero_si256(); T];
-            for j in 0..8 {
-                let scale = unsigned_byte(scales[j / 4], j % 4);
-                let pieces = q4_k::QS + 8 * (j / 2) * PIECE_BYTES;
-                let mut w = [_mm256_setzero_si256(); 8];
-                for (c, w) in w.iter_mut().enumerate() {
-                    let v = load(record, pieces + c * PIECE_BYTES, h);
-                    let v = if j % 2 == 1 {
-                        _mm256_srli_epi16::<4>(v)
-                    } else {
-                        v
-                    };
-                    *w = _mm256_and_si256(v, low4);
-                }
-                S::add_scaled::<T, 8, 15>(&w, x, 32 * j, None, scale, &mut sumi);
-            }
+            each_const!(
+                sub_block_q4_k::<S, T>(record, h, &scales, x, &mut sumi),
+                [0, 1, 2, 3, 4, 5, 6, 7]
+            );
             let d = _mm256_cvtph_ps(_mm_loadu_si128(record.add(q4_k::D + 16 * h).cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(record.add(q4_k::DMIN + 16 * h).cast()));
             // Minimums as 16-bit pairs: (m0, m2), (m1, m3), (m4, m6), (m5, m7).
@@ -478,40 +476,13 @@ impl KQuant for Q6K {
         // SAFETY: the caller's contract: the scales and quarters read are
         // in the record, and 16 g + 4 k + 4 <= 256.
         unsafe {
-            let low4 = _mm256_set1_epi8(0x0F);
-            let bits45 = _mm256_set1_epi8(0x30);
             let mut sumi = [_mm256_setzero_si256(); T];
             // Quarter 2 h6 + e holds the groups 8 h6 + 2 t + e (t = 0..4),
             // read in the record's order.
-            for g in [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15] {
-                // g = 8 h6 + 2 t + e: sub-block 4 h6 + t, half e of it.
-                let (h6, t, e) = (g / 8, g % 8 / 2, g % 2);
-                let scale = signed_byte(load(record, q6_k::SCALES + g / 4 * PIECE_BYTES, h), g % 4);
-                let quarter = q6_k::QUARTERS + (2 * h6 + e) * q6_k::QUARTER_BYTES;
-                let mut w = [_mm256_setzero_si256(); 4];
-                for (k, w) in w.iter_mut().enumerate() {
-                    let ql = load(record, quarter + (4 * (t % 2) + k) * PIECE_BYTES, h);
-                    let low = if t < 2 {
-                        _mm256_and_si256(ql, low4)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low4)
-                    };
-                    let qh = load(record, quarter + (8 + k) * PIECE_BYTES, h);
-                    // Bits 2t, 2t + 1 of each byte to bits 4, 5.
-                    let high = match t {
-                        0 => _mm256_slli_epi16::<4>(qh),
-                        1 => _mm256_slli_epi16::<2>(qh),
-                        2 => qh,
-                        _ => _mm256_srli_epi16::<2>(qh),
-                    };
-                    *w = _mm256_or_si256(low, _mm256_and_si256(high, bits45));
-                }
-                let mut offset = [0; T];
-                for (o, x) in offset.iter_mut().zip(x) {
-                    *o = -32 * i32::from(x.bsums[g]);
-                }
-                S::add_scaled::<T, 4, 63>(&w, x, 16 * g, Some(offset), scale, &mut sumi);
-            }
+            each_const!(
+                group_q6_k::<S, T>(record, h, x, &mut sumi),
+                [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15]
+            );
             let d = _mm256_cvtph_ps(_mm_loadu_si128(record.add(q6_k::D + 16 * h).cast()));
             for i in 0..T {
                 let d_x = _mm256_set1_ps(x[i].d);
@@ -519,6 +490,88 @@ impl KQuant for Q6K {
                     _mm256_fmadd_ps(_mm256_mul_ps(d, d_x), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
             }
         }
+    }
+}
+
+/// Sub-block `J` of half `h` of the Q4_K record at `record` times each of
+/// the tile's inputs `x`, scaled by the rows' scales (`scales`, four bytes
+/// a lane), added to `sumi`.
+///
+/// # Safety
+/// As [`KQuant::half`].
+#[inline(always)]
+unsafe fn sub_block_q4_k<S: RunSums, const T: usize, const J: usize>(
+    record: *const u8,
+    h: usize,
+    scales: &[__m256i; 2],
+    x: &[&Q8KBlock; T],
+    sumi: &mut [__m256i; T],
+) {
+    // SAFETY: the caller's contract: pieces 8 (J / 2) .. + 8 are in the
+    // record, and 32 J + 4 c + 4 <= 256.
+    unsafe {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let scale = unsigned_byte(scales[J / 4], J % 4);
+        let pieces = q4_k::QS + 8 * (J / 2) * PIECE_BYTES;
+        let mut w = [_mm256_setzero_si256(); 8];
+        for (c, w) in w.iter_mut().enumerate() {
+            let v = load(record, pieces + c * PIECE_BYTES, h);
+            let v = if J % 2 == 1 {
+                _mm256_srli_epi16::<4>(v)
+            } else {
+                v
+            };
+            *w = _mm256_and_si256(v, low4);
+        }
+        S::add_scaled::<T, 8, 15>(&w, x, 32 * J, None, scale, sumi);
+    }
+}
+
+/// Group `G` (values 16 G .. 16 G + 16) of half `h` of the Q6_K record at
+/// `record` times each of the tile's inputs `x`, scaled by the rows'
+/// scales, added to `sumi`.
+///
+/// # Safety
+/// As [`KQuant::half`].
+#[inline(always)]
+unsafe fn group_q6_k<S: RunSums, const T: usize, const G: usize>(
+    record: *const u8,
+    h: usize,
+    x: &[&Q8KBlock; T],
+    sumi: &mut [__m256i; T],
+) {
+    // G = 8 h6 + 2 t + e: sub-block 4 h6 + t, half e of it.
+    let (h6, t, e) = (G / 8, G % 8 / 2, G % 2);
+    // SAFETY: the caller's contract: the scales and the quarter's pieces
+    // are in the record, and 16 G + 4 k + 4 <= 256.
+    unsafe {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let bits45 = _mm256_set1_epi8(0x30);
+        let scale = signed_byte(load(record, q6_k::SCALES + G / 4 * PIECE_BYTES, h), G % 4);
+        let quarter = q6_k::QUARTERS + (2 * h6 + e) * q6_k::QUARTER_BYTES;
+        let mut w = [_mm256_setzero_si256(); 4];
+        for (k, w) in w.iter_mut().enumerate() {
+            let ql = load(record, quarter + (4 * (t % 2) + k) * PIECE_BYTES, h);
+            let low = if t < 2 {
+                _mm256_and_si256(ql, low4)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low4)
+            };
+            let qh = load(record, quarter + (8 + k) * PIECE_BYTES, h);
+            // Bits 2t, 2t + 1 of each byte to bits 4, 5.
+            let high = match t {
+                0 => _mm256_slli_epi16::<4>(qh),
+                1 => _mm256_slli_epi16::<2>(qh),
+                2 => qh,
+                _ => _mm256_srli_epi16::<2>(qh),
+            };
+            *w = _mm256_or_si256(low, _mm256_and_si256(high, bits45));
+        }
+        let mut offset = [0; T];
+        for (o, x) in offset.iter_mut().zip(x) {
+            *o = -32 * i32::from(x.bsums[G]);
+        }
+        S::add_scaled::<T, 4, 63>(&w, x, 16 * G, Some(offset), scale, sumi);
     }
 }
 
