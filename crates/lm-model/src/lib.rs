@@ -99,6 +99,8 @@ pub use quant::{
 };
 #[doc(hidden)]
 pub use transformer::AttentionWorkload;
+#[doc(hidden)]
+pub use quant::packed_k::k_panels_for_bench;
 pub use transformer::{
     ArchOptions, AttentionKind, CHUNK_LEN as KV_CHUNK_LEN, Decoder, DecoderState, DecoderWeights,
     FeedForward, FfnKind, Gating, KvCache, KvPrecision, KvShape, LayerWeights, Linear, Llama,
