@@ -6,15 +6,16 @@
 //! multiple of 256), with every kernel this CPU runs (portable, AVX2,
 //! AVX-VNNI, AVX-512); and one-input products over 96 MB of such matrices,
 //! streamed from memory as decode reads them; and Llama 3.2 1B's FFN
-//! shapes in Q4_0 and Q4_K, in cache and streamed (issue 35); and gpt-oss's
-//! MXFP4 expert shape, one input and several (issue 36). Run with
+//! shapes in Q4_0 and Q4_K, in cache and streamed, and in Q4_K and Q6_K
+//! row-major against packed in panels (issue 35); and gpt-oss's MXFP4
+//! expert shape, one input and several (issue 36). Run with
 //! `cargo bench -p lm-model --bench quant`; rayon uses all cores unless
 //! `RAYON_NUM_THREADS` says otherwise.
 
 mod common;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use lm_model::{GgmlType, Kernel, QMatrix};
+use lm_model::{GgmlType, Kernel, QMatrix, k_panels_for_bench};
 use std::hint::black_box;
 
 use common::{activations, kernels, matrix_data};
@@ -188,11 +189,70 @@ fn matvec_streamed(c: &mut Criterion) {
     group.finish();
 }
 
+/// Q4_K and Q6_K on Llama 3.2 1B's FFN shapes, row-major against packed in
+/// panels (`quant/packed_k.rs`, as a model load packs them where the kernel
+/// path has K panels), on each kernel with panel products: one input
+/// streamed over about 96 MB of distinct copies (decode) and 128 inputs
+/// on one matrix (prefill). `LM_BENCH_KERNELS=avx2` times the AVX2 path
+/// on an AVX-512 CPU (issue 35).
+fn k_panels(c: &mut Criterion) {
+    const TOTAL_BYTES: usize = 96 << 20;
+    const N: usize = 128;
+    let shapes = [
+        ("q4_K 8192x2048 (1B ffn_up)", GgmlType::Q4_K, 8192, 2048),
+        ("q4_K 2048x8192 (1B ffn_down)", GgmlType::Q4_K, 2048, 8192),
+        ("q6_K 2048x8192 (1B ffn_down)", GgmlType::Q6_K, 2048, 8192),
+    ];
+    let mut group = c.benchmark_group("k panels");
+    group.sample_size(10);
+    for (name, ty, n_rows, n_cols) in shapes {
+        let one = matrix_data(ty, n_rows, n_cols);
+        let copies = TOTAL_BYTES.div_ceil(one.len());
+        let x = activations(n_cols);
+        let xs = activations(N * n_cols);
+        let (mut y, mut ys) = (vec![0.0; n_rows], vec![0.0; N * n_rows]);
+        for kernel in kernels().filter(|k| k.has_panel_kernel()) {
+            let mut packed = one.repeat(copies);
+            for (layout, data) in [("row-major", None), ("panels", Some(&mut packed))] {
+                let rows = one.repeat(copies);
+                let matrices: Vec<QMatrix<'_>> = match data {
+                    None => rows
+                        .chunks_exact(one.len())
+                        .map(|bytes| matrix_on(kernel, ty, n_rows, n_cols, bytes))
+                        .collect(),
+                    Some(data) => data
+                        .chunks_exact_mut(one.len())
+                        .map(|bytes| {
+                            k_panels_for_bench(ty, n_rows, n_cols, bytes, kernel)
+                                .unwrap()
+                                .expect("whole panels of a K-quant")
+                        })
+                        .collect(),
+                };
+                group.throughput(Throughput::Bytes((copies * one.len()) as u64));
+                group.bench_function(format!("{name} {layout} {kernel:?} streamed"), |b| {
+                    b.iter(|| {
+                        for m in &matrices {
+                            m.matvec(black_box(&x), &mut y).unwrap();
+                        }
+                    })
+                });
+                group.throughput(Throughput::Elements((N * n_rows * n_cols) as u64));
+                group.bench_function(format!("{name} {layout} {kernel:?} matmul {N}"), |b| {
+                    b.iter(|| matrices[0].matmul(black_box(&xs), N, &mut ys).unwrap())
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     matvec,
     matvec_streamed,
     matmul,
-    matmul_small_batches
+    matmul_small_batches,
+    k_panels
 );
 criterion_main!(benches);
