@@ -122,6 +122,12 @@ impl FeedForward {
     }
 }
 
+/// Below this many values [`gate_rows`] runs on the calling thread: a
+/// decode step's few rows (a mixture's 2 chosen experts of 2,048) take a
+/// few microseconds, less than a hand-off to rayon (which, from outside
+/// the pool at one thread, is two thread switches).
+const GATE_PARALLEL_MIN_VALUES: usize = 1 << 15;
+
 /// `hidden[k] *= act(gated[k])` for the `m` rows of both, `act` SiLU
 /// (`SwiGlu`) or GELU (otherwise), or `hidden[k] = swiglu_oai(gated[k],
 /// hidden[k])` (`SwiGluOai`); the rows of a batch (prefill) in parallel.
@@ -145,7 +151,7 @@ pub(super) fn gate_rows(
             }
         }
     };
-    if m > 1 {
+    if m > 1 && hidden.len() >= GATE_PARALLEL_MIN_VALUES && rayon::current_num_threads() > 1 {
         let width = (hidden.len() / m).max(1);
         hidden
             .par_chunks_mut(width)
