@@ -41,8 +41,8 @@ pub enum Kernel {
 pub const KERNEL_ENV: &str = "LM_KERNEL";
 
 /// The environment variable that says which weights are packed in panels
-/// when a model loads ([`Packing`]): `0` none, `all` the K-quants too;
-/// unset (or `1`) the default.
+/// when a model loads ([`Packing`]): `0` none, `1` the 32-weight types,
+/// `all` (or unset) the K-quants too.
 pub const PACK_ENV: &str = "LM_PACK";
 
 /// Which weight matrices are packed in panels when a model loads
@@ -57,9 +57,11 @@ pub const PACK_ENV: &str = "LM_PACK";
 pub enum Packing {
     /// `LM_PACK=0`, or a path without panel kernels: every matrix row-major.
     RowMajor,
-    /// `LM_PACK=1`: Q4_0 and Q8_0 only, whose panels are faster than the
-    /// row-major kernels in prefill and in decode (a 1B model on Zen 4:
-    /// prefill 2.0-3.3x and decode 1.2-1.8x llama.cpp's; docs/performance.md).
+    /// `LM_PACK=1`: the 32-weight types Q4_0, Q4_1, Q5_0 and Q8_0 only,
+    /// whose panels are faster than the row-major kernels in prefill and in
+    /// decode (a 1B Q4_0 or Q8_0 model on Zen 4: prefill 2.0-3.3x and decode
+    /// 1.2-1.8x llama.cpp's; SmolLM2's Q5_0 and Q4_1 files prefill 2-3x
+    /// faster than row-major; docs/performance.md).
     Blocks,
     /// The default (`LM_PACK=all`): Q4_K and Q6_K as well, where their
     /// AVX-512 kernel runs: a 1B Q4_K_M prefills 1.8x llama.cpp's speed and
@@ -95,7 +97,10 @@ impl Packing {
     pub fn includes(self, ty: GgmlType) -> bool {
         match self {
             Packing::RowMajor => false,
-            Packing::Blocks => matches!(ty, GgmlType::Q4_0 | GgmlType::Q8_0),
+            Packing::Blocks => matches!(
+                ty,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+            ),
             Packing::All => true,
         }
     }
@@ -319,6 +324,9 @@ mod tests {
         );
         assert!(!Packing::RowMajor.includes(GgmlType::Q4_0));
         assert!(Packing::Blocks.includes(GgmlType::Q8_0));
+        assert!(Packing::Blocks.includes(GgmlType::Q5_0));
+        assert!(Packing::Blocks.includes(GgmlType::Q4_1));
+        assert!(!Packing::Blocks.includes(GgmlType::Q5_1));
         assert!(!Packing::Blocks.includes(GgmlType::Q4_K));
         assert!(Packing::All.includes(GgmlType::Q6_K));
     }
