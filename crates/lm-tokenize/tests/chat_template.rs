@@ -183,15 +183,7 @@ fn a_template_whose_output_outgrows_the_cap_is_refused() {
     // Few instructions, much text: 50 strings of 1 MB (minijinja caps one
     // repetition at 100 MB).
     let source = "{% for i in range(50) %}{{ 'x' * 1000000 }}{% endfor %}";
-    let err = ChatTemplate::new(source, None, None)
-        .unwrap()
-        .render(&[], true)
-        .unwrap_err();
-    assert!(
-        matches!(&err, TokenizeError::TemplateTooCostly { limit, .. }
-            if limit == &format!("{MAX_RENDERED_BYTES} bytes of output")),
-        "{err:?}"
-    );
+    assert_too_costly(source, &format!("{MAX_RENDERED_BYTES} bytes of output"));
     // Just below the cap renders.
     let fits = format!("{{{{ 'x' * {MAX_RENDERED_BYTES} }}}}");
     let text = ChatTemplate::new(&fits, None, None)
@@ -229,16 +221,23 @@ fn a_template_that_doubles_a_value_runs_out_of_fuel() {
         "{% set l = [1] * 100000000 %}{{ l|tojson(indent=1000000)|length }}",
     ]);
     for source in sources {
-        let err = ChatTemplate::new(source, None, None)
-            .unwrap()
-            .render(&[], true)
-            .unwrap_err();
-        assert!(
-            matches!(&err, TokenizeError::TemplateTooCostly { limit, .. }
-                if limit == &format!("{TEMPLATE_FUEL} fuel (instructions and bytes built)")),
-            "{source}: {err:?}"
+        assert_too_costly(
+            source,
+            &format!("{TEMPLATE_FUEL} fuel (instructions and bytes built)"),
         );
     }
+}
+
+/// Rendering `source` (no messages) fails as too costly, over `limit`.
+fn assert_too_costly(source: &str, limit: &str) {
+    let err = ChatTemplate::new(source, None, None)
+        .unwrap()
+        .render(&[], true)
+        .unwrap_err();
+    assert!(
+        matches!(&err, TokenizeError::TemplateTooCostly { limit: over, .. } if over == limit),
+        "{source}: {err:?}"
+    );
 }
 
 /// The fuel that stops those still renders a conversation of the longest
