@@ -314,3 +314,63 @@ impl Dispatch {
         unsafe { A::kernel(self.kernel())(ty, product, out) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::QMatrix;
+    use crate::quant::packed::pack_in_place;
+
+    /// Q4_1 and Q5_0 panels, packed directly (whatever `LM_PACK` says: no
+    /// policy packs Q4_1 at load yet), multiply as their rows do on every
+    /// kernel this CPU runs: the same bits on each kernel, each input of a
+    /// batch its own product's bits, within 1e-5 of Σ|W x| of the row-major
+    /// product.
+    #[test]
+    fn q4_1_and_q5_0_panels_multiply_as_their_rows() {
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_0] {
+            let (n_rows, n_cols, n) = (32, 320, 11);
+            let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
+            let mut data: Vec<u8> = (0..n_rows * row_bytes)
+                .map(|i| (i * 131 % 251) as u8)
+                .collect();
+            for block in data.chunks_exact_mut(ty.block_bytes()) {
+                let d = 0.001 + f32::from(block[5]) * 1e-4;
+                block[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+                if ty == GgmlType::Q4_1 {
+                    let m = -f32::from(block[7]) * 1e-3;
+                    block[2..4].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
+                }
+            }
+            let mut packed = data.clone();
+            pack_in_place(ty, &mut packed, row_bytes, &mut Vec::new());
+            let xs: Vec<f32> = (0..n * n_cols)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+                .collect();
+            let mut first: Option<Vec<f32>> = None;
+            for dispatch in Dispatch::every_available() {
+                let w = QMatrix::checked_before(ty, n_rows, n_cols, &data, dispatch);
+                let p = QMatrix::checked_before(ty, n_rows, n_cols, &packed, dispatch).in_panels();
+                let mut batch = vec![0.0; n * n_rows];
+                p.matmul(&xs, n, &mut batch).expect("shapes");
+                for (i, x) in xs.chunks_exact(n_cols).enumerate() {
+                    let (mut one, mut rows) = (vec![0.0; n_rows], vec![0.0; n_rows]);
+                    p.matvec(x, &mut one).expect("shapes");
+                    w.matvec(x, &mut rows).expect("shapes");
+                    assert_eq!(one, batch[i * n_rows..][..n_rows], "{ty} input {i}");
+                    let mut dense = vec![0.0; n_cols];
+                    for r in 0..n_rows {
+                        w.dequantize_row(r, &mut dense).expect("row");
+                        let magnitude: f32 = dense.iter().zip(x).map(|(w, x)| (w * x).abs()).sum();
+                        let case = format!("{ty} {:?} row {r}", dispatch.kernel());
+                        assert!((one[r] - rows[r]).abs() <= 1e-5 * magnitude, "{case}");
+                    }
+                }
+                match &first {
+                    None => first = Some(batch),
+                    Some(first) => assert_eq!(&batch, first, "{ty} {:?}", dispatch.kernel()),
+                }
+            }
+        }
+    }
+}
