@@ -53,7 +53,7 @@ fn an_opened_mixture_packs_its_copied_matrices_and_not_its_experts() {
     let mapped = GgufFile::map(&path).unwrap();
     let mut opened = GgufFile::open(&path).unwrap();
     assert!(opened.is_mapped(), "the experts stay mapped");
-    let packs = Kernel::configured().packing().includes(GgmlType::Q8_0);
+    let packs = Kernel::configured().packs(GgmlType::Q8_0);
     let n_packed = opened.pack_tensors(|_| true);
     assert_eq!(n_packed, if packs { quantized.len() } else { 0 });
     // A map of the file packs nothing.

@@ -1076,10 +1076,15 @@ fn packed_block_matrices_multiply_as_their_rows_on_every_kernel() {
     std::fs::write(&path, gguf_file(3, 32, NO_METADATA, &tensors)).unwrap();
     let mapped = GgufFile::map(&path).unwrap();
     let mut opened = GgufFile::open(&path).unwrap();
-    let packing = Kernel::configured().packing();
+    let kernel = Kernel::configured();
     let n_packed = opened.pack_tensors(|_| true);
-    let expected = types.iter().filter(|&&ty| packing.includes(ty)).count();
-    assert_eq!(n_packed, expected, "packing {packing:?}");
+    let expected = types.iter().filter(|&&ty| kernel.packs(ty)).count();
+    assert_eq!(
+        n_packed,
+        expected,
+        "{kernel:?} packing {:?}",
+        kernel.packing()
+    );
 
     let batch_sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9, 17];
     let n_max = 17;
@@ -1092,7 +1097,7 @@ fn packed_block_matrices_multiply_as_their_rows_on_every_kernel() {
         let view = opened.tensor(&name).unwrap();
         assert_eq!(
             view.data == row_major.data(),
-            !packing.includes(ty),
+            !kernel.packs(ty),
             "{ty} rearranged"
         );
         let panels = view.matrix().unwrap();
@@ -1157,7 +1162,7 @@ fn real_packed_block_matrices_multiply_as_their_rows() {
         let mapped = GgufFile::map(&path).unwrap();
         let mut opened = GgufFile::open(&path).unwrap();
         let n_packed = opened.pack_tensors(|_| true);
-        let packs = Kernel::configured().packing().includes(ty);
+        let packs = Kernel::configured().packs(ty);
         let (mut n_checked, mut worst) = (0, 0.0f64);
         for info in mapped.tensors() {
             if info.ggml_type != ty || info.dims.len() != 2 {

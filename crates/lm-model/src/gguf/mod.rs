@@ -674,15 +674,15 @@ impl GgufFile {
     /// layout, so call this after [`GgufFile::validate_tensor_data`].
     pub fn pack_tensors(&mut self, select: impl Fn(&TensorInfo) -> bool) -> usize {
         let data_offset = self.data_offset;
-        let packing = crate::quant::Kernel::configured().packing();
+        let kernel = crate::quant::Kernel::configured();
         let mut scratch = Vec::new();
         let mut n_packed = 0;
         for (info, packed) in self.tensors.iter().zip(&mut self.packed) {
             let n_rows = info.n_rows();
             if *packed
                 || info.dims.len() != 2
-                || !crate::quant::packed::packs(info.ggml_type, n_rows)
-                || !packing.includes(info.ggml_type)
+                || !crate::quant::packed::has_panels(info.ggml_type, n_rows)
+                || !kernel.packs(info.ggml_type)
                 || !select(info)
             {
                 continue;

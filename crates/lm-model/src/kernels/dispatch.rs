@@ -100,7 +100,7 @@ impl Packing {
     }
 
     /// Whether matrices of `ty` are packed under this policy (when their
-    /// shape and kernel path allow: `quant::packed::packs`).
+    /// shape and kernel path allow: [`Kernel::packs`]).
     pub fn includes(self, ty: GgmlType) -> bool {
         match self {
             Packing::RowMajor => false,
@@ -150,6 +150,23 @@ impl Kernel {
                 None
             })
             .unwrap_or(Packing::All)
+    }
+
+    /// Whether a model load on this path packs matrices of `ty` (those of
+    /// whole panels): what [`Kernel::packing`] includes of the types whose
+    /// panels pay here. Q4_0, Q4_1 and Q8_0 wherever there are panel
+    /// kernels; Q5_0, Q4_K and Q6_K on AVX-512 only: on AVX2 the K-quant
+    /// panels decode slower than row-major (docs/performance.md), and Q5_0
+    /// in panels beside row-major K-quants parted two of SmolLM2's
+    /// conformance cases from llama.cpp at near-ties
+    /// (fixtures/smollm2-requant/README.md).
+    pub fn packs(self, ty: GgmlType) -> bool {
+        let pays_here = match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => self.has_panel_kernel(),
+            GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K => self == Kernel::Avx512,
+            _ => false,
+        };
+        pays_here && self.packing().includes(ty)
     }
 
     /// Whether any weights are packed in panels when a model loads on

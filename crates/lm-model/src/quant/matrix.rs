@@ -141,7 +141,7 @@ impl<'a> QMatrix<'a> {
     /// The same view of data packed in panels (see [`packed`]; the type
     /// and shape pack).
     pub(crate) fn in_panels(self) -> QMatrix<'a> {
-        debug_assert!(packed::packs(self.ty, self.n_rows));
+        debug_assert!(packed::has_panels(self.ty, self.n_rows));
         QMatrix {
             packed: true,
             ..self

@@ -43,7 +43,6 @@
 
 use super::block::QK;
 use super::{GgmlType, packed_k};
-use crate::kernels::dispatch::{Dispatch, Kernel};
 
 /// Rows per panel: one 512-bit vector of i32 or f32 lanes.
 pub(crate) const PANEL_ROWS: usize = 16;
@@ -57,13 +56,11 @@ pub(crate) const CHUNK_BYTES: usize = PANEL_ROWS * LANE_BYTES;
 /// Bytes of a panel's scales for one block (16 f16 values).
 pub(crate) const SCALE_BYTES: usize = PANEL_ROWS * 2;
 
-/// Whether a matrix of `ty` with `n_rows` rows is multiplied in panels: the
-/// 32-weight types Q4_0, Q4_1, Q5_0 and Q8_0, and Q4_K and Q6_K where
-/// their AVX-512 kernel runs ([`packed_k`](super::packed_k)), in whole
-/// panels.
-pub(crate) fn packs(ty: GgmlType, n_rows: usize) -> bool {
-    let k_panels = || Dispatch::detect().kernel() == Kernel::Avx512;
-    (fields(ty).is_some() || (packed_k::packs_k(ty) && k_panels()))
+/// Whether a matrix of `ty` with `n_rows` rows has a panel layout, in
+/// whole panels: the 32-weight types Q4_0, Q4_1, Q5_0, Q8_0 and the
+/// K-quants Q4_K, Q6_K ([`packed_k`](super::packed_k)), whatever the kernel.
+pub(crate) fn has_panels(ty: GgmlType, n_rows: usize) -> bool {
+    (fields(ty).is_some() || packed_k::packs_k(ty))
         && n_rows > 0
         && n_rows.is_multiple_of(PANEL_ROWS)
 }
@@ -130,7 +127,7 @@ pub(crate) fn pack_in_place(
     row_bytes: usize,
     scratch: &mut Vec<u8>,
 ) {
-    debug_assert!(packs(ty, data.len() / row_bytes.max(1)));
+    debug_assert!(has_panels(ty, data.len() / row_bytes.max(1)));
     let block_bytes = ty.block_bytes();
     let n_blocks = row_bytes / block_bytes;
     for panel in data.chunks_exact_mut(PANEL_ROWS * row_bytes) {
@@ -322,13 +319,14 @@ mod tests {
     }
 
     #[test]
-    fn only_whole_panels_of_the_32_weight_types_pack() {
-        assert!(packs(GgmlType::Q4_0, 2048));
-        assert!(packs(GgmlType::Q8_0, 16));
-        assert!(packs(GgmlType::Q4_1, 2048));
-        assert!(packs(GgmlType::Q5_0, 576));
-        assert!(!packs(GgmlType::Q4_0, 8));
-        assert!(!packs(GgmlType::Q5_1, 2048));
-        assert!(!packs(GgmlType::Q2_K, 2048));
+    fn only_whole_panels_of_the_panel_types_pack() {
+        assert!(has_panels(GgmlType::Q4_0, 2048));
+        assert!(has_panels(GgmlType::Q8_0, 16));
+        assert!(has_panels(GgmlType::Q4_1, 2048));
+        assert!(has_panels(GgmlType::Q5_0, 576));
+        assert!(has_panels(GgmlType::Q6_K, 2048));
+        assert!(!has_panels(GgmlType::Q4_0, 8));
+        assert!(!has_panels(GgmlType::Q5_1, 2048));
+        assert!(!has_panels(GgmlType::Q2_K, 2048));
     }
 }
