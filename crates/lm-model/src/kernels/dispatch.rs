@@ -161,12 +161,17 @@ impl Kernel {
     /// conformance cases from llama.cpp at near-ties
     /// (fixtures/smollm2-requant/README.md).
     pub fn packs(self, ty: GgmlType) -> bool {
+        self.packs_under(self.packing(), ty)
+    }
+
+    /// [`Kernel::packs`] under `packing` rather than [`PACK_ENV`]'s.
+    pub fn packs_under(self, packing: Packing, ty: GgmlType) -> bool {
         let pays_here = match ty {
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => self.has_panel_kernel(),
             GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K => self == Kernel::Avx512,
             _ => false,
         };
-        pays_here && self.packing().includes(ty)
+        pays_here && packing.includes(ty)
     }
 
     /// Whether any weights are packed in panels when a model loads on
