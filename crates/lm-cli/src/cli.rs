@@ -247,7 +247,7 @@ pub struct ModelArgs {
     /// Map the GGUF file instead of copying it into memory (llama.cpp's
     /// default): its pages are shared with every process mapping it, so two
     /// servers of one file hold it once, but weights stream from 4 KB pages
-    /// and Q4_0/Q8_0 matrices are not packed, so prompts read slower.
+    /// and no matrix is packed in panels, so prompts read slower.
     #[arg(long)]
     pub mmap: bool,
 }

@@ -56,7 +56,7 @@ fn bad_arguments_name_themselves() {
         (
             toy().env("LM_PACK", "yes"),
             1,
-            "LM_PACK: unknown packing \"yes\"; expected 0 (row-major), 1 (Q4_0 and Q8_0) or all",
+            "LM_PACK: unknown packing \"yes\"; expected 0 (row-major), 1 (Q4_0, Q5_0 and Q8_0) or all",
         ),
         (
             toy().arg("--trace-prefixes"),

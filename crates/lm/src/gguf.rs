@@ -58,8 +58,8 @@ pub fn load_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
 /// read on first use and shared with every process that maps the file, so
 /// two servers of one file hold it once. The weights stream from 4 KB
 /// pages instead of huge pages, and no matrix is packed into panels (a map
-/// is read-only), so Q4_0 and Q8_0 prompts are read on the row-major
-/// kernels, at about half the speed.
+/// is read-only), so prompts are read on the row-major kernels, at about
+/// half the speed.
 pub fn map_gguf(path: impl AsRef<Path>) -> Result<GgufModel, Error> {
     load_gguf_from(path.as_ref(), |path| GgufFile::map(path))
 }

@@ -54,7 +54,8 @@
 //! (`fixtures/smollm2-requant/README.md`), so they cannot grow unnoticed; any
 //! other failure, or one past its bound, fails the test. Five of them are
 //! checks that weights packed in panels (the default on SIMD paths:
-//! `lm_model::Packing`; Q4_0 and Q8_0, and Q4_K and Q6_K on AVX-512) move:
+//! `lm_model::Kernel::packs`; Q4_0 and Q8_0, and Q5_0, Q4_K and Q6_K on
+//! AVX-512) move:
 //! one single logit of the row, the row's KL within llama.cpp's settings,
 //! or a chosen token's log-probability at a near-tie. Which rows leave the
 //! envelope is rounding noise: the row-major kernels with an F32 KV cache

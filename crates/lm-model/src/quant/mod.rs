@@ -114,7 +114,7 @@ pub enum QuantError {
         name: String,
     },
     /// A packing (`LM_PACK`'s value) that names no [`Packing`].
-    #[error("unknown packing {name:?}; expected 0 (row-major), 1 (Q4_0 and Q8_0) or all")]
+    #[error("unknown packing {name:?}; expected 0 (row-major), 1 (Q4_0, Q5_0 and Q8_0) or all")]
     UnknownPacking {
         /// The value given.
         name: String,

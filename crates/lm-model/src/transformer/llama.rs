@@ -112,8 +112,9 @@ impl Llama {
     /// file's bytes are this decoder's alone (an owned `GgufFile`, read by
     /// [`GgufFile::open`]; of a mixture of experts, every tensor but the
     /// mapped experts), the weight matrices the process's
-    /// [`Packing`](crate::Packing) includes (Q4_0 and Q8_0, and Q4_K and
-    /// Q6_K on AVX-512, unless `LM_PACK` says otherwise) are packed in place
+    /// [`Packing`](crate::Packing) includes (Q4_0 and Q8_0, and Q5_0, Q4_K
+    /// and Q6_K on AVX-512, unless `LM_PACK` says otherwise:
+    /// [`Kernel::packs`](crate::Kernel::packs)) are packed in place
     /// first ([`GgufFile::pack_tensors`]): prefill runs 2-3x faster on them
     /// and no memory is added.
     pub fn from_file(file: impl Into<Arc<GgufFile>>) -> Result<Decoder, TransformerError> {

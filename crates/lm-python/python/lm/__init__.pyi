@@ -39,7 +39,7 @@ def load(
     threads sizes the worker pool of the model's matrix products (default: all cores); the pool is
     process-wide, so a second load asking for another size raises InvalidArgument. mmap=True maps
     a GGUF file instead of copying it into memory (llama-cpp-python's use_mmap): processes loading
-    one file share its pages, but its Q4_0 and Q8_0 matrices are not packed, so prompts read slower.
+    one file share its pages, but no matrix is packed in panels, so prompts read slower.
     Raises ModelFileError when the path gives no model.
     """
 
