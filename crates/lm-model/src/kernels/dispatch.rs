@@ -57,8 +57,9 @@ pub const PACK_ENV: &str = "LM_PACK";
 pub enum Packing {
     /// `LM_PACK=0`, or a path without panel kernels: every matrix row-major.
     RowMajor,
-    /// `LM_PACK=1`: the 32-weight types Q4_0, Q5_0 and Q8_0 only, whose
-    /// panels are faster than the row-major kernels in prefill and in
+    /// `LM_PACK=1`: the 32-weight types Q4_0, Q5_0 and Q8_0 only (Q5_0
+    /// where the AVX-512 kernel runs: [`Kernel::packs`]), whose panels are
+    /// faster than the row-major kernels in prefill and in
     /// decode (a 1B Q4_0 or Q8_0 model on Zen 4: prefill 2.0-3.3x and decode
     /// 1.2-1.8x llama.cpp's; SmolLM2's Q5_0 file prefills 2-3x faster than
     /// row-major; docs/performance.md).
