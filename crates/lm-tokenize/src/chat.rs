@@ -37,8 +37,8 @@ use crate::TokenizeError;
 const TEMPLATE_NAME: &str = "chat";
 
 /// One render's budget of minijinja's fuel: an instruction costs one, and
-/// every [`BYTES_PER_FUEL`] bytes a template builds or writes (strings,
-/// lists, filter results, output) cost one more, so a render runs at most
+/// every 64 bytes a template builds or writes (strings, lists, filter
+/// results, output) cost one more, so a render runs at most
 /// 4 million instructions and allocates at most about 256 MB in all. A chat
 /// template spends a few instructions per message and a rendered prompt of
 /// [`MAX_RENDERED_BYTES`] costs a quarter of a million, so this is ample for
