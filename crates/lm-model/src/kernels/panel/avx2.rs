@@ -227,8 +227,9 @@ impl<U: Packed> HalfSums for Maddubs<U> {
 }
 
 /// A 256-bit `vpdpbusd`: `acc` plus, per i32 lane, the four products of
-/// unsigned bytes `u` with signed bytes `s`, without saturation.
-trait Dot {
+/// unsigned bytes `u` with signed bytes `s`, without saturation (the K-quant
+/// panels' kernel, `avx2_k.rs`, uses it too).
+pub(super) trait Dot {
     /// # Safety
     /// The CPU has the instruction and the call is inlined into a function
     /// compiled with it.
@@ -236,7 +237,7 @@ trait Dot {
 }
 
 /// AVX-VNNI's VEX-encoded `vpdpbusd`.
-struct AvxVnni;
+pub(super) struct AvxVnni;
 
 impl Dot for AvxVnni {
     #[inline(always)]
@@ -378,7 +379,7 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::arch::x86_64::_mm256_dpbusd_epi32;
 
     use lm_core::cpu::CpuFeatures;
@@ -391,7 +392,7 @@ mod tests {
     /// AVX-512 VNNI's `vpdpbusd` on 256-bit vectors: the operation of
     /// AVX-VNNI's in another encoding, so that the `AvxVnni` path's
     /// arithmetic runs on CPUs with AVX-512 VNNI and no AVX-VNNI.
-    struct Avx512Vl;
+    pub(in crate::kernels::panel) struct Avx512Vl;
 
     impl Dot for Avx512Vl {
         #[inline(always)]

@@ -32,14 +32,15 @@
 
 use std::arch::x86_64::{
     __m256, __m256i, _mm_loadu_si128, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_dpbusd_avx_epi32, _mm256_fmadd_ps,
-    _mm256_fnmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
-    _mm256_mullo_epi32, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_srai_epi32, _mm256_srli_epi16, _mm256_srli_epi32, _mm256_storeu_ps,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps, _mm256_loadu_si256,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_mullo_epi32, _mm256_or_si256,
+    _mm256_set1_epi8, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srai_epi32, _mm256_srli_epi16, _mm256_srli_epi32,
+    _mm256_storeu_ps,
 };
 
 use super::PanelProduct;
+use super::avx2::{AvxVnni, Dot};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -195,26 +196,6 @@ impl RunSums for Maddubs {
                 sumi[i] = s;
             }
         }
-    }
-}
-
-/// A 256-bit `vpdpbusd`: `acc` plus, per i32 lane, the four products of
-/// unsigned bytes `u` with signed bytes `s`, without saturation.
-trait Dot {
-    /// # Safety
-    /// The CPU has the instruction and the call is inlined into a function
-    /// compiled with it.
-    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
-}
-
-/// AVX-VNNI's VEX-encoded `vpdpbusd`.
-struct AvxVnni;
-
-impl Dot for AvxVnni {
-    #[inline(always)]
-    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-        // SAFETY: the caller guarantees avxvnni.
-        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
     }
 }
 
@@ -577,27 +558,13 @@ unsafe fn group_q6_k<S: RunSums, const T: usize, const G: usize>(
 
 #[cfg(test)]
 mod tests {
-    use std::arch::x86_64::_mm256_dpbusd_epi32;
-
     use lm_core::cpu::CpuFeatures;
 
     use super::*;
     use crate::kernels::dispatch::Kernel;
+    use crate::kernels::panel::avx2::tests::Avx512Vl;
     use crate::kernels::panel::portable_k;
     use crate::quant::block_k::QK_K;
-
-    /// AVX-512 VNNI's `vpdpbusd` on 256-bit vectors: AVX-VNNI's operation
-    /// in another encoding, so that the `AvxVnni` path's arithmetic runs
-    /// on CPUs with AVX-512 VNNI and no AVX-VNNI.
-    struct Avx512Vl;
-
-    impl Dot for Avx512Vl {
-        #[inline(always)]
-        unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-            // SAFETY: the caller guarantees avx512vnni and avx512vl.
-            unsafe { _mm256_dpbusd_epi32(acc, u, s) }
-        }
-    }
 
     /// [`dot_panels_k_vnni`] with [`Avx512Vl`].
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
