@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use lm_model::catalog::SMOLLM2;
 use serde_json::Value;
 
-use crate::common::{BOUNDED, Cli, Run, fixture, run_piped};
+use crate::common::{BOUNDED, Cli, Run, assert_contains, fixture, run_piped};
 
 /// `lm-cli chat --model smollm2` (fails naming the fetch command without it).
 fn chat() -> Cli {
@@ -122,11 +122,7 @@ fn ctrl_c_stops_the_reply_and_the_chat_goes_on() {
     assert_eq!(replies[0]["stop_reason"], "cancelled");
     assert_eq!(replies[0]["ids"].as_array().unwrap().len(), 3);
     assert_ne!(replies[1]["stop_reason"], "cancelled");
-    assert!(
-        run.stderr.contains("reply stopped (Ctrl-C)"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "reply stopped (Ctrl-C)");
     // The partial reply stays in the conversation.
     assert_eq!(
         messages(&report)[1].1,
@@ -151,11 +147,7 @@ fn the_oldest_turns_are_dropped_when_the_context_is_full() {
         .map(|r| r["dropped_messages"].as_u64().unwrap())
         .sum();
     assert!(dropped >= 2, "{report}");
-    assert!(
-        run.stderr.contains("outgrew the context of 96 tokens"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "outgrew the context of 96 tokens");
     for reply in replies {
         let n_prompt = reply["prompt_tokens"].as_u64().unwrap();
         assert!(n_prompt + 16 <= 96, "{reply}");
@@ -169,11 +161,7 @@ fn the_oldest_turns_are_dropped_when_the_context_is_full() {
         chat().arg("--greedy").n(4).opt("--context-length", 64),
         &format!("{long}\nHi\n"),
     );
-    assert!(
-        run.stderr.contains("the message does not fit"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "the message does not fit");
     assert_eq!(report["replies"].as_array().unwrap().len(), 1);
 }
 
@@ -204,11 +192,7 @@ fn commands_save_load_set_the_system_message_regenerate_and_clear() {
         replies[2]["ids"], replies[0]["ids"],
         "greedy: the same reply"
     );
-    assert!(
-        run.stderr.contains("unknown command /bogus"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "unknown command /bogus");
 }
 
 #[test]
@@ -242,7 +226,7 @@ fn the_sampling_flags_of_generate_apply_and_a_seed_replays_the_chat() {
     }
     // Without --seed, a fresh seed is drawn and printed.
     let (_, run) = transcript(chat().n(2), "Hi\n");
-    assert!(run.stderr.contains("note: seed "), "{}", run.stderr);
+    assert_contains(&run.stderr, "note: seed ");
 }
 
 #[test]
@@ -279,11 +263,7 @@ fn save_after_the_context_overflowed_keeps_every_turn() {
     let saved = dir.path().join("chat.json");
     let input = format!("hi ab\nab hi hi\nhi\n/save {}\n", saved.display());
     let (report, run) = transcript(tiny_chat().opt("--context-length", 12), &input);
-    assert!(
-        run.stderr.contains("outgrew the context of 12 tokens"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "outgrew the context of 12 tokens");
     let dropped: u64 = replies(&report)
         .iter()
         .map(|r| r["dropped_messages"].as_u64().unwrap())
@@ -374,7 +354,7 @@ fn a_chat_template_that_never_ends_is_an_error_not_a_hang() {
         let run = cli.run_wrapped(&["timeout", "60"], input);
         let stderr = &run.stderr;
         assert_eq!(run.code, Some(1), "{stderr}");
-        assert!(stderr.contains(expected), "{stderr}");
+        assert_contains(stderr, expected);
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }

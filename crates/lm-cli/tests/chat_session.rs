@@ -10,7 +10,7 @@ use std::path::Path;
 use lm_model::catalog::SMOLLM2;
 use serde_json::Value;
 
-use crate::common::{BOUNDED, Cli, fixture};
+use crate::common::{BOUNDED, Cli, assert_contains, fixture};
 
 const TINY: &str = "hostile/gguf/valid-chat-tiny-llama.gguf";
 
@@ -84,7 +84,7 @@ fn smollm2_resumes_a_chat_reading_only_the_new_message() {
 fn check_refused(model: &Path, session: &Path, reason: &str) {
     let before = std::fs::read(session).unwrap();
     let (report, stderr) = run(&with_session(chat(model), session), "hi\n");
-    assert!(stderr.contains("not resumed"), "{stderr}");
+    assert_contains(&stderr, "not resumed");
     assert!(stderr.contains(reason), "{reason:?} not in {stderr}");
     assert_eq!(reply(&report, 0)["reused_tokens"], 0);
     assert_eq!(std::fs::read(session).unwrap(), before, "left alone");

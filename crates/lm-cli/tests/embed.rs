@@ -77,19 +77,13 @@ fn embed_on_the_toy_equals_the_library_and_the_server() {
 #[test]
 fn embed_refuses_a_count_model_and_an_unknown_pooling() {
     let run = Cli::new("embed").opt("--text", "And God said").run();
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(run.stderr.contains("no hidden states"), "{}", run.stderr);
+    run.assert_exit(1, "no hidden states");
     let run = Cli::new("embed")
         .model("toy")
         .opt("--pooling", "max")
         .opt("--text", "<start>")
         .run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("unknown pooling \"max\""),
-        "{}",
-        run.stderr
-    );
+    run.assert_usage_error("unknown pooling \"max\"");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! message naming it, exit code 2 (usage) or 1 (runtime), and never a panic;
 //! a closed output pipe ends quietly.
 
-use crate::common::{Cli, close_stdout_after};
+use crate::common::{Cli, assert_contains, close_stdout_after};
 
 #[test]
 fn bad_arguments_name_themselves() {
@@ -245,10 +245,7 @@ fn smollm2_missing_says_how_to_fetch_it() {
         .unwrap();
     assert_eq!(run.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        stderr.contains("cargo xtask fetch-model smollm2"),
-        "{stderr}"
-    );
+    assert_contains(&stderr, "cargo xtask fetch-model smollm2");
 }
 
 #[test]
@@ -267,19 +264,15 @@ fn no_arguments_print_the_help_on_stdout() {
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(run.stderr.is_empty(), "{}", run.stderr);
     assert!(run.stdout.starts_with("Autoregressive"), "{}", run.stdout);
-    assert!(run.stdout.contains("\nCommands:\n"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("MODELS (--model SPEC):"),
-        "{}",
-        run.stdout
-    );
+    assert_contains(&run.stdout, "\nCommands:\n");
+    assert_contains(&run.stdout, "MODELS (--model SPEC):");
 }
 
 #[test]
 fn help_is_written_for_newcomers() {
     let run = Cli::new("--help").run();
     assert_eq!(run.code, Some(0));
-    assert!(run.stdout.contains("what comes next"), "{}", run.stdout);
+    assert_contains(&run.stdout, "what comes next");
     assert!(run.stdout.contains("cargo xtask fetch-model NAME"));
     assert!(run.stdout.contains("gemma3-270m"));
     let generate = Cli::new("generate").arg("--help").run();

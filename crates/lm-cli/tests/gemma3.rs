@@ -6,7 +6,7 @@
 
 use lm_model::catalog::GEMMA3_270M;
 
-use crate::common::{Cli, ids};
+use crate::common::{Cli, assert_contains, ids};
 
 /// `lm-cli subcommand --model <the Gemma 3 file>` (panics with the fetch
 /// command when the file is missing).
@@ -42,14 +42,8 @@ fn chat_refuses_a_base_model_naming_the_file_and_generate() {
     assert!(run.stdout.is_empty(), "{}", run.stdout);
     let message = run.stderr.trim();
     assert!(message.starts_with("error: "), "{message}");
-    assert!(
-        message.contains(&format!("{path} has no chat template")),
-        "{message}"
-    );
-    assert!(
-        message.contains(&format!("lm-cli generate --model {path}")),
-        "{message}"
-    );
+    assert_contains(message, &format!("{path} has no chat template"));
+    assert_contains(message, &format!("lm-cli generate --model {path}"));
 }
 
 /// The README's Gemma 3 command, by name: llama.cpp's greedy continuation

@@ -6,7 +6,7 @@
 use lm_core::TokenId;
 use lm_model::Toy;
 
-use crate::common::{Cli, check, ids};
+use crate::common::{Cli, assert_contains, check, ids};
 use crate::toy_reference::next_logprobs;
 
 fn argmax(values: &[f64]) -> TokenId {
@@ -237,7 +237,7 @@ fn every_filter_reports_its_count_under_its_own_name() {
         "candidates: {} (tokens left after each stage)",
         names.join(">")
     );
-    assert!(trace.stdout.contains(&legend), "{}", trace.stdout);
+    assert_contains(&trace.stdout, &legend);
 }
 
 #[test]
@@ -286,11 +286,9 @@ fn a_sampled_trace_row_replays_from_its_printed_u_and_candidates() {
         .join(">");
         assert_eq!(counts, expected);
     }
-    assert!(
-        run.stdout
-            .contains("candidates: vocabulary>penalties>temperature>top_k>top_p>min_p"),
-        "{}",
-        run.stdout
+    assert_contains(
+        &run.stdout,
+        "candidates: vocabulary>penalties>temperature>top_k>top_p>min_p",
     );
     let greedy = toy_greedy(1).arg("--trace").ok();
     let row = greedy.stdout.lines().nth(1).unwrap();
@@ -322,12 +320,7 @@ fn trace_prints_the_table_and_the_stop_reason() {
             .count(),
         5
     );
-    assert!(
-        run.stdout
-            .contains("stop: max_new_tokens after 5 new tokens"),
-        "{}",
-        run.stdout
-    );
+    assert_contains(&run.stdout, "stop: max_new_tokens after 5 new tokens");
 }
 
 #[test]
@@ -355,11 +348,7 @@ fn max_new_tokens_beyond_the_context_is_clipped_with_a_note() {
         .arg("--json")
         .run();
     assert_eq!(run.code, Some(0));
-    assert!(
-        run.stderr.contains("--max-new-tokens 50 clipped to 3"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "--max-new-tokens 50 clipped to 3");
     assert_eq!(ids(&run.json()["ids"]).len(), 3);
 }
 
@@ -371,13 +360,9 @@ fn a_prompt_longer_than_the_context_is_refused_or_truncated() {
         .opt("--context-length", 4);
     let refused = long.run();
     assert_eq!(refused.code, Some(1));
-    assert!(
-        refused.stderr.contains("prompt of 7 tokens"),
-        "{}",
-        refused.stderr
-    );
+    assert_contains(&refused.stderr, "prompt of 7 tokens");
     let run = long.opt("--truncate", "keep-head:1").arg("--json").ok();
-    assert!(run.stderr.contains("dropped 4"), "{}", run.stderr);
+    assert_contains(&run.stderr, "dropped 4");
     let report = run.json();
     // Head <start>, then the two most recent tokens, then one new token.
     assert_eq!(ids(&report["prompt_ids"]), vec![0, 3, 5]);
@@ -503,7 +488,7 @@ fn same_seed_same_bytes_across_runs_and_thread_counts() {
             .stdout
     };
     let one = run(1);
-    assert!(one.contains("\"stop_reason\""), "{one}");
+    assert_contains(&one, "\"stop_reason\"");
     assert_eq!(one, run(1));
     assert_eq!(one, run(2));
 }
@@ -981,14 +966,7 @@ fn draft_models_give_the_plain_greedy_ids() {
         .n(2)
         .args(["--draft", "toy"])
         .run();
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(
-        run.stderr.contains(
-            "error: --draft toy: its vocabulary differs from the model's (a toy vocabulary against a count one)"
-        ),
-        "{}",
-        run.stderr
-    );
+    run.assert_exit(1, "error: --draft toy: its vocabulary differs from the model's (a toy vocabulary against a count one)");
     assert!(run.stdout.is_empty(), "{}", run.stdout);
 }
 
@@ -1075,11 +1053,11 @@ fn mirostat_and_the_cutoffs_report_their_counts_and_mu() {
         "candidates: {} (tokens left after each stage)",
         names.join(">")
     );
-    assert!(trace.contains(&legend), "{trace}");
+    assert_contains(&trace, &legend);
     let mut lines = trace.lines().skip_while(|line| !line.starts_with("step"));
     let header = lines.next().unwrap();
     assert!(header.ends_with("  u       mu  candidates"), "{trace}");
-    assert!(trace.contains("\nmu: mirostat's bound"), "{trace}");
+    assert_contains(&trace, "\nmu: mirostat's bound");
     let first = lines.next().unwrap();
     assert!(first.contains(" 3.0000  7>"), "{trace}");
 }

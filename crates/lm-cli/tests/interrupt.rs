@@ -10,7 +10,7 @@
 //! a long prompt: the run stops there, before any token.
 //! (`hostile_inputs.rs` sends a real SIGINT to a streaming run.)
 
-use crate::common::{Cli, Run, ids};
+use crate::common::{Cli, Run, assert_contains, ids};
 
 /// The test hook's environment variable.
 const HOOK: &str = "LM_CLI_TEST_INTERRUPT_AFTER";
@@ -186,11 +186,7 @@ fn beam_search_interrupted_prints_its_hypotheses_so_far() {
     // The trace and the text show the same best hypothesis.
     let trace = interrupted_after(3, &embedded(MANY, &["--num-beams", "3", "--trace"]));
     check_interrupted(&trace, 3);
-    assert!(
-        trace.stdout.contains("stop: cancelled after 3 new tokens"),
-        "{}",
-        trace.stdout
-    );
+    assert_contains(&trace.stdout, "stop: cancelled after 3 new tokens");
     let text = interrupted_after(3, &embedded(MANY, &["--num-beams", "3", "--no-stream"]));
     check_interrupted(&text, 3);
     assert_eq!(

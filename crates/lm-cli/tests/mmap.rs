@@ -4,7 +4,7 @@
 
 use lm_model::catalog::SMOLLM2;
 
-use crate::common::{Cli, fixture};
+use crate::common::{Cli, assert_contains, fixture};
 
 #[test]
 fn mmap_is_refused_for_a_model_that_is_not_a_gguf_file() {
@@ -12,24 +12,16 @@ fn mmap_is_refused_for_a_model_that_is_not_a_gguf_file() {
     let hf_dir = hf_dir.display().to_string();
     for model in ["toy", hf_dir.as_str()] {
         let run = Cli::generate("x").model(model).arg("--mmap").run();
-        assert_eq!(run.code, Some(1), "{}", run.stderr);
-        assert!(
-            run.stderr
-                .contains(&format!("--mmap maps a GGUF file; {model} is not one")),
-            "{}",
-            run.stderr
-        );
+        run.assert_exit(1, &format!("--mmap maps a GGUF file; {model} is not one"));
     }
     let run = Cli::generate("x")
         .model(&hf_dir)
         .opt("--quantize", "q8_0")
         .arg("--mmap")
         .run();
-    assert!(
-        run.stderr
-            .contains("--mmap maps a GGUF file; --quantize converts a Hugging Face directory"),
-        "{}",
-        run.stderr
+    assert_contains(
+        &run.stderr,
+        "--mmap maps a GGUF file; --quantize converts a Hugging Face directory",
     );
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{BOUNDED, Cli, Run, fixture};
+use crate::common::{BOUNDED, Cli, Run, assert_contains, fixture};
 
 /// `lm-cli train` on the tiny corpus, writing `out`.
 fn train(corpus: &Path, out: &Path) -> Cli {
@@ -195,7 +195,7 @@ fn train_out_dash_writes_the_model_to_stdout() {
         &stdout[..stdout.len().min(80)]
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("wrote the model to stdout"), "{stderr}");
+    assert_contains(&stderr, "wrote the model to stdout");
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "no file `-`");
 }
 

@@ -1,7 +1,7 @@
 //! `lm-cli probs`: the policy distribution for typed logits, against the
 //! lesson's worked numbers and softmax computed here.
 
-use crate::common::{Cli, check, floats};
+use crate::common::{Cli, assert_contains, check, floats};
 
 fn probs(args: &[&str]) -> Vec<f64> {
     floats(&Cli::new("probs").args(args).json()["probs"])
@@ -86,7 +86,7 @@ fn text_output_lists_every_token() {
         .opt("--logits", "2,1,0")
         .opt("--temperature", 0.5);
     let run = check("probs_lesson_000_text", &lesson);
-    assert!(run.stdout.contains("0.8668"), "{}", run.stdout);
+    assert_contains(&run.stdout, "0.8668");
     // The chain in the flags' words, not Rust's `Debug` of the sampler.
     assert!(
         run.stdout.starts_with("policy: temperature 0.5 > sample\n"),

@@ -177,8 +177,7 @@ fn errors_leave_files_alone() {
     std::fs::copy(fixture("quantize/input.f16.gguf"), &input).unwrap();
     let before = std::fs::read(&input).unwrap();
     let run = quantize(&input, &dir.join(".").join("in.gguf"), "q4_0").run();
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(run.stderr.contains("is the input"), "{}", run.stderr);
+    run.assert_exit(1, "is the input");
     assert_eq!(std::fs::read(&input).unwrap(), before);
 
     let out = dir.join("out.gguf");
@@ -186,13 +185,11 @@ fn errors_leave_files_alone() {
     let not_gguf = dir.join("not.gguf");
     std::fs::write(&not_gguf, b"hello, world").unwrap();
     let run = quantize(&not_gguf, &out, "q4_0").run();
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(run.stderr.contains("not a gguf file"), "{}", run.stderr);
+    run.assert_exit(1, "not a gguf file");
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
 
     let run = quantize(&input, &out, "q2_k_s").run();
-    assert_eq!(run.code, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("q2_k_s"), "{}", run.stderr);
+    run.assert_usage_error("q2_k_s");
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()

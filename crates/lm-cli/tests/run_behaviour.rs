@@ -3,7 +3,7 @@
 //! that must leave room for the reply, huge enumeration limits, a context
 //! beyond the model's trained length, and the small flags users expect.
 
-use crate::common::{Cli, close_stdout_after, shell, spawn_shell};
+use crate::common::{Cli, assert_contains, close_stdout_after, shell, spawn_shell};
 
 #[test]
 fn a_closed_pipe_stops_an_unstreamed_text_run_at_its_first_failed_write() {
@@ -52,7 +52,7 @@ fn keep_head_truncation_leaves_room_for_max_new_tokens() {
         .args(["--no-end-token", "--greedy", "--json"])
         .ok();
     assert!(!run.stderr.contains("clipped"), "{}", run.stderr);
-    assert!(run.stderr.contains("dropped 7"), "{}", run.stderr);
+    assert_contains(&run.stderr, "dropped 7");
     let report = run.json();
     // <start>, then the 5 most recent tokens (the dog slept... : ids 3 1 3 1 5
     // is "sat the dog slept"), then 4 new ones.
@@ -326,7 +326,7 @@ fn score_scores_a_text_from_bos_without_a_prompt() {
         .opt("--continuation", "<start> the cat")
         .arg("--json")
         .ok();
-    assert!(toy.stderr.contains("has no BOS token"), "{}", toy.stderr);
+    assert_contains(&toy.stderr, "has no BOS token");
     assert_eq!(toy.json()["prompt_ids"], serde_json::json!([0]));
     assert_eq!(crate::common::ids(&toy.json()["ids"]), [1, 2]);
 }

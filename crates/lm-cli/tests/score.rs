@@ -4,7 +4,7 @@
 
 use lm_core::TokenId;
 
-use crate::common::{Cli, check, count_fixture, fixture, floats, ids};
+use crate::common::{Cli, assert_contains, check, count_fixture, fixture, floats, ids};
 use crate::toy_reference::continuation_logprobs;
 
 #[test]
@@ -116,7 +116,7 @@ fn enumerate_text_marks_greedy() {
         "{}",
         run.stdout
     );
-    assert!(run.stdout.contains("<- greedy"), "{}", run.stdout);
+    assert_contains(&run.stdout, "<- greedy");
 }
 
 #[test]
@@ -215,7 +215,7 @@ fn train_then_score_matches_kenlm_query() {
         &out,
         &["--order", "3", "--smoothing", "kneser-ney"],
     );
-    assert!(run.stderr.contains("wrote"), "{}", run.stderr);
+    assert_contains(&run.stderr, "wrote");
     assert!(run.stdout.is_empty(), "train prints to stderr only");
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
@@ -233,7 +233,7 @@ fn train_notes_each_order_that_took_the_fallback_discounts() {
         let note = format!(
             "note: kneser-ney discounts for {order}-grams cannot be estimated from this corpus (adjusted count 3); used the fallback discounts D1 = 0.5, D2 = 1, D3+ = 1.5"
         );
-        assert!(run.stderr.contains(&note), "{}", run.stderr);
+        assert_contains(&run.stderr, &note);
     }
 }
 
@@ -269,7 +269,7 @@ fn a_corpus_given_as_count_model_is_trained_on_the_fly() {
         .n(3)
         .arg("--json")
         .ok();
-    assert!(run.stderr.contains("trained a trigram"), "{}", run.stderr);
+    assert_contains(&run.stderr, "trained a trigram");
 }
 
 /// `lm-cli score ARGS` on a unigram ARPA model, written to `dir`, in which
@@ -289,10 +289,7 @@ fn a_zero_probability_scores_minus_inf_and_an_infinite_perplexity() {
     let dir = tempfile::tempdir().unwrap();
     let sentence = score_on_zero_probability_model(dir.path(), &["--text", "the cat"]);
     let text = sentence.ok().stdout;
-    assert!(
-        text.contains("total log10 p: -inf, perplexity inf"),
-        "{text}"
-    );
+    assert_contains(&text, "total log10 p: -inf, perplexity inf");
     // JSON has no infinities (serde_json would write null): strings instead.
     let report = sentence.json();
     assert_eq!(report["log10probs"][1], "-inf");
@@ -462,7 +459,7 @@ fn score_file_scores_every_token_after_the_first_in_windows_of_the_context() {
     // A missing file is named.
     let run = Cli::new("score").opt("--file", "no/such.txt").run();
     assert_eq!(run.code, Some(1));
-    assert!(run.stderr.contains("no/such.txt"), "{}", run.stderr);
+    assert_contains(&run.stderr, "no/such.txt");
 }
 
 #[test]

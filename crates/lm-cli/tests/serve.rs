@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 
 use serde_json::Value;
 
-use crate::common::Cli;
+use crate::common::{Cli, assert_contains};
 
 /// A running `lm-cli serve`, killed if a test fails before it stops it.
 pub(crate) struct Served(Child);
@@ -150,10 +150,9 @@ fn serve_prints_the_libraries_warnings() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(served.0.wait().unwrap().code(), Some(0));
     let stderr = stderr.join().unwrap();
-    assert!(
-        stderr
-            .contains("warning: shutdown grace of 0ns over: cancelling the requests still running"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "warning: shutdown grace of 0ns over: cancelling the requests still running",
     );
 }
 
@@ -211,7 +210,7 @@ fn serve_help_names_lm_api_key_without_showing_its_value() {
         .arg("--help")
         .env("LM_API_KEY", "sesame")
         .ok();
-    assert!(help.stdout.contains("[env: LM_API_KEY]"), "{}", help.stdout);
+    assert_contains(&help.stdout, "[env: LM_API_KEY]");
     assert!(!help.stdout.contains("sesame"), "{}", help.stdout);
 }
 

@@ -2,7 +2,7 @@
 //! (greedy answers unchanged, the drafting counters in `/metrics`) and
 //! refuses a draft model, naming what it supports.
 
-use crate::common::Cli;
+use crate::common::{Cli, assert_contains};
 use crate::serve::{get, post, start_with};
 
 /// A prompt whose greedy continuation the toy may copy, and one it may not
@@ -42,12 +42,9 @@ fn serve_with_prompt_lookup_answers_greedy_requests_as_without_it() {
         "lm_spec_decode_draft_tokens_total",
         "lm_spec_decode_accepted_tokens_total",
     ] {
-        assert!(drafted_metrics.contains(name), "{drafted_metrics}");
+        assert_contains(&drafted_metrics, name);
     }
-    assert!(
-        plain_metrics.contains("lm_spec_decode_draft_tokens_total 0\n"),
-        "{plain_metrics}"
-    );
+    assert_contains(&plain_metrics, "lm_spec_decode_draft_tokens_total 0\n");
 }
 
 #[test]
@@ -58,10 +55,8 @@ fn serve_refuses_a_draft_model_naming_prompt_lookup() {
         .opt("--port", 0)
         .run();
     assert_ne!(run.code, Some(0), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("--draft toy: serve drafts with prompt-lookup only"),
-        "{}",
-        run.stderr
+    assert_contains(
+        &run.stderr,
+        "--draft toy: serve drafts with prompt-lookup only",
     );
 }

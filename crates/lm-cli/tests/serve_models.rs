@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::common::Cli;
+use crate::common::{Cli, assert_contains};
 use crate::serve::{get, post, start_with};
 
 /// A sample's value in `/metrics` (`lm_model_loaded{model="b"}`).
@@ -26,17 +26,13 @@ fn idle_unload_out_of_range_is_a_usage_error() {
             .opt("--idle-unload", seconds)
             .run();
         run.assert_usage_error("invalid value");
-        assert!(run.stderr.contains("--idle-unload"), "{}", run.stderr);
+        assert_contains(&run.stderr, "--idle-unload");
     }
     let run = Cli::new("serve")
         .model("toy")
         .opt("--idle-unload", "0")
         .run();
-    assert!(
-        run.stderr.contains("0 is not in 1..=2592000"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "0 is not in 1..=2592000");
 }
 
 #[test]
@@ -47,12 +43,7 @@ fn two_models_with_one_id_stop_the_start_naming_the_id() {
         .model("toy")
         .opt("--port", 0)
         .run();
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("two models are served as 'toy'"),
-        "{}",
-        run.stderr
-    );
+    run.assert_exit(1, "two models are served as 'toy'");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use lm_model::catalog::SMOLLM2;
 
-use crate::common::Cli;
+use crate::common::{Cli, assert_contains};
 
 /// A model path that does not exist: a run that got as far as loading
 /// would fail with exit 1, naming it.
@@ -56,7 +56,7 @@ fn a_refused_format_is_a_usage_error_before_the_model_loads() {
             .opt(flag, value)
             .run();
         assert_eq!(run.code, Some(2), "{flag} {value}: {}", run.stderr);
-        assert!(run.stderr.contains(expected), "{}", run.stderr);
+        assert_contains(&run.stderr, expected);
         assert!(!run.stderr.contains(NO_MODEL), "{}", run.stderr);
     }
     // A good grammar, inline or in a file (llama.cpp's json.gbnf), passes
@@ -72,7 +72,7 @@ fn a_refused_format_is_a_usage_error_before_the_model_loads() {
             .opt("--grammar", grammar)
             .run();
         assert_eq!(run.code, Some(1), "{grammar}: {}", run.stderr);
-        assert!(run.stderr.contains(NO_MODEL), "{}", run.stderr);
+        assert_contains(&run.stderr, NO_MODEL);
     }
     let run = Cli::new("chat").model(NO_MODEL).opt("--regex", "(").run();
     assert_eq!(run.code, Some(2), "{}", run.stderr);
@@ -88,11 +88,7 @@ fn a_refused_format_is_a_usage_error_before_the_model_loads() {
 fn structured_output_needs_a_gguf_model() {
     let run = Cli::toy("generate").opt("--choice", "cat,dog").run();
     assert_eq!(run.code, Some(1));
-    assert!(
-        run.stderr.contains("structured output needs a GGUF model"),
-        "{}",
-        run.stderr
-    );
+    assert_contains(&run.stderr, "structured output needs a GGUF model");
 }
 
 fn smollm2_chat(question: &str) -> Cli {

@@ -26,8 +26,14 @@ impl Run {
     /// Asserts a usage error: exit code 2 and `message` in stderr.
     #[track_caller]
     pub fn assert_usage_error(&self, message: &str) {
-        assert_eq!(self.code, Some(2), "{}", self.stderr);
-        assert!(self.stderr.contains(message), "{}", self.stderr);
+        self.assert_exit(2, message);
+    }
+
+    /// Asserts exit code `code` and `message` in stderr.
+    #[track_caller]
+    pub fn assert_exit(&self, code: i32, message: &str) {
+        assert_eq!(self.code, Some(code), "{}", self.stderr);
+        assert_contains(&self.stderr, message);
     }
 
     /// Parses stdout as one JSON value.
@@ -35,6 +41,13 @@ impl Run {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("not one JSON value ({e}): {}", self.stdout))
     }
+}
+
+/// Asserts that `text` (what a run printed) contains `part`, showing all
+/// of `text` when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "{text}");
 }
 
 /// An `lm-cli` command line, built one argument at a time, with the
