@@ -438,10 +438,6 @@ proptest! {
         prop_assert!(stats.accepted_tokens <= stats.drafted_tokens);
         prop_assert!(stats.target_passes <= plain.tokens.len().saturating_sub(1));
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     /// Sampled speculative decoding with point-mass drafts (prompt lookup,
     /// any drafter without a distribution) is the plain sampled loop, trace
