@@ -87,3 +87,47 @@ pub enum Error {
         message: String,
     },
 }
+
+/// `error` and its sources on one line, `what: why: ...`, as lm-cli prints
+/// an error: for a message that must carry the cause (a template's
+/// `raise_exception` text, the stage that refused a file).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a message and, optionally, a source.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{message}")]
+    struct Layer {
+        message: &'static str,
+        #[source]
+        source: Option<Box<Layer>>,
+    }
+
+    fn layer(message: &'static str, source: Option<Layer>) -> Layer {
+        let source = source.map(Box::new);
+        Layer { message, source }
+    }
+
+    #[test]
+    fn the_chain_joins_the_error_and_every_source_in_order() {
+        let lone = layer("bad file", None);
+        assert_eq!(error_chain(&lone), "bad file");
+        let chained = layer(
+            "model",
+            Some(layer("tokenizer", Some(layer("no vocabulary", None)))),
+        );
+        assert_eq!(error_chain(&chained), "model: tokenizer: no vocabulary");
+    }
+}

@@ -38,7 +38,7 @@ mod softmax;
 pub use adapter::{Adapted, Bounded, ContextBound, Counting, ForwardCounts, ForwardHook};
 pub use constraint::{Constraint, ConstraintState, SequenceChoice, TokenMask};
 pub use distribution::{argmax, sample_inverse_cdf};
-pub use error::Error;
+pub use error::{Error, error_chain};
 pub use loss::{cross_entropy, kl_divergence, label_smoothed_target};
 pub use model::{
     Detokenize, LanguageModel, Prefix, Rows, SequenceState, Uncached, check_token_ids,

@@ -30,13 +30,7 @@ fn copy(name: &str) -> (tempfile::TempDir, PathBuf) {
 /// The error of opening `dir`, as one line with its sources.
 fn error(dir: &Path) -> (HfError, String) {
     let error = open_hf_dir(dir).expect_err("a hostile directory must not load");
-    let mut line = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(inner) = source {
-        line.push_str(": ");
-        line.push_str(&inner.to_string());
-        source = inner.source();
-    }
+    let line = lm_core::error_chain(&error);
     assert!(!line.contains('\n'), "one line: {line}");
     (error, line)
 }

@@ -20,9 +20,7 @@ fn main() -> ExitCode {
     let Err(error) = run() else {
         return ExitCode::SUCCESS;
     };
-    let causes = std::iter::successors(Some(&*error as &dyn Error), |&e| e.source());
-    let causes: Vec<String> = causes.map(ToString::to_string).collect();
-    eprintln!("error: {}", causes.join(": "));
+    eprintln!("error: {}", lm::lm_core::error_chain(&*error));
     ExitCode::FAILURE
 }
 

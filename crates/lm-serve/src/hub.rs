@@ -31,6 +31,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::StreamExt;
+use lm_core::error_chain;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -518,18 +519,6 @@ fn shutting_down() -> ApiError {
         "the server is shutting down",
     )
     .retry_after(5)
-}
-
-/// An error and its sources, joined by `: `.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A plain mutex's value; a panic elsewhere does not poison these

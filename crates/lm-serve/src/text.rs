@@ -14,19 +14,6 @@ use lm_tokenize::Message;
 /// with a 400 that quotes it.
 pub type TextFailure = Box<dyn std::error::Error + Send + Sync>;
 
-/// `failure` and its causes, `what: why: ...`, for the message of a 400
-/// (a template's `raise_exception` text is a cause, not the top error).
-pub(crate) fn error_chain(failure: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = failure.to_string();
-    let mut cause = failure.source();
-    while let Some(error) = cause {
-        message.push_str(": ");
-        message.push_str(&error.to_string());
-        cause = error.source();
-    }
-    message
-}
-
 /// Extra variables of a chat template render (`chat_template_kwargs`).
 pub type TemplateVariables = serde_json::Map<String, serde_json::Value>;
 

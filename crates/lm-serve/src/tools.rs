@@ -31,13 +31,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use lm::OutputFormat;
-use lm_core::TokenId;
+use lm_core::{TokenId, error_chain};
 use lm_tokenize::Message;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::request::Sampling;
-use crate::text::{ServedText, TextFailure, error_chain};
+use crate::text::{ServedText, TextFailure};
 
 mod stream;
 

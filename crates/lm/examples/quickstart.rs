@@ -6,7 +6,6 @@
 //! (CI runs every example, the model or not). A test checks that the
 //! snippet below is the README's, line for line.
 
-use std::error::Error;
 use std::process::ExitCode;
 
 use lm::lm_model::catalog::SMOLLM2;
@@ -28,9 +27,7 @@ fn main() -> ExitCode {
     match readme_snippet() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let causes = std::iter::successors(Some(&error as &dyn Error), |&e| e.source());
-            let causes: Vec<String> = causes.map(ToString::to_string).collect();
-            eprintln!("error: {}", causes.join(": "));
+            eprintln!("error: {}", lm::lm_core::error_chain(&error));
             ExitCode::FAILURE
         }
     }

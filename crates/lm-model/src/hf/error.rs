@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use lm_core::error_chain;
+
 use crate::gguf::{GgufError, WriteError};
 
 /// Why [`open_hf_dir`](crate::open_hf_dir) failed.
@@ -134,16 +136,4 @@ impl From<GgufError> for AssembleError {
     fn from(e: GgufError) -> Self {
         AssembleError::Read(e)
     }
-}
-
-/// `error: its source: ...` on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }

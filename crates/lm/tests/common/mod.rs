@@ -12,10 +12,7 @@ use lm::{GgufModel, GgufText};
 /// An error and its sources, joined by ": " as lm-cli prints them (the
 /// loader's errors name the stage; the cause, such as an unsupported weight
 /// type, is in a source).
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let causes = std::iter::successors(Some(error), |e| e.source());
-    causes.map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
-}
+pub use lm::lm_core::error_chain;
 
 /// `ln softmax(row)[token]` in f64, written out here (an independent check of the crates'
 /// log-probabilities).
