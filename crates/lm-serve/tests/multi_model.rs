@@ -465,14 +465,17 @@ fn the_front_answers_cors_once_for_every_model() {
     };
     let allow_origins =
         |response: &crate::common::Response| count(response, "access-control-allow-origin");
+    let complete = |origin: (&str, &str), body: &str| {
+        request(
+            server.addr,
+            "POST",
+            "/v1/completions",
+            &[origin],
+            body.as_bytes(),
+        )
+    };
     let body = json!({"model": "b", "prompt": "<start> the", "max_tokens": 1}).to_string();
-    let forwarded = request(
-        server.addr,
-        "POST",
-        "/v1/completions",
-        &[origin],
-        body.as_bytes(),
-    );
+    let forwarded = complete(origin, &body);
     assert_eq!(forwarded.status, 200);
     assert_eq!(allow_origins(&forwarded), 1, "{:?}", forwarded.headers);
     // One CORS layer: the front's (a model's own would add a second Vary).
@@ -480,22 +483,10 @@ fn the_front_answers_cors_once_for_every_model() {
     let listed = request(server.addr, "GET", "/v1/models", &[origin], b"");
     assert_eq!(allow_origins(&listed), 1, "{:?}", listed.headers);
     let unknown = json!({"model": "c", "prompt": "x"}).to_string();
-    let missing = request(
-        server.addr,
-        "POST",
-        "/v1/completions",
-        &[origin],
-        unknown.as_bytes(),
-    );
+    let missing = complete(origin, &unknown);
     assert_eq!(missing.status, 404);
     assert_eq!(allow_origins(&missing), 1, "{:?}", missing.headers);
     // Another origin gets none.
-    let other = request(
-        server.addr,
-        "POST",
-        "/v1/completions",
-        &[("Origin", "https://evil.example")],
-        body.as_bytes(),
-    );
+    let other = complete(("Origin", "https://evil.example"), &body);
     assert_eq!(allow_origins(&other), 0, "{:?}", other.headers);
 }
