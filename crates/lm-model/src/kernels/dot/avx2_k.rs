@@ -26,13 +26,14 @@
 use std::arch::x86_64::{
     __m128i, __m256i, _mm_and_si128, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
     _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_or_si128, _mm_set_epi64x, _mm_set1_epi8,
-    _mm_set1_epi16, _mm_setr_epi8, _mm_setr_epi32, _mm_shuffle_epi8, _mm_slli_epi16,
-    _mm_srli_epi16, _mm_sub_epi8, _mm_unpacklo_epi8, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps,
-    _mm256_cvtepu8_epi16, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8,
-    _mm256_slli_epi16, _mm256_srai_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_sub_ps,
+    _mm_set1_epi16, _mm_setr_epi8, _mm_setr_epi32, _mm_shuffle_epi8, _mm_shuffle_epi32,
+    _mm_slli_epi16, _mm_srli_epi16, _mm_srli_epi32, _mm_srlv_epi32, _mm_sub_epi8,
+    _mm_unpacklo_epi8, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256,
+    _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16,
+    _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256,
+    _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16,
+    _mm256_srai_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_sub_ps,
 };
 
 use super::avx2::{horizontal_sum, unpack_nibbles};
@@ -509,29 +510,47 @@ fn factors_k4(block: &[u8]) -> VectorFactors {
 }
 
 /// Q4_K and Q5_K's `d`, `dmin` and the 16 bytes `[sc0..sc8, m0..m8]` of
-/// their packed 6-bit scales and minimums (see [`factors_k4`]).
+/// their packed 6-bit scales and minimums (see [`factors_k4`]), all from
+/// one 16-byte load: `d` and `dmin` by one F16C conversion, the bytes by
+/// word operations on the three words of packed scales side by side (one
+/// vector operation for the four output words, where scalar code spends
+/// three or four each).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn scale_bytes_k4(block: &[u8]) -> (f32, f32, __m128i) {
-    let word =
-        |at: usize| u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
-    let (d, dmin) = f16_pair(word(0));
-    // Bytes j of `low`, `mid`, `high` are packed bytes j, j + 4 and j + 8.
-    let (low, mid, high) = (word(4), word(8), word(12));
-    const LOW6: u32 = 0x3F3F_3F3F;
-    const LOW4: u32 = 0x0F0F_0F0F;
-    const TOP2: u32 = 0x0303_0303;
-    let scales_0_4 = low & LOW6;
-    let mins_0_4 = mid & LOW6;
-    let scales_4_8 = (high & LOW4) | (((low >> 6) & TOP2) << 4);
-    let mins_4_8 = ((high >> 4) & LOW4) | (((mid >> 6) & TOP2) << 4);
-    let bytes = _mm_setr_epi32(
-        scales_0_4 as i32,
-        scales_4_8 as i32,
-        mins_0_4 as i32,
-        mins_4_8 as i32,
+    debug_assert!(block.len() >= 16);
+    // SAFETY: bytes 0..16 (d, dmin and the 12 scale bytes) are inside the
+    // block (144 bytes for Q4_K, 176 for Q5_K).
+    let head = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+    // The low two halves are d and dmin; the other two convert to values
+    // nobody reads (F16C raises no exception on them).
+    let factors = _mm_cvtph_ps(head);
+    let (d, dmin) = (
+        _mm_cvtss_f32(factors),
+        _mm_cvtss_f32(_mm_movehdup_ps(factors)),
     );
-    (d, dmin, bytes)
+    // Words 1, 2, 3 of `head` are `low`, `mid`, `high`: byte j of each is
+    // packed byte j, j + 4 and j + 8. The four output words are
+    //   scales 0..4 = low & LOW6,
+    //   scales 4..8 = (high & LOW4) | ((low >> 6) & TOP2) << 4,
+    //   mins 0..4   = mid & LOW6,
+    //   mins 4..8   = ((high >> 4) & LOW4) | ((mid >> 6) & TOP2) << 4,
+    // where ((x >> 6) & TOP2) << 4 = (x >> 2) & (TOP2 << 4).
+    const LOW6: i32 = 0x3F3F_3F3F;
+    const LOW4: i32 = 0x0F0F_0F0F;
+    const TOP2_AT_4: i32 = 0x3030_3030;
+    // [low, high, mid, high] and [low, low, mid, mid].
+    let first = _mm_shuffle_epi32::<0b11_10_11_01>(head);
+    let second = _mm_shuffle_epi32::<0b10_10_01_01>(head);
+    let first = _mm_and_si128(
+        _mm_srlv_epi32(first, _mm_setr_epi32(0, 0, 0, 4)),
+        _mm_setr_epi32(LOW6, LOW4, LOW6, LOW4),
+    );
+    let second = _mm_and_si128(
+        _mm_srli_epi32::<2>(second),
+        _mm_setr_epi32(0, TOP2_AT_4, 0, TOP2_AT_4),
+    );
+    (d, dmin, _mm_or_si128(first, second))
 }
 
 /// The sixteen group offsets of Q4_K and Q5_K as i16: minimum `k` (byte
