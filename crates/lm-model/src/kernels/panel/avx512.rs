@@ -30,7 +30,8 @@ const CHUNKS: usize = 8;
 /// How far ahead of the block being multiplied a pass with one or two
 /// inputs asks for its lines: a panel is one stream, which the hardware
 /// prefetcher alone left 1B-shape Q8_0 decode at a third of the read
-/// bandwidth (its loads stalled on memory; `perf annotate`).
+/// bandwidth (its loads stalled on memory; `perf annotate`). Q4_0's
+/// passes do not ([`Packed::PREFETCH`]).
 const PREFETCH_BYTES: usize = 2048;
 
 /// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
@@ -122,7 +123,7 @@ fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f
     debug_assert_eq!((part.n, out.len()), (T, T * PANEL_ROWS));
     let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
-        if T <= 2 {
+        if T <= 2 && U::PREFETCH {
             let ahead = panel
                 .as_ptr()
                 .wrapping_add(b * U::RECORD_BYTES + PREFETCH_BYTES);

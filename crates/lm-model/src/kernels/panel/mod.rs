@@ -225,6 +225,12 @@ trait Packed {
     const MINS: bool = matches!(Self::TY, GgmlType::Q4_1);
     /// Whether the record holds the weights' fifth bits (Q5_0).
     const HIGH_BIT: bool = matches!(Self::TY, GgmlType::Q5_0);
+    /// Whether the AVX-512 kernel's passes with one or two inputs prefetch
+    /// the panel ahead (`PREFETCH_BYTES` in `avx512.rs`). Not Q4_0: its
+    /// decode of the 1B and 3B shapes at one thread ran 10-18% faster
+    /// without (10 of 10 interleaved pairs on a loaded Zen 4, 2026-12-06),
+    /// the hardware prefetcher alone keeping up with its 288-byte records.
+    const PREFETCH: bool = !matches!(Self::TY, GgmlType::Q4_0);
 }
 
 /// A unit type per packed 32-weight type, named as the type.
