@@ -532,13 +532,17 @@ unsafe fn group_q6_k<S: RunSums, const T: usize, const G: usize>(
         let quarter = q6_k::QUARTERS + (2 * h6 + e) * q6_k::QUARTER_BYTES;
         let mut w = [_mm256_setzero_si256(); 4];
         for (k, w) in w.iter_mut().enumerate() {
-            let ql = load(record, quarter + (4 * (t % 2) + k) * PIECE_BYTES, h);
+            let ql = load(
+                record,
+                quarter + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES,
+                h,
+            );
             let low = if t < 2 {
                 _mm256_and_si256(ql, low4)
             } else {
                 _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low4)
             };
-            let qh = load(record, quarter + (8 + k) * PIECE_BYTES, h);
+            let qh = load(record, quarter + q6_k::QH + k * PIECE_BYTES, h);
             // Bits 2t, 2t + 1 of each byte to bits 4, 5.
             let high = match t {
                 0 => _mm256_slli_epi16::<4>(qh),

@@ -323,13 +323,13 @@ unsafe fn group_q6_k<const T: usize, const G: usize>(
         let scale = signed_byte(load(q6_k::SCALES + G / 4 * PIECE_BYTES), G % 4);
         let pieces = q6_k::QUARTERS + (2 * h + e) * q6_k::QUARTER_BYTES;
         let weights: [__m512i; 4] = std::array::from_fn(|k| {
-            let ql = load(pieces + (4 * (t % 2) + k) * PIECE_BYTES);
+            let ql = load(pieces + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES);
             let low = if t < 2 {
                 _mm512_and_si512(ql, low4)
             } else {
                 _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low4)
             };
-            let qh = load(pieces + (8 + k) * PIECE_BYTES);
+            let qh = load(pieces + q6_k::QH + k * PIECE_BYTES);
             // Bits 2t, 2t + 1 of each byte to bits 4, 5.
             let high = match t {
                 0 => _mm512_slli_epi16::<4>(qh),
