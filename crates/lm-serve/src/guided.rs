@@ -36,28 +36,6 @@ enum Kind {
     Schema,
 }
 
-/// Whitespace the JSON of `json_schema` and of tool arguments may put
-/// between tokens: a space, or a newline and up to 20 spaces or tabs
-/// (llama.cpp's `space` rule in its JSON Schema grammars). The engine's
-/// default, any run of whitespace, lets a sampled model write newlines
-/// until `max_tokens`.
-const JSON_WHITESPACE: &str = r"\x20|\x0A[\x20\x09]{0,20}";
-
-/// `schema` with [`JSON_WHITESPACE`] as llguidance's whitespace (its
-/// `x-guidance` options), unless it sets its own.
-pub(crate) fn bounded_whitespace(schema: &Value) -> Value {
-    let mut schema = schema.clone();
-    if let Value::Object(fields) = &mut schema
-        && !fields.contains_key("x-guidance")
-    {
-        fields.insert(
-            "x-guidance".into(),
-            serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}),
-        );
-    }
-    schema
-}
-
 /// The most strings `guided_choice` may list.
 const MAX_CHOICES: usize = 1024;
 
@@ -113,8 +91,7 @@ fn format_of(name: &str, kind: Kind, value: &Value) -> Result<OutputFormat, ApiE
             })?)
         }
         Kind::Schema => match value {
-            Value::Object(_) => OutputFormat::JsonSchema(bounded_whitespace(value)),
-            Value::Bool(_) => OutputFormat::JsonSchema(value.clone()),
+            Value::Object(_) | Value::Bool(_) => OutputFormat::JsonSchema(value.clone()),
             _ => {
                 return Err(ApiError::invalid(
                     name,
@@ -166,7 +143,7 @@ mod tests {
             ),
             (
                 json!({"json_schema": schema}),
-                OutputFormat::JsonSchema(bounded_whitespace(&schema)),
+                OutputFormat::JsonSchema(schema.clone()),
             ),
         ] {
             let field = body.as_object().unwrap().keys().next().unwrap().clone();

@@ -529,7 +529,7 @@ impl ToolFormat {
             rules.push(format!(
                 "{rule}: {} args_{rule} \"}}\"\nargs_{rule}: %json {}",
                 literal(&head),
-                crate::guided::bounded_whitespace(&tool.parameters)
+                lm::bounded_json_whitespace(&tool.parameters)
             ));
         }
         rules.push(format!("call: {}", names.join(" | ")));
@@ -1052,7 +1052,7 @@ mod tests {
         let Some(OutputFormat::Lark(grammar)) = FORMATS[0].grammar(&r) else {
             panic!("no grammar");
         };
-        let schema = crate::guided::bounded_whitespace(&r.tools[0].parameters);
+        let schema = lm::bounded_json_whitespace(&r.tools[0].parameters);
         assert_eq!(
             grammar,
             format!(

@@ -111,7 +111,7 @@ pub use gguf::{GgufModel, GgufText, bpe_vocab, load_gguf, map_gguf, spm_vocab};
 pub use hf::{HfGeneration, load, load_hf_dir, load_hf_dir_quantized};
 pub use options::{Drafting, Options, Prompt};
 pub use stream::Stream;
-pub use structured::{FormatError, OutputFormat, StructuredOutput};
+pub use structured::{FormatError, OutputFormat, StructuredOutput, bounded_json_whitespace};
 
 pub use lm_core;
 pub use lm_decode;

@@ -24,6 +24,36 @@ use lm_core::{Constraint, ConstraintState, TokenId, TokenMask};
 use lm_tokenize::{TokenBytes, Tokenizer};
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 
+/// The whitespace JSON output may put between two of its tokens: one space,
+/// or one or two newlines and up to 20 spaces or tabs of indent, as
+/// llama.cpp's JSON Schema grammars allow (their `space` rule). llguidance's
+/// default allows any run, and a sampled model can fill it with newlines
+/// until its token limit (SmolLM2 did, with a schema's optional field).
+const JSON_WHITESPACE: &str = r"(?: |\n{1,2}[ \t]{0,20})";
+
+/// `schema` with [`JSON_WHITESPACE`] as llguidance's whitespace between
+/// tokens, unless it sets its own compile options (llguidance's
+/// `x-guidance` key) or is not an object. [`OutputFormat::JsonSchema`] and
+/// [`OutputFormat::JsonObject`] compile through it; a Lark grammar that
+/// embeds a schema (`%json {...}`) can too.
+///
+/// ```
+/// let schema = serde_json::json!({"type": "object"});
+/// let bounded = lm::bounded_json_whitespace(&schema);
+/// assert!(bounded["x-guidance"]["whitespace_pattern"].is_string());
+/// let own = serde_json::json!({"x-guidance": {"whitespace_flexible": true}});
+/// assert_eq!(lm::bounded_json_whitespace(&own), own);
+/// ```
+pub fn bounded_json_whitespace(schema: &serde_json::Value) -> serde_json::Value {
+    let mut schema = schema.clone();
+    if let Some(object) = schema.as_object_mut() {
+        object
+            .entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }));
+    }
+    schema
+}
+
 /// What the output must be.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OutputFormat {
@@ -64,10 +94,12 @@ impl OutputFormat {
     /// The grammar llguidance compiles.
     fn grammar(&self) -> Result<TopLevelGrammar, FormatError> {
         Ok(match self {
-            Self::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
-            Self::JsonObject => {
-                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            Self::JsonSchema(schema) => {
+                TopLevelGrammar::from_json_schema(bounded_json_whitespace(schema))
             }
+            Self::JsonObject => TopLevelGrammar::from_json_schema(bounded_json_whitespace(
+                &serde_json::json!({"type": "object"}),
+            )),
             Self::Regex(pattern) => TopLevelGrammar::from_regex(pattern),
             Self::Lark(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
             Self::Gbnf(grammar) => TopLevelGrammar::from_lark(
@@ -331,5 +363,39 @@ pub(crate) mod tests {
             }
             state.is_accepting().map_err(FormatError::engine)
         }
+    }
+
+    #[test]
+    fn json_whitespace_is_bounded_as_llama_cpp_bounds_it() {
+        let schema = OutputFormat::JsonSchema(serde_json::json!({
+            "type": "object",
+            "properties": {"admin": {"type": "boolean"}},
+            "required": ["admin"],
+        }));
+        for format in [&schema, &OutputFormat::JsonObject] {
+            for text in [
+                r#"{"admin":false}"#,
+                r#"{ "admin": false }"#,
+                "{\n  \"admin\": false\n}",
+                "{\n\n\t\"admin\" :\n false\n}",
+                &format!("{{\n{}\"admin\": false}}", " ".repeat(20)),
+            ] {
+                assert_eq!(format.accepts(text), Ok(true), "{text:?}");
+            }
+            for text in [
+                "{\n\n\n\"admin\": false}",
+                &format!("{{\n{}\"admin\": false}}", " ".repeat(21)),
+                "{\"admin\": false  }",
+                "{\"admin\": false}\n\n\n\n",
+            ] {
+                assert_eq!(format.accepts(text), Ok(false), "{text:?}");
+            }
+        }
+        // A schema's own compile options win.
+        let own = OutputFormat::JsonSchema(serde_json::json!({
+            "type": "object",
+            "x-guidance": {"whitespace_flexible": true},
+        }));
+        assert_eq!(own.accepts("{\n\n\n\n}"), Ok(true));
     }
 }
