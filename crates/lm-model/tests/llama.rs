@@ -98,9 +98,13 @@ fn the_fast_path_is_close_to_the_dequantised_reference() {
     let model = model();
     // The reference keeps activations in f32 over dequantised weights; the
     // fast path quantizes activations to 8-bit blocks with f16 scales as
-    // llama.cpp does. llama.cpp itself is up to 1.15 away from an exact
-    // float64 forward pass on the committed fixtures (fixtures/smollm2), so
-    // single logits may move by about that much; the distribution may not.
+    // llama.cpp does, so single logits may move; the distribution may not.
+    // llama.cpp itself (llama-cpp-python 0.3.36) is 1.356 from this
+    // reference at position 3 with its default settings, and 0.71, 1.006,
+    // 0.914, 1.356 and 0.753 at positions 0-4 at most over eight settings
+    // (flash attention, F16/F32 KV cache, micro-batches of 1 or 512; Q4_1
+    // panels: 0.505, 0.794, 0.935, 1.344, 0.638), so the bound is just above
+    // llama.cpp's own distance.
     let reference = model.reference_logits(&PROMPT).unwrap();
     let logits = fresh_logits(model, &PROMPT, Rows::All);
     for (pos, (row, expected)) in logits.chunks_exact(49152).zip(reference.rows()).enumerate() {
@@ -112,7 +116,7 @@ fn the_fast_path_is_close_to_the_dequantised_reference() {
         let range = expected.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             - expected.iter().copied().fold(f32::INFINITY, f32::min);
         eprintln!("pos {pos}: max diff {max_diff} kl {kl} range {range}");
-        assert!(max_diff < 1.25, "pos {pos}: {max_diff}");
+        assert!(max_diff < 1.4, "pos {pos}: {max_diff}");
         assert!(kl < 1e-2, "pos {pos}: {kl}");
         assert_eq!(argmax(row), argmax(expected), "pos {pos}");
     }

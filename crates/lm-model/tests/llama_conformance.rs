@@ -8,7 +8,8 @@
 //!   llama.cpp's own top-1/top-2 gap is below [`TIE_GAP`] (near-ties may go
 //!   either way between two correct implementations; see SMOLLM2.md);
 //! - teacher-forced along llama.cpp's ids, our top-1 is llama.cpp's at every
-//!   step whose gap is at least [`TIE_GAP`];
+//!   step whose gap is at least [`TIE_GAP`], but the few where one of
+//!   llama.cpp's own settings picks another token ([`LLAMA_CPP_SPLITS`]);
 //! - at the last prompt position, every logit is within [`LOGIT_TOLERANCE`]
 //!   of llama.cpp's, the KL divergence from llama.cpp's distribution is below
 //!   [`MAX_KL`], and the chosen token's log-probability is within
@@ -33,6 +34,16 @@ const LOGIT_TOLERANCE: f32 = 1.0;
 const MAX_KL: f64 = 1e-2;
 /// Largest allowed difference of a log-probability, in nats.
 const LOGPROB_TOLERANCE: f64 = 0.25;
+
+/// Teacher-forced steps whose gap in the fixture is at least [`TIE_GAP`]
+/// but where llama.cpp itself picks another token under a setting that
+/// changes only rounding (llama-cpp-python 0.3.36, the case's prompt and
+/// continuation read in one batch): a near-tie in fact, which two correct
+/// implementations may break either way. `history_of_computing` step 27
+/// (0.336 in the fixture): gap 0.150 read in one batch, -0.041 with flash
+/// attention and -0.146 with an F32 KV cache (Q4_1 panels pick the other
+/// token too).
+const LLAMA_CPP_SPLITS: &[(&str, usize)] = &[("history_of_computing", 27)];
 
 fn fixtures_dir() -> PathBuf {
     fixture_path("smollm2")
@@ -96,7 +107,7 @@ fn check_case(model: &Decoder, case: &Value) {
     let mut state = prefilled;
     let mut logits = last;
     for (step, (&token, &gap)) in expected.iter().zip(&gaps).enumerate() {
-        if gap >= TIE_GAP {
+        if gap >= TIE_GAP && !LLAMA_CPP_SPLITS.contains(&(name, step)) {
             assert_eq!(
                 argmax(&logits).unwrap(),
                 token,
@@ -111,8 +122,12 @@ fn check_case(model: &Decoder, case: &Value) {
     }
     eprintln!(
         "{name}: greedy identical for the {first_tie} steps before llama.cpp's first near-tie; \
-         top-1 agrees at the {} teacher-forced steps with a gap >= {TIE_GAP}",
-        gaps.iter().filter(|&&gap| gap >= TIE_GAP).count()
+         top-1 agrees at the {} teacher-forced steps with a gap >= {TIE_GAP} (but llama.cpp's \
+         own splits)",
+        gaps.iter()
+            .enumerate()
+            .filter(|&(step, &gap)| gap >= TIE_GAP && !LLAMA_CPP_SPLITS.contains(&(name, step)))
+            .count()
     );
 }
 

@@ -48,14 +48,14 @@
 //! Both distances are measured here, against the same stored (f16) exact
 //! row, and a check that fails reports every distance.
 //!
-//! Nine checks leave the envelope by a little, always the same way (ours
+//! Ten checks leave the envelope by a little, always the same way (ours
 //! slightly farther from exact than every llama.cpp setting): they are
 //! listed in [`KNOWN_DEVIATIONS`], each bounded just above what was measured
 //! (`fixtures/smollm2-requant/README.md`), so they cannot grow unnoticed; any
-//! other failure, or one past its bound, fails the test. Five of them are
+//! other failure, or one past its bound, fails the test. Six of them are
 //! checks that weights packed in panels (the default on SIMD paths:
-//! `lm_model::Kernel::packs`; Q4_0 and Q8_0, and Q5_0, Q4_K and Q6_K on
-//! AVX-512) move:
+//! `lm_model::Kernel::packs`; Q4_0, Q4_1 and Q8_0, and Q5_0, Q4_K and Q6_K
+//! on AVX-512) move:
 //! one single logit of the row, the row's KL within llama.cpp's settings,
 //! or a chosen token's log-probability at a near-tie. Which rows leave the
 //! envelope is rounding noise: the row-major kernels with an F32 KV cache
@@ -173,6 +173,15 @@ const KNOWN_DEVIATIONS: &[KnownDeviation] = &[
         case: "chat",
         check: Check::LastLogits,
         max_from_exact: 2.1,
+    },
+    // Q4_1 panels with a q8_0 KV cache (`kv_q8_0.rs`): KL(exact || ours)
+    // 0.0208 (llama.cpp 0.0090 in the fixture, up to 0.0158 over its
+    // settings; KL(llama.cpp || ours) 0.0202); row-major passes.
+    KnownDeviation {
+        model: "smollm2",
+        case: "chat",
+        check: Check::LastKl,
+        max_from_exact: 0.023,
     },
     // Q4_K and Q6_K panels, step 1, a near-tie (gap 0.016): 0.248 (llama.cpp
     // 0.005; row-major 0.203 from llama.cpp, within the tolerance).

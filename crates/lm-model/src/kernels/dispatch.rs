@@ -57,23 +57,16 @@ pub const PACK_ENV: &str = "LM_PACK";
 pub enum Packing {
     /// `LM_PACK=0`, or a path without panel kernels: every matrix row-major.
     RowMajor,
-    /// `LM_PACK=1`: the 32-weight types Q4_0, Q5_0 and Q8_0 only (Q5_0
-    /// where the AVX-512 kernel runs: [`Kernel::packs`]), whose panels are
-    /// faster than the row-major kernels in prefill and in
-    /// decode (a 1B Q4_0 or Q8_0 model on Zen 4: prefill 2.0-3.3x and decode
-    /// 1.2-1.8x llama.cpp's; SmolLM2's Q5_0 file prefills 2-3x faster than
+    /// `LM_PACK=1`: the 32-weight types Q4_0, Q4_1, Q5_0 and Q8_0 only
+    /// (Q5_0 where the AVX-512 kernel runs: [`Kernel::packs`]), whose panels
+    /// are faster than the row-major kernels in prefill and in decode (a 1B
+    /// Q4_0 or Q8_0 model on Zen 4: prefill 2.0-3.3x and decode 1.2-1.8x
+    /// llama.cpp's; SmolLM2's Q5_0 and Q4_1 files prefill 2-3x faster than
     /// row-major; docs/performance.md).
     Blocks,
     /// The default (`LM_PACK=all`): Q4_K and Q6_K as well, where their
     /// AVX-512 kernel runs: a 1B Q4_K_M prefills 1.8x llama.cpp's speed and
     /// decodes 1.26x at one thread (docs/performance.md).
-    ///
-    /// Q4_1 has panel kernels (2-3x faster prefill of SmolLM2's Q4_1 file)
-    /// but is not packed under any policy yet: their rounding moved one
-    /// logit of SmolLM2's Q4_1 file 1.34 from the f32 reference (bound 1.25)
-    /// and a teacher-forced step with a 0.336 lead in llama.cpp's logits to
-    /// another token (lm-model's ignored `llama` tests), though its packed
-    /// products equal the row-major ones to 7.4e-7 of the largest output.
     All,
 }
 
@@ -105,8 +98,11 @@ impl Packing {
     pub fn includes(self, ty: GgmlType) -> bool {
         match self {
             Packing::RowMajor => false,
-            Packing::Blocks => matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0),
-            Packing::All => ty != GgmlType::Q4_1,
+            Packing::Blocks => matches!(
+                ty,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+            ),
+            Packing::All => true,
         }
     }
 }
@@ -352,8 +348,8 @@ mod tests {
         assert!(!Packing::RowMajor.includes(GgmlType::Q4_0));
         assert!(Packing::Blocks.includes(GgmlType::Q8_0));
         assert!(Packing::Blocks.includes(GgmlType::Q5_0));
-        assert!(!Packing::Blocks.includes(GgmlType::Q4_1));
-        assert!(!Packing::All.includes(GgmlType::Q4_1));
+        assert!(Packing::Blocks.includes(GgmlType::Q4_1));
+        assert!(Packing::All.includes(GgmlType::Q4_1));
         assert!(!Packing::Blocks.includes(GgmlType::Q5_1));
         assert!(!Packing::Blocks.includes(GgmlType::Q4_K));
         assert!(Packing::All.includes(GgmlType::Q6_K));
