@@ -327,8 +327,8 @@ mod tests {
     use crate::quant::QMatrix;
     use crate::quant::packed::pack_in_place;
 
-    /// Q4_1 and Q5_0 panels, packed directly (whatever `LM_PACK` says: no
-    /// policy packs Q4_1 at load yet), multiply as their rows do on every
+    /// Q4_1 and Q5_0 panels, packed directly (whatever `LM_PACK` says),
+    /// multiply as their rows do on every
     /// kernel this CPU runs: the same bits on each kernel, each input of a
     /// batch its own product's bits, within 1e-5 of Σ|W x| of the row-major
     /// product.
