@@ -31,9 +31,10 @@ use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 /// until its token limit (SmolLM2 did, with a schema's optional field).
 const JSON_WHITESPACE: &str = r"(?: |\n{1,2}[ \t]{0,20})";
 
-/// `schema` with [`JSON_WHITESPACE`] as llguidance's whitespace between
-/// tokens, unless it sets its own compile options (llguidance's
-/// `x-guidance` key) or is not an object. [`OutputFormat::JsonSchema`] and
+/// `schema` with JSON output's whitespace between tokens bounded (one
+/// space, or one or two newlines and up to 20 spaces or tabs, as llama.cpp's
+/// JSON Schema grammars allow), unless it sets its own compile options
+/// (llguidance's `x-guidance` key) or is not an object. [`OutputFormat::JsonSchema`] and
 /// [`OutputFormat::JsonObject`] compile through it; a Lark grammar that
 /// embeds a schema (`%json {...}`) can too.
 ///

@@ -42,8 +42,8 @@ pub(super) fn our_kernel() -> String {
     };
     let weights = match lm_model::Kernel::configured().packing() {
         lm_model::Packing::RowMajor => "row-major weights",
-        lm_model::Packing::Blocks => "Q4_0, Q8_0 (and Q5_0 on AVX-512) in panels",
-        lm_model::Packing::All => "Q4_0, Q8_0 (and Q5_0, Q4_K, Q6_K on AVX-512) in panels",
+        lm_model::Packing::Blocks => "Q4_0, Q4_1, Q8_0 (and Q5_0 on AVX-512) in panels",
+        lm_model::Packing::All => "Q4_0, Q4_1, Q8_0 (and Q5_0, Q4_K, Q6_K on AVX-512) in panels",
     };
     format!("{kernel}, {weights}")
 }

@@ -660,8 +660,8 @@ impl GgufFile {
     /// Repacks in place, into panels of 16 rows (see `quant/packed.rs`),
     /// every 2-d tensor that `select` chooses, whose type the process's
     /// kernel path packs under `LM_PACK`
-    /// ([`Kernel::packs`](crate::Kernel::packs): Q4_0, Q8_0, and Q5_0, Q4_K
-    /// and Q6_K on AVX-512) in whole panels, so that products with it run
+    /// ([`Kernel::packs`](crate::Kernel::packs): Q4_0, Q4_1, Q8_0, and
+    /// Q5_0, Q4_K and Q6_K on AVX-512) in whole panels, so that products with it run
     /// on the panel kernels; returns how many it packed. The bytes are
     /// rearranged, not copied: the memory does not grow. A mapped file
     /// ([`GgufFile::map`]) is shared with the page cache and is left as it

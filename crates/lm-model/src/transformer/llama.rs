@@ -112,8 +112,8 @@ impl Llama {
     /// file's bytes are this decoder's alone (an owned `GgufFile`, read by
     /// [`GgufFile::open`]; of a mixture of experts, every tensor but the
     /// mapped experts), the weight matrices the process's
-    /// [`Packing`](crate::Packing) includes (Q4_0 and Q8_0, and Q5_0, Q4_K
-    /// and Q6_K on AVX-512, unless `LM_PACK` says otherwise:
+    /// [`Packing`](crate::Packing) includes (Q4_0, Q4_1 and Q8_0, and Q5_0,
+    /// Q4_K and Q6_K on AVX-512, unless `LM_PACK` says otherwise:
     /// [`Kernel::packs`](crate::Kernel::packs)) are packed in place
     /// first ([`GgufFile::pack_tensors`]): prefill runs 2-3x faster on them
     /// and no memory is added.
