@@ -41,8 +41,8 @@ fn rollup_kb(pid: u32, field: &str) -> u64 {
 #[ignore = "needs SmolLM2: cargo xtask fetch-model smollm2"]
 fn mmap_gives_the_copy_s_tokens_from_pages_two_servers_share() {
     let path = SMOLLM2.path().unwrap_or_else(|err| panic!("{err}"));
-    // The same kernels either way: a copy packs Q4_0/Q8_0 matrices, a map
-    // cannot (SmolLM2's default file has none, but say so).
+    // The same kernels either way: a copy packs SmolLM2's Q4_1 matrices in
+    // panels (sums in another order), a map cannot.
     let generate = |mmap: bool| {
         let cli = Cli::generate("The capital of France is")
             .model("smollm2")
