@@ -518,10 +518,12 @@ fn factors_k4(block: &[u8]) -> VectorFactors {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn scale_bytes_k4(block: &[u8]) -> (f32, f32, __m128i) {
-    debug_assert!(block.len() >= 16);
-    // SAFETY: bytes 0..16 (d, dmin and the 12 scale bytes) are inside the
-    // block (144 bytes for Q4_K, 176 for Q5_K).
-    let head = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+    // Bytes 0..16: d, dmin and the 12 scale bytes (a block is 144 bytes
+    // for Q4_K, 176 for Q5_K); the slice is checked, so a short one panics
+    // instead of reading past it.
+    let head = &block[..16];
+    // SAFETY: `head` is 16 bytes, the load's width (unaligned load).
+    let head = unsafe { _mm_loadu_si128(head.as_ptr().cast()) };
     // The low two halves are d and dmin; the other two convert to values
     // nobody reads (F16C raises no exception on them).
     let factors = _mm_cvtph_ps(head);

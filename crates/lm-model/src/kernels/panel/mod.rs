@@ -328,10 +328,9 @@ mod tests {
     use crate::quant::packed::pack_in_place;
 
     /// Q4_1 and Q5_0 panels, packed directly (whatever `LM_PACK` says),
-    /// multiply as their rows do on every
-    /// kernel this CPU runs: the same bits on each kernel, each input of a
-    /// batch its own product's bits, within 1e-5 of Σ|W x| of the row-major
-    /// product.
+    /// multiply as their rows do on every kernel this CPU runs: the same
+    /// bits on each kernel, each input of a batch its own product's bits,
+    /// within 1e-5 of Σ|W x| of the row-major product.
     #[test]
     fn q4_1_and_q5_0_panels_multiply_as_their_rows() {
         for ty in [GgmlType::Q4_1, GgmlType::Q5_0] {
