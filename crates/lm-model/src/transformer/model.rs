@@ -36,7 +36,7 @@
 //! tested against.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
 use ndarray::Array2;
@@ -555,11 +555,50 @@ impl LanguageModel for Decoder {
 /// decode step handing its work to the pool and sleeping until it is done
 /// (two context switches per product, a profile showed 2 threads decoding
 /// slower than 1).
+///
+/// The pool's other threads keep taking the pass's jobs until it ends
+/// ([`keep_taking_jobs`]) instead of going to sleep whenever the pass is
+/// serial for a moment (its norms and attention between products): asleep,
+/// a worker woke too late to take its half of most products, and at two
+/// threads it did 42% of the products' work.
 fn in_pool<R: Send>(parallel_work: bool, work: impl FnOnce() -> R + Send) -> R {
     if parallel_work && rayon::current_thread_index().is_none() {
-        rayon::scope(|_| work())
+        let done = AtomicBool::new(false);
+        rayon::scope(|scope| {
+            let pass_thread = rayon::current_thread_index();
+            let done = &done;
+            for _ in 1..rayon::current_num_threads() {
+                scope.spawn(move |_| keep_taking_jobs(done, pass_thread));
+            }
+            let _end = SetOnDrop(done);
+            work()
+        })
     } else {
         work()
+    }
+}
+
+/// Runs the pool's pending jobs (a pass's halves of products) on this pool
+/// thread, spinning while there are none, until `done`. Returns at once on
+/// `pass_thread`, the thread running the pass: there the pass is suspended
+/// below on the stack and `done` would never be set.
+fn keep_taking_jobs(done: &AtomicBool, pass_thread: Option<usize>) {
+    if rayon::current_thread_index() == pass_thread {
+        return;
+    }
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Sets its flag when dropped: when the pass returns or unwinds.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
