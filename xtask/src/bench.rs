@@ -39,13 +39,16 @@
 //!   prefill before the long contexts) before each process's timed runs;
 //!   F16 KV cache.
 //!
-//! Before the rounds, one worker measures the machine's read bandwidth at
-//! one and two threads (`bandwidth.rs`: a STREAM-like sum of a buffer of at
-//! least 1 GiB and 8x the last-level cache, best of 5 passes). Each decode
-//! figure is then also given as a share of its bound, bandwidth / bytes
-//! read per token (`footprint.rs`: every weight tensor but the token
-//! embedding table, of which one row, unless the output is tied to it;
-//! plus the KV cache the token attends to), and our peak RSS is set
+//! Just before each of our runs, a worker measures the machine's read
+//! bandwidth at that run's thread count (`bandwidth.rs`: a STREAM-like sum
+//! of a buffer of at least 1 GiB and 8x the last-level cache, best of 5
+//! passes): on a shared host what two threads can read swings by half
+//! between minutes, so a decode is set against the reading taken beside
+//! it. Each decode figure is then also given as a share of its bound,
+//! bandwidth / bytes read per token (`footprint.rs`: every weight tensor
+//! but the token embedding table, of which one row, unless the output is
+//! tied to it; plus the KV cache the token attends to), the median of the
+//! rounds' shares, and our peak RSS is set
 //! against issue 35's budget: 1.1 x (file size + the KV cache of the
 //! longest run, from the model's configuration and our cache's f16
 //! layout). Both come from the GGUF header, read without the weights.
@@ -186,7 +189,6 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     let peer = peer_python(&options)?;
     let worker = build_release_worker()?;
-    let bandwidth = measure_bandwidth(&worker, &options.rounds.threads)?;
     // Rounds are the outer loop, so every model sees the same drift of a
     // shared host and the models' figures compare as well as the sides do.
     let mut rows_by_model: Vec<Vec<Row>> = models
@@ -200,6 +202,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                     n_threads,
                     ours: Samples::default(),
                     peer: Samples::default(),
+                    bandwidth: Vec::new(),
                 })
                 .collect()
         })
@@ -214,6 +217,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                     model.file_name().unwrap_or_default().to_string_lossy(),
                     row.n_threads
                 );
+                row.bandwidth
+                    .push(measure_bandwidth(&worker, row.n_threads)?);
                 row.ours
                     .push(run_ours(&worker, model, row.n_threads, &options)?);
                 if let Some(python) = &peer {
@@ -225,13 +230,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     let mut report_text = String::new();
     for (model, rows) in models.iter().zip(&rows_by_model) {
-        report_text.push_str(&report::report(
-            model,
-            &options,
-            Some(&bandwidth),
-            peer.is_some(),
-            rows,
-        )?);
+        report_text.push_str(&report::report(model, &options, peer.is_some(), rows)?);
     }
     if models.len() > 1 {
         report_text.push_str(&report::between_models(
@@ -435,12 +434,14 @@ impl Samples {
     }
 }
 
-/// Both sides at one thread count.
+/// Both sides at one thread count, and the read bandwidth at that count
+/// measured just before each round's run of ours.
 #[derive(Debug)]
 struct Row {
     n_threads: usize,
     ours: Samples,
     peer: Samples,
+    bandwidth: Vec<Bandwidth>,
 }
 
 /// The median of `values` (mean of the middle two for an even count).
@@ -750,13 +751,11 @@ fn comma_list(values: &[usize]) -> String {
         .join(",")
 }
 
-/// The machine's read bandwidth at one, two and each of `row_threads`
-/// threads, measured once by a worker process (`bandwidth.rs`).
-fn measure_bandwidth(worker: &Path, row_threads: &[usize]) -> Result<Bandwidth> {
-    eprintln!("measuring the read bandwidth");
-    let threads = comma_list(&bandwidth::thread_counts(row_threads));
+/// The machine's read bandwidth at `n_threads`, measured by a worker
+/// process (`bandwidth.rs`).
+fn measure_bandwidth(worker: &Path, n_threads: usize) -> Result<Bandwidth> {
     let json = worker_json(worker, "bandwidth", |command| {
-        command.args(["--threads", &threads]);
+        command.args(["--threads", &n_threads.to_string()]);
     })?;
     Bandwidth::from_json(&json)
 }

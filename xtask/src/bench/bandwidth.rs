@@ -78,23 +78,6 @@ impl Bandwidth {
             .map(|&(_, rate)| rate)
     }
 
-    /// `read bandwidth: X GB/s (1 thread), Y GB/s (2 threads)`.
-    pub(super) fn line(&self) -> String {
-        let figures: Vec<String> = self
-            .by_threads
-            .iter()
-            .map(|&(n, rate)| {
-                let unit = if n == 1 { "thread" } else { "threads" };
-                format!("{:.1} GB/s ({n} {unit})", rate / 1e9)
-            })
-            .collect();
-        format!(
-            "read bandwidth: {} (sum of a {:.0} MiB buffer, best of {PASSES} passes)",
-            figures.join(", "),
-            self.buffer_bytes as f64 / f64::from(1 << 20)
-        )
-    }
-
     /// The worker's JSON: `{"read_bytes_per_s": {"1": 3.1e10, ...}}`.
     pub(super) fn to_json(&self) -> Value {
         let rates: serde_json::Map<String, Value> = self
@@ -135,14 +118,39 @@ impl Bandwidth {
     }
 }
 
-/// The thread counts the bandwidth is measured at: one, two and every count
-/// the rows use, ascending.
-pub(super) fn thread_counts(row_threads: &[usize]) -> Vec<usize> {
-    let mut counts = vec![1, 2];
-    counts.extend_from_slice(row_threads);
-    counts.sort_unstable();
-    counts.dedup();
-    counts
+/// The report's line for the readings of a run (`(threads, bytes per
+/// second of each reading)`, each of a `buffer_bytes` buffer): the median
+/// at each thread count, and the range when there were several readings.
+/// `read bandwidth: X GB/s (1 thread), Y GB/s (2 threads; 3 readings,
+/// A-B)`.
+pub(super) fn readings_line(readings: &[(usize, Vec<f64>)], buffer_bytes: usize) -> String {
+    let figures: Vec<String> = readings
+        .iter()
+        .filter_map(|(n, rates)| {
+            let median = super::median(rates)?;
+            let unit = if *n == 1 { "thread" } else { "threads" };
+            let gb = |rate: f64| rate / 1e9;
+            Some(if rates.len() > 1 {
+                let (low, high) = rates
+                    .iter()
+                    .fold((f64::INFINITY, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+                format!(
+                    "{:.1} GB/s ({n} {unit}; median of {} readings, {:.1}-{:.1})",
+                    gb(median),
+                    rates.len(),
+                    gb(low),
+                    gb(high)
+                )
+            } else {
+                format!("{:.1} GB/s ({n} {unit})", gb(median))
+            })
+        })
+        .collect();
+    format!(
+        "read bandwidth: {} (sum of a {:.0} MiB buffer, best of {PASSES} passes, measured just before each of lm's runs)",
+        figures.join(", "),
+        buffer_bytes as f64 / f64::from(1 << 20)
+    )
 }
 
 /// One pass: `n_threads` threads (fewer for a buffer of fewer words) each
@@ -292,11 +300,13 @@ mod tests {
         assert_eq!(back.at(2), Some(5.25e10));
         assert_eq!(back.at(4), None);
         assert_eq!(
-            back.line(),
-            "read bandwidth: 35.0 GB/s (1 thread), 52.5 GB/s (2 threads) (sum of a 1024 MiB buffer, best of 5 passes)"
+            readings_line(
+                &[(1, vec![3.5e10]), (2, vec![5.25e10, 3.0e10, 6.0e10])],
+                1 << 30
+            ),
+            "read bandwidth: 35.0 GB/s (1 thread), 52.5 GB/s (2 threads; median of 3 readings, 30.0-60.0) (sum of a 1024 MiB buffer, best of 5 passes, measured just before each of lm's runs)"
         );
         let bad = serde_json::json!({ "read_bytes_per_s": { "1": -1.0 }, "buffer_bytes": 8 });
         assert!(Bandwidth::from_json(&bad).is_err());
-        assert_eq!(thread_counts(&[4, 1]), [1, 2, 4]);
     }
 }

@@ -3,7 +3,6 @@
 //! `llama_print_system_info()` and the measured read bandwidth, so a ratio
 //! is never read without the hardware and the code paths that produced it.
 
-use super::bandwidth::Bandwidth;
 use crate::reference;
 
 /// The x86 instruction sets the report lists when the CPU has them, in
@@ -50,12 +49,8 @@ pub(super) fn our_kernel() -> String {
 
 /// The report's machine lines: CPU, instruction sets, our kernel path
 /// (`ours`, from a worker), llama.cpp's system info (`peer`) and the read
-/// bandwidth.
-pub(super) fn describe(
-    ours: Option<&str>,
-    peer: Option<&str>,
-    bandwidth: Option<&Bandwidth>,
-) -> String {
+/// bandwidth's line (`bandwidth::readings_line`).
+pub(super) fn describe(ours: Option<&str>, peer: Option<&str>, bandwidth: Option<&str>) -> String {
     let flags = reference::cpu_flags();
     let mut text = format!("CPU: {}\n", cpu_model());
     text.push_str(&format!(
@@ -70,7 +65,7 @@ pub(super) fn describe(
         text.push_str(&format!("llama.cpp system_info: {peer}\n"));
     }
     if let Some(bandwidth) = bandwidth {
-        text.push_str(&bandwidth.line());
+        text.push_str(bandwidth);
         text.push('\n');
     }
     text

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::bandwidth::Bandwidth;
+use super::bandwidth;
 use super::footprint::{Footprint, RSS_MARGIN};
 use super::{Metric, N_DECODE_NEW, Options, PREFILL_PIECE, Row, Samples, machine, median};
 
@@ -20,7 +20,6 @@ const MB: f64 = 1e6;
 pub(super) fn report(
     model: &Path,
     options: &Options,
-    bandwidth: Option<&Bandwidth>,
     with_peer: bool,
     rows: &[Row],
 ) -> Result<String> {
@@ -44,7 +43,7 @@ pub(super) fn report(
     out.push_str(&machine::describe(
         ours_system,
         peer_system.filter(|_| with_peer),
-        bandwidth,
+        bandwidth_line(rows).as_deref(),
     ));
     writeln!(
         out,
@@ -78,34 +77,49 @@ pub(super) fn report(
     )?;
     for row in rows {
         for metric in options.metrics() {
-            out.push_str(&table_line(row, metric, &footprint, bandwidth));
+            out.push_str(&table_line(row, metric, &footprint));
         }
     }
     out.push_str(&rss_lines(&footprint, options, with_peer, rows));
     Ok(out)
 }
 
+/// The read bandwidth's line: each row's readings, one per round.
+fn bandwidth_line(rows: &[Row]) -> Option<String> {
+    let buffer_bytes = rows.iter().flat_map(|r| &r.bandwidth).next()?.buffer_bytes;
+    let readings: Vec<(usize, Vec<f64>)> = rows
+        .iter()
+        .map(|row| (row.n_threads, row_rates(row)))
+        .collect();
+    Some(bandwidth::readings_line(&readings, buffer_bytes))
+}
+
+/// The read bandwidth at `row`'s thread count in each round, bytes per
+/// second.
+fn row_rates(row: &Row) -> Vec<f64> {
+    row.bandwidth
+        .iter()
+        .filter_map(|b| b.at(row.n_threads))
+        .collect()
+}
+
 /// One line of the table: `row`'s figures at `metric`.
-fn table_line(
-    row: &Row,
-    metric: Metric,
-    footprint: &Footprint,
-    bandwidth: Option<&Bandwidth>,
-) -> String {
+fn table_line(row: &Row, metric: Metric, footprint: &Footprint) -> String {
     let (ours, peer) = (row.ours.tok_per_s(metric), row.peer.tok_per_s(metric));
     let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
     let ratio = ours
         .zip(peer)
         .map_or("-".to_owned(), |(a, b)| format!("{:.2}x", a / b));
     let (phase, prompt) = metric.phase_and_prompt();
-    let bound = match metric {
-        Metric::Decode(n_prompt) => bandwidth
-            .and_then(|b| b.at(row.n_threads))
-            .map(|rate| rate / footprint.bytes_per_token(n_prompt + N_DECODE_NEW / 2) as f64),
+    let of_bound = match metric {
+        Metric::Decode(n_prompt) => {
+            let bytes = footprint.bytes_per_token(n_prompt + N_DECODE_NEW / 2) as f64;
+            share_of_bound(&row.ours, metric, &row_rates(row), bytes)
+        }
         Metric::Prefill(_) => None,
     };
-    let of_bound = ours.zip(bound).map_or("-".to_owned(), |(ours, bound)| {
-        format!("{:.0}% of {bound:.1}", 100.0 * ours / bound)
+    let of_bound = of_bound.map_or("-".to_owned(), |(share, bound)| {
+        format!("{:.0}% of {bound:.1}", 100.0 * share)
     });
     format!(
         "| {} | {phase:<7} | {prompt} | {} | {} | {ratio} | {of_bound} |\n",
@@ -113,6 +127,22 @@ fn table_line(
         cell(ours),
         cell(peer)
     )
+}
+
+/// Decode's share of its bound (`rates` bytes per second, one reading per
+/// round, over `bytes` per token), round by round, and the bound: the
+/// medians over the rounds. Each round's run is set against the reading
+/// taken just before it, so a host whose bandwidth drifts between rounds
+/// moves the bound with the speed.
+fn share_of_bound(ours: &Samples, metric: Metric, rates: &[f64], bytes: f64) -> Option<(f64, f64)> {
+    let seconds = ours.seconds.get(&metric.key())?;
+    let bounds: Vec<f64> = rates.iter().map(|rate| rate / bytes).collect();
+    let shares: Vec<f64> = seconds
+        .iter()
+        .zip(&bounds)
+        .map(|(seconds, bound)| metric.n_tokens() as f64 / seconds / bound)
+        .collect();
+    Some((median(&shares)?, median(&bounds)?))
 }
 
 /// Our peak RSS against the budget for the longest run (and llama.cpp's).
@@ -258,6 +288,29 @@ mod tests {
         let ratio = speed_ratio(&base, &other, Metric::Decode(11)).unwrap();
         assert!((ratio - 0.8).abs() < 1e-12, "{ratio}");
         assert_eq!(speed_ratio(&base, &other, Metric::Prefill(128)), None);
+    }
+
+    #[test]
+    fn decode_is_set_against_the_bandwidth_read_beside_it() {
+        let mut ours = Samples::default();
+        // 128 tokens in 4 s, 2 s and 2 s: 32, 64 and 64 tok/s.
+        for s in [4.0, 2.0, 2.0] {
+            ours.push(Measurement {
+                seconds: BTreeMap::from([(Metric::Decode(11).key(), s)]),
+                ..Measurement::default()
+            });
+        }
+        // Bounds of 40, 80 and 100 tok/s at 1e9 bytes per token: shares
+        // 0.8, 0.8 and 0.64, and their median 0.8 (against the median
+        // bound's 64 / 80 for the median speed).
+        let rates = [40e9, 80e9, 100e9];
+        let (share, bound) = share_of_bound(&ours, Metric::Decode(11), &rates, 1e9).unwrap();
+        assert!((share - 0.8).abs() < 1e-12, "{share}");
+        assert!((bound - 80.0).abs() < 1e-9, "{bound}");
+        assert_eq!(
+            share_of_bound(&ours, Metric::Prefill(128), &rates, 1e9),
+            None
+        );
     }
 
     #[test]
