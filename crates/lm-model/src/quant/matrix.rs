@@ -32,6 +32,13 @@ const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
 /// the calling thread.
 const PARALLEL_MIN_OUTPUTS: usize = 1 << 16;
 
+/// About the most batched results held before they are moved back to
+/// input-major order (4 MiB of f32): a batch's products are computed in
+/// bands of rows that fit, so this scratch does not grow with the
+/// matrices' heights times the batch (a 512-token piece through a 1B
+/// model's gate and up projections held 34 MB).
+const TRANSPOSED_MAX_VALUES: usize = 1 << 20;
+
 /// Rows of W handed to one rayon task.
 const ROWS_PER_TASK: usize = 16;
 const _: () = assert!(ROWS_PER_TASK == PANEL_ROWS, "a task's rows are one panel");
@@ -366,20 +373,57 @@ impl<'a> QMatrix<'a> {
                 fill_products(products, input, 1, &mut []);
                 return;
             }
-            transposed.clear();
-            transposed.resize(products.iter().map(|(_, ys)| ys.len()).sum(), 0.0);
-            fill_products(products, input, n, transposed);
-            let mut parts = &transposed[..];
-            for (w, ys) in products.iter_mut() {
-                let (part, rest) = parts.split_at(ys.len());
-                if w.packed {
-                    panels_to_input_major(part, n, w.n_rows, ys);
-                } else {
-                    to_input_major(part, n, w.n_rows, ys);
+            // Bands of at most `band_rows` rows of every matrix at a time,
+            // so the transposed results stay near `TRANSPOSED_MAX_VALUES`
+            // however tall the matrices and long the batch.
+            let band_rows = (TRANSPOSED_MAX_VALUES / (n * products.len().max(1)))
+                .next_multiple_of(PANEL_ROWS)
+                .max(PANEL_ROWS);
+            let max_rows = products.iter().map(|(w, _)| w.n_rows).max().unwrap_or(0);
+            for first_row in (0..max_rows).step_by(band_rows) {
+                let mut bands: Vec<(QMatrix<'_>, &mut [f32])> = products
+                    .iter()
+                    .filter(|(w, _)| first_row < w.n_rows)
+                    .map(|(w, _)| {
+                        (
+                            w.band(first_row..w.n_rows.min(first_row + band_rows)),
+                            &mut [][..],
+                        )
+                    })
+                    .collect();
+                transposed.clear();
+                transposed.resize(bands.iter().map(|(w, _)| w.n_rows * n).sum(), 0.0);
+                fill_products(&mut bands, input, n, transposed);
+                let mut parts = &transposed[..];
+                let outputs = products.iter_mut().filter(|(w, _)| first_row < w.n_rows);
+                for ((band, _), (w, ys)) in bands.iter().zip(outputs) {
+                    let (part, rest) = parts.split_at(band.n_rows * n);
+                    let place = Placement {
+                        n,
+                        n_rows: w.n_rows,
+                        first_row,
+                    };
+                    if w.packed {
+                        panels_to_input_major(part, place, ys);
+                    } else {
+                        to_input_major(part, place, ys);
+                    }
+                    parts = rest;
                 }
-                parts = rest;
             }
         });
+    }
+
+    /// Rows `rows` as a matrix of their own: whole panels when packed
+    /// (`rows.start` a multiple of [`PANEL_ROWS`], as is `rows.end` unless
+    /// it is the last row).
+    fn band(&self, rows: std::ops::Range<usize>) -> QMatrix<'a> {
+        debug_assert!(rows.start.is_multiple_of(PANEL_ROWS) && rows.end <= self.n_rows);
+        QMatrix {
+            n_rows: rows.len(),
+            data: &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes],
+            ..*self
+        }
     }
 
     /// Fills `out` (`n_rows x n`, row-major) by calling `dot(rows, results)`
@@ -462,7 +506,7 @@ fn fill_products(
             let first_results = if n == 1 {
                 0
             } else {
-                first.iter().map(|(_, ys)| ys.len()).sum()
+                first.iter().map(|(w, _)| w.n_rows * n).sum()
             };
             let (first_out, rest_out) = transposed.split_at_mut(first_results);
             if n_weights >= PARALLEL_MIN_WEIGHTS && rayon::current_num_threads() > 1 {
@@ -486,29 +530,50 @@ struct Input<'a> {
     sums: &'a [i32],
 }
 
-/// `ys[i * n_rows + 16 p + l] = panels[(p * n + i) * 16 + l]`: a packed
-/// product's results (each panel's sixteen rows per input) back to
+/// Where a band of a batched product's results goes: `n` inputs' rows
+/// `first_row..` of a matrix of `n_rows` rows, whose outputs are
+/// input-major (`ys[i * n_rows + r]`).
+#[derive(Clone, Copy)]
+struct Placement {
+    n: usize,
+    n_rows: usize,
+    first_row: usize,
+}
+
+/// `ys[i * n_rows + first_row + 16 p + l] = panels[(p * n + i) * 16 + l]`:
+/// a packed band's results (each panel's sixteen rows per input) back to
 /// input-major order.
-fn panels_to_input_major(panels: &[f32], n: usize, n_rows: usize, ys: &mut [f32]) {
+fn panels_to_input_major(panels: &[f32], place: Placement, ys: &mut [f32]) {
+    let Placement {
+        n,
+        n_rows,
+        first_row,
+    } = place;
     for (p, panel) in panels.chunks_exact(n * PANEL_ROWS).enumerate() {
         for (i, rows) in panel.chunks_exact(PANEL_ROWS).enumerate() {
-            ys[i * n_rows + p * PANEL_ROWS..][..PANEL_ROWS].copy_from_slice(rows);
+            ys[i * n_rows + first_row + p * PANEL_ROWS..][..PANEL_ROWS].copy_from_slice(rows);
         }
     }
 }
 
-/// `ys[i * n_rows + r] = transposed[r * n + i]`: batched results back to
-/// input-major order, in parallel over the inputs when there is enough to
-/// copy (handing a short batch's copy to rayon costs more than the copy: a
-/// third of a one-input product for 2).
-fn to_input_major(transposed: &[f32], n: usize, n_rows: usize, ys: &mut [f32]) {
+/// `ys[i * n_rows + first_row + r] = transposed[r * n + i]`: a band's
+/// batched results back to input-major order, in parallel over the inputs
+/// when there is enough to copy (handing a short batch's copy to rayon
+/// costs more than the copy: a third of a one-input product for 2).
+fn to_input_major(transposed: &[f32], place: Placement, ys: &mut [f32]) {
+    let Placement {
+        n,
+        n_rows,
+        first_row,
+    } = place;
+    let band_rows = transposed.len() / n.max(1);
     let copy_input = |(input_idx, y): (usize, &mut [f32])| {
-        for (row_idx, dst) in y.iter_mut().enumerate() {
+        for (row_idx, dst) in y[first_row..first_row + band_rows].iter_mut().enumerate() {
             *dst = transposed[row_idx * n + input_idx];
         }
     };
     let chunk = n_rows.max(1);
-    if ys.len() >= PARALLEL_MIN_OUTPUTS && rayon::current_num_threads() > 1 {
+    if transposed.len() >= PARALLEL_MIN_OUTPUTS && rayon::current_num_threads() > 1 {
         ys.par_chunks_mut(chunk).enumerate().for_each(copy_input);
     } else {
         ys.chunks_mut(chunk).enumerate().for_each(copy_input);
@@ -559,6 +624,43 @@ mod panel_tests {
             }
         }
         data
+    }
+
+    /// A batch whose results outgrow [`TRANSPOSED_MAX_VALUES`] goes through
+    /// the matrices in bands of rows, with the bits of each input's own
+    /// product: two products (one packed, one row-major and shorter, so it
+    /// ends inside the second of three bands) and 300 inputs.
+    #[test]
+    fn batches_too_large_for_the_scratch_go_in_bands_with_the_same_bits() {
+        let (n_cols, n) = (64, 300);
+        let (tall, short) = (4096, 2000);
+        let band_rows = (TRANSPOSED_MAX_VALUES / (n * 2)).next_multiple_of(PANEL_ROWS);
+        assert!(short > band_rows && short < 2 * band_rows && tall > 2 * band_rows);
+        let ty = GgmlType::Q8_0;
+        let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
+        let mut tall_data = random_matrix(ty, tall, n_cols, 3);
+        packed::pack_in_place(ty, &mut tall_data, row_bytes, &mut Vec::new());
+        let short_data = random_matrix(GgmlType::Q4_0, short, n_cols, 5);
+        let dispatch = Dispatch::detect();
+        let w_tall = QMatrix::checked_before(ty, tall, n_cols, &tall_data, dispatch).in_panels();
+        let w_short = QMatrix::checked_before(GgmlType::Q4_0, short, n_cols, &short_data, dispatch);
+        let xs: Vec<f32> = (0..n * n_cols)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 13.0)
+            .collect();
+        let (mut ys_tall, mut ys_short) = (vec![0.0; n * tall], vec![0.0; n * short]);
+        QMatrix::matmul_each(
+            &mut [(w_tall, &mut ys_tall[..]), (w_short, &mut ys_short[..])],
+            &xs,
+            n,
+        )
+        .expect("shapes");
+        for (i, x) in xs.chunks_exact(n_cols).enumerate() {
+            for (w, ys) in [(w_tall, &ys_tall), (w_short, &ys_short)] {
+                let mut one = vec![0.0; w.n_rows()];
+                w.matvec(x, &mut one).expect("shapes");
+                assert_eq!(one, ys[i * w.n_rows()..][..w.n_rows()], "input {i}");
+            }
+        }
     }
 
     /// Packed products against the row-major ones and f32 arithmetic, on

@@ -35,7 +35,6 @@
 //! explicit mask matrix, with no cache code: the path the cached one is
 //! tested against.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use lm_core::{LanguageModel, Rows, SequenceState, TokenId};
@@ -51,7 +50,7 @@ use super::moe::MoeScratch;
 use super::norm::Norm;
 use super::rope::RopeTable;
 use crate::kernels::dispatch::Dispatch;
-use crate::thread_scratch::with_thread_scratch;
+use crate::thread_scratch::SharedScratch;
 
 mod multi_sequence;
 
@@ -345,9 +344,9 @@ impl Decoder {
 }
 
 /// Per-sequence state of a [`Decoder`]: the KV cache, whose length is the
-/// position `pos`. A pass's activations live in the scratch of the thread
-/// that runs it (`PASS_SCRATCH`), not here, so a waiting sequence holds
-/// its cache alone. Cloning forks the sequence; the clone shares the
+/// position `pos`. A pass's activations live in the passes' shared
+/// scratch (`PASS_SCRATCH`), not here, so a waiting sequence holds its
+/// cache alone. Cloning forks the sequence; the clone shares the
 /// cache's written chunks (see [`KvCache`]).
 #[derive(Debug)]
 pub struct DecoderState {
@@ -432,12 +431,9 @@ struct Scratch {
     logits: Vec<f32>,
 }
 
-thread_local! {
-    /// The buffers of the passes this thread runs, grown to the largest
-    /// piece it has run (a server's `--prefill-chunk`) and reused by every
-    /// sequence.
-    static PASS_SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
+/// The buffers of forward passes, grown to the largest piece run (a
+/// server's `--prefill-chunk`) and reused by every sequence and thread.
+static PASS_SCRATCH: SharedScratch<Scratch> = SharedScratch::new();
 
 impl Scratch {
     fn size_for(&mut self, c: &TransformerConfig, n: usize) {
@@ -624,7 +620,7 @@ impl Decoder {
         hidden.clear();
         in_pool(true, || {
             let max_piece = self.catch_up(state, tokens).clamp(1, HIDDEN_PIECE);
-            with_thread_scratch(&PASS_SCRATCH, |scratch| {
+            PASS_SCRATCH.with(|scratch| {
                 for piece in tokens.chunks(max_piece) {
                     // No logits: `unembed` stops after the final norm, whose
                     // rows it leaves in the scratch.
@@ -658,7 +654,7 @@ impl Decoder {
                 && !cache.holds_window(window)
             {
                 cache.reset();
-                with_thread_scratch(&PASS_SCRATCH, |scratch| {
+                PASS_SCRATCH.with(|scratch| {
                     for piece in history.chunks(max_piece) {
                         self.forward_piece(cache, scratch, piece, piece.len(), &mut []);
                     }
@@ -687,7 +683,7 @@ impl Decoder {
         logits.resize(n_out * vocab_size, 0.0);
         let mut written = 0;
         let n_pieces = tokens.len().div_ceil(max_piece);
-        with_thread_scratch(&PASS_SCRATCH, |scratch| {
+        PASS_SCRATCH.with(|scratch| {
             for (piece_idx, piece) in tokens.chunks(max_piece).enumerate() {
                 let out_first = match rows {
                     Rows::All => 0,

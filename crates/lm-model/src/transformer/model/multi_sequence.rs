@@ -22,7 +22,6 @@ use lm_core::TokenId;
 use rayon::prelude::*;
 
 use super::{DecoderState, PASS_SCRATCH, Scratch, add_bias_rows};
-use crate::thread_scratch::with_thread_scratch;
 use crate::transformer::Decoder;
 use crate::transformer::attention::{AttentionScratch, attend};
 use crate::transformer::linear::Linear;
@@ -58,7 +57,7 @@ impl Decoder {
             "one token and one logits buffer per sequence"
         );
         self.positions_computed.fetch_add(n, Ordering::Relaxed);
-        with_thread_scratch(&PASS_SCRATCH, |s| self.step_in(s, states, tokens, logits));
+        PASS_SCRATCH.with(|s| self.step_in(s, states, tokens, logits));
     }
 
     /// [`Decoder::step_together`] in the scratch `s`.
