@@ -6,8 +6,10 @@
 //! (issue 35).
 //!
 //! ```text
-//! buffer: max(1 GiB, 8 x L3) of u64 words, written first (so every page
-//!         is backed by its own memory, not the shared zero page)
+//! buffer: max(1 GiB, 8 x L3) of u64 words in anonymous memory advised
+//!         for 2 MB pages, as `GgufFile::open` holds the weights, written
+//!         first (so every page is backed by its own memory, not the
+//!         shared zero page)
 //! pass:   t threads, each sums a contiguous 1/t of it, 16 u64 lanes at a
 //!         time (128 bytes: two cache lines; the loop compiles to packed
 //!         adds of 16-byte loads at x86-64's baseline, eight independent
@@ -18,6 +20,10 @@
 //! The kernel is safe Rust (xtask forbids `unsafe`, so no runtime-chosen
 //! AVX path): 16-byte loads already ask for several times more than DRAM
 //! delivers to one core, so the figure is the memory's, not the loop's.
+//! The pages are not: on the Zen 4 one thread read 26-31 GB/s from 4 KB
+//! pages and 31-33 GB/s from 2 MB pages (a C test of both, 16- and 64-byte
+//! loads; two threads read 34 GB/s from either), so a buffer in 4 KB pages
+//! set a bound below what one core reads from the weights' huge pages.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -50,12 +56,17 @@ impl Bandwidth {
     /// over one buffer).
     pub(super) fn measure(thread_counts: &[usize]) -> Result<Self> {
         let n_bytes = buffer_bytes(last_level_cache_bytes());
-        let words: Vec<u64> = (0..n_bytes / 8).map(|i| i as u64).collect();
+        let mut buffer = huge_page_buffer(n_bytes)?;
+        let words: &mut [u64] = bytemuck::cast_slice_mut(&mut buffer[..]);
+        for (i, word) in words.iter_mut().enumerate() {
+            *word = i as u64;
+        }
+        let words = &*words;
         let mut by_threads = Vec::new();
         for &n_threads in thread_counts {
             let mut best = f64::INFINITY;
             for _ in 0..PASSES {
-                let (seconds, sum) = timed_pass(&words, n_threads)?;
+                let (seconds, sum) = timed_pass(words, n_threads)?;
                 // Checked, so no pass can be optimised away.
                 if sum != sum_below(words.len() as u64) {
                     bail!("the bandwidth pass summed {sum}, not the sum of its words");
@@ -209,6 +220,19 @@ fn sum_words(words: &[u64]) -> u64 {
         .iter()
         .chain(rest)
         .fold(0, |sum, &word| sum.wrapping_add(word))
+}
+
+/// `n_bytes` of fresh anonymous memory (page-aligned, so u64 words),
+/// advised for 2 MB pages: a hint, refused harmlessly where transparent
+/// huge pages are off, as it is for the weights.
+fn huge_page_buffer(n_bytes: usize) -> Result<memmap2::MmapMut> {
+    let buffer = memmap2::MmapOptions::new()
+        .len(n_bytes)
+        .map_anon()
+        .context("mapping the bandwidth buffer")?;
+    #[cfg(target_os = "linux")]
+    let _ = buffer.advise(memmap2::Advice::HugePage);
+    Ok(buffer)
 }
 
 /// The buffer's size for a last-level cache of `cache_bytes`:
