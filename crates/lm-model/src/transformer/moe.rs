@@ -759,6 +759,18 @@ mod tests {
         )
     }
 
+    /// The gate, up and down matrices of `n_expert` experts (`f x d`, `f x
+    /// d`, `d x f`), expert `e` of each seeded `seeds[k] + e`.
+    fn expert_weights(n_expert: usize, d: usize, f: usize, seeds: [usize; 3]) -> [Vec<Linear>; 3] {
+        let shapes = [(f, d), (f, d), (d, f)];
+        std::array::from_fn(|k| {
+            let (rows, cols) = shapes[k];
+            (0..n_expert)
+                .map(|e| matrix(rows, cols, seeds[k] + e))
+                .collect()
+        })
+    }
+
     /// `down(silu(gate x) * up x)` in f64.
     fn swiglu64(gate: &Linear, up: &Linear, down: &Linear, x: &[f32]) -> Vec<f64> {
         let (g, u, d) = (gate.to_dense(), up.to_dense(), down.to_dense());
@@ -785,13 +797,8 @@ mod tests {
     #[test]
     fn a_block_with_a_shared_expert_matches_the_sum_written_out() {
         let (d, f, fs, n_expert, n) = (8, 6, 10, 4, 5);
-        let experts = |rows, cols, seed| -> Vec<Linear> {
-            (0..n_expert)
-                .map(|e| matrix(rows, cols, seed + e))
-                .collect()
-        };
         let router = matrix(n_expert, d, 1);
-        let weights = [experts(f, d, 10), experts(f, d, 20), experts(d, f, 30)];
+        let weights = expert_weights(n_expert, d, f, [10, 20, 30]);
         let shared_weights = [matrix(fs, d, 40), matrix(fs, d, 41), matrix(d, fs, 42)];
         let gate_inp = matrix(1, d, 43);
         let routing = Routing {
@@ -897,13 +904,8 @@ mod tests {
     #[test]
     fn a_gpt_oss_block_matches_the_sum_written_out() {
         let (d, f, n_expert, k, n) = (8, 6, 5, 3, 6);
-        let experts = |rows, cols, seed| -> Vec<Linear> {
-            (0..n_expert)
-                .map(|e| matrix(rows, cols, seed + e))
-                .collect()
-        };
         let router = matrix(n_expert, d, 2);
-        let weights = [experts(f, d, 50), experts(f, d, 60), experts(d, f, 70)];
+        let weights = expert_weights(n_expert, d, f, [50, 60, 70]);
         let per_expert = |width, seed| -> Vec<Vec<f32>> {
             (0..n_expert).map(|e| values(width, seed + e)).collect()
         };
