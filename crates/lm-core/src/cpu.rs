@@ -7,7 +7,22 @@
 
 use std::sync::OnceLock;
 
-/// The x86-64 extensions the SIMD paths use; all `false` on other targets.
+/// Who made the CPU (`cpuid` leaf 0's vendor string). The SIMD paths run
+/// on any maker's cores; some of their tuning follows what was measured on
+/// each (lm-model's panel kernels prefetch more on Intel's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CpuMaker {
+    /// "GenuineIntel".
+    Intel,
+    /// "AuthenticAMD".
+    Amd,
+    /// Any other maker, or a target without `cpuid`.
+    #[default]
+    Other,
+}
+
+/// The x86-64 extensions the SIMD paths use (all `false` on other
+/// targets), and the CPU's maker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub struct CpuFeatures {
@@ -31,6 +46,8 @@ pub struct CpuFeatures {
     /// AVX-VNNI: the VEX-encoded `vpdpbusd` on 256-bit vectors, for CPUs
     /// with VNNI but without AVX-512 (Alder Lake and later).
     pub avxvnni: bool,
+    /// Who made the CPU.
+    pub maker: CpuMaker,
 }
 
 impl CpuFeatures {
@@ -45,6 +62,7 @@ impl CpuFeatures {
         avx512vl: false,
         avx512vnni: false,
         avxvnni: false,
+        maker: CpuMaker::Other,
     };
 
     /// The features of this CPU, detected on the first call and cached.
@@ -66,6 +84,25 @@ fn detect_uncached() -> CpuFeatures {
         avx512vl: std::arch::is_x86_feature_detected!("avx512vl"),
         avx512vnni: std::arch::is_x86_feature_detected!("avx512vnni"),
         avxvnni: std::arch::is_x86_feature_detected!("avxvnni"),
+        maker: maker(),
+    }
+}
+
+/// The maker `cpuid` leaf 0 names: twelve bytes in ebx, edx, ecx.
+#[cfg(target_arch = "x86_64")]
+fn maker() -> CpuMaker {
+    let leaf = std::arch::x86_64::__cpuid(0);
+    let mut vendor = [0u8; 12];
+    for (bytes, word) in vendor
+        .chunks_exact_mut(4)
+        .zip([leaf.ebx, leaf.edx, leaf.ecx])
+    {
+        bytes.copy_from_slice(&word.to_le_bytes());
+    }
+    match &vendor {
+        b"GenuineIntel" => CpuMaker::Intel,
+        b"AuthenticAMD" => CpuMaker::Amd,
+        _ => CpuMaker::Other,
     }
 }
 
@@ -94,5 +131,25 @@ mod tests {
             || features.avx512vnni
             || features.avxvnni;
         assert!(!wider || features.avx2, "{features:?}");
+    }
+
+    /// The maker agrees with Linux's reading of the same `cpuid` leaf
+    /// (`vendor_id` in /proc/cpuinfo).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn maker_agrees_with_proc_cpuinfo() {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("/proc/cpuinfo");
+        let vendor = cpuinfo
+            .lines()
+            .find_map(|line| line.strip_prefix("vendor_id"))
+            .and_then(|rest| rest.split(':').nth(1))
+            .expect("a vendor_id line")
+            .trim();
+        let expected = match vendor {
+            "GenuineIntel" => CpuMaker::Intel,
+            "AuthenticAMD" => CpuMaker::Amd,
+            _ => CpuMaker::Other,
+        };
+        assert_eq!(CpuFeatures::detect().maker, expected, "vendor_id {vendor}");
     }
 }

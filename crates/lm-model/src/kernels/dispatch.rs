@@ -14,7 +14,7 @@
 
 use std::sync::OnceLock;
 
-use lm_core::cpu::CpuFeatures;
+use lm_core::cpu::{CpuFeatures, CpuMaker};
 
 use crate::quant::{GgmlType, QuantError};
 
@@ -323,6 +323,11 @@ impl Dispatch {
     /// ([`Kernel::packs_at_load`]).
     pub fn packs_at_load(self) -> bool {
         self.kernel.packs_at_load()
+    }
+
+    /// Who made the CPU.
+    pub fn maker(self) -> CpuMaker {
+        self.features.maker
     }
 
     /// Whether f16 values can be widened with AVX + F16C.

@@ -455,6 +455,7 @@ impl<'a> QMatrix<'a> {
     /// (and their blocks' `sums`).
     fn fill_panels<A: PanelInput + Sync>(&self, out: &mut [f32], n: usize, xq: &[A], sums: &[i32]) {
         let n_blocks = self.n_cols / self.ty.block_size();
+        let prefetch = self.dispatch.prefetches_panels(self.ty);
         self.fill_rows(out, n, |panels, out| {
             let product = PanelProduct {
                 panels,
@@ -462,6 +463,7 @@ impl<'a> QMatrix<'a> {
                 xq,
                 sums,
                 n,
+                prefetch,
             };
             self.dispatch.dot_panels(self.ty, product, out);
         });

@@ -41,7 +41,7 @@ use std::arch::x86_64::{
     _mm256_slli_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
 };
 
-use super::{Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
+use super::{PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -54,14 +54,6 @@ const VECTORS: usize = 8;
 
 /// The most inputs that share one unpacking of a half's block.
 const TILE: usize = 4;
-
-/// How far ahead of the block being multiplied a pass over a panel with one
-/// or two inputs asks for its lines. Panels are one stream through memory,
-/// which the hardware prefetcher follows less far ahead than the sixteen
-/// streams of sixteen row-major rows (the AVX-512 K-quant kernel's finding):
-/// 1B-shape Q8_0 decode ran at 0.8x row-major's speed without this, 0.93x
-/// with it (4,096 bytes did no better; Zen 4, shared, `LM_KERNEL=avx2`).
-const PREFETCH_BYTES: usize = 2048;
 
 /// Every panel of `$product` against every input by the sums of `$h`,
 /// balanced tiles of up to [`TILE`] inputs at a time, into `$out`. A macro,
@@ -326,6 +318,7 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
         n_blocks,
         xq,
         sums,
+        prefetch,
         ..
     } = part;
     let record_bytes = H::Packed::RECORD_BYTES;
@@ -334,7 +327,7 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
     for b in 0..n_blocks {
         let x: [&Q8Block; T] = std::array::from_fn(|i| &xq[i * n_blocks + b]);
         let sum_x: [i32; T] = std::array::from_fn(|i| sums[i * n_blocks + b]);
-        if N == 2 {
+        if N == 2 && prefetch {
             let record = panel
                 .as_ptr()
                 .wrapping_add(b * record_bytes + PREFETCH_BYTES);
@@ -476,7 +469,7 @@ pub(super) mod tests {
 
     /// The AVX2 kernel, the AVX-VNNI one (in either encoding the CPU
     /// runs) and the AVX-512 one give the portable kernel's bits, for tiles
-    /// of every size and at the integer sums' extremes.
+    /// of every size and at the integer sums' extremes, prefetching or not.
     #[test]
     fn simd_panel_products_equal_the_portable_bits() {
         let f = CpuFeatures::detect();
@@ -491,7 +484,7 @@ pub(super) mod tests {
         ] {
             for (extreme_w, extreme_x) in extremes.into_iter().zip([127, -127, 127]) {
                 let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for n in (1..=9).chain([17]) {
+                for (n, prefetch) in (1..=9).chain([17]).flat_map(|n| [(n, false), (n, true)]) {
                     let (xq, sums) = inputs(n, n_blocks, extreme_x);
                     let product = PanelProduct {
                         panels: &panels,
@@ -499,13 +492,16 @@ pub(super) mod tests {
                         xq: &xq,
                         sums: &sums,
                         n,
+                        prefetch,
                     };
                     let len = n_panels * n * PANEL_ROWS;
                     let mut reference = vec![0.0f32; len];
                     portable::dot_panels(ty, product, &mut reference);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     let mut out = vec![0.0f32; len];
-                    let case = format!("{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}");
+                    let case = format!(
+                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, prefetch {prefetch}"
+                    );
                     if Kernel::Avx2.is_available() {
                         // SAFETY: the CPU has avx2, fma and f16c.
                         unsafe { dot_panels(ty, product, &mut out) };

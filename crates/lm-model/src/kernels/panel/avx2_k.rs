@@ -567,7 +567,7 @@ mod tests {
     use super::*;
     use crate::kernels::dispatch::Kernel;
     use crate::kernels::panel::avx2::tests::Avx512Vl;
-    use crate::kernels::panel::portable_k;
+    use crate::kernels::panel::{avx512_k, portable_k};
     use crate::quant::block_k::QK_K;
 
     /// [`dot_panels_k_vnni`] with [`Avx512Vl`].
@@ -635,9 +635,10 @@ mod tests {
             .collect()
     }
 
-    /// The AVX2 kernel, and the AVX-VNNI one (in either encoding the CPU
-    /// runs), give the portable kernel's bits, for tiles of every size and
-    /// at the integer sums' extremes (the i16 bounds of the AVX2 sums).
+    /// The AVX2 kernel, the AVX-VNNI one (in either encoding the CPU runs)
+    /// and the AVX-512 one give the portable kernel's bits, for tiles of
+    /// every size and at the integer sums' extremes (the i16 bounds of the
+    /// AVX2 sums), prefetching or not.
     #[test]
     fn simd_k_panel_products_equal_the_portable_bits() {
         let f = CpuFeatures::detect();
@@ -647,7 +648,10 @@ mod tests {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
             for (extreme_w, extreme_x) in [(0xFF, 127), (0xFF, -128), (0x80, -128), (0x00, 127)] {
                 let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for n in [1, 2, 3, 4, 5, 7, 9] {
+                for (n, prefetch) in [1, 2, 3, 4, 5, 7, 9]
+                    .map(|n| [(n, false), (n, true)])
+                    .concat()
+                {
                     let xq = inputs(n, n_blocks, extreme_x);
                     let product = PanelProduct {
                         panels: &panels,
@@ -655,12 +659,15 @@ mod tests {
                         xq: &xq,
                         sums: &[],
                         n,
+                        prefetch,
                     };
                     let len = n_panels * n * PANEL_ROWS;
                     let mut reference = vec![0.0f32; len];
                     portable_k::dot_panels_k(ty, product, &mut reference);
                     assert!(reference.iter().all(|v| v.is_finite() && *v != 0.0));
-                    let case = format!("{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}");
+                    let case = format!(
+                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, prefetch {prefetch}"
+                    );
                     let mut out = vec![0.0f32; len];
                     if Kernel::Avx2.is_available() {
                         // SAFETY: the CPU has avx2, fma and f16c.
@@ -678,6 +685,12 @@ mod tests {
                         // SAFETY: the CPU has avx2, fma, f16c, avx512vnni and avx512vl.
                         unsafe { dot_panels_k_evex(ty, product, &mut out) };
                         assert_eq!(bits(&out), bits(&reference), "vnni (evex): {case}");
+                    }
+                    if Kernel::Avx512.is_available() {
+                        out.fill(0.0);
+                        // SAFETY: the CPU has the AVX-512 kernel's features.
+                        unsafe { avx512_k::dot_panels_k(ty, product, &mut out) };
+                        assert_eq!(bits(&out), bits(&reference), "avx512: {case}");
                     }
                 }
             }

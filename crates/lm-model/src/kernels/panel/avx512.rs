@@ -19,20 +19,13 @@ use std::arch::x86_64::{
     _mm512_storeu_ps, _mm512_xor_si512,
 };
 
-use super::{MAX_TILE, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
+use super::{MAX_TILE, PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
 
 /// Vectors of weights per block: 32 weights in lanes of four.
 const CHUNKS: usize = 8;
-
-/// How far ahead of the block being multiplied a pass with one or two
-/// inputs asks for its lines: a panel is one stream, which the hardware
-/// prefetcher alone left 1B-shape Q8_0 decode at a third of the read
-/// bandwidth (its loads stalled on memory; `perf annotate`). Q4_0's
-/// passes do not ([`Packed::PREFETCH`]).
-const PREFETCH_BYTES: usize = 2048;
 
 /// See [`Dispatch::dot_panels`](crate::kernels::dispatch::Dispatch::dot_panels).
 ///
@@ -123,7 +116,7 @@ fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f
     debug_assert_eq!((part.n, out.len()), (T, T * PANEL_ROWS));
     let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
-        if T <= 2 && U::PREFETCH {
+        if T <= 2 && part.prefetch {
             let ahead = panel
                 .as_ptr()
                 .wrapping_add(b * U::RECORD_BYTES + PREFETCH_BYTES);

@@ -17,16 +17,17 @@
 //! avx512vnni, which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _mm256_loadu_si256, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi32_ps,
-    _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
-    _mm512_loadu_si512, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8,
-    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16,
-    _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32, _mm512_storeu_ps,
+    __m512, __m512i, _MM_HINT_T0, _mm_prefetch, _mm256_loadu_si256, _mm512_add_epi32,
+    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32,
+    _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_si512, _mm512_mul_ps,
+    _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32,
+    _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32, _mm512_storeu_ps,
     _mm512_ternarylogic_epi32,
 };
 
-use super::PanelProduct;
 use super::avx512::dpbusd_run;
+use super::{PREFETCH_BYTES, PanelProduct};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -120,13 +121,11 @@ macro_rules! each_const {
 /// blocks of that super-block and their accumulators, then stores the
 /// accumulators: `out[i * 16 + l] = row l · input i`.
 ///
-/// Panels are one stream through memory, which the hardware prefetcher
-/// follows unaided, as it does the 32-weight panels. A software prefetch
-/// of every line 2 KB ahead (the first version of this kernel) cost a
-/// third of the one-input speed: 1B-shape Q4_K_M decode on Zen 4 (one
-/// thread, shared machine, interleaved pairs) ran at 18-20 tok/s with it
-/// and 29-38 without, against 24-29 for the row-major kernels; 4.5 and
-/// 9 KB ahead were slower still.
+/// Passes with one or two inputs that prefetch (`part.prefetch`, as
+/// [`Dispatch::prefetches_panels`] decides per CPU) ask for each record's
+/// lines [`PREFETCH_BYTES`] ahead.
+///
+/// [`Dispatch::prefetches_panels`]: crate::kernels::dispatch::Dispatch::prefetches_panels
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn each_record<const T: usize>(
@@ -139,6 +138,7 @@ fn each_record<const T: usize>(
         panels: panel,
         n_blocks,
         xq,
+        prefetch,
         ..
     } = part;
     assert_eq!(panel.len(), n_blocks * record_bytes);
@@ -148,6 +148,14 @@ fn each_record<const T: usize>(
         // SAFETY: the record lies within the panel (its length asserted
         // above).
         let record = unsafe { panel.as_ptr().add(b * record_bytes) };
+        if T <= 2 && prefetch {
+            let ahead = record.wrapping_add(PREFETCH_BYTES);
+            for line in (0..record_bytes).step_by(64) {
+                // A prefetch does not fault, whatever the address; the
+                // pointer is never dereferenced.
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            }
+        }
         block(
             record,
             std::array::from_fn(|i| &xq[i * n_blocks + b]),

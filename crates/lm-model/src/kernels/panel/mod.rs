@@ -10,6 +10,8 @@
 //! costs a fraction of the products and the f32 work is one conversion and
 //! one fused multiply-add per block for sixteen rows.
 
+use lm_core::cpu::CpuMaker;
+
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::quant::GgmlType;
 use crate::quant::activation::{Q8Block, Q8KBlock};
@@ -102,6 +104,10 @@ pub(crate) struct PanelProduct<'a, A> {
     pub sums: &'a [i32],
     /// How many inputs.
     pub n: usize,
+    /// Whether passes with one or two inputs ask for the panel's lines
+    /// [`PREFETCH_BYTES`] ahead of the block they multiply
+    /// ([`Dispatch::prefetches_panels`]).
+    pub prefetch: bool,
 }
 
 impl<'a, A> PanelProduct<'a, A> {
@@ -172,6 +178,7 @@ impl<'a, A> PanelProduct<'a, A> {
             xq,
             sums,
             n,
+            prefetch,
         } = self;
         let n_tiles = n.div_ceil(max_tile);
         for (panel, out) in panels
@@ -188,6 +195,7 @@ impl<'a, A> PanelProduct<'a, A> {
                     xq: &xq[inputs.clone()],
                     sums: sums.get(inputs).unwrap_or(&[]),
                     n: size,
+                    prefetch,
                 };
                 tile(
                     panel,
@@ -225,12 +233,6 @@ trait Packed {
     const MINS: bool = matches!(Self::TY, GgmlType::Q4_1);
     /// Whether the record holds the weights' fifth bits (Q5_0).
     const HIGH_BIT: bool = matches!(Self::TY, GgmlType::Q5_0);
-    /// Whether the AVX-512 kernel's passes with one or two inputs prefetch
-    /// the panel ahead (`PREFETCH_BYTES` in `avx512.rs`). Not Q4_0: its
-    /// decode of the 1B and 3B shapes at one thread ran 10-18% faster
-    /// without (10 of 10 interleaved pairs on a loaded Zen 4, 2026-12-06),
-    /// the hardware prefetcher alone keeping up with its 288-byte records.
-    const PREFETCH: bool = !matches!(Self::TY, GgmlType::Q4_0);
 }
 
 /// A unit type per packed 32-weight type, named as the type.
@@ -255,6 +257,12 @@ packed_types!(Q4_0: 18, Q4_1: 20, Q5_0: 22, Q8_0: 34);
 /// inputs' accumulators and the block's eight vectors of weights fit
 /// AVX-512's 32 registers with room for the scales.
 pub(crate) const MAX_TILE: usize = 8;
+
+/// How far ahead of the block being multiplied a pass that prefetches asks
+/// for its panel's lines. A panel is one stream through memory, which the
+/// hardware prefetcher follows less far ahead than the sixteen streams of
+/// sixteen row-major rows; 2 and 4 KB did equally well (Zen 4 and Xeon).
+pub(crate) const PREFETCH_BYTES: usize = 2048;
 
 /// A panel product's kernel: sound only on a CPU with its instruction
 /// sets, which a [`Dispatch`] checked when it chose it.
@@ -300,6 +308,33 @@ impl PanelInput for Q8KBlock {
 }
 
 impl Dispatch {
+    /// Whether passes with one or two inputs (decode) over `ty`'s panels
+    /// prefetch them ([`PREFETCH_BYTES`] ahead), as measured per kernel and
+    /// maker; a prefetch never changes a result.
+    /// - AVX-512 on Intel: every type. On a Xeon (AVX-512 VNNI, idle,
+    ///   2026-12-06) one-thread decode of the 1B shape ran 1.35x faster in
+    ///   Q4_0 and 1.14x in Q4_K_M with it (interleaved pairs, `lm-cli`), and
+    ///   Q8_0 as fast; 96 MB of panels streamed 1.29x (Q4_0), 1.09-1.13x
+    ///   (Q4_K) and 1.04x (Q6_K) faster, every other line instead 0.93-0.98x.
+    /// - AVX-512 elsewhere: Q4_1, Q5_0 and Q8_0, whose streams the Zen 4's
+    ///   prefetcher alone left at a third of the read bandwidth (Q8_0's
+    ///   loads stalled on memory; `perf annotate`). Not Q4_0, whose 1B and
+    ///   3B decode at one thread ran 10-18% faster without (10 of 10
+    ///   interleaved pairs, loaded Zen 4); not the K-quants, whose first
+    ///   kernel ran 1B Q4_K_M decode at 18-20 tok/s with it, 29-38 without.
+    /// - AVX2 and AVX-VNNI: the 32-weight types (1B Q8_0 decode 0.8x
+    ///   row-major's speed without, 0.93x with; Zen 4, `LM_KERNEL=avx2`);
+    ///   their K-quant kernels do not prefetch.
+    pub(crate) fn prefetches_panels(self, ty: GgmlType) -> bool {
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        match self.kernel() {
+            Kernel::Avx512 if self.maker() == CpuMaker::Intel => true,
+            Kernel::Avx512 => !k_quant && ty != GgmlType::Q4_0,
+            Kernel::Avx2 | Kernel::AvxVnni => !k_quant,
+            Kernel::Portable => false,
+        }
+    }
+
     /// `out[(p * n + i) * 16 + l] = row (16 p + l) · input i` for the panels
     /// of `panels` (each `n_blocks` blocks of `ty`) and `n` inputs, input
     /// `i` being `xq[i * n_blocks..][..n_blocks]` (and, for Q8_0 inputs,
