@@ -21,7 +21,7 @@ use super::packed::{self, PANEL_ROWS};
 use super::{GgmlType, QuantError, block};
 use crate::kernels::dispatch::{Dispatch, Kernel};
 use crate::kernels::dot::portable;
-use crate::kernels::panel::{PanelInput, PanelProduct};
+use crate::kernels::panel::{LINE_BYTES, PanelInput, PanelProduct};
 use crate::thread_scratch::with_thread_scratch;
 
 /// Matrices with fewer weights than this are multiplied on the calling thread:
@@ -455,7 +455,11 @@ impl<'a> QMatrix<'a> {
     /// (and their blocks' `sums`).
     fn fill_panels<A: PanelInput + Sync>(&self, out: &mut [f32], n: usize, xq: &[A], sums: &[i32]) {
         let n_blocks = self.n_cols / self.ty.block_size();
-        let prefetch = self.dispatch.prefetches_panels(self.ty);
+        let prefetch_stride = if self.dispatch.prefetches_panels(self.ty) {
+            LINE_BYTES
+        } else {
+            0
+        };
         self.fill_rows(out, n, |panels, out| {
             let product = PanelProduct {
                 panels,
@@ -463,7 +467,7 @@ impl<'a> QMatrix<'a> {
                 xq,
                 sums,
                 n,
-                prefetch,
+                prefetch_stride,
             };
             self.dispatch.dot_panels(self.ty, product, out);
         });

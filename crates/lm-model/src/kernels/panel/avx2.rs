@@ -33,15 +33,15 @@
 //! avxvnni), which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
-    __m256, __m256i, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_add_epi16,
-    _mm256_add_epi32, _mm256_and_si256, _mm256_cvtepi32_ps, _mm256_cvtph_ps,
-    _mm256_dpbusd_avx_epi32, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16,
-    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8,
-    _mm256_slli_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_xor_si256,
+    __m256, __m256i, _mm_loadu_si128, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_dpbusd_avx_epi32, _mm256_fmadd_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srli_epi16, _mm256_storeu_ps,
+    _mm256_sub_epi32, _mm256_xor_si256,
 };
 
-use super::{PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
+use super::{PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0, prefetch_lines};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -318,7 +318,7 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
         n_blocks,
         xq,
         sums,
-        prefetch,
+        prefetch_stride,
         ..
     } = part;
     let record_bytes = H::Packed::RECORD_BYTES;
@@ -327,15 +327,11 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
     for b in 0..n_blocks {
         let x: [&Q8Block; T] = std::array::from_fn(|i| &xq[i * n_blocks + b]);
         let sum_x: [i32; T] = std::array::from_fn(|i| sums[i * n_blocks + b]);
-        if N == 2 && prefetch {
-            let record = panel
+        if N == 2 {
+            let ahead = panel
                 .as_ptr()
                 .wrapping_add(b * record_bytes + PREFETCH_BYTES);
-            for line in (0..record_bytes).step_by(64) {
-                // SAFETY: a prefetch does not fault, whatever the address;
-                // the pointer is never dereferenced.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(record.wrapping_add(line).cast()) };
-            }
+            prefetch_lines(ahead, record_bytes, prefetch_stride);
         }
         for (half, acc) in (first..).zip(&mut acc) {
             // SAFETY: record b lies within the panel (the caller's
@@ -379,7 +375,7 @@ pub(super) mod tests {
 
     use super::*;
     use crate::kernels::dispatch::Kernel;
-    use crate::kernels::panel::{avx512, portable};
+    use crate::kernels::panel::{LINE_BYTES, avx512, portable};
     use crate::quant::block::QK;
 
     /// AVX-512 VNNI's `vpdpbusd` on 256-bit vectors: the operation of
@@ -484,7 +480,9 @@ pub(super) mod tests {
         ] {
             for (extreme_w, extreme_x) in extremes.into_iter().zip([127, -127, 127]) {
                 let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for (n, prefetch) in (1..=9).chain([17]).flat_map(|n| [(n, false), (n, true)]) {
+                for (n, prefetch_stride) in
+                    (1..=9).chain([17]).flat_map(|n| [(n, 0), (n, LINE_BYTES)])
+                {
                     let (xq, sums) = inputs(n, n_blocks, extreme_x);
                     let product = PanelProduct {
                         panels: &panels,
@@ -492,7 +490,7 @@ pub(super) mod tests {
                         xq: &xq,
                         sums: &sums,
                         n,
-                        prefetch,
+                        prefetch_stride,
                     };
                     let len = n_panels * n * PANEL_ROWS;
                     let mut reference = vec![0.0f32; len];
@@ -500,7 +498,7 @@ pub(super) mod tests {
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     let mut out = vec![0.0f32; len];
                     let case = format!(
-                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, prefetch {prefetch}"
+                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, stride {prefetch_stride}"
                     );
                     if Kernel::Avx2.is_available() {
                         // SAFETY: the CPU has avx2, fma and f16c.

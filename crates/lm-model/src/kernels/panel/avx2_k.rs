@@ -567,7 +567,7 @@ mod tests {
     use super::*;
     use crate::kernels::dispatch::Kernel;
     use crate::kernels::panel::avx2::tests::Avx512Vl;
-    use crate::kernels::panel::{avx512_k, portable_k};
+    use crate::kernels::panel::{LINE_BYTES, avx512_k, portable_k};
     use crate::quant::block_k::QK_K;
 
     /// [`dot_panels_k_vnni`] with [`Avx512Vl`].
@@ -648,8 +648,8 @@ mod tests {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
             for (extreme_w, extreme_x) in [(0xFF, 127), (0xFF, -128), (0x80, -128), (0x00, 127)] {
                 let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for (n, prefetch) in [1, 2, 3, 4, 5, 7, 9]
-                    .map(|n| [(n, false), (n, true)])
+                for (n, prefetch_stride) in [1, 2, 3, 4, 5, 7, 9]
+                    .map(|n| [(n, 0), (n, LINE_BYTES)])
                     .concat()
                 {
                     let xq = inputs(n, n_blocks, extreme_x);
@@ -659,14 +659,14 @@ mod tests {
                         xq: &xq,
                         sums: &[],
                         n,
-                        prefetch,
+                        prefetch_stride,
                     };
                     let len = n_panels * n * PANEL_ROWS;
                     let mut reference = vec![0.0f32; len];
                     portable_k::dot_panels_k(ty, product, &mut reference);
                     assert!(reference.iter().all(|v| v.is_finite() && *v != 0.0));
                     let case = format!(
-                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, prefetch {prefetch}"
+                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, stride {prefetch_stride}"
                     );
                     let mut out = vec![0.0f32; len];
                     if Kernel::Avx2.is_available() {

@@ -12,14 +12,15 @@
 //! avx512vnni, which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _MM_HINT_T0, _mm_prefetch, _mm256_loadu_si256, _mm512_add_epi32,
-    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
-    _mm512_loadu_si512, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32,
-    _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_srli_epi16,
-    _mm512_storeu_ps, _mm512_xor_si512,
+    __m512, __m512i, _mm256_loadu_si256, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi32_ps,
+    _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_loadu_si512, _mm512_mul_ps,
+    _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm512_setzero_si512, _mm512_slli_epi16, _mm512_srli_epi16, _mm512_storeu_ps, _mm512_xor_si512,
 };
 
-use super::{MAX_TILE, PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0};
+use super::{
+    MAX_TILE, PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0, prefetch_lines,
+};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -116,15 +117,11 @@ fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f
     debug_assert_eq!((part.n, out.len()), (T, T * PANEL_ROWS));
     let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
-        if T <= 2 && part.prefetch {
+        if T <= 2 {
             let ahead = panel
                 .as_ptr()
                 .wrapping_add(b * U::RECORD_BYTES + PREFETCH_BYTES);
-            for line in (0..U::RECORD_BYTES).step_by(64) {
-                // A prefetch does not fault, whatever the address; the
-                // pointer is never dereferenced.
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-            }
+            prefetch_lines(ahead, U::RECORD_BYTES, part.prefetch_stride);
         }
         // SAFETY: record b lies within the panel (its length asserted
         // above): 32 bytes of scales, Q4_1's 32 of minimums or Q5_0's 64 of

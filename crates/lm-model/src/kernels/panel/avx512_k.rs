@@ -17,17 +17,16 @@
 //! avx512vnni, which callers check through a `Dispatch`.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _MM_HINT_T0, _mm_prefetch, _mm256_loadu_si256, _mm512_add_epi32,
-    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32,
-    _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_si512, _mm512_mul_ps,
-    _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32,
-    _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32, _mm512_storeu_ps,
+    __m512, __m512i, _mm256_loadu_si256, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi32_ps,
+    _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
+    _mm512_loadu_si512, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8,
+    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16,
+    _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32, _mm512_storeu_ps,
     _mm512_ternarylogic_epi32,
 };
 
 use super::avx512::dpbusd_run;
-use super::{PREFETCH_BYTES, PanelProduct};
+use super::{PREFETCH_BYTES, PanelProduct, prefetch_lines};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -121,7 +120,7 @@ macro_rules! each_const {
 /// blocks of that super-block and their accumulators, then stores the
 /// accumulators: `out[i * 16 + l] = row l · input i`.
 ///
-/// Passes with one or two inputs that prefetch (`part.prefetch`, as
+/// Passes with one or two inputs that prefetch (`part.prefetch_stride`, as
 /// [`Dispatch::prefetches_panels`] decides per CPU) ask for each record's
 /// lines [`PREFETCH_BYTES`] ahead.
 ///
@@ -138,7 +137,7 @@ fn each_record<const T: usize>(
         panels: panel,
         n_blocks,
         xq,
-        prefetch,
+        prefetch_stride,
         ..
     } = part;
     assert_eq!(panel.len(), n_blocks * record_bytes);
@@ -148,13 +147,9 @@ fn each_record<const T: usize>(
         // SAFETY: the record lies within the panel (its length asserted
         // above).
         let record = unsafe { panel.as_ptr().add(b * record_bytes) };
-        if T <= 2 && prefetch {
+        if T <= 2 {
             let ahead = record.wrapping_add(PREFETCH_BYTES);
-            for line in (0..record_bytes).step_by(64) {
-                // A prefetch does not fault, whatever the address; the
-                // pointer is never dereferenced.
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-            }
+            prefetch_lines(ahead, record_bytes, prefetch_stride);
         }
         block(
             record,

@@ -10,6 +10,9 @@
 //! costs a fraction of the products and the f32 work is one conversion and
 //! one fused multiply-add per block for sixteen rows.
 
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+
 use lm_core::cpu::CpuMaker;
 
 use crate::kernels::dispatch::{Dispatch, Kernel};
@@ -104,10 +107,11 @@ pub(crate) struct PanelProduct<'a, A> {
     pub sums: &'a [i32],
     /// How many inputs.
     pub n: usize,
-    /// Whether passes with one or two inputs ask for the panel's lines
-    /// [`PREFETCH_BYTES`] ahead of the block they multiply
-    /// ([`Dispatch::prefetches_panels`]).
-    pub prefetch: bool,
+    /// How far apart the lines are that passes with one or two inputs ask
+    /// for, [`PREFETCH_BYTES`] ahead of the block they multiply:
+    /// [`LINE_BYTES`], or 0 for none ([`Dispatch::prefetches_panels`];
+    /// [`prefetch_lines`]).
+    pub prefetch_stride: usize,
 }
 
 impl<'a, A> PanelProduct<'a, A> {
@@ -178,7 +182,7 @@ impl<'a, A> PanelProduct<'a, A> {
             xq,
             sums,
             n,
-            prefetch,
+            prefetch_stride,
         } = self;
         let n_tiles = n.div_ceil(max_tile);
         for (panel, out) in panels
@@ -195,7 +199,7 @@ impl<'a, A> PanelProduct<'a, A> {
                     xq: &xq[inputs.clone()],
                     sums: sums.get(inputs).unwrap_or(&[]),
                     n: size,
-                    prefetch,
+                    prefetch_stride,
                 };
                 tile(
                     panel,
@@ -264,6 +268,31 @@ pub(crate) const MAX_TILE: usize = 8;
 /// sixteen row-major rows; 2 and 4 KB did equally well (Zen 4 and Xeon).
 pub(crate) const PREFETCH_BYTES: usize = 2048;
 
+/// A cache line, the step of a pass that prefetches every line.
+pub(crate) const LINE_BYTES: usize = 64;
+
+/// Asks for the lines of the `bytes` bytes at `at`, `stride` bytes apart
+/// (none when `stride` is 0). A prefetch does not fault, whatever the
+/// address; the pointer is never dereferenced.
+///
+/// The stride is read at run time, so the compiler keeps this a loop of
+/// one prefetch per iteration: unrolled into a burst of a record's 36, the
+/// same prefetches ran 1B Q4_K_M decode 12% slower on the Xeon (18.3
+/// against 20.8 tok/s at one thread, interleaved pairs).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_lines(at: *const u8, bytes: usize, stride: usize) {
+    if stride == 0 {
+        return;
+    }
+    let mut offset = 0;
+    while offset < bytes {
+        // SAFETY: prefetching needs only SSE, which every x86-64 CPU has.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(offset).cast()) };
+        offset += stride;
+    }
+}
+
 /// A panel product's kernel: sound only on a CPU with its instruction
 /// sets, which a [`Dispatch`] checked when it chose it.
 pub(crate) type PanelKernel<A> = unsafe fn(GgmlType, PanelProduct<'_, A>, &mut [f32]);
@@ -312,16 +341,18 @@ impl Dispatch {
     /// prefetch them ([`PREFETCH_BYTES`] ahead), as measured per kernel and
     /// maker; a prefetch never changes a result.
     /// - AVX-512 on Intel: every type. On a Xeon (AVX-512 VNNI, idle,
-    ///   2026-12-06) one-thread decode of the 1B shape ran 1.35x faster in
-    ///   Q4_0 and 1.14x in Q4_K_M with it (interleaved pairs, `lm-cli`), and
-    ///   Q8_0 as fast; 96 MB of panels streamed 1.29x (Q4_0), 1.09-1.13x
-    ///   (Q4_K) and 1.04x (Q6_K) faster, every other line instead 0.93-0.98x.
+    ///   2026-12-06) one-thread decode of the 1B shape ran 1.47x faster in
+    ///   Q4_0, 1.29x in Q4_K_M and 1.11x in Q8_0 than with Zen 4's choice
+    ///   (interleaved pairs, `lm-cli`; docs/performance.md).
     /// - AVX-512 elsewhere: Q4_1, Q5_0 and Q8_0, whose streams the Zen 4's
     ///   prefetcher alone left at a third of the read bandwidth (Q8_0's
     ///   loads stalled on memory; `perf annotate`). Not Q4_0, whose 1B and
     ///   3B decode at one thread ran 10-18% faster without (10 of 10
     ///   interleaved pairs, loaded Zen 4); not the K-quants, whose first
     ///   kernel ran 1B Q4_K_M decode at 18-20 tok/s with it, 29-38 without.
+    ///   Both were measured with the prefetches unrolled into bursts, which
+    ///   cost the Xeon 12% ([`prefetch_lines`]); Zen 4 is yet to be
+    ///   measured with the loop.
     /// - AVX2 and AVX-VNNI: the 32-weight types (1B Q8_0 decode 0.8x
     ///   row-major's speed without, 0.93x with; Zen 4, `LM_KERNEL=avx2`);
     ///   their K-quant kernels do not prefetch.
