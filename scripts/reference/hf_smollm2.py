@@ -151,7 +151,7 @@ def write_twin(path, reader, tensors, bf16):
 def meta_of(reader):
     meta = {}
     for f in reader.fields.values():
-        if f.name.startswith("llama.") or f.name == "tokenizer.ggml.model":
+        if f.name.startswith("llama.") or f.name in ("general.architecture", "tokenizer.ggml.model"):
             meta[f.name] = f.contents()
     return meta
 
