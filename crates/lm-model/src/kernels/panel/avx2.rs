@@ -375,7 +375,8 @@ pub(super) mod tests {
 
     use super::*;
     use crate::kernels::dispatch::Kernel;
-    use crate::kernels::panel::{LINE_BYTES, avx512, portable};
+    use crate::kernels::panel::simd_check::{Candidate, assert_same_bits, lcg};
+    use crate::kernels::panel::{avx512, portable};
     use crate::quant::block::QK;
 
     /// AVX-512 VNNI's `vpdpbusd` on 256-bit vectors: the operation of
@@ -400,17 +401,6 @@ pub(super) mod tests {
             GgmlType::Q5_0 => each_panel!(Dpbusd<Q5_0, Avx512Vl>, product, out),
             GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, Avx512Vl>, product, out),
             _ => unreachable!("{ty} is not packed"),
-        }
-    }
-
-    /// A pseudo-random generator (a 64-bit LCG's high bits).
-    fn lcg(seed: u64) -> impl FnMut() -> u32 {
-        let mut state = seed;
-        move || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as u32
         }
     }
 
@@ -469,8 +459,17 @@ pub(super) mod tests {
     #[test]
     fn simd_panel_products_equal_the_portable_bits() {
         let f = CpuFeatures::detect();
-        let evex = Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl;
-        let (n_panels, n_blocks) = (2, 3);
+        let candidates: [Candidate<Q8Block>; 4] = [
+            ("avx2", Kernel::Avx2.is_available(), dot_panels),
+            ("avxvnni", Kernel::AvxVnni.is_available(), dot_panels_vnni),
+            (
+                "vnni (evex)",
+                Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl,
+                dot_panels_evex,
+            ),
+            ("avx512", Kernel::Avx512.is_available(), avx512::dot_panels),
+        ];
+        let n_blocks = 3;
         let nibbles = [0x00, 0xFF, 0x88];
         for (ty, extremes) in [
             (GgmlType::Q4_0, nibbles),
@@ -479,51 +478,14 @@ pub(super) mod tests {
             (GgmlType::Q8_0, [0x80, 0x7F, 0x81]),
         ] {
             for (extreme_w, extreme_x) in extremes.into_iter().zip([127, -127, 127]) {
-                let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for (n, prefetch_stride) in
-                    (1..=9).chain([17]).flat_map(|n| [(n, 0), (n, LINE_BYTES)])
-                {
-                    let (xq, sums) = inputs(n, n_blocks, extreme_x);
-                    let product = PanelProduct {
-                        panels: &panels,
-                        n_blocks,
-                        xq: &xq,
-                        sums: &sums,
-                        n,
-                        prefetch_stride,
-                    };
-                    let len = n_panels * n * PANEL_ROWS;
-                    let mut reference = vec![0.0f32; len];
-                    portable::dot_panels(ty, product, &mut reference);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    let mut out = vec![0.0f32; len];
-                    let case = format!(
-                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, stride {prefetch_stride}"
-                    );
-                    if Kernel::Avx2.is_available() {
-                        // SAFETY: the CPU has avx2, fma and f16c.
-                        unsafe { dot_panels(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "avx2: {case}");
-                    }
-                    if Kernel::AvxVnni.is_available() {
-                        out.fill(0.0);
-                        // SAFETY: the CPU has avx2, fma, f16c and avxvnni.
-                        unsafe { dot_panels_vnni(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "avxvnni: {case}");
-                    }
-                    if evex {
-                        out.fill(0.0);
-                        // SAFETY: the CPU has avx2, fma, f16c, avx512vnni and avx512vl.
-                        unsafe { dot_panels_evex(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "vnni (evex): {case}");
-                    }
-                    if Kernel::Avx512.is_available() {
-                        out.fill(0.0);
-                        // SAFETY: the CPU has the AVX-512 kernel's features.
-                        unsafe { avx512::dot_panels(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "avx512: {case}");
-                    }
-                }
+                assert_same_bits(
+                    &candidates,
+                    portable::dot_panels,
+                    (ty, &panels(ty, 2, n_blocks, extreme_w), n_blocks),
+                    &[1, 2, 3, 4, 5, 6, 7, 8, 9, 17],
+                    |n| inputs(n, n_blocks, extreme_x),
+                    &format!("weights {extreme_w:#x}, input {extreme_x}"),
+                );
             }
         }
     }

@@ -567,7 +567,8 @@ mod tests {
     use super::*;
     use crate::kernels::dispatch::Kernel;
     use crate::kernels::panel::avx2::tests::Avx512Vl;
-    use crate::kernels::panel::{LINE_BYTES, avx512_k, portable_k};
+    use crate::kernels::panel::simd_check::{Candidate, assert_same_bits, lcg};
+    use crate::kernels::panel::{avx512_k, portable_k};
     use crate::quant::block_k::QK_K;
 
     /// [`dot_panels_k_vnni`] with [`Avx512Vl`].
@@ -578,17 +579,6 @@ mod tests {
         out: &mut [f32],
     ) {
         each_panel_k!(Dpbusd<Avx512Vl>, ty, product, out)
-    }
-
-    /// A pseudo-random generator (a 64-bit LCG's high bits).
-    fn lcg(seed: u64) -> impl FnMut() -> u32 {
-        let mut state = seed;
-        move || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as u32
-        }
     }
 
     /// Panels of random records with finite f16 factors; the first record
@@ -642,57 +632,31 @@ mod tests {
     #[test]
     fn simd_k_panel_products_equal_the_portable_bits() {
         let f = CpuFeatures::detect();
-        let evex = Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl;
-        let (n_panels, n_blocks) = (2, 3);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let candidates: [Candidate<Q8KBlock>; 4] = [
+            ("avx2", Kernel::Avx2.is_available(), dot_panels_k),
+            ("avxvnni", Kernel::AvxVnni.is_available(), dot_panels_k_vnni),
+            (
+                "vnni (evex)",
+                Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl,
+                dot_panels_k_evex,
+            ),
+            (
+                "avx512",
+                Kernel::Avx512.is_available(),
+                avx512_k::dot_panels_k,
+            ),
+        ];
+        let n_blocks = 3;
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
             for (extreme_w, extreme_x) in [(0xFF, 127), (0xFF, -128), (0x80, -128), (0x00, 127)] {
-                let panels = panels(ty, n_panels, n_blocks, extreme_w);
-                for (n, prefetch_stride) in [1, 2, 3, 4, 5, 7, 9]
-                    .map(|n| [(n, 0), (n, LINE_BYTES)])
-                    .concat()
-                {
-                    let xq = inputs(n, n_blocks, extreme_x);
-                    let product = PanelProduct {
-                        panels: &panels,
-                        n_blocks,
-                        xq: &xq,
-                        sums: &[],
-                        n,
-                        prefetch_stride,
-                    };
-                    let len = n_panels * n * PANEL_ROWS;
-                    let mut reference = vec![0.0f32; len];
-                    portable_k::dot_panels_k(ty, product, &mut reference);
-                    assert!(reference.iter().all(|v| v.is_finite() && *v != 0.0));
-                    let case = format!(
-                        "{ty}, weights {extreme_w:#x}, input {extreme_x}, n {n}, stride {prefetch_stride}"
-                    );
-                    let mut out = vec![0.0f32; len];
-                    if Kernel::Avx2.is_available() {
-                        // SAFETY: the CPU has avx2, fma and f16c.
-                        unsafe { dot_panels_k(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "avx2: {case}");
-                    }
-                    if Kernel::AvxVnni.is_available() {
-                        out.fill(0.0);
-                        // SAFETY: the CPU has avx2, fma, f16c and avxvnni.
-                        unsafe { dot_panels_k_vnni(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "avxvnni: {case}");
-                    }
-                    if evex {
-                        out.fill(0.0);
-                        // SAFETY: the CPU has avx2, fma, f16c, avx512vnni and avx512vl.
-                        unsafe { dot_panels_k_evex(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "vnni (evex): {case}");
-                    }
-                    if Kernel::Avx512.is_available() {
-                        out.fill(0.0);
-                        // SAFETY: the CPU has the AVX-512 kernel's features.
-                        unsafe { avx512_k::dot_panels_k(ty, product, &mut out) };
-                        assert_eq!(bits(&out), bits(&reference), "avx512: {case}");
-                    }
-                }
+                assert_same_bits(
+                    &candidates,
+                    portable_k::dot_panels_k,
+                    (ty, &panels(ty, 2, n_blocks, extreme_w), n_blocks),
+                    &[1, 2, 3, 4, 5, 7, 9],
+                    |n| (inputs(n, n_blocks, extreme_x), Vec::new()),
+                    &format!("weights {extreme_w:#x}, input {extreme_x}"),
+                );
             }
         }
     }

@@ -387,6 +387,73 @@ impl Dispatch {
     }
 }
 
+/// What the SIMD kernels' tests share: inputs and the bit-for-bit check.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod simd_check {
+    use super::{LINE_BYTES, PANEL_ROWS, PanelKernel, PanelProduct};
+    use crate::quant::GgmlType;
+
+    /// A pseudo-random generator (a 64-bit LCG's high bits).
+    pub(super) fn lcg(seed: u64) -> impl FnMut() -> u32 {
+        let mut state = seed;
+        move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        }
+    }
+
+    /// A SIMD kernel by name, and whether this CPU has its instruction sets.
+    pub(super) type Candidate<A> = (&'static str, bool, PanelKernel<A>);
+
+    /// Multiplies `panels` (each `n_blocks` blocks of `ty`) by `inputs(n)`
+    /// for every tile size `n` in `ns`, prefetching and not, and asserts
+    /// that every candidate this CPU has gives the bits of `reference` (the
+    /// portable kernel), which are finite and not zero.
+    pub(super) fn assert_same_bits<A: Copy>(
+        candidates: &[Candidate<A>],
+        reference: PanelKernel<A>,
+        (ty, panels, n_blocks): (GgmlType, &[u8], usize),
+        ns: &[usize],
+        inputs: impl Fn(usize) -> (Vec<A>, Vec<i32>),
+        case: &str,
+    ) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let n_panels = panels.len() / (n_blocks * PANEL_ROWS * ty.block_bytes());
+        for &n in ns {
+            let (xq, sums) = inputs(n);
+            for prefetch_stride in [0, LINE_BYTES] {
+                let product = PanelProduct {
+                    panels,
+                    n_blocks,
+                    xq: &xq,
+                    sums: &sums,
+                    n,
+                    prefetch_stride,
+                };
+                let case = format!("{ty}, {case}, n {n}, stride {prefetch_stride}");
+                let mut expected = vec![0.0f32; n_panels * n * PANEL_ROWS];
+                // SAFETY: the portable kernel runs on every CPU.
+                unsafe { reference(ty, product, &mut expected) };
+                assert!(
+                    expected.iter().all(|v| v.is_finite() && *v != 0.0),
+                    "{case}"
+                );
+                for &(name, available, kernel) in candidates {
+                    if available {
+                        let mut out = vec![0.0f32; expected.len()];
+                        // SAFETY: `available` says the CPU has the kernel's
+                        // instruction sets.
+                        unsafe { kernel(ty, product, &mut out) };
+                        assert_eq!(bits(&out), bits(&expected), "{name}: {case}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
