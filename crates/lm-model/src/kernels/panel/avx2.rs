@@ -371,11 +371,8 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
 pub(super) mod tests {
     use std::arch::x86_64::_mm256_dpbusd_epi32;
 
-    use lm_core::cpu::CpuFeatures;
-
     use super::*;
-    use crate::kernels::dispatch::Kernel;
-    use crate::kernels::panel::simd_check::{Candidate, assert_same_bits, lcg};
+    use crate::kernels::panel::simd_check::{assert_same_bits, candidates, lcg};
     use crate::kernels::panel::{avx512, portable};
     use crate::quant::block::QK;
 
@@ -458,17 +455,12 @@ pub(super) mod tests {
     /// of every size and at the integer sums' extremes, prefetching or not.
     #[test]
     fn simd_panel_products_equal_the_portable_bits() {
-        let f = CpuFeatures::detect();
-        let candidates: [Candidate<Q8Block>; 4] = [
-            ("avx2", Kernel::Avx2.is_available(), dot_panels),
-            ("avxvnni", Kernel::AvxVnni.is_available(), dot_panels_vnni),
-            (
-                "vnni (evex)",
-                Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl,
-                dot_panels_evex,
-            ),
-            ("avx512", Kernel::Avx512.is_available(), avx512::dot_panels),
-        ];
+        let candidates = candidates(
+            dot_panels,
+            dot_panels_vnni,
+            dot_panels_evex,
+            avx512::dot_panels,
+        );
         let n_blocks = 3;
         let nibbles = [0x00, 0xFF, 0x88];
         for (ty, extremes) in [

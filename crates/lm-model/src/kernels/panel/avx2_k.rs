@@ -562,12 +562,10 @@ unsafe fn group_q6_k<S: RunSums, const T: usize, const G: usize>(
 
 #[cfg(test)]
 mod tests {
-    use lm_core::cpu::CpuFeatures;
 
     use super::*;
-    use crate::kernels::dispatch::Kernel;
     use crate::kernels::panel::avx2::tests::Avx512Vl;
-    use crate::kernels::panel::simd_check::{Candidate, assert_same_bits, lcg};
+    use crate::kernels::panel::simd_check::{assert_same_bits, candidates, lcg};
     use crate::kernels::panel::{avx512_k, portable_k};
     use crate::quant::block_k::QK_K;
 
@@ -631,21 +629,12 @@ mod tests {
     /// AVX2 sums), prefetching or not.
     #[test]
     fn simd_k_panel_products_equal_the_portable_bits() {
-        let f = CpuFeatures::detect();
-        let candidates: [Candidate<Q8KBlock>; 4] = [
-            ("avx2", Kernel::Avx2.is_available(), dot_panels_k),
-            ("avxvnni", Kernel::AvxVnni.is_available(), dot_panels_k_vnni),
-            (
-                "vnni (evex)",
-                Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl,
-                dot_panels_k_evex,
-            ),
-            (
-                "avx512",
-                Kernel::Avx512.is_available(),
-                avx512_k::dot_panels_k,
-            ),
-        ];
+        let candidates = candidates(
+            dot_panels_k,
+            dot_panels_k_vnni,
+            dot_panels_k_evex,
+            avx512_k::dot_panels_k,
+        );
         let n_blocks = 3;
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
             for (extreme_w, extreme_x) in [(0xFF, 127), (0xFF, -128), (0x80, -128), (0x00, 127)] {

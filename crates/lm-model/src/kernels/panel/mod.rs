@@ -390,7 +390,10 @@ impl Dispatch {
 /// What the SIMD kernels' tests share: inputs and the bit-for-bit check.
 #[cfg(all(test, target_arch = "x86_64"))]
 mod simd_check {
+    use lm_core::cpu::CpuFeatures;
+
     use super::{LINE_BYTES, PANEL_ROWS, PanelKernel, PanelProduct};
+    use crate::kernels::dispatch::Kernel;
     use crate::quant::GgmlType;
 
     /// A pseudo-random generator (a 64-bit LCG's high bits).
@@ -406,6 +409,28 @@ mod simd_check {
 
     /// A SIMD kernel by name, and whether this CPU has its instruction sets.
     pub(super) type Candidate<A> = (&'static str, bool, PanelKernel<A>);
+
+    /// The SIMD kernels of one kind of input, each with whether this CPU
+    /// runs it: AVX2, AVX-VNNI, AVX-VNNI's arithmetic in the EVEX encoding
+    /// of AVX-512 VNNI (`avx2::tests::Avx512Vl`), and AVX-512.
+    pub(super) fn candidates<A>(
+        avx2: PanelKernel<A>,
+        avxvnni: PanelKernel<A>,
+        evex: PanelKernel<A>,
+        avx512: PanelKernel<A>,
+    ) -> [Candidate<A>; 4] {
+        let f = CpuFeatures::detect();
+        [
+            ("avx2", Kernel::Avx2.is_available(), avx2),
+            ("avxvnni", Kernel::AvxVnni.is_available(), avxvnni),
+            (
+                "vnni (evex)",
+                Kernel::Avx2.is_available() && f.avx512vnni && f.avx512vl,
+                evex,
+            ),
+            ("avx512", Kernel::Avx512.is_available(), avx512),
+        ]
+    }
 
     /// Multiplies `panels` (each `n_blocks` blocks of `ty`) by `inputs(n)`
     /// for every tile size `n` in `ns`, prefetching and not, and asserts
