@@ -44,7 +44,8 @@
 //! of a buffer of at least 1 GiB and 8x the last-level cache, best of 5
 //! passes): on a shared host what two threads can read swings by half
 //! between minutes, so a decode is set against the reading taken beside
-//! it. Each decode figure is then also given as a share of its bound,
+//! it. Our run starts 5 s after that worker ends, once the machine has
+//! settled from freeing its buffer ([`SETTLE_AFTER_BANDWIDTH`]). Each decode figure is then also given as a share of its bound,
 //! bandwidth / bytes read per token (`footprint.rs`: every weight tensor
 //! but the token embedding table, of which one row, unless the output is
 //! tied to it; plus the KV cache the token attends to), the median of the
@@ -118,6 +119,13 @@ const DEFAULT_CONTEXTS: [usize; 2] = [512, 4096];
 /// Tokens per forward pass when a prompt is read (lm-cli's prefill chunk,
 /// llama.cpp's default `n_ubatch`).
 const PREFILL_PIECE: usize = 512;
+/// The pause between the bandwidth worker and our run. On the Xeon
+/// (2026-12-07, 1B Q4_K_M, two threads) a decode started right after that
+/// worker freed its 3.8 GB buffer ran at 30.6-32.8 tok/s, one started 5 s
+/// later at 30.9-34.8: 1.2 tok/s faster on average over 10 interleaved
+/// pairs (7 of them faster). The peer, which runs after ours, never
+/// followed the buffer directly.
+const SETTLE_AFTER_BANDWIDTH: std::time::Duration = std::time::Duration::from_secs(5);
 /// The models measured when no `--model` is given: SmolLM2 in Q4_1 and
 /// llama.cpp's Q4_K_M mix of it (catalog names).
 const DEFAULT_MODELS: [&str; 2] = ["smollm2", "smollm2-q4_k_m"];
@@ -219,6 +227,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 );
                 row.bandwidth
                     .push(measure_bandwidth(&worker, row.n_threads)?);
+                std::thread::sleep(SETTLE_AFTER_BANDWIDTH);
                 row.ours
                     .push(run_ours(&worker, model, row.n_threads, &options)?);
                 if let Some(python) = &peer {
