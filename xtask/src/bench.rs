@@ -45,8 +45,9 @@
 //! passes): on a shared host what two threads can read swings by half
 //! between minutes, so a decode is set against the reading taken beside
 //! it. Our run starts 5 s after that worker ends, once the machine has
-//! settled from freeing its buffer ([`SETTLE_AFTER_BANDWIDTH`]). Each decode figure is then also given as a share of its bound,
-//! bandwidth / bytes read per token (`footprint.rs`: every weight tensor
+//! settled from freeing its buffer ([`SETTLE_AFTER_BANDWIDTH`]). Each
+//! decode figure is then also given as a share of its bound, bandwidth /
+//! bytes read per token (`footprint.rs`: every weight tensor
 //! but the token embedding table, of which one row, unless the output is
 //! tied to it; plus the KV cache the token attends to), the median of the
 //! rounds' shares, and our peak RSS is set
