@@ -168,6 +168,12 @@ const fn fixed(hf: &'static str, default: Json, expected: Json, why: &'static st
     }
 }
 
+/// A [`Fixed`] whose Hugging Face default is the value the GGUF
+/// architecture assumes (all but `norm_topk_prob`'s, which differ by class).
+const fn assumed(hf: &'static str, value: Json, why: &'static str) -> Fixed {
+    fixed(hf, value, value, why)
+}
+
 /// One config.json field and the GGUF key it becomes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Field {
@@ -253,15 +259,13 @@ const fn topk_norm(default: bool, gguf: bool) -> Fixed {
 }
 /// Qwen's MoE classes: every layer a mixture.
 const EVERY_LAYER_SPARSE: [Fixed; 2] = [
-    fixed(
+    assumed(
         "decoder_sparse_step",
-        Json::Number(1.0),
         Json::Number(1.0),
         "every layer must be a mixture of experts",
     ),
-    fixed(
+    assumed(
         "mlp_only_layers",
-        Json::EmptyList,
         Json::EmptyList,
         "every layer must be a mixture of experts",
     ),
@@ -391,9 +395,8 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 15] = [
         gguf: "olmo2",
         permute_qk: false,
         defaults: &[("rms_norm_eps", 1e-5)],
-        fixed: &[fixed(
+        fixed: &[assumed(
             "clip_qkv",
-            Json::Null,
             Json::Null,
             "olmo2 in GGUF does not clip q, k, v",
         )],
@@ -454,9 +457,8 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 15] = [
         extra: &[EXPERTS, EXPERTS_USED],
         fixed: &[
             topk_norm(false, false),
-            fixed(
+            assumed(
                 "clip_qkv",
-                Json::Null,
                 Json::Null,
                 "olmoe in GGUF does not clip q, k, v",
             ),
@@ -526,21 +528,18 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 15] = [
             ),
         ],
         fixed: &[
-            fixed(
+            assumed(
                 "scoring_func",
-                Json::Str("noaux_tc"),
                 Json::Str("noaux_tc"),
                 "dots1 in GGUF scores experts by sigmoid plus the selection bias",
             ),
-            fixed(
+            assumed(
                 "n_group",
-                Json::Number(1.0),
                 Json::Number(1.0),
                 "dots1 in GGUF chooses among all experts, not by group",
             ),
-            fixed(
+            assumed(
                 "topk_group",
-                Json::Number(1.0),
                 Json::Number(1.0),
                 "dots1 in GGUF chooses among all experts, not by group",
             ),
@@ -577,15 +576,13 @@ pub(crate) const ARCHITECTURES: [HfArchitecture; 15] = [
             ),
         ],
         fixed: &[
-            fixed(
+            assumed(
                 "swiglu_limit",
-                Json::Number(7.0),
                 Json::Number(7.0),
                 "gpt-oss in GGUF clamps the gated unit at 7 (llama.cpp's swiglu_oai)",
             ),
-            fixed(
+            assumed(
                 "attention_bias",
-                Json::Bool(true),
                 Json::Bool(true),
                 "gpt-oss in GGUF has q, k, v and output biases",
             ),
