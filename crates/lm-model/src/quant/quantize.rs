@@ -149,45 +149,35 @@ impl GgmlType {
             }
             // Eight blocks at a time (their searches side by side).
             GgmlType::IQ4_NL => iq4::quantize_row_iq4_nl(src, dst),
-            GgmlType::Q2_K
-            | GgmlType::Q3_K
-            | GgmlType::Q4_K
-            | GgmlType::Q5_K
-            | GgmlType::Q6_K
-            | GgmlType::IQ4_XS => {
-                let quantize_block = match self {
-                    GgmlType::IQ4_XS => iq4::quantize_iq4_xs,
-                    GgmlType::Q2_K => quantize_q2_k,
-                    GgmlType::Q3_K => quantize_q3_k,
-                    GgmlType::Q4_K => quantize_q4_k,
-                    GgmlType::Q5_K => quantize_q5_k,
-                    _ => quantize_q6_k,
-                };
-                let blocks = dst.chunks_exact_mut(self.block_bytes());
-                for (x, block) in src.chunks_exact(QK_K).zip(blocks) {
-                    quantize_block(x, block);
-                }
-            }
-            _ => {
-                let quantize_block = match self {
-                    GgmlType::Q8_0 => quantize_q8_0,
-                    GgmlType::Q4_0 => quantize_q4_0,
-                    GgmlType::Q4_1 => quantize_q4_1,
-                    GgmlType::Q5_0 => quantize_q5_0,
-                    _ => quantize_q5_1,
-                };
-                let blocks = dst.chunks_exact_mut(self.block_bytes());
-                for (x, block) in src.chunks_exact(QK).zip(blocks) {
-                    let x: &[f32; QK] = x.try_into().map_err(|_| QuantError::ShapeMismatch {
-                        what: "block",
-                        expected: QK,
-                        actual: x.len(),
-                    })?;
-                    quantize_block(x, block);
-                }
-            }
+            GgmlType::IQ4_XS => self.quantize_blocks(src, dst, iq4::quantize_iq4_xs),
+            GgmlType::Q2_K => self.quantize_blocks(src, dst, quantize_q2_k),
+            GgmlType::Q3_K => self.quantize_blocks(src, dst, quantize_q3_k),
+            GgmlType::Q4_K => self.quantize_blocks(src, dst, quantize_q4_k),
+            GgmlType::Q5_K => self.quantize_blocks(src, dst, quantize_q5_k),
+            GgmlType::Q6_K => self.quantize_blocks(src, dst, quantize_q6_k),
+            GgmlType::Q8_0 => self.quantize_blocks(src, dst, quantize_q8_0),
+            GgmlType::Q4_0 => self.quantize_blocks(src, dst, quantize_q4_0),
+            GgmlType::Q4_1 => self.quantize_blocks(src, dst, quantize_q4_1),
+            GgmlType::Q5_0 => self.quantize_blocks(src, dst, quantize_q5_0),
+            GgmlType::Q5_1 => self.quantize_blocks(src, dst, quantize_q5_1),
+            // Refused by `can_quantize` above.
+            GgmlType::MXFP4 => return Err(QuantizeError::Unsupported { ty: self }),
         }
         Ok(())
+    }
+
+    /// Quantizes `src`, a whole number of `B`-value blocks, into `dst`
+    /// (as many blocks of this type), one block at a time.
+    fn quantize_blocks<const B: usize>(
+        self,
+        src: &[f32],
+        dst: &mut [u8],
+        quantize_block: fn(&[f32; B], &mut [u8]),
+    ) {
+        let (blocks, _) = src.as_chunks::<B>();
+        for (x, block) in blocks.iter().zip(dst.chunks_exact_mut(self.block_bytes())) {
+            quantize_block(x, block);
+        }
     }
 }
 
@@ -562,6 +552,20 @@ fn groups_of_16(x: &[f32]) -> [[f32; 16]; 16] {
     xt
 }
 
+/// A search over 16 groups of 16 side by side (`search::make_q3_quants`,
+/// `search::make_qx_quants`): the values, the levels it writes and the
+/// `eps` below which a group is zero, to the group scales.
+type GroupSearch = fn(&[[f32; 16]; 16], &mut [[u8; 16]; 16], f32) -> [f32; 16];
+
+/// Q3_K's and Q6_K's first step: a super-block's 16 groups of 16 fitted
+/// side by side by `search`, as the group scales and the levels in value
+/// order.
+fn fit_groups_of_16(x: &[f32; QK_K], search: GroupSearch) -> ([f32; 16], [u8; QK_K]) {
+    let mut lt = [[0u8; 16]; 16];
+    let scales = search(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
+    (scales, levels_of_groups(&lt))
+}
+
 /// The inverse of [`groups_of_16`] for levels: `lt[i][j]` to value `16j + i`.
 fn levels_of_groups(lt: &[[u8; 16]; 16]) -> [u8; QK_K] {
     let mut levels = [0u8; QK_K];
@@ -592,7 +596,7 @@ fn pack_two_bits(levels: &[u8; QK_K], qs: &mut [u8]) {
 /// nibble of `scales[j]`, minimum in the high), then every value
 /// requantized with its group's rounded scale and minimum (a group whose
 /// rounded scale is 0 keeps its fitted levels).
-fn quantize_q2_k(x: &[f32], block: &mut [u8]) {
+fn quantize_q2_k(x: &[f32; QK_K], block: &mut [u8]) {
     let xt = groups_of_16(x);
     let weights = xt.map(|xi| xi.map(f32::abs));
     let mut lt = [[0u8; 16]; 16];
@@ -649,10 +653,8 @@ fn quantize_q2_k(x: &[f32], block: &mut [u8]) {
 /// group's rounded scale `d * sc` (a group whose rounded scale is 0 keeps
 /// its fitted levels). The levels plus 4 are split into a high bit
 /// (`hmask`, bit `j / 32` of byte `j % 32`) and two low bits (`qs`).
-fn quantize_q3_k(x: &[f32], block: &mut [u8]) {
-    let mut lt = [[0u8; 16]; 16];
-    let scales = search::make_q3_quants(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
-    let mut levels = levels_of_groups(&lt);
+fn quantize_q3_k(x: &[f32; QK_K], block: &mut [u8]) {
+    let (scales, mut levels) = fit_groups_of_16(x, search::make_q3_quants);
     let max_scale = signed_absmax(&scales);
     block.fill(0);
     let (hmask, rest) = block.split_at_mut(32);
@@ -689,7 +691,7 @@ fn quantize_q3_k(x: &[f32], block: &mut [u8]) {
 
 /// Q4_K: `| d | dmin | scales: 12 | qs: 128 |`, 4-bit levels in groups of
 /// 32 (20 candidate scales from `15 - 1`).
-fn quantize_q4_k(x: &[f32], block: &mut [u8]) {
+fn quantize_q4_k(x: &[f32; QK_K], block: &mut [u8]) {
     let levels = quantize_k_scales(x, block, search::Qkx2::Q4_K);
     // Each 64 values: the first 32 in the low nibbles, the next 32 high.
     for (chunk, qs) in levels
@@ -705,7 +707,7 @@ fn quantize_q4_k(x: &[f32], block: &mut [u8]) {
 /// Q5_K: `| d | dmin | scales: 12 | qh: 32 | qs: 128 |`, 5-bit levels in
 /// groups of 32 (16 candidate scales from `31 - 0.5`); the fifth bit of
 /// value `64c + l` is bit `2c` of `qh[l]`, of `64c + 32 + l` bit `2c + 1`.
-fn quantize_q5_k(x: &[f32], block: &mut [u8]) {
+fn quantize_q5_k(x: &[f32; QK_K], block: &mut [u8]) {
     let levels = quantize_k_scales(x, block, search::Qkx2::Q5_K);
     let (qh, qs) = block[16..176].split_at_mut(32);
     qh.fill(0);
@@ -730,10 +732,8 @@ const GROUP_MAX_EPS: f32 = 1e-15;
 /// largest in magnitude (`d = max / -128`), then every value requantized
 /// with its group's rounded scale `d * sc` (a group whose rounded scale is
 /// 0 keeps its fitted levels). Layout in the `block_k` module.
-fn quantize_q6_k(x: &[f32], block: &mut [u8]) {
-    let mut lt = [[0u8; 16]; 16];
-    let scales = search::make_qx_quants(&groups_of_16(x), &mut lt, GROUP_MAX_EPS);
-    let mut levels = levels_of_groups(&lt);
+fn quantize_q6_k(x: &[f32; QK_K], block: &mut [u8]) {
+    let (scales, mut levels) = fit_groups_of_16(x, search::make_qx_quants);
     let max_scale = signed_absmax(&scales);
     block.fill(0);
     if max_scale.abs() < GROUP_MAX_EPS {

@@ -15,6 +15,7 @@
 //! `d * l`, computed from the unrounded f32 `d` as ggml does.
 
 use super::super::block::IQ4_NL_VALUES;
+use super::super::block_k::QK_K;
 use super::{GROUP_MAX_EPS, nearest_int, put_f16, signed_absmax};
 
 /// ggml's `best_index_int8` for the 32 values `id * x`: each the index of
@@ -167,7 +168,7 @@ fn write_iq4_nl(x: &[f32], block: &mut [u8], d: f32) {
 /// groups of 32; group `g`'s 6-bit scale has its low nibble in nibble
 /// `g % 2` of `scales_l[g / 2]` and its top two bits at bit `2g` of
 /// `scales_h`.
-pub(super) fn quantize_iq4_xs(x: &[f32], block: &mut [u8]) {
+pub(super) fn quantize_iq4_xs(x: &[f32; QK_K], block: &mut [u8]) {
     let mut groups = [[0f32; 32]; 8];
     for (group, values) in groups.iter_mut().zip(x.chunks_exact(32)) {
         group.copy_from_slice(values);
