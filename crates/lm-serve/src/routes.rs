@@ -31,7 +31,7 @@ use crate::reasoning::{self, Thinking};
 use crate::request::{self, Prompt, Sampling};
 use crate::scheduler::{Job, JobQueue};
 use crate::surrogates::replace_lone_surrogates;
-use crate::text::{ServedText, WithVariables};
+use crate::text::ServedText;
 use crate::tools::{self, ToolMode};
 use crate::trace;
 
@@ -506,17 +506,18 @@ async fn chat_completions(
     let prepared = (|| {
         let request = request::chat(&app.with_request_defaults(json_body(body)?))?;
         app.check_requested_model(&request.sampling)?;
-        let text = WithVariables::new(&*app.text, &request.template_kwargs);
+        let text = &*app.text;
         // Message contents literal unless --parse-special (see ServedText).
         let (prompt, tools) = tools::encode_chat(
-            &text,
+            text,
             &request.messages,
+            &request.template_kwargs,
             request.tools.as_ref(),
             &request.sampling,
             app.config.parse_special,
         )?;
         let on = app.config.reasoning;
-        let thinking = reasoning::thinking(&text, on, &request.template_kwargs, &prompt);
+        let thinking = reasoning::thinking(text, on, &request.template_kwargs, &prompt);
         Ok::<_, ApiError>((prompt, request.sampling, request.logprobs, tools, thinking))
     })();
     match prepared {

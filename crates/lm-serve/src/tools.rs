@@ -37,7 +37,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::request::Sampling;
-use crate::text::{ServedText, TextFailure};
+use crate::text::{ServedText, TemplateVariables, TextFailure};
 
 mod stream;
 
@@ -298,21 +298,31 @@ pub(crate) struct ToolMode {
 pub(crate) fn encode_chat(
     text: &dyn ServedText,
     messages: &[Message],
+    variables: &TemplateVariables,
     tools: Option<&ToolRequest>,
     sampling: &Sampling,
     parse_special: bool,
 ) -> Result<(Vec<TokenId>, Option<ToolMode>), ApiError> {
     let failed = |e: TextFailure| ApiError::invalid("messages", error_chain(e.as_ref()));
+    // The template renders `variables` and `tools` when there are any; with
+    // neither, a text side without a template serves the request too.
+    let encode = |messages: &[Message], tools: Option<&Value>| {
+        if tools.is_none() && variables.is_empty() {
+            text.encode_chat(messages, parse_special)
+        } else {
+            text.encode_chat_with_variables(messages, tools, variables, parse_special)
+        }
+    };
     let Some(request) = tools.filter(|r| r.choice != ToolChoice::None) else {
-        let ids = text.encode_chat(messages, parse_special).map_err(failed)?;
+        let ids = encode(messages, None).map_err(failed)?;
         return Ok((ids, None));
     };
     let reads = text.chat_reads_tools();
     let format = format_for(text.chat_template_source().as_deref(), reads);
     let ids = if reads {
-        text.encode_chat_with_variables(messages, Some(&request.raw), &Map::new(), parse_special)
+        encode(messages, Some(&request.raw))
     } else {
-        text.encode_chat(&generic_messages(messages, request), parse_special)
+        encode(&generic_messages(messages, request), None)
     }
     .map_err(failed)?;
     // Under "auto" another constraint wins (a call then is not enforced);
