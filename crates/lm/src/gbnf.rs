@@ -500,6 +500,25 @@ impl<'a> Parser<'a> {
         Some(c)
     }
 
+    /// Takes `c` if it is next; whether it was.
+    fn eat(&mut self, c: char) -> bool {
+        let next = self.peek() == Some(c);
+        if next {
+            self.bump();
+        }
+        next
+    }
+
+    /// Whether the literal or class opened at `open` ends here with
+    /// `close` (then taken); the end of the grammar before it is the error
+    /// `unclosed`.
+    fn closes(&mut self, open: usize, close: char, unclosed: &str) -> Result<bool, GbnfError> {
+        match self.peek() {
+            None => Err(self.error_at(open, unclosed)),
+            Some(_) => Ok(self.eat(close)),
+        }
+    }
+
     fn eat_while(&mut self, keep: impl Fn(char) -> bool) {
         while self.peek().is_some_and(&keep) {
             self.bump();
@@ -576,9 +595,7 @@ impl<'a> Parser<'a> {
             }
             Some('\r') => {
                 self.bump();
-                if self.peek() == Some('\n') {
-                    self.bump();
-                }
+                self.eat('\n');
             }
             Some(_) => {
                 return Err(self.error(format!(
@@ -603,8 +620,7 @@ impl<'a> Parser<'a> {
     /// Sequences separated by `|`; a newline after `|` continues them.
     fn alternatives(&mut self, nested: bool) -> Result<Vec<Vec<Node>>, GbnfError> {
         let mut alternatives = vec![self.sequence(nested)?];
-        while self.peek() == Some('|') {
-            self.bump();
+        while self.eat('|') {
             self.skip_space(true);
             alternatives.push(self.sequence(nested)?);
         }
@@ -649,12 +665,7 @@ impl<'a> Parser<'a> {
                     };
                     stacked += 1;
                     if self.depth + stacked > MAX_NESTING {
-                        let (line, column) = self.location(start);
-                        return Err(GbnfError::TooDeep {
-                            max: MAX_NESTING,
-                            line,
-                            column,
-                        });
+                        return Err(self.too_deep(start));
                     }
                     items.push(Node::Repeat {
                         node: Box::new(node),
@@ -676,14 +687,19 @@ impl<'a> Parser<'a> {
     fn enter(&mut self, start: usize) -> Result<(), GbnfError> {
         self.depth += 1;
         if self.depth > MAX_NESTING {
-            let (line, column) = self.location(start);
-            return Err(GbnfError::TooDeep {
-                max: MAX_NESTING,
-                line,
-                column,
-            });
+            return Err(self.too_deep(start));
         }
         Ok(())
+    }
+
+    /// The error of nesting deeper than [`MAX_NESTING`] at `start`.
+    fn too_deep(&self, start: usize) -> GbnfError {
+        let (line, column) = self.location(start);
+        GbnfError::TooDeep {
+            max: MAX_NESTING,
+            line,
+            column,
+        }
     }
 
     /// `*`, `+`, `?` or `{m}`, `{m,}`, `{m,n}`: the minimum and maximum.
@@ -764,16 +780,10 @@ impl<'a> Parser<'a> {
         let open = self.pos;
         self.bump();
         let mut text = String::new();
-        loop {
-            match self.peek() {
-                None => return Err(self.error_at(open, "a string literal that is not closed")),
-                Some('"') => {
-                    self.bump();
-                    return Ok(Node::Literal(text));
-                }
-                Some(_) => text.push(self.char()?),
-            }
+        while !self.closes(open, '"', "a string literal that is not closed")? {
+            text.push(self.char()?);
         }
+        Ok(Node::Literal(text))
     }
 
     /// `[...]` or `[^...]`: characters and ranges `a-z`; a `-` before `]`
@@ -781,35 +791,22 @@ impl<'a> Parser<'a> {
     fn class(&mut self) -> Result<Node, GbnfError> {
         let open = self.pos;
         self.bump();
-        let negated = self.peek() == Some('^');
-        if negated {
-            self.bump();
-        }
+        let negated = self.eat('^');
         let mut ranges = Vec::new();
-        loop {
-            match self.peek() {
-                None => return Err(self.error_at(open, "a character class that is not closed")),
-                Some(']') => {
-                    self.bump();
-                    break;
-                }
-                Some(_) => {
-                    let first = self.char()?;
-                    let mut last = first;
-                    if self.peek() == Some('-') && self.peek2().is_some_and(|c| c != ']') {
-                        let dash = self.pos;
-                        self.bump();
-                        last = self.char()?;
-                        if last < first {
-                            return Err(self.error_at(
-                                dash,
-                                format!("the range {first:?}-{last:?} is reversed"),
-                            ));
-                        }
-                    }
-                    ranges.push((first, last));
+        while !self.closes(open, ']', "a character class that is not closed")? {
+            let first = self.char()?;
+            let mut last = first;
+            if self.peek() == Some('-') && self.peek2().is_some_and(|c| c != ']') {
+                let dash = self.pos;
+                self.bump();
+                last = self.char()?;
+                if last < first {
+                    return Err(
+                        self.error_at(dash, format!("the range {first:?}-{last:?} is reversed"))
+                    );
                 }
             }
+            ranges.push((first, last));
         }
         if ranges.is_empty() {
             return Err(self.error_at(open, "an empty character class"));
@@ -853,10 +850,7 @@ impl<'a> Parser<'a> {
     /// `<[id]>`, `!<[id]>` or `<name>`.
     fn token(&mut self) -> Result<Node, GbnfError> {
         let start = self.pos;
-        let negated = self.peek() == Some('!');
-        if negated {
-            self.bump();
-        }
+        let negated = self.eat('!');
         if self.bump() != Some('<') {
             return Err(self.error_at(self.pos.saturating_sub(1), "expected '<' after '!'"));
         }
