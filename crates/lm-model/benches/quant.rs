@@ -14,7 +14,8 @@
 
 mod common;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use lm_model::{GgmlType, Kernel, QMatrix, k_panels_for_bench};
 use std::hint::black_box;
 
@@ -34,15 +35,46 @@ fn matrix_on(
         .unwrap()
 }
 
-/// The matrix once per kernel this CPU runs (`LM_BENCH_KERNELS=avx2,avx512`
-/// narrows the list).
-fn per_kernel(
-    ty: GgmlType,
-    n_rows: usize,
-    n_cols: usize,
+/// A benchmarked matrix: its label, type, rows and columns.
+type Shape = (&'static str, GgmlType, usize, usize);
+
+/// Times `product` on `data` as the `shape` matrix once per kernel this CPU
+/// runs (`LM_BENCH_KERNELS=avx2,avx512` narrows the list), each as
+/// `"{label} {kernel:?}{suffix}"`.
+fn bench_per_kernel(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    (label, ty, n_rows, n_cols): Shape,
+    suffix: &str,
     data: &[u8],
-) -> impl Iterator<Item = (Kernel, QMatrix<'_>)> {
-    kernels().map(move |kernel| (kernel, matrix_on(kernel, ty, n_rows, n_cols, data)))
+    mut product: impl FnMut(&QMatrix<'_>),
+) {
+    for kernel in kernels() {
+        let m = matrix_on(kernel, ty, n_rows, n_cols, data);
+        group.bench_function(format!("{label} {kernel:?}{suffix}"), |b| {
+            b.iter(|| product(&m))
+        });
+    }
+}
+
+/// `data`, back-to-back copies of one `shape` matrix of `one_len` bytes, as
+/// row-major matrices for `kernel`.
+fn row_major_copies(
+    kernel: Kernel,
+    (_, ty, n_rows, n_cols): Shape,
+    data: &[u8],
+    one_len: usize,
+) -> Vec<QMatrix<'_>> {
+    data.chunks_exact(one_len)
+        .map(|bytes| matrix_on(kernel, ty, n_rows, n_cols, bytes))
+        .collect()
+}
+
+/// One input through every matrix in turn, as a forward pass reads its
+/// layers.
+fn matvec_each(matrices: &[QMatrix<'_>], x: &[f32], y: &mut [f32]) {
+    for m in matrices {
+        m.matvec(black_box(x), y).unwrap();
+    }
 }
 
 fn matvec(c: &mut Criterion) {
@@ -71,16 +103,14 @@ fn matvec(c: &mut Criterion) {
         ),
     ];
     let mut group = c.benchmark_group("matvec");
-    for (name, ty, n_rows, n_cols) in shapes {
+    for shape @ (_, ty, n_rows, n_cols) in shapes {
         let data = matrix_data(ty, n_rows, n_cols);
         let x = activations(n_cols);
         let mut y = vec![0.0; n_rows];
         group.throughput(Throughput::Bytes(data.len() as u64));
-        for (kernel, m) in per_kernel(ty, n_rows, n_cols, &data) {
-            group.bench_function(format!("{name} {kernel:?}"), |b| {
-                b.iter(|| m.matvec(black_box(&x), &mut y).unwrap())
-            });
-        }
+        bench_per_kernel(&mut group, shape, "", &data, |m| {
+            m.matvec(black_box(&x), &mut y).unwrap()
+        });
     }
     group.finish();
 }
@@ -95,16 +125,14 @@ fn matmul(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("matmul 128");
     group.sample_size(20);
-    for (name, ty, n_rows, n_cols) in shapes {
+    for shape @ (_, ty, n_rows, n_cols) in shapes {
         let data = matrix_data(ty, n_rows, n_cols);
         let xs = activations(N * n_cols);
         let mut ys = vec![0.0; N * n_rows];
         group.throughput(Throughput::Elements((N * n_rows * n_cols) as u64));
-        for (kernel, m) in per_kernel(ty, n_rows, n_cols, &data) {
-            group.bench_function(format!("{name} {kernel:?}"), |b| {
-                b.iter(|| m.matmul(black_box(&xs), N, &mut ys).unwrap())
-            });
-        }
+        bench_per_kernel(&mut group, shape, "", &data, |m| {
+            m.matmul(black_box(&xs), N, &mut ys).unwrap()
+        });
     }
     group.finish();
 }
@@ -126,16 +154,14 @@ fn matmul_small_batches(c: &mut Criterion) {
     group.sample_size(20);
     group.warm_up_time(std::time::Duration::from_millis(300));
     group.measurement_time(std::time::Duration::from_secs(1));
-    for (name, ty, n_rows, n_cols) in shapes {
+    for shape @ (_, ty, n_rows, n_cols) in shapes {
         let data = matrix_data(ty, n_rows, n_cols);
         for n in [1, 2, 3, 4, 8, 16] {
             let xs = activations(n * n_cols);
             let mut ys = vec![0.0; n * n_rows];
-            for (kernel, m) in per_kernel(ty, n_rows, n_cols, &data) {
-                group.bench_function(format!("{name} {kernel:?} n={n}"), |b| {
-                    b.iter(|| m.matmul(black_box(&xs), n, &mut ys).unwrap())
-                });
-            }
+            bench_per_kernel(&mut group, shape, &format!(" n={n}"), &data, |m| {
+                m.matmul(black_box(&xs), n, &mut ys).unwrap()
+            });
         }
     }
     group.finish();
@@ -163,7 +189,7 @@ fn matvec_streamed(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("matvec streamed 96 MB");
     group.sample_size(20);
-    for (name, ty, n_rows, n_cols) in shapes {
+    for shape @ (name, ty, n_rows, n_cols) in shapes {
         let one = matrix_data(ty, n_rows, n_cols);
         let copies = TOTAL_BYTES.div_ceil(one.len());
         // Distinct copies, so no matrix is still in cache when it comes
@@ -173,16 +199,9 @@ fn matvec_streamed(c: &mut Criterion) {
         let mut y = vec![0.0; n_rows];
         group.throughput(Throughput::Bytes(data.len() as u64));
         for kernel in kernels() {
-            let matrices: Vec<QMatrix<'_>> = data
-                .chunks_exact(one.len())
-                .map(|bytes| matrix_on(kernel, ty, n_rows, n_cols, bytes))
-                .collect();
+            let matrices = row_major_copies(kernel, shape, &data, one.len());
             group.bench_function(format!("{name} {kernel:?}"), |b| {
-                b.iter(|| {
-                    for m in &matrices {
-                        m.matvec(black_box(&x), &mut y).unwrap();
-                    }
-                })
+                b.iter(|| matvec_each(&matrices, &x, &mut y))
             });
         }
     }
@@ -205,7 +224,7 @@ fn k_panels(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("k panels");
     group.sample_size(10);
-    for (name, ty, n_rows, n_cols) in shapes {
+    for shape @ (name, ty, n_rows, n_cols) in shapes {
         let one = matrix_data(ty, n_rows, n_cols);
         let copies = TOTAL_BYTES.div_ceil(one.len());
         let x = activations(n_cols);
@@ -216,10 +235,7 @@ fn k_panels(c: &mut Criterion) {
             for (layout, data) in [("row-major", None), ("panels", Some(&mut packed))] {
                 let rows = one.repeat(copies);
                 let matrices: Vec<QMatrix<'_>> = match data {
-                    None => rows
-                        .chunks_exact(one.len())
-                        .map(|bytes| matrix_on(kernel, ty, n_rows, n_cols, bytes))
-                        .collect(),
+                    None => row_major_copies(kernel, shape, &rows, one.len()),
                     Some(data) => data
                         .chunks_exact_mut(one.len())
                         .map(|bytes| {
@@ -231,11 +247,7 @@ fn k_panels(c: &mut Criterion) {
                 };
                 group.throughput(Throughput::Bytes((copies * one.len()) as u64));
                 group.bench_function(format!("{name} {layout} {kernel:?} streamed"), |b| {
-                    b.iter(|| {
-                        for m in &matrices {
-                            m.matvec(black_box(&x), &mut y).unwrap();
-                        }
-                    })
+                    b.iter(|| matvec_each(&matrices, &x, &mut y))
                 });
                 group.throughput(Throughput::Elements((N * n_rows * n_cols) as u64));
                 group.bench_function(format!("{name} {layout} {kernel:?} matmul {N}"), |b| {
