@@ -59,41 +59,25 @@ pub enum Prompt<'a> {
     Chat(&'a [Message]),
 }
 
-impl<'a> From<&'a str> for Prompt<'a> {
-    fn from(text: &'a str) -> Self {
-        Self::Text(text)
-    }
+/// `From` a reference to each form a prompt is held in, into its variant.
+macro_rules! prompt_from {
+    ($($variant:ident($held:ty)),+) => {$(
+        impl<'a> From<&'a $held> for Prompt<'a> {
+            fn from(prompt: &'a $held) -> Self {
+                Self::$variant(prompt)
+            }
+        }
+    )+};
 }
 
-impl<'a> From<&'a String> for Prompt<'a> {
-    fn from(text: &'a String) -> Self {
-        Self::Text(text)
-    }
-}
-
-impl<'a> From<&'a [TokenId]> for Prompt<'a> {
-    fn from(ids: &'a [TokenId]) -> Self {
-        Self::Ids(ids)
-    }
-}
-
-impl<'a> From<&'a Vec<TokenId>> for Prompt<'a> {
-    fn from(ids: &'a Vec<TokenId>) -> Self {
-        Self::Ids(ids)
-    }
-}
-
-impl<'a> From<&'a [Message]> for Prompt<'a> {
-    fn from(messages: &'a [Message]) -> Self {
-        Self::Chat(messages)
-    }
-}
-
-impl<'a> From<&'a Vec<Message>> for Prompt<'a> {
-    fn from(messages: &'a Vec<Message>) -> Self {
-        Self::Chat(messages)
-    }
-}
+prompt_from!(
+    Text(str),
+    Text(String),
+    Ids([TokenId]),
+    Ids(Vec<TokenId>),
+    Chat([Message]),
+    Chat(Vec<Message>)
+);
 
 /// How a one-call generation runs. The default is greedy (temperature 0),
 /// at most 256 new tokens, ending on the model's end tokens, no stop
@@ -143,70 +127,48 @@ impl Default for Options {
     }
 }
 
+/// Chained setters of [`Options`], each written `name(arg: Type) => field
+/// = value;` under its doc: sets the field and returns the options.
+macro_rules! setters {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($arg:ident: $ty:ty) => $($field:ident).+ = $value:expr;
+    )+) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, $arg: $ty) -> Self {
+            self.$($field).+ = $value;
+            self
+        }
+    )+};
+}
+
 impl Options {
-    /// Sets the most tokens to generate.
-    pub fn max_new_tokens(mut self, max_new_tokens: usize) -> Self {
-        self.max_new_tokens = max_new_tokens;
-        self
-    }
-
-    /// Sets the temperature (0: greedy; above 0: sampled).
-    pub fn temperature(mut self, temperature: f32) -> Self {
-        self.sampling.temperature = temperature;
-        self
-    }
-
-    /// Keeps the `top_k` most probable tokens.
-    pub fn top_k(mut self, top_k: usize) -> Self {
-        self.sampling.top_k = Some(top_k);
-        self
-    }
-
-    /// Keeps the most probable tokens up to probability mass `top_p`.
-    pub fn top_p(mut self, top_p: f32) -> Self {
-        self.sampling.top_p = Some(top_p);
-        self
-    }
-
-    /// Keeps the tokens at least `min_p` times as probable as the best.
-    pub fn min_p(mut self, min_p: f32) -> Self {
-        self.sampling.min_p = Some(min_p);
-        self
-    }
-
-    /// Sets the repetition penalty (1: none).
-    pub fn repetition_penalty(mut self, penalty: f32) -> Self {
-        self.sampling.repetition_penalty = Some(penalty);
-        self
-    }
-
-    /// Sets the seed of the sampler's random stream (unused when greedy).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.sampling.seed = seed;
-        self
+    setters! {
+        /// Sets the most tokens to generate.
+        max_new_tokens(max_new_tokens: usize) => max_new_tokens = max_new_tokens;
+        /// Sets the temperature (0: greedy; above 0: sampled).
+        temperature(temperature: f32) => sampling.temperature = temperature;
+        /// Keeps the `top_k` most probable tokens.
+        top_k(top_k: usize) => sampling.top_k = Some(top_k);
+        /// Keeps the most probable tokens up to probability mass `top_p`.
+        top_p(top_p: f32) => sampling.top_p = Some(top_p);
+        /// Keeps the tokens at least `min_p` times as probable as the best.
+        min_p(min_p: f32) => sampling.min_p = Some(min_p);
+        /// Sets the repetition penalty (1: none).
+        repetition_penalty(penalty: f32) => sampling.repetition_penalty = Some(penalty);
+        /// Sets the seed of the sampler's random stream (unused when greedy).
+        seed(seed: u64) => sampling.seed = seed;
+        /// Asks for structured output of `format`.
+        format(format: OutputFormat) => format = Some(format);
+        /// Records the `n` most probable candidates at each step.
+        n_top_candidates(n: usize) => n_top_candidates = n;
+        /// Decodes speculatively with drafts from `drafting`.
+        draft(drafting: Drafting) => draft = Some(drafting);
     }
 
     /// Adds a stop string.
     pub fn stop(mut self, stop: impl Into<String>) -> Self {
         self.stop.push(stop.into());
-        self
-    }
-
-    /// Asks for structured output of `format`.
-    pub fn format(mut self, format: OutputFormat) -> Self {
-        self.format = Some(format);
-        self
-    }
-
-    /// Records the `n` most probable candidates at each step.
-    pub fn n_top_candidates(mut self, n: usize) -> Self {
-        self.n_top_candidates = n;
-        self
-    }
-
-    /// Decodes speculatively with drafts from `drafting`.
-    pub fn draft(mut self, drafting: Drafting) -> Self {
-        self.draft = Some(drafting);
         self
     }
 }
