@@ -252,26 +252,20 @@ pub struct ModelArgs {
     pub mmap: bool,
 }
 
-/// The types `--quantize` quantizes to at load.
+/// The types `--quantize` quantizes to at load: GGML's names, in lower
+/// case on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[allow(missing_docs)]
+#[value(rename_all = "snake_case")]
+#[allow(missing_docs, non_camel_case_types)]
 pub enum LoadQuant {
-    #[value(name = "q8_0")]
     Q8_0,
-    #[value(name = "q4_0")]
     Q4_0,
-    #[value(name = "q4_1")]
     Q4_1,
-    #[value(name = "q5_0")]
     Q5_0,
-    #[value(name = "q5_1")]
     Q5_1,
-    #[value(name = "q4_k")]
-    Q4K,
-    #[value(name = "q5_k")]
-    Q5K,
-    #[value(name = "q6_k")]
-    Q6K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
 }
 
 impl LoadQuant {
@@ -284,9 +278,9 @@ impl LoadQuant {
             Self::Q4_1 => T::Q4_1,
             Self::Q5_0 => T::Q5_0,
             Self::Q5_1 => T::Q5_1,
-            Self::Q4K => T::Q4_K,
-            Self::Q5K => T::Q5_K,
-            Self::Q6K => T::Q6_K,
+            Self::Q4_K => T::Q4_K,
+            Self::Q5_K => T::Q5_K,
+            Self::Q6_K => T::Q6_K,
         }
     }
 }
