@@ -65,8 +65,9 @@ pub enum Packing {
     /// row-major; docs/performance.md).
     Blocks,
     /// The default (`LM_PACK=all`): Q4_K and Q6_K as well, where their
-    /// AVX-512 kernel runs: a 1B Q4_K_M prefills 1.8x llama.cpp's speed and
-    /// decodes 1.26x at one thread (docs/performance.md).
+    /// AVX-512 kernel runs: on the Xeon a 1B Q4_K_M prefills 1.6-1.75x
+    /// llama.cpp's speed and decodes 1.7-1.8x at one thread
+    /// (docs/performance.md).
     All,
 }
 
