@@ -155,37 +155,33 @@ fn picked_scales<const SIGNED: bool>(bytes: __m128i) -> [__m512i; 4] {
 
 /// Per vector `k` of 64 values, the byte shuffle that puts group `4k + j`'s
 /// signed scale byte (byte `4k + j`) in both bytes of every word of lane `j`.
-static Q6_K_PICKS: [[u16; 32]; 4] = {
-    let mut picks = [[0; 32]; 4];
-    let mut k = 0;
-    while k < 4 {
-        let mut w = 0;
-        while w < 32 {
-            let byte = (4 * k + w / 8) as u16;
-            picks[k][w] = byte | byte << 8;
-            w += 1;
-        }
-        k += 1;
-    }
-    picks
-};
+static Q6_K_PICKS: [[u16; 32]; 4] = picks(true);
 
 /// Per vector `k` of 64 values, the byte shuffle that puts scale byte
 /// `2k + h` (the group of 32 of half `h`) in the low byte of every word of
 /// half `h`, zero (index 0x80) above it.
-static K4_PICKS: [[u16; 32]; 4] = {
+static K4_PICKS: [[u16; 32]; 4] = picks(false);
+
+/// The shuffles of [`Q6_K_PICKS`] (`signed`) or [`K4_PICKS`]: word `w` of
+/// vector `k`.
+const fn picks(signed: bool) -> [[u16; 32]; 4] {
     let mut picks = [[0; 32]; 4];
     let mut k = 0;
     while k < 4 {
         let mut w = 0;
         while w < 32 {
-            picks[k][w] = 0x8000 | (2 * k + w / 16) as u16;
+            picks[k][w] = if signed {
+                let byte = (4 * k + w / 8) as u16;
+                byte | byte << 8
+            } else {
+                0x8000 | (2 * k + w / 16) as u16
+            };
             w += 1;
         }
         k += 1;
     }
     picks
-};
+}
 
 /// Q4_K and Q5_K values (see `block_k`'s diagram): the 32 packed bytes `k`
 /// hold values `64k..64k + 32` in their low nibbles and `64k + 32..64k + 64`
