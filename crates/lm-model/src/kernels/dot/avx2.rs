@@ -25,12 +25,11 @@ use std::arch::x86_64::{
     _mm_shufflelo_epi16, _mm_storeu_ps, _mm256_add_ps, _mm256_and_si256, _mm256_broadcast_ss,
     _mm256_broadcastsi128_si256, _mm256_broadcastss_ps, _mm256_castps256_ps128,
     _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
-    _mm256_cvtss_f32, _mm256_dpbusd_avx_epi32, _mm256_extractf128_ps, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
-    _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
-    _mm256_set1_epi64x, _mm256_setr_epi8, _mm256_setr_epi32, _mm256_setzero_ps,
-    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32,
-    _mm256_srlv_epi32, _mm256_sub_epi8, _mm256_sub_epi16, _mm256_sub_epi32,
+    _mm256_cvtss_f32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set_m128i,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi8,
+    _mm256_setr_epi32, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32,
+    _mm256_srlv_epi32, _mm256_sub_epi8, _mm256_sub_epi16,
 };
 
 use super::frame::{
@@ -635,28 +634,53 @@ impl BytePairs for Maddubs {
     }
 }
 
-/// AVX-VNNI: one `vpdpbusd` sums four products per lane.
-#[derive(Clone, Copy)]
-pub(super) struct Vnni;
+/// Defines the unit struct `$name`, [`BytePairs`] by the 256-bit
+/// `vpdpbusd` `$dpbusd` (AVX-VNNI's encoding or AVX-512 VNNI's with VL, the
+/// same operation): one instruction sums four products per lane. A macro
+/// rather than a struct generic over the encoding, which compiled
+/// `dot_rows_vnni` differently.
+macro_rules! vnni_byte_pairs {
+    ($(#[$doc:meta])* $vis:vis struct $name:ident = $dpbusd:ident;) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        $vis struct $name;
 
-impl BytePairs for Vnni {
-    #[inline(always)]
-    unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
-        // SAFETY: the caller guarantees avxvnni (the `*_vnni` entries).
-        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
-    }
+        const _: () = {
+            use std::arch::x86_64::{
+                __m256i, _mm256_set1_epi8, _mm256_setzero_si256, _mm256_sub_epi32, $dpbusd,
+            };
 
-    /// `vpdpbusd` of `u` with `s`, starting from `-16 Σ s` per lane (a
-    /// `vpdpbusd` of 16 with `s`, negated), as the AVX-512 kernel does.
-    #[inline(always)]
-    unsafe fn dot_u8_less_16_i8(u: __m256i, s: __m256i) -> __m256i {
-        // SAFETY: the caller guarantees avxvnni (the `*_vnni` entries).
-        unsafe {
-            let sixteens = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), s);
-            let start = _mm256_sub_epi32(_mm256_setzero_si256(), sixteens);
-            _mm256_dpbusd_avx_epi32(start, u, s)
-        }
-    }
+            use $crate::kernels::dot::avx2::BytePairs;
+
+            impl BytePairs for $name {
+                #[inline(always)]
+                unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+                    // SAFETY: the caller guarantees the instruction's
+                    // features (named on the struct).
+                    unsafe { $dpbusd(_mm256_setzero_si256(), u, s) }
+                }
+
+                /// `vpdpbusd` of `u` with `s`, starting from `-16 Σ s` per
+                /// lane (a `vpdpbusd` of 16 with `s`, negated), as the
+                /// AVX-512 kernel does.
+                #[inline(always)]
+                unsafe fn dot_u8_less_16_i8(u: __m256i, s: __m256i) -> __m256i {
+                    // SAFETY: as `dot_u8_i8`.
+                    unsafe {
+                        let sixteens = $dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(16), s);
+                        let start = _mm256_sub_epi32(_mm256_setzero_si256(), sixteens);
+                        $dpbusd(start, u, s)
+                    }
+                }
+            }
+        };
+    };
+}
+pub(super) use vnni_byte_pairs;
+
+vnni_byte_pairs! {
+    /// AVX-VNNI (the `*_vnni` entries: avxvnni).
+    pub(super) struct Vnni = _mm256_dpbusd_avx_epi32;
 }
 
 /// The 32 bits of a little-endian u32 (`bytes`) as 32 bytes, 16 where the

@@ -64,12 +64,12 @@ pub(crate) fn dot_rows(
 mod x86 {
     use std::arch::x86_64::{
         __m128i, __m256i, _mm_add_epi32, _mm_cvtepi32_ps, _mm_loadu_si128, _mm_mul_ps, _mm_setr_ps,
-        _mm_storeu_ps, _mm256_abs_epi8, _mm256_castsi256_si128, _mm256_dpbusd_epi32,
-        _mm256_extracti128_si256, _mm256_hadd_epi32, _mm256_loadu_si256, _mm256_set_m128i,
-        _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8,
+        _mm_storeu_ps, _mm256_abs_epi8, _mm256_castsi256_si128, _mm256_extracti128_si256,
+        _mm256_hadd_epi32, _mm256_loadu_si256, _mm256_set_m128i, _mm256_setzero_si256,
+        _mm256_shuffle_epi8, _mm256_sign_epi8,
     };
 
-    use super::super::avx2::{BytePairs, Maddubs, Vnni, unpack_nibbles};
+    use super::super::avx2::{BytePairs, Maddubs, Vnni, unpack_nibbles, vnni_byte_pairs};
     use super::super::frame::{Batch, BlockKernel, Group, each_row_and_input};
     use crate::quant::activation::Q8Block;
     use crate::quant::mxfp4::{BLOCK_BYTES, MXFP4_VALUES, half_scale};
@@ -120,26 +120,10 @@ mod x86 {
         unsafe { each_row_and_input(batch, xq, out, Mxfp4Kernel(Vnni512)) }
     }
 
-    /// AVX512-VNNI (with VL): the 256-bit `vpdpbusd`, four products per lane.
-    #[derive(Clone, Copy)]
-    struct Vnni512;
-
-    impl BytePairs for Vnni512 {
-        #[inline(always)]
-        unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
-            // SAFETY: the caller guarantees avx512vnni and avx512vl.
-            unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
-        }
-
-        /// Not used by the MXFP4 kernel (its weights are signed).
-        #[inline(always)]
-        unsafe fn dot_u8_less_16_i8(u: __m256i, s: __m256i) -> __m256i {
-            // SAFETY: the caller guarantees avx512vnni and avx512vl.
-            unsafe {
-                let sixteens = Self::dot_u8_i8(std::arch::x86_64::_mm256_set1_epi8(16), s);
-                std::arch::x86_64::_mm256_sub_epi32(Self::dot_u8_i8(u, s), sixteens)
-            }
-        }
+    vnni_byte_pairs! {
+        /// AVX512-VNNI (with VL; avx512vnni and avx512vl). The MXFP4 kernel
+        /// uses only `dot_u8_i8` (its weights are signed).
+        struct Vnni512 = _mm256_dpbusd_epi32;
     }
 
     /// The MXFP4 kernel with the byte products `P`, for
