@@ -55,16 +55,26 @@ const VECTORS: usize = 8;
 /// The most inputs that share one unpacking of a half's block.
 const TILE: usize = 4;
 
-/// Every panel of `$product` against every input by the sums of `$h`,
+/// Every panel of `$product` (of the packed type `$ty`) against every
+/// input by the sums `$sums<U, ..>` for that type `U` (written `_`),
 /// balanced tiles of up to [`TILE`] inputs at a time, into `$out`. A macro,
 /// written out in the `#[target_feature]` function that uses it, because a
 /// closure is compiled with the target features of the function it is
 /// written in: the tile closure of an `#[inline(always)]` function without
 /// them called every intrinsic (1B-shape Q4_0 decode at 0.4 tokens/s).
 ///
-/// Safety: the CPU has avx2, fma, f16c and what `$h` uses.
+/// Safety: the CPU has avx2, fma, f16c and what `$sums` uses.
 macro_rules! each_panel {
-    ($h:ty, $product:expr, $out:expr) => {{
+    ($ty:expr, $sums:ident<_ $(, $d:ty)?>, $product:expr, $out:expr) => {
+        match $ty {
+            GgmlType::Q4_0 => each_panel!(@tile $sums<Q4_0 $(, $d)?>, $product, $out),
+            GgmlType::Q4_1 => each_panel!(@tile $sums<Q4_1 $(, $d)?>, $product, $out),
+            GgmlType::Q5_0 => each_panel!(@tile $sums<Q5_0 $(, $d)?>, $product, $out),
+            GgmlType::Q8_0 => each_panel!(@tile $sums<Q8_0 $(, $d)?>, $product, $out),
+            _ => unreachable!("{} is not packed", $ty),
+        }
+    };
+    (@tile $h:ty, $product:expr, $out:expr) => {{
         let product: PanelProduct<'_, Q8Block> = $product;
         let panel_bytes = product.n_blocks * <$h as HalfSums>::Packed::RECORD_BYTES;
         // SAFETY: the caller's features.
@@ -86,13 +96,7 @@ macro_rules! each_panel {
 /// The CPU must support avx2, fma and f16c.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_panels(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-    match ty {
-        GgmlType::Q4_0 => each_panel!(Maddubs<Q4_0>, product, out),
-        GgmlType::Q4_1 => each_panel!(Maddubs<Q4_1>, product, out),
-        GgmlType::Q5_0 => each_panel!(Maddubs<Q5_0>, product, out),
-        GgmlType::Q8_0 => each_panel!(Maddubs<Q8_0>, product, out),
-        _ => unreachable!("{ty} is not packed"),
-    }
+    each_panel!(ty, Maddubs<_>, product, out)
 }
 
 /// [`dot_panels`] with the byte products of AVX-VNNI (`vpdpbusd`).
@@ -105,13 +109,7 @@ pub(super) unsafe fn dot_panels_vnni(
     product: PanelProduct<'_, Q8Block>,
     out: &mut [f32],
 ) {
-    match ty {
-        GgmlType::Q4_0 => each_panel!(Dpbusd<Q4_0, AvxVnni>, product, out),
-        GgmlType::Q4_1 => each_panel!(Dpbusd<Q4_1, AvxVnni>, product, out),
-        GgmlType::Q5_0 => each_panel!(Dpbusd<Q5_0, AvxVnni>, product, out),
-        GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, AvxVnni>, product, out),
-        _ => unreachable!("{ty} is not packed"),
-    }
+    each_panel!(ty, Dpbusd<_, AvxVnni>, product, out)
 }
 
 unsigned_vector!(
@@ -392,13 +390,7 @@ pub(super) mod tests {
     /// [`dot_panels_vnni`] with [`Avx512Vl`].
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     unsafe fn dot_panels_evex(ty: GgmlType, product: PanelProduct<'_, Q8Block>, out: &mut [f32]) {
-        match ty {
-            GgmlType::Q4_0 => each_panel!(Dpbusd<Q4_0, Avx512Vl>, product, out),
-            GgmlType::Q4_1 => each_panel!(Dpbusd<Q4_1, Avx512Vl>, product, out),
-            GgmlType::Q5_0 => each_panel!(Dpbusd<Q5_0, Avx512Vl>, product, out),
-            GgmlType::Q8_0 => each_panel!(Dpbusd<Q8_0, Avx512Vl>, product, out),
-            _ => unreachable!("{ty} is not packed"),
-        }
+        each_panel!(ty, Dpbusd<_, Avx512Vl>, product, out)
     }
 
     /// Panels of random quant (and Q5_0 `qh`) bytes and finite scales and
