@@ -26,7 +26,7 @@ use std::arch::x86_64::{
 };
 
 use super::avx512::dpbusd_run;
-use super::{PREFETCH_BYTES, PanelProduct, prefetch_lines};
+use super::{PanelProduct, prefetch_ahead};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -51,15 +51,20 @@ pub(super) unsafe fn dot_panels_k(
     out: &mut [f32],
 ) {
     let panel_bytes = product.n_blocks * PANEL_ROWS * ty.block_bytes();
+    // Passes with one or two inputs that prefetch (`prefetch_stride`, as
+    // `Dispatch::prefetches_panels` decides per CPU) ask for each line of a
+    // record PREFETCH_BYTES ahead where they first load it (`AHEAD`).
     product.each_tile(panel_bytes, MAX_TILE, out, |_, part, out| {
         macro_rules! tile {
             ($f:ident) => {
-                match part.n {
-                    1 => $f::<1>(part, out),
-                    2 => $f::<2>(part, out),
-                    3 => $f::<3>(part, out),
-                    4 => $f::<4>(part, out),
-                    size => unreachable!("a tile of {size} inputs"),
+                match (part.n, part.prefetch_stride != 0) {
+                    (1, true) => $f::<1, true>(part, out),
+                    (1, false) => $f::<1, false>(part, out),
+                    (2, true) => $f::<2, true>(part, out),
+                    (2, false) => $f::<2, false>(part, out),
+                    (3, _) => $f::<3, false>(part, out),
+                    (4, _) => $f::<4, false>(part, out),
+                    (size, _) => unreachable!("a tile of {size} inputs"),
                 }
             };
         }
@@ -106,12 +111,12 @@ unsafe fn four(qs: &[i8], at: usize) -> __m512i {
     unsafe { _mm512_set1_epi32(qs.as_ptr().add(at).cast::<i32>().read_unaligned()) }
 }
 
-/// Calls `$f::<$t, J>($args)` for every `J` listed, in order: the
+/// Calls `$f::<$t, $a, J>($args)` for every `J` listed, in order: the
 /// runs of a super-block with their indices as constants, so that each
 /// run's shifts and selections are fixed at compile time.
 macro_rules! each_const {
-    ($f:ident::<$t:ident> $args:tt, [$($j:literal),*]) => {
-        $($f::<$t, $j> $args;)*
+    ($f:ident::<$t:ident, $a:ident> $args:tt, [$($j:literal),*]) => {
+        $($f::<$t, $a, $j> $args;)*
     };
 }
 
@@ -119,12 +124,6 @@ macro_rules! each_const {
 /// the panel's records (`record_bytes` each) with the tile's `T` input
 /// blocks of that super-block and their accumulators, then stores the
 /// accumulators: `out[i * 16 + l] = row l · input i`.
-///
-/// Passes with one or two inputs that prefetch (`part.prefetch_stride`, as
-/// [`Dispatch::prefetches_panels`] decides per CPU) ask for each record's
-/// lines [`PREFETCH_BYTES`] ahead.
-///
-/// [`Dispatch::prefetches_panels`]: crate::kernels::dispatch::Dispatch::prefetches_panels
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn each_record<const T: usize>(
@@ -137,7 +136,6 @@ fn each_record<const T: usize>(
         panels: panel,
         n_blocks,
         xq,
-        prefetch_stride,
         ..
     } = part;
     assert_eq!(panel.len(), n_blocks * record_bytes);
@@ -147,10 +145,6 @@ fn each_record<const T: usize>(
         // SAFETY: the record lies within the panel (its length asserted
         // above).
         let record = unsafe { panel.as_ptr().add(b * record_bytes) };
-        if T <= 2 {
-            let ahead = record.wrapping_add(PREFETCH_BYTES);
-            prefetch_lines(ahead, record_bytes, prefetch_stride);
-        }
         block(
             record,
             std::array::from_fn(|i| &xq[i * n_blocks + b]),
@@ -164,13 +158,17 @@ fn each_record<const T: usize>(
 }
 
 /// One Q4_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
-/// input i`.
+/// input i`. With `AHEAD`, each of a record's 36 lines is asked for
+/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) ahead as it is first loaded.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile_q4_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
+fn tile_q4_k<const T: usize, const AHEAD: bool>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
     each_record::<T>(part, PANEL_ROWS * 144, out, |record, x, acc| {
         // SAFETY: the scales are inside the record (`packed_k`'s layout).
-        let load = |at: usize| unsafe { _mm512_loadu_si512(record.add(at).cast()) };
+        let load = |at: usize| unsafe { load_ahead(record.add(at), AHEAD) };
+        if AHEAD {
+            prefetch_ahead(record.wrapping_add(q4_k::D));
+        }
         let (scales, mins) = scales_mins_q4_k(
             load(q4_k::SCALES),
             load(q4_k::SCALES + PIECE_BYTES),
@@ -180,7 +178,7 @@ fn tile_q4_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) 
         // SAFETY: `record` is a whole record.
         unsafe {
             each_const!(
-                sub_block_q4_k::<T>(record, &scales, &x, &mut sumi),
+                sub_block_q4_k::<T, AHEAD>(record, &scales, &x, &mut sumi),
                 [0, 1, 2, 3, 4, 5, 6, 7]
             );
         }
@@ -223,7 +221,7 @@ fn tile_q4_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) 
 /// [`dot_panels_k`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn sub_block_q4_k<const T: usize, const J: usize>(
+unsafe fn sub_block_q4_k<const T: usize, const AHEAD: bool, const J: usize>(
     record: *const u8,
     scales: &[__m512i; 2],
     x: &[&Q8KBlock; T],
@@ -236,7 +234,8 @@ unsafe fn sub_block_q4_k<const T: usize, const J: usize>(
         let scale = unsigned_byte(scales[J / 4], J % 4);
         let pieces = record.add(q4_k::QS + 8 * (J / 2) * PIECE_BYTES);
         let weights: [__m512i; 8] = std::array::from_fn(|c| {
-            let v = _mm512_loadu_si512(pieces.add(c * PIECE_BYTES).cast());
+            // The even sub-block reads the pieces first; the odd one, again.
+            let v = load_ahead(pieces.add(c * PIECE_BYTES), AHEAD && J.is_multiple_of(2));
             let v = if J % 2 == 1 {
                 _mm512_srli_epi16::<4>(v)
             } else {
@@ -275,21 +274,25 @@ fn scales_mins_q4_k(a: __m512i, b: __m512i, c: __m512i) -> ([__m512i; 2], [__m51
 }
 
 /// One Q6_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
-/// input i`.
+/// input i`. With `AHEAD`, each piece of a record is asked for
+/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) ahead as it is first loaded.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile_q6_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
+fn tile_q6_k<const T: usize, const AHEAD: bool>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
     each_record::<T>(part, PANEL_ROWS * 210, out, |record, x, acc| {
+        if AHEAD {
+            prefetch_ahead(record.wrapping_add(q6_k::D));
+        }
         let mut sumi = [_mm512_setzero_si512(); T];
         // SAFETY: `record` is a whole record. Quarter Q = 2h + e holds the
         // groups 8h + 2t + e (t = 0..4), read in the record's order.
         unsafe {
             each_const!(
-                group_q6_k::<T>(record, &x, &mut sumi),
+                group_q6_k::<T, AHEAD>(record, &x, &mut sumi),
                 [0, 2, 4, 6, 1, 3, 5, 7]
             );
             each_const!(
-                group_q6_k::<T>(record, &x, &mut sumi),
+                group_q6_k::<T, AHEAD>(record, &x, &mut sumi),
                 [8, 10, 12, 14, 9, 11, 13, 15]
             );
         }
@@ -310,7 +313,7 @@ fn tile_q6_k<const T: usize>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) 
 /// [`dot_panels_k`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group_q6_k<const T: usize, const G: usize>(
+unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
     record: *const u8,
     x: &[&Q8KBlock; T],
     sumi: &mut [__m512i; T],
@@ -322,17 +325,23 @@ unsafe fn group_q6_k<const T: usize, const G: usize>(
     unsafe {
         let low4 = _mm512_set1_epi8(0x0F);
         let bits45 = _mm512_set1_epi8(0x30);
-        let load = |at: usize| _mm512_loadu_si512(record.add(at).cast());
-        let scale = signed_byte(load(q6_k::SCALES + G / 4 * PIECE_BYTES), G % 4);
+        // Each piece is asked for ahead where the record's order first
+        // reads it: a scale piece by groups 0, 4, 8, 12; a quarter's `H`
+        // and `A` pieces by its first group (t = 0), `B` by its second.
+        let load = |at: usize, first: bool| load_ahead(record.add(at), AHEAD && first);
+        let scale = signed_byte(
+            load(q6_k::SCALES + G / 4 * PIECE_BYTES, G.is_multiple_of(4)),
+            G % 4,
+        );
         let pieces = q6_k::QUARTERS + (2 * h + e) * q6_k::QUARTER_BYTES;
         let weights: [__m512i; 4] = std::array::from_fn(|k| {
-            let ql = load(pieces + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES);
+            let ql = load(pieces + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES, t < 2);
             let low = if t < 2 {
                 _mm512_and_si512(ql, low4)
             } else {
                 _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low4)
             };
-            let qh = load(pieces + q6_k::QH + k * PIECE_BYTES);
+            let qh = load(pieces + q6_k::QH + k * PIECE_BYTES, t == 0);
             // Bits 2t, 2t + 1 of each byte to bits 4, 5.
             let high = match t {
                 0 => _mm512_slli_epi16::<4>(qh),
@@ -351,4 +360,18 @@ unsafe fn group_q6_k<const T: usize, const G: usize>(
             *sumi = _mm512_add_epi32(*sumi, _mm512_mullo_epi32(s, scale));
         }
     }
+}
+
+/// The 64 bytes at `at`, first asking for the line [`PREFETCH_BYTES`](super::PREFETCH_BYTES)
+/// further when `ahead` ([`prefetch_ahead`]).
+///
+/// # Safety
+/// The 64 bytes at `at` are readable; the CPU has avx512f.
+#[inline(always)]
+unsafe fn load_ahead(at: *const u8, ahead: bool) -> __m512i {
+    if ahead {
+        prefetch_ahead(at);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { _mm512_loadu_si512(at.cast()) }
 }
