@@ -362,8 +362,9 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
     }
 }
 
-/// The 64 bytes at `at`, first asking for the line [`PREFETCH_BYTES`](super::PREFETCH_BYTES)
-/// further when `ahead` ([`prefetch_ahead`]).
+/// The 64 bytes at `at`, first asking for the line
+/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) further when `ahead`
+/// ([`prefetch_ahead`]).
 ///
 /// # Safety
 /// The 64 bytes at `at` are readable; the CPU has avx512f.

@@ -280,7 +280,7 @@ pub(crate) const LINE_BYTES: usize = 64;
 /// one prefetch per iteration: unrolled into a burst of a record's 36, the
 /// same prefetches ran 1B Q4_K_M decode 12% slower on the Xeon (18.3
 /// against 20.8 tok/s at one thread, interleaved pairs), and spread over
-/// the record's loads ([`prefetch_ahead`]) 2-4% faster.
+/// the record's loads ([`prefetch_ahead`]) 2-5% faster.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_lines(at: *const u8, bytes: usize, stride: usize) {
@@ -302,8 +302,8 @@ pub(crate) fn prefetch_lines(at: *const u8, bytes: usize, stride: usize) {
 /// An `asm!` block rather than `_mm_prefetch`, which the compiler is free
 /// to move: it gathered the AVX-512 K-quant kernel's per-piece prefetches
 /// into bursts of 16, and that kernel ran 1B Q4_K_M decode slower than
-/// with one burst per record. Kept in place, one-thread decode ran 2-4%
-/// faster than the burst per record (Xeon, interleaved runs of one binary).
+/// with one burst per record. Kept in place, one-thread decode ran 2-5%
+/// faster than the burst per record (Xeon, interleaved pairs).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_ahead(at: *const u8) {
