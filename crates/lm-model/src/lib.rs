@@ -94,7 +94,7 @@ pub use hf::{HfError, SUPPORTED_HF_CLASSES, open_hf_dir, open_hf_dir_quantized};
 pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, TrainOptions};
 pub use quant::QuantizeError;
 #[doc(hidden)]
-pub use quant::packed_k::k_panels_for_bench;
+pub use quant::packed::panels_for_bench;
 pub use quant::{
     GgmlType, KERNEL_ENV, Kernel, NonFinite, PACK_ENV, Packing, QMatrix, QuantError,
     SUPPORTED_TYPES,

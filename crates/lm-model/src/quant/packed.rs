@@ -42,7 +42,8 @@
 //! that read the same tokens agree exactly.
 
 use super::block::QK;
-use super::{GgmlType, packed_k};
+use super::{GgmlType, QMatrix, QuantError, packed_k};
+use crate::kernels::dispatch::Kernel;
 
 /// Rows per panel: one 512-bit vector of i32 or f32 lanes.
 pub(crate) const PANEL_ROWS: usize = 16;
@@ -116,6 +117,31 @@ pub(crate) const fn quants_at(ty: GgmlType) -> usize {
         GgmlType::Q5_0 => SCALE_BYTES + CHUNK_BYTES,
         _ => SCALE_BYTES,
     }
+}
+
+/// `data`, `n_rows` rows of `n_cols` values of `ty`, packed in panels in
+/// place as a model load packs them, and the matrix over it multiplying on
+/// `kernel` (whether or not a load would pack on that path): for
+/// `benches/quant.rs`, as packed matrices are otherwise made only by a
+/// model load. `Ok(None)` when the matrix has no panel layout
+/// ([`has_panels`]); the errors of [`QMatrix::new`] and
+/// [`QMatrix::with_kernel`] otherwise.
+#[doc(hidden)]
+pub fn panels_for_bench(
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    data: &mut [u8],
+    kernel: Kernel,
+) -> Result<Option<QMatrix<'_>>, QuantError> {
+    QMatrix::new(ty, n_rows, n_cols, data)?.with_kernel(kernel)?;
+    if !has_panels(ty, n_rows) {
+        return Ok(None);
+    }
+    let row_bytes = ty.row_bytes(n_cols)?;
+    pack_in_place(ty, data, row_bytes, &mut Vec::new());
+    let m = QMatrix::new(ty, n_rows, n_cols, data)?.with_kernel(kernel)?;
+    Ok(Some(m.in_panels()))
 }
 
 /// Repacks `data`, `n_rows` rows of `row_bytes` each stored as `ty` (which

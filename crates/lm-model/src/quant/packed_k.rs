@@ -51,9 +51,8 @@
 //! steps once.) The same bits on every path and for any number of inputs,
 //! so a prefill and the decode steps that read the same tokens agree.
 
-use super::packed::{self, PANEL_ROWS};
-use super::{GgmlType, QMatrix, QuantError};
-use crate::kernels::dispatch::Kernel;
+use super::GgmlType;
+use super::packed::PANEL_ROWS;
 
 /// One field of a GGUF super-block: `len` bytes at `at`, moved in pieces
 /// of `piece` bytes.
@@ -164,31 +163,6 @@ pub(crate) mod q6_k {
 /// Whether `ty` is one of the super-block types packed here.
 pub(crate) fn packs_k(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
-}
-
-/// `data`, `n_rows` rows of `n_cols` values of `ty` (Q4_K or Q6_K), packed
-/// in panels in place as a model load packs them, and the matrix over it
-/// multiplying on `kernel` (whether or not a load would pack on that path):
-/// for `benches/quant.rs`, as packed matrices are otherwise made only by a
-/// model load. `Ok(None)` when the type or the row count (whole panels)
-/// does not pack; the errors of [`QMatrix::new`] and
-/// [`QMatrix::with_kernel`] otherwise.
-#[doc(hidden)]
-pub fn k_panels_for_bench(
-    ty: GgmlType,
-    n_rows: usize,
-    n_cols: usize,
-    data: &mut [u8],
-    kernel: Kernel,
-) -> Result<Option<QMatrix<'_>>, QuantError> {
-    QMatrix::new(ty, n_rows, n_cols, data)?.with_kernel(kernel)?;
-    if !packs_k(ty) || !n_rows.is_multiple_of(PANEL_ROWS) {
-        return Ok(None);
-    }
-    let row_bytes = ty.row_bytes(n_cols)?;
-    packed::pack_in_place(ty, data, row_bytes, &mut Vec::new());
-    let m = QMatrix::new(ty, n_rows, n_cols, data)?.with_kernel(kernel)?;
-    Ok(Some(m.in_panels()))
 }
 
 /// The fields of `ty` ([`packs_k`]) in record order.
