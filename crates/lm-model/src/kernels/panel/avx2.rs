@@ -41,7 +41,9 @@ use std::arch::x86_64::{
     _mm256_sub_epi32, _mm256_xor_si256,
 };
 
-use super::{PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0, prefetch_lines};
+use super::{
+    PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0, prefetch_line, prefetch_lines,
+};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
 use crate::quant::packed::{CHUNK_BYTES, PANEL_ROWS, SCALE_BYTES};
@@ -329,7 +331,7 @@ unsafe fn halves<H: HalfSums, const T: usize, const N: usize>(
             let ahead = panel
                 .as_ptr()
                 .wrapping_add(b * record_bytes + PREFETCH_BYTES);
-            prefetch_lines(ahead, record_bytes, prefetch_stride);
+            prefetch_lines(ahead, record_bytes, prefetch_stride, prefetch_line);
         }
         for (half, acc) in (first..).zip(&mut acc) {
             // SAFETY: record b lies within the panel (the caller's

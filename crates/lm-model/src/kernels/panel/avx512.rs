@@ -19,7 +19,7 @@ use std::arch::x86_64::{
 };
 
 use super::{
-    MAX_TILE, PREFETCH_BYTES, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0, prefetch_lines,
+    MAX_TILE, Packed, PanelProduct, Q4_0, Q4_1, Q5_0, Q8_0, prefetch_ahead, prefetch_lines,
 };
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8Block;
@@ -118,10 +118,13 @@ fn tile<U: Packed, const T: usize>(part: PanelProduct<'_, Q8Block>, out: &mut [f
     let mut acc: [__m512; T] = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
         if T <= 2 {
-            let ahead = panel
-                .as_ptr()
-                .wrapping_add(b * U::RECORD_BYTES + PREFETCH_BYTES);
-            prefetch_lines(ahead, U::RECORD_BYTES, part.prefetch_stride);
+            let record = panel.as_ptr().wrapping_add(b * U::RECORD_BYTES);
+            prefetch_lines(
+                record,
+                U::RECORD_BYTES,
+                part.prefetch_stride,
+                prefetch_ahead,
+            );
         }
         // SAFETY: record b lies within the panel (its length asserted
         // above): 32 bytes of scales, Q4_1's 32 of minimums or Q5_0's 64 of

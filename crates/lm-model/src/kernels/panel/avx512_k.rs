@@ -26,7 +26,7 @@ use std::arch::x86_64::{
 };
 
 use super::avx512::dpbusd_run;
-use super::{PanelProduct, prefetch_ahead};
+use super::{PanelProduct, prefetch_ahead, prefetch_into_l1};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -53,7 +53,8 @@ pub(super) unsafe fn dot_panels_k(
     let panel_bytes = product.n_blocks * PANEL_ROWS * ty.block_bytes();
     // Passes with one or two inputs that prefetch (`prefetch_stride`, as
     // `Dispatch::prefetches_panels` decides per CPU) ask for each line of a
-    // record PREFETCH_BYTES ahead where they first load it (`AHEAD`).
+    // record ahead where they first load it (`AHEAD`): Q4_K into L1 and L2
+    // (`prefetch_ahead`), Q6_K into L1 (`prefetch_into_l1`).
     product.each_tile(panel_bytes, MAX_TILE, out, |_, part, out| {
         macro_rules! tile {
             ($f:ident) => {
@@ -159,7 +160,7 @@ fn each_record<const T: usize>(
 
 /// One Q4_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
 /// input i`. With `AHEAD`, each of a record's 36 lines is asked for
-/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) ahead as it is first loaded.
+/// ahead into L1 and L2 as it is first loaded ([`prefetch_ahead`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn tile_q4_k<const T: usize, const AHEAD: bool>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
@@ -235,7 +236,8 @@ unsafe fn sub_block_q4_k<const T: usize, const AHEAD: bool, const J: usize>(
         let pieces = record.add(q4_k::QS + 8 * (J / 2) * PIECE_BYTES);
         let weights: [__m512i; 8] = std::array::from_fn(|c| {
             // The even sub-block reads the pieces first; the odd one, again.
-            let v = load_ahead(pieces.add(c * PIECE_BYTES), AHEAD && J.is_multiple_of(2));
+            let first = AHEAD && J.is_multiple_of(2);
+            let v = load_ahead(pieces.add(c * PIECE_BYTES), first);
             let v = if J % 2 == 1 {
                 _mm512_srli_epi16::<4>(v)
             } else {
@@ -275,13 +277,14 @@ fn scales_mins_q4_k(a: __m512i, b: __m512i, c: __m512i) -> ([__m512i; 2], [__m51
 
 /// One Q6_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
 /// input i`. With `AHEAD`, each piece of a record is asked for
-/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) ahead as it is first loaded.
+/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) ahead into L1 as it is first
+/// loaded ([`prefetch_into_l1`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn tile_q6_k<const T: usize, const AHEAD: bool>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
     each_record::<T>(part, PANEL_ROWS * 210, out, |record, x, acc| {
         if AHEAD {
-            prefetch_ahead(record.wrapping_add(q6_k::D));
+            prefetch_into_l1(record.wrapping_add(q6_k::D));
         }
         let mut sumi = [_mm512_setzero_si512(); T];
         // SAFETY: `record` is a whole record. Quarter Q = 2h + e holds the
@@ -328,20 +331,29 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
         // Each piece is asked for ahead where the record's order first
         // reads it: a scale piece by groups 0, 4, 8, 12; a quarter's `H`
         // and `A` pieces by its first group (t = 0), `B` by its second.
-        let load = |at: usize, first: bool| load_ahead(record.add(at), AHEAD && first);
         let scale = signed_byte(
-            load(q6_k::SCALES + G / 4 * PIECE_BYTES, G.is_multiple_of(4)),
+            load_into_l1(
+                record.add(q6_k::SCALES + G / 4 * PIECE_BYTES),
+                AHEAD && G.is_multiple_of(4),
+            ),
             G % 4,
         );
         let pieces = q6_k::QUARTERS + (2 * h + e) * q6_k::QUARTER_BYTES;
-        let weights: [__m512i; 4] = std::array::from_fn(|k| {
-            let ql = load(pieces + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES, t < 2);
+        let mut weights = [_mm512_setzero_si512(); 4];
+        for (k, weight) in weights.iter_mut().enumerate() {
+            let ql = load_into_l1(
+                record.add(pieces + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES),
+                AHEAD && t < 2,
+            );
             let low = if t < 2 {
                 _mm512_and_si512(ql, low4)
             } else {
                 _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low4)
             };
-            let qh = load(pieces + q6_k::QH + k * PIECE_BYTES, t == 0);
+            let qh = load_into_l1(
+                record.add(pieces + q6_k::QH + k * PIECE_BYTES),
+                AHEAD && t == 0,
+            );
             // Bits 2t, 2t + 1 of each byte to bits 4, 5.
             let high = match t {
                 0 => _mm512_slli_epi16::<4>(qh),
@@ -350,8 +362,8 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
                 _ => _mm512_srli_epi16::<2>(qh),
             };
             // low | (high & 0x30)
-            _mm512_ternarylogic_epi32::<0xF8>(low, high, bits45)
-        });
+            *weight = _mm512_ternarylogic_epi32::<0xF8>(low, high, bits45);
+        }
         for (sumi, x) in sumi.iter_mut().zip(x) {
             let mut s = _mm512_set1_epi32(-32 * i32::from(x.bsums[G]));
             for (k, &w) in weights.iter().enumerate() {
@@ -362,9 +374,8 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
     }
 }
 
-/// The 64 bytes at `at`, first asking for the line
-/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) further when `ahead`
-/// ([`prefetch_ahead`]).
+/// The 64 bytes at `at`, first asking for the lines further on into L1
+/// and L2 when `ahead` ([`prefetch_ahead`]; Q4_K).
 ///
 /// # Safety
 /// The 64 bytes at `at` are readable; the CPU has avx512f.
@@ -372,6 +383,20 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
 unsafe fn load_ahead(at: *const u8, ahead: bool) -> __m512i {
     if ahead {
         prefetch_ahead(at);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { _mm512_loadu_si512(at.cast()) }
+}
+
+/// [`load_ahead`] with the one request into L1 ([`prefetch_into_l1`];
+/// Q6_K).
+///
+/// # Safety
+/// As [`load_ahead`]'s.
+#[inline(always)]
+unsafe fn load_into_l1(at: *const u8, ahead: bool) -> __m512i {
+    if ahead {
+        prefetch_into_l1(at);
     }
     // SAFETY: the caller's contract.
     unsafe { _mm512_loadu_si512(at.cast()) }

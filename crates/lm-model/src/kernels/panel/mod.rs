@@ -108,10 +108,10 @@ pub(crate) struct PanelProduct<'a, A> {
     /// How many inputs.
     pub n: usize,
     /// How far apart the lines are that passes with one or two inputs ask
-    /// for, [`PREFETCH_BYTES`] ahead of the block they multiply:
-    /// [`LINE_BYTES`], or 0 for none ([`Dispatch::prefetches_panels`];
-    /// [`prefetch_lines`]; the K-quant kernels on AVX-512 ask for every
-    /// line where they first load it, [`prefetch_ahead`]).
+    /// for ahead of the block they multiply: [`LINE_BYTES`], or 0 for none
+    /// ([`Dispatch::prefetches_panels`]; [`prefetch_lines`]; the K-quant
+    /// kernels on AVX-512 ask for every line where they first load it,
+    /// [`prefetch_ahead`], [`prefetch_into_l1`]).
     pub prefetch_stride: usize,
 }
 
@@ -263,41 +263,67 @@ packed_types!(Q4_0: 18, Q4_1: 20, Q5_0: 22, Q8_0: 34);
 /// AVX-512's 32 registers with room for the scales.
 pub(crate) const MAX_TILE: usize = 8;
 
-/// How far ahead of the block being multiplied a pass that prefetches asks
-/// for its panel's lines. A panel is one stream through memory, which the
-/// hardware prefetcher follows less far ahead than the sixteen streams of
-/// sixteen row-major rows; 2 and 4 KB did equally well (Zen 4 and Xeon).
+/// How far ahead of the block being multiplied the AVX2 kernels and the
+/// Q6_K kernel on AVX-512 ask for their panel's lines, into L1. A panel is
+/// one stream through memory, which the hardware prefetcher follows less
+/// far ahead than the sixteen streams of sixteen row-major rows; 2 and 4 KB
+/// did equally well (Zen 4 and Xeon). The other AVX-512 kernels ask two
+/// levels ahead ([`prefetch_ahead`]).
 pub(crate) const PREFETCH_BYTES: usize = 2048;
 
 /// A cache line, the step of a pass that prefetches every line.
 pub(crate) const LINE_BYTES: usize = 64;
 
-/// Asks for the lines of the `bytes` bytes at `at`, `stride` bytes apart
-/// (none when `stride` is 0). A prefetch does not fault, whatever the
-/// address; the pointer is never dereferenced.
+/// Calls `ask` for the lines of the `bytes` bytes at `at`, `stride` bytes
+/// apart (none when `stride` is 0): [`prefetch_line`] on AVX2, two levels
+/// ahead ([`prefetch_ahead`]) on AVX-512, whose 32-weight records are 5 to
+/// 9 lines. The pointer is never dereferenced.
 ///
 /// The stride is read at run time, so the compiler keeps this a loop of
-/// one prefetch per iteration: unrolled into a burst of a record's 36, the
+/// one line per iteration: unrolled into a burst of a record's 36, the
 /// same prefetches ran 1B Q4_K_M decode 12% slower on the Xeon (18.3
 /// against 20.8 tok/s at one thread, interleaved pairs), and spread over
-/// the record's loads ([`prefetch_ahead`]) 2-5% faster.
+/// the record's loads ([`prefetch_ahead`]) 2-5% faster. On AVX-512, the
+/// Q4_0 panels of 1B's ffn_up streamed 8% faster with two levels than with
+/// one request per line 2 KB ahead, Q8_0's 3% (Xeon, one thread,
+/// `benches/quant`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) fn prefetch_lines(at: *const u8, bytes: usize, stride: usize) {
+pub(crate) fn prefetch_lines(at: *const u8, bytes: usize, stride: usize, ask: impl Fn(*const u8)) {
     if stride == 0 {
         return;
     }
     let mut offset = 0;
     while offset < bytes {
-        // SAFETY: prefetching needs only SSE, which every x86-64 CPU has.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(offset).cast()) };
+        ask(at.wrapping_add(offset));
         offset += stride;
     }
 }
 
-/// Asks for the line [`PREFETCH_BYTES`] past `at`, at this point among the
-/// loads around it: a kernel that calls it beside each first load of a
-/// line spreads its prefetches over its work.
+/// Asks for the line at `at` into every cache level. A prefetch does not
+/// fault, whatever the address.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_line(at: *const u8) {
+    // SAFETY: prefetching needs only SSE, which every x86-64 CPU has.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast()) };
+}
+
+/// How far ahead of the byte it loads [`prefetch_ahead`] asks for a line
+/// into the first-level cache, and into the second: two levels, so that a
+/// line is mostly in L2 when it is asked for into L1, and the L1 request
+/// holds one of the core's few fill buffers only for an L2 hit's time.
+/// With the one request 2 KB ahead into L1, the Q4_K panels of 1B's ffn_up
+/// streamed 12.8-13.5 GiB/s at one thread on the Xeon; with 1 KB into L1
+/// and 4 KB into L2, 14.4-14.9 (`benches/quant`, 1 GiB in 2 MB pages; the
+/// L2 request alone, 13.1). 512 B to 1.5 KB and 3 to 8 KB did about as well.
+const AHEAD_L1_BYTES: usize = 1024;
+const AHEAD_L2_BYTES: usize = 4096;
+
+/// Asks for the line [`AHEAD_L1_BYTES`] past `at` into L1 and the one
+/// [`AHEAD_L2_BYTES`] past it into L2, at this point among the loads
+/// around it: a kernel that calls it beside each first load of a line
+/// spreads its prefetches over its work.
 ///
 /// An `asm!` block rather than `_mm_prefetch`, which the compiler is free
 /// to move: it gathered the AVX-512 K-quant kernel's per-piece prefetches
@@ -311,6 +337,26 @@ pub(crate) fn prefetch_ahead(at: *const u8) {
     // only SSE, which every x86-64 CPU has. The block reads and writes no
     // memory; it is not marked `nomem` only so that the compiler keeps it
     // in order with the loads beside it.
+    unsafe {
+        std::arch::asm!(
+            "prefetcht0 [{}]",
+            "prefetcht1 [{}]",
+            in(reg) at.wrapping_add(AHEAD_L1_BYTES),
+            in(reg) at.wrapping_add(AHEAD_L2_BYTES),
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Asks for the line [`PREFETCH_BYTES`] past `at` into L1 alone, in place
+/// among the loads as [`prefetch_ahead`] does: the Q6_K panels, whose
+/// record visits its pieces out of their order. With [`prefetch_ahead`]'s
+/// two levels those of 1B's ffn_down streamed no faster on the Xeon
+/// (13.4-13.7 against 13.9 GiB/s at one thread, `benches/quant`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_into_l1(at: *const u8) {
+    // SAFETY: as `prefetch_ahead`'s.
     unsafe {
         std::arch::asm!(
             "prefetcht0 [{}]",
@@ -365,8 +411,8 @@ impl PanelInput for Q8KBlock {
 
 impl Dispatch {
     /// Whether passes with one or two inputs (decode) over `ty`'s panels
-    /// prefetch them ([`PREFETCH_BYTES`] ahead), as measured per kernel and
-    /// maker; a prefetch never changes a result.
+    /// prefetch them ([`prefetch_lines`], [`prefetch_ahead`]), as measured
+    /// per kernel and maker; a prefetch never changes a result.
     /// - AVX-512 on Intel: every type. On a Xeon (AVX-512 VNNI, idle,
     ///   2026-12-06) one-thread decode of the 1B shape ran 1.47x faster in
     ///   Q4_0, 1.29x in Q4_K_M and 1.11x in Q8_0 than with Zen 4's choice
