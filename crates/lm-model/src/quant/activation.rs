@@ -112,13 +112,12 @@ impl Q8Block {
     /// Quantizes 32 activations (`x.len() == 32`; missing values count as 0).
     #[inline]
     pub fn quantize(x: &[f32]) -> Q8Block {
-        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let amax = largest_magnitude(x);
         let d = amax / 127.0;
         let inv_d = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let mut qs = [0i8; QK];
         for (q, &v) in qs.iter_mut().zip(x) {
-            // `as` saturates and maps NaN to 0; |v * inv_d| <= 127 otherwise.
-            *q = round_ties_even_small(v * inv_d) as i8;
+            *q = round_to_i8(v * inv_d);
         }
         let isum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
         Q8Block {
@@ -129,14 +128,40 @@ impl Q8Block {
     }
 }
 
-/// `v.round_ties_even()` for |v| < 2^22 (and NaN for NaN), without the
-/// library call that `round_ties_even` becomes on x86_64 without SSE4.1:
-/// adding 1.5 * 2^23 leaves no fraction bits, so the addition itself rounds
-/// to the nearest integer, ties to even, and the subtraction is exact.
+/// `v.round_ties_even()` as a byte for |v| < 127.5, and 0 for NaN, with
+/// no conversion instruction (`f32 as i8` saturates, which the compiler
+/// does value by value): adding 1.5 * 2^23 leaves no fraction bits, so the
+/// addition itself rounds to the nearest integer, ties to even, and the
+/// sum's low bits are that integer plus those of 1.5 * 2^23.
 #[inline(always)]
-fn round_ties_even_small(v: f32) -> f32 {
-    const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23
-    (v + SHIFT) - SHIFT
+fn round_to_i8(v: f32) -> i8 {
+    const ROUNDING_SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23
+    let rounded = (v + ROUNDING_SHIFT)
+        .to_bits()
+        .wrapping_sub(ROUNDING_SHIFT.to_bits());
+    if v.is_nan() { 0 } else { rounded as i8 }
+}
+
+/// The largest magnitude in `x` that is not NaN (0 when none), as
+/// `f32::max` over the magnitudes finds it: eight running maxima side by
+/// side, which the compiler makes one vector operation (a single running
+/// maximum it must take value by value, in order).
+#[inline(always)]
+fn largest_magnitude(x: &[f32]) -> f32 {
+    // `a > m` is false for a NaN, which is therefore skipped.
+    let larger = |m: f32, a: f32| if a > m { a } else { m };
+    let mut lanes = [0.0f32; 8];
+    let chunks = x.chunks_exact(lanes.len());
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = larger(*m, v.abs());
+        }
+    }
+    lanes
+        .iter()
+        .chain(rest)
+        .fold(0.0, |m, &v| larger(m, v.abs()))
 }
 
 /// 256 activations quantized to signed bytes with one f32 scale and the sums
@@ -162,13 +187,7 @@ impl Q8KBlock {
     /// Quantizes 256 activations (`x.len() == 256`; missing values count as 0).
     #[inline]
     pub fn quantize(x: &[f32]) -> Q8KBlock {
-        let (mut amax, mut max) = (0.0f32, 0.0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let amax = largest_magnitude(x);
         let mut block = Q8KBlock {
             d: 0.0,
             qs: [0; QK_K],
@@ -177,10 +196,11 @@ impl Q8KBlock {
         if amax == 0.0 {
             return block;
         }
+        // The first value of that magnitude (there is one): its sign is the scale's.
+        let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
         let iscale = -127.0 / max;
         for (q, &v) in block.qs.iter_mut().zip(x) {
-            // `as` saturates and maps NaN to 0; |v * iscale| <= 127 otherwise.
-            *q = round_ties_even_small(iscale * v).min(127.0) as i8;
+            *q = round_to_i8(iscale * v);
         }
         for (sum, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
             *sum = group.iter().map(|&q| i16::from(q)).sum();
@@ -316,22 +336,75 @@ mod tests {
     }
 
     #[test]
-    fn small_rounding_matches_round_ties_even() {
+    fn byte_rounding_matches_round_ties_even() {
+        let expected = |v: f32| v.round_ties_even() as i8;
         for v in [
-            0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 127.00002, 0.49999997,
+            0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 127.00002, -127.4, 0.49999997, -0.0,
         ] {
-            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+            assert_eq!(round_to_i8(v), expected(v), "{v}");
         }
-        // Every quarter step in the range the quantizer uses.
-        for i in -520..=520 {
+        // Every quarter step in the range the quantizers use.
+        for i in -509..=509 {
             let v = i as f32 / 4.0;
-            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+            assert_eq!(round_to_i8(v), expected(v), "{v}");
         }
-        // A dense sweep of non-representable steps across -128..128.
-        for i in 0..100_000 {
-            let v = i as f32 * 0.002_57 - 128.0;
-            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+        // A dense sweep of non-representable steps across -127.5..127.5.
+        for i in 0..99_000 {
+            let v = i as f32 * 0.002_57 - 127.2;
+            assert_eq!(round_to_i8(v), expected(v), "{v}");
         }
-        assert!(round_ties_even_small(f32::NAN).is_nan());
+        assert_eq!(round_to_i8(f32::NAN), 0);
+    }
+
+    /// The largest magnitude is that of `f32::max` over the magnitudes,
+    /// which skips NaN, taken in order.
+    #[test]
+    fn largest_magnitude_is_the_float_maximum() {
+        let cases: [&[f32]; 6] = [
+            &[0.0, -0.0],
+            &[1.0, -3.5, 2.0],
+            &[f32::NAN, -1e-30, 1e-31],
+            &[f32::NEG_INFINITY, 5.0],
+            &[-f32::NAN, f32::MIN_POSITIVE / 2.0],
+            &[f32::MAX, -f32::MAX, 0.5],
+        ];
+        let long: Vec<f32> = (0..37)
+            .map(|i| ((i * 7 % 37) as f32 - 18.0) * 0.3)
+            .collect();
+        for x in cases
+            .into_iter()
+            .chain([long.as_slice(), &long[..16], &long[5..]])
+        {
+            let float = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert_eq!(largest_magnitude(x).to_bits(), float.to_bits(), "{x:?}");
+        }
+    }
+
+    /// The first value of the largest magnitude sets the sign, as the
+    /// scalar search of GGML's `quantize_row_q8_K_ref` finds it, with NaN
+    /// skipped, over seeded blocks with repeated magnitudes.
+    #[test]
+    fn q8_k_scale_comes_from_the_first_largest_value() {
+        let mut state = 0x9e37_79b9_u32;
+        for _ in 0..200 {
+            let x: Vec<f32> = (0..QK_K)
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    // Few distinct magnitudes, both signs, some NaN.
+                    match state >> 28 {
+                        0 => f32::NAN,
+                        k => (k % 5) as f32 * if state & 0x100 == 0 { 1.0 } else { -1.0 },
+                    }
+                })
+                .collect();
+            let (mut amax, mut max) = (0.0f32, 0.0f32);
+            for &v in &x {
+                if v.abs() > amax {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            assert_eq!(Q8KBlock::quantize(&x).d, 1.0 / (-127.0 / max));
+        }
     }
 }
