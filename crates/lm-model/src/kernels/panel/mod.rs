@@ -321,31 +321,14 @@ const AHEAD_L1_BYTES: usize = 1024;
 const AHEAD_L2_BYTES: usize = 4096;
 
 /// Asks for the line [`AHEAD_L1_BYTES`] past `at` into L1 and the one
-/// [`AHEAD_L2_BYTES`] past it into L2, at this point among the loads
-/// around it: a kernel that calls it beside each first load of a line
-/// spreads its prefetches over its work.
-///
-/// An `asm!` block rather than `_mm_prefetch`, which the compiler is free
-/// to move: it gathered the AVX-512 K-quant kernel's per-piece prefetches
-/// into bursts of 16, and that kernel ran 1B Q4_K_M decode slower than
-/// with one burst per record. Kept in place, one-thread decode ran 2-5%
-/// faster than the burst per record (Xeon, interleaved pairs).
+/// [`AHEAD_L2_BYTES`] past it into L2, in place among the loads (see
+/// [`prefetch_in_place`]): a kernel that calls it beside each first load
+/// of a line spreads its prefetches over its work.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_ahead(at: *const u8) {
-    // SAFETY: a prefetch does not fault, whatever the address, and needs
-    // only SSE, which every x86-64 CPU has. The block reads and writes no
-    // memory; it is not marked `nomem` only so that the compiler keeps it
-    // in order with the loads beside it.
-    unsafe {
-        std::arch::asm!(
-            "prefetcht0 [{}]",
-            "prefetcht1 [{}]",
-            in(reg) at.wrapping_add(AHEAD_L1_BYTES),
-            in(reg) at.wrapping_add(AHEAD_L2_BYTES),
-            options(nostack, preserves_flags)
-        );
-    }
+    prefetch_in_place::<true>(at.wrapping_add(AHEAD_L1_BYTES));
+    prefetch_in_place::<false>(at.wrapping_add(AHEAD_L2_BYTES));
 }
 
 /// Asks for the line [`PREFETCH_BYTES`] past `at` into L1 alone, in place
@@ -356,13 +339,31 @@ pub(crate) fn prefetch_ahead(at: *const u8) {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_into_l1(at: *const u8) {
-    // SAFETY: as `prefetch_ahead`'s.
+    prefetch_in_place::<true>(at.wrapping_add(PREFETCH_BYTES));
+}
+
+/// Asks for the line at `line` into L1 (`prefetcht0`) or, if not
+/// `INTO_L1`, into L2 (`prefetcht1`), at this point among the loads around
+/// it.
+///
+/// An `asm!` block rather than `_mm_prefetch`, which the compiler is free
+/// to move: it gathered the AVX-512 K-quant kernel's per-piece prefetches
+/// into bursts of 16, and that kernel ran 1B Q4_K_M decode slower than
+/// with one burst per record. Kept in place, one-thread decode ran 2-5%
+/// faster than the burst per record (Xeon, interleaved pairs).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_in_place<const INTO_L1: bool>(line: *const u8) {
+    // SAFETY: a prefetch does not fault, whatever the address, and needs
+    // only SSE, which every x86-64 CPU has. The blocks read and write no
+    // memory; they are not marked `nomem` only so that the compiler keeps
+    // them in order with the loads beside them.
     unsafe {
-        std::arch::asm!(
-            "prefetcht0 [{}]",
-            in(reg) at.wrapping_add(PREFETCH_BYTES),
-            options(nostack, preserves_flags)
-        );
+        if INTO_L1 {
+            std::arch::asm!("prefetcht0 [{}]", in(reg) line, options(nostack, preserves_flags));
+        } else {
+            std::arch::asm!("prefetcht1 [{}]", in(reg) line, options(nostack, preserves_flags));
+        }
     }
 }
 
