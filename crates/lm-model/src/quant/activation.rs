@@ -149,19 +149,13 @@ fn round_to_i8(v: f32) -> i8 {
 #[inline(always)]
 fn largest_magnitude(x: &[f32]) -> f32 {
     // `a > m` is false for a NaN, which is therefore skipped.
-    let larger = |m: f32, a: f32| if a > m { a } else { m };
+    let larger = |m: f32, v: &f32| if v.abs() > m { v.abs() } else { m };
+    let (eights, rest) = x.as_chunks::<8>();
     let mut lanes = [0.0f32; 8];
-    let chunks = x.chunks_exact(lanes.len());
-    let rest = chunks.remainder();
-    for chunk in chunks {
-        for (m, &v) in lanes.iter_mut().zip(chunk) {
-            *m = larger(*m, v.abs());
-        }
+    for eight in eights {
+        lanes = std::array::from_fn(|i| larger(lanes[i], &eight[i]));
     }
-    lanes
-        .iter()
-        .chain(rest)
-        .fold(0.0, |m, &v| larger(m, v.abs()))
+    lanes.iter().chain(rest).fold(0.0, larger)
 }
 
 /// 256 activations quantized to signed bytes with one f32 scale and the sums
