@@ -294,6 +294,43 @@ fn open_reads_and_map_maps_the_same_file() {
     ));
 }
 
+/// `open` puts the data section on a 64-byte line in memory wherever the
+/// file starts it (GGUF aligns it to 32 bytes), so the kernels' 64-byte
+/// loads of a tensor never straddle two lines.
+#[test]
+fn open_puts_the_data_section_on_a_cache_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let tensors = [
+        GgufTensor::f32("line", vec![16], &[0.5; 16]),
+        small_tensor(),
+    ];
+    let mut past_a_line = Vec::new();
+    // Metadata strings 0 to 56 bytes long move the data section over every
+    // multiple of 32 within a line.
+    for pad in (0..8).map(|i| "x".repeat(8 * i)) {
+        let kvs = [("pad", MetadataValue::String(pad.clone()))];
+        let bytes = gguf_file(3, 32, &kvs, &tensors);
+        let path = dir.path().join(format!("pad{}.gguf", pad.len()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = GgufFile::open(&path).unwrap();
+        assert_eq!(file.bytes(), &bytes[..]);
+        past_a_line.push(file.data_offset() % 64);
+        let line = file.tensor("line").unwrap();
+        assert_eq!(
+            line.data.as_ptr() as usize % 64,
+            0,
+            "data section at {}",
+            file.data_offset()
+        );
+        assert_eq!(line.to_f32_vec().unwrap(), [0.5; 16]);
+        assert_eq!(file.tensor("t").unwrap().to_f32_vec().unwrap(), [1.5, -2.0]);
+    }
+    assert!(
+        past_a_line.contains(&0) && past_a_line.contains(&32),
+        "{past_a_line:?}"
+    );
+}
+
 #[test]
 fn summary_shortens_long_arrays_and_strings() {
     let tokens = MetadataValue::Array(
