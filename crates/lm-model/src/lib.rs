@@ -95,6 +95,15 @@ pub use ngram::{NgramCounts, NgramError, NgramModel, NgramState, Smoothing, Trai
 pub use quant::QuantizeError;
 #[doc(hidden)]
 pub use quant::packed::panels_for_bench;
+
+/// The wrapping sum of `words`, read with the loads of this process's
+/// kernel path (`LM_KERNEL`'s or the fastest) and, with `prefetch`, the
+/// panel kernels' prefetches: memory read as fast as the kernels stream
+/// weights, for `cargo xtask bench`'s read bound.
+#[doc(hidden)]
+pub fn sum_words_as_kernels_read(words: &[u64], prefetch: bool) -> u64 {
+    kernels::read::sum_words(kernels::dispatch::Dispatch::detect(), words, prefetch)
+}
 pub use quant::{
     GgmlType, KERNEL_ENV, Kernel, NonFinite, PACK_ENV, Packing, QMatrix, QuantError,
     SUPPORTED_TYPES,

@@ -10,18 +10,23 @@
 //!         for 2 MB pages, as `GgufFile::open` holds the weights, written
 //!         first (so every page is backed by its own memory, not the
 //!         shared zero page)
-//! pass:   t threads, each sums a contiguous 1/t of it, 16 u64 lanes at a
-//!         time (128 bytes: two cache lines; the loop compiles to packed
-//!         adds of 16-byte loads at x86-64's baseline, eight independent
-//!         accumulators), timed from a common start to the last join
-//! figure: bytes / seconds of the fastest of PASSES passes
+//! pass:   t threads, each sums a contiguous 1/t of it with the loads of
+//!         lm's kernel path (64 bytes on AVX-512, 32 on AVX2), plain or
+//!         with the panel kernels' prefetches ahead, timed from a common
+//!         start to the last join
+//! figure: bytes / seconds of the fastest of PASSES passes of each read
 //! ```
 //!
-//! The kernel is safe Rust (xtask forbids `unsafe`, so no runtime-chosen
-//! AVX path): 16-byte loads already ask for several times more than DRAM
-//! delivers to one core, so the figure is the memory's, not the loop's.
-//! The pages are not: on the Zen 4 one thread read 26-31 GB/s from 4 KB
-//! pages and 31-33 GB/s from 2 MB pages (a C test of both, 16- and 64-byte
+//! The read is lm-model's (`lm_model::sum_words_as_kernels_read`), where
+//! the kernels and their `unsafe` live, so the bound reads memory the way
+//! the kernels can: on an Intel Xeon (family 6, model 207, 2026-12-07) one
+//! thread read 11.5-12.3 GB/s with this file's earlier loop of 16-byte
+//! loads, while 1B decode streamed 13.7 GB/s (decode at 115-123% of its
+//! "bound"); a C loop read 9.2 GB/s with 16-byte loads and 15.1-15.9 with
+//! 64-byte ones. The prefetched read is the faster one on some machines
+//! (that Xeon: 5-15% at two threads), the plain one on others. The pages
+//! matter as well: on the Zen 4 one thread read 26-31 GB/s from 4 KB pages
+//! and 31-33 GB/s from 2 MB pages (a C test of both, 16- and 64-byte
 //! loads; two threads read 34 GB/s from either), so a buffer in 4 KB pages
 //! set a bound below what one core reads from the weights' huge pages.
 
@@ -31,7 +36,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-/// Passes per thread count; the best is reported.
+/// Passes per thread count and read; the best is reported.
 const PASSES: usize = 5;
 /// The buffer's smallest size: 1 GiB.
 const MIN_BUFFER_BYTES: usize = 1 << 30;
@@ -39,7 +44,7 @@ const MIN_BUFFER_BYTES: usize = 1 << 30;
 const MAX_BUFFER_BYTES: usize = 4 << 30;
 /// Buffer bytes per byte of last-level cache.
 const CACHE_MULTIPLE: usize = 8;
-/// u64 words summed per step, each into its own lane.
+/// Words per 128 bytes: the buffer is a whole number of them.
 const LANES: usize = 16;
 
 /// Read bandwidth in bytes per second at each measured thread count.
@@ -53,7 +58,7 @@ pub(super) struct Bandwidth {
 
 impl Bandwidth {
     /// Measures at each of `thread_counts` (the best of [`PASSES`] passes
-    /// over one buffer).
+    /// of each read, plain and prefetched, over one buffer).
     pub(super) fn measure(thread_counts: &[usize]) -> Result<Self> {
         let n_bytes = buffer_bytes(last_level_cache_bytes());
         let mut buffer = huge_page_buffer(n_bytes)?;
@@ -65,8 +70,8 @@ impl Bandwidth {
         let mut by_threads = Vec::new();
         for &n_threads in thread_counts {
             let mut best = f64::INFINITY;
-            for _ in 0..PASSES {
-                let (seconds, sum) = timed_pass(words, n_threads)?;
+            for prefetch in (0..2 * PASSES).map(|pass| pass % 2 == 1) {
+                let (seconds, sum) = timed_pass(words, n_threads, prefetch)?;
                 // Checked, so no pass can be optimised away.
                 if sum != sum_below(words.len() as u64) {
                     bail!("the bandwidth pass summed {sum}, not the sum of its words");
@@ -158,16 +163,17 @@ pub(super) fn readings_line(readings: &[(usize, Vec<f64>)], buffer_bytes: usize)
         })
         .collect();
     format!(
-        "read bandwidth: {} (sum of a {:.0} MiB buffer, best of {PASSES} passes, measured just before each of lm's runs)",
+        "read bandwidth: {} (sum of a {:.0} MiB buffer with the kernels' loads, best of {PASSES} passes plain and {PASSES} prefetched, measured just before each of lm's runs)",
         figures.join(", "),
         buffer_bytes as f64 / f64::from(1 << 20)
     )
 }
 
 /// One pass: `n_threads` threads (fewer for a buffer of fewer words) each
-/// sum a contiguous share of `words` after a common start; the seconds from
-/// that start to the last join, and the wrapping sum of all the words.
-fn timed_pass(words: &[u64], n_threads: usize) -> Result<(f64, u64)> {
+/// sum a contiguous share of `words` after a common start, with the
+/// kernels' prefetches if `prefetch`; the seconds from that start to the
+/// last join, and the wrapping sum of all the words.
+fn timed_pass(words: &[u64], n_threads: usize, prefetch: bool) -> Result<(f64, u64)> {
     let share = words.len().div_ceil(n_threads.max(1)).max(1);
     let start_line = Barrier::new(words.len().div_ceil(share) + 1);
     std::thread::scope(|scope| {
@@ -177,7 +183,7 @@ fn timed_pass(words: &[u64], n_threads: usize) -> Result<(f64, u64)> {
                 let start_line = &start_line;
                 scope.spawn(move || {
                     start_line.wait();
-                    sum_words(part)
+                    lm_model::sum_words_as_kernels_read(part, prefetch)
                 })
             })
             .collect();
@@ -194,32 +200,13 @@ fn timed_pass(words: &[u64], n_threads: usize) -> Result<(f64, u64)> {
     })
 }
 
-/// `0 + 1 + ... + (n - 1)`, wrapping as [`sum_words`] does.
+/// `0 + 1 + ... + (n - 1)`, wrapping as the read's sum does.
 fn sum_below(n: u64) -> u64 {
     if n.is_multiple_of(2) {
         (n / 2).wrapping_mul(n.wrapping_sub(1))
     } else {
         n.wrapping_mul((n - 1) / 2)
     }
-}
-
-/// The wrapping sum of `words`, [`LANES`] lanes at a time: independent
-/// lane sums let the compiler keep several vector adds in flight and read
-/// the buffer with packed loads.
-#[inline(never)]
-fn sum_words(words: &[u64]) -> u64 {
-    let mut lanes = [0u64; LANES];
-    let chunks = words.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for chunk in chunks {
-        for (lane, &word) in lanes.iter_mut().zip(chunk) {
-            *lane = lane.wrapping_add(word);
-        }
-    }
-    lanes
-        .iter()
-        .chain(rest)
-        .fold(0, |sum, &word| sum.wrapping_add(word))
 }
 
 /// `n_bytes` of fresh anonymous memory (page-aligned, so u64 words),
@@ -280,23 +267,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lane_sums_equal_a_plain_sum_at_every_remainder() {
-        for len in [0, 1, 15, 16, 17, 100, 1000] {
-            let words: Vec<u64> = (0..len).map(|i| u64::MAX - 3 * i).collect();
-            let plain = words.iter().fold(0u64, |s, &w| s.wrapping_add(w));
-            assert_eq!(sum_words(&words), plain, "len {len}");
-        }
-    }
-
-    #[test]
     fn a_pass_splits_the_buffer_among_threads_and_sums_all_of_it() {
         let words: Vec<u64> = (0..1001).collect();
         for n_threads in [1, 2, 3, 7] {
-            let (seconds, sum) = timed_pass(&words, n_threads).unwrap();
-            assert_eq!(sum, 1000 * 1001 / 2);
-            assert!(seconds >= 0.0);
+            for prefetch in [false, true] {
+                let (seconds, sum) = timed_pass(&words, n_threads, prefetch).unwrap();
+                assert_eq!(sum, 1000 * 1001 / 2);
+                assert!(seconds >= 0.0);
+            }
         }
-        assert_eq!(timed_pass(&words[..2], 3).unwrap().1, 1);
+        assert_eq!(timed_pass(&words[..2], 3, false).unwrap().1, 1);
         assert_eq!(sum_below(1001), 1000 * 1001 / 2);
         assert_eq!(sum_below(1 << 40), (1u64 << 39).wrapping_mul((1 << 40) - 1));
     }
@@ -328,7 +308,7 @@ mod tests {
                 &[(1, vec![3.5e10]), (2, vec![5.25e10, 3.0e10, 6.0e10])],
                 1 << 30
             ),
-            "read bandwidth: 35.0 GB/s (1 thread), 52.5 GB/s (2 threads; median of 3 readings, 30.0-60.0) (sum of a 1024 MiB buffer, best of 5 passes, measured just before each of lm's runs)"
+            "read bandwidth: 35.0 GB/s (1 thread), 52.5 GB/s (2 threads; median of 3 readings, 30.0-60.0) (sum of a 1024 MiB buffer with the kernels' loads, best of 5 passes plain and 5 prefetched, measured just before each of lm's runs)"
         );
         let bad = serde_json::json!({ "read_bytes_per_s": { "1": -1.0 }, "buffer_bytes": 8 });
         assert!(Bandwidth::from_json(&bad).is_err());

@@ -19,6 +19,8 @@
 //!   and AVX-512.
 //! - `exp`: a vectorised `exp` with libm's bits, in AVX2 or AVX-512.
 //! - `f16`: f16 rows widened to f32 and f32 values rounded to f16 (F16C).
+//! - `read`: a plain read of memory with the kernels' loads and prefetches,
+//!   the bench's read bound.
 #![allow(unsafe_code)]
 
 pub(crate) mod attention;
@@ -27,3 +29,4 @@ pub(crate) mod dot;
 pub(crate) mod exp;
 pub(crate) mod f16;
 pub(crate) mod panel;
+pub(crate) mod read;
