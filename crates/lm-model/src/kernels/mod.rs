@@ -5,6 +5,7 @@
 //! method of a trait whose methods are), and the safe functions that call
 //! them take a `Dispatch`.
 //!
+//! - `activation`: activations quantized to 8-bit blocks in vectors.
 //! - `dispatch`: which instruction sets this CPU runs, and `LM_KERNEL`'s choice.
 //! - `dot`: products of GGML weight blocks with quantized activations: the
 //!   entry (`dot/mod.rs`), the frame every SIMD kernel runs in
@@ -23,6 +24,7 @@
 //!   the bench's read bound.
 #![allow(unsafe_code)]
 
+pub(crate) mod activation;
 pub(crate) mod attention;
 pub(crate) mod dispatch;
 pub(crate) mod dot;

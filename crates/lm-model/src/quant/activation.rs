@@ -9,12 +9,18 @@
 //! llama.cpp stores them in its Q8_0 / Q8_1 blocks: keeping them in f32 is
 //! slightly more accurate, but moves the real model's logits away from
 //! llama.cpp's by more than the conformance tolerance allows.
+//!
+//! The quantizers here, a value at a time, are the reference: products
+//! quantize their inputs with the vector units (`kernels/activation.rs`),
+//! which give the same bits.
 
 use rayon::prelude::*;
 
 use super::block::QK;
 use super::block_k::{N_GROUPS, QK_K};
 use super::ggml_type::ActivationKind;
+use crate::kernels::activation::{quantize_q8, quantize_q8_k};
+use crate::kernels::dispatch::Dispatch;
 
 /// The activations one product multiplies with, in the form its weight
 /// type's family needs ([`GgmlType::activation_kind`](super::GgmlType)).
@@ -33,16 +39,20 @@ pub(crate) enum Activations<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct ActivationBuffers {
     q8: Vec<Q8Block>,
+    /// Each Q8 block's `Σ qs`, which the panel kernels start from.
+    q8_sums: Vec<i32>,
     q8k: Vec<Q8KBlock>,
 }
 
 impl ActivationBuffers {
     /// `x` in every form `kinds` names, each quantized once into these
-    /// buffers (whole blocks of each kind; the f32 values themselves serve
-    /// [`ActivationKind::F32`]): the input of several products whose weight
-    /// types share an activation kind is quantized once for all of them.
+    /// buffers (whole blocks of each kind, by `dispatch`'s vector units; the
+    /// f32 values themselves serve [`ActivationKind::F32`]): the input of
+    /// several products whose weight types share an activation kind is
+    /// quantized once for all of them.
     pub fn quantize_each<'s>(
         &'s mut self,
+        dispatch: Dispatch,
         kinds: impl IntoIterator<Item = ActivationKind>,
         x: &'s [f32],
     ) -> QuantizedInput<'s> {
@@ -54,25 +64,60 @@ impl ActivationBuffers {
                 ActivationKind::Q8K => q8k = true,
             }
         }
+        let parallel = x.len() >= PARALLEL_MIN_VALUES && rayon::current_num_threads() > 1;
         if q8 {
-            quantize_blocks(x, &mut self.q8, Q8Block::quantize);
+            let n = x.len() / QK;
+            self.q8.resize(n, Q8Block::ZERO);
+            self.q8_sums.resize(n, 0);
+            let (x, blocks, sums) = (&x[..n * QK], &mut self.q8[..], &mut self.q8_sums[..]);
+            if parallel {
+                let task = TASK_VALUES / QK;
+                (blocks.par_chunks_mut(task), sums.par_chunks_mut(task))
+                    .into_par_iter()
+                    .zip(x.par_chunks(task * QK))
+                    .for_each(|((blocks, sums), x)| quantize_q8(dispatch, x, blocks, sums));
+            } else {
+                quantize_q8(dispatch, x, blocks, sums);
+            }
         }
         if q8k {
-            quantize_blocks(x, &mut self.q8k, Q8KBlock::quantize);
+            let n = x.len() / QK_K;
+            self.q8k.resize(n, Q8KBlock::ZERO);
+            let (x, blocks) = (&x[..n * QK_K], &mut self.q8k[..]);
+            if parallel {
+                let task = TASK_VALUES / QK_K;
+                blocks
+                    .par_chunks_mut(task)
+                    .zip(x.par_chunks(task * QK_K))
+                    .for_each(|(blocks, x)| quantize_q8_k(dispatch, x, blocks));
+            } else {
+                quantize_q8_k(dispatch, x, blocks);
+            }
         }
         QuantizedInput {
             f32: x,
-            q8: q8.then_some(&self.q8[..]),
+            q8: q8.then_some((&self.q8[..], &self.q8_sums[..])),
             q8k: q8k.then_some(&self.q8k[..]),
         }
     }
 }
 
+/// Values from which an input is quantized in parallel tasks (a batch of
+/// inputs, in prefill) rather than on the calling thread (one input, a
+/// decode step, where handing out work costs more): above one input of the
+/// widest products (a 1B model's 8,192-wide down projection took a
+/// hand-off of its own for a few microseconds of work at every layer of a
+/// decode step).
+const PARALLEL_MIN_VALUES: usize = 1 << 16;
+
+/// Values a parallel task quantizes: whole blocks of either kind.
+const TASK_VALUES: usize = 1 << 13;
+
 /// One input in each form [`ActivationBuffers::quantize_each`] was asked for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QuantizedInput<'a> {
     f32: &'a [f32],
-    q8: Option<&'a [Q8Block]>,
+    q8: Option<(&'a [Q8Block], &'a [i32])>,
     q8k: Option<&'a [Q8KBlock]>,
 }
 
@@ -82,9 +127,14 @@ impl<'a> QuantizedInput<'a> {
     pub fn get(&self, kind: ActivationKind) -> Activations<'a> {
         match kind {
             ActivationKind::F32 => Activations::F32(self.f32),
-            ActivationKind::Q8 => Activations::Q8(self.q8.expect("the input as Q8 blocks")),
+            ActivationKind::Q8 => Activations::Q8(self.q8.expect("the input as Q8 blocks").0),
             ActivationKind::Q8K => Activations::Q8K(self.q8k.expect("the input as Q8K blocks")),
         }
+    }
+
+    /// Each Q8 block's `Σ qs` (empty when Q8 blocks were not asked for).
+    pub fn q8_sums(&self) -> &'a [i32] {
+        self.q8.map_or(&[], |(_, sums)| sums)
     }
 }
 
@@ -109,6 +159,13 @@ pub(crate) struct Q8Block {
 }
 
 impl Q8Block {
+    /// A block of zeros.
+    pub const ZERO: Q8Block = Q8Block {
+        d: 0.0,
+        sum: 0.0,
+        qs: [0; QK],
+    };
+
     /// Quantizes 32 activations (`x.len() == 32`; missing values count as 0).
     #[inline]
     pub fn quantize(x: &[f32]) -> Q8Block {
@@ -178,15 +235,18 @@ pub(crate) struct Q8KBlock {
 }
 
 impl Q8KBlock {
+    /// A block of zeros.
+    pub const ZERO: Q8KBlock = Q8KBlock {
+        d: 0.0,
+        qs: [0; QK_K],
+        bsums: [0; N_GROUPS],
+    };
+
     /// Quantizes 256 activations (`x.len() == 256`; missing values count as 0).
     #[inline]
     pub fn quantize(x: &[f32]) -> Q8KBlock {
         let amax = largest_magnitude(x);
-        let mut block = Q8KBlock {
-            d: 0.0,
-            qs: [0; QK_K],
-            bsums: [0; N_GROUPS],
-        };
+        let mut block = Q8KBlock::ZERO;
         if amax == 0.0 {
             return block;
         }
@@ -202,37 +262,6 @@ impl Q8KBlock {
         block.d = 1.0 / iscale;
         block
     }
-}
-
-/// Quantizes `x` (whole blocks) into `out` with `quantize`, replacing its
-/// contents; in parallel when `x` holds a batch of inputs (prefill), on the
-/// calling thread for one input (a decode step, where handing out work costs
-/// more). The block length is the one `B` is made from (32 or 256).
-///
-/// The threshold is above one input of the widest products (a 1B model's
-/// 8,192-wide down projection took a hand-off of its own for a few
-/// microseconds of work at every layer of a decode step).
-fn quantize_blocks<B: BlockOf + Send>(x: &[f32], out: &mut Vec<B>, quantize: fn(&[f32]) -> B) {
-    const PARALLEL_MIN_VALUES: usize = 1 << 16;
-    out.clear();
-    if x.len() >= PARALLEL_MIN_VALUES && rayon::current_num_threads() > 1 {
-        out.par_extend(x.par_chunks_exact(B::LEN).map(quantize));
-    } else {
-        out.extend(x.chunks_exact(B::LEN).map(quantize));
-    }
-}
-
-/// An activation block and the number of values it is made from.
-trait BlockOf {
-    const LEN: usize;
-}
-
-impl BlockOf for Q8Block {
-    const LEN: usize = QK;
-}
-
-impl BlockOf for Q8KBlock {
-    const LEN: usize = QK_K;
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ use rayon::prelude::*;
 
 use super::activation::Activations;
 use super::activation::{ActivationBuffers, QuantizedInput};
-use super::ggml_type::ActivationKind;
 use super::packed::{self, PANEL_ROWS};
 use super::{GgmlType, QuantError, block};
 use crate::kernels::dispatch::{Dispatch, Kernel};
@@ -63,8 +62,6 @@ struct Scratch {
     activations: ActivationBuffers,
     /// Batched results in `n_rows x n` order before they are transposed.
     transposed: Vec<f32>,
-    /// Each activation block's `Σ qs`, for packed products.
-    sums: Vec<i32>,
 }
 
 thread_local! {
@@ -345,6 +342,9 @@ impl<'a> QMatrix<'a> {
                 .all(|(w, ys)| (xs.len(), ys.len()) == (n * w.n_cols, n * w.n_rows)),
             "{n} inputs through every matrix"
         );
+        let Some(dispatch) = products.first().map(|(w, _)| w.dispatch) else {
+            return;
+        };
         if n == 0 {
             return;
         }
@@ -352,22 +352,9 @@ impl<'a> QMatrix<'a> {
             let Scratch {
                 activations,
                 transposed,
-                sums,
             } = scratch;
             let kinds = products.iter().map(|(w, _)| w.ty.activation_kind());
-            let input = activations.quantize_each(kinds, xs);
-            sums.clear();
-            let packed_q8 =
-                |w: &QMatrix<'_>| w.packed && matches!(w.ty.activation_kind(), ActivationKind::Q8);
-            if products.iter().any(|(w, _)| packed_q8(w))
-                && let Activations::Q8(xq) = input.get(ActivationKind::Q8)
-            {
-                sums.extend(
-                    xq.iter()
-                        .map(|x| x.qs.iter().map(|&q| i32::from(q)).sum::<i32>()),
-                );
-            }
-            let input = Input { input, sums };
+            let input = activations.quantize_each(dispatch, kinds, xs);
             if n == 1 {
                 // One input: each matrix's results are its output as they are.
                 fill_products(products, input, 1, &mut []);
@@ -481,7 +468,7 @@ impl<'a> QMatrix<'a> {
 /// work is worth the threads, so the pool takes their rows as one job.
 fn fill_products(
     products: &mut [(QMatrix<'_>, &mut [f32])],
-    input: Input<'_>,
+    input: QuantizedInput<'_>,
     n: usize,
     transposed: &mut [f32],
 ) {
@@ -489,10 +476,10 @@ fn fill_products(
         [] => {}
         [(w, ys)] => {
             let out = if n == 1 { &mut **ys } else { transposed };
-            let x = input.input.get(w.ty.activation_kind());
+            let x = input.get(w.ty.activation_kind());
             match x {
                 Activations::Q8(xq) if w.packed => {
-                    w.fill_panels(out, n, xq, input.sums);
+                    w.fill_panels(out, n, xq, input.q8_sums());
                 }
                 Activations::Q8K(xq) if w.packed => {
                     w.fill_panels(out, n, xq, &[]);
@@ -526,14 +513,6 @@ fn fill_products(
             }
         }
     }
-}
-
-/// The quantized input of a product and, for packed matrices, its blocks'
-/// sums.
-#[derive(Clone, Copy)]
-struct Input<'a> {
-    input: QuantizedInput<'a>,
-    sums: &'a [i32],
 }
 
 /// Where a band of a batched product's results goes: `n` inputs' rows
