@@ -264,28 +264,52 @@ mod x86 {
         unsafe { q8_k_blocks::<__m256>(x, blocks) }
     }
 
+    /// The [`Vector`] methods that are one intrinsic each, named per build.
+    macro_rules! one_intrinsic_each {
+        (
+            load $load:ident, splat $splat:ident, mul $mul:ident,
+            int_zero $int_zero:ident, int_add $int_add:ident
+        ) => {
+            #[inline(always)]
+            unsafe fn load(at: *const f32) -> Self {
+                // SAFETY: the build's instructions and bounds (the trait's contract).
+                unsafe { $load(at) }
+            }
+            #[inline(always)]
+            unsafe fn splat(value: f32) -> Self {
+                // SAFETY: the build's instructions (the trait's contract).
+                unsafe { $splat(value) }
+            }
+            #[inline(always)]
+            unsafe fn mul(self, other: Self) -> Self {
+                // SAFETY: as above.
+                unsafe { $mul(self, other) }
+            }
+            #[inline(always)]
+            unsafe fn int_zero() -> Self::Int {
+                // SAFETY: as above.
+                unsafe { $int_zero() }
+            }
+            #[inline(always)]
+            unsafe fn int_add(a: Self::Int, b: Self::Int) -> Self::Int {
+                // SAFETY: as above.
+                unsafe { $int_add(a, b) }
+            }
+        };
+    }
+
     impl Vector for __m512 {
         const WIDTH: usize = 16;
         type Int = __m512i;
 
-        #[inline(always)]
-        unsafe fn load(at: *const f32) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm512_loadu_ps(at) }
+        one_intrinsic_each! {
+            load _mm512_loadu_ps, splat _mm512_set1_ps, mul _mm512_mul_ps,
+            int_zero _mm512_setzero_si512, int_add _mm512_add_epi32
         }
-        #[inline(always)]
-        unsafe fn splat(value: f32) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm512_set1_ps(value) }
-        }
-        #[inline(always)]
-        unsafe fn mul(self, other: Self) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm512_mul_ps(self, other) }
-        }
+
         #[inline(always)]
         unsafe fn larger_magnitude(self, m: Self) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 // `vmaxps` returns its second operand when either is NaN.
                 _mm512_max_ps(_mm512_abs_ps(self), m)
@@ -293,7 +317,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn max_lane(self) -> f32 {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 // Halves, then the AVX2 build's reduction (`_mm512_reduce_max_ps`
                 // keeps NaN's rules at every step, which lanes free of NaN do
@@ -304,7 +328,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn first_of_magnitude(self, amax: f32) -> Option<usize> {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let equal =
                     _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(self), _mm512_set1_ps(amax));
@@ -313,7 +337,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn round_to_bytes(self) -> Self::Int {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let shift = _mm512_set1_ps(ROUNDING_SHIFT);
                 let bits = _mm512_sub_epi32(
@@ -325,18 +349,8 @@ mod x86 {
             }
         }
         #[inline(always)]
-        unsafe fn int_zero() -> Self::Int {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm512_setzero_si512() }
-        }
-        #[inline(always)]
-        unsafe fn int_add(a: Self::Int, b: Self::Int) -> Self::Int {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm512_add_epi32(a, b) }
-        }
-        #[inline(always)]
         unsafe fn int_sum(a: Self::Int) -> i32 {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe { _mm512_reduce_add_epi32(a) }
         }
         #[inline(always)]
@@ -350,24 +364,14 @@ mod x86 {
         const WIDTH: usize = 8;
         type Int = __m256i;
 
-        #[inline(always)]
-        unsafe fn load(at: *const f32) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm256_loadu_ps(at) }
+        one_intrinsic_each! {
+            load _mm256_loadu_ps, splat _mm256_set1_ps, mul _mm256_mul_ps,
+            int_zero _mm256_setzero_si256, int_add _mm256_add_epi32
         }
-        #[inline(always)]
-        unsafe fn splat(value: f32) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm256_set1_ps(value) }
-        }
-        #[inline(always)]
-        unsafe fn mul(self, other: Self) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm256_mul_ps(self, other) }
-        }
+
         #[inline(always)]
         unsafe fn larger_magnitude(self, m: Self) -> Self {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), self);
                 // `vmaxps` returns its second operand when either is NaN.
@@ -376,7 +380,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn max_lane(self) -> f32 {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let m = _mm_max_ps(
                     _mm256_castps256_ps128(self),
@@ -388,7 +392,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn first_of_magnitude(self, amax: f32) -> Option<usize> {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), self);
                 let equal =
@@ -398,7 +402,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn round_to_bytes(self) -> Self::Int {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let shift = _mm256_set1_ps(ROUNDING_SHIFT);
                 let bits = _mm256_sub_epi32(
@@ -411,18 +415,8 @@ mod x86 {
             }
         }
         #[inline(always)]
-        unsafe fn int_zero() -> Self::Int {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm256_setzero_si256() }
-        }
-        #[inline(always)]
-        unsafe fn int_add(a: Self::Int, b: Self::Int) -> Self::Int {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
-            unsafe { _mm256_add_epi32(a, b) }
-        }
-        #[inline(always)]
         unsafe fn int_sum(a: Self::Int) -> i32 {
-            // SAFETY: the build's instructions and bounds (the trait's contract).
+            // SAFETY: the build's instructions (the trait's contract).
             unsafe {
                 let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
                 let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
@@ -451,29 +445,30 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
     use super::*;
 
     /// Values that exercise every step: ties of the rounding, NaNs, both
     /// infinities, subnormals, zeros of both signs, repeated largest
     /// magnitudes of either sign, and plain seeded values of many scales.
-    fn hostile_values(n: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
+    fn hostile_values(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
         (0..n)
             .map(|_| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                let r = state >> 8;
-                let scale = [1e-3f32, 1.0, 37.0, 1e30][(r % 4) as usize];
-                match state >> 27 {
+                let scale = [1e-3f32, 1.0, 37.0, 1e30][rng.random_range(0..4)];
+                match rng.random_range(0..32) {
                     // NaN of either sign with a payload in the low byte,
                     // which the rounding's arithmetic would carry through.
-                    0 => f32::from_bits(0x7fc0_0000 | (r & 0x100) << 23 | (r & 0xff)),
+                    0 => f32::from_bits(0x7fc0_0000 | rng.random::<u32>() & 0x8000_00ff),
                     1 => f32::INFINITY,
                     2 => f32::NEG_INFINITY,
-                    3 => f32::from_bits(r % 64 + 1),
+                    3 => f32::from_bits(rng.random_range(1..65)),
                     4 => -0.0,
                     5 => 2.5,
                     6 => -2.5,
-                    _ => (r as f32 / (1 << 24) as f32 - 0.5) * scale,
+                    _ => rng.random_range(-0.5..0.5) * scale,
                 }
             })
             .collect()
