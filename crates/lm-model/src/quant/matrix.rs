@@ -624,7 +624,7 @@ mod panel_tests {
         let ty = GgmlType::Q8_0;
         let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
         let mut tall_data = random_matrix(ty, tall, n_cols, 3);
-        packed::pack_in_place(ty, &mut tall_data, row_bytes, &mut Vec::new());
+        packed::pack_in_place(ty, &mut tall_data, row_bytes);
         let short_data = random_matrix(GgmlType::Q4_0, short, n_cols, 5);
         let dispatch = Dispatch::detect();
         let w_tall = QMatrix::checked_before(ty, tall, n_cols, &tall_data, dispatch).in_panels();
@@ -664,7 +664,7 @@ mod panel_tests {
             let data = random_matrix(ty, n_rows, n_cols, 7);
             let mut packed_data = data.clone();
             let row_bytes = ty.row_bytes(n_cols).expect("whole blocks");
-            packed::pack_in_place(ty, &mut packed_data, row_bytes, &mut Vec::new());
+            packed::pack_in_place(ty, &mut packed_data, row_bytes);
             let xs: Vec<f32> = (0..n * n_cols)
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
                 .collect();

@@ -580,7 +580,7 @@ mod tests {
                 }
             }
             let mut packed = data.clone();
-            pack_in_place(ty, &mut packed, row_bytes, &mut Vec::new());
+            pack_in_place(ty, &mut packed, row_bytes);
             let xs: Vec<f32> = (0..n * n_cols)
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
                 .collect();
