@@ -23,42 +23,48 @@ use crate::quant::activation::{Q8Block, Q8KBlock};
 use crate::quant::block::QK;
 use crate::quant::block_k::QK_K;
 
-/// Quantizes `x` into `blocks` of 32 values, and each block's `Σ qs` (the
-/// panel kernels' start) into `sums`. `x` holds exactly the blocks' values.
-pub(crate) fn quantize_q8(dispatch: Dispatch, x: &[f32], blocks: &mut [Q8Block], sums: &mut [i32]) {
-    assert_eq!(x.len(), blocks.len() * QK, "32 values a block");
-    assert_eq!(sums.len(), blocks.len(), "a sum a block");
+/// The blocks an input is quantized into, of either kind.
+pub(crate) enum Blocks<'a> {
+    /// 32-value blocks, and each block's `Σ qs` (the panel kernels' start).
+    Q8 {
+        blocks: &'a mut [Q8Block],
+        sums: &'a mut [i32],
+    },
+    /// 256-value blocks (Q8_K).
+    Q8K(&'a mut [Q8KBlock]),
+}
+
+/// Quantizes `x` into `out`, which holds exactly `x`'s blocks.
+pub(crate) fn quantize(dispatch: Dispatch, x: &[f32], out: Blocks<'_>) {
+    match &out {
+        Blocks::Q8 { blocks, sums } => {
+            assert_eq!(x.len(), blocks.len() * QK, "32 values a block");
+            assert_eq!(sums.len(), blocks.len(), "a sum a block");
+        }
+        Blocks::Q8K(blocks) => assert_eq!(x.len(), blocks.len() * QK_K, "256 values a block"),
+    }
     #[cfg(target_arch = "x86_64")]
     match dispatch.kernel() {
         // SAFETY: a `Dispatch` holds only kernels the CPU runs; AVX-512's
         // has AVX-512 F, BW and VL and F16C, AVX2's AVX2, FMA and F16C.
-        Kernel::Avx512 => return unsafe { x86::q8_avx512(x, blocks, sums) },
-        Kernel::Avx2 | Kernel::AvxVnni => return unsafe { x86::q8_avx2(x, blocks, sums) },
+        Kernel::Avx512 => return unsafe { x86::quantize_avx512(x, out) },
+        Kernel::Avx2 | Kernel::AvxVnni => return unsafe { x86::quantize_avx2(x, out) },
         Kernel::Portable => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = dispatch;
-    for ((block, sum), x) in blocks.iter_mut().zip(sums).zip(x.chunks_exact(QK)) {
-        *block = Q8Block::quantize(x);
-        *sum = block.qs.iter().map(|&q| i32::from(q)).sum();
-    }
-}
-
-/// Quantizes `x` into `blocks` of 256 values (Q8_K). `x` holds exactly the
-/// blocks' values.
-pub(crate) fn quantize_q8_k(dispatch: Dispatch, x: &[f32], blocks: &mut [Q8KBlock]) {
-    assert_eq!(x.len(), blocks.len() * QK_K, "256 values a block");
-    #[cfg(target_arch = "x86_64")]
-    match dispatch.kernel() {
-        // SAFETY: as in `quantize_q8`.
-        Kernel::Avx512 => return unsafe { x86::q8_k_avx512(x, blocks) },
-        Kernel::Avx2 | Kernel::AvxVnni => return unsafe { x86::q8_k_avx2(x, blocks) },
-        Kernel::Portable => {}
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = dispatch;
-    for (block, x) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
-        *block = Q8KBlock::quantize(x);
+    match out {
+        Blocks::Q8 { blocks, sums } => {
+            for ((block, sum), x) in blocks.iter_mut().zip(sums).zip(x.chunks_exact(QK)) {
+                *block = Q8Block::quantize(x);
+                *sum = block.qs.iter().map(|&q| i32::from(q)).sum();
+            }
+        }
+        Blocks::Q8K(blocks) => {
+            for (block, x) in blocks.iter_mut().zip(x.chunks_exact(QK_K)) {
+                *block = Q8KBlock::quantize(x);
+            }
+        }
     }
 }
 
@@ -66,7 +72,7 @@ pub(crate) fn quantize_q8_k(dispatch: Dispatch, x: &[f32], blocks: &mut [Q8KBloc
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Q8Block, Q8KBlock, QK, QK_K};
+    use super::{Blocks, Q8Block, Q8KBlock, QK, QK_K};
 
     /// 1.5 * 2^23: added to a value of magnitude below 2^22, it leaves no
     /// fraction bits, so the addition rounds to an integer (ties to even)
@@ -224,44 +230,39 @@ mod x86 {
         [_mm_cvtss_f32(back), _mm_cvtss_f32(_mm_movehdup_ps(back))]
     }
 
-    /// See [`super::quantize_q8`].
+    /// [`super::quantize`] in `V`'s build.
+    ///
+    /// # Safety
+    /// `V`'s instructions and F16C; the lengths [`super::quantize`] asserts.
+    #[inline(always)]
+    unsafe fn quantize<V: Vector>(x: &[f32], out: Blocks<'_>) {
+        // SAFETY: the caller's instructions and lengths.
+        unsafe {
+            match out {
+                Blocks::Q8 { blocks, sums } => q8_blocks::<V>(x, blocks, sums),
+                Blocks::Q8K(blocks) => q8_k_blocks::<V>(x, blocks),
+            }
+        }
+    }
+
+    /// See [`super::quantize`].
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL and F16C.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn q8_avx512(x: &[f32], blocks: &mut [Q8Block], sums: &mut [i32]) {
+    pub(super) unsafe fn quantize_avx512(x: &[f32], out: Blocks<'_>) {
         // SAFETY: this function's instructions; the lengths the caller asserted.
-        unsafe { q8_blocks::<__m512>(x, blocks, sums) }
+        unsafe { quantize::<__m512>(x, out) }
     }
 
-    /// See [`super::quantize_q8_k`].
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F, BW and VL.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn q8_k_avx512(x: &[f32], blocks: &mut [Q8KBlock]) {
-        // SAFETY: as above.
-        unsafe { q8_k_blocks::<__m512>(x, blocks) }
-    }
-
-    /// See [`super::quantize_q8`].
+    /// See [`super::quantize`].
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_avx2(x: &[f32], blocks: &mut [Q8Block], sums: &mut [i32]) {
+    pub(super) unsafe fn quantize_avx2(x: &[f32], out: Blocks<'_>) {
         // SAFETY: as above.
-        unsafe { q8_blocks::<__m256>(x, blocks, sums) }
-    }
-
-    /// See [`super::quantize_q8_k`].
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_k_avx2(x: &[f32], blocks: &mut [Q8KBlock]) {
-        // SAFETY: as above.
-        unsafe { q8_k_blocks::<__m256>(x, blocks) }
+        unsafe { quantize::<__m256>(x, out) }
     }
 
     /// The [`Vector`] methods that are one intrinsic each, named per build.
@@ -514,7 +515,14 @@ mod tests {
         let expected: Vec<Q8Block> = x.chunks_exact(QK).map(Q8Block::quantize).collect();
         for dispatch in Dispatch::every_available() {
             let (mut blocks, mut sums) = (vec![Q8Block::quantize(&[1.0; QK]); n], vec![7; n]);
-            quantize_q8(dispatch, &x, &mut blocks, &mut sums);
+            quantize(
+                dispatch,
+                &x,
+                Blocks::Q8 {
+                    blocks: &mut blocks,
+                    sums: &mut sums,
+                },
+            );
             for (i, ((got, want), sum)) in blocks.iter().zip(&expected).zip(&sums).enumerate() {
                 let at = format!("{:?}, block {i}", dispatch.kernel());
                 assert_eq!(got.qs, want.qs, "{at}");
@@ -533,7 +541,7 @@ mod tests {
         let expected: Vec<Q8KBlock> = x.chunks_exact(QK_K).map(Q8KBlock::quantize).collect();
         for dispatch in Dispatch::every_available() {
             let mut blocks = vec![Q8KBlock::quantize(&[1.0; QK_K]); n];
-            quantize_q8_k(dispatch, &x, &mut blocks);
+            quantize(dispatch, &x, Blocks::Q8K(&mut blocks));
             for (i, (got, want)) in blocks.iter().zip(&expected).enumerate() {
                 let at = format!("{:?}, block {i}", dispatch.kernel());
                 assert_eq!(got.qs, want.qs, "{at}");

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::block::QK;
 use super::block_k::{N_GROUPS, QK_K};
 use super::ggml_type::ActivationKind;
-use crate::kernels::activation::{quantize_q8, quantize_q8_k};
+use crate::kernels::activation::{Blocks, quantize};
 use crate::kernels::dispatch::Dispatch;
 
 /// The activations one product multiplies with, in the form its weight
@@ -75,9 +75,11 @@ impl ActivationBuffers {
                 (blocks.par_chunks_mut(task), sums.par_chunks_mut(task))
                     .into_par_iter()
                     .zip(x.par_chunks(task * QK))
-                    .for_each(|((blocks, sums), x)| quantize_q8(dispatch, x, blocks, sums));
+                    .for_each(|((blocks, sums), x)| {
+                        quantize(dispatch, x, Blocks::Q8 { blocks, sums })
+                    });
             } else {
-                quantize_q8(dispatch, x, blocks, sums);
+                quantize(dispatch, x, Blocks::Q8 { blocks, sums });
             }
         }
         if q8k {
@@ -89,9 +91,9 @@ impl ActivationBuffers {
                 blocks
                     .par_chunks_mut(task)
                     .zip(x.par_chunks(task * QK_K))
-                    .for_each(|(blocks, x)| quantize_q8_k(dispatch, x, blocks));
+                    .for_each(|(blocks, x)| quantize(dispatch, x, Blocks::Q8K(blocks)));
             } else {
-                quantize_q8_k(dispatch, x, blocks);
+                quantize(dispatch, x, Blocks::Q8K(blocks));
             }
         }
         QuantizedInput {
