@@ -26,7 +26,7 @@ use std::arch::x86_64::{
 };
 
 use super::avx512::dpbusd_run;
-use super::{PanelProduct, prefetch_ahead, prefetch_into_l1};
+use super::{PanelProduct, prefetch_ahead};
 use crate::quant::GgmlType;
 use crate::quant::activation::Q8KBlock;
 use crate::quant::packed::PANEL_ROWS;
@@ -53,8 +53,8 @@ pub(super) unsafe fn dot_panels_k(
     let panel_bytes = product.n_blocks * PANEL_ROWS * ty.block_bytes();
     // Passes with one or two inputs that prefetch (`prefetch_stride`, as
     // `Dispatch::prefetches_panels` decides per CPU) ask for each line of a
-    // record ahead where they first load it (`AHEAD`): Q4_K into L1 and L2
-    // (`prefetch_ahead`), Q6_K into L1 (`prefetch_into_l1`).
+    // record ahead into L1 and L2 where they first load it (`AHEAD`,
+    // `prefetch_ahead`).
     product.each_tile(panel_bytes, MAX_TILE, out, |_, part, out| {
         macro_rules! tile {
             ($f:ident) => {
@@ -276,15 +276,14 @@ fn scales_mins_q4_k(a: __m512i, b: __m512i, c: __m512i) -> ([__m512i; 2], [__m51
 }
 
 /// One Q6_K panel against its `T` inputs: `out[i * 16 + l] = row l ·
-/// input i`. With `AHEAD`, each piece of a record is asked for
-/// [`PREFETCH_BYTES`](super::PREFETCH_BYTES) ahead into L1 as it is first
-/// loaded ([`prefetch_into_l1`]).
+/// input i`. With `AHEAD`, each piece of a record asks for the lines
+/// further on into L1 and L2 as it is first loaded ([`prefetch_ahead`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn tile_q6_k<const T: usize, const AHEAD: bool>(part: PanelProduct<'_, Q8KBlock>, out: &mut [f32]) {
     each_record::<T>(part, PANEL_ROWS * 210, out, |record, x, acc| {
         if AHEAD {
-            prefetch_into_l1(record.wrapping_add(q6_k::D));
+            prefetch_ahead(record.wrapping_add(q6_k::D));
         }
         let mut sumi = [_mm512_setzero_si512(); T];
         // SAFETY: `record` is a whole record. Quarter Q = 2h + e holds the
@@ -332,7 +331,7 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
         // reads it: a scale piece by groups 0, 4, 8, 12; a quarter's `H`
         // and `A` pieces by its first group (t = 0), `B` by its second.
         let scale = signed_byte(
-            load_into_l1(
+            load_ahead(
                 record.add(q6_k::SCALES + G / 4 * PIECE_BYTES),
                 AHEAD && G.is_multiple_of(4),
             ),
@@ -344,7 +343,7 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
         // 30% slower.
         let mut weights = [_mm512_setzero_si512(); 4];
         for (k, weight) in weights.iter_mut().enumerate() {
-            let ql = load_into_l1(
+            let ql = load_ahead(
                 record.add(pieces + q6_k::QL + (4 * (t % 2) + k) * PIECE_BYTES),
                 AHEAD && t < 2,
             );
@@ -353,7 +352,7 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
             } else {
                 _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low4)
             };
-            let qh = load_into_l1(
+            let qh = load_ahead(
                 record.add(pieces + q6_k::QH + k * PIECE_BYTES),
                 AHEAD && t == 0,
             );
@@ -378,7 +377,7 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
 }
 
 /// The 64 bytes at `at`, first asking for the lines further on into L1
-/// and L2 when `ahead` ([`prefetch_ahead`]; Q4_K).
+/// and L2 when `ahead` ([`prefetch_ahead`]).
 ///
 /// # Safety
 /// The 64 bytes at `at` are readable; the CPU has avx512f.
@@ -386,20 +385,6 @@ unsafe fn group_q6_k<const T: usize, const AHEAD: bool, const G: usize>(
 unsafe fn load_ahead(at: *const u8, ahead: bool) -> __m512i {
     if ahead {
         prefetch_ahead(at);
-    }
-    // SAFETY: the caller's contract.
-    unsafe { _mm512_loadu_si512(at.cast()) }
-}
-
-/// [`load_ahead`] with the one request into L1 ([`prefetch_into_l1`];
-/// Q6_K).
-///
-/// # Safety
-/// As [`load_ahead`]'s.
-#[inline(always)]
-unsafe fn load_into_l1(at: *const u8, ahead: bool) -> __m512i {
-    if ahead {
-        prefetch_into_l1(at);
     }
     // SAFETY: the caller's contract.
     unsafe { _mm512_loadu_si512(at.cast()) }

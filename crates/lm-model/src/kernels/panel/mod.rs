@@ -111,7 +111,7 @@ pub(crate) struct PanelProduct<'a, A> {
     /// for ahead of the block they multiply: [`LINE_BYTES`], or 0 for none
     /// ([`Dispatch::prefetches_panels`]; [`prefetch_lines`]; the K-quant
     /// kernels on AVX-512 ask for every line where they first load it,
-    /// [`prefetch_ahead`], [`prefetch_into_l1`]).
+    /// [`prefetch_ahead`]).
     pub prefetch_stride: usize,
 }
 
@@ -263,12 +263,12 @@ packed_types!(Q4_0: 18, Q4_1: 20, Q5_0: 22, Q8_0: 34);
 /// AVX-512's 32 registers with room for the scales.
 pub(crate) const MAX_TILE: usize = 8;
 
-/// How far ahead of the block being multiplied the AVX2 kernels and the
-/// Q6_K kernel on AVX-512 ask for their panel's lines, into L1. A panel is
-/// one stream through memory, which the hardware prefetcher follows less
-/// far ahead than the sixteen streams of sixteen row-major rows; 2 and 4 KB
-/// did equally well (Zen 4 and Xeon). The other AVX-512 kernels ask two
-/// levels ahead ([`prefetch_ahead`]).
+/// How far ahead of the block being multiplied the AVX2 kernels ask for
+/// their panel's lines, into L1. A panel is one stream through memory,
+/// which the hardware prefetcher follows less far ahead than the sixteen
+/// streams of sixteen row-major rows; 2 and 4 KB did equally well (Zen 4
+/// and Xeon). The AVX-512 kernels ask two levels ahead
+/// ([`prefetch_ahead`]).
 pub(crate) const PREFETCH_BYTES: usize = 2048;
 
 /// A cache line, the step of a pass that prefetches every line.
@@ -316,9 +316,15 @@ pub(crate) fn prefetch_line(at: *const u8) {
 /// With the one request 2 KB ahead into L1, the Q4_K panels of 1B's ffn_up
 /// streamed 12.8-13.5 GiB/s at one thread on the Xeon; with 1 KB into L1
 /// and 4 KB into L2, 14.4-14.9 (`benches/quant`, 1 GiB in 2 MB pages; the
-/// L2 request alone, 13.1). 512 B to 1.5 KB and 3 to 8 KB did about as well.
-const AHEAD_L1_BYTES: usize = 1024;
-const AHEAD_L2_BYTES: usize = 4096;
+/// L2 request alone, 13.1). Two threads, each a core's share of the
+/// memory's bandwidth, wait longer for a line: there 3 KB and 16 KB ran
+/// 1B decode faster than 1 KB and 4 KB (Xeon, interleaved rounds of
+/// `lm-cli`: Q4_0 1.08x at two threads and 1.02x at one, Q8_0 1.03x at
+/// both; 2/12, 2/16 and 1/12 KB within 3% of it), and Q6_K, which asked
+/// 2 KB ahead into L1 alone, ran Q4_K_M 1.03x faster at one thread with
+/// them.
+const AHEAD_L1_BYTES: usize = 3072;
+const AHEAD_L2_BYTES: usize = 16384;
 
 /// Asks for the line [`AHEAD_L1_BYTES`] past `at` into L1 and the one
 /// [`AHEAD_L2_BYTES`] past it into L2, in place among the loads (see
@@ -329,17 +335,6 @@ const AHEAD_L2_BYTES: usize = 4096;
 pub(crate) fn prefetch_ahead(at: *const u8) {
     prefetch_in_place::<true>(at.wrapping_add(AHEAD_L1_BYTES));
     prefetch_in_place::<false>(at.wrapping_add(AHEAD_L2_BYTES));
-}
-
-/// Asks for the line [`PREFETCH_BYTES`] past `at` into L1 alone, in place
-/// among the loads as [`prefetch_ahead`] does: the Q6_K panels, whose
-/// record visits its pieces out of their order. With [`prefetch_ahead`]'s
-/// two levels those of 1B's ffn_down streamed no faster on the Xeon
-/// (13.4-13.7 against 13.9 GiB/s at one thread, `benches/quant`).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) fn prefetch_into_l1(at: *const u8) {
-    prefetch_in_place::<true>(at.wrapping_add(PREFETCH_BYTES));
 }
 
 /// Asks for the line at `line` into L1 (`prefetcht0`) or, if not
