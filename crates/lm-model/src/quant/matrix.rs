@@ -43,7 +43,7 @@ const TRANSPOSED_MAX_VALUES: usize = 1 << 20;
 /// whether another thread is idle. Rayon otherwise splits a product only a
 /// few times on the thread that starts it (pieces of a quarter of its rows
 /// at two threads), and a thread that ends its share early waits for the
-/// other's piece to end. At two threads on the Xeon, 1B decode ran 3-9%
+/// other's piece to end. At two threads on the Xeon, 1B decode ran 3-8%
 /// faster with pieces of 16, 64 or 256 KB than without a bound
 /// (interleaved rounds of `lm-cli`; docs/performance.md).
 const PIECE_MAX_BYTES: usize = 64 << 10;
